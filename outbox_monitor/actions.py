@@ -1,0 +1,326 @@
+"""Operator actions of SPEC §4 — reap, replay, prune — each previewed, guarded and audited.
+
+Every action is two calls: ``preview_*`` counts the rows the filter matches, samples
+them and remembers the largest id seen; the confirmed ``apply`` changes only rows with
+``id <=`` that id that still pass the action's guard, in batches of one transaction each,
+every batch writing its own audit row, all tied together by one ``run_id``.
+"""
+
+import getpass
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.db import Database
+from outbox_monitor.errors import ActionRefused
+from outbox_monitor.filters import Where
+
+SAMPLE_SIZE = 20
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_PRUNE_BATCH_SIZE = 5000
+MAX_AUDIT_IDS = 1000
+MIN_ID = -(2**63)
+
+Progress = Callable[[int, int], None]
+"""``on_progress(rows_changed_so_far, rows_matched_at_preview)`` after every batch."""
+
+
+def default_actor() -> str:
+    """Who acts when no one signed in: ``OUTBOX_MONITOR_ACTOR`` or the OS user (SPEC §4)."""
+    return os.environ.get("OUTBOX_MONITOR_ACTOR") or getpass.getuser()
+
+
+@dataclass(frozen=True)
+class Part:
+    """One guarded statement of an action: its batch query, filter and id ceiling."""
+
+    batch_query: str
+    where: Where
+    params: dict[str, Any]
+    matched: int
+    max_id: int | None
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What a confirmed action would change.
+
+    ``matched`` rows matched the filter at preview time; ``sample`` shows the first
+    ``SAMPLE_SIZE`` of them; ``filter`` (JSON-able) is what the audit row records.
+    """
+
+    action: str
+    matched: int
+    sample: list[dict[str, Any]]
+    filter: dict[str, Any]
+    parts: tuple[Part, ...] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """The outcome of a confirmed action.
+
+    ``changed`` rows were changed (or deleted); ``skipped`` = matched at preview but no
+    longer eligible (acked, re-claimed, already replayed); ``dead_lettered`` counts reaped
+    rows that reached the maximum attempts; ``ids`` are the first ``MAX_AUDIT_IDS``.
+    """
+
+    action: str
+    run_id: str
+    matched: int
+    changed: int
+    skipped: int
+    dead_lettered: int
+    batches: int
+    ids: list[int]
+
+
+@dataclass(frozen=True)
+class ReplaySelection:
+    """Which failed rows to replay; every given criterion must hold (AND).
+
+    ``ids``: explicit row ids; ``event_type``: exact or LIKE pattern; ``error_group``:
+    12-hex group id of SPEC §2; ``since``/``until``: bounds on ``processed_at`` (time of
+    failure), ``since`` inclusive, ``until`` exclusive.
+    """
+
+    ids: tuple[int, ...] = ()
+    event_type: str | None = None
+    error_group: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def where(self) -> Where:
+        """The selection as SQL conditions with bound parameters."""
+        where = Where().event_type(self.event_type)
+        if self.ids:
+            where.add("id = ANY(%(ids)s)", ids=list(self.ids))
+        if self.error_group:
+            where.add(
+                "outbox_monitor.error_group(event_type, last_error) = %(error_group)s",
+                error_group=self.error_group,
+            )
+        return where.between("processed_at", self.since, self.until)
+
+    def describe(self) -> dict[str, Any]:
+        """The selection as JSON-able values (ids as strings: they may exceed 2^53)."""
+        return {
+            "ids": [str(i) for i in self.ids],
+            "event_type": self.event_type,
+            "error_group": self.error_group,
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+        }
+
+
+def _part(db: Database, query: str, batch_query: str, where: Where, params: dict) -> Part:
+    row = db.fetch_one(query, {**params, **where.params}, and_filters=where.fragment)
+    return Part(batch_query, where, params, row["matched"], row["max_id"])
+
+
+def _sample(db: Database, query: str, where: Where, params: dict) -> list[dict[str, Any]]:
+    return db.fetch_all(
+        query, {**params, **where.params, "limit": SAMPLE_SIZE}, and_filters=where.fragment
+    )
+
+
+def preview_reap(
+    db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
+) -> Preview:
+    """Preview a reap: ``processing`` rows locked longer than ``lock_timeout`` seconds.
+
+    Returns:
+        A ``Preview`` whose sample has id, event_type, event_key, locked_by, locked_at,
+        attempts and ``lock_age_seconds``, oldest lock first.
+    """
+    timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
+    where = Where().event_type(event_type)
+    params = {"lock_timeout": timeout, "max_attempts": db.settings.max_attempts}
+    part = _part(db, "reap_preview", "reap_batch", where, params)
+    return Preview(
+        action="reap",
+        matched=part.matched,
+        sample=_sample(db, "reap_sample", where, params) if part.matched else [],
+        filter={
+            "event_type": event_type,
+            "lock_timeout_seconds": timeout,
+            "max_id": _str(part.max_id),
+        },
+        parts=(part,),
+    )
+
+
+def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
+    """Preview a replay (redrive) of dead-lettered rows matching ``selection``.
+
+    Returns:
+        A ``Preview`` whose sample has id, event_type, event_key, attempts, processed_at
+        and last_error (200 chars), newest first.
+
+    Raises:
+        ActionRefused: the selection is empty (replaying every failed row needs at
+            least ``event_type='%'``, said on purpose).
+    """
+    if selection == ReplaySelection():
+        raise ActionRefused(
+            "a replay needs a selection: ids, an event type, an error group or a time range",
+            hint="To replay every dead letter on purpose, use the event type pattern '%'.",
+        )
+    where = selection.where()
+    part = _part(db, "replay_preview", "replay_batch", where, {})
+    return Preview(
+        action="replay",
+        matched=part.matched,
+        sample=_sample(db, "replay_sample", where, {}) if part.matched else [],
+        filter={**selection.describe(), "max_id": _str(part.max_id)},
+        parts=(part,),
+    )
+
+
+def preview_prune(
+    db: Database,
+    *,
+    done_older_than: float | None,
+    failed_older_than: float | None,
+    event_type: str | None = None,
+) -> Preview:
+    """Preview a prune: ``done`` rows processed more than ``done_older_than`` seconds ago
+    and ``failed`` rows more than ``failed_older_than`` seconds ago (``None`` skips that
+    status). ``pending`` and ``processing`` rows are never matched.
+
+    Returns:
+        A ``Preview`` with one part per status; the sample shows the oldest rows.
+
+    Raises:
+        ActionRefused: both ages are ``None``, or an age under one day (a typo such as
+            ``30m`` for ``30d`` would delete recent history).
+    """
+    ages = {"done": done_older_than, "failed": failed_older_than}
+    if all(age is None for age in ages.values()):
+        raise ActionRefused("a prune needs --done-older-than and/or --failed-older-than")
+    for status, age in ages.items():
+        if age is not None and age < 86400:
+            raise ActionRefused(
+                f"refusing to prune {status} rows younger than one day ({age:g} s)",
+                hint="Retention is written in days, e.g. 30d for done and 90d for failed.",
+            )
+    parts, sample = [], []
+    for status, age in ages.items():
+        if age is None:
+            continue
+        where = Where().event_type(event_type)
+        params = {"status": status, "older_than": age}
+        part = _part(db, "prune_preview", "prune_batch", where, params)
+        parts.append(part)
+        if part.matched:
+            sample += _sample(db, "prune_sample", where, params)
+    return Preview(
+        action="prune",
+        matched=sum(part.matched for part in parts),
+        sample=sample[:SAMPLE_SIZE],
+        filter={
+            "event_type": event_type,
+            "done_older_than_seconds": done_older_than,
+            "failed_older_than_seconds": failed_older_than,
+            "max_ids": {p.params["status"]: _str(p.max_id) for p in parts},
+        },
+        parts=tuple(parts),
+    )
+
+
+def apply(
+    db: Database,
+    preview: Preview,
+    *,
+    actor: str,
+    batch_size: int | None = None,
+    on_progress: Progress | None = None,
+) -> ActionResult:
+    """Carry out a previewed action (SPEC §4).
+
+    Changes only rows that match the preview's filter, have ``id <=`` the largest id
+    seen at preview time, and still pass the guard inside the statement itself (reap:
+    still ``processing`` with an expired lock; replay: still ``failed``; prune: still
+    that terminal status and old enough). Each batch is one transaction with its own
+    audit row; a run that changes nothing still writes one audit row.
+
+    Args:
+        actor: who acts (signed-in user, ``--actor``, or ``default_actor()``).
+        batch_size: rows per transaction (default 1000; prune 5000).
+        on_progress: called after each batch with (changed so far, matched).
+
+    Returns:
+        An ``ActionResult``.
+
+    Raises:
+        DatabaseUnavailable, QueryTimeout, PermissionDenied: a failing batch rolls back
+            alone; earlier batches stay committed and audited.
+    """
+    default = DEFAULT_PRUNE_BATCH_SIZE if preview.action == "prune" else DEFAULT_BATCH_SIZE
+    size = batch_size or default
+    run_id = str(uuid.uuid4())
+    result = ActionResult(preview.action, run_id, preview.matched, 0, 0, 0, 0, [])
+    for part in preview.parts:
+        if part.max_id is None:
+            continue
+        after = MIN_ID
+        while True:
+            params = {
+                **part.params,
+                **part.where.params,
+                "after_id": after,
+                "max_id": part.max_id,
+                "batch": size,
+            }
+            with db.transaction() as conn:
+                row = conn.execute(
+                    db.compose(part.batch_query, and_filters=part.where.fragment), params
+                ).fetchone()
+                if row["last_picked_id"] is None:
+                    break
+                after = row["last_picked_id"]
+                if row["ids"]:
+                    _audit(conn, db, run_id, actor, preview, row["ids"])
+            result = replace(
+                result,
+                changed=result.changed + len(row["ids"]),
+                dead_lettered=result.dead_lettered + row["dead_lettered"],
+                batches=result.batches + 1,
+                ids=(result.ids + row["ids"])[:MAX_AUDIT_IDS],
+            )
+            if on_progress:
+                on_progress(result.changed, preview.matched)
+    if result.changed == 0:
+        with db.transaction() as conn:
+            _audit(conn, db, run_id, actor, preview, [])
+    return replace(result, skipped=max(preview.matched - result.changed, 0))
+
+
+def _audit(conn, db: Database, run_id: str, actor: str, preview: Preview, ids: list[int]) -> None:
+    conn.execute(
+        db.compose("audit_insert"),
+        {
+            "run_id": run_id,
+            "actor": actor,
+            "action": preview.action,
+            "table_name": db.table_name,
+            "filter": Jsonb(preview.filter),
+            "affected_count": len(ids),
+            "affected_ids": ids[:MAX_AUDIT_IDS],
+        },
+    )
+
+
+def recent_audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest audit rows: id, run_id, at, actor, action, table_name, filter,
+    affected_count, ids_recorded and first_ids (up to 20)."""
+    return db.fetch_all("audit_recent", {"limit": limit})
+
+
+def _str(value: int | None) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,126 @@
+"""Settings from the environment, validated at start; every default is a named constant."""
+
+import re
+from typing import Annotated
+
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from outbox_monitor.durations import parse_duration
+from outbox_monitor.errors import ConfigError
+
+ENV_PREFIX = "OUTBOX_MONITOR_"
+DEFAULT_TABLE = "public.integration_outbox"
+DEFAULT_LEDGER_TABLE_NAME = "integration_idempotency"
+DEFAULT_LOCK_TIMEOUT_SECONDS = 15 * 60.0
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_WINDOW_SECONDS = 3600.0
+DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
+DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
+DEFAULT_REFRESH_SECONDS = 10.0
+DEFAULT_CLAIM_BATCH = 50
+
+_NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
+_QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def split_table_name(name: str) -> tuple[str, str]:
+    """Split ``schema.table`` (or ``table``, meaning ``public.table``) into its two parts.
+
+    Args:
+        name: an unquoted Postgres name, optionally schema-qualified.
+
+    Returns:
+        ``(schema, table)``; each part later enters SQL only as ``psycopg.sql.Identifier``.
+
+    Raises:
+        ValueError: the name is not ``table`` or ``schema.table`` of letters, digits, ``_``.
+    """
+    match = _QUALIFIED.match(name.strip())
+    if not match:
+        raise ValueError(f"expected schema.table (letters, digits, _), got {name!r}")
+    return match.group(1) or "public", match.group(2)
+
+
+class Settings(BaseSettings):
+    """Everything outbox-monitor needs to know, read from ``OUTBOX_MONITOR_*`` variables.
+
+    Durations are seconds (floats) once loaded; the environment may write ``15m``.
+    ``dsn`` comes from ``OUTBOX_MONITOR_DSN``, else ``DATABASE_URL``, else ``None``,
+    which lets libpq use its ``PG*`` variables.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    dsn: str | None = Field(
+        default=None, validation_alias=AliasChoices("OUTBOX_MONITOR_DSN", "DATABASE_URL", "dsn")
+    )
+    table: str = DEFAULT_TABLE
+    ledger_table: str | None = None
+    lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, gt=0)
+    max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=1000)
+    window: Seconds = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
+    statement_timeout: Seconds = Field(default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0)
+    sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
+    sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
+    refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
+    actor: str | None = None
+
+    @field_validator("table", "ledger_table")
+    @classmethod
+    def _check_table_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_table_name(value)
+        return value
+
+    @property
+    def table_parts(self) -> tuple[str, str]:
+        """``(schema, table)`` of the outbox table."""
+        return split_table_name(self.table)
+
+    @property
+    def ledger_parts(self) -> tuple[str, str]:
+        """``(schema, table)`` of the idempotency ledger (default: beside the outbox)."""
+        if self.ledger_table:
+            return split_table_name(self.ledger_table)
+        return self.table_parts[0], DEFAULT_LEDGER_TABLE_NAME
+
+
+def _variable_name(loc: tuple) -> str:
+    field = str(loc[0]) if loc else "?"
+    if field in ("dsn", "OUTBOX_MONITOR_DSN", "DATABASE_URL"):
+        return "OUTBOX_MONITOR_DSN"
+    return ENV_PREFIX + field.upper()
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate the settings.
+
+    Args:
+        **overrides: field values that win over the environment (CLI options, tests);
+            ``None`` values are ignored so unset options keep the environment's value.
+
+    Returns:
+        A frozen ``Settings``.
+
+    Raises:
+        ConfigError: one line per invalid variable, naming it and what is wrong, e.g.
+            ``OUTBOX_MONITOR_LOCK_TIMEOUT: expected a duration such as 90s, ... got 'abc'``.
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            message = problem["msg"].removeprefix("Value error, ")
+            lines.append(f"{_variable_name(problem['loc'])}: {message}")
+        raise ConfigError(
+            "invalid configuration:\n  " + "\n  ".join(lines),
+            hint="Fix the environment variable(s) above; the README lists every setting.",
+        ) from None

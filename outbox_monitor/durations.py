@@ -1,0 +1,85 @@
+"""Parse and format the durations users type (``90s``, ``15m``, ``1h``, ``30d``)."""
+
+import re
+from datetime import UTC, datetime, timedelta
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Parse a duration into seconds.
+
+    Args:
+        text: ``"90s"``, ``"15m"``, ``"1h"``, ``"30d"``, ``"2w"``, or a bare number of
+            seconds (``"45"``, ``45``, ``4.5``).
+
+    Returns:
+        The duration in seconds (float, > 0 not required: ``"0s"`` is 0.0).
+
+    Raises:
+        ValueError: the text is not a non-negative number with an optional unit; the
+            message shows what was given and what is accepted.
+    """
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"expected a non-negative duration, got {text!r}")
+        return float(text)
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"expected a duration such as 90s, 15m, 1h or 30d, got {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def parse_instant(text: str, now: datetime | None = None) -> datetime:
+    """Parse a point in time given as a duration back from now or as ISO-8601.
+
+    Args:
+        text: ``"2h"`` (two hours ago) or ``"2026-11-29T10:00:00+00:00"``; an ISO
+            value without a zone is taken as UTC.
+        now: the reference instant for relative values (default: the host's UTC now;
+            callers that need the database clock pass it).
+
+    Returns:
+        An aware ``datetime``.
+
+    Raises:
+        ValueError: neither a duration nor an ISO-8601 timestamp.
+    """
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        pass
+    else:
+        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"expected a duration back from now (2h, 30m) or an ISO-8601 time, got {text!r}"
+        ) from None
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
+def format_duration(seconds: float | None) -> str:
+    """Format seconds for people: ``None`` → ``"–"``, 42.3 → ``"42s"``, 5400 → ``"1h 30m"``.
+
+    Args:
+        seconds: a duration in seconds, or ``None`` for "no value".
+
+    Returns:
+        At most two units, largest first; sub-second values keep one decimal.
+    """
+    if seconds is None:
+        return "–"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    remaining = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if remaining >= size or (unit == "s" and not parts):
+            value, remaining = divmod(remaining, size)
+            parts.append(f"{value}{unit}")
+        if len(parts) == 2:
+            break
+    return " ".join(parts)

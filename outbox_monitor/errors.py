@@ -1,0 +1,52 @@
+"""The package's exception tree: every message says what is wrong and how to fix it."""
+
+
+class OutboxMonitorError(Exception):
+    """Base of every error outbox-monitor raises on purpose.
+
+    ``str(error)`` is a complete, user-facing message; ``error.hint`` (may be empty)
+    is the fix to show next to it.
+    """
+
+    hint: str = ""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        if hint:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{message}\n{self.hint}" if self.hint else message
+
+
+class ConfigError(OutboxMonitorError):
+    """A setting (environment variable or CLI option) is invalid; the message names it."""
+
+
+class DatabaseUnavailable(OutboxMonitorError):
+    """The database cannot be reached (wrong DSN, server down or restarting)."""
+
+
+class TableMissing(OutboxMonitorError):
+    """The configured outbox table does not exist."""
+
+
+class ColumnsMissing(OutboxMonitorError):
+    """The outbox table exists but lacks SPEC §1 columns or has other types."""
+
+
+class SchemaNotInitialised(OutboxMonitorError):
+    """The ``outbox_monitor`` schema (audit log, samples, functions) is absent or old."""
+
+
+class QueryTimeout(OutboxMonitorError):
+    """A monitor query hit the statement timeout and was cancelled by Postgres."""
+
+
+class PermissionDenied(OutboxMonitorError):
+    """The database role lacks a privilege the operation needs."""
+
+
+class ActionRefused(OutboxMonitorError):
+    """An operator action was refused before it changed anything (bad filter, no rows)."""

@@ -1,0 +1,62 @@
+"""Optional query conditions as psycopg.sql fragments with bound parameters."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+
+def like_escape(text: str) -> str:
+    """Escape ``\\`` and ``_`` so that only ``%`` stays a wildcard in a LIKE pattern."""
+    return text.replace("\\", "\\\\").replace("_", "\\_")
+
+
+@dataclass
+class Where:
+    """A growing list of ``AND …`` conditions and their parameters.
+
+    Each condition is a constant SQL text of this package with ``%(name)s`` placeholders;
+    user input only ever travels in ``params``. Use ``fragment`` as a query's
+    ``{and_filters}`` and merge ``params`` into the query's parameters.
+    """
+
+    conditions: list[sql.Composable] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, condition: str | sql.Composable, **params: Any) -> "Where":
+        """Append one condition with its parameters; returns ``self`` for chaining."""
+        self.conditions.append(sql.SQL(condition) if isinstance(condition, str) else condition)
+        self.params.update(params)
+        return self
+
+    def event_type(self, value: str | None) -> "Where":
+        """SPEC §2 event-type filter: a value with ``%`` is a LIKE pattern in which ``_``
+        and ``\\`` are literal; any other value is compared for equality; empty = no filter.
+        """
+        if not value:
+            return self
+        if "%" in value:
+            return self.add("event_type LIKE %(event_type)s", event_type=like_escape(value))
+        return self.add("event_type = %(event_type)s", event_type=value)
+
+    def between(self, column: str, since: datetime | None, until: datetime | None) -> "Where":
+        """``column >= since`` and/or ``column < until``; ``None`` leaves that side open."""
+        for bound, operator, value in (("since", ">=", since), ("until", "<", until)):
+            if value is not None:
+                name = f"{column}_{bound}"
+                self.add(
+                    sql.SQL("{} {} {}").format(
+                        sql.Identifier(column), sql.SQL(operator), sql.Placeholder(name)
+                    ),
+                    **{name: value},
+                )
+        return self
+
+    @property
+    def fragment(self) -> sql.Composable:
+        """The conditions as `` AND c1 AND c2`` (empty when there are none)."""
+        if not self.conditions:
+            return sql.SQL("")
+        wrapped = [sql.SQL("({})").format(condition) for condition in self.conditions]
+        return sql.SQL(" AND ") + sql.SQL(" AND ").join(wrapped)

@@ -1,0 +1,262 @@
+"""The reference worker API of SPEC §1: publish, claim, ack, retry, dead-letter, ledger guard.
+
+Every transition calls the shared SQL functions of the ``outbox_monitor`` schema
+(``claim``, ``ack``, ``fail``), so Python workers and n8n workflows cannot drift apart.
+All functions take the caller's ``psycopg.Connection`` and run in its transaction.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.config import (
+    DEFAULT_CLAIM_BATCH,
+    DEFAULT_LEDGER_TABLE_NAME,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TABLE,
+    split_table_name,
+)
+from outbox_monitor.queries import compose
+
+MAX_ERROR_CHARS = 2000
+
+
+class PermanentError(Exception):
+    """Raised by a handler for a failure no retry can fix (invalid API key, 4xx
+    validation error): the row is dead-lettered at once (SPEC §1)."""
+
+
+def _identifier(table: str) -> sql.Identifier:
+    return sql.Identifier(*split_table_name(table))
+
+
+def _regclass(table: str) -> str:
+    return _identifier(table).as_string()
+
+
+def _ledger_of(table: str) -> str:
+    return f"{split_table_name(table)[0]}.{DEFAULT_LEDGER_TABLE_NAME}"
+
+
+def publish(
+    conn: psycopg.Connection,
+    *,
+    event_type: str,
+    aggregate_type: str,
+    aggregate_id: str,
+    event_key: str,
+    payload: Any,
+    available_at: Any = None,
+    table: str = DEFAULT_TABLE,
+) -> int | None:
+    """Insert one outbox row in the caller's transaction (SPEC §1 publish).
+
+    Args:
+        conn: the connection of the business transaction (commit is the caller's).
+        event_type, aggregate_type, aggregate_id: routing key and business entity.
+        event_key: the deterministic idempotency key; a duplicate inserts nothing.
+        payload: any JSON-serialisable value (stored as jsonb).
+        available_at: optional ``datetime`` before which the row is not claimable.
+        table: ``schema.table`` of the outbox.
+
+    Returns:
+        The new row's id, or ``None`` when ``event_key`` already existed
+        (``ON CONFLICT (event_key) DO NOTHING``).
+
+    Raises:
+        psycopg.Error: database errors, unchanged (the caller owns the transaction).
+        TypeError: the payload is not JSON-serialisable.
+    """
+    row = conn.execute(
+        compose("publish", table=_identifier(table)),
+        {
+            "event_type": event_type,
+            "aggregate_type": aggregate_type,
+            "aggregate_id": str(aggregate_id),
+            "event_key": event_key,
+            "payload": Jsonb(payload),
+            "available_at": available_at,
+        },
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def claim(
+    conn: psycopg.Connection,
+    worker: str,
+    *,
+    limit: int = DEFAULT_CLAIM_BATCH,
+    table: str = DEFAULT_TABLE,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` due rows, oldest first, with ``FOR UPDATE SKIP LOCKED``.
+
+    Args:
+        conn: a connection (autocommit, or commit soon: the claim holds row locks until then).
+        worker: the worker id stored in ``locked_by`` (instance + workflow id).
+        limit: rows per batch (SPEC default 50).
+        table: ``schema.table`` of the outbox.
+
+    Returns:
+        The claimed rows as dicts: id, event_type, aggregate_type, aggregate_id,
+        event_key, payload, attempts, created_at. Empty when nothing is due.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            compose("claim"), {"table_regclass": _regclass(table), "worker": worker, "limit": limit}
+        )
+        return cur.fetchall()
+
+
+def ack(conn: psycopg.Connection, row_id: int, worker: str, *, table: str = DEFAULT_TABLE) -> bool:
+    """Mark a claimed row done (SPEC §1 ack).
+
+    Returns:
+        ``True`` when acked; ``False`` when this worker no longer holds the claim
+        (the row was reaped or re-claimed meanwhile) and nothing changed.
+    """
+    row = conn.execute(
+        compose("ack"), {"table_regclass": _regclass(table), "id": row_id, "worker": worker}
+    ).fetchone()
+    return bool(row[0])
+
+
+def fail(
+    conn: psycopg.Connection,
+    row_id: int,
+    worker: str,
+    error: str,
+    *,
+    permanent: bool = False,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ledger_action: str | None = None,
+    table: str = DEFAULT_TABLE,
+) -> str | None:
+    """Record one failed attempt of a claimed row (SPEC §1 retry / dead-letter).
+
+    ``attempts`` grows by one; a permanent error, or reaching ``max_attempts``,
+    dead-letters the row (``failed``, ``processed_at=now()``); otherwise it returns to
+    ``pending`` with ``available_at = now() + schedule[attempts-1]`` plus 0–10 % jitter
+    (30 s, 2 min, 5 min, 15 min, 30 min, then 1 h). ``last_error`` keeps 2000 chars.
+
+    Args:
+        ledger_action: when the effect was guarded by the idempotency ledger and the
+            downstream gave a definite "no", the action name whose ledger row the same
+            statement deletes, so the retry may try again.
+
+    Returns:
+        ``"pending"`` (retry scheduled), ``"failed"`` (dead-lettered), or ``None`` when
+        this worker no longer holds the claim.
+    """
+    row = conn.execute(
+        compose("fail"),
+        {
+            "table_regclass": _regclass(table),
+            "id": row_id,
+            "worker": worker,
+            "error": error[:MAX_ERROR_CHARS],
+            "permanent": permanent,
+            "max_attempts": max_attempts,
+            "ledger_regclass": _identifier(_ledger_of(table)).as_string()
+            if ledger_action
+            else None,
+            "ledger_action": ledger_action,
+        },
+    ).fetchone()
+    return row[0]
+
+
+def retry(
+    conn: psycopg.Connection, row_id: int, worker: str, error: str, **options: Any
+) -> str | None:
+    """A transient failure: ``fail(..., permanent=False)``; see ``fail`` for arguments."""
+    return fail(conn, row_id, worker, error, permanent=False, **options)
+
+
+def dead_letter(
+    conn: psycopg.Connection, row_id: int, worker: str, error: str, **options: Any
+) -> str | None:
+    """A permanent failure: ``fail(..., permanent=True)``; see ``fail`` for arguments."""
+    return fail(conn, row_id, worker, error, permanent=True, **options)
+
+
+def take_ledger_slot(
+    conn: psycopg.Connection, event_key: str, action: str, *, table: str = DEFAULT_TABLE
+) -> bool:
+    """Idempotency-ledger guard (SPEC §1): insert ``(event_key, action)`` before an effect.
+
+    Commit right after (autocommit) so a crash after the call leaves the slot taken.
+
+    Args:
+        table: the outbox ``schema.table``; the ledger is ``integration_idempotency`` in
+            the same schema.
+
+    Returns:
+        ``True`` when the slot was free and is now taken: perform the effect.
+        ``False`` when it was taken before: skip the effect (it ran, or its outcome was
+        ambiguous — the ledger trades a rare lost effect for never a double one).
+    """
+    row = conn.execute(
+        compose("ledger_insert", ledger=_identifier(_ledger_of(table))),
+        {"event_key": event_key, "action": action},
+    ).fetchone()
+    return row is not None
+
+
+Handler = Callable[[dict[str, Any]], None]
+
+
+def process_batch(
+    conn: psycopg.Connection,
+    worker: str,
+    handler: Handler,
+    *,
+    limit: int = DEFAULT_CLAIM_BATCH,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    table: str = DEFAULT_TABLE,
+) -> dict[str, int]:
+    """One poll of a worker: claim a batch, run ``handler`` per row, ack or record failure.
+
+    ``handler(row)`` returning normally acks the row; raising ``PermanentError``
+    dead-letters it; any other exception schedules a retry with backoff. One bad row
+    never blocks the rest of the batch.
+
+    Args:
+        conn: an autocommit connection (each transition commits on its own).
+
+    Returns:
+        Counts ``{"claimed", "acked", "retried", "dead_lettered", "lost"}`` where
+        ``lost`` are rows whose claim was reaped before the worker finished.
+    """
+    counts = dict.fromkeys(("claimed", "acked", "retried", "dead_lettered", "lost"), 0)
+    rows = claim(conn, worker, limit=limit, table=table)
+    counts["claimed"] = len(rows)
+    for row in rows:
+        try:
+            handler(row)
+        except PermanentError as error:
+            outcome = dead_letter(
+                conn,
+                row["id"],
+                worker,
+                str(error) or "permanent error",
+                max_attempts=max_attempts,
+                table=table,
+            )
+        except Exception as error:
+            outcome = retry(
+                conn,
+                row["id"],
+                worker,
+                f"{type(error).__name__}: {error}",
+                max_attempts=max_attempts,
+                table=table,
+            )
+        else:
+            outcome = "done" if ack(conn, row["id"], worker, table=table) else None
+        key = {"done": "acked", "pending": "retried", "failed": "dead_lettered", None: "lost"}
+        counts[key[outcome]] += 1
+    return counts

@@ -1,0 +1,447 @@
+-- Every query of outbox-monitor, as named blocks: "-- name: <name>", one description line,
+-- then the statement. Placeholders in braces are psycopg.sql fragments filled by
+-- outbox_monitor.queries: {table} and {ledger} are sql.Identifier, {and_filters} is a
+-- list of parameterised conditions, each starting with AND. Values are %(named)s params.
+
+
+-- ===================================================================== schema, init-db
+
+-- name: create_outbox_table
+-- SPEC §1 outbox table with the indexes users have; run only when the table is absent.
+CREATE TABLE IF NOT EXISTS {table} (
+    id             bigserial PRIMARY KEY,
+    event_type     text NOT NULL,
+    aggregate_type text NOT NULL,
+    aggregate_id   text NOT NULL,
+    event_key      text NOT NULL UNIQUE,
+    payload        jsonb NOT NULL,
+    status         text NOT NULL DEFAULT 'pending',
+    attempts       integer NOT NULL DEFAULT 0,
+    available_at   timestamptz NOT NULL DEFAULT now(),
+    locked_at      timestamptz,
+    locked_by      text,
+    last_error     text,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    processed_at   timestamptz
+);
+CREATE INDEX IF NOT EXISTS {claim_index} ON {table} (status, available_at, created_at);
+CREATE INDEX IF NOT EXISTS {aggregate_index} ON {table} (aggregate_type, aggregate_id, created_at);
+
+-- name: create_ledger_table
+-- SPEC §1 idempotency ledger; run only when the table is absent.
+CREATE TABLE IF NOT EXISTS {ledger} (
+    id         bigserial PRIMARY KEY,
+    event_key  text NOT NULL,
+    action     text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (event_key, action)
+);
+
+-- name: create_recommended_index
+-- One recommended index; {columns} is a list of identifiers. Must run outside a transaction.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} ({columns});
+
+-- name: table_exists
+-- Whether a relation of this schema and name exists.
+SELECT EXISTS (
+    SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p')
+) AS exists;
+
+-- name: table_columns
+-- Column names and types of one table, to check it against SPEC §1.
+SELECT column_name, data_type
+FROM information_schema.columns
+WHERE table_schema = %(schema)s AND table_name = %(name)s
+ORDER BY ordinal_position;
+
+-- name: table_indexes
+-- Every valid index of one table with its key columns in order.
+SELECT i.relname AS index_name, array_agg(a.attname::text ORDER BY k.ord) AS columns
+FROM pg_index ix
+JOIN pg_class t ON t.oid = ix.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+JOIN pg_class i ON i.oid = ix.indexrelid
+CROSS JOIN LATERAL unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum
+WHERE n.nspname = %(schema)s AND t.relname = %(name)s AND ix.indisvalid
+GROUP BY i.relname;
+
+-- name: monitor_schema_version
+-- The newest applied migration of the outbox_monitor schema, or NULL before the first.
+SELECT CASE WHEN to_regclass('outbox_monitor.schema_migrations') IS NULL THEN NULL
+            ELSE (SELECT max(version) FROM outbox_monitor.schema_migrations) END AS version;
+
+-- name: lock_migrations
+-- Serialises concurrent init-db runs for the length of the transaction.
+SELECT pg_advisory_xact_lock(hashtext('outbox_monitor.migrations'));
+
+-- name: create_monitor_schema
+-- The product's own schema and its migration ledger.
+CREATE SCHEMA IF NOT EXISTS outbox_monitor;
+CREATE TABLE IF NOT EXISTS outbox_monitor.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: record_migration
+-- Marks one migration applied.
+INSERT INTO outbox_monitor.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
+
+
+-- ===================================================================== worker API (SPEC §1)
+
+-- name: publish
+-- Insert one event; a duplicate event_key inserts nothing and returns no row.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, available_at)
+VALUES (%(event_type)s, %(aggregate_type)s, %(aggregate_id)s, %(event_key)s, %(payload)s,
+        coalesce(%(available_at)s::timestamptz, now()))
+ON CONFLICT (event_key) DO NOTHING
+RETURNING id;
+
+-- name: claim
+-- Claim up to %(limit)s due rows for one worker (the shared SQL function).
+SELECT * FROM outbox_monitor.claim(%(table_regclass)s::regclass, %(worker)s, %(limit)s);
+
+-- name: ack
+-- Acknowledge one claimed row; false when the worker no longer holds the claim.
+SELECT outbox_monitor.ack(%(table_regclass)s::regclass, %(id)s, %(worker)s) AS acked;
+
+-- name: fail
+-- Record one failed attempt (retry with backoff or dead-letter), the shared SQL function.
+SELECT outbox_monitor.fail(%(table_regclass)s::regclass, %(id)s, %(worker)s, %(error)s,
+                           %(permanent)s, %(max_attempts)s,
+                           %(ledger_regclass)s::regclass, %(ledger_action)s) AS status;
+
+-- name: ledger_insert
+-- Take the idempotency-ledger slot of one effect; no row back when it is already taken.
+INSERT INTO {ledger} (event_key, action) VALUES (%(event_key)s, %(action)s)
+ON CONFLICT (event_key, action) DO NOTHING
+RETURNING id;
+
+
+-- ===================================================================== figures (SPEC §2)
+
+-- name: db_now
+-- The database clock, the only "now" of every figure.
+SELECT now() AS now;
+
+-- name: queue_depth
+-- Rows due now: pending and available_at <= now().
+SELECT count(*) AS value FROM {table}
+WHERE status = 'pending' AND available_at <= now() {and_filters};
+
+-- name: pending_total
+-- All pending rows, due or waiting in backoff.
+SELECT count(*) AS value FROM {table} WHERE status = 'pending' {and_filters};
+
+-- name: scheduled_retries
+-- Pending rows not yet due (available_at in the future).
+SELECT count(*) AS value FROM {table}
+WHERE status = 'pending' AND available_at > now() {and_filters};
+
+-- name: oldest_pending_age
+-- Seconds since the oldest pending row was created; NULL when none is pending.
+SELECT extract(epoch FROM now() - min(created_at))::float8 AS value
+FROM {table} WHERE status = 'pending' {and_filters};
+
+-- name: processing
+-- Rows currently claimed by a worker.
+SELECT count(*) AS value FROM {table} WHERE status = 'processing' {and_filters};
+
+-- name: stuck_locks
+-- Claimed rows locked longer than the lock timeout.
+SELECT count(*) AS value FROM {table}
+WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+      {and_filters};
+
+-- name: latency_percentiles
+-- Continuous P50/P95/P99 of processed_at - created_at over done rows processed in the window.
+SELECT percentile_cont(0.50) WITHIN GROUP (ORDER BY d) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY d) AS p95,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY d) AS p99
+FROM (
+    SELECT greatest(extract(epoch FROM processed_at - created_at)::float8, 0) AS d
+    FROM {table}
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND processed_at <= now() {and_filters}
+) AS done_rows;
+
+-- name: processed_in_window
+-- Done rows with processed_at in the window.
+SELECT count(*) AS value FROM {table}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters};
+
+-- name: created_in_window
+-- Rows with created_at in the window.
+SELECT count(*) AS value FROM {table}
+WHERE created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+      {and_filters};
+
+-- name: failed_by_event_type
+-- Rows dead-lettered (failed) with processed_at, the time of failure, in the window.
+SELECT event_type, count(*) AS failed FROM {table}
+WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters}
+GROUP BY event_type
+ORDER BY failed DESC, event_type;
+
+-- name: attempts_histogram
+-- Rows not yet done (pending, processing, failed) counted by attempts.
+SELECT attempts, count(*) AS rows FROM {table}
+WHERE status IN ('pending', 'processing', 'failed') {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: attempts_at_least
+-- Rows not yet done with attempts >= %(attempts)s.
+SELECT count(*) AS value FROM {table}
+WHERE status IN ('pending', 'processing', 'failed') AND attempts >= %(attempts)s {and_filters};
+
+-- name: error_groups
+-- Failed rows grouped by event_type and normalised last_error, biggest group first.
+SELECT outbox_monitor.error_group(event_type, last_error) AS group_id,
+       event_type,
+       outbox_monitor.normalize_error(last_error) AS fingerprint,
+       count(*) AS failed,
+       min(processed_at) AS first_seen,
+       max(processed_at) AS last_seen,
+       (array_agg(last_error ORDER BY id DESC))[1] AS sample_error
+FROM {table}
+WHERE status = 'failed' {and_filters}
+GROUP BY 1, 2, 3
+ORDER BY failed DESC, last_seen DESC
+LIMIT %(limit)s;
+
+-- name: throughput_series
+-- Rows created, processed (done) and dead-lettered per time bucket over the window.
+SELECT bucket, kind, count(*) AS rows FROM (
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01')
+               AS bucket, 'created' AS kind
+    FROM {table}
+    WHERE created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
+           CASE status WHEN 'done' THEN 'processed' ELSE 'dead-lettered' END
+    FROM {table}
+    WHERE status IN ('done', 'failed')
+          AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
+) AS events
+GROUP BY bucket, kind
+ORDER BY bucket, kind;
+
+-- name: latency_series
+-- P50/P95 latency of done rows per processed_at bucket over the window.
+SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01')
+           AS bucket,
+       percentile_cont(0.50) WITHIN GROUP (
+           ORDER BY greatest(extract(epoch FROM processed_at - created_at)::float8, 0)) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (
+           ORDER BY greatest(extract(epoch FROM processed_at - created_at)::float8, 0)) AS p95
+FROM {table}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+      {and_filters}
+GROUP BY 1
+ORDER BY 1;
+
+
+-- ===================================================================== samples (sampler)
+
+-- name: sample_insert
+-- Record one sample of the headline figures.
+INSERT INTO outbox_monitor.samples (
+    table_name, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
+    failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds)
+VALUES (%(table_name)s, %(queue_depth)s, %(pending_total)s, %(scheduled_retries)s,
+        %(processing)s, %(stuck_locks)s, %(failed_in_window)s,
+        %(oldest_pending_age_seconds)s, %(latency_p50_seconds)s, %(latency_p95_seconds)s)
+RETURNING sampled_at;
+
+-- name: samples_prune
+-- Delete samples older than the retention.
+DELETE FROM outbox_monitor.samples
+WHERE table_name = %(table_name)s
+  AND sampled_at < now() - make_interval(secs => %(retention)s);
+
+-- name: samples_series
+-- Samples of one table over the window, oldest first.
+SELECT sampled_at, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
+       failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds
+FROM outbox_monitor.samples
+WHERE table_name = %(table_name)s
+  AND sampled_at > now() - make_interval(secs => %(window)s)
+ORDER BY sampled_at;
+
+
+-- ===================================================================== events (browsing)
+
+-- name: events_page
+-- One page of events, newest id first, keyset-paginated; never selects payload.
+SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
+       available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
+       created_at, processed_at
+FROM {table}
+WHERE id < %(before_id)s {and_filters}
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: event_detail
+-- One event with its payload when it is at most %(max_payload_bytes)s bytes as text.
+SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
+       available_at, locked_at, locked_by, last_error, created_at, processed_at,
+       octet_length(payload::text) AS payload_bytes,
+       CASE WHEN octet_length(payload::text) <= %(max_payload_bytes)s
+            THEN jsonb_pretty(payload) END AS payload_pretty
+FROM {table}
+WHERE id = %(id)s;
+
+-- name: event_payload
+-- The whole payload of one event as JSON text (for download).
+SELECT payload::text AS payload FROM {table} WHERE id = %(id)s;
+
+-- name: aggregate_timeline
+-- Every event of one aggregate, oldest first.
+SELECT id, event_type, event_key, status, attempts, created_at, processed_at,
+       left(last_error, 200) AS last_error
+FROM {table}
+WHERE aggregate_type = %(aggregate_type)s AND aggregate_id = %(aggregate_id)s
+ORDER BY created_at, id
+LIMIT %(limit)s;
+
+
+-- ===================================================================== actions (SPEC §4)
+
+-- name: reap_preview
+-- How many processing rows hold a lock older than the lock timeout, and the largest id.
+SELECT count(*) AS matched, max(id) AS max_id FROM {table}
+WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+      {and_filters};
+
+-- name: reap_sample
+-- The stuck rows with the oldest locks, for the preview.
+SELECT id, event_type, event_key, locked_by, locked_at, attempts,
+       extract(epoch FROM now() - locked_at)::float8 AS lock_age_seconds
+FROM {table}
+WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+      {and_filters}
+ORDER BY locked_at, id
+LIMIT %(limit)s;
+
+-- name: reap_batch
+-- Reap up to %(batch)s stuck rows with id in (after_id, max_id]: back to pending as one more
+-- attempt, or failed at the maximum; the guard is repeated in the UPDATE itself.
+WITH picked AS (
+    SELECT id FROM {table}
+    WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+          AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
+    ORDER BY id
+    LIMIT %(batch)s
+), changed AS (
+    UPDATE {table} AS o SET
+        attempts = o.attempts + 1,
+        status = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
+        available_at = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN o.available_at
+                            ELSE now() END,
+        processed_at = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN now() END,
+        last_error = left('lock expired: claimed by ' || coalesce(o.locked_by, 'unknown')
+                          || ' at ' || o.locked_at::text || ', not acked within '
+                          || %(lock_timeout)s::text || ' s', 2000),
+        locked_at = NULL,
+        locked_by = NULL
+    FROM picked
+    WHERE o.id = picked.id AND o.status = 'processing'
+          AND o.locked_at < now() - make_interval(secs => %(lock_timeout)s)
+    RETURNING o.id, o.status
+)
+SELECT (SELECT max(id) FROM picked) AS last_picked_id,
+       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
+       count(*) FILTER (WHERE status = 'failed') AS dead_lettered
+FROM changed;
+
+-- name: replay_preview
+-- How many failed rows match the replay filter, and the largest id.
+SELECT count(*) AS matched, max(id) AS max_id FROM {table}
+WHERE status = 'failed' {and_filters};
+
+-- name: replay_sample
+-- The newest failed rows matching the replay filter, for the preview.
+SELECT id, event_type, event_key, attempts, processed_at, left(last_error, 200) AS last_error
+FROM {table}
+WHERE status = 'failed' {and_filters}
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: replay_batch
+-- Replay up to %(batch)s failed rows with id in (after_id, max_id]: back to pending, attempts
+-- reset, due now; last_error kept. Only rows still failed change.
+WITH picked AS (
+    SELECT id FROM {table}
+    WHERE status = 'failed' AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
+    ORDER BY id
+    LIMIT %(batch)s
+), changed AS (
+    UPDATE {table} AS o SET
+        status = 'pending', attempts = 0, available_at = now(), processed_at = NULL,
+        locked_at = NULL, locked_by = NULL
+    FROM picked
+    WHERE o.id = picked.id AND o.status = 'failed'
+    RETURNING o.id
+)
+SELECT (SELECT max(id) FROM picked) AS last_picked_id,
+       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
+       0 AS dead_lettered
+FROM changed;
+
+-- name: prune_preview
+-- Rows of one terminal status processed before the cutoff, and the largest id.
+SELECT count(*) AS matched, max(id) AS max_id FROM {table}
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters};
+
+-- name: prune_sample
+-- The oldest rows a prune would delete, for the preview.
+SELECT id, event_type, event_key, status, processed_at FROM {table}
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters}
+ORDER BY processed_at, id
+LIMIT %(limit)s;
+
+-- name: prune_batch
+-- Delete up to %(batch)s rows of one terminal status older than the cutoff, id in
+-- (after_id, max_id]; pending and processing rows can never match.
+WITH picked AS (
+    SELECT id FROM {table}
+    WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+          AND status IN ('done', 'failed')
+          AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
+    ORDER BY id
+    LIMIT %(batch)s
+), changed AS (
+    DELETE FROM {table} AS o
+    USING picked
+    WHERE o.id = picked.id AND o.status = %(status)s AND o.status IN ('done', 'failed')
+          AND o.processed_at < now() - make_interval(secs => %(older_than)s)
+    RETURNING o.id
+)
+SELECT (SELECT max(id) FROM picked) AS last_picked_id,
+       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
+       0 AS dead_lettered
+FROM changed;
+
+-- name: audit_insert
+-- One audit row per action transaction (batch).
+INSERT INTO outbox_monitor.audit_log
+    (run_id, actor, action, table_name, filter, affected_count, affected_ids)
+VALUES (%(run_id)s, %(actor)s, %(action)s, %(table_name)s, %(filter)s, %(affected_count)s,
+        %(affected_ids)s)
+RETURNING id, at;
+
+-- name: audit_recent
+-- The newest audit rows.
+SELECT id, run_id, at, actor, action, table_name, filter, affected_count,
+       cardinality(affected_ids) AS ids_recorded, affected_ids[1:20] AS first_ids
+FROM outbox_monitor.audit_log
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;

@@ -1,0 +1,132 @@
+"""Shared fixtures: one real PostgreSQL cluster per test session, a fresh database per test.
+
+The cluster is started by the suite itself (``outbox_monitor.pgcluster``); a template
+database holds the outbox table and the ``outbox_monitor`` schema, and every test gets
+``CREATE DATABASE … TEMPLATE`` of it (≈ 50 ms).
+"""
+
+import itertools
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.schema import init_db
+
+TEMPLATE = "outbox_template"
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[TemporaryCluster]:
+    with TemporaryCluster() as cluster:
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {TEMPLATE}")
+        with Database(load_settings(dsn=cluster.dsn_for(TEMPLATE))) as db:
+            init_db(db)
+        yield cluster
+
+
+def create_database(cluster: TemporaryCluster, prefix: str = "t") -> str:
+    """A fresh database cloned from the template; returns its DSN."""
+    name = f"{prefix}_{next(_counter)}"
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    return cluster.dsn_for(name)
+
+
+@pytest.fixture
+def dsn(pg_cluster: TemporaryCluster) -> str:
+    return create_database(pg_cluster)
+
+
+@pytest.fixture
+def settings(dsn: str) -> Settings:
+    return load_settings(dsn=dsn)
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    with Database(settings) as database:
+        yield database
+
+
+class Rows:
+    """Inserts outbox rows with timestamps relative to one fixed database instant ``t0``.
+
+    ``ago`` arguments are seconds before ``t0``; a figure computed right after differs
+    from the hand value only by the milliseconds between insert and query.
+    """
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+        self.t0: datetime = conn.execute("SELECT now() AS now").fetchone()["now"]
+        self._n = itertools.count(1)
+
+    def at(self, seconds_ago: float | None) -> datetime | None:
+        return None if seconds_ago is None else self.t0 - timedelta(seconds=seconds_ago)
+
+    def add(
+        self,
+        *,
+        event_type: str = "order.paid",
+        status: str = "pending",
+        created_ago: float = 60,
+        available_ago: float | None = None,
+        processed_ago: float | None = None,
+        locked_ago: float | None = None,
+        locked_by: str | None = None,
+        attempts: int = 0,
+        last_error: str | None = None,
+        aggregate: tuple[str, str] = ("order", "1"),
+        payload: Any = None,
+        event_key: str | None = None,
+        id: int | None = None,
+    ) -> int:
+        n = next(self._n)
+        columns: dict[str, Any] = {
+            "event_type": event_type,
+            "aggregate_type": aggregate[0],
+            "aggregate_id": aggregate[1],
+            "event_key": event_key or f"{event_type}:{n}:{self.t0.timestamp()}",
+            "payload": Jsonb(payload if payload is not None else {"n": n}),
+            "status": status,
+            "attempts": attempts,
+            "available_at": self.at(created_ago if available_ago is None else available_ago),
+            "locked_at": self.at(locked_ago),
+            "locked_by": locked_by or ("worker-1" if locked_ago is not None else None),
+            "last_error": last_error,
+            "created_at": self.at(created_ago),
+            "processed_at": self.at(processed_ago),
+        }
+        if id is not None:
+            columns["id"] = id
+        names = ", ".join(columns)
+        marks = ", ".join(f"%({name})s" for name in columns)
+        row = self.conn.execute(
+            f"INSERT INTO integration_outbox ({names}) VALUES ({marks}) RETURNING id", columns
+        ).fetchone()
+        return row["id"]
+
+    def get(self, row_id: int) -> dict[str, Any]:
+        return self.conn.execute(
+            "SELECT * FROM integration_outbox WHERE id = %s", (row_id,)
+        ).fetchone()
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as connection:
+        yield connection
+
+
+@pytest.fixture
+def rows(conn: psycopg.Connection) -> Rows:
+    return Rows(conn)
