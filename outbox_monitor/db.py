@@ -163,9 +163,11 @@ class Database:
             self._pool.open(wait=False)
             self._opened = True
         try:
-            with self._pool.connection(timeout=CONNECT_TIMEOUT_SECONDS + 1) as conn:
-                with mapped_errors(self.settings):
-                    yield conn
+            with (
+                self._pool.connection(timeout=CONNECT_TIMEOUT_SECONDS + 1) as conn,
+                mapped_errors(self.settings),
+            ):
+                yield conn
         except PoolTimeout:
             raise self._diagnose_unreachable() from None
 

@@ -1,5 +1,6 @@
 """A throwaway local PostgreSQL cluster (for the demo and the test suite)."""
 
+import contextlib
 import glob
 import os
 import shutil
@@ -125,10 +126,8 @@ class TemporaryCluster:
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete its folder."""
         if self.data.exists():
-            try:
+            with contextlib.suppress(OutboxMonitorError):
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
-            except OutboxMonitorError:
-                pass
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "TemporaryCluster":
