@@ -103,6 +103,10 @@ def mapped_errors(settings: Settings) -> Iterator[None]:
             hint="Grant it to the role in OUTBOX_MONITOR_DSN (see README, Configuration).",
         ) from error
     except psycopg.OperationalError as error:
+        # Only connection loss and server shutdown (SQLSTATE 08xxx, 57P0x, or none at all);
+        # deadlocks, lock timeouts and the like pass through unchanged.
+        if error.sqlstate and not error.sqlstate.startswith(("08", "57P")):
+            raise
         raise DatabaseUnavailable(
             f"lost the database at {describe_target(settings.dsn)}: {_first_line(error)}",
             hint="Check that Postgres is running and OUTBOX_MONITOR_DSN is right; "
@@ -160,6 +164,7 @@ class Database:
                 carries libpq's reason (wrong host, password, database) without secrets.
         """
         if not self._opened:
+            self._check_reachable()
             self._pool.open(wait=False)
             self._opened = True
         try:
@@ -196,13 +201,22 @@ class Database:
         with conn, mapped_errors(self.settings):
             yield conn
 
-    def _diagnose_unreachable(self) -> OutboxMonitorError:
+    def _check_reachable(self) -> None:
+        """Fail fast, with libpq's reason, before the pool starts retrying in the background."""
         try:
             psycopg.connect(
-                self.settings.dsn or "", connect_timeout=CONNECT_TIMEOUT_SECONDS
+                self.settings.dsn or "",
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                application_name=APPLICATION_NAME,
             ).close()
         except psycopg.OperationalError as error:
-            return self._unreachable(error)
+            raise self._unreachable(error) from None
+
+    def _diagnose_unreachable(self) -> OutboxMonitorError:
+        try:
+            self._check_reachable()
+        except DatabaseUnavailable as error:
+            return error
         return DatabaseUnavailable(
             f"timed out waiting for a pooled connection to {describe_target(self.settings.dsn)}",
             hint="The database is slow or at max_connections; the monitor retries.",

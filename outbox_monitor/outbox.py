@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.config import (
@@ -36,6 +36,13 @@ def _identifier(table: str) -> sql.Identifier:
 
 def _regclass(table: str) -> str:
     return _identifier(table).as_string()
+
+
+def _scalar(conn: psycopg.Connection, query: sql.Composed, params: dict[str, Any]) -> Any:
+    """First column of the first row (``None`` without a row), whatever the conn's row factory."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(query, params).fetchone()
+    return None if row is None else row[0]
 
 
 def _ledger_of(table: str) -> str:
@@ -71,7 +78,8 @@ def publish(
         psycopg.Error: database errors, unchanged (the caller owns the transaction).
         TypeError: the payload is not JSON-serialisable.
     """
-    row = conn.execute(
+    return _scalar(
+        conn,
         compose("publish", table=_identifier(table)),
         {
             "event_type": event_type,
@@ -81,8 +89,7 @@ def publish(
             "payload": Jsonb(payload),
             "available_at": available_at,
         },
-    ).fetchone()
-    return None if row is None else row[0]
+    )
 
 
 def claim(
@@ -118,10 +125,13 @@ def ack(conn: psycopg.Connection, row_id: int, worker: str, *, table: str = DEFA
         ``True`` when acked; ``False`` when this worker no longer holds the claim
         (the row was reaped or re-claimed meanwhile) and nothing changed.
     """
-    row = conn.execute(
-        compose("ack"), {"table_regclass": _regclass(table), "id": row_id, "worker": worker}
-    ).fetchone()
-    return bool(row[0])
+    return bool(
+        _scalar(
+            conn,
+            compose("ack"),
+            {"table_regclass": _regclass(table), "id": row_id, "worker": worker},
+        )
+    )
 
 
 def fail(
@@ -151,7 +161,8 @@ def fail(
         ``"pending"`` (retry scheduled), ``"failed"`` (dead-lettered), or ``None`` when
         this worker no longer holds the claim.
     """
-    row = conn.execute(
+    return _scalar(
+        conn,
         compose("fail"),
         {
             "table_regclass": _regclass(table),
@@ -165,8 +176,7 @@ def fail(
             else None,
             "ledger_action": ledger_action,
         },
-    ).fetchone()
-    return row[0]
+    )
 
 
 def retry(
@@ -199,11 +209,12 @@ def take_ledger_slot(
         ``False`` when it was taken before: skip the effect (it ran, or its outcome was
         ambiguous — the ledger trades a rare lost effect for never a double one).
     """
-    row = conn.execute(
+    inserted = _scalar(
+        conn,
         compose("ledger_insert", ledger=_identifier(_ledger_of(table))),
         {"event_key": event_key, "action": action},
-    ).fetchone()
-    return row is not None
+    )
+    return inserted is not None
 
 
 Handler = Callable[[dict[str, Any]], None]

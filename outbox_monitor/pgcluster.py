@@ -123,6 +123,31 @@ class TemporaryCluster:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-o", options, "start")
         return self
 
+    def _options(self) -> str:
+        return (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=200"
+        )
+
+    def pause(self) -> None:
+        """Stop the server but keep its data (``resume()`` starts it again), as in an outage."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start a paused server again on the same port."""
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-o",
+            self._options(),
+            "start",
+        )
+
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete its folder."""
         if self.data.exists():

@@ -1,6 +1,8 @@
 """init-db (tables, recommended indexes, migrations) and the start-up table check."""
 
-import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from psycopg import sql
@@ -8,8 +10,6 @@ from psycopg import sql
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
 from outbox_monitor.queries import compose, migration_files
-
-log = logging.getLogger(__name__)
 
 TEXT_TYPES = ("text", "character varying")
 TIMESTAMPTZ = ("timestamp with time zone",)
@@ -39,6 +39,7 @@ RECOMMENDED_INDEXES: dict[str, tuple[str, ...]] = {
     "created_at": ("created_at",),
 }
 MAX_IDENTIFIER_LENGTH = 63
+INDEX_LOCK_POLL_SECONDS = 0.2
 
 
 @dataclass
@@ -98,7 +99,7 @@ def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
                 conn.execute(compose("create_ledger_table", ledger=db.ledger))
                 report.created_tables.append(f"{ledger_schema}.{ledger}")
             conn.execute(compose("create_monitor_schema"))
-            current = conn.execute(compose("monitor_schema_version")).fetchone()["version"] or 0
+            current = _schema_version(conn)
             for version, name, text in migration_files():
                 if version > current:
                     conn.execute(sql.SQL(text))
@@ -107,8 +108,27 @@ def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
                     current = version
             report.schema_version = current
         if create_indexes:
-            report.created_indexes = _create_recommended_indexes(db, conn)
+            with _index_builder_lock(conn):
+                report.created_indexes = _create_recommended_indexes(db, conn)
     return report
+
+
+@contextmanager
+def _index_builder_lock(conn) -> Iterator[None]:
+    """One index builder at a time. Waiting inside pg_advisory_lock would hold a snapshot
+    that the other run's CREATE INDEX CONCURRENTLY waits for (a deadlock), so poll instead."""
+    while not conn.execute(compose("try_lock_index_builder")).fetchone()["locked"]:
+        time.sleep(INDEX_LOCK_POLL_SECONDS)
+    try:
+        yield
+    finally:
+        conn.execute(compose("unlock_index_builder"))
+
+
+def _schema_version(conn) -> int:
+    if not _exists(conn, "outbox_monitor", "schema_migrations"):
+        return 0
+    return conn.execute(compose("monitor_schema_version")).fetchone()["version"] or 0
 
 
 def _exists(conn, schema: str, name: str) -> bool:
@@ -198,7 +218,8 @@ def check_outbox_table(db: Database) -> None:
             hint="Add the missing columns (see README, 'Pointing it at an existing outbox') "
             "or set OUTBOX_MONITOR_TABLE to the right table.",
         )
-    version = db.fetch_one("monitor_schema_version")["version"] or 0
+    with db.connection() as conn:
+        version = _schema_version(conn)
     latest = migration_files()[-1][0]
     if version < latest:
         raise SchemaNotInitialised(

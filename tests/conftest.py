@@ -34,17 +34,30 @@ def pg_cluster() -> Iterator[TemporaryCluster]:
         yield cluster
 
 
-def create_database(cluster: TemporaryCluster, prefix: str = "t") -> str:
-    """A fresh database cloned from the template; returns its DSN."""
-    name = f"{prefix}_{next(_counter)}"
+def create_database(cluster: TemporaryCluster, template: str = TEMPLATE) -> str:
+    """A fresh database cloned from ``template``; returns its DSN."""
+    name = f"t_{next(_counter)}"
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
     return cluster.dsn_for(name)
 
 
 @pytest.fixture
 def dsn(pg_cluster: TemporaryCluster) -> str:
+    """A fresh database with the outbox table and the outbox_monitor schema."""
     return create_database(pg_cluster)
+
+
+@pytest.fixture
+def empty_dsn(pg_cluster: TemporaryCluster) -> str:
+    """A fresh database with nothing in it (no outbox table, no outbox_monitor schema)."""
+    return create_database(pg_cluster, template="template0")
+
+
+@pytest.fixture
+def make_dsn(pg_cluster: TemporaryCluster):
+    """Factory of further fresh outbox databases for tests that need several."""
+    return lambda: create_database(pg_cluster)
 
 
 @pytest.fixture

@@ -68,13 +68,20 @@ WHERE n.nspname = %(schema)s AND t.relname = %(name)s AND ix.indisvalid
 GROUP BY i.relname;
 
 -- name: monitor_schema_version
--- The newest applied migration of the outbox_monitor schema, or NULL before the first.
-SELECT CASE WHEN to_regclass('outbox_monitor.schema_migrations') IS NULL THEN NULL
-            ELSE (SELECT max(version) FROM outbox_monitor.schema_migrations) END AS version;
+-- The newest applied migration of the outbox_monitor schema (run only once it exists).
+SELECT max(version) AS version FROM outbox_monitor.schema_migrations;
 
 -- name: lock_migrations
 -- Serialises concurrent init-db runs for the length of the transaction.
 SELECT pg_advisory_xact_lock(hashtext('outbox_monitor.migrations'));
+
+-- name: try_lock_index_builder
+-- Session lock so that only one init-db builds indexes; true when taken.
+SELECT pg_try_advisory_lock(hashtext('outbox_monitor.index_builder')) AS locked;
+
+-- name: unlock_index_builder
+-- Releases the index builder's session lock.
+SELECT pg_advisory_unlock(hashtext('outbox_monitor.index_builder')) AS unlocked;
 
 -- name: create_monitor_schema
 -- The product's own schema and its migration ledger.
@@ -445,3 +452,4 @@ SELECT id, run_id, at, actor, action, table_name, filter, affected_count,
 FROM outbox_monitor.audit_log
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
+

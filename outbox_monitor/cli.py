@@ -1,0 +1,482 @@
+"""The ``outbox-monitor`` command: init-db, status, reap, replay, prune and the services."""
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from datetime import date, datetime
+from decimal import Decimal
+from functools import wraps
+from typing import Any
+
+import click
+
+from outbox_monitor import actions, metrics, schema
+from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.db import Database, describe_target
+from outbox_monitor.durations import format_duration, parse_duration, parse_instant
+from outbox_monitor.errors import OutboxMonitorError
+
+EXIT_ERROR = 1
+EXIT_NOT_CONFIRMED = 2
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+
+
+class DurationType(click.ParamType):
+    """A duration option (``90s``, ``15m``, ``1h``, ``30d``) converted to seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+class RowIdType(click.ParamType):
+    """A row id given as text, anywhere in the bigint range (beyond 2^53 included)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            self.fail(f"expected an integer row id, got {value!r}", param, ctx)
+        if not BIGINT_MIN <= number <= BIGINT_MAX:
+            self.fail(f"{value} is outside the bigint range", param, ctx)
+        return number
+
+
+DURATION = DurationType()
+ROW_ID = RowIdType()
+
+
+def to_jsonable(value: Any) -> Any:
+    """Make query results JSON-safe: datetimes → ISO-8601, Decimal → float, ids stay ints
+    except in places that call ``str`` themselves (ids beyond 2^53 are strings there)."""
+    if isinstance(value, dict):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(item) for item in value]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _emit_json(payload: dict[str, Any]) -> None:
+    click.echo(json.dumps(to_jsonable(payload), indent=2, sort_keys=False))
+
+
+def _fail(error: OutboxMonitorError, as_json: bool) -> None:
+    message = error.args[0] if error.args else type(error).__name__
+    if as_json:
+        _emit_json({"error": message, "hint": error.hint or None})
+    else:
+        click.secho(f"error: {message}", fg="red", err=True)
+        if error.hint:
+            click.echo(error.hint, err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def common_options(command: Callable) -> Callable:
+    """Add ``--dsn``, ``--table`` and ``--json`` and turn package errors into messages.
+
+    Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
+    ``error`` and ``hint`` under ``--json``) and exit 1.
+    """
+
+    @click.option(
+        "--dsn",
+        envvar=None,
+        help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
+    )
+    @click.option(
+        "--table",
+        help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE "
+        "or public.integration_outbox).",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+    @wraps(command)
+    def wrapper(*args: Any, dsn: str | None, table: str | None, as_json: bool, **kwargs: Any):
+        try:
+            settings = load_settings(dsn=dsn, table=table)
+            return command(*args, settings=settings, as_json=as_json, **kwargs)
+        except OutboxMonitorError as error:
+            _fail(error, as_json)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="outbox-monitor")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    envvar="OUTBOX_MONITOR_LOG_LEVEL",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def main(log_level: str) -> None:
+    """outbox-monitor: watch and operate a Postgres transactional outbox (SPEC §1–4).
+
+    Configuration comes from OUTBOX_MONITOR_* environment variables (see README);
+    --dsn and --table override the database and the table per command.
+    """
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # The pool logs every failed reconnect; our own errors already say what is wrong.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+@main.command("init-db")
+@click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
+@common_options
+def init_db_command(settings: Settings, as_json: bool, no_indexes: bool) -> None:
+    """Create the outbox table and ledger if absent, the outbox_monitor schema, and the
+    recommended indexes (CREATE INDEX CONCURRENTLY). Idempotent; never alters your table."""
+    with Database(settings) as db:
+        report = schema.init_db(db, create_indexes=not no_indexes)
+    payload = {
+        "database": describe_target(settings.dsn),
+        "created_tables": report.created_tables,
+        "applied_migrations": report.applied_migrations,
+        "created_indexes": report.created_indexes,
+        "schema_version": report.schema_version,
+    }
+    if as_json:
+        _emit_json(payload)
+        return
+    nothing = not (report.created_tables or report.applied_migrations or report.created_indexes)
+    click.echo(
+        f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done")
+    )
+    for label in ("created_tables", "applied_migrations", "created_indexes"):
+        for item in payload[label]:
+            click.echo(f"  {label.replace('_', ' ')}: {item}")
+    click.echo(f"  schema version: {report.schema_version}")
+
+
+def _open_checked(settings: Settings) -> Database:
+    db = Database(settings)
+    try:
+        schema.check_outbox_table(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+@main.command()
+@click.option("--window", type=DURATION, help="Window of latency, throughput, failures (1h).")
+@click.option("--lock-timeout", type=DURATION, help="Age after which a lock is stuck (15m).")
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@common_options
+def status(
+    settings: Settings,
+    as_json: bool,
+    window: float | None,
+    lock_timeout: float | None,
+    event_type: str | None,
+) -> None:
+    """Every SPEC §2 figure, exact (seconds as floats, null where none)."""
+    with _open_checked(settings) as db:
+        figures = metrics.status(
+            db, window=window, lock_timeout=lock_timeout, event_type=event_type
+        )
+    if as_json:
+        _emit_json(figures)
+        return
+    latency = figures["latency_seconds"]
+    lines = [
+        ("queue depth (due now)", figures["queue_depth"]),
+        ("pending total", figures["pending_total"]),
+        ("scheduled retries", figures["scheduled_retries"]),
+        ("oldest pending age", format_duration(figures["oldest_pending_age_seconds"])),
+        ("processing", figures["processing"]),
+        ("stuck locks", figures["stuck_locks"]),
+        ("latency p50 / p95 / p99", " / ".join(format_duration(latency[k]) for k in latency)),
+        ("processed per minute", f"{figures['processed_per_minute']:.1f}"),
+        ("created per minute", f"{figures['created_per_minute']:.1f}"),
+        ("failed in window", figures["failed_in_window"]),
+    ]
+    click.echo(
+        f"{figures['table']} at {figures['now']} "
+        f"(window {format_duration(figures['window_seconds'])})"
+    )
+    for label, value in lines:
+        click.echo(f"  {label:<26} {value}")
+    for event, count in figures["failed_by_event_type"].items():
+        click.echo(f"    failed {event:<19} {count}")
+    histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
+    click.echo(f"  {'rows by attempts':<26} {histogram or '–'}")
+
+
+def _action_options(command: Callable) -> Callable:
+    for decorator in reversed(
+        [
+            click.option("--dry-run", is_flag=True, help="Show the preview; change nothing."),
+            click.option("--yes", "-y", is_flag=True, help="Apply without asking."),
+            click.option(
+                "--actor",
+                help="Who acts, for the audit log (default: OUTBOX_MONITOR_ACTOR or the OS user).",
+            ),
+            click.option(
+                "--batch-size",
+                type=click.IntRange(1, 100_000),
+                help="Rows per transaction (1000; prune 5000).",
+            ),
+        ]
+    ):
+        command = decorator(command)
+    return command
+
+
+def _run_action(
+    db: Database,
+    preview: actions.Preview,
+    *,
+    as_json: bool,
+    dry_run: bool,
+    yes: bool,
+    actor: str | None,
+    batch_size: int | None,
+) -> None:
+    payload: dict[str, Any] = {
+        "action": preview.action,
+        "dry_run": dry_run,
+        "matched": preview.matched,
+        "filter": preview.filter,
+        "sample": [{**row, "id": str(row["id"])} for row in preview.sample],
+    }
+    if not as_json:
+        _print_preview(preview)
+    if dry_run or preview.matched == 0:
+        if as_json:
+            _emit_json({**payload, "applied": False})
+        elif preview.matched == 0:
+            click.echo("Nothing to do.")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            message = "no terminal to confirm on and no --yes: nothing changed"
+            if as_json:
+                _emit_json({**payload, "applied": False, "error": message})
+            else:
+                click.echo(f"{message}. Re-run with --yes to apply.", err=True)
+            sys.exit(EXIT_NOT_CONFIRMED)
+        if not click.confirm(f"{preview.action} {preview.matched} row(s)?", default=False):
+            click.echo("Cancelled; nothing changed.", err=True)
+            sys.exit(EXIT_NOT_CONFIRMED)
+
+    def progress(done: int, total: int) -> None:
+        click.echo(f"  {preview.action}: {done}/{total} rows", err=True)
+
+    result = actions.apply(
+        db,
+        preview,
+        actor=actor or db.settings.actor or actions.default_actor(),
+        batch_size=batch_size,
+        on_progress=progress if preview.matched > (batch_size or 1000) else None,
+    )
+    outcome = {
+        "applied": True,
+        "run_id": result.run_id,
+        "changed": result.changed,
+        "skipped": result.skipped,
+        "dead_lettered": result.dead_lettered,
+        "batches": result.batches,
+        "ids": [str(i) for i in result.ids],
+    }
+    if as_json:
+        _emit_json({**payload, **outcome})
+        return
+    click.echo(
+        f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
+        f"eligible"
+        + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
+        + f" (run {result.run_id})"
+    )
+
+
+def _print_preview(preview: actions.Preview) -> None:
+    click.echo(f"{preview.action} preview: {preview.matched} row(s) match")
+    for row in preview.sample:
+        details = ", ".join(
+            f"{key}={format_duration(value) if key.endswith('_seconds') else value}"
+            for key, value in row.items()
+            if key != "id"
+        )
+        click.echo(f"  #{row['id']}: {details}")
+    if preview.matched > len(preview.sample):
+        click.echo(f"  … and {preview.matched - len(preview.sample)} more")
+
+
+@main.command()
+@click.option("--lock-timeout", type=DURATION, help="Locks older than this are stuck (15m).")
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@_action_options
+@common_options
+def reap(
+    settings: Settings,
+    as_json: bool,
+    lock_timeout: float | None,
+    event_type: str | None,
+    **options: Any,
+) -> None:
+    """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
+    maximum attempts is dead-lettered instead."""
+    with _open_checked(settings) as db:
+        preview = actions.preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
+        _run_action(db, preview, as_json=as_json, **options)
+
+
+@main.command()
+@click.option("--id", "ids", type=ROW_ID, multiple=True, help="A row id (repeatable).")
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@click.option("--error-group", help="Error group id (12 hex digits, see the dashboard).")
+@click.option("--since", help="Failed at or after: a duration back from now (2h) or ISO-8601.")
+@click.option("--until", help="Failed before: a duration back from now or ISO-8601.")
+@_action_options
+@common_options
+def replay(
+    settings: Settings,
+    as_json: bool,
+    ids: tuple[int, ...],
+    event_type: str | None,
+    error_group: str | None,
+    since: str | None,
+    until: str | None,
+    **options: Any,
+) -> None:
+    """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4)."""
+    with _open_checked(settings) as db:
+        now = db.fetch_one("db_now")["now"]
+        try:
+            bounds = [parse_instant(text, now) if text else None for text in (since, until)]
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--since/--until") from None
+        selection = actions.ReplaySelection(
+            ids=ids,
+            event_type=event_type,
+            error_group=error_group,
+            since=bounds[0],
+            until=bounds[1],
+        )
+        preview = actions.preview_replay(db, selection)
+        _run_action(db, preview, as_json=as_json, **options)
+
+
+@main.command()
+@click.option(
+    "--done-older-than",
+    type=DURATION,
+    default="30d",
+    show_default=True,
+    help="Delete done rows processed longer ago than this.",
+)
+@click.option(
+    "--failed-older-than",
+    type=DURATION,
+    default="90d",
+    show_default=True,
+    help="Delete failed rows dead-lettered longer ago than this.",
+)
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@_action_options
+@common_options
+def prune(
+    settings: Settings,
+    as_json: bool,
+    done_older_than: float,
+    failed_older_than: float,
+    event_type: str | None,
+    **options: Any,
+) -> None:
+    """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
+    processing rows."""
+    with _open_checked(settings) as db:
+        preview = actions.preview_prune(
+            db,
+            done_older_than=done_older_than,
+            failed_older_than=failed_older_than,
+            event_type=event_type,
+        )
+        _run_action(db, preview, as_json=as_json, **options)
+
+
+@main.command()
+@common_options
+def scheduler(settings: Settings, as_json: bool) -> None:
+    """Run the background scheduler (sampler; alert evaluation later) until stopped."""
+    from outbox_monitor.scheduler import run_scheduler
+
+    run_scheduler(settings)
+
+
+@main.command()
+@click.option("--address", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8501, show_default=True)
+@click.option("--with-scheduler", is_flag=True, help="Also run the scheduler in-process.")
+@common_options
+def dashboard(
+    settings: Settings, as_json: bool, address: str, port: int, with_scheduler: bool
+) -> None:
+    """Serve the Streamlit dashboard."""
+    from outbox_monitor.serve import run_dashboard
+
+    with _open_checked(settings):
+        pass
+    sys.exit(run_dashboard(settings, address=address, port=port, with_scheduler=with_scheduler))
+
+
+@main.command()
+@click.option("--port", type=int, default=8501, show_default=True)
+@click.option("--rate", type=float, default=20.0, show_default=True, help="Events per second.")
+@click.option("--workers", type=int, default=4, show_default=True)
+def demo(port: int, rate: float, workers: int) -> None:
+    """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
+    everything and removes the database."""
+    from outbox_monitor.demo import run_demo
+
+    try:
+        sys.exit(run_demo(port=port, rate=rate, workers=workers))
+    except OutboxMonitorError as error:
+        _fail(error, as_json=False)
+
+
+@main.command()
+@click.option("--rate", type=float, default=20.0, show_default=True, help="Events per second.")
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--duration", type=DURATION, help="Stop after this long (default: until Ctrl-C).")
+@click.option(
+    "--backfill",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    help="History to insert before live traffic (0 for none).",
+)
+@common_options
+def simulate(
+    settings: Settings,
+    as_json: bool,
+    rate: float,
+    workers: int,
+    duration: float | None,
+    backfill: float,
+) -> None:
+    """Publish realistic traffic and run simulated workers against any database."""
+    from outbox_monitor.simulate import run_simulation
+
+    with _open_checked(settings):
+        pass
+    counts = run_simulation(
+        settings, rate=rate, workers=workers, duration=duration, backfill=backfill
+    )
+    click.echo(json.dumps(to_jsonable(counts)))

@@ -1,0 +1,152 @@
+"""The outbox-monitor command on a real database: JSON output, confirmations, exit codes."""
+
+import json
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from outbox_monitor.cli import main
+
+
+@pytest.fixture
+def cli(dsn, monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "cli-tester")
+    runner = CliRunner()
+
+    def run(*args, input=None):
+        return runner.invoke(main, list(args), input=input, catch_exceptions=False)
+
+    return run
+
+
+def _json(result):
+    return json.loads(result.stdout)
+
+
+def test_status_json_has_every_spec_key_with_hand_computed_values(cli, rows):
+    rows.add(event_type="order.paid", status="pending", created_ago=600)
+    rows.add(event_type="order.paid", status="pending", created_ago=10, available_ago=-120)
+    rows.add(event_type="invoice.sent", status="done", created_ago=70, processed_ago=40)
+    rows.add(event_type="invoice.sent", status="done", created_ago=100, processed_ago=40)
+    rows.add(event_type="payment.captured", status="failed", processed_ago=300, attempts=10)
+    rows.add(event_type="crm.upsert", status="processing", locked_ago=1200, attempts=2)
+    result = cli("status", "--json", "--window", "1h", "--lock-timeout", "15m")
+    assert result.exit_code == 0
+    figures = _json(result)
+    assert figures["queue_depth"] == 1
+    assert figures["pending_total"] == 2
+    assert figures["scheduled_retries"] == 1
+    assert 600 <= figures["oldest_pending_age_seconds"] < 605
+    assert (figures["processing"], figures["stuck_locks"]) == (1, 1)
+    # done durations 30 s and 60 s: p50 = 45, p95 = 30 + 0.95·30 = 58.5, p99 = 59.7
+    assert figures["latency_seconds"] == pytest.approx({"p50": 45, "p95": 58.5, "p99": 59.7})
+    assert figures["processed_per_minute"] == pytest.approx(2 / 60)
+    assert figures["created_per_minute"] == pytest.approx(6 / 60)
+    assert figures["failed_in_window"] == 1
+    assert figures["failed_by_event_type"] == {"payment.captured": 1}
+    assert figures["attempts_histogram"] == {"0": 2, "2": 1, "10": 1}
+
+
+def test_status_event_type_pattern_and_human_output(cli, rows):
+    rows.add(event_type="notification.email", status="pending", created_ago=400)
+    rows.add(event_type="order.paid", status="pending", created_ago=900)
+    figures = _json(cli("status", "--json", "--event-type", "notification.%"))
+    assert figures["queue_depth"] == 1
+    assert 400 <= figures["oldest_pending_age_seconds"] < 405
+    text = cli("status").stdout
+    assert "queue depth (due now)" in text and "15m" in text
+
+
+def test_replay_without_terminal_or_yes_changes_nothing_and_exits_2(cli, rows):
+    row_id = rows.add(status="failed", processed_ago=60)
+    result = cli("replay", "--event-type", "order.paid", "--json")
+    assert result.exit_code == 2
+    assert _json(result)["applied"] is False
+    assert rows.get(row_id)["status"] == "failed"
+
+
+def test_replay_dry_run_then_yes_and_ids_beyond_2_53(cli, rows, conn):
+    big = 2**53 + 1
+    rows.add(status="failed", processed_ago=60, id=big, last_error="HTTP 500")
+    rows.add(status="failed", processed_ago=60, id=big - 1)
+    dry = _json(cli("replay", "--id", str(big), "--dry-run", "--json"))
+    assert (dry["matched"], dry["applied"], dry["sample"][0]["id"]) == (1, False, str(big))
+    assert rows.get(big)["status"] == "failed"
+    done = _json(cli("replay", "--id", str(big), "--yes", "--json"))
+    assert (done["changed"], done["skipped"], done["ids"]) == (1, 0, [str(big)])
+    assert rows.get(big)["status"] == "pending"
+    assert rows.get(big - 1)["status"] == "failed"
+    again = _json(cli("replay", "--id", str(big), "--yes", "--json"))
+    assert again["matched"] == 0
+    audit = conn.execute("SELECT actor, affected_ids FROM outbox_monitor.audit_log").fetchall()
+    assert audit == [{"actor": "cli-tester", "affected_ids": [big]}]
+
+
+def test_replay_since_until_are_on_the_time_of_failure(cli, rows):
+    recent = rows.add(status="failed", created_ago=90_000, processed_ago=600)
+    rows.add(status="failed", created_ago=90_000, processed_ago=7200)
+    result = _json(cli("replay", "--since", "1h", "--yes", "--json", "--actor", "alice"))
+    assert result["ids"] == [str(recent)]
+
+
+def test_bad_id_and_bad_duration_are_usage_errors(cli):
+    assert cli("replay", "--id", "12abc").exit_code == 2
+    assert cli("replay", "--id", str(2**63)).exit_code == 2
+    result = cli("reap", "--lock-timeout", "soon")
+    assert result.exit_code == 2
+    assert "90s, 15m, 1h or 30d" in result.stderr
+
+
+def test_reap_and_prune_with_yes(cli, rows):
+    stuck = rows.add(status="processing", locked_ago=3600, attempts=1)
+    old = rows.add(status="done", created_ago=40 * 86400, processed_ago=35 * 86400)
+    reaped = _json(cli("reap", "--yes", "--json"))
+    assert (reaped["changed"], reaped["dead_lettered"]) == (1, 0)
+    assert rows.get(stuck)["status"] == "pending"
+    pruned = _json(cli("prune", "--done-older-than", "30d", "--yes", "--json"))
+    assert (pruned["matched"], pruned["changed"], pruned["ids"]) == (1, 1, [str(old)])
+
+
+def test_errors_are_one_json_object_and_exit_1(monkeypatch, empty_dsn):
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", empty_dsn)
+    result = CliRunner().invoke(main, ["status", "--json"])
+    assert result.exit_code == 1
+    payload = json.loads(result.stdout)
+    assert "does not exist" in payload["error"]
+    assert "init-db" in payload["hint"]
+
+
+def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", empty_dsn)
+    first = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
+    assert first["applied_migrations"] == ["001_core"]
+    second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
+    assert second["applied_migrations"] == second["created_tables"] == []
+    assert CliRunner().invoke(main, ["status", "--json"]).exit_code == 0
+
+
+def test_interactive_confirmation_on_a_terminal(dsn, rows):
+    row_id = rows.add(status="failed", processed_ago=60)
+    leader, follower = pty.openpty()
+    env = {**os.environ, "OUTBOX_MONITOR_DSN": dsn}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "outbox_monitor", "replay", "--event-type", "order.paid"],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    output = b""
+    while b"[y/N]" not in output:
+        output += os.read(leader, 1024)
+    os.write(leader, b"y\n")
+    assert process.wait(timeout=30) == 0
+    os.close(leader)
+    assert b"replay preview: 1 row(s) match" in output
+    assert rows.get(row_id)["status"] == "pending"

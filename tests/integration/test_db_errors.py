@@ -1,0 +1,66 @@
+"""Bad input and bad days: wrong DSN, statement timeout, the database restarting."""
+
+import psycopg
+import pytest
+
+from outbox_monitor import metrics, schema
+from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.errors import DatabaseUnavailable, QueryTimeout
+from outbox_monitor.pgcluster import TemporaryCluster, free_port
+
+
+def test_wrong_dsn_names_the_target_but_never_the_password():
+    dsn = f"postgresql://app:s3cret-pw@127.0.0.1:{free_port()}/orders"
+    with Database(load_settings(dsn=dsn)) as db, pytest.raises(DatabaseUnavailable) as caught:
+        metrics.queue_depth(db)
+    text = str(caught.value)
+    assert "app@127.0.0.1" in text and "/orders" in text
+    assert "Connection refused" in text
+    assert "s3cret" not in text
+    assert "OUTBOX_MONITOR_DSN" in caught.value.hint
+
+
+def test_unknown_database_is_reported(pg_cluster):
+    missing = 'database "no_such_db" does not exist'
+    with (
+        Database(load_settings(dsn=pg_cluster.dsn_for("no_such_db"))) as db,
+        pytest.raises(DatabaseUnavailable, match=missing),
+    ):
+        metrics.queue_depth(db)
+
+
+def test_statement_timeout_cancels_a_blocked_monitor_query(dsn):
+    settings = load_settings(dsn=dsn, statement_timeout=0.3)
+    with psycopg.connect(dsn) as locker, Database(settings) as db:
+        locker.execute("LOCK TABLE integration_outbox IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(QueryTimeout) as caught:
+            metrics.queue_depth(db)
+        locker.rollback()
+        assert metrics.queue_depth(db) == 0  # the pool keeps working afterwards
+    assert "0.3 s" in str(caught.value)
+    assert "recommended indexes" in caught.value.hint
+
+
+def test_monitor_sessions_carry_the_timeout_and_name_and_autocommit(db):
+    with db.connection() as conn:
+        row = conn.execute(
+            "SELECT current_setting('statement_timeout') AS timeout, "
+            "current_setting('application_name') AS name"
+        ).fetchone()
+        assert conn.autocommit is True
+    assert row == {"timeout": "5s", "name": "outbox-monitor"}
+
+
+def test_the_pool_survives_a_database_restart():
+    with TemporaryCluster() as cluster:
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE app")
+        with Database(load_settings(dsn=cluster.dsn_for("app"))) as db:
+            schema.init_db(db, create_indexes=False)
+            assert metrics.queue_depth(db) == 0
+            cluster.pause()
+            with pytest.raises(DatabaseUnavailable):
+                metrics.queue_depth(db)
+            cluster.resume()
+            assert metrics.queue_depth(db) == 0

@@ -1,0 +1,208 @@
+"""SPEC §2 figures against rows inserted by hand; each expected value is worked out here."""
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from outbox_monitor import metrics
+
+# Rows inserted at t0 are read back some milliseconds later: ages may exceed the hand
+# value by that much, never fall below it.
+SLACK_SECONDS = 5
+
+
+def test_queue_depth_counts_only_due_pending_rows(db, rows):
+    rows.add(status="pending", available_ago=10)
+    rows.add(status="pending", available_ago=0.5)
+    rows.add(status="pending", available_ago=-60)  # backoff: due in a minute
+    rows.add(status="processing", locked_ago=5)
+    rows.add(status="done", processed_ago=1)
+    assert metrics.queue_depth(db) == 2
+    assert metrics.scheduled_retries(db) == 1
+    assert metrics.pending_total(db) == 3
+    assert metrics.processing(db) == 1
+
+
+def test_oldest_pending_age_is_null_without_pending_rows(db, rows):
+    rows.add(status="done", created_ago=900, processed_ago=800)
+    rows.add(status="failed", created_ago=900, processed_ago=800)
+    assert metrics.oldest_pending_age(db) is None
+
+
+def test_oldest_pending_age_includes_rows_waiting_in_backoff(db, rows):
+    rows.add(status="pending", created_ago=100)
+    rows.add(status="pending", created_ago=500, available_ago=-3600)
+    rows.add(status="processing", created_ago=9000, locked_ago=10)
+    age = metrics.oldest_pending_age(db)
+    assert 500 <= age < 500 + SLACK_SECONDS
+
+
+def test_stuck_locks_follow_the_lock_timeout(db, rows):
+    rows.add(status="processing", locked_ago=1000)
+    rows.add(status="processing", locked_ago=10)
+    rows.add(status="pending", locked_ago=5000)  # not processing: never stuck
+    assert metrics.stuck_locks(db) == 1  # default 15 min
+    assert metrics.stuck_locks(db, lock_timeout=5) == 2
+    assert metrics.stuck_locks(db, lock_timeout=2000) == 0
+
+
+def _done(rows, duration, processed_ago=100, **fields):
+    rows.add(
+        status="done", created_ago=processed_ago + duration, processed_ago=processed_ago, **fields
+    )
+
+
+def test_latency_percentiles_are_continuous(db, rows):
+    for duration in (10, 20, 30, 40, 50):
+        _done(rows, duration)
+    _done(rows, 999, processed_ago=7200)  # outside the 1 h window
+    rows.add(status="failed", created_ago=5000, processed_ago=100)  # not done
+    # positions (n-1)·q over [10,20,30,40,50]: 2 → 30; 3.8 → 48; 3.96 → 49.6
+    assert metrics.latency_percentiles(db) == pytest.approx({"p50": 30, "p95": 48, "p99": 49.6})
+
+
+def test_negative_latency_from_clock_skew_counts_as_zero(db, rows):
+    for duration in (10, 20, 30, 40, 50):
+        _done(rows, duration)
+    rows.add(status="done", created_ago=50, processed_ago=60)  # processed "before" created
+    # [0,10,20,30,40,50]: 2.5 → 25; 4.75 → 47.5; 4.95 → 49.5
+    assert metrics.latency_percentiles(db) == pytest.approx({"p50": 25, "p95": 47.5, "p99": 49.5})
+
+
+def test_latency_is_null_when_nothing_was_done_in_the_window(db, rows):
+    _done(rows, 10, processed_ago=7200)
+    assert metrics.latency_percentiles(db) == {"p50": None, "p95": None, "p99": None}
+
+
+def test_throughput_per_minute_over_the_window(db, rows):
+    for processed_ago in (30, 200, 590):
+        _done(rows, 5, processed_ago=processed_ago)
+    _done(rows, 5, processed_ago=700)  # outside a 10 min window
+    rows.add(status="pending", created_ago=20)
+    # created in the last 600 s: 35, 205, 595 (done rows) and 20 → 4; processed: 3
+    figures = metrics.throughput(db, window=600)
+    assert figures == pytest.approx({"processed_per_minute": 0.3, "created_per_minute": 0.4})
+
+
+def test_failures_are_counted_by_time_of_failure(db, rows):
+    rows.add(
+        event_type="payment.captured", status="failed", created_ago=2 * 86400, processed_ago=60
+    )
+    rows.add(event_type="payment.captured", status="failed", created_ago=300, processed_ago=200)
+    rows.add(event_type="order.paid", status="failed", created_ago=100, processed_ago=50)
+    rows.add(event_type="order.paid", status="failed", created_ago=9000, processed_ago=7200)
+    rows.add(event_type="order.paid", status="done", created_ago=100, processed_ago=50)
+    assert metrics.failed_by_event_type(db) == {"payment.captured": 2, "order.paid": 1}
+    assert metrics.failed_by_event_type(db, window=100) == {"payment.captured": 1, "order.paid": 1}
+
+
+def test_retry_pressure_histogram_skips_done_rows(db, rows):
+    rows.add(status="pending", attempts=0)
+    rows.add(status="pending", attempts=0)
+    rows.add(status="pending", attempts=2, available_ago=-30)
+    rows.add(status="processing", attempts=1, locked_ago=3)
+    rows.add(status="failed", attempts=10, processed_ago=5)
+    rows.add(status="done", attempts=3, processed_ago=5)
+    assert metrics.attempts_histogram(db) == {0: 2, 1: 1, 2: 1, 10: 1}
+    assert metrics.attempts_at_least(db, 2) == 2
+
+
+def _group_id(event_type, normalised):
+    return hashlib.md5(f"{event_type}:{normalised}".encode()).hexdigest()[:12]
+
+
+def test_error_groups_normalise_variable_parts_and_keep_status_codes(db, rows):
+    def failed(event_type, error, ago=60):
+        rows.add(event_type=event_type, status="failed", processed_ago=ago, last_error=error)
+
+    failed("crm.upsert", "HTTP 401 invalid API key for account 12345", ago=300)
+    failed("crm.upsert", "HTTP 401 invalid API key for account 67890", ago=100)
+    failed("crm.upsert", "HTTP 500 upstream 'svc-a' failed for 9f8e7d6c5b4a")
+    failed("crm.upsert", 'HTTP 500 upstream "svc-b" failed for 0a1b2c3d4e5f6a7b')
+    failed("order.paid", "timeout for order 3fa85f64-5717-4562-b3fc-2c963f66afa6")
+    groups = {g["group_id"]: g for g in metrics.error_groups(db)}
+    key_401 = _group_id("crm.upsert", "HTTP 401 invalid API key for account <n>")
+    key_500 = _group_id("crm.upsert", "HTTP 500 upstream <str> failed for <hex>")
+    key_uuid = _group_id("order.paid", "timeout for order <uuid>")
+    assert set(groups) == {key_401, key_500, key_uuid}
+    assert groups[key_401]["failed"] == 2
+    assert groups[key_401]["fingerprint"] == "HTTP 401 invalid API key for account <n>"
+    assert groups[key_401]["sample_error"].endswith("67890")  # newest row's error
+    assert groups[key_500]["failed"] == 2
+    assert groups[key_401]["first_seen"] == rows.at(300)
+    assert groups[key_401]["last_seen"] == rows.at(100)
+
+
+@pytest.mark.parametrize(
+    ("value", "matches"),
+    [
+        ("order.paid", {"order.paid"}),
+        ("order_%", {"order_paid"}),  # "_" is literal, not "any character"
+        ("order%", {"order.paid", "order_paid", "orderXpaid"}),
+        ("notification.%", {"notification.email"}),
+        ("a\\%", {"a\\b"}),  # a backslash is literal too
+        ("nothing%", set()),
+    ],
+)
+def test_event_type_filter_exact_or_like(db, rows, value, matches):
+    for event_type in ("order.paid", "order_paid", "orderXpaid", "notification.email", "a\\b"):
+        rows.add(event_type=event_type, status="pending")
+        rows.add(event_type=event_type, status="failed", processed_ago=10)
+    assert metrics.queue_depth(db, event_type=value) == len(matches)
+    assert set(metrics.failed_by_event_type(db, event_type=value)) == matches
+
+
+def _bucket(instant: datetime, seconds: int) -> datetime:
+    origin = datetime(2000, 1, 1, tzinfo=UTC)
+    return origin + timedelta(seconds=(instant - origin).total_seconds() // seconds * seconds)
+
+
+def test_throughput_series_counts_per_bucket(db, rows):
+    _done(rows, 10, processed_ago=100)
+    _done(rows, 10, processed_ago=400)
+    rows.add(status="failed", created_ago=500, processed_ago=450)
+    rows.add(status="pending", created_ago=30)
+    series = metrics.throughput_series(db, window=3600, bucket=60)
+    got = {(row["bucket"], row["kind"]): row["rows"] for row in series}
+    expected: dict = {}
+    for kind, ago in [
+        ("created", 110),
+        ("created", 410),
+        ("created", 500),
+        ("created", 30),
+        ("processed", 100),
+        ("processed", 400),
+        ("dead-lettered", 450),
+    ]:
+        key = (_bucket(rows.at(ago), 60), kind)
+        expected[key] = expected.get(key, 0) + 1
+    assert got == expected
+
+
+def test_latency_series_per_bucket(db, rows):
+    _done(rows, 10, processed_ago=100)
+    _done(rows, 30, processed_ago=100)
+    series = metrics.latency_series(db, window=3600, bucket=3600)
+    assert len(series) == 1
+    assert (series[0]["p50"], series[0]["p95"]) == pytest.approx((20, 29))
+
+
+def test_status_json_shape_and_values(db, rows):
+    rows.add(event_type="order.paid", status="pending", created_ago=120)
+    rows.add(event_type="order.paid", status="failed", processed_ago=30, attempts=4)
+    _done(rows, 12, processed_ago=60, event_type="invoice.sent")
+    figures = metrics.status(db, window=3600, lock_timeout=900)
+    assert figures["queue_depth"] == 1
+    assert figures["pending_total"] == 1
+    assert figures["scheduled_retries"] == 0
+    assert 120 <= figures["oldest_pending_age_seconds"] < 120 + SLACK_SECONDS
+    assert figures["latency_seconds"] == {"p50": 12.0, "p95": 12.0, "p99": 12.0}
+    assert figures["processed_per_minute"] == pytest.approx(1 / 60)
+    assert figures["created_per_minute"] == pytest.approx(3 / 60)
+    assert figures["failed_in_window"] == 1
+    assert figures["failed_by_event_type"] == {"order.paid": 1}
+    assert figures["attempts_histogram"] == {"0": 1, "4": 1}
+    filtered = metrics.status(db, event_type="invoice.%")
+    assert (filtered["queue_depth"], filtered["failed_in_window"]) == (0, 0)
+    assert filtered["latency_seconds"]["p50"] == 12.0

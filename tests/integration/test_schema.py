@@ -1,0 +1,143 @@
+"""init-db and the start-up table check (SPEC §1: never change a user's table)."""
+
+import threading
+
+import psycopg
+import pytest
+
+from outbox_monitor import metrics, schema
+from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
+
+
+def _columns(conn, table="integration_outbox"):
+    return conn.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = %s ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+
+
+def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
+    with Database(load_settings(dsn=empty_dsn)) as db:
+        first = schema.init_db(db)
+        second = schema.init_db(db)
+        assert first.created_tables == [
+            "public.integration_outbox",
+            "public.integration_idempotency",
+        ]
+        assert first.applied_migrations == ["001_core"]
+        assert sorted(first.created_indexes) == [
+            "integration_outbox_created_at_idx",
+            "integration_outbox_status_processed_at_idx",
+        ]
+        assert (second.created_tables, second.applied_migrations, second.created_indexes) == (
+            [],
+            [],
+            [],
+        )
+        assert schema.missing_recommended_indexes(db) == []
+        schema.check_outbox_table(db)
+
+
+def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
+    with Database(load_settings(dsn=empty_dsn)) as db:
+        assert schema.init_db(db, create_indexes=False).created_indexes == []
+        missing = schema.missing_recommended_indexes(db)
+        assert [m.split(")")[0] + ")" for m in missing] == [
+            "(status, processed_at)",
+            "(created_at)",
+        ]
+
+
+def test_init_db_never_alters_an_existing_user_table(empty_dsn):
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        with Database(load_settings(dsn=empty_dsn)) as db:
+            schema.init_db(db, create_indexes=False)
+        conn.execute("ALTER TABLE integration_outbox ADD COLUMN tenant text DEFAULT 'acme'")
+        conn.execute(
+            "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,"
+            " event_key, payload) VALUES ('a', 'b', 'c', 'k', '{}')"
+        )
+        before = (_columns(conn), conn.execute("SELECT * FROM integration_outbox").fetchall())
+        with Database(load_settings(dsn=empty_dsn)) as db:
+            report = schema.init_db(db)
+        after = (_columns(conn), conn.execute("SELECT * FROM integration_outbox").fetchall())
+    assert report.created_tables == []
+    assert before == after
+
+
+def test_two_init_db_at_once_are_safe(empty_dsn):
+    errors = []
+
+    def run():
+        try:
+            with Database(load_settings(dsn=empty_dsn)) as db:
+                schema.init_db(db)
+        except Exception as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with psycopg.connect(empty_dsn) as conn:
+        assert (
+            conn.execute("SELECT count(*) FROM outbox_monitor.schema_migrations").fetchone()[0] == 1
+        )
+
+
+def test_missing_table_says_how_to_fix(empty_dsn):
+    with Database(load_settings(dsn=empty_dsn)) as db, pytest.raises(TableMissing) as caught:
+        schema.check_outbox_table(db)
+    assert "public.integration_outbox does not exist" in str(caught.value)
+    assert "outbox-monitor init-db" in caught.value.hint
+
+
+def test_missing_and_mistyped_columns_are_listed(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "ALTER TABLE integration_outbox DROP COLUMN locked_by, DROP COLUMN processed_at"
+        )
+        conn.execute("ALTER TABLE integration_outbox ALTER COLUMN payload TYPE text")
+    with Database(load_settings(dsn=dsn)) as db, pytest.raises(ColumnsMissing) as caught:
+        schema.check_outbox_table(db)
+    message = str(caught.value)
+    assert "missing columns: locked_by, processed_at" in message
+    assert "payload is text, expected jsonb" in message
+
+
+def test_a_figure_on_a_missing_table_raises_table_missing(empty_dsn):
+    with Database(load_settings(dsn=empty_dsn)) as db, pytest.raises(TableMissing):
+        metrics.queue_depth(db)
+
+
+def test_monitor_schema_absent_is_reported(empty_dsn):
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        with Database(load_settings(dsn=empty_dsn)) as db:
+            schema.init_db(db, create_indexes=False)
+        conn.execute("DROP SCHEMA outbox_monitor CASCADE")
+    with (
+        Database(load_settings(dsn=empty_dsn)) as db,
+        pytest.raises(SchemaNotInitialised, match="version 0"),
+    ):
+        schema.check_outbox_table(db)
+
+
+def test_custom_schema_and_mixed_case_table_name(dsn):
+    settings = load_settings(dsn=dsn, table="billing.Outbox_Events")
+    with Database(settings) as db:
+        report = schema.init_db(db)
+        assert "billing.Outbox_Events" in report.created_tables
+        assert "billing.integration_idempotency" in report.created_tables
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                'INSERT INTO billing."Outbox_Events" (event_type, aggregate_type, '
+                "aggregate_id, event_key, payload) VALUES ('a', 'b', 'c', 'k', '{}')"
+            )
+        schema.check_outbox_table(db)
+        assert metrics.queue_depth(db) == 1
+        assert schema.missing_recommended_indexes(db) == []

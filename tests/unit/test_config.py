@@ -1,0 +1,67 @@
+import pytest
+
+from outbox_monitor.config import load_settings, split_table_name
+from outbox_monitor.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in (
+        "OUTBOX_MONITOR_DSN",
+        "DATABASE_URL",
+        "OUTBOX_MONITOR_TABLE",
+        "OUTBOX_MONITOR_LOCK_TIMEOUT",
+        "OUTBOX_MONITOR_MAX_ATTEMPTS",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_defaults_match_the_spec():
+    settings = load_settings()
+    assert settings.dsn is None
+    assert settings.table_parts == ("public", "integration_outbox")
+    assert settings.ledger_parts == ("public", "integration_idempotency")
+    assert (settings.lock_timeout, settings.max_attempts, settings.window) == (900.0, 10, 3600.0)
+    assert settings.statement_timeout == 5.0
+
+
+def test_dsn_falls_back_to_database_url(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "postgresql://a@h/db")
+    assert load_settings().dsn == "postgresql://a@h/db"
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", "postgresql://b@h/db")
+    assert load_settings().dsn == "postgresql://b@h/db"
+
+
+def test_durations_from_the_environment(monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_LOCK_TIMEOUT", "5m")
+    assert load_settings().lock_timeout == 300.0
+
+
+def test_error_names_the_variable_and_the_problem(monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_LOCK_TIMEOUT", "soon")
+    monkeypatch.setenv("OUTBOX_MONITOR_MAX_ATTEMPTS", "0")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "OUTBOX_MONITOR_LOCK_TIMEOUT: expected a duration" in message
+    assert "'soon'" in message
+    assert "OUTBOX_MONITOR_MAX_ATTEMPTS" in message
+
+
+def test_table_name_is_validated(monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_TABLE", "public.outbox; drop table x")
+    with pytest.raises(ConfigError, match=r"OUTBOX_MONITOR_TABLE: expected schema\.table"):
+        load_settings()
+
+
+def test_split_table_name():
+    assert split_table_name("billing.Outbox_Events") == ("billing", "Outbox_Events")
+    assert split_table_name("outbox") == ("public", "outbox")
+    with pytest.raises(ValueError):
+        split_table_name("a.b.c")
+
+
+def test_overrides_win_and_none_is_ignored(monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_TABLE", "app.events")
+    assert load_settings(table=None).table == "app.events"
+    assert load_settings(table="ops.outbox").table_parts == ("ops", "outbox")

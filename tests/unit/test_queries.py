@@ -1,0 +1,46 @@
+import pytest
+from psycopg import sql
+
+from outbox_monitor.filters import Where, like_escape
+from outbox_monitor.queries import all_queries, compose, migration_files, parse_queries
+
+
+def test_every_block_has_a_description_and_sql():
+    queries = all_queries()
+    assert len(queries) > 30
+    for query in queries.values():
+        assert query.description and query.text
+        assert "-- name:" not in query.text
+
+
+def test_parse_rejects_duplicates_and_missing_descriptions():
+    with pytest.raises(ValueError, match="twice"):
+        parse_queries("-- name: a\n-- d\nSELECT 1;\n-- name: a\n-- d\nSELECT 2;\n")
+    with pytest.raises(ValueError, match="description"):
+        parse_queries("-- name: a\nSELECT 1;\n")
+
+
+def test_compose_puts_the_table_in_as_an_identifier():
+    text = compose("queue_depth", table=sql.Identifier('we"ird', "Out Box")).as_string()
+    assert '"we""ird"."Out Box"' in text
+    assert "{and_filters}" not in text
+
+
+def test_migrations_are_numbered_from_one():
+    versions = [version for version, _, _ in migration_files()]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+def test_like_escape_keeps_only_percent_as_wildcard():
+    assert like_escape("order_paid.%") == "order\\_paid.%"
+    assert like_escape("a\\b") == "a\\\\b"
+
+
+def test_where_exact_and_pattern():
+    exact = Where().event_type("order.paid")
+    assert exact.params == {"event_type": "order.paid"}
+    assert "=" in exact.fragment.as_string()
+    pattern = Where().event_type("order_%")
+    assert pattern.params == {"event_type": "order\\_%"}
+    assert "LIKE" in pattern.fragment.as_string()
+    assert Where().event_type("").fragment.as_string() == ""
