@@ -68,18 +68,17 @@ def format_duration(seconds: float | None) -> str:
         seconds: a duration in seconds, or ``None`` for "no value".
 
     Returns:
-        At most two units, largest first; sub-second values keep one decimal.
+        The largest unit and the next one (``"2h 0m"``); under 10 s, one decimal.
     """
     if seconds is None:
         return "–"
     if seconds < 10:
         return f"{seconds:.1f}s"
     remaining = round(seconds)
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    largest = next(index for index, (_, size) in enumerate(units) if remaining >= size)
     parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if remaining >= size or (unit == "s" and not parts):
-            value, remaining = divmod(remaining, size)
-            parts.append(f"{value}{unit}")
-        if len(parts) == 2:
-            break
+    for unit, size in units[largest : largest + 2]:
+        value, remaining = divmod(remaining, size)
+        parts.append(f"{value}{unit}")
     return " ".join(parts)

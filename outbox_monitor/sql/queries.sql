@@ -290,7 +290,7 @@ SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts
        available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
        created_at, processed_at
 FROM {table}
-WHERE id < %(before_id)s {and_filters}
+WHERE true {and_filters}
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -453,3 +453,19 @@ FROM outbox_monitor.audit_log
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
 
+
+-- ===================================================================== events browsing (dashboard)
+
+-- name: event_payload_head
+-- The first %(chars)s characters of one event's payload as JSON text, for a truncated view.
+SELECT left(payload::text, %(chars)s) AS head FROM {table} WHERE id = %(id)s;
+
+-- name: failed_rows
+-- Dead-lettered rows matching the filters with their error group, newest id first; no payload.
+SELECT id, event_type, aggregate_type, aggregate_id, event_key, attempts, created_at,
+       processed_at, left(last_error, 200) AS last_error,
+       outbox_monitor.error_group(event_type, last_error) AS group_id
+FROM {table}
+WHERE status = 'failed' {and_filters}
+ORDER BY id DESC
+LIMIT %(limit)s;

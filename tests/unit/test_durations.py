@@ -45,7 +45,15 @@ def test_parse_instant_rejects_garbage():
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "–"), (0.25, "0.2s"), (42.4, "42s"), (5400, "1h 30m"), (90061, "1d 1h"), (600, "10m")],
+    [
+        (None, "–"),
+        (0.25, "0.2s"),
+        (42.4, "42s"),
+        (5400, "1h 30m"),
+        (90061, "1d 1h"),
+        (600, "10m 0s"),
+        (7203, "2h 0m"),
+    ],
 )
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text

@@ -1,0 +1,50 @@
+"""outbox-monitor dashboard: the page list, the shared sidebar, the start-up table check.
+
+Run with ``streamlit run dashboard.py`` (or ``outbox-monitor dashboard``). The only caller
+of ``st.navigation``; every page is listed here. Filters live in the URL:
+``…/dead_letters?event_type=order.paid&window=6h`` opens that page pre-filtered.
+"""
+
+import streamlit as st
+
+from outbox_monitor.config import DEFAULT_REFRESH_SECONDS, DEFAULT_WINDOW_SECONDS
+from outbox_monitor.errors import ConfigError
+from outbox_monitor.ui import banners, state
+
+st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
+
+PAGES = [
+    st.Page(
+        "pages/overview.py",
+        title="Overview",
+        url_path="overview",
+        icon=":material/monitoring:",
+        default=True,
+    ),
+    st.Page("pages/events.py", title="Events", url_path="events", icon=":material/list:"),
+    st.Page(
+        "pages/dead_letters.py",
+        title="Dead letters",
+        url_path="dead_letters",
+        icon=":material/report:",
+    ),
+    st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),
+]
+page = st.navigation(PAGES)
+
+try:
+    settings = state.settings()
+except ConfigError:
+    settings = None
+state.sidebar(
+    settings.window if settings else DEFAULT_WINDOW_SECONDS,
+    settings.refresh if settings else DEFAULT_REFRESH_SECONDS,
+)
+
+with banners.guarded():
+    settings = state.settings()
+    db = state.database(settings)
+    st.sidebar.caption(f"Outbox `{db.table_name}` · acting as `{state.actor(settings)}`")
+    state.check_table_once(db)
+    with state.dashboard_run():
+        page.run()

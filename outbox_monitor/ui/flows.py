@@ -1,0 +1,131 @@
+"""The preview → confirm → apply flow every dashboard action follows (SPEC §4).
+
+The preview is kept in ``st.session_state`` between reruns, with the selection it was made
+for; changing the selection drops it. Confirming applies exactly that preview (its filter,
+``id <=`` its largest id, and the guard), shows progress, clears the stale caches, and
+keeps the result on screen until the next preview.
+"""
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import streamlit as st
+
+from outbox_monitor.actions import ActionResult, Preview
+from outbox_monitor.db import Database
+from outbox_monitor.errors import ActionRefused
+from outbox_monitor.ui import banners, format, loaders
+
+
+@dataclass(frozen=True)
+class StoredPreview:
+    """A preview and the selection (``signature``) it was made for."""
+
+    signature: Hashable
+    preview: Preview
+
+
+VERBS = {"replay": "replayed", "reap": "reaped", "prune": "deleted"}
+NO_LONGER = {
+    "replay": "were no longer failed",
+    "reap": "were acked or re-claimed meanwhile",
+    "prune": "no longer matched",
+}
+
+
+def describe_result(result: ActionResult) -> str:
+    """One sentence: how many rows changed and how many were skipped (no longer eligible)."""
+    text = f"{VERBS.get(result.action, 'changed').capitalize()} {format.rows(result.changed)}"
+    if result.action == "reap" and result.dead_lettered:
+        text += f" ({result.dead_lettered:,} reached the maximum attempts and were dead-lettered)"
+    return f"{text}; {result.skipped:,} {NO_LONGER.get(result.action, 'were skipped')}."
+
+
+def stored_preview(key: str) -> StoredPreview | None:
+    """The preview kept for the flow ``key``, if any."""
+    return st.session_state.get(f"{key}.preview")
+
+
+def last_result(key: str) -> ActionResult | None:
+    """The result of the flow's last confirmed action, if any."""
+    return st.session_state.get(f"{key}.result")
+
+
+def action_flow(
+    key: str,
+    *,
+    db: Database,
+    actor: str,
+    signature: Hashable,
+    make_preview: Callable[[], Preview],
+    preview_label: str,
+    noun: str,
+    sample_columns: Sequence[str] | None = None,
+    sample_durations: Sequence[str] = (),
+    auto_preview: bool = False,
+    details: Callable[[Preview], None] | None = None,
+) -> None:
+    """Render one action's preview and confirm buttons and run it when confirmed.
+
+    Args:
+        key: unique name of the flow on its page (widget keys and session keys derive from it).
+        db, actor: where and as whom the action runs.
+        signature: the current selection; a kept preview of another selection is dropped.
+        make_preview: builds the preview (``actions.preview_*``); ``ActionRefused`` becomes
+            an inline banner.
+        preview_label: label of the preview button, e.g. ``"Preview replay"``.
+        noun: what the confirm button names, e.g. ``"replay"`` → ``"Confirm replay of 3 rows"``.
+        sample_columns, sample_durations: how to show the preview's sample rows.
+        auto_preview: make the preview on first render (e.g. the list of stuck locks).
+        details: optional extra rendering of a preview (e.g. prune counts per status).
+    """
+    preview_key, result_key = f"{key}.preview", f"{key}.result"
+    stored = stored_preview(key)
+    if stored is not None and stored.signature != signature:
+        del st.session_state[preview_key]
+        stored = None
+    clicked = st.button(preview_label, key=f"{key}.preview_button")
+    if clicked or (auto_preview and stored is None):
+        try:
+            stored = StoredPreview(signature, make_preview())
+        except ActionRefused as error:
+            banners.show(error, stop=False)
+            return
+        st.session_state[preview_key] = stored
+        if clicked:
+            st.session_state.pop(result_key, None)
+    result = last_result(key)
+    if result is not None:
+        st.success(describe_result(result), icon=":material/check_circle:")
+        st.caption(f"run id {result.run_id} · {result.batches} batch(es) · audited as {actor}")
+    if stored is None:
+        return
+    preview = stored.preview
+    if preview.matched == 0:
+        st.info(f"Nothing to {noun}: no row matches.", icon=":material/info:")
+        return
+    noun_rows = "row" if preview.matched == 1 else "rows"
+    st.markdown(
+        f"**{preview.matched:,}** {noun_rows} would be {VERBS.get(preview.action, 'changed')}."
+    )
+    if details is not None:
+        details(preview)
+    shown = len(preview.sample)
+    st.caption(f"Sample of {shown} of {format.rows(preview.matched)}:")
+    st.dataframe(
+        format.table(preview.sample, sample_columns, durations=sample_durations),
+        hide_index=True,
+        width="stretch",
+    )
+    if st.button(
+        f"Confirm {noun} of {format.rows(preview.matched)}", key=f"{key}.confirm", type="primary"
+    ):
+        progress = st.progress(0.0, text=f"{noun}…")
+
+        def on_progress(done: int, total: int) -> None:
+            progress.progress(min(done / max(total, 1), 1.0), text=f"{noun}: {done:,} / {total:,}")
+
+        outcome = loaders.apply(db, preview, actor=actor, on_progress=on_progress)
+        st.session_state[result_key] = outcome
+        st.session_state.pop(preview_key, None)
+        st.rerun()

@@ -1,0 +1,255 @@
+"""Cached reads for the pages (``st.cache_data``, TTL ≤ the shortest refresh) and the one way
+the dashboard applies an action, which clears the caches that action made stale.
+
+Each loader takes the ``Database`` first; the cache key is the database's settings plus the
+other arguments, so two databases never share an entry. Values are the plain rows of
+``metrics``, ``events`` and ``actions``.
+"""
+
+from datetime import datetime
+from typing import Any
+
+import streamlit as st
+
+from outbox_monitor import actions, events, metrics, schema
+from outbox_monitor.actions import ActionResult, Preview, Progress
+from outbox_monitor.db import Database
+from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
+from outbox_monitor.ui.state import MIN_REFRESH_SECONDS
+
+CACHE_TTL_SECONDS = MIN_REFRESH_SECONDS - 1
+"""Below the shortest refresh, so every live refresh of the Overview reads fresh figures."""
+SERIES_POINTS = 60
+"""Time series use ``window / SERIES_POINTS`` buckets (at least ``MIN_BUCKET_SECONDS``)."""
+MIN_BUCKET_SECONDS = 15.0
+
+_cached = st.cache_data(ttl=CACHE_TTL_SECONDS, show_spinner=False)
+
+
+def _key(db: Database) -> str:
+    return db.settings.model_dump_json()
+
+
+def bucket_for(window: float) -> float:
+    """Seconds per bucket of the time-series charts of a window (1 h → 60 s)."""
+    return max(window / SERIES_POINTS, MIN_BUCKET_SECONDS)
+
+
+@_cached
+def _status(key: str, _db: Database, window: float, event_type: str | None) -> dict[str, Any]:
+    return metrics.status(_db, window=window, event_type=event_type)
+
+
+def status(db: Database, *, window: float, event_type: str | None) -> dict[str, Any]:
+    """``metrics.status``: every SPEC §2 figure plus the database's ``now`` (ISO text)."""
+    return _status(_key(db), db, window, event_type)
+
+
+@_cached
+def _failed_tile(key: str, _db: Database, event_type: str | None) -> int:
+    failed = metrics.failed_by_event_type(
+        _db, window=FAILED_TILE_WINDOW_SECONDS, event_type=event_type
+    )
+    return sum(failed.values())
+
+
+def failed_last_24h(db: Database, *, event_type: str | None) -> int:
+    """Rows dead-lettered in the last 24 hours (the "Failed (24 h)" tile)."""
+    return _failed_tile(_key(db), db, event_type)
+
+
+@_cached
+def _samples(key: str, _db: Database, window: float) -> list[dict[str, Any]]:
+    return metrics.samples_series(_db, window=window)
+
+
+def samples(db: Database, *, window: float) -> list[dict[str, Any]]:
+    """``metrics.samples_series``: the sampler's rows over the window, oldest first."""
+    return _samples(_key(db), db, window)
+
+
+@_cached
+def _latency_series(
+    key: str, _db: Database, window: float, event_type: str | None
+) -> list[dict[str, Any]]:
+    return metrics.latency_series(
+        _db, window=window, bucket=bucket_for(window), event_type=event_type
+    )
+
+
+def latency_series(db: Database, *, window: float, event_type: str | None) -> list[dict[str, Any]]:
+    """``metrics.latency_series`` with ``bucket_for(window)`` buckets."""
+    return _latency_series(_key(db), db, window, event_type)
+
+
+@_cached
+def _throughput_series(
+    key: str, _db: Database, window: float, event_type: str | None
+) -> list[dict[str, Any]]:
+    return metrics.throughput_series(
+        _db, window=window, bucket=bucket_for(window), event_type=event_type
+    )
+
+
+def throughput_series(
+    db: Database, *, window: float, event_type: str | None
+) -> list[dict[str, Any]]:
+    """``metrics.throughput_series`` with ``bucket_for(window)`` buckets."""
+    return _throughput_series(_key(db), db, window, event_type)
+
+
+@_cached
+def _missing_indexes(key: str, _db: Database) -> list[str]:
+    return schema.missing_recommended_indexes(_db)
+
+
+def missing_indexes(db: Database) -> list[str]:
+    """``schema.missing_recommended_indexes``: descriptions of absent recommended indexes."""
+    return _missing_indexes(_key(db), db)
+
+
+@_cached
+def _error_groups(key: str, _db: Database, event_type: str | None) -> list[dict[str, Any]]:
+    return metrics.error_groups(_db, event_type=event_type)
+
+
+def error_groups(db: Database, *, event_type: str | None) -> list[dict[str, Any]]:
+    """``metrics.error_groups``: failed rows by event type and error fingerprint."""
+    return _error_groups(_key(db), db, event_type)
+
+
+@_cached
+def _failed_rows(
+    key: str, _db: Database, error_group: str | None, event_type: str | None
+) -> list[dict[str, Any]]:
+    return events.list_failed(_db, error_group=error_group, event_type=event_type)
+
+
+def failed_rows(
+    db: Database, *, error_group: str | None, event_type: str | None
+) -> list[dict[str, Any]]:
+    """``events.list_failed``: dead-lettered rows of one error group, newest first."""
+    return _failed_rows(_key(db), db, error_group, event_type)
+
+
+@_cached
+def _events_page(key: str, _db: Database, **filters: Any) -> list[dict[str, Any]]:
+    return events.list_events(_db, **filters)
+
+
+def events_page(db: Database, **filters: Any) -> list[dict[str, Any]]:
+    """``events.list_events`` with the same keyword filters (one keyset page)."""
+    return _events_page(_key(db), db, **filters)
+
+
+@_cached
+def _event(key: str, _db: Database, event_id: int) -> dict[str, Any] | None:
+    return events.get_event(_db, event_id)
+
+
+def event(db: Database, event_id: int) -> dict[str, Any] | None:
+    """``events.get_event``: one event with its (possibly truncated) payload."""
+    return _event(_key(db), db, event_id)
+
+
+def event_payload(db: Database, event_id: int) -> str | None:
+    """``events.event_payload``: the whole payload text (not cached: it may be large)."""
+    return events.event_payload(db, event_id)
+
+
+@_cached
+def _timeline(
+    key: str, _db: Database, aggregate_type: str, aggregate_id: str
+) -> list[dict[str, Any]]:
+    return events.aggregate_timeline(_db, aggregate_type, aggregate_id)
+
+
+def timeline(db: Database, aggregate_type: str, aggregate_id: str) -> list[dict[str, Any]]:
+    """``events.aggregate_timeline``: every event of one aggregate, oldest first."""
+    return _timeline(_key(db), db, aggregate_type, aggregate_id)
+
+
+@_cached
+def _audit(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
+    return actions.recent_audit(_db, limit=limit)
+
+
+def audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
+    """``actions.recent_audit``: the newest audit rows."""
+    return _audit(_key(db), db, limit)
+
+
+def database_now(db: Database) -> datetime:
+    """The database clock (not cached), the reference for relative time inputs."""
+    return events.database_now(db)
+
+
+STALE_AFTER_ACTION = (
+    _status,
+    _failed_tile,
+    _latency_series,
+    _throughput_series,
+    _error_groups,
+    _failed_rows,
+    _events_page,
+    _event,
+    _timeline,
+    _audit,
+)
+"""Every reap, replay or prune changes row statuses (or deletes rows) and writes the audit
+log, so it stales all of these; only the samples and the index check survive it."""
+
+
+def clear_stale() -> None:
+    """Clear every cache an action makes stale (``STALE_AFTER_ACTION``)."""
+    for loader in STALE_AFTER_ACTION:
+        loader.clear()
+
+
+def apply(
+    db: Database, preview: Preview, *, actor: str, on_progress: Progress | None = None
+) -> ActionResult:
+    """``actions.apply`` of a confirmed preview, then ``clear_stale()`` (even on failure:
+    earlier batches may have committed).
+
+    Raises:
+        The errors of ``actions.apply``.
+    """
+    try:
+        return actions.apply(db, preview, actor=actor, on_progress=on_progress)
+    finally:
+        clear_stale()
+
+
+def preview_replay(db: Database, selection: actions.ReplaySelection) -> Preview:
+    """``actions.preview_replay`` (never cached: a confirm applies what was just counted).
+
+    Raises:
+        ActionRefused: an empty selection.
+    """
+    return actions.preview_replay(db, selection)
+
+
+def preview_reap(db: Database, *, event_type: str | None) -> Preview:
+    """``actions.preview_reap`` with the configured lock timeout (never cached)."""
+    return actions.preview_reap(db, event_type=event_type)
+
+
+def preview_prune(
+    db: Database,
+    *,
+    done_older_than: float | None,
+    failed_older_than: float | None,
+    event_type: str | None,
+) -> Preview:
+    """``actions.preview_prune`` (never cached); ages in seconds, ``None`` skips a status.
+
+    Raises:
+        ActionRefused: no status chosen, or an age under one day.
+    """
+    return actions.preview_prune(
+        db,
+        done_older_than=done_older_than,
+        failed_older_than=failed_older_than,
+        event_type=event_type,
+    )

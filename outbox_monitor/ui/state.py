@@ -1,0 +1,209 @@
+"""Dashboard state: settings, the one Database of the process, the shared sidebar filters.
+
+The sidebar filters (event type, window, refresh) are widgets bound to URL query parameters
+(``bind="query-params"``), both ways: ``…/dead_letters?event_type=order.paid&window=6h``
+opens that page pre-filtered, and changing a filter updates the URL.
+"""
+
+import runpy
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from outbox_monitor.actions import default_actor
+from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.durations import parse_duration
+from outbox_monitor.schema import check_outbox_table
+from outbox_monitor.ui import format
+
+EVENT_TYPE_PARAM = "event_type"
+WINDOW_PARAM = "window"
+REFRESH_PARAM = "refresh"
+WINDOW_CHOICES = ("15m", "1h", "6h", "24h")
+REFRESH_CHOICES = ("5s", "10s", "30s", "1m")
+MIN_REFRESH_SECONDS = 5.0
+"""Live tiles refresh at most this often; the loaders' cache TTL stays below it."""
+_TABLE_CHECKED = "_outbox_monitor.table_checked"
+_run = threading.local()
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The shared sidebar filters: ``event_type`` (``None`` = all; exact or LIKE with ``%``),
+    ``window`` and ``refresh`` in seconds, and the window as its label (``"1h"``)."""
+
+    event_type: str | None
+    window: float
+    window_label: str
+    refresh: float
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What every page needs: settings, the Database, the filters and the acting user."""
+
+    settings: Settings
+    db: Database
+    filters: Filters
+    actor: str
+
+
+def settings() -> Settings:
+    """The settings from the environment (``OUTBOX_MONITOR_*``).
+
+    Raises:
+        ConfigError: an invalid variable, named in the message.
+    """
+    return load_settings()
+
+
+def _close(db: Database) -> None:
+    db.close()
+
+
+@st.cache_resource(show_spinner=False, on_release=_close)
+def _open_database(key: str, _settings: Settings) -> Database:
+    return Database(_settings)
+
+
+def database(current: Settings) -> Database:
+    """The process's one ``Database`` (pool) for these settings, made on first use.
+
+    Settings that differ (another DSN or table) get their own; ``st.cache_resource.clear()``
+    closes every pool.
+    """
+    return _open_database(current.model_dump_json(), current)
+
+
+def check_table_once(db: Database) -> None:
+    """Check the outbox table (``schema.check_outbox_table``) once per browser session.
+
+    A failed check is repeated on the next run, so a fixed table is picked up at once.
+
+    Raises:
+        TableMissing, ColumnsMissing, SchemaNotInitialised, DatabaseUnavailable,
+        QueryTimeout: as ``check_outbox_table``.
+    """
+    key = db.settings.model_dump_json()
+    if st.session_state.get(_TABLE_CHECKED) == key:
+        return
+    check_outbox_table(db)
+    st.session_state[_TABLE_CHECKED] = key
+
+
+def _choices(standard: tuple[str, ...], default_seconds: float) -> tuple[list[str], str]:
+    labels = list(standard)
+    default = format.short_duration(default_seconds)
+    matching = [label for label in labels if parse_duration(label) == default_seconds]
+    if matching:
+        return labels, matching[0]
+    labels.append(default)
+    labels.sort(key=parse_duration)
+    return labels, default
+
+
+def sidebar(default_window: float, default_refresh: float) -> Filters:
+    """Render the shared sidebar filters and return their values.
+
+    Args:
+        default_window: seconds, from the settings (shown when the URL has no ``window``).
+        default_refresh: seconds, from the settings; raised to ``MIN_REFRESH_SECONDS``.
+
+    Returns:
+        The current ``Filters``.
+    """
+    windows, window_default = _choices(WINDOW_CHOICES, default_window)
+    refreshes, refresh_default = _choices(
+        REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
+    )
+    with st.sidebar:
+        st.text_input(
+            "Event type",
+            key=EVENT_TYPE_PARAM,
+            bind="query-params",
+            placeholder="all (e.g. order.paid or payment.%)",
+            help="An exact event type, or a LIKE pattern with % (in which _ and \\ are "
+            "literal). Applies to every figure, list and action.",
+        )
+        st.selectbox(
+            "Window",
+            windows,
+            index=windows.index(window_default),
+            key=WINDOW_PARAM,
+            bind="query-params",
+            help="Latency, throughput and failure figures count rows processed in this window.",
+        )
+        st.selectbox(
+            "Refresh every",
+            refreshes,
+            index=refreshes.index(refresh_default),
+            key=REFRESH_PARAM,
+            bind="query-params",
+            help="How often the live figures of the Overview reload.",
+        )
+    return filters()
+
+
+def filters() -> Filters:
+    """The current sidebar filters, read from the session (also inside fragment reruns)."""
+    event_type = (st.session_state.get(EVENT_TYPE_PARAM) or "").strip() or None
+    window_label = st.session_state.get(WINDOW_PARAM) or "1h"
+    refresh_label = st.session_state.get(REFRESH_PARAM) or "10s"
+    return Filters(
+        event_type=event_type,
+        window=parse_duration(window_label),
+        window_label=window_label,
+        refresh=max(parse_duration(refresh_label), MIN_REFRESH_SECONDS),
+    )
+
+
+def actor(current: Settings) -> str:
+    """Who the dashboard's actions are audited as: ``OUTBOX_MONITOR_ACTOR`` or the OS user."""
+    return current.actor or default_actor()
+
+
+@contextmanager
+def dashboard_run() -> Iterator[None]:
+    """Mark the block (``page.run()`` in dashboard.py) as a page run through dashboard.py."""
+    _run.active = True
+    try:
+        yield
+    finally:
+        _run.active = False
+
+
+def ensure_dashboard_run() -> None:
+    """Run dashboard.py in place when Streamlit started a page without it, then stop.
+
+    Streamlit decides once per process, before its first script run, whether the app uses
+    the legacy ``pages/`` folder discovery; with our ``pages/`` folder present, that first
+    run (and every run until ``st.navigation`` is called) executes the page of the URL
+    directly — no sidebar, no table check. Running the entry point here, in the same run,
+    calls ``st.navigation`` (which ends that mode) and renders this page through it, with
+    the run's widget events (a button click) intact. AppTest starts every run that way.
+    """
+    if getattr(_run, "active", False):
+        return
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return
+    runpy.run_path(ctx.main_script_path, run_name="__main__")
+    st.stop()
+
+
+def context() -> PageContext:
+    """Settings, Database, filters and actor for the page being rendered; every page calls
+    it first (it makes sure the page runs through dashboard.py, see
+    ``ensure_dashboard_run``).
+
+    Raises:
+        ConfigError: invalid settings (shown as a banner by ``banners.guarded``).
+    """
+    ensure_dashboard_run()
+    current = settings()
+    return PageContext(current, database(current), filters(), actor(current))

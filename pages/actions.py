@@ -1,0 +1,174 @@
+"""Actions: reap stuck locks, replay by filter, prune old rows — each previewed — and the
+audit log of everything done."""
+
+import json
+
+import streamlit as st
+
+from outbox_monitor.actions import Preview, ReplaySelection
+from outbox_monitor.ui import flows, format, inputs, loaders, state
+
+DAY = 86400.0
+DEFAULT_DONE_DAYS = 30
+DEFAULT_FAILED_DAYS = 90
+
+ctx = state.context()
+f = ctx.filters
+scope = f"event type `{f.event_type}`" if f.event_type else "all event types"
+st.title("Actions")
+st.caption(
+    f"Every action shows a preview first and is audited as `{ctx.actor}`; it applies to "
+    f"what the preview matched ({scope}, the sidebar filter) and only to rows that still "
+    "qualify when it runs."
+)
+
+reap, replay, prune, audit = st.tabs(["Reap stuck locks", "Replay by filter", "Prune", "Audit log"])
+
+with reap:
+    st.caption(
+        "Processing rows locked longer than the lock timeout "
+        f"({format.short_duration(ctx.settings.lock_timeout)}): their worker crashed or hung. "
+        "A reap puts them back to pending and counts one attempt; a row reaching the "
+        f"maximum ({ctx.settings.max_attempts}) is dead-lettered instead."
+    )
+    flows.action_flow(
+        "actions.reap",
+        db=ctx.db,
+        actor=ctx.actor,
+        signature=("reap", f.event_type),
+        make_preview=lambda: loaders.preview_reap(ctx.db, event_type=f.event_type),
+        preview_label="Refresh stuck locks",
+        noun="reap",
+        sample_columns=[
+            "id",
+            "event_type",
+            "event_key",
+            "locked_by",
+            "lock_age_seconds",
+            "locked_at",
+            "attempts",
+        ],
+        sample_durations=["lock_age_seconds"],
+        auto_preview=True,
+    )
+
+with replay:
+    st.caption(
+        f"Failed rows of {scope} (sidebar filter; `%` means every event type), optionally "
+        "of one error group and failed within a time range, back to pending with attempts "
+        "reset."
+    )
+    columns = st.columns(3)
+    error_group = columns[0].text_input(
+        "Error group", key="actions.error_group", placeholder="12 hex digits (Dead letters)"
+    )
+    since_text = columns[1].text_input(
+        "Failed since", key="actions.since", placeholder="24h or 2026-11-29T10:00:00Z"
+    )
+    until_text = columns[2].text_input(
+        "Failed until", key="actions.until", placeholder="empty = now"
+    )
+    try:
+        now = loaders.database_now(ctx.db)
+        selection = ReplaySelection(
+            event_type=f.event_type,
+            error_group=error_group.strip() or None,
+            since=inputs.parse_time(since_text, now),
+            until=inputs.parse_time(until_text, now),
+        )
+    except ValueError as error:
+        st.error(f"Time range: {error}", icon=":material/error:")
+    else:
+        flows.action_flow(
+            "actions.replay",
+            db=ctx.db,
+            actor=ctx.actor,
+            # the typed text, not the parsed times: "24h" means 24 h before the preview
+            signature=("replay", f.event_type, error_group, since_text, until_text),
+            make_preview=lambda: loaders.preview_replay(ctx.db, selection),
+            preview_label="Preview replay",
+            noun="replay",
+            sample_columns=[
+                "id",
+                "event_type",
+                "event_key",
+                "attempts",
+                "processed_at",
+                "last_error",
+            ],
+        )
+
+with prune:
+    st.caption(
+        "Delete done and failed rows processed long ago, in batches of 5,000 (one "
+        "transaction and one audit row each). Pending and processing rows are never touched."
+    )
+    columns = st.columns(2)
+    prune_done = columns[0].checkbox("Delete done rows", value=True, key="actions.prune_done")
+    done_days = columns[0].number_input(
+        "… processed more than N days ago",
+        min_value=1,
+        value=DEFAULT_DONE_DAYS,
+        step=1,
+        key="actions.done_days",
+        disabled=not prune_done,
+    )
+    prune_failed = columns[1].checkbox("Delete failed rows", value=True, key="actions.prune_failed")
+    failed_days = columns[1].number_input(
+        "… failed more than M days ago",
+        min_value=1,
+        value=DEFAULT_FAILED_DAYS,
+        step=1,
+        key="actions.failed_days",
+        disabled=not prune_failed,
+    )
+    done_age = done_days * DAY if prune_done else None
+    failed_age = failed_days * DAY if prune_failed else None
+
+    def prune_counts(preview: Preview) -> None:
+        ages = {"done": done_days, "failed": failed_days}
+        st.markdown(
+            " · ".join(
+                f"{part.params['status']}: **{part.matched:,}** "
+                f"{'row' if part.matched == 1 else 'rows'} older than "
+                f"{ages[part.params['status']]} days"
+                for part in preview.parts
+            )
+        )
+
+    flows.action_flow(
+        "actions.prune",
+        db=ctx.db,
+        actor=ctx.actor,
+        signature=("prune", done_age, failed_age, f.event_type),
+        make_preview=lambda: loaders.preview_prune(
+            ctx.db, done_older_than=done_age, failed_older_than=failed_age, event_type=f.event_type
+        ),
+        preview_label="Preview prune",
+        noun="prune",
+        sample_columns=["id", "event_type", "event_key", "status", "processed_at"],
+        details=prune_counts,
+    )
+
+with audit:
+    entries = loaders.audit(ctx.db)
+    if entries:
+        st.dataframe(
+            format.table(
+                [{**row, "filter": json.dumps(row["filter"], sort_keys=True)} for row in entries],
+                [
+                    "at",
+                    "actor",
+                    "action",
+                    "affected_count",
+                    "filter",
+                    "first_ids",
+                    "ids_recorded",
+                    "run_id",
+                ],
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    else:
+        st.caption("No action has been taken yet.")

@@ -1,0 +1,186 @@
+"""Events: search the outbox, page through it by keyset, open one event and its aggregate."""
+
+import streamlit as st
+
+from outbox_monitor.events import STATUSES
+from outbox_monitor.ui import format, inputs, loaders, state
+
+PAGE_SIZE = 50
+ANY_STATUS = "any"
+CURSOR = "events.cursor"
+SIGNATURE = "events.signature"
+LIST_COLUMNS = [
+    "id",
+    "event_type",
+    "status",
+    "attempts",
+    "event_key",
+    "aggregate_type",
+    "aggregate_id",
+    "created_at",
+    "processed_at",
+    "locked_by",
+    "last_error",
+]
+
+ctx = state.context()
+f = ctx.filters
+st.title("Events")
+
+search = st.columns(3)
+event_key = search[0].text_input("Event key", key="event_key", bind="query-params")
+aggregate_type = search[1].text_input("Aggregate type", key="aggregate_type", bind="query-params")
+aggregate_id = search[2].text_input("Aggregate id", key="aggregate_id", bind="query-params")
+search = st.columns(3)
+status = search[0].selectbox("Status", [ANY_STATUS, *STATUSES], key="status", bind="query-params")
+since_text = search[1].text_input(
+    "Created since",
+    key="since",
+    bind="query-params",
+    placeholder="2h, 30m or 2026-11-29T10:00:00Z",
+)
+until_text = search[2].text_input(
+    "Created until", key="until", bind="query-params", placeholder="empty = now"
+)
+st.caption(f"Event type: {'`' + f.event_type + '`' if f.event_type else 'all'} (sidebar filter).")
+
+now = loaders.database_now(ctx.db) if (since_text or until_text) else None
+try:
+    since = inputs.parse_time(since_text, now)
+    until = inputs.parse_time(until_text, now)
+except ValueError as error:
+    st.error(f"Time range: {error}", icon=":material/error:")
+    st.stop()
+
+filters = {
+    "event_key": event_key.strip() or None,
+    "aggregate_type": aggregate_type.strip() or None,
+    "aggregate_id": aggregate_id.strip() or None,
+    "event_type": f.event_type,
+    "status": None if status in (None, ANY_STATUS) else status,
+    "since": since,
+    "until": until,
+}
+# the typed text, not the parsed times: "2h" must not reset the pages at every rerun
+signature = (
+    *sorted((k, str(v)) for k, v in filters.items() if k not in ("since", "until")),
+    since_text,
+    until_text,
+)
+if st.session_state.get(SIGNATURE) != signature:
+    st.session_state[SIGNATURE] = signature
+    st.session_state[CURSOR] = []
+cursor: list[int] = st.session_state[CURSOR]
+
+# one row more than shown tells whether an older page exists
+fetched = loaders.events_page(
+    ctx.db, **filters, before_id=cursor[-1] if cursor else None, limit=PAGE_SIZE + 1
+)
+page_rows, has_older = fetched[:PAGE_SIZE], len(fetched) > PAGE_SIZE
+
+
+def show_older(last_id: int) -> None:
+    st.session_state[CURSOR] = [*st.session_state[CURSOR], last_id]
+
+
+def show_newest() -> None:
+    st.session_state[CURSOR] = []
+
+
+position = f"page {len(cursor) + 1}" + (" (newest)" if not cursor else "")
+st.caption(f"{len(page_rows)} events, newest id first · {position}")
+selection = st.dataframe(
+    format.table(page_rows, LIST_COLUMNS),
+    hide_index=True,
+    width="stretch",
+    on_select="rerun",
+    selection_mode="single-row",
+    key="events.table",
+)
+buttons = st.columns([1, 1, 6])
+buttons[0].button(
+    "Newest", key="events.newest", on_click=show_newest, disabled=not cursor, width="stretch"
+)
+buttons[1].button(
+    "Older",
+    key="events.older",
+    on_click=show_older,
+    args=(page_rows[-1]["id"] if page_rows else 0,),
+    disabled=not has_older,
+    width="stretch",
+)
+
+st.divider()
+st.subheader("Event detail")
+typed_id = st.text_input(
+    "Event id",
+    key="id",
+    bind="query-params",
+    help="Select a row above, or type an id (…/events?id=123 links here).",
+)
+selected_rows = [i for i in (selection.selection.rows if selection else []) if i < len(page_rows)]
+try:
+    detail_id = page_rows[selected_rows[0]]["id"] if selected_rows else inputs.parse_id(typed_id)
+except ValueError as error:
+    st.error(str(error), icon=":material/error:")
+    st.stop()
+if detail_id is None:
+    st.caption("Select an event to see its payload, error, timestamps and aggregate timeline.")
+    st.stop()
+
+detail = loaders.event(ctx.db, detail_id)
+if detail is None:
+    st.warning(f"No event with id {detail_id}.", icon=":material/search_off:")
+    st.stop()
+
+st.markdown(
+    f"**{detail['id']}** · `{detail['event_type']}` · status **{detail['status']}** · "
+    f"attempts **{detail['attempts']}**"
+)
+fields = {
+    "event_key": detail["event_key"],
+    "aggregate": f"{detail['aggregate_type']} {detail['aggregate_id']}",
+    "created_at": format.instant(detail["created_at"]),
+    "available_at": format.instant(detail["available_at"]),
+    "locked_at": format.instant(detail["locked_at"]),
+    "locked_by": detail["locked_by"] or format.NO_VALUE,
+    "processed_at": format.instant(detail["processed_at"]),
+    "payload size": format.size(detail["payload_bytes"]),
+}
+st.dataframe(
+    format.table([{"field": k, "value": v} for k, v in fields.items()]),
+    hide_index=True,
+    width="stretch",
+)
+if detail["last_error"]:
+    st.markdown("**last_error**")
+    st.code(detail["last_error"], language=None, wrap_lines=True)
+
+st.markdown("**payload**")
+if detail["payload_truncated"]:
+    st.warning(
+        f"The payload is {format.size(detail['payload_bytes'])}, past the 256 KiB shown "
+        "here: below are its first 262,144 characters, unformatted. Download it whole.",
+        icon=":material/content_cut:",
+    )
+    st.code(detail["payload_head"], language="json", wrap_lines=True)
+    st.download_button(
+        f"Download full payload ({format.size(detail['payload_bytes'])})",
+        data=lambda: loaders.event_payload(ctx.db, detail_id) or "",
+        file_name=f"event-{detail_id}-payload.json",
+        mime="application/json",
+        key="events.download",
+    )
+else:
+    st.code(detail["payload_pretty"], language="json")
+
+st.subheader(f"Timeline of {detail['aggregate_type']} {detail['aggregate_id']}")
+timeline = loaders.timeline(ctx.db, detail["aggregate_type"], detail["aggregate_id"])
+st.dataframe(
+    format.table(
+        [{"": "▶" if row["id"] == detail_id else "", **row} for row in timeline],
+        ["", "id", "created_at", "event_type", "status", "attempts", "processed_at", "last_error"],
+    ),
+    hide_index=True,
+    width="stretch",
+)

@@ -1,0 +1,160 @@
+"""Overview: SLO-coloured tiles and charts of the outbox, refreshed live."""
+
+import streamlit as st
+
+from outbox_monitor.ui import banners, charts, format, loaders, slo, state
+
+ctx = state.context()
+st.title("Overview")
+
+missing = loaders.missing_indexes(ctx.db)
+if missing:
+    st.warning(
+        "Recommended index missing on "
+        f"`{ctx.db.table_name}`: "
+        + "; ".join(missing)
+        + ". Those figures scan the table until it exists. Fix: run `outbox-monitor init-db` "
+        "(it only creates what is absent, with CREATE INDEX CONCURRENTLY).",
+        icon=":material/warning:",
+    )
+
+
+def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: str) -> None:
+    """One figure; coloured green/red against its SLO, plain when it has none."""
+    if judgement is None:
+        column.metric(label, value, help=help, border=True)
+    else:
+        column.metric(
+            label,
+            value,
+            delta=judgement.text,
+            delta_color=judgement.color,
+            delta_arrow="off",
+            help=help,
+            border=True,
+        )
+
+
+@st.fragment(run_every=ctx.filters.refresh)
+def live_figures() -> None:
+    with banners.guarded():
+        f = state.filters()
+        figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
+        failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)
+        latency = figures["latency_seconds"]
+        scope = f"event type `{f.event_type}`" if f.event_type else "all event types"
+        st.caption(
+            f"Updated at {format.instant(figures['now'])} (database time) · {scope} · "
+            f"window {f.window_label} · refreshes every {format.short_duration(f.refresh)}"
+        )
+
+        first = st.columns(4)
+        tile(
+            first[0],
+            "Queue depth",
+            format.count(figures["queue_depth"]),
+            slo.judge(slo.QUEUE_DEPTH, figures["queue_depth"]),
+            f"Pending rows due now. {figures['pending_total']:,} pending in total, "
+            f"{figures['scheduled_retries']:,} waiting in backoff.",
+        )
+        tile(
+            first[1],
+            "Oldest pending age",
+            format.duration(figures["oldest_pending_age_seconds"]),
+            slo.judge(slo.OLDEST_PENDING_AGE, figures["oldest_pending_age_seconds"]),
+            "Since the oldest pending row was created, including rows waiting in backoff.",
+        )
+        tile(
+            first[2],
+            "P95 latency",
+            format.duration(latency["p95"]),
+            slo.judge(slo.LATENCY_P95, latency["p95"]),
+            f"processed_at − created_at of rows done in the last {f.window_label}. "
+            f"P50 {format.duration(latency['p50'])}, P99 {format.duration(latency['p99'])}.",
+        )
+        tile(
+            first[3],
+            "Failed (24 h)",
+            format.count(failed_24h),
+            slo.judge(slo.FAILED_IN_WINDOW, failed_24h),
+            "Rows dead-lettered in the last 24 hours (by time of failure).",
+        )
+        second = st.columns(4)
+        tile(
+            second[0],
+            "Stuck locks",
+            format.count(figures["stuck_locks"]),
+            slo.judge(slo.STUCK_LOCKS, figures["stuck_locks"]),
+            f"Processing rows locked longer than the lock timeout "
+            f"({format.short_duration(figures['lock_timeout_seconds'])}); "
+            f"{figures['processing']:,} processing in total. Reap them on the Actions page.",
+        )
+        tile(
+            second[1],
+            "Processed / min",
+            format.per_minute(figures["processed_per_minute"]),
+            None,
+            f"Rows done in the last {f.window_label}, per minute.",
+        )
+        tile(
+            second[2],
+            "Created / min",
+            format.per_minute(figures["created_per_minute"]),
+            None,
+            f"Rows created in the last {f.window_label}, per minute.",
+        )
+        tile(
+            second[3],
+            f"Failed ({f.window_label})",
+            format.count(figures["failed_in_window"]),
+            None,
+            f"Rows dead-lettered in the last {f.window_label}.",
+        )
+
+        left, right = st.columns(2)
+        with left:
+            st.subheader("Queue depth over time")
+            samples = loaders.samples(ctx.db, window=f.window)
+            if samples:
+                st.altair_chart(charts.queue_depth(samples), width="stretch")
+            else:
+                st.info(
+                    "No samples yet — start `outbox-monitor scheduler` to record queue depth "
+                    "every few seconds.",
+                    icon=":material/schedule:",
+                )
+            st.subheader("Throughput over time")
+            series = loaders.throughput_series(ctx.db, window=f.window, event_type=f.event_type)
+            if series:
+                bucket = loaders.bucket_for(f.window)
+                st.altair_chart(charts.throughput(series, bucket), width="stretch")
+            else:
+                st.caption(f"No rows created or processed in the last {f.window_label}.")
+            st.subheader("Retry pressure")
+            if figures["attempts_histogram"]:
+                st.altair_chart(
+                    charts.attempts_histogram(figures["attempts_histogram"]), width="stretch"
+                )
+            else:
+                st.caption("No pending, processing or failed rows.")
+        with right:
+            st.subheader("Latency P50 / P95 over time")
+            latencies = loaders.latency_series(ctx.db, window=f.window, event_type=f.event_type)
+            if latencies:
+                st.altair_chart(charts.latency(latencies), width="stretch")
+            else:
+                st.caption(f"No rows done in the last {f.window_label}.")
+            st.subheader("Failures by event type")
+            if figures["failed_by_event_type"]:
+                st.altair_chart(
+                    charts.failures_by_event_type(figures["failed_by_event_type"]),
+                    width="stretch",
+                )
+                st.page_link(
+                    "pages/dead_letters.py", label="Open dead letters", icon=":material/report:"
+                )
+            else:
+                st.caption(f"No dead letters in the last {f.window_label}.")
+
+
+live_figures()

@@ -1,0 +1,117 @@
+"""Real-browser fixtures: a `streamlit run dashboard.py` server on this test's database, and
+headless Chromium (the system's /usr/bin/chromium, never a downloaded one)."""
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from outbox_monitor.pgcluster import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ACTOR = "browser-test"
+START_TIMEOUT_SECONDS = 30
+ELEMENT_TIMEOUT_MS = 20_000
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
+            return response.read() == b"ok"
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+@pytest.fixture
+def dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
+    """The dashboard served by ``streamlit run`` against this test's database; its base URL."""
+    port = free_port()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("OUTBOX_MONITOR_") and name != "DATABASE_URL"
+    }
+    env.update(HOME=str(home), OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_ACTOR=ACTOR)
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "dashboard.py"),
+        "--server.headless=true",
+        "--server.address=127.0.0.1",
+        f"--server.port={port}",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+        "--client.toolbarMode=minimal",
+    ]
+    log_path = tmp_path / "streamlit.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_SECONDS
+            while not _healthy(url):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"streamlit did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.2)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    # tall enough for a whole page: Streamlit scrolls inside its own container, so a
+    # full-page screenshot only holds the viewport
+    context = browser.new_context(viewport={"width": 1400, "height": 2000})
+    context.set_default_timeout(ELEMENT_TIMEOUT_MS)
+    tab = context.new_page()
+    yield tab
+    context.close()
+
+
+@pytest.fixture
+def screenshot(page: Page):
+    """``screenshot("overview")`` saves the page to test-artifacts/screenshots/overview.png."""
+
+    def save(name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return save

@@ -1,0 +1,108 @@
+"""Actions page: reap, replay by filter and prune through the UI, and the audit log."""
+
+PAGE = "actions"
+DAY = 86400
+ACTOR = "ui-test"  # set by the open_page fixture
+
+
+def test_stuck_locks_listed_then_reaped(open_page, rows):
+    stuck = rows.add(
+        status="processing",
+        created_ago=1800,
+        locked_ago=20 * 60,
+        locked_by="n8n-7:wf-12",
+        attempts=2,
+    )
+    fresh = rows.add(status="processing", created_ago=120, locked_ago=60, locked_by="n8n-1:wf-12")
+
+    at = open_page(PAGE)
+    sample = at.dataframe[0].value
+    assert [int(i) for i in sample["id"]] == [stuck]
+    assert list(sample["locked_by"]) == ["n8n-7:wf-12"]
+    assert sample["lock_age"][0].startswith("20m")
+    assert any("**1** row would be reaped" in m.value for m in at.markdown)
+
+    at.button(key="actions.reap.confirm").click().run()
+
+    assert not at.exception
+    assert any("Reaped 1 row; 0 were acked or re-claimed meanwhile." in s.value for s in at.success)
+    row = rows.get(stuck)
+    assert (row["status"], row["attempts"], row["locked_by"]) == ("pending", 3, None)
+    assert row["last_error"].startswith("lock expired: claimed by n8n-7:wf-12")
+    assert rows.get(fresh)["status"] == "processing"
+    assert any("Nothing to reap" in i.value for i in at.info)
+    audit = at.dataframe[-1].value
+    assert list(audit["action"]) == ["reap"]
+    assert list(audit["actor"]) == [ACTOR]
+    assert list(audit["affected_count"]) == [1]
+    assert list(audit["first_ids"]) == [str(stuck)]
+
+
+def test_replay_by_event_type_and_failure_time(open_page, rows):
+    recent = rows.add(
+        event_type="invoice.sent", status="failed", processed_ago=3600, last_error="e"
+    )
+    old = rows.add(
+        event_type="invoice.sent", status="failed", processed_ago=2 * DAY, last_error="e"
+    )
+    other = rows.add(event_type="order.paid", status="failed", processed_ago=60, last_error="e")
+
+    at = open_page(PAGE, event_type="invoice.%")
+    at.text_input(key="actions.since").set_value("24h").run()
+    at.button(key="actions.replay.preview_button").click().run()
+    assert any("**1** row would be replayed" in m.value for m in at.markdown)
+    at.button(key="actions.replay.confirm").click().run()
+
+    assert any("Replayed 1 row; 0 were no longer failed." in s.value for s in at.success)
+    assert rows.get(recent)["status"] == "pending"
+    assert rows.get(old)["status"] == "failed"
+    assert rows.get(other)["status"] == "failed"
+
+
+def test_replay_without_a_selection_is_refused_inline(open_page, rows):
+    failed = rows.add(status="failed", processed_ago=60, last_error="e")
+
+    at = open_page(PAGE)
+    at.button(key="actions.replay.preview_button").click().run()
+
+    assert any("a replay needs a selection" in e.value for e in at.error)
+    assert any("'%'" in i.value for i in at.info)
+    assert at.get("tab")  # the rest of the page still rendered
+    assert rows.get(failed)["status"] == "failed"
+    assert not at.exception
+
+
+def test_prune_preview_counts_then_delete(open_page, rows, conn):
+    done_old = [rows.add(status="done", created_ago=41 * DAY, processed_ago=40 * DAY) for _ in "ab"]
+    done_recent = rows.add(status="done", created_ago=11 * DAY, processed_ago=10 * DAY)
+    failed_old = rows.add(status="failed", created_ago=101 * DAY, processed_ago=100 * DAY)
+    failed_recent = rows.add(status="failed", created_ago=51 * DAY, processed_ago=50 * DAY)
+    pending_old = rows.add(status="pending", created_ago=200 * DAY)
+
+    at = open_page(PAGE)
+    at.button(key="actions.prune.preview_button").click().run()
+    assert any("**3** rows would be deleted" in m.value for m in at.markdown)
+    assert any(
+        "done: **2** rows older than 30 days · failed: **1** row older than 90 days" in m.value
+        for m in at.markdown
+    )
+    at.button(key="actions.prune.confirm").click().run()
+
+    assert any("Deleted 3 rows; 0 no longer matched." in s.value for s in at.success)
+    left = {r["id"] for r in conn.execute("SELECT id FROM integration_outbox").fetchall()}
+    assert left == {done_recent, failed_recent, pending_old}
+    assert not set(done_old) & left
+    assert failed_old not in left
+
+
+def test_prune_of_one_status_only(open_page, rows):
+    rows.add(status="done", created_ago=41 * DAY, processed_ago=40 * DAY)
+    failed_old = rows.add(status="failed", created_ago=101 * DAY, processed_ago=100 * DAY)
+
+    at = open_page(PAGE)
+    at.checkbox(key="actions.prune_done").uncheck().run()
+    at.button(key="actions.prune.preview_button").click().run()
+
+    assert any("**1** row would be deleted" in m.value for m in at.markdown)
+    at.button(key="actions.prune.confirm").click().run()
+    assert rows.get(failed_old) is None

@@ -1,0 +1,121 @@
+"""Events page on seeded rows: search, keyset pages, the detail view and the timeline."""
+
+import json
+
+import streamlit as st
+
+PAGE = "events"
+
+
+def listed_ids(at) -> list[int]:
+    return [int(i) for i in at.dataframe(key="events.table").value["id"]]
+
+
+def test_keyset_pages_older_and_newest(open_page, rows):
+    added = [rows.add(created_ago=1000 - n) for n in range(55)]
+
+    at = open_page(PAGE)
+    assert listed_ids(at) == added[::-1][:50]
+    assert at.button(key="events.newest").disabled
+
+    at.button(key="events.older").click().run()
+    assert listed_ids(at) == added[4::-1]
+    assert at.button(key="events.older").disabled  # 5 < 50: no older page
+
+    at.button(key="events.newest").click().run()
+    assert listed_ids(at) == added[::-1][:50]
+    assert not at.exception
+
+
+def test_search_filters_from_url_and_inputs(open_page, rows):
+    old = rows.add(event_type="order.paid", created_ago=3 * 3600, aggregate=("order", "7"))
+    failed = rows.add(event_type="order.paid", status="failed", processed_ago=60, last_error="e")
+    invoice = rows.add(event_type="invoice.sent", created_ago=120, event_key="inv-1")
+
+    at = open_page(PAGE, status="failed")
+    assert listed_ids(at) == [failed]
+
+    at = open_page(PAGE, event_type="order.%")
+    assert listed_ids(at) == [failed, old]
+    at.text_input(key="since").set_value("2h").run()
+    assert listed_ids(at) == [failed]
+
+    at = open_page(PAGE, aggregate_type="order", aggregate_id="7")
+    assert listed_ids(at) == [old]
+    at = open_page(PAGE, event_key="inv-1")
+    assert listed_ids(at) == [invoice]
+    at = open_page(PAGE, since="yesterday")
+    assert any("Time range" in e.value for e in at.error)
+    assert not at.exception
+
+
+def test_detail_shows_payload_error_timestamps_and_timeline(open_page, rows):
+    first = rows.add(aggregate=("order", "42"), created_ago=600, status="done", processed_ago=590)
+    payload = {"order": 42, "amount": {"value": 1999, "currency": "EUR"}}
+    shown = rows.add(
+        aggregate=("order", "42"),
+        created_ago=300,
+        status="failed",
+        processed_ago=200,
+        attempts=4,
+        last_error="HTTP 500 from stripe: upstream timeout",
+        payload=payload,
+        event_key="order.paid:42:pay_9",
+    )
+    later = rows.add(aggregate=("order", "42"), created_ago=100, event_type="order.refunded")
+    rows.add(aggregate=("order", "43"), created_ago=100)
+
+    at = open_page(PAGE, id=str(shown))
+
+    assert not at.exception
+    codes = [c.value for c in at.code]
+    assert "HTTP 500 from stripe: upstream timeout" in codes
+    assert any(json.loads(c) == payload for c in codes if c.startswith("{"))
+    fields = dict(zip(at.dataframe[1].value["field"], at.dataframe[1].value["value"], strict=True))
+    assert fields["event_key"] == "order.paid:42:pay_9"
+    assert fields["aggregate"] == "order 42"
+    assert fields["processed_at"] == rows.at(200).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert fields["locked_at"] == "–"
+    assert any("attempts **4**" in m.value for m in at.markdown)
+    timeline = at.dataframe[2].value
+    assert [int(i) for i in timeline["id"]] == [first, shown, later]
+    assert list(timeline[""]) == ["", "▶", ""]
+
+
+def test_big_payload_is_truncated_with_size_and_download(open_page, rows):
+    row_id = rows.add(payload={"blob": "z" * 300_000})  # 300,012 bytes of JSON text
+
+    at = open_page(PAGE, id=str(row_id))
+
+    assert any("293.0 KiB" in w.value and "256 KiB" in w.value for w in at.warning)
+    (head,) = [c.value for c in at.code if c.value.startswith('{"blob"')]
+    assert len(head) == 262_144
+    assert at.get("download_button")
+    assert not at.exception
+
+
+def test_unknown_and_huge_ids(open_page, rows):
+    big = rows.add(id=2**53 + 1)
+
+    at = open_page(PAGE, id=str(2**53))
+    assert any("No event with id 9007199254740992" in w.value for w in at.warning)
+
+    st.cache_data.clear()
+    at = open_page(PAGE, id=str(big))
+    assert any(f"**{2**53 + 1}**" in m.value for m in at.markdown)
+    assert listed_ids(at) == [big]
+
+
+def test_exactly_one_page_has_no_older_and_relative_since_keeps_the_cursor(open_page, rows):
+    fifty = [rows.add(created_ago=600 - n) for n in range(50)]
+
+    at = open_page(PAGE)
+    assert listed_ids(at) == fifty[::-1]
+    assert at.button(key="events.older").disabled  # 50 rows: no empty "older" page
+
+    late = rows.add(created_ago=3 * 3600)  # highest id, oldest created_at: pages go by id
+    at = open_page(PAGE, since="4h")
+    assert listed_ids(at)[0] == late
+    at.button(key="events.older").click().run()
+    at.run()  # a rerun must not reset the pages although "4h" moves with the clock
+    assert listed_ids(at) == fifty[0:1]
