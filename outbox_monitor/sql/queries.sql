@@ -469,3 +469,37 @@ FROM {table}
 WHERE status = 'failed' {and_filters}
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+
+-- ===================================================================== simulator (demo traffic)
+
+-- name: simulate_backoff_schedule
+-- The base retry delay (seconds) of each attempt number, from the shared SQL function.
+SELECT n AS attempts, extract(epoch FROM outbox_monitor.backoff_base(n))::float8 AS seconds
+FROM generate_series(1, %(max_attempts)s) AS n
+ORDER BY n;
+
+-- name: simulate_backfill_copy
+-- Stream simulated history into the outbox (binary COPY, oldest first: ids follow created_at).
+COPY {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status, attempts,
+              available_at, locked_at, locked_by, last_error, created_at, processed_at)
+FROM STDIN (FORMAT BINARY);
+
+-- name: simulate_backfill_samples
+-- Bulk insert of the samples the sampler would have recorded during the simulated history.
+INSERT INTO outbox_monitor.samples (
+    table_name, sampled_at, queue_depth, pending_total, scheduled_retries, processing,
+    stuck_locks, failed_in_window, oldest_pending_age_seconds, latency_p50_seconds,
+    latency_p95_seconds)
+SELECT %(table_name)s, now() + make_interval(secs => s.sampled_in), s.queue_depth,
+       s.pending_total, s.scheduled_retries, s.processing, s.stuck_locks, s.failed_in_window,
+       s.oldest_pending_age_seconds, s.latency_p50_seconds, s.latency_p95_seconds
+FROM unnest(%(sampled_in)s::float8[], %(queue_depth)s::bigint[],
+            %(pending_total)s::bigint[], %(scheduled_retries)s::bigint[],
+            %(processing)s::bigint[], %(stuck_locks)s::bigint[], %(failed_in_window)s::bigint[],
+            %(oldest_pending_age_seconds)s::float8[], %(latency_p50_seconds)s::float8[],
+            %(latency_p95_seconds)s::float8[])
+     AS s(sampled_in, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
+          failed_in_window, oldest_pending_age_seconds, latency_p50_seconds,
+          latency_p95_seconds)
+ON CONFLICT (table_name, sampled_at) DO NOTHING;

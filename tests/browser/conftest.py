@@ -3,7 +3,6 @@ headless Chromium (the system's /usr/bin/chromium, never a downloaded one)."""
 
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from outbox_monitor.pgcluster import free_port
+from outbox_monitor.serve import streamlit_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -52,19 +52,7 @@ def dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
         if not name.startswith("OUTBOX_MONITOR_") and name != "DATABASE_URL"
     }
     env.update(HOME=str(home), OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_ACTOR=ACTOR)
-    command = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(ROOT / "dashboard.py"),
-        "--server.headless=true",
-        "--server.address=127.0.0.1",
-        f"--server.port={port}",
-        "--browser.gatherUsageStats=false",
-        "--server.fileWatcherType=none",
-        "--client.toolbarMode=minimal",
-    ]
+    command = streamlit_command(address="127.0.0.1", port=port)
     log_path = tmp_path / "streamlit.log"
     with log_path.open("w") as log:
         server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -121,11 +121,15 @@ def test_error_groups_normalise_variable_parts_and_keep_status_codes(db, rows):
     failed("crm.upsert", "HTTP 500 upstream 'svc-a' failed for 9f8e7d6c5b4a")
     failed("crm.upsert", 'HTTP 500 upstream "svc-b" failed for 0a1b2c3d4e5f6a7b')
     failed("order.paid", "timeout for order 3fa85f64-5717-4562-b3fc-2c963f66afa6")
+    failed("order.paid", "no route req_deadbeef for order 20261129")
+    failed("order.paid", "no route req_cafebabe01 for order 20261130")
     groups = {g["group_id"]: g for g in metrics.error_groups(db)}
     key_401 = _group_id("crm.upsert", "HTTP 401 invalid API key for account <n>")
     key_500 = _group_id("crm.upsert", "HTTP 500 upstream <str> failed for <hex>")
     key_uuid = _group_id("order.paid", "timeout for order <uuid>")
-    assert set(groups) == {key_401, key_500, key_uuid}
+    key_route = _group_id("order.paid", "no route req_<hex> for order <n>")
+    assert set(groups) == {key_401, key_500, key_uuid, key_route}
+    assert groups[key_route]["failed"] == 2
     assert groups[key_401]["failed"] == 2
     assert groups[key_401]["fingerprint"] == "HTTP 401 invalid API key for account <n>"
     assert groups[key_401]["sample_error"].endswith("67890")  # newest row's error

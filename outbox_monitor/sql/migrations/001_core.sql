@@ -52,7 +52,7 @@ $$;
 
 -- SPEC §2 error fingerprint: uuids, quoted values, hex runs of >= 8 and digit runs of >= 4
 -- become placeholders; 3-digit HTTP status codes stay, so a 401 and a 500 group apart.
--- A hex run must mix digits and letters (an id); an all-digit run is a number (<n>).
+-- A hex run has at least one letter a-f; an all-digit run is a number (<n>).
 CREATE FUNCTION outbox_monitor.normalize_error(p_error text)
 RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT btrim(
@@ -64,7 +64,7 @@ RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
             '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}',
             '<uuid>', 'g'),
             '"[^"]*"|''[^'']*''', '<str>', 'g'),
-            '(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}',
+            '(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}',
             '<hex>', 'g'),
             '[0-9]{4,}', '<n>', 'g'))
 $$;

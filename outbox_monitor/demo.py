@@ -1,0 +1,197 @@
+"""``outbox-monitor demo``: a throwaway Postgres, realistic traffic, the scheduler, the dashboard.
+
+Everything runs in this process (simulator and scheduler in threads) plus one Streamlit
+child; Ctrl-C (or SIGTERM) stops all of it and deletes the temporary cluster.
+"""
+
+import contextlib
+import logging
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm
+from outbox_monitor.schema import init_db
+from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.simulate import (
+    DEFAULT_CRASH_EVERY,
+    PERMANENT_EVENT_TYPE,
+    SLOW_EVENT_TYPE,
+    TRANSIENT_ERROR_RATE,
+    run_simulation,
+)
+
+log = logging.getLogger(__name__)
+
+DEMO_ADDRESS = "127.0.0.1"
+DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch
+# A worker crash becomes a stuck lock after this long: 5 min instead of 15 so that the
+# crashes of a demo session show up while it runs (the simulated batches take seconds).
+DEMO_LOCK_TIMEOUT = 300.0
+DEMO_BACKFILL = 3600.0
+START_TIMEOUT = 120.0
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind((DEMO_ADDRESS, port))
+        except OSError:
+            raise OutboxMonitorError(
+                f"port {port} on {DEMO_ADDRESS} is already in use",
+                hint=f"Stop what is listening there, or pick another port: "
+                f"`outbox-monitor demo --port {port + 1}`.",
+            ) from None
+
+
+@contextlib.contextmanager
+def _ignoring_sigint():
+    """Let cleanup finish even if Ctrl-C is pressed again (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _banner(
+    *,
+    url: str,
+    dsn: str,
+    folder: str,
+    seconds: float,
+    rate: float,
+    workers: int,
+    backfilled: dict[str, Any],
+) -> str:
+    crash_minutes = DEFAULT_CRASH_EVERY / workers / 60
+    return "\n".join(
+        (
+            "",
+            f"outbox-monitor demo is up (started in {seconds:.1f} s)",
+            f"  dashboard  {url}",
+            f"  database   {dsn}",
+            f"             psql '{dsn}'",
+            f"  data       {folder} (deleted when the demo stops)",
+            f"  traffic    ≈{rate:g} events/s, {workers} workers; "
+            f"{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
+            f"  faults     {PERMANENT_EVENT_TYPE} dead-letters (HTTP 401, bad API key); "
+            f"~{TRANSIENT_ERROR_RATE:.0%} transient errors retried with backoff;",
+            f"             {SLOW_EVENT_TYPE} is slow; a worker crash every ~{crash_minutes:.1f} "
+            f"min leaves stuck locks (lock timeout {DEMO_LOCK_TIMEOUT / 60:g} min)",
+            "Ctrl-C to stop.",
+            "",
+        )
+    )
+
+
+def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
+    """Run the whole product on a throwaway database until Ctrl-C or SIGTERM.
+
+    Starts a ``TemporaryCluster``, runs ``init_db``, the traffic simulator (background
+    thread, with one hour of backfilled history), the scheduler (background, a sample
+    every 5 s) and the dashboard on ``127.0.0.1:port``; prints a banner with the URL, the
+    DSN and the start-up time (from the call to the dashboard answering its health check).
+
+    Args:
+        port: the dashboard's port.
+        rate: mean events per second of the simulated app.
+        workers: simulated worker threads.
+
+    Returns:
+        ``0`` when stopped by Ctrl-C or SIGTERM; the dashboard's exit code if it died.
+
+    Raises:
+        PostgresNotFound: no PostgreSQL server binaries; the message says how to get them.
+        OutboxMonitorError: the port is taken, or a part failed to start (with its output).
+    """
+    started = time.monotonic()
+    _check_port_free(port)
+    cluster = TemporaryCluster()
+    stop, ready = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+    db = scheduler = process = simulator = output = None
+
+    def on_ready(backfilled: dict[str, Any]) -> None:
+        outcome["backfill"] = backfilled
+        ready.set()
+
+    def simulate() -> None:
+        try:
+            outcome.update(
+                run_simulation(
+                    settings,
+                    rate=rate,
+                    workers=workers,
+                    backfill=DEMO_BACKFILL,
+                    stop_event=stop,
+                    on_ready=on_ready,
+                )
+            )
+        except Exception as error:
+            outcome["error"] = error
+            ready.set()
+
+    try:
+        with interrupt_on_sigterm():
+            cluster.start()
+            settings = load_settings(
+                dsn=cluster.dsn,
+                sample_interval=DEMO_SAMPLE_INTERVAL,
+                lock_timeout=DEMO_LOCK_TIMEOUT,
+            )
+            db = Database(settings)
+            init_db(db)
+            log_path = cluster.root / "dashboard.log"
+            output = log_path.open("wb")
+            process = start_dashboard(settings, address=DEMO_ADDRESS, port=port, output=output)
+            simulator = threading.Thread(target=simulate, name="simulator", daemon=True)
+            simulator.start()
+            if not ready.wait(START_TIMEOUT) or "error" in outcome:
+                raise OutboxMonitorError(
+                    f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
+                )
+            scheduler = build_scheduler(db, blocking=False)
+            scheduler.start()
+            wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)
+            print(
+                _banner(
+                    url=f"http://{DEMO_ADDRESS}:{port}",
+                    dsn=cluster.dsn,
+                    folder=str(cluster.root),
+                    seconds=time.monotonic() - started,
+                    rate=rate,
+                    workers=workers,
+                    backfilled=outcome["backfill"],
+                ),
+                flush=True,
+            )
+            while process.poll() is None:
+                time.sleep(0.5)
+            print(f"the dashboard exited with code {process.returncode}; stopping", flush=True)
+            return process.returncode or 1
+    except KeyboardInterrupt:
+        print("\nstopping the demo…", flush=True)
+        return 0
+    finally:
+        with _ignoring_sigint():
+            stop.set()
+            stop_process(process)
+            if scheduler is not None and scheduler.running:
+                scheduler.shutdown(wait=True)
+            if simulator is not None:
+                simulator.join(30)
+            if db is not None:
+                db.close()
+            if output is not None:
+                output.close()
+            cluster.stop()

@@ -1,0 +1,180 @@
+"""The demo end to end (throwaway cluster, traffic, scheduler, dashboard) and serve.py."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from outbox_monitor.config import ENV_PREFIX, load_settings
+from outbox_monitor.demo import run_demo
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.pgcluster import free_port
+from outbox_monitor.serve import settings_environment, streamlit_command
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_streamlit_command_serves_the_repo_dashboard_headless():
+    command = streamlit_command(address="127.0.0.1", port=8765)
+    assert command[:4] == [sys.executable, "-m", "streamlit", "run"]
+    assert command[4] == str(REPO / "dashboard.py")
+    assert "--server.headless=true" in command
+    assert "--server.address=127.0.0.1" in command and "--server.port=8765" in command
+    assert "--browser.gatherUsageStats=false" in command
+    assert "--server.fileWatcherType=none" in command
+
+
+def test_settings_reach_the_dashboard_process_unchanged(monkeypatch):
+    settings = load_settings(
+        dsn="postgresql://u@h:5/d",
+        table="ops.outbox",
+        lock_timeout="5m",
+        window="6h",
+        sample_interval=5,
+        max_attempts=7,
+        actor="alice",
+    )
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX) or name == "DATABASE_URL":
+            monkeypatch.delenv(name)
+    for name, value in settings_environment(settings).items():
+        monkeypatch.setenv(name, value)
+    assert load_settings() == settings
+
+
+def test_demo_refuses_a_port_in_use_before_starting_anything():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(OutboxMonitorError, match=f"port {port} .* already in use"):
+            run_demo(port=port)
+
+
+def _read_lines(stream, lines: list[str]) -> None:
+    for line in stream:
+        lines.append(line)
+
+
+def _wait_for(lines: list[str], text: str, process, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        output = "".join(lines)
+        if text in output:
+            return output
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"no {text!r} in the demo's output:\n{''.join(lines)}")
+
+
+def _count(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(query).fetchone()[0]
+
+
+def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env["HOME"] = str(tmp_path)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from outbox_monitor.demo import run_demo; "
+            f"sys.exit(run_demo(port={port}, rate=10, workers=2))",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
+    reader.start()
+    try:
+        output = _wait_for(lines, "Ctrl-C to stop", process, timeout=90)
+        startup = float(re.search(r"started in ([\d.]+) s", output).group(1))
+        assert startup < 60
+        dsn = re.search(r"database\s+(postgresql://\S+)", output).group(1)
+        folder = Path(re.search(r"data\s+(\S+) \(deleted", output).group(1))
+        assert folder.is_dir()
+        assert f"http://127.0.0.1:{port}" in output
+
+        url = f"http://127.0.0.1:{port}/_stcore/health"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert response.read().decode() == "ok"
+
+        # one hour of history at 10 events/s, then live traffic keeps coming
+        history = _count(dsn, "SELECT count(*) FROM integration_outbox")
+        assert history > 0.9 * 10 * 3600
+        assert _count(dsn, "SELECT count(*) FROM integration_outbox WHERE status = 'failed'")
+        deadline = time.monotonic() + 15
+        while _count(dsn, "SELECT count(*) FROM integration_outbox") <= history:
+            assert time.monotonic() < deadline, "no live traffic"
+            time.sleep(0.5)
+        # the scheduler records samples beside the backfilled ones (every 5 s in the demo)
+        recent = (
+            "SELECT count(*) FROM outbox_monitor.samples"
+            " WHERE sampled_at > now() - interval '30 seconds'"
+        )
+        assert _count(dsn, recent) >= 1
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(60)
+        reader.join(5)
+        process.stdout.close()
+    assert code == 0, "".join(lines)
+    assert "stopping the demo" in "".join(lines)
+    assert not folder.exists()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(dsn, connect_timeout=2).close()
+
+
+def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(HOME=str(tmp_path), OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_SAMPLE_INTERVAL="1")
+    code = (
+        "import sys; from outbox_monitor.config import load_settings; "
+        "from outbox_monitor.serve import run_dashboard; "
+        f"sys.exit(run_dashboard(load_settings(), port={port}, with_scheduler=True))"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/_stcore/health"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, "run_dashboard exited early"
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.read().decode() == "ok":
+                        break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard never answered"
+                time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while _count(dsn, "SELECT count(*) FROM outbox_monitor.samples") < 2:
+            assert time.monotonic() < deadline, "the in-process scheduler recorded no samples"
+            time.sleep(0.3)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=2).close()

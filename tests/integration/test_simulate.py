@@ -1,0 +1,152 @@
+"""The traffic simulator: live workers and the backfill, checked through SPEC §2 figures."""
+
+import re
+import threading
+
+import pytest
+
+from outbox_monitor import metrics
+from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.outbox import PermanentError
+from outbox_monitor.simulate import (
+    EVENT_MIX,
+    PERMANENT_EVENT_TYPE,
+    TrafficGenerator,
+    attempt_fault,
+    backfill_history,
+    recorded_error,
+    run_simulation,
+)
+
+FAILING_TYPES = {PERMANENT_EVENT_TYPE, "notification.email"}  # 401 and bounces
+WORKER_ID = re.compile(r"^sim-worker-\d+@\S+$")
+
+
+def test_the_same_seed_gives_the_same_traffic_and_faults():
+    first, second = TrafficGenerator(11), TrafficGenerator(11)
+    events = [first.next_event() for _ in range(300)]
+    assert events == [second.next_event() for _ in range(300)]
+    assert len({event.event_key for event in events}) == 300
+    assert {event.event_type for event in events} == {kind.event_type for kind in EVENT_MIX}
+    paid = next(event for event in events if event.event_type == "order.paid")
+    assert re.fullmatch(rf"order\.paid:{paid.aggregate_id}:pay_\d+", paid.event_key)
+    assert paid.aggregate_type == "order" and paid.payload["order_id"] == int(paid.aggregate_id)
+
+    crm = next(event for event in events if event.event_type == PERMANENT_EVENT_TYPE)
+    fault = attempt_fault(11, crm.event_type, crm.event_key, 0)
+    assert isinstance(fault, PermanentError) and str(fault).startswith("HTTP 401")
+    faults = [attempt_fault(11, "order.paid", f"order.paid:{n}:pay_{n}", 0) for n in range(4000)]
+    assert list(map(repr, faults)) == [
+        repr(attempt_fault(11, "order.paid", f"order.paid:{n}:pay_{n}", 0)) for n in range(4000)
+    ]
+    transient = [fault for fault in faults if fault is not None]
+    assert 0.03 < len(transient) / len(faults) < 0.05  # ~4 % of attempts
+    assert recorded_error(transient[0]).startswith("HTTPError: HTTP 503 from api.erp.example")
+
+
+def test_live_traffic_acks_retries_dead_letters_and_crashes(settings, db):
+    result = run_simulation(
+        settings, rate=60, workers=4, duration=5, backfill=0, seed=7, crash_every=2
+    )
+
+    window = 3600
+    status = metrics.status(db, window=window)
+    # every published row is in the table, counted once
+    assert status["created_per_minute"] * window / 60 == pytest.approx(result["published"])
+    assert result["published"] > 200
+    # done rows: exactly what the workers acked
+    assert status["processed_per_minute"] * window / 60 == pytest.approx(result["acked"])
+    assert result["acked"] > 50
+    # retried rows wait 30–33 s in backoff: all still scheduled, attempts = 1
+    assert status["scheduled_retries"] == result["retried"] > 0
+    assert result["retried"] < 0.15 * result["claimed"]
+    # dead letters: the permanently failing type (and bounced e-mails), counted by failure
+    failed = status["failed_by_event_type"]
+    assert failed[PERMANENT_EVENT_TYPE] > 0 and set(failed) <= FAILING_TYPES
+    assert status["failed_in_window"] == result["dead_lettered"]
+    groups = metrics.error_groups(db, event_type=PERMANENT_EVENT_TYPE)
+    assert len(groups) == 1
+    assert groups[0]["fingerprint"] == (
+        "HTTP 401 from api.crm.example: invalid API key (request req_<hex>)"
+    )
+    # crashed workers left their claimed batches locked; everything else was finished
+    assert result["crashes"] >= 1
+    assert status["processing"] == result["abandoned"] >= 1
+    with db.connection() as conn:
+        holders = {
+            row["locked_by"]
+            for row in conn.execute(
+                "SELECT DISTINCT locked_by FROM integration_outbox WHERE status = 'processing'"
+            )
+        }
+    assert holders and all(WORKER_ID.match(holder) for holder in holders)
+
+
+def test_backfill_looks_like_live_traffic(dsn):
+    settings = load_settings(dsn=dsn, lock_timeout="5m", sample_interval=15)
+    seconds, rate = 1200.0, 20.0  # one full period of the rate wave
+
+    backfilled = backfill_history(
+        settings, seconds=seconds, rate=rate, workers=4, seed=3, crash_every=120
+    )
+
+    with Database(settings) as db:
+        status = metrics.status(db, window=seconds + 60)
+        created = status["created_per_minute"] * (seconds + 60) / 60
+        assert created == pytest.approx(backfilled["rows"])
+        assert created == pytest.approx(rate * seconds, rel=0.05)
+        assert backfilled["rows"] == sum(
+            backfilled[key] for key in ("done", "failed", "pending", "processing")
+        )
+        # latency of done rows: the poll interval and handlers, a few retries
+        assert 0.2 < status["latency_seconds"]["p50"] < 1.5
+        assert status["latency_seconds"]["p50"] < status["latency_seconds"]["p95"] < 10
+        assert status["latency_seconds"]["p99"] > 30  # the retried rows (30 s backoff)
+        # dead letters: ≈ 5 % of the traffic is crm.upsert, all failing with HTTP 401
+        failed = status["failed_by_event_type"]
+        assert set(failed) <= FAILING_TYPES
+        assert failed[PERMANENT_EVENT_TYPE] == pytest.approx(0.05 * backfilled["rows"], rel=0.2)
+        assert status["failed_in_window"] == backfilled["failed"]
+        # retries still waiting in backoff, and crashes older than the lock timeout
+        assert status["scheduled_retries"] > 0
+        assert status["attempts_histogram"]["1"] > failed[PERMANENT_EVENT_TYPE]
+        assert status["processing"] == backfilled["processing"]
+        assert 0 < status["stuck_locks"] <= status["processing"]
+
+        samples = metrics.samples_series(db, window=seconds + 60)
+        assert len(samples) == backfilled["samples"] == int((seconds - 3) // 15)
+        last = samples[-1]
+        assert last["failed_in_window"] <= status["failed_in_window"]
+        assert last["failed_in_window"] >= status["failed_in_window"] - 3 * 15 * rate * 0.1
+        assert last["stuck_locks"] <= status["stuck_locks"]
+        assert max(sample["queue_depth"] for sample in samples) < 3 * rate
+        assert samples[0]["failed_in_window"] < last["failed_in_window"]  # window fills up
+
+
+def test_stop_event_ends_a_run_without_duration(settings, db):
+    stop, ready = threading.Event(), threading.Event()
+    results = []
+    thread = threading.Thread(
+        target=lambda: results.append(
+            run_simulation(
+                settings,
+                rate=40,
+                workers=2,
+                backfill=120,
+                seed=5,
+                stop_event=stop,
+                on_ready=lambda counts: ready.set(),
+                crash_every=None,
+            )
+        )
+    )
+    thread.start()
+    assert ready.wait(20), "backfill did not finish"
+    stop.wait(1.5)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    (result,) = results
+    assert result["backfill"]["rows"] > 0 and result["published"] > 0
+    assert metrics.processing(db) == 0  # no crash: every claimed batch was finished
