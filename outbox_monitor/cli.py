@@ -4,84 +4,20 @@ import json
 import logging
 import sys
 from collections.abc import Callable
-from datetime import date, datetime
-from decimal import Decimal
 from functools import wraps
 from typing import Any
 
 import click
 
 from outbox_monitor import actions, metrics, schema
+from outbox_monitor.alerts.commands import alerts, check
+from outbox_monitor.cli_support import DURATION, ROW_ID, emit_json, fail, open_checked, to_jsonable
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
-from outbox_monitor.durations import format_duration, parse_duration, parse_instant
+from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import OutboxMonitorError
 
-EXIT_ERROR = 1
 EXIT_NOT_CONFIRMED = 2
-BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
-
-
-class DurationType(click.ParamType):
-    """A duration option (``90s``, ``15m``, ``1h``, ``30d``) converted to seconds."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(value)
-        except ValueError as error:
-            self.fail(str(error), param, ctx)
-
-
-class RowIdType(click.ParamType):
-    """A row id given as text, anywhere in the bigint range (beyond 2^53 included)."""
-
-    name = "id"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            self.fail(f"expected an integer row id, got {value!r}", param, ctx)
-        if not BIGINT_MIN <= number <= BIGINT_MAX:
-            self.fail(f"{value} is outside the bigint range", param, ctx)
-        return number
-
-
-DURATION = DurationType()
-ROW_ID = RowIdType()
-
-
-def to_jsonable(value: Any) -> Any:
-    """Make query results JSON-safe: datetimes → ISO-8601, Decimal → float, ids stay ints
-    except in places that call ``str`` themselves (ids beyond 2^53 are strings there)."""
-    if isinstance(value, dict):
-        return {str(key): to_jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(item) for item in value]
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    return value
-
-
-def _emit_json(payload: dict[str, Any]) -> None:
-    click.echo(json.dumps(to_jsonable(payload), indent=2, sort_keys=False))
-
-
-def _fail(error: OutboxMonitorError, as_json: bool) -> None:
-    message = error.args[0] if error.args else type(error).__name__
-    if as_json:
-        _emit_json({"error": message, "hint": error.hint or None})
-    else:
-        click.secho(f"error: {message}", fg="red", err=True)
-        if error.hint:
-            click.echo(error.hint, err=True)
-    sys.exit(EXIT_ERROR)
 
 
 def common_options(command: Callable) -> Callable:
@@ -108,7 +44,7 @@ def common_options(command: Callable) -> Callable:
             settings = load_settings(dsn=dsn, table=table)
             return command(*args, settings=settings, as_json=as_json, **kwargs)
         except OutboxMonitorError as error:
-            _fail(error, as_json)
+            fail(error, as_json)
 
     return wrapper
 
@@ -151,7 +87,7 @@ def init_db_command(settings: Settings, as_json: bool, no_indexes: bool) -> None
         "schema_version": report.schema_version,
     }
     if as_json:
-        _emit_json(payload)
+        emit_json(payload)
         return
     nothing = not (report.created_tables or report.applied_migrations or report.created_indexes)
     click.echo(
@@ -161,16 +97,6 @@ def init_db_command(settings: Settings, as_json: bool, no_indexes: bool) -> None
         for item in payload[label]:
             click.echo(f"  {label.replace('_', ' ')}: {item}")
     click.echo(f"  schema version: {report.schema_version}")
-
-
-def _open_checked(settings: Settings) -> Database:
-    db = Database(settings)
-    try:
-        schema.check_outbox_table(db)
-    except BaseException:
-        db.close()
-        raise
-    return db
 
 
 @main.command()
@@ -186,12 +112,12 @@ def status(
     event_type: str | None,
 ) -> None:
     """Every SPEC §2 figure, exact (seconds as floats, null where none)."""
-    with _open_checked(settings) as db:
+    with open_checked(settings) as db:
         figures = metrics.status(
             db, window=window, lock_timeout=lock_timeout, event_type=event_type
         )
     if as_json:
-        _emit_json(figures)
+        emit_json(figures)
         return
     latency = figures["latency_seconds"]
     lines = [
@@ -259,7 +185,7 @@ def _run_action(
         _print_preview(preview)
     if dry_run or preview.matched == 0:
         if as_json:
-            _emit_json({**payload, "applied": False})
+            emit_json({**payload, "applied": False})
         elif preview.matched == 0:
             click.echo("Nothing to do.")
         return
@@ -267,7 +193,7 @@ def _run_action(
         if not sys.stdin.isatty():
             message = "no terminal to confirm on and no --yes: nothing changed"
             if as_json:
-                _emit_json({**payload, "applied": False, "error": message})
+                emit_json({**payload, "applied": False, "error": message})
             else:
                 click.echo(f"{message}. Re-run with --yes to apply.", err=True)
             sys.exit(EXIT_NOT_CONFIRMED)
@@ -295,7 +221,7 @@ def _run_action(
         "ids": [str(i) for i in result.ids],
     }
     if as_json:
-        _emit_json({**payload, **outcome})
+        emit_json({**payload, **outcome})
         return
     click.echo(
         f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
@@ -332,7 +258,7 @@ def reap(
 ) -> None:
     """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
     maximum attempts is dead-lettered instead."""
-    with _open_checked(settings) as db:
+    with open_checked(settings) as db:
         preview = actions.preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
         _run_action(db, preview, as_json=as_json, **options)
 
@@ -356,7 +282,7 @@ def replay(
     **options: Any,
 ) -> None:
     """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4)."""
-    with _open_checked(settings) as db:
+    with open_checked(settings) as db:
         now = db.fetch_one("db_now")["now"]
         try:
             bounds = [parse_instant(text, now) if text else None for text in (since, until)]
@@ -401,7 +327,7 @@ def prune(
 ) -> None:
     """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
     processing rows."""
-    with _open_checked(settings) as db:
+    with open_checked(settings) as db:
         preview = actions.preview_prune(
             db,
             done_older_than=done_older_than,
@@ -412,12 +338,19 @@ def prune(
 
 
 @main.command()
+@click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(dir_okay=False),
+    help="The alerts.yml (default: OUTBOX_MONITOR_RULES, ./alerts.yml, the shipped one).",
+)
 @common_options
-def scheduler(settings: Settings, as_json: bool) -> None:
-    """Run the background scheduler (sampler; alert evaluation later) until stopped."""
+def scheduler(settings: Settings, as_json: bool, rules_path: str | None) -> None:
+    """Run the background scheduler until stopped: sampler, alert evaluator and Slack
+    sender, each only in the process holding the leadership lock."""
     from outbox_monitor.scheduler import run_scheduler
 
-    run_scheduler(settings)
+    run_scheduler(settings, rules_path=rules_path)
 
 
 @main.command()
@@ -431,7 +364,7 @@ def dashboard(
     """Serve the Streamlit dashboard."""
     from outbox_monitor.serve import run_dashboard
 
-    with _open_checked(settings):
+    with open_checked(settings):
         pass
     sys.exit(run_dashboard(settings, address=address, port=port, with_scheduler=with_scheduler))
 
@@ -448,7 +381,7 @@ def demo(port: int, rate: float, workers: int) -> None:
     try:
         sys.exit(run_demo(port=port, rate=rate, workers=workers))
     except OutboxMonitorError as error:
-        _fail(error, as_json=False)
+        fail(error, as_json=False)
 
 
 @main.command()
@@ -474,9 +407,13 @@ def simulate(
     """Publish realistic traffic and run simulated workers against any database."""
     from outbox_monitor.simulate import run_simulation
 
-    with _open_checked(settings):
+    with open_checked(settings):
         pass
     counts = run_simulation(
         settings, rate=rate, workers=workers, duration=duration, backfill=backfill
     )
     click.echo(json.dumps(to_jsonable(counts)))
+
+
+main.add_command(check)
+main.add_command(alerts)

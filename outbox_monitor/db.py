@@ -54,6 +54,9 @@ def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
         "row_factory": dict_row,
         "application_name": APPLICATION_NAME,
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        # No server-side prepared statements: a generic plan cached before an index
+        # existed (or for one event-type pattern) must not stick to a monitor query.
+        "prepare_threshold": None,
     }
     if statement_timeout is not None:
         kwargs["options"] = f"-c statement_timeout={round(statement_timeout * 1000)}"

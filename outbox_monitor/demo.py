@@ -6,17 +6,22 @@ child; Ctrl-C (or SIGTERM) stops all of it and deletes the temporary cluster.
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
 import time
 from typing import Any
 
+from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
+from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.alerts.sink import SlackSink
+from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV, transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.pgcluster import TemporaryCluster
-from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm
+from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
 from outbox_monitor.simulate import (
@@ -28,6 +33,8 @@ from outbox_monitor.simulate import (
 )
 
 log = logging.getLogger(__name__)
+SLACK_VARIABLES = ("SLACK_WEBHOOK_URL", "SLACK_BOT_TOKEN")
+"""Set either, and the demo posts to Slack; set neither, and to the local sink."""
 
 DEMO_ADDRESS = "127.0.0.1"
 DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch
@@ -72,6 +79,7 @@ def _banner(
     rate: float,
     workers: int,
     backfilled: dict[str, Any],
+    slack: str,
 ) -> str:
     crash_minutes = DEFAULT_CRASH_EVERY / workers / 60
     return "\n".join(
@@ -88,10 +96,28 @@ def _banner(
             f"~{TRANSIENT_ERROR_RATE:.0%} transient errors retried with backoff;",
             f"             {SLOW_EVENT_TYPE} is slow; a worker crash every ~{crash_minutes:.1f} "
             f"min leaves stuck locks (lock timeout {DEMO_LOCK_TIMEOUT / 60:g} min)",
+            f"  alerts     {slack}",
             "Ctrl-C to stop.",
             "",
         )
     )
+
+
+def _demo_alerting(sink: SlackSink | None) -> tuple[RuleSet | None, Any, str]:
+    """The shipped rules, and where their Slack messages go: the real Slack when a Slack
+    variable is set, else the local Slack-compatible sink (the Alerts page shows them)."""
+    if sink is None:
+        ruleset, transports = load_alerting(None)
+        return ruleset, transports, "Slack, per alerts.yml routes and SLACK_* variables"
+    ruleset = load_rules(resolve_rules_path(None))
+    environment = {name: sink.webhook_url for name in _webhook_variables(ruleset)}
+    environment.update({BOT_TOKEN_ENV: sink.token, API_URL_ENV: sink.api_url})
+    target = f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)"
+    return ruleset, transports_for(ruleset, environment), target
+
+
+def _webhook_variables(ruleset: RuleSet) -> set[str]:
+    return {route.webhook_url_env or "SLACK_WEBHOOK_URL" for route in ruleset.routes.values()}
 
 
 def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
@@ -119,7 +145,7 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
     cluster = TemporaryCluster()
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
-    db = scheduler = process = simulator = output = None
+    db = scheduler = process = simulator = output = sink = None
 
     def on_ready(backfilled: dict[str, Any]) -> None:
         outcome["backfill"] = backfilled
@@ -151,6 +177,9 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
             )
             db = Database(settings)
             init_db(db)
+            os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
+            if not any(os.environ.get(name) for name in SLACK_VARIABLES):
+                sink = SlackSink().start()
             log_path = cluster.root / "dashboard.log"
             output = log_path.open("wb")
             process = start_dashboard(settings, address=DEMO_ADDRESS, port=port, output=output)
@@ -160,7 +189,8 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
                 raise OutboxMonitorError(
                     f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
                 )
-            scheduler = build_scheduler(db, blocking=False)
+            ruleset, transports, slack_target = _demo_alerting(sink)
+            scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
             scheduler.start()
             wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)
             print(
@@ -172,6 +202,7 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
                     rate=rate,
                     workers=workers,
                     backfilled=outcome["backfill"],
+                    slack=slack_target,
                 ),
                 flush=True,
             )
@@ -194,4 +225,6 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
                 db.close()
             if output is not None:
                 output.close()
+            if sink is not None:
+                sink.stop()
             cluster.stop()

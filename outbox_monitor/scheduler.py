@@ -1,21 +1,32 @@
-"""The background process: APScheduler jobs (the sampler; alert evaluation joins later).
+"""The background process: APScheduler jobs — sampler, alert evaluator, notification sender.
 
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
-the job runs again at its next interval — a background loop never dies on one error.
+the job runs again at its next interval — a background loop never dies on one error. Every
+job runs only in the process holding the leadership lock (``alerts.leader``), so any number
+of scheduler processes evaluate and send exactly once (issue 3 §2, §4).
 """
 
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 
+from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.leader import Leadership
+from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
+from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.alerts.sender import deliver_due
+from outbox_monitor.alerts.slack import TransportConfigError, transports_for
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
@@ -25,6 +36,10 @@ from outbox_monitor.schema import check_outbox_table
 log = logging.getLogger(__name__)
 
 SAMPLER_JOB_ID = "sampler"
+EVALUATOR_JOB_ID = "evaluator"
+SENDER_JOB_ID = "sender"
+SENDER_INTERVAL_SECONDS = 2.0
+"""Seconds between sender passes (due notifications wait at most this long)."""
 
 
 def guarded(name: str, job: Callable[[], Any], *, target: str) -> Callable[[], None]:
@@ -56,14 +71,24 @@ def guarded(name: str, job: Callable[[], Any], *, target: str) -> Callable[[], N
     return run
 
 
-def add_sampler_job(scheduler: BaseScheduler, db: Database) -> None:
+def add_sampler_job(
+    scheduler: BaseScheduler,
+    db: Database,
+    *,
+    wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+) -> None:
     """Add the sampler (``sampler.record_sample``) every ``settings.sample_interval`` s.
 
-    One instance at a time, missed runs coalesced, first run immediately.
+    One instance at a time, missed runs coalesced, first run immediately. ``wrap``
+    (``build_scheduler`` passes its leader-only wrapper) goes inside ``guarded``.
     """
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
+
+    def sample() -> None:
+        record_sample(db)
+
     scheduler.add_job(
-        guarded(SAMPLER_JOB_ID, lambda: record_sample(db), target=target),
+        guarded(SAMPLER_JOB_ID, wrap(sample) if wrap else sample, target=target),
         "interval",
         seconds=db.settings.sample_interval,
         id=SAMPLER_JOB_ID,
@@ -76,17 +101,141 @@ def add_sampler_job(scheduler: BaseScheduler, db: Database) -> None:
     )
 
 
-def build_scheduler(db: Database, *, blocking: bool) -> BaseScheduler:
+class _Runtime:
+    """What the jobs of one scheduler share: the leadership lock and the database health."""
+
+    def __init__(self, db: Database, leadership: Leadership, health: DatabaseHealth) -> None:
+        self.db = db
+        self.leadership = leadership
+        self.health = health
+
+    def as_leader(self, job: Callable[[], Any]) -> Callable[[], None]:
+        """Run ``job`` only while this process is the leader, backing off while the
+        database is unreachable (``DatabaseHealth``); failures still reach ``guarded``."""
+
+        def run() -> None:
+            self.health.tick()
+            if not self.health.due():
+                return
+            was_leader = self.leadership.held
+            try:
+                if self.leadership.is_leader or self.leadership.try_acquire():
+                    job()
+            except DatabaseUnavailable as error:
+                self.health.failed(error, was_leader=was_leader or self.leadership.held)
+                raise
+            self.health.succeeded()
+
+        return run
+
+
+def add_evaluator_job(
+    scheduler: BaseScheduler, runtime: _Runtime, ruleset: RuleSet, *, clock: Clock, target: str
+) -> None:
+    """Add the rule evaluator (``Evaluator.run_once``) every ``ruleset.defaults.interval`` s,
+    on the leader only; the first pass runs at once."""
+    evaluator = Evaluator(runtime.db, ruleset, clock=clock)
+
+    def evaluate() -> None:
+        report = evaluator.run_once()
+        for rule, instance, transition in report.transitions:
+            log.info("alert %s%s: %s", rule, f" [{instance}]" if instance else "", transition)
+        log.debug(
+            "evaluated %d rule(s), %d instance(s) in %.3f s",
+            len(report.rule_seconds),
+            len(report.instances),
+            report.duration_seconds,
+        )
+
+    interval = ruleset.defaults.interval
+    scheduler.add_job(
+        guarded(EVALUATOR_JOB_ID, runtime.as_leader(evaluate), target=target),
+        "interval",
+        seconds=interval,
+        id=EVALUATOR_JOB_ID,
+        name="evaluate alert rules",
+        max_instances=1,
+        coalesce=True,
+        next_run_time=datetime.now(UTC),
+        misfire_grace_time=max(1, int(interval)),
+        replace_existing=True,
+    )
+
+
+def add_sender_job(
+    scheduler: BaseScheduler,
+    runtime: _Runtime,
+    ruleset: RuleSet,
+    *,
+    clock: Clock,
+    transports: Mapping[str, Any],
+    interval: float,
+    target: str,
+) -> None:
+    """Add the notification sender (``sender.deliver_due``) every ``interval`` s, on the
+    leader only. It also drives the database-unreachable alert (``DatabaseHealth.tick``)."""
+
+    def send() -> None:
+        counts = deliver_due(runtime.db, ruleset, clock=clock, transports=transports)
+        if counts.get("messages") or counts.get("failed"):
+            log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+
+    scheduler.add_job(
+        guarded(SENDER_JOB_ID, runtime.as_leader(send), target=target),
+        "interval",
+        seconds=interval,
+        id=SENDER_JOB_ID,
+        name="send due notifications",
+        max_instances=1,
+        coalesce=True,
+        next_run_time=datetime.now(UTC),
+        misfire_grace_time=max(1, int(interval)),
+        replace_existing=True,
+    )
+
+
+def build_scheduler(
+    db: Database,
+    *,
+    blocking: bool,
+    ruleset: RuleSet | None = None,
+    clock: Clock = system_clock,
+    transports: Mapping[str, Any] | None = None,
+    leadership: Leadership | None = None,
+    sender_interval: float = SENDER_INTERVAL_SECONDS,
+    outage_alert_after: float | None = None,
+) -> BaseScheduler:
     """Assemble the scheduler with every background job of the product.
 
-    Jobs today: the sampler (``add_sampler_job``). The alerting issue adds rule
-    evaluation and notification jobs here, each through ``guarded``.
+    Jobs, each through ``guarded``, ``max_instances=1``, ``coalesce=True``, and each only
+    in the process that holds the leadership lock (``alerts.leader``; every job tries to
+    take it when free, so a follower takes over within one interval):
+
+    - ``sampler`` every ``settings.sample_interval`` s. Leader only: samples describe one
+      table, and N replicas sampling it would write N interleaved series (N× the load,
+      a chart whose density depends on the replica count);
+    - with a ``ruleset``: ``evaluator`` every ``ruleset.defaults.interval`` s;
+    - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s.
+
+    While the database is unreachable the jobs back off exponentially (up to the
+    evaluation interval or 30 s) and the process that was leader posts the
+    "cannot reach the database" alert (``alerts.outage``). The leadership lock is
+    released when the scheduler shuts down.
 
     Args:
         db: the connector the jobs use (one pool for the process).
         blocking: ``True`` for a ``BlockingScheduler`` (``outbox-monitor scheduler``),
             ``False`` for a ``BackgroundScheduler`` running in threads beside other work
             (dashboard ``--with-scheduler``, demo, tests).
+        ruleset: the loaded alerts.yml; ``None``: no alerting (sampler only).
+        clock: the evaluator's and sender's clock (tests pass a fake one).
+        transports: ``{route: transport}`` (``slack.transports_for``); ``None``: rules are
+            evaluated and notifications queued, but this process sends nothing.
+        leadership: the lock object (tests pass their own to watch it); default a new
+            ``Leadership(db.settings)``.
+        sender_interval: seconds between sender passes.
+        outage_alert_after: seconds of outage before the database-unreachable alert;
+            default one evaluation interval.
 
     Returns:
         The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
@@ -98,7 +247,33 @@ def build_scheduler(db: Database, *, blocking: bool) -> BaseScheduler:
         executor_log.setLevel(logging.WARNING)
     scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
     scheduler = scheduler_class(timezone=UTC)
-    add_sampler_job(scheduler, db)
+    leadership = leadership or Leadership(db.settings)
+    interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
+    health = DatabaseHealth(
+        db,
+        identity=leadership.identity,
+        ruleset=ruleset,
+        transports=transports,
+        clock=clock,
+        alert_after=interval if outage_alert_after is None else outage_alert_after,
+        backoff_cap=min(BACKOFF_CAP_SECONDS, interval),
+    )
+    runtime = _Runtime(db, leadership, health)
+    target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
+    add_sampler_job(scheduler, db, wrap=runtime.as_leader)
+    if ruleset is not None:
+        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)
+        if transports is not None:
+            add_sender_job(
+                scheduler,
+                runtime,
+                ruleset,
+                clock=clock,
+                transports=transports,
+                interval=sender_interval,
+                target=target,
+            )
+    scheduler.add_listener(lambda event: leadership.release(), EVENT_SCHEDULER_SHUTDOWN)
     return scheduler
 
 
@@ -123,27 +298,65 @@ def interrupt_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_scheduler(settings: Settings) -> None:
+def load_alerting(
+    rules_path: str | Path | None,
+) -> tuple[RuleSet | None, Mapping[str, Any] | None]:
+    """The rules and Slack transports of ``outbox-monitor scheduler``.
+
+    Args:
+        rules_path: ``--rules``; ``None``: ``$OUTBOX_MONITOR_RULES``, ``./alerts.yml``,
+            then the shipped alerts.yml (``rules.resolve_rules_path``).
+
+    Returns:
+        ``(ruleset, transports)``. ``(None, None)`` when no file was named and none
+        exists (sampling only, logged). ``transports`` is ``None`` when a route's Slack
+        variable is missing: rules are still evaluated and notifications queued (a
+        scheduler with Slack configured sends them), and the problem is logged.
+
+    Raises:
+        RulesError: the rules file named (or found) is invalid, with every problem.
+    """
+    path = resolve_rules_path(rules_path)
+    if rules_path is None and not path.is_file():
+        log.warning("no rules file (%s): alerting is off, sampling only", path)
+        return None, None
+    ruleset = load_rules(path)
+    try:
+        transports: Mapping[str, Any] | None = transports_for(ruleset)
+    except TransportConfigError as error:
+        log.error("alerts are evaluated and queued but NOT sent by this process: %s", error)
+        transports = None
+    return ruleset, transports
+
+
+def run_scheduler(settings: Settings, rules_path: str | Path | None = None) -> None:
     """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
 
-    Checks the outbox table first, then blocks; a database outage later is logged and
-    retried at each interval, never fatal.
+    Checks the outbox table and loads the rules first, then blocks; a database outage
+    later is retried with backoff (and alerted by the leader), never fatal.
 
     Args:
         settings: connection, table and the sample interval/retention.
+        rules_path: the alerts.yml (``--rules``); default as ``load_alerting``.
 
     Raises:
         DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
             the start-up check, with the fix in the message.
+        RulesError: the rules file is invalid.
     """
+    ruleset, transports = load_alerting(rules_path)
     with Database(settings) as db:
         check_outbox_table(db)
-        scheduler = build_scheduler(db, blocking=True)
+        scheduler = build_scheduler(db, blocking=True, ruleset=ruleset, transports=transports)
         log.info(
-            "scheduler started: sampling %s every %g s (retention %g s); Ctrl-C to stop",
+            "scheduler started: sampling %s every %g s (retention %g s)%s; Ctrl-C to stop",
             db.table_name,
             settings.sample_interval,
             settings.sample_retention,
+            f"; evaluating {len(ruleset.rules)} rule(s) of {ruleset.path} every "
+            f"{ruleset.defaults.interval:g} s"
+            if ruleset
+            else "",
         )
         with interrupt_on_sigterm():
             try:

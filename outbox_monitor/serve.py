@@ -17,7 +17,7 @@ from typing import IO
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm
+from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
 
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0
@@ -208,20 +208,23 @@ def run_dashboard(
     Args:
         settings: passed to the dashboard through its environment.
         address, port: where it listens.
-        with_scheduler: also run the scheduler (sampler) in this process, in background
-            threads, so the charts over time fill without a separate ``scheduler``.
+        with_scheduler: also run the scheduler (sampler, alert evaluator and Slack sender
+            with the rules of ``load_alerting``) in this process, in background threads,
+            started with the server, not on a first page view.
 
     Returns:
         Streamlit's exit code; ``0`` when stopped by Ctrl-C or SIGTERM.
 
     Raises:
         OutboxMonitorError: ``dashboard.py`` is absent.
+        RulesError: ``with_scheduler`` and the rules file is invalid.
     """
     db = scheduler = process = None
     try:
         if with_scheduler:
+            ruleset, transports = load_alerting(None)
             db = Database(settings)
-            scheduler = build_scheduler(db, blocking=False)
+            scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
             scheduler.start()
         process = start_dashboard(settings, address=address, port=port)
         with interrupt_on_sigterm():

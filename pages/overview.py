@@ -17,6 +17,7 @@ if missing:
         "(it only creates what is absent, with CREATE INDEX CONCURRENTLY).",
         icon=":material/warning:",
     )
+slo.show_rules_problem()
 
 
 def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: str) -> None:

@@ -150,8 +150,10 @@ WHERE status = 'pending' AND available_at > now() {and_filters};
 
 -- name: oldest_pending_age
 -- Seconds since the oldest pending row was created; NULL when none is pending.
+-- OFFSET 0 fences the subquery: without it, min() walks the (created_at) index from the
+-- oldest row through every done row (40,843 pages at 1M rows; benchmarks/RESULTS.md).
 SELECT extract(epoch FROM now() - min(created_at))::float8 AS value
-FROM {table} WHERE status = 'pending' {and_filters};
+FROM (SELECT created_at FROM {table} WHERE status = 'pending' {and_filters} OFFSET 0) AS pending;
 
 -- name: processing
 -- Rows currently claimed by a worker.
@@ -208,16 +210,22 @@ SELECT count(*) AS value FROM {table}
 WHERE status IN ('pending', 'processing', 'failed') AND attempts >= %(attempts)s {and_filters};
 
 -- name: error_groups
--- Failed rows grouped by event_type and normalised last_error, biggest group first.
-SELECT outbox_monitor.error_group(event_type, last_error) AS group_id,
+-- Failed rows grouped by event_type and normalised last_error, biggest group first; the
+-- fingerprint is computed once per row (the regexes dominate: benchmarks/RESULTS.md).
+SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
        event_type,
-       outbox_monitor.normalize_error(last_error) AS fingerprint,
+       fingerprint,
        count(*) AS failed,
        min(processed_at) AS first_seen,
        max(processed_at) AS last_seen,
        (array_agg(last_error ORDER BY id DESC))[1] AS sample_error
-FROM {table}
-WHERE status = 'failed' {and_filters}
+FROM (
+    SELECT id, event_type, last_error, processed_at,
+           outbox_monitor.normalize_error(last_error) AS fingerprint
+    FROM {table}
+    WHERE status = 'failed' {and_filters}
+    OFFSET 0
+) AS failed_rows
 GROUP BY 1, 2, 3
 ORDER BY failed DESC, last_seen DESC
 LIMIT %(limit)s;
@@ -503,3 +511,245 @@ FROM unnest(%(sampled_in)s::float8[], %(queue_depth)s::bigint[],
           failed_in_window, oldest_pending_age_seconds, latency_p50_seconds,
           latency_p95_seconds)
 ON CONFLICT (table_name, sampled_at) DO NOTHING;
+
+
+-- ===================================================================== alerts: evaluator
+
+-- name: alert_instance_ensure
+-- Create a rule instance's state row (inactive) if it does not exist yet.
+INSERT INTO outbox_monitor.alert_instances (rule, instance, labels)
+VALUES (%(rule)s, %(instance)s, %(labels)s)
+ON CONFLICT (rule, instance) DO NOTHING;
+
+-- name: alert_instance_lock
+-- One instance's state row, locked for this transaction (a second evaluator waits, then sees it).
+SELECT rule, instance, labels, state, value, threshold, pending_since, firing_since,
+       cleared_since, last_evaluated_at, last_notified_at, firing_seq, error
+FROM outbox_monitor.alert_instances
+WHERE rule = %(rule)s AND instance = %(instance)s
+FOR UPDATE;
+
+-- name: alert_instance_update
+-- Store an instance's state after one evaluation step.
+UPDATE outbox_monitor.alert_instances
+SET labels = %(labels)s, state = %(state)s, value = %(value)s, threshold = %(threshold)s,
+    pending_since = %(pending_since)s, firing_since = %(firing_since)s,
+    cleared_since = %(cleared_since)s, last_evaluated_at = %(last_evaluated_at)s,
+    last_notified_at = %(last_notified_at)s, firing_seq = %(firing_seq)s, error = %(error)s
+WHERE rule = %(rule)s AND instance = %(instance)s;
+
+-- name: alert_instances_of_rule
+-- The instances a rule has state for (to find those its measurement no longer reports).
+SELECT instance, state FROM outbox_monitor.alert_instances WHERE rule = %(rule)s ORDER BY instance;
+
+-- name: alert_instances_of_removed_rules
+-- Instances not inactive whose rule is no longer in the rule file.
+SELECT rule, instance FROM outbox_monitor.alert_instances
+WHERE state <> 'inactive' AND NOT (rule = ANY(%(rules)s))
+ORDER BY rule, instance;
+
+-- name: alert_transition_insert
+-- Record one state transition of a rule instance.
+INSERT INTO outbox_monitor.alert_transitions (rule, instance, from_state, to_state, value, at, detail)
+VALUES (%(rule)s, %(instance)s, %(from_state)s, %(to_state)s, %(value)s, %(at)s, %(detail)s);
+
+-- name: notification_insert
+-- Queue one notification (same transaction as its transition); a known dedupe_key is skipped.
+INSERT INTO outbox_monitor.notifications
+    (dedupe_key, rule, instance, kind, route, evaluation_id, payload, silenced, status,
+     available_at, created_at)
+VALUES (%(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s, %(evaluation_id)s,
+        %(payload)s, %(silenced)s, %(status)s, %(now)s, %(now)s)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id;
+
+-- name: notification_count_repeats
+-- How many repeat notifications one firing episode has had (its dedupe keys share a prefix).
+SELECT count(*)::int AS repeats
+FROM outbox_monitor.notifications
+WHERE rule = %(rule)s AND instance = %(instance)s AND kind = 'repeat'
+  AND starts_with(dedupe_key, %(prefix)s);
+
+-- name: notification_by_key
+-- One notification by its dedupe key (route and payload of an episode's first message).
+SELECT id, route, payload, status, slack_channel, slack_ts
+FROM outbox_monitor.notifications WHERE dedupe_key = %(dedupe_key)s;
+
+-- name: notification_record_sent
+-- Store a notification that was posted outside the outbox (database outage), as sent.
+INSERT INTO outbox_monitor.notifications
+    (dedupe_key, rule, instance, kind, route, payload, status, attempts, available_at,
+     created_at, sent_at, slack_channel, slack_ts)
+VALUES (%(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s, %(payload)s, 'sent',
+        %(attempts)s, %(created_at)s, %(created_at)s, %(sent_at)s, %(slack_channel)s,
+        %(slack_ts)s)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id;
+
+-- name: alert_instances_list
+-- Every rule instance with its state, value and the time of its last transition (Alerts page).
+SELECT i.rule, i.instance, i.labels, i.state, i.value, i.threshold, i.pending_since,
+       i.firing_since, i.cleared_since, i.last_evaluated_at, i.last_notified_at, i.firing_seq,
+       i.error, t.at AS changed_at
+FROM outbox_monitor.alert_instances AS i
+LEFT JOIN LATERAL (
+    SELECT at FROM outbox_monitor.alert_transitions AS t
+    WHERE t.rule = i.rule AND t.instance = i.instance
+    ORDER BY t.id DESC LIMIT 1
+) AS t ON true
+ORDER BY i.rule, i.instance;
+
+-- name: alert_transitions_recent
+-- The newest transitions first.
+SELECT id, rule, instance, from_state, to_state, value, at, detail
+FROM outbox_monitor.alert_transitions
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: notifications_recent
+-- The newest notifications first, with their delivery outcome.
+SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, silenced, status,
+       attempts, available_at, last_error, last_status, created_at, sent_at, slack_channel,
+       slack_ts
+FROM outbox_monitor.notifications
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+
+-- ===================================================================== alerts: silences
+
+-- name: silence_insert
+-- Create a silence; returns its id.
+INSERT INTO outbox_monitor.silences (matchers, starts_at, ends_at, comment, created_by)
+VALUES (%(matchers)s, %(starts_at)s, %(ends_at)s, %(comment)s, %(created_by)s)
+RETURNING id, starts_at, ends_at;
+
+-- name: silence_expire
+-- End a silence now (kept for history); returns nothing when it had already ended.
+UPDATE outbox_monitor.silences
+SET expired_at = %(now)s
+WHERE id = %(id)s AND expired_at IS NULL AND ends_at > %(now)s
+RETURNING id, matchers, expired_at;
+
+-- name: silences_active
+-- Silences in force at an instant: started, not ended, not expired.
+SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at
+FROM outbox_monitor.silences
+WHERE starts_at <= %(now)s AND ends_at > %(now)s AND expired_at IS NULL
+ORDER BY id;
+
+-- name: silences_all
+-- Every silence, newest first, with whether it is in force now.
+SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at,
+       (starts_at <= now() AND ends_at > now() AND expired_at IS NULL) AS active
+FROM outbox_monitor.silences
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+
+-- ===================================================================== alerts: leader
+
+-- name: leader_lock_key
+-- The bigint advisory-lock key of the evaluator of one outbox table.
+SELECT hashtextextended(%(name)s, 0) AS key;
+
+-- name: leader_try_lock
+-- Take the evaluator's leadership lock without waiting (session-level).
+SELECT pg_try_advisory_lock(%(key)s) AS locked;
+
+-- name: leader_holds_lock
+-- Whether this session holds the leadership lock (bigint key: classid high, objid low 32 bits).
+SELECT EXISTS (
+    SELECT 1 FROM pg_locks
+    WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1
+      AND classid::bigint = ((%(key)s::bigint >> 32) & 4294967295)
+      AND objid::bigint = (%(key)s::bigint & 4294967295)
+) AS held;
+
+-- name: leader_unlock
+-- Give the leadership lock back.
+SELECT pg_advisory_unlock(%(key)s) AS unlocked;
+
+
+-- ===================================================================== alerts: measure
+
+-- name: alert_event_types
+-- Event types with rows relevant to a figure (one alert instance each), filtered by the rule.
+SELECT event_type FROM {table}
+WHERE cardinality(%(open_statuses)s::text[]) > 0 AND status = ANY(%(open_statuses)s::text[])
+      {and_filters}
+UNION
+SELECT event_type FROM {table}
+WHERE cardinality(%(closed_statuses)s::text[]) > 0 AND status = ANY(%(closed_statuses)s::text[])
+      AND processed_at > now() - make_interval(secs => %(window)s) AND processed_at <= now()
+      {and_filters}
+UNION
+SELECT event_type FROM {table}
+WHERE %(created)s AND created_at > now() - make_interval(secs => %(window)s)
+      AND created_at <= now() {and_filters}
+ORDER BY event_type
+LIMIT %(limit)s;
+
+
+-- ===================================================================== alerts: sender
+
+-- name: sender_pending_notifications
+-- Pending, unsilenced notifications in id order; the sender groups them per route.
+SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, attempts,
+       available_at, created_at
+FROM outbox_monitor.notifications
+WHERE status = 'pending' AND NOT silenced
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: sender_lock_notifications
+-- Lock the rows of one message for its delivery; rows another sender holds are skipped.
+SELECT id, status, available_at
+FROM outbox_monitor.notifications
+WHERE id = ANY(%(ids)s)
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
+
+-- name: sender_mark_sent
+-- Record a delivered message on its rows: sent, when (sender's clock), where (bot), outcome.
+UPDATE outbox_monitor.notifications
+SET status = 'sent', sent_at = %(now)s, attempts = attempts + 1, last_status = %(status)s,
+    last_error = %(error)s, slack_channel = %(channel)s, slack_ts = %(ts)s
+WHERE id = ANY(%(ids)s);
+
+-- name: sender_mark_retry
+-- Record a 429 or transient failure: the rows stay pending until %(available_at)s.
+UPDATE outbox_monitor.notifications
+SET attempts = attempts + 1, available_at = %(available_at)s, last_status = %(status)s,
+    last_error = %(error)s
+WHERE id = ANY(%(ids)s);
+
+-- name: sender_mark_failed
+-- Record a permanent failure: the rows are not retried.
+UPDATE outbox_monitor.notifications
+SET status = 'failed', attempts = attempts + 1, last_status = %(status)s,
+    last_error = %(error)s
+WHERE id = ANY(%(ids)s);
+
+-- name: sender_mark_suppressed
+-- Suppress pending rows that must not be sent (a resolve on a send_resolved: false route).
+UPDATE outbox_monitor.notifications
+SET status = 'suppressed', last_error = %(reason)s
+WHERE id = ANY(%(ids)s) AND status = 'pending';
+
+-- name: sender_episode_original
+-- The posted message (bot: channel, ts) of a firing episode on a route: its first sent row.
+SELECT id, slack_channel, slack_ts
+FROM outbox_monitor.notifications
+WHERE route = %(route)s AND rule = %(rule)s AND instance = %(instance)s
+  AND kind IN ('firing', 'error') AND status = 'sent' AND slack_ts IS NOT NULL
+  AND id < %(id)s AND starts_with(dedupe_key, %(episode)s)
+ORDER BY id
+LIMIT 1;
+
+-- name: sender_thread_notifications
+-- Every sent row of one posted message's thread (its lines, then their errors and resolves).
+SELECT id, dedupe_key, rule, instance, kind, payload
+FROM outbox_monitor.notifications
+WHERE slack_channel = %(channel)s AND slack_ts = %(ts)s AND status = 'sent'
+ORDER BY id;

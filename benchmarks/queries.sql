@@ -1,0 +1,182 @@
+-- Named SQL blocks of benchmarks/figures.py (same format as outbox_monitor/sql/queries.sql:
+-- `-- name: x`, one `-- description` line, then SQL). Never used by the product; the
+-- figures it times run the product's own blocks.
+
+-- name: benchmark_synchronous_commit
+-- Benchmark only: the seed's commit is flushed at once, so the VACUUM right after it can set
+-- hint bits and mark pages all-visible (the throwaway cluster runs synchronous_commit=off).
+SET synchronous_commit = on;
+
+-- name: benchmark_setseed
+-- Benchmark only: makes the session's random() repeatable, so two seeds give the same table.
+SELECT setseed(%(seed)s);
+
+-- name: benchmark_seed
+-- Benchmark only: %(rows)s realistic outbox rows, id order = creation order, over %(span)s s.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, available_at, locked_at, locked_by, last_error, created_at,
+                     processed_at)
+SELECT event_type,
+       split_part(event_type, '.', 1),
+       mod(g, 200000)::text,
+       event_type || ':' || g,
+       jsonb_build_object('id', g, 'customer_id', mod(g, 50000),
+                          'amount_cents', (r_lat * 100000)::int, 'currency', 'EUR',
+                          'source', 'checkout', 'note', 'benchmark row ' || g),
+       status,
+       CASE status
+           WHEN 'failed' THEN CASE WHEN r_x < 0.3 THEN 1 ELSE %(max_attempts)s END
+           WHEN 'pending' THEN CASE WHEN r_x < 0.6 THEN 0 ELSE 1 + floor(r_lat * 5)::int END
+           WHEN 'processing' THEN floor(r_lat * 3)::int
+           ELSE CASE WHEN r_x < 0.03 THEN 1 + floor(r_lat * 2)::int ELSE 0 END
+       END,
+       CASE WHEN status = 'pending' AND r_x >= 0.6
+            THEN now() + make_interval(secs => r_lat * 1800)
+            ELSE created_at END,
+       CASE WHEN status = 'processing'
+            THEN greatest(created_at, now() - make_interval(secs =>
+                     CASE WHEN r_x > 0.98 THEN 1200 + r_lat * 6000 ELSE r_lat * 60 END))
+       END,
+       CASE WHEN status = 'processing' THEN 'n8n-worker-' || mod(g, 3) || ':wf-outbox-poller' END,
+       CASE
+           WHEN status = 'failed' AND r_x < 0.15 THEN
+               'HTTP 401 Unauthorized: invalid API key "sk_live_' || left(md5(g::text), 16) || '"'
+           WHEN status = 'failed' AND r_x < 0.3 THEN
+               'HTTP 422 Unprocessable Entity: email invalid for contact ' || (100000 + g)
+           WHEN status = 'failed' AND r_lat < 0.4 THEN
+               'HTTP 500 Internal Server Error from api.crm.example (request '
+               || gen_random_uuid() || ')'
+           WHEN status = 'failed' AND r_lat < 0.7 THEN
+               'timeout after 30000 ms calling hooks.slack.com'
+           WHEN status = 'failed' AND r_lat < 0.9 THEN
+               'HTTP 429 Too Many Requests: retry after ' || (10 + mod(g, 50)) || ' s'
+           WHEN status = 'failed' THEN 'connection reset by peer (order ' || (100000 + g) || ')'
+           WHEN status = 'pending' AND r_x >= 0.6 THEN
+               'HTTP 503 Service Unavailable from api.crm.example'
+       END,
+       created_at,
+       CASE status
+           WHEN 'done' THEN least(now(), created_at + make_interval(secs =>
+               2 - 8 * ln(1 - r_lat) + CASE WHEN r_x < 0.03 THEN 30 + 4000 * r_x ELSE 0 END))
+           WHEN 'failed' THEN created_at + make_interval(secs =>
+               CASE WHEN r_x < 0.3 THEN least(3, age)
+                    ELSE least(21150 * (1 + 0.1 * r_lat), age * (0.5 + 0.5 * r_lat)) END)
+       END
+FROM (
+    SELECT g, age, created_at, r_lat, r_x,
+           CASE WHEN r_type < 0.30 THEN 'order.paid'
+                WHEN r_type < 0.50 THEN 'invoice.sent'
+                WHEN r_type < 0.72 THEN 'notification.email'
+                WHEN r_type < 0.82 THEN 'notification.slack'
+                WHEN r_type < 0.94 THEN 'payment.captured'
+                ELSE 'crm.contact_updated' END AS event_type,
+           CASE WHEN age < %(recent)s AND r_kind < %(processing_share)s THEN 'processing'
+                WHEN age < %(recent)s AND r_kind < %(processing_share)s + %(pending_share)s
+                    THEN 'pending'
+                WHEN r_kind >= 1 - %(failed_share)s THEN 'failed'
+                ELSE 'done' END AS status
+    FROM (
+        SELECT g, random() AS r_kind, random() AS r_type, random() AS r_lat, random() AS r_x,
+               %(span)s * (%(rows)s - g) / %(rows)s AS age,
+               now() - make_interval(secs => %(span)s * (%(rows)s - g) / %(rows)s) AS created_at
+        FROM generate_series(1, %(rows)s) AS g
+    ) AS drawn
+) AS classified;
+
+-- name: benchmark_seed_samples
+-- Benchmark only: one plausible sample every %(interval)s s over %(retention)s s.
+INSERT INTO outbox_monitor.samples (
+    table_name, sampled_at, queue_depth, pending_total, scheduled_retries, processing,
+    stuck_locks, failed_in_window, oldest_pending_age_seconds, latency_p50_seconds,
+    latency_p95_seconds)
+SELECT %(table_name)s, now() - make_interval(secs => s * %(interval)s),
+       depth, depth + 40, 40, (random() * 20)::bigint, 0, (random() * 5)::bigint,
+       random() * 120, 7 + random(), 25 + random() * 10
+FROM (SELECT s, (random() * 200)::bigint AS depth
+      FROM generate_series(1, floor(%(retention)s / %(interval)s)::int) AS s) AS drawn
+ON CONFLICT DO NOTHING;
+
+-- name: benchmark_autovacuum_off
+-- Benchmark only: no autovacuum during the runs; explicit VACUUMs stand for it, repeatably.
+ALTER TABLE {table} SET (autovacuum_enabled = false);
+
+-- name: benchmark_visibility
+-- Benchmark only: heap pages and all-visible pages (index-only scans skip the heap on those).
+SELECT relpages AS pages, relallvisible AS all_visible FROM pg_class
+WHERE oid = %(table_regclass)s::regclass;
+
+-- name: benchmark_status_counts
+-- Benchmark only: rows per status (a whole-table count, for the report's data summary).
+SELECT status, count(*) AS rows FROM {table} GROUP BY status ORDER BY status;
+
+-- name: benchmark_vacuum_analyze
+-- Benchmark only: vacuum (visibility map, as autovacuum keeps it) and fresh statistics.
+VACUUM (ANALYZE) {table};
+
+-- name: benchmark_checkpoint
+-- Benchmark only: flush dirty buffers, so no checkpoint lands inside a timed write.
+CHECKPOINT;
+
+-- name: benchmark_vacuum
+-- Benchmark only: remove the dead rows left by the rolled-back write batches.
+VACUUM {table};
+
+-- name: benchmark_explain
+-- Benchmark only: run one composed read statement {query}; its plan and buffers as JSON.
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}
+
+-- name: benchmark_relation_sizes
+-- Benchmark only: the outbox table and each of its indexes, with size and definition.
+SELECT c.relname AS name, c.relkind = 'i' AS is_index, pg_relation_size(c.oid) AS bytes,
+       CASE WHEN c.relkind = 'i' THEN pg_get_indexdef(c.oid) END AS definition
+FROM pg_class c
+WHERE c.oid = %(table_regclass)s::regclass
+   OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %(table_regclass)s::regclass)
+ORDER BY c.relkind = 'i', c.relname;
+
+-- name: benchmark_server
+-- Benchmark only: server version and the settings that shape the plans.
+SELECT version() AS version, current_setting('shared_buffers') AS shared_buffers,
+       current_setting('work_mem') AS work_mem,
+       current_setting('max_parallel_workers_per_gather') AS parallel_workers;
+
+-- name: benchmark_max_id
+-- Benchmark only: the largest id, to address the rows a write batch adds.
+SELECT coalesce(max(id), 0) AS max_id FROM {table};
+
+-- name: benchmark_insert_batch
+-- Benchmark only: %(rows)s new pending rows as producers publish them (keys tagged %(tag)s).
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload)
+SELECT 'order.paid', 'order', mod(g, 200000)::text, 'benchmark:' || %(tag)s || ':' || g,
+       jsonb_build_object('id', g, 'customer_id', mod(g, 50000), 'amount_cents', mod(g, 100000),
+                          'currency', 'EUR', 'source', 'checkout', 'note', 'benchmark row ' || g)
+FROM generate_series(1, %(rows)s) AS g;
+
+-- name: benchmark_claim_batch
+-- Benchmark only: claim every row above %(after_id)s at once (the claim's index writes).
+UPDATE {table} SET status = 'processing', locked_at = now(), locked_by = 'benchmark'
+WHERE id > %(after_id)s;
+
+-- name: benchmark_ack_batch
+-- Benchmark only: ack every row above %(after_id)s at once (the ack's index writes).
+UPDATE {table} SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL
+WHERE id > %(after_id)s;
+
+-- name: benchmark_index_partial
+-- Benchmark variant: (processed_at) over terminal rows only.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (processed_at)
+WHERE status IN ('done', 'failed');
+
+-- name: benchmark_index_covering
+-- Benchmark variant: (status, processed_at) covering latency, failures and retry pressure.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (status, processed_at)
+INCLUDE (created_at, event_type, attempts);
+
+-- name: benchmark_index_partial_covering
+-- Benchmark variant: (processed_at) over terminal rows, covering every windowed figure.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (processed_at)
+INCLUDE (status, created_at, event_type) WHERE status IN ('done', 'failed');
+
+-- name: benchmark_drop_index
+-- Benchmark only: drop one index ({index} is schema-qualified) without blocking writes.
+DROP INDEX CONCURRENTLY IF EXISTS {index};

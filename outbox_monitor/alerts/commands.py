@@ -1,0 +1,183 @@
+"""``outbox-monitor check`` and ``outbox-monitor alerts validate|test`` (issue 3 §4).
+
+``check`` evaluates every rule once against the current figures, ignoring ``for`` and
+``keep_firing_for``, for cron and CI: exit 0 when nothing is breached, 1 when a rule is
+breached now, 2 on errors (configuration, rules file, database).
+"""
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+
+from outbox_monitor.alerts import measure
+from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.cli_support import emit_json, fail, open_checked
+from outbox_monitor.config import load_settings
+from outbox_monitor.durations import format_duration
+from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+
+EXIT_OK = 0
+EXIT_BREACHED = 1
+EXIT_ERRORS = 2
+
+RULES_HELP = (
+    "Rules file (default: OUTBOX_MONITOR_RULES, else alerts.yml in the current directory, "
+    "else the shipped alerts.yml)."
+)
+
+
+def _exit_error(error: OutboxMonitorError, as_json: bool) -> None:
+    """Print the error as every command does, then exit 2 (not 1): check's error code."""
+    fail(error, as_json, exit_code=EXIT_ERRORS)
+
+
+def _load(rules_path: str | None) -> RuleSet:
+    return load_rules(resolve_rules_path(rules_path))
+
+
+def _errors_exit_2(command: Callable) -> Callable:
+    """Turn the package's errors into ``error: …`` + fix (or one JSON object), exit 2."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except OutboxMonitorError as error:
+            _exit_error(error, kwargs.get("as_json", False))
+
+    return wrapper
+
+
+def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "rule": rule.name,
+        "instance": instance,
+        "metric": rule.metric,
+        "value": value,
+        "threshold": rule.threshold,
+        "op": rule.op,
+        "breached": measure.breached(rule, value),
+        **extra,
+    }
+
+
+@click.command()
+@click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
+@click.option(
+    "--dsn",
+    help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
+)
+@click.option(
+    "--table",
+    help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE or public.integration_outbox).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@_errors_exit_2
+def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: bool) -> None:
+    """Evaluate every alert rule once against the current figures (no for/keep_firing_for).
+
+    Exit 0: nothing breached; 1: a rule is breached now; 2: errors (configuration, rules
+    file, database, a rule's query)."""
+
+    ruleset = _load(rules_path)
+    settings = load_settings(dsn=dsn, table=table)
+    results: list[dict[str, Any]] = []
+    with open_checked(settings) as db:
+        for rule in ruleset.rules:
+            try:
+                measurements = measure.measure(db, rule)
+            except DatabaseUnavailable:
+                raise
+            except OutboxMonitorError as error:
+                results.append(_row(rule, None, None, error=str(error.args[0])))
+                continue
+            if not measurements:  # a `by` rule with no event type to watch right now
+                results.append(_row(rule, None, None))
+            for item in measurements:
+                results.append(_row(rule, item.instance, item.value))
+    breached = sum(result["breached"] for result in results)
+    errors = sum("error" in result for result in results)
+    if as_json:
+        emit_json({"rules": results, "breached": breached, "errors": errors, "file": ruleset.path})
+    else:
+        _print_table(ruleset, results)
+        click.echo(
+            f"{breached} breached, {errors} error(s) — {len(ruleset.rules)} rule(s) "
+            f"from {ruleset.path}"
+        )
+    sys.exit(EXIT_ERRORS if errors else EXIT_BREACHED if breached else EXIT_OK)
+
+
+def _print_table(ruleset: RuleSet, results: list[dict[str, Any]]) -> None:
+    lines = [("RULE", "INSTANCE", "VALUE", "CONDITION", "STATE")]
+    for result in results:
+        rule = ruleset.rule(result["rule"])
+        if "error" in result:
+            instance, state = "", f"ERROR: {result['error']}"
+        else:
+            instance = "(no event types)" if result["instance"] is None else result["instance"]
+            state = "BREACHED" if result["breached"] else "ok"
+        lines.append((rule.name, instance, rule.format(result["value"]), rule.condition, state))
+    widths = [max(len(line[column]) for line in lines) for column in range(4)]
+    for line in lines:
+        cells = [text.ljust(width) for text, width in zip(line, widths, strict=False)]
+        click.echo("  ".join([*cells, line[4]]))
+
+
+@click.group()
+def alerts() -> None:
+    """Alert rules (alerts.yml) and their Slack routes."""
+
+
+@alerts.command()
+@click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
+@_errors_exit_2
+def validate(rules_path: str | None) -> None:
+    """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0)."""
+    ruleset = _load(rules_path)
+    routes = ", ".join(
+        f"{name} ({route.channel or '$' + str(route.webhook_url_env)})"
+        for name, route in ruleset.routes.items()
+    )
+    click.echo(
+        f"{ruleset.path}: valid — {len(ruleset.rules)} rule(s), {len(ruleset.routes)} "
+        f"route(s){': ' + routes if routes else ''}; evaluated every "
+        f"{format_duration(ruleset.defaults.interval)}"
+    )
+
+
+@alerts.command("test")
+@click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
+@click.option("--route", "route_name", help="Route to test (default: every route).")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@_errors_exit_2
+def test_command(rules_path: str | None, route_name: str | None, as_json: bool) -> None:
+    """Send a test message through a route (every route by default) now.
+
+    Exit 0 when every message was accepted, 2 otherwise (unknown route, Slack variable
+    not set, Slack refused or unreachable)."""
+    from outbox_monitor.alerts.sender import send_test  # slack-sdk only when needed
+
+    ruleset = _load(rules_path)
+    results = send_test(ruleset, route_name)
+    failed = [name for name, outcome in results.items() if not outcome.get("ok")]
+    if as_json:
+        emit_json({"routes": results, "failed": len(failed), "file": ruleset.path})
+    else:
+        _print_test_results(ruleset, results)
+    sys.exit(EXIT_ERRORS if failed else EXIT_OK)
+
+
+def _print_test_results(ruleset: RuleSet, results: dict[str, dict[str, Any]]) -> None:
+    if not results:
+        click.echo(f"{ruleset.path} defines no routes; nothing to test.")
+    for name, outcome in results.items():
+        where = outcome.get("destination", "")
+        if outcome.get("ok"):
+            click.echo(f"route {name}: test message posted to {where}")
+        else:
+            message = f"route {name}: test message to {where} failed: {outcome.get('error')}"
+            click.secho(message, fg="red", err=True)

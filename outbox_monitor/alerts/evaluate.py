@@ -1,0 +1,778 @@
+"""The alert state machine: evaluate every rule, persist each instance's state, queue notifications.
+
+One pass (``Evaluator.run_once``) measures every rule (``measure.measure``) and moves each
+rule instance (issue 3 §2)::
+
+    inactive ──breached──▶ pending ──breached for `for`──▶ firing ──clear for
+       ▲   (for = 0: straight to firing)  │ cleared                │ `keep_firing_for`
+       └──────────── silently ◀───────────┘        resolved ◀──────┘
+
+- ``firing`` while breached again clears ``cleared_since``; a value flapping around the
+  threshold never clears for ``keep_firing_for`` and so fires and resolves once.
+- An instance the measurement no longer reports (its event type vanished) is not breached.
+- A rule whose measurement raises (statement timeout, a missing column, …) puts its
+  instance ``""`` into ``error`` (one ``error`` notification per episode); the next pass
+  that measures it resolves the error, then evaluates afresh. Other rules carry on. A
+  lost database (``DatabaseUnavailable``) is not a rule error: the pass stops and raises.
+- A *firing episode* is numbered by ``firing_seq``: entering ``firing`` starts one, and so
+  does entering ``error`` from ``inactive``/``pending``. ``firing`` → ``error`` stays in
+  the episode (its error and its final resolve thread under the firing message).
+
+Every transition, its ``alert_transitions`` row and its notification row (``firing``,
+``resolved``, ``error``; ``repeat`` every route ``repeat_interval`` while still breached)
+are written in ONE transaction that holds the instance's row lock, so a crash, a restart or
+a second evaluator can neither lose nor duplicate a notification. A notification's
+``dedupe_key`` is ``rule|instance|firing_seq|kind`` (``…|repeat-<n>`` for repeats).
+
+Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
+a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
+notification was silenced (nobody was told it fired).
+"""
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.alerts import measure, silences
+from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.rules import Rule, RuleSet
+from outbox_monitor.db import Database
+from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+
+log = logging.getLogger(__name__)
+
+INACTIVE, PENDING, FIRING, ERROR = "inactive", "pending", "firing", "error"
+FIRING_KIND, RESOLVED_KIND, REPEAT_KIND, ERROR_KIND = "firing", "resolved", "repeat", "error"
+MAX_ERROR_CHARS = 2000
+"""An evaluation error is stored and sent up to this many characters."""
+
+
+# ------------------------------------------------------------------ the pure state step
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    """One rule instance's persisted state (a row of ``outbox_monitor.alert_instances``).
+
+    Times are aware datetimes of the evaluator's clock. ``firing_seq`` numbers episodes.
+    ``last_notified_at``: when this episode last queued a notification that is sent
+    (not suppressed); ``None`` when it has none yet.
+    """
+
+    state: str = INACTIVE
+    value: float | None = None
+    pending_since: datetime | None = None
+    firing_since: datetime | None = None
+    cleared_since: datetime | None = None
+    last_evaluated_at: datetime | None = None
+    last_notified_at: datetime | None = None
+    firing_seq: int = 0
+    error: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "InstanceState":
+        """Build from an ``alert_instance_lock`` row."""
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transition of a pass: ``from_state`` → ``to_state``.
+
+    ``kind``: the notification it queues (``firing``, ``resolved``, ``error``) or ``None``
+    (pending, and pending that clears). ``seq``: the episode it belongs to. ``detail``:
+    a line for the transition history.
+    """
+
+    from_state: str
+    to_state: str
+    kind: str | None
+    seq: int
+    detail: str
+
+
+def _held(since: datetime | None, now: datetime, seconds: float) -> bool:
+    return since is not None and (now - since) >= timedelta(seconds=seconds)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def advance(
+    current: InstanceState,
+    *,
+    now: datetime,
+    breached: bool,
+    value: float | None,
+    for_: float,
+    keep_firing_for: float,
+    error: str | None = None,
+) -> tuple[InstanceState, list[Step]]:
+    """One evaluation step of one instance (pure; the module docstring has the diagram).
+
+    Args:
+        current: the state before this pass.
+        now: this pass's instant (the evaluator's clock).
+        breached: the condition holds now (ignored when ``error`` is given).
+        value: the measured value (``None``: no value, or the instance vanished).
+        for_: seconds the condition must hold before firing (0: fire at once).
+        keep_firing_for: seconds a firing instance must stay clear before it resolves.
+        error: the measurement failed with this message.
+
+    Returns:
+        The new state and the transitions taken, in order (two when an error resolves
+        and the instance goes straight on, e.g. ``error→inactive``, ``inactive→firing``).
+    """
+    steps: list[Step] = []
+    new = replace(current, value=value, last_evaluated_at=now)
+    if error is not None:
+        if current.state == ERROR:
+            return replace(new, value=None, error=error), steps
+        seq = current.firing_seq if current.state == FIRING else current.firing_seq + 1
+        steps.append(Step(current.state, ERROR, ERROR_KIND, seq, f"evaluation failed: {error}"))
+        reset = replace(new, pending_since=None, firing_since=None, cleared_since=None)
+        last = current.last_notified_at if current.state == FIRING else None
+        return (
+            replace(
+                reset, state=ERROR, value=None, error=error, firing_seq=seq, last_notified_at=last
+            ),
+            steps,
+        )
+    if new.state == ERROR:
+        steps.append(
+            Step(ERROR, INACTIVE, RESOLVED_KIND, new.firing_seq, "resolved: evaluation works again")
+        )
+        new = replace(
+            new,
+            state=INACTIVE,
+            error=None,
+            pending_since=None,
+            firing_since=None,
+            cleared_since=None,
+        )
+
+    def fire(from_state: str, pending_since: datetime) -> InstanceState:
+        seq = new.firing_seq + 1
+        waited = "at once (for 0s)" if for_ <= 0 else f"breached for {_seconds(for_)}"
+        steps.append(Step(from_state, FIRING, FIRING_KIND, seq, f"firing: {waited}"))
+        return replace(
+            new,
+            state=FIRING,
+            firing_seq=seq,
+            pending_since=pending_since,
+            firing_since=now,
+            cleared_since=None,
+            last_notified_at=None,
+        )
+
+    if new.state == INACTIVE:
+        if breached:
+            if for_ <= 0:
+                return fire(INACTIVE, now), steps
+            steps.append(
+                Step(INACTIVE, PENDING, None, new.firing_seq, f"pending for {_seconds(for_)}")
+            )
+            return replace(new, state=PENDING, pending_since=now), steps
+        return new, steps
+    if new.state == PENDING:
+        if not breached:
+            steps.append(
+                Step(PENDING, INACTIVE, None, new.firing_seq, "cleared before `for` elapsed")
+            )
+            return replace(new, state=INACTIVE, pending_since=None), steps
+        if new.pending_since is None or _held(new.pending_since, now, for_):
+            return fire(PENDING, new.pending_since or now), steps
+        return new, steps
+    # FIRING
+    if breached:
+        return replace(new, cleared_since=None), steps
+    cleared_since = new.cleared_since or now
+    if _held(cleared_since, now, keep_firing_for):
+        detail = f"resolved: clear for {_seconds(keep_firing_for)} (keep_firing_for)"
+        steps.append(Step(FIRING, INACTIVE, RESOLVED_KIND, new.firing_seq, detail))
+        return (
+            replace(new, state=INACTIVE, pending_since=None, firing_since=None, cleared_since=None),
+            steps,
+        )
+    return replace(new, cleared_since=cleared_since), steps
+
+
+def dedupe_key(rule: str, instance: str, seq: int, kind: str, repeat: int | None = None) -> str:
+    """The notification's dedupe key: ``rule|instance|firing_seq|kind`` (``repeat-<n>``)."""
+    suffix = f"{kind}-{repeat}" if repeat is not None else kind
+    return f"{rule}|{instance}|{seq}|{suffix}"
+
+
+# -------------------------------------------------------------------- payload pieces
+
+
+def duration_label(seconds: float) -> str:
+    """A window as the dashboard's URL writes it: 900 → ``"15m"``, 3600 → ``"1h"``."""
+    whole = round(seconds)
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole >= size and whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
+def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None = None) -> str:
+    """The dashboard view where the fix is, pre-filtered (issue 3 §3).
+
+    ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
+    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), others → the
+    overview ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
+    ``payment.%25``).
+    """
+    params: dict[str, str] = {}
+    if event_type:
+        params["event_type"] = event_type
+    if rule.window:
+        params["window"] = duration_label(rule.window)
+    if rule.metric == "failed_in_window":
+        if error_group:
+            params["error_group"] = error_group
+        page = "/dead_letters"
+    elif rule.metric == "stuck_locks":
+        page, params = "/actions", ({"event_type": event_type} if event_type else {})
+    else:
+        page = "/"
+    return f"{page}?{urlencode(params)}" if params else page
+
+
+def instance_labels(rule: Rule, measured: dict[str, str] | None) -> dict[str, str]:
+    """An instance's labels (silence matching, payload): the rule's ``labels``, ``rule``,
+    ``severity`` and ``event_type`` (the instance's, else the rule's filter, if any)."""
+    labels = {**rule.labels, **(measured or {})}
+    labels["rule"] = rule.name
+    labels["severity"] = rule.severity
+    if not labels.get("event_type") and rule.event_type:
+        labels["event_type"] = rule.event_type
+    return {key: str(value) for key, value in labels.items()}
+
+
+def _instance_event_type(rule: Rule, instance: str, labels: dict[str, str]) -> str | None:
+    if instance.startswith("event_type="):
+        return instance.removeprefix("event_type=")
+    return labels.get("event_type") or rule.event_type
+
+
+# ------------------------------------------------------------------------- reports
+
+
+@dataclass(frozen=True)
+class InstanceReport:
+    """One instance after a pass: state, value, the transitions taken (``"pending→firing"``)
+    and the notification kinds queued (``"firing"``, ``"repeat"``; suppressed ones too)."""
+
+    rule: str
+    instance: str
+    state: str
+    value: float | None
+    breached: bool | None
+    transitions: tuple[str, ...] = ()
+    notifications: tuple[str, ...] = ()
+    silenced: bool = False
+    error: str | None = None
+
+
+@dataclass
+class EvaluationReport:
+    """The result of one pass: ``evaluation_id`` shared by its rows, ``evaluated_at`` (the
+    clock), ``duration_seconds`` (wall time of the pass), every instance, and the seconds
+    each rule's measurement took."""
+
+    evaluation_id: str
+    evaluated_at: datetime
+    duration_seconds: float = 0.0
+    instances: list[InstanceReport] = field(default_factory=list)
+    rule_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def transitions(self) -> list[tuple[str, str, str]]:
+        """``(rule, instance, "from→to")`` of every transition of the pass."""
+        return [(i.rule, i.instance, t) for i in self.instances for t in i.transitions]
+
+    def instance(self, rule: str, instance: str = "") -> InstanceReport:
+        """The report of one instance; ``KeyError`` when the pass did not touch it."""
+        for item in self.instances:
+            if item.rule == rule and item.instance == instance:
+                return item
+        raise KeyError((rule, instance))
+
+
+@dataclass(frozen=True)
+class _Observation:
+    breached: bool
+    value: float | None
+    labels: dict[str, str]
+    error: str | None = None
+    vanished: bool = False
+
+
+@dataclass
+class _Pass:
+    evaluation_id: str
+    now: datetime
+    silences: list[dict[str, Any]]
+    offenders: dict[tuple[str, str | None], list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def _error_text(error: BaseException) -> str:
+    """An evaluation error for people: the package's own message (with its hint), else
+    the exception's type and text (``UndefinedColumn: column "locked_at" does not exist``)."""
+    text = str(error).strip()
+    if not isinstance(error, OutboxMonitorError):
+        text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text[:MAX_ERROR_CHARS]
+
+
+# ------------------------------------------------------------------------ evaluator
+
+
+class Evaluator:
+    """Evaluates a ``RuleSet`` against the database and persists every instance's state.
+
+    Args:
+        db: the connector (state, notifications and the figures all live behind it).
+        ruleset: the loaded alerts.yml.
+        clock: the instant of each pass (tests pass a fake clock; ``for``,
+            ``keep_firing_for`` and ``repeat_interval`` are measured on it).
+    """
+
+    def __init__(self, db: Database, ruleset: RuleSet, *, clock: Clock = system_clock) -> None:
+        self.db = db
+        self.ruleset = ruleset
+        self.clock = clock
+
+    def run_once(self) -> EvaluationReport:
+        """Evaluate every rule once (issue 3 §2).
+
+        Returns:
+            An ``EvaluationReport`` (duration in seconds of wall time).
+
+        Raises:
+            DatabaseUnavailable: the database was lost during the pass; the instances
+                done so far are committed, the rest wait for the next pass.
+        """
+        started = time.perf_counter()
+        now = self.clock()
+        report = EvaluationReport(evaluation_id=str(uuid.uuid4()), evaluated_at=now)
+        context = _Pass(report.evaluation_id, now, silences.active_silences(self.db, now))
+        for rule in self.ruleset.rules:
+            rule_started = time.perf_counter()
+            report.instances.extend(self._evaluate_rule(rule, context))
+            report.rule_seconds[rule.name] = time.perf_counter() - rule_started
+        report.instances.extend(self._retire_removed_rules(context))
+        report.duration_seconds = time.perf_counter() - started
+        return report
+
+    # --------------------------------------------------------------- per rule
+
+    def _evaluate_rule(self, rule: Rule, context: _Pass) -> list[InstanceReport]:
+        try:
+            measurements = measure.measure(self.db, rule)
+        except DatabaseUnavailable:
+            raise
+        except Exception as error:  # a rule error never stops the other rules
+            text = _error_text(error)
+            log.warning("rule %s: evaluation failed: %s", rule.name, text.splitlines()[0])
+            observation = _Observation(False, None, instance_labels(rule, None), error=text)
+            return [self._apply(rule, "", observation, context)]
+        reports = []
+        seen = set()
+        for item in measurements:
+            seen.add(item.instance)
+            observation = _Observation(
+                item.breached, item.value, instance_labels(rule, item.labels)
+            )
+            reports.append(self._apply(rule, item.instance, observation, context))
+        for row in self.db.fetch_all("alert_instances_of_rule", {"rule": rule.name}):
+            if row["instance"] in seen or row["state"] == INACTIVE:
+                continue
+            measured = (
+                {"event_type": row["instance"].removeprefix("event_type=")}
+                if row["instance"].startswith("event_type=")
+                else None
+            )
+            observation = _Observation(False, None, instance_labels(rule, measured), vanished=True)
+            reports.append(self._apply(rule, row["instance"], observation, context))
+        return reports
+
+    def _offenders(
+        self, rule: Rule, event_type: str | None, context: _Pass
+    ) -> list[dict[str, Any]]:
+        """``measure.offenders`` of a rule (for a ``by`` instance: of its event type), once
+        per pass; a failure only leaves the message without offenders."""
+        cache_key = (rule.name, event_type if rule.by else None)
+        if cache_key not in context.offenders:
+            try:
+                found = measure.offenders(self.db, rule, event_type=cache_key[1])
+            except DatabaseUnavailable:
+                raise
+            except Exception as error:
+                log.warning("rule %s: no offenders for the message: %s", rule.name, error)
+                found = []
+            context.offenders[cache_key] = list(found)
+        return context.offenders[cache_key]
+
+    def _apply(
+        self, rule: Rule, instance: str, observation: _Observation, context: _Pass
+    ) -> InstanceReport:
+        params = self._timing(rule)
+        route = self.ruleset.routes.get(rule.route)
+        # A look without the lock: fetch the offenders before the transaction when a firing
+        # or repeat message may be queued (the locked step below is the one that counts).
+        peek = self.db.fetch_one("alert_instance_lock", {"rule": rule.name, "instance": instance})
+        before = InstanceState() if peek is None else InstanceState.from_row(peek)
+        if observation.error is None and _may_notify_firing(
+            before, observation.breached, context.now, params, route
+        ):
+            self._offenders(rule, _instance_event_type(rule, instance, observation.labels), context)
+
+        labels = observation.labels
+        silenced = bool(silences.silenced_by(context.silences, labels))
+        with self.db.transaction() as conn:
+            key = {"rule": rule.name, "instance": instance}
+            conn.execute(self.db.compose("alert_instance_ensure"), {**key, "labels": Jsonb(labels)})
+            current = InstanceState.from_row(
+                conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
+            )
+            new, steps = advance(
+                current,
+                now=context.now,
+                breached=observation.breached,
+                value=observation.value,
+                error=observation.error,
+                **params,
+            )
+            kinds: list[str] = []
+            for step in steps:
+                conn.execute(
+                    self.db.compose("alert_transition_insert"),
+                    {
+                        **key,
+                        "from_state": step.from_state,
+                        "to_state": step.to_state,
+                        "value": observation.value,
+                        "at": context.now,
+                        "detail": step.detail
+                        + (" (no longer reported)" if observation.vanished else ""),
+                    },
+                )
+                if step.kind is None:
+                    continue
+                suppressed = silenced
+                if step.kind == RESOLVED_KIND:
+                    told = current.last_notified_at is not None
+                    suppressed = (
+                        silenced or not told or (route is not None and not route.send_resolved)
+                    )
+                sent = self._queue(
+                    conn,
+                    rule,
+                    instance,
+                    step.kind,
+                    step.seq,
+                    observation,
+                    context,
+                    silenced=silenced,
+                    suppressed=suppressed,
+                    state=new,
+                    previous=current,
+                )
+                if sent is not None:
+                    kinds.append(step.kind)
+                    if not suppressed and step.kind != RESOLVED_KIND:
+                        new = replace(new, last_notified_at=context.now)
+            if (
+                new.state == FIRING
+                and not steps
+                and observation.breached
+                and not silenced
+                and route is not None
+                and (
+                    new.last_notified_at is None
+                    or _held(new.last_notified_at, context.now, route.repeat_interval)
+                )
+            ):
+                prefix = dedupe_key(rule.name, instance, new.firing_seq, "")
+                repeats = conn.execute(
+                    self.db.compose("notification_count_repeats"), {**key, "prefix": prefix}
+                ).fetchone()["repeats"]
+                if (
+                    self._queue(
+                        conn,
+                        rule,
+                        instance,
+                        REPEAT_KIND,
+                        new.firing_seq,
+                        observation,
+                        context,
+                        silenced=False,
+                        suppressed=False,
+                        state=new,
+                        previous=current,
+                        repeat=repeats + 1,
+                    )
+                    is not None
+                ):
+                    kinds.append(REPEAT_KIND)
+                    new = replace(new, last_notified_at=context.now)
+            conn.execute(
+                self.db.compose("alert_instance_update"),
+                {
+                    **key,
+                    "labels": Jsonb(labels),
+                    "state": new.state,
+                    "value": new.value,
+                    "threshold": rule.threshold,
+                    "pending_since": new.pending_since,
+                    "firing_since": new.firing_since,
+                    "cleared_since": new.cleared_since,
+                    "last_evaluated_at": new.last_evaluated_at,
+                    "last_notified_at": new.last_notified_at,
+                    "firing_seq": new.firing_seq,
+                    "error": new.error,
+                },
+            )
+        return InstanceReport(
+            rule=rule.name,
+            instance=instance,
+            state=new.state,
+            value=new.value,
+            breached=None if observation.error else observation.breached,
+            transitions=tuple(f"{s.from_state}→{s.to_state}" for s in steps),
+            notifications=tuple(kinds),
+            silenced=silenced,
+            error=new.error,
+        )
+
+    def _timing(self, rule: Rule) -> dict[str, float]:
+        defaults = self.ruleset.defaults
+        return {
+            "for_": defaults.for_ if rule.for_ is None else rule.for_,
+            "keep_firing_for": (
+                defaults.keep_firing_for if rule.keep_firing_for is None else rule.keep_firing_for
+            ),
+        }
+
+    def _queue(
+        self,
+        conn: psycopg.Connection,
+        rule: Rule,
+        instance: str,
+        kind: str,
+        seq: int,
+        observation: _Observation,
+        context: _Pass,
+        *,
+        silenced: bool,
+        suppressed: bool,
+        state: InstanceState,
+        previous: InstanceState,
+        repeat: int | None = None,
+    ) -> int | None:
+        payload = self._payload(rule, instance, kind, seq, observation, context, state, previous)
+        if repeat is not None:
+            payload["repeat"] = repeat
+        row = conn.execute(
+            self.db.compose("notification_insert"),
+            {
+                "dedupe_key": dedupe_key(rule.name, instance, seq, kind, repeat),
+                "rule": rule.name,
+                "instance": instance,
+                "kind": kind,
+                "route": rule.route,
+                "evaluation_id": context.evaluation_id,
+                "payload": Jsonb(payload),
+                "silenced": silenced,
+                "status": "suppressed" if suppressed else "pending",
+                "now": context.now,
+            },
+        ).fetchone()
+        return None if row is None else row["id"]
+
+    def _payload(
+        self,
+        rule: Rule,
+        instance: str,
+        kind: str,
+        seq: int,
+        observation: _Observation,
+        context: _Pass,
+        state: InstanceState,
+        previous: InstanceState,
+    ) -> dict[str, Any]:
+        labels = observation.labels
+        event_type = _instance_event_type(rule, instance, labels)
+        offenders = (
+            self._offenders(rule, event_type, context) if kind in (FIRING_KIND, REPEAT_KIND) else []
+        )
+        group = _single_error_group(offenders)
+        if kind == RESOLVED_KIND:
+            since = previous.firing_since or previous.pending_since or context.now
+        elif kind == ERROR_KIND:
+            since = context.now
+        else:
+            since = state.pending_since or state.firing_since or context.now
+        payload: dict[str, Any] = {
+            "rule": rule.name,
+            "instance": instance,
+            "severity": rule.severity,
+            "summary": rule.render_summary(observation.value, event_type),
+            "metric": rule.metric,
+            "op": rule.op,
+            "threshold": rule.threshold,
+            "value": observation.value,
+            "unit": rule.unit,
+            "since": since.isoformat(),
+            "labels": labels,
+            "offenders": offenders,
+            "runbook_url": rule.render_runbook_url(event_type),
+            "dashboard_path": dashboard_path(rule, event_type, group),
+            "kind": kind,
+            "firing_seq": seq,
+            "evaluated_at": context.now.isoformat(),
+        }
+        if kind == ERROR_KIND:
+            payload["error"] = observation.error
+            payload["summary"] = (
+                f"{rule.name}: cannot be evaluated: "
+                + ((observation.error or "").splitlines() or [""])[0]
+            )
+            payload["previous_state"] = previous.state
+        if kind == RESOLVED_KIND:
+            payload["resolved_at"] = context.now.isoformat()
+            if previous.state == ERROR:
+                payload["summary"] = f"{rule.name}: evaluation works again"
+                payload["error"] = previous.error
+            elif observation.vanished:
+                payload["summary"] += " (no longer reported)"
+        return payload
+
+    # --------------------------------------------------------- removed rules
+
+    def _retire_removed_rules(self, context: _Pass) -> list[InstanceReport]:
+        """Instances left active by rules that are no longer in the file: back to inactive;
+        a firing/error episode gets its resolved row (route and payload of its first row)."""
+        names = [rule.name for rule in self.ruleset.rules]
+        reports = []
+        for row in self.db.fetch_all("alert_instances_of_removed_rules", {"rules": names}):
+            reports.append(self._retire(row["rule"], row["instance"], context))
+        return reports
+
+    def _retire(self, rule: str, instance: str, context: _Pass) -> InstanceReport:
+        key = {"rule": rule, "instance": instance}
+        kinds: list[str] = []
+        with self.db.transaction() as conn:
+            row = conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
+            current, labels = InstanceState.from_row(row), row["labels"]
+            if current.state == INACTIVE:
+                return InstanceReport(rule, instance, INACTIVE, current.value, None)
+            detail = "rule removed from the rules file"
+            conn.execute(
+                self.db.compose("alert_transition_insert"),
+                {
+                    **key,
+                    "from_state": current.state,
+                    "to_state": INACTIVE,
+                    "value": None,
+                    "at": context.now,
+                    "detail": detail,
+                },
+            )
+            if current.state in (FIRING, ERROR):
+                first = None
+                for kind in (FIRING_KIND, ERROR_KIND):
+                    first = (
+                        first
+                        or conn.execute(
+                            self.db.compose("notification_by_key"),
+                            {"dedupe_key": dedupe_key(rule, instance, current.firing_seq, kind)},
+                        ).fetchone()
+                    )
+                if first is not None:
+                    payload = {
+                        **first["payload"],
+                        "kind": RESOLVED_KIND,
+                        "resolved_at": context.now.isoformat(),
+                        "summary": f"{rule}: resolved (rule removed from the rules file)",
+                    }
+                    told = current.last_notified_at is not None
+                    row = conn.execute(
+                        self.db.compose("notification_insert"),
+                        {
+                            "dedupe_key": dedupe_key(
+                                rule, instance, current.firing_seq, RESOLVED_KIND
+                            ),
+                            **key,
+                            "kind": RESOLVED_KIND,
+                            "route": first["route"],
+                            "evaluation_id": context.evaluation_id,
+                            "payload": Jsonb(payload),
+                            "silenced": False,
+                            "status": "pending" if told else "suppressed",
+                            "now": context.now,
+                        },
+                    ).fetchone()
+                    if row is not None:
+                        kinds.append(RESOLVED_KIND)
+            conn.execute(
+                self.db.compose("alert_instance_update"),
+                {
+                    **key,
+                    "labels": Jsonb(labels),
+                    "state": INACTIVE,
+                    "value": None,
+                    "threshold": None,
+                    "pending_since": None,
+                    "firing_since": None,
+                    "cleared_since": None,
+                    "last_evaluated_at": context.now,
+                    "last_notified_at": current.last_notified_at,
+                    "firing_seq": current.firing_seq,
+                    "error": None,
+                },
+            )
+        return InstanceReport(
+            rule,
+            instance,
+            INACTIVE,
+            None,
+            None,
+            transitions=(f"{current.state}→{INACTIVE}",),
+            notifications=tuple(kinds),
+        )
+
+
+def _may_notify_firing(
+    state: InstanceState,
+    breached: bool,
+    now: datetime,
+    params: dict[str, float],
+    route: Any,
+) -> bool:
+    """Whether a pass may queue a firing or repeat message for this instance (a cheap
+    guess made before the row lock, to fetch the offenders outside the transaction)."""
+    if not breached:
+        return False
+    if state.state != FIRING:
+        _, steps = advance(state, now=now, breached=True, value=None, **params)
+        return any(step.kind == FIRING_KIND for step in steps)
+    return route is not None and (
+        state.last_notified_at is None or _held(state.last_notified_at, now, route.repeat_interval)
+    )
+
+
+def _single_error_group(offenders: Sequence[dict[str, Any]]) -> str | None:
+    groups = {o.get("group_id") for o in offenders if o.get("kind") == "error_group"} - {None}
+    return groups.pop() if len(groups) == 1 else None

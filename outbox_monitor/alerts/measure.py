@@ -1,0 +1,257 @@
+"""A rule's current value per alert instance, measured through metrics.py (SPEC §2).
+
+One definition of each figure: every value here comes from the ``metrics`` function the
+dashboard and ``status --json`` use. A rule without ``by`` has one instance, ``""``; a rule
+with ``by: [event_type]`` has one instance per event type that currently has rows relevant
+to its figure (``"event_type=<type>"``), each measured with ``event_type=<type>``.
+"""
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from outbox_monitor import metrics
+from outbox_monitor.alerts.rules import Rule
+from outbox_monitor.db import Database
+from outbox_monitor.filters import Where
+
+MAX_INSTANCES = 200
+"""At most this many event types become instances of one ``by`` rule (alphabetical)."""
+OFFENDERS = 5
+"""Top event types (and error groups) listed in a message."""
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+Figure = Callable[[Database, Rule, str | None], float | None]
+
+# metric → its value for one event-type filter (None: no filter), via metrics.py.
+_FIGURES: dict[str, Figure] = {
+    "queue_depth": lambda db, rule, et: metrics.queue_depth(db, event_type=et),
+    "pending_total": lambda db, rule, et: metrics.pending_total(db, event_type=et),
+    "scheduled_retries": lambda db, rule, et: metrics.scheduled_retries(db, event_type=et),
+    "oldest_pending_age": lambda db, rule, et: metrics.oldest_pending_age(db, event_type=et),
+    "processing": lambda db, rule, et: metrics.processing(db, event_type=et),
+    "stuck_locks": lambda db, rule, et: metrics.stuck_locks(db, event_type=et),
+    **{
+        f"latency_{key}": (
+            lambda db, rule, et, key=key: metrics.latency_percentiles(
+                db, window=rule.window, event_type=et
+            )[key]
+        )
+        for key in ("p50", "p95", "p99")
+    },
+    **{
+        name: (
+            lambda db, rule, et, name=name: metrics.throughput(
+                db, window=rule.window, event_type=et
+            )[name]
+        )
+        for name in ("processed_per_minute", "created_per_minute")
+    },
+    "failed_in_window": lambda db, rule, et: sum(
+        metrics.failed_by_event_type(db, window=rule.window, event_type=et).values()
+    ),
+    "attempts_at_least": lambda db, rule, et: metrics.attempts_at_least(
+        db, rule.attempts or 1, event_type=et
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _Relevant:
+    """Which rows make an event type an instance: rows in ``open`` statuses, rows in
+    ``closed`` statuses processed in the window, rows created in the window."""
+
+    open: tuple[str, ...] = ()
+    closed: tuple[str, ...] = ()
+    created: bool = False
+
+
+_PENDING = _Relevant(open=("pending",))
+_PROCESSING = _Relevant(open=("processing",))
+_RELEVANT: dict[str, _Relevant] = {
+    "queue_depth": _PENDING,
+    "pending_total": _PENDING,
+    "scheduled_retries": _PENDING,
+    "oldest_pending_age": _PENDING,
+    "processing": _PROCESSING,
+    "stuck_locks": _PROCESSING,
+    "latency_p50": _Relevant(closed=("done",)),
+    "latency_p95": _Relevant(closed=("done",)),
+    "latency_p99": _Relevant(closed=("done",)),
+    # a type with a backlog but nothing processed is exactly one to watch
+    "processed_per_minute": _Relevant(open=("pending", "processing"), closed=("done",)),
+    "created_per_minute": _Relevant(created=True),
+    "failed_in_window": _Relevant(closed=("failed",)),
+    "attempts_at_least": _Relevant(open=("pending", "processing", "failed")),
+}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One alert instance's current value.
+
+    ``instance``: ``""`` for a rule without ``by``, else ``"event_type=<type>"``.
+    ``labels``: ``{"event_type": <type>}`` for a ``by`` instance, else ``{}``.
+    ``value``: in the rule's unit (seconds, rows, rows/min); ``None`` when the figure has
+    no value (nothing pending, no done row in the window). ``breached``: the rule's
+    condition holds now (never for ``None``).
+    """
+
+    instance: str
+    labels: dict[str, str] = field(default_factory=dict)
+    value: float | None = None
+    breached: bool = False
+
+
+def instance_of(event_type: str | None) -> str:
+    """The instance key of an event type (``"event_type=order.paid"``), ``""`` for none."""
+    return f"event_type={event_type}" if event_type else ""
+
+
+def compare(op: str, value: float | None, threshold: float) -> bool:
+    """``value <op> threshold`` for an alerts.yml ``op``; ``None`` is never true."""
+    return value is not None and _COMPARE[op](value, threshold)
+
+
+def breached(rule: Rule, value: float | None) -> bool:
+    """Whether ``value`` breaks the rule: ``value <op> threshold``; ``None`` never does."""
+    return compare(rule.op, value, rule.threshold)
+
+
+def measure_value(db: Database, rule: Rule, event_type: str | None) -> float | None:
+    """The rule's figure for one event-type filter (exact, or LIKE with ``%``).
+
+    Returns:
+        The metrics.py value in the rule's unit; ``None`` when the figure has none.
+
+    Raises:
+        The package's database errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
+    """
+    value = _FIGURES[rule.metric](db, rule, event_type)
+    return None if value is None else float(value)
+
+
+def candidate_event_types(
+    db: Database, rule: Rule, *, event_type: str | None = None, limit: int = MAX_INSTANCES
+) -> list[str]:
+    """Event types that currently have rows relevant to the rule's figure (query
+    ``alert_event_types``), within the rule's ``event_type`` filter (or ``event_type``).
+
+    Relevant rows: pending ones for depth-like figures and oldest pending age; processing
+    ones for processing / stuck locks; done ones processed in the window for latency;
+    failed ones dead-lettered in the window for ``failed_in_window``; rows not done for
+    ``attempts_at_least``; created in the window for ``created_per_minute``.
+
+    Returns:
+        Up to ``limit`` event types in alphabetical order.
+    """
+    relevant = _RELEVANT[rule.metric]
+    where = Where().event_type(event_type or rule.event_type)
+    rows = db.fetch_all(
+        "alert_event_types",
+        {
+            "open_statuses": list(relevant.open),
+            "closed_statuses": list(relevant.closed),
+            "created": relevant.created,
+            "window": rule.window or db.settings.window,
+            "limit": limit,
+            **where.params,
+        },
+        and_filters=where.fragment,
+    )
+    return [row["event_type"] for row in rows]
+
+
+def measure(db: Database, rule: Rule) -> list[Measurement]:
+    """Every current instance of a rule with its value (issue 3 §2, SPEC §2 figures).
+
+    Without ``by``: one ``Measurement("")`` over the rule's ``event_type`` filter. With
+    ``by: [event_type]``: one per event type from ``candidate_event_types`` (possibly
+    none), measured with ``event_type=<that type>`` (an event type that itself contains
+    ``%`` would be taken as a LIKE pattern, as everywhere in SPEC §2). An instance that
+    was firing and is no longer listed has no relevant rows left: treat it as cleared.
+
+    Returns:
+        Measurements in instance order.
+
+    Raises:
+        The package's database errors; the caller decides (the evaluator turns them into
+        the rule's "error" state, ``check`` reports them).
+    """
+    if not rule.by:
+        value = measure_value(db, rule, rule.event_type)
+        return [Measurement("", {}, value, breached(rule, value))]
+    found = []
+    for event_type in candidate_event_types(db, rule):
+        value = measure_value(db, rule, event_type)
+        found.append(
+            Measurement(
+                instance_of(event_type),
+                {"event_type": event_type},
+                value,
+                breached(rule, value),
+            )
+        )
+    return found
+
+
+def offenders(
+    db: Database, rule: Rule, *, event_type: str | None = None, limit: int = OFFENDERS
+) -> list[dict[str, Any]]:
+    """What to name in the message: the top event types and, for failures, error groups.
+
+    Args:
+        rule: the rule that fired.
+        event_type: the instance's event type (a ``by`` instance), else the rule's filter.
+        limit: event types (and error groups) to list.
+
+    Returns:
+        ``[{"kind": "event_type", "event_type", "value"}, …]`` — by the rule's own figure
+        per event type, worst first (largest for ``>``/``>=``/``==``/``!=``, smallest for
+        ``<``/``<=``); ``failed_in_window`` uses ``metrics.failed_by_event_type`` and
+        then adds ``{"kind": "error_group", "group_id", "event_type", "fingerprint",
+        "failed", "sample_error", "last_seen" (ISO-8601)}`` from ``metrics.error_groups``
+        (all dead letters of those types, the ones to replay). JSON-safe.
+    """
+    scope = event_type or rule.event_type
+    if rule.metric == "failed_in_window":
+        failed = metrics.failed_by_event_type(db, window=rule.window, event_type=scope)
+        found: list[dict[str, Any]] = [
+            {"kind": "event_type", "event_type": name, "value": float(count)}
+            for name, count in list(failed.items())[:limit]
+        ]
+        for group in metrics.error_groups(db, event_type=scope, limit=limit):
+            found.append(
+                {
+                    "kind": "error_group",
+                    "group_id": group["group_id"],
+                    "event_type": group["event_type"],
+                    "fingerprint": group["fingerprint"],
+                    "failed": group["failed"],
+                    "sample_error": group["sample_error"],
+                    "last_seen": _iso(group["last_seen"]),
+                }
+            )
+        return found
+    values = []
+    for name in candidate_event_types(db, rule, event_type=scope):
+        value = measure_value(db, rule, name)
+        if value is not None:
+            values.append({"kind": "event_type", "event_type": name, "value": value})
+    smallest_first = rule.op in ("<", "<=")
+    values.sort(key=lambda item: item["value"] if smallest_first else -item["value"])
+    return values[:limit]
+
+
+def _iso(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value

@@ -1,0 +1,213 @@
+"""Silences: stop notifications of matching alert instances for a while (issue 3 §2).
+
+A silence is a set of label matchers, an end time, a comment and who made it. An instance
+whose labels satisfy every matcher of an active silence still changes state (the Alerts
+page shows it), but its notification rows are written ``silenced``/``suppressed`` and never
+sent. Labels of an instance: ``rule`` (the rule name), ``severity``, the rule's ``labels``
+and ``event_type`` (the instance's event type with ``by: [event_type]``, else the rule's
+``event_type`` filter when it has one).
+
+A matcher value is compared for equality; a value containing ``%`` is a LIKE pattern (as
+the event-type filter of SPEC §2: ``%`` is the only wildcard, ``_`` and ``\\`` are
+literal). Creating and expiring a silence are operator actions: each writes an audit row.
+"""
+
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.db import Database
+from outbox_monitor.errors import ActionRefused
+
+DEFAULT_LIST_LIMIT = 200
+MAX_COMMENT_CHARS = 2000
+AUDIT_CREATE = "silence"
+AUDIT_EXPIRE = "expire silence"
+
+
+def _refuse(message: str) -> ActionRefused:
+    return ActionRefused(f"silence refused: {message}")
+
+
+def _validated_matchers(matchers: Mapping[str, str]) -> dict[str, str]:
+    if not matchers:
+        raise _refuse("give at least one matcher (e.g. rule=payment-failed)")
+    cleaned: dict[str, str] = {}
+    for key, value in matchers.items():
+        name = str(key).strip()
+        text = "" if value is None else str(value).strip()
+        if not name:
+            raise _refuse("a matcher has an empty label name")
+        if not text:
+            raise _refuse(f"matcher {name!r} has an empty value")
+        cleaned[name] = text
+    return cleaned
+
+
+def _db_now(db: Database) -> datetime:
+    return db.fetch_one("db_now")["now"]
+
+
+def create_silence(
+    db: Database,
+    matchers: Mapping[str, str],
+    until: datetime,
+    comment: str,
+    created_by: str,
+    *,
+    now: datetime | None = None,
+) -> int:
+    """Create a silence that starts now and ends at ``until``.
+
+    Args:
+        db: the connector.
+        matchers: label name → value (``{"rule": "payment-failed", "event_type":
+            "payment.captured"}``); all must match. A value with ``%`` is a LIKE pattern.
+        until: aware end time; must be after ``now``.
+        comment: why (shown on the Alerts page); required.
+        created_by: who (the dashboard's actor); required.
+        now: the start instant; default the database's ``now()`` (tests pass their clock).
+
+    Returns:
+        The new silence's id.
+
+    Raises:
+        ActionRefused: no matchers, an empty name or value, ``until`` not in the future
+            or naive, an empty comment or author. Nothing is written then.
+        DatabaseUnavailable and the connector's errors.
+    """
+    cleaned = _validated_matchers(matchers)
+    comment = (comment or "").strip()
+    created_by = (created_by or "").strip()
+    if not comment:
+        raise _refuse("say why in the comment")
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise _refuse(f"the comment is longer than {MAX_COMMENT_CHARS} characters")
+    if not created_by:
+        raise _refuse("who creates it is required")
+    if until.tzinfo is None:
+        raise _refuse("the end time needs a time zone")
+    start = now or _db_now(db)
+    if until <= start:
+        raise _refuse(f"the end time {until.isoformat()} is not in the future")
+    with db.transaction() as conn:
+        row = conn.execute(
+            db.compose("silence_insert"),
+            {
+                "matchers": Jsonb(cleaned),
+                "starts_at": start,
+                "ends_at": until,
+                "comment": comment,
+                "created_by": created_by,
+            },
+        ).fetchone()
+        _audit(db, conn, created_by, AUDIT_CREATE, {"matchers": cleaned, "until": until}, row)
+    return row["id"]
+
+
+def expire_silence(db: Database, silence_id: int, by: str, *, now: datetime | None = None) -> bool:
+    """End a silence now; it stays listed (with ``expired_at``) for history.
+
+    Args:
+        db: the connector.
+        silence_id: the silence's id.
+        by: who expires it, for the audit log.
+        now: the instant; default the database's ``now()``.
+
+    Returns:
+        ``True`` when it was in force or scheduled and is now expired; ``False`` when it
+        did not exist, was already expired or had ended.
+
+    Raises:
+        ActionRefused: ``by`` is empty.
+        DatabaseUnavailable and the connector's errors.
+    """
+    by = (by or "").strip()
+    if not by:
+        raise _refuse("who expires it is required")
+    instant = now or _db_now(db)
+    with db.transaction() as conn:
+        row = conn.execute(
+            db.compose("silence_expire"), {"id": silence_id, "now": instant}
+        ).fetchone()
+        if row is None:
+            return False
+        _audit(db, conn, by, AUDIT_EXPIRE, {"id": silence_id, "matchers": row["matchers"]}, row)
+    return True
+
+
+def _audit(
+    db: Database, conn: Any, actor: str, action: str, details: dict[str, Any], row: dict
+) -> None:
+    conn.execute(
+        db.compose("audit_insert"),
+        {
+            "run_id": str(uuid.uuid4()),
+            "actor": actor,
+            "action": action,
+            "table_name": db.table_name,
+            "filter": Jsonb(
+                {k: v.isoformat() if isinstance(v, datetime) else v for k, v in details.items()}
+            ),
+            "affected_count": 1,
+            "affected_ids": [row["id"]],
+        },
+    )
+
+
+def active_silences(db: Database, now: datetime) -> list[dict[str, Any]]:
+    """Silences in force at ``now`` (started, not ended, not expired).
+
+    Returns:
+        Rows with id, matchers (dict), starts_at, ends_at, comment, created_by,
+        created_at, expired_at; oldest first.
+    """
+    return db.fetch_all("silences_active", {"now": now})
+
+
+def list_silences(db: Database, *, limit: int = DEFAULT_LIST_LIMIT) -> list[dict[str, Any]]:
+    """Every silence, newest first, with ``active`` (in force at the database's now).
+
+    Returns:
+        Rows with id, matchers, starts_at, ends_at, comment, created_by, created_at,
+        expired_at, active.
+    """
+    return db.fetch_all("silences_all", {"limit": limit})
+
+
+def _value_matches(pattern: str, value: str) -> bool:
+    if "%" not in pattern:
+        return pattern == value
+    regex = ".*".join(re.escape(part) for part in pattern.split("%"))
+    return re.fullmatch(regex, value, flags=re.DOTALL) is not None
+
+
+def matches(silence: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a silence covers an instance.
+
+    Args:
+        silence: a row of ``active_silences`` (its ``matchers``), or the matchers dict.
+        labels: the instance's labels (``rule``, ``severity``, ``event_type``, rule labels).
+
+    Returns:
+        ``True`` when every matcher names a label the instance has and its value matches
+        (equality, or LIKE when the matcher value has ``%``). A silence without matchers
+        matches nothing.
+    """
+    matchers = silence.get("matchers", silence)
+    if not matchers:
+        return False
+    for name, pattern in matchers.items():
+        value = labels.get(name)
+        if value is None or not _value_matches(str(pattern), str(value)):
+            return False
+    return True
+
+
+def silenced_by(silences: list[Mapping[str, Any]], labels: Mapping[str, str]) -> list[int]:
+    """The ids of the silences among ``silences`` that cover ``labels`` (see ``matches``)."""
+    return [silence["id"] for silence in silences if matches(silence, labels)]

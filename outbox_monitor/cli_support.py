@@ -1,0 +1,98 @@
+"""Shared pieces of the command line: option types, JSON output, error exits."""
+
+import json
+import sys
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import click
+
+from outbox_monitor import schema
+from outbox_monitor.config import Settings
+from outbox_monitor.db import Database
+from outbox_monitor.durations import parse_duration
+from outbox_monitor.errors import OutboxMonitorError
+
+EXIT_ERROR = 1
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+
+
+class DurationType(click.ParamType):
+    """A duration option (``90s``, ``15m``, ``1h``, ``30d``) converted to seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+class RowIdType(click.ParamType):
+    """A row id given as text, anywhere in the bigint range (beyond 2^53 included)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            self.fail(f"expected an integer row id, got {value!r}", param, ctx)
+        if not BIGINT_MIN <= number <= BIGINT_MAX:
+            self.fail(f"{value} is outside the bigint range", param, ctx)
+        return number
+
+
+DURATION = DurationType()
+ROW_ID = RowIdType()
+
+
+def to_jsonable(value: Any) -> Any:
+    """Make query results JSON-safe: datetimes → ISO-8601, Decimal → float, ids stay ints
+    except in places that call ``str`` themselves (ids beyond 2^53 are strings there)."""
+    if isinstance(value, dict):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(item) for item in value]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def emit_json(payload: dict[str, Any]) -> None:
+    """Print one JSON object (``to_jsonable`` applied), indented, to stdout."""
+    click.echo(json.dumps(to_jsonable(payload), indent=2, sort_keys=False))
+
+
+def fail(error: OutboxMonitorError, as_json: bool, exit_code: int = EXIT_ERROR) -> None:
+    """Report a package error and exit: ``error: <message>`` and the fix on stderr, or one
+    JSON object ``{"error", "hint"}`` on stdout under ``--json``. Never returns."""
+    message = error.args[0] if error.args else type(error).__name__
+    if as_json:
+        emit_json({"error": message, "hint": error.hint or None})
+    else:
+        click.secho(f"error: {message}", fg="red", err=True)
+        if error.hint:
+            click.echo(error.hint, err=True)
+    sys.exit(exit_code)
+
+
+def open_checked(settings: Settings) -> Database:
+    """A ``Database`` whose outbox table passed ``schema.check_outbox_table``.
+
+    Raises:
+        TableMissing, ColumnsMissing, SchemaNotInitialised, DatabaseUnavailable.
+    """
+    db = Database(settings)
+    try:
+        schema.check_outbox_table(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
