@@ -9,7 +9,7 @@ import streamlit as st
 
 from outbox_monitor.config import DEFAULT_REFRESH_SECONDS, DEFAULT_WINDOW_SECONDS
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.ui import banners, state
+from outbox_monitor.ui import alerts, banners, state
 
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
 
@@ -29,6 +29,7 @@ PAGES = [
         icon=":material/report:",
     ),
     st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),
+    st.Page("pages/alerts.py", title="Alerts", url_path="alerts", icon=":material/notifications:"),
 ]
 page = st.navigation(PAGES)
 
@@ -39,6 +40,7 @@ except ConfigError:
 state.sidebar(
     settings.window if settings else DEFAULT_WINDOW_SECONDS,
     settings.refresh if settings else DEFAULT_REFRESH_SECONDS,
+    tuple(alerts.rule_windows(alerts.load_ruleset().ruleset)),
 )
 
 with banners.guarded():

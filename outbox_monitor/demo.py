@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
-from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.alerts.rules import load_rules, resolve_rules_path
 from outbox_monitor.alerts.sink import SlackSink
-from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV, transports_for
+from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import OutboxMonitorError
@@ -103,21 +103,14 @@ def _banner(
     )
 
 
-def _demo_alerting(sink: SlackSink | None) -> tuple[RuleSet | None, Any, str]:
-    """The shipped rules, and where their Slack messages go: the real Slack when a Slack
-    variable is set, else the local Slack-compatible sink (the Alerts page shows them)."""
-    if sink is None:
-        ruleset, transports = load_alerting(None)
-        return ruleset, transports, "Slack, per alerts.yml routes and SLACK_* variables"
+def _route_to_sink(sink: SlackSink) -> str:
+    """Point every Slack variable of the shipped rules at the local sink, in this process's
+    environment (so the dashboard process inherits it: its test button posts there too)."""
     ruleset = load_rules(resolve_rules_path(None))
-    environment = {name: sink.webhook_url for name in _webhook_variables(ruleset)}
-    environment.update({BOT_TOKEN_ENV: sink.token, API_URL_ENV: sink.api_url})
-    target = f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)"
-    return ruleset, transports_for(ruleset, environment), target
-
-
-def _webhook_variables(ruleset: RuleSet) -> set[str]:
-    return {route.webhook_url_env or "SLACK_WEBHOOK_URL" for route in ruleset.routes.values()}
+    for name in {route.webhook_url_env or "SLACK_WEBHOOK_URL" for route in ruleset.routes.values()}:
+        os.environ[name] = sink.webhook_url
+    os.environ.update({BOT_TOKEN_ENV: sink.token, API_URL_ENV: sink.api_url})
+    return f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)"
 
 
 def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
@@ -178,8 +171,10 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
             db = Database(settings)
             init_db(db)
             os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
+            slack_target = "Slack, per the routes of alerts.yml and the SLACK_* variables"
             if not any(os.environ.get(name) for name in SLACK_VARIABLES):
                 sink = SlackSink().start()
+                slack_target = _route_to_sink(sink)
             log_path = cluster.root / "dashboard.log"
             output = log_path.open("wb")
             process = start_dashboard(settings, address=DEMO_ADDRESS, port=port, output=output)
@@ -189,7 +184,7 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
                 raise OutboxMonitorError(
                     f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
                 )
-            ruleset, transports, slack_target = _demo_alerting(sink)
+            ruleset, transports = load_alerting(None)
             scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
             scheduler.start()
             wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)

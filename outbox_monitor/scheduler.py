@@ -71,6 +71,25 @@ def guarded(name: str, job: Callable[[], Any], *, target: str) -> Callable[[], N
     return run
 
 
+def add_interval_job(
+    scheduler: BaseScheduler, job_id: str, job: Callable[[], None], *, seconds: float, name: str
+) -> None:
+    """Schedule ``job`` every ``seconds``: first run now, one instance at a time, missed
+    runs coalesced (the settings every job of this process shares)."""
+    scheduler.add_job(
+        job,
+        "interval",
+        seconds=seconds,
+        id=job_id,
+        name=name,
+        max_instances=1,
+        coalesce=True,
+        next_run_time=datetime.now(UTC),
+        misfire_grace_time=max(1, int(seconds)),
+        replace_existing=True,
+    )
+
+
 def add_sampler_job(
     scheduler: BaseScheduler,
     db: Database,
@@ -87,17 +106,12 @@ def add_sampler_job(
     def sample() -> None:
         record_sample(db)
 
-    scheduler.add_job(
+    add_interval_job(
+        scheduler,
+        SAMPLER_JOB_ID,
         guarded(SAMPLER_JOB_ID, wrap(sample) if wrap else sample, target=target),
-        "interval",
         seconds=db.settings.sample_interval,
-        id=SAMPLER_JOB_ID,
         name="record headline sample",
-        max_instances=1,
-        coalesce=True,
-        next_run_time=datetime.now(UTC),
-        misfire_grace_time=max(1, int(db.settings.sample_interval)),
-        replace_existing=True,
     )
 
 
@@ -148,17 +162,12 @@ def add_evaluator_job(
         )
 
     interval = ruleset.defaults.interval
-    scheduler.add_job(
+    add_interval_job(
+        scheduler,
+        EVALUATOR_JOB_ID,
         guarded(EVALUATOR_JOB_ID, runtime.as_leader(evaluate), target=target),
-        "interval",
         seconds=interval,
-        id=EVALUATOR_JOB_ID,
         name="evaluate alert rules",
-        max_instances=1,
-        coalesce=True,
-        next_run_time=datetime.now(UTC),
-        misfire_grace_time=max(1, int(interval)),
-        replace_existing=True,
     )
 
 
@@ -180,17 +189,12 @@ def add_sender_job(
         if counts.get("messages") or counts.get("failed"):
             log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
 
-    scheduler.add_job(
+    add_interval_job(
+        scheduler,
+        SENDER_JOB_ID,
         guarded(SENDER_JOB_ID, runtime.as_leader(send), target=target),
-        "interval",
         seconds=interval,
-        id=SENDER_JOB_ID,
         name="send due notifications",
-        max_instances=1,
-        coalesce=True,
-        next_run_time=datetime.now(UTC),
-        misfire_grace_time=max(1, int(interval)),
-        replace_existing=True,
     )
 
 

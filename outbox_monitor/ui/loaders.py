@@ -13,6 +13,8 @@ import streamlit as st
 
 from outbox_monitor import actions, events, metrics, schema
 from outbox_monitor.actions import ActionResult, Preview, Progress
+from outbox_monitor.alerts import silences as alert_silences
+from outbox_monitor.alerts import state as alert_state
 from outbox_monitor.db import Database
 from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
 from outbox_monitor.ui.state import MIN_REFRESH_SECONDS
@@ -253,3 +255,79 @@ def preview_prune(
         failed_older_than=failed_older_than,
         event_type=event_type,
     )
+
+
+# ----------------------------------------------------------------------- alerts (issue 3)
+
+
+@_cached
+def _alert_instances(key: str, _db: Database) -> list[dict[str, Any]]:
+    return alert_state.list_instances(_db)
+
+
+def alert_instances(db: Database) -> list[dict[str, Any]]:
+    """``alerts.state.list_instances``: every rule instance with state, value, since."""
+    return _alert_instances(_key(db), db)
+
+
+@_cached
+def _alert_transitions(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
+    return alert_state.list_transitions(_db, limit=limit)
+
+
+def alert_transitions(db: Database, *, limit: int = 100) -> list[dict[str, Any]]:
+    """``alerts.state.list_transitions``: the newest state transitions first."""
+    return _alert_transitions(_key(db), db, limit)
+
+
+@_cached
+def _notifications(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
+    return alert_state.list_notifications(_db, limit=limit)
+
+
+def notifications(db: Database, *, limit: int = 100) -> list[dict[str, Any]]:
+    """``alerts.state.list_notifications``: the newest notifications first, with their
+    delivery outcome and the plain-text message (``text``)."""
+    return _notifications(_key(db), db, limit)
+
+
+@_cached
+def _silences(key: str, _db: Database) -> list[dict[str, Any]]:
+    return alert_silences.list_silences(_db)
+
+
+def silences(db: Database) -> list[dict[str, Any]]:
+    """``alerts.silences.list_silences``: every silence, newest first, with ``active``."""
+    return _silences(_key(db), db)
+
+
+def _clear_silence_caches() -> None:
+    _silences.clear()
+    _audit.clear()  # creating and expiring a silence are audited
+
+
+def create_silence(
+    db: Database, matchers: dict[str, str], until: datetime, comment: str, created_by: str
+) -> int:
+    """``alerts.silences.create_silence`` (starts now, database clock), then clears the
+    silence list and the audit log caches.
+
+    Raises:
+        ActionRefused: no matcher, ``until`` not in the future, no comment or author.
+    """
+    try:
+        return alert_silences.create_silence(db, matchers, until, comment, created_by)
+    finally:
+        _clear_silence_caches()
+
+
+def expire_silence(db: Database, silence_id: int, *, by: str) -> bool:
+    """``alerts.silences.expire_silence`` now, then clears the silence and audit caches.
+
+    Returns:
+        ``False`` when it had already ended or been expired.
+    """
+    try:
+        return alert_silences.expire_silence(db, silence_id, by)
+    finally:
+        _clear_silence_caches()

@@ -96,8 +96,14 @@ def check_table_once(db: Database) -> None:
     st.session_state[_TABLE_CHECKED] = key
 
 
-def _choices(standard: tuple[str, ...], default_seconds: float) -> tuple[list[str], str]:
+def _choices(
+    standard: tuple[str, ...], default_seconds: float, extra: tuple[str, ...] = ()
+) -> tuple[list[str], str]:
     labels = list(standard)
+    for label in extra:
+        if all(parse_duration(label) != parse_duration(known) for known in labels):
+            labels.append(label)
+    labels.sort(key=parse_duration)
     default = format.short_duration(default_seconds)
     matching = [label for label in labels if parse_duration(label) == default_seconds]
     if matching:
@@ -107,17 +113,21 @@ def _choices(standard: tuple[str, ...], default_seconds: float) -> tuple[list[st
     return labels, default
 
 
-def sidebar(default_window: float, default_refresh: float) -> Filters:
+def sidebar(
+    default_window: float, default_refresh: float, extra_windows: tuple[str, ...] = ()
+) -> Filters:
     """Render the shared sidebar filters and return their values.
 
     Args:
         default_window: seconds, from the settings (shown when the URL has no ``window``).
         default_refresh: seconds, from the settings; raised to ``MIN_REFRESH_SECONDS``.
+        extra_windows: more window choices (``"30m"``), e.g. every window of the alert
+            rules, so that a link from a Slack alert opens with its window.
 
     Returns:
         The current ``Filters``.
     """
-    windows, window_default = _choices(WINDOW_CHOICES, default_window)
+    windows, window_default = _choices(WINDOW_CHOICES, default_window, extra_windows)
     refreshes, refresh_default = _choices(
         REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
     )

@@ -5,7 +5,7 @@ import pytest
 
 from outbox_monitor.pgcluster import free_port
 
-PAGES = ["overview", "events", "dead_letters", "actions"]
+PAGES = ["overview", "events", "dead_letters", "actions", "alerts"]
 
 
 def banner(at) -> tuple[str, str]:

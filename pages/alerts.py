@@ -1,0 +1,220 @@
+"""Alerts: every rule's state per instance, notification and transition history, silences,
+and a test message through a route (issue 3 §4)."""
+
+import streamlit as st
+
+from outbox_monitor.errors import ActionRefused
+from outbox_monitor.ui import alerts, banners, format, loaders, state
+
+FLASH = "alerts.flash"
+NOTIFICATION_COLUMNS = [
+    "id",
+    "created",
+    "kind",
+    "rule",
+    "instance",
+    "route",
+    "status",
+    "silenced",
+    "attempts",
+    "last_status",
+    "last_error",
+    "sent",
+]
+
+ctx = state.context()
+loaded = alerts.load_ruleset()
+ruleset = loaded.ruleset
+st.title("Alerts")
+if loaded.error is not None:
+    alerts.show_rules_error(loaded)
+else:
+    routes = ", ".join(ruleset.routes) or "none"
+    st.caption(
+        f"{len(ruleset.rules)} rules from `{loaded.path}`, evaluated every "
+        f"{format.duration(ruleset.defaults.interval)} by `outbox-monitor scheduler` "
+        f"(or `outbox-monitor dashboard --with-scheduler`); routes: {routes}."
+    )
+
+state_tab, notifications_tab, transitions_tab, silences_tab, test_tab = st.tabs(
+    ["State", "Notifications", "Transitions", "Silences", "Test alert"]
+)
+
+
+@st.fragment(run_every=ctx.filters.refresh)
+def live_state() -> None:
+    with banners.guarded():
+        instances = loaders.alert_instances(ctx.db)
+        now = loaders.database_now(ctx.db)
+        counts = alerts.state_counts(instances)
+        silenced = sum(1 for row in loaders.silences(ctx.db) if row["active"])
+        columns = st.columns(5)
+        columns[0].metric("Firing", counts["firing"], border=True)
+        columns[1].metric("Pending", counts["pending"], border=True)
+        columns[2].metric("Evaluation errors", counts["error"], border=True)
+        columns[3].metric("OK", counts["inactive"], border=True)
+        columns[4].metric("Active silences", silenced, border=True)
+        last = alerts.latest_evaluation(instances)
+        if last is None:
+            st.info(
+                "No rule instance has state yet. The scheduler (`outbox-monitor scheduler`, or "
+                "`outbox-monitor dashboard --with-scheduler`) evaluates the rules every "
+                "interval; a rule with `by: [event_type]` has an instance only for event types "
+                "with rows its figure counts.",
+                icon=":material/schedule:",
+            )
+        else:
+            refresh = format.short_duration(ctx.filters.refresh)
+            st.caption(
+                f"Last evaluation {format.instant(last)} · database time "
+                f"{format.instant(now)} · refreshes every {refresh}"
+            )
+        st.dataframe(
+            format.table(alerts.state_rows(ruleset, instances, now)),
+            hide_index=True,
+            width="stretch",
+        )
+
+
+@st.fragment(run_every=ctx.filters.refresh)
+def live_notifications() -> None:
+    with banners.guarded():
+        rows = loaders.notifications(ctx.db)
+        if not rows:
+            st.caption("No notification yet.")
+            return
+        st.caption(
+            "The notification outbox, newest first: every firing, resolved, repeat and "
+            "error message with its delivery outcome (pending, sent, suppressed, failed)."
+        )
+        st.dataframe(
+            format.table(alerts.notification_rows(rows), NOTIFICATION_COLUMNS),
+            hide_index=True,
+            width="stretch",
+        )
+        by_id = {row["id"]: row for row in rows}
+        chosen = st.selectbox(
+            "Message of notification",
+            list(by_id),
+            format_func=lambda i: alerts.notification_label(by_id[i]),
+            key="alerts.notification",
+        )
+        row = by_id[chosen]
+        st.markdown(alerts.delivery(row))
+        text = alerts.as_shown_in_slack(row["text"])
+        st.code(text or "(this notification cannot be rendered)", language=None, wrap_lines=True)
+
+
+@st.fragment(run_every=ctx.filters.refresh)
+def live_transitions() -> None:
+    with banners.guarded():
+        rows = loaders.alert_transitions(ctx.db)
+        if not rows:
+            st.caption("No state transition yet.")
+            return
+        st.dataframe(format.table(alerts.transition_rows(rows)), hide_index=True, width="stretch")
+
+
+with state_tab:
+    live_state()
+with notifications_tab:
+    live_notifications()
+with transitions_tab:
+    live_transitions()
+
+with silences_tab:
+    flash = st.session_state.pop(FLASH, None)
+    if flash:
+        st.success(flash, icon=":material/check_circle:")
+    instances = loaders.alert_instances(ctx.db)
+    now = loaders.database_now(ctx.db)
+    st.caption(
+        "A silenced alert still changes state (see State), but its notifications are "
+        "recorded as suppressed and never posted. Every matcher must match; an event type "
+        "with % is a LIKE pattern."
+    )
+    with st.form("alerts.silence_form"):
+        left, middle, right = st.columns(3)
+        rule = left.selectbox(
+            "Rule", alerts.rule_choices(ruleset, instances), key="alerts.silence_rule"
+        )
+        severity = middle.selectbox(
+            "Severity", alerts.SEVERITY_CHOICES, key="alerts.silence_severity"
+        )
+        event_type = right.text_input(
+            "Event type",
+            key="alerts.silence_event_type",
+            placeholder="payment.captured or payment.%",
+        )
+        until_text = st.text_input(
+            "Until",
+            value="2h",
+            key="alerts.silence_until",
+            help="A duration from now (30m, 2h, 1d) or a date and time "
+            "(2026-12-01T09:00:00Z; without a zone: UTC).",
+        )
+        comment = st.text_area("Comment", key="alerts.silence_comment", placeholder="why")
+        submitted = st.form_submit_button(
+            "Create silence", key="alerts.silence_create", type="primary"
+        )
+    if submitted:
+        matchers = alerts.silence_matchers(rule, severity, event_type)
+        try:
+            until = alerts.parse_until(until_text, now)
+        except ValueError as error:
+            st.error(f"**Silence refused** — until: {error}", icon=":material/error:")
+        else:
+            try:
+                silence_id = loaders.create_silence(ctx.db, matchers, until, comment, ctx.actor)
+            except ActionRefused as error:
+                banners.show(error, stop=False)
+            else:
+                st.session_state[FLASH] = (
+                    f"Silence #{silence_id} created: {alerts.labels_text(matchers)} until "
+                    f"{format.instant(until)}."
+                )
+                st.rerun()
+
+    everything = loaders.silences(ctx.db)
+    active = [row for row in everything if row["active"]]
+    st.subheader(f"Active silences ({len(active)})")
+    if not active:
+        st.caption("None.")
+    for row in active:
+        with st.container(border=True):
+            text, button = st.columns([5, 1], vertical_alignment="center")
+            text.markdown(alerts.silence_text(row, now))
+            text.caption(row["comment"])
+            if button.button("Expire", key=f"alerts.expire.{row['id']}"):
+                expired = loaders.expire_silence(ctx.db, row["id"], by=ctx.actor)
+                st.session_state[FLASH] = (
+                    f"Silence #{row['id']} expired."
+                    if expired
+                    else f"Silence #{row['id']} had already ended."
+                )
+                st.rerun()
+    ended = alerts.ended_silence_rows(everything)
+    if ended:
+        st.subheader(f"Expired or ended ({len(ended)})")
+        st.dataframe(format.table(ended), hide_index=True, width="stretch")
+
+with test_tab:
+    if ruleset is None:
+        st.info("Fix the rules file first: the test message goes through its routes.")
+    elif not ruleset.routes:
+        st.info(f"`{loaded.path}` defines no routes.")
+    else:
+        route = st.selectbox("Route", list(ruleset.routes), key="alerts.test_route")
+        destination = alerts.route_destination(ruleset, route)
+        if destination.missing is None:
+            st.caption(f"Posts to {destination.text}.")
+        else:
+            st.warning(banners.message_of(destination.missing), icon=":material/key:")
+            if destination.missing.hint:
+                st.caption(destination.missing.hint)
+        if st.button("Send test alert", key="alerts.send_test"):
+            outcome = alerts.send_test_alert(ruleset, route)
+            show = {"success": st.success, "error": st.error, "warning": st.warning}
+            show[outcome.level](outcome.message)
+            if outcome.hint:
+                st.info(outcome.hint, icon=":material/build:")
