@@ -15,8 +15,9 @@ $(BIN)/outbox-monitor: pyproject.toml
 
 install: $(BIN)/outbox-monitor
 
+# extra options: make demo ARGS='--port 8502 --rate 50'
 demo: install
-	$(BIN)/outbox-monitor demo
+	$(BIN)/outbox-monitor demo $(ARGS)
 
 # Debian's chromium for the real-browser tests (never a downloaded browser).
 browser:

@@ -11,7 +11,15 @@ import click
 
 from outbox_monitor import actions, metrics, schema
 from outbox_monitor.alerts.commands import alerts, check
-from outbox_monitor.cli_support import DURATION, ROW_ID, emit_json, fail, open_checked, to_jsonable
+from outbox_monitor.cli_support import (
+    DURATION,
+    DURATION_OR_ZERO,
+    ROW_ID,
+    emit_json,
+    fail,
+    open_checked,
+    to_jsonable,
+)
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.durations import format_duration, parse_instant
@@ -49,7 +57,26 @@ def common_options(command: Callable) -> Callable:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class JsonAwareGroup(click.Group):
+    """A group whose usage errors (``--window abc``, ``--id xyz``) are one JSON object on
+    stdout when the command line has ``--json``, as every other outcome of ``--json`` is."""
+
+    def main(self, args: Any = None, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv:
+            return super().main(argv, **extra)
+        try:
+            outcome = super().main(argv, standalone_mode=False, **extra)
+        except click.ClickException as error:
+            command = error.ctx.command_path if getattr(error, "ctx", None) else "outbox-monitor"
+            emit_json({"error": error.format_message(), "hint": f"see `{command} --help`"})
+            sys.exit(error.exit_code)
+        except click.Abort:
+            sys.exit(EXIT_NOT_CONFIRMED)
+        sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
+@click.group(cls=JsonAwareGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="outbox-monitor")
 @click.option(
     "--log-level",
@@ -355,7 +382,7 @@ def scheduler(settings: Settings, as_json: bool, rules_path: str | None) -> None
 
 @main.command()
 @click.option("--address", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8501, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
 @click.option("--with-scheduler", is_flag=True, help="Also run the scheduler in-process.")
 @common_options
 def dashboard(
@@ -370,9 +397,15 @@ def dashboard(
 
 
 @main.command()
-@click.option("--port", type=int, default=8501, show_default=True)
-@click.option("--rate", type=float, default=20.0, show_default=True, help="Events per second.")
-@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0.1, 10_000),
+    default=20.0,
+    show_default=True,
+    help="Events per second.",
+)
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True)
 def demo(port: int, rate: float, workers: int) -> None:
     """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
     everything and removes the database."""
@@ -385,12 +418,18 @@ def demo(port: int, rate: float, workers: int) -> None:
 
 
 @main.command()
-@click.option("--rate", type=float, default=20.0, show_default=True, help="Events per second.")
-@click.option("--workers", type=int, default=4, show_default=True)
+@click.option(
+    "--rate",
+    type=click.FloatRange(0.1, 10_000),
+    default=20.0,
+    show_default=True,
+    help="Events per second.",
+)
+@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True)
 @click.option("--duration", type=DURATION, help="Stop after this long (default: until Ctrl-C).")
 @click.option(
     "--backfill",
-    type=DURATION,
+    type=DURATION_OR_ZERO,
     default="1h",
     show_default=True,
     help="History to insert before live traffic (0 for none).",

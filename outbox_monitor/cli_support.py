@@ -15,25 +15,35 @@ from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import OutboxMonitorError
 
 EXIT_ERROR = 1
-BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+BIGINT_MAX = 2**63 - 1
 
 
 class DurationType(click.ParamType):
-    """A duration option (``90s``, ``15m``, ``1h``, ``30d``) converted to seconds."""
+    """A positive duration option (``90s``, ``15m``, ``1h``, ``30d``) converted to seconds.
+
+    Zero is refused: a zero lock timeout would reap rows that live workers still hold,
+    and a zero window has no rows."""
 
     name = "duration"
+
+    def __init__(self, *, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         if isinstance(value, float):
             return value
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError as error:
             self.fail(str(error), param, ctx)
+        if seconds <= 0 and not (self.allow_zero and seconds == 0):
+            self.fail(f"must be longer than 0 s, got {value!r}", param, ctx)
+        return seconds
 
 
 class RowIdType(click.ParamType):
-    """A row id given as text, anywhere in the bigint range (beyond 2^53 included)."""
+    """A row id given as text: a positive bigint (beyond 2^53 included; bigserial ids
+    start at 1)."""
 
     name = "id"
 
@@ -42,12 +52,13 @@ class RowIdType(click.ParamType):
             number = int(str(value).strip())
         except ValueError:
             self.fail(f"expected an integer row id, got {value!r}", param, ctx)
-        if not BIGINT_MIN <= number <= BIGINT_MAX:
-            self.fail(f"{value} is outside the bigint range", param, ctx)
+        if not 1 <= number <= BIGINT_MAX:
+            self.fail(f"{value} is not a row id: ids run from 1 to 2^63-1", param, ctx)
         return number
 
 
 DURATION = DurationType()
+DURATION_OR_ZERO = DurationType(allow_zero=True)
 ROW_ID = RowIdType()
 
 

@@ -3,6 +3,8 @@
 import re
 from typing import Annotated
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -71,6 +73,19 @@ class Settings(BaseSettings):
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
     actor: str | None = None
 
+    @field_validator("dsn")
+    @classmethod
+    def _check_dsn(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                conninfo_to_dict(value)
+            except psycopg.ProgrammingError as error:
+                raise ValueError(
+                    "not a connection string or URI "
+                    f"(e.g. postgresql://user:password@host:5432/dbname): {error}"
+                ) from None
+        return value
+
     @field_validator("table", "ledger_table")
     @classmethod
     def _check_table_name(cls, value: str | None) -> str | None:
@@ -91,11 +106,12 @@ class Settings(BaseSettings):
         return self.table_parts[0], DEFAULT_LEDGER_TABLE_NAME
 
 
-def _variable_name(loc: tuple) -> str:
+def _variable_name(loc: tuple, overridden: set[str]) -> str:
     field = str(loc[0]) if loc else "?"
-    if field in ("dsn", "OUTBOX_MONITOR_DSN", "DATABASE_URL"):
-        return "OUTBOX_MONITOR_DSN"
-    return ENV_PREFIX + field.upper()
+    if field in ("OUTBOX_MONITOR_DSN", "DATABASE_URL"):
+        field = "dsn"
+    variable = ENV_PREFIX + field.upper()
+    return f"--{field.replace('_', '-')}" if field in overridden else variable
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -110,7 +126,8 @@ def load_settings(**overrides: object) -> Settings:
 
     Raises:
         ConfigError: one line per invalid variable, naming it and what is wrong, e.g.
-            ``OUTBOX_MONITOR_LOCK_TIMEOUT: expected a duration such as 90s, ... got 'abc'``.
+            ``OUTBOX_MONITOR_LOCK_TIMEOUT: expected a duration such as 90s, ... got 'abc'``
+            (an override is named as its option: ``--table: ...``).
     """
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
@@ -119,7 +136,7 @@ def load_settings(**overrides: object) -> Settings:
         lines = []
         for problem in error.errors():
             message = problem["msg"].removeprefix("Value error, ")
-            lines.append(f"{_variable_name(problem['loc'])}: {message}")
+            lines.append(f"{_variable_name(problem['loc'], set(given))}: {message}")
         raise ConfigError(
             "invalid configuration:\n  " + "\n  ".join(lines),
             hint="Fix the environment variable(s) above; the README lists every setting.",

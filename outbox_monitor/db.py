@@ -81,8 +81,9 @@ def mapped_errors(settings: Settings) -> Iterator[None]:
         raise QueryTimeout(
             f"a monitor query was cancelled after the statement timeout "
             f"({settings.statement_timeout:g} s): {error.diag.message_primary}",
-            hint="The outbox table may lack the recommended indexes (run `outbox-monitor "
-            "init-db`), or raise OUTBOX_MONITOR_STATEMENT_TIMEOUT.",
+            hint="Another session may hold a lock on the table (see pg_locks / "
+            "pg_stat_activity), or the table lacks the recommended indexes (run "
+            "`outbox-monitor init-db`); OUTBOX_MONITOR_STATEMENT_TIMEOUT raises the limit.",
         ) from error
     except pg_errors.UndefinedTable as error:
         message = error.diag.message_primary or str(error)
@@ -112,8 +113,8 @@ def mapped_errors(settings: Settings) -> Iterator[None]:
             raise
         raise DatabaseUnavailable(
             f"lost the database at {describe_target(settings.dsn)}: {_first_line(error)}",
-            hint="Check that Postgres is running and OUTBOX_MONITOR_DSN is right; "
-            "the monitor retries on the next refresh.",
+            hint="Is the database server up and reachable from here? The monitor "
+            "reconnects by itself once it is; check OUTBOX_MONITOR_DSN only if it changed.",
         ) from error
 
 
@@ -145,6 +146,7 @@ class Database:
             reconnect_timeout=0,
         )
         self._opened = False
+        self._failing = False
 
     def close(self) -> None:
         """Close the pool and its connections; the object may not be used afterwards."""
@@ -166,8 +168,11 @@ class Database:
             DatabaseUnavailable: no connection within the connect timeout; the message
                 carries libpq's reason (wrong host, password, database) without secrets.
         """
-        if not self._opened:
+        if not self._opened or self._failing:
+            # First use, or the last attempt failed: a direct connect says at once (and
+            # why) whether the server is back, instead of waiting out the pool timeout.
             self._check_reachable()
+        if not self._opened:
             self._pool.open(wait=False)
             self._opened = True
         try:
@@ -177,7 +182,12 @@ class Database:
             ):
                 yield conn
         except PoolTimeout:
+            self._failing = True
             raise self._diagnose_unreachable() from None
+        except DatabaseUnavailable:
+            self._failing = True
+            raise
+        self._failing = False
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
@@ -213,6 +223,7 @@ class Database:
                 application_name=APPLICATION_NAME,
             ).close()
         except psycopg.OperationalError as error:
+            self._failing = True
             raise self._unreachable(error) from None
 
     def _diagnose_unreachable(self) -> OutboxMonitorError:
@@ -226,10 +237,17 @@ class Database:
         )
 
     def _unreachable(self, error: psycopg.OperationalError) -> DatabaseUnavailable:
+        reason = _first_line(error)
+        refused = "Connection refused" in reason or "No such file" in reason
         return DatabaseUnavailable(
-            f"cannot connect to {describe_target(self.settings.dsn)}: {_first_line(error)}",
-            hint="Set OUTBOX_MONITOR_DSN (or DATABASE_URL / PG* variables) to a reachable "
-            "database, e.g. postgresql://user:password@localhost:5432/app",
+            f"cannot connect to {describe_target(self.settings.dsn)}: {reason}",
+            hint=(
+                "Is the database server up? The monitor reconnects by itself once it is. "
+                if refused
+                else ""
+            )
+            + "Otherwise set OUTBOX_MONITOR_DSN (or DATABASE_URL / PG* variables) to a "
+            "reachable database, e.g. postgresql://user:password@localhost:5432/app",
         )
 
     def compose(self, name: str, **fragments: sql.Composable) -> sql.Composed:

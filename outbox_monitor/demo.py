@@ -47,6 +47,8 @@ START_TIMEOUT = 120.0
 
 def _check_port_free(port: int) -> None:
     with socket.socket() as sock:
+        # as the server will: a TIME-WAIT socket left by a demo just stopped is no conflict
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((DEMO_ADDRESS, port))
         except OSError:
@@ -89,6 +91,8 @@ def _banner(
             f"  dashboard  {url}",
             f"  database   {dsn}",
             f"             psql '{dsn}'",
+            f"  CLI        OUTBOX_MONITOR_DSN='{dsn}' OUTBOX_MONITOR_LOCK_TIMEOUT="
+            f"{DEMO_LOCK_TIMEOUT / 60:g}m .venv/bin/outbox-monitor status",
             f"  data       {folder} (deleted when the demo stops)",
             f"  traffic    ≈{rate:g} events/s, {workers} workers; "
             f"{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",

@@ -4,6 +4,9 @@ import re
 from datetime import UTC, datetime, timedelta
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION_SECONDS = 100 * 365.25 * 86400
+"""Durations beyond 100 years are refused: no window or retention needs them, and Postgres
+timestamps (and Python datetimes) overflow on far larger ones."""
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
 
@@ -18,17 +21,21 @@ def parse_duration(text: str | float | int) -> float:
         The duration in seconds (float, > 0 not required: ``"0s"`` is 0.0).
 
     Raises:
-        ValueError: the text is not a non-negative number with an optional unit; the
-            message shows what was given and what is accepted.
+        ValueError: the text is not a non-negative number with an optional unit, or it
+            exceeds ``MAX_DURATION_SECONDS`` (100 years); the message says what is accepted.
     """
     if isinstance(text, int | float) and not isinstance(text, bool):
         if text < 0:
             raise ValueError(f"expected a non-negative duration, got {text!r}")
-        return float(text)
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ValueError(f"expected a duration such as 90s, 15m, 1h or 30d, got {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text))
+        if not match:
+            raise ValueError(f"expected a duration such as 90s, 15m, 1h or 30d, got {text!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{text!r} is longer than 100 years; expected a duration such as 30d")
+    return seconds
 
 
 def parse_instant(text: str, now: datetime | None = None) -> datetime:

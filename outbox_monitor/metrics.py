@@ -12,6 +12,11 @@ from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 
 
+def _window(db: Database, window: float | None) -> float:
+    """The window in seconds: the argument, or the settings' window when ``None``."""
+    return db.settings.window if window is None else window
+
+
 def _count(db: Database, query: str, event_type: str | None, **params: Any) -> Any:
     where = Where().event_type(event_type)
     row = db.fetch_one(query, {**params, **where.params}, and_filters=where.fragment)
@@ -73,7 +78,7 @@ def latency_percentiles(
     where = Where().event_type(event_type)
     row = db.fetch_one(
         "latency_percentiles",
-        {"window": window or db.settings.window, **where.params},
+        {"window": _window(db, window), **where.params},
         and_filters=where.fragment,
     )
     return {key: row[key] for key in ("p50", "p95", "p99")}
@@ -88,7 +93,7 @@ def throughput(
         ``{"processed_per_minute": done rows with processed_at in the window / minutes,
         "created_per_minute": rows with created_at in the window / minutes}``.
     """
-    seconds = window or db.settings.window
+    seconds = _window(db, window)
     minutes = seconds / 60
     processed = _count(db, "processed_in_window", event_type, window=seconds)
     created = _count(db, "created_in_window", event_type, window=seconds)
@@ -108,7 +113,7 @@ def failed_by_event_type(
     where = Where().event_type(event_type)
     rows = db.fetch_all(
         "failed_by_event_type",
-        {"window": window or db.settings.window, **where.params},
+        {"window": _window(db, window), **where.params},
         and_filters=where.fragment,
     )
     return {row["event_type"]: row["failed"] for row in rows}
@@ -157,7 +162,7 @@ def throughput_series(
     where = Where().event_type(event_type)
     return db.fetch_all(
         "throughput_series",
-        {"window": window or db.settings.window, "bucket": bucket, **where.params},
+        {"window": _window(db, window), "bucket": bucket, **where.params},
         and_filters=where.fragment,
     )
 
@@ -173,7 +178,7 @@ def latency_series(
     where = Where().event_type(event_type)
     return db.fetch_all(
         "latency_series",
-        {"window": window or db.settings.window, "bucket": bucket, **where.params},
+        {"window": _window(db, window), "bucket": bucket, **where.params},
         and_filters=where.fragment,
     )
 
@@ -185,7 +190,7 @@ def samples_series(db: Database, *, window: float | None = None) -> list[dict[st
         Rows with ``sampled_at`` and the headline figures (see ``sampler.HEADLINE``).
     """
     return db.fetch_all(
-        "samples_series", {"table_name": db.table_name, "window": window or db.settings.window}
+        "samples_series", {"table_name": db.table_name, "window": _window(db, window)}
     )
 
 
@@ -206,13 +211,13 @@ def status(
         "attempts_histogram" ({"<attempts>": rows}), "window_seconds",
         "lock_timeout_seconds", "event_type", "table", "now"}``.
     """
-    window = window or db.settings.window
+    window = _window(db, window)
     lock_timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     failed = failed_by_event_type(db, window=window, event_type=event_type)
     return {
         "table": db.table_name,
         "now": db.fetch_one("db_now")["now"].isoformat(),
-        "event_type": event_type,
+        "event_type": event_type or None,
         "window_seconds": window,
         "lock_timeout_seconds": lock_timeout,
         "queue_depth": queue_depth(db, event_type=event_type),

@@ -60,6 +60,7 @@ RATE_WAVE = (0.25, 1200.0)  # the traffic rate swings ±25 % over 20 minutes
 BACKFILL_GAP = 3.0  # seconds before live traffic where the history ends
 MIN_BACKFILL_SAMPLE_INTERVAL = 15.0  # seconds between backfilled samples, at least
 PROGRESS_EVERY = 30.0  # seconds between progress log lines
+MAX_RECONNECT_DELAY = 30.0  # seconds between reconnect attempts during an outage, at most
 
 HOST = socket.gethostname().split(".")[0] or "localhost"
 
@@ -688,6 +689,7 @@ class _Worker(threading.Thread):
         self.stats = stats
         self.crash_every = crash_every
         self.rng = random.Random(f"{seed}:worker:{index}")
+        self.outage = _Outage(self.id)
 
     def handle(self, row: dict[str, Any]) -> None:
         """The handler: takes its time, then fails as ``attempt_fault`` says, or succeeds."""
@@ -737,20 +739,40 @@ class _Worker(threading.Thread):
                 if counts["claimed"] < DEFAULT_CLAIM_BATCH:
                     self.stop.wait(POLL_INTERVAL * self.rng.uniform(0.8, 1.2))
             except psycopg.Error as error:
-                log.warning(
-                    "%s: database error, reconnecting: %s",
-                    self.id,
-                    str(error).strip().splitlines()[0] if str(error).strip() else error,
-                )
                 if conn is not None:
                     conn.close()
                 conn = None
-                self.stop.wait(POLL_INTERVAL)
+                self.stop.wait(self.outage.failed(error))
             except Exception:
                 log.exception("%s: unexpected error; continuing", self.id)
                 self.stop.wait(POLL_INTERVAL)
+            else:
+                self.outage.recovered()
         if conn is not None:
             conn.close()
+
+
+class _Outage:
+    """Reconnect backoff for one simulated client: 1 s doubling up to 30 s, one warning
+    when the database goes away and one line when it is back (not one per attempt)."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.delay = 0.0
+
+    def failed(self, error: Exception) -> float:
+        """Record a failed attempt; returns the seconds to wait before the next one."""
+        if self.delay == 0:
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            log.warning("%s: database error, reconnecting with backoff: %s", self.who, first_line)
+        self.delay = min(max(self.delay * 2, POLL_INTERVAL), MAX_RECONNECT_DELAY)
+        return self.delay
+
+    def recovered(self) -> None:
+        """Record a successful attempt (logs once after an outage)."""
+        if self.delay:
+            log.warning("%s: database reachable again", self.who)
+            self.delay = 0.0
 
 
 def _publish(conn: psycopg.Connection, event: Event, table: str) -> bool:
@@ -779,6 +801,7 @@ def _publish_until(
 ) -> None:
     """The simulated app: publish events with exponential gaps at ``rate_at(rate, t)``."""
     rng = random.Random(f"{seed}:arrivals")
+    outage = _Outage("simulated app")
     conn: psycopg.Connection | None = None
     started = last_log = time.monotonic()
     next_at = 0.0
@@ -800,11 +823,12 @@ def _publish_until(
                     stats.add({"published": 1} if inserted else {"duplicates": 1})
                     next_at += rng.expovariate(max(rate_at(rate, next_at), 1e-6))
             except psycopg.Error as error:
-                log.warning("simulated app: database error, reconnecting: %s", error)
                 if conn is not None:
                     conn.close()
                 conn = None
-                stop.wait(POLL_INTERVAL)
+                stop.wait(outage.failed(error))
+            else:
+                outage.recovered()
             if time.monotonic() - last_log >= PROGRESS_EVERY:
                 last_log = time.monotonic()
                 log.info("simulation: %s", stats.snapshot())

@@ -19,7 +19,9 @@ def cli(dsn, monkeypatch):
     runner = CliRunner()
 
     def run(*args, input=None):
-        return runner.invoke(main, list(args), input=input, catch_exceptions=False)
+        return runner.invoke(
+            main, list(args), input=input, catch_exceptions=False, prog_name="outbox-monitor"
+        )
 
     return run
 
@@ -100,6 +102,31 @@ def test_bad_id_and_bad_duration_are_usage_errors(cli):
     result = cli("reap", "--lock-timeout", "soon")
     assert result.exit_code == 2
     assert "90s, 15m, 1h or 30d" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["status", "--window", "abc"], "expected a duration"),
+        (["status", "--window", "0s"], "must be longer than 0 s"),
+        (["reap", "--lock-timeout", "0s"], "must be longer than 0 s"),
+        (["status", "--window", "9999999d"], "longer than 100 years"),
+        (["replay", "--id", "xyz"], "expected an integer row id"),
+        (["replay", "--id", "-1"], "ids run from 1 to 2^63-1"),
+    ],
+)
+def test_usage_errors_under_json_are_one_json_object(cli, args, message):
+    result = cli(*args, "--json")
+    assert result.exit_code == 2
+    payload = json.loads(result.stdout)
+    assert message in payload["error"]
+    assert payload["hint"].startswith("see `outbox-monitor ")
+
+
+def test_a_malformed_dsn_names_the_option_not_a_traceback(cli):
+    result = cli("status", "--json", "--dsn", "not a dsn")
+    assert result.exit_code == 1
+    assert "--dsn: not a connection string" in json.loads(result.stdout)["error"]
 
 
 def test_reap_and_prune_with_yes(cli, rows):

@@ -1,5 +1,7 @@
 """Bad input and bad days: wrong DSN, statement timeout, the database restarting."""
 
+import time
+
 import psycopg
 import pytest
 
@@ -62,5 +64,9 @@ def test_the_pool_survives_a_database_restart():
             cluster.pause()
             with pytest.raises(DatabaseUnavailable):
                 metrics.queue_depth(db)
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailable, match="Connection refused"):
+                metrics.queue_depth(db)  # after a failure: a direct check, no pool wait
+            assert time.monotonic() - started < 2
             cluster.resume()
             assert metrics.queue_depth(db) == 0

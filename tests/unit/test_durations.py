@@ -57,3 +57,16 @@ def test_parse_instant_rejects_garbage():
 )
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("text", ["9999999d", "99999999999999999999d", 4e9])
+def test_durations_beyond_100_years_are_refused(text):
+    with pytest.raises(ValueError, match="longer than 100 years"):
+        parse_duration(text)
+
+
+def test_relative_instants_stay_in_range():
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    assert parse_instant("36500d", now).year == 1926
+    with pytest.raises(ValueError):
+        parse_instant("9999999d", now)
