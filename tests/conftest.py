@@ -6,8 +6,9 @@ database holds the outbox table and the ``outbox_monitor`` schema, and every tes
 """
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,10 +16,13 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.rules import RuleSet, load_rules
+from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
+from tests.alerting import FakeClock, rules_file
 
 TEMPLATE = "outbox_template"
 _counter = itertools.count()
@@ -143,3 +147,39 @@ def conn(dsn: str) -> Iterator[psycopg.Connection]:
 @pytest.fixture
 def rows(conn: psycopg.Connection) -> Rows:
     return Rows(conn)
+
+
+# ---------------------------------------------------------------------------- alerting
+# Fixtures shared by the alerting tests. Plain helpers (FakeClock, rules_file, wait_for,
+# notifications, transitions, leader_pids, …) are in tests/alerting.py.
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    """A clock at the real now that moves only when the test calls ``fake_clock.advance(s)``."""
+    return FakeClock()
+
+
+@pytest.fixture
+def write_rules(tmp_path: Path) -> Callable[..., RuleSet]:
+    """``write_rules(rules, name="alerts.yml")`` writes ``tmp_path/name`` (text as is, a
+    mapping as YAML) and returns it loaded; ``RulesError`` if it is invalid."""
+
+    def write(rules: Any, name: str = "alerts.yml") -> RuleSet:
+        return load_rules(rules_file(tmp_path, rules, name))
+
+    return write
+
+
+@pytest.fixture
+def slack_sink_options() -> dict[str, Any]:
+    """Keyword arguments for ``slack_sink``'s ``SlackSink``: none (a free port, the default
+    bot token). A test module overrides this fixture to change them."""
+    return {}
+
+
+@pytest.fixture
+def slack_sink(slack_sink_options: dict[str, Any]) -> Iterator[SlackSink]:
+    """The local Slack-compatible sink running on 127.0.0.1 for this test."""
+    with SlackSink(**slack_sink_options) as sink:
+        yield sink

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from outbox_monitor.alerts.rules import RULES_ENV, SHIPPED_RULES_PATH
 from outbox_monitor.alerts.sink import WEBHOOK_PATH, SlackSink
 from outbox_monitor.cli import main
+from tests.alerting import rules_file
 
 ONE_RULE = """\
 version: 1
@@ -37,10 +38,9 @@ def cli(dsn, monkeypatch):
     return run
 
 
-def rules_file(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "rules.yml"
-    path.write_text(text)
-    return str(path)
+def rules_arg(tmp_path: Path, text: str) -> str:
+    """``--rules`` for ``text`` written to ``tmp_path/rules.yml``."""
+    return str(rules_file(tmp_path, text, "rules.yml"))
 
 
 def by_rule(payload: dict) -> dict[str, list[tuple]]:
@@ -101,7 +101,7 @@ def test_check_exits_1_when_a_rule_is_breached_now_ignoring_for(cli, rows):
 def test_check_prints_a_table_and_a_summary(cli, rows, tmp_path):
     for _ in range(3):
         rows.add(status="pending", available_ago=5)
-    result = cli("check", "--rules", rules_file(tmp_path, ONE_RULE))
+    result = cli("check", "--rules", rules_arg(tmp_path, ONE_RULE))
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["RULE", "INSTANCE", "VALUE", "CONDITION", "STATE"]
@@ -111,14 +111,14 @@ def test_check_prints_a_table_and_a_summary(cli, rows, tmp_path):
 
 def test_check_uses_outbox_monitor_rules_from_the_environment(cli, rows, tmp_path, monkeypatch):
     rows.add(status="pending", available_ago=5)
-    monkeypatch.setenv(RULES_ENV, rules_file(tmp_path, ONE_RULE))
+    monkeypatch.setenv(RULES_ENV, rules_arg(tmp_path, ONE_RULE))
     payload = json.loads(cli("check", "--json").stdout)
     assert by_rule(payload) == {"backlog": [("", 1, False)]}
     assert payload["file"] == str(tmp_path / "rules.yml")
 
 
 def test_check_exits_2_on_invalid_rules_before_touching_the_database(cli, tmp_path):
-    path = rules_file(tmp_path, ONE_RULE.replace("threshold: 2", "threshold: abc"))
+    path = rules_arg(tmp_path, ONE_RULE.replace("threshold: 2", "threshold: abc"))
     result = cli("check", "--rules", path, "--dsn", "postgresql://nobody@127.0.0.1:1/none")
     assert result.exit_code == 2
     assert result.stdout == ""
@@ -137,7 +137,7 @@ def test_check_exits_2_when_the_database_is_unreachable(cli, tmp_path):
         "check",
         "--json",
         "--rules",
-        rules_file(tmp_path, ONE_RULE),
+        rules_arg(tmp_path, ONE_RULE),
         "--dsn",
         "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2",
     )
@@ -146,7 +146,7 @@ def test_check_exits_2_when_the_database_is_unreachable(cli, tmp_path):
 
 
 def test_check_exits_2_when_the_outbox_table_is_missing(cli, tmp_path, empty_dsn):
-    result = cli("check", "--rules", rules_file(tmp_path, ONE_RULE), "--dsn", empty_dsn)
+    result = cli("check", "--rules", rules_arg(tmp_path, ONE_RULE), "--dsn", empty_dsn)
     assert result.exit_code == 2
     assert "does not exist" in result.stderr
 
@@ -155,7 +155,7 @@ def test_a_failing_rule_query_is_reported_and_exits_2(cli, dsn, tmp_path, monkey
     monkeypatch.setenv("OUTBOX_MONITOR_STATEMENT_TIMEOUT", "0.3s")
     with psycopg.connect(dsn) as locker:  # holds the lock until the block ends
         locker.execute("LOCK TABLE integration_outbox IN ACCESS EXCLUSIVE MODE")
-        result = cli("check", "--json", "--rules", rules_file(tmp_path, ONE_RULE))
+        result = cli("check", "--json", "--rules", rules_arg(tmp_path, ONE_RULE))
     assert result.exit_code == 2, result.output
     payload = json.loads(result.stdout)
     assert (payload["breached"], payload["errors"]) == (0, 1)
@@ -172,7 +172,7 @@ def test_validate_prints_a_summary_or_every_error(cli, tmp_path):
         "evaluated every 30s\n"
     )
     broken = ONE_RULE.replace('op: ">"', 'op: "=>"').replace("route: oncall", "route: pager")
-    path = rules_file(tmp_path, broken + "    treshold: 3\n")
+    path = rules_arg(tmp_path, broken + "    treshold: 3\n")
     result = cli("alerts", "validate", "--rules", path)
     assert result.exit_code == 2
     assert result.stderr.splitlines()[:3] == [
@@ -191,10 +191,10 @@ def test_validate_of_a_missing_file_exits_2(cli, tmp_path):
 
 
 @pytest.fixture
-def sink(monkeypatch):
-    with SlackSink() as running:
-        monkeypatch.setenv("SLACK_WEBHOOK_URL", running.webhook_url)
-        yield running
+def sink(slack_sink: SlackSink, monkeypatch: pytest.MonkeyPatch) -> SlackSink:
+    """The shared ``slack_sink``, named by ``SLACK_WEBHOOK_URL`` for the CLI."""
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", slack_sink.webhook_url)
+    return slack_sink
 
 
 def test_alerts_test_posts_one_message_per_route(cli, sink):

@@ -2,7 +2,7 @@
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -17,11 +17,11 @@ from outbox_monitor.alerts.silences import (
     expire_silence,
     list_silences,
 )
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.state import list_instances, list_notifications, list_transitions
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
+from tests.alerting import drain, notifications, transitions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,45 +59,9 @@ rules:
 """
 
 
-class FakeClock:
-    """A clock the test moves by hand (starts at the real now, so rows and clock agree)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
-
-
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def ruleset(tmp_path) -> RuleSet:
-    path = tmp_path / "alerts.yml"
-    path.write_text(RULES)
-    return load_rules(path)
-
-
-@pytest.fixture
-def sink():
-    with SlackSink(port=0) as server:
-        yield server
-
-
-def notifications(conn, rule: str | None = None) -> list[dict]:
-    return conn.execute(
-        "SELECT dedupe_key, kind, status, silenced, payload, evaluation_id "
-        "FROM outbox_monitor.notifications WHERE %(rule)s::text IS NULL OR rule = %(rule)s "
-        "ORDER BY id",
-        {"rule": rule},
-    ).fetchall()
+def ruleset(write_rules) -> RuleSet:
+    return write_rules(RULES)
 
 
 def instance(conn, rule: str, name: str = "") -> dict:
@@ -111,25 +75,18 @@ def backlog(rows, n: int = 3) -> list[int]:
     return [rows.add(status="pending", created_ago=30) for _ in range(n)]
 
 
-def drain(conn, ids: list[int]) -> None:
-    conn.execute(
-        "UPDATE integration_outbox SET status = 'done', processed_at = now() WHERE id = ANY(%s)",
-        (ids,),
-    )
-
-
-def test_for_and_keep_firing_for_follow_the_clock(db, conn, rows, clock, ruleset, sink):
-    evaluator = Evaluator(db, ruleset, clock=clock)
-    t0 = clock()
+def test_for_and_keep_firing_for_follow_the_clock(db, conn, rows, fake_clock, ruleset, slack_sink):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    t0 = fake_clock()
     ids = backlog(rows)
 
     report = evaluator.run_once()
     assert report.instance("backlog").transitions == ("inactive→pending",)
     assert report.instance("backlog").value == 3
     assert notifications(conn) == []
-    clock.advance(59)
+    fake_clock.advance(59)
     assert evaluator.run_once().instance("backlog").state == "pending"
-    clock.advance(1)  # breached for exactly `for` (60 s)
+    fake_clock.advance(1)  # breached for exactly `for` (60 s)
     report = evaluator.run_once()
     assert report.instance("backlog").transitions == ("pending→firing",)
     assert report.instance("backlog").notifications == ("firing",)
@@ -145,12 +102,12 @@ def test_for_and_keep_firing_for_follow_the_clock(db, conn, rows, clock, ruleset
     assert payload["labels"] == {"rule": "backlog", "severity": "warning"}
 
     drain(conn, ids)
-    clock.advance(10)
+    fake_clock.advance(10)
     evaluator.run_once()  # clear: keep_firing_for (120 s) starts
-    assert instance(conn, "backlog")["cleared_since"] == clock()
-    clock.advance(119)
+    assert instance(conn, "backlog")["cleared_since"] == fake_clock()
+    fake_clock.advance(119)
     assert evaluator.run_once().instance("backlog").state == "firing"
-    clock.advance(1)
+    fake_clock.advance(1)
     report = evaluator.run_once()
     assert report.instance("backlog").transitions == ("firing→inactive",)
     assert [n["dedupe_key"] for n in notifications(conn)] == [
@@ -164,65 +121,65 @@ def test_for_and_keep_firing_for_follow_the_clock(db, conn, rows, clock, ruleset
         ("firing", "inactive", "resolved"),
     ]
 
-    env = {"SLACK_WEBHOOK_URL": sink.webhook_url}
-    counts = deliver_due(db, ruleset, clock=clock, transports=transports_for(ruleset, env))
+    env = {"SLACK_WEBHOOK_URL": slack_sink.webhook_url}
+    counts = deliver_due(db, ruleset, clock=fake_clock, transports=transports_for(ruleset, env))
     assert counts["sent"] == 2
-    texts = [m["text"] for m in sink.messages()]
+    texts = [m["text"] for m in slack_sink.messages()]
     assert len(texts) == 2 and "backlog" in texts[0] and "RESOLVED" in texts[1].upper()
 
 
 def test_a_value_flapping_around_the_threshold_fires_once_and_resolves_once(
-    db, conn, rows, clock, ruleset
+    db, conn, rows, fake_clock, ruleset
 ):
-    evaluator = Evaluator(db, ruleset, clock=clock)
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
     ids = backlog(rows)
     # breached for `for`, then the backlog drains and refills every 30 s for 20 minutes:
     # each clear is shorter than keep_firing_for (2 min), so it keeps firing throughout.
     for _ in range(3):
         evaluator.run_once()
-        clock.advance(30)
+        fake_clock.advance(30)
     for step in range(40):
         if step % 2 == 0:
             drain(conn, ids)
         else:
             ids = backlog(rows)
         evaluator.run_once()
-        clock.advance(30)
+        fake_clock.advance(30)
     drain(conn, ids)
     for _ in range(6):
         evaluator.run_once()
-        clock.advance(30)
+        fake_clock.advance(30)
     kinds = [n["kind"] for n in notifications(conn, "backlog")]
     assert kinds == ["firing", "resolved"]
 
 
-def test_a_pending_that_clears_before_for_sends_nothing(db, conn, rows, clock, ruleset):
-    evaluator = Evaluator(db, ruleset, clock=clock)
+def test_a_pending_that_clears_before_for_sends_nothing(db, conn, rows, fake_clock, ruleset):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
     ids = backlog(rows)
     evaluator.run_once()
     drain(conn, ids)
-    clock.advance(30)
+    fake_clock.advance(30)
     report = evaluator.run_once()
     assert report.instance("backlog").transitions == ("pending→inactive",)
     assert notifications(conn) == []
 
 
-def test_a_restart_mid_firing_does_not_notify_again(settings, conn, rows, clock, ruleset):
+def test_a_restart_mid_firing_does_not_notify_again(settings, conn, rows, fake_clock, ruleset):
     rows.add(status="processing", created_ago=3600, locked_ago=3600)  # a stuck lock
     with Database(settings) as first:
-        assert Evaluator(first, ruleset, clock=clock).run_once().instance(
+        assert Evaluator(first, ruleset, clock=fake_clock).run_once().instance(
             "stuck-lock"
         ).notifications == ("firing",)
     # a new process: new pool, new evaluator, same database
     with Database(settings) as second:
-        evaluator = Evaluator(second, ruleset, clock=clock)
+        evaluator = Evaluator(second, ruleset, clock=fake_clock)
         for _ in range(3):
-            clock.advance(30)
+            fake_clock.advance(30)
             report = evaluator.run_once()
             assert report.instance("stuck-lock").state == "firing"
             assert report.instance("stuck-lock").notifications == ()
-        conn.execute("UPDATE integration_outbox SET status = 'done', processed_at = now()")
-        clock.advance(30)
+        drain(conn)
+        fake_clock.advance(30)
         evaluator.run_once()
     assert [n["dedupe_key"] for n in notifications(conn, "stuck-lock")] == [
         "stuck-lock||1|firing",
@@ -231,7 +188,7 @@ def test_a_restart_mid_firing_does_not_notify_again(settings, conn, rows, clock,
 
 
 def test_two_evaluators_racing_write_one_transition_and_one_notification(
-    settings, conn, rows, clock, ruleset
+    settings, conn, rows, fake_clock, ruleset
 ):
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
     databases = [Database(settings) for _ in range(4)]
@@ -240,7 +197,7 @@ def test_two_evaluators_racing_write_one_transition_and_one_notification(
 
     def evaluate(database):
         barrier.wait()
-        reports.append(Evaluator(database, ruleset, clock=clock).run_once())
+        reports.append(Evaluator(database, ruleset, clock=fake_clock).run_once())
 
     threads = [threading.Thread(target=evaluate, args=(d,)) for d in databases]
     for thread in threads:
@@ -251,17 +208,16 @@ def test_two_evaluators_racing_write_one_transition_and_one_notification(
         database.close()
     assert len(reports) == 4
     assert [n["dedupe_key"] for n in notifications(conn, "stuck-lock")] == ["stuck-lock||1|firing"]
-    transitions = conn.execute(
-        "SELECT count(*) AS n FROM outbox_monitor.alert_transitions WHERE rule = 'stuck-lock'"
-    ).fetchone()["n"]
-    assert transitions == 1
+    assert len(transitions(conn, "stuck-lock")) == 1
 
 
-def test_a_failing_rule_goes_to_error_once_and_other_rules_carry_on(db, conn, rows, clock, ruleset):
+def test_a_failing_rule_goes_to_error_once_and_other_rules_carry_on(
+    db, conn, rows, fake_clock, ruleset
+):
     backlog(rows)
     rows.add(status="failed", created_ago=120, processed_ago=60, event_type="payment.captured")
     conn.execute("ALTER TABLE integration_outbox DROP COLUMN locked_at CASCADE")
-    evaluator = Evaluator(db, ruleset, clock=clock)
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
 
     report = evaluator.run_once()
     stuck = report.instance("stuck-lock")
@@ -276,12 +232,12 @@ def test_a_failing_rule_goes_to_error_once_and_other_rules_carry_on(db, conn, ro
     assert instance(conn, "stuck-lock")["error"] == stuck.error
 
     for _ in range(2):  # still failing: no second notification
-        clock.advance(30)
+        fake_clock.advance(30)
         assert evaluator.run_once().instance("stuck-lock").notifications == ()
     assert len(notifications(conn, "stuck-lock")) == 1
 
     conn.execute("ALTER TABLE integration_outbox ADD COLUMN locked_at timestamptz")
-    clock.advance(30)
+    fake_clock.advance(30)
     report = evaluator.run_once()
     assert report.instance("stuck-lock").transitions == ("error→inactive",)
     assert [n["dedupe_key"] for n in notifications(conn, "stuck-lock")] == [
@@ -291,7 +247,7 @@ def test_a_failing_rule_goes_to_error_once_and_other_rules_carry_on(db, conn, ro
     assert instance(conn, "stuck-lock")["error"] is None
 
 
-def test_a_statement_timeout_is_an_evaluation_error(dsn, conn, rows, clock, ruleset):
+def test_a_statement_timeout_is_an_evaluation_error(dsn, conn, rows, fake_clock, ruleset):
     from outbox_monitor.config import load_settings
 
     backlog(rows)
@@ -300,44 +256,46 @@ def test_a_statement_timeout_is_an_evaluation_error(dsn, conn, rows, clock, rule
         locker.execute("LOCK TABLE integration_outbox IN ACCESS EXCLUSIVE MODE")
         with Database(load_settings(dsn=dsn, statement_timeout=0.2)) as db:
             started = time.perf_counter()
-            report = Evaluator(db, ruleset, clock=clock).run_once()
+            report = Evaluator(db, ruleset, clock=fake_clock).run_once()
             elapsed = time.perf_counter() - started
     assert {i.state for i in report.instances} == {"error"}
     assert all("statement timeout" in i.error for i in report.instances)
     assert elapsed < 5
 
 
-def test_a_silenced_instance_changes_state_but_sends_nothing(db, conn, rows, clock, ruleset, sink):
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
+def test_a_silenced_instance_changes_state_but_sends_nothing(
+    db, conn, rows, fake_clock, ruleset, slack_sink
+):
+    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
     silence_id = create_silence(
         db,
         {"rule": "stuck-lock"},
-        clock() + timedelta(hours=1),
+        fake_clock() + timedelta(hours=1),
         "planned maintenance of the workers",
         "alice",
-        now=clock(),
+        now=fake_clock(),
     )
-    assert [s["id"] for s in active_silences(db, clock())] == [silence_id]
+    assert [s["id"] for s in active_silences(db, fake_clock())] == [silence_id]
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
-    evaluator = Evaluator(db, ruleset, clock=clock)
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
 
     report = evaluator.run_once()
     assert report.instance("stuck-lock").state == "firing"
     assert report.instance("stuck-lock").silenced
     [row] = notifications(conn, "stuck-lock")
     assert (row["silenced"], row["status"]) == (True, "suppressed")
-    assert deliver_due(db, ruleset, clock=clock, transports=transports)["messages"] == 0
-    assert sink.messages() == []
+    assert deliver_due(db, ruleset, clock=fake_clock, transports=transports)["messages"] == 0
+    assert slack_sink.messages() == []
 
     # silence lifted while still firing: the on-call hears about it now, once
-    assert expire_silence(db, silence_id, "bob", now=clock())
-    assert not expire_silence(db, silence_id, "bob", now=clock())
-    clock.advance(30)
+    assert expire_silence(db, silence_id, "bob", now=fake_clock())
+    assert not expire_silence(db, silence_id, "bob", now=fake_clock())
+    fake_clock.advance(30)
     assert evaluator.run_once().instance("stuck-lock").notifications == ("repeat",)
-    clock.advance(30)
+    fake_clock.advance(30)
     assert evaluator.run_once().instance("stuck-lock").notifications == ()
-    deliver_due(db, ruleset, clock=clock, transports=transports)
-    assert len(sink.messages()) == 1
+    deliver_due(db, ruleset, clock=fake_clock, transports=transports)
+    assert len(slack_sink.messages()) == 1
     [listed] = list_silences(db)
     assert listed["expired_at"] is not None and not listed["active"]
     audit = conn.execute(
@@ -349,16 +307,19 @@ def test_a_silenced_instance_changes_state_but_sends_nothing(db, conn, rows, clo
     ]
 
 
-def test_a_resolve_of_an_episode_nobody_was_told_about_is_not_sent(db, conn, rows, clock, ruleset):
+def test_a_resolve_of_an_episode_nobody_was_told_about_is_not_sent(
+    db, conn, rows, fake_clock, ruleset
+):
+    now = fake_clock()
     silence_id = create_silence(
-        db, {"severity": "warning"}, clock() + timedelta(hours=1), "noisy", "alice", now=clock()
+        db, {"severity": "warning"}, now + timedelta(hours=1), "noisy", "alice", now=now
     )
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
-    evaluator = Evaluator(db, ruleset, clock=clock)
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
     evaluator.run_once()
-    expire_silence(db, silence_id, "alice", now=clock())
-    conn.execute("UPDATE integration_outbox SET status = 'done', processed_at = now()")
-    clock.advance(30)
+    expire_silence(db, silence_id, "alice", now=fake_clock())
+    drain(conn)
+    fake_clock.advance(30)
     evaluator.run_once()
     assert [(n["kind"], n["status"]) for n in notifications(conn, "stuck-lock")] == [
         ("firing", "suppressed"),
@@ -366,12 +327,12 @@ def test_a_resolve_of_an_episode_nobody_was_told_about_is_not_sent(db, conn, row
     ]
 
 
-def test_silence_validation(db, clock):
-    until = clock() + timedelta(hours=1)
+def test_silence_validation(db, fake_clock):
+    until = fake_clock() + timedelta(hours=1)
     with pytest.raises(ActionRefused, match="at least one matcher"):
         create_silence(db, {}, until, "why", "alice")
     with pytest.raises(ActionRefused, match="not in the future"):
-        create_silence(db, {"rule": "x"}, clock() - timedelta(seconds=1), "why", "alice")
+        create_silence(db, {"rule": "x"}, fake_clock() - timedelta(seconds=1), "why", "alice")
     with pytest.raises(ActionRefused, match="comment"):
         create_silence(db, {"rule": "x"}, until, "  ", "alice")
     with pytest.raises(ActionRefused, match="empty value"):
@@ -379,15 +340,15 @@ def test_silence_validation(db, clock):
     assert list_silences(db) == []
 
 
-def test_repeat_every_repeat_interval_while_firing(db, conn, rows, clock, ruleset):
+def test_repeat_every_repeat_interval_while_firing(db, conn, rows, fake_clock, ruleset):
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
-    evaluator = Evaluator(db, ruleset, clock=clock)
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
     evaluator.run_once()
-    clock.advance(3599)
+    fake_clock.advance(3599)
     assert evaluator.run_once().instance("stuck-lock").notifications == ()
-    clock.advance(1)
+    fake_clock.advance(1)
     assert evaluator.run_once().instance("stuck-lock").notifications == ("repeat",)
-    clock.advance(3600)
+    fake_clock.advance(3600)
     evaluator.run_once()
     assert [n["dedupe_key"] for n in notifications(conn, "stuck-lock")] == [
         "stuck-lock||1|firing",
@@ -396,7 +357,7 @@ def test_repeat_every_repeat_interval_while_firing(db, conn, rows, clock, rulese
     ]
 
 
-def test_by_event_type_instances_fire_and_resolve_apart(db, conn, rows, clock, ruleset):
+def test_by_event_type_instances_fire_and_resolve_apart(db, conn, rows, fake_clock, ruleset):
     captured = [
         rows.add(
             status="failed",
@@ -411,7 +372,7 @@ def test_by_event_type_instances_fire_and_resolve_apart(db, conn, rows, clock, r
         status="failed", event_type="payment.refunded", created_ago=300, processed_ago=60
     )
     rows.add(status="failed", event_type="order.paid", created_ago=300, processed_ago=60)
-    evaluator = Evaluator(db, ruleset, clock=clock)
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
 
     report = evaluator.run_once()
     fired = {
@@ -438,7 +399,7 @@ def test_by_event_type_instances_fire_and_resolve_apart(db, conn, rows, clock, r
     conn.execute(
         "UPDATE integration_outbox SET status = 'done', attempts = 0 WHERE id = %s", (refunded,)
     )
-    clock.advance(30)
+    fake_clock.advance(30)
     report = evaluator.run_once()
     assert report.instance("payment-failed", "event_type=payment.refunded").transitions == (
         "firing→inactive",
@@ -455,29 +416,29 @@ def test_by_event_type_instances_fire_and_resolve_apart(db, conn, rows, clock, r
 
 
 def test_a_rule_removed_from_the_file_resolves_its_firing_instances(
-    db, conn, rows, clock, ruleset, tmp_path
+    db, conn, rows, fake_clock, ruleset, tmp_path
 ):
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
-    Evaluator(db, ruleset, clock=clock).run_once()
+    Evaluator(db, ruleset, clock=fake_clock).run_once()
     smaller = ruleset.model_copy(
         update={"rules": [r for r in ruleset.rules if r.name != "stuck-lock"]}
     )
-    clock.advance(30)
-    report = Evaluator(db, smaller, clock=clock).run_once()
+    fake_clock.advance(30)
+    report = Evaluator(db, smaller, clock=fake_clock).run_once()
     assert report.instance("stuck-lock").transitions == ("firing→inactive",)
     last = notifications(conn, "stuck-lock")[-1]
     assert last["dedupe_key"] == "stuck-lock||1|resolved" and last["status"] == "pending"
 
 
-def test_list_notifications_carries_the_rendered_text(db, rows, clock, ruleset):
+def test_list_notifications_carries_the_rendered_text(db, rows, fake_clock, ruleset):
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
-    Evaluator(db, ruleset, clock=clock).run_once()
+    Evaluator(db, ruleset, clock=fake_clock).run_once()
     [row] = list_notifications(db)
     assert row["kind"] == "firing" and row["status"] == "pending" and row["attempts"] == 0
     assert "stuck-lock" in row["text"]
 
 
-def test_evaluation_time_of_the_shipped_rules(db, conn, rows, clock, capsys):
+def test_evaluation_time_of_the_shipped_rules(db, conn, rows, fake_clock, capsys):
     """The shipped alerts.yml on 20,000 rows: print the evaluation time per cycle."""
     conn.execute(
         """
@@ -495,12 +456,12 @@ def test_evaluation_time_of_the_shipped_rules(db, conn, rows, clock, capsys):
         """
     )
     conn.execute("ANALYZE integration_outbox")
-    evaluator = Evaluator(db, load_rules(REPO / "alerts.yml"), clock=clock)
+    evaluator = Evaluator(db, load_rules(REPO / "alerts.yml"), clock=fake_clock)
     durations = []
     for _ in range(5):
         report = evaluator.run_once()
         durations.append(report.duration_seconds)
-        clock.advance(30)
+        fake_clock.advance(30)
     with capsys.disabled():
         print(
             f"\nevaluation time per cycle (shipped alerts.yml, 20,000 rows, "

@@ -1,26 +1,34 @@
 """Leadership (one evaluator among many schedulers), failover, the database-down alert."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from outbox_monitor.alerts.leader import Leadership
-from outbox_monitor.alerts.rules import RuleSet, load_rules
-from outbox_monitor.alerts.sink import SlackSink
+from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.config import ENV_PREFIX, load_settings
+from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.schema import init_db
+from tests.alerting import (
+    drain,
+    leader_pids,
+    messages_after,
+    notifications,
+    rules_file,
+    subprocess_env,
+    transitions,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,39 +47,9 @@ rules:
 """
 
 
-def wait_for(predicate: Callable, timeout: float, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
-
-
-def leader_pids(dsn: str) -> list[int]:
-    with psycopg.connect(dsn) as conn:
-        return [
-            row[0]
-            for row in conn.execute(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND objsubid = 1 AND database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())"
-            )
-        ]
-
-
 @pytest.fixture
-def ruleset(tmp_path) -> RuleSet:
-    path = tmp_path / "alerts.yml"
-    path.write_text(RULES)
-    return load_rules(path)
-
-
-@pytest.fixture
-def sink():
-    with SlackSink(port=0) as server:
-        yield server
+def ruleset(write_rules) -> RuleSet:
+    return write_rules(RULES)
 
 
 def test_of_two_leaderships_exactly_one_leads(settings, dsn):
@@ -117,8 +95,7 @@ def test_a_follower_whose_idle_connection_died_reconnects_without_error(settings
 
 
 def test_a_killed_leader_process_frees_the_lock(settings, dsn):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["OUTBOX_MONITOR_DSN"] = dsn
+    env = subprocess_env(dsn)
     code = (
         "import time; from outbox_monitor.config import load_settings; "
         "from outbox_monitor.alerts.leader import Leadership; "
@@ -167,9 +144,9 @@ class Replica:
 
 
 def test_two_schedulers_send_one_message_per_transition_and_fail_over(
-    settings, dsn, conn, rows, ruleset, sink
+    settings, dsn, conn, rows, ruleset, slack_sink
 ):
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
+    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
     replicas = [Replica(settings, ruleset, transports) for _ in range(2)]
     try:
         assert wait_for(lambda: any(r.leadership.held for r in replicas), timeout=5)
@@ -177,33 +154,24 @@ def test_two_schedulers_send_one_message_per_transition_and_fail_over(
         [follower] = [r for r in replicas if r is not leader]
 
         rows.add(status="processing", created_ago=3600, locked_ago=3600)
-        assert wait_for(lambda: len(sink.messages()) >= 1, timeout=10)
-        time.sleep(1.5)  # several more evaluation and sender passes on both
-        assert len(sink.messages()) == 1
-        assert "stuck-lock" in sink.messages()[0]["text"]
+        # settle: several more evaluation and sender passes on both
+        messages = messages_after(slack_sink, 1, settle=1.5)
+        assert len(messages) == 1 and "stuck-lock" in messages[0]["text"]
 
         leader.stop()  # the leader goes away; the follower takes over
         started = time.monotonic()
         assert wait_for(lambda: follower.leadership.held, timeout=5)
         takeover = time.monotonic() - started
-        conn.execute("UPDATE integration_outbox SET status = 'done', processed_at = now()")
-        assert wait_for(lambda: len(sink.messages()) >= 2, timeout=10)
-        time.sleep(1.0)
-        messages = sink.messages()
+        drain(conn)
+        messages = messages_after(slack_sink, 2)
         assert len(messages) == 2 and "RESOLVED" in messages[1]["text"].upper()
         print(f"\ntakeover after the leader stopped: {takeover:.2f} s (interval 0.3 s)")
     finally:
         for replica in replicas:
             replica.stop()
-    kinds = [
-        (r["kind"], r["status"])
-        for r in conn.execute("SELECT kind, status FROM outbox_monitor.notifications ORDER BY id")
-    ]
+    kinds = [(n["kind"], n["status"]) for n in notifications(conn)]
     assert kinds == [("firing", "sent"), ("resolved", "sent")]
-    transitions = conn.execute(
-        "SELECT from_state, to_state FROM outbox_monitor.alert_transitions ORDER BY id"
-    ).fetchall()
-    assert [(t["from_state"], t["to_state"]) for t in transitions] == [
+    assert [(t["from_state"], t["to_state"]) for t in transitions(conn)] == [
         ("inactive", "firing"),
         ("firing", "inactive"),
     ]
@@ -222,62 +190,59 @@ def outage_cluster():
 
 
 def test_database_outage_alerts_once_from_the_former_leader_and_resolves(
-    outage_cluster, ruleset, sink
+    outage_cluster, ruleset, slack_sink
 ):
     cluster, dsn = outage_cluster
     settings = load_settings(dsn=dsn, sample_interval=1)
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
+    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
     replicas = [Replica(settings, ruleset, transports, alert_after=1.0) for _ in range(2)]
     try:
         assert wait_for(lambda: any(r.leadership.held for r in replicas), timeout=5)
         [leader] = [r for r in replicas if r.leadership.held]
         time.sleep(0.5)
-        assert sink.messages() == []
+        assert slack_sink.messages() == []
 
-        sink.fail_next(1, status=429, retry_after=1)  # the first post is rate limited
+        slack_sink.fail_next(1, status=429, retry_after=1)  # the first post is rate limited
         cluster.pause()
         started = time.monotonic()
-        assert wait_for(lambda: sink.messages(), timeout=15)
+        assert wait_for(lambda: slack_sink.messages(), timeout=15)
         posted_after = time.monotonic() - started
         time.sleep(2.0)  # the follower stays silent, the leader does not repeat
-        [alert] = sink.messages()
+        [alert] = slack_sink.messages()
         assert "cannot reach the database" in alert["text"]
         assert leader.leadership.identity in alert["text"]
         assert "Last error" in json.dumps(alert["blocks"])
 
         cluster.resume()
-        assert wait_for(lambda: len(sink.messages()) >= 2, timeout=20)
-        time.sleep(1.0)
-        messages = sink.messages()
+        messages = messages_after(slack_sink, 2, timeout=20)
         assert len(messages) == 2
         assert "RESOLVED" in messages[1]["text"].upper()
         assert "reaches the database" in messages[1]["text"]
-        outcomes = [r.outcome for r in sink.requests]
+        outcomes = [r.outcome for r in slack_sink.requests]
         assert outcomes == ["injected:429", "posted", "posted"]
         print(f"\nunreachable alert posted {posted_after:.1f} s after the database stopped")
     finally:
         for replica in replicas:
             replica.stop()
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT rule, kind, status, dedupe_key FROM outbox_monitor.notifications ORDER BY id"
-        ).fetchall()
-        history = conn.execute(
-            "SELECT from_state, to_state FROM outbox_monitor.alert_transitions "
-            "WHERE rule = 'database-unreachable' ORDER BY id"
-        ).fetchall()
-    assert [(r[0], r[1], r[2]) for r in rows] == [
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        sent = notifications(conn)
+        history = transitions(conn, "database-unreachable")
+    assert [(n["rule"], n["kind"], n["status"]) for n in sent] == [
         ("database-unreachable", "error", "sent"),
         ("database-unreachable", "resolved", "sent"),
     ]
-    assert rows[0][3].removesuffix("error") == rows[1][3].removesuffix("resolved")
-    assert history == [("inactive", "error"), ("error", "inactive")]
+    error_key, resolved_key = (n["dedupe_key"] for n in sent)
+    assert error_key.removesuffix("error") == resolved_key.removesuffix("resolved")
+    assert [(t["from_state"], t["to_state"]) for t in history] == [
+        ("inactive", "error"),
+        ("error", "inactive"),
+    ]
 
 
-def test_a_short_database_blip_alerts_nobody(outage_cluster, ruleset, sink):
+def test_a_short_database_blip_alerts_nobody(outage_cluster, ruleset, slack_sink):
     cluster, dsn = outage_cluster
     settings = load_settings(dsn=dsn, sample_interval=1)
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
+    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
     replica = Replica(settings, ruleset, transports, alert_after=30.0)
     try:
         assert wait_for(lambda: replica.leadership.held, timeout=5)
@@ -288,16 +253,14 @@ def test_a_short_database_blip_alerts_nobody(outage_cluster, ruleset, sink):
         time.sleep(0.5)
     finally:
         replica.stop()
-    assert sink.messages() == []
+    assert slack_sink.messages() == []
 
 
 def test_two_scheduler_processes_one_message_per_transition_and_failover_on_kill(
-    dsn, conn, rows, tmp_path, sink
+    dsn, conn, rows, tmp_path, slack_sink
 ):
-    rules = tmp_path / "alerts.yml"
-    rules.write_text(RULES)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update(OUTBOX_MONITOR_DSN=dsn, SLACK_WEBHOOK_URL=sink.webhook_url)
+    rules = rules_file(tmp_path, RULES)
+    env = subprocess_env(dsn, SLACK_WEBHOOK_URL=slack_sink.webhook_url)
     logs = [tmp_path / f"scheduler-{n}.log" for n in range(2)]
     processes = []
     for log_path in logs:
@@ -320,9 +283,7 @@ def test_two_scheduler_processes_one_message_per_transition_and_failover_on_kill
         assert wait_for(lambda: leader_index() is not None, timeout=20)
         leader = leader_index()
         rows.add(status="processing", created_ago=3600, locked_ago=3600)
-        assert wait_for(lambda: len(sink.messages()) >= 1, timeout=10)
-        time.sleep(1.5)
-        assert len(sink.messages()) == 1
+        assert len(messages_after(slack_sink, 1, settle=1.5)) == 1
 
         processes[leader].send_signal(signal.SIGKILL)  # no release: Postgres frees the lock
         processes[leader].wait(10)
@@ -332,10 +293,8 @@ def test_two_scheduler_processes_one_message_per_transition_and_failover_on_kill
             lambda: "is now the alert evaluator" in logs[1 - leader].read_text(), timeout=10
         )
         takeover = time.monotonic() - started
-        conn.execute("UPDATE integration_outbox SET status = 'done', processed_at = now()")
-        assert wait_for(lambda: len(sink.messages()) >= 2, timeout=10)
-        time.sleep(1.0)
-        messages = sink.messages()
+        drain(conn)
+        messages = messages_after(slack_sink, 2)
         assert len(messages) == 2 and "RESOLVED" in messages[1]["text"].upper()
         print(f"\ntakeover after SIGKILL of the leader scheduler process: {takeover:.2f} s")
         survivor.send_signal(signal.SIGTERM)
@@ -346,19 +305,15 @@ def test_two_scheduler_processes_one_message_per_transition_and_failover_on_kill
                 process.kill()
                 process.wait()
     assert leader_pids(dsn) == []
-    kinds = [r["kind"] for r in conn.execute("SELECT kind FROM outbox_monitor.notifications")]
-    assert kinds == ["firing", "resolved"]
+    assert [n["kind"] for n in notifications(conn)] == ["firing", "resolved"]
 
 
 def test_scheduler_refuses_a_malformed_rules_file(dsn, tmp_path):
-    rules = tmp_path / "alerts.yml"
-    rules.write_text(RULES.replace("threshold: 0", 'threshold: "abc"'))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["OUTBOX_MONITOR_DSN"] = dsn
+    rules = rules_file(tmp_path, RULES.replace("threshold: 0", 'threshold: "abc"'))
     result = subprocess.run(
         [sys.executable, "-m", "outbox_monitor", "scheduler", "--rules", str(rules)],
         cwd=REPO,
-        env=env,
+        env=subprocess_env(dsn),
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,6 +18,11 @@ def make_rule(**fields: Any) -> Rule:
     return Rule.model_validate({**base, **fields})
 
 
+def per_type(event_type: str, value: float, breached: bool) -> Measurement:
+    """The measurement of one ``by: [event_type]`` instance."""
+    return Measurement(f"event_type={event_type}", {"event_type": event_type}, value, breached)
+
+
 def test_rule_without_by_has_one_instance_over_its_filter(db, rows):
     rows.add(event_type="notification.email", status="pending", available_ago=5)
     rows.add(event_type="notification.sms", status="pending", available_ago=5)
@@ -64,8 +69,8 @@ def test_failed_in_window_by_event_type_one_instance_per_type(db, rows):
         threshold=1,
     )
     assert measure.measure(db, rule) == [
-        Measurement("event_type=payment.captured", {"event_type": "payment.captured"}, 2.0, True),
-        Measurement("event_type=payment.refunded", {"event_type": "payment.refunded"}, 1.0, False),
+        per_type("payment.captured", 2.0, True),
+        per_type("payment.refunded", 1.0, False),
     ]
     no_filter = make_rule(metric="failed_in_window", window="15m", by=["event_type"])
     assert [(m.instance, m.value) for m in measure.measure(db, no_filter)] == [
@@ -90,8 +95,8 @@ def test_depth_by_event_type_lists_types_with_pending_rows_even_at_zero(db, rows
     rows.add(event_type="crm.upsert", status="processing", locked_ago=10)  # not pending
     rule = make_rule(metric="queue_depth", by=["event_type"], threshold=1)
     assert measure.measure(db, rule) == [
-        Measurement("event_type=invoice.sent", {"event_type": "invoice.sent"}, 0.0, False),
-        Measurement("event_type=order.paid", {"event_type": "order.paid"}, 2.0, True),
+        per_type("invoice.sent", 0.0, False),
+        per_type("order.paid", 2.0, True),
     ]
 
 
@@ -106,8 +111,8 @@ def test_latency_percentile_over_the_rules_window_per_event_type(db, rows):
     # order.paid in the last hour: 10..50 → p95 = 40 + 0.8·10 = 48, p50 = 30
     p95 = make_rule(metric="latency_p95", window="1h", by=["event_type"], threshold="45s")
     assert measure.measure(db, p95) == [
-        Measurement("event_type=invoice.sent", {"event_type": "invoice.sent"}, 300.0, True),
-        Measurement("event_type=order.paid", {"event_type": "order.paid"}, 48.0, True),
+        per_type("invoice.sent", 300.0, True),
+        per_type("order.paid", 48.0, True),
     ]
     p50 = make_rule(metric="latency_p50", event_type="order.paid", threshold=30)
     assert measure.measure(db, p50) == [Measurement("", {}, 30.0, False)]  # default window 1 h
@@ -127,8 +132,8 @@ def test_processed_per_minute_watches_types_with_a_backlog_and_nothing_processed
         metric="processed_per_minute", window="10m", by=["event_type"], op="<", threshold=0.5
     )
     assert measure.measure(db, rule) == [
-        Measurement("event_type=invoice.sent", {"event_type": "invoice.sent"}, 0.0, True),
-        Measurement("event_type=order.paid", {"event_type": "order.paid"}, 0.6, False),
+        per_type("invoice.sent", 0.0, True),
+        per_type("order.paid", 0.6, False),
     ]
 
 
@@ -144,9 +149,9 @@ def test_created_per_minute_and_attempts_at_least(db, rows):
     rows.add(event_type="invoice.sent", status="processing", attempts=4, locked_ago=5)
     attempts = make_rule(metric="attempts_at_least", attempts=5, by=["event_type"])
     assert measure.measure(db, attempts) == [
-        Measurement("event_type=crm.upsert", {"event_type": "crm.upsert"}, 2.0, True),
-        Measurement("event_type=invoice.sent", {"event_type": "invoice.sent"}, 0.0, False),
-        Measurement("event_type=order.paid", {"event_type": "order.paid"}, 0.0, False),
+        per_type("crm.upsert", 2.0, True),
+        per_type("invoice.sent", 0.0, False),
+        per_type("order.paid", 0.0, False),
     ]
 
 
@@ -156,8 +161,8 @@ def test_stuck_locks_use_the_configured_lock_timeout(db, rows):
     rows.add(event_type="order.paid", status="processing", locked_ago=5)
     rule = make_rule(metric="stuck_locks", by=["event_type"])
     assert measure.measure(db, rule) == [
-        Measurement("event_type=crm.upsert", {"event_type": "crm.upsert"}, 1.0, True),
-        Measurement("event_type=order.paid", {"event_type": "order.paid"}, 0.0, False),
+        per_type("crm.upsert", 1.0, True),
+        per_type("order.paid", 0.0, False),
     ]
 
 

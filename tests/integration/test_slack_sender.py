@@ -14,13 +14,12 @@ import re
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.alerts.rules import load_rules
+from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import (
     BACKOFF_BASE_SECONDS,
     BACKOFF_CAP_SECONDS,
@@ -30,6 +29,7 @@ from outbox_monitor.alerts.sender import (
 )
 from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
+from tests.alerting import FakeClock, notifications
 
 TIMEOUT = 1.0
 QUICK_RETRY = 0.05  # slack-sdk's one retry on a connection error (0.2 s in production)
@@ -53,20 +53,6 @@ routes:
 rules:
   - {{name: backlog, metric: queue_depth, op: ">", threshold: 1000, route: hook}}
 """
-
-
-class FakeClock:
-    """The sender's clock: starts at the real time, moves only when told."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> datetime:
-        self.now += timedelta(seconds=seconds)
-        return self.now
 
 
 class Notifications:
@@ -129,54 +115,42 @@ class Notifications:
         ).fetchone()
 
     def statuses(self) -> list[tuple[int, str]]:
-        return [
-            (r["id"], r["status"])
-            for r in self.conn.execute(
-                "SELECT id, status FROM outbox_monitor.notifications ORDER BY id"
-            ).fetchall()
-        ]
+        return [(n["id"], n["status"]) for n in notifications(self.conn)]
 
 
 @pytest.fixture
-def sink():
-    with SlackSink(token=BOT_TOKEN) as server:
-        yield server
+def slack_sink_options() -> dict[str, str]:
+    """The shared ``slack_sink`` accepts this module's bot token."""
+    return {"token": BOT_TOKEN}
 
 
 @pytest.fixture
-def ruleset(tmp_path: Path):
-    path = tmp_path / "alerts.yml"
-    path.write_text(RULES)
-    return load_rules(path)
+def ruleset(write_rules) -> RuleSet:
+    return write_rules(RULES)
 
 
 @pytest.fixture
-def env(sink: SlackSink) -> dict[str, str]:
+def env(slack_sink: SlackSink) -> dict[str, str]:
     return {
-        "TEST_HOOK_URL": f"{sink.url}/services/T000/B000/{HOOK_SECRET}",
+        "TEST_HOOK_URL": f"{slack_sink.url}/services/T000/B000/{HOOK_SECRET}",
         "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_API_URL": sink.api_url,
+        "SLACK_API_URL": slack_sink.api_url,
         "OUTBOX_MONITOR_DASHBOARD_URL": "https://monitor.example.com/ops",
     }
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def notes(conn: psycopg.Connection, fake_clock: FakeClock) -> Notifications:
+    return Notifications(conn, fake_clock)
 
 
 @pytest.fixture
-def notes(conn: psycopg.Connection, clock: FakeClock) -> Notifications:
-    return Notifications(conn, clock)
-
-
-@pytest.fixture
-def deliver(db, ruleset, env, clock):
+def deliver(db, ruleset, env, fake_clock):
     transports = transports_for(ruleset, env, timeout=TIMEOUT, quick_retry_seconds=QUICK_RETRY)
     rng = random.Random(7)
 
     def run() -> dict:
-        return deliver_due(db, ruleset, clock=clock, transports=transports, env=env, rng=rng)
+        return deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env, rng=rng)
 
     return run
 
@@ -193,10 +167,19 @@ def message_requests(sink: SlackSink) -> list:
     return [r for r in sink.requests if r.path != "/api/auth.test"]
 
 
+def print_traffic(label: str, sink: SlackSink) -> None:
+    """For ``-s`` runs: message requests Slack received and messages it kept."""
+    print(
+        f"\n[{label}] requests: {len(message_requests(sink))}, messages posted: {len(posted(sink))}"
+    )
+
+
 # ---------------------------------------------------------------------------- transports
 
 
-def test_webhook_delivery_packs_one_evaluation_into_one_message(deliver, notes, sink, clock):
+def test_webhook_delivery_packs_one_evaluation_into_one_message(
+    deliver, notes, slack_sink, fake_clock
+):
     evaluation = str(uuid.uuid4())
     first = notes.add("payment-failed", "event_type=payment.captured", evaluation=evaluation)
     second = notes.add("payment-failed", "event_type=payment.refunded", evaluation=evaluation)
@@ -204,7 +187,7 @@ def test_webhook_delivery_packs_one_evaluation_into_one_message(deliver, notes, 
     other = notes.add("stuck-lock", "")  # another evaluation: its own message
     counts = deliver()
     assert counts["sent"] == 4 and counts["messages"] == 2 and counts["attempts"] == 2
-    messages = posted(sink)
+    messages = posted(slack_sink)
     assert [m["via"] for m in messages] == ["webhook", "webhook"]
     assert len(sections(messages[0])) == 3
     assert messages[0]["blocks"][0]["text"]["text"] == (
@@ -216,17 +199,17 @@ def test_webhook_delivery_packs_one_evaluation_into_one_message(deliver, notes, 
         assert row["status"] == "sent"
         assert row["attempts"] == 1 and row["last_status"] == 200
         assert row["last_error"] is None and row["slack_ts"] is None
-        assert row["sent_at"] == clock()
+        assert row["sent_at"] == fake_clock()
     assert deliver()["attempts"] == 0  # nothing due twice
-    assert len(posted(sink)) == 2
+    assert len(posted(slack_sink)) == 2
 
 
-def test_bot_resolve_updates_the_original_and_replies_in_its_thread(deliver, notes, sink):
+def test_bot_resolve_updates_the_original_and_replies_in_its_thread(deliver, notes, slack_sink):
     evaluation = str(uuid.uuid4())
     captured = notes.add(instance="event_type=payment.captured", route="bot", evaluation=evaluation)
     refunded = notes.add(instance="event_type=payment.refunded", route="bot", evaluation=evaluation)
     assert deliver()["messages"] == 1
-    (original,) = posted(sink)
+    (original,) = posted(slack_sink)
     assert original["via"] == "api" and original["channel"].startswith("C")
     assert sections(original)[0].startswith(MENTION + " 🔥 *payment-failed*")
     for row_id in (captured, refunded):
@@ -236,7 +219,7 @@ def test_bot_resolve_updates_the_original_and_replies_in_its_thread(deliver, not
     resolve = notes.add(instance="event_type=payment.captured", kind="resolved", route="bot")
     counts = deliver()
     assert (counts["sent"], counts["messages"], counts["updates"]) == (1, 1, 1)
-    original, reply = posted(sink)
+    original, reply = posted(slack_sink)
     assert original["edits"] == 1
     assert original["blocks"][0]["text"]["text"] == "🔥 FIRING · 1 of 2 resolved · payment-failed"
     assert sections(original)[0].startswith("✅ *payment-failed* · `event_type=payment.captured`")
@@ -248,46 +231,49 @@ def test_bot_resolve_updates_the_original_and_replies_in_its_thread(deliver, not
 
     notes.add(instance="event_type=payment.refunded", kind="resolved", route="bot")
     deliver()
-    original, _, second_reply = posted(sink)
+    original, _, second_reply = posted(slack_sink)
     assert original["edits"] == 2
     assert original["blocks"][0]["text"]["text"] == "✅ RESOLVED · payment-failed"
     assert second_reply["thread_ts"] == original["ts"]
-    updates = [r for r in sink.requests if r.path == "/api/chat.update"]
+    updates = [r for r in slack_sink.requests if r.path == "/api/chat.update"]
     print(
-        f"\n[bot resolve] messages posted: {len(posted(sink))}, chat.update calls: {len(updates)}"
+        f"\n[bot resolve] messages posted: {len(posted(slack_sink))}, "
+        f"chat.update calls: {len(updates)}"
     )
     assert len(updates) == 2
 
 
-def test_an_evaluation_error_and_the_resolve_thread_under_the_firing_message(deliver, notes, sink):
+def test_an_evaluation_error_and_the_resolve_thread_under_the_firing_message(
+    deliver, notes, slack_sink
+):
     notes.add("backlog", "", route="bot", seq=4)
     deliver()
     notes.add("backlog", "", kind="error", route="bot", seq=4, error="statement timeout")
     assert deliver()["updates"] == 1
-    original, error_reply = posted(sink)
+    original, error_reply = posted(slack_sink)
     assert error_reply["thread_ts"] == original["ts"]
     assert "*Error:* statement timeout" in sections(original)[0]
     assert MENTION in error_reply["text"]  # an evaluation error pages like a firing
     notes.add("backlog", "", kind="resolved", route="bot", seq=4, value=10)
     deliver()
-    original, _, resolve_reply = posted(sink)
+    original, _, resolve_reply = posted(slack_sink)
     assert resolve_reply["thread_ts"] == original["ts"]
     assert original["blocks"][0]["text"]["text"] == "✅ RESOLVED · backlog"
     assert original["edits"] == 2
 
 
-def test_webhook_resolve_is_posted_as_a_new_message(deliver, notes, sink):
+def test_webhook_resolve_is_posted_as_a_new_message(deliver, notes, slack_sink):
     notes.add()
     deliver()
     notes.add(kind="resolved", value=0)
     deliver()
-    firing, resolved = posted(sink)
+    firing, resolved = posted(slack_sink)
     assert firing["edits"] == 0
     assert resolved["blocks"][0]["text"]["text"] == "✅ RESOLVED · payment-failed"
     assert "*Value now* 0 vs threshold 0 (&gt;)" in sections(resolved)[0]
 
 
-def test_send_resolved_false_suppresses_resolves(deliver, notes, sink):
+def test_send_resolved_false_suppresses_resolves(deliver, notes, slack_sink):
     firing = notes.add(route="quiet")
     deliver()
     resolve = notes.add(route="quiet", kind="resolved")
@@ -296,10 +282,10 @@ def test_send_resolved_false_suppresses_resolves(deliver, notes, sink):
     assert notes.get(firing)["status"] == "sent"
     row = notes.get(resolve)
     assert row["status"] == "suppressed" and "send_resolved: false" in row["last_error"]
-    assert len(posted(sink)) == 1
+    assert len(posted(slack_sink)) == 1
 
 
-def test_due_ness_follows_the_injected_clock_not_the_database(db, ruleset, env, sink, conn):
+def test_due_ness_follows_the_injected_clock_not_the_database(db, ruleset, env, slack_sink, conn):
     clock = FakeClock(datetime.now(UTC) - timedelta(hours=1))
     notes = Notifications(conn, clock)
     row_id = notes.add(available_at=datetime.now(UTC))  # due for the database, not the clock
@@ -314,70 +300,68 @@ def test_due_ness_follows_the_injected_clock_not_the_database(db, ruleset, env, 
 # ---------------------------------------------------------------------------- failures
 
 
-def test_429_waits_for_retry_after_then_sends_once(deliver, notes, sink, clock):
-    start = clock()
+def test_429_waits_for_retry_after_then_sends_once(deliver, notes, slack_sink, fake_clock):
+    start = fake_clock()
     row_id = notes.add()
-    sink.fail_next(1, status=429, retry_after=120)
+    slack_sink.fail_next(1, status=429, retry_after=120)
     counts = deliver()
     assert counts["rate_limited"] == 1 and counts["sent"] == 0
     row = notes.get(row_id)
     assert row["status"] == "pending" and row["attempts"] == 1 and row["last_status"] == 429
     assert row["available_at"] == start + timedelta(seconds=120)
     assert "Retry-After 120 s" in row["last_error"]
-    clock.advance(119)
+    fake_clock.advance(119)
     assert deliver()["attempts"] == 0  # not sent before Retry-After
-    assert len(message_requests(sink)) == 1
-    clock.advance(1)
+    assert len(message_requests(slack_sink)) == 1
+    fake_clock.advance(1)
     assert deliver()["sent"] == 1
     assert deliver()["attempts"] == 0
     row = notes.get(row_id)
     assert row["status"] == "sent" and row["attempts"] == 2 and row["last_status"] == 200
-    print(f"\n[429] requests: {len(message_requests(sink))}, messages posted: {len(posted(sink))}")
-    assert len(posted(sink)) == 1 and len(message_requests(sink)) == 2
+    print_traffic("429", slack_sink)
+    assert len(posted(slack_sink)) == 1 and len(message_requests(slack_sink)) == 2
 
 
-def test_5xx_backs_off_then_delivers_once(deliver, notes, sink, clock):
-    start = clock()
+def test_5xx_backs_off_then_delivers_once(deliver, notes, slack_sink, fake_clock):
+    start = fake_clock()
     row_id = notes.add(route="bot")
-    sink.fail_next(2, status=500)
+    slack_sink.fail_next(2, status=500)
     assert deliver()["retrying"] == 1
     first_retry = notes.get(row_id)["available_at"]
     assert start + timedelta(seconds=5) <= first_retry <= start + timedelta(seconds=6)
-    clock.advance(4.9)
+    fake_clock.advance(4.9)
     assert deliver()["attempts"] == 0
-    clock.now = first_retry
+    fake_clock.now = first_retry
     assert deliver()["retrying"] == 1
     row = notes.get(row_id)
     assert row["attempts"] == 2 and row["last_status"] == 500
     assert first_retry + timedelta(seconds=8) <= row["available_at"]
     assert row["available_at"] <= first_retry + timedelta(seconds=12)
-    clock.now = row["available_at"]
+    fake_clock.now = row["available_at"]
     assert deliver()["sent"] == 1
     row = notes.get(row_id)
     assert row["status"] == "sent" and row["attempts"] == 3 and row["slack_ts"]
-    print(f"\n[5xx] requests: {len(message_requests(sink))}, messages posted: {len(posted(sink))}")
-    assert len(posted(sink)) == 1 and len(message_requests(sink)) == 3
+    print_traffic("5xx", slack_sink)
+    assert len(posted(slack_sink)) == 1 and len(message_requests(slack_sink)) == 3
 
 
-def test_a_hang_times_out_backs_off_then_delivers_once(deliver, notes, sink, clock):
+def test_a_hang_times_out_backs_off_then_delivers_once(deliver, notes, slack_sink, fake_clock):
     row_id = notes.add()
-    sink.hang_next(1, seconds=3 * TIMEOUT)
+    slack_sink.hang_next(1, seconds=3 * TIMEOUT)
     counts = deliver()
     assert counts["retrying"] == 1
     row = notes.get(row_id)
     assert row["status"] == "pending" and row["last_status"] is None
     assert "timed out" in row["last_error"]
-    clock.now = row["available_at"]
+    fake_clock.now = row["available_at"]
     assert deliver()["sent"] == 1
-    print(
-        f"\n[timeout] requests: {len(message_requests(sink))}, messages posted: {len(posted(sink))}"
-    )
-    assert len(posted(sink)) == 1 and len(message_requests(sink)) == 2
-    assert [r.outcome for r in message_requests(sink)] == ["hung", "posted"]
+    print_traffic("timeout", slack_sink)
+    assert len(posted(slack_sink)) == 1 and len(message_requests(slack_sink)) == 2
+    assert [r.outcome for r in message_requests(slack_sink)] == ["hung", "posted"]
 
 
-def test_one_hour_outage_delivers_everything_once_in_order(deliver, notes, sink, clock):
-    sink.down()
+def test_one_hour_outage_delivers_everything_once_in_order(deliver, notes, slack_sink, fake_clock):
+    slack_sink.down()
     expected: list[str] = []
     attempts_during_outage = 0
     for step in range(120):  # one hour in 30 s steps; a new alert every 10 minutes
@@ -389,52 +373,53 @@ def test_one_hour_outage_delivers_everything_once_in_order(deliver, notes, sink,
             notes.add(name, "", route="bot", evaluation=evaluation)
             expected.append(name)
         attempts_during_outage += deliver()["attempts"]
-        clock.advance(30)
-    assert posted(sink) == []
+        fake_clock.advance(30)
+    assert posted(slack_sink) == []
     assert all(status == "pending" for _, status in notes.statuses())
-    sink.up()
+    slack_sink.up()
     passes = 0
     while any(status == "pending" for _, status in notes.statuses()):
         deliver()
-        clock.advance(30)
+        fake_clock.advance(30)
         passes += 1
         assert passes <= 11  # the longest backoff is 5 min
-    webhook = [m["text"] for m in posted(sink, "webhook")]
-    bot = [m["text"] for m in posted(sink, "api")]
+    webhook = [m["text"] for m in posted(slack_sink, "webhook")]
+    bot = [m["text"] for m in posted(slack_sink, "api")]
     assert [re.search(r"rule-\d\d", t).group(0) for t in webhook] == expected
     assert [re.search(r"rule-\d\d", t).group(0) for t in bot] == expected
     assert all("event_type=a" in t and "event_type=b" in t for t in webhook)
     assert all(status == "sent" for _, status in notes.statuses())
     print(
         f"\n[1 h outage] {len(expected) * 3} notifications, {attempts_during_outage} delivery "
-        f"attempts during the outage (2 routes), {len(posted(sink))} messages posted after it "
-        f"(expected {2 * len(expected)}), {passes} passes to drain"
+        f"attempts during the outage (2 routes), {len(posted(slack_sink))} messages posted "
+        f"after it (expected {2 * len(expected)}), {passes} passes to drain"
     )
-    assert len(posted(sink)) == 2 * len(expected)
+    assert len(posted(slack_sink)) == 2 * len(expected)
     # head-of-line: only each route's head was tried, with backoff up to 5 min
     assert attempts_during_outage <= 2 * 20
 
 
-def test_a_blocked_route_holds_its_rows_and_others_go_on(deliver, notes, sink):
+def test_a_blocked_route_holds_its_rows_and_others_go_on(deliver, notes, slack_sink):
     head = notes.add(route="hook")
     behind = notes.add("backlog", "", route="hook")
     bot = notes.add("stuck-lock", "", route="bot")
-    sink.fail_next(1, status=503)
+    slack_sink.fail_next(1, status=503)
     counts = deliver()
     assert counts["retrying"] == 1 and counts["waiting"] == 1 and counts["sent"] == 1
     assert [notes.get(i)["status"] for i in (head, behind, bot)] == ["pending", "pending", "sent"]
     assert notes.get(behind)["attempts"] == 0
-    webhook_requests = [r for r in sink.requests if r.path.startswith("/services/")]
+    webhook_requests = [r for r in slack_sink.requests if r.path.startswith("/services/")]
     print(
-        f"\n[blocked route] webhook requests: {len(webhook_requests)}, posted: {len(posted(sink))}"
+        f"\n[blocked route] webhook requests: {len(webhook_requests)}, "
+        f"posted: {len(posted(slack_sink))}"
     )
     assert len(webhook_requests) == 1
 
 
-def test_permanent_errors_fail_the_row_and_the_route_goes_on(deliver, notes, sink):
+def test_permanent_errors_fail_the_row_and_the_route_goes_on(deliver, notes, slack_sink):
     bad = notes.add()
     good = notes.add("backlog", "")
-    sink.fail_next(1, status=400)
+    slack_sink.fail_next(1, status=400)
     counts = deliver()
     assert counts["failed"] == 1 and counts["sent"] == 1
     row = notes.get(bad)
@@ -442,23 +427,23 @@ def test_permanent_errors_fail_the_row_and_the_route_goes_on(deliver, notes, sin
     assert "invalid_payload" in row["last_error"]
     assert notes.get(good)["status"] == "sent"
     assert deliver()["attempts"] == 0  # a failed row is not retried
-    print(f"\n[400] requests: {len(message_requests(sink))}, messages posted: {len(posted(sink))}")
-    assert len(posted(sink)) == 1
+    print_traffic("400", slack_sink)
+    assert len(posted(slack_sink)) == 1
 
 
-def test_no_secret_in_last_error_or_logs(db, ruleset, sink, notes, clock, caplog):
+def test_no_secret_in_last_error_or_logs(db, ruleset, slack_sink, notes, fake_clock, caplog):
     caplog.set_level(logging.DEBUG)
     env = {
-        "TEST_HOOK_URL": f"{sink.url}/services/T000/B000/{HOOK_SECRET}",
+        "TEST_HOOK_URL": f"{slack_sink.url}/services/T000/B000/{HOOK_SECRET}",
         "SLACK_BOT_TOKEN": BOT_TOKEN + "-wrong",
-        "SLACK_API_URL": sink.api_url,
+        "SLACK_API_URL": slack_sink.api_url,
     }
     transports = transports_for(ruleset, env, timeout=TIMEOUT, quick_retry_seconds=QUICK_RETRY)
     hook = notes.add("backlog", "", route="hook")
     refused = [notes.add(route="bot"), notes.add("stuck-lock", "", route="bot")]
     # Slack echoing the webhook's secret path in an error body: redacted.
-    sink.fail_next(1, status=500, error=f"boom {HOOK_SECRET}")
-    deliver_due(db, ruleset, clock=clock, transports=transports, env=env)
+    slack_sink.fail_next(1, status=500, error=f"boom {HOOK_SECRET}")
+    deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
     assert notes.get(hook)["last_error"].endswith("HTTP 500 boom <redacted>")
     for row_id in refused:  # the wrong token: invalid_auth, failed for good
         row = notes.get(row_id)
@@ -467,14 +452,14 @@ def test_no_secret_in_last_error_or_logs(db, ruleset, sink, notes, clock, caplog
     env["SLACK_BOT_TOKEN"] = BOT_TOKEN
     transports = transports_for(ruleset, env, timeout=TIMEOUT, quick_retry_seconds=QUICK_RETRY)
     bot = notes.add("latency-slo", "", route="bot")
-    sink.fail_next(2, status=500, error=f"boom {HOOK_SECRET} {BOT_TOKEN}")
-    clock.advance(600)
-    deliver_due(db, ruleset, clock=clock, transports=transports, env=env)
+    slack_sink.fail_next(2, status=500, error=f"boom {HOOK_SECRET} {BOT_TOKEN}")
+    fake_clock.advance(600)
+    deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
     assert notes.get(bot)["last_error"].endswith("HTTP 500 boom <redacted> <redacted>")
-    sink.down()
-    clock.advance(600)
-    deliver_due(db, ruleset, clock=clock, transports=transports, env=env)
-    sink.up()
+    slack_sink.down()
+    fake_clock.advance(600)
+    deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
+    slack_sink.up()
     errors = [notes.get(i)["last_error"] for i in (hook, *refused, bot)]
     assert "ConnectionRefusedError" in errors[0] and "ConnectionRefusedError" in errors[-1]
 
@@ -486,22 +471,22 @@ def test_no_secret_in_last_error_or_logs(db, ruleset, sink, notes, clock, caplog
     text = caplog.text + json.dumps(errors) + json.dumps(outcomes)
     for secret in (HOOK_SECRET, "SeCrEtToKeN", BOT_TOKEN):
         assert secret not in text
-    assert transports["hook"].describe() == f"incoming webhook {sink.url}/<redacted>"
+    assert transports["hook"].describe() == f"incoming webhook {slack_sink.url}/<redacted>"
 
 
-def test_a_row_locked_by_another_sender_is_skipped(deliver, notes, sink, dsn):
+def test_a_row_locked_by_another_sender_is_skipped(deliver, notes, slack_sink, dsn):
     row_id = notes.add()
     with psycopg.connect(dsn) as other, other.transaction():
         other.execute(
             "SELECT id FROM outbox_monitor.notifications WHERE id = %s FOR UPDATE", (row_id,)
         )
         assert deliver()["sent"] == 0
-    assert posted(sink) == []
+    assert posted(slack_sink) == []
     assert deliver()["sent"] == 1
-    assert len(posted(sink)) == 1
+    assert len(posted(slack_sink)) == 1
 
 
-def test_two_senders_at_once_send_each_row_once(db, ruleset, env, notes, sink, clock):
+def test_two_senders_at_once_send_each_row_once(db, ruleset, env, notes, slack_sink, fake_clock):
     for i in range(6):
         notes.add(f"rule-{i}", "", route="hook" if i % 2 else "bot")
     transports = transports_for(ruleset, env, timeout=TIMEOUT)
@@ -510,7 +495,7 @@ def test_two_senders_at_once_send_each_row_once(db, ruleset, env, notes, sink, c
 
     def sender() -> None:
         barrier.wait()
-        results.append(deliver_due(db, ruleset, clock=clock, transports=transports, env=env))
+        results.append(deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env))
 
     threads = [threading.Thread(target=sender) for _ in range(2)]
     for thread in threads:
@@ -518,9 +503,9 @@ def test_two_senders_at_once_send_each_row_once(db, ruleset, env, notes, sink, c
     for thread in threads:
         thread.join()
     while any(status == "pending" for _, status in notes.statuses()):
-        deliver_due(db, ruleset, clock=clock, transports=transports, env=env)
-    print(f"\n[two senders] messages posted: {len(posted(sink))} for 6 notifications")
-    assert sorted(re.search(r"rule-\d", m["text"]).group(0) for m in posted(sink)) == [
+        deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
+    print(f"\n[two senders] messages posted: {len(posted(slack_sink))} for 6 notifications")
+    assert sorted(re.search(r"rule-\d", m["text"]).group(0) for m in posted(slack_sink)) == [
         f"rule-{i}" for i in range(6)
     ]
 
@@ -528,7 +513,7 @@ def test_two_senders_at_once_send_each_row_once(db, ruleset, env, notes, sink, c
 # ---------------------------------------------------------------------------- content
 
 
-def test_mention_injection_arrives_escaped(deliver, notes, sink):
+def test_mention_injection_arrives_escaped(deliver, notes, slack_sink):
     evaluation = str(uuid.uuid4())
     notes.add(
         "payment-failed",
@@ -547,7 +532,7 @@ def test_mention_injection_arrives_escaped(deliver, notes, sink):
         error=f"column {HOSTILE} missing",
     )
     assert deliver()["messages"] == 1
-    body = json.dumps(posted(sink))
+    body = json.dumps(posted(slack_sink))
     for raw in ("<!channel>", "<@U123>", "<https://evil"):
         assert raw not in body
     assert "&lt;!channel&gt;" in body and "&lt;@U123&gt;" in body
@@ -555,48 +540,48 @@ def test_mention_injection_arrives_escaped(deliver, notes, sink):
     assert body.count(MENTION) == 2  # the first section and the fallback text
 
 
-def test_an_over_long_error_text_is_delivered_within_limits(deliver, notes, sink):
+def test_an_over_long_error_text_is_delivered_within_limits(deliver, notes, slack_sink):
     huge = "psycopg.errors.QueryCanceled: <canceling statement> & " * 2000
     row_id = notes.add("latency-slo", "", kind="error", route="bot", error=huge, summary=huge)
     deliver()
-    assert notes.get(row_id)["status"] == "sent"  # the sink refuses what Slack refuses
-    (message,) = posted(sink)
+    assert notes.get(row_id)["status"] == "sent"  # the slack_sink refuses what Slack refuses
+    (message,) = posted(slack_sink)
     assert all(len(s) <= 3000 for s in sections(message))
     assert len(message["text"]) <= 40_000
     assert "…" in sections(message)[0]
 
 
-def test_the_dashboard_link_carries_the_pre_filter(deliver, notes, sink):
+def test_the_dashboard_link_carries_the_pre_filter(deliver, notes, slack_sink):
     notes.add(dashboard_path="/dead_letters?event_type=payment.captured&group=7f3a")
     deliver()
-    (message,) = posted(sink)
+    (message,) = posted(slack_sink)
     button = message["blocks"][1]["accessory"]
     assert button["url"] == (
         "https://monitor.example.com/ops/dead_letters?event_type=payment.captured&group=7f3a"
     )
 
 
-def test_send_test_posts_to_every_route(ruleset, env, sink):
+def test_send_test_posts_to_every_route(ruleset, env, slack_sink):
     transports = transports_for(ruleset, env, timeout=TIMEOUT)
     outcomes = send_test(ruleset, transports=transports, env=env)
     assert set(outcomes) == {"hook", "bot", "quiet"}
     assert all(outcome["ok"] for outcome in outcomes.values())
-    assert outcomes["bot"]["ts"] == posted(sink, "api")[0]["ts"]
-    assert posted(sink, "api")[0]["text"].startswith(MENTION)
+    assert outcomes["bot"]["ts"] == posted(slack_sink, "api")[0]["ts"]
+    assert posted(slack_sink, "api")[0]["text"].startswith(MENTION)
     with pytest.raises(TransportConfigError, match='no route "nope"'):
         send_test(ruleset, "nope", transports=transports, env=env)
 
 
 def test_a_route_without_its_variable_waits_and_the_others_deliver(
-    db, ruleset, sink, notes, clock, caplog
+    db, ruleset, slack_sink, notes, fake_clock, caplog
 ):
     env = {
-        "TEST_HOOK_URL": sink.webhook_url,
+        "TEST_HOOK_URL": slack_sink.webhook_url,
         "OUTBOX_MONITOR_SLACK_TIMEOUT": "1",
     }
     bot = notes.add(route="bot")
     hook = notes.add("backlog", "", route="hook")
-    counts = deliver_due(db, ruleset, clock=clock, env=env)
+    counts = deliver_due(db, ruleset, clock=fake_clock, env=env)
     assert counts["sent"] == 1 and counts["waiting"] == 1
     assert notes.get(hook)["status"] == "sent"
     row = notes.get(bot)

@@ -17,14 +17,25 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
+def step(state, seconds, *, breached, value=None, for_=0.0, keep=0.0, error=None):
+    """One ``advance`` of ``state`` at ``seconds`` after T0; returns (state, steps)."""
+    return advance(
+        state,
+        now=at(seconds),
+        breached=breached,
+        value=value,
+        for_=for_,
+        keep_firing_for=keep,
+        error=error,
+    )
+
+
 def run(states, *, for_=60.0, keep=120.0):
     """Feed (seconds, breached) observations; return every transition as 'a→b@t'."""
     state = InstanceState()
     seen = []
     for seconds, breached in states:
-        state, steps = advance(
-            state, now=at(seconds), breached=breached, value=1.0, for_=for_, keep_firing_for=keep
-        )
+        state, steps = step(state, seconds, breached=breached, value=1.0, for_=for_, keep=keep)
         seen += [f"{s.from_state}→{s.to_state}@{seconds:g}" for s in steps]
     return state, seen
 
@@ -43,8 +54,8 @@ def test_for_zero_fires_at_once_and_keep_zero_resolves_at_once():
 
 def test_pending_that_clears_goes_back_silently():
     state = InstanceState()
-    state, _ = advance(state, now=at(0), breached=True, value=5, for_=60, keep_firing_for=0)
-    state, steps = advance(state, now=at(30), breached=False, value=1, for_=60, keep_firing_for=0)
+    state, _ = step(state, 0, breached=True, value=5, for_=60)
+    state, steps = step(state, 30, breached=False, value=1, for_=60)
     assert [(s.to_state, s.kind) for s in steps] == [("inactive", None)]
     assert state.pending_since is None
 
@@ -57,17 +68,13 @@ def test_breach_while_firing_restarts_keep_firing_for():
 
 def test_error_from_firing_stays_in_the_episode_and_its_resolve_closes_it():
     state, _ = run([(0, True)], for_=0)
-    state, steps = advance(
-        state, now=at(5), breached=False, value=None, for_=0, keep_firing_for=0, error="boom"
-    )
+    state, steps = step(state, 5, breached=False, error="boom")
     assert [(s.from_state, s.to_state, s.kind, s.seq) for s in steps] == [
         ("firing", "error", "error", 1)
     ]
-    state, steps = advance(
-        state, now=at(6), breached=False, value=None, for_=0, keep_firing_for=0, error="again"
-    )
+    state, steps = step(state, 6, breached=False, error="again")
     assert steps == [] and state.error == "again"
-    state, steps = advance(state, now=at(7), breached=True, value=3, for_=0, keep_firing_for=0)
+    state, steps = step(state, 7, breached=True, value=3)
     assert [(s.to_state, s.kind, s.seq) for s in steps] == [
         ("inactive", "resolved", 1),
         ("firing", "firing", 2),
@@ -76,15 +83,7 @@ def test_error_from_firing_stays_in_the_episode_and_its_resolve_closes_it():
 
 
 def test_error_from_inactive_starts_an_episode():
-    state, steps = advance(
-        InstanceState(firing_seq=3),
-        now=at(0),
-        breached=False,
-        value=None,
-        for_=0,
-        keep_firing_for=0,
-        error="x",
-    )
+    state, steps = step(InstanceState(firing_seq=3), 0, breached=False, error="x")
     assert steps[0].seq == 4 and state.firing_seq == 4 and state.state == "error"
 
 

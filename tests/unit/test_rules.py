@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from outbox_monitor.alerts import rules as rules_module
 from outbox_monitor.alerts.rules import (
@@ -15,6 +14,7 @@ from outbox_monitor.alerts.rules import (
     resolve_rules_path,
 )
 from outbox_monitor.errors import ConfigError
+from tests.alerting import rules_file
 
 WEBHOOK = "https://hooks.slack.com/services/T0000/B0000/abcdefghijklmnop"
 BOT_TOKEN = "xoxb-1234567890-abcdefghij"
@@ -60,15 +60,9 @@ VALID: dict[str, Any] = {
 }
 
 
-def write(tmp_path: Path, data: Any) -> Path:
-    path = tmp_path / "alerts.yml"
-    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def problems_of(tmp_path: Path, data: Any) -> list[str]:
     """Every problem line of the error, the file name stripped."""
-    path = write(tmp_path, data)
+    path = rules_file(tmp_path, data)
     with pytest.raises(RulesError) as caught:
         load_rules(path)
     prefix = f"{path}: "
@@ -80,6 +74,13 @@ def variant(change) -> dict[str, Any]:
     data = copy.deepcopy(VALID)
     change(data)
     return data
+
+
+def only_problem(tmp_path: Path, change) -> str:
+    """The one problem line of ``VALID`` changed by ``change`` (fails if there are more)."""
+    problems = problems_of(tmp_path, variant(change))
+    assert len(problems) == 1, problems
+    return problems[0]
 
 
 # ------------------------------------------------------------------ the shipped file
@@ -137,8 +138,8 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     ]
 
 
-def test_valid_file_resolves_defaults_routes_and_templates(tmp_path):
-    ruleset = load_rules(write(tmp_path, VALID))
+def test_valid_file_resolves_defaults_routes_and_templates(tmp_path, write_rules):
+    ruleset = write_rules(VALID)
     assert ruleset.path == str(tmp_path / "alerts.yml")
     backlog, payments, retries = ruleset.rules
     assert (backlog.for_, backlog.keep_firing_for) == (600, 120)  # own for, default keep
@@ -160,7 +161,7 @@ def test_valid_file_resolves_defaults_routes_and_templates(tmp_path):
         ruleset.rule("nope")
 
 
-def test_duration_threshold_and_units_render_for_people(tmp_path):
+def test_duration_threshold_and_units_render_for_people(write_rules):
     data = variant(
         lambda d: d["rules"].append(
             {
@@ -173,15 +174,15 @@ def test_duration_threshold_and_units_render_for_people(tmp_path):
             }
         )
     )
-    late = load_rules(write(tmp_path, data)).rule("late")
+    late = write_rules(data).rule("late")
     assert (late.threshold, late.unit, late.condition) == (300, "seconds", "> 5m 0s")
     assert late.render_summary(412.0) == "oldest 6m 52s > 5m 0s for all event types"
     assert late.render_summary(None) == "oldest – > 5m 0s for all event types"
 
 
-def test_route_without_transport_uses_slack_webhook_url(tmp_path):
+def test_route_without_transport_uses_slack_webhook_url(write_rules):
     data = variant(lambda d: d["routes"].update({"quiet": {"send_resolved": False}}))
-    quiet = load_rules(write(tmp_path, data)).routes["quiet"]
+    quiet = write_rules(data).routes["quiet"]
     assert (quiet.webhook_url_env, quiet.send_resolved, quiet.transport) == (
         "SLACK_WEBHOOK_URL",
         False,
@@ -403,9 +404,8 @@ MALFORMED = [
 
 @pytest.mark.parametrize(("change", "expected"), MALFORMED)
 def test_each_malformed_variant_names_rule_and_field(tmp_path, change, expected):
-    problems = problems_of(tmp_path, variant(change))
-    assert len(problems) == 1, problems
-    assert problems[0].startswith(expected), problems[0]
+    problem = only_problem(tmp_path, change)
+    assert problem.startswith(expected), problem
 
 
 SECRETS = [
@@ -447,12 +447,10 @@ SECRETS = [
 
 @pytest.mark.parametrize(("change", "expected"), SECRETS)
 def test_secret_looking_values_are_refused_and_never_echoed(tmp_path, change, expected):
-    problems = problems_of(tmp_path, variant(change))
-    assert len(problems) == 1, problems
-    assert problems[0].startswith(expected), problems[0]
-    text = "\n".join(problems)
+    problem = only_problem(tmp_path, change)
+    assert problem.startswith(expected), problem
     for secret in (WEBHOOK, BOT_TOKEN, "xoxp-99999", "s3cret"):
-        assert secret not in text
+        assert secret not in problem
 
 
 def test_every_problem_is_reported_at_once_in_file_order(tmp_path):
@@ -465,7 +463,7 @@ def test_every_problem_is_reported_at_once_in_file_order(tmp_path):
         data["rules"][1]["treshold"] = 3
         data["rules"][2]["name"] = "backlog"
 
-    path = write(tmp_path, variant(change))
+    path = rules_file(tmp_path, variant(change))
     with pytest.raises(RulesError) as caught:
         load_rules(path)
     lines = str(caught.value).splitlines()
@@ -541,7 +539,7 @@ def test_rules_path_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv(rules_module.RULES_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     assert resolve_rules_path() == SHIPPED_RULES_PATH  # no alerts.yml here
-    (tmp_path / "alerts.yml").write_text("version: 1\nrules: []\n")
+    rules_file(tmp_path, "version: 1\nrules: []\n")
     assert resolve_rules_path() == Path("alerts.yml")
     monkeypatch.setenv(rules_module.RULES_ENV, "/etc/outbox/rules.yml")
     assert resolve_rules_path() == Path("/etc/outbox/rules.yml")

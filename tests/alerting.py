@@ -1,0 +1,142 @@
+"""Plain helpers shared by the alerting tests (their fixtures are in tests/conftest.py).
+
+Import as ``from tests.alerting import …``: pyproject's ``pythonpath`` puts the repository
+root on ``sys.path``. Nothing here is a fixture and nothing here mocks: the clock is the
+injectable clock the evaluator and sender take, the queries read the real alerting tables.
+"""
+
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+
+from outbox_monitor.alerts.sink import SlackSink
+from outbox_monitor.config import ENV_PREFIX
+
+
+class FakeClock:
+    """A clock the test moves by hand, for ``Evaluator(clock=)`` and ``deliver_due(clock=)``.
+
+    ``clock()`` is the current instant (aware UTC); ``clock.advance(seconds)`` moves it on
+    and returns the new instant; ``clock.now`` may also be set outright. It starts at
+    ``start``, or at the real now so that rows inserted with the database's ``now()`` and
+    the clock agree.
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+def rules_file(directory: Path, rules: Any, name: str = "alerts.yml") -> Path:
+    """Writes a rules file and returns its path.
+
+    Args: ``rules`` is the file's text as is, or any other value (a mapping, a list) dumped
+    as YAML in its own key order; ``name`` the file name inside ``directory``.
+    """
+    path = directory / name
+    path.write_text(rules if isinstance(rules, str) else yaml.safe_dump(rules, sort_keys=False))
+    return path
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, step: float = 0.05) -> Any:
+    """Polls ``predicate`` every ``step`` seconds for up to ``timeout`` seconds.
+
+    Returns its first truthy value, or its value after the timeout (falsy) for the caller
+    to assert on.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def messages_after(
+    sink: SlackSink, count: int, *, timeout: float = 10, settle: float = 1.0
+) -> list[dict[str, Any]]:
+    """The sink's messages once at least ``count`` have arrived, ``settle`` seconds later.
+
+    Fails the test if fewer than ``count`` arrive within ``timeout`` seconds; the settle
+    time lets a duplicate (a second sender, a repeat) show before the caller counts.
+    """
+    arrived = wait_for(lambda: len(sink.messages()) >= count, timeout=timeout)
+    assert arrived, f"fewer than {count} Slack message(s) within {timeout} s"
+    time.sleep(settle)
+    return sink.messages()
+
+
+def subprocess_env(dsn: str, **extra: str) -> dict[str, str]:
+    """The environment for a child ``python -m outbox_monitor`` process.
+
+    This process's environment without any ``OUTBOX_MONITOR_*`` setting, then
+    ``OUTBOX_MONITOR_DSN=dsn`` and ``extra`` (e.g. ``SLACK_WEBHOOK_URL``).
+    """
+    env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIX)}
+    env["OUTBOX_MONITOR_DSN"] = dsn
+    env.update(extra)
+    return env
+
+
+def leader_pids(dsn: str) -> list[int]:
+    """Backend pids holding a granted evaluator-leadership advisory lock in ``dsn``'s database."""
+    with psycopg.connect(dsn) as conn:
+        return [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND objsubid = 1 AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+        ]
+
+
+def drain(conn: psycopg.Connection, ids: list[int] | None = None) -> None:
+    """Marks outbox rows done now, as a worker that caught up would: the rows ``ids``, or
+    every row when ``ids`` is None."""
+    conn.execute(
+        "UPDATE integration_outbox SET status = 'done', processed_at = now() "
+        "WHERE %(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s)",
+        {"ids": ids},
+    )
+
+
+def notifications(conn: psycopg.Connection, rule: str | None = None) -> list[dict[str, Any]]:
+    """Rows of the notification outbox in insert order (``rule``'s only, if given).
+
+    ``conn`` has dict rows (the ``conn`` fixture); each row has ``id``, ``rule``,
+    ``dedupe_key``, ``kind``, ``status``, ``silenced``, ``payload`` and ``evaluation_id``.
+    """
+    return conn.execute(
+        "SELECT id, rule, dedupe_key, kind, status, silenced, payload, evaluation_id "
+        "FROM outbox_monitor.notifications WHERE %(rule)s::text IS NULL OR rule = %(rule)s "
+        "ORDER BY id",
+        {"rule": rule},
+    ).fetchall()
+
+
+def transitions(conn: psycopg.Connection, rule: str | None = None) -> list[dict[str, Any]]:
+    """Alert transitions in the order they were written (``rule``'s only, if given).
+
+    ``conn`` has dict rows; each row has ``rule``, ``instance``, ``from_state``,
+    ``to_state``, ``value`` and ``detail``.
+    """
+    return conn.execute(
+        "SELECT rule, instance, from_state, to_state, value, detail "
+        "FROM outbox_monitor.alert_transitions WHERE %(rule)s::text IS NULL OR rule = %(rule)s "
+        "ORDER BY id",
+        {"rule": rule},
+    ).fetchall()
