@@ -1,24 +1,53 @@
-# One image, several roles by command: dashboard (default), scheduler, and the CLI.
-# Configuration only through environment variables (README, Configuration).
-FROM python:3.11-slim AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-WORKDIR /app
-RUN python -m venv /opt/venv
-COPY pyproject.toml README.md ./
-COPY outbox_monitor ./outbox_monitor
-COPY dashboard.py alerts.yml ./
-COPY pages ./pages
-RUN /opt/venv/bin/pip install -e .
+# outbox-monitor: one image, several roles chosen by the command —
+#   dashboard (the default CMD) · scheduler · any CLI command for one-off use
+#   (`docker run --rm --env-file … IMAGE status`, `… replay --id 42 --yes`, `… init-db`).
+# Configuration only through environment variables (README, "Configuration"); no secret
+# is baked in: pass OUTBOX_MONITOR_DSN or PG*, SLACK_* at run time (compose: env_file).
+# Dependencies: requirements-runtime.lock, the runtime part of requirements.lock, which
+# `make install` (and so CI) installs; `make lock` compiles both from pyproject.toml with
+# the same pins, so the image and CI cannot drift (tests/deploy/test_lock.py checks it).
+# Proven without a Docker engine by tests/deploy/test_dockerfile.py: hadolint, and the
+# exact ENTRYPOINT/CMD/HEALTHCHECK command lines run on the host in a container-like
+# sandbox (own network and PID namespaces, read-only /app) against a throwaway Postgres.
 
+FROM python:3.11-slim AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --quiet pip==26.3
+COPY requirements-runtime.lock /tmp/requirements-runtime.lock
+RUN /opt/venv/bin/pip install --quiet --require-hashes -r /tmp/requirements-runtime.lock
+WORKDIR /app
+COPY pyproject.toml README.md dashboard.py alerts.yml ./
+COPY outbox_monitor ./outbox_monitor
+COPY pages ./pages
+# Editable, as `make install` does: the dashboard serves /app/dashboard.py and the shipped
+# rules are /app/alerts.yml, both found beside the package. Dependencies came from the lock.
+# Bytecode compiled now: at run time /app is read-only and nothing writes .pyc files.
+RUN /opt/venv/bin/pip install --quiet --no-deps -e . \
+ && /opt/venv/bin/python -m compileall -q /app/outbox_monitor /app/pages /app/dashboard.py
+
+# Final stage: the slim base, the virtualenv and the app; no compiler, no pip cache.
 FROM python:3.11-slim
-RUN useradd --create-home --uid 10001 monitor
+RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /tmp \
+      --shell /usr/sbin/nologin monitor
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /app /app
 WORKDIR /app
-ENV PATH=/opt/venv/bin:$PATH HOME=/tmp PYTHONUNBUFFERED=1
-USER monitor
-EXPOSE 8501
-HEALTHCHECK --interval=30s --timeout=5s --start-period=20s \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4)"]
+# HOME=/tmp: Streamlit writes ~/.streamlit; /tmp is the only writable path (compose runs
+# the services with a read-only root file system and a tmpfs on /tmp).
+# OUTBOX_MONITOR_METRICS_ADDRESS: the scheduler serves /metrics and /healthz on all
+# interfaces of the container (port 9108), so Prometheus can scrape it.
+ENV PATH=/opt/venv/bin:$PATH \
+    HOME=/tmp \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    OUTBOX_MONITOR_METRICS_ADDRESS=0.0.0.0
+USER 10001:10001
+EXPOSE 8501 9108
+# Role-aware: probes the dashboard's /_stcore/health or the scheduler's /healthz,
+# whichever the container's command runs; one-off commands are healthy (README, Deploy).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+  CMD ["outbox-monitor", "healthcheck"]
+# Exec form: the service is PID 1 and gets docker's SIGTERM (each one stops on it).
 ENTRYPOINT ["outbox-monitor"]
 CMD ["dashboard", "--address", "0.0.0.0", "--port", "8501"]

@@ -371,13 +371,36 @@ def prune(
     type=click.Path(dir_okay=False),
     help="The alerts.yml (default: OUTBOX_MONITOR_RULES, ./alerts.yml, the shipped one).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics and /healthz on this port; 0 disables "
+    "(default: OUTBOX_MONITOR_METRICS_PORT or 9108).",
+)
+@click.option(
+    "--metrics-address",
+    help="Interface of /metrics and /healthz; 0.0.0.0 in a container "
+    "(default: OUTBOX_MONITOR_METRICS_ADDRESS or 127.0.0.1).",
+)
 @common_options
-def scheduler(settings: Settings, as_json: bool, rules_path: str | None) -> None:
+def scheduler(
+    settings: Settings,
+    as_json: bool,
+    rules_path: str | None,
+    metrics_port: int | None,
+    metrics_address: str | None,
+) -> None:
     """Run the background scheduler until stopped: sampler, alert evaluator and Slack
-    sender, each only in the process holding the leadership lock."""
+    sender (and the optional reaper and pruner), each only in the process holding the
+    leadership lock; serves /metrics and /healthz."""
     from outbox_monitor.scheduler import run_scheduler
 
-    run_scheduler(settings, rules_path=rules_path)
+    run_scheduler(
+        settings,
+        rules_path=rules_path,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+    )
 
 
 @main.command()
@@ -456,3 +479,26 @@ def simulate(
 
 main.add_command(check)
 main.add_command(alerts)
+
+
+@main.command("healthcheck")
+@click.option(
+    "--pid",
+    type=click.IntRange(1),
+    help="The service's process (default: the container's outbox-monitor service).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 60),
+    default=5.0,
+    show_default=True,
+    help="Seconds for the HTTP probe.",
+)
+def healthcheck_command(pid: int | None, timeout: float) -> None:
+    """Container HEALTHCHECK: probe what the running role serves (dashboard: /_stcore/health,
+    scheduler: /healthz); other commands are healthy. Exit 0 healthy, 1 unhealthy."""
+    from outbox_monitor.healthcheck import check_health
+
+    code, message = check_health(main, pid=pid, timeout=timeout)
+    click.echo(message)
+    sys.exit(code)

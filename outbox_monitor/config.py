@@ -22,11 +22,34 @@ DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
 DEFAULT_REFRESH_SECONDS = 10.0
 DEFAULT_CLAIM_BATCH = 50
+DEFAULT_METRICS_PORT = 9108
+"""Port of the scheduler's ``/metrics`` and ``/healthz`` (0 disables the server)."""
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"
+"""Interface of that server; ``0.0.0.0`` in a container so Prometheus can reach it."""
+DEFAULT_METRICS_TOP_EVENT_TYPES = 10
+"""Event types labelled one by one on ``/metrics``; the rest are summed as ``other``."""
+MAX_METRICS_TOP_EVENT_TYPES = 200
+DEFAULT_METRICS_CACHE_SECONDS = 5.0
+"""A scrape reuses figures computed less than this long ago (several Prometheus replicas)."""
+MAX_METRICS_CACHE_SECONDS = 300.0
+MIN_AUTO_PRUNE_SECONDS = 86400.0
+"""Automatic prune refuses retentions under one day (as ``actions.preview_prune`` does)."""
+_OFF = ("", "off", "none", "false", "no")
 
 _NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
 _QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _optional_duration(value: object) -> float | None:
+    """A duration, or ``None`` for unset/empty/``off`` (a feature that is off)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    return parse_duration(value)
+
+
+OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_duration)]
 
 
 def split_table_name(name: str) -> tuple[str, str]:
@@ -72,6 +95,15 @@ class Settings(BaseSettings):
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
     actor: str | None = None
+    metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_top_event_types: int = Field(
+        default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
+    )
+    metrics_cache: Seconds = Field(default=DEFAULT_METRICS_CACHE_SECONDS, ge=0)
+    auto_reap: bool = False
+    auto_prune_done: OptionalSeconds = None
+    auto_prune_failed: OptionalSeconds = None
 
     @field_validator("dsn")
     @classmethod
@@ -84,6 +116,36 @@ class Settings(BaseSettings):
                     "not a connection string or URI "
                     f"(e.g. postgresql://user:password@host:5432/dbname): {error}"
                 ) from None
+        return value
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _check_metrics_address(cls, value: str) -> str:
+        address = value.strip()
+        if not address or any(c.isspace() or c in "/@" for c in address):
+            raise ValueError(
+                f"expected an interface address such as 127.0.0.1 or 0.0.0.0, got {value!r}"
+            )
+        return address
+
+    @field_validator("metrics_cache")
+    @classmethod
+    def _check_metrics_cache(cls, value: float) -> float:
+        if value > MAX_METRICS_CACHE_SECONDS:
+            raise ValueError(
+                f"at most {MAX_METRICS_CACHE_SECONDS:g} s (figures older than that mislead "
+                f"alerts), got {value:g} s"
+            )
+        return value
+
+    @field_validator("auto_prune_done", "auto_prune_failed")
+    @classmethod
+    def _check_auto_prune(cls, value: float | None) -> float | None:
+        if value is not None and value < MIN_AUTO_PRUNE_SECONDS:
+            raise ValueError(
+                f"retention is written in days (e.g. 30d for done, 90d for failed); "
+                f"at least 1d, got {value:g} s (leave it unset to keep rows)"
+            )
         return value
 
     @field_validator("table", "ledger_table")

@@ -1,9 +1,10 @@
-"""The background process: APScheduler jobs — sampler, alert evaluator, notification sender.
+"""The background process: APScheduler jobs — sampler, alert evaluator, notification sender,
+and the optional reaper and pruner — plus ``/metrics`` and ``/healthz`` (``exporter``).
 
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval — a background loop never dies on one error. Every
 job runs only in the process holding the leadership lock (``alerts.leader``), so any number
-of scheduler processes evaluate and send exactly once (issue 3 §2, §4).
+of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2, §4; issue 5).
 """
 
 import logging
@@ -20,6 +21,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 
+from outbox_monitor import actions
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership
@@ -30,6 +32,7 @@ from outbox_monitor.alerts.slack import TransportConfigError, transports_for
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.exporter import MetricsServer, SchedulerStatus
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.schema import check_outbox_table
 
@@ -38,8 +41,15 @@ log = logging.getLogger(__name__)
 SAMPLER_JOB_ID = "sampler"
 EVALUATOR_JOB_ID = "evaluator"
 SENDER_JOB_ID = "sender"
+REAPER_JOB_ID = "reaper"
+PRUNER_JOB_ID = "pruner"
 SENDER_INTERVAL_SECONDS = 2.0
 """Seconds between sender passes (due notifications wait at most this long)."""
+PRUNE_INTERVAL_SECONDS = 86400.0
+"""The automatic prune runs once a day (first run at start)."""
+MIN_REAP_INTERVAL_SECONDS = 1.0
+AUTOMATION_ACTOR = "scheduler"
+"""The audit log's actor of the automatic reap and prune."""
 
 
 def guarded(name: str, job: Callable[[], Any], *, target: str) -> Callable[[], None]:
@@ -116,12 +126,20 @@ def add_sampler_job(
 
 
 class _Runtime:
-    """What the jobs of one scheduler share: the leadership lock and the database health."""
+    """What the jobs of one scheduler share: the leadership lock, the database health and
+    the status the exporter reads (``SchedulerStatus``)."""
 
-    def __init__(self, db: Database, leadership: Leadership, health: DatabaseHealth) -> None:
+    def __init__(
+        self,
+        db: Database,
+        leadership: Leadership,
+        health: DatabaseHealth,
+        status: SchedulerStatus,
+    ) -> None:
         self.db = db
         self.leadership = leadership
         self.health = health
+        self.status = status
 
     def as_leader(self, job: Callable[[], Any]) -> Callable[[], None]:
         """Run ``job`` only while this process is the leader, backing off while the
@@ -136,8 +154,13 @@ class _Runtime:
                 if self.leadership.is_leader or self.leadership.try_acquire():
                     job()
             except DatabaseUnavailable as error:
+                self.status.database_failed(error)
                 self.health.failed(error, was_leader=was_leader or self.leadership.held)
                 raise
+            except Exception as error:
+                self.status.database_failed(error)
+                raise
+            self.status.database_ok()
             self.health.succeeded()
 
         return run
@@ -152,6 +175,7 @@ def add_evaluator_job(
 
     def evaluate() -> None:
         report = evaluator.run_once()
+        runtime.status.evaluated(report.duration_seconds)
         for rule, instance, transition in report.transitions:
             log.info("alert %s%s: %s", rule, f" [{instance}]" if instance else "", transition)
         log.debug(
@@ -186,6 +210,7 @@ def add_sender_job(
 
     def send() -> None:
         counts = deliver_due(runtime.db, ruleset, clock=clock, transports=transports)
+        runtime.status.delivered(counts)
         if counts.get("messages") or counts.get("failed"):
             log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
 
@@ -198,6 +223,103 @@ def add_sender_job(
     )
 
 
+def reap_stuck_locks(db: Database, *, actor: str = AUTOMATION_ACTOR) -> actions.ActionResult | None:
+    """The reaper job: reap every stuck lock now (SPEC §4 reap), audited as ``actor``.
+
+    Preview then apply, as an operator would (``actions.preview_reap`` + ``actions.apply``),
+    with the settings' lock timeout; nothing is applied (and no audit row written) when
+    no lock is stuck.
+
+    Returns:
+        The ``ActionResult``, or ``None`` when nothing was stuck.
+
+    Raises:
+        DatabaseUnavailable and the connector's errors (``guarded`` logs them).
+    """
+    preview = actions.preview_reap(db)
+    if not preview.matched:
+        return None
+    result = actions.apply(db, preview, actor=actor)
+    log.warning(
+        "reaper: reaped %d stuck lock(s) of %s (%d dead-lettered at max attempts), run %s",
+        result.changed,
+        db.table_name,
+        result.dead_lettered,
+        result.run_id,
+    )
+    return result
+
+
+def prune_retention(db: Database, *, actor: str = AUTOMATION_ACTOR) -> actions.ActionResult | None:
+    """The pruner job: delete ``done`` rows older than ``auto_prune_done`` and ``failed``
+    rows older than ``auto_prune_failed`` (SPEC §4 prune, in batches), audited as ``actor``.
+
+    Returns:
+        The ``ActionResult``, or ``None`` when neither age is set or nothing is old enough
+        (no audit row then).
+
+    Raises:
+        DatabaseUnavailable and the connector's errors (``guarded`` logs them).
+    """
+    settings = db.settings
+    if settings.auto_prune_done is None and settings.auto_prune_failed is None:
+        return None
+    preview = actions.preview_prune(
+        db,
+        done_older_than=settings.auto_prune_done,
+        failed_older_than=settings.auto_prune_failed,
+    )
+    if not preview.matched:
+        return None
+    result = actions.apply(db, preview, actor=actor)
+    log.info(
+        "pruner: deleted %d row(s) of %s in %d batch(es), run %s",
+        result.changed,
+        db.table_name,
+        result.batches,
+        result.run_id,
+    )
+    return result
+
+
+def add_maintenance_jobs(scheduler: BaseScheduler, runtime: _Runtime, *, target: str) -> None:
+    """Add the optional reaper and pruner (off unless configured), leader only.
+
+    - ``reaper`` with ``OUTBOX_MONITOR_AUTO_REAP=true``: ``reap_stuck_locks`` every
+      ``lock_timeout / 3`` (at least 1 s), so a lock is reaped at most a third of the
+      lock timeout after it expired;
+    - ``pruner`` with ``OUTBOX_MONITOR_AUTO_PRUNE_DONE`` and/or ``…_FAILED``:
+      ``prune_retention`` daily.
+
+    Both start with a run at once, and write audit rows with actor ``scheduler``.
+    """
+    settings = runtime.db.settings
+    if settings.auto_reap:
+        add_interval_job(
+            scheduler,
+            REAPER_JOB_ID,
+            guarded(
+                REAPER_JOB_ID,
+                runtime.as_leader(lambda: reap_stuck_locks(runtime.db)),
+                target=target,
+            ),
+            seconds=max(MIN_REAP_INTERVAL_SECONDS, settings.lock_timeout / 3),
+            name="reap stuck locks",
+        )
+    if settings.auto_prune_done is not None or settings.auto_prune_failed is not None:
+        add_interval_job(
+            scheduler,
+            PRUNER_JOB_ID,
+            guarded(
+                PRUNER_JOB_ID,
+                runtime.as_leader(lambda: prune_retention(runtime.db)),
+                target=target,
+            ),
+            seconds=PRUNE_INTERVAL_SECONDS,
+            name="prune old done and failed rows",
+        )
+
+
 def build_scheduler(
     db: Database,
     *,
@@ -208,6 +330,7 @@ def build_scheduler(
     leadership: Leadership | None = None,
     sender_interval: float = SENDER_INTERVAL_SECONDS,
     outage_alert_after: float | None = None,
+    status: SchedulerStatus | None = None,
 ) -> BaseScheduler:
     """Assemble the scheduler with every background job of the product.
 
@@ -219,7 +342,9 @@ def build_scheduler(
       table, and N replicas sampling it would write N interleaved series (N× the load,
       a chart whose density depends on the replica count);
     - with a ``ruleset``: ``evaluator`` every ``ruleset.defaults.interval`` s;
-    - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s.
+    - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s;
+    - with ``settings.auto_reap`` / ``auto_prune_*``: ``reaper`` / ``pruner``
+      (``add_maintenance_jobs``).
 
     While the database is unreachable the jobs back off exponentially (up to the
     evaluation interval or 30 s) and the process that was leader posts the
@@ -240,6 +365,9 @@ def build_scheduler(
         sender_interval: seconds between sender passes.
         outage_alert_after: seconds of outage before the database-unreachable alert;
             default one evaluation interval.
+        status: where the jobs report for ``/metrics`` and ``/healthz`` (``exporter``);
+            it is attached to this scheduler, its leadership and interval. Default: a
+            new one nobody reads.
 
     Returns:
         The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
@@ -262,9 +390,12 @@ def build_scheduler(
         alert_after=interval if outage_alert_after is None else outage_alert_after,
         backoff_cap=min(BACKOFF_CAP_SECONDS, interval),
     )
-    runtime = _Runtime(db, leadership, health)
+    status = status or SchedulerStatus()
+    status.attach(scheduler, leadership, interval)
+    runtime = _Runtime(db, leadership, health, status)
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
     add_sampler_job(scheduler, db, wrap=runtime.as_leader)
+    add_maintenance_jobs(scheduler, runtime, target=target)
     if ruleset is not None:
         add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)
         if transports is not None:
@@ -333,15 +464,27 @@ def load_alerting(
     return ruleset, transports
 
 
-def run_scheduler(settings: Settings, rules_path: str | Path | None = None) -> None:
+def run_scheduler(
+    settings: Settings,
+    rules_path: str | Path | None = None,
+    *,
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+) -> None:
     """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
 
-    Checks the outbox table and loads the rules first, then blocks; a database outage
+    Checks the outbox table and loads the rules first, starts ``/metrics`` and ``/healthz``
+    (``exporter.MetricsServer``) unless the port is 0 (a port that cannot be bound is
+    logged as an error and the jobs run without it), then blocks; a database outage
     later is retried with backoff (and alerted by the leader), never fatal.
 
     Args:
-        settings: connection, table and the sample interval/retention.
+        settings: connection, table, the sample interval/retention, the metrics server,
+            the optional reaper/pruner.
         rules_path: the alerts.yml (``--rules``); default as ``load_alerting``.
+        metrics_port: ``--metrics-port`` (default ``settings.metrics_port``, 9108;
+            0: no server).
+        metrics_address: ``--metrics-address`` (default ``settings.metrics_address``).
 
     Raises:
         DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
@@ -349,9 +492,23 @@ def run_scheduler(settings: Settings, rules_path: str | Path | None = None) -> N
         RulesError: the rules file is invalid.
     """
     ruleset, transports = load_alerting(rules_path)
+    port = settings.metrics_port if metrics_port is None else metrics_port
+    address = metrics_address or settings.metrics_address
     with Database(settings) as db:
         check_outbox_table(db)
-        scheduler = build_scheduler(db, blocking=True, ruleset=ruleset, transports=transports)
+        status = SchedulerStatus()
+        scheduler = build_scheduler(
+            db, blocking=True, ruleset=ruleset, transports=transports, status=status
+        )
+        server = None
+        if port:
+            try:
+                server = MetricsServer(
+                    db, status, ruleset=ruleset, address=address, port=port
+                ).start()
+            except OutboxMonitorError as error:
+                # The jobs matter more than their metrics: run on, and say so loudly.
+                log.error("%s; running WITHOUT /metrics and /healthz. %s", error, error.hint)
         log.info(
             "scheduler started: sampling %s every %g s (retention %g s)%s; Ctrl-C to stop",
             db.table_name,
@@ -370,3 +527,5 @@ def run_scheduler(settings: Settings, rules_path: str | Path | None = None) -> N
             finally:
                 if scheduler.running:
                     scheduler.shutdown(wait=True)
+                if server is not None:
+                    server.stop()

@@ -753,3 +753,37 @@ SELECT id, dedupe_key, rule, instance, kind, payload
 FROM outbox_monitor.notifications
 WHERE slack_channel = %(channel)s AND slack_ts = %(ts)s AND status = 'sent'
 ORDER BY id;
+
+
+-- ===================================================================== exporter (Prometheus)
+
+-- name: exporter_open_by_event_type
+-- Per event type, in ONE scan of open rows, the SPEC §2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above.
+-- Same predicates as those blocks, each as a FILTER; an event type with nothing pending
+-- has oldest_pending_age NULL. Only pending and processing rows are read (claim index).
+SELECT event_type,
+       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS queue_depth,
+       count(*) FILTER (WHERE status = 'pending') AS pending_total,
+       count(*) FILTER (WHERE status = 'pending' AND available_at > now()) AS scheduled_retries,
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
+           AS oldest_pending_age,
+       count(*) FILTER (WHERE status = 'processing') AS processing,
+       count(*) FILTER (
+           WHERE status = 'processing'
+             AND locked_at < now() - make_interval(secs => %(lock_timeout)s)) AS stuck_locks
+FROM {table}
+WHERE status IN ('pending', 'processing')
+GROUP BY event_type
+ORDER BY event_type;
+
+-- name: exporter_event_types_matching
+-- Which of %(names)s match any SPEC §2 event-type filter in %(patterns)s (LIKE-escaped as filters.Where does).
+SELECT name FROM unnest(%(names)s::text[]) AS name
+WHERE name LIKE ANY(%(patterns)s::text[])
+ORDER BY name;
+
+-- name: exporter_sampler_lag
+-- Seconds from the newest sample of this outbox table to now; NULL when there is none.
+SELECT extract(epoch FROM now() - max(sampled_at))::float8 AS lag_seconds
+FROM outbox_monitor.samples
+WHERE table_name = %(table_name)s;

@@ -1,0 +1,642 @@
+"""Prometheus exporter of the scheduler process: SPEC §2 figures on ``/metrics``, and ``/healthz``.
+
+``OutboxCollector`` computes, on a scrape, every SPEC §2 figure under its Prometheus name
+(SPEC §2 "One name per figure") — through ``metrics.py``, except the six figures of open
+rows, which come per event type from ONE grouped query (``exporter_open_by_event_type``,
+the same predicates as the ``metrics`` blocks) instead of six queries:
+
+- ``outbox_queue_depth``, ``outbox_pending``, ``outbox_scheduled_retries``,
+  ``outbox_processing``, ``outbox_stuck_locks`` ``{event_type}``: rows;
+  ``outbox_oldest_pending_age_seconds{event_type}``: seconds (no sample when nothing of
+  that type is pending);
+- ``outbox_latency_seconds{quantile="0.5|0.95|0.99", window}``,
+  ``outbox_processed_per_minute{window}``, ``outbox_created_per_minute{window}``,
+  ``outbox_failed_in_window{event_type, window}``: ``window`` is ``duration_label`` of
+  ``OUTBOX_MONITOR_WINDOW`` (``"1h"``) plus every window an alerts.yml rule uses for that
+  figure (``"15m"`` of payment-failed), so Prometheus rules can match alerts.yml;
+- ``outbox_rows_by_attempts{attempts}``: rows not yet done, by attempts.
+
+``event_type`` has bounded cardinality: the ``top`` (default 10) event types by value are
+labelled one by one, event types matching an alerts.yml rule's ``event_type`` filter first
+(so ``notification.%`` stays visible however small), and the rest are folded into
+``event_type="other"`` (summed; the oldest age for ``outbox_oldest_pending_age_seconds``).
+A real event type named ``other`` is folded there too. Summed over ``event_type``, a
+family equals the ``metrics`` figure.
+
+The monitor itself: ``outbox_monitor_up`` (1 when the database answered the figures
+query), ``outbox_monitor_leader``, ``outbox_monitor_alert_state{rule, alert_instance,
+state}`` (1 for the instance's state, 0 for the others; ``alert_instance`` because
+Prometheus owns the ``instance`` label), ``outbox_monitor_evaluation_duration_seconds``
+(last pass of this process), ``outbox_monitor_notifications_total{outcome}`` (the
+sender's counts), ``outbox_monitor_sampler_lag_seconds`` (now − the newest sample of the
+table, whoever sampled it) and ``outbox_monitor_figures_duration_seconds``.
+
+A scrape never hurts the database: figures are cached ``OUTBOX_MONITOR_METRICS_CACHE``
+seconds (default 5) and concurrent scrapes share one refresh. A database failure answers
+200 with ``outbox_monitor_up 0`` and without the database's families (the process's own
+ones stay), never an HTTP 500.
+
+Every scheduler replica exposes the same figures: aggregate with ``max by (event_type)``
+before summing across replicas (``deploy/prometheus/rules.yml`` does).
+"""
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from outbox_monitor import metrics
+from outbox_monitor.alerts.evaluate import duration_label
+from outbox_monitor.alerts.state import list_instances
+from outbox_monitor.db import Database
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.filters import like_escape
+
+log = logging.getLogger(__name__)
+
+OTHER = "other"
+"""The ``event_type`` label of every event type past the top N."""
+HEALTH_INTERVALS = 3
+"""``/healthz`` fails when no database contact succeeded for this many intervals."""
+ALERT_STATES = ("inactive", "pending", "firing", "error")
+NOTIFICATION_OUTCOMES = ("sent", "failed", "suppressed", "rate_limited", "retrying")
+"""Outcomes of ``sender.deliver_due`` counted by ``outbox_monitor_notifications_total``."""
+QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
+
+Combine = Callable[[Iterable[float]], float]
+
+
+@dataclass(frozen=True)
+class _OpenFamily:
+    column: str
+    name: str
+    help: str
+    combine: Combine = sum
+    empty_other: float | None = 0.0
+
+
+# One family per column of ``exporter_open_by_event_type`` (SPEC §2 "One name per figure").
+OPEN_FAMILIES = (
+    _OpenFamily(
+        "queue_depth", "outbox_queue_depth", "Rows due now: pending, available_at <= now()."
+    ),
+    _OpenFamily("pending_total", "outbox_pending", "All pending rows, due or in backoff."),
+    _OpenFamily(
+        "scheduled_retries", "outbox_scheduled_retries", "Pending rows with available_at > now()."
+    ),
+    _OpenFamily(
+        "oldest_pending_age",
+        "outbox_oldest_pending_age_seconds",
+        "Seconds since the oldest pending row was created (absent when none is pending).",
+        combine=max,
+        empty_other=None,
+    ),
+    _OpenFamily("processing", "outbox_processing", "Rows claimed by a worker (processing)."),
+    _OpenFamily(
+        "stuck_locks",
+        "outbox_stuck_locks",
+        "Processing rows locked longer than the lock timeout (reap them).",
+    ),
+)
+
+# Which alerts.yml metrics read which windowed family (their rules add windows to it).
+WINDOWED_METRICS = {
+    "latency": ("latency_p50", "latency_p95", "latency_p99"),
+    "throughput": ("processed_per_minute", "created_per_minute"),
+    "failed": ("failed_in_window",),
+}
+
+
+def bound_event_types(
+    values: Mapping[str, float | None],
+    *,
+    top: int,
+    pinned: Collection[str] = (),
+    combine: Combine = sum,
+    empty_other: float | None = 0.0,
+) -> dict[str, float]:
+    """Keep ``top`` event types and fold the rest into ``OTHER`` (bounded cardinality).
+
+    Args:
+        values: ``{event_type: value}``; ``None`` values (no figure) are left out.
+        top: how many event types keep their own label.
+        pinned: event types ranked first (those an alerts.yml filter matches).
+        combine: how the rest become one value (``sum`` for counts, ``max`` for ages).
+        empty_other: the ``OTHER`` value when nothing is folded (``None``: no ``OTHER``).
+
+    Returns:
+        ``{event_type: value}``: pinned first, then by value (largest first), ties by
+        name; at most ``top`` entries plus ``OTHER``.
+    """
+    known = {name: value for name, value in values.items() if value is not None}
+    named = [name for name in known if name != OTHER]
+    ranked = sorted(named, key=lambda name: (name not in pinned, -known[name], name))
+    kept = {name: float(known[name]) for name in ranked[:top]}
+    rest = [known[name] for name in ranked[top:]]
+    if OTHER in known:
+        rest.append(known[OTHER])
+    if rest:
+        kept[OTHER] = float(combine(rest))
+    elif empty_other is not None:
+        kept[OTHER] = empty_other
+    return kept
+
+
+def figure_windows(settings_window: float, ruleset: Any = None) -> dict[str, tuple[float, ...]]:
+    """The windows (seconds) each windowed family is computed for.
+
+    Args:
+        settings_window: ``OUTBOX_MONITOR_WINDOW`` (always exported).
+        ruleset: the loaded alerts.yml (``None``: none); each rule on a windowed metric
+            adds its ``window`` (or the settings window when it has none).
+
+    Returns:
+        ``{"latency"|"throughput"|"failed": (seconds, ...)}``, ascending.
+    """
+    windows = {kind: {settings_window} for kind in WINDOWED_METRICS}
+    for rule in getattr(ruleset, "rules", ()) or ():
+        for kind, names in WINDOWED_METRICS.items():
+            if rule.metric in names:
+                windows[kind].add(rule.window or settings_window)
+    return {kind: tuple(sorted(found)) for kind, found in windows.items()}
+
+
+class SchedulerStatus:
+    """What the scheduler's jobs report, for ``/metrics`` and ``/healthz`` (thread-safe).
+
+    ``build_scheduler`` attaches the scheduler, its leadership lock and its interval; the
+    jobs call ``database_ok`` / ``database_failed`` after each attempt, ``evaluated``
+    after a pass and ``delivered`` with the sender's counts.
+
+    Args:
+        clock: monotonic seconds (tests may pass their own).
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.scheduler: Any = None
+        self.leadership: Any = None
+        self.interval = 0.0
+        self._lock = threading.Lock()
+        self._last_ok: float | None = None
+        self._last_error: str | None = None
+        self._evaluation_seconds: float | None = None
+        self._notifications: Counter[str] = Counter(
+            {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
+        )
+
+    def attach(self, scheduler: Any, leadership: Any, interval: float) -> None:
+        """Bind the scheduler (``running``), its ``Leadership`` and its interval (seconds)."""
+        self.scheduler, self.leadership, self.interval = scheduler, leadership, interval
+
+    def database_ok(self) -> None:
+        """A job reached the database and finished."""
+        with self._lock:
+            self._last_ok = self.clock()
+
+    def database_failed(self, error: BaseException) -> None:
+        """A job failed (its first line becomes ``/healthz``'s reason)."""
+        with self._lock:
+            self._last_error = (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+    def evaluated(self, seconds: float) -> None:
+        """An evaluation pass took ``seconds`` (wall time)."""
+        with self._lock:
+            self._evaluation_seconds = seconds
+
+    def delivered(self, counts: Mapping[str, int]) -> None:
+        """Add one sender pass's counts (``sender.deliver_due``) to the outcome counters."""
+        with self._lock:
+            for outcome in NOTIFICATION_OUTCOMES:
+                self._notifications[outcome] += int(counts.get(outcome, 0))
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process held the leadership lock at its last check."""
+        return bool(self.leadership is not None and self.leadership.held)
+
+    @property
+    def evaluation_seconds(self) -> float | None:
+        """Duration of this process's last evaluation pass; ``None`` before the first."""
+        with self._lock:
+            return self._evaluation_seconds
+
+    def notification_counts(self) -> dict[str, int]:
+        """``{outcome: notifications}`` since start, every ``NOTIFICATION_OUTCOMES`` key."""
+        with self._lock:
+            return {outcome: self._notifications[outcome] for outcome in NOTIFICATION_OUTCOMES}
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """The answer of ``/healthz``.
+
+        Returns:
+            ``(True, {...})`` when the scheduler runs and a database contact succeeded
+            within ``HEALTH_INTERVALS`` intervals; else ``(False, {"status":
+            "unavailable", "reason", "scheduler_running", "seconds_since_database_contact"
+            (``None``: never), "last_error"})``.
+        """
+        with self._lock:
+            last_ok, last_error = self._last_ok, self._last_error
+        running = bool(self.scheduler is not None and self.scheduler.running)
+        since = None if last_ok is None else self.clock() - last_ok
+        limit = HEALTH_INTERVALS * self.interval
+        if not running:
+            reason = "the scheduler is not running"
+        elif since is None:
+            reason = "no database contact has succeeded yet"
+        elif since > limit:
+            reason = (
+                f"no database contact succeeded for {since:.1f} s "
+                f"({HEALTH_INTERVALS} intervals = {limit:g} s)"
+            )
+        else:
+            reason = None
+        details = {
+            "status": "ok" if reason is None else "unavailable",
+            "reason": reason,
+            "scheduler_running": running,
+            "seconds_since_database_contact": None if since is None else round(since, 3),
+            "last_error": last_error,
+        }
+        return reason is None, details
+
+
+@dataclass
+class _Snapshot:
+    families: list[Metric] = field(default_factory=list)
+    up: bool = False
+    taken_at: float = 0.0
+    seconds: float = 0.0
+
+
+class OutboxCollector(Collector):
+    """The custom collector: every SPEC §2 figure plus the monitor's own state (see module).
+
+    Args:
+        db: the connector (the scheduler's pool; a scrape takes one connection at a time).
+        status: the scheduler's ``SchedulerStatus`` (leader, evaluation, notifications).
+        ruleset: the loaded alerts.yml (rule windows and pinned event types), or ``None``.
+        top_event_types: event types labelled one by one (default: settings, 10).
+        cache_seconds: figures are reused this long (default: settings, 5 s; 0: never).
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        status: SchedulerStatus,
+        *,
+        ruleset: Any = None,
+        top_event_types: int | None = None,
+        cache_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        settings = db.settings
+        self.db = db
+        self.status = status
+        self.top = settings.metrics_top_event_types if top_event_types is None else top_event_types
+        self.cache_seconds = settings.metrics_cache if cache_seconds is None else cache_seconds
+        self.windows = figure_windows(settings.window, ruleset)
+        patterns = {rule.event_type for rule in getattr(ruleset, "rules", ()) if rule.event_type}
+        self.pinned_patterns = sorted(like_escape(pattern) for pattern in patterns)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: _Snapshot | None = None
+        self._was_up: bool | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family for one scrape (figures from the cache when fresh)."""
+        snapshot = self.snapshot()
+        yield GaugeMetricFamily(
+            "outbox_monitor_up",
+            "1 when the database answered the figures query of this scrape, else 0.",
+            value=1.0 if snapshot.up else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "outbox_monitor_figures_duration_seconds",
+            "Wall time of the last figures refresh (cached between scrapes).",
+            value=snapshot.seconds,
+        )
+        yield from snapshot.families
+        yield from self._process_families()
+
+    def snapshot(self) -> _Snapshot:
+        """The cached figures, refreshed when older than ``cache_seconds``; never raises."""
+        with self._lock:
+            current = self._snapshot
+            if current is not None and self.clock() - current.taken_at < self.cache_seconds:
+                return current
+            started = time.perf_counter()
+            try:
+                snapshot = _Snapshot(self.measure(), up=True)
+            except Exception as error:
+                snapshot = _Snapshot(up=False)
+                self._log_failure(error)
+            else:
+                if self._was_up is False:
+                    log.info("/metrics: the database answers again")
+            self._was_up = snapshot.up
+            snapshot.seconds = time.perf_counter() - started
+            snapshot.taken_at = self.clock()
+            self._snapshot = snapshot
+            return snapshot
+
+    def _log_failure(self, error: Exception) -> None:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if not isinstance(error, OutboxMonitorError):
+            log.exception("/metrics: computing the figures failed; outbox_monitor_up 0")
+        elif self._was_up is not False:
+            log.warning("/metrics: %s; outbox_monitor_up 0 until it answers", first)
+        else:
+            log.debug("/metrics: still failing: %s", first)
+
+    def measure(self) -> list[Metric]:
+        """Compute every database family now (no cache).
+
+        Returns:
+            The families in exposition order.
+
+        Raises:
+            DatabaseUnavailable, QueryTimeout and the connector's other errors.
+        """
+        db, settings = self.db, self.db.settings
+        open_rows = db.fetch_all(
+            "exporter_open_by_event_type", {"lock_timeout": settings.lock_timeout}
+        )
+        failed = {
+            window: metrics.failed_by_event_type(db, window=window)
+            for window in self.windows["failed"]
+        }
+        names = {row["event_type"] for row in open_rows}
+        for by_type in failed.values():
+            names.update(by_type)
+        pinned = self._pinned(sorted(names))
+        families: list[Metric] = []
+        for spec in OPEN_FAMILIES:
+            family = GaugeMetricFamily(spec.name, spec.help, labels=["event_type"])
+            values = {row["event_type"]: row[spec.column] for row in open_rows}
+            bounded = bound_event_types(
+                values,
+                top=self.top,
+                pinned=pinned,
+                combine=spec.combine,
+                empty_other=spec.empty_other,
+            )
+            for event_type, value in bounded.items():
+                family.add_metric([event_type], value)
+            families.append(family)
+        families += self._windowed(failed, pinned)
+        attempts = GaugeMetricFamily(
+            "outbox_rows_by_attempts",
+            "Rows not yet done (pending, processing, failed) by attempts (retry pressure).",
+            labels=["attempts"],
+        )
+        for count, rows in metrics.attempts_histogram(db).items():
+            attempts.add_metric([str(count)], rows)
+        families.append(attempts)
+        families.append(self._alert_states())
+        lag = db.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})["lag_seconds"]
+        sampler = GaugeMetricFamily(
+            "outbox_monitor_sampler_lag_seconds",
+            "Seconds since the newest sample of this outbox table (absent before the first).",
+        )
+        if lag is not None:
+            sampler.add_metric([], max(lag, 0.0))
+        families.append(sampler)
+        return families
+
+    def _pinned(self, names: list[str]) -> set[str]:
+        if not self.pinned_patterns or not names:
+            return set()
+        rows = self.db.fetch_all(
+            "exporter_event_types_matching", {"names": names, "patterns": self.pinned_patterns}
+        )
+        return {row["name"] for row in rows}
+
+    def _windowed(
+        self, failed: Mapping[float, Mapping[str, int]], pinned: set[str]
+    ) -> list[Metric]:
+        db = self.db
+        latency = GaugeMetricFamily(
+            "outbox_latency_seconds",
+            "Percentile (continuous) of processed_at - created_at over rows done in the window.",
+            labels=["quantile", "window"],
+        )
+        for window in self.windows["latency"]:
+            percentiles = metrics.latency_percentiles(db, window=window)
+            for quantile, key in QUANTILES:
+                if percentiles[key] is not None:
+                    latency.add_metric([quantile, duration_label(window)], percentiles[key])
+        processed = GaugeMetricFamily(
+            "outbox_processed_per_minute",
+            "Rows done with processed_at in the window, per minute.",
+            labels=["window"],
+        )
+        created = GaugeMetricFamily(
+            "outbox_created_per_minute",
+            "Rows with created_at in the window, per minute.",
+            labels=["window"],
+        )
+        for window in self.windows["throughput"]:
+            rates = metrics.throughput(db, window=window)
+            processed.add_metric([duration_label(window)], rates["processed_per_minute"])
+            created.add_metric([duration_label(window)], rates["created_per_minute"])
+        dead = GaugeMetricFamily(
+            "outbox_failed_in_window",
+            "Rows dead-lettered (failed) with processed_at in the window.",
+            labels=["event_type", "window"],
+        )
+        for window, by_type in failed.items():
+            for event_type, value in bound_event_types(
+                by_type, top=self.top, pinned=pinned
+            ).items():
+                dead.add_metric([event_type, duration_label(window)], value)
+        return [latency, processed, created, dead]
+
+    def _alert_states(self) -> Metric:
+        family = GaugeMetricFamily(
+            "outbox_monitor_alert_state",
+            "1 for the state each alert instance is in, 0 for the other states.",
+            labels=["rule", "alert_instance", "state"],
+        )
+        for row in list_instances(self.db):
+            for state in ALERT_STATES:
+                family.add_metric(
+                    [row["rule"], row["instance"], state], 1.0 if row["state"] == state else 0.0
+                )
+        return family
+
+    def _process_families(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "outbox_monitor_leader",
+            "1 while this process holds the leadership lock (samples, evaluates, sends).",
+            value=1.0 if self.status.is_leader else 0.0,
+        )
+        duration = GaugeMetricFamily(
+            "outbox_monitor_evaluation_duration_seconds",
+            "Wall time of this process's last alert evaluation pass (leader only).",
+        )
+        if self.status.evaluation_seconds is not None:
+            duration.add_metric([], self.status.evaluation_seconds)
+        yield duration
+        counter = CounterMetricFamily(
+            "outbox_monitor_notifications",
+            "Notifications handled by this process's sender, by outcome.",
+            labels=["outcome"],
+        )
+        for outcome, count in self.status.notification_counts().items():
+            counter.add_metric([outcome], count)
+        yield counter
+
+
+# ---------------------------------------------------------------------------- HTTP
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Request lines go to the debug log, not stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _ThreadingServer6(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+
+def make_app(registry: CollectorRegistry, status: SchedulerStatus) -> Callable:
+    """The WSGI app: ``/metrics`` (prometheus_client), ``/healthz``, 404 elsewhere.
+
+    ``/healthz``: 200 ``ok`` (text) when ``status.health()`` is good, else 503 with its
+    details as JSON (``reason`` says why).
+    """
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/metrics":
+            return metrics_app(environ, start_response)
+        if path == "/healthz":
+            healthy, details = status.health()
+            if healthy:
+                start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"ok"]
+            body = json.dumps(details).encode()
+            start_response("503 Service Unavailable", [("Content-Type", "application/json")])
+            return [body]
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"outbox-monitor scheduler: /metrics, /healthz\n"]
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"not found: try /metrics or /healthz\n"]
+
+    return app
+
+
+class MetricsServer:
+    """``/metrics`` and ``/healthz`` over HTTP in a daemon thread.
+
+    Args:
+        db: the connector the figures are read through.
+        status: the scheduler's ``SchedulerStatus``.
+        ruleset: the loaded alerts.yml, or ``None``.
+        address: interface (``127.0.0.1``; ``0.0.0.0`` or ``::`` to expose it).
+        port: TCP port; ``0`` binds a free one (see ``port`` after ``start``).
+        top_event_types, cache_seconds: as ``OutboxCollector`` (default: settings).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        status: SchedulerStatus,
+        *,
+        ruleset: Any = None,
+        address: str = "127.0.0.1",
+        port: int = 0,
+        top_event_types: int | None = None,
+        cache_seconds: float | None = None,
+    ) -> None:
+        self.address = address
+        self.port = port
+        self.registry = CollectorRegistry()
+        self.collector = OutboxCollector(
+            db,
+            status,
+            ruleset=ruleset,
+            top_event_types=top_event_types,
+            cache_seconds=cache_seconds,
+        )
+        self.registry.register(self.collector)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.app = make_app(self.registry, status)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL (``0.0.0.0``/``::`` are reached on localhost)."""
+        host = "127.0.0.1" if self.address in ("0.0.0.0", "", "::") else self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def start(self) -> "MetricsServer":
+        """Bind and serve in a daemon thread; returns ``self``.
+
+        Raises:
+            OutboxMonitorError: the address cannot be bound (port in use, bad address),
+                with the option to change in the hint.
+        """
+        server_class = _ThreadingServer6 if ":" in self.address else _ThreadingServer
+        try:
+            server = make_server(
+                self.address,
+                self.port,
+                self.app,
+                server_class=server_class,
+                handler_class=_QuietHandler,
+            )
+        except OSError as error:
+            raise OutboxMonitorError(
+                f"cannot serve /metrics on {self.address}:{self.port}: {error.strerror or error}",
+                hint="Is another process using the port? Choose one with --metrics-port "
+                "(OUTBOX_MONITOR_METRICS_PORT; 0 disables the server) or the interface with "
+                "--metrics-address (OUTBOX_MONITOR_METRICS_ADDRESS).",
+            ) from None
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="outbox-monitor-metrics", daemon=True
+        )
+        self._thread.start()
+        log.info("serving %s/metrics and /healthz", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "MetricsServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
