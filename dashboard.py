@@ -9,7 +9,7 @@ import streamlit as st
 
 from outbox_monitor.config import DEFAULT_REFRESH_SECONDS, DEFAULT_WINDOW_SECONDS
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.ui import alerts, banners, state
+from outbox_monitor.ui import alerts, banners, format, state
 
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
 
@@ -43,10 +43,16 @@ state.sidebar(
     tuple(alerts.rule_windows(alerts.load_ruleset().ruleset)),
 )
 
-with banners.guarded():
+# The title is the dashboard's, so that it stays above a banner (database down, table
+# missing) whatever failed; pages start below it.
+st.title(page.title)
+with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
     settings = state.settings()
     db = state.database(settings)
-    st.sidebar.caption(f"Outbox `{db.table_name}` · acting as `{state.actor(settings)}`")
+    st.sidebar.caption(
+        f"Outbox {format.md_code(db.table_name)} · acting as "
+        f"{format.md_code(state.actor(settings))}"
+    )
     state.check_table_once(db)
     with state.dashboard_run():
         page.run()

@@ -56,7 +56,8 @@ def parse_instant(text: str, now: datetime | None = None) -> datetime:
     try:
         seconds = parse_duration(text)
     except ValueError:
-        pass
+        if _DURATION.match(text):
+            raise  # a duration, only out of range: keep its own message
     else:
         return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
     try:

@@ -11,13 +11,15 @@ from outbox_monitor.ui import flows, format, inputs, loaders, state
 DAY = 86400.0
 DEFAULT_DONE_DAYS = 30
 DEFAULT_FAILED_DAYS = 90
+MAX_DAYS = 36500
+"""Retention ages up to 100 years (longer ones overflow timestamps and mean "never")."""
 
 ctx = state.context()
 f = ctx.filters
-scope = f"event type `{f.event_type}`" if f.event_type else "all event types"
-st.title("Actions")
+scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 st.caption(
-    f"Every action shows a preview first and is audited as `{ctx.actor}`; it applies to "
+    f"Every action shows a preview first and is audited as {format.md_code(ctx.actor)}; "
+    "it applies to "
     f"what the preview matched ({scope}, the sidebar filter) and only to rows that still "
     "qualify when it runs."
 )
@@ -77,7 +79,7 @@ with replay:
             until=inputs.parse_time(until_text, now),
         )
     except ValueError as error:
-        st.error(f"Time range: {error}", icon=":material/error:")
+        st.error(f"Time range: {format.md_text(error)}", icon=":material/error:")
     else:
         flows.action_flow(
             "actions.replay",
@@ -108,6 +110,7 @@ with prune:
     done_days = columns[0].number_input(
         "… processed more than N days ago",
         min_value=1,
+        max_value=MAX_DAYS,
         value=DEFAULT_DONE_DAYS,
         step=1,
         key="actions.done_days",
@@ -117,6 +120,7 @@ with prune:
     failed_days = columns[1].number_input(
         "… failed more than M days ago",
         min_value=1,
+        max_value=MAX_DAYS,
         value=DEFAULT_FAILED_DAYS,
         step=1,
         key="actions.failed_days",
@@ -130,8 +134,8 @@ with prune:
         st.markdown(
             " · ".join(
                 f"{part.params['status']}: **{part.matched:,}** "
-                f"{'row' if part.matched == 1 else 'rows'} older than "
-                f"{ages[part.params['status']]} days"
+                f"{format.inflect(part.matched, 'row')} older than "
+                f"{format.plural(ages[part.params['status']], 'day')}"
                 for part in preview.parts
             )
         )

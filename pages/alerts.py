@@ -25,13 +25,13 @@ NOTIFICATION_COLUMNS = [
 ctx = state.context()
 loaded = alerts.load_ruleset()
 ruleset = loaded.ruleset
-st.title("Alerts")
 if loaded.error is not None:
     alerts.show_rules_error(loaded)
 else:
-    routes = ", ".join(ruleset.routes) or "none"
+    routes = ", ".join(format.md_code(route) for route in ruleset.routes) or "none"
     st.caption(
-        f"{len(ruleset.rules)} rules from `{loaded.path}`, evaluated every "
+        f"{format.plural(len(ruleset.rules), 'rule')} from {format.md_code(loaded.path)}, "
+        "evaluated every "
         f"{format.duration(ruleset.defaults.interval)} by `outbox-monitor scheduler` "
         f"(or `outbox-monitor dashboard --with-scheduler`); routes: {routes}."
     )
@@ -43,7 +43,7 @@ state_tab, notifications_tab, transitions_tab, silences_tab, test_tab = st.tabs(
 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_state() -> None:
-    with banners.guarded():
+    with banners.guarded(wait_out_outage=True):
         instances = loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
         counts = alerts.state_counts(instances)
@@ -78,7 +78,7 @@ def live_state() -> None:
 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_notifications() -> None:
-    with banners.guarded():
+    with banners.guarded(wait_out_outage=True):
         rows = loaders.notifications(ctx.db)
         if not rows:
             st.caption("No notification yet.")
@@ -107,7 +107,7 @@ def live_notifications() -> None:
 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_transitions() -> None:
-    with banners.guarded():
+    with banners.guarded(wait_out_outage=True):
         rows = loaders.alert_transitions(ctx.db)
         if not rows:
             st.caption("No state transition yet.")
@@ -162,7 +162,9 @@ with silences_tab:
         try:
             until = alerts.parse_until(until_text, now)
         except ValueError as error:
-            st.error(f"**Silence refused** — until: {error}", icon=":material/error:")
+            st.error(
+                f"**Silence refused** — until: {format.md_text(error)}", icon=":material/error:"
+            )
         else:
             try:
                 silence_id = loaders.create_silence(ctx.db, matchers, until, comment, ctx.actor)
@@ -170,7 +172,8 @@ with silences_tab:
                 banners.show(error, stop=False)
             else:
                 st.session_state[FLASH] = (
-                    f"Silence #{silence_id} created: {alerts.labels_text(matchers)} until "
+                    f"Silence #{silence_id} created: "
+                    f"{format.md_text(alerts.labels_text(matchers))} until "
                     f"{format.instant(until)}."
                 )
                 st.rerun()
@@ -184,7 +187,7 @@ with silences_tab:
         with st.container(border=True):
             text, button = st.columns([5, 1], vertical_alignment="center")
             text.markdown(alerts.silence_text(row, now))
-            text.caption(row["comment"])
+            text.caption(format.md_text(row["comment"]))
             if button.button("Expire", key=f"alerts.expire.{row['id']}"):
                 expired = loaders.expire_silence(ctx.db, row["id"], by=ctx.actor)
                 st.session_state[FLASH] = (
@@ -202,19 +205,22 @@ with test_tab:
     if ruleset is None:
         st.info("Fix the rules file first: the test message goes through its routes.")
     elif not ruleset.routes:
-        st.info(f"`{loaded.path}` defines no routes.")
+        st.info(f"{format.md_code(loaded.path)} defines no routes.")
     else:
         route = st.selectbox("Route", list(ruleset.routes), key="alerts.test_route")
         destination = alerts.route_destination(ruleset, route)
         if destination.missing is None:
-            st.caption(f"Posts to {destination.text}.")
+            st.caption(f"Posts to {format.md_text(destination.text)}.")
         else:
-            st.warning(banners.message_of(destination.missing), icon=":material/key:")
+            st.warning(
+                format.md_text(banners.message_of(destination.missing)), icon=":material/key:"
+            )
             if destination.missing.hint:
-                st.caption(destination.missing.hint)
+                # names a variable and a value to export, e.g. …=<incoming-webhook URL>
+                st.caption(format.md_text(destination.missing.hint))
         if st.button("Send test alert", key="alerts.send_test"):
             outcome = alerts.send_test_alert(ruleset, route)
             show = {"success": st.success, "error": st.error, "warning": st.warning}
-            show[outcome.level](outcome.message)
+            show[outcome.level](format.md_text(outcome.message))
             if outcome.hint:
-                st.info(outcome.hint, icon=":material/build:")
+                st.info(format.md_text(outcome.hint), icon=":material/build:")

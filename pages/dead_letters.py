@@ -6,6 +6,7 @@ from outbox_monitor.actions import ReplaySelection
 from outbox_monitor.ui import flows, format, loaders, state
 
 GROUP_PARAM = "error_group"
+GROUP_KEY = "dead_letters.group"
 FLOW = "dead_letters.replay"
 GROUP_COLUMNS = [
     "group_id",
@@ -30,44 +31,89 @@ SAMPLE_COLUMNS = ["id", "event_type", "event_key", "attempts", "processed_at", "
 
 ctx = state.context()
 f = ctx.filters
-st.title("Dead letters")
-scope = f"event type `{f.event_type}`" if f.event_type else "all event types"
+scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 
-groups = loaders.error_groups(ctx.db, event_type=f.event_type)
+wanted = st.query_params.get(GROUP_PARAM) or None
+# the group chosen in the picker (its state from the last run), else the one in the URL
+chosen = st.session_state.get(GROUP_KEY, wanted)
+loaded = loaders.dead_letters(ctx.db, event_type=f.event_type, error_group=chosen)
+groups = loaded.groups
 result = flows.last_result(FLOW)
+
+
+def clear_event_type(group_id: str) -> None:
+    st.session_state[state.EVENT_TYPE_PARAM] = ""
+    st.session_state[GROUP_KEY] = group_id
+
+
+def explain_missing_group(group_id: str) -> None:
+    """Say why the group of the URL is not listed, keeping it in the URL when it is only
+    hidden by the event-type filter (with a button that clears the filter)."""
+    listed = loaders.group_event_type(ctx.db, group_id, event_type=f.event_type)
+    anywhere = listed or loaders.group_event_type(ctx.db, group_id, event_type=None)
+    if anywhere is None:
+        st.info(
+            f"Error group {format.md_code(group_id)} has no dead letters left ({scope}): "
+            "replayed, pruned, or never there.",
+            icon=":material/info:",
+        )
+        del st.query_params[GROUP_PARAM]
+    elif listed is None:
+        st.warning(
+            f"Error group {format.md_code(group_id)} (event type "
+            f"{format.md_code(anywhere)}) is outside the event-type filter "
+            f"{format.md_code(f.event_type)}.",
+            icon=":material/filter_alt:",
+        )
+        st.button(
+            "Clear the event-type filter",
+            key="dead_letters.clear_filter",
+            on_click=clear_event_type,
+            args=(group_id,),
+        )
+    else:
+        st.info(
+            f"Error group {format.md_code(group_id)} is not among the "
+            f"{format.plural(len(groups), 'biggest group')} listed ({scope}); narrow the "
+            "event-type filter to its event type "
+            f"{format.md_code(listed)} to see it.",
+            icon=":material/info:",
+        )
+
+
 if not groups:
     if result is not None:
         st.success(flows.describe_result(result), icon=":material/check_circle:")
     st.success(f"No dead letters ({scope}).", icon=":material/task_alt:")
+    if wanted:
+        explain_missing_group(wanted)
     st.stop()
 
-total = sum(group["failed"] for group in groups)
 st.caption(
-    f"{total:,} failed rows in {len(groups)} error groups ({scope}), grouped by event type "
-    "and normalised last_error (ids, numbers and quoted values replaced; HTTP codes kept)."
+    f"{format.plural(loaded.total, 'failed row')} in "
+    f"{format.plural(len(groups), 'error group')} ({scope}), grouped by event type and "
+    "normalised last_error (ids, numbers and quoted values replaced; HTTP codes kept)."
 )
 st.dataframe(format.table(groups, GROUP_COLUMNS), hide_index=True, width="stretch")
 
 by_id = {group["group_id"]: group for group in groups}
-wanted = st.query_params.get(GROUP_PARAM)
 options = list(by_id)
 group_id = st.selectbox(
     "Error group",
     options,
     index=options.index(wanted) if wanted in by_id else None,
     format_func=lambda g: (
-        f"{g} · {by_id[g]['event_type']} · {by_id[g]['failed']:,} rows · {by_id[g]['fingerprint']}"
+        f"{g} · {by_id[g]['event_type']} · {format.rows(by_id[g]['failed'])} · "
+        f"{by_id[g]['fingerprint']}"
     ),
     placeholder="Choose a group to see its rows and replay them",
-    key="dead_letters.group",
+    key=GROUP_KEY,
 )
 if group_id:
     st.query_params[GROUP_PARAM] = group_id
+elif wanted and wanted not in by_id:
+    explain_missing_group(wanted)
 elif GROUP_PARAM in st.query_params:
-    if wanted and wanted not in by_id:
-        st.info(
-            f"Error group `{wanted}` has no dead letters left ({scope}).", icon=":material/info:"
-        )
     del st.query_params[GROUP_PARAM]
 
 if group_id is None:
@@ -75,25 +121,29 @@ if group_id is None:
         st.success(flows.describe_result(result), icon=":material/check_circle:")
     st.stop()
 
-group = by_id[group_id]
-rows = loaders.failed_rows(ctx.db, error_group=group_id, event_type=f.event_type)
-st.subheader(f"{group['event_type']} · {group['fingerprint']}")
+if group_id != loaded.error_group:  # chosen differently than the state said: load it
+    loaded = loaders.dead_letters(ctx.db, event_type=f.event_type, error_group=group_id)
+    group = loaded.group(group_id) or by_id[group_id]
+else:
+    group = by_id[group_id]
+rows = loaded.rows
+st.subheader(f"{format.md_text(group['event_type'])} · {format.md_text(group['fingerprint'])}")
 st.caption(
-    f"{group['failed']:,} rows, first failed {format.instant(group['first_seen'])}, "
+    f"{format.rows(group['failed'])}, first failed {format.instant(group['first_seen'])}, "
     f"last {format.instant(group['last_seen'])}"
-    + (f" · showing the newest {len(rows)}" if len(rows) < group["failed"] else "")
+    + ("" if loaded.complete else f" · showing the newest {len(rows)}")
 )
 st.dataframe(format.table(rows, ROW_COLUMNS), hide_index=True, width="stretch")
 
-chosen = st.multiselect(
+ids = st.multiselect(
     "Rows to replay",
     [str(row["id"]) for row in rows],
     key="dead_letters.ids",
     placeholder="None chosen: replay the whole group",
 )
-selection = ReplaySelection(ids=tuple(int(i) for i in chosen), error_group=group_id)
+selection = ReplaySelection(ids=tuple(int(i) for i in ids), error_group=group_id)
 st.caption(
-    f"Replay puts {'the chosen rows' if chosen else 'every row of this group'} back to "
+    f"Replay puts {'the chosen rows' if ids else 'every row of this group'} back to "
     "pending with attempts reset; rows that are no longer failed are left alone."
 )
 flows.action_flow(

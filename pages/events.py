@@ -25,7 +25,6 @@ LIST_COLUMNS = [
 
 ctx = state.context()
 f = ctx.filters
-st.title("Events")
 
 search = st.columns(3)
 event_key = search[0].text_input("Event key", key="event_key", bind="query-params")
@@ -42,41 +41,21 @@ since_text = search[1].text_input(
 until_text = search[2].text_input(
     "Created until", key="until", bind="query-params", placeholder="empty = now"
 )
-st.caption(f"Event type: {'`' + f.event_type + '`' if f.event_type else 'all'} (sidebar filter).")
+st.caption(
+    f"Event type: {format.md_code(f.event_type) if f.event_type else 'all'} (sidebar filter)."
+)
 
 now = loaders.database_now(ctx.db) if (since_text or until_text) else None
 try:
     since = inputs.parse_time(since_text, now)
     until = inputs.parse_time(until_text, now)
 except ValueError as error:
-    st.error(f"Time range: {error}", icon=":material/error:")
-    st.stop()
-
-filters = {
-    "event_key": event_key.strip() or None,
-    "aggregate_type": aggregate_type.strip() or None,
-    "aggregate_id": aggregate_id.strip() or None,
-    "event_type": f.event_type,
-    "status": None if status in (None, ANY_STATUS) else status,
-    "since": since,
-    "until": until,
-}
-# the typed text, not the parsed times: "2h" must not reset the pages at every rerun
-signature = (
-    *sorted((k, str(v)) for k, v in filters.items() if k not in ("since", "until")),
-    since_text,
-    until_text,
-)
-if st.session_state.get(SIGNATURE) != signature:
-    st.session_state[SIGNATURE] = signature
-    st.session_state[CURSOR] = []
-cursor: list[int] = st.session_state[CURSOR]
-
-# one row more than shown tells whether an older page exists
-fetched = loaders.events_page(
-    ctx.db, **filters, before_id=cursor[-1] if cursor else None, limit=PAGE_SIZE + 1
-)
-page_rows, has_older = fetched[:PAGE_SIZE], len(fetched) > PAGE_SIZE
+    # no list for a range that cannot be read; the event detail below still works
+    st.error(f"Time range: {format.md_text(error)}", icon=":material/error:")
+    since = until = None
+    range_ok = False
+else:
+    range_ok = True
 
 
 def show_older(last_id: int) -> None:
@@ -87,28 +66,57 @@ def show_newest() -> None:
     st.session_state[CURSOR] = []
 
 
-position = f"page {len(cursor) + 1}" + (" (newest)" if not cursor else "")
-st.caption(f"{len(page_rows)} events, newest id first · {position}")
-selection = st.dataframe(
-    format.table(page_rows, LIST_COLUMNS),
-    hide_index=True,
-    width="stretch",
-    on_select="rerun",
-    selection_mode="single-row",
-    key="events.table",
-)
-buttons = st.columns([1, 1, 6])
-buttons[0].button(
-    "Newest", key="events.newest", on_click=show_newest, disabled=not cursor, width="stretch"
-)
-buttons[1].button(
-    "Older",
-    key="events.older",
-    on_click=show_older,
-    args=(page_rows[-1]["id"] if page_rows else 0,),
-    disabled=not has_older,
-    width="stretch",
-)
+page_rows: list[dict] = []
+selection = None
+if range_ok:
+    filters = {
+        "event_key": event_key.strip() or None,
+        "aggregate_type": aggregate_type.strip() or None,
+        "aggregate_id": aggregate_id.strip() or None,
+        "event_type": f.event_type,
+        "status": None if status in (None, ANY_STATUS) else status,
+        "since": since,
+        "until": until,
+    }
+    # the typed text, not the parsed times: "2h" must not reset the pages at every rerun
+    signature = (
+        *sorted((k, str(v)) for k, v in filters.items() if k not in ("since", "until")),
+        since_text,
+        until_text,
+    )
+    if st.session_state.get(SIGNATURE) != signature:
+        st.session_state[SIGNATURE] = signature
+        st.session_state[CURSOR] = []
+    cursor: list[int] = st.session_state[CURSOR]
+
+    # one row more than shown tells whether an older page exists
+    fetched = loaders.events_page(
+        ctx.db, **filters, before_id=cursor[-1] if cursor else None, limit=PAGE_SIZE + 1
+    )
+    page_rows, has_older = fetched[:PAGE_SIZE], len(fetched) > PAGE_SIZE
+
+    position = f"page {len(cursor) + 1}" + (" (newest)" if not cursor else "")
+    st.caption(f"{format.plural(len(page_rows), 'event')}, newest id first · {position}")
+    selection = st.dataframe(
+        format.table(page_rows, LIST_COLUMNS),
+        hide_index=True,
+        width="stretch",
+        on_select="rerun",
+        selection_mode="single-row",
+        key="events.table",
+    )
+    buttons = st.columns([1, 1, 6])
+    buttons[0].button(
+        "Newest", key="events.newest", on_click=show_newest, disabled=not cursor, width="stretch"
+    )
+    buttons[1].button(
+        "Older",
+        key="events.older",
+        on_click=show_older,
+        args=(page_rows[-1]["id"] if page_rows else 0,),
+        disabled=not has_older,
+        width="stretch",
+    )
 
 st.divider()
 st.subheader("Event detail")
@@ -122,7 +130,7 @@ selected_rows = [i for i in (selection.selection.rows if selection else []) if i
 try:
     detail_id = page_rows[selected_rows[0]]["id"] if selected_rows else inputs.parse_id(typed_id)
 except ValueError as error:
-    st.error(str(error), icon=":material/error:")
+    st.error(format.md_text(error), icon=":material/error:")
     st.stop()
 if detail_id is None:
     st.caption("Select an event to see its payload, error, timestamps and aggregate timeline.")
@@ -134,8 +142,8 @@ if detail is None:
     st.stop()
 
 st.markdown(
-    f"**{detail['id']}** · `{detail['event_type']}` · status **{detail['status']}** · "
-    f"attempts **{detail['attempts']}**"
+    f"**{detail['id']}** · {format.md_code(detail['event_type'])} · status "
+    f"**{format.md_text(detail['status'])}** · attempts **{detail['attempts']}**"
 )
 fields = {
     "event_key": detail["event_key"],
@@ -174,7 +182,10 @@ if detail["payload_truncated"]:
 else:
     st.code(detail["payload_pretty"], language="json")
 
-st.subheader(f"Timeline of {detail['aggregate_type']} {detail['aggregate_id']}")
+st.subheader(
+    f"Timeline of {format.md_text(detail['aggregate_type'])} "
+    f"{format.md_text(detail['aggregate_id'])}"
+)
 timeline = loaders.timeline(ctx.db, detail["aggregate_type"], detail["aggregate_id"])
 st.dataframe(
     format.table(

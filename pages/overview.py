@@ -5,14 +5,12 @@ import streamlit as st
 from outbox_monitor.ui import banners, charts, format, loaders, slo, state
 
 ctx = state.context()
-st.title("Overview")
 
 missing = loaders.missing_indexes(ctx.db)
 if missing:
     st.warning(
-        "Recommended index missing on "
-        f"`{ctx.db.table_name}`: "
-        + "; ".join(missing)
+        f"Recommended index missing on {format.md_code(ctx.db.table_name)}: "
+        + "; ".join(format.md_text(index) for index in missing)
         + ". Those figures scan the table until it exists. Fix: run `outbox-monitor init-db` "
         "(it only creates what is absent, with CREATE INDEX CONCURRENTLY).",
         icon=":material/warning:",
@@ -38,12 +36,12 @@ def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: 
 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_figures() -> None:
-    with banners.guarded():
+    with banners.guarded(wait_out_outage=True):
         f = state.filters()
         figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
         failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)
         latency = figures["latency_seconds"]
-        scope = f"event type `{f.event_type}`" if f.event_type else "all event types"
+        scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
         st.caption(
             f"Updated at {format.instant(figures['now'])} (database time) · {scope} · "
             f"window {f.window_label} · refreshes every {format.short_duration(f.refresh)}"

@@ -6,6 +6,7 @@ here writes to the database except through ``loaders.create_silence`` / ``expire
 """
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,7 @@ from outbox_monitor.alerts.slack import TransportConfigError, transport_for_rout
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.ui import format
 
+_DURATION_LIKE = re.compile(r"^\d+(?:\.\d+)?\s*[smhdw]?$")
 ANY = "(any)"
 """The "no matcher" choice of the silence form's selectboxes."""
 NOT_EVALUATED = "not evaluated yet"
@@ -88,13 +90,14 @@ def show_rules_error(loaded: LoadedRules) -> None:
     assert loaded.error is not None
     count = len(loaded.error.problems)
     st.error(
-        f"**Alert rules file invalid** — `{loaded.path}` has {count} "
-        f"problem{'s' if count != 1 else ''}; no rule is shown or evaluated from it.",
+        f"**Alert rules file invalid** — {format.md_code(loaded.path)} has "
+        f"{format.plural(count, 'problem')}; no rule is shown or evaluated from it.",
         icon=":material/rule:",
     )
     st.code("\n".join(loaded.error.problems), language=None, wrap_lines=True)
+    check = format.md_code(f"{VALIDATE_COMMAND} --rules {loaded.path}")
     st.info(
-        f"Fix the file, then check it with `{VALIDATE_COMMAND} --rules {loaded.path}` "
+        f"Fix the file, then check it with {check} "
         "(it prints every problem, or a one-line summary when the file is valid); restart "
         "the scheduler to evaluate the fixed rules.",
         icon=":material/build:",
@@ -231,17 +234,22 @@ def transition_rows(transitions: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
 
 def delivery(row: Mapping[str, Any]) -> str:
-    """What happened to one notification, in a sentence.
+    """What happened to one notification, in a sentence of markdown (what Slack or the
+    sender recorded — channel, ts, error — shown literally).
 
     ``sent`` → when and where; ``suppressed`` → why it was not posted (silenced, or the
     reason the sender recorded); ``pending`` → waiting, or retrying after a failure with
     the next try; ``failed`` → the last error.
     """
     status, attempts = row.get("status"), row.get("attempts") or 0
-    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-    error = row.get("last_error")
+    tries = format.plural(attempts, "attempt")
+    error = format.md_text(row["last_error"]) if row.get("last_error") else None
     if status == "sent":
-        where = f" to {row['slack_channel']} (ts {row['slack_ts']})" if row.get("slack_ts") else ""
+        where = (
+            f" to {format.md_code(row['slack_channel'])} (ts {format.md_code(row['slack_ts'])})"
+            if row.get("slack_ts")
+            else ""
+        )
         text = f"Posted{where} at {format.instant(row.get('sent_at'))} after {tries}."
         return text + (f" Note: {error}" if error else "")
     if status == "suppressed":
@@ -328,20 +336,24 @@ def parse_until(text: str | None, now: datetime) -> datetime:
         An aware datetime (may lie in the past: ``create_silence`` refuses it).
 
     Raises:
-        ValueError: empty, a zero duration, or neither a duration nor an ISO time; the
-            message says what is accepted.
+        ValueError: empty, a zero or too long duration, a time out of the years 1–9999, or
+            neither a duration nor an ISO time; the message says what is accepted.
     """
     value = (text or "").strip()
     if not value:
         raise ValueError("say until when: a duration from now (2h, 30m, 1d) or a date and time")
     try:
         seconds = parse_duration(value)
-    except ValueError:
-        pass
+    except ValueError as error:
+        if _DURATION_LIKE.match(value):  # a duration, refused as such (too long)
+            raise ValueError(str(error)) from None
     else:
         if seconds <= 0:
             raise ValueError(f"a silence must last longer than 0s, got {value!r}")
-        return now + timedelta(seconds=seconds)
+        try:
+            return now + timedelta(seconds=seconds)
+        except OverflowError:
+            raise ValueError(f"{value!r} from now lies past the year 9999") from None
     try:
         instant = datetime.fromisoformat(value)
     except ValueError:
@@ -349,7 +361,10 @@ def parse_until(text: str | None, now: datetime) -> datetime:
             "expected a duration from now (2h, 30m, 1d) or an ISO-8601 time "
             f"(2026-12-01T09:00:00Z), got {value!r}"
         ) from None
-    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+    try:
+        return (instant if instant.tzinfo else instant.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value!r} lies outside the years 1 to 9999") from None
 
 
 def rule_choices(ruleset: RuleSet | None, instances: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -364,12 +379,15 @@ SEVERITY_CHOICES = [ANY, *SEVERITIES]
 
 
 def silence_text(row: Mapping[str, Any], now: datetime | None) -> str:
-    """A silence in one markdown line: matchers, until when (and how long from now), who."""
-    matchers = " ".join(f"`{key}={value}`" for key, value in (row.get("matchers") or {}).items())
+    """A silence in one markdown line: matchers, until when (and how long from now), who
+    (matchers and author shown literally)."""
+    matchers = " ".join(
+        format.md_code(f"{key}={value}") for key, value in (row.get("matchers") or {}).items()
+    )
     until = format.instant(row["ends_at"])
     if now is not None and row["ends_at"] > now:
         until += f" (in {format.duration((row['ends_at'] - now).total_seconds())})"
-    return f"**#{row['id']}** {matchers} — until {until} · by `{row['created_by']}`"
+    return f"**#{row['id']}** {matchers} — until {until} · by {format.md_code(row['created_by'])}"
 
 
 def ended_silence_rows(silences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -3,10 +3,19 @@
 Pages never show a traceback for an ``OutboxMonitorError``: database unreachable, table
 missing, columns missing, statement timeout, schema not initialised, permission denied,
 invalid configuration.
+
+During a database outage a page does not try to connect at every run: after a failed
+attempt, the runs of the next ``OUTAGE_RETRY_SECONDS`` (a live fragment's refreshes, a
+click, another page) show the same banner at once, so runs never queue up behind
+connection attempts that time out. Then one run tries again; a "Retry now" button tries
+at once.
 """
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import streamlit as st
 
@@ -21,6 +30,7 @@ from outbox_monitor.errors import (
     SchemaNotInitialised,
     TableMissing,
 )
+from outbox_monitor.ui import format
 
 TITLES: dict[type[OutboxMonitorError], str] = {
     DatabaseUnavailable: "Database unreachable",
@@ -32,6 +42,25 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     ConfigError: "Invalid configuration",
     ActionRefused: "Action refused",
 }
+OUTAGE_RETRY_SECONDS = 30.0
+"""After a failed connection, runs of this session show the failure again for this long
+instead of connecting (see the module docstring)."""
+_OUTAGE = "_outbox_monitor.outage"
+
+
+@dataclass(frozen=True)
+class Outage:
+    """The last failed connection of this browser session: the error, when it happened
+    (``monotonic``, for the retry delay; ``at``, aware UTC, for people)."""
+
+    error: DatabaseUnavailable
+    monotonic: float
+    at: datetime
+
+    @property
+    def retry_in(self) -> float:
+        """Seconds until a run tries to connect again (0 when it may now)."""
+        return max(0.0, OUTAGE_RETRY_SECONDS - (time.monotonic() - self.monotonic))
 
 
 def title_of(error: OutboxMonitorError) -> str:
@@ -47,25 +76,85 @@ def message_of(error: OutboxMonitorError) -> str:
     return str(error.args[0]) if error.args else type(error).__name__
 
 
-def show(error: OutboxMonitorError, *, stop: bool = True) -> None:
+def recent_outage() -> Outage | None:
+    """This session's failed connection of the last ``OUTAGE_RETRY_SECONDS``, if any."""
+    outage = st.session_state.get(_OUTAGE)
+    if isinstance(outage, Outage) and outage.retry_in > 0:
+        return outage
+    return None
+
+
+def forget_outage() -> None:
+    """Let the next run connect at once (the "Retry now" button; any successful run)."""
+    st.session_state.pop(_OUTAGE, None)
+
+
+def _remember_outage(error: DatabaseUnavailable) -> Outage:
+    outage = Outage(error, time.monotonic(), datetime.now(UTC))
+    st.session_state[_OUTAGE] = outage
+    return outage
+
+
+def show(error: OutboxMonitorError, *, stop: bool = True, retry_key: str | None = None) -> None:
     """Show ``error`` as a red banner with its hint (the fix) below, then stop the run.
+
+    The message is shown literally (it may quote the database or the input); the hint is
+    the package's own markdown.
 
     Args:
         error: any ``OutboxMonitorError``.
         stop: ``False`` to keep rendering (e.g. a refused action inside a working page).
+        retry_key: for ``DatabaseUnavailable``, the key of a "Retry now" button (unique on
+            the page); ``None`` shows no button.
     """
-    st.error(f"**{title_of(error)}** — {message_of(error)}", icon=":material/error:")
+    st.error(
+        f"**{title_of(error)}** — {format.md_text(message_of(error))}", icon=":material/error:"
+    )
     if error.hint:
         st.info(error.hint, icon=":material/build:")
+    outage = st.session_state.get(_OUTAGE)
+    if isinstance(error, DatabaseUnavailable) and isinstance(outage, Outage):
+        st.caption(
+            f"Last attempt failed at {format.instant(outage.at)}; the page tries again by "
+            f"itself in {format.duration(outage.retry_in)}."
+        )
+        if retry_key is not None:
+            st.button("Retry now", key=retry_key, on_click=forget_outage)
+            _rerun_when_due()
     if stop:
         st.stop()
 
 
+@st.fragment(run_every=OUTAGE_RETRY_SECONDS)
+def _rerun_when_due() -> None:
+    """Under a page's outage banner: rerun the page once the retry delay has passed, so
+    a page opened during an outage recovers by itself like its live figures."""
+    if recent_outage() is None:
+        st.rerun(scope="app")
+
+
 @contextmanager
-def guarded() -> Iterator[None]:
+def guarded(*, wait_out_outage: bool = False, retry_key: str | None = None) -> Iterator[None]:
     """Run a block; an ``OutboxMonitorError`` raised in it becomes a banner and stops the
-    run (or the fragment run). Other exceptions, and Streamlit's own rerun/stop, pass."""
+    run (or the fragment run). Other exceptions, and Streamlit's own rerun/stop, pass.
+
+    Args:
+        wait_out_outage: skip the block and show the last failure again while this
+            session's last connection failed less than ``OUTAGE_RETRY_SECONDS`` ago (use it
+            where a block would connect first: a page, a live fragment).
+        retry_key: key of the "Retry now" button shown with a ``DatabaseUnavailable``.
+    """
+    if wait_out_outage:
+        outage = recent_outage()
+        if outage is not None:
+            show(outage.error, retry_key=retry_key)
     try:
         yield
+    except DatabaseUnavailable as error:
+        _remember_outage(error)
+        show(error, retry_key=retry_key)
     except OutboxMonitorError as error:
+        forget_outage()  # the database answered
         show(error)
+    else:
+        forget_outage()

@@ -27,18 +27,24 @@ class StoredPreview:
 
 VERBS = {"replay": "replayed", "reap": "reaped", "prune": "deleted"}
 NO_LONGER = {
-    "replay": "were no longer failed",
-    "reap": "were acked or re-claimed meanwhile",
+    "replay": "{was} no longer failed",
+    "reap": "{was} acked or re-claimed meanwhile",
     "prune": "no longer matched",
 }
+"""What happened to the skipped rows; ``{was}`` agrees with their number."""
 
 
 def describe_result(result: ActionResult) -> str:
-    """One sentence: how many rows changed and how many were skipped (no longer eligible)."""
+    """One sentence: how many rows changed and how many were skipped (no longer eligible),
+    e.g. ``"Replayed 1 row; 1 was no longer failed."``."""
     text = f"{VERBS.get(result.action, 'changed').capitalize()} {format.rows(result.changed)}"
     if result.action == "reap" and result.dead_lettered:
-        text += f" ({result.dead_lettered:,} reached the maximum attempts and were dead-lettered)"
-    return f"{text}; {result.skipped:,} {NO_LONGER.get(result.action, 'were skipped')}."
+        was = format.inflect(result.dead_lettered, "was", "were")
+        text += f" ({result.dead_lettered:,} reached the maximum attempts and {was} dead-lettered)"
+    skipped = NO_LONGER.get(result.action, "{was} skipped").format(
+        was=format.inflect(result.skipped, "was", "were")
+    )
+    return f"{text}; {result.skipped:,} {skipped}."
 
 
 def stored_preview(key: str) -> StoredPreview | None:
@@ -97,16 +103,19 @@ def action_flow(
     result = last_result(key)
     if result is not None:
         st.success(describe_result(result), icon=":material/check_circle:")
-        st.caption(f"run id {result.run_id} · {result.batches} batch(es) · audited as {actor}")
+        st.caption(
+            f"run id {result.run_id} · {format.plural(result.batches, 'batch', 'batches')} · "
+            f"audited as {format.md_code(actor)}"
+        )
     if stored is None:
         return
     preview = stored.preview
     if preview.matched == 0:
         st.info(f"Nothing to {noun}: no row matches.", icon=":material/info:")
         return
-    noun_rows = "row" if preview.matched == 1 else "rows"
     st.markdown(
-        f"**{preview.matched:,}** {noun_rows} would be {VERBS.get(preview.action, 'changed')}."
+        f"**{preview.matched:,}** {format.inflect(preview.matched, 'row')} would be "
+        f"{VERBS.get(preview.action, 'changed')}."
     )
     if details is not None:
         details(preview)

@@ -1,5 +1,8 @@
-"""How the dashboard writes figures: durations, counts, rates, instants, sizes, tables."""
+"""How the dashboard writes figures: durations, counts, plurals, rates, instants, sizes,
+tables, and values from the URL, the database or the rules inside markdown (shown literally).
+"""
 
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +15,85 @@ NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")
 ID_LIST_COLUMNS = ("ids", "first_ids")
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+# Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of
+# them leaves no emphasis, code span, link, autolink, HTML, math ($), directive (:red[…]),
+# heading or list syntax in the text.
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+# What Streamlit rewrites inside text after parsing, escaped or not: typographic arrows and
+# signs between spaces ("a -> b" → "a → b", "--" → "—", ">=" → "≥"), :shortcodes: (emoji,
+# the Streamlit logo) and GFM's literal autolinks (https://…, www.…, e-mail addresses). Such
+# a token is shown as a code span, which nothing rewrites.
+_REWRITTEN_IN_TEXT = re.compile(
+    r"(?<!\S)(?:<->|->|<-|--|>=|<=|~=)(?!\S)"
+    r"|:[\w+-][\w+-]*:"
+    r"|(?i:https?://|www\.|mailto:|xmpp:)\S*"
+    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+\S*"
+)
+# Streamlit replaces this in the markdown source before parsing, even inside code spans.
+_REWRITTEN_IN_SOURCE = ":material/"
+_BACKTICK_RUNS = re.compile(r"`+")
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).splitlines())
+
+
+def md_text(value: object) -> str:
+    """A value from the URL, the database or the rules, for inline use in markdown
+    (``st.markdown``, ``st.caption``, ``st.error``, ``st.subheader``, widget labels…),
+    shown literally: ``[x](y)``, ``**``, backticks, ``<b>``, ``$math$``, ``:red[x]``,
+    ``:smile:``, ``->`` and ``https://…`` all read as typed (the last three in code font).
+
+    Line breaks become spaces (the value stays inline). ``None`` is written ``"None"``:
+    callers substitute ``NO_VALUE`` first when that is meant.
+    """
+    text = _one_line(value)
+    parts, last = [], 0
+    for match in _REWRITTEN_IN_TEXT.finditer(text):
+        parts.append(_MARKDOWN_PUNCTUATION.sub(r"\\\1", text[last : match.start()]))
+        parts.append(md_code(match.group()))
+        last = match.end()
+    parts.append(_MARKDOWN_PUNCTUATION.sub(r"\\\1", text[last:]))
+    return "".join(parts)
+
+
+def md_code(value: object) -> str:
+    """A value as an inline code span in markdown, shown literally whatever it holds
+    (backticks included): for event types, keys, group ids, aggregate ids, actor names,
+    paths. Line breaks become spaces; an empty value is written ``""``; a value holding
+    ``:material/`` (which Streamlit rewrites even in code spans) falls back to ``md_text``.
+    """
+    text = _one_line(value)
+    if not text:
+        return md_text('""')
+    if _REWRITTEN_IN_SOURCE in text:
+        return md_text(text)
+    fence = "`" * (max((len(run) for run in _BACKTICK_RUNS.findall(text)), default=0) + 1)
+    # CommonMark strips one space from each end of a code span that begins and ends with
+    # one, and a backtick at an end would merge with the fence: pad in both cases.
+    if text[0] == "`" or text[-1] == "`" or (text[0] == " " and text[-1] == " "):
+        text = f" {text} "
+    return f"{fence}{text}{fence}"
+
+
+def plural(count: int | float, noun: str, plural_noun: str | None = None) -> str:
+    """A count with its noun, in the singular only for exactly one: ``plural(1, "failed
+    row")`` → ``"1 failed row"``, ``plural(1234, "error group")`` → ``"1,234 error
+    groups"``, ``plural(2, "batch", "batches")`` → ``"2 batches"``.
+
+    Args:
+        count: the number (thousands separators added).
+        noun: the singular; the plural adds ``s`` unless ``plural_noun`` is given.
+    """
+    return f"{count:,} {inflect(count, noun, plural_noun)}"
+
+
+def inflect(count: int | float, singular: str, plural_form: str | None = None) -> str:
+    """The word that goes with ``count`` (the number not included): ``inflect(1, "row")``
+    → ``"row"``, ``inflect(3, "was", "were")`` → ``"were"``; for text like
+    ``"**3** rows"`` or ``"1 was no longer failed"``. ``plural`` is built on it."""
+    return singular if count == 1 else (plural_form or f"{singular}s")
 
 
 def duration(seconds: float | None) -> str:
@@ -37,7 +119,7 @@ def count(value: int | float | None) -> str:
 
 def rows(value: int) -> str:
     """A number of rows with its noun: ``"1 row"``, ``"1,234 rows"``."""
-    return f"{value:,} row" if value == 1 else f"{value:,} rows"
+    return plural(value, "row")
 
 
 def per_minute(value: float | None) -> str:

@@ -1,8 +1,15 @@
-"""Parsing what people type into the dashboard's inputs."""
+"""Parsing what people type into the dashboard's inputs (and what links put in the URL).
 
-from datetime import datetime
+Every parser raises ``ValueError`` with a message meant for people, never ``OverflowError``
+or another exception: a page shows the message inline next to the input and goes on.
+"""
 
-from outbox_monitor.durations import parse_instant
+import re
+from datetime import UTC, datetime
+
+from outbox_monitor.durations import parse_duration, parse_instant
+
+_DURATION_LIKE = re.compile(r"^\d+(?:\.\d+)?\s*[smhdw]?$")
 
 
 def parse_time(text: str | None, now: datetime | None) -> datetime | None:
@@ -14,15 +21,45 @@ def parse_time(text: str | None, now: datetime | None) -> datetime | None:
             ``text`` is empty.
 
     Returns:
-        An aware ``datetime``, or ``None`` for an empty input.
+        An aware ``datetime`` in UTC, or ``None`` for an empty input.
 
     Raises:
-        ValueError: neither a duration nor an ISO-8601 time; the message says what is
-            accepted.
+        ValueError: neither a duration nor an ISO-8601 time, or a time out of the
+            representable range (``9999999d`` ago, before year 1); the message says what
+            is accepted.
     """
     if not text or not text.strip():
         return None
-    return parse_instant(text.strip(), now=now)
+    value = text.strip()
+    if _DURATION_LIKE.match(value):
+        parse_seconds(value)  # a duration refused as such (too long) says why
+    try:
+        return parse_instant(value, now=now).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"{value!r} lies outside the dates that can be shown (years 1 to 9999); "
+            "give a shorter duration (2h, 30d) or an ISO-8601 time"
+        ) from None
+
+
+def parse_seconds(text: str | None) -> float | None:
+    """A duration typed or linked as text (``90s``, ``15m``, ``1h``, ``2d``), in seconds.
+
+    Returns:
+        The seconds, or ``None`` for an empty input.
+
+    Raises:
+        ValueError: not a duration, or too large to be a number of seconds.
+    """
+    if text is None or not str(text).strip():
+        return None
+    try:
+        seconds = parse_duration(str(text).strip())
+    except OverflowError:
+        raise ValueError(f"the duration {text!r} is too large") from None
+    if seconds != seconds or seconds == float("inf"):  # nan, inf ("1e400" never matches)
+        raise ValueError(f"the duration {text!r} is too large")
+    return seconds
 
 
 def parse_id(text: str | None) -> int | None:

@@ -6,6 +6,7 @@ other arguments, so two databases never share an entry. Values are the plain row
 ``metrics``, ``events`` and ``actions``.
 """
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -110,28 +111,72 @@ def missing_indexes(db: Database) -> list[str]:
     return _missing_indexes(_key(db), db)
 
 
+@dataclass(frozen=True)
+class DeadLetters:
+    """What the Dead letters page shows, read in one load so that its figures agree:
+    ``groups`` (``metrics.error_groups`` rows, biggest first), and the ``rows`` of the
+    chosen ``error_group`` (``events.list_failed``, newest first; empty without one or when
+    it is not among ``groups``). ``complete``: ``rows`` holds every row of the group."""
+
+    groups: list[dict[str, Any]]
+    error_group: str | None
+    rows: list[dict[str, Any]]
+    complete: bool
+
+    @property
+    def total(self) -> int:
+        """Failed rows in all listed groups."""
+        return sum(group["failed"] for group in self.groups)
+
+    def group(self, group_id: str | None) -> dict[str, Any] | None:
+        """The listed group of that id, if any."""
+        return next((g for g in self.groups if g["group_id"] == group_id), None)
+
+
 @_cached
-def _error_groups(key: str, _db: Database, event_type: str | None) -> list[dict[str, Any]]:
-    return metrics.error_groups(_db, event_type=event_type)
+def _dead_letters(
+    key: str, _db: Database, event_type: str | None, error_group: str | None
+) -> DeadLetters:
+    groups = metrics.error_groups(_db, event_type=event_type)
+    if error_group is None or all(g["group_id"] != error_group for g in groups):
+        return DeadLetters(groups, error_group, [], False)
+    limit = events.DEFAULT_FAILED_ROWS_LIMIT
+    rows = events.list_failed(_db, error_group=error_group, event_type=event_type, limit=limit)
+    complete = len(rows) < limit
+    if complete:
+        # The rows were read a moment after the counts: a row failed or replayed in
+        # between must not make the group's count disagree with its listed rows.
+        groups = [
+            {**g, "failed": len(rows)} if g["group_id"] == error_group else g
+            for g in groups
+            if g["group_id"] != error_group or rows
+        ]
+    return DeadLetters(groups, error_group, rows, complete)
 
 
-def error_groups(db: Database, *, event_type: str | None) -> list[dict[str, Any]]:
-    """``metrics.error_groups``: failed rows by event type and error fingerprint."""
-    return _error_groups(_key(db), db, event_type)
+def dead_letters(db: Database, *, event_type: str | None, error_group: str | None) -> DeadLetters:
+    """The error groups and the rows of one group, from one load (one cache entry): the
+    group's count in the table, in the picker and above its rows are the same number.
+
+    Args:
+        event_type: the sidebar filter (exact or LIKE pattern), ``None`` for all.
+        error_group: the chosen group's 12-hex id, or ``None``.
+    """
+    return _dead_letters(_key(db), db, event_type, error_group)
 
 
 @_cached
-def _failed_rows(
-    key: str, _db: Database, error_group: str | None, event_type: str | None
-) -> list[dict[str, Any]]:
-    return events.list_failed(_db, error_group=error_group, event_type=event_type)
+def _group_event_type(
+    key: str, _db: Database, error_group: str, event_type: str | None
+) -> str | None:
+    rows = events.list_failed(_db, error_group=error_group, event_type=event_type, limit=1)
+    return rows[0]["event_type"] if rows else None
 
 
-def failed_rows(
-    db: Database, *, error_group: str | None, event_type: str | None
-) -> list[dict[str, Any]]:
-    """``events.list_failed``: dead-lettered rows of one error group, newest first."""
-    return _failed_rows(_key(db), db, error_group, event_type)
+def group_event_type(db: Database, error_group: str, *, event_type: str | None) -> str | None:
+    """The event type of a group that still has dead letters matching ``event_type``
+    (``None``: any), or ``None`` when it has none (replayed, pruned, or never existed)."""
+    return _group_event_type(_key(db), db, error_group, event_type)
 
 
 @_cached
@@ -191,8 +236,8 @@ STALE_AFTER_ACTION = (
     _failed_tile,
     _latency_series,
     _throughput_series,
-    _error_groups,
-    _failed_rows,
+    _dead_letters,
+    _group_event_type,
     _events_page,
     _event,
     _timeline,

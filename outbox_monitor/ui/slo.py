@@ -131,7 +131,8 @@ def show_rules_problem() -> None:
     if current.error is None:
         return
     st.warning(
-        f"**Alert rules file invalid** — `{current.path}`; the tiles use the SPEC §3 default "
+        f"**Alert rules file invalid** — {format.md_code(current.path)}; the tiles use the "
+        "SPEC §3 default "
         "thresholds until it is fixed.",
         icon=":material/rule:",
     )

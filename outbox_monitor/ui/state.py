@@ -131,6 +131,14 @@ def sidebar(
     refreshes, refresh_default = _choices(
         REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
     )
+    ignored = [
+        (name, value, labels, default)
+        for name, labels, default in (
+            (WINDOW_PARAM, windows, window_default),
+            (REFRESH_PARAM, refreshes, refresh_default),
+        )
+        if (value := st.query_params.get(name)) is not None and value not in labels
+    ]
     with st.sidebar:
         st.text_input(
             "Event type",
@@ -156,7 +164,19 @@ def sidebar(
             bind="query-params",
             help="How often the live figures of the Overview reload.",
         )
+        for name, value, labels, default in ignored:
+            warn_ignored_param(name, value, labels, st.session_state.get(name) or default)
     return filters()
+
+
+def warn_ignored_param(name: str, value: str, choices: list[str], used: str) -> None:
+    """A small warning that a URL parameter was ignored: ``?window=abc`` → Ignored
+    ``window=abc`` from the link: not one of 15m, 1h, 6h, 24h; showing ``1h``."""
+    st.warning(
+        f"Ignored {format.md_code(f'{name}={value}')} from the link: not one of "
+        f"{', '.join(choices)}; showing {format.md_code(used)}.",
+        icon=":material/link_off:",
+    )
 
 
 def filters() -> Filters:

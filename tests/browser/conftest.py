@@ -2,18 +2,25 @@
 headless Chromium (the system's /usr/bin/chromium, never a downloaded one)."""
 
 import os
+import re
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from outbox_monitor.pgcluster import free_port
 from outbox_monitor.serve import streamlit_command
+
+# A loaded 2-core CI machine can take seconds to render a Streamlit page: wait for
+# content up to 20 s instead of Playwright's 5 s (a real miss still fails).
+expect.set_options(timeout=20_000)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -43,9 +50,24 @@ def _healthy(url: str) -> bool:
 @pytest.fixture
 def dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
     """The dashboard served by ``streamlit run`` against this test's database; its base URL."""
+    with serve_dashboard(dsn, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def dashboard_at(tmp_path: Path):
+    """``with dashboard_at(dsn) as url:`` serves the dashboard against another DSN (e.g.
+    through a proxy the test controls)."""
+    return lambda dsn: serve_dashboard(dsn, tmp_path)
+
+
+@contextmanager
+def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
+    """Serve the dashboard with ``streamlit run`` against ``dsn`` until the block ends;
+    yields its base URL."""
     port = free_port()
     home = tmp_path / "home"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     env = {
         name: value
         for name, value in os.environ.items()
@@ -103,3 +125,24 @@ def screenshot(page: Page):
         return path
 
     return save
+
+
+@pytest.fixture
+def choose(page: Page):
+    """``choose("Error group", re.compile("40c9…"))`` picks an option of a selectbox (in
+    ``within``, default the page). A click that lands while the page is still rerunning
+    (its first run after load) leaves the list closed: it clicks again."""
+
+    def pick(label: str, option: str | re.Pattern, within: Locator | None = None) -> None:
+        selectbox = (within or page).locator('[data-testid="stSelectbox"]').filter(has_text=label)
+        choice = page.get_by_role("option", name=option)
+        for _ in range(5):
+            selectbox.click()
+            try:
+                choice.wait_for(timeout=3_000)
+                break
+            except PlaywrightTimeout:
+                page.keyboard.press("Escape")
+        choice.click()
+
+    return pick

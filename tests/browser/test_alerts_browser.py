@@ -15,7 +15,7 @@ pytestmark = pytest.mark.browser
 ACTOR = "browser-test"  # tests/browser/conftest.py's OUTBOX_MONITOR_ACTOR
 
 
-def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, screenshot):
+def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, screenshot, choose):
     rows.add(
         event_type="payment.captured",
         status="failed",
@@ -33,8 +33,7 @@ def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, sc
 
     page.get_by_role("tab", name="Silences").click()
     form = page.locator('[data-testid="stForm"]')
-    form.locator('[data-testid="stSelectbox"]').filter(has_text="Rule").click()
-    page.get_by_role("option", name="payment-failed").click()
+    choose("Rule", "payment-failed", within=form)
     form.get_by_role("textbox", name="Event type").fill("payment.captured")
     form.get_by_role("textbox", name="Until").fill("3h")
     form.get_by_role("textbox", name="Comment").fill("card processor maintenance")

@@ -1,5 +1,7 @@
 """Actions page: reap, replay by filter and prune through the UI, and the audit log."""
 
+from rendered import plain, unprotected
+
 PAGE = "actions"
 DAY = 86400
 ACTOR = "ui-test"  # set by the open_page fixture
@@ -106,3 +108,44 @@ def test_prune_of_one_status_only(open_page, rows):
     assert any("**1** row would be deleted" in m.value for m in at.markdown)
     at.button(key="actions.prune.confirm").click().run()
     assert rows.get(failed_old) is None
+
+
+def test_a_huge_failed_since_is_an_inline_error_and_the_page_goes_on(open_page, rows):
+    rows.add(status="done", created_ago=41 * DAY, processed_ago=40 * DAY)
+    failed = rows.add(status="failed", processed_ago=60, last_error="e")
+
+    at = open_page(PAGE)
+    at.text_input(key="actions.since").set_value("9999999d").run()
+
+    assert not at.exception
+    [error] = at.error
+    assert plain(error.value) == (
+        "Time range: '9999999d' is longer than 100 years; expected a duration such as 30d"
+    )
+    assert at.text_input(key="actions.until")  # the replay inputs are still there
+    at.button(key="actions.prune.preview_button").click().run()  # and the other tabs work
+    assert any("**1** row would be deleted" in m.value for m in at.markdown)
+
+    at.text_input(key="actions.since").set_value("9999-12-31T23:59:59-01:00").run()
+    assert not at.exception
+    assert "outside the dates that can be shown" in plain(at.error[0].value)
+    assert rows.get(failed)["status"] == "failed"
+
+
+def test_the_event_type_filter_and_the_actor_are_shown_literally(open_page, environment):
+    evil = "x`**y** [z](https://example.com)`"
+    environment.setenv("OUTBOX_MONITOR_ACTOR", "r`<b>oot</b>`")
+
+    at = open_page(PAGE, event_type=evil)
+
+    assert not at.exception
+    caption = at.caption[0].value
+    assert "audited as r`<b>oot</b>`; it applies to what the preview matched (event type " in (
+        plain(caption)
+    )
+    assert f"(event type {evil}, the sidebar filter)" in plain(caption)
+    [sidebar] = [c.value for c in at.sidebar.caption if "acting as" in c.value]
+    assert plain(sidebar) == "Outbox public.integration_outbox · acting as r`<b>oot</b>`"
+    for shown in (caption, sidebar):
+        assert "<b>" not in unprotected(shown) and "](" not in unprotected(shown)
+        assert "**y**" not in unprotected(shown)

@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from rendered import plain, unprotected
 
 from outbox_monitor import metrics
 from outbox_monitor.alerts.evaluate import Evaluator
@@ -97,7 +98,7 @@ def table(at, index: int) -> list[dict]:
 def shown(at) -> str:
     """Every text the page rendered (markdown, captions, alerts, code), one per line."""
     parts = [
-        e.value
+        plain(e.value)
         for kind in ("markdown", "caption", "success", "info", "warning", "error")
         for e in getattr(at, kind)
     ]
@@ -263,8 +264,8 @@ def test_create_a_silence_through_the_form_then_expire_it(open_page, ruleset, co
     assert abs(row["ends_at"] - row["starts_at"] - timedelta(hours=2)) < timedelta(seconds=5)
     text = shown(at)
     assert f"Silence #{row['id']} created: rule=payment-failed, event_type=payment.captured" in text
-    assert f"**#{row['id']}** `rule=payment-failed` `event_type=payment.captured` — until" in text
-    assert f"by `{ACTOR}`" in text and "card processor maintenance" in text
+    assert f"**#{row['id']}** rule=payment-failed event_type=payment.captured — until" in text
+    assert f"by {ACTOR}" in text and "card processor maintenance" in text
     audit = conn.execute("SELECT actor, action FROM outbox_monitor.audit_log").fetchall()
     assert audit == [{"actor": ACTOR, "action": "silence"}]
 
@@ -291,6 +292,8 @@ def test_create_a_silence_through_the_form_then_expire_it(open_page, ruleset, co
         ("payment-failed", "", "0s", "why", "must last longer than 0s"),
         ("payment-failed", "", "2020-01-01T00:00:00Z", "why", "is not in the future"),
         ("payment-failed", "", "2h", "  ", "say why in the comment"),
+        ("payment-failed", "", "9999999d", "why", "'9999999d' is longer than 100 years"),
+        ("payment-failed", "", "9999-12-31T23:59:59-01:00", "why", "outside the years 1 to 9999"),
     ],
 )
 def test_invalid_silence_input_is_refused_with_the_reason(
@@ -306,7 +309,7 @@ def test_invalid_silence_input_is_refused_with_the_reason(
     at.button(key="alerts.silence_create").click().run()
 
     assert not at.exception
-    assert any(error in e.value for e in at.error), [e.value for e in at.error]
+    assert any(error in plain(e.value) for e in at.error), [e.value for e in at.error]
     assert silence_rows(conn) == []
 
 
@@ -315,8 +318,10 @@ def test_send_test_alert_through_the_local_slack_sink(open_page, rules_path, env
     assert "webhook_url_env names SLACK_WEBHOOK_URL, which is not set" in shown(at)
     at.button(key="alerts.send_test").click().run()
     assert not at.exception
-    assert any("SLACK_WEBHOOK_URL" in w.value for w in at.warning)
-    assert any("Export SLACK_WEBHOOK_URL=" in i.value for i in at.info)
+    assert any("SLACK_WEBHOOK_URL" in plain(w.value) for w in at.warning)
+    assert any("Export SLACK_WEBHOOK_URL=<incoming-webhook URL>" in plain(i.value) for i in at.info)
+    assert any("<incoming-webhook URL>" in plain(c.value) for c in at.caption)
+    assert "<" not in "".join(unprotected(e.value) for e in [*at.caption, *at.info])
 
     environment.setenv("SLACK_WEBHOOK_URL", sink.webhook_url)
     at = open_page(PAGE)
@@ -326,7 +331,7 @@ def test_send_test_alert_through_the_local_slack_sink(open_page, rules_path, env
     assert not at.exception
     [message] = sink.messages()
     assert "If you can read this, route oncall reaches this channel." in message["text"]
-    assert [s.value for s in at.success if "Test message" in s.value] == [
+    assert [plain(s.value) for s in at.success if "Test message" in plain(s.value)] == [
         f"Test message of route oncall posted to incoming webhook {sink.url}/<redacted>."
     ]
 
@@ -343,7 +348,9 @@ def test_a_broken_rules_file_shows_every_problem_and_the_fix(open_page, rules_pa
         f'{rules_path}: rules[0] "backlog": threshold: expected a number, got "abc"',
         f'{rules_path}: rules[1] "late": route: unknown route "pager" (routes: oncall)',
     ]
-    assert any(f"outbox-monitor alerts validate --rules {rules_path}" in i.value for i in at.info)
+    assert any(
+        f"outbox-monitor alerts validate --rules {rules_path}" in plain(i.value) for i in at.info
+    )
     # the database half of the page still works
     assert "No rule instance has state yet." in shown(at)
 
@@ -382,3 +389,31 @@ def test_every_window_of_the_shipped_rules_is_a_dashboard_window_choice(open_pag
     at = open_page("overview", window="30m")
     assert not at.exception
     assert at.selectbox(key=state.WINDOW_PARAM).value == "1h"
+
+
+def test_silence_matchers_comment_and_author_are_shown_literally(
+    open_page, ruleset, conn, environment
+):
+    evil = "pay`ment`.[x](https://example.com)"
+    comment = "**not bold** :red[plain] <b>no html</b> $x$ -> as typed"
+    environment.setenv("OUTBOX_MONITOR_ACTOR", "_alice_")
+    at = open_page(PAGE)
+    at.selectbox(key="alerts.silence_rule").set_value("payment-failed")
+    at.text_input(key="alerts.silence_event_type").input(evil)
+    at.text_area(key="alerts.silence_comment").input(comment)
+
+    at.button(key="alerts.silence_create").click().run()
+
+    assert not at.exception
+    [row] = silence_rows(conn)
+    assert row["matchers"]["event_type"] == evil
+    [flash] = [s.value for s in at.success if "created" in s.value]
+    assert f"created: rule=payment-failed, event_type={evil} until" in plain(flash)
+    [line] = [m.value for m in at.markdown if m.value.startswith(f"**#{row['id']}**")]
+    assert f"rule=payment-failed event_type={evil} — until" in plain(line)
+    assert plain(line).endswith("· by _alice_")
+    [said] = [c.value for c in at.caption if "as typed" in c.value]
+    assert plain(said) == comment
+    for shown in (flash, line, said):
+        for construct in ("](", "**not", ":red[", "<b>", "$x", "_alice_"):
+            assert construct not in unprotected(shown)

@@ -1,7 +1,11 @@
 """Every failure mode is a banner with its fix, never a traceback."""
 
+import socket
+import threading
+
 import psycopg
 import pytest
+from rendered import plain
 
 from outbox_monitor.pgcluster import free_port
 
@@ -12,7 +16,7 @@ def banner(at) -> tuple[str, str]:
     assert not at.exception
     (error,) = at.error
     (hint,) = at.info
-    return error.value, hint.value
+    return plain(error.value), hint.value
 
 
 def test_wrong_dsn(open_page, environment):
@@ -83,3 +87,61 @@ def test_invalid_setting(open_page, environment):
 
 def at_least_one_page_listed(hint: str) -> bool:
     return "README" in hint
+
+
+class RefusingServer:
+    """A TCP server on 127.0.0.1 that accepts every connection and closes it at once, like
+    a database down behind a proxy; ``connections`` counts the attempts."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            connection.close()
+
+    def __enter__(self) -> "RefusingServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.listener.close()
+        self._thread.join(timeout=5)
+
+
+def test_an_outage_keeps_the_title_and_does_not_reconnect_at_every_run(open_page, environment):
+    with RefusingServer() as server:
+        environment.setenv(
+            "OUTBOX_MONITOR_DSN", f"postgresql://postgres@127.0.0.1:{server.port}/app"
+        )
+
+        at = open_page("overview")
+        tried = server.connections
+
+        assert [t.value for t in at.title] == ["Overview"]
+        error, _ = banner(at)
+        assert error.startswith("**Database unreachable**")
+        assert tried >= 1
+        assert any("the page tries again by itself in" in c.value for c in at.caption)
+
+        # reruns within banners.OUTAGE_RETRY_SECONDS (a click, another page, a live
+        # refresh) show the failure again at once, without connecting
+        at.run()
+        at.switch_page("pages/events.py").run()
+
+        assert [t.value for t in at.title] == ["Events"]
+        assert banner(at)[0].startswith("**Database unreachable**")
+        assert server.connections == tried
+
+        at.button(key="dashboard.retry").click().run()
+
+        assert server.connections > tried
+        assert banner(at)[0].startswith("**Database unreachable**")

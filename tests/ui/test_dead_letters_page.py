@@ -2,6 +2,8 @@
 
 import hashlib
 
+from rendered import plain, unprotected
+
 PAGE = "dead_letters"
 FLOW = "dead_letters.replay"
 
@@ -87,7 +89,7 @@ def test_replay_chosen_rows_of_a_group_from_the_url_counts_the_skipped(open_page
 
     at.button(key=f"{FLOW}.confirm").click().run()
 
-    assert any("Replayed 1 row; 1 were no longer failed." in s.value for s in at.success)
+    assert any("Replayed 1 row; 1 was no longer failed." in s.value for s in at.success)
     assert rows.get(first)["status"] == "pending"
     assert rows.get(first)["attempts"] == 0
     assert rows.get(second)["status"] == "failed"
@@ -110,3 +112,92 @@ def test_no_dead_letters(open_page, rows):
 
     assert any("No dead letters" in s.value for s in at.success)
     assert not at.exception
+
+
+EVIL = "x`[click me](https://example.com)` **bold** :red[red] <b>html</b> $E=mc^2$"
+
+
+def test_event_type_from_the_url_is_shown_literally(open_page, rows):
+    rows.add(event_type=EVIL, status="failed", attempts=10, processed_ago=60, last_error=EVIL)
+
+    at = open_page(PAGE, event_type=EVIL)
+
+    assert not at.exception
+    [caption] = [c.value for c in at.caption if "error group" in c.value]
+    assert f"event type {EVIL}" in plain(caption)
+    assert "[click me](https://example.com)" not in unprotected(caption)
+    assert "**" not in unprotected(caption) and ":red[" not in unprotected(caption)
+
+
+def test_event_type_and_error_from_the_database_are_shown_literally(open_page, rows):
+    rows.add(event_type=EVIL, status="failed", attempts=10, processed_ago=60, last_error=EVIL)
+    group = group_id(EVIL, EVIL)
+
+    at = open_page(PAGE, error_group=group)
+
+    assert not at.exception
+    assert at.selectbox(key="dead_letters.group").value == group
+    [heading] = at.subheader
+    assert plain(heading.value) == f"{EVIL} · {EVIL}"
+    for construct in ("[click me]", "](", "**", ":red[", "<b>", "$E"):
+        assert construct not in unprotected(heading.value)
+
+
+def test_counts_are_written_with_correct_plurals(open_page, rows):
+    rows.add(status="failed", attempts=10, processed_ago=60, last_error="HTTP 401 invalid api key")
+
+    at = open_page(PAGE)
+
+    assert any("1 failed row in 1 error group (all event types)" in c.value for c in at.caption)
+    assert at.selectbox(key="dead_letters.group").options == [
+        f"{UNAUTHORISED} · order.paid · 1 row · HTTP 401 invalid api key"
+    ]
+
+
+def test_the_picker_the_groups_and_the_rows_come_from_one_load(open_page, rows):
+    ids = seed(rows)
+    at = open_page(PAGE)  # the group counts are now cached (3 timeouts)
+    ids[TIMEOUTS].append(
+        rows.add(status="failed", attempts=10, processed_ago=10, last_error="timeout after 9900 ms")
+    )
+
+    at.selectbox(key="dead_letters.group").set_value(TIMEOUTS).run()
+
+    assert not at.exception
+    shown_rows = [int(i) for i in at.dataframe[1].value["id"]]
+    assert shown_rows == ids[TIMEOUTS][::-1]
+    label = f"{TIMEOUTS} · order.paid · 4 rows · timeout after <n> ms"
+    assert label in at.selectbox(key="dead_letters.group").options
+    assert groups_shown(at)[TIMEOUTS] == 4
+    assert any(c.value.startswith("4 rows, first failed") for c in at.caption)
+
+
+def test_a_group_outside_the_event_type_filter_offers_to_clear_the_filter(open_page, rows):
+    seed(rows)
+
+    at = open_page(PAGE, event_type="invoice.sent", error_group=TIMEOUTS)
+
+    assert not at.exception
+    assert not [i for i in at.info if "no dead letters" in i.value]
+    [warning] = at.warning
+    assert plain(warning.value) == (
+        f"Error group {TIMEOUTS} (event type order.paid) is outside the event-type filter "
+        "invoice.sent."
+    )
+    assert at.query_params["error_group"] == TIMEOUTS  # kept in the URL
+
+    at.button(key="dead_letters.clear_filter").click().run()
+
+    assert not at.exception
+    assert at.text_input(key="event_type").value == ""
+    assert at.selectbox(key="dead_letters.group").value == TIMEOUTS
+    assert [int(i) for i in at.dataframe[1].value["id"]] == sorted(seed_ids(rows), reverse=True)
+
+
+def seed_ids(rows) -> list[int]:
+    return [
+        r["id"]
+        for r in rows.conn.execute(
+            "SELECT id FROM integration_outbox WHERE last_error LIKE 'timeout%'"
+        ).fetchall()
+    ]

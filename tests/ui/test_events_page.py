@@ -3,6 +3,7 @@
 import json
 
 import streamlit as st
+from rendered import plain, unprotected
 
 PAGE = "events"
 
@@ -119,3 +120,44 @@ def test_exactly_one_page_has_no_older_and_relative_since_keeps_the_cursor(open_
     at.button(key="events.older").click().run()
     at.run()  # a rerun must not reset the pages although "4h" moves with the clock
     assert listed_ids(at) == fifty[0:1]
+
+
+EVIL = "x`[click me](https://example.com)` **bold** :red[red] <b>html</b> $E=mc^2$"
+
+
+def test_values_from_the_url_and_the_database_are_shown_literally(open_page, rows):
+    evil = rows.add(event_type=EVIL, aggregate=(EVIL, EVIL), status="failed", processed_ago=9)
+
+    at = open_page(PAGE, event_type=EVIL, id=str(evil))
+
+    assert not at.exception
+    assert listed_ids(at) == [evil]
+    [caption] = [c.value for c in at.caption if c.value.startswith("Event type")]
+    assert plain(caption) == f"Event type: {EVIL} (sidebar filter)."
+    [header] = [m.value for m in at.markdown if "attempts" in m.value]
+    assert plain(header) == f"**{evil}** · {EVIL} · status **failed** · attempts **0**"
+    [timeline] = [h.value for h in at.subheader if h.value.startswith("Timeline")]
+    assert plain(timeline) == f"Timeline of {EVIL} {EVIL}"
+    for shown in (caption, header, timeline):
+        for construct in ("[click me]", "](", ":red[", "<b>", "$E"):
+            assert construct not in unprotected(shown)
+
+
+def test_a_huge_duration_says_so_and_the_detail_still_works(open_page, rows):
+    row_id = rows.add(last_error="HTTP 500 upstream", status="failed", processed_ago=5)
+
+    at = open_page(PAGE, since="9999999d", id=str(row_id))
+
+    assert not at.exception
+    [error] = at.error
+    assert plain(error.value).startswith("Time range: '9999999d'")
+    assert "HTTP 500 upstream" in [c.value for c in at.code]  # the detail below still shows
+    assert [h.value for h in at.subheader][-1] == "Timeline of order 1"
+
+    at.text_input(key="since").set_value("0001-01-01T00:00:00+01:00").run()
+    assert not at.exception
+    assert "outside the dates that can be shown" in plain(at.error[0].value)
+
+    at.text_input(key="since").set_value("2h").run()
+    assert not at.error
+    assert listed_ids(at) == [row_id]

@@ -1,9 +1,11 @@
 """The dashboard's pure helpers: SLO judgement, formats, inputs, chart data (no database)."""
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
+from rendered import plain, unprotected
 
 from outbox_monitor.ui import charts, format, inputs, slo
 
@@ -102,3 +104,152 @@ def test_throughput_fills_empty_buckets_with_zero():
     created = data[data["kind"] == "created"].sort_values("bucket")
     assert list(created["per_minute"]) == [3, 0, 0, 0]
     assert data["per_minute"].sum() == 5
+
+
+# ------------------------------------------------------------- values shown in markdown
+
+INJECTIONS = [
+    "x`[click me](https://example.com)`",
+    "**bold** and _em_ and ~~gone~~",
+    ":red[red] :material/home: :smile: :streamlit:",
+    "<b>html</b> &amp; <!-- c -->",
+    "$E=mc^2$ and $$x$$",
+    "# heading",
+    "- item",
+    "1. item",
+    "> quote",
+    "a -> b <- c <-> d -- e >= f <= g ~= h",
+    "www.example.org and a.b@example.com and HTTP://X.Y",
+    "back\\slash \\* escaped",
+    "``double` backticks`",
+    " padded ",
+    "line\nbreak",
+]
+# what may stand outside a code span or an escape in md_text's output: no character that
+# starts markdown, HTML, math or a directive, and none of Streamlit's text rewrites
+UNSAFE_OUTSIDE = re.compile(r"[*_`\[\]<>$:~#&!|\\]|->|www\.|https?://|@")
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_md_text_shows_any_value_literally(value):
+    markdown = format.md_text(value)
+
+    assert plain(markdown) == value.replace("\n", " ")
+    assert not UNSAFE_OUTSIDE.search(unprotected(markdown)), markdown
+    assert "\n" not in markdown
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_md_code_shows_any_value_literally(value):
+    markdown = format.md_code(value)
+
+    assert plain(markdown) == value.replace("\n", " ")
+    if ":material/" not in value:  # Streamlit rewrites that even inside code spans
+        assert re.fullmatch(r"(`+) ?.*? ?\1", markdown), markdown
+        fence = re.match(r"`+", markdown).group()
+        assert f"{fence}" not in markdown[len(fence) : -len(fence)]
+    else:
+        assert ":material/" not in markdown
+
+
+def test_md_code_of_an_empty_value_is_visible():
+    assert plain(format.md_code("")) == '""'
+
+
+def test_plurals():
+    assert format.plural(1, "failed row") == "1 failed row"
+    assert format.plural(0, "error group") == "0 error groups"
+    assert format.plural(1234, "error group") == "1,234 error groups"
+    assert format.plural(2, "batch", "batches") == "2 batches"
+    assert format.inflect(1, "was", "were") == "was"
+    assert format.inflect(3, "was", "were") == "were"
+
+
+# ------------------------------------------------------------- inputs out of range
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("9999999d", "longer than 100 years"),
+        ("9" * 40 + "d", "longer than 100 years"),
+        ("0001-01-01T00:00:00+01:00", "outside the dates that can be shown"),
+        ("9999-12-31T23:59:59-01:00", "outside the dates that can be shown"),
+    ],
+)
+def test_time_inputs_out_of_range_are_value_errors(text, said):
+    with pytest.raises(ValueError, match=said):
+        inputs.parse_time(text, NOW)
+
+
+def test_time_inputs_are_in_utc():
+    assert inputs.parse_time("2026-11-29T13:00:00+01:00", NOW) == datetime(
+        2026, 11, 29, 12, tzinfo=UTC
+    )
+    assert inputs.parse_time("2026-11-29T13:00:00+01:00", NOW).utcoffset() == timedelta(0)
+
+
+# ------------------------------------------------------------- chart axes
+
+
+def x_axis(chart) -> dict:
+    spec = chart.to_dict()
+    encoding = spec["encoding"] if "encoding" in spec else spec["layer"][0]["encoding"]
+    return encoding["x"]
+
+
+def test_time_axes_are_utc_on_a_24_hour_clock():
+    one_day = [NOW.replace(hour=0, minute=45) + timedelta(minutes=m) for m in range(0, 60, 5)]
+    samples = [{"sampled_at": t, "queue_depth": 1, "pending_total": 2} for t in one_day]
+    latencies = [{"bucket": t, "p50": 1.0, "p95": 2.0} for t in one_day]
+    flows = [{"bucket": t, "kind": "created", "rows": 1} for t in one_day]
+
+    for chart in (
+        charts.queue_depth(samples),
+        charts.latency(latencies),
+        charts.throughput(flows, 300),
+    ):
+        axis = x_axis(chart)
+        assert axis["scale"] == {"type": "utc"}
+        assert axis["axis"]["format"] == "%H:%M"
+
+    data = pd.DataFrame(charts.queue_depth(samples).data)
+    assert data["time"].iloc[0] == "2026-11-29 00:45:00 UTC"
+
+
+def test_time_ticks_fall_on_whole_utc_minutes_and_never_repeat_a_label():
+    def ticks(first, minutes):
+        values = charts.time_ticks(pd.Series([first, first + timedelta(minutes=minutes)]))
+        return [(t["hours"], t["minutes"]) for t in (v.to_dict() for v in values)]
+
+    start = NOW.replace(hour=0, minute=42, second=10)
+    assert ticks(start, 1) == [(0, 43)]  # a minute of points: one tick, not six "00:42"
+    assert ticks(start, 14) == [(0, m) for m in range(44, 57, 2)]
+    assert ticks(start, 60) == [(0, 50), (1, 0), (1, 10), (1, 20), (1, 30), (1, 40)]
+    assert ticks(start, 24 * 60) == [(h, 0) for h in range(3, 24, 3)] + [(0, 0)]
+    assert all(v.to_dict()["utc"] for v in charts.time_ticks(pd.Series([start])))
+
+
+def test_time_axes_name_the_date_when_the_points_span_days():
+    late, early = (
+        NOW.replace(hour=23, minute=50),
+        NOW.replace(hour=23, minute=50) + timedelta(minutes=20),
+    )
+    samples = [{"sampled_at": t, "queue_depth": 1, "pending_total": 2} for t in (late, early)]
+
+    assert x_axis(charts.queue_depth(samples))["axis"]["format"] == "%b %d %H:%M"
+    assert charts.time_format(pd.Series([late, early])) == charts.DATE_TIME_FORMAT
+
+
+def test_every_event_type_bar_has_room_for_its_label():
+    failed = {f"event.type_{n}": n + 1 for n in range(9)}
+
+    spec = charts.failures_by_event_type(failed).to_dict()
+
+    assert spec["height"] >= 9 * 24
+    assert spec["encoding"]["y"]["axis"]["labelOverlap"] is False
+    assert charts.bar_chart_height(20) > charts.bar_chart_height(9)
+    assert (
+        charts.attempts_histogram({1: 3}).to_dict()["encoding"]["x"]["axis"]["labelOverlap"]
+        is False
+    )

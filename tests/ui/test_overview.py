@@ -1,6 +1,7 @@
 """Overview page on seeded rows: tiles show the hand-computed figures, coloured by SLO."""
 
 import streamlit as st
+from rendered import plain
 from streamlit.testing.v1 import AppTest
 
 HOUR = 3600
@@ -102,6 +103,24 @@ def test_missing_recommended_index_is_named_with_its_fix(open_page, conn):
     at = open_page("overview")
 
     (warning,) = at.warning
-    assert "(created_at)" in warning.value
-    assert "status, processed_at" not in warning.value
-    assert "outbox-monitor init-db" in warning.value
+    text = plain(warning.value)
+    assert "(created_at)" in text
+    assert "status, processed_at" not in text
+    assert "outbox-monitor init-db" in text
+
+
+def test_ignored_url_parameters_are_named(open_page, rows):
+    seed(rows)
+
+    at = open_page("overview", window="abc", refresh="0s")
+
+    assert not at.exception
+    warnings = [plain(w.value) for w in at.sidebar.warning]
+    assert warnings == [
+        "Ignored window=abc from the link: not one of 15m, 1h, 6h, 24h; showing 1h.",
+        "Ignored refresh=0s from the link: not one of 5s, 10s, 30s, 1m; showing 10s.",
+    ]
+    assert tiles(at)["Queue depth"][0] == "3"  # the page works with the defaults
+
+    at = open_page("overview", window="6h", refresh="30s")
+    assert not at.sidebar.warning
