@@ -5,46 +5,27 @@ import os
 import re
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from outbox_monitor.pgcluster import free_port
 from outbox_monitor.serve import streamlit_command
-
-# A loaded 2-core CI machine can take seconds to render a Streamlit page: wait for
-# content up to 20 s instead of Playwright's 5 s (a real miss still fails).
-expect.set_options(timeout=20_000)
+from tests.browser_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ELEMENT_TIMEOUT_MS,
+    START_TIMEOUT_SECONDS,
+    healthy,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ACTOR = "browser-test"
-START_TIMEOUT_SECONDS = 30
-ELEMENT_TIMEOUT_MS = 20_000
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
-            return response.read() == b"ok"
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
 
 
 @pytest.fixture
@@ -81,7 +62,7 @@ def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + START_TIMEOUT_SECONDS
-            while not _healthy(url):
+            while not healthy(url):
                 if server.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"streamlit did not start:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.2)

@@ -13,8 +13,6 @@ import re
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,28 +29,18 @@ from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.pgcluster import free_port
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.serve import streamlit_command
-
-# A loaded 2-core CI machine can take seconds to render a Streamlit page: wait for
-# content up to 20 s instead of Playwright's 5 s (a real miss still fails).
-expect.set_options(timeout=20_000)
+from tests.browser_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ELEMENT_TIMEOUT_MS,
+    START_TIMEOUT_SECONDS,
+    healthy,
+)
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
-# as tests/browser/conftest.py: the system's Chromium, never a downloaded one
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ACTOR = "flow-test"
-START_TIMEOUT_SECONDS = 30
-ELEMENT_TIMEOUT_MS = 20_000
 EVALUATION_INTERVAL = 1.0  # the rules file's `interval`
 SENDER_INTERVAL = 0.25
 SETTLE_SECONDS = 3 * EVALUATION_INTERVAL + 2 * SENDER_INTERVAL
@@ -87,14 +75,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, step: float = 0.05) -
     return predicate()
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
-            return response.read() == b"ok"
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 @dataclass
 class Served:
     """A ``streamlit run dashboard.py`` child; ``url`` is known before it is healthy."""
@@ -105,7 +85,7 @@ class Served:
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not _healthy(self.url):
+        while not healthy(self.url):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"streamlit did not start:\n{self.log_path.read_text()[-3000:]}")
             time.sleep(0.1)

@@ -1,0 +1,33 @@
+"""What every real-browser test shares: Debian's Chromium and its flags, and waits."""
+
+import urllib.error
+import urllib.request
+
+from playwright.sync_api import expect
+
+CHROMIUM = "/usr/bin/chromium"
+"""The system's Chromium (Debian package), never a downloaded one."""
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+START_TIMEOUT_SECONDS = 30
+ELEMENT_TIMEOUT_MS = 20_000
+
+# A loaded 2-core CI machine can take seconds to render a Streamlit page: wait for
+# content up to 20 s instead of Playwright's 5 s (a real miss still fails).
+expect.set_options(timeout=ELEMENT_TIMEOUT_MS)
+
+
+def healthy(url: str) -> bool:
+    """Whether the Streamlit server at ``url`` answers its health check with ``ok``."""
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as response:
+            return response.read() == b"ok"
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
