@@ -419,16 +419,23 @@ def dashboard(
     sys.exit(run_dashboard(settings, address=address, port=port, with_scheduler=with_scheduler))
 
 
+def _traffic_options(command: Callable) -> Callable:
+    """``--rate`` (events per second) and ``--workers`` of the simulated traffic."""
+    command = click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True)(
+        command
+    )
+    return click.option(
+        "--rate",
+        type=click.FloatRange(0.1, 10_000),
+        default=20.0,
+        show_default=True,
+        help="Events per second.",
+    )(command)
+
+
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
-@click.option(
-    "--rate",
-    type=click.FloatRange(0.1, 10_000),
-    default=20.0,
-    show_default=True,
-    help="Events per second.",
-)
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True)
+@_traffic_options
 def demo(port: int, rate: float, workers: int) -> None:
     """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
     everything and removes the database."""
@@ -441,14 +448,7 @@ def demo(port: int, rate: float, workers: int) -> None:
 
 
 @main.command()
-@click.option(
-    "--rate",
-    type=click.FloatRange(0.1, 10_000),
-    default=20.0,
-    show_default=True,
-    help="Events per second.",
-)
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True)
+@_traffic_options
 @click.option("--duration", type=DURATION, help="Stop after this long (default: until Ctrl-C).")
 @click.option(
     "--backfill",
