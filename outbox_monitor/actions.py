@@ -6,8 +6,6 @@ them and remembers the largest id seen; the confirmed ``apply`` changes only row
 every batch writing its own audit row, all tied together by one ``run_id``.
 """
 
-import getpass
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,6 +14,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.filters import Where
@@ -28,11 +27,6 @@ MIN_ID = -(2**63)
 
 Progress = Callable[[int, int], None]
 """``on_progress(rows_changed_so_far, rows_matched_at_preview)`` after every batch."""
-
-
-def default_actor() -> str:
-    """Who acts when no one signed in: ``OUTBOX_MONITOR_ACTOR`` or the OS user (SPEC §4)."""
-    return os.environ.get("OUTBOX_MONITOR_ACTOR") or getpass.getuser()
 
 
 @dataclass(frozen=True)
@@ -237,7 +231,7 @@ def apply(
     db: Database,
     preview: Preview,
     *,
-    actor: str,
+    actor: Identity,
     batch_size: int | None = None,
     on_progress: Progress | None = None,
 ) -> ActionResult:
@@ -250,7 +244,8 @@ def apply(
     audit row; a run that changes nothing still writes one audit row.
 
     Args:
-        actor: who acts (signed-in user, ``--actor``, or ``default_actor()``).
+        actor: who acts (the signed-in identity, or ``access.local_identity`` for the CLI);
+            must hold the ``operator`` role; its name goes into the audit rows.
         batch_size: rows per transaction (default 1000; prune 5000).
         on_progress: called after each batch with (changed so far, matched).
 
@@ -258,9 +253,11 @@ def apply(
         An ``ActionResult``.
 
     Raises:
+        AccessDenied: ``actor`` is not an operator; nothing is changed or audited.
         DatabaseUnavailable, QueryTimeout, PermissionDenied: a failing batch rolls back
             alone; earlier batches stay committed and audited.
     """
+    require(actor, Role.operator, f"{preview.action} rows")
     default = DEFAULT_PRUNE_BATCH_SIZE if preview.action == "prune" else DEFAULT_BATCH_SIZE
     size = batch_size or default
     run_id = str(uuid.uuid4())
@@ -301,12 +298,14 @@ def apply(
     return replace(result, skipped=max(preview.matched - result.changed, 0))
 
 
-def _audit(conn, db: Database, run_id: str, actor: str, preview: Preview, ids: list[int]) -> None:
+def _audit(
+    conn, db: Database, run_id: str, actor: Identity, preview: Preview, ids: list[int]
+) -> None:
     conn.execute(
         db.compose("audit_insert"),
         {
             "run_id": run_id,
-            "actor": actor,
+            "actor": actor.name,
             "action": preview.action,
             "table_name": db.table_name,
             "filter": Jsonb(preview.filter),

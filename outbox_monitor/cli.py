@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from outbox_monitor import actions, metrics, schema
+from outbox_monitor.access import local_identity
 from outbox_monitor.alerts.commands import alerts, check
 from outbox_monitor.cli_support import (
     DURATION,
@@ -234,7 +235,7 @@ def _run_action(
     result = actions.apply(
         db,
         preview,
-        actor=actor or db.settings.actor or actions.default_actor(),
+        actor=local_identity(db.settings, name=actor, source="cli"),
         batch_size=batch_size,
         on_progress=progress if preview.matched > (batch_size or 1000) else None,
     )

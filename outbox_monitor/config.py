@@ -1,12 +1,19 @@
 """Settings from the environment, validated at start; every default is a named constant."""
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
@@ -35,6 +42,24 @@ MAX_METRICS_CACHE_SECONDS = 300.0
 MIN_AUTO_PRUNE_SECONDS = 86400.0
 """Automatic prune refuses retentions under one day (as ``actions.preview_prune`` does)."""
 _OFF = ("", "off", "none", "false", "no")
+DEFAULT_PROXY_HEADER = "X-Forwarded-Email"
+DEFAULT_PROXY_GROUPS_HEADER = "X-Forwarded-Groups"
+DEFAULT_REDACT_KEYS = (
+    "*email*",
+    "*phone*",
+    "card*",
+    "*card_number*",
+    "*cvv*",
+    "*iban*",
+    "*ssn*",
+    "*token*",
+    "*secret*",
+    "*password*",
+    "authorization",
+)
+"""JSON key globs (case-insensitive, any depth) whose values are redacted for viewers."""
+DEFAULT_REDACT_VALUES = ("card",)
+"""Value detectors: ``card`` (Luhn-valid 13–19 digit numbers), ``email``, or a regex."""
 
 _NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
 _QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
@@ -50,6 +75,18 @@ def _optional_duration(value: object) -> float | None:
 
 
 OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_duration)]
+
+
+def _comma_list(value: object) -> object:
+    """``"a, b,,c"`` → ``("a", "b", "c")``; a list or tuple is kept; ``off``/empty → ``()``."""
+    if isinstance(value, str):
+        if value.strip().lower() in _OFF:
+            return ()
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+CommaList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)]
 
 
 def split_table_name(name: str) -> tuple[str, str]:
@@ -83,8 +120,11 @@ class Settings(BaseSettings):
     )
 
     dsn: str | None = Field(
-        default=None, validation_alias=AliasChoices("OUTBOX_MONITOR_DSN", "DATABASE_URL", "dsn")
+        default=None,
+        validation_alias=AliasChoices("OUTBOX_MONITOR_DSN", "DATABASE_URL", "dsn"),
+        repr=False,
     )
+    actions_dsn: str | None = Field(default=None, repr=False)
     table: str = DEFAULT_TABLE
     ledger_table: str | None = None
     lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, gt=0)
@@ -104,8 +144,22 @@ class Settings(BaseSettings):
     auto_reap: bool = False
     auto_prune_done: OptionalSeconds = None
     auto_prune_failed: OptionalSeconds = None
+    auth: Literal["local", "oidc", "proxy"] = "local"
+    insecure_no_auth: bool = False
+    oidc_metadata_url: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: SecretStr | None = None
+    oidc_cookie_secret: SecretStr | None = None
+    oidc_redirect_url: str | None = None
+    proxy_header: str = DEFAULT_PROXY_HEADER
+    proxy_groups_header: str | None = DEFAULT_PROXY_GROUPS_HEADER
+    admins: CommaList = ()
+    operators: CommaList = ()
+    viewers: CommaList = ()
+    redact_keys: CommaList = DEFAULT_REDACT_KEYS
+    redact_values: CommaList = DEFAULT_REDACT_VALUES
 
-    @field_validator("dsn")
+    @field_validator("dsn", "actions_dsn")
     @classmethod
     def _check_dsn(cls, value: str | None) -> str | None:
         if value:
@@ -147,6 +201,31 @@ class Settings(BaseSettings):
                 f"at least 1d, got {value:g} s (leave it unset to keep rows)"
             )
         return value
+
+    @field_validator("admins", "operators", "viewers")
+    @classmethod
+    def _check_role_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            if "@" not in entry and "=" not in entry.strip("="):
+                raise ValueError(
+                    f"{entry!r} is not an e-mail (alice@example.com), a domain (@example.com) "
+                    "or a claim match (groups=oncall)"
+                )
+        return tuple(entry.lower() if "@" in entry else entry for entry in value)
+
+    @field_validator("proxy_header", "proxy_groups_header")
+    @classmethod
+    def _check_header(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9-]+", value):
+            raise ValueError(
+                f"expected an HTTP header name such as X-Forwarded-Email, got {value!r}"
+            )
+        return value
+
+    @property
+    def actions_target(self) -> str | None:
+        """The DSN of operator actions: ``actions_dsn``, else ``dsn`` (least privilege)."""
+        return self.actions_dsn or self.dsn
 
     @field_validator("table", "ledger_table")
     @classmethod

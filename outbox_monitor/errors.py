@@ -50,3 +50,7 @@ class PermissionDenied(OutboxMonitorError):
 
 class ActionRefused(OutboxMonitorError):
     """An operator action was refused before it changed anything (bad filter, no rows)."""
+
+
+class AccessDenied(OutboxMonitorError):
+    """The signed-in identity's role does not allow the operation (README, Security)."""

@@ -22,6 +22,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from outbox_monitor import actions
+from outbox_monitor.access import SCHEDULER, Identity
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership
@@ -48,8 +49,6 @@ SENDER_INTERVAL_SECONDS = 2.0
 PRUNE_INTERVAL_SECONDS = 86400.0
 """The automatic prune runs once a day (first run at start)."""
 MIN_REAP_INTERVAL_SECONDS = 1.0
-AUTOMATION_ACTOR = "scheduler"
-"""The audit log's actor of the automatic reap and prune."""
 
 
 def guarded(name: str, job: Callable[[], Any], *, target: str) -> Callable[[], None]:
@@ -223,7 +222,7 @@ def add_sender_job(
     )
 
 
-def reap_stuck_locks(db: Database, *, actor: str = AUTOMATION_ACTOR) -> actions.ActionResult | None:
+def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> actions.ActionResult | None:
     """The reaper job: reap every stuck lock now (SPEC §4 reap), audited as ``actor``.
 
     Preview then apply, as an operator would (``actions.preview_reap`` + ``actions.apply``),
@@ -250,7 +249,7 @@ def reap_stuck_locks(db: Database, *, actor: str = AUTOMATION_ACTOR) -> actions.
     return result
 
 
-def prune_retention(db: Database, *, actor: str = AUTOMATION_ACTOR) -> actions.ActionResult | None:
+def prune_retention(db: Database, *, actor: Identity = SCHEDULER) -> actions.ActionResult | None:
     """The pruner job: delete ``done`` rows older than ``auto_prune_done`` and ``failed``
     rows older than ``auto_prune_failed`` (SPEC §4 prune, in batches), audited as ``actor``.
 

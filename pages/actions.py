@@ -18,7 +18,7 @@ ctx = state.context()
 f = ctx.filters
 scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 st.caption(
-    f"Every action shows a preview first and is audited as {format.md_code(ctx.actor)}; "
+    f"Every action shows a preview first and is audited as {format.md_code(ctx.identity.name)}; "
     "it applies to "
     f"what the preview matched ({scope}, the sidebar filter) and only to rows that still "
     "qualify when it runs."
@@ -35,8 +35,8 @@ with reap:
     )
     flows.action_flow(
         "actions.reap",
-        db=ctx.db,
-        actor=ctx.actor,
+        db=ctx.actions_db,
+        actor=ctx.identity,
         signature=("reap", f.event_type),
         make_preview=lambda: loaders.preview_reap(ctx.db, event_type=f.event_type),
         preview_label="Refresh stuck locks",
@@ -83,8 +83,8 @@ with replay:
     else:
         flows.action_flow(
             "actions.replay",
-            db=ctx.db,
-            actor=ctx.actor,
+            db=ctx.actions_db,
+            actor=ctx.identity,
             # the typed text, not the parsed times: "24h" means 24 h before the preview
             signature=("replay", f.event_type, error_group, since_text, until_text),
             make_preview=lambda: loaders.preview_replay(ctx.db, selection),
@@ -142,8 +142,8 @@ with prune:
 
     flows.action_flow(
         "actions.prune",
-        db=ctx.db,
-        actor=ctx.actor,
+        db=ctx.actions_db,
+        actor=ctx.identity,
         signature=("prune", done_age, failed_age, f.event_type),
         make_preview=lambda: loaders.preview_prune(
             ctx.db, done_older_than=done_age, failed_older_than=failed_age, event_type=f.event_type

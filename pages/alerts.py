@@ -3,6 +3,7 @@ and a test message through a route (issue 3 §4)."""
 
 import streamlit as st
 
+from outbox_monitor.access import Role
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.ui import alerts, banners, format, loaders, state
 
@@ -123,6 +124,7 @@ with transitions_tab:
     live_transitions()
 
 with silences_tab:
+    can_act = ctx.identity.can(Role.operator)
     flash = st.session_state.pop(FLASH, None)
     if flash:
         st.success(flash, icon=":material/check_circle:")
@@ -133,50 +135,59 @@ with silences_tab:
         "recorded as suppressed and never posted. Every matcher must match; an event type "
         "with % is a LIKE pattern."
     )
-    with st.form("alerts.silence_form"):
-        left, middle, right = st.columns(3)
-        rule = left.selectbox(
-            "Rule", alerts.rule_choices(ruleset, instances), key="alerts.silence_rule"
+    if not can_act:
+        st.info(
+            f"{format.md_code(ctx.identity.name)} is a viewer: creating and expiring "
+            "silences needs the operator role.",
+            icon=":material/lock:",
         )
-        severity = middle.selectbox(
-            "Severity", alerts.SEVERITY_CHOICES, key="alerts.silence_severity"
-        )
-        event_type = right.text_input(
-            "Event type",
-            key="alerts.silence_event_type",
-            placeholder="payment.captured or payment.%",
-        )
-        until_text = st.text_input(
-            "Until",
-            value="2h",
-            key="alerts.silence_until",
-            help="A duration from now (30m, 2h, 1d) or a date and time "
-            "(2026-12-01T09:00:00Z; without a zone: UTC).",
-        )
-        comment = st.text_area("Comment", key="alerts.silence_comment", placeholder="why")
-        submitted = st.form_submit_button(
-            "Create silence", key="alerts.silence_create", type="primary"
-        )
-    if submitted:
-        matchers = alerts.silence_matchers(rule, severity, event_type)
-        try:
-            until = alerts.parse_until(until_text, now)
-        except ValueError as error:
-            st.error(
-                f"**Silence refused** — until: {format.md_text(error)}", icon=":material/error:"
+    else:
+        with st.form("alerts.silence_form"):
+            left, middle, right = st.columns(3)
+            rule = left.selectbox(
+                "Rule", alerts.rule_choices(ruleset, instances), key="alerts.silence_rule"
             )
-        else:
+            severity = middle.selectbox(
+                "Severity", alerts.SEVERITY_CHOICES, key="alerts.silence_severity"
+            )
+            event_type = right.text_input(
+                "Event type",
+                key="alerts.silence_event_type",
+                placeholder="payment.captured or payment.%",
+            )
+            until_text = st.text_input(
+                "Until",
+                value="2h",
+                key="alerts.silence_until",
+                help="A duration from now (30m, 2h, 1d) or a date and time "
+                "(2026-12-01T09:00:00Z; without a zone: UTC).",
+            )
+            comment = st.text_area("Comment", key="alerts.silence_comment", placeholder="why")
+            submitted = st.form_submit_button(
+                "Create silence", key="alerts.silence_create", type="primary"
+            )
+        if submitted:
+            matchers = alerts.silence_matchers(rule, severity, event_type)
             try:
-                silence_id = loaders.create_silence(ctx.db, matchers, until, comment, ctx.actor)
-            except ActionRefused as error:
-                banners.show(error, stop=False)
-            else:
-                st.session_state[FLASH] = (
-                    f"Silence #{silence_id} created: "
-                    f"{format.md_text(alerts.labels_text(matchers))} until "
-                    f"{format.instant(until)}."
+                until = alerts.parse_until(until_text, now)
+            except ValueError as error:
+                st.error(
+                    f"**Silence refused** — until: {format.md_text(error)}", icon=":material/error:"
                 )
-                st.rerun()
+            else:
+                try:
+                    silence_id = loaders.create_silence(
+                        ctx.actions_db, matchers, until, comment, ctx.identity
+                    )
+                except ActionRefused as error:
+                    banners.show(error, stop=False)
+                else:
+                    st.session_state[FLASH] = (
+                        f"Silence #{silence_id} created: "
+                        f"{format.md_text(alerts.labels_text(matchers))} until "
+                        f"{format.instant(until)}."
+                    )
+                    st.rerun()
 
     everything = loaders.silences(ctx.db)
     active = [row for row in everything if row["active"]]
@@ -188,8 +199,8 @@ with silences_tab:
             text, button = st.columns([5, 1], vertical_alignment="center")
             text.markdown(alerts.silence_text(row, now))
             text.caption(format.md_text(row["comment"]))
-            if button.button("Expire", key=f"alerts.expire.{row['id']}"):
-                expired = loaders.expire_silence(ctx.db, row["id"], by=ctx.actor)
+            if can_act and button.button("Expire", key=f"alerts.expire.{row['id']}"):
+                expired = loaders.expire_silence(ctx.actions_db, row["id"], by=ctx.identity)
                 st.session_state[FLASH] = (
                     f"Silence #{row['id']} expired."
                     if expired

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from outbox_monitor.access import Role
 from outbox_monitor.actions import ReplaySelection
 from outbox_monitor.ui import flows, format, loaders, state
 
@@ -135,24 +136,30 @@ st.caption(
 )
 st.dataframe(format.table(rows, ROW_COLUMNS), hide_index=True, width="stretch")
 
-ids = st.multiselect(
-    "Rows to replay",
-    [str(row["id"]) for row in rows],
-    key="dead_letters.ids",
-    placeholder="None chosen: replay the whole group",
-)
-selection = ReplaySelection(ids=tuple(int(i) for i in ids), error_group=group_id)
-st.caption(
-    f"Replay puts {'the chosen rows' if ids else 'every row of this group'} back to "
-    "pending with attempts reset; rows that are no longer failed are left alone."
-)
-flows.action_flow(
-    FLOW,
-    db=ctx.db,
-    actor=ctx.actor,
-    signature=selection,
-    make_preview=lambda: loaders.preview_replay(ctx.db, selection),
-    preview_label="Preview replay",
-    noun="replay",
-    sample_columns=SAMPLE_COLUMNS,
-)
+if not ctx.identity.can(Role.operator):
+    st.info(
+        f"{format.md_code(ctx.identity.name)} is a viewer: replaying needs the operator role.",
+        icon=":material/lock:",
+    )
+else:
+    ids = st.multiselect(
+        "Rows to replay",
+        [str(row["id"]) for row in rows],
+        key="dead_letters.ids",
+        placeholder="None chosen: replay the whole group",
+    )
+    selection = ReplaySelection(ids=tuple(int(i) for i in ids), error_group=group_id)
+    st.caption(
+        f"Replay puts {'the chosen rows' if ids else 'every row of this group'} back to "
+        "pending with attempts reset; rows that are no longer failed are left alone."
+    )
+    flows.action_flow(
+        FLOW,
+        db=ctx.actions_db,
+        actor=ctx.identity,
+        signature=selection,
+        make_preview=lambda: loaders.preview_replay(ctx.db, selection),
+        preview_label="Preview replay",
+        noun="replay",
+        sample_columns=SAMPLE_COLUMNS,
+    )

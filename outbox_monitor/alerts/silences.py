@@ -20,6 +20,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 
@@ -57,7 +58,7 @@ def create_silence(
     matchers: Mapping[str, str],
     until: datetime,
     comment: str,
-    created_by: str,
+    created_by: Identity,
     *,
     now: datetime | None = None,
 ) -> int:
@@ -69,26 +70,26 @@ def create_silence(
             "payment.captured"}``); all must match. A value with ``%`` is a LIKE pattern.
         until: aware end time; must be after ``now``.
         comment: why (shown on the Alerts page); required.
-        created_by: who (the dashboard's actor); required.
+        created_by: who (the signed-in identity); must be an operator; its name is
+            recorded as the silence's creator and in the audit row.
         now: the start instant; default the database's ``now()`` (tests pass their clock).
 
     Returns:
         The new silence's id.
 
     Raises:
+        AccessDenied: ``created_by`` is not an operator.
         ActionRefused: no matchers, an empty name or value, ``until`` not in the future
-            or naive, an empty comment or author. Nothing is written then.
+            or naive, an empty comment. Nothing is written then.
         DatabaseUnavailable and the connector's errors.
     """
+    require(created_by, Role.operator, "create silences")
     cleaned = _validated_matchers(matchers)
     comment = (comment or "").strip()
-    created_by = (created_by or "").strip()
     if not comment:
         raise _refuse("say why in the comment")
     if len(comment) > MAX_COMMENT_CHARS:
         raise _refuse(f"the comment is longer than {MAX_COMMENT_CHARS} characters")
-    if not created_by:
-        raise _refuse("who creates it is required")
     if until.tzinfo is None:
         raise _refuse("the end time needs a time zone")
     start = now or _db_now(db)
@@ -102,20 +103,22 @@ def create_silence(
                 "starts_at": start,
                 "ends_at": until,
                 "comment": comment,
-                "created_by": created_by,
+                "created_by": created_by.name,
             },
         ).fetchone()
         _audit(db, conn, created_by, AUDIT_CREATE, {"matchers": cleaned, "until": until}, row)
     return row["id"]
 
 
-def expire_silence(db: Database, silence_id: int, by: str, *, now: datetime | None = None) -> bool:
+def expire_silence(
+    db: Database, silence_id: int, by: Identity, *, now: datetime | None = None
+) -> bool:
     """End a silence now; it stays listed (with ``expired_at``) for history.
 
     Args:
         db: the connector.
         silence_id: the silence's id.
-        by: who expires it, for the audit log.
+        by: who expires it (an operator), for the audit log.
         now: the instant; default the database's ``now()``.
 
     Returns:
@@ -123,12 +126,10 @@ def expire_silence(db: Database, silence_id: int, by: str, *, now: datetime | No
         did not exist, was already expired or had ended.
 
     Raises:
-        ActionRefused: ``by`` is empty.
+        AccessDenied: ``by`` is not an operator.
         DatabaseUnavailable and the connector's errors.
     """
-    by = (by or "").strip()
-    if not by:
-        raise _refuse("who expires it is required")
+    require(by, Role.operator, "expire silences")
     instant = now or _db_now(db)
     with db.transaction() as conn:
         row = conn.execute(
@@ -141,13 +142,13 @@ def expire_silence(db: Database, silence_id: int, by: str, *, now: datetime | No
 
 
 def _audit(
-    db: Database, conn: Any, actor: str, action: str, details: dict[str, Any], row: dict
+    db: Database, conn: Any, actor: Identity, action: str, details: dict[str, Any], row: dict
 ) -> None:
     conn.execute(
         db.compose("audit_insert"),
         {
             "run_id": str(uuid.uuid4()),
-            "actor": actor,
+            "actor": actor.name,
             "action": action,
             "table_name": db.table_name,
             "filter": Jsonb(

@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NoReturn
 
 import streamlit as st
 
 from outbox_monitor.errors import (
+    AccessDenied,
     ActionRefused,
     ColumnsMissing,
     ConfigError,
@@ -41,6 +43,7 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     PermissionDenied: "Permission denied",
     ConfigError: "Invalid configuration",
     ActionRefused: "Action refused",
+    AccessDenied: "Not allowed",
 }
 OUTAGE_RETRY_SECONDS = 30.0
 """After a failed connection, runs of this session show the failure again for this long
@@ -131,6 +134,18 @@ def _rerun_when_due() -> None:
     a page opened during an outage recovers by itself like its live figures."""
     if recent_outage() is None:
         st.rerun(scope="app")
+
+
+def stop_on_config_error(error: ConfigError) -> NoReturn:
+    """Show invalid settings as the dashboard's only page (no page is listed: the sign-in
+    mode itself may be what is invalid) and stop the run."""
+
+    def body() -> None:
+        show(error)
+
+    st.navigation([st.Page(body, title="outbox-monitor", url_path="config")], position="hidden")
+    body()
+    st.stop()
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from outbox_monitor.access import Identity
 from outbox_monitor.actions import ActionResult, Preview
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
@@ -61,7 +62,7 @@ def action_flow(
     key: str,
     *,
     db: Database,
-    actor: str,
+    actor: Identity,
     signature: Hashable,
     make_preview: Callable[[], Preview],
     preview_label: str,
@@ -105,7 +106,7 @@ def action_flow(
         st.success(describe_result(result), icon=":material/check_circle:")
         st.caption(
             f"run id {result.run_id} · {format.plural(result.batches, 'batch', 'batches')} · "
-            f"audited as {format.md_code(actor)}"
+            f"audited as {format.md_code(actor.name)}"
         )
     if stored is None:
         return

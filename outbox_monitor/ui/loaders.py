@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from outbox_monitor import actions, events, metrics, schema
+from outbox_monitor.access import Identity
 from outbox_monitor.actions import ActionResult, Preview, Progress
 from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import state as alert_state
@@ -254,7 +255,7 @@ def clear_stale() -> None:
 
 
 def apply(
-    db: Database, preview: Preview, *, actor: str, on_progress: Progress | None = None
+    db: Database, preview: Preview, *, actor: Identity, on_progress: Progress | None = None
 ) -> ActionResult:
     """``actions.apply`` of a confirmed preview, then ``clear_stale()`` (even on failure:
     earlier batches may have committed).
@@ -352,13 +353,14 @@ def _clear_silence_caches() -> None:
 
 
 def create_silence(
-    db: Database, matchers: dict[str, str], until: datetime, comment: str, created_by: str
+    db: Database, matchers: dict[str, str], until: datetime, comment: str, created_by: Identity
 ) -> int:
     """``alerts.silences.create_silence`` (starts now, database clock), then clears the
     silence list and the audit log caches.
 
     Raises:
-        ActionRefused: no matcher, ``until`` not in the future, no comment or author.
+        AccessDenied: ``created_by`` is not an operator.
+        ActionRefused: no matcher, ``until`` not in the future, no comment.
     """
     try:
         return alert_silences.create_silence(db, matchers, until, comment, created_by)
@@ -366,7 +368,7 @@ def create_silence(
         _clear_silence_caches()
 
 
-def expire_silence(db: Database, silence_id: int, *, by: str) -> bool:
+def expire_silence(db: Database, silence_id: int, *, by: Identity) -> bool:
     """``alerts.silences.expire_silence`` now, then clears the silence and audit caches.
 
     Returns:

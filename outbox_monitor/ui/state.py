@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from outbox_monitor.actions import default_actor
+from outbox_monitor.access import Identity
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
@@ -45,12 +45,15 @@ class Filters:
 
 @dataclass(frozen=True)
 class PageContext:
-    """What every page needs: settings, the Database, the filters and the acting user."""
+    """What every page needs: settings, the Database of reads, the Database of actions
+    (``OUTBOX_MONITOR_ACTIONS_DSN``; the same pool when unset), the filters and who is
+    looking (``identity``, checked again by every action function)."""
 
     settings: Settings
     db: Database
+    actions_db: Database
     filters: Filters
-    actor: str
+    identity: Identity
 
 
 def settings() -> Settings:
@@ -78,6 +81,12 @@ def database(current: Settings) -> Database:
     closes every pool.
     """
     return _open_database(current.model_dump_json(), current)
+
+
+def actions_database(current: Settings) -> Database:
+    """The ``Database`` of operator actions: ``OUTBOX_MONITOR_ACTIONS_DSN``, else the read
+    DSN (then it is the same pool as ``database``)."""
+    return database(current.model_copy(update={"dsn": current.actions_target}))
 
 
 def check_table_once(db: Database) -> None:
@@ -192,19 +201,17 @@ def filters() -> Filters:
     )
 
 
-def actor(current: Settings) -> str:
-    """Who the dashboard's actions are audited as: ``OUTBOX_MONITOR_ACTOR`` or the OS user."""
-    return current.actor or default_actor()
-
-
 @contextmanager
-def dashboard_run() -> Iterator[None]:
-    """Mark the block (``page.run()`` in dashboard.py) as a page run through dashboard.py."""
+def dashboard_run(identity: Identity) -> Iterator[None]:
+    """Mark the block (``page.run()`` in dashboard.py) as a page run through dashboard.py,
+    by ``identity`` (found by ``ui.access.identity``)."""
     _run.active = True
+    _run.identity = identity
     try:
         yield
     finally:
         _run.active = False
+        _run.identity = None
 
 
 def ensure_dashboard_run() -> None:
@@ -227,13 +234,15 @@ def ensure_dashboard_run() -> None:
 
 
 def context() -> PageContext:
-    """Settings, Database, filters and actor for the page being rendered; every page calls
-    it first (it makes sure the page runs through dashboard.py, see
-    ``ensure_dashboard_run``).
+    """Settings, Databases, filters and identity for the page being rendered; every page
+    calls it first (it makes sure the page runs through dashboard.py, see
+    ``ensure_dashboard_run``, where the identity was found).
 
     Raises:
         ConfigError: invalid settings (shown as a banner by ``banners.guarded``).
     """
     ensure_dashboard_run()
     current = settings()
-    return PageContext(current, database(current), filters(), actor(current))
+    return PageContext(
+        current, database(current), actions_database(current), filters(), _run.identity
+    )

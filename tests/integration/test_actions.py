@@ -7,11 +7,12 @@ import psycopg
 import pytest
 
 from outbox_monitor import actions
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import ReplaySelection
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 
-ACTOR = "oncall@example.com"
+ACTOR = Identity("oncall@example.com", Role.operator, "oidc")
 
 
 def _failed(rows, **fields):
@@ -54,7 +55,7 @@ def test_replaying_twice_changes_nothing_the_second_time(db, rows, conn):
     audit = _audit(conn)
     assert [(a["action"], a["affected_count"]) for a in audit] == [("replay", 3), ("replay", 0)]
     assert audit[0]["affected_ids"] == ids
-    assert audit[0]["actor"] == ACTOR
+    assert audit[0]["actor"] == ACTOR.name
     assert audit[0]["filter"]["event_type"] == "order.paid"
     assert audit[0]["filter"]["max_id"] == str(ids[-1])
 
@@ -259,8 +260,12 @@ def test_progress_is_reported_per_batch(db, rows):
 
 def test_recent_audit_lists_newest_first(db, rows):
     _failed(rows)
-    actions.apply(db, actions.preview_reap(db), actor="a")
-    actions.apply(db, actions.preview_replay(db, ReplaySelection(event_type="%")), actor="b")
+    actions.apply(db, actions.preview_reap(db), actor=Identity("a", Role.operator, "cli"))
+    actions.apply(
+        db,
+        actions.preview_replay(db, ReplaySelection(event_type="%")),
+        actor=Identity("b", Role.admin, "cli"),
+    )
     audit = actions.recent_audit(db)
     assert [(a["action"], a["actor"], a["affected_count"]) for a in audit] == [
         ("replay", "b", 1),

@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import RuleSet, load_rules
 from outbox_monitor.alerts.sender import deliver_due
@@ -24,6 +25,8 @@ from outbox_monitor.errors import ActionRefused
 from tests.alerting import drain, notifications, transitions
 
 REPO = Path(__file__).resolve().parents[2]
+ALICE = Identity("alice", Role.operator, "oidc")
+BOB = Identity("bob", Role.operator, "oidc")
 
 RULES = """
 version: 1
@@ -272,7 +275,7 @@ def test_a_silenced_instance_changes_state_but_sends_nothing(
         {"rule": "stuck-lock"},
         fake_clock() + timedelta(hours=1),
         "planned maintenance of the workers",
-        "alice",
+        ALICE,
         now=fake_clock(),
     )
     assert [s["id"] for s in active_silences(db, fake_clock())] == [silence_id]
@@ -288,8 +291,8 @@ def test_a_silenced_instance_changes_state_but_sends_nothing(
     assert slack_sink.messages() == []
 
     # silence lifted while still firing: the on-call hears about it now, once
-    assert expire_silence(db, silence_id, "bob", now=fake_clock())
-    assert not expire_silence(db, silence_id, "bob", now=fake_clock())
+    assert expire_silence(db, silence_id, BOB, now=fake_clock())
+    assert not expire_silence(db, silence_id, BOB, now=fake_clock())
     fake_clock.advance(30)
     assert evaluator.run_once().instance("stuck-lock").notifications == ("repeat",)
     fake_clock.advance(30)
@@ -312,12 +315,12 @@ def test_a_resolve_of_an_episode_nobody_was_told_about_is_not_sent(
 ):
     now = fake_clock()
     silence_id = create_silence(
-        db, {"severity": "warning"}, now + timedelta(hours=1), "noisy", "alice", now=now
+        db, {"severity": "warning"}, now + timedelta(hours=1), "noisy", ALICE, now=now
     )
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
     evaluator = Evaluator(db, ruleset, clock=fake_clock)
     evaluator.run_once()
-    expire_silence(db, silence_id, "alice", now=fake_clock())
+    expire_silence(db, silence_id, ALICE, now=fake_clock())
     drain(conn)
     fake_clock.advance(30)
     evaluator.run_once()
@@ -330,13 +333,13 @@ def test_a_resolve_of_an_episode_nobody_was_told_about_is_not_sent(
 def test_silence_validation(db, fake_clock):
     until = fake_clock() + timedelta(hours=1)
     with pytest.raises(ActionRefused, match="at least one matcher"):
-        create_silence(db, {}, until, "why", "alice")
+        create_silence(db, {}, until, "why", ALICE)
     with pytest.raises(ActionRefused, match="not in the future"):
-        create_silence(db, {"rule": "x"}, fake_clock() - timedelta(seconds=1), "why", "alice")
+        create_silence(db, {"rule": "x"}, fake_clock() - timedelta(seconds=1), "why", ALICE)
     with pytest.raises(ActionRefused, match="comment"):
-        create_silence(db, {"rule": "x"}, until, "  ", "alice")
+        create_silence(db, {"rule": "x"}, until, "  ", ALICE)
     with pytest.raises(ActionRefused, match="empty value"):
-        create_silence(db, {"rule": ""}, until, "why", "alice")
+        create_silence(db, {"rule": ""}, until, "why", ALICE)
     assert list_silences(db) == []
 
 

@@ -144,8 +144,8 @@ def test_the_event_type_filter_and_the_actor_are_shown_literally(open_page, envi
         plain(caption)
     )
     assert f"(event type {evil}, the sidebar filter)" in plain(caption)
-    [sidebar] = [c.value for c in at.sidebar.caption if "acting as" in c.value]
-    assert plain(sidebar) == "Outbox public.integration_outbox · acting as r`<b>oot</b>`"
+    [sidebar] = [c.value for c in at.sidebar.caption if "Acting as" in c.value]
+    assert plain(sidebar) == "Acting as r`<b>oot</b>` (local, admin)"
     for shown in (caption, sidebar):
         assert "<b>" not in unprotected(shown) and "](" not in unprotected(shown)
         assert "**y**" not in unprotected(shown)

@@ -11,6 +11,7 @@ import pytest
 from rendered import plain, unprotected
 
 from outbox_monitor import metrics
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import RULES_ENV, SHIPPED_RULES_PATH, RuleSet, load_rules
 from outbox_monitor.alerts.sender import deliver_due
@@ -183,7 +184,7 @@ def test_a_silenced_alert_shows_what_would_have_been_posted(open_page, ruleset, 
         {"rule": "payment-failed", "event_type": "payment.captured"},
         rows.t0 + timedelta(hours=1),
         "card processor maintenance",
-        "alice",
+        Identity("alice", Role.operator, "oidc"),
     )
     dead_letter(rows, "payment.captured", 60)
     Evaluator(db, ruleset).run_once()

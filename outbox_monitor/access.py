@@ -1,0 +1,146 @@
+"""Who is acting and what they may do: identities, roles, the role mapping, the checks.
+
+Three roles, each including the one before (README, Security):
+``viewer`` — figures, charts, rows and alerts, payloads redacted;
+``operator`` — also reap, replay, prune, silences and raw payloads (each reveal audited);
+``admin`` — also settings-like pages.
+
+Every function that changes the outbox or reveals a payload calls ``require`` with the
+identity it was given, so a hidden button is never the only guard. Nothing here imports
+Streamlit: the dashboard finds the identity (``ui.access``), the CLI and the scheduler
+act as local identities.
+"""
+
+import fnmatch
+import getpass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from outbox_monitor.config import Settings
+from outbox_monitor.errors import AccessDenied
+
+
+class Role(IntEnum):
+    """A role; a higher one includes every right of the lower ones."""
+
+    viewer = 1
+    operator = 2
+    admin = 3
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is acting: ``name`` (an e-mail when signed in; recorded in the audit log),
+    ``role`` and ``source`` (``local``, ``oidc``, ``proxy``, ``cli`` or ``scheduler``)."""
+
+    name: str
+    role: Role
+    source: str
+
+    def can(self, role: Role) -> bool:
+        """Whether this identity has ``role`` or a higher one."""
+        return self.role >= role
+
+
+SCHEDULER = Identity("scheduler", Role.admin, "scheduler")
+"""The scheduler's automatic reap and prune act as this identity."""
+
+
+def default_actor() -> str:
+    """The local user's name: ``OUTBOX_MONITOR_ACTOR`` or the OS user (SPEC §4)."""
+    return os.environ.get("OUTBOX_MONITOR_ACTOR") or getpass.getuser()
+
+
+def local_identity(
+    settings: Settings, *, name: str | None = None, source: str = "local"
+) -> Identity:
+    """The identity of someone at this machine (local dashboard mode, the CLI).
+
+    They hold the database credentials already, so they get ``admin``; the database
+    grants of their DSN are what limits them (README, Security).
+
+    Args:
+        settings: for ``OUTBOX_MONITOR_ACTOR``.
+        name: an explicit name (the CLI's ``--actor``), else the settings' actor, else the
+            OS user.
+        source: ``local`` (dashboard) or ``cli``.
+
+    Returns:
+        An ``admin`` identity.
+    """
+    return Identity(name or settings.actor or default_actor(), Role.admin, source)
+
+
+def _claim_values(claims: Mapping[str, Any], name: str) -> set[str]:
+    value = claims.get(name)
+    if value is None:
+        return set()
+    if isinstance(value, list | tuple | set):
+        return {str(item) for item in value}
+    if isinstance(value, str):
+        return {value}
+    return {str(value)}
+
+
+def _matches(entry: str, email: str | None, claims: Mapping[str, Any]) -> bool:
+    if "@" in entry:
+        if not email:
+            return False
+        if entry.startswith("@"):
+            return email.endswith(entry)
+        if entry.startswith("*@"):
+            return email.endswith(entry[1:])
+        return fnmatch.fnmatchcase(email, entry) if "*" in entry else email == entry
+    claim, _, wanted = entry.partition("=")
+    return wanted in _claim_values(claims, claim.strip())
+
+
+def role_for(
+    settings: Settings, email: str | None, claims: Mapping[str, Any] | None = None
+) -> Role | None:
+    """The role the mapping gives a signed-in person (README, Security).
+
+    Entries of ``OUTBOX_MONITOR_ADMINS``, ``…_OPERATORS`` and ``…_VIEWERS`` are e-mails
+    (``alice@example.com``), domains (``@example.com``) or claim matches
+    (``groups=oncall``: the ID token's — or the proxy's groups header's — ``groups`` claim
+    holds ``oncall``). The highest matching role wins.
+
+    Args:
+        settings: the mapping.
+        email: the person's e-mail (compared lower-case), or ``None``.
+        claims: ID-token claims (or ``{"groups": [...]}`` from a proxy header).
+
+    Returns:
+        The role, or ``None`` when nothing matches (no access).
+    """
+    address = email.strip().lower() if email else None
+    for role, entries in (
+        (Role.admin, settings.admins),
+        (Role.operator, settings.operators),
+        (Role.viewer, settings.viewers),
+    ):
+        if any(_matches(entry, address, claims or {}) for entry in entries):
+            return role
+    return None
+
+
+def require(identity: Identity, role: Role, what: str) -> None:
+    """Refuse ``what`` unless ``identity`` has ``role`` (the server-side check).
+
+    Args:
+        identity: who asks.
+        role: the least role ``what`` needs.
+        what: the refused thing in words (``"replay dead-lettered events"``).
+
+    Raises:
+        AccessDenied: the identity's role is lower; the message names both roles.
+    """
+    if not identity.can(role):
+        raise AccessDenied(
+            f"{identity.name} ({identity.role.name}) may not {what}: it needs the {role.name} role",
+            hint="Ask an admin of outbox-monitor to add you to "
+            f"OUTBOX_MONITOR_{role.name.upper()}S.",
+        )

@@ -1,0 +1,142 @@
+"""The dashboard's door: who is looking (local user, OIDC sign-in or trusted proxy header)
+and the pages they may see. README, Security, describes the modes and roles.
+
+``identity(settings)`` either returns the identity of this browser session or renders a
+page of its own (sign in, ask for access, refused) and stops the run: nothing below it in
+dashboard.py runs for someone without a role.
+"""
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import streamlit as st
+
+from outbox_monitor.access import Identity, Role, local_identity, role_for
+from outbox_monitor.config import Settings
+from outbox_monitor.ui import format
+
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+
+
+def _stop_on(page_title: str, body: Any) -> NoReturn:
+    """Render ``body`` as the only page (no other page is listed) and stop the run."""
+    st.navigation([st.Page(body, title=page_title, url_path="access")], position="hidden")
+    st.title(page_title)
+    body()
+    st.stop()
+
+
+def _refused(title: str, message: str, *, sign_out: bool = False) -> NoReturn:
+    def body() -> None:
+        st.error(message, icon=":material/lock:")
+        if sign_out and st.button("Sign out", key="access.sign_out"):
+            st.logout()
+
+    _stop_on(title, body)
+
+
+def _sign_in() -> NoReturn:
+    def body() -> None:
+        st.write(
+            "outbox-monitor shows event payloads and can replay, reap and prune: sign in "
+            "with your organisation's account to continue."
+        )
+        if st.button("Sign in", key="access.sign_in", type="primary"):
+            st.login()
+
+    _stop_on("Sign in", body)
+
+
+def _oidc_identity(settings: Settings) -> Identity:
+    if not st.user.is_logged_in:
+        _sign_in()
+    claims: Mapping[str, Any] = st.user.to_dict()
+    email = claims.get("email")
+    role = role_for(settings, email, claims)
+    name = str(email or claims.get("sub") or "unknown")
+    if role is None:
+        _refused(
+            "Ask for access",
+            f"You are signed in as {format.md_code(name)}, but no role of outbox-monitor "
+            "matches your account. Ask an admin to add your e-mail, domain or group to "
+            "OUTBOX_MONITOR_VIEWERS (or _OPERATORS, _ADMINS).",
+            sign_out=True,
+        )
+    return Identity(name, role, "oidc")
+
+
+def _proxy_identity(settings: Settings) -> Identity:
+    email = (st.context.headers.get(settings.proxy_header) or "").strip()
+    if not email:
+        _refused(
+            "No identity",
+            f"This dashboard expects the authenticating proxy in front of it to send the "
+            f"{format.md_code(settings.proxy_header)} header, and this request has none. "
+            "Open the dashboard through the proxy's address.",
+        )
+    groups_header = settings.proxy_groups_header
+    raw_groups = st.context.headers.get(groups_header) if groups_header else None
+    groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
+    role = role_for(settings, email, {"groups": groups, "email": email})
+    if role is None:
+        _refused(
+            "Ask for access",
+            f"The proxy says you are {format.md_code(email)}, but no role of "
+            "outbox-monitor matches. Ask an admin to add your e-mail, domain or group to "
+            "OUTBOX_MONITOR_VIEWERS (or _OPERATORS, _ADMINS).",
+        )
+    return Identity(email, role, "proxy")
+
+
+def identity(settings: Settings) -> Identity:
+    """The identity of this browser session, or a page of its own and ``st.stop()``.
+
+    - ``local`` (``OUTBOX_MONITOR_AUTH`` unset): the local user, ``admin``
+      (``access.local_identity``). Refused when Streamlit was told to listen on a
+      non-loopback address without ``OUTBOX_MONITOR_INSECURE_NO_AUTH``.
+    - ``oidc``: ``st.user`` after ``st.login``; a sign-in page until then; the role from
+      the mapping (``access.role_for`` on the e-mail and ID-token claims).
+    - ``proxy``: the e-mail in ``OUTBOX_MONITOR_PROXY_HEADER`` (groups from
+      ``OUTBOX_MONITOR_PROXY_GROUPS_HEADER``), trusted only in this mode.
+
+    Returns:
+        The ``Identity``; a session without a role never gets past this call.
+    """
+    if settings.auth == "oidc":
+        return _oidc_identity(settings)
+    if settings.auth == "proxy":
+        return _proxy_identity(settings)
+    address = st.get_option("server.address")
+    if address and address not in LOOPBACK_ADDRESSES and not settings.insecure_no_auth:
+        _refused(
+            "Sign-in required",
+            f"This dashboard listens on {format.md_code(address)} without a sign-in mode. "
+            "Set OUTBOX_MONITOR_AUTH=oidc or proxy (README, Security), serve it on "
+            "127.0.0.1, or set OUTBOX_MONITOR_INSECURE_NO_AUTH=true if a network boundary "
+            "already guards it.",
+        )
+    return local_identity(settings)
+
+
+def pages_for(identity: Identity, pages: Mapping[Role, list]) -> list:
+    """The pages ``identity`` may open: those of its role and every lower role.
+
+    Args:
+        identity: who is looking.
+        pages: least role → the ``st.Page`` objects that need it.
+
+    Returns:
+        The allowed pages, in the order given.
+    """
+    return [page for role, listed in pages.items() if identity.can(role) for page in listed]
+
+
+def sidebar_account(identity: Identity) -> None:
+    """The sidebar line naming who is looking and their role, with sign-out under OIDC."""
+    st.sidebar.caption(
+        f"Signed in as {format.md_code(identity.name)} · {identity.role.name}"
+        if identity.source != "local"
+        else f"Acting as {format.md_code(identity.name)} (local, {identity.role.name})"
+    )
+    if identity.source == "oidc" and st.sidebar.button("Sign out", key="access.sidebar_out"):
+        st.logout()
