@@ -408,16 +408,36 @@ def scheduler(
 @click.option("--address", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
 @click.option("--with-scheduler", is_flag=True, help="Also run the scheduler in-process.")
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
+    "prints a warning on every start.",
+)
 @common_options
 def dashboard(
-    settings: Settings, as_json: bool, address: str, port: int, with_scheduler: bool
+    settings: Settings,
+    as_json: bool,
+    address: str,
+    port: int,
+    with_scheduler: bool,
+    insecure_no_auth: bool,
 ) -> None:
-    """Serve the Streamlit dashboard."""
-    from outbox_monitor.serve import run_dashboard
+    """Serve the Streamlit dashboard (on 127.0.0.1 unless a sign-in mode is set)."""
+    from outbox_monitor.serve import check_exposure, run_dashboard
 
+    check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
     with open_checked(settings):
         pass
-    sys.exit(run_dashboard(settings, address=address, port=port, with_scheduler=with_scheduler))
+    sys.exit(
+        run_dashboard(
+            settings,
+            address=address,
+            port=port,
+            with_scheduler=with_scheduler,
+            insecure_no_auth=insecure_no_auth,
+        )
+    )
 
 
 def _traffic_options(command: Callable) -> Callable:

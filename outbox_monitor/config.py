@@ -12,6 +12,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -63,6 +64,15 @@ DEFAULT_REDACT_VALUES = ("card",)
 
 _NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
 _QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
+
+OIDC_FIELDS = (
+    "oidc_metadata_url",
+    "oidc_client_id",
+    "oidc_client_secret",
+    "oidc_cookie_secret",
+    "oidc_redirect_url",
+)
+"""Settings of OIDC sign-in, written into Streamlit's ``[auth]`` secrets at start."""
 
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
@@ -222,6 +232,17 @@ class Settings(BaseSettings):
             )
         return value
 
+    @model_validator(mode="after")
+    def _check_oidc(self) -> "Settings":
+        given = {name: getattr(self, name) is not None for name in OIDC_FIELDS}
+        if any(given.values()) and not all(given.values()):
+            missing = ", ".join(ENV_PREFIX + n.upper() for n, ok in given.items() if not ok)
+            raise ValueError(
+                f"OIDC sign-in needs all of its settings; missing {missing} (or set none "
+                "of them and configure [auth] in .streamlit/secrets.toml)"
+            )
+        return self
+
     @property
     def actions_target(self) -> str | None:
         """The DSN of operator actions: ``actions_dsn``, else ``dsn`` (least privilege)."""
@@ -248,7 +269,9 @@ class Settings(BaseSettings):
 
 
 def _variable_name(loc: tuple, overridden: set[str]) -> str:
-    field = str(loc[0]) if loc else "?"
+    if not loc:  # a check across several settings: its message names them
+        return "OUTBOX_MONITOR_*"
+    field = str(loc[0])
     if field in ("OUTBOX_MONITOR_DSN", "DATABASE_URL"):
         field = "dsn"
     variable = ENV_PREFIX + field.upper()

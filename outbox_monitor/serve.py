@@ -5,9 +5,11 @@ the parent's settings through its environment. This module never imports Streaml
 """
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -16,12 +18,73 @@ from typing import IO
 
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.db import Database
-from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
 
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 10.0
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+OIDC_PROMPT = "login"
+"""Asked of the identity provider at sign-in (Streamlit's default, ``select_account``, is
+Google's; ``login`` is understood by every OpenID provider)."""
+INSECURE_WARNING = (
+    "WARNING: the dashboard listens on {address} WITHOUT sign-in (--insecure-no-auth): "
+    "anyone who reaches it can see payloads and replay, reap and prune as {actor}."
+)
+
+
+def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) -> str | None:
+    """Refuse to serve a dashboard without sign-in beyond this machine (README, Security).
+
+    Args:
+        settings: ``auth`` (``local``, ``oidc``, ``proxy``) and ``insecure_no_auth``.
+        address: the interface Streamlit will listen on.
+        insecure_no_auth: the ``--insecure-no-auth`` flag.
+
+    Returns:
+        ``None``, or the warning to print on every start when serving without sign-in on
+        a non-loopback address was asked for explicitly.
+
+    Raises:
+        ConfigError: a non-loopback ``address`` in ``local`` mode without the flag (or
+            ``OUTBOX_MONITOR_INSECURE_NO_AUTH=true``).
+    """
+    if settings.auth != "local" or address in LOOPBACK_ADDRESSES:
+        return None
+    if insecure_no_auth or settings.insecure_no_auth:
+        return INSECURE_WARNING.format(address=address, actor=settings.actor or "the OS user")
+    raise ConfigError(
+        f"refusing to serve the dashboard on {address} without sign-in: anyone who reaches "
+        "it could read payloads and replay, reap and prune",
+        hint="Set OUTBOX_MONITOR_AUTH=oidc (sign-in) or proxy (behind an authenticating "
+        "proxy), serve on 127.0.0.1, or pass --insecure-no-auth if a network boundary "
+        "already guards it (README, Security).",
+    )
+
+
+def _toml_string(value: str) -> str:
+    # A JSON string is a valid TOML basic string (same escapes for quotes, backslashes
+    # and control characters).
+    return json.dumps(value)
+
+
+def oidc_secrets(settings: Settings) -> str | None:
+    """Streamlit's ``[auth]`` secrets (``st.login``) from the ``OUTBOX_MONITOR_OIDC_*``
+    settings, as TOML text, or ``None`` when they are unset (then Streamlit reads
+    ``.streamlit/secrets.toml`` as usual)."""
+    if settings.auth != "oidc" or settings.oidc_client_id is None:
+        return None
+    values = {
+        "redirect_uri": settings.oidc_redirect_url,
+        "cookie_secret": settings.oidc_cookie_secret.get_secret_value(),
+        "client_id": settings.oidc_client_id,
+        "client_secret": settings.oidc_client_secret.get_secret_value(),
+        "server_metadata_url": settings.oidc_metadata_url,
+    }
+    lines = ["[auth]", *(f"{key} = {_toml_string(str(v))}" for key, v in values.items())]
+    lines += ["", "[auth.client_kwargs]", f"prompt = {_toml_string(OIDC_PROMPT)}", ""]
+    return "\n".join(lines)
 
 
 def dashboard_script() -> Path:
@@ -40,12 +103,14 @@ def dashboard_script() -> Path:
     return path
 
 
-def streamlit_command(*, address: str, port: int) -> list[str]:
+def streamlit_command(*, address: str, port: int, secrets_file: Path | None = None) -> list[str]:
     """The command line that serves the dashboard headless.
 
     Args:
         address: interface to listen on (``127.0.0.1`` unless you mean to expose it).
         port: TCP port.
+        secrets_file: Streamlit secrets to read instead of the default places (the OIDC
+            settings, see ``oidc_secrets``).
 
     Returns:
         ``[python, -m, streamlit, run, <repo>/dashboard.py, --server.headless=true, …]``
@@ -66,6 +131,7 @@ def streamlit_command(*, address: str, port: int) -> list[str]:
         "--browser.gatherUsageStats=false",
         "--server.fileWatcherType=none",
         "--client.toolbarMode=minimal",
+        *([f"--secrets.files={secrets_file}"] if secrets_file else []),
     ]
 
 
@@ -95,11 +161,20 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         env[f"{ENV_PREFIX}LEDGER_TABLE"] = settings.ledger_table
     if settings.actor:
         env[f"{ENV_PREFIX}ACTOR"] = settings.actor
+    if settings.actions_dsn:
+        env[f"{ENV_PREFIX}ACTIONS_DSN"] = settings.actions_dsn
+    if settings.insecure_no_auth:
+        env[f"{ENV_PREFIX}INSECURE_NO_AUTH"] = "true"
     return env
 
 
 def start_dashboard(
-    settings: Settings, *, address: str, port: int, output: IO[bytes] | None = None
+    settings: Settings,
+    *,
+    address: str,
+    port: int,
+    output: IO[bytes] | None = None,
+    secrets_file: Path | None = None,
 ) -> subprocess.Popen:
     """Start Streamlit serving the dashboard; returns at once (see ``wait_until_healthy``).
 
@@ -107,6 +182,7 @@ def start_dashboard(
         settings: passed to the child as ``OUTBOX_MONITOR_*`` variables.
         address, port: where it listens.
         output: a binary file for the child's stdout and stderr; ``None`` inherits ours.
+        secrets_file: see ``streamlit_command``.
 
     Returns:
         The child process.
@@ -114,7 +190,7 @@ def start_dashboard(
     Raises:
         OutboxMonitorError: ``dashboard.py`` is absent.
     """
-    command = streamlit_command(address=address, port=port)
+    command = streamlit_command(address=address, port=port, secrets_file=secrets_file)
     env = {**os.environ, **settings_environment(settings)}
     return subprocess.Popen(
         command,
@@ -202,6 +278,7 @@ def run_dashboard(
     address: str = "127.0.0.1",
     port: int = 8501,
     with_scheduler: bool = False,
+    insecure_no_auth: bool = False,
 ) -> int:
     """``outbox-monitor dashboard``: serve the dashboard until it exits or Ctrl-C/SIGTERM.
 
@@ -211,22 +288,31 @@ def run_dashboard(
         with_scheduler: also run the scheduler (sampler, alert evaluator and Slack sender
             with the rules of ``load_alerting``) in this process, in background threads,
             started with the server, not on a first page view.
+        insecure_no_auth: serve a ``local``-mode dashboard on a non-loopback address
+            anyway (a warning is printed on every start; see ``check_exposure``).
 
     Returns:
         Streamlit's exit code; ``0`` when stopped by Ctrl-C or SIGTERM.
 
     Raises:
+        ConfigError: a non-loopback address without sign-in (``check_exposure``).
         OutboxMonitorError: ``dashboard.py`` is absent.
         RulesError: ``with_scheduler`` and the rules file is invalid.
     """
+    warning = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+        settings = settings.model_copy(update={"insecure_no_auth": True})
     db = scheduler = process = None
+    secrets_dir = tempfile.TemporaryDirectory(prefix="outbox-monitor-secrets-")
     try:
+        secrets_file = _write_secrets(settings, Path(secrets_dir.name))
         if with_scheduler:
             ruleset, transports = load_alerting(None)
             db = Database(settings)
             scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
             scheduler.start()
-        process = start_dashboard(settings, address=address, port=port)
+        process = start_dashboard(settings, address=address, port=port, secrets_file=secrets_file)
         with interrupt_on_sigterm():
             return process.wait()
     except KeyboardInterrupt:
@@ -237,3 +323,14 @@ def run_dashboard(
             scheduler.shutdown(wait=True)
         if db is not None:
             db.close()
+        secrets_dir.cleanup()
+
+
+def _write_secrets(settings: Settings, directory: Path) -> Path | None:
+    text = oidc_secrets(settings)
+    if text is None:
+        return None
+    path = directory / "secrets.toml"
+    path.touch(mode=0o600)
+    path.write_text(text)
+    return path
