@@ -95,7 +95,19 @@ def test_the_lock_satisfies_pyproject(group):
             f"{requirement.specifier}: run `make lock`"
         )
         for extra in requirement.extras:
-            assert any(pin.startswith(f"{name}-") for pin in locked), f"{name}[{extra}]"
+            for needed in extra_requirements(requirement.name, extra):
+                assert canonicalize_name(needed.name) in locked, f"{name}[{extra}]: {needed}"
+
+
+def extra_requirements(distribution: str, extra: str) -> list[Requirement]:
+    """What ``distribution[extra]`` adds, from the installed package's metadata."""
+    added = []
+    for text in metadata.requires(distribution) or []:
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if marker and marker.evaluate({"extra": extra}) and not marker.evaluate({"extra": ""}):
+            added.append(requirement)
+    return added
 
 
 def test_the_runtime_lock_is_the_runtime_part_of_the_same_resolution():
