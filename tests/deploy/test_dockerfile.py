@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -313,11 +314,23 @@ def compose_order(runs: list[ServiceRun]) -> list[ServiceRun]:
     return ordered
 
 
-@needs_sandbox
-def test_image_default_command_serves_the_dashboard(stack, dsn):
-    """``docker run IMAGE``: ENTRYPOINT + CMD with the image's environment only; stops on
-    SIGTERM as PID 1 within docker's grace period."""
+def test_image_default_command_refuses_to_serve_without_sign_in(tmp_path):
+    """``docker run IMAGE`` with nothing configured: the dashboard would listen on 0.0.0.0
+    without sign-in, so it exits at once and says how to fix it."""
     run = default_run()
+    env = host_environment(image(), run, home=tmp_path, database={})
+    done = subprocess.run(run.argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "refusing to serve the dashboard on 0.0.0.0 without sign-in" in done.stderr
+    assert "OUTBOX_MONITOR_AUTH=oidc" in done.stderr
+
+
+@needs_sandbox
+def test_image_default_command_serves_the_dashboard_behind_a_proxy(stack, dsn):
+    """``docker run -e OUTBOX_MONITOR_AUTH=proxy IMAGE``: ENTRYPOINT + CMD with the image's
+    environment and the sign-in mode; stops on SIGTERM as PID 1 within docker's grace
+    period."""
+    run = replace(default_run(), environment={"OUTBOX_MONITOR_AUTH": "proxy"})
     started = stack(dsn)
     prove_dashboard(started, run)
     _, sandbox = started.sandboxes[0]

@@ -10,7 +10,7 @@ from outbox_monitor import actions
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import ReplaySelection
 from outbox_monitor.db import Database
-from outbox_monitor.errors import ActionRefused
+from outbox_monitor.errors import AccessDenied, ActionRefused
 
 ACTOR = Identity("oncall@example.com", Role.operator, "oidc")
 
@@ -271,3 +271,19 @@ def test_recent_audit_lists_newest_first(db, rows):
         ("replay", "b", 1),
         ("reap", "a", 0),
     ]
+
+
+def test_a_viewer_is_refused_inside_apply_and_nothing_changes(db, rows, conn):
+    failed = _failed(rows)
+    stuck = rows.add(status="processing", locked_ago=3600, attempts=1)
+    viewer = Identity("vic@example.com", Role.viewer, "oidc")
+    previews = [
+        actions.preview_replay(db, ReplaySelection(ids=(failed,))),
+        actions.preview_reap(db),
+        actions.preview_prune(db, done_older_than=None, failed_older_than=0.5 * 86400 * 2),
+    ]
+    for preview in previews:
+        with pytest.raises(AccessDenied, match=r"^vic@example.com \(viewer\) may not"):
+            actions.apply(db, preview, actor=viewer)
+    assert (rows.get(failed)["status"], rows.get(stuck)["status"]) == ("failed", "processing")
+    assert _audit(conn) == []

@@ -21,7 +21,7 @@ from outbox_monitor.alerts.silences import (
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.state import list_instances, list_notifications, list_transitions
 from outbox_monitor.db import Database
-from outbox_monitor.errors import ActionRefused
+from outbox_monitor.errors import AccessDenied, ActionRefused
 from tests.alerting import drain, notifications, transitions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -340,7 +340,14 @@ def test_silence_validation(db, fake_clock):
         create_silence(db, {"rule": "x"}, until, "  ", ALICE)
     with pytest.raises(ActionRefused, match="empty value"):
         create_silence(db, {"rule": ""}, until, "why", ALICE)
+    viewer = Identity("vic@example.com", Role.viewer, "proxy")
+    with pytest.raises(AccessDenied, match=r"vic@example.com \(viewer\) may not create"):
+        create_silence(db, {"rule": "x"}, until, "why", viewer)
     assert list_silences(db) == []
+    silence_id = create_silence(db, {"rule": "x"}, until, "why", ALICE, now=fake_clock())
+    with pytest.raises(AccessDenied, match="may not expire silences"):
+        expire_silence(db, silence_id, viewer, now=fake_clock())
+    assert [row["expired_at"] for row in list_silences(db)] == [None]
 
 
 def test_repeat_every_repeat_interval_while_firing(db, conn, rows, fake_clock, ruleset):
