@@ -463,6 +463,29 @@ def load_alerting(
     return ruleset, transports
 
 
+def start_metrics_server(
+    db: Database, status: SchedulerStatus, ruleset: RuleSet | None, *, address: str, port: int
+) -> MetricsServer | None:
+    """Start the scheduler's ``/metrics`` and ``/healthz`` (``exporter.MetricsServer``).
+
+    Args:
+        db, status, ruleset: what the server reports on.
+        address, port: where it listens; port 0 starts nothing.
+
+    Returns:
+        The running server (``stop()`` it at the end), or ``None`` when the port is 0 or
+        cannot be bound: that is logged as an error and the jobs run on without it (they
+        matter more than their metrics).
+    """
+    if not port:
+        return None
+    try:
+        return MetricsServer(db, status, ruleset=ruleset, address=address, port=port).start()
+    except OutboxMonitorError as error:
+        log.error("%s; running WITHOUT /metrics and /healthz. %s", error, error.hint)
+        return None
+
+
 def run_scheduler(
     settings: Settings,
     rules_path: str | Path | None = None,
@@ -499,15 +522,7 @@ def run_scheduler(
         scheduler = build_scheduler(
             db, blocking=True, ruleset=ruleset, transports=transports, status=status
         )
-        server = None
-        if port:
-            try:
-                server = MetricsServer(
-                    db, status, ruleset=ruleset, address=address, port=port
-                ).start()
-            except OutboxMonitorError as error:
-                # The jobs matter more than their metrics: run on, and say so loudly.
-                log.error("%s; running WITHOUT /metrics and /healthz. %s", error, error.hint)
+        server = start_metrics_server(db, status, ruleset, address=address, port=port)
         log.info(
             "scheduler started: sampling %s every %g s (retention %g s)%s; Ctrl-C to stop",
             db.table_name,

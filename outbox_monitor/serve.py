@@ -19,7 +19,13 @@ from typing import IO
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
+from outbox_monitor.exporter import SchedulerStatus
+from outbox_monitor.scheduler import (
+    build_scheduler,
+    interrupt_on_sigterm,
+    load_alerting,
+    start_metrics_server,
+)
 
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0
@@ -286,8 +292,10 @@ def run_dashboard(
         settings: passed to the dashboard through its environment.
         address, port: where it listens.
         with_scheduler: also run the scheduler (sampler, alert evaluator and Slack sender
-            with the rules of ``load_alerting``) in this process, in background threads,
-            started with the server, not on a first page view.
+            with the rules of ``load_alerting``, and its ``/metrics`` and ``/healthz`` on
+            ``settings.metrics_address``/``metrics_port``) in this process, in background
+            threads, started with the server, not on a first page view. It writes through
+            ``OUTBOX_MONITOR_ACTIONS_DSN`` when set (the read DSN may be a viewer role).
         insecure_no_auth: serve a ``local``-mode dashboard on a non-loopback address
             anyway (a warning is printed on every start; see ``check_exposure``).
 
@@ -303,15 +311,25 @@ def run_dashboard(
     if warning:
         print(warning, file=sys.stderr, flush=True)
         settings = settings.model_copy(update={"insecure_no_auth": True})
-    db = scheduler = process = None
+    db = scheduler = server = process = None
     secrets_dir = tempfile.TemporaryDirectory(prefix="outbox-monitor-secrets-")
     try:
         secrets_file = _write_secrets(settings, Path(secrets_dir.name))
         if with_scheduler:
             ruleset, transports = load_alerting(None)
-            db = Database(settings)
-            scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
+            db = Database(settings.model_copy(update={"dsn": settings.actions_target}))
+            status = SchedulerStatus()
+            scheduler = build_scheduler(
+                db, blocking=False, ruleset=ruleset, transports=transports, status=status
+            )
             scheduler.start()
+            server = start_metrics_server(
+                db,
+                status,
+                ruleset,
+                address=settings.metrics_address,
+                port=settings.metrics_port,
+            )
         process = start_dashboard(settings, address=address, port=port, secrets_file=secrets_file)
         with interrupt_on_sigterm():
             return process.wait()
@@ -321,6 +339,8 @@ def run_dashboard(
         stop_process(process)
         if scheduler is not None and scheduler.running:
             scheduler.shutdown(wait=True)
+        if server is not None:
+            server.stop()
         if db is not None:
             db.close()
         secrets_dir.cleanup()

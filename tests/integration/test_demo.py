@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.demo import run_demo
@@ -141,10 +142,17 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         psycopg.connect(dsn, connect_timeout=2).close()
 
 
-def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, tmp_path):
-    port = free_port()
+def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, rows, tmp_path):
+    for event_type in ("order.paid", "order.paid", "invoice.sent"):
+        rows.add(event_type=event_type, created_ago=30)
+    port, metrics_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update(HOME=str(tmp_path), OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_SAMPLE_INTERVAL="1")
+    env.update(
+        HOME=str(tmp_path),
+        OUTBOX_MONITOR_DSN=dsn,
+        OUTBOX_MONITOR_SAMPLE_INTERVAL="1",
+        OUTBOX_MONITOR_METRICS_PORT=str(metrics_port),
+    )
     code = (
         "import sys; from outbox_monitor.config import load_settings; "
         "from outbox_monitor.serve import run_dashboard; "
@@ -173,8 +181,18 @@ def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, tmp_p
         while _count(dsn, "SELECT count(*) FROM outbox_monitor.samples") < 2:
             assert time.monotonic() < deadline, "the in-process scheduler recorded no samples"
             time.sleep(0.3)
+        scrape = f"http://127.0.0.1:{metrics_port}/metrics"
+        with urllib.request.urlopen(scrape, timeout=5) as response:
+            depth = {
+                sample.labels["event_type"]: sample.value
+                for family in text_string_to_metric_families(response.read().decode())
+                if family.name == "outbox_queue_depth"
+                for sample in family.samples
+            }
+        assert depth == {"order.paid": 2, "invoice.sent": 1, "other": 0}
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
-    with pytest.raises(OSError):
-        urllib.request.urlopen(url, timeout=2).close()
+    for stopped in (url, f"http://127.0.0.1:{metrics_port}/healthz"):
+        with pytest.raises(OSError):
+            urllib.request.urlopen(stopped, timeout=2).close()
