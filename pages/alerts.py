@@ -229,8 +229,10 @@ with test_tab:
             if destination.missing.hint:
                 # names a variable and a value to export, e.g. …=<incoming-webhook URL>
                 st.caption(format.md_text(destination.missing.hint))
-        if st.button("Send test alert", key="alerts.send_test"):
-            outcome = alerts.send_test_alert(ruleset, route)
+        if not ctx.identity.can(Role.operator):
+            st.info("Posting a test alert needs the operator role.", icon=":material/lock:")
+        elif st.button("Send test alert", key="alerts.send_test"):
+            outcome = alerts.send_test_alert(ruleset, route, ctx.identity)
             show = {"success": st.success, "error": st.error, "warning": st.warning}
             show[outcome.level](format.md_text(outcome.message))
             if outcome.hint:

@@ -16,6 +16,7 @@ from typing import Any
 
 import streamlit as st
 
+from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.alerts.evaluate import duration_label
 from outbox_monitor.alerts.rules import (
     SEVERITIES,
@@ -442,14 +443,23 @@ class SendOutcome:
 
 
 def send_test_alert(
-    ruleset: RuleSet, route_name: str, env: Mapping[str, str] | None = None
+    ruleset: RuleSet, route_name: str, identity: Identity, env: Mapping[str, str] | None = None
 ) -> SendOutcome:
     """Post ``outbox-monitor alerts test``'s message through one route now.
+
+    Args:
+        ruleset, route_name: the route to post through.
+        identity: who clicked; posting into the alert channel needs the operator role.
+        env: the Slack variables (default ``os.environ``).
 
     Returns:
         A ``SendOutcome``; a missing Slack variable is a ``warning`` whose message and
         hint name the variable to set. Never raises for Slack or configuration problems.
+
+    Raises:
+        AccessDenied: ``identity`` is not an operator.
     """
+    require(identity, Role.operator, "post test alerts")
     try:
         results = send_test(ruleset, route_name, env=env)
     except TransportConfigError as error:
