@@ -15,6 +15,8 @@ from outbox_monitor.ui import access, alerts, banners, format, state
 
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
 
+# Each page under the least role that may open it (README, Security). A comment, not a
+# docstring: Streamlit's magic would write a bare string literal onto every page.
 PAGES = {
     Role.viewer: [
         st.Page(
@@ -39,7 +41,6 @@ PAGES = {
         st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),
     ],
 }
-"""Each page under the least role that may open it (README, Security)."""
 
 try:
     settings = state.settings()

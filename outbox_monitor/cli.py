@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from outbox_monitor import actions, metrics, schema
+from outbox_monitor import actions, grants, metrics, schema
 from outbox_monitor.access import local_identity
 from outbox_monitor.alerts.commands import alerts, check
 from outbox_monitor.cli_support import (
@@ -99,12 +99,70 @@ def main(log_level: str) -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
+def _role_option(kind: str, default: str) -> Callable:
+    def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        try:
+            return grants.check_role_name(value)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return click.option(
+        f"--{kind}-role",
+        default=default,
+        show_default=True,
+        callback=check,
+        help=f"Name of the {kind} role in --print-grants.",
+    )
+
+
 @main.command("init-db")
 @click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
+@click.option(
+    "--print-grants",
+    is_flag=True,
+    help="Print the SQL that creates the viewer, scheduler and operator roles and grants "
+    "each only what outbox-monitor's processes do, for the configured outbox table; "
+    "connects to nothing and changes nothing. Run its output as the role that ran init-db.",
+)
+@_role_option("viewer", grants.DEFAULT_VIEWER_ROLE)
+@_role_option("scheduler", grants.DEFAULT_SCHEDULER_ROLE)
+@_role_option("operator", grants.DEFAULT_OPERATOR_ROLE)
 @common_options
-def init_db_command(settings: Settings, as_json: bool, no_indexes: bool) -> None:
+def init_db_command(
+    settings: Settings,
+    as_json: bool,
+    no_indexes: bool,
+    print_grants: bool,
+    viewer_role: str,
+    scheduler_role: str,
+    operator_role: str,
+) -> None:
     """Create the outbox table and ledger if absent, the outbox_monitor schema, and the
-    recommended indexes (CREATE INDEX CONCURRENTLY). Idempotent; never alters your table."""
+    recommended indexes (CREATE INDEX CONCURRENTLY). Idempotent; never alters your table.
+    With --print-grants: print the roles' GRANT statements instead (README, Security)."""
+    if print_grants:
+        try:
+            roles = grants.Roles(
+                viewer=viewer_role, scheduler=scheduler_role, operator=operator_role
+            )
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--*-role") from None
+        script = grants.grant_statements(settings, roles)
+        if as_json:
+            emit_json(
+                {
+                    "table": ".".join(settings.table_parts),
+                    "roles": {
+                        "viewer": roles.viewer,
+                        "scheduler": roles.scheduler,
+                        "operator": roles.operator,
+                    },
+                    "sql": script,
+                }
+            )
+        else:
+            click.echo(script)
+        return
     with Database(settings) as db:
         report = schema.init_db(db, create_indexes=not no_indexes)
     payload = {
@@ -175,6 +233,11 @@ def status(
 def _action_options(command: Callable) -> Callable:
     for decorator in reversed(
         [
+            click.option(
+                "--actions-dsn",
+                help="DSN of the login that acts, previews included (default: --dsn when "
+                "given, else OUTBOX_MONITOR_ACTIONS_DSN, else the read DSN).",
+            ),
             click.option("--dry-run", is_flag=True, help="Show the preview; change nothing."),
             click.option("--yes", "-y", is_flag=True, help="Apply without asking."),
             click.option(
@@ -190,6 +253,33 @@ def _action_options(command: Callable) -> Callable:
     ):
         command = decorator(command)
     return command
+
+
+def _open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
+    """The ``Database`` of an action command, its outbox table checked: every read and
+    write of the action (preview included) goes through the login that acts.
+
+    ``--actions-dsn`` wins; then ``--dsn`` given on the command line (the whole command
+    on the database the operator named); then ``OUTBOX_MONITOR_ACTIONS_DSN``; then the
+    read DSN (``Settings.actions_target``).
+
+    Raises:
+        ConfigError (an invalid ``--actions-dsn``), TableMissing, ColumnsMissing,
+        SchemaNotInitialised, DatabaseUnavailable, PermissionDenied.
+    """
+    given = click.get_current_context().params
+    option = "--actions-dsn" if actions_dsn else "--dsn" if given.get("dsn") else None
+    if option is not None:
+        settings = load_settings(
+            dsn=given.get("dsn"), table=given.get("table"), actions_dsn=actions_dsn or given["dsn"]
+        )
+    db = Database(settings, purpose="actions", dsn_setting=option)
+    try:
+        schema.check_outbox_table(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 def _run_action(
@@ -282,11 +372,12 @@ def reap(
     as_json: bool,
     lock_timeout: float | None,
     event_type: str | None,
+    actions_dsn: str | None,
     **options: Any,
 ) -> None:
     """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
     maximum attempts is dead-lettered instead."""
-    with open_checked(settings) as db:
+    with _open_for_actions(settings, actions_dsn) as db:
         preview = actions.preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
         _run_action(db, preview, as_json=as_json, **options)
 
@@ -307,10 +398,11 @@ def replay(
     error_group: str | None,
     since: str | None,
     until: str | None,
+    actions_dsn: str | None,
     **options: Any,
 ) -> None:
     """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4)."""
-    with open_checked(settings) as db:
+    with _open_for_actions(settings, actions_dsn) as db:
         now = db.fetch_one("db_now")["now"]
         try:
             bounds = [parse_instant(text, now) if text else None for text in (since, until)]
@@ -351,11 +443,12 @@ def prune(
     done_older_than: float,
     failed_older_than: float,
     event_type: str | None,
+    actions_dsn: str | None,
     **options: Any,
 ) -> None:
     """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
     processing rows."""
-    with open_checked(settings) as db:
+    with _open_for_actions(settings, actions_dsn) as db:
         preview = actions.preview_prune(
             db,
             done_older_than=done_older_than,

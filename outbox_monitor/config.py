@@ -1,5 +1,6 @@
 """Settings from the environment, validated at start; every default is a named constant."""
 
+import json
 import re
 from typing import Annotated, Literal
 
@@ -18,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.redaction import check_value_detector
 
 ENV_PREFIX = "OUTBOX_MONITOR_"
 DEFAULT_TABLE = "public.integration_outbox"
@@ -59,7 +61,7 @@ DEFAULT_REDACT_KEYS = (
     "authorization",
 )
 """JSON key globs (case-insensitive, any depth) whose values are redacted for viewers."""
-DEFAULT_REDACT_VALUES = ("card",)
+DEFAULT_REDACT_VALUES = ("card", "email")
 """Value detectors: ``card`` (Luhn-valid 13–19 digit numbers), ``email``, or a regex."""
 
 _NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
@@ -88,11 +90,22 @@ OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_duration)]
 
 
 def _comma_list(value: object) -> object:
-    """``"a, b,,c"`` → ``("a", "b", "c")``; a list or tuple is kept; ``off``/empty → ``()``."""
+    """``"a, b,,c"`` → ``("a", "b", "c")``; a JSON array (``'["\\d{3,4}", "card"]'``, for
+    entries that contain a comma) is read as JSON; a list or tuple is kept; ``off``/empty
+    → ``()``."""
     if isinstance(value, str):
-        if value.strip().lower() in _OFF:
+        text = value.strip()
+        if text.lower() in _OFF:
             return ()
-        return tuple(part.strip() for part in value.split(",") if part.strip())
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"not a JSON array of strings: {error}") from None
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise ValueError("expected a JSON array of strings")
+            return tuple(item.strip() for item in items if item.strip())
+        return tuple(part.strip() for part in text.split(",") if part.strip())
     return value
 
 
@@ -126,7 +139,12 @@ class Settings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, populate_by_name=True, extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        # A ValidationError's text must not quote a DSN or secret that was given.
+        hide_input_in_errors=True,
     )
 
     dsn: str | None = Field(
@@ -174,12 +192,16 @@ class Settings(BaseSettings):
     def _check_dsn(cls, value: str | None) -> str | None:
         if value:
             try:
-                conninfo_to_dict(value)
+                parts = conninfo_to_dict(value)
             except psycopg.ProgrammingError as error:
                 raise ValueError(
                     "not a connection string or URI "
-                    f"(e.g. postgresql://user:password@host:5432/dbname): {error}"
+                    f"(e.g. postgresql://user:password@host:5432/dbname): {_without_secrets(error)}"
                 ) from None
+            if "@" in str(parts.get("host") or ""):
+                raise ValueError(
+                    "the user or password contains '@': percent-encode it as %40 in a URI"
+                )
         return value
 
     @field_validator("metrics_address")
@@ -222,6 +244,13 @@ class Settings(BaseSettings):
                     "or a claim match (groups=oncall)"
                 )
         return tuple(entry.lower() if "@" in entry else entry for entry in value)
+
+    @field_validator("redact_values")
+    @classmethod
+    def _check_redact_values(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            check_value_detector(entry)  # ValueError naming the entry
+        return value
 
     @field_validator("proxy_header", "proxy_groups_header")
     @classmethod
@@ -266,6 +295,16 @@ class Settings(BaseSettings):
         if self.ledger_table:
             return split_table_name(self.ledger_table)
         return self.table_parts[0], DEFAULT_LEDGER_TABLE_NAME
+
+
+def _without_secrets(error: psycopg.ProgrammingError) -> str:
+    """libpq's reason why a DSN does not parse, with every quoted fragment of the DSN that
+    is not a connection keyword replaced by "…" (libpq quotes the offending text, which may
+    be a password: ``unexpected spaces found in "pass word"``)."""
+    keywords = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    kept = keywords | {"=", ""}
+    return re.sub(r'"([^"]*)"', lambda m: m.group(0) if m.group(1) in kept else '"…"', reason)
 
 
 def _variable_name(loc: tuple, overridden: set[str]) -> str:

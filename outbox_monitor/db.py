@@ -1,9 +1,11 @@
 """The connector: one pool, autocommit reads, a statement timeout, errors that say the fix."""
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -12,6 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from outbox_monitor import grants
 from outbox_monitor.config import Settings
 from outbox_monitor.errors import (
     DatabaseUnavailable,
@@ -28,6 +31,37 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME = "outbox-monitor"
 CONNECT_TIMEOUT_SECONDS = 5
 POOL_MAX_SIZE = 4
+READ_DSN_SETTING = "OUTBOX_MONITOR_DSN"
+ACTIONS_DSN_SETTING = "OUTBOX_MONITOR_ACTIONS_DSN"
+Purpose = Literal["read", "actions"]
+"""What a ``Database`` is for: reads (``OUTBOX_MONITOR_DSN``) or operator actions
+(``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN)."""
+PRINT_GRANTS = "outbox-monitor init-db --print-grants"
+
+# Postgres' "permission denied for <kind> <name>" (aclchk.c) and the privilege each kind
+# needs when the statement does not say more (relations: see _table_privileges).
+_DENIED = re.compile(
+    r"^permission denied for (?P<kind>table|view|materialized view|foreign table|sequence|"
+    r"schema|function|procedure|routine) (?P<name>\S+)$"
+)
+_RELATION_KINDS = {
+    "table": "rpvmf",
+    "view": "rpvmf",
+    "materialized view": "rpvmf",
+    "foreign table": "rpvmf",
+    "sequence": "S",
+}
+_PRIVILEGE_OF_KIND = {
+    "sequence": "USAGE",
+    "schema": "USAGE",
+    "function": "EXECUTE",
+    "procedure": "EXECUTE",
+    "routine": "EXECUTE",
+}
+_TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
+_NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
+_QUALIFIED_NAME = re.compile(rf"({_NAME})\s*\.\s*({_NAME})")
+_NOT_CODE = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\$\$.*?\$\$", re.S)
 
 
 def describe_target(dsn: str | None) -> str:
@@ -48,10 +82,25 @@ def describe_target(dsn: str | None) -> str:
     return f"{parts.get('user') or 'default user'}@{host}:{port}/{parts.get('dbname') or '?'}"
 
 
+class MonitorConnection(psycopg.Connection):
+    """A psycopg connection that remembers the statement it ran last (``last_statement``),
+    so that a "permission denied" can name the privilege that statement needed."""
+
+    last_statement: Any = None
+
+
+class _RecordingCursor(psycopg.Cursor):
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> "_RecordingCursor":
+        if isinstance(self.connection, MonitorConnection):
+            self.connection.last_statement = query
+        return super().execute(query, params, **kwargs)
+
+
 def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "autocommit": True,
         "row_factory": dict_row,
+        "cursor_factory": _RecordingCursor,
         "application_name": APPLICATION_NAME,
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
         # No server-side prepared statements: a generic plan cached before an index
@@ -64,11 +113,24 @@ def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
 
 
 @contextmanager
-def mapped_errors(settings: Settings) -> Iterator[None]:
+def mapped_errors(
+    settings: Settings,
+    *,
+    conn: psycopg.Connection | None = None,
+    dsn_setting: str = READ_DSN_SETTING,
+    acting: bool = False,
+) -> Iterator[None]:
     """Translate psycopg errors raised inside the block into the package's own errors.
 
     Args:
         settings: for the table name and DSN target shown in messages.
+        conn: the connection the block uses, if any: a missing privilege is then named
+            precisely (the statement's privilege that the role lacks, checked with
+            ``has_table_privilege``) and the object schema-qualified.
+        dsn_setting: the setting (or option) whose login the connection uses, named in
+            hints: ``OUTBOX_MONITOR_DSN`` or ``OUTBOX_MONITOR_ACTIONS_DSN``.
+        acting: the connection runs operator actions (changes the hint of a missing
+            privilege when ``OUTBOX_MONITOR_ACTIONS_DSN`` is unset).
 
     Raises:
         QueryTimeout, TableMissing, SchemaNotInitialised, PermissionDenied,
@@ -102,9 +164,8 @@ def mapped_errors(settings: Settings) -> Iterator[None]:
             hint="Run `outbox-monitor init-db` once against this database.",
         ) from error
     except pg_errors.InsufficientPrivilege as error:
-        raise PermissionDenied(
-            f"the database role lacks a privilege: {error.diag.message_primary}",
-            hint="Grant it to the role in OUTBOX_MONITOR_DSN (see README, Configuration).",
+        raise permission_denied(
+            error, settings, conn=conn, dsn_setting=dsn_setting, acting=acting
         ) from error
     except psycopg.OperationalError as error:
         # Only connection loss and server shutdown (SQLSTATE 08xxx, 57P0x, or none at all);
@@ -114,8 +175,185 @@ def mapped_errors(settings: Settings) -> Iterator[None]:
         raise DatabaseUnavailable(
             f"lost the database at {describe_target(settings.dsn)}: {_first_line(error)}",
             hint="Is the database server up and reachable from here? The monitor "
-            "reconnects by itself once it is; check OUTBOX_MONITOR_DSN only if it changed.",
+            f"reconnects by itself once it is; check {dsn_setting} only if it changed.",
         ) from error
+
+
+@dataclass(frozen=True)
+class MissingPrivilege:
+    """What a "permission denied" error lacked: ``privileges`` (e.g. ``("UPDATE",)``;
+    empty when unknown) on the object ``kind`` (``table``, ``sequence``, ``schema``,
+    ``function``) named ``name`` (schema-qualified when it could be found)."""
+
+    privileges: tuple[str, ...]
+    kind: str
+    name: str
+
+    def describe(self) -> str:
+        """``UPDATE on table public.integration_outbox`` (``a privilege on …`` if unknown)."""
+        privileges = " and ".join(self.privileges) or "a privilege"
+        return f"{privileges} on {self.kind} {self.name}"
+
+
+def permission_denied(
+    error: pg_errors.InsufficientPrivilege,
+    settings: Settings,
+    *,
+    conn: psycopg.Connection | None = None,
+    dsn_setting: str = READ_DSN_SETTING,
+    acting: bool = False,
+) -> PermissionDenied:
+    """The ``PermissionDenied`` of a Postgres "permission denied" error (SQLSTATE 42501).
+
+    The message names the login, the privilege and the object (``the database role
+    "monitor_read" lacks UPDATE on table public.integration_outbox (permission denied
+    for table integration_outbox)``); the hint names the DSN setting of that login, the
+    outbox-monitor role that holds the privilege, and ``init-db --print-grants``.
+
+    Args:
+        error: the psycopg error.
+        settings: for the outbox table (to qualify its name and find the granting role).
+        conn: the connection that failed (its last statement says which privilege the
+            statement needed; then ``has_table_privilege`` says which one is missing);
+            ``None`` names the object only.
+        dsn_setting, acting: as ``mapped_errors``.
+
+    Returns:
+        The error to raise (``from error``).
+    """
+    primary = error.diag.message_primary or _first_line(error)
+    user = _current_user(conn)
+    who = f'the database role "{user}"' if user else "the database role"
+    missing = _missing_privilege(primary, conn)
+    if missing is None:
+        message = f"{who} lacks a privilege: {primary}"
+        role = None
+    else:
+        message = f"{who} lacks {missing.describe()} ({primary})"
+        role = next(
+            filter(
+                None,
+                (
+                    grants.role_granting(settings, p, missing.kind, missing.name)
+                    for p in missing.privileges
+                ),
+            ),
+            None,
+        )
+    login = f"the role that {dsn_setting} logs in as"
+    fix = (
+        f"Make {login} a member of {role} (`GRANT {role} TO <that role>`)"
+        if role
+        else f"Grant it to {login}"
+    )
+    if acting and dsn_setting == READ_DSN_SETTING:
+        fix += (
+            f"; actions use {READ_DSN_SETTING} while {ACTIONS_DSN_SETTING} is unset: "
+            f"better point {ACTIONS_DSN_SETTING} at an operator login"
+        )
+    return PermissionDenied(
+        message,
+        hint=f"{fix}. `{PRINT_GRANTS}` prints every grant of outbox-monitor's roles.",
+    )
+
+
+def _current_user(conn: psycopg.Connection | None) -> str | None:
+    try:
+        return conn.info.user if conn is not None else None
+    except psycopg.Error:
+        return None
+
+
+def _missing_privilege(primary: str, conn: psycopg.Connection | None) -> MissingPrivilege | None:
+    match = _DENIED.match(primary)
+    if match is None:
+        return None
+    kind, name = match["kind"], match["name"]
+    statement = _last_statement(conn)
+    name = _qualify(name, kind, statement, conn)
+    if kind in _PRIVILEGE_OF_KIND:
+        return MissingPrivilege((_PRIVILEGE_OF_KIND[kind],), kind, name)
+    needed = _table_privileges(statement)
+    candidates = tuple(dict.fromkeys((*needed, "SELECT"))) if needed else _TABLE_PRIVILEGES
+    lacking = _lacking_table_privileges(conn, name, candidates)
+    if lacking is None:  # no connection to ask: the statement's writes, else its read
+        writes = tuple(p for p in needed if p != "SELECT")
+        lacking = writes or needed
+    return MissingPrivilege(lacking, "table" if kind in ("view", "foreign table") else kind, name)
+
+
+def _last_statement(conn: psycopg.Connection | None) -> str:
+    """The text of the statement ``conn`` ran last ("" when unknown)."""
+    query = getattr(conn, "last_statement", None)
+    try:
+        if isinstance(query, sql.Composable):
+            return query.as_string(conn)
+        if isinstance(query, bytes):
+            return query.decode("utf-8", "replace")
+        return query if isinstance(query, str) else ""
+    except (psycopg.Error, ValueError):
+        return ""
+
+
+def _table_privileges(statement: str) -> tuple[str, ...]:
+    """The table privileges a statement's commands need, in order of appearance
+    (``FOR UPDATE``/``FOR SHARE`` locks need UPDATE; comments and literals ignored)."""
+    code = _NOT_CODE.sub(" ", statement).upper()
+    code = re.sub(r"\bFOR\s+(NO\s+KEY\s+UPDATE|KEY\s+SHARE|SHARE)\b", "UPDATE", code)
+    code = re.sub(r"\bRETURNING\b", "SELECT", code)
+    found = re.findall(r"\b(" + "|".join(_TABLE_PRIVILEGES) + r")\b", code)
+    return tuple(dict.fromkeys(found))
+
+
+def _qualify(name: str, kind: str, statement: str, conn: psycopg.Connection | None) -> str:
+    """``schema.name`` for the bare name of an error message: from the statement's own
+    qualified names, else from the catalog when exactly one schema has it."""
+    if kind == "schema":
+        return name
+    for schema, found in _QUALIFIED_NAME.findall(_NOT_CODE.sub(" ", statement)):
+        if _unquote(found) == name:
+            return f"{_unquote(schema)}.{name}"
+    if conn is None or kind not in _RELATION_KINDS or not _idle(conn):
+        return name
+    try:
+        rows = conn.execute(
+            compose("relation_schemas"), {"name": name, "kinds": list(_RELATION_KINDS[kind])}
+        ).fetchall()
+    except psycopg.Error:
+        return name
+    schemas = [row["schema"] if isinstance(row, dict) else row[0] for row in rows]
+    return f"{schemas[0]}.{name}" if len(schemas) == 1 else name
+
+
+def _lacking_table_privileges(
+    conn: psycopg.Connection | None, name: str, privileges: tuple[str, ...]
+) -> tuple[str, ...] | None:
+    """Which of ``privileges`` the current role lacks on the relation ``schema.name``;
+    ``None`` when that cannot be asked (no connection, unqualified name, failed query)."""
+    schema, _, table = name.rpartition(".")
+    if conn is None or not schema or not privileges or not _idle(conn):
+        return None
+    try:
+        row = conn.execute(
+            compose("missing_table_privileges"),
+            {"privileges": list(privileges), "schema": schema, "name": table},
+        ).fetchone()
+    except psycopg.Error:
+        return None
+    missing = row["missing"] if isinstance(row, dict) else row[0]
+    return tuple(missing) or None
+
+
+def _idle(conn: psycopg.Connection) -> bool:
+    """The connection can run a query now (not in a failed transaction, not closed)."""
+    return not conn.closed and conn.info.transaction_status in (
+        psycopg.pq.TransactionStatus.IDLE,
+        psycopg.pq.TransactionStatus.INTRANS,
+    )
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace('""', '"') if name.startswith('"') else name.lower()
 
 
 def _first_line(error: BaseException) -> str:
@@ -128,15 +366,41 @@ class Database:
     Reads run on autocommit connections (never "idle in transaction") with
     ``statement_timeout`` and ``application_name=outbox-monitor``; rows are dicts.
     ``table`` and ``ledger`` are ``psycopg.sql.Identifier`` of the configured tables.
+
+    ``purpose`` says which login it uses: ``"read"`` connects with ``settings.dsn``
+    (``OUTBOX_MONITOR_DSN``); ``"actions"`` with ``settings.actions_target``
+    (``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN), and ``db.settings.dsn`` is then
+    that DSN. Left out, it is ``"actions"`` for settings whose ``dsn`` is their
+    ``actions_dsn`` (as ``ui.state.actions_database`` makes them), else ``"read"``.
+    ``dsn_setting`` is the setting named in hints (a missing privilege, a wrong DSN).
     """
 
-    def __init__(self, settings: Settings, *, max_size: int = POOL_MAX_SIZE) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        purpose: Purpose | None = None,
+        dsn_setting: str | None = None,
+        max_size: int = POOL_MAX_SIZE,
+    ) -> None:
+        if purpose is None:
+            same = settings.actions_dsn is not None and settings.actions_dsn == settings.dsn
+            purpose = "actions" if same else "read"
+        if purpose == "actions" and settings.dsn != settings.actions_target:
+            settings = settings.model_copy(update={"dsn": settings.actions_target})
         self.settings = settings
+        self.purpose: Purpose = purpose
+        self.dsn_setting = dsn_setting or (
+            ACTIONS_DSN_SETTING
+            if purpose == "actions" and settings.actions_dsn
+            else READ_DSN_SETTING
+        )
         self.table = sql.Identifier(*settings.table_parts)
         self.ledger = sql.Identifier(*settings.ledger_parts)
         self.table_name = ".".join(settings.table_parts)
         self._pool = ConnectionPool(
             settings.dsn or "",
+            connection_class=MonitorConnection,
             kwargs=_connection_kwargs(settings.statement_timeout),
             min_size=1,
             max_size=max_size,
@@ -147,6 +411,14 @@ class Database:
         )
         self._opened = False
         self._failing = False
+
+    def _mapped_errors(self, conn: psycopg.Connection | None) -> Any:
+        return mapped_errors(
+            self.settings,
+            conn=conn,
+            dsn_setting=self.dsn_setting,
+            acting=self.purpose == "actions",
+        )
 
     def close(self) -> None:
         """Close the pool and its connections; the object may not be used afterwards."""
@@ -178,7 +450,7 @@ class Database:
         try:
             with (
                 self._pool.connection(timeout=CONNECT_TIMEOUT_SECONDS + 1) as conn,
-                mapped_errors(self.settings),
+                self._mapped_errors(conn),
             ):
                 yield conn
         except PoolTimeout:
@@ -208,10 +480,12 @@ class Database:
             statement_timeout: seconds, or ``None`` for no timeout.
         """
         try:
-            conn = psycopg.connect(self.settings.dsn or "", **_connection_kwargs(statement_timeout))
+            conn = MonitorConnection.connect(
+                self.settings.dsn or "", **_connection_kwargs(statement_timeout)
+            )
         except psycopg.OperationalError as error:
             raise self._unreachable(error) from None
-        with conn, mapped_errors(self.settings):
+        with conn, self._mapped_errors(conn):
             yield conn
 
     def _check_reachable(self) -> None:
@@ -246,8 +520,9 @@ class Database:
                 if refused
                 else ""
             )
-            + "Otherwise set OUTBOX_MONITOR_DSN (or DATABASE_URL / PG* variables) to a "
-            "reachable database, e.g. postgresql://user:password@localhost:5432/app",
+            + f"Otherwise set {self.dsn_setting}"
+            + (" (or DATABASE_URL / PG* variables)" if self.dsn_setting == READ_DSN_SETTING else "")
+            + " to a reachable database, e.g. postgresql://user:password@localhost:5432/app",
         )
 
     def compose(self, name: str, **fragments: sql.Composable) -> sql.Composed:

@@ -5,14 +5,27 @@ detail view reads it once, pretty-printed only up to a size limit. Pages are key
 by ``id`` descending (``id < before_id``), never by ``OFFSET``, so every page costs the same
 on a large table. Ids are Python ints over the whole bigint range (callers that hand them to
 JavaScript should turn them into strings: they may exceed 2^53).
+
+Payload privacy (README, Security): what is shown or exported goes through a
+``redaction.Redactor`` (``redact_event``, ``redacted_payload``, ``events_csv``); only
+``reveal_payload`` returns a raw payload, to an operator, and writes an audit row for it
+(the one write here; outbox rows are never changed).
 """
 
+import csv
+import io
+import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions import ReplaySelection
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
+from outbox_monitor.redaction import Redactor
 
 STATUSES = ("pending", "processing", "done", "failed")
 DEFAULT_PAGE_SIZE = 50
@@ -20,6 +33,25 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 DEFAULT_TIMELINE_LIMIT = 500
 DEFAULT_FAILED_ROWS_LIMIT = 200
+MAX_EXPORT_ROWS = 10_000
+EXPORT_COLUMNS = (
+    "id",
+    "event_type",
+    "aggregate_type",
+    "aggregate_id",
+    "event_key",
+    "status",
+    "attempts",
+    "created_at",
+    "available_at",
+    "locked_at",
+    "locked_by",
+    "processed_at",
+    "last_error",
+    "payload",
+)
+"""Columns of ``events_csv``, in order (the header row)."""
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _check_limit(limit: int, maximum: int = MAX_PAGE_SIZE) -> int:
@@ -73,6 +105,31 @@ def list_events(
         DatabaseUnavailable, QueryTimeout: from the connector.
     """
     _check_limit(limit)
+    where = _events_where(
+        event_key=event_key,
+        aggregate_type=aggregate_type,
+        aggregate_id=aggregate_id,
+        event_type=event_type,
+        status=status,
+        since=since,
+        until=until,
+        before_id=before_id,
+    )
+    return db.fetch_all("events_page", {**where.params, "limit": limit}, and_filters=where.fragment)
+
+
+def _events_where(
+    *,
+    event_key: str | None,
+    aggregate_type: str | None,
+    aggregate_id: str | None,
+    event_type: str | None,
+    status: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    before_id: int | None,
+) -> Where:
+    """The filters of ``list_events`` (and of ``events_csv``) as SQL conditions."""
     if status is not None and status not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
     where = Where().event_type(event_type)
@@ -87,7 +144,7 @@ def list_events(
     where.between("created_at", since, until)
     if before_id is not None:
         where.add("id < %(before_id)s", before_id=before_id)
-    return db.fetch_all("events_page", {**where.params, "limit": limit}, and_filters=where.fragment)
+    return where
 
 
 def get_event(
@@ -191,3 +248,188 @@ def list_failed(
     _check_limit(limit)
     where = ReplaySelection(error_group=error_group or None, event_type=event_type).where()
     return db.fetch_all("failed_rows", {**where.params, "limit": limit}, and_filters=where.fragment)
+
+
+# ---------------------------------------------------------------- payload privacy (issue 4)
+
+
+def redact_event(event: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
+    """A copy of a ``get_event`` result as everyone sees it by default (README, Security).
+
+    ``payload_pretty`` and ``payload_head`` go through ``Redactor.redact_json_text`` (a
+    head cut at 256 KiB is redacted as far as it goes), ``last_error`` through
+    ``Redactor.redact_text``; the other fields are kept. The database is not changed.
+    """
+    return {
+        **event,
+        "payload_pretty": redactor.redact_json_text(event.get("payload_pretty")),
+        "payload_head": redactor.redact_json_text(event.get("payload_head")),
+        "last_error": redactor.redact_text(event.get("last_error")),
+    }
+
+
+def redacted_payload(db: Database, id: int, redactor: Redactor) -> str | None:
+    """The whole payload of one event as compact JSON text, redacted (the download of
+    someone who has not revealed it).
+
+    Returns:
+        The text, or ``None`` when no row has this id.
+
+    Raises:
+        DatabaseUnavailable, QueryTimeout: from the connector.
+    """
+    return redactor.redact_json_text(event_payload(db, id))
+
+
+@dataclass(frozen=True)
+class RevealedPayload:
+    """One event's raw payload and last_error, read by an audited reveal.
+
+    ``payload``: the whole payload as compact JSON text; ``payload_pretty``: indented JSON
+    text when it is at most the size limit (else ``None``); ``payload_bytes``: size of the
+    JSON text; ``audit_id``: the audit row written in the same transaction; ``actor``: the
+    name it records.
+    """
+
+    id: int
+    payload: str
+    payload_pretty: str | None
+    payload_bytes: int
+    last_error: str | None
+    audit_id: int
+    actor: str
+
+
+def reveal_payload(
+    db: Database,
+    id: int,
+    identity: Identity,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> RevealedPayload | None:
+    """Read one event's raw (unredacted) payload and last_error, and audit that read.
+
+    The role is checked first; then one transaction reads the row and writes an audit
+    row (action ``reveal``, ``affected_ids`` ``[id]``, actor ``identity.name``), so a
+    reveal the audit log cannot record (e.g. no INSERT grant) shows nothing.
+
+    Args:
+        db: the Database of actions (``OUTBOX_MONITOR_ACTIONS_DSN``): it writes the audit
+            log.
+        id: the event's id (any bigint).
+        identity: who asks; must hold the ``operator`` role.
+        max_payload_bytes: largest payload also returned indented; default 256 KiB.
+
+    Returns:
+        The raw payload, or ``None`` when no row has this id (nothing is audited then).
+
+    Raises:
+        AccessDenied: ``identity`` is not an operator; nothing is read or audited.
+        PermissionDenied: the actions role may not read the outbox or write the audit log.
+        DatabaseUnavailable, QueryTimeout: from the connector.
+    """
+    require(identity, Role.operator, "reveal raw payloads")
+    with db.transaction() as conn:
+        row = conn.execute(
+            db.compose("event_reveal"), {"id": id, "max_payload_bytes": max_payload_bytes}
+        ).fetchone()
+        if row is None:
+            return None
+        audit = conn.execute(
+            db.compose("audit_insert"),
+            {
+                "run_id": str(uuid.uuid4()),
+                "actor": identity.name,
+                "action": "reveal",
+                "table_name": db.table_name,
+                "filter": Jsonb({"id": str(id)}),
+                "affected_count": 1,
+                "affected_ids": [id],
+            },
+        ).fetchone()
+    return RevealedPayload(
+        id=row["id"],
+        payload=row["payload"],
+        payload_pretty=row["payload_pretty"],
+        payload_bytes=row["payload_bytes"],
+        last_error=row["last_error"],
+        audit_id=audit["id"],
+        actor=identity.name,
+    )
+
+
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: instants as ISO 8601, ``None`` as empty, and text that a spreadsheet
+    would run as a formula (starting with ``=`` ``+`` ``-`` ``@``, tab, CR) prefixed
+    with ``'``."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def events_csv(
+    db: Database,
+    redactor: Redactor,
+    *,
+    event_key: str | None = None,
+    aggregate_type: str | None = None,
+    aggregate_id: str | None = None,
+    event_type: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before_id: int | None = None,
+    limit: int = DEFAULT_PAGE_SIZE,
+) -> str:
+    """The events of a ``list_events`` search as CSV text, payload included, redacted.
+
+    Args:
+        redactor: applied to every row: ``payload`` (compact JSON text) through
+            ``redact_json_text``, ``last_error`` (whole) through ``redact_text``. Raw
+            payloads are never exported.
+        event_key, aggregate_type, aggregate_id, event_type, status, since, until,
+            before_id: the filters of ``list_events``.
+        limit: rows, 1–10,000 (the Events page exports the page it shows).
+
+    Returns:
+        CSV (RFC 4180, CRLF line ends) with the header ``EXPORT_COLUMNS`` then one line
+        per event, newest id first; instants in ISO 8601, empty cells for NULL; text
+        cells that a spreadsheet would run as a formula start with ``'``.
+
+    Raises:
+        ValueError: an unknown status or a limit out of range.
+        DatabaseUnavailable, QueryTimeout: from the connector.
+    """
+    _check_limit(limit, MAX_EXPORT_ROWS)
+    where = _events_where(
+        event_key=event_key,
+        aggregate_type=aggregate_type,
+        aggregate_id=aggregate_id,
+        event_type=event_type,
+        status=status,
+        since=since,
+        until=until,
+        before_id=before_id,
+    )
+    rows = db.fetch_all(
+        "events_export", {**where.params, "limit": limit}, and_filters=where.fragment
+    )
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(EXPORT_COLUMNS)
+    for row in rows:
+        shown = {
+            **row,
+            "id": str(row["id"]),
+            "last_error": redactor.redact_text(row["last_error"]),
+            "payload": redactor.redact_json_text(row["payload"]),
+        }
+        # JSON text cannot hold a formula ("-5" is a number): the payload is kept as it is
+        writer.writerow(
+            [shown[n] if n == "payload" else _csv_cell(shown[n]) for n in EXPORT_COLUMNS]
+        )
+    return out.getvalue()

@@ -192,6 +192,8 @@ def check_outbox_table(db: Database) -> None:
         ColumnsMissing: lists every missing column and every column of another type.
         SchemaNotInitialised: the ``outbox_monitor`` schema is absent or older than
             this version of the package.
+        PermissionDenied: the table exists but the role may not read it (or its
+            schema); the message names the missing grant (``db.mapped_errors``).
         DatabaseUnavailable: from the connector.
     """
     schema, table = db.settings.table_parts
@@ -199,6 +201,10 @@ def check_outbox_table(db: Database) -> None:
         row["column_name"]: row["data_type"]
         for row in db.fetch_all("table_columns", {"schema": schema, "name": table})
     }
+    if not columns and db.fetch_one("table_exists", {"schema": schema, "name": table})["exists"]:
+        # information_schema hides the columns of a table the role may not read: say which
+        # grant is missing (PermissionDenied from the connector) rather than "missing".
+        db.fetch_all("outbox_select_probe")
     if not columns:
         raise TableMissing(
             f"the outbox table {schema}.{table} does not exist in this database",

@@ -1,14 +1,22 @@
-"""Events: search the outbox, page through it by keyset, open one event and its aggregate."""
+"""Events: search the outbox, page through it by keyset, open one event and its aggregate.
+
+Payloads and errors are shown redacted (README, Security); an operator may reveal one
+event's raw payload, and each reveal is audited.
+"""
 
 import streamlit as st
 
-from outbox_monitor.events import STATUSES
-from outbox_monitor.ui import format, inputs, loaders, state
+from outbox_monitor.access import Role
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.events import DEFAULT_MAX_PAYLOAD_BYTES, STATUSES
+from outbox_monitor.ui import banners, format, inputs, loaders, state
 
 PAGE_SIZE = 50
 ANY_STATUS = "any"
 CURSOR = "events.cursor"
 SIGNATURE = "events.signature"
+REVEALED = "events.revealed"
+REVEAL_ERROR = "events.reveal_error"
 LIST_COLUMNS = [
     "id",
     "event_type",
@@ -90,7 +98,7 @@ if range_ok:
     cursor: list[int] = st.session_state[CURSOR]
 
     # one row more than shown tells whether an older page exists
-    fetched = loaders.events_page(
+    fetched = loaders.redacted_events_page(
         ctx.db, **filters, before_id=cursor[-1] if cursor else None, limit=PAGE_SIZE + 1
     )
     page_rows, has_older = fetched[:PAGE_SIZE], len(fetched) > PAGE_SIZE
@@ -105,7 +113,7 @@ if range_ok:
         selection_mode="single-row",
         key="events.table",
     )
-    buttons = st.columns([1, 1, 6])
+    buttons = st.columns([1, 1, 2, 4])
     buttons[0].button(
         "Newest", key="events.newest", on_click=show_newest, disabled=not cursor, width="stretch"
     )
@@ -115,6 +123,18 @@ if range_ok:
         on_click=show_older,
         args=(page_rows[-1]["id"] if page_rows else 0,),
         disabled=not has_older,
+        width="stretch",
+    )
+    page_filters = {**filters, "before_id": cursor[-1] if cursor else None, "limit": PAGE_SIZE}
+    buttons[2].download_button(
+        "Download CSV",
+        data=lambda: loaders.events_csv(ctx.db, **page_filters),
+        file_name="events.csv",
+        mime="text/csv",
+        key="events.csv",
+        disabled=not page_rows,
+        icon=":material/download:",
+        help="The events of this page with their payloads, redacted.",
         width="stretch",
     )
 
@@ -136,7 +156,7 @@ if detail_id is None:
     st.caption("Select an event to see its payload, error, timestamps and aggregate timeline.")
     st.stop()
 
-detail = loaders.event(ctx.db, detail_id)
+detail = loaders.redacted_event(ctx.db, detail_id)
 if detail is None:
     st.warning(f"No event with id {detail_id}.", icon=":material/search_off:")
     st.stop()
@@ -160,33 +180,90 @@ st.dataframe(
     hide_index=True,
     width="stretch",
 )
-if detail["last_error"]:
+
+
+def hide_raw() -> None:
+    st.session_state.pop(REVEALED, None)
+
+
+def reveal(event_id: int) -> None:
+    """Read the raw payload (audited) before the run that shows it."""
+    try:
+        found = loaders.reveal_payload(ctx.actions_db, event_id, ctx.identity)
+    except OutboxMonitorError as error:
+        st.session_state[REVEAL_ERROR] = error
+    else:
+        if found is not None:
+            st.session_state[REVEALED] = found
+
+
+revealed = st.session_state.get(REVEALED)
+if revealed is not None and revealed.id != detail_id:  # a reveal shows one event only
+    hide_raw()
+    revealed = None
+refused = st.session_state.pop(REVEAL_ERROR, None)
+if refused is not None:
+    banners.show(refused, stop=False)
+if loaders.redactor(ctx.db).enabled:
+    if revealed is not None:
+        st.button("Hide raw payload", key="events.hide", on_click=hide_raw)
+        st.caption(
+            f"Raw payload and last_error, revealed to {format.md_code(revealed.actor)} "
+            f"(audit row {revealed.audit_id})."
+        )
+    elif ctx.identity.can(Role.operator):
+        st.button(
+            "Reveal raw payload",
+            key="events.reveal",
+            on_click=reveal,
+            args=(detail_id,),
+            icon=":material/visibility:",
+            help="Shows this event's payload and last_error unredacted; the audit log "
+            "records each reveal with your name.",
+        )
+    else:
+        st.caption("Payload and last_error are redacted; an operator can reveal them.")
+
+last_error = revealed.last_error if revealed is not None else detail["last_error"]
+if last_error:
     st.markdown("**last_error**")
-    st.code(detail["last_error"], language=None, wrap_lines=True)
+    st.code(last_error, language=None, wrap_lines=True)
 
 st.markdown("**payload**")
-if detail["payload_truncated"]:
+if revealed is not None:
+    pretty = revealed.payload_pretty
+    head = None if pretty is not None else revealed.payload[:DEFAULT_MAX_PAYLOAD_BYTES]
+    payload_bytes = revealed.payload_bytes
+else:
+    pretty, head, payload_bytes = (
+        detail["payload_pretty"],
+        detail["payload_head"],
+        detail["payload_bytes"],
+    )
+if pretty is None:
     st.warning(
-        f"The payload is {format.size(detail['payload_bytes'])}, past the 256 KiB shown "
+        f"The payload is {format.size(payload_bytes)}, past the 256 KiB shown "
         "here: below are its first 262,144 characters, unformatted. Download it whole.",
         icon=":material/content_cut:",
     )
-    st.code(detail["payload_head"], language="json", wrap_lines=True)
+    st.code(head, language="json", wrap_lines=True)
+    raw = revealed.payload if revealed is not None else None
     st.download_button(
-        f"Download full payload ({format.size(detail['payload_bytes'])})",
-        data=lambda: loaders.event_payload(ctx.db, detail_id) or "",
+        f"Download full payload ({format.size(payload_bytes)}"
+        + (", raw)" if raw is not None else ", redacted)"),
+        data=raw if raw is not None else lambda: loaders.redacted_payload(ctx.db, detail_id) or "",
         file_name=f"event-{detail_id}-payload.json",
         mime="application/json",
         key="events.download",
     )
 else:
-    st.code(detail["payload_pretty"], language="json")
+    st.code(pretty, language="json")
 
 st.subheader(
     f"Timeline of {format.md_text(detail['aggregate_type'])} "
     f"{format.md_text(detail['aggregate_id'])}"
 )
-timeline = loaders.timeline(ctx.db, detail["aggregate_type"], detail["aggregate_id"])
+timeline = loaders.redacted_timeline(ctx.db, detail["aggregate_type"], detail["aggregate_id"])
 st.dataframe(
     format.table(
         [{"": "▶" if row["id"] == detail_id else "", **row} for row in timeline],

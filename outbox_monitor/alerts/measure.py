@@ -16,6 +16,7 @@ from outbox_monitor import metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
+from outbox_monitor.redaction import redactor_for
 
 MAX_INSTANCES = 200
 """At most this many event types become instances of one ``by`` rule (alphabetical)."""
@@ -222,6 +223,9 @@ def offenders(
         then adds ``{"kind": "error_group", "group_id", "event_type", "fingerprint",
         "failed", "sample_error", "last_seen" (ISO-8601)}`` from ``metrics.error_groups``
         (all dead letters of those types, the ones to replay). JSON-safe.
+        ``sample_error`` and ``fingerprint`` are redacted by the database's settings
+        (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
+        Slack message and the Alerts page never carry the raw error.
     """
     scope = event_type or rule.event_type
     if rule.metric == "failed_in_window":
@@ -230,15 +234,16 @@ def offenders(
             {"kind": "event_type", "event_type": name, "value": float(count)}
             for name, count in list(failed.items())[:limit]
         ]
+        redactor = redactor_for(db.settings)
         for group in metrics.error_groups(db, event_type=scope, limit=limit):
             found.append(
                 {
                     "kind": "error_group",
                     "group_id": group["group_id"],
                     "event_type": group["event_type"],
-                    "fingerprint": group["fingerprint"],
+                    "fingerprint": redactor.redact_text(group["fingerprint"]),
                     "failed": group["failed"],
-                    "sample_error": group["sample_error"],
+                    "sample_error": redactor.redact_text(group["sample_error"]),
                     "last_seen": _iso(group["last_seen"]),
                 }
             )

@@ -787,3 +787,85 @@ ORDER BY name;
 SELECT extract(epoch FROM now() - max(sampled_at))::float8 AS lag_seconds
 FROM outbox_monitor.samples
 WHERE table_name = %(table_name)s;
+
+
+-- ===================================================================== access: database roles (issue 4)
+
+-- name: grants
+-- The least-privilege roles of outbox-monitor's processes, printed by init-db --print-grants.
+-- outbox-monitor's database roles, printed by `outbox-monitor init-db --print-grants`
+-- for the outbox table {table}. Run it as the role that ran init-db
+-- (owner of the outbox table and of the outbox_monitor schema), with CREATEROLE.
+-- Idempotent: after an upgrade, run the new version's output again.
+-- viewer: every dashboard page, `status`, `check`, action previews (OUTBOX_MONITOR_DSN)
+DO $$ BEGIN CREATE ROLE {viewer} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+GRANT USAGE ON SCHEMA {outbox_schema} TO {viewer};
+GRANT SELECT ON {table} TO {viewer};
+GRANT USAGE ON SCHEMA outbox_monitor TO {viewer};
+GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {viewer};
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox_monitor TO {viewer};
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT SELECT ON TABLES TO {viewer};
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO {viewer};
+-- scheduler: samples, alert state and notifications; never the outbox (its optional
+-- auto-reap and auto-prune act as an operator: grant its login both roles)
+DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+GRANT {viewer} TO {scheduler};
+GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
+GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
+GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
+GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
+    outbox_monitor.notifications_id_seq TO {scheduler};
+-- operator: reap, replay, prune, silences, payload reveals, each audited
+-- (OUTBOX_MONITOR_ACTIONS_DSN)
+DO $$ BEGIN CREATE ROLE {operator} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+GRANT {viewer} TO {operator};
+GRANT UPDATE, DELETE ON {table} TO {operator};
+GRANT INSERT ON outbox_monitor.audit_log TO {operator};
+GRANT INSERT, UPDATE ON outbox_monitor.silences TO {operator};
+GRANT USAGE ON SEQUENCE outbox_monitor.audit_log_id_seq, outbox_monitor.silences_id_seq
+    TO {operator};
+-- Not granted: INSERT on the outbox (your application's) and the idempotency ledger
+-- {ledger} (your workers').
+-- Logins, one per DSN (give them passwords), for example:
+--   CREATE ROLE monitor_read LOGIN IN ROLE {viewer};          -- OUTBOX_MONITOR_DSN
+--   CREATE ROLE monitor_actions LOGIN IN ROLE {operator};     -- OUTBOX_MONITOR_ACTIONS_DSN
+--   CREATE ROLE monitor_scheduler LOGIN IN ROLE {scheduler};  -- the scheduler's DSN
+
+-- name: missing_table_privileges
+-- Which of %(privileges)s the current role lacks on the relation %(schema)s.%(name)s.
+SELECT coalesce(array_agg(p.privilege ORDER BY p.ord), ARRAY[]::text[]) AS missing
+FROM unnest(%(privileges)s::text[]) WITH ORDINALITY AS p(privilege, ord)
+WHERE NOT has_table_privilege(format('%%I.%%I', %(schema)s::text, %(name)s::text), p.privilege);
+
+-- name: relation_schemas
+-- The schemas holding a relation named %(name)s of one of %(kinds)s (pg_class.relkind).
+SELECT n.nspname AS schema
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = %(name)s AND c.relkind::text = ANY(%(kinds)s::text[])
+ORDER BY n.nspname;
+
+-- name: outbox_select_probe
+-- Read nothing from the outbox table: fails with the privilege (SELECT, schema USAGE) the role lacks.
+SELECT FROM {table} LIMIT 0;
+
+
+-- ===================================================================== payload privacy (issue 4)
+
+-- name: events_export
+-- Events matching the filters with the whole last_error and payload (JSON text), newest id first, for the CSV export.
+SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
+       created_at, available_at, locked_at, locked_by, processed_at, last_error,
+       payload::text AS payload
+FROM {table}
+WHERE true {and_filters}
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: event_reveal
+-- One event's raw payload (whole JSON text, and indented when at most %(max_payload_bytes)s bytes) and last_error, for an audited reveal.
+SELECT id, payload::text AS payload, octet_length(payload::text) AS payload_bytes,
+       CASE WHEN octet_length(payload::text) <= %(max_payload_bytes)s
+            THEN jsonb_pretty(payload) END AS payload_pretty,
+       last_error
+FROM {table}
+WHERE id = %(id)s;

@@ -6,7 +6,7 @@ other arguments, so two databases never share an entry. Values are the plain row
 ``metrics``, ``events`` and ``actions``.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,8 @@ from outbox_monitor.actions import ActionResult, Preview, Progress
 from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import state as alert_state
 from outbox_monitor.db import Database
+from outbox_monitor.events import RevealedPayload
+from outbox_monitor.redaction import Redactor, redactor_for
 from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
 from outbox_monitor.ui.state import MIN_REFRESH_SECONDS
 
@@ -205,6 +207,61 @@ def event_payload(db: Database, event_id: int) -> str | None:
     return events.event_payload(db, event_id)
 
 
+# ----------------------------------------------------------------------- payload privacy
+
+
+def redactor(db: Database) -> Redactor:
+    """The redactor of the database's settings (``redaction.redactor_for``)."""
+    return redactor_for(db.settings)
+
+
+def redacted_events_page(db: Database, **filters: Any) -> list[dict[str, Any]]:
+    """``events_page`` with ``last_error`` redacted (``Redactor.redact_text``)."""
+    return redactor(db).redact_rows(events_page(db, **filters))
+
+
+@_cached
+def _redacted_event(key: str, _db: Database, event_id: int) -> dict[str, Any] | None:
+    found = events.get_event(_db, event_id)
+    return None if found is None else events.redact_event(found, redactor(_db))
+
+
+def redacted_event(db: Database, event_id: int) -> dict[str, Any] | None:
+    """``events.get_event`` through ``events.redact_event``: payload (or its head) and
+    last_error redacted, as everyone sees them until an operator reveals them."""
+    return _redacted_event(_key(db), db, event_id)
+
+
+def redacted_payload(db: Database, event_id: int) -> str | None:
+    """``events.redacted_payload``: the whole payload, redacted (not cached)."""
+    return events.redacted_payload(db, event_id, redactor(db))
+
+
+def redacted_timeline(db: Database, aggregate_type: str, aggregate_id: str) -> list[dict[str, Any]]:
+    """``timeline`` with ``last_error`` redacted."""
+    return redactor(db).redact_rows(timeline(db, aggregate_type, aggregate_id))
+
+
+def events_csv(db: Database, **filters: Any) -> str:
+    """``events.events_csv`` with the database's redactor (not cached: built on download)."""
+    return events.events_csv(db, redactor(db), **filters)
+
+
+def reveal_payload(db: Database, event_id: int, identity: Identity) -> RevealedPayload | None:
+    """``events.reveal_payload`` (audited), then clears the audit log cache.
+
+    Args:
+        db: the Database of actions (``ctx.actions_db``).
+
+    Raises:
+        The errors of ``events.reveal_payload`` (``AccessDenied`` for a viewer).
+    """
+    try:
+        return events.reveal_payload(db, event_id, identity)
+    finally:
+        _audit.clear()
+
+
 @_cached
 def _timeline(
     key: str, _db: Database, aggregate_type: str, aggregate_id: str
@@ -241,6 +298,7 @@ STALE_AFTER_ACTION = (
     _group_event_type,
     _events_page,
     _event,
+    _redacted_event,
     _timeline,
     _audit,
 )
@@ -270,12 +328,14 @@ def apply(
 
 
 def preview_replay(db: Database, selection: actions.ReplaySelection) -> Preview:
-    """``actions.preview_replay`` (never cached: a confirm applies what was just counted).
+    """``actions.preview_replay`` (never cached: a confirm applies what was just counted),
+    its sample rows' ``last_error`` redacted for display (what is applied is unchanged).
 
     Raises:
         ActionRefused: an empty selection.
     """
-    return actions.preview_replay(db, selection)
+    preview = actions.preview_replay(db, selection)
+    return replace(preview, sample=redactor(db).redact_rows(preview.sample))
 
 
 def preview_reap(db: Database, *, event_type: str | None) -> Preview:

@@ -1,6 +1,7 @@
 """The README's grants for an existing database ("Deploy", "Against an existing database"),
-run as written: init-db as the outbox table's owner, the README's SQL block, then each
-role runs what it is meant to — and is refused what it is not."""
+run as written: init-db as the outbox table's owner, the README's SQL block (which is
+exactly what `outbox-monitor init-db --print-grants` prints), then each role runs what it
+is meant to — and is refused what it is not."""
 
 import json
 import os
@@ -68,8 +69,32 @@ def grants_db(pg_cluster: TemporaryCluster, tmp_path_factory: pytest.TempPathFac
     with psycopg.connect(dsn_as("app_owner"), autocommit=True) as owner:
         owner.execute(readme_grants())
     with psycopg.connect(empty_dsn, autocommit=True) as su:
+        # The logins the block's comment suggests, one per process.
         su.execute("CREATE ROLE test_viewer LOGIN IN ROLE outbox_viewer")
+        su.execute("CREATE ROLE monitor_scheduler LOGIN IN ROLE outbox_scheduler")
+        su.execute("CREATE ROLE monitor_dashboard LOGIN IN ROLE outbox_operator")
     return dsn_as
+
+
+def test_the_readme_grants_are_what_init_db_prints(tmp_path):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    printed = subprocess.run(
+        [CLI, "init-db", "--print-grants"], env=env, capture_output=True, text=True, timeout=60
+    )
+    as_json = subprocess.run(
+        [CLI, "init-db", "--print-grants", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == readme_grants(), (
+        "README's grants block differs from `outbox-monitor init-db --print-grants`; "
+        "paste the printed text into it"
+    )
+    assert json.loads(as_json.stdout)["sql"] + "\n" == printed.stdout
 
 
 def test_each_role_can_do_its_job_and_no_more(grants_db, tmp_path):
@@ -89,7 +114,11 @@ def test_each_role_can_do_its_job_and_no_more(grants_db, tmp_path):
         home=tmp_path,
     )
     assert refused.returncode == 1
-    assert "permission denied" in json.loads(refused.stdout)["error"].lower()
+    error = json.loads(refused.stdout)
+    assert "permission denied" in error["error"].lower()
+    assert '"test_viewer" lacks UPDATE on table public.integration_outbox' in error["error"]
+    assert "member of outbox_operator" in error["hint"]
+    assert "OUTBOX_MONITOR_ACTIONS_DSN is unset" in error["hint"]
 
     scheduler_refused = run_as(
         "monitor_scheduler",
@@ -98,6 +127,7 @@ def test_each_role_can_do_its_job_and_no_more(grants_db, tmp_path):
         home=tmp_path,
     )
     assert scheduler_refused.returncode == 1, "the scheduler never changes the outbox"
+    assert "lacks UPDATE on table public.integration_outbox" in scheduler_refused.stdout
 
     operator = run_as(
         "monitor_dashboard",
