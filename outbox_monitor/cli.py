@@ -273,13 +273,7 @@ def _open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
         settings = load_settings(
             dsn=given.get("dsn"), table=given.get("table"), actions_dsn=actions_dsn or given["dsn"]
         )
-    db = Database(settings, purpose="actions", dsn_setting=option)
-    try:
-        schema.check_outbox_table(db)
-    except BaseException:
-        db.close()
-        raise
-    return db
+    return open_checked(settings, purpose="actions", dsn_setting=option)
 
 
 def _run_action(

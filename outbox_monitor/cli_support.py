@@ -94,13 +94,17 @@ def fail(error: OutboxMonitorError, as_json: bool, exit_code: int = EXIT_ERROR) 
     sys.exit(exit_code)
 
 
-def open_checked(settings: Settings) -> Database:
+def open_checked(settings: Settings, **options: Any) -> Database:
     """A ``Database`` whose outbox table passed ``schema.check_outbox_table``.
+
+    Args:
+        settings: the connection and table.
+        **options: more arguments of ``Database`` (``purpose``, ``dsn_setting``).
 
     Raises:
         TableMissing, ColumnsMissing, SchemaNotInitialised, DatabaseUnavailable.
     """
-    db = Database(settings)
+    db = Database(settings, **options)
     try:
         schema.check_outbox_table(db)
     except BaseException:
