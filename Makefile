@@ -17,7 +17,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test lint install lock browser clean
+.PHONY: demo test lint install lock browser oidc-provider clean
 
 # --no-compile: Python compiles only the modules a run imports, once (halves the install).
 $(BIN)/outbox-monitor: pyproject.toml requirements.lock
@@ -50,11 +50,17 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
+# The real OpenID provider of the sign-in tests (npm oidc-provider, installed outside the
+# repo in ~/.cache/outbox-monitor/oidc-provider-<version>, only when absent).
+oidc-provider:
+	@if command -v node >/dev/null 2>&1; then tests/oidc/install.sh >/dev/null; \
+	else echo "node is missing: the OIDC sign-in tests will be skipped"; fi
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: install browser lint
+test: install browser oidc-provider lint
 	$(BIN)/pytest
 
 clean:

@@ -11,8 +11,9 @@ from outbox_monitor.ui import flows, format, inputs, loaders, state
 DAY = 86400.0
 DEFAULT_DONE_DAYS = 30
 DEFAULT_FAILED_DAYS = 90
+# Retention ages up to 100 years (longer ones overflow timestamps and mean "never"). A
+# comment: Streamlit's magic would write a bare string onto the page.
 MAX_DAYS = 36500
-"""Retention ages up to 100 years (longer ones overflow timestamps and mean "never")."""
 
 ctx = state.context()
 f = ctx.filters

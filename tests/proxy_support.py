@@ -1,0 +1,130 @@
+"""A stand-in for an authenticating reverse proxy (oauth2-proxy style) in front of the
+dashboard: every request it forwards, the websocket upgrade included, carries the
+identity headers it was given; the same headers sent by the browser are dropped.
+
+Why not Playwright's ``extra_http_headers``: Chromium does not add them to a websocket
+handshake (measured: the page's GET has them, the ``Upgrade: websocket`` GET has not),
+and Streamlit reads ``st.context.headers`` from the websocket's request.
+
+Plain asyncio streams on a thread: each connection carries one request (the proxy asks
+the upstream for ``Connection: close``) or one websocket, piped both ways as bytes.
+"""
+
+import asyncio
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+
+CHUNK = 65536
+HEAD_LIMIT = 65536
+"""Largest request head (request line and headers) accepted, bytes."""
+
+
+def _rewrite(head: bytes, headers: Mapping[str, str]) -> bytes:
+    """The request head with ``headers`` set (the client's own values of them dropped) and,
+    unless it is a websocket upgrade, ``Connection: close``."""
+    request_line, *fields = head.decode("latin-1").split("\r\n")[:-2]
+    names = {name.lower() for name in headers}
+    upgrade = any(
+        field.split(":", 1)[0].strip().lower() == "upgrade" and "websocket" in field.lower()
+        for field in fields
+    )
+    if not upgrade:
+        names.add("connection")
+    kept = [field for field in fields if field.split(":", 1)[0].strip().lower() not in names]
+    added = [f"{name}: {value}" for name, value in headers.items()]
+    if not upgrade:
+        added.append("Connection: close")
+    return "\r\n".join([request_line, *kept, *added, "", ""]).encode("latin-1")
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with suppress(ConnectionError):
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+class HeaderProxy:
+    """Forwards ``127.0.0.1:<port>`` to ``127.0.0.1:<upstream_port>`` adding ``headers``."""
+
+    def __init__(self, upstream_port: int, headers: Mapping[str, str]) -> None:
+        self.upstream_port = upstream_port
+        self.headers = dict(headers)
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _handle(self, client_reader, client_writer) -> None:
+        self._tasks.add(asyncio.current_task())
+        upstream_writer = None
+        try:
+            try:
+                head = await client_reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                return
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                "127.0.0.1", self.upstream_port, limit=HEAD_LIMIT
+            )
+            upstream_writer.write(_rewrite(head, self.headers))
+            await upstream_writer.drain()
+            pipes = [
+                asyncio.create_task(_pipe(client_reader, upstream_writer)),
+                asyncio.create_task(_pipe(upstream_reader, client_writer)),
+            ]
+            # the first side to end (usually the upstream, after its response) ends both
+            _, pending = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        finally:
+            if upstream_writer is not None:
+                await _close(upstream_writer)
+            await _close(client_writer)
+            self._tasks.discard(asyncio.current_task())
+
+    def start(self) -> "HeaderProxy":
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._handle, "127.0.0.1", 0, limit=HEAD_LIMIT), self._loop
+        ).result(timeout=10)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            self._server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+@contextmanager
+def header_proxy(upstream_url: str, headers: Mapping[str, str]) -> Iterator[str]:
+    """``with header_proxy("http://127.0.0.1:8501", {"X-Forwarded-Email": "a@x"}) as url``:
+    the dashboard at ``upstream_url`` seen through a proxy that sends ``headers``; yields
+    the proxy's base URL."""
+    port = int(upstream_url.rsplit(":", 1)[1].rstrip("/"))
+    proxy = HeaderProxy(port, headers).start()
+    try:
+        yield proxy.url
+    finally:
+        proxy.stop()
