@@ -544,13 +544,21 @@ def _traffic_options(command: Callable) -> Callable:
 @main.command()
 @click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
 @_traffic_options
-def demo(port: int, rate: float, workers: int) -> None:
+@click.option(
+    "--worker",
+    type=click.Choice(["simulator", "n8n"]),
+    default="simulator",
+    show_default=True,
+    help="Who works the outbox: simulated worker threads, or the real n8n running the "
+    "shipped workflows (install it first: n8n/install.sh; see n8n/README.md).",
+)
+def demo(port: int, rate: float, workers: int, worker: str) -> None:
     """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
     everything and removes the database."""
     from outbox_monitor.demo import run_demo
 
     try:
-        sys.exit(run_demo(port=port, rate=rate, workers=workers))
+        sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
     except OutboxMonitorError as error:
         fail(error, as_json=False)
 

@@ -1,12 +1,16 @@
 """``outbox-monitor demo``: a throwaway Postgres, realistic traffic, the scheduler, the dashboard.
 
 Everything runs in this process (simulator and scheduler in threads) plus one Streamlit
-child; Ctrl-C (or SIGTERM) stops all of it and deletes the temporary cluster.
+child; Ctrl-C (or SIGTERM) stops all of it and deletes the temporary cluster. With
+``--worker n8n`` the rows are worked by the real n8n (the shipped workflows, see
+n8n/README.md) calling a local downstream that fails as the simulator's handlers do,
+instead of the simulated worker threads.
 """
 
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -19,7 +23,9 @@ from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.downstream import Downstream, poller_settings, simulated_faults
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.n8n import N8N_VERSION, N8n, find_n8n, workflows_folder
 from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
 from outbox_monitor.schema import init_db
@@ -43,6 +49,12 @@ DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you wat
 DEMO_LOCK_TIMEOUT = 300.0
 DEMO_BACKFILL = 3600.0
 START_TIMEOUT = 120.0
+WORKERS = ("simulator", "n8n")
+# The shipped poller polls every 10 s with batches of 50; the demo's 20 events/s (and the
+# retries) need more: 1 s and 100 (≈ 2,600 rows/min measured here, 2 shared cores).
+DEMO_N8N_POLL_SECONDS = 1
+DEMO_N8N_BATCH_SIZE = 100
+DEMO_DOWNSTREAM_AUTHORIZATION = "Bearer outbox-demo"
 
 
 def _check_port_free(port: int) -> None:
@@ -72,6 +84,28 @@ def _ignoring_sigint():
         signal.signal(signal.SIGINT, previous)
 
 
+def _worker_lines(rate: float, workers: int, n8n: N8n | None) -> tuple[str, ...]:
+    if n8n is not None:
+        return (
+            f"  traffic    ≈{rate:g} events/s, worked by n8n {N8N_VERSION}; ",
+            f"  n8n        {n8n.url} (outbox-poller: {DEMO_N8N_BATCH_SIZE} rows every "
+            f"{DEMO_N8N_POLL_SECONDS} s; create an owner account on first visit)",
+            f"             nudge: POST {n8n.nudge_url}; files and log: {n8n.folder}",
+            f"  faults     {PERMANENT_EVENT_TYPE} dead-letters (HTTP 401, bad API key); "
+            f"~{TRANSIENT_ERROR_RATE:.0%} transient errors retried with backoff;",
+            f"             {SLOW_EVENT_TYPE} is slow; stop n8n (kill it) and "
+            f"its batch shows as stuck locks after {DEMO_LOCK_TIMEOUT / 60:g} min",
+        )
+    crash_minutes = DEFAULT_CRASH_EVERY / workers / 60
+    return (
+        f"  traffic    ≈{rate:g} events/s, {workers} workers; ",
+        f"  faults     {PERMANENT_EVENT_TYPE} dead-letters (HTTP 401, bad API key); "
+        f"~{TRANSIENT_ERROR_RATE:.0%} transient errors retried with backoff;",
+        f"             {SLOW_EVENT_TYPE} is slow; a worker crash every ~{crash_minutes:.1f} "
+        f"min leaves stuck locks (lock timeout {DEMO_LOCK_TIMEOUT / 60:g} min)",
+    )
+
+
 def _banner(
     *,
     url: str,
@@ -82,8 +116,9 @@ def _banner(
     workers: int,
     backfilled: dict[str, Any],
     slack: str,
+    n8n: N8n | None = None,
 ) -> str:
-    crash_minutes = DEFAULT_CRASH_EVERY / workers / 60
+    traffic, *faults = _worker_lines(rate, workers, n8n)
     return "\n".join(
         (
             "",
@@ -94,12 +129,8 @@ def _banner(
             f"  CLI        OUTBOX_MONITOR_DSN='{dsn}' OUTBOX_MONITOR_LOCK_TIMEOUT="
             f"{DEMO_LOCK_TIMEOUT / 60:g}m .venv/bin/outbox-monitor status",
             f"  data       {folder} (deleted when the demo stops)",
-            f"  traffic    ≈{rate:g} events/s, {workers} workers; "
-            f"{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
-            f"  faults     {PERMANENT_EVENT_TYPE} dead-letters (HTTP 401, bad API key); "
-            f"~{TRANSIENT_ERROR_RATE:.0%} transient errors retried with backoff;",
-            f"             {SLOW_EVENT_TYPE} is slow; a worker crash every ~{crash_minutes:.1f} "
-            f"min leaves stuck locks (lock timeout {DEMO_LOCK_TIMEOUT / 60:g} min)",
+            f"{traffic}{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
+            *faults,
             f"  alerts     {slack}",
             "Ctrl-C to stop.",
             "",
@@ -117,7 +148,18 @@ def _route_to_sink(sink: SlackSink) -> str:
     return f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)"
 
 
-def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
+def _start_n8n(n8n: N8n, outcome: dict[str, Any]) -> None:
+    """Import the credentials and workflows, activate them, start n8n (a thread's target)."""
+    try:
+        n8n.setup()
+        n8n.start()
+    except Exception as error:
+        outcome["n8n_error"] = error
+
+
+def run_demo(
+    *, port: int = 8501, rate: float = 20.0, workers: int = 4, worker: str = "simulator"
+) -> int:
     """Run the whole product on a throwaway database until Ctrl-C or SIGTERM.
 
     Starts a ``TemporaryCluster``, runs ``init_db``, the traffic simulator (background
@@ -128,21 +170,36 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
     Args:
         port: the dashboard's port.
         rate: mean events per second of the simulated app.
-        workers: simulated worker threads.
+        workers: simulated worker threads (``worker="simulator"`` only).
+        worker: ``"simulator"`` (worker threads in this process) or ``"n8n"``: the real
+            n8n (``outbox_monitor.n8n``) runs the shipped workflows against a local
+            downstream that fails as the simulated handlers do; the simulator only
+            publishes.
 
     Returns:
         ``0`` when stopped by Ctrl-C or SIGTERM; the dashboard's exit code if it died.
 
     Raises:
         PostgresNotFound: no PostgreSQL server binaries; the message says how to get them.
+        N8nNotFound: ``worker="n8n"`` and n8n is not installed (checked before anything
+            starts); the hint says how to install it.
         OutboxMonitorError: the port is taken, or a part failed to start (with its output).
     """
     started = time.monotonic()
+    if worker not in WORKERS:
+        raise OutboxMonitorError(f"unknown worker {worker!r}; expected one of {WORKERS}")
+    n8n_binary = find_n8n() if worker == "n8n" else None
+    if n8n_binary is not None:
+        workflows_folder()
     _check_port_free(port)
     cluster = TemporaryCluster()
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
     db = scheduler = process = simulator = output = sink = None
+    n8n: N8n | None = None
+    downstream: Downstream | None = None
+    n8n_starter: threading.Thread | None = None
+    seed = random.SystemRandom().randrange(2**31)
 
     def on_ready(backfilled: dict[str, Any]) -> None:
         outcome["backfill"] = backfilled
@@ -154,9 +211,11 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
                 run_simulation(
                     settings,
                     rate=rate,
-                    workers=workers,
+                    workers=0 if n8n is not None else workers,
                     backfill=DEMO_BACKFILL,
                     stop_event=stop,
+                    seed=seed,
+                    crash_every=None if n8n is not None else DEFAULT_CRASH_EVERY,
                     on_ready=on_ready,
                 )
             )
@@ -174,6 +233,26 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
             )
             db = Database(settings)
             init_db(db)
+            if n8n_binary is not None:
+                downstream = Downstream(
+                    authorization=DEMO_DOWNSTREAM_AUTHORIZATION, decide=simulated_faults(seed)
+                ).start()
+                n8n = N8n(
+                    cluster.dsn,
+                    settings=poller_settings(
+                        downstream,
+                        OUTBOX_POLL_SECONDS=str(DEMO_N8N_POLL_SECONDS),
+                        OUTBOX_BATCH_SIZE=str(DEMO_N8N_BATCH_SIZE),
+                        OUTBOX_IDEMPOTENT_EVENT_TYPES=".",  # every type but notification.*
+                        OUTBOX_MAX_ATTEMPTS=str(settings.max_attempts),
+                    ),
+                    downstream_header=("Authorization", DEMO_DOWNSTREAM_AUTHORIZATION),
+                    binary=n8n_binary,
+                )
+                n8n_starter = threading.Thread(
+                    target=_start_n8n, args=(n8n, outcome), name="n8n-start", daemon=True
+                )
+                n8n_starter.start()
             os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
             slack_target = "Slack, per the routes of alerts.yml and the SLACK_* variables"
             if not any(os.environ.get(name) for name in SLACK_VARIABLES):
@@ -192,6 +271,10 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
             scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
             scheduler.start()
             wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)
+            if n8n_starter is not None:
+                n8n_starter.join()
+                if "n8n_error" in outcome:
+                    raise outcome["n8n_error"]
             print(
                 _banner(
                     url=f"http://{DEMO_ADDRESS}:{port}",
@@ -202,10 +285,15 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
                     workers=workers,
                     backfilled=outcome["backfill"],
                     slack=slack_target,
+                    n8n=n8n,
                 ),
                 flush=True,
             )
+            n8n_was_running = n8n is not None
             while process.poll() is None:
+                if n8n_was_running and n8n is not None and not n8n.running:
+                    print(f"n8n exited (log: {n8n.log_path}); rows wait for a worker", flush=True)
+                    n8n_was_running = False
                 time.sleep(0.5)
             print(f"the dashboard exited with code {process.returncode}; stopping", flush=True)
             return process.returncode or 1
@@ -216,6 +304,12 @@ def run_demo(*, port: int = 8501, rate: float = 20.0, workers: int = 4) -> int:
         with _ignoring_sigint():
             stop.set()
             stop_process(process)
+            if n8n is not None:
+                n8n.close()  # a start still in progress (n8n_starter) then fails and ends
+            if n8n_starter is not None:
+                n8n_starter.join()
+            if downstream is not None:
+                downstream.stop()
             if scheduler is not None and scheduler.running:
                 scheduler.shutdown(wait=True)
             if simulator is not None:
