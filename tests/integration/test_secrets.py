@@ -123,6 +123,9 @@ def test_an_unparsable_dsn_is_refused_without_quoting_the_password(tmp_path):
 
 def test_log_records_of_a_failing_database_never_show_the_password(cluster, caplog):
     caplog.set_level(logging.DEBUG)
+    # `outbox-monitor` quiets the pool's logger (cli.main); a CLI test run in this process
+    # earlier would hide exactly the records this test reads.
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
     unreachable = password_dsn(cluster, PASSWORD, port=free_port())
     for dsn in (password_dsn(cluster, WRONG_PASSWORD), unreachable):
         with Database(load_settings(dsn=dsn)) as failing, pytest.raises(DatabaseUnavailable):
