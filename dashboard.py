@@ -1,6 +1,7 @@
 """outbox-monitor dashboard: the page list, the shared sidebar, the start-up table check.
 
-Run with ``streamlit run dashboard.py`` (or ``outbox-monitor dashboard``). The only caller
+Run with ``outbox-monitor dashboard`` (127.0.0.1, and the sign-in checks of
+``serve.check_exposure``). The only caller
 of ``st.navigation`` for the pages (``ui.access`` and ``ui.banners`` list only their own
 stand-alone page); every page is listed here, under the least role that opens it.
 Filters live in the URL:

@@ -3,6 +3,7 @@
 import json
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -12,6 +13,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -58,12 +60,20 @@ DEFAULT_REDACT_KEYS = (
     "*token*",
     "*secret*",
     "*password*",
-    "authorization",
+    "*auth*",
+    "*api*key*",
+    "*credential*",
 )
 """JSON key globs (case-insensitive, any depth) whose values are redacted for viewers."""
 DEFAULT_REDACT_VALUES = ("card", "email")
 """Value detectors: ``card`` (Luhn-valid 13–19 digit numbers), ``email``, or a regex."""
 
+_EMAIL_ENTRY = re.compile(r"(\*|[^\s,;@*]+)?@[^\s,;@*]+")
+"""A role entry naming an e-mail (``alice@example.com``), a domain (``@example.com``,
+``*@example.com``)."""
+_CLAIM_ENTRY = re.compile(r"[A-Za-z_][\w.:-]*=[^\s,;]+")
+"""A role entry matching an ID-token claim (``groups=oncall``)."""
+MIN_COOKIE_SECRET_CHARS = 32
 _NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
 _QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
 
@@ -238,7 +248,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_role_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for entry in value:
-            if "@" not in entry and "=" not in entry.strip("="):
+            if not (_EMAIL_ENTRY.fullmatch(entry) or _CLAIM_ENTRY.fullmatch(entry)):
                 raise ValueError(
                     f"{entry!r} is not an e-mail (alice@example.com), a domain (@example.com) "
                     "or a claim match (groups=oncall)"
@@ -259,6 +269,36 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"expected an HTTP header name such as X-Forwarded-Email, got {value!r}"
             )
+        return value
+
+    @field_validator("oidc_metadata_url", "oidc_redirect_url")
+    @classmethod
+    def _check_oidc_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"expected an http(s) URL, got {value!r}")
+        if info.field_name == "oidc_redirect_url" and not parts.path.endswith("/oauth2callback"):
+            raise ValueError(
+                "Streamlit receives the sign-in at /oauth2callback: expected "
+                f"https://<dashboard>/oauth2callback, got {value!r}"
+            )
+        return value.strip()
+
+    @field_validator("oidc_cookie_secret", "oidc_client_secret")
+    @classmethod
+    def _check_oidc_secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is None:
+            return value
+        length = len(value.get_secret_value().strip())
+        if info.field_name == "oidc_cookie_secret" and length < MIN_COOKIE_SECRET_CHARS:
+            raise ValueError(
+                f"at least {MIN_COOKIE_SECRET_CHARS} random characters (it signs the session "
+                f"cookie), got {length}; e.g. `openssl rand -hex 32`"
+            )
+        if length == 0:
+            raise ValueError("empty")
         return value
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -34,32 +35,58 @@ LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 OIDC_PROMPT = "login"
 """Asked of the identity provider at sign-in (Streamlit's default, ``select_account``, is
 Google's; ``login`` is understood by every OpenID provider)."""
+PROXY_WARNING = (
+    "WARNING: proxy sign-in trusts the {header} header of every request reaching {address}: "
+    "make sure only the authenticating proxy can reach it."
+)
+NO_ROLES_WARNING = (
+    "WARNING: {mode} sign-in with no one mapped to a role (OUTBOX_MONITOR_ADMINS, "
+    "_OPERATORS, _VIEWERS are empty): everyone who signs in is asked to ask for access."
+)
 INSECURE_WARNING = (
     "WARNING: the dashboard listens on {address} WITHOUT sign-in (--insecure-no-auth): "
     "anyone who reaches it can see payloads and replay, reap and prune as {actor}."
 )
 
 
-def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) -> str | None:
-    """Refuse to serve a dashboard without sign-in beyond this machine (README, Security).
+def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) -> list[str]:
+    """Check the sign-in settings before serving (README, Security).
 
     Args:
-        settings: ``auth`` (``local``, ``oidc``, ``proxy``) and ``insecure_no_auth``.
+        settings: ``auth`` (``local``, ``oidc``, ``proxy``), the OIDC settings, the role
+            mapping and ``insecure_no_auth``.
         address: the interface Streamlit will listen on.
         insecure_no_auth: the ``--insecure-no-auth`` flag.
 
     Returns:
-        ``None``, or the warning to print on every start when serving without sign-in on
-        a non-loopback address was asked for explicitly.
+        The warnings to print on every start: serving without sign-in on a non-loopback
+        address (asked for explicitly); proxy mode on a non-loopback address (the identity
+        header is trusted from whoever reaches it); a sign-in mode with no one mapped to
+        a role.
 
     Raises:
         ConfigError: a non-loopback ``address`` in ``local`` mode without the flag (or
-            ``OUTBOX_MONITOR_INSECURE_NO_AUTH=true``).
+            ``OUTBOX_MONITOR_INSECURE_NO_AUTH=true``); ``oidc`` mode without the
+            ``OUTBOX_MONITOR_OIDC_*`` settings or an ``[auth]`` section in a Streamlit
+            secrets file.
     """
-    if settings.auth != "local" or address in LOOPBACK_ADDRESSES:
-        return None
+    exposed = address not in LOOPBACK_ADDRESSES
+    warnings = []
+    if settings.auth != "local" and not (settings.admins or settings.operators or settings.viewers):
+        warnings.append(NO_ROLES_WARNING.format(mode=settings.auth))
+    if settings.auth == "oidc" and settings.oidc_client_id is None and not _auth_secrets():
+        raise ConfigError(
+            "OUTBOX_MONITOR_AUTH=oidc, but no OIDC settings are given",
+            hint="Set OUTBOX_MONITOR_OIDC_METADATA_URL, _CLIENT_ID, _CLIENT_SECRET, "
+            "_COOKIE_SECRET and _REDIRECT_URL, or write an [auth] section in "
+            ".streamlit/secrets.toml (README, Security).",
+        )
+    if settings.auth == "proxy" and exposed:
+        warnings.append(PROXY_WARNING.format(address=address, header=settings.proxy_header))
+    if settings.auth != "local" or not exposed:
+        return warnings
     if insecure_no_auth or settings.insecure_no_auth:
-        return INSECURE_WARNING.format(address=address, actor=settings.actor or "the OS user")
+        return [INSECURE_WARNING.format(address=address, actor=settings.actor or "the OS user")]
     raise ConfigError(
         f"refusing to serve the dashboard on {address} without sign-in: anyone who reaches "
         "it could read payloads and replay, reap and prune",
@@ -67,6 +94,17 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
         "proxy), serve on 127.0.0.1, or pass --insecure-no-auth if a network boundary "
         "already guards it (README, Security).",
     )
+
+
+def _auth_secrets() -> bool:
+    """Whether a Streamlit secrets file Streamlit reads for the dashboard (the user's or
+    the repository's ``.streamlit/secrets.toml``) has an ``[auth]`` section."""
+    places = (Path.home() / ".streamlit", dashboard_script().parent / ".streamlit")
+    for path in (folder / "secrets.toml" for folder in places):
+        with contextlib.suppress(OSError, ValueError):
+            if "auth" in tomllib.loads(path.read_text()):
+                return True
+    return False
 
 
 def _toml_string(value: str) -> str:
@@ -307,9 +345,10 @@ def run_dashboard(
         OutboxMonitorError: ``dashboard.py`` is absent.
         RulesError: ``with_scheduler`` and the rules file is invalid.
     """
-    warning = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
-    if warning:
+    warnings = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
+    for warning in warnings:
         print(warning, file=sys.stderr, flush=True)
+    if insecure_no_auth:
         settings = settings.model_copy(update={"insecure_no_auth": True})
     db = scheduler = server = process = None
     secrets_dir = tempfile.TemporaryDirectory(prefix="outbox-monitor-secrets-")

@@ -6,6 +6,8 @@ page of its own (sign in, ask for access, refused) and stops the run: nothing be
 dashboard.py runs for someone without a role.
 """
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -16,6 +18,7 @@ from outbox_monitor.config import Settings
 from outbox_monitor.ui import format
 
 LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+ONE_ADDRESS = re.compile(r"[^\s,;@]+@[^\s,;@]+")
 
 
 def _stop_on(page_title: str, body: Any) -> NoReturn:
@@ -48,9 +51,17 @@ def _sign_in() -> NoReturn:
 
 
 def _oidc_identity(settings: Settings) -> Identity:
-    if not st.user.is_logged_in:
-        _sign_in()
     claims: Mapping[str, Any] = st.user.to_dict()
+    if "is_logged_in" not in claims:  # Streamlit found no [auth] secrets
+        _refused(
+            "Sign-in is not configured",
+            "OUTBOX_MONITOR_AUTH is oidc, but Streamlit has no [auth] settings: set "
+            "OUTBOX_MONITOR_OIDC_METADATA_URL, _CLIENT_ID, _CLIENT_SECRET, _COOKIE_SECRET "
+            "and _REDIRECT_URL and start it with `outbox-monitor dashboard` (README, "
+            "Security).",
+        )
+    if not claims["is_logged_in"]:
+        _sign_in()
     email = claims.get("email")
     role = role_for(settings, email, claims)
     name = str(email or claims.get("sub") or "unknown")
@@ -74,6 +85,13 @@ def _proxy_identity(settings: Settings) -> Identity:
             f"{format.md_code(settings.proxy_header)} header, and this request has none. "
             "Open the dashboard through the proxy's address.",
         )
+    if not ONE_ADDRESS.fullmatch(email):
+        _refused(
+            "No identity",
+            f"The {format.md_code(settings.proxy_header)} header holds "
+            f"{format.md_code(email)}, not one e-mail address: the proxy must set it (not "
+            "append to it).",
+        )
     groups_header = settings.proxy_groups_header
     raw_groups = st.context.headers.get(groups_header) if groups_header else None
     groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
@@ -88,12 +106,27 @@ def _proxy_identity(settings: Settings) -> Identity:
     return Identity(email, role, "proxy")
 
 
+def _remote_client() -> str | None:
+    """The browser's address when it is on another machine, else ``None`` (an IPv4 address
+    mapped into IPv6, ``::ffff:10.0.0.5``, is given as ``10.0.0.5``)."""
+    raw = st.context.ip_address  # None for 127.0.0.1 and ::1
+    if raw is None:
+        return None
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        return raw
+    address = getattr(address, "ipv4_mapped", None) or address
+    return None if address.is_loopback else str(address)
+
+
 def identity(settings: Settings) -> Identity:
     """The identity of this browser session, or a page of its own and ``st.stop()``.
 
     - ``local`` (``OUTBOX_MONITOR_AUTH`` unset): the local user, ``admin``
-      (``access.local_identity``). Refused when Streamlit was told to listen on a
-      non-loopback address without ``OUTBOX_MONITOR_INSECURE_NO_AUTH``.
+      (``access.local_identity``). Refused, without ``OUTBOX_MONITOR_INSECURE_NO_AUTH``,
+      when Streamlit listens on a non-loopback address or the browser is on another
+      machine (``streamlit run`` listens on every interface by default).
     - ``oidc``: ``st.user`` after ``st.login``; a sign-in page until then; the role from
       the mapping (``access.role_for`` on the e-mail and ID-token claims).
     - ``proxy``: the e-mail in ``OUTBOX_MONITOR_PROXY_HEADER`` (groups from
@@ -107,13 +140,17 @@ def identity(settings: Settings) -> Identity:
     if settings.auth == "proxy":
         return _proxy_identity(settings)
     address = st.get_option("server.address")
-    if address and address not in LOOPBACK_ADDRESSES and not settings.insecure_no_auth:
+    exposed = bool(address and address not in LOOPBACK_ADDRESSES)
+    remote = _remote_client()
+    if (exposed or remote is not None) and not settings.insecure_no_auth:
+        where = format.md_code(address) if exposed else "every interface"
         _refused(
             "Sign-in required",
-            f"This dashboard listens on {format.md_code(address)} without a sign-in mode. "
-            "Set OUTBOX_MONITOR_AUTH=oidc or proxy (README, Security), serve it on "
-            "127.0.0.1, or set OUTBOX_MONITOR_INSECURE_NO_AUTH=true if a network boundary "
-            "already guards it.",
+            f"This dashboard listens on {where} without a sign-in mode"
+            + (f" and this request comes from {format.md_code(remote)}" if remote else "")
+            + ". Set OUTBOX_MONITOR_AUTH=oidc or proxy (README, Security), serve it on "
+            "127.0.0.1 with `outbox-monitor dashboard`, or set "
+            "OUTBOX_MONITOR_INSECURE_NO_AUTH=true if a network boundary already guards it.",
         )
     return local_identity(settings)
 

@@ -80,7 +80,7 @@ def test_the_local_user_is_an_admin_named_by_the_setting_or_the_option():
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "::1", "localhost"])
 def test_loopback_needs_no_sign_in(address):
-    assert check_exposure(load_settings(), address, insecure_no_auth=False) is None
+    assert check_exposure(load_settings(), address, insecure_no_auth=False) == []
 
 
 def test_a_non_loopback_address_without_sign_in_is_refused():
@@ -90,14 +90,64 @@ def test_a_non_loopback_address_without_sign_in_is_refused():
     assert "--insecure-no-auth" in error.value.hint
 
 
-def test_insecure_no_auth_serves_with_a_warning_and_sign_in_modes_need_none():
-    warning = check_exposure(load_settings(actor="ops"), "0.0.0.0", insecure_no_auth=True)
+def test_insecure_no_auth_serves_with_a_warning():
+    [warning] = check_exposure(load_settings(actor="ops"), "0.0.0.0", insecure_no_auth=True)
     assert warning.startswith("WARNING: the dashboard listens on 0.0.0.0 WITHOUT sign-in")
     assert "as ops" in warning
     by_setting = load_settings(insecure_no_auth="true")
-    assert check_exposure(by_setting, "10.0.0.5", insecure_no_auth=False)
-    for mode in ("oidc", "proxy"):
-        assert check_exposure(load_settings(auth=mode), "0.0.0.0", insecure_no_auth=False) is None
+    assert len(check_exposure(by_setting, "10.0.0.5", insecure_no_auth=False)) == 1
+
+
+def test_proxy_mode_beyond_loopback_warns_that_the_header_is_trusted():
+    settings = load_settings(auth="proxy", viewers="@example.com")
+    assert check_exposure(settings, "127.0.0.1", insecure_no_auth=False) == []
+    [warning] = check_exposure(settings, "0.0.0.0", insecure_no_auth=False)
+    assert warning == (
+        "WARNING: proxy sign-in trusts the X-Forwarded-Email header of every request "
+        "reaching 0.0.0.0: make sure only the authenticating proxy can reach it."
+    )
+
+
+def test_a_sign_in_mode_with_no_one_mapped_warns():
+    [warning] = check_exposure(load_settings(**OIDC), "0.0.0.0", insecure_no_auth=False)
+    assert warning.startswith("WARNING: oidc sign-in with no one mapped to a role")
+    mapped = load_settings(**OIDC, operators="groups=oncall")
+    assert check_exposure(mapped, "0.0.0.0", insecure_no_auth=False) == []
+
+
+def test_oidc_mode_without_its_settings_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.streamlit/secrets.toml
+    with pytest.raises(ConfigError, match="OUTBOX_MONITOR_AUTH=oidc, but no OIDC settings"):
+        check_exposure(load_settings(auth="oidc"), "127.0.0.1", insecure_no_auth=False)
+    (tmp_path / ".streamlit").mkdir()
+    (tmp_path / ".streamlit" / "secrets.toml").write_text('[auth]\nclient_id = "x"\n')
+    settings = load_settings(auth="oidc", viewers="@example.com")
+    assert check_exposure(settings, "127.0.0.1", insecure_no_auth=False) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("oidc_metadata_url", "notaurl", "expected an http(s) URL, got 'notaurl'"),
+        ("oidc_redirect_url", "https://x.example/callback", "/oauth2callback"),
+        ("oidc_cookie_secret", "short", "at least 32 random characters"),
+        ("oidc_client_secret", " ", "empty"),
+    ],
+)
+def test_bad_oidc_settings_name_the_variable(monkeypatch, name, value, message):
+    for key, given in {**OIDC, name: value}.items():
+        monkeypatch.setenv(f"OUTBOX_MONITOR_{key.upper()}", given)
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    assert f"OUTBOX_MONITOR_{name.upper()}: " in str(error.value)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize("entry", ["@", "a@b.com;c@d.com", "a b@c.com", "groups=", "bob"])
+def test_odd_role_entries_are_refused(monkeypatch, entry):
+    monkeypatch.setenv("OUTBOX_MONITOR_OPERATORS", entry)
+    with pytest.raises(ConfigError, match="OUTBOX_MONITOR_OPERATORS: "):
+        load_settings()
 
 
 OIDC = {

@@ -1,0 +1,73 @@
+"""Local mode serves the person at this machine only: ``streamlit run dashboard.py``
+listens on every interface, and a browser on another machine gets the "Sign-in required"
+page instead of an admin session (README, Security)."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from outbox_monitor.pgcluster import free_port
+from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.browser
+
+
+def outward_address() -> str | None:
+    """This machine's address on its outward interface (no packet is sent), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_a_browser_on_another_machine_is_refused_in_local_mode(dsn, rows, page: Page, tmp_path):
+    address = outward_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to come from")
+    rows.add()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_MONITOR_")}
+    env.update(HOME=str(tmp_path), OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_ACTOR="local-admin")
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "dashboard.py"),
+        "--server.headless=true",
+        f"--server.port={port}",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+    ]  # no --server.address: Streamlit listens on every interface
+    log = (tmp_path / "streamlit.log").open("w")
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while not healthy(f"http://127.0.0.1:{port}"):
+            assert server.poll() is None and time.monotonic() < deadline, "streamlit died"
+            time.sleep(0.2)
+
+        page.goto(f"http://{address}:{port}/")
+        expect(page.get_by_role("heading", name="Sign-in required")).to_be_visible()
+        refusal = page.get_by_text("and this request comes from")
+        expect(refusal).to_be_visible()
+        expect(refusal.locator("code").first).to_have_text(address)
+        expect(page.get_by_text("Queue depth")).to_have_count(0)
+
+        page.goto(f"http://127.0.0.1:{port}/")  # the person at this machine
+        expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+        expect(page.get_by_text("local-admin")).to_be_visible()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
