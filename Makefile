@@ -69,7 +69,7 @@ n8n:
 # wait for the install (a failed install fails them, with the log below).
 test: install browser oidc-provider lint
 	@mkdir -p test-artifacts
-	@n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
+	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
 	OUTBOX_MONITOR_REQUIRE_N8N=1 $(BIN)/pytest; status=$$?; \
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \
