@@ -1,6 +1,7 @@
 """The connector: one pool, autocommit reads, a statement timeout, errors that say the fix."""
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,10 +63,29 @@ _TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
 _NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
 _QUALIFIED_NAME = re.compile(rf"({_NAME})\s*\.\s*({_NAME})")
 _NOT_CODE = re.compile(r"--[^\n]*|'(?:[^']|'')*'|\$\$.*?\$\$", re.S)
+AUTHENTICATION_FAILED = ("28P01", "28000")
+"""SQLSTATEs of a refused login: invalid_password, invalid_authorization_specification."""
+# libpq reports a refused login of a connection attempt without a SQLSTATE: the server's
+# messages for 28P01/28000 (auth.c, postinit.c) and libpq's own "no password supplied".
+_AUTHENTICATION_FAILED = re.compile(
+    r"authentication failed for user|no pg_hba\.conf entry|role \".*\" does not exist|"
+    r"is not permitted to log in|no password supplied"
+)
+_TARGET_ENV = {
+    "host": ("PGHOST", "PGHOSTADDR"),
+    "port": ("PGPORT",),
+    "user": ("PGUSER",),
+    "dbname": ("PGDATABASE",),
+}
+"""The libpq variables that fill a part missing from a DSN, in order (never PGPASSWORD)."""
 
 
 def describe_target(dsn: str | None) -> str:
     """Where a DSN points, without its password: ``user@host:port/dbname``.
+
+    A part the DSN leaves out is taken, as libpq does, from ``PGHOST`` (else
+    ``PGHOSTADDR``), ``PGPORT``, ``PGUSER``, ``PGDATABASE`` of ``os.environ`` (never
+    ``PGPASSWORD``).
 
     Args:
         dsn: a libpq connection string or URI, or ``None`` (libpq ``PG*`` variables).
@@ -77,6 +97,9 @@ def describe_target(dsn: str | None) -> str:
         parts = conninfo_to_dict(dsn or "")
     except psycopg.ProgrammingError:
         return "an unparsable DSN"
+    for part, names in _TARGET_ENV.items():
+        if not parts.get(part) and not (part == "host" and parts.get("hostaddr")):
+            parts[part] = next(filter(None, (os.environ.get(name) for name in names)), None)
     host = parts.get("host") or parts.get("hostaddr") or "local socket"
     port = parts.get("port") or "5432"
     return f"{parts.get('user') or 'default user'}@{host}:{port}/{parts.get('dbname') or '?'}"
@@ -208,7 +231,11 @@ def permission_denied(
     The message names the login, the privilege and the object (``the database role
     "monitor_read" lacks UPDATE on table public.integration_outbox (permission denied
     for table integration_outbox)``); the hint names the DSN setting of that login, the
-    outbox-monitor role that holds the privilege, and ``init-db --print-grants``.
+    outbox-monitor role that holds the privilege, and ``init-db --print-grants``. When the
+    read login (``OUTBOX_MONITOR_DSN``) lacks an operator privilege (``acting``, or a
+    privilege only the operator role holds: an action run while
+    ``OUTBOX_MONITOR_ACTIONS_DSN`` is unset), the hint first says to point
+    ``OUTBOX_MONITOR_ACTIONS_DSN`` at an operator login (least privilege).
 
     Args:
         error: the psycopg error.
@@ -246,10 +273,15 @@ def permission_denied(
         if role
         else f"Grant it to {login}"
     )
-    if acting and dsn_setting == READ_DSN_SETTING:
-        fix += (
-            f"; actions use {READ_DSN_SETTING} while {ACTIONS_DSN_SETTING} is unset: "
-            f"better point {ACTIONS_DSN_SETTING} at an operator login"
+    operator_privilege = role == grants.DEFAULT_OPERATOR_ROLE
+    if (acting or operator_privilege) and dsn_setting == READ_DSN_SETTING:
+        # Least privilege first: a separate operator login, the read login left a viewer.
+        operators = f" (a member of {role})" if role else ""
+        fix = (
+            f"Point {ACTIONS_DSN_SETTING} at an operator login{operators}: actions use "
+            f"{READ_DSN_SETTING} while {ACTIONS_DSN_SETTING} is unset, and the read login "
+            f"had best keep read-only grants (least privilege). Otherwise "
+            f"{fix[0].lower()}{fix[1:]}"
         )
     return PermissionDenied(
         message,
@@ -512,6 +544,19 @@ class Database:
 
     def _unreachable(self, error: psycopg.OperationalError) -> DatabaseUnavailable:
         reason = _first_line(error)
+        if error.sqlstate in AUTHENTICATION_FAILED or _AUTHENTICATION_FAILED.search(reason):
+            return DatabaseUnavailable(
+                f"the login or password of {self.dsn_setting} was refused by "
+                f"{describe_target(self.settings.dsn)}: {reason}",
+                hint=f"Check the user and password of {self.dsn_setting}"
+                + (
+                    " (or DATABASE_URL / PG* variables, ~/.pgpass)"
+                    if self.dsn_setting == READ_DSN_SETTING
+                    else ""
+                )
+                + ", and that the server's pg_hba.conf lets that login connect to this "
+                "database.",
+            )
         refused = "Connection refused" in reason or "No such file" in reason
         return DatabaseUnavailable(
             f"cannot connect to {describe_target(self.settings.dsn)}: {reason}",

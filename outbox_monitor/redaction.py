@@ -8,8 +8,9 @@ Security):
   against JSON key names at any depth, including keys of objects inside arrays; the value
   of a matching key becomes the string ``"[redacted]"``, whatever its type.
 - ``redact_values``: detectors applied to every other string: ``card`` (Luhn-valid numbers
-  of 13–19 digits, spaces or dashes allowed between digit groups), ``email``, or a regular
-  expression; each match becomes ``[redacted]``.
+  of 13–19 digits, spaces or dashes allowed between digit groups), ``email`` (also
+  URL-encoded: ``frank%40example.com``), or a regular expression; each match becomes
+  ``[redacted]``.
 
 Free text (``last_error``, error samples in Slack) gets the value detectors plus the key
 globs on ``key=value``, ``key: value`` and ``"key": "value"`` pairs, so an error quoting a
@@ -42,8 +43,9 @@ CARD_MIN_DIGITS = 13
 CARD_MAX_DIGITS = 19
 
 _REDACTED_JSON = json.dumps(REDACTED)
-# starts only where a local part can start, so a long word is not re-scanned from each char
-_EMAIL = re.compile(r"(?<![\w.+%-])[\w.+%-]+@[\w-]+(?:\.[\w-]+)*\.[^\W\d_]{2,}")
+# starts only where a local part can start, so a long word is not re-scanned from each char;
+# the @ may be URL-encoded (frank%40example.com in a query string or a logged URL)
+_EMAIL = re.compile(r"(?<![\w.+%-])[\w.+%-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*\.[^\W\d_]{2,}")
 # digit groups separated by 1–3 spaces or dashes ("4111 - 1111"); not inside a longer run
 _DIGIT_RUN = re.compile(r"(?<![0-9])[0-9]+(?:[ -]{1,3}[0-9]+)*(?![0-9])")
 _DIGIT_GROUP = re.compile(r"[0-9]+")
@@ -56,7 +58,8 @@ _KEY_SEPARATOR = re.compile(
 )
 _PAIR_VALUE = re.compile(
     r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*\'"""
-    r"""|(?:(?:Bearer|Basic|Token|Digest)\s+)?[^\s,;&"'<>(){}\[\]]+""",
+    # a bare value never ends with a colon: "email=gina@example.com: bounced"
+    r"""|(?:(?:Bearer|Basic|Token|Digest)\s+)?[^\s,;&"'<>(){}\[\]]*[^\s,;&"'<>(){}\[\]:]""",
     re.IGNORECASE,
 )
 

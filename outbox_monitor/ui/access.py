@@ -110,7 +110,7 @@ def _remote_client() -> str | None:
     """The browser's address when it is on another machine, else ``None`` (an IPv4 address
     mapped into IPv6, ``::ffff:10.0.0.5``, is given as ``10.0.0.5``)."""
     raw = st.context.ip_address  # None for 127.0.0.1 and ::1
-    if raw is None:
+    if not isinstance(raw, str):  # None, or no client at all (AppTest)
         return None
     try:
         address = ipaddress.ip_address(raw)

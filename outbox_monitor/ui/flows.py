@@ -3,7 +3,8 @@
 The preview is kept in ``st.session_state`` between reruns, with the selection it was made
 for; changing the selection drops it. Confirming applies exactly that preview (its filter,
 ``id <=`` its largest id, and the guard), shows progress, clears the stale caches, and
-keeps the result on screen until the next preview.
+keeps the result on screen until the next preview. A failed apply (a refused grant, a
+timeout) is shown inside the flow, with its hint, and drops the preview.
 """
 
 from collections.abc import Callable, Hashable, Sequence
@@ -14,7 +15,7 @@ import streamlit as st
 from outbox_monitor.access import Identity
 from outbox_monitor.actions import ActionResult, Preview
 from outbox_monitor.db import Database
-from outbox_monitor.errors import ActionRefused
+from outbox_monitor.errors import ActionRefused, OutboxMonitorError
 from outbox_monitor.ui import banners, format, loaders
 
 
@@ -85,6 +86,10 @@ def action_flow(
         sample_columns, sample_durations: how to show the preview's sample rows.
         auto_preview: make the preview on first render (e.g. the list of stuck locks).
         details: optional extra rendering of a preview (e.g. prune counts per status).
+
+    An ``OutboxMonitorError`` of the confirmed apply (e.g. ``PermissionDenied`` on a
+    read-only actions login) is shown in place of the preview, with its hint; the progress
+    bar is removed and the preview dropped, and the rest of the page keeps rendering.
     """
     preview_key, result_key = f"{key}.preview", f"{key}.result"
     stored = stored_preview(key)
@@ -135,7 +140,15 @@ def action_flow(
         def on_progress(done: int, total: int) -> None:
             progress.progress(min(done / max(total, 1), 1.0), text=f"{noun}: {done:,} / {total:,}")
 
-        outcome = loaders.apply(db, preview, actor=actor, on_progress=on_progress)
+        try:
+            outcome = loaders.apply(db, preview, actor=actor, on_progress=on_progress)
+        except OutboxMonitorError as error:
+            # Shown here, in this flow, so the page's other tabs still render; the preview
+            # is dropped (the next run previews afresh: earlier batches may have committed).
+            progress.empty()
+            st.session_state.pop(preview_key, None)
+            banners.show(error, stop=False)
+            return
         st.session_state[result_key] = outcome
         st.session_state.pop(preview_key, None)
         st.rerun()

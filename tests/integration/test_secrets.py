@@ -31,7 +31,7 @@ from tests.least_privilege import (
 
 CLI = str(Path(sys.prefix) / "bin" / "outbox-monitor")
 CLIENT_SECRET = "oidc-client-Secr3t-7f3a"
-COOKIE_SECRET = "cookie-Secr3t-c0ffee-91"
+COOKIE_SECRET = "cookie-Secr3t-c0ffee-91-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +94,17 @@ def test_cli_errors_never_show_the_password(cluster, tmp_path, failure, as_json)
         ),
     ]
 
-    reason = "password authentication failed" if failure == "wrong password" else "refused"
+    if failure == "wrong password":
+        said, reason = "was refused by", "password authentication failed"
+    else:
+        said, reason = "cannot connect to", "refused"
     for result in outputs:
         text = result.stdout + result.stderr
         assert result.returncode == 1, text
-        assert f"cannot connect to {PASSWORD_LOGIN}@127.0.0.1" in text and reason in text
+        assert f"{said} {PASSWORD_LOGIN}@127.0.0.1" in text and reason in text
+        if failure == "wrong password":
+            assert "the login or password of " in text and "Check the user and password" in text
+            assert "Is the database server up" not in text
         assert secret not in text and PASSWORD not in text
         if as_json:
             assert set(json.loads(result.stdout)) == {"error", "hint"}

@@ -120,6 +120,24 @@ def test_a_replay_through_a_read_only_actions_login_names_the_missing_grant(
         assert owner.execute("SELECT count(*) FROM outbox_monitor.audit_log").fetchone()[0] == 0
 
 
+def test_without_an_actions_dsn_the_hint_first_suggests_an_operator_login(
+    open_page, environment, dsn, logins, seeded, rows
+):
+    read_only(environment, dsn, logins)
+
+    at = replay_failed_row(open_page)
+
+    assert not at.exception
+    assert "lacks UPDATE on table public.integration_outbox" in plain(at.error[0].value)
+    hint = " ".join(i.value for i in at.info)
+    assert hint.startswith(
+        "Point OUTBOX_MONITOR_ACTIONS_DSN at an operator login (a member of outbox_operator)"
+    ), hint
+    assert hint.index("OUTBOX_MONITOR_ACTIONS_DSN") < hint.index("Otherwise make the role")
+    assert "outbox-monitor init-db --print-grants" in hint
+    assert rows.get(seeded["failed"])["status"] == "failed"
+
+
 def test_the_same_replay_through_the_operator_login_is_applied_and_audited(
     open_page, environment, dsn, logins, seeded, rows
 ):
@@ -136,3 +154,30 @@ def test_the_same_replay_through_the_operator_login_is_applied_and_audited(
             "SELECT actor, action, affected_ids FROM outbox_monitor.audit_log"
         ).fetchall()
     assert audit == [(ACTOR, "replay", [seeded["failed"]])]
+
+
+def test_a_refused_reap_is_shown_in_its_flow_and_the_next_run_renders_normally(
+    open_page, environment, dsn, logins, seeded, rows
+):
+    read_only(environment, dsn, logins, actions=logins.read)
+    at = open_page("actions")
+    assert any("**1** row would be reaped" in m.value for m in at.markdown), texts(at)
+
+    at.button(key="actions.reap.confirm").click().run()
+
+    assert not at.exception
+    reap, replay, prune, audit = at.tabs
+    (banner,) = reap.error
+    assert plain(banner.value).startswith("**Permission denied** — ")
+    assert "OUTBOX_MONITOR_ACTIONS_DSN" in " ".join(i.value for i in reap.info)
+    assert not at.get("progress")  # no "reap…" bar left behind
+    assert replay.button(key="actions.replay.preview_button")
+    assert prune.button(key="actions.prune.preview_button")
+    assert audit.caption[0].value == "No action has been taken yet."
+    assert rows.get(seeded["stuck"])["status"] == "processing"
+
+    at.run()  # the next run: the preview was dropped, the stuck lock is listed afresh
+
+    assert not at.exception and not at.error, texts(at)
+    assert any("**1** row would be reaped" in m.value for m in at.markdown), texts(at)
+    assert at.button(key="actions.prune.preview_button")

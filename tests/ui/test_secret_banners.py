@@ -49,13 +49,22 @@ def test_the_read_dsn_banner_never_shows_the_password(open_page, environment, cl
     port = free_port() if failure == "unreachable" else None
     environment.setenv("OUTBOX_MONITOR_DSN", password_dsn(cluster, secret, port=port))
 
+    said = (
+        "the login or password of OUTBOX_MONITOR_DSN was refused by "
+        if failure == "wrong password"
+        else "cannot connect to "
+    )
     for page in PAGES:
         at = open_page(page)
         banner = plain(at.error[0].value)
-        assert banner.startswith("**Database unreachable** — cannot connect to "), banner
+        assert banner.startswith(f"**Database unreachable** — {said}"), banner
         assert f"{PASSWORD_LOGIN}@127.0.0.1" in banner
+        hint = " ".join(i.value for i in at.info)
+        if failure == "wrong password":
+            assert hint.startswith("Check the user and password of OUTBOX_MONITOR_DSN"), hint
+            assert "Is the database server up" not in hint
         content = everything(at)
-        assert "cannot connect to" in content  # the search sees the banner itself
+        assert "was refused by" in content or "cannot connect to" in content  # the banner
         assert secret not in content and PASSWORD not in content, page
 
 
@@ -74,8 +83,14 @@ def test_the_actions_dsn_banner_never_shows_the_password(open_page, environment,
     at.button(key="actions.replay.confirm").click().run()
 
     banner = plain(at.error[0].value)
-    assert banner.startswith("**Database unreachable** — cannot connect to "), banner
+    assert banner.startswith(
+        "**Database unreachable** — the login or password of OUTBOX_MONITOR_ACTIONS_DSN "
+        f"was refused by {PASSWORD_LOGIN}@127.0.0.1"
+    ), banner
     assert "password authentication failed" in banner
-    assert "OUTBOX_MONITOR_ACTIONS_DSN" in " ".join(i.value for i in at.info)
+    (replay,) = (tab for tab in at.tabs if tab.label == "Replay by filter")
+    assert plain(replay.error[0].value) == banner  # shown in the replay's own flow
+    hint = " ".join(i.value for i in replay.info)
+    assert hint.startswith("Check the user and password of OUTBOX_MONITOR_ACTIONS_DSN"), hint
     content = everything(at)
     assert WRONG_PASSWORD not in content and PASSWORD not in content

@@ -168,6 +168,44 @@ def test_email_and_regex_detectors():
     assert redactor.redact_text("no at-sign here, a@b, @home") == "no at-sign here, a@b, @home"
 
 
+def test_url_encoded_addresses_are_found_and_a_trailing_colon_is_kept():
+    detector = Redactor([], ["email"])
+    keyed = Redactor(DEFAULT_REDACT_KEYS, ["email"])
+
+    for redactor in (detector, keyed):
+        assert redactor.redact_text("GET /users?mail=frank%40example.com&page=2 failed") == (
+            f"GET /users?mail={R}&page=2 failed"
+        )
+        assert redactor.redact_text("no FRANK%40Example.COM.") == f"no {R}."
+        assert redactor.redact_text("email=gina@example.com: bounced") == (f"email={R}: bounced")
+        assert redactor.redact_text("email=gina@example.com:") == f"email={R}:"
+    assert detector.redact_text("50%40 off, 100%40") == "50%40 off, 100%40"
+    assert keyed.redact_text("token=a:b: expired") == f"token={R}: expired"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "auth",
+        "Authorization",
+        "X-Auth-Token",
+        "oauth",
+        "api_key",
+        "apikey",
+        "x-api-key",
+        "apiKey",
+        "credentials",
+        "aws_credential",
+    ],
+)
+def test_the_default_globs_hide_credentials_keys(key):
+    redactor = Redactor(DEFAULT_REDACT_KEYS, [])
+
+    assert redactor.matches_key(key)
+    assert redactor.redact_value({key: "k1", "sku": "x"}) == {key: R, "sku": "x"}
+    assert redactor.redact_text(f"{key}=k1 sku=x") == f"{key}={R} sku=x"
+
+
 def test_detector_entries_are_checked():
     assert check_value_detector("CARD")("4111111111111111") == R
     assert check_value_detector(" email ")("a@b.co") == R
@@ -332,7 +370,7 @@ def test_free_text_errors(default):
     assert default.redact_text(error) == (
         f'HTTP 400 from crm: {{"email": "{R}", "name": "Ann", "phone": {R}}} '
         f"url=https://crm/x?access_token={R}&page=2 Authorization: {R} "
-        f"card {R} declined; 'password': '{R}', api_key => k1"
+        f"card {R} declined; 'password': '{R}', api_key => {R}"
     )
     assert default.redact_text(None) is None
     assert default.redact_text("HTTP 500 upstream timeout after 5000 ms") == (
