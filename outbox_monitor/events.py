@@ -120,14 +120,14 @@ def list_events(
 
 def _events_where(
     *,
-    event_key: str | None,
-    aggregate_type: str | None,
-    aggregate_id: str | None,
-    event_type: str | None,
-    status: str | None,
-    since: datetime | None,
-    until: datetime | None,
-    before_id: int | None,
+    event_key: str | None = None,
+    aggregate_type: str | None = None,
+    aggregate_id: str | None = None,
+    event_type: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before_id: int | None = None,
 ) -> Where:
     """The filters of ``list_events`` (and of ``events_csv``) as SQL conditions."""
     if status is not None and status not in STATUSES:
@@ -375,15 +375,8 @@ def events_csv(
     db: Database,
     redactor: Redactor,
     *,
-    event_key: str | None = None,
-    aggregate_type: str | None = None,
-    aggregate_id: str | None = None,
-    event_type: str | None = None,
-    status: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    before_id: int | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
+    **filters: Any,
 ) -> str:
     """The events of a ``list_events`` search as CSV text, payload included, redacted.
 
@@ -391,9 +384,10 @@ def events_csv(
         redactor: applied to every row: ``payload`` (compact JSON text) through
             ``redact_json_text``, ``last_error`` (whole) through ``redact_text``. Raw
             payloads are never exported.
-        event_key, aggregate_type, aggregate_id, event_type, status, since, until,
-            before_id: the filters of ``list_events``.
         limit: rows, 1–10,000 (the Events page exports the page it shows).
+        **filters: the filters of ``list_events`` (``event_key``, ``aggregate_type``,
+            ``aggregate_id``, ``event_type``, ``status``, ``since``, ``until``,
+            ``before_id``).
 
     Returns:
         CSV (RFC 4180, CRLF line ends) with the header ``EXPORT_COLUMNS`` then one line
@@ -402,19 +396,11 @@ def events_csv(
 
     Raises:
         ValueError: an unknown status or a limit out of range.
+        TypeError: an unknown filter.
         DatabaseUnavailable, QueryTimeout: from the connector.
     """
     _check_limit(limit, MAX_EXPORT_ROWS)
-    where = _events_where(
-        event_key=event_key,
-        aggregate_type=aggregate_type,
-        aggregate_id=aggregate_id,
-        event_type=event_type,
-        status=status,
-        since=since,
-        until=until,
-        before_id=before_id,
-    )
+    where = _events_where(**filters)
     rows = db.fetch_all(
         "events_export", {**where.params, "limit": limit}, and_filters=where.fragment
     )
