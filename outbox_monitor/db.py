@@ -19,6 +19,7 @@ from outbox_monitor import grants
 from outbox_monitor.config import Settings
 from outbox_monitor.errors import (
     DatabaseUnavailable,
+    LoginRefused,
     OutboxMonitorError,
     PermissionDenied,
     QueryTimeout,
@@ -545,7 +546,7 @@ class Database:
     def _unreachable(self, error: psycopg.OperationalError) -> DatabaseUnavailable:
         reason = _first_line(error)
         if error.sqlstate in AUTHENTICATION_FAILED or _AUTHENTICATION_FAILED.search(reason):
-            return DatabaseUnavailable(
+            return LoginRefused(
                 f"the login or password of {self.dsn_setting} was refused by "
                 f"{describe_target(self.settings.dsn)}: {reason}",
                 hint=f"Check the user and password of {self.dsn_setting}"

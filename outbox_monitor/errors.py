@@ -28,6 +28,10 @@ class DatabaseUnavailable(OutboxMonitorError):
     """The database cannot be reached (wrong DSN, server down or restarting)."""
 
 
+class LoginRefused(DatabaseUnavailable):
+    """The server refused the DSN's user or password (SQLSTATE 28P01/28000)."""
+
+
 class TableMissing(OutboxMonitorError):
     """The configured outbox table does not exist."""
 

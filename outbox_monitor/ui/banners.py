@@ -26,6 +26,7 @@ from outbox_monitor.errors import (
     ColumnsMissing,
     ConfigError,
     DatabaseUnavailable,
+    LoginRefused,
     OutboxMonitorError,
     PermissionDenied,
     QueryTimeout,
@@ -36,6 +37,7 @@ from outbox_monitor.ui import format
 
 TITLES: dict[type[OutboxMonitorError], str] = {
     DatabaseUnavailable: "Database unreachable",
+    LoginRefused: "Database login refused",
     TableMissing: "Outbox table missing",
     ColumnsMissing: "Outbox table columns missing",
     QueryTimeout: "Statement timeout",
