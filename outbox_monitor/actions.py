@@ -298,20 +298,58 @@ def apply(
     return replace(result, skipped=max(preview.matched - result.changed, 0))
 
 
-def _audit(
-    conn, db: Database, run_id: str, actor: Identity, preview: Preview, ids: list[int]
-) -> None:
-    conn.execute(
+def record_audit(
+    conn: Any,
+    db: Database,
+    *,
+    actor: Identity,
+    action: str,
+    details: dict[str, Any],
+    ids: list[int],
+    run_id: str | None = None,
+) -> int:
+    """Write one audit row in the caller's transaction (every audited change: actions,
+    silences, payload reveals).
+
+    Args:
+        conn: the connection of the transaction that makes the change.
+        actor: who; its name is recorded.
+        action: ``reap``, ``replay``, ``prune``, ``silence``, ``reveal`` …
+        details: the filter or details (JSON-able; datetimes are written in ISO 8601).
+        ids: the rows changed; the first ``MAX_AUDIT_IDS`` are kept, all are counted.
+        run_id: ties the batches of one action together; default a new one.
+
+    Returns:
+        The audit row's id.
+    """
+    row = conn.execute(
         db.compose("audit_insert"),
         {
-            "run_id": run_id,
+            "run_id": run_id or str(uuid.uuid4()),
             "actor": actor.name,
-            "action": preview.action,
+            "action": action,
             "table_name": db.table_name,
-            "filter": Jsonb(preview.filter),
+            "filter": Jsonb(
+                {k: v.isoformat() if isinstance(v, datetime) else v for k, v in details.items()}
+            ),
             "affected_count": len(ids),
             "affected_ids": ids[:MAX_AUDIT_IDS],
         },
+    ).fetchone()
+    return row["id"]
+
+
+def _audit(
+    conn, db: Database, run_id: str, actor: Identity, preview: Preview, ids: list[int]
+) -> None:
+    record_audit(
+        conn,
+        db,
+        actor=actor,
+        action=preview.action,
+        details=preview.filter,
+        ids=ids,
+        run_id=run_id,
     )
 
 

@@ -14,15 +14,12 @@ Payload privacy (README, Security): what is shown or exported goes through a
 
 import csv
 import io
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions import ReplaySelection
+from outbox_monitor.actions import ReplaySelection, record_audit
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 from outbox_monitor.redaction import Redactor
@@ -335,25 +332,16 @@ def reveal_payload(
         ).fetchone()
         if row is None:
             return None
-        audit = conn.execute(
-            db.compose("audit_insert"),
-            {
-                "run_id": str(uuid.uuid4()),
-                "actor": identity.name,
-                "action": "reveal",
-                "table_name": db.table_name,
-                "filter": Jsonb({"id": str(id)}),
-                "affected_count": 1,
-                "affected_ids": [id],
-            },
-        ).fetchone()
+        audit_id = record_audit(
+            conn, db, actor=identity, action="reveal", details={"id": str(id)}, ids=[id]
+        )
     return RevealedPayload(
         id=row["id"],
         payload=row["payload"],
         payload_pretty=row["payload_pretty"],
         payload_bytes=row["payload_bytes"],
         last_error=row["last_error"],
-        audit_id=audit["id"],
+        audit_id=audit_id,
         actor=identity.name,
     )
 

@@ -13,7 +13,6 @@ literal). Creating and expiring a silence are operator actions: each writes an a
 """
 
 import re
-import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.actions import record_audit
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 
@@ -144,20 +144,7 @@ def expire_silence(
 def _audit(
     db: Database, conn: Any, actor: Identity, action: str, details: dict[str, Any], row: dict
 ) -> None:
-    conn.execute(
-        db.compose("audit_insert"),
-        {
-            "run_id": str(uuid.uuid4()),
-            "actor": actor.name,
-            "action": action,
-            "table_name": db.table_name,
-            "filter": Jsonb(
-                {k: v.isoformat() if isinstance(v, datetime) else v for k, v in details.items()}
-            ),
-            "affected_count": 1,
-            "affected_ids": [row["id"]],
-        },
-    )
+    record_audit(conn, db, actor=actor, action=action, details=details, ids=[row["id"]])
 
 
 def active_silences(db: Database, now: datetime) -> list[dict[str, Any]]:
