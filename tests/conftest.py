@@ -183,3 +183,14 @@ def slack_sink(slack_sink_options: dict[str, Any]) -> Iterator[SlackSink]:
     """The local Slack-compatible sink running on 127.0.0.1 for this test."""
     with SlackSink(**slack_sink_options) as sink:
         yield sink
+
+
+@pytest.fixture
+def logins(pg_cluster, dsn):
+    """Logins of each role ``init-db --print-grants`` prints, granted in this test's
+    database (``tests.least_privilege``)."""
+    from tests.least_privilege import grant_in, logins_for
+
+    found = logins_for(pg_cluster)
+    grant_in(dsn, found)
+    return found

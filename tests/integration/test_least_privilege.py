@@ -28,7 +28,6 @@ from outbox_monitor.grants import Roles
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.schema import check_outbox_table, init_db
 from tests.alerting import notifications, rules_file
-from tests.least_privilege import Logins, grant_in, logins_for
 
 CLI = str(Path(sys.prefix) / "bin" / "outbox-monitor")
 PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE")
@@ -40,13 +39,6 @@ routes:
 rules:
   - {name: backlog, metric: queue_depth, op: ">", threshold: 1, route: oncall}
 """
-
-
-@pytest.fixture
-def logins(pg_cluster, dsn) -> Logins:
-    logins = logins_for(pg_cluster)
-    grant_in(dsn, logins)
-    return logins
 
 
 def cli(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess:

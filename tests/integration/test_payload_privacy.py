@@ -20,21 +20,9 @@ from outbox_monitor.db import Database
 from outbox_monitor.errors import AccessDenied, PermissionDenied
 from outbox_monitor.redaction import REDACTED, redactor_for
 from tests.alerting import notifications
+from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
 
 R = REDACTED
-PAYLOAD = {
-    "customer": {"Email": "a@b.co", "cards": [{"card_number": "4111 1111 1111 1111"}]},
-    "note": "paid with 4111-1111-1111-1111",
-    "items": [{"sku": "x", "token": "t"}],
-}
-EXPECTED = {  # with the shipped defaults: "cards" matches card*
-    "customer": {"Email": R, "cards": R},
-    "note": f"paid with {R}",
-    "items": [{"sku": "x", "token": R}],
-}
-ERROR = 'HTTP 402 from psp: card 4111 1111 1111 1111 declined {"email": "a@b.co", "token": "tk9"}'
-ERROR_SHOWN = f'HTTP 402 from psp: card {R} declined {{"email": "{R}", "token": "{R}"}}'
-RAW = ("a@b.co", "4111 1111 1111 1111", "4111-1111-1111-1111", '"t"', "tk9")
 OPERATOR = Identity("olga@example.com", Role.operator, "oidc")
 VIEWER = Identity("vic@example.com", Role.viewer, "oidc")
 

@@ -11,7 +11,7 @@ from rendered import plain
 
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import RULES_ENV, load_rules
-from tests.least_privilege import Logins, grant_in, logins_for
+from tests.least_privilege import Logins
 
 ACTOR = "ui-test"  # tests/ui/conftest.py's OUTBOX_MONITOR_ACTOR
 RULES = """
@@ -22,14 +22,6 @@ routes:
 rules:
   - {name: backlog, metric: queue_depth, op: ">", threshold: 1, route: oncall}
 """
-
-
-@pytest.fixture
-def logins(pg_cluster, dsn) -> Logins:
-    """This test database granted as ``init-db --print-grants`` prints (own role names)."""
-    logins = logins_for(pg_cluster)
-    grant_in(dsn, logins)
-    return logins
 
 
 @pytest.fixture

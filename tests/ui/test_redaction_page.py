@@ -9,21 +9,9 @@ from conftest import ACTOR
 
 from outbox_monitor import metrics
 from outbox_monitor.redaction import REDACTED
+from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
 
 R = REDACTED
-PAYLOAD = {
-    "customer": {"Email": "a@b.co", "cards": [{"card_number": "4111 1111 1111 1111"}]},
-    "note": "paid with 4111-1111-1111-1111",
-    "items": [{"sku": "x", "token": "t"}],
-}
-EXPECTED = {
-    "customer": {"Email": R, "cards": R},
-    "note": f"paid with {R}",
-    "items": [{"sku": "x", "token": R}],
-}
-ERROR = 'HTTP 402 from psp: card 4111 1111 1111 1111 declined {"email": "a@b.co", "token": "tk9"}'
-ERROR_SHOWN = f'HTTP 402 from psp: card {R} declined {{"email": "{R}", "token": "{R}"}}'
-RAW = ("a@b.co", "4111 1111 1111 1111", "4111-1111-1111-1111", '"t"', "tk9")
 TEXT_ELEMENTS = (
     "code",
     "markdown",
