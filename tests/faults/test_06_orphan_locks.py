@@ -7,10 +7,14 @@ the stuck-lock rule fires with value 2, on every surface.
 """
 
 import json
+import os
 import urllib.request
+from pathlib import Path
 
+import streamlit as st
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
+from streamlit.testing.v1 import AppTest
 
 from outbox_monitor import actions, metrics
 from outbox_monitor.access import Identity, Role
@@ -22,6 +26,7 @@ from outbox_monitor.scheduler import reap_stuck_locks
 from outbox_monitor.ui import format
 
 ACTOR = Identity("ops", Role.operator, "cli")
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard.py"
 LOCK_TIMEOUT = 900.0  # the default, 15 min
 
 
@@ -101,6 +106,36 @@ def test_the_dashboard_preview_table_shows_an_orphans_lock_age_as_a_dash(db, row
     assert list(shown["id"]) == [str(orphan), str(old)]
     orphan_age, old_age = list(shown["lock_age"])
     assert orphan_age == "–" and old_age.startswith("20m")
+
+
+def test_the_actions_page_lists_and_reaps_an_orphan(rows, dsn, monkeypatch):
+    orphan, old, fresh = three_processing_rows(rows)
+    for name in list(os.environ):
+        if name.startswith("OUTBOX_MONITOR_") or name == "DATABASE_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "ui-test")
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    try:
+        at = AppTest.from_file(DASHBOARD, default_timeout=60)
+        at.switch_page("pages/actions.py").run()
+        assert not at.exception
+        sample = at.dataframe[0].value
+        assert [int(i) for i in sample["id"]] == [orphan, old]
+        assert sample["lock_age"][0] == "–" and sample["lock_age"][1].startswith("20m")
+        assert any("**2** rows would be reaped" in m.value for m in at.markdown)
+        at.button(key="actions.reap.confirm").click().run()
+        assert not at.exception
+        assert any("Reaped 2 rows" in s.value for s in at.success)
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+    assert [rows.get(i)["status"] for i in (orphan, old, fresh)] == [
+        "pending",
+        "pending",
+        "processing",
+    ]
 
 
 def test_the_scheduler_auto_reap_takes_orphans(db, rows):
