@@ -126,11 +126,13 @@ def _sample(db: Database, query: str, where: Where, params: dict) -> list[dict[s
 def preview_reap(
     db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
 ) -> Preview:
-    """Preview a reap: ``processing`` rows locked longer than ``lock_timeout`` seconds.
+    """Preview a reap: ``processing`` rows locked longer than ``lock_timeout`` seconds, or
+    with ``locked_at`` null (orphans, stuck by definition; SPEC §4 reap).
 
     Returns:
         A ``Preview`` whose sample has id, event_type, event_key, locked_by, locked_at,
-        attempts and ``lock_age_seconds``, oldest lock first.
+        attempts and ``lock_age_seconds`` (``None`` for an orphan), orphans first, then the
+        oldest lock.
     """
     timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     where = Where().event_type(event_type)

@@ -106,7 +106,7 @@ OPEN_FAMILIES = (
     _OpenFamily(
         "stuck_locks",
         "outbox_stuck_locks",
-        "Processing rows locked longer than the lock timeout (reap them).",
+        "Processing rows locked longer than the lock timeout or with no lock time (reap them).",
     ),
 )
 

@@ -55,7 +55,8 @@ def processing(db: Database, *, event_type: str | None = None) -> int:
 def stuck_locks(
     db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
 ) -> int:
-    """``processing`` rows with ``locked_at < now() - lock_timeout`` (SPEC §2).
+    """``processing`` rows with ``locked_at < now() - lock_timeout`` or ``locked_at`` null
+    (an orphan: stuck by definition) (SPEC §2).
 
     Args:
         lock_timeout: seconds (default: settings, 15 min).

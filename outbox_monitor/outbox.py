@@ -5,6 +5,7 @@ Every transition calls the shared SQL functions of the ``outbox_monitor`` schema
 All functions take the caller's ``psycopg.Connection`` and run in its transaction.
 """
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,11 @@ from outbox_monitor.config import (
 from outbox_monitor.queries import compose
 
 MAX_ERROR_CHARS = 2000
+"""``last_error`` keeps this many characters (code points, as Postgres counts them)."""
+REPLACEMENT_CHARACTER = "\ufffd"
+"""Stands in for a character Postgres text cannot hold (U+0000, a lone surrogate)."""
+
+log = logging.getLogger(__name__)
 
 
 class PermanentError(Exception):
@@ -47,6 +53,24 @@ def _scalar(conn: psycopg.Connection, query: sql.Composed, params: dict[str, Any
 
 def _ledger_of(table: str) -> str:
     return f"{split_table_name(table)[0]}.{DEFAULT_LEDGER_TABLE_NAME}"
+
+
+def clean_error(text: str) -> str:
+    """Error text as Postgres ``text`` can hold it, cut to ``MAX_ERROR_CHARS`` characters.
+
+    Postgres text cannot carry U+0000 and UTF-8 cannot carry a lone surrogate, so binding
+    either raises (``psycopg.DataError``, ``UnicodeEncodeError``). Each becomes U+FFFD; a
+    surrogate pair (as a JSON decoder may leave one) becomes the one character it encodes.
+    The cut is on a character boundary; the SQL ``fail`` keeps the same cut as a last guard.
+
+    Args:
+        text: any ``str``.
+
+    Returns:
+        The cleaned text, at most ``MAX_ERROR_CHARS`` code points.
+    """
+    whole = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return whole.replace("\x00", REPLACEMENT_CHARACTER)[:MAX_ERROR_CHARS]
 
 
 def publish(
@@ -150,9 +174,11 @@ def fail(
     ``attempts`` grows by one; a permanent error, or reaching ``max_attempts``,
     dead-letters the row (``failed``, ``processed_at=now()``); otherwise it returns to
     ``pending`` with ``available_at = now() + schedule[attempts-1]`` plus 0–10 % jitter
-    (30 s, 2 min, 5 min, 15 min, 30 min, then 1 h). ``last_error`` keeps 2000 chars.
+    (30 s, 2 min, 5 min, 15 min, 30 min, then 1 h). ``last_error`` keeps ``error`` as
+    ``clean_error`` makes it: U+0000 and lone surrogates replaced, at most 2000 characters.
 
     Args:
+        error: the failure's text, any ``str``.
         ledger_action: when the effect was guarded by the idempotency ledger and the
             downstream gave a definite "no", the action name whose ledger row the same
             statement deletes, so the retry may try again.
@@ -168,7 +194,7 @@ def fail(
             "table_regclass": _regclass(table),
             "id": row_id,
             "worker": worker,
-            "error": error[:MAX_ERROR_CHARS],
+            "error": clean_error(error),
             "permanent": permanent,
             "max_attempts": max_attempts,
             "ledger_regclass": _identifier(_ledger_of(table)).as_string()
@@ -219,6 +245,46 @@ def take_ledger_slot(
 
 Handler = Callable[[dict[str, Any]], None]
 
+_COUNTED_AS = {"done": "acked", "pending": "retried", "failed": "dead_lettered", None: "lost"}
+
+
+def _settle(
+    conn: psycopg.Connection,
+    worker: str,
+    handler: Handler,
+    row: dict[str, Any],
+    *,
+    max_attempts: int,
+    table: str,
+) -> str | None:
+    """Run ``handler`` on one claimed row, then record its outcome in a transaction of its
+    own (a savepoint inside the caller's transaction): ``"done"``, ``"pending"``,
+    ``"failed"``, or ``None`` when the claim was lost. Raises when recording fails."""
+    try:
+        handler(row)
+    except PermanentError as error:
+        with conn.transaction():
+            return dead_letter(
+                conn,
+                row["id"],
+                worker,
+                str(error) or "permanent error",
+                max_attempts=max_attempts,
+                table=table,
+            )
+    except Exception as error:
+        with conn.transaction():
+            return retry(
+                conn,
+                row["id"],
+                worker,
+                f"{type(error).__name__}: {error}",
+                max_attempts=max_attempts,
+                table=table,
+            )
+    with conn.transaction():
+        return "done" if ack(conn, row["id"], worker, table=table) else None
+
 
 def process_batch(
     conn: psycopg.Connection,
@@ -232,42 +298,41 @@ def process_batch(
     """One poll of a worker: claim a batch, run ``handler`` per row, ack or record failure.
 
     ``handler(row)`` returning normally acks the row; raising ``PermanentError``
-    dead-letters it; any other exception schedules a retry with backoff. One bad row
-    never blocks the rest of the batch.
+    dead-letters it; any other exception schedules a retry with backoff (error text
+    cleaned by ``clean_error``). One bad row never blocks the rest of the batch: each
+    row's ack or failure runs in its own transaction (a savepoint when ``conn`` is in a
+    transaction); when recording one row's outcome fails, the error is logged with the
+    row's id, the row stays ``processing`` for the reaper (SPEC §4), and the next row
+    goes on.
 
     Args:
         conn: an autocommit connection (each transition commits on its own).
 
     Returns:
-        Counts ``{"claimed", "acked", "retried", "dead_lettered", "lost"}`` where
-        ``lost`` are rows whose claim was reaped before the worker finished.
+        Counts ``{"claimed", "acked", "retried", "dead_lettered", "lost", "unrecorded"}``
+        where ``lost`` are rows whose claim was reaped before the worker finished and
+        ``unrecorded`` rows whose outcome could not be recorded (left for the reaper).
+
+    Raises:
+        psycopg.Error: the claim failed, or the connection broke (nothing more can be
+            recorded; the rows not yet recorded stay claimed until a reap).
     """
-    counts = dict.fromkeys(("claimed", "acked", "retried", "dead_lettered", "lost"), 0)
+    counts = dict.fromkeys(("claimed", *_COUNTED_AS.values(), "unrecorded"), 0)
     rows = claim(conn, worker, limit=limit, table=table)
     counts["claimed"] = len(rows)
     for row in rows:
         try:
-            handler(row)
-        except PermanentError as error:
-            outcome = dead_letter(
-                conn,
-                row["id"],
-                worker,
-                str(error) or "permanent error",
-                max_attempts=max_attempts,
-                table=table,
-            )
+            outcome = _settle(conn, worker, handler, row, max_attempts=max_attempts, table=table)
         except Exception as error:
-            outcome = retry(
-                conn,
+            if conn.closed:
+                raise
+            log.error(
+                "row %d of %s: recording its outcome failed, it stays processing until a reap (%r)",
                 row["id"],
-                worker,
-                f"{type(error).__name__}: {error}",
-                max_attempts=max_attempts,
-                table=table,
+                table,
+                error,
             )
+            counts["unrecorded"] += 1
         else:
-            outcome = "done" if ack(conn, row["id"], worker, table=table) else None
-        key = {"done": "acked", "pending": "retried", "failed": "dead_lettered", None: "lost"}
-        counts[key[outcome]] += 1
+            counts[_COUNTED_AS[outcome]] += 1
     return counts

@@ -85,7 +85,7 @@ def live_figures() -> None:
             format.count(figures["stuck_locks"]),
             slo.judge(slo.STUCK_LOCKS, figures["stuck_locks"]),
             f"Processing rows locked longer than the lock timeout "
-            f"({format.short_duration(figures['lock_timeout_seconds'])}); "
+            f"({format.short_duration(figures['lock_timeout_seconds'])}) or with no lock time; "
             f"{figures['processing']:,} processing in total. Reap them on the Actions page.",
         )
         tile(

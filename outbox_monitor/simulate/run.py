@@ -53,7 +53,8 @@ def run_simulation(
 
     Returns:
         Counts: ``{"seed", "backfill": {...}, "published", "duplicates", "claimed",
-        "acked", "retried", "dead_lettered", "lost", "crashes", "abandoned", "seconds"}``.
+        "acked", "retried", "dead_lettered", "lost", "unrecorded", "crashes", "abandoned",
+        "seconds"}``.
 
     Ctrl-C (and SIGTERM, in the main thread) stops live traffic cleanly: the workers
     finish their batch and the counts are returned.
@@ -114,6 +115,7 @@ def run_simulation(
             "retried",
             "dead_lettered",
             "lost",
+            "unrecorded",
             "crashes",
             "abandoned",
         ),

@@ -272,8 +272,8 @@ def attempt_fault(seed: int, event_type: str, event_key: str, attempts: int) -> 
 def recorded_error(error: Exception) -> str:
     """``last_error`` as ``outbox.process_batch`` records this handler exception."""
     if isinstance(error, PermanentError):
-        return str(error) or "permanent error"
-    return f"{type(error).__name__}: {error}"[: outbox.MAX_ERROR_CHARS]
+        return outbox.clean_error(str(error) or "permanent error")
+    return outbox.clean_error(f"{type(error).__name__}: {error}")
 
 
 def handler_seconds(rng: random.Random, event_type: str) -> float:

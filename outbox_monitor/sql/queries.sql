@@ -160,9 +160,10 @@ FROM (SELECT created_at FROM {table} WHERE status = 'pending' {and_filters} OFFS
 SELECT count(*) AS value FROM {table} WHERE status = 'processing' {and_filters};
 
 -- name: stuck_locks
--- Claimed rows locked longer than the lock timeout.
+-- Claimed rows locked longer than the lock timeout, or with no lock time at all (orphans).
 SELECT count(*) AS value FROM {table}
-WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+WHERE status = 'processing'
+      AND (locked_at < now() - make_interval(secs => %(lock_timeout)s) OR locked_at IS NULL)
       {and_filters};
 
 -- name: latency_percentiles
@@ -329,27 +330,30 @@ LIMIT %(limit)s;
 -- ===================================================================== actions (SPEC §4)
 
 -- name: reap_preview
--- How many processing rows hold a lock older than the lock timeout, and the largest id.
+-- How many processing rows hold a lock older than the lock timeout or none (orphans), and the largest id.
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}
-WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+WHERE status = 'processing'
+      AND (locked_at < now() - make_interval(secs => %(lock_timeout)s) OR locked_at IS NULL)
       {and_filters};
 
 -- name: reap_sample
--- The stuck rows with the oldest locks, for the preview.
+-- The stuck rows with the oldest locks (orphans, with no lock time, first), for the preview.
 SELECT id, event_type, event_key, locked_by, locked_at, attempts,
        extract(epoch FROM now() - locked_at)::float8 AS lock_age_seconds
 FROM {table}
-WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+WHERE status = 'processing'
+      AND (locked_at < now() - make_interval(secs => %(lock_timeout)s) OR locked_at IS NULL)
       {and_filters}
-ORDER BY locked_at, id
+ORDER BY locked_at NULLS FIRST, id
 LIMIT %(limit)s;
 
 -- name: reap_batch
--- Reap up to %(batch)s stuck rows with id in (after_id, max_id]: back to pending as one more
--- attempt, or failed at the maximum; the guard is repeated in the UPDATE itself.
+-- Reap up to %(batch)s stuck rows (orphans included) with id in (after_id, max_id]: back to
+-- pending as one more attempt, or failed at the maximum; the guard is repeated in the UPDATE.
 WITH picked AS (
     SELECT id FROM {table}
-    WHERE status = 'processing' AND locked_at < now() - make_interval(secs => %(lock_timeout)s)
+    WHERE status = 'processing'
+          AND (locked_at < now() - make_interval(secs => %(lock_timeout)s) OR locked_at IS NULL)
           AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
     ORDER BY id
     LIMIT %(batch)s
@@ -361,13 +365,15 @@ WITH picked AS (
                             ELSE now() END,
         processed_at = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN now() END,
         last_error = left('lock expired: claimed by ' || coalesce(o.locked_by, 'unknown')
-                          || ' at ' || o.locked_at::text || ', not acked within '
-                          || %(lock_timeout)s::text || ' s', 2000),
+                          || coalesce(' at ' || o.locked_at::text || ', not acked within '
+                                      || %(lock_timeout)s::text || ' s',
+                                      ' with no lock time (locked_at null: an orphan)'), 2000),
         locked_at = NULL,
         locked_by = NULL
     FROM picked
     WHERE o.id = picked.id AND o.status = 'processing'
-          AND o.locked_at < now() - make_interval(secs => %(lock_timeout)s)
+          AND (o.locked_at < now() - make_interval(secs => %(lock_timeout)s)
+               OR o.locked_at IS NULL)
     RETURNING o.id, o.status
 )
 SELECT (SELECT max(id) FROM picked) AS last_picked_id,
@@ -770,7 +776,8 @@ SELECT event_type,
        count(*) FILTER (WHERE status = 'processing') AS processing,
        count(*) FILTER (
            WHERE status = 'processing'
-             AND locked_at < now() - make_interval(secs => %(lock_timeout)s)) AS stuck_locks
+             AND (locked_at < now() - make_interval(secs => %(lock_timeout)s)
+                  OR locked_at IS NULL)) AS stuck_locks
 FROM {table}
 WHERE status IN ('pending', 'processing')
 GROUP BY event_type

@@ -163,7 +163,7 @@ def table(
 
     Id columns become strings (ids may exceed 2^53, which JavaScript numbers cannot hold);
     columns named in ``durations`` (seconds) become readable text, named without their
-    ``_seconds`` suffix.
+    ``_seconds`` suffix (a missing one, as an orphan's lock age, shows as ``–``).
 
     Args:
         rows: dict rows, e.g. from a loader.
@@ -176,6 +176,6 @@ def table(
             frame[column] = frame[column].map(lambda v: NO_VALUE if v is None else str(v))
         if column in ID_LIST_COLUMNS:
             frame[column] = frame[column].map(lambda v: ", ".join(str(i) for i in v or ()))
-        if column in durations:
-            frame[column] = frame[column].map(duration)
+        if column in durations:  # a missing duration (NULL, NaN in a float column) → "–"
+            frame[column] = frame[column].map(lambda v: duration(None if pd.isna(v) else v))
     return frame.rename(columns={c: c.removesuffix("_seconds") for c in durations})

@@ -200,7 +200,14 @@ def test_process_batch_acks_retries_and_dead_letters(conn, rows):
             raise outbox.PermanentError("HTTP 401 invalid API key")
 
     counts = outbox.process_batch(conn, WORKER, handler)
-    assert counts == {"claimed": 3, "acked": 1, "retried": 1, "dead_lettered": 1, "lost": 0}
+    assert counts == {
+        "claimed": 3,
+        "acked": 1,
+        "retried": 1,
+        "dead_lettered": 1,
+        "lost": 0,
+        "unrecorded": 0,
+    }
     assert [rows.get(i)["status"] for i in (ok, flaky, bad)] == ["done", "pending", "failed"]
     assert rows.get(flaky)["last_error"] == "TimeoutError: downstream slow"
 
