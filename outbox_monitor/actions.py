@@ -18,6 +18,7 @@ from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.filters import Where
+from outbox_monitor.redaction import redactor_for
 
 SAMPLE_SIZE = 20
 DEFAULT_BATCH_SIZE = 1000
@@ -156,7 +157,8 @@ def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
 
     Returns:
         A ``Preview`` whose sample has id, event_type, event_key, attempts, processed_at
-        and last_error (200 chars), newest first.
+        and last_error (200 chars, redacted by ``OUTBOX_MONITOR_REDACT_*`` as on every
+        surface: the dashboard, the CLI and ``--json`` show this sample), newest first.
 
     Raises:
         ActionRefused: the selection is empty (replaying every failed row needs at
@@ -172,7 +174,9 @@ def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
     return Preview(
         action="replay",
         matched=part.matched,
-        sample=_sample(db, "replay_sample", where, {}) if part.matched else [],
+        sample=redactor_for(db.settings).redact_rows(_sample(db, "replay_sample", where, {}))
+        if part.matched
+        else [],
         filter={**selection.describe(), "max_id": _str(part.max_id)},
         parts=(part,),
     )

@@ -15,7 +15,9 @@ from outbox_monitor.alerts.commands import alerts, check
 from outbox_monitor.cli_support import (
     DURATION,
     DURATION_OR_ZERO,
+    EXIT_USAGE,
     ROW_ID,
+    TABLE,
     emit_json,
     fail,
     open_checked,
@@ -24,7 +26,7 @@ from outbox_monitor.cli_support import (
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.durations import format_duration, parse_instant
-from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.errors import ConfigError, OutboxMonitorError
 
 EXIT_NOT_CONFIRMED = 2
 
@@ -33,7 +35,8 @@ def common_options(command: Callable) -> Callable:
     """Add ``--dsn``, ``--table`` and ``--json`` and turn package errors into messages.
 
     Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
-    ``error`` and ``hint`` under ``--json``) and exit 1.
+    ``error`` and ``hint`` under ``--json``) and exit 1; an invalid setting (an
+    ``OUTBOX_MONITOR_*`` variable, named) exits 2, as a bad option does.
     """
 
     @click.option(
@@ -43,6 +46,7 @@ def common_options(command: Callable) -> Callable:
     )
     @click.option(
         "--table",
+        type=TABLE,
         help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE "
         "or public.integration_outbox).",
     )
@@ -51,6 +55,9 @@ def common_options(command: Callable) -> Callable:
     def wrapper(*args: Any, dsn: str | None, table: str | None, as_json: bool, **kwargs: Any):
         try:
             settings = load_settings(dsn=dsn, table=table)
+        except ConfigError as error:
+            fail(error, as_json, exit_code=EXIT_USAGE)
+        try:
             return command(*args, settings=settings, as_json=as_json, **kwargs)
         except OutboxMonitorError as error:
             fail(error, as_json)

@@ -9,12 +9,14 @@ from typing import Any
 import click
 
 from outbox_monitor import schema
-from outbox_monitor.config import Settings
+from outbox_monitor.config import Settings, split_table_name
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import OutboxMonitorError
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
+"""A bad option or setting, as click (and argparse) exit on a usage error."""
 BIGINT_MAX = 2**63 - 1
 
 
@@ -57,9 +59,24 @@ class RowIdType(click.ParamType):
         return number
 
 
+class TableNameType(click.ParamType):
+    """``--table``: ``schema.table`` or ``table`` (``config.split_table_name``); a bad name
+    is a usage error (exit 2) naming the option, as a bad duration is."""
+
+    name = "schema.table"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        try:
+            split_table_name(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+        return value
+
+
 DURATION = DurationType()
 DURATION_OR_ZERO = DurationType(allow_zero=True)
 ROW_ID = RowIdType()
+TABLE = TableNameType()
 
 
 def to_jsonable(value: Any) -> Any:

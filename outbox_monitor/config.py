@@ -376,11 +376,14 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**given)
     except ValidationError as error:
-        lines = []
+        lines, sources = [], set()
         for problem in error.errors():
             message = problem["msg"].removeprefix("Value error, ")
-            lines.append(f"{_variable_name(problem['loc'], set(given))}: {message}")
+            name = _variable_name(problem["loc"], set(given))
+            lines.append(f"{name}: {message}")
+            sources.add("option(s)" if name.startswith("--") else "environment variable(s)")
         raise ConfigError(
             "invalid configuration:\n  " + "\n  ".join(lines),
-            hint="Fix the environment variable(s) above; the README lists every setting.",
+            hint=f"Fix the {' and '.join(sorted(sources, reverse=True))} above; "
+            "the README lists every setting.",
         ) from None

@@ -127,6 +127,9 @@ def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
         "cursor_factory": _RecordingCursor,
         "application_name": APPLICATION_NAME,
         "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        # Text as UTF-8 whatever the database's encoding: on a SQL_ASCII database psycopg
+        # would otherwise refuse non-ASCII parameters and return text columns as bytes.
+        "client_encoding": "UTF8",
         # No server-side prepared statements: a generic plan cached before an index
         # existed (or for one event-type pattern) must not stick to a monitor query.
         "prepare_threshold": None,

@@ -14,6 +14,7 @@ Payload privacy (README, Security): what is shown or exported goes through a
 
 import csv
 import io
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -348,13 +349,16 @@ def reveal_payload(
 
 def _csv_cell(value: Any) -> Any:
     """A CSV cell: instants as ISO 8601, ``None`` as empty, and text that a spreadsheet
-    would run as a formula (starting with ``=`` ``+`` ``-`` ``@``, tab, CR) prefixed
+    would run as a formula (starting with ``=`` ``+`` ``-`` ``@``, tab, CR, or a form of
+    them that NFKC folds to one: full-width ``＝ ＋ － ＠``, small ``﹦ ﹢ ﹣ ﹫``) prefixed
     with ``'``."""
     if value is None:
         return ""
     if isinstance(value, datetime):
         return value.isoformat()
-    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+    if isinstance(value, str) and unicodedata.normalize("NFKC", value[:1]).startswith(
+        _FORMULA_STARTS
+    ):
         return "'" + value
     return value
 

@@ -12,6 +12,15 @@ def like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("_", "\\_")
 
 
+class ExactEventType(str):
+    """One event type as stored, compared for equality even when it holds ``%`` or
+    ``_``: a ``by: [event_type]`` alert instance's own value (issue 10 item 14). SPEC §2's
+    filter language has no way to write a literal ``%``, so the value says it is not a
+    filter by its type; it passes unchanged through every ``event_type=`` argument."""
+
+    __slots__ = ()
+
+
 @dataclass
 class Where:
     """A growing list of ``AND …`` conditions and their parameters.
@@ -32,13 +41,14 @@ class Where:
 
     def event_type(self, value: str | None) -> "Where":
         """SPEC §2 event-type filter: a value with ``%`` is a LIKE pattern in which ``_``
-        and ``\\`` are literal; any other value is compared for equality; empty = no filter.
+        and ``\\`` are literal; any other value, and an ``ExactEventType`` always, is
+        compared for equality; empty = no filter.
         """
         if not value:
             return self
-        if "%" in value:
+        if "%" in value and not isinstance(value, ExactEventType):
             return self.add("event_type LIKE %(event_type)s", event_type=like_escape(value))
-        return self.add("event_type = %(event_type)s", event_type=value)
+        return self.add("event_type = %(event_type)s", event_type=str(value))
 
     def between(self, column: str, since: datetime | None, until: datetime | None) -> "Where":
         """``column >= since`` and/or ``column < until``; ``None`` leaves that side open."""

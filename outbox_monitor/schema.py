@@ -183,13 +183,19 @@ def missing_recommended_indexes(db: Database) -> list[str]:
     ]
 
 
+def _one_of(types: tuple[str, ...]) -> str:
+    """``integer, bigint or smallint``."""
+    return " or ".join(filter(None, (", ".join(types[:-1]), types[-1])))
+
+
 def check_outbox_table(db: Database) -> None:
     """Check that the configured table exists with the SPEC §1 columns and types.
 
     Raises:
         TableMissing: the table does not exist; the message says how to create it or
             point ``OUTBOX_MONITOR_TABLE`` elsewhere.
-        ColumnsMissing: lists every missing column and every column of another type.
+        ColumnsMissing: lists every missing column and every column of another type
+            (its type and the types accepted); the hint has the fix of each.
         SchemaNotInitialised: the ``outbox_monitor`` schema is absent or older than
             this version of the package.
         PermissionDenied: the table exists but the role may not read it (or its
@@ -212,17 +218,22 @@ def check_outbox_table(db: Database) -> None:
             "to your outbox table (schema.table).",
         )
     missing = [name for name in OUTBOX_COLUMNS if name not in columns]
-    wrong = [
-        f"{name} is {columns[name]}, expected {' or '.join(types)}"
-        for name, types in OUTBOX_COLUMNS.items()
-        if name in columns and columns[name] not in types
-    ]
-    if missing or wrong:
-        problems = ([f"missing columns: {', '.join(missing)}"] if missing else []) + wrong
+    problems, fixes = [], []
+    if missing:
+        problems.append(f"missing columns: {', '.join(missing)}")
+        fixes.append(f"Add the missing column{'s' * (len(missing) > 1)} ({', '.join(missing)})")
+    for name, types in OUTBOX_COLUMNS.items():
+        if name in columns and columns[name] not in types:
+            problems.append(f"column {name} is {columns[name]}, expected {_one_of(types)}")
+            fixes.append(
+                f"ALTER TABLE {schema}.{table} ALTER COLUMN {name} TYPE {types[0]} "
+                f"USING {name}::{types[0]} (it rewrites the table under an exclusive lock)"
+            )
+    if problems:
         raise ColumnsMissing(
             f"the outbox table {schema}.{table} does not match SPEC §1: " + "; ".join(problems),
-            hint="Add the missing columns (see README, 'Pointing it at an existing outbox') "
-            "or set OUTBOX_MONITOR_TABLE to the right table.",
+            hint="; ".join(fixes) + " (see README, 'Pointing it at an existing outbox'), or set "
+            "OUTBOX_MONITOR_TABLE to the right table.",
         )
     with db.connection() as conn:
         version = _schema_version(conn)

@@ -14,7 +14,7 @@ import click
 
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
-from outbox_monitor.cli_support import emit_json, fail, open_checked
+from outbox_monitor.cli_support import TABLE, emit_json, fail, open_checked
 from outbox_monitor.config import load_settings
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
@@ -72,6 +72,7 @@ def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> 
 )
 @click.option(
     "--table",
+    type=TABLE,
     help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE or public.integration_outbox).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")

@@ -3,7 +3,9 @@
 One definition of each figure: every value here comes from the ``metrics`` function the
 dashboard and ``status --json`` use. A rule without ``by`` has one instance, ``""``; a rule
 with ``by: [event_type]`` has one instance per event type that currently has rows relevant
-to its figure (``"event_type=<type>"``), each measured with ``event_type=<type>``.
+to its figure (``"event_type=<type>"``), each measured for exactly that type (equality,
+even when the type holds ``%`` or ``_``; the rule's own ``event_type`` filter may be a LIKE
+pattern, SPEC §2).
 """
 
 import operator
@@ -15,7 +17,7 @@ from typing import Any
 from outbox_monitor import metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
-from outbox_monitor.filters import Where
+from outbox_monitor.filters import ExactEventType, Where
 from outbox_monitor.redaction import redactor_for
 
 MAX_INSTANCES = 200
@@ -130,7 +132,8 @@ def breached(rule: Rule, value: float | None) -> bool:
 
 
 def measure_value(db: Database, rule: Rule, event_type: str | None) -> float | None:
-    """The rule's figure for one event-type filter (exact, or LIKE with ``%``).
+    """The rule's figure for one event-type filter (exact, or LIKE with ``%``; always
+    exact for an ``ExactEventType``).
 
     Returns:
         The metrics.py value in the rule's unit; ``None`` when the figure has none.
@@ -178,8 +181,8 @@ def measure(db: Database, rule: Rule) -> list[Measurement]:
 
     Without ``by``: one ``Measurement("")`` over the rule's ``event_type`` filter. With
     ``by: [event_type]``: one per event type from ``candidate_event_types`` (possibly
-    none), measured with ``event_type=<that type>`` (an event type that itself contains
-    ``%`` would be taken as a LIKE pattern, as everywhere in SPEC §2). An instance that
+    none), measured for exactly that type (``ExactEventType``: equality even when the
+    type holds ``%`` or ``_``, so ``a%b_c`` never counts ``axb_c``). An instance that
     was firing and is no longer listed has no relevant rows left: treat it as cleared.
 
     Returns:
@@ -194,7 +197,7 @@ def measure(db: Database, rule: Rule) -> list[Measurement]:
         return [Measurement("", {}, value, breached(rule, value))]
     found = []
     for event_type in candidate_event_types(db, rule):
-        value = measure_value(db, rule, event_type)
+        value = measure_value(db, rule, ExactEventType(event_type))
         found.append(
             Measurement(
                 instance_of(event_type),
@@ -213,7 +216,8 @@ def offenders(
 
     Args:
         rule: the rule that fired.
-        event_type: the instance's event type (a ``by`` instance), else the rule's filter.
+        event_type: a ``by`` instance's own event type, compared for equality (even with
+            ``%`` or ``_`` in it); ``None``: the rule's ``event_type`` filter.
         limit: event types (and error groups) to list.
 
     Returns:
@@ -227,7 +231,7 @@ def offenders(
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
         Slack message and the Alerts page never carry the raw error.
     """
-    scope = event_type or rule.event_type
+    scope = ExactEventType(event_type) if event_type else rule.event_type
     if rule.metric == "failed_in_window":
         failed = metrics.failed_by_event_type(db, window=rule.window, event_type=scope)
         found: list[dict[str, Any]] = [
@@ -250,7 +254,7 @@ def offenders(
         return found
     values = []
     for name in candidate_event_types(db, rule, event_type=scope):
-        value = measure_value(db, rule, name)
+        value = measure_value(db, rule, ExactEventType(name))
         if value is not None:
             values.append({"kind": "event_type", "event_type": name, "value": value})
     smallest_first = rule.op in ("<", "<=")

@@ -10,11 +10,11 @@ The file is alerts as code, in the spirit of Prometheus rules plus Alertmanager 
       - {name: backlog, metric: queue_depth, op: ">", threshold: 1000, for: 10m,
          severity: warning, route: oncall, summary: "Outbox backlog: {{ value }} rows"}
 
-``load_rules(path)`` parses it (PyYAML's safe loader, duplicate keys refused), refuses
-secrets written into it, validates it with pydantic and returns a ``RuleSet`` whose
-durations are seconds. Every problem is reported at once, one per line, naming the file,
-the rule and the field (``alerts.yml: rules[2] "payment-failed": threshold: expected a
-number or a duration, got "abc"``), as a ``RulesError``.
+``load_rules(path)`` parses it (PyYAML's safe loader; duplicate keys, anchors and aliases
+refused), refuses secrets written into it, validates it with pydantic and returns a
+``RuleSet`` whose durations are seconds. Every problem is reported at once, one per line,
+naming the file, the rule and the field (``alerts.yml: rules[2] "payment-failed":
+threshold: expected a number or a duration, got "abc"``), as a ``RulesError``.
 """
 
 import difflib
@@ -62,6 +62,8 @@ SUPPORTED_VERSION = 1
 MAX_NAME_LENGTH = 63
 MAX_TEMPLATE_LENGTH = 1000
 MAX_MENTION_LENGTH = 200
+MAX_NESTING = 20
+"""Deepest nesting of alerts.yml (it needs 4: rules, a rule, labels, a value)."""
 
 OPS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("critical", "warning", "info")
@@ -602,8 +604,34 @@ class RuleSet(_Model):
 # ----------------------------------------------------------------------- loading
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing duplicate keys (a silent "last one wins" hides typos)."""
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that alerts.yml does not accept (an anchor, an alias, absurd nesting)."""
+
+
+class _RulesLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (a silent "last one wins" hides
+    typos), anchors and aliases (``&name``/``*name``/``<<: *name``: a recursive alias or a
+    "billion laughs" expansion would hang or crash every reader of the file, and alerts.yml
+    needs no reuse: ``defaults`` covers it, as Alertmanager's config has no anchors either),
+    and nesting deeper than ``MAX_NESTING``."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(None, None, f"alias *{event.anchor}: {_NO_ANCHORS}", event.start_mark)
+        if event.anchor is not None:
+            raise _Refused(None, None, f"anchor &{event.anchor}: {_NO_ANCHORS}", event.start_mark)
+        if self._depth >= MAX_NESTING:
+            raise _Refused(None, None, f"nested deeper than {MAX_NESTING} levels", event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
@@ -619,15 +647,21 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping
+_NO_ANCHORS = "YAML anchors and aliases are not allowed in a rules file; write the value out"
+_RulesLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _RulesLoader.construct_mapping
 )
 
 
 def _parse_yaml(path: str | Path, text: str) -> Any:
     try:
-        # _UniqueKeyLoader is a SafeLoader subclass: safe_load semantics, no arbitrary objects
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        # _RulesLoader is a SafeLoader subclass: safe_load semantics, no arbitrary objects
+        return yaml.load(text, Loader=_RulesLoader)
+    except _Refused as error:
+        mark = error.problem_mark
+        raise RulesError(
+            path, [f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"]
+        ) from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -785,7 +819,8 @@ def load_rules(path: str | Path) -> RuleSet:
         resolved from ``defaults``, ``path`` set.
 
     Raises:
-        RulesError: the file is unreadable, not YAML (the line is named), holds a
+        RulesError: the file is unreadable, not YAML or holds an anchor, an alias or
+            nesting deeper than ``MAX_NESTING`` (the line is named), holds a
             secret-looking value, or breaks the schema; every problem at once, one per
             line: ``<file>: rules[<i>] "<name>": <field>: <message>``,
             ``<file>: routes.<name>.<field>: …`` or ``<file>: defaults.<field>: …``.

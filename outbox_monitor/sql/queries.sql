@@ -7,7 +7,7 @@
 -- ===================================================================== schema, init-db
 
 -- name: create_outbox_table
--- SPEC §1 outbox table with the indexes users have; run only when the table is absent.
+-- SPEC section 1 outbox table with the indexes users have; run only when the table is absent.
 CREATE TABLE IF NOT EXISTS {table} (
     id             bigserial PRIMARY KEY,
     event_type     text NOT NULL,
@@ -28,7 +28,7 @@ CREATE INDEX IF NOT EXISTS {claim_index} ON {table} (status, available_at, creat
 CREATE INDEX IF NOT EXISTS {aggregate_index} ON {table} (aggregate_type, aggregate_id, created_at);
 
 -- name: create_ledger_table
--- SPEC §1 idempotency ledger; run only when the table is absent.
+-- SPEC section 1 idempotency ledger; run only when the table is absent.
 CREATE TABLE IF NOT EXISTS {ledger} (
     id         bigserial PRIMARY KEY,
     event_key  text NOT NULL,
@@ -49,7 +49,7 @@ SELECT EXISTS (
 ) AS exists;
 
 -- name: table_columns
--- Column names and types of one table, to check it against SPEC §1.
+-- Column names and types of one table, to check it against SPEC section 1.
 SELECT column_name, data_type
 FROM information_schema.columns
 WHERE table_schema = %(schema)s AND table_name = %(name)s
@@ -97,7 +97,7 @@ CREATE TABLE IF NOT EXISTS outbox_monitor.schema_migrations (
 INSERT INTO outbox_monitor.schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 
 
--- ===================================================================== worker API (SPEC §1)
+-- ===================================================================== worker API (SPEC section 1)
 
 -- name: publish
 -- Insert one event; a duplicate event_key inserts nothing and returns no row.
@@ -128,7 +128,7 @@ ON CONFLICT (event_key, action) DO NOTHING
 RETURNING id;
 
 
--- ===================================================================== figures (SPEC §2)
+-- ===================================================================== figures (SPEC section 2)
 
 -- name: db_now
 -- The database clock, the only "now" of every figure.
@@ -327,7 +327,7 @@ ORDER BY created_at, id
 LIMIT %(limit)s;
 
 
--- ===================================================================== actions (SPEC §4)
+-- ===================================================================== actions (SPEC section 4)
 
 -- name: reap_preview
 -- How many processing rows hold a lock older than the lock timeout or none (orphans), and the largest id.
@@ -764,7 +764,7 @@ ORDER BY id;
 -- ===================================================================== exporter (Prometheus)
 
 -- name: exporter_open_by_event_type
--- Per event type, in ONE scan of open rows, the SPEC §2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above.
+-- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above.
 -- Same predicates as those blocks, each as a FILTER; an event type with nothing pending
 -- has oldest_pending_age NULL. Only pending and processing rows are read (claim index).
 SELECT event_type,
@@ -784,7 +784,7 @@ GROUP BY event_type
 ORDER BY event_type;
 
 -- name: exporter_event_types_matching
--- Which of %(names)s match any SPEC §2 event-type filter in %(patterns)s (LIKE-escaped as filters.Where does).
+-- Which of %(names)s match any SPEC section 2 event-type filter in %(patterns)s (LIKE-escaped as filters.Where does).
 SELECT name FROM unnest(%(names)s::text[]) AS name
 WHERE name LIKE ANY(%(patterns)s::text[])
 ORDER BY name;

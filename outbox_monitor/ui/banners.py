@@ -39,7 +39,7 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     DatabaseUnavailable: "Database unreachable",
     LoginRefused: "Database login refused",
     TableMissing: "Outbox table missing",
-    ColumnsMissing: "Outbox table columns missing",
+    ColumnsMissing: "Outbox table columns missing or mistyped",
     QueryTimeout: "Statement timeout",
     SchemaNotInitialised: "Schema not initialised",
     PermissionDenied: "Permission denied",

@@ -6,7 +6,7 @@ other arguments, so two databases never share an entry. Values are the plain row
 ``metrics``, ``events`` and ``actions``.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -328,14 +328,13 @@ def apply(
 
 
 def preview_replay(db: Database, selection: actions.ReplaySelection) -> Preview:
-    """``actions.preview_replay`` (never cached: a confirm applies what was just counted),
-    its sample rows' ``last_error`` redacted for display (what is applied is unchanged).
+    """``actions.preview_replay`` (never cached: a confirm applies what was just counted;
+    its sample's ``last_error`` comes redacted).
 
     Raises:
         ActionRefused: an empty selection.
     """
-    preview = actions.preview_replay(db, selection)
-    return replace(preview, sample=redactor(db).redact_rows(preview.sample))
+    return actions.preview_replay(db, selection)
 
 
 def preview_reap(db: Database, *, event_type: str | None) -> Preview:

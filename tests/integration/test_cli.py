@@ -125,7 +125,7 @@ def test_usage_errors_under_json_are_one_json_object(cli, args, message):
 
 def test_a_malformed_dsn_names_the_option_not_a_traceback(cli):
     result = cli("status", "--json", "--dsn", "not a dsn")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error (issue 10 item 15)
     assert "--dsn: not a connection string" in json.loads(result.stdout)["error"]
 
 

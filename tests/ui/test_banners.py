@@ -47,7 +47,7 @@ def test_columns_missing(open_page, environment, conn):
 
     error, hint = banner(open_page("dead_letters"))
 
-    assert error.startswith("**Outbox table columns missing**")
+    assert error.startswith("**Outbox table columns missing or mistyped**")
     assert "missing columns: aggregate_type, aggregate_id, event_key, payload" in error
     assert "status is integer, expected text or character varying" in error
     assert "OUTBOX_MONITOR_TABLE" in hint

@@ -1,5 +1,5 @@
 -- outbox-monitor's own objects, in the schema outbox_monitor (never in the user's schema).
--- The worker transitions of SPEC §1 live here as SQL functions, so the Python API and the
+-- The worker transitions of SPEC section 1 live here as SQL functions, so the Python API and the
 -- n8n workflows call the same code: one backoff schedule, one jitter, one dead-letter rule.
 
 CREATE TABLE outbox_monitor.audit_log (
@@ -31,7 +31,7 @@ CREATE TABLE outbox_monitor.samples (
     PRIMARY KEY (table_name, sampled_at)
 );
 
--- SPEC §1 delay schedule: the failure that makes attempts = n waits schedule[n-1].
+-- SPEC section 1 delay schedule: the failure that makes attempts = n waits schedule[n-1].
 CREATE FUNCTION outbox_monitor.backoff_base(p_attempts integer)
 RETURNS interval LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
@@ -44,13 +44,13 @@ RETURNS interval LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     END
 $$;
 
--- The base delay plus a random jitter of 0–10 % of it.
+-- The base delay plus a random jitter of 0-10 % of it.
 CREATE FUNCTION outbox_monitor.backoff_delay(p_attempts integer)
 RETURNS interval LANGUAGE sql VOLATILE AS $$
     SELECT outbox_monitor.backoff_base(p_attempts) * (1 + random() * 0.1)
 $$;
 
--- SPEC §2 error fingerprint: uuids, quoted values, hex runs of >= 8 and digit runs of >= 4
+-- SPEC section 2 error fingerprint: uuids, quoted values, hex runs of >= 8 and digit runs of >= 4
 -- become placeholders; 3-digit HTTP status codes stay, so a 401 and a 500 group apart.
 -- A hex run has at least one letter a-f; an all-digit run is a number (<n>).
 CREATE FUNCTION outbox_monitor.normalize_error(p_error text)
