@@ -13,6 +13,7 @@ act as local identities.
 
 import fnmatch
 import getpass
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,6 +73,26 @@ def local_identity(
         An ``admin`` identity.
     """
     return Identity(name or settings.actor or default_actor(), Role.admin, source)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listening address is reachable from this machine only.
+
+    Args:
+        address: ``localhost``, an IPv4 or IPv6 address (``[::1]`` brackets allowed).
+
+    Returns:
+        ``True`` for ``localhost`` and every loopback address: all of ``127.0.0.0/8``,
+        ``::1`` and IPv4 loopback mapped into IPv6 (``::ffff:127.0.0.2``); ``False`` for
+        anything else, the wildcard ``0.0.0.0`` and other host names included.
+    """
+    if address.lower() == "localhost":
+        return True
+    try:
+        parsed = ipaddress.ip_address(address.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False
+    return (getattr(parsed, "ipv4_mapped", None) or parsed).is_loopback
 
 
 def _claim_values(claims: Mapping[str, Any], name: str) -> set[str]:
