@@ -15,6 +15,7 @@ import fnmatch
 import getpass
 import ipaddress
 import os
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -32,14 +33,60 @@ class Role(IntEnum):
     admin = 3
 
 
+MAX_ACTOR_LENGTH = 200
+"""Characters of an actor's name kept (the audit log's ``actor``; the SQL function
+``outbox_monitor.record_audit`` refuses longer ones)."""
+_BLANK_CATEGORIES = frozenset({"Cc", "Zs", "Zl", "Zp"})
+"""Unicode categories read as a space: control characters (newlines, tabs …), spaces and
+line or paragraph separators."""
+
+
+def normalise_actor(name: str) -> str:
+    """An actor's name as it is shown and audited: one line of printable text.
+
+    NFC-composed; control characters (``\\n``, ``\\r``, ``\\t``, ``\\x1b`` …) and
+    Unicode line/paragraph separators become spaces; other characters of category C
+    (format characters such as U+202E RIGHT-TO-LEFT OVERRIDE, surrogates, unassigned and
+    private-use code points) are dropped; runs of spaces become one; cut to
+    ``MAX_ACTOR_LENGTH`` characters. ``"ops\\n@evil"`` → ``"ops @evil"``.
+
+    Args:
+        name: the raw name (an e-mail, an OS user, ``--actor``).
+
+    Returns:
+        The normalised name; ``""`` when nothing printable is left.
+    """
+    kept = []
+    for char in unicodedata.normalize("NFC", name):
+        category = unicodedata.category(char)
+        if category in _BLANK_CATEGORIES:
+            kept.append(" ")
+        elif not category.startswith("C"):
+            kept.append(char)
+    return " ".join("".join(kept).split())[:MAX_ACTOR_LENGTH].strip()
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who is acting: ``name`` (an e-mail when signed in; recorded in the audit log),
-    ``role`` and ``source`` (``local``, ``oidc``, ``proxy``, ``cli`` or ``scheduler``)."""
+    ``role`` and ``source`` (``local``, ``oidc``, ``proxy``, ``cli`` or ``scheduler``).
+
+    The name is normalised on creation (``normalise_actor``), so no identity's name holds
+    a control character or a newline, whoever built it.
+
+    Raises:
+        ValueError: nothing printable is left of the name.
+    """
 
     name: str
     role: Role
     source: str
+
+    def __post_init__(self) -> None:
+        name = normalise_actor(self.name)
+        if not name:
+            raise ValueError(f"an identity needs a printable name, got {self.name!r}")
+        object.__setattr__(self, "name", name)
 
     def can(self, role: Role) -> bool:
         """Whether this identity has ``role`` or a higher one."""
