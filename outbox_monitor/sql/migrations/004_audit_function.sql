@@ -31,13 +31,13 @@ BEGIN
     THEN
         RAISE EXCEPTION 'audit row: actor must be 1 to 200 characters of one line of '
                         'printable text without leading or trailing spaces, got %',
-                        coalesce(quote_literal(left(p_actor, 220)), 'NULL')
+                        coalesce(to_json(left(p_actor, 220))::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_action IS NULL OR length(p_action) > 40 OR p_action !~ '^[a-z]+([ _][a-z]+)*$' THEN
         RAISE EXCEPTION 'audit row: action must be lower-case words (reap, replay, prune, '
                         'silence, expire silence, reveal ...), got %',
-                        coalesce(quote_literal(left(p_action, 60)), 'NULL')
+                        coalesce(to_json(left(p_action, 60))::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF p_table_name IS NULL OR p_table_name = '' OR length(p_table_name) > 255
