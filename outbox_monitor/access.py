@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import Any
 
 from outbox_monitor.config import Settings
-from outbox_monitor.errors import AccessDenied
+from outbox_monitor.errors import AccessDenied, ConfigError
 
 
 class Role(IntEnum):
@@ -117,9 +117,19 @@ def local_identity(
         source: ``local`` (dashboard) or ``cli``.
 
     Returns:
-        An ``admin`` identity.
+        An ``admin`` identity, its name normalised (``normalise_actor``).
+
+    Raises:
+        ConfigError: the chosen name has no printable character (``--actor $'\\n'``).
     """
-    return Identity(name or settings.actor or default_actor(), Role.admin, source)
+    chosen = name or settings.actor or default_actor()
+    if not normalise_actor(chosen):
+        raise ConfigError(
+            f"the actor name {chosen!r} has no printable character",
+            hint="Pass --actor or set OUTBOX_MONITOR_ACTOR to a name such as an e-mail "
+            "address; the audit log records it.",
+        )
+    return Identity(chosen, Role.admin, source)
 
 
 def is_loopback(address: str) -> bool:

@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from outbox_monitor.access import normalise_actor
+import pytest
+
+from outbox_monitor.access import Identity, Role, normalise_actor
 from outbox_monitor.logs import OneLineFormatter
 from tests.alerting import rules_file, wait_for
 
@@ -136,3 +138,24 @@ def test_actor_names_are_normalised():
     assert normalise_actor("bob\u202e\u200b\ufeff") == "bob"
     assert normalise_actor("e\u0301") == "\u00e9"  # NFC
     assert normalise_actor("x" * 500) == "x" * 200
+
+
+def test_an_actor_name_with_nothing_printable_is_refused(dsn, rows, conn, tmp_path):
+    dead = rows.add(status="failed", attempts=10, processed_ago=60, last_error="e")
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox_monitor", "replay", "--id", str(dead), "--yes"],
+        cwd=REPO,
+        env=command_environment(OUTBOX_MONITOR_DSN=dsn, HOME=str(tmp_path))
+        | {"OUTBOX_MONITOR_ACTOR": "\n\u202e\t"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: the actor name '\\n\\u202e\\t' has no printable")
+    assert "Traceback" not in done.stderr
+    assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.audit_log").fetchone()["n"] == 0
+    assert rows.get(dead)["status"] == "failed"
+    with pytest.raises(ValueError, match="an identity needs a printable name"):
+        Identity("\x00\n", Role.viewer, "proxy")
