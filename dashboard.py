@@ -12,8 +12,10 @@ import streamlit as st
 
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.logs import configure_logging
 from outbox_monitor.ui import access, alerts, banners, format, state
 
+configure_logging()  # once per process: one line per record, outbox text escaped
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
 
 # Each page under the least role that may open it (README, Security). A comment, not a

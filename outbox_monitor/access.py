@@ -13,14 +13,16 @@ act as local identities.
 
 import fnmatch
 import getpass
+import ipaddress
 import os
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 from outbox_monitor.config import Settings
-from outbox_monitor.errors import AccessDenied
+from outbox_monitor.errors import AccessDenied, ConfigError
 
 
 class Role(IntEnum):
@@ -31,14 +33,60 @@ class Role(IntEnum):
     admin = 3
 
 
+MAX_ACTOR_LENGTH = 200
+"""Characters of an actor's name kept (the audit log's ``actor``; the SQL function
+``outbox_monitor.record_audit`` refuses longer ones)."""
+_BLANK_CATEGORIES = frozenset({"Cc", "Zs", "Zl", "Zp"})
+"""Unicode categories read as a space: control characters (newlines, tabs …), spaces and
+line or paragraph separators."""
+
+
+def normalise_actor(name: str) -> str:
+    """An actor's name as it is shown and audited: one line of printable text.
+
+    NFC-composed; control characters (``\\n``, ``\\r``, ``\\t``, ``\\x1b`` …) and
+    Unicode line/paragraph separators become spaces; other characters of category C
+    (format characters such as U+202E RIGHT-TO-LEFT OVERRIDE, surrogates, unassigned and
+    private-use code points) are dropped; runs of spaces become one; cut to
+    ``MAX_ACTOR_LENGTH`` characters. ``"ops\\n@evil"`` → ``"ops @evil"``.
+
+    Args:
+        name: the raw name (an e-mail, an OS user, ``--actor``).
+
+    Returns:
+        The normalised name; ``""`` when nothing printable is left.
+    """
+    kept = []
+    for char in unicodedata.normalize("NFC", name):
+        category = unicodedata.category(char)
+        if category in _BLANK_CATEGORIES:
+            kept.append(" ")
+        elif not category.startswith("C"):
+            kept.append(char)
+    return " ".join("".join(kept).split())[:MAX_ACTOR_LENGTH].strip()
+
+
 @dataclass(frozen=True)
 class Identity:
     """Who is acting: ``name`` (an e-mail when signed in; recorded in the audit log),
-    ``role`` and ``source`` (``local``, ``oidc``, ``proxy``, ``cli`` or ``scheduler``)."""
+    ``role`` and ``source`` (``local``, ``oidc``, ``proxy``, ``cli`` or ``scheduler``).
+
+    The name is normalised on creation (``normalise_actor``), so no identity's name holds
+    a control character or a newline, whoever built it.
+
+    Raises:
+        ValueError: nothing printable is left of the name.
+    """
 
     name: str
     role: Role
     source: str
+
+    def __post_init__(self) -> None:
+        name = normalise_actor(self.name)
+        if not name:
+            raise ValueError(f"an identity needs a printable name, got {self.name!r}")
+        object.__setattr__(self, "name", name)
 
     def can(self, role: Role) -> bool:
         """Whether this identity has ``role`` or a higher one."""
@@ -69,9 +117,39 @@ def local_identity(
         source: ``local`` (dashboard) or ``cli``.
 
     Returns:
-        An ``admin`` identity.
+        An ``admin`` identity, its name normalised (``normalise_actor``).
+
+    Raises:
+        ConfigError: the chosen name has no printable character (``--actor $'\\n'``).
     """
-    return Identity(name or settings.actor or default_actor(), Role.admin, source)
+    chosen = name or settings.actor or default_actor()
+    if not normalise_actor(chosen):
+        raise ConfigError(
+            f"the actor name {chosen!r} has no printable character",
+            hint="Pass --actor or set OUTBOX_MONITOR_ACTOR to a name such as an e-mail "
+            "address; the audit log records it.",
+        )
+    return Identity(chosen, Role.admin, source)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listening address is reachable from this machine only.
+
+    Args:
+        address: ``localhost``, an IPv4 or IPv6 address (``[::1]`` brackets allowed).
+
+    Returns:
+        ``True`` for ``localhost`` and every loopback address: all of ``127.0.0.0/8``,
+        ``::1`` and IPv4 loopback mapped into IPv6 (``::ffff:127.0.0.2``); ``False`` for
+        anything else, the wildcard ``0.0.0.0`` and other host names included.
+    """
+    if address.lower() == "localhost":
+        return True
+    try:
+        parsed = ipaddress.ip_address(address.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False
+    return (getattr(parsed, "ipv4_mapped", None) or parsed).is_loopback
 
 
 def _claim_values(claims: Mapping[str, Any], name: str) -> set[str]:

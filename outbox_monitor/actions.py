@@ -315,7 +315,10 @@ def record_audit(
     run_id: str | None = None,
 ) -> int:
     """Write one audit row in the caller's transaction (every audited change: actions,
-    silences, payload reveals).
+    silences, payload reveals), through the SQL function ``outbox_monitor.record_audit``,
+    the audit log's only writer: it stamps the row with the database's ``now()`` (the
+    transaction's start) and checks the fields; no role may INSERT into the table itself
+    (README, Least-privilege database access).
 
     Args:
         conn: the connection of the transaction that makes the change.
@@ -327,9 +330,13 @@ def record_audit(
 
     Returns:
         The audit row's id.
+
+    Raises:
+        psycopg.errors.InsufficientPrivilege: the login lacks EXECUTE on the function (the
+            caller's ``db.transaction()`` maps it to ``PermissionDenied``).
     """
     row = conn.execute(
-        db.compose("audit_insert"),
+        db.compose("audit_record"),
         {
             "run_id": run_id or str(uuid.uuid4()),
             "actor": actor.name,

@@ -27,6 +27,7 @@ from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
+from outbox_monitor.logs import configure_logging
 
 EXIT_NOT_CONFIRMED = 2
 
@@ -99,9 +100,7 @@ def main(log_level: str) -> None:
     Configuration comes from OUTBOX_MONITOR_* environment variables (see README);
     --dsn and --table override the database and the table per command.
     """
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level.upper())
     # The pool logs every failed reconnect; our own errors already say what is wrong.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 

@@ -8,8 +8,10 @@ Three group roles, each granted only what its processes do today:
 - ``scheduler`` (``outbox_scheduler``): the viewer's, plus writing samples, alert state
   and notifications; never the outbox.
 - ``operator`` (``outbox_operator``): the viewer's, plus UPDATE/DELETE on the outbox
-  (reap, replay, prune), INSERT on the audit log and INSERT/UPDATE on silences. The login
-  of ``OUTBOX_MONITOR_ACTIONS_DSN``.
+  (reap, replay, prune), EXECUTE on ``outbox_monitor.record_audit`` (the audit log's only
+  writer: no role may INSERT into the table, and the viewer's EXECUTE on every function
+  is revoked for this one) and INSERT/UPDATE on silences. The login of
+  ``OUTBOX_MONITOR_ACTIONS_DSN``.
 
 The statements are the ``grants`` block of ``sql/queries.sql``; ``grant_statements``
 renders it for the configured outbox table (``outbox-monitor init-db --print-grants``
@@ -30,9 +32,12 @@ DEFAULT_SCHEDULER_ROLE = "outbox_scheduler"
 DEFAULT_OPERATOR_ROLE = "outbox_operator"
 MAX_ROLE_NAME_LENGTH = 63
 _ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# One GRANT of privileges (not of a role) in the rendered script; it may span lines.
+# One GRANT or REVOKE of privileges (not of a role) in the rendered script; it may span
+# lines.
 _GRANT = re.compile(
-    r"^GRANT (?P<privileges>[A-Z, ]+?) ON (?P<target>.+?) TO (?P<role>\S+);$", re.M | re.S
+    r"^(?P<verb>GRANT|REVOKE) (?P<privileges>[A-Z, ]+?) ON (?P<target>.+?) "
+    r"(?:TO|FROM) (?P<role>\S+);$",
+    re.M | re.S,
 )
 _IN_SCHEMA = re.compile(r"^ALL (?P<kind>TABLES|FUNCTIONS|SEQUENCES) IN SCHEMA (?P<schema>\S+)$")
 _KINDS = {"TABLES": "table", "FUNCTIONS": "function", "SEQUENCES": "sequence"}
@@ -115,16 +120,18 @@ def role_granting(settings: Settings, privilege: str, kind: str, qualified_name:
 
     Returns:
         The first of ``outbox_viewer``, ``outbox_scheduler``, ``outbox_operator`` whose own
-        grants include it (the scheduler and the operator also hold the viewer's), or
-        ``None`` when outbox-monitor's roles never get it.
+        grants include it and no later ``REVOKE`` takes it back (the scheduler and the
+        operator also hold the viewer's), or ``None`` when outbox-monitor's roles never
+        get it.
     """
+    holds: dict[str, bool] = {}
     for match in _GRANT.finditer(grant_statements(settings)):
         privileges = [p.strip() for p in match["privileges"].split(",")]
         if privilege.upper() not in privileges:
             continue
         if _covers(" ".join(match["target"].split()), kind, qualified_name):
-            return _unquote(match["role"])
-    return None
+            holds[_unquote(match["role"])] = match["verb"] == "GRANT"
+    return next((role for role, held in holds.items() if held), None)
 
 
 def _covers(target: str, kind: str, qualified_name: str) -> bool:
@@ -134,6 +141,9 @@ def _covers(target: str, kind: str, qualified_name: str) -> bool:
         return _KINDS[in_schema["kind"]] == kind and _unquote(in_schema["schema"]) == schema
     if target.startswith("SCHEMA "):
         return kind == "schema" and _unquote(target.removeprefix("SCHEMA ")) == qualified_name
+    if target.startswith("FUNCTION "):
+        name = target.removeprefix("FUNCTION ").partition("(")[0]
+        return kind == "function" and _unquote(name) == qualified_name
     if target.startswith("SEQUENCE "):
         objects, wanted = target.removeprefix("SEQUENCE "), "sequence"
     else:

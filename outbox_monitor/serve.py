@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from outbox_monitor.access import is_loopback
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
@@ -31,7 +32,6 @@ from outbox_monitor.scheduler import (
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0
 STOP_TIMEOUT_SECONDS = 10.0
-LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 OIDC_PROMPT = "login"
 """Asked of the identity provider at sign-in (Streamlit's default, ``select_account``, is
 Google's; ``login`` is understood by every OpenID provider)."""
@@ -55,7 +55,8 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
     Args:
         settings: ``auth`` (``local``, ``oidc``, ``proxy``), the OIDC settings, the role
             mapping and ``insecure_no_auth``.
-        address: the interface Streamlit will listen on.
+        address: the interface Streamlit will listen on (loopback: ``localhost``, any
+            ``127.0.0.0/8`` address, ``::1``; see ``access.is_loopback``).
         insecure_no_auth: the ``--insecure-no-auth`` flag.
 
     Returns:
@@ -70,7 +71,7 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
             ``OUTBOX_MONITOR_OIDC_*`` settings or an ``[auth]`` section in a Streamlit
             secrets file.
     """
-    exposed = address not in LOOPBACK_ADDRESSES
+    exposed = not is_loopback(address)
     warnings = []
     if settings.auth != "local" and not (settings.admins or settings.operators or settings.viewers):
         warnings.append(NO_ROLES_WARNING.format(mode=settings.auth))

@@ -451,13 +451,12 @@ SELECT (SELECT max(id) FROM picked) AS last_picked_id,
        0 AS dead_lettered
 FROM changed;
 
--- name: audit_insert
--- One audit row per action transaction (batch).
-INSERT INTO outbox_monitor.audit_log
-    (run_id, actor, action, table_name, filter, affected_count, affected_ids)
-VALUES (%(run_id)s, %(actor)s, %(action)s, %(table_name)s, %(filter)s, %(affected_count)s,
-        %(affected_ids)s)
-RETURNING id, at;
+-- name: audit_record
+-- One audit row per audited change, through the only writer of the audit log (migration 004: it stamps now() and checks the fields); returns its id.
+SELECT outbox_monitor.record_audit(
+    p_run_id => %(run_id)s, p_actor => %(actor)s, p_action => %(action)s,
+    p_table_name => %(table_name)s, p_filter => %(filter)s,
+    p_affected_count => %(affected_count)s, p_affected_ids => %(affected_ids)s) AS id;
 
 -- name: audit_recent
 -- The newest audit rows.
@@ -813,6 +812,9 @@ GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {viewer};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox_monitor TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT SELECT ON TABLES TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO {viewer};
+-- but not the audit log's only writer (the operator's)
+REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
+    integer, bigint[]) FROM {viewer};
 -- scheduler: samples, alert state and notifications; never the outbox (its optional
 -- auto-reap and auto-prune act as an operator: grant its login both roles)
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
@@ -827,10 +829,11 @@ GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
 DO $$ BEGIN CREATE ROLE {operator} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {operator};
 GRANT UPDATE, DELETE ON {table} TO {operator};
-GRANT INSERT ON outbox_monitor.audit_log TO {operator};
+-- audit rows only through this function, which stamps the time (no INSERT on audit_log)
+GRANT EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
+    integer, bigint[]) TO {operator};
 GRANT INSERT, UPDATE ON outbox_monitor.silences TO {operator};
-GRANT USAGE ON SEQUENCE outbox_monitor.audit_log_id_seq, outbox_monitor.silences_id_seq
-    TO {operator};
+GRANT USAGE ON SEQUENCE outbox_monitor.silences_id_seq TO {operator};
 -- Not granted: INSERT on the outbox (your application's) and the idempotency ledger
 -- {ledger} (your workers').
 -- Logins, one per DSN (give them passwords), for example:

@@ -7,18 +7,21 @@ dashboard.py runs for someone without a role.
 """
 
 import ipaddress
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import streamlit as st
 
-from outbox_monitor.access import Identity, Role, local_identity, role_for
+from outbox_monitor.access import Identity, Role, is_loopback, local_identity, role_for
 from outbox_monitor.config import Settings
 from outbox_monitor.ui import format
 
-LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
-ONE_ADDRESS = re.compile(r"[^\s,;@]+@[^\s,;@]+")
+log = logging.getLogger(__name__)
+_NOT_IN_AN_ADDRESS = r"\s,;@\x00-\x1f\x7f-\x9f"
+ONE_ADDRESS = re.compile(rf"[^{_NOT_IN_AN_ADDRESS}]+@[^{_NOT_IN_AN_ADDRESS}]+")
+"""One e-mail address: no spaces, list separators or control characters."""
 
 
 def _stop_on(page_title: str, body: Any) -> NoReturn:
@@ -76,8 +79,32 @@ def _oidc_identity(settings: Settings) -> Identity:
     return Identity(name, role, "oidc")
 
 
+def _one_header_value(name: str) -> str | None:
+    """The value of the request header ``name`` sent once, ``None`` when it is absent;
+    a header sent on more than one line is refused (no identity) with a log line.
+
+    A proxy that appends its own line after the client's (rather than replacing it)
+    would otherwise let the client's line, the first, name who is signed in.
+    """
+    values = st.context.headers.get_all(name)
+    if len(values) > 1:
+        log.warning(
+            "proxy sign-in refused: the request carries %d %s header lines (one is "
+            "expected, set by the proxy; the client may have sent its own)",
+            len(values),
+            name,
+        )
+        _refused(
+            "No identity",
+            f"This request carries {len(values)} lines of the {format.md_code(name)} "
+            "header, so none of them is believed: the authenticating proxy must set it, "
+            "replacing any the browser sent, not add a line to it.",
+        )
+    return values[0] if values else None
+
+
 def _proxy_identity(settings: Settings) -> Identity:
-    email = (st.context.headers.get(settings.proxy_header) or "").strip()
+    email = (_one_header_value(settings.proxy_header) or "").strip()
     if not email:
         _refused(
             "No identity",
@@ -93,7 +120,7 @@ def _proxy_identity(settings: Settings) -> Identity:
             "append to it).",
         )
     groups_header = settings.proxy_groups_header
-    raw_groups = st.context.headers.get(groups_header) if groups_header else None
+    raw_groups = _one_header_value(groups_header) if groups_header else None
     groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
     role = role_for(settings, email, {"groups": groups, "email": email})
     if role is None:
@@ -117,7 +144,7 @@ def _remote_client() -> str | None:
     except ValueError:
         return raw
     address = getattr(address, "ipv4_mapped", None) or address
-    return None if address.is_loopback else str(address)
+    return None if is_loopback(str(address)) else str(address)
 
 
 def identity(settings: Settings) -> Identity:
@@ -140,7 +167,7 @@ def identity(settings: Settings) -> Identity:
     if settings.auth == "proxy":
         return _proxy_identity(settings)
     address = st.get_option("server.address")
-    exposed = bool(address and address not in LOOPBACK_ADDRESSES)
+    exposed = bool(address and not is_loopback(address))
     remote = _remote_client()
     if (exposed or remote is not None) and not settings.insecure_no_auth:
         where = format.md_code(address) if exposed else "every interface"

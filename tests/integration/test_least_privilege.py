@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from outbox_monitor import actions
 from outbox_monitor.access import local_identity
@@ -81,7 +80,7 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
         expected = {
             "app.outbox": {read: s, sched: s, ops: {"SELECT", "UPDATE", "DELETE"}},
             "app.integration_idempotency": {read: set(), sched: set(), ops: set()},
-            "outbox_monitor.audit_log": {read: s, sched: s, ops: {"SELECT", "INSERT"}},
+            "outbox_monitor.audit_log": {read: s, sched: s, ops: s},  # record_audit writes
             "outbox_monitor.silences": {read: s, sched: s, ops: siu},
             "outbox_monitor.samples": {read: s, sched: sid, ops: s},
             "outbox_monitor.alert_instances": {read: s, sched: siu, ops: s},
@@ -103,16 +102,25 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             False,
         )
         for role, sequence in (
-            (ops, "outbox_monitor.audit_log_id_seq"),
             (ops, "outbox_monitor.silences_id_seq"),
             (sched, "outbox_monitor.notifications_id_seq"),
             (sched, "outbox_monitor.alert_transitions_id_seq"),
         ):
             assert su.execute(usage, (role, role, sequence)).fetchone() == (True, True)
-        assert not su.execute(
-            "SELECT has_sequence_privilege(%s, 'outbox_monitor.audit_log_id_seq', 'USAGE')",
-            (sched,),
-        ).fetchone()[0], "the scheduler cannot write the audit log"
+        for role in (read, sched, ops):
+            assert not su.execute(
+                "SELECT has_sequence_privilege(%s, 'outbox_monitor.audit_log_id_seq', 'USAGE')",
+                (role,),
+            ).fetchone()[0], "audit rows only through outbox_monitor.record_audit"
+        executes = {
+            role: su.execute(
+                "SELECT has_function_privilege(%s, 'outbox_monitor.record_audit(uuid, text, "
+                "text, text, jsonb, integer, bigint[])', 'EXECUTE')",
+                (role,),
+            ).fetchone()[0]
+            for role in (read, sched, ops)
+        }
+        assert executes == {read: False, sched: False, ops: True}
 
 
 def test_the_scheduler_login_samples_evaluates_and_delivers_but_never_acts(
@@ -190,36 +198,6 @@ def test_the_operator_login_reaps_replays_prunes_and_silences(dsn, logins, rows,
     ).fetchall()
     assert [a["actor"] for a in audit] == ["oncall@example.com"] * len(audit)
     assert [a["action"] for a in audit][:3] == ["reap", "replay", "prune"]
-
-
-def test_a_missing_sequence_grant_is_named_and_nothing_changes(dsn, logins, rows, conn):
-    """A hand-made login with UPDATE on the outbox and INSERT on the audit log but not the
-    audit log's sequence: the whole batch rolls back and the sequence is named."""
-    login = f"{logins.nothing}_noseq"
-    with psycopg.connect(dsn, autocommit=True) as su:
-        if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
-            su.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
-        su.execute(
-            sql.SQL(
-                "GRANT USAGE ON SCHEMA outbox_monitor TO {0}; "
-                "GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {0}; "
-                "GRANT INSERT ON outbox_monitor.audit_log TO {0}; "
-                "GRANT SELECT, UPDATE ON integration_outbox TO {0}"
-            ).format(sql.Identifier(login))
-        )
-    dead = rows.add(status="failed", attempts=10, processed_ago=60, last_error="e")
-    settings = load_settings(dsn=dsn, actions_dsn=logins.dsn(dsn, login))
-
-    with Database(settings, purpose="actions") as db, pytest.raises(PermissionDenied) as caught:
-        preview = actions.preview_replay(db, actions.ReplaySelection(ids=(dead,)))
-        actions.apply(db, preview, actor=local_identity(settings))
-
-    assert str(caught.value).startswith(
-        f'the database role "{login}" lacks USAGE on sequence outbox_monitor.audit_log_id_seq'
-    )
-    assert "OUTBOX_MONITOR_ACTIONS_DSN" in caught.value.hint
-    assert "member of outbox_operator" in caught.value.hint
-    assert rows.get(dead)["status"] == "failed"
 
 
 def test_a_login_without_any_grant_is_told_to_join_the_viewer_role(dsn, logins):
