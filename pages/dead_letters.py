@@ -7,7 +7,7 @@ import streamlit as st
 
 from outbox_monitor.access import Role
 from outbox_monitor.actions import ReplaySelection
-from outbox_monitor.ui import flows, format, loaders, state
+from outbox_monitor.ui import flows, format, inputs, loaders, state
 
 GROUP_PARAM = "error_group"
 GROUP_KEY = "dead_letters.group"
@@ -39,7 +39,15 @@ redactor = loaders.redactor(ctx.db)
 ERROR_FIELDS = ("sample_error", "fingerprint", "last_error")
 scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 
-wanted = st.query_params.get(GROUP_PARAM) or None
+try:
+    wanted = inputs.parse_error_group(st.query_params.get(GROUP_PARAM))
+except ValueError as error:
+    st.warning(
+        f"Ignored {format.md_code(GROUP_PARAM)} from the link: {format.md_text(error)}.",
+        icon=":material/link_off:",
+    )
+    del st.query_params[GROUP_PARAM]
+    wanted = None
 # the group chosen in the picker (its state from the last run), else the one in the URL
 chosen = st.session_state.get(GROUP_KEY, wanted)
 loaded = loaders.dead_letters(ctx.db, event_type=f.event_type, error_group=chosen)
