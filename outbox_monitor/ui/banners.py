@@ -28,6 +28,7 @@ import streamlit as st
 
 from outbox_monitor.errors import (
     AccessDenied,
+    ActionInterrupted,
     ActionRefused,
     ColumnsMissing,
     ConfigError,
@@ -51,6 +52,7 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     PermissionDenied: "Permission denied",
     ConfigError: "Invalid configuration",
     ActionRefused: "Action refused",
+    ActionInterrupted: "Action stopped part-way",
     AccessDenied: "Not allowed",
 }
 OUTAGE_RETRY_SECONDS = 30.0
