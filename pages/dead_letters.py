@@ -12,6 +12,8 @@ from outbox_monitor.ui import flows, format, inputs, loaders, state
 GROUP_PARAM = "error_group"
 GROUP_KEY = "dead_letters.group"
 FLOW = "dead_letters.replay"
+IDS_KEY = "dead_letters.ids"
+IDS_GROUP_KEY = "dead_letters.ids_group"
 GROUP_COLUMNS = [
     "group_id",
     "event_type",
@@ -155,10 +157,17 @@ if not ctx.identity.can(Role.operator):
         icon=":material/lock:",
     )
 else:
+    if st.session_state.get(IDS_GROUP_KEY) != group_id:  # another group: nothing chosen
+        st.session_state[IDS_KEY] = []
+        st.session_state[IDS_GROUP_KEY] = group_id
+    listed = [str(row["id"]) for row in rows]
+    # rows chosen earlier stay choices when newer failures push them out of the list, so
+    # that new failures never shrink the choice (nor drop its preview)
+    pushed_out = sorted(set(st.session_state.get(IDS_KEY, [])) - set(listed), key=int, reverse=True)
     ids = st.multiselect(
         "Rows to replay",
-        [str(row["id"]) for row in rows],
-        key="dead_letters.ids",
+        listed + pushed_out,
+        key=IDS_KEY,
         placeholder="None chosen: replay the whole group",
     )
     selection = ReplaySelection(ids=tuple(int(i) for i in ids), error_group=group_id)
