@@ -6,17 +6,19 @@ them and remembers the largest id seen; the confirmed ``apply`` changes only row
 every batch writing its own audit row, all tied together by one ``run_id``.
 """
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.db import Database
-from outbox_monitor.errors import ActionRefused
+from outbox_monitor.errors import ActionInterrupted, ActionRefused, OutboxMonitorError
 from outbox_monitor.filters import Where
 from outbox_monitor.redaction import redactor_for
 
@@ -25,6 +27,9 @@ DEFAULT_BATCH_SIZE = 1000
 DEFAULT_PRUNE_BATCH_SIZE = 5000
 MAX_AUDIT_IDS = 1000
 MIN_ID = -(2**63)
+PAST_TENSE = {"reap": "reaped", "replay": "replayed", "prune": "deleted"}
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 """``on_progress(rows_changed_so_far, rows_matched_at_preview)`` after every batch."""
@@ -247,7 +252,8 @@ def apply(
     seen at preview time, and still pass the guard inside the statement itself (reap:
     still ``processing`` with an expired lock; replay: still ``failed``; prune: still
     that terminal status and old enough). Each batch is one transaction with its own
-    audit row; a run that changes nothing still writes one audit row.
+    audit row; a run that changes nothing still writes one audit row. Every run is
+    logged with its run id: INFO when done, ERROR when it failed.
 
     Args:
         actor: who acts (the signed-in identity, or ``access.local_identity`` for the CLI);
@@ -260,48 +266,108 @@ def apply(
 
     Raises:
         AccessDenied: ``actor`` is not an operator; nothing is changed or audited.
-        DatabaseUnavailable, QueryTimeout, PermissionDenied: a failing batch rolls back
-            alone; earlier batches stay committed and audited.
+        DatabaseUnavailable, QueryTimeout, PermissionDenied: the first batch failed;
+            nothing was changed or audited.
+        ActionInterrupted: any other database error (one that is not the package's
+            own, e.g. a trigger that raises), or any error after a batch committed: the
+            failing batch rolls back alone, earlier batches stay committed and audited;
+            the message is the run's summary (committed batches and rows, run id, the
+            cause) and the hint says what to do.
     """
     require(actor, Role.operator, f"{preview.action} rows")
     default = DEFAULT_PRUNE_BATCH_SIZE if preview.action == "prune" else DEFAULT_BATCH_SIZE
     size = batch_size or default
     run_id = str(uuid.uuid4())
     result = ActionResult(preview.action, run_id, preview.matched, 0, 0, 0, 0, [])
-    for part in preview.parts:
-        if part.max_id is None:
-            continue
-        after = MIN_ID
-        while True:
-            params = {
-                **part.params,
-                **part.where.params,
-                "after_id": after,
-                "max_id": part.max_id,
-                "batch": size,
-            }
+    try:
+        for part in preview.parts:
+            if part.max_id is None:
+                continue
+            after = MIN_ID
+            while True:
+                params = {
+                    **part.params,
+                    **part.where.params,
+                    "after_id": after,
+                    "max_id": part.max_id,
+                    "batch": size,
+                }
+                with db.transaction() as conn:
+                    row = conn.execute(
+                        db.compose(part.batch_query, and_filters=part.where.fragment), params
+                    ).fetchone()
+                    if row["last_picked_id"] is None:
+                        break
+                    after = row["last_picked_id"]
+                    if row["ids"]:
+                        _audit(conn, db, run_id, actor, preview, row["ids"])
+                result = replace(
+                    result,
+                    changed=result.changed + len(row["ids"]),
+                    dead_lettered=result.dead_lettered + row["dead_lettered"],
+                    batches=result.batches + 1,
+                    ids=(result.ids + row["ids"])[:MAX_AUDIT_IDS],
+                )
+                if on_progress:
+                    on_progress(result.changed, preview.matched)
+        if result.changed == 0:
             with db.transaction() as conn:
-                row = conn.execute(
-                    db.compose(part.batch_query, and_filters=part.where.fragment), params
-                ).fetchone()
-                if row["last_picked_id"] is None:
-                    break
-                after = row["last_picked_id"]
-                if row["ids"]:
-                    _audit(conn, db, run_id, actor, preview, row["ids"])
-            result = replace(
-                result,
-                changed=result.changed + len(row["ids"]),
-                dead_lettered=result.dead_lettered + row["dead_lettered"],
-                batches=result.batches + 1,
-                ids=(result.ids + row["ids"])[:MAX_AUDIT_IDS],
-            )
-            if on_progress:
-                on_progress(result.changed, preview.matched)
-    if result.changed == 0:
-        with db.transaction() as conn:
-            _audit(conn, db, run_id, actor, preview, [])
+                _audit(conn, db, run_id, actor, preview, [])
+    except OutboxMonitorError as error:
+        if result.batches == 0:  # nothing happened: the error says it all (e.g. a grant)
+            log.error("%s run %s changed nothing: %s", preview.action, run_id, error.args[0])
+            raise
+        raise _interrupted(result, preview, error) from error
+    except psycopg.Error as error:
+        raise _interrupted(result, preview, error) from error
+    log.info(
+        "%s run %s by %s: %d row(s) changed of %d previewed, in %d batch(es)",
+        preview.action,
+        run_id,
+        actor.name,
+        result.changed,
+        preview.matched,
+        result.batches,
+    )
     return replace(result, skipped=max(preview.matched - result.changed, 0))
+
+
+def _interrupted(
+    result: ActionResult, preview: Preview, error: OutboxMonitorError | psycopg.Error
+) -> ActionInterrupted:
+    if isinstance(error, OutboxMonitorError):
+        cause, cause_hint = (str(error.args[0]) if error.args else type(error).__name__), error.hint
+    else:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        cause = error.diag.message_primary or lines[0]
+        cause += f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
+        cause_hint = ""
+    verb = PAST_TENSE.get(preview.action, "changed")
+    batches = f"{result.batches:,} committed batch{'es' if result.batches != 1 else ''}"
+    message = (
+        f"{preview.action} stopped after {batches} ({result.changed:,} of "
+        f"{preview.matched:,} previewed rows {verb}), run {result.run_id}: {cause}"
+    )
+    kept = (
+        f"What was committed ({batches}, {result.changed:,} rows) stays applied and audited "
+        f"under run {result.run_id}"
+        if result.batches
+        else "Nothing was changed"
+    )
+    hint = (
+        f"{cause_hint + ' ' if cause_hint else ''}{kept}; the failed batch was rolled back. "
+        "Fix the cause, then preview again and confirm: only rows that still qualify change."
+    )
+    log.error("%s", message)
+    return ActionInterrupted(
+        message,
+        hint,
+        action=preview.action,
+        run_id=result.run_id,
+        batches=result.batches,
+        changed=result.changed,
+        cause=cause,
+    )
 
 
 def record_audit(

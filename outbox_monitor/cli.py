@@ -15,6 +15,7 @@ from outbox_monitor.alerts.commands import alerts, check
 from outbox_monitor.cli_support import (
     DURATION,
     DURATION_OR_ZERO,
+    EXIT_ERROR,
     EXIT_USAGE,
     ROW_ID,
     TABLE,
@@ -26,7 +27,7 @@ from outbox_monitor.cli_support import (
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.durations import format_duration, parse_instant
-from outbox_monitor.errors import ConfigError, OutboxMonitorError
+from outbox_monitor.errors import ActionInterrupted, ConfigError, OutboxMonitorError
 from outbox_monitor.logs import configure_logging
 
 EXIT_NOT_CONFIRMED = 2
@@ -322,13 +323,31 @@ def _run_action(
     def progress(done: int, total: int) -> None:
         click.echo(f"  {preview.action}: {done}/{total} rows", err=True)
 
-    result = actions.apply(
-        db,
-        preview,
-        actor=local_identity(db.settings, name=actor, source="cli"),
-        batch_size=batch_size,
-        on_progress=progress if preview.matched > (batch_size or 1000) else None,
-    )
+    try:
+        result = actions.apply(
+            db,
+            preview,
+            actor=local_identity(db.settings, name=actor, source="cli"),
+            batch_size=batch_size,
+            on_progress=progress if preview.matched > (batch_size or 1000) else None,
+        )
+    except ActionInterrupted as error:
+        if not as_json:
+            raise  # `error: <summary>` and what to do, exit 1 (common_options)
+        emit_json(
+            {
+                **payload,
+                "applied": False,
+                "interrupted": True,
+                "run_id": error.run_id,
+                "batches": error.batches,
+                "changed": error.changed,
+                "error": error.args[0],
+                "cause": error.cause,
+                "hint": error.hint,
+            }
+        )
+        sys.exit(EXIT_ERROR)
     outcome = {
         "applied": True,
         "run_id": result.run_id,

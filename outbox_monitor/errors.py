@@ -58,3 +58,31 @@ class ActionRefused(OutboxMonitorError):
 
 class AccessDenied(OutboxMonitorError):
     """The signed-in identity's role does not allow the operation (README, Security)."""
+
+
+class ActionInterrupted(OutboxMonitorError):
+    """A confirmed action stopped by an error after it began (a refused batch, a lost
+    connection): the batches committed before it stay applied and audited.
+
+    The message is the summary (action, committed batches and rows, run id, the error);
+    the hint says what to do. ``run_id``, ``batches`` (committed), ``changed`` (rows in
+    them) and ``cause`` (the error's own text) are kept for JSON output.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        hint: str,
+        *,
+        action: str,
+        run_id: str,
+        batches: int,
+        changed: int,
+        cause: str,
+    ) -> None:
+        super().__init__(message, hint)
+        self.action = action
+        self.run_id = run_id
+        self.batches = batches
+        self.changed = changed
+        self.cause = cause

@@ -159,7 +159,8 @@ def streamlit_command(*, address: str, port: int, secrets_file: Path | None = No
 
     Returns:
         ``[python, -m, streamlit, run, <repo>/dashboard.py, --server.headless=true, …]``
-        with usage statistics and the file watcher off.
+        with usage statistics and the file watcher off, and tracebacks kept off the page
+        (``client.showErrorDetails=none``).
 
     Raises:
         OutboxMonitorError: ``dashboard.py`` is absent.
@@ -176,6 +177,9 @@ def streamlit_command(*, address: str, port: int, secrets_file: Path | None = No
         "--browser.gatherUsageStats=false",
         "--server.fileWatcherType=none",
         "--client.toolbarMode=minimal",
+        # the last guard behind banners.show_unexpected: an error that escapes a page is
+        # shown without its traceback (the server log keeps it)
+        "--client.showErrorDetails=none",
         *([f"--secrets.files={secrets_file}"] if secrets_file else []),
     ]
 

@@ -73,34 +73,43 @@ with replay:
         "Failed until", key="actions.until", placeholder="empty = now"
     )
     try:
+        group = inputs.parse_error_group(error_group)
+    except ValueError as error:
+        st.error(f"Error group: {format.md_text(error)}", icon=":material/error:")
+        group = None
+        usable = False
+    else:
+        usable = True
+    try:
         now = loaders.database_now(ctx.db)
         selection = ReplaySelection(
             event_type=f.event_type,
-            error_group=error_group.strip() or None,
+            error_group=group,
             since=inputs.parse_time(since_text, now),
             until=inputs.parse_time(until_text, now),
         )
     except ValueError as error:
         st.error(f"Time range: {format.md_text(error)}", icon=":material/error:")
     else:
-        flows.action_flow(
-            "actions.replay",
-            db=ctx.actions_db,
-            actor=ctx.identity,
-            # the typed text, not the parsed times: "24h" means 24 h before the preview
-            signature=("replay", f.event_type, error_group, since_text, until_text),
-            make_preview=lambda: loaders.preview_replay(ctx.db, selection),
-            preview_label="Preview replay",
-            noun="replay",
-            sample_columns=[
-                "id",
-                "event_type",
-                "event_key",
-                "attempts",
-                "processed_at",
-                "last_error",
-            ],
-        )
+        if usable:
+            flows.action_flow(
+                "actions.replay",
+                db=ctx.actions_db,
+                actor=ctx.identity,
+                # the typed text, not the parsed times: "24h" means 24 h before the preview
+                signature=("replay", f.event_type, error_group, since_text, until_text),
+                make_preview=lambda: loaders.preview_replay(ctx.db, selection),
+                preview_label="Preview replay",
+                noun="replay",
+                sample_columns=[
+                    "id",
+                    "event_type",
+                    "event_key",
+                    "attempts",
+                    "processed_at",
+                    "last_error",
+                ],
+            )
 
 with prune:
     st.caption(

@@ -7,11 +7,13 @@ import streamlit as st
 
 from outbox_monitor.access import Role
 from outbox_monitor.actions import ReplaySelection
-from outbox_monitor.ui import flows, format, loaders, state
+from outbox_monitor.ui import flows, format, inputs, loaders, state
 
 GROUP_PARAM = "error_group"
 GROUP_KEY = "dead_letters.group"
 FLOW = "dead_letters.replay"
+IDS_KEY = "dead_letters.ids"
+IDS_GROUP_KEY = "dead_letters.ids_group"
 GROUP_COLUMNS = [
     "group_id",
     "event_type",
@@ -39,7 +41,15 @@ redactor = loaders.redactor(ctx.db)
 ERROR_FIELDS = ("sample_error", "fingerprint", "last_error")
 scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 
-wanted = st.query_params.get(GROUP_PARAM) or None
+try:
+    wanted = inputs.parse_error_group(st.query_params.get(GROUP_PARAM))
+except ValueError as error:
+    st.warning(
+        f"Ignored {format.md_code(GROUP_PARAM)} from the link: {format.md_text(error)}.",
+        icon=":material/link_off:",
+    )
+    del st.query_params[GROUP_PARAM]
+    wanted = None
 # the group chosen in the picker (its state from the last run), else the one in the URL
 chosen = st.session_state.get(GROUP_KEY, wanted)
 loaded = loaders.dead_letters(ctx.db, event_type=f.event_type, error_group=chosen)
@@ -147,10 +157,17 @@ if not ctx.identity.can(Role.operator):
         icon=":material/lock:",
     )
 else:
+    if st.session_state.get(IDS_GROUP_KEY) != group_id:  # another group: nothing chosen
+        st.session_state[IDS_KEY] = []
+        st.session_state[IDS_GROUP_KEY] = group_id
+    listed = [str(row["id"]) for row in rows]
+    # rows chosen earlier stay choices when newer failures push them out of the list, so
+    # that new failures never shrink the choice (nor drop its preview)
+    pushed_out = sorted(set(st.session_state.get(IDS_KEY, [])) - set(listed), key=int, reverse=True)
     ids = st.multiselect(
         "Rows to replay",
-        [str(row["id"]) for row in rows],
-        key="dead_letters.ids",
+        listed + pushed_out,
+        key=IDS_KEY,
         placeholder="None chosen: replay the whole group",
     )
     selection = ReplaySelection(ids=tuple(int(i) for i in ids), error_group=group_id)

@@ -61,9 +61,20 @@ except ValueError as error:
     # no list for a range that cannot be read; the event detail below still works
     st.error(f"Time range: {format.md_text(error)}", icon=":material/error:")
     since = until = None
-    range_ok = False
+    searchable = False
 else:
-    range_ok = True
+    searchable = True
+texts = {}
+for name, label, text in (
+    ("event_key", "Event key", event_key),
+    ("aggregate_type", "Aggregate type", aggregate_type),
+    ("aggregate_id", "Aggregate id", aggregate_id),
+):
+    try:
+        texts[name] = inputs.parse_text(text, what=f"the {label.lower()}")
+    except ValueError as error:  # no list for a filter Postgres cannot hold
+        st.error(f"{label}: {format.md_text(error)}", icon=":material/error:")
+        searchable = False
 
 
 def show_older(last_id: int) -> None:
@@ -76,11 +87,9 @@ def show_newest() -> None:
 
 page_rows: list[dict] = []
 selection = None
-if range_ok:
+if searchable:
     filters = {
-        "event_key": event_key.strip() or None,
-        "aggregate_type": aggregate_type.strip() or None,
-        "aggregate_id": aggregate_id.strip() or None,
+        **texts,
         "event_type": f.event_type,
         "status": None if status in (None, ANY_STATUS) else status,
         "since": since,

@@ -9,8 +9,14 @@ attempt, the runs of the next ``OUTAGE_RETRY_SECONDS`` (a live fragment's refres
 click, another page) show the same banner at once, so runs never queue up behind
 connection attempts that time out. Then one run tries again; a "Retry now" button tries
 at once.
+
+Any other exception of a page or a live fragment is shown as a short "Unexpected error"
+with an error id, never a traceback or a server path; the log line with the traceback
+carries the same id (``show_unexpected``).
 """
 
+import logging
+import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +28,7 @@ import streamlit as st
 
 from outbox_monitor.errors import (
     AccessDenied,
+    ActionInterrupted,
     ActionRefused,
     ColumnsMissing,
     ConfigError,
@@ -45,12 +52,14 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     PermissionDenied: "Permission denied",
     ConfigError: "Invalid configuration",
     ActionRefused: "Action refused",
+    ActionInterrupted: "Action stopped part-way",
     AccessDenied: "Not allowed",
 }
 OUTAGE_RETRY_SECONDS = 30.0
 """After a failed connection, runs of this session show the failure again for this long
 instead of connecting (see the module docstring)."""
 _OUTAGE = "_outbox_monitor.outage"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -150,10 +159,32 @@ def stop_on_config_error(error: ConfigError) -> NoReturn:
     st.stop()
 
 
+def show_unexpected(error: Exception) -> NoReturn:
+    """Show an error the package did not expect as a short message with a new error id,
+    log its traceback under that id (ERROR, logger ``outbox_monitor.ui.banners``), and
+    stop the run. Nothing of the error itself reaches the page: its text may carry server
+    paths, SQL or data."""
+    error_id = secrets.token_hex(4)
+    log.error(
+        "unexpected error %s on the dashboard: %s", error_id, type(error).__name__, exc_info=error
+    )
+    st.error(
+        f"**Unexpected error** — this part of the page could not be shown (error id `{error_id}`).",
+        icon=":material/error:",
+    )
+    st.info(
+        "Reload the page to try again. If it happens again, give the error id to whoever "
+        "runs the dashboard: its log has the details under that id.",
+        icon=":material/build:",
+    )
+    st.stop()
+
+
 @contextmanager
 def guarded(*, wait_out_outage: bool = False, retry_key: str | None = None) -> Iterator[None]:
     """Run a block; an ``OutboxMonitorError`` raised in it becomes a banner and stops the
-    run (or the fragment run). Other exceptions, and Streamlit's own rerun/stop, pass.
+    run (or the fragment run); any other exception becomes ``show_unexpected``'s message
+    with an error id. Streamlit's own rerun/stop pass (they are not ``Exception``).
 
     Args:
         wait_out_outage: skip the block and show the last failure again while this
@@ -173,5 +204,7 @@ def guarded(*, wait_out_outage: bool = False, retry_key: str | None = None) -> I
     except OutboxMonitorError as error:
         forget_outage()  # the database answered
         show(error)
+    except Exception as error:
+        show_unexpected(error)
     else:
         forget_outage()

@@ -4,9 +4,16 @@ The preview is kept in ``st.session_state`` between reruns, with the selection i
 for; changing the selection drops it. Confirming applies exactly that preview (its filter,
 ``id <=`` its largest id, and the guard), shows progress, clears the stale caches, and
 keeps the result on screen until the next preview. A failed apply (a refused grant, a
-timeout) is shown inside the flow, with its hint, and drops the preview.
+timeout, a run stopped part-way) is shown inside the flow, with its hint, and drops the
+preview.
+
+The confirm button records its preview in a callback, which runs before the next run
+whatever that run renders: a click is never lost because the page changed under it (new
+rows, an expired cache). That run applies the preview if the selection is still the one
+it was made for, else says so ("the selection changed … preview again") and logs it.
 """
 
+import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +34,7 @@ class StoredPreview:
     preview: Preview
 
 
+log = logging.getLogger(__name__)
 VERBS = {"replay": "replayed", "reap": "reaped", "prune": "deleted"}
 NO_LONGER = {
     "replay": "{was} no longer failed",
@@ -87,15 +95,25 @@ def action_flow(
         auto_preview: make the preview on first render (e.g. the list of stuck locks).
         details: optional extra rendering of a preview (e.g. prune counts per status).
 
+    A confirmed preview is applied in the run after the click if ``signature`` is still
+    the one it was made for, else a warning says that nothing was changed (and a log line).
     An ``OutboxMonitorError`` of the confirmed apply (e.g. ``PermissionDenied`` on a
-    read-only actions login) is shown in place of the preview, with its hint; the progress
-    bar is removed and the preview dropped, and the rest of the page keeps rendering.
+    read-only actions login, ``ActionInterrupted``) is shown in place of the preview, with
+    its hint; the progress bar is removed and the preview dropped, and the rest of the page
+    keeps rendering.
     """
-    preview_key, result_key = f"{key}.preview", f"{key}.result"
+    preview_key, result_key, confirm_key = f"{key}.preview", f"{key}.result", f"{key}.confirmed"
     stored = stored_preview(key)
     if stored is not None and stored.signature != signature:
         del st.session_state[preview_key]
         stored = None
+    confirmed: StoredPreview | None = st.session_state.pop(confirm_key, None)
+    if confirmed is not None:
+        if confirmed.signature == signature:
+            _apply(key, db, confirmed.preview, actor=actor, noun=noun)  # reruns unless failed
+            stored = None
+        else:
+            _refuse_changed(confirmed, actor=actor, noun=noun)
     clicked = st.button(preview_label, key=f"{key}.preview_button")
     if clicked or (auto_preview and stored is None):
         try:
@@ -132,23 +150,53 @@ def action_flow(
         hide_index=True,
         width="stretch",
     )
-    if st.button(
-        f"Confirm {noun} of {format.rows(preview.matched)}", key=f"{key}.confirm", type="primary"
-    ):
-        progress = st.progress(0.0, text=f"{noun}…")
+    st.button(
+        f"Confirm {noun} of {format.rows(preview.matched)}",
+        key=f"{key}.confirm",
+        type="primary",
+        on_click=_confirm,
+        args=(confirm_key, stored),
+    )
 
-        def on_progress(done: int, total: int) -> None:
-            progress.progress(min(done / max(total, 1), 1.0), text=f"{noun}: {done:,} / {total:,}")
 
-        try:
-            outcome = loaders.apply(db, preview, actor=actor, on_progress=on_progress)
-        except OutboxMonitorError as error:
-            # Shown here, in this flow, so the page's other tabs still render; the preview
-            # is dropped (the next run previews afresh: earlier batches may have committed).
-            progress.empty()
-            st.session_state.pop(preview_key, None)
-            banners.show(error, stop=False)
-            return
-        st.session_state[result_key] = outcome
-        st.session_state.pop(preview_key, None)
-        st.rerun()
+def _confirm(confirm_key: str, stored: StoredPreview) -> None:
+    """The confirm button's callback: remember the preview it named for the next run."""
+    st.session_state[confirm_key] = stored
+
+
+def _refuse_changed(confirmed: StoredPreview, *, actor: Identity, noun: str) -> None:
+    """Say (page and log) that a confirmed preview was not applied: its selection changed."""
+    verb = VERBS.get(confirmed.preview.action, "changed")
+    st.warning(
+        f"Not {verb}: the selection changed after the preview (of "
+        f"{format.rows(confirmed.preview.matched)}). Nothing was changed: preview again.",
+        icon=":material/published_with_changes:",
+    )
+    log.warning(
+        "%s of %s by %s not applied: the selection changed after its preview",
+        noun,
+        format.rows(confirmed.preview.matched),
+        actor.name,
+    )
+
+
+def _apply(key: str, db: Database, preview: Preview, *, actor: Identity, noun: str) -> None:
+    """Apply a confirmed preview with a progress bar; keep its result and rerun, or show
+    its error in the flow and return. The preview is dropped either way (the next one is
+    afresh: earlier batches may have committed)."""
+    st.session_state.pop(f"{key}.preview", None)
+    progress = st.progress(0.0, text=f"{noun}…")
+
+    def on_progress(done: int, total: int) -> None:
+        progress.progress(min(done / max(total, 1), 1.0), text=f"{noun}: {done:,} / {total:,}")
+
+    try:
+        outcome = loaders.apply(db, preview, actor=actor, on_progress=on_progress)
+    except OutboxMonitorError as error:
+        # Shown here, in this flow, so the page's other tabs still render.
+        progress.empty()
+        st.session_state.pop(f"{key}.result", None)  # an older result would read as this one
+        banners.show(error, stop=False)
+        return
+    st.session_state[f"{key}.result"] = outcome
+    st.rerun()

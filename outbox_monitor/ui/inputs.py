@@ -10,6 +10,63 @@ from datetime import UTC, datetime
 from outbox_monitor.durations import parse_duration, parse_instant
 
 _DURATION_LIKE = re.compile(r"^\d+(?:\.\d+)?\s*[smhdw]?$")
+_ERROR_GROUP = re.compile(r"^[0-9a-fA-F]{12}$")
+MAX_TEXT_LENGTH = 1000
+"""Longest text filter accepted, in characters (event types, keys and ids are far shorter;
+a longer one is a pasted mistake or an attack, and would cost the database for nothing)."""
+
+
+def parse_text(text: str | None, *, what: str) -> str | None:
+    """A text filter (event type, event key, aggregate id) as Postgres text can hold it.
+
+    Args:
+        text: the input's or the URL parameter's value; blank means "no filter".
+        what: the input's name for the message (``"the event type"``).
+
+    Returns:
+        The text stripped, or ``None`` for an empty input.
+
+    Raises:
+        ValueError: a NUL character (U+0000: Postgres text cannot carry it), an unpaired
+            surrogate (not encodable as UTF-8), or more than ``MAX_TEXT_LENGTH``
+            characters. The message never repeats the value (it may be unprintable).
+    """
+    if text is None or not text.strip():
+        return None
+    value = text.strip()
+    if "\x00" in value:
+        raise ValueError(
+            f"{what} contains a NUL character (U+0000), which Postgres text cannot hold"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{what} contains an unpaired surrogate (U+{ord(value[error.start]):04X}), "
+            "which is not valid Unicode text"
+        ) from None
+    if len(value) > MAX_TEXT_LENGTH:
+        raise ValueError(
+            f"{what} is {len(value):,} characters long; a filter takes at most {MAX_TEXT_LENGTH:,}"
+        )
+    return value
+
+
+def parse_error_group(text: str | None) -> str | None:
+    """An error group id (SPEC §2: the first 12 hex digits of an md5), lower-cased.
+
+    Returns:
+        The id, or ``None`` for an empty input.
+
+    Raises:
+        ValueError: anything but 12 hex digits.
+    """
+    if text is None or not text.strip():
+        return None
+    value = text.strip()
+    if not _ERROR_GROUP.match(value):
+        raise ValueError("an error group id is 12 hex digits (see the Dead letters page)")
+    return value.lower()
 
 
 def parse_time(text: str | None, now: datetime | None) -> datetime | None:

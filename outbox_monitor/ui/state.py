@@ -19,7 +19,7 @@ from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.schema import check_outbox_table
-from outbox_monitor.ui import format
+from outbox_monitor.ui import format, inputs
 
 EVENT_TYPE_PARAM = "event_type"
 WINDOW_PARAM = "window"
@@ -124,7 +124,7 @@ def _choices(
 
 def sidebar(
     default_window: float, default_refresh: float, extra_windows: tuple[str, ...] = ()
-) -> Filters:
+) -> Filters | None:
     """Render the shared sidebar filters and return their values.
 
     Args:
@@ -134,7 +134,9 @@ def sidebar(
             rules, so that a link from a Slack alert opens with its window.
 
     Returns:
-        The current ``Filters``.
+        The current ``Filters``, or ``None`` when the event type cannot be used (NUL,
+        unpaired surrogate, too long: see ``inputs.parse_text``); the reason is then shown
+        under the input.
     """
     windows, window_default = _choices(WINDOW_CHOICES, default_window, extra_windows)
     refreshes, refresh_default = _choices(
@@ -175,7 +177,11 @@ def sidebar(
         )
         for name, value, labels, default in ignored:
             warn_ignored_param(name, value, labels, st.session_state.get(name) or default)
-    return filters()
+        try:
+            return filters()
+        except ValueError as error:
+            st.error(format.md_text(_sentence(error)), icon=":material/error:")
+            return None
 
 
 def warn_ignored_param(name: str, value: str, choices: list[str], used: str) -> None:
@@ -189,8 +195,14 @@ def warn_ignored_param(name: str, value: str, choices: list[str], used: str) -> 
 
 
 def filters() -> Filters:
-    """The current sidebar filters, read from the session (also inside fragment reruns)."""
-    event_type = (st.session_state.get(EVENT_TYPE_PARAM) or "").strip() or None
+    """The current sidebar filters, read from the session (also inside fragment reruns).
+
+    Raises:
+        ValueError: the event type cannot be held by Postgres (``inputs.parse_text``).
+    """
+    event_type = inputs.parse_text(
+        st.session_state.get(EVENT_TYPE_PARAM), what="the event-type filter"
+    )
     window_label = st.session_state.get(WINDOW_PARAM) or "1h"
     refresh_label = st.session_state.get(REFRESH_PARAM) or "10s"
     return Filters(
@@ -199,6 +211,11 @@ def filters() -> Filters:
         window_label=window_label,
         refresh=max(parse_duration(refresh_label), MIN_REFRESH_SECONDS),
     )
+
+
+def _sentence(error: ValueError) -> str:
+    text = str(error)
+    return text[:1].upper() + text[1:]
 
 
 @contextmanager
@@ -238,11 +255,20 @@ def context() -> PageContext:
     calls it first (it makes sure the page runs through dashboard.py, see
     ``ensure_dashboard_run``, where the identity was found).
 
+    An event-type filter that Postgres cannot hold stops the page with the reason (the
+    sidebar shows it under the input too): no figure, list or action runs on it.
+
     Raises:
         ConfigError: invalid settings (shown as a banner by ``banners.guarded``).
     """
     ensure_dashboard_run()
     current = settings()
-    return PageContext(
-        current, database(current), actions_database(current), filters(), _run.identity
-    )
+    try:
+        chosen = filters()
+    except ValueError as error:
+        st.error(
+            f"{format.md_text(_sentence(error))}: change it in the sidebar to see this page.",
+            icon=":material/filter_alt_off:",
+        )
+        st.stop()
+    return PageContext(current, database(current), actions_database(current), chosen, _run.identity)
