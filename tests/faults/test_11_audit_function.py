@@ -182,7 +182,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             ).format(psycopg.sql.Identifier(ops), psycopg.sql.Identifier(viewer))
         )
     with Database(load_settings(dsn=dsn)) as db:
-        assert init_db(db, create_indexes=False).applied_migrations == ["004_audit_function"]
+        assert init_db(db, create_indexes=False).applied_migrations == ["003_audit_function"]
 
     privileges = (
         "SELECT has_table_privilege(%(role)s, 'outbox_monitor.audit_log', 'INSERT') AS insert, "

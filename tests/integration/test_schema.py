@@ -27,7 +27,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "public.integration_outbox",
             "public.integration_idempotency",
         ]
-        assert first.applied_migrations == ["001_core", "002_alerts", "004_audit_function"]
+        assert first.applied_migrations == ["001_core", "002_alerts", "003_audit_function"]
         assert sorted(first.created_indexes) == [
             "integration_outbox_created_at_idx",
             "integration_outbox_status_processed_at_idx",
