@@ -24,6 +24,8 @@ from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 from tests.alerting import FakeClock, rules_file
 
+pytest_plugins = ["tests.browser_fixtures"]
+
 TEMPLATE = "outbox_template"
 _counter = itertools.count()
 

@@ -12,7 +12,7 @@ from outbox_monitor.alerts.rules import SHIPPED_RULES_PATH, load_rules
 
 pytestmark = pytest.mark.browser
 
-ACTOR = "browser-test"  # tests/browser/conftest.py's OUTBOX_MONITOR_ACTOR
+ACTOR = "browser-test"  # tests/browser_fixtures.py's OUTBOX_MONITOR_ACTOR
 
 
 def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, screenshot, choose):

@@ -17,7 +17,6 @@ import streamlit as st
 from playwright.sync_api import expect
 
 from outbox_monitor.ui import loaders
-from tests.browser.conftest import browser, dashboard, page  # noqa: F401 (fixtures)
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (fixtures)
 from tests.ui.rendered import plain
 
@@ -127,8 +126,8 @@ def test_a_confirm_for_a_changed_selection_says_so_and_changes_nothing(
 
 @pytest.mark.browser
 def test_in_the_browser_a_confirm_after_new_failures_replays_the_preview(
-    dashboard,  # noqa: F811
-    page,  # noqa: F811
+    dashboard,
+    page,
     conn,
 ):
     previewed = fail_rows(conn, PREVIEWED)

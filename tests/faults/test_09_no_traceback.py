@@ -13,7 +13,6 @@ import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.ui import inputs
-from tests.browser.conftest import browser, dashboard, page  # noqa: F401 (fixtures)
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (fixtures)
 from tests.ui.rendered import plain
 
@@ -103,7 +102,7 @@ def test_an_unexpected_error_shows_an_id_that_the_log_carries(open_page, rows, c
 
 
 @pytest.mark.browser
-def test_the_browser_sees_no_traceback_nor_server_path(dashboard, page, rows, conn):  # noqa: F811
+def test_the_browser_sees_no_traceback_nor_server_path(dashboard, page, rows, conn):
     rows.add(event_type="order.paid", status="failed", processed_ago=60, last_error="boom")
 
     page.goto(f"{dashboard}/overview?event_type={quote(chr(0))}x")

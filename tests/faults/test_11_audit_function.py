@@ -171,7 +171,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
     with psycopg.connect(dsn, autocommit=True) as su:  # back to the previous version
         su.execute(
             "DROP FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb, integer, "
-            "bigint[]); DELETE FROM outbox_monitor.schema_migrations WHERE version = 4"
+            "bigint[]); DELETE FROM outbox_monitor.schema_migrations WHERE version = 3"
         )
         su.execute(
             psycopg.sql.SQL(

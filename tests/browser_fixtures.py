@@ -1,5 +1,9 @@
 """Real-browser fixtures: a `streamlit run dashboard.py` server on this test's database, and
-headless Chromium (the system's /usr/bin/chromium, never a downloaded one)."""
+headless Chromium (the system's /usr/bin/chromium, never a downloaded one).
+
+A plugin of the root conftest (``pytest_plugins``), so every folder shares one definition:
+one session-wide Playwright, whichever folders' browser tests run in one session (a second
+``sync_playwright`` inside the first one's loop is refused)."""
 
 import os
 import re
@@ -23,7 +27,7 @@ from tests.browser_support import (
     healthy,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 ACTOR = "browser-test"
 
