@@ -658,18 +658,21 @@ RETURNING term;
 
 -- name: lease_take
 -- Take the lease over when it expired or its holder's backend is gone; returns the new term (nothing when it is held).
--- FOR UPDATE waits for the old leader's fenced transactions (FOR KEY SHARE) to end, so
--- none of them commits after the takeover.
-WITH current AS (
-    SELECT table_name FROM outbox_monitor.leader_leases
+-- Only a takeable lease is locked: FOR UPDATE then waits for the old leader's fenced
+-- transactions (FOR KEY SHARE) to end, so none of them commits after the takeover, and
+-- the condition is checked again on the row as they left it.
+WITH takeable AS (
+    SELECT table_name FROM outbox_monitor.leader_leases AS l
     WHERE table_name = %(table_name)s
+      AND (l.expires_at <= now()
+           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.holder_pid))
     FOR UPDATE
 )
 UPDATE outbox_monitor.leader_leases AS l
 SET holder = %(holder)s, holder_pid = pg_backend_pid(), term = l.term + 1, acquired_at = now(),
     renewed_at = now(), expires_at = now() + make_interval(secs => %(ttl)s)
-FROM current
-WHERE l.table_name = current.table_name
+FROM takeable
+WHERE l.table_name = takeable.table_name
   AND (l.expires_at <= now()
        OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.holder_pid))
 RETURNING l.term;

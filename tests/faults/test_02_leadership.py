@@ -296,9 +296,7 @@ def test_the_dashboard_shows_a_stalled_evaluation(dsn, conn, tmp_path, monkeypat
     for page in ("overview", "alerts"):
         at = AppTest.from_file(str(REPO / "dashboard.py"), default_timeout=30)
         at.switch_page(f"pages/{page}.py").run()
-        banners = [
-            e.value.replace("\\", "") for e in at.error if "Alerting is stalled" in e.value
-        ]
+        banners = [e.value.replace("\\", "") for e in at.error if "Alerting is stalled" in e.value]
         assert len(banners) == 1, (page, [e.value for e in at.error])
         assert "3 intervals (1m 30s)" in banners[0]
         assert "host-a:4242 holds the evaluator lease (term 7" in banners[0]
