@@ -34,7 +34,7 @@ for a stall: it reports this process only.
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -238,7 +238,8 @@ class StallWatch:
     # --------------------------------------------------------------- private
 
     def _stalled(self, lease: LeaseStatus) -> None:
-        episode = lease.evaluated_at.isoformat() if lease.evaluated_at else NEVER
+        # UTC whatever the session's TimeZone: every process must compute the same key
+        episode = lease.evaluated_at.astimezone(UTC).isoformat() if lease.evaluated_at else NEVER
         age = lease.evaluation_age
         if self._logged != episode:
             self._logged = episode
@@ -334,7 +335,11 @@ class StallWatch:
         """The parameters of ``notification_insert`` for the alert (kind ``error``)."""
         table = self.db.table_name
         age = lease.evaluation_age
-        since = "its start" if lease.evaluated_at is None else f"{lease.evaluated_at:%H:%M:%S} UTC"
+        since = (
+            "its start"
+            if lease.evaluated_at is None
+            else f"{lease.evaluated_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        )
         payload = {
             "rule": RULE_NAME,
             "instance": table,
