@@ -505,7 +505,7 @@ def scheduler(
 ) -> None:
     """Run the background scheduler until stopped: sampler, alert evaluator and Slack
     sender (and the optional reaper and pruner), each only in the process holding the
-    leadership lock; serves /metrics and /healthz."""
+    evaluator lease; serves /metrics and /healthz."""
     from outbox_monitor.scheduler import run_scheduler
 
     run_scheduler(

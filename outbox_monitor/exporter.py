@@ -29,7 +29,10 @@ state}`` (1 for the instance's state, 0 for the others; ``alert_instance`` becau
 Prometheus owns the ``instance`` label), ``outbox_monitor_evaluation_duration_seconds``
 (last pass of this process), ``outbox_monitor_notifications_total{outcome}`` (the
 sender's counts), ``outbox_monitor_sampler_lag_seconds`` (now − the newest sample of the
-table, whoever sampled it) and ``outbox_monitor_figures_duration_seconds``.
+table, whoever sampled it), ``outbox_monitor_figures_duration_seconds``, and from this
+process's stall watch (``alerts.stall``, every tick): ``outbox_monitor_last_evaluation_age_seconds``
+(now − the last completed evaluation of the table, by any scheduler; database clock) and
+``outbox_monitor_alerting_stalled`` (1 when none completed for more than 3 intervals).
 
 A scrape never hurts the database: figures are cached ``OUTBOX_MONITOR_METRICS_CACHE``
 seconds (default 5) and concurrent scrapes share one refresh. A database failure answers
@@ -175,7 +178,7 @@ def figure_windows(settings_window: float, ruleset: Any = None) -> dict[str, tup
 class SchedulerStatus:
     """What the scheduler's jobs report, for ``/metrics`` and ``/healthz`` (thread-safe).
 
-    ``build_scheduler`` attaches the scheduler, its leadership lock and its interval; the
+    ``build_scheduler`` attaches the scheduler, its evaluator lease and its interval; the
     jobs call ``database_ok`` / ``database_failed`` after each attempt, ``evaluated``
     after a pass and ``delivered`` with the sender's counts.
 
@@ -192,6 +195,8 @@ class SchedulerStatus:
         self._last_ok: float | None = None
         self._last_error: str | None = None
         self._evaluation_seconds: float | None = None
+        self._evaluation_age: tuple[float, float] | None = None
+        self._stalled = False
         self._notifications: Counter[str] = Counter(
             {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
         )
@@ -215,6 +220,29 @@ class SchedulerStatus:
         with self._lock:
             self._evaluation_seconds = seconds
 
+    def watched(self, age: float | None, stalled: bool) -> None:
+        """The stall watch read the lease: ``age`` seconds since the last completed
+        evaluation (``None``: none yet), and whether alerting is ``stalled``."""
+        with self._lock:
+            self._evaluation_age = None if age is None else (age, self.clock())
+            self._stalled = stalled
+
+    @property
+    def evaluation_age(self) -> float | None:
+        """Seconds since the last completed evaluation now (the watch's reading plus the
+        time since it); ``None`` before the watch saw one."""
+        with self._lock:
+            if self._evaluation_age is None:
+                return None
+            age, read_at = self._evaluation_age
+            return age + max(0.0, self.clock() - read_at)
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the stall watch saw alerting stalled at its last check."""
+        with self._lock:
+            return self._stalled
+
     def delivered(self, counts: Mapping[str, int]) -> None:
         """Add one sender pass's counts (``sender.deliver_due``) to the outcome counters."""
         with self._lock:
@@ -223,7 +251,7 @@ class SchedulerStatus:
 
     @property
     def is_leader(self) -> bool:
-        """Whether this process held the leadership lock at its last check."""
+        """Whether this process held the evaluator lease at its last check."""
         return bool(self.leadership is not None and self.leadership.held)
 
     @property
@@ -480,7 +508,7 @@ class OutboxCollector(Collector):
     def _process_families(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "outbox_monitor_leader",
-            "1 while this process holds the leadership lock (samples, evaluates, sends).",
+            "1 while this process holds the evaluator lease (samples, evaluates, sends).",
             value=1.0 if self.status.is_leader else 0.0,
         )
         duration = GaugeMetricFamily(
@@ -490,6 +518,19 @@ class OutboxCollector(Collector):
         if self.status.evaluation_seconds is not None:
             duration.add_metric([], self.status.evaluation_seconds)
         yield duration
+        age = GaugeMetricFamily(
+            "outbox_monitor_last_evaluation_age_seconds",
+            "Seconds since the last completed alert evaluation of the table by any scheduler "
+            "(database clock; absent before the first).",
+        )
+        if self.status.evaluation_age is not None:
+            age.add_metric([], self.status.evaluation_age)
+        yield age
+        yield GaugeMetricFamily(
+            "outbox_monitor_alerting_stalled",
+            "1 when no alert evaluation completed for more than 3 intervals (Slack is told).",
+            value=1.0 if self.status.stalled else 0.0,
+        )
         counter = CounterMetricFamily(
             "outbox_monitor_notifications",
             "Notifications handled by this process's sender, by outcome.",

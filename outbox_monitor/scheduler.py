@@ -3,8 +3,10 @@ and the optional reaper and pruner — plus ``/metrics`` and ``/healthz`` (``exp
 
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval — a background loop never dies on one error. Every
-job runs only in the process holding the leadership lock (``alerts.leader``), so any number
-of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2, §4; issue 5).
+job runs only in the process holding the evaluator lease (``alerts.leader``), so any number
+of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2, §4; issue 5),
+except the ``watchdog``, which runs in every process: it renews or takes over the lease
+and watches for a stalled evaluation (``alerts.stall``; issue 10 §2).
 """
 
 import logging
@@ -25,11 +27,12 @@ from outbox_monitor import actions
 from outbox_monitor.access import SCHEDULER, Identity
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.leader import Leadership
+from outbox_monitor.alerts.leader import Leadership, LeadershipLost, lease_ttl
 from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
 from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
+from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
@@ -44,6 +47,7 @@ EVALUATOR_JOB_ID = "evaluator"
 SENDER_JOB_ID = "sender"
 REAPER_JOB_ID = "reaper"
 PRUNER_JOB_ID = "pruner"
+WATCHDOG_JOB_ID = "watchdog"
 SENDER_INTERVAL_SECONDS = 2.0
 """Seconds between sender passes (due notifications wait at most this long)."""
 PRUNE_INTERVAL_SECONDS = 86400.0
@@ -125,7 +129,7 @@ def add_sampler_job(
 
 
 class _Runtime:
-    """What the jobs of one scheduler share: the leadership lock, the database health and
+    """What the jobs of one scheduler share: the evaluator lease, the database health and
     the status the exporter reads (``SchedulerStatus``)."""
 
     def __init__(
@@ -141,17 +145,27 @@ class _Runtime:
         self.status = status
 
     def as_leader(self, job: Callable[[], Any]) -> Callable[[], None]:
-        """Run ``job`` only while this process is the leader, backing off while the
-        database is unreachable (``DatabaseHealth``); failures still reach ``guarded``."""
+        """Run ``job`` only while this process is the leader (renewing or taking the lease
+        first), backing off while the database is unreachable (``DatabaseHealth``);
+        failures still reach ``guarded``. A lease taken over mid-job (``LeadershipLost``
+        from a fence) ends the job quietly: ``Leadership`` has logged it."""
+        return self._reporting(job, leader_only=True)
 
+    def in_every_process(self, job: Callable[[], Any]) -> Callable[[], None]:
+        """Like ``as_leader``, but ``job`` runs whether or not this process leads."""
+        return self._reporting(job, leader_only=False)
+
+    def _reporting(self, job: Callable[[], Any], *, leader_only: bool) -> Callable[[], None]:
         def run() -> None:
             self.health.tick()
             if not self.health.due():
                 return
             was_leader = self.leadership.held
             try:
-                if self.leadership.is_leader or self.leadership.try_acquire():
+                if not leader_only or self.leadership.try_acquire():
                     job()
+            except LeadershipLost as error:
+                log.info("%s", error)
             except DatabaseUnavailable as error:
                 self.status.database_failed(error)
                 self.health.failed(error, was_leader=was_leader or self.leadership.held)
@@ -169,11 +183,13 @@ def add_evaluator_job(
     scheduler: BaseScheduler, runtime: _Runtime, ruleset: RuleSet, *, clock: Clock, target: str
 ) -> None:
     """Add the rule evaluator (``Evaluator.run_once``) every ``ruleset.defaults.interval`` s,
-    on the leader only; the first pass runs at once."""
-    evaluator = Evaluator(runtime.db, ruleset, clock=clock)
+    on the leader only, fenced by its lease term; the first pass runs at once. A completed
+    pass is stamped in the lease (``Leadership.record_evaluation``) for the stall watch."""
+    evaluator = Evaluator(runtime.db, ruleset, clock=clock, fence=runtime.leadership.fence)
 
     def evaluate() -> None:
         report = evaluator.run_once()
+        runtime.leadership.record_evaluation()
         runtime.status.evaluated(report.duration_seconds)
         for rule, instance, transition in report.transitions:
             log.info("alert %s%s: %s", rule, f" [{instance}]" if instance else "", transition)
@@ -205,10 +221,17 @@ def add_sender_job(
     target: str,
 ) -> None:
     """Add the notification sender (``sender.deliver_due``) every ``interval`` s, on the
-    leader only. It also drives the database-unreachable alert (``DatabaseHealth.tick``)."""
+    leader only, fenced by its lease term. It also drives the database-unreachable alert
+    (``DatabaseHealth.tick``)."""
 
     def send() -> None:
-        counts = deliver_due(runtime.db, ruleset, clock=clock, transports=transports)
+        counts = deliver_due(
+            runtime.db,
+            ruleset,
+            clock=clock,
+            transports=transports,
+            fence=runtime.leadership.fence,
+        )
         runtime.status.delivered(counts)
         if counts.get("messages") or counts.get("failed"):
             log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
@@ -219,6 +242,32 @@ def add_sender_job(
         guarded(SENDER_JOB_ID, runtime.as_leader(send), target=target),
         seconds=interval,
         name="send due notifications",
+    )
+
+
+def add_watchdog_job(
+    scheduler: BaseScheduler,
+    runtime: _Runtime,
+    watch: StallWatch | None,
+    *,
+    tick: float,
+    target: str,
+) -> None:
+    """Add the watchdog every ``tick`` s in every process: renew the lease (leader) or take
+    it over when expired or its holder is gone (followers), then ``watch.check()`` (the
+    stalled-alerting alert; ``None``: no rules, nothing to watch)."""
+
+    def watchdog() -> None:
+        runtime.leadership.try_acquire()
+        if watch is not None:
+            watch.check()
+
+    add_interval_job(
+        scheduler,
+        WATCHDOG_JOB_ID,
+        guarded(WATCHDOG_JOB_ID, runtime.in_every_process(watchdog), target=target),
+        seconds=tick,
+        name="renew the evaluator lease and watch for a stalled evaluation",
     )
 
 
@@ -333,9 +382,15 @@ def build_scheduler(
 ) -> BaseScheduler:
     """Assemble the scheduler with every background job of the product.
 
-    Jobs, each through ``guarded``, ``max_instances=1``, ``coalesce=True``, and each only
-    in the process that holds the leadership lock (``alerts.leader``; every job tries to
-    take it when free, so a follower takes over within one interval):
+    Jobs, each through ``guarded``, ``max_instances=1``, ``coalesce=True``, and each but
+    the watchdog only in the process that holds the evaluator lease (``alerts.leader``):
+
+    - ``watchdog`` every tick (the shorter of the interval and ``sender_interval``), in
+      every process: the leader renews its lease; a follower takes it over when its holder
+      is gone (at once) or it expired (TTL ``lease_ttl(interval)``: twice the interval,
+      5 to 15 s); with a ``ruleset``, the stall watch (``alerts.stall``: after 3 intervals
+      without a completed evaluation, one "alerting is stalled" message per episode, sent
+      directly, then its resolve);
 
     - ``sampler`` every ``settings.sample_interval`` s. Leader only: samples describe one
       table, and N replicas sampling it would write N interleaved series (N× the load,
@@ -347,8 +402,8 @@ def build_scheduler(
 
     While the database is unreachable the jobs back off exponentially (up to the
     evaluation interval or 30 s) and the process that was leader posts the
-    "cannot reach the database" alert (``alerts.outage``). The leadership lock is
-    released when the scheduler shuts down.
+    "cannot reach the database" alert (``alerts.outage``). The lease is released when
+    the scheduler shuts down.
 
     Args:
         db: the connector the jobs use (one pool for the process).
@@ -359,8 +414,8 @@ def build_scheduler(
         clock: the evaluator's and sender's clock (tests pass a fake one).
         transports: ``{route: transport}`` (``slack.transports_for``); ``None``: rules are
             evaluated and notifications queued, but this process sends nothing.
-        leadership: the lock object (tests pass their own to watch it); default a new
-            ``Leadership(db.settings)``.
+        leadership: the lease object (tests pass their own to watch it); default a new
+            ``Leadership(db.settings, ttl=lease_ttl(interval))``.
         sender_interval: seconds between sender passes.
         outage_alert_after: seconds of outage before the database-unreachable alert;
             default one evaluation interval.
@@ -378,8 +433,8 @@ def build_scheduler(
         executor_log.setLevel(logging.WARNING)
     scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
     scheduler = scheduler_class(timezone=UTC)
-    leadership = leadership or Leadership(db.settings)
     interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
+    leadership = leadership or Leadership(db.settings, ttl=lease_ttl(interval))
     health = DatabaseHealth(
         db,
         identity=leadership.identity,
@@ -393,6 +448,20 @@ def build_scheduler(
     status.attach(scheduler, leadership, interval)
     runtime = _Runtime(db, leadership, health, status)
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
+    watch = (
+        StallWatch(
+            db,
+            ruleset,
+            identity=leadership.identity,
+            transports=transports,
+            clock=clock,
+            grace=health.backoff_cap,
+            status=status,
+        )
+        if ruleset is not None
+        else None
+    )
+    add_watchdog_job(scheduler, runtime, watch, tick=min(interval, sender_interval), target=target)
     add_sampler_job(scheduler, db, wrap=runtime.as_leader)
     add_maintenance_jobs(scheduler, runtime, target=target)
     if ruleset is not None:

@@ -45,6 +45,7 @@ state_tab, notifications_tab, transitions_tab, silences_tab, test_tab = st.tabs(
 @st.fragment(run_every=ctx.filters.refresh)
 def live_state() -> None:
     with banners.guarded(wait_out_outage=True):
+        alerts.show_stall(loaders.evaluator_lease(ctx.db), ruleset)
         instances = loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
         counts = alerts.state_counts(instances)

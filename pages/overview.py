@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from outbox_monitor.ui import banners, charts, format, loaders, slo, state
+from outbox_monitor.ui import alerts, banners, charts, format, loaders, slo, state
 
 ctx = state.context()
 
@@ -37,6 +37,7 @@ def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_figures() -> None:
     with banners.guarded(wait_out_outage=True):
+        alerts.show_stall(loaders.evaluator_lease(ctx.db), alerts.load_ruleset().ruleset)
         f = state.filters()
         figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
         failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)

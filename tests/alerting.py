@@ -92,14 +92,14 @@ def subprocess_env(dsn: str, **extra: str) -> dict[str, str]:
 
 
 def leader_pids(dsn: str) -> list[int]:
-    """Backend pids holding a granted evaluator-leadership advisory lock in ``dsn``'s database."""
+    """Backend pids of the leadership connections holding a current evaluator lease in
+    ``dsn``'s database (unexpired, backend still connected)."""
     with psycopg.connect(dsn) as conn:
         return [
             row[0]
             for row in conn.execute(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND objsubid = 1 AND database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                "SELECT holder_pid FROM outbox_monitor.leader_leases WHERE expires_at > now() "
+                "AND holder_pid IN (SELECT pid FROM pg_stat_activity)"
             )
         ]
 

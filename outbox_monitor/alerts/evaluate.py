@@ -32,7 +32,7 @@ notification was silenced (nobody was told it fired).
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -346,12 +346,22 @@ class Evaluator:
         ruleset: the loaded alerts.yml.
         clock: the instant of each pass (tests pass a fake clock; ``for``,
             ``keep_firing_for`` and ``repeat_interval`` are measured on it).
+        fence: called first in each write transaction (``Leadership.fence``: raises
+            ``LeadershipLost`` once the lease was taken over, and the pass stops).
     """
 
-    def __init__(self, db: Database, ruleset: RuleSet, *, clock: Clock = system_clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        ruleset: RuleSet,
+        *,
+        clock: Clock = system_clock,
+        fence: Callable[[psycopg.Connection], None] | None = None,
+    ) -> None:
         self.db = db
         self.ruleset = ruleset
         self.clock = clock
+        self.fence = fence
 
     def run_once(self) -> EvaluationReport:
         """Evaluate every rule once (issue 3 §2).
@@ -362,6 +372,7 @@ class Evaluator:
         Raises:
             DatabaseUnavailable: the database was lost during the pass; the instances
                 done so far are committed, the rest wait for the next pass.
+            LeadershipLost: from ``fence``: another scheduler took the lease over.
         """
         started = time.perf_counter()
         now = self.clock()
@@ -441,6 +452,7 @@ class Evaluator:
         labels = observation.labels
         silenced = bool(silences.silenced_by(context.silences, labels))
         with self.db.transaction() as conn:
+            self._fence(conn)
             key = {"rule": rule.name, "instance": instance}
             conn.execute(self.db.compose("alert_instance_ensure"), {**key, "labels": Jsonb(labels)})
             current = InstanceState.from_row(
@@ -555,6 +567,10 @@ class Evaluator:
             silenced=silenced,
             error=new.error,
         )
+
+    def _fence(self, conn: psycopg.Connection) -> None:
+        if self.fence is not None:
+            self.fence(conn)
 
     def _timing(self, rule: Rule) -> dict[str, float]:
         defaults = self.ruleset.defaults
@@ -674,6 +690,7 @@ class Evaluator:
         key = {"rule": rule, "instance": instance}
         kinds: list[str] = []
         with self.db.transaction() as conn:
+            self._fence(conn)
             row = conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
             current, labels = InstanceState.from_row(row), row["labels"]
             if current.state == INACTIVE:

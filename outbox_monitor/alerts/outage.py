@@ -7,7 +7,7 @@ this alert. Each scheduler process keeps a ``DatabaseHealth``:
   ``succeeded``; after a failure the jobs back off exponentially (``BACKOFF_BASE_SECONDS``
   doubling up to the cap) instead of hammering a server that is restarting;
 - an *outage* starts at the first failure. It remembers whether this process was the
-  leader then (``was_leader``: the leadership lock was held at the last check before a
+  leader then (``was_leader``: the evaluator lease was held at the last check before a
   failing job). Only that process alerts; followers stay silent, so N replicas send one
   alert, not N;
 - once the outage has lasted ``alert_after`` seconds (default: one evaluation interval,
@@ -152,7 +152,7 @@ class DatabaseHealth:
 
         Args:
             error: the ``DatabaseUnavailable`` (its first line goes into the alert).
-            was_leader: this process held the leadership lock before the failing job.
+            was_leader: this process held the evaluator lease before the failing job.
         """
         with self._lock:
             now = time.monotonic()

@@ -25,7 +25,7 @@ import logging
 import os
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -128,6 +128,7 @@ class _Pass:
     transports: Mapping[str, Transport] | _RouteTransports
     rng: random.Random | None
     dashboard_url: str
+    fence: Callable[[psycopg.Connection], None] | None = None
     counts: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -145,6 +146,8 @@ def deliver_due(
     env: Mapping[str, str] | None = None,
     rng: random.Random | None = None,
     max_messages: int = MAX_MESSAGES_PER_PASS,
+    rule: str | None = None,
+    fence: Callable[[psycopg.Connection], None] | None = None,
 ) -> dict[str, int]:
     """Deliver the due notifications, one pass (issue 3 §3; the scheduler's sender job).
 
@@ -159,6 +162,10 @@ def deliver_due(
             (default ``os.environ``).
         rng: random source of the backoff jitter.
         max_messages: at most this many Slack messages per pass.
+        rule: deliver only this rule's rows (``alerts.stall`` posts its alert directly,
+            from any process); ``None``: every row.
+        fence: called first in each delivery transaction (``Leadership.fence``: raises
+            ``LeadershipLost`` once the lease was taken over, so the old leader stops).
 
     Returns:
         Counts: ``sent``, ``failed``, ``suppressed``, ``rate_limited`` and ``retrying``
@@ -168,6 +175,7 @@ def deliver_due(
 
     Raises:
         DatabaseUnavailable and the connector's errors: the pass stops; rows stay pending.
+        LeadershipLost: from ``fence``; the message's rows stay pending.
     """
     environment = os.environ if env is None else env
     run = _Pass(
@@ -177,13 +185,21 @@ def deliver_due(
         transports=transports if transports is not None else _RouteTransports(ruleset, environment),
         rng=rng,
         dashboard_url=dashboard_base_url(environment),
+        fence=fence,
     )
     for key in ("sent", "failed", "suppressed", "rate_limited", "retrying", "waiting"):
         run.counts[key] = 0
     run.counts.update(messages=0, updates=0, attempts=0)
     now = clock()
     by_route: dict[str, list[dict[str, Any]]] = {}
-    for row in db.fetch_all("sender_pending_notifications", {"limit": PENDING_BATCH}):
+    pending = (
+        db.fetch_all("sender_pending_notifications", {"limit": PENDING_BATCH})
+        if rule is None
+        else db.fetch_all(
+            "sender_pending_notifications_of_rule", {"limit": PENDING_BATCH, "rule": rule}
+        )
+    )
+    for row in pending:
         by_route.setdefault(row["route"], []).append(row)
     for route_name, rows in by_route.items():
         if run.counts["attempts"] >= max_messages:
@@ -276,6 +292,8 @@ def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack) -> 
         must wait (429, transient failure, rows held by another sender).
     """
     with run.db.transaction() as conn:
+        if run.fence is not None:
+            run.fence(conn)
         locked = conn.execute(
             run.db.compose("sender_lock_notifications"), {"ids": pack.ids}
         ).fetchall()

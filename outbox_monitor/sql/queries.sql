@@ -654,26 +654,76 @@ LIMIT %(limit)s;
 
 -- ===================================================================== alerts: leader
 
--- name: leader_lock_key
--- The bigint advisory-lock key of the evaluator of one outbox table.
-SELECT hashtextextended(%(name)s, 0) AS key;
+-- name: lease_ensure
+-- Create the lease row of an outbox table held by this session if there is none; returns its term (nothing when a row exists).
+INSERT INTO outbox_monitor.leader_leases (table_name, holder, holder_pid, term, expires_at)
+VALUES (%(table_name)s, %(holder)s, pg_backend_pid(), 1, now() + make_interval(secs => %(ttl)s))
+ON CONFLICT (table_name) DO NOTHING
+RETURNING term;
 
--- name: leader_try_lock
--- Take the evaluator's leadership lock without waiting (session-level).
-SELECT pg_try_advisory_lock(%(key)s) AS locked;
+-- name: lease_take
+-- Take the lease over when it expired or its holder's backend is gone; returns the new term (nothing when it is held).
+-- Only a takeable lease is locked: FOR UPDATE then waits for the old leader's fenced
+-- transactions (FOR KEY SHARE) to end, so none of them commits after the takeover, and
+-- the condition is checked again on the row as they left it.
+WITH takeable AS (
+    SELECT table_name FROM outbox_monitor.leader_leases AS l
+    WHERE table_name = %(table_name)s
+      AND (l.expires_at <= now()
+           OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.holder_pid))
+    FOR UPDATE
+)
+UPDATE outbox_monitor.leader_leases AS l
+SET holder = %(holder)s, holder_pid = pg_backend_pid(), term = l.term + 1, acquired_at = now(),
+    renewed_at = now(), expires_at = now() + make_interval(secs => %(ttl)s)
+FROM takeable
+WHERE l.table_name = takeable.table_name
+  AND (l.expires_at <= now()
+       OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.holder_pid))
+RETURNING l.term;
 
--- name: leader_holds_lock
--- Whether this session holds the leadership lock (bigint key: classid high, objid low 32 bits).
-SELECT EXISTS (
-    SELECT 1 FROM pg_locks
-    WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1
-      AND classid::bigint = ((%(key)s::bigint >> 32) & 4294967295)
-      AND objid::bigint = (%(key)s::bigint & 4294967295)
-) AS held;
+-- name: lease_renew
+-- Extend the lease this session holds in %(term)s; nothing when it was taken over.
+UPDATE outbox_monitor.leader_leases
+SET renewed_at = now(), expires_at = now() + make_interval(secs => %(ttl)s)
+WHERE table_name = %(table_name)s AND term = %(term)s AND holder_pid = pg_backend_pid()
+RETURNING term;
 
--- name: leader_unlock
--- Give the leadership lock back.
-SELECT pg_advisory_unlock(%(key)s) AS unlocked;
+-- name: lease_release
+-- Give the lease back (it expires now), if this session still holds it in %(term)s.
+UPDATE outbox_monitor.leader_leases
+SET expires_at = now()
+WHERE table_name = %(table_name)s AND term = %(term)s AND holder_pid = pg_backend_pid()
+RETURNING term;
+
+-- name: lease_fence
+-- The lease's current term, locked (FOR KEY SHARE) until the calling write transaction ends.
+SELECT term FROM outbox_monitor.leader_leases WHERE table_name = %(table_name)s FOR KEY SHARE;
+
+-- name: lease_record_evaluation
+-- Stamp the end of a completed evaluation pass (database clock) if the lease is still in %(term)s.
+UPDATE outbox_monitor.leader_leases
+SET evaluated_at = now()
+WHERE table_name = %(table_name)s AND term = %(term)s
+RETURNING evaluated_at;
+
+-- name: lease_status
+-- The lease of an outbox table (columns NULL when no scheduler ever took it), with the database's now and whether its holder's backend is connected.
+SELECT now() AS now, l.holder, l.holder_pid, l.term, l.acquired_at, l.renewed_at, l.expires_at,
+       l.evaluated_at,
+       EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.holder_pid) AS holder_connected
+FROM (SELECT 1) AS one
+LEFT JOIN outbox_monitor.leader_leases AS l ON l.table_name = %(table_name)s;
+
+-- name: stall_open_notifications
+-- "Alerting is stalled" notifications (one per route and episode) whose resolve is not queued yet.
+SELECT e.id, e.dedupe_key, e.route, e.payload
+FROM outbox_monitor.notifications AS e
+WHERE e.rule = 'alerting-stalled' AND e.instance = %(instance)s AND e.kind = 'error'
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox_monitor.notifications AS r
+      WHERE r.dedupe_key = left(e.dedupe_key, -length('error')) || 'resolved')
+ORDER BY e.id;
 
 
 -- ===================================================================== alerts: measure
@@ -704,6 +754,15 @@ SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, atte
        available_at, created_at
 FROM outbox_monitor.notifications
 WHERE status = 'pending' AND NOT silenced
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: sender_pending_notifications_of_rule
+-- Pending, unsilenced notifications of one rule in id order (the alerting-stalled alert's direct delivery).
+SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, attempts,
+       available_at, created_at
+FROM outbox_monitor.notifications
+WHERE status = 'pending' AND NOT silenced AND rule = %(rule)s
 ORDER BY id
 LIMIT %(limit)s;
 
@@ -822,6 +881,7 @@ GRANT {viewer} TO {scheduler};
 GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
+GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};
 GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
     outbox_monitor.notifications_id_seq TO {scheduler};
 -- operator: reap, replay, prune, silences, payload reveals, each audited

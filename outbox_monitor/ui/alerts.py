@@ -29,6 +29,7 @@ from outbox_monitor.alerts.rules import (
 )
 from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
+from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.ui import format
 
@@ -103,6 +104,22 @@ def show_rules_error(loaded: LoadedRules) -> None:
         "the scheduler to evaluate the fixed rules.",
         icon=":material/build:",
     )
+
+
+def show_stall(lease: LeaseStatus, ruleset: RuleSet | None) -> None:
+    """A red "Alerting is stalled" banner when no evaluation completed for more than 3
+    intervals (``alerts.stall.describe_stall``); nothing otherwise or without rules.
+
+    Args:
+        lease: ``loaders.evaluator_lease``.
+        ruleset: the loaded rules (their interval sets the threshold), or ``None``.
+    """
+    text = None if ruleset is None else describe_stall(lease, ruleset.defaults.interval)
+    if text:
+        st.error(
+            f"**Alerting is stalled** — {format.md_text(text)}",
+            icon=":material/notifications_off:",
+        )
 
 
 # ----------------------------------------------------------------------- rule instances

@@ -16,6 +16,7 @@ from outbox_monitor import actions, events, metrics, schema
 from outbox_monitor.access import Identity
 from outbox_monitor.actions import ActionResult, Preview, Progress
 from outbox_monitor.alerts import silences as alert_silences
+from outbox_monitor.alerts import stall as alert_stall
 from outbox_monitor.alerts import state as alert_state
 from outbox_monitor.db import Database
 from outbox_monitor.events import RevealedPayload
@@ -363,6 +364,17 @@ def preview_prune(
 
 
 # ----------------------------------------------------------------------- alerts (issue 3)
+
+
+@_cached
+def _evaluator_lease(key: str, _db: Database) -> alert_stall.LeaseStatus:
+    return alert_stall.read_lease(_db)
+
+
+def evaluator_lease(db: Database) -> alert_stall.LeaseStatus:
+    """``alerts.stall.read_lease``: the evaluator lease of the table and the database's now
+    (for the "alerting is stalled" banner)."""
+    return _evaluator_lease(_key(db), db)
 
 
 @_cached

@@ -260,14 +260,17 @@ def prove_dashboard(stack: Stack, run: ServiceRun) -> None:
 def prove_scheduler(stack: Stack, run: ServiceRun) -> None:
     """Every replica serves /healthz on 9108 on all interfaces, so Prometheus can scrape
     it (each in its own network namespace, as in its own container); exactly one holds
-    the leadership lock."""
+    the evaluator lease."""
     for replica in range(1, run.replicas + 1):
         label = f"{run.name}-{replica}"
         sandbox = stack.start(run, label)
         message = stack.wait_healthy(label, sandbox)
         assert message == "healthy: scheduler (pid 1) answers http://127.0.0.1:9108/healthz"
         assert ("0.0.0.0", 9108) in stack.listening(sandbox)
-    leaders = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    leaders = (
+        "SELECT count(*) FROM outbox_monitor.leader_leases WHERE expires_at > now() "
+        "AND holder_pid IN (SELECT pid FROM pg_stat_activity)"
+    )
     _eventually(lambda: _count(stack.dsn, leaders) == 1, 30, "exactly one leader")
 
 

@@ -86,6 +86,7 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             "outbox_monitor.alert_instances": {read: s, sched: siu, ops: s},
             "outbox_monitor.notifications": {read: s, sched: siu, ops: s},
             "outbox_monitor.alert_transitions": {read: s, sched: {"SELECT", "INSERT"}, ops: s},
+            "outbox_monitor.leader_leases": {read: s, sched: siu, ops: s},
             "outbox_monitor.schema_migrations": {read: s, sched: s, ops: s},
         }
         actual = {

@@ -69,7 +69,11 @@ def test_sampler_keeps_running_through_a_database_outage(running, dsn, pg_cluste
             (dbname,),
         )
         warned = wait_for(
-            lambda: [r for r in caplog.records if "retrying at the next interval" in r.message],
+            lambda: [
+                r
+                for r in caplog.records
+                if "retrying at the next interval" in r.message and SAMPLER_JOB_ID in r.message
+            ],
             timeout=10,
         )
         assert warned, "the outage was not logged"

@@ -1,0 +1,312 @@
+"""Issue 10 item 2: no login can stop alerting silently.
+
+Real scheduler processes (``python -m outbox_monitor scheduler``) logging in with the
+scheduler role of ``init-db --print-grants``, the local Slack sink, and:
+
+- a viewer-role login holding the advisory lock that used to elect the leader: the
+  schedulers still evaluate and alert;
+- a stranger process with the scheduler login that takes the leadership and keeps it
+  without evaluating: exactly one "alerting is stalled" message however many followers
+  notice, logged once by each, on /metrics, then exactly one resolve when it lets go;
+- a leader frozen with SIGSTOP: the same, and a follower takes its lease over when it
+  expires; woken up, the old leader writes nothing more (fencing).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.leader import Leadership, LeadershipLost
+from outbox_monitor.alerts.sender import deliver_due
+from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.pgcluster import free_port
+from tests.alerting import notifications, rules_file, subprocess_env, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+INTERVAL = 0.3
+"""Evaluation interval of these tests: alerting is stalled after 3 × 0.3 s."""
+RULES = f"""
+version: 1
+defaults: {{interval: {INTERVAL}s, for: 0s, keep_firing_for: 0s}}
+routes:
+  oncall: {{webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}}
+rules:
+  - name: stuck-lock
+    metric: stuck_locks
+    op: ">"
+    threshold: 0
+    severity: warning
+    route: oncall
+"""
+OLD_LOCK = "outbox_monitor.evaluator:public.integration_outbox"
+"""The advisory-lock name by which earlier versions elected the leader."""
+STALLED = "alerting is stalled"
+
+
+class Scheduler:
+    """One ``outbox-monitor scheduler`` process with its own log and /metrics port."""
+
+    def __init__(self, env: dict[str, str], rules: Path, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "outbox_monitor", "scheduler", "--rules", str(rules)],
+                cwd=REPO,
+                env={**env, "OUTBOX_MONITOR_METRICS_PORT": str(self.port)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text()
+
+    @property
+    def leads(self) -> bool:
+        return "is now the alert evaluator" in self.output
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def metric(self, name: str) -> float | None:
+        found = re.search(rf"^{name} (\S+)$", self.get("/metrics")[1], re.M)
+        return None if found is None else float(found.group(1))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def start(logins, dsn, tmp_path, slack_sink):
+    """``start(n)``: n scheduler processes logging in with the scheduler role."""
+    rules = rules_file(tmp_path, RULES)
+    env = subprocess_env(
+        logins.dsn(dsn, logins.scheduler), SLACK_WEBHOOK_URL=slack_sink.webhook_url
+    )
+    started: list[Scheduler] = []
+
+    def run(count: int) -> list[Scheduler]:
+        new = [
+            Scheduler(env, rules, tmp_path / f"scheduler-{len(started) + n}.log")
+            for n in range(count)
+        ]
+        started.extend(new)
+        return new
+
+    yield run
+    for scheduler in started:
+        scheduler.stop()
+
+
+def stall_messages(sink) -> list[dict]:
+    return [m for m in sink.messages() if "alerting-stalled" in m["text"]]
+
+
+def test_a_viewer_holding_the_old_leader_lock_does_not_stop_evaluation(
+    logins, dsn, rows, slack_sink, start
+):
+    with psycopg.connect(logins.dsn(dsn, logins.read), autocommit=True) as viewer:
+        viewer.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (OLD_LOCK,))
+        rows.add(status="processing", created_ago=3600, locked_ago=3600)
+        started = time.monotonic()
+        schedulers = start(2)
+        fired = wait_for(
+            lambda: [m for m in slack_sink.messages() if "stuck-lock" in m["text"]], timeout=30
+        )
+        print(f"\nfirst alert {time.monotonic() - started:.1f} s after start, lock held")
+        assert fired, "no scheduler evaluated while a viewer held the old lock: " + "".join(
+            s.output for s in schedulers
+        )
+        time.sleep(1.5)  # both replicas evaluate many times: still one message, no stall
+    assert len(slack_sink.messages()) == 1
+    assert sum(s.leads for s in schedulers) == 1
+    assert all(STALLED not in s.output for s in schedulers)
+
+
+def test_a_stranger_holding_the_lease_alerts_stalled_once_then_resolved(
+    logins, dsn, conn, slack_sink, start
+):
+    first = start(2)  # evaluations happen, then both stop and release the lease
+    assert wait_for(lambda: sum(s.leads for s in first) == 1, timeout=30)
+    evaluated = "SELECT count(*) AS n FROM outbox_monitor.alert_instances"
+    assert wait_for(lambda: conn.execute(evaluated).fetchone()["n"], timeout=30)
+    for scheduler in first:
+        scheduler.stop()
+    stranger_code = (
+        "import time\n"
+        "from outbox_monitor.config import load_settings\n"
+        "from outbox_monitor.alerts.leader import Leadership\n"
+        "lead = Leadership(load_settings())\n"
+        "while not lead.try_acquire(): time.sleep(0.05)\n"
+        "print('leading', flush=True)\n"
+        "while True:\n    lead.try_acquire(); time.sleep(0.5)\n"
+    )
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", stranger_code],
+        cwd=REPO,
+        env=subprocess_env(logins.dsn(dsn, logins.scheduler)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert stranger.stdout.readline().strip() == "leading"
+        held = time.monotonic()
+        followers = start(2)
+        assert wait_for(lambda: stall_messages(slack_sink), timeout=30), "".join(
+            s.output for s in followers
+        )
+        stalled_after = time.monotonic() - held
+        time.sleep(1.5)  # every follower notices it many times over
+        [alert] = stall_messages(slack_sink)
+        assert STALLED in alert["text"]
+        for scheduler in followers:
+            assert scheduler.metric("outbox_monitor_alerting_stalled") == 1
+            assert scheduler.metric("outbox_monitor_last_evaluation_age_seconds") > 3 * INTERVAL
+            assert scheduler.get("/healthz") == (200, "ok")  # /healthz reports the process
+            assert scheduler.output.count(STALLED) == 1, scheduler.output
+            assert not scheduler.leads
+        stranger.kill()  # it lets go: its connection closes, a follower takes over
+        stranger.wait(10)
+        resumed = time.monotonic()
+        assert wait_for(lambda: len(stall_messages(slack_sink)) == 2, timeout=30)
+        resolved_after = time.monotonic() - resumed
+        time.sleep(1.5)
+        alert, resolve = stall_messages(slack_sink)
+        assert "RESOLVED" in resolve["text"].upper()
+        assert wait_for(
+            lambda: all(s.metric("outbox_monitor_alerting_stalled") == 0 for s in followers), 10
+        )
+        assert sum(s.leads for s in followers) == 1
+    finally:
+        stranger.kill()
+        stranger.wait()
+        stranger.stdout.close()
+    rows = notifications(conn, "alerting-stalled")
+    assert [(n["kind"], n["status"]) for n in rows] == [("error", "sent"), ("resolved", "sent")]
+    print(
+        f"\nstalled message {stalled_after:.1f} s after the stranger took the lease "
+        f"(threshold {3 * INTERVAL:g} s); resolved {resolved_after:.1f} s after it let go"
+    )
+
+
+def test_a_frozen_leader_is_alerted_once_replaced_at_lease_expiry_and_fenced(
+    dsn, conn, rows, slack_sink, start
+):
+    schedulers = start(3)
+    assert wait_for(lambda: sum(s.leads for s in schedulers) == 1, timeout=30)
+    [leader] = [s for s in schedulers if s.leads]
+    followers = [s for s in schedulers if s is not leader]
+    time.sleep(1.0)
+    assert slack_sink.messages() == []
+
+    leader.process.send_signal(signal.SIGSTOP)
+    frozen = time.monotonic()
+    assert wait_for(lambda: stall_messages(slack_sink), timeout=30)
+    stalled_after = time.monotonic() - frozen
+    assert wait_for(lambda: any(s.leads for s in followers), timeout=30), "".join(
+        s.output for s in schedulers
+    )
+    takeover_after = time.monotonic() - frozen
+    assert wait_for(lambda: len(stall_messages(slack_sink)) == 2, timeout=30)
+    resolved_after = time.monotonic() - frozen
+
+    rows.add(status="processing", created_ago=3600, locked_ago=3600)
+    assert wait_for(lambda: len(slack_sink.messages()) == 3, timeout=30)
+    leader.process.send_signal(signal.SIGCONT)  # wakes up: its lease is gone, it writes nothing
+    assert wait_for(lambda: "lost the evaluator lease" in leader.output, timeout=30)
+    time.sleep(2.0)
+    texts = [m["text"] for m in slack_sink.messages()]
+    assert len(texts) == 3, texts
+    assert "alerting-stalled" in texts[0] and STALLED in texts[0]
+    assert "RESOLVED" in texts[1].upper() and "stuck-lock" in texts[2]
+    assert [s.output.count(STALLED) for s in followers] == [1, 1]
+    assert [n["kind"] for n in notifications(conn, "stuck-lock")] == ["firing"]
+    print(
+        f"\nleader frozen: stalled message after {stalled_after:.1f} s, lease taken over "
+        f"after {takeover_after:.1f} s (TTL 5 s), resolved after {resolved_after:.1f} s"
+    )
+
+
+def test_a_leader_whose_lease_was_taken_over_writes_nothing(
+    settings, db, rows, conn, write_rules, slack_sink
+):
+    ruleset = write_rules(RULES)
+    rows.add(status="processing", created_ago=3600, locked_ago=3600)
+    with Leadership(settings, ttl=0.2) as old, Leadership(settings) as new:
+        assert old.try_acquire() and not new.try_acquire()
+        time.sleep(0.3)  # the old leader stops renewing (frozen): its lease expires
+        assert new.try_acquire() and new.term == 2
+        with pytest.raises(LeadershipLost):
+            Evaluator(db, ruleset, fence=old.fence).run_once()
+        assert not old.held
+        assert (
+            conn.execute("SELECT count(*) AS n FROM outbox_monitor.alert_instances").fetchone()["n"]
+            == 0
+        )
+        report = Evaluator(db, ruleset, fence=new.fence).run_once()
+        assert new.record_evaluation()
+        transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
+        with pytest.raises(LeadershipLost):
+            deliver_due(db, ruleset, transports=transports, fence=old.fence)
+        assert slack_sink.messages() == []
+        assert deliver_due(db, ruleset, transports=transports, fence=new.fence)["sent"] == 1
+    assert report.transitions == [("stuck-lock", "", "inactive→firing")]
+    assert [(n["kind"], n["status"]) for n in notifications(conn)] == [("firing", "sent")]
+
+
+def test_the_dashboard_shows_a_stalled_evaluation(dsn, conn, tmp_path, monkeypatch):
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    conn.execute(
+        "INSERT INTO outbox_monitor.leader_leases "
+        "(table_name, holder, holder_pid, term, expires_at, evaluated_at) "
+        "VALUES ('public.integration_outbox', 'host-a:4242', pg_backend_pid(), 7, "
+        "now() + interval '10 s', now() - interval '95 s')"
+    )
+    rules = rules_file(tmp_path, RULES.replace(f"{INTERVAL}s", "30s"))
+    for name in [n for n in os.environ if n.startswith("OUTBOX_MONITOR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "fault-test")
+    monkeypatch.setenv("OUTBOX_MONITOR_RULES", str(rules))
+    for page in ("overview", "alerts"):
+        at = AppTest.from_file(str(REPO / "dashboard.py"), default_timeout=30)
+        at.switch_page(f"pages/{page}.py").run()
+        banners = [e.value.replace("\\", "") for e in at.error if "Alerting is stalled" in e.value]
+        assert len(banners) == 1, (page, [e.value for e in at.error])
+        assert "3 intervals (1m 30s)" in banners[0]
+        assert "host-a:4242 holds the evaluator lease (term 7" in banners[0]
+    conn.execute(
+        "UPDATE outbox_monitor.leader_leases SET evaluated_at = now() - %s",
+        (timedelta(seconds=20),),
+    )
+    st.cache_data.clear()
+    at = AppTest.from_file(str(REPO / "dashboard.py"), default_timeout=30)
+    at.switch_page("pages/alerts.py").run()
+    assert not [e.value for e in at.error if "Alerting is stalled" in e.value]
+    st.cache_data.clear()
+    st.cache_resource.clear()
