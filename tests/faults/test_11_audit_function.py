@@ -171,7 +171,9 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
     with psycopg.connect(dsn, autocommit=True) as su:  # back to the previous version
         su.execute(
             "DROP FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb, integer, "
-            "bigint[]); DELETE FROM outbox_monitor.schema_migrations WHERE version = 3"
+            "bigint[]); DROP TABLE outbox_monitor.leader_leases; "
+            "DROP INDEX outbox_monitor.notifications_stalled_idx; "
+            "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
             psycopg.sql.SQL(
@@ -182,7 +184,10 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             ).format(psycopg.sql.Identifier(ops), psycopg.sql.Identifier(viewer))
         )
     with Database(load_settings(dsn=dsn)) as db:
-        assert init_db(db, create_indexes=False).applied_migrations == ["003_audit_function"]
+        assert init_db(db, create_indexes=False).applied_migrations == [
+            "003_audit_function",
+            "004_leadership",
+        ]
 
     privileges = (
         "SELECT has_table_privilege(%(role)s, 'outbox_monitor.audit_log', 'INSERT') AS insert, "

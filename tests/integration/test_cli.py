@@ -151,7 +151,12 @@ def test_errors_are_one_json_object_and_exit_1(monkeypatch, empty_dsn):
 def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
     monkeypatch.setenv("OUTBOX_MONITOR_DSN", empty_dsn)
     first = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
-    assert first["applied_migrations"] == ["001_core", "002_alerts", "003_audit_function"]
+    assert first["applied_migrations"] == [
+        "001_core",
+        "002_alerts",
+        "003_audit_function",
+        "004_leadership",
+    ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []
     assert CliRunner().invoke(main, ["status", "--json"]).exit_code == 0
