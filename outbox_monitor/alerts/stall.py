@@ -10,7 +10,8 @@ evaluations that fail or never end, a stopped clock):
   completed evaluation is older than ``STALL_INTERVALS`` (3) evaluation intervals. After
   this process starts or regains the database, the count starts then plus ``grace`` (the
   scheduler's database backoff), so the database-unreachable alert is not doubled by a
-  stalled one while the leader reconnects;
+  stalled one while the leader reconnects; a leader that has just taken the lease (after
+  a failover or an outage) likewise gets the 3 intervals for its first evaluation;
 - it logs the stall as an ERROR once per episode (and once more when it ends), and
   reports ``outbox_monitor_last_evaluation_age_seconds`` and
   ``outbox_monitor_alerting_stalled`` on ``/metrics`` (``exporter.SchedulerStatus``);
@@ -220,8 +221,9 @@ class StallWatch:
         if self._reachable_since is None:
             self._reachable_since = lease.now
         reference = self._reachable_since + timedelta(seconds=self.grace)
-        if lease.evaluated_at is not None:
-            reference = max(reference, lease.evaluated_at)
+        for start in (lease.evaluated_at, lease.acquired_at):
+            if start is not None:
+                reference = max(reference, start)
         stalled = (lease.now - reference).total_seconds() > self.threshold
         if self.status is not None:
             self.status.watched(lease.evaluation_age, stalled)

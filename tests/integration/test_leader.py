@@ -215,7 +215,7 @@ def test_database_outage_alerts_once_from_the_former_leader_and_resolves(
 
         cluster.resume()
         messages = messages_after(slack_sink, 2, timeout=20)
-        assert len(messages) == 2
+        assert len(messages) == 2, [m["text"][:160] for m in messages]
         assert "RESOLVED" in messages[1]["text"].upper()
         assert "reaches the database" in messages[1]["text"]
         outcomes = [r.outcome for r in slack_sink.requests]
