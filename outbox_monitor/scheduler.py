@@ -28,7 +28,7 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership
 from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
 from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
-from outbox_monitor.alerts.sender import deliver_due
+from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database, describe_target
@@ -44,8 +44,9 @@ EVALUATOR_JOB_ID = "evaluator"
 SENDER_JOB_ID = "sender"
 REAPER_JOB_ID = "reaper"
 PRUNER_JOB_ID = "pruner"
-SENDER_INTERVAL_SECONDS = 2.0
-"""Seconds between sender passes (due notifications wait at most this long)."""
+SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
+"""Seconds between sender passes (due notifications wait at most this long; a message that
+failed transiently is tried again at the next pass)."""
 PRUNE_INTERVAL_SECONDS = 86400.0
 """The automatic prune runs once a day (first run at start)."""
 MIN_REAP_INTERVAL_SECONDS = 1.0
@@ -208,7 +209,9 @@ def add_sender_job(
     leader only. It also drives the database-unreachable alert (``DatabaseHealth.tick``)."""
 
     def send() -> None:
-        counts = deliver_due(runtime.db, ruleset, clock=clock, transports=transports)
+        counts = deliver_due(
+            runtime.db, ruleset, clock=clock, transports=transports, retry_interval=interval
+        )
         runtime.status.delivered(counts)
         if counts.get("messages") or counts.get("failed"):
             log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))

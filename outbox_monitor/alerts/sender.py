@@ -7,9 +7,15 @@
 - per route, in id order: the rows of the head's ``evaluation_id`` are packed into one
   message; when the head message cannot be delivered now (429, 5xx, timeout, Slack
   down), the rest of that route waits for the next pass, so order is kept;
-- HTTP 429 → ``available_at = clock() + Retry-After``; transient failures → exponential
-  backoff with jitter from 5 s up to 5 min; a permanent failure → ``status='failed'``;
-  success → ``status='sent'``, ``sent_at``, and (bot) ``slack_channel``/``slack_ts``;
+- HTTP 429 → ``available_at = clock() + Retry-After``, exactly (Slack says when it takes
+  messages again; a 429 is not a failure of Slack and grows no backoff); a transient
+  failure (5xx, timeout, Slack unreachable) → due again at the next pass
+  (``retry_interval``, the send interval). The retry is capped at one pass so delivery
+  resumes within one send interval of Slack recovering (plus the last Retry-After) —
+  head-of-line order means a blocked route costs one request per pass, below Slack's one
+  message per second and channel, and any longer wait is Slack's own Retry-After;
+  a permanent failure → ``status='failed'``; success → ``status='sent'``, ``sent_at``,
+  and (bot) ``slack_channel``/``slack_ts``;
 - a ``resolved`` (or ``error``) row of an episode whose first message was posted with the
   bot token updates that message (``chat.update``) and replies in its thread; the row
   stores the thread's channel and ts. With a webhook it is posted as a new message;
@@ -23,7 +29,6 @@ never post the same row; a crash between Slack's answer and the commit re-sends 
 
 import logging
 import os
-import random
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,31 +60,16 @@ from outbox_monitor.db import Database
 
 log = logging.getLogger(__name__)
 
-BACKOFF_BASE_SECONDS = 5.0
-BACKOFF_CAP_SECONDS = 300.0
-BACKOFF_JITTER = 0.2
-"""Backoff delays vary by ± this fraction (clamped to [base, cap])."""
+SEND_INTERVAL_SECONDS = 2.0
+"""Seconds between sender passes (the scheduler's sender job); a message that failed
+transiently is tried again at the next pass, so this is also the longest retry delay."""
 PENDING_BATCH = 1000
 """Pending rows read per pass (rows beyond wait for the next pass)."""
 MAX_MESSAGES_PER_PASS = 200
 MAX_ERROR_CHARS = 1000
+LOG_EVERY_ATTEMPTS = 30
+"""While a message keeps failing, one warning per this many attempts (a minute of passes)."""
 THREAD_KINDS = ("resolved", "error")
-
-
-def backoff_seconds(attempts: int, rng: random.Random | None = None) -> float:
-    """The wait before the next try after a transient failure.
-
-    Args:
-        attempts: attempts made so far, including the one that just failed (≥ 1).
-        rng: random source for the jitter (tests pass a seeded one).
-
-    Returns:
-        ``min(300, 5 · 2^(attempts-1))`` seconds ± 20 % jitter, kept within [5 s, 300 s].
-    """
-    step = BACKOFF_BASE_SECONDS * 2 ** min(max(attempts - 1, 0), 20)
-    delay = min(BACKOFF_CAP_SECONDS, step)
-    delay *= 1 + BACKOFF_JITTER * (rng or random).uniform(-1.0, 1.0)
-    return min(BACKOFF_CAP_SECONDS, max(BACKOFF_BASE_SECONDS, delay))
 
 
 @dataclass
@@ -126,7 +116,7 @@ class _Pass:
     ruleset: Any
     clock: Clock
     transports: Mapping[str, Transport] | _RouteTransports
-    rng: random.Random | None
+    retry_interval: float
     dashboard_url: str
     counts: Counter[str] = field(default_factory=Counter)
 
@@ -143,7 +133,7 @@ def deliver_due(
     clock: Clock = system_clock,
     transports: Mapping[str, Transport] | None = None,
     env: Mapping[str, str] | None = None,
-    rng: random.Random | None = None,
+    retry_interval: float = SEND_INTERVAL_SECONDS,
     max_messages: int = MAX_MESSAGES_PER_PASS,
 ) -> dict[str, int]:
     """Deliver the due notifications, one pass (issue 3 §3; the scheduler's sender job).
@@ -157,7 +147,9 @@ def deliver_due(
             logged as an error naming it, and its rows wait (counted in ``waiting``).
         env: environment for transports and ``OUTBOX_MONITOR_DASHBOARD_URL``
             (default ``os.environ``).
-        rng: random source of the backoff jitter.
+        retry_interval: seconds from this pass's start until a message that failed
+            transiently (5xx, timeout, unreachable) is due again: the send interval, so
+            the next pass tries it. A 429 waits its Retry-After instead.
         max_messages: at most this many Slack messages per pass.
 
     Returns:
@@ -175,7 +167,7 @@ def deliver_due(
         ruleset=ruleset,
         clock=clock,
         transports=transports if transports is not None else _RouteTransports(ruleset, environment),
-        rng=rng,
+        retry_interval=retry_interval,
         dashboard_url=dashboard_base_url(environment),
     )
     for key in ("sent", "failed", "suppressed", "rate_limited", "retrying", "waiting"):
@@ -221,7 +213,7 @@ def _deliver_route(
             run.counts["waiting"] += len(queue)
             return
         pack = _take_pack(run, route_name, transport, queue, now)
-        if not _deliver_pack(run, route, transport, pack):
+        if not _deliver_pack(run, route, transport, pack, now):
             run.counts["waiting"] += len(queue)
             return
 
@@ -268,8 +260,8 @@ def _take_pack(
     return _Pack(route_name, rows, target)
 
 
-def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack) -> bool:
-    """Send one message with its rows locked; record the outcome.
+def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack, now: datetime) -> bool:
+    """Send one message with its rows locked; record the outcome (``now``: the pass's start).
 
     Returns:
         ``True`` when the route may go on (sent, or failed for good), ``False`` when it
@@ -298,10 +290,16 @@ def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack) -> 
             _log_failure(run, pack, error, "failed for good")
             return True
         except DeliveryError as error:
-            until = run.clock() + timedelta(seconds=backoff_seconds(attempts, run.rng))
+            until = now + timedelta(seconds=run.retry_interval)
             _record(run, conn, "sender_mark_retry", pack, error, available_at=until)
             run.counts["retrying"] += len(pack.rows)
-            _log_failure(run, pack, error, f"attempt {attempts}; next try at {until:%H:%M:%S}")
+            _log_failure(
+                run,
+                pack,
+                error,
+                f"attempt {attempts}; next try at {until:%H:%M:%S}",
+                attempts=attempts,
+            )
             return False
         conn.execute(
             run.db.compose("sender_mark_sent"),
@@ -399,8 +397,17 @@ def _mark(run: _Pass, query: str, rows: list[dict[str, Any]], **params: Any) -> 
         conn.execute(run.db.compose(query), {"ids": [r["id"] for r in rows], **params})
 
 
-def _log_failure(run: _Pass, pack: _Pack, error: DeliveryError, what: str) -> None:
-    log.warning(
+def _log_failure(
+    run: _Pass, pack: _Pack, error: DeliveryError, what: str, *, attempts: int = 1
+) -> None:
+    """A warning at a message's first failure and then every ``LOG_EVERY_ATTEMPTS``
+    attempts (a long outage retries every pass: one line a minute, not one a pass);
+    the other retries go to the debug log."""
+    level = (
+        logging.WARNING if attempts == 1 or attempts % LOG_EVERY_ATTEMPTS == 0 else logging.DEBUG
+    )
+    log.log(
+        level,
         "notifications %s on route %s not delivered (%s): %s",
         pack.ids,
         pack.route,
