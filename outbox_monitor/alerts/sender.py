@@ -9,7 +9,7 @@
   down), the rest of that route waits for the next pass, so order is kept;
 - HTTP 429 → ``available_at = clock() + Retry-After``, exactly (Slack says when it takes
   messages again; a 429 is not a failure of Slack and grows no backoff); a transient
-  failure (5xx, timeout, Slack unreachable) → due again at the next pass
+  failure (5xx, timeout, Slack unreachable) → due again by the next pass
   (``retry_interval``, the send interval). The retry is capped at one pass so delivery
   resumes within one send interval of Slack recovering (plus the last Retry-After) —
   head-of-line order means a blocked route costs one request per pass, below Slack's one
@@ -29,6 +29,7 @@ never post the same row; a crash between Slack's answer and the commit re-sends 
 
 import logging
 import os
+import uuid
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import (
@@ -45,6 +47,7 @@ from outbox_monitor.alerts.message import (
     render_notifications,
     render_test,
     render_thread_update,
+    test_row,
 )
 from outbox_monitor.alerts.slack import (
     Delivery,
@@ -57,12 +60,17 @@ from outbox_monitor.alerts.slack import (
     transport_for_route,
 )
 from outbox_monitor.db import Database
+from outbox_monitor.errors import OutboxMonitorError
 
 log = logging.getLogger(__name__)
 
 SEND_INTERVAL_SECONDS = 2.0
 """Seconds between sender passes (the scheduler's sender job); a message that failed
 transiently is tried again at the next pass, so this is also the longest retry delay."""
+RETRY_MARGIN = 0.25
+"""A message that failed transiently is due again ``(1 - RETRY_MARGIN) · retry_interval``
+after its pass started: due by the next pass, which the scheduler starts one interval
+later, give or take its own few milliseconds."""
 PENDING_BATCH = 1000
 """Pending rows read per pass (rows beyond wait for the next pass)."""
 MAX_MESSAGES_PER_PASS = 200
@@ -89,9 +97,10 @@ class _RouteTransports:
     """Transports built on first use per route; a route whose Slack variable is missing
     is logged (naming the variable) and its rows wait, while other routes deliver."""
 
-    def __init__(self, ruleset: Any, env: Mapping[str, str]) -> None:
+    def __init__(self, ruleset: Any, env: Mapping[str, str], timeout: float) -> None:
         self._ruleset = ruleset
         self._env = env
+        self._timeout = timeout
         self._built: dict[str, Transport | None] = {}
 
     def get(self, name: str) -> Transport | None:
@@ -99,7 +108,9 @@ class _RouteTransports:
             route = self._ruleset.routes.get(name)
             try:
                 self._built[name] = (
-                    None if route is None else transport_for_route(name, route, self._env)
+                    None
+                    if route is None
+                    else transport_for_route(name, route, self._env, timeout=self._timeout)
                 )
             except TransportConfigError as error:
                 log.error("notifications of route %s wait: %s", name, error)
@@ -147,9 +158,9 @@ def deliver_due(
             logged as an error naming it, and its rows wait (counted in ``waiting``).
         env: environment for transports and ``OUTBOX_MONITOR_DASHBOARD_URL``
             (default ``os.environ``).
-        retry_interval: seconds from this pass's start until a message that failed
-            transiently (5xx, timeout, unreachable) is due again: the send interval, so
-            the next pass tries it. A 429 waits its Retry-After instead.
+        retry_interval: the send interval (seconds between passes): a message that failed
+            transiently (5xx, timeout, unreachable) is due again by the next pass
+            (``RETRY_MARGIN``). A 429 waits its Retry-After instead.
         max_messages: at most this many Slack messages per pass.
 
     Returns:
@@ -166,7 +177,9 @@ def deliver_due(
         db=db,
         ruleset=ruleset,
         clock=clock,
-        transports=transports if transports is not None else _RouteTransports(ruleset, environment),
+        transports=transports
+        if transports is not None
+        else _RouteTransports(ruleset, environment, db.settings.slack_timeout),
         retry_interval=retry_interval,
         dashboard_url=dashboard_base_url(environment),
     )
@@ -290,7 +303,7 @@ def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack, now
             _log_failure(run, pack, error, "failed for good")
             return True
         except DeliveryError as error:
-            until = now + timedelta(seconds=run.retry_interval)
+            until = now + timedelta(seconds=run.retry_interval * (1 - RETRY_MARGIN))
             _record(run, conn, "sender_mark_retry", pack, error, available_at=until)
             run.counts["retrying"] += len(pack.rows)
             _log_failure(
@@ -417,25 +430,38 @@ def _log_failure(
 
 
 def send_test(
+    db: Database,
     ruleset: Any,
     route_name: str | None = None,
     *,
+    requested_by: str,
     transports: Mapping[str, Transport] | None = None,
     env: Mapping[str, str] | None = None,
     clock: Clock = system_clock,
 ) -> dict[str, dict[str, Any]]:
-    """Post a test message now (``outbox-monitor alerts test``, the Alerts page button).
+    """Post a test message now (``outbox-monitor alerts test``, the Alerts page button) and
+    record it in the notification table, so the Alerts page lists it with its outcome.
+
+    The row (kind and rule ``test``, ``requested_by`` in its payload) is written after the
+    post as ``sent`` or ``failed`` — never ``pending``, so the sender never posts it again;
+    it has no alert instance, transition or episode, so alert state and dedupe are untouched.
 
     Args:
+        db: where the row is written (a login with INSERT on ``outbox_monitor.notifications``:
+            the scheduler's or the operator's role).
         ruleset: the ``rules.RuleSet``.
         route_name: one route, or ``None`` for every route.
-        transports: ``{route: transport}``; default built from ``env``.
+        requested_by: who asked (an e-mail, the CLI actor), stored in the row's payload.
+        transports: ``{route: transport}``; default built from ``env`` with the client
+            timeout of ``db.settings.slack_timeout``.
         env: the environment (default ``os.environ``).
-        clock: for the message's footer.
+        clock: for the message's footer and the row's times.
 
     Returns:
         ``{route: {"ok": True, "destination", "channel", "ts"}}`` or, per failed route,
-        ``{"ok": False, "destination", "error" (redacted), "status"}``.
+        ``{"ok": False, "destination", "error" (redacted), "status"}``; each also has
+        ``notification_id`` (the row written) or, when the row could not be written,
+        ``record_error`` (why; the message was posted or refused all the same).
 
     Raises:
         TransportConfigError: the route is unknown or its Slack variable is missing.
@@ -451,8 +477,9 @@ def send_test(
         transport = (
             transports[name]
             if transports is not None and name in transports
-            else transport_for_route(name, route, environment)
+            else transport_for_route(name, route, environment, timeout=db.settings.slack_timeout)
         )
+        row = test_row(name)
         message = render_test(
             name,
             mention=getattr(route, "mention", None),
@@ -477,4 +504,39 @@ def send_test(
                 "channel": delivery.channel,
                 "ts": delivery.ts,
             }
+        results[name].update(
+            _record_test(
+                db, name, {**row["payload"], "requested_by": requested_by}, results[name], clock()
+            )
+        )
     return results
+
+
+def _record_test(
+    db: Database, route: str, payload: dict[str, Any], outcome: Mapping[str, Any], at: datetime
+) -> dict[str, Any]:
+    """Write one test message's row; ``{"notification_id"}`` or ``{"record_error"}``."""
+    try:
+        row = db.fetch_one(
+            "notification_record_test",
+            {
+                "dedupe_key": f"test|{route}|{uuid.uuid4()}",
+                "route": route,
+                "payload": Jsonb(payload),
+                "status": "sent" if outcome["ok"] else "failed",
+                "last_status": 200 if outcome["ok"] else outcome.get("status"),
+                "last_error": None if outcome["ok"] else outcome.get("error"),
+                "at": at,
+                "sent_at": at if outcome["ok"] else None,
+                "slack_channel": outcome.get("channel"),
+                "slack_ts": outcome.get("ts"),
+            },
+        )
+    except OutboxMonitorError as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        log.error(
+            "test message on route %s was not recorded in the notifications: %s", route, reason
+        )
+        return {"record_error": reason}
+    assert row is not None  # INSERT … RETURNING
+    return {"notification_id": row["id"]}

@@ -322,14 +322,15 @@ def test_5xx_is_retried_at_the_next_pass_then_delivered_once(
     slack_sink.fail_next(2, status=500)
     assert deliver()["retrying"] == 1
     first_retry = notes.get(row_id)["available_at"]
-    assert first_retry == start + timedelta(seconds=SEND_INTERVAL_SECONDS)
-    fake_clock.advance(SEND_INTERVAL_SECONDS - 0.1)
+    retry_delay = first_retry - start
+    assert timedelta(0) < retry_delay <= timedelta(seconds=SEND_INTERVAL_SECONDS)
+    fake_clock.now = first_retry - timedelta(seconds=0.1)
     assert deliver()["attempts"] == 0
     fake_clock.now = first_retry
     assert deliver()["retrying"] == 1
     row = notes.get(row_id)
     assert row["attempts"] == 2 and row["last_status"] == 500
-    assert row["available_at"] == first_retry + timedelta(seconds=SEND_INTERVAL_SECONDS)
+    assert row["available_at"] == first_retry + retry_delay  # no growing backoff
     fake_clock.now = row["available_at"]
     assert deliver()["sent"] == 1
     row = notes.get(row_id)
@@ -458,7 +459,7 @@ def test_no_secret_in_last_error_or_logs(db, ruleset, slack_sink, notes, fake_cl
 
     env["SLACK_BOT_TOKEN"] = BOT_TOKEN + "-wrong"
     transports = transports_for(ruleset, env, timeout=TIMEOUT)
-    outcomes = send_test(ruleset, "bot", transports=transports, env=env)
+    outcomes = send_test(db, ruleset, "bot", requested_by="t", transports=transports, env=env)
     assert outcomes["bot"]["ok"] is False and "invalid_auth" in outcomes["bot"]["error"]
     assert "not delivered" in caplog.text
     text = caplog.text + json.dumps(errors) + json.dumps(outcomes)
@@ -554,15 +555,15 @@ def test_the_dashboard_link_carries_the_pre_filter(deliver, notes, slack_sink):
     )
 
 
-def test_send_test_posts_to_every_route(ruleset, env, slack_sink):
+def test_send_test_posts_to_every_route(db, ruleset, env, slack_sink):
     transports = transports_for(ruleset, env, timeout=TIMEOUT)
-    outcomes = send_test(ruleset, transports=transports, env=env)
+    outcomes = send_test(db, ruleset, requested_by="t", transports=transports, env=env)
     assert set(outcomes) == {"hook", "bot", "quiet"}
     assert all(outcome["ok"] for outcome in outcomes.values())
     assert outcomes["bot"]["ts"] == posted(slack_sink, "api")[0]["ts"]
     assert posted(slack_sink, "api")[0]["text"].startswith(MENTION)
     with pytest.raises(TransportConfigError, match='no route "nope"'):
-        send_test(ruleset, "nope", transports=transports, env=env)
+        send_test(db, ruleset, "nope", requested_by="t", transports=transports, env=env)
 
 
 def test_a_route_without_its_variable_waits_and_the_others_deliver(
