@@ -35,7 +35,7 @@ from outbox_monitor.alerts.slack import (
     TransportNotConfigured,
     transport_for_route,
 )
-from outbox_monitor.config import Settings
+from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.errors import ConfigError, DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
@@ -441,7 +441,7 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 
 def load_alerting(
-    rules_path: str | Path | None, settings: Settings
+    rules_path: str | Path | None, settings: Settings | None = None
 ) -> tuple[RuleSet | None, Mapping[str, Any] | None]:
     """The rules and Slack transports of ``outbox-monitor scheduler`` (and of ``dashboard
     --with-scheduler`` and the demo), checked at start: a process never runs crippled.
@@ -449,7 +449,8 @@ def load_alerting(
     Args:
         rules_path: ``--rules``; ``None``: ``$OUTBOX_MONITOR_RULES``, ``./alerts.yml``,
             then the shipped alerts.yml (``rules.resolve_rules_path``).
-        settings: the validated settings (``slack_timeout`` for every transport).
+        settings: the validated settings (``slack_timeout`` for every transport);
+            default ``load_settings()``.
 
     Returns:
         ``(ruleset, transports)``. ``(None, None)`` when no file was named (neither
@@ -463,6 +464,7 @@ def load_alerting(
         RulesError: the rules file named (or found) is missing or invalid.
         TransportConfigError: a Slack variable is set but invalid (not an http(s) URL),
             naming it, every one.
+        ConfigError: ``settings`` not given and an ``OUTBOX_MONITOR_*`` variable is invalid.
     """
     path = resolve_rules_path(rules_path)
     if rules_path is None and not path.is_file():
@@ -474,13 +476,12 @@ def load_alerting(
         log.warning("no rules file (%s): alerting is off, sampling only", path)
         return None, None
     ruleset = load_rules(path)
+    timeout = (settings or load_settings()).slack_timeout
     transports: dict[str, Any] = {}
     invalid: list[TransportConfigError] = []
     for name, route in ruleset.routes.items():
         try:
-            transports[name] = transport_for_route(
-                name, route, os.environ, timeout=settings.slack_timeout
-            )
+            transports[name] = transport_for_route(name, route, os.environ, timeout=timeout)
         except TransportNotConfigured as error:
             log.error(
                 "notifications of route %s are evaluated and queued but NOT sent by this "
