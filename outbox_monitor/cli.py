@@ -93,6 +93,7 @@ class JsonAwareGroup(click.Group):
     default="INFO",
     show_default=True,
     envvar="OUTBOX_MONITOR_LOG_LEVEL",
+    show_envvar=True,  # an invalid value is then reported with the variable's name
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 def main(log_level: str) -> None:

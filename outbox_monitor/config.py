@@ -19,6 +19,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from outbox_monitor.alerts.message import DEFAULT_DASHBOARD_URL
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.redaction import check_value_detector
@@ -44,6 +45,8 @@ MAX_METRICS_TOP_EVENT_TYPES = 200
 DEFAULT_METRICS_CACHE_SECONDS = 5.0
 """A scrape reuses figures computed less than this long ago (several Prometheus replicas)."""
 MAX_METRICS_CACHE_SECONDS = 300.0
+DEFAULT_SLACK_TIMEOUT_SECONDS = 10.0
+"""Timeout of each Slack request (connect, then each read), seconds."""
 MIN_AUTO_PRUNE_SECONDS = 86400.0
 """Automatic prune refuses retentions under one day (as ``actions.preview_prune`` does)."""
 _OFF = ("", "off", "none", "false", "no")
@@ -179,6 +182,8 @@ class Settings(BaseSettings):
         default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
     )
     metrics_cache: Seconds = Field(default=DEFAULT_METRICS_CACHE_SECONDS, ge=0)
+    slack_timeout: Seconds = Field(default=DEFAULT_SLACK_TIMEOUT_SECONDS, gt=0)
+    dashboard_url: str = DEFAULT_DASHBOARD_URL
     auto_reap: bool = False
     auto_prune_done: OptionalSeconds = None
     auto_prune_failed: OptionalSeconds = None
@@ -223,6 +228,20 @@ class Settings(BaseSettings):
                 f"expected an interface address such as 127.0.0.1 or 0.0.0.0, got {value!r}"
             )
         return address
+
+    @field_validator("dashboard_url")
+    @classmethod
+    def _check_dashboard_url(cls, value: str) -> str:
+        """The base of the links in Slack messages (read where messages are rendered,
+        ``alerts.message.dashboard_base_url``): an http(s) URL, or Slack refuses them."""
+        url = value.strip() or DEFAULT_DASHBOARD_URL
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+            raise ValueError(
+                f"expected the dashboard's http(s) URL, e.g. https://monitor.example.com, "
+                f"got {value!r} (the buttons of Slack messages link to it)"
+            )
+        return url
 
     @field_validator("metrics_cache")
     @classmethod

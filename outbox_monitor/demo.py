@@ -183,9 +183,12 @@ def run_demo(
         PostgresNotFound: no PostgreSQL server binaries; the message says how to get them.
         N8nNotFound: ``worker="n8n"`` and n8n is not installed (checked before anything
             starts); the hint says how to install it.
+        ConfigError: an ``OUTBOX_MONITOR_*`` variable is invalid (checked before anything
+            starts).
         OutboxMonitorError: the port is taken, or a part failed to start (with its output).
     """
     started = time.monotonic()
+    load_settings()  # an invalid setting stops the demo now, naming it (ConfigError)
     if worker not in WORKERS:
         raise OutboxMonitorError(f"unknown worker {worker!r}; expected one of {WORKERS}")
     n8n_binary = find_n8n() if worker == "n8n" else None
@@ -267,7 +270,7 @@ def run_demo(
                 raise OutboxMonitorError(
                     f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
                 )
-            ruleset, transports = load_alerting(None)
+            ruleset, transports = load_alerting(None, settings)
             scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
             scheduler.start()
             wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)

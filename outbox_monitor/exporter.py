@@ -70,8 +70,6 @@ log = logging.getLogger(__name__)
 
 OTHER = "other"
 """The ``event_type`` label of every event type past the top N."""
-HEALTH_INTERVALS = 3
-"""``/healthz`` fails when no database contact succeeded for this many intervals."""
 ALERT_STATES = ("inactive", "pending", "firing", "error")
 NOTIFICATION_OUTCOMES = ("sent", "failed", "suppressed", "rate_limited", "retrying")
 """Outcomes of ``sender.deliver_due`` counted by ``outbox_monitor_notifications_total``."""
@@ -211,7 +209,7 @@ class SchedulerStatus:
             self._last_ok = self.clock()
 
     def database_failed(self, error: BaseException) -> None:
-        """A job failed (its first line becomes ``/healthz``'s reason)."""
+        """A job failed (its first line becomes ``/healthz``'s ``last_error``)."""
         with self._lock:
             self._last_error = (str(error).strip().splitlines() or [type(error).__name__])[0]
 
@@ -266,34 +264,44 @@ class SchedulerStatus:
             return {outcome: self._notifications[outcome] for outcome in NOTIFICATION_OUTCOMES}
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """The answer of ``/healthz``.
+        """The answer of ``/healthz``: the state of *this process*, nothing outside it.
+
+        Healthy while the scheduler runs and every one of its jobs (sampler, evaluator,
+        sender, …) is scheduled, i.e. has a next run. The configuration was validated at
+        start (an invalid one stops the process before it serves anything). A database
+        or Slack outage, or a stalled evaluation, is not this process's fault and a
+        restart cannot fix it — a restarted scheduler cannot even start while the
+        database is down, and could then post no outage alert — so it never turns
+        ``/healthz`` red (as Alertmanager's and Prometheus's ``/-/healthy``): it shows in
+        ``/metrics`` (``outbox_monitor_up``, ``outbox_monitor_notifications_total``),
+        on the dashboard and in Slack.
 
         Returns:
-            ``(True, {...})`` when the scheduler runs and a database contact succeeded
-            within ``HEALTH_INTERVALS`` intervals; else ``(False, {"status":
-            "unavailable", "reason", "scheduler_running", "seconds_since_database_contact"
-            (``None``: never), "last_error"})``.
+            ``(healthy, {"status": "ok"|"unavailable", "reason" (``None`` when ok),
+            "scheduler_running", "jobs" (id → next run, ISO, or ``None`` when it has none),
+            "seconds_since_database_contact" (``None``: never), "last_error"})``; the
+            last two are information only.
         """
         with self._lock:
             last_ok, last_error = self._last_ok, self._last_error
         running = bool(self.scheduler is not None and self.scheduler.running)
         since = None if last_ok is None else self.clock() - last_ok
-        limit = HEALTH_INTERVALS * self.interval
+        jobs = {
+            job.id: None if job.next_run_time is None else job.next_run_time.isoformat()
+            for job in (self.scheduler.get_jobs() if running else [])
+        }
+        stopped = sorted(job_id for job_id, next_run in jobs.items() if next_run is None)
         if not running:
             reason = "the scheduler is not running"
-        elif since is None:
-            reason = "no database contact has succeeded yet"
-        elif since > limit:
-            reason = (
-                f"no database contact succeeded for {since:.1f} s "
-                f"({HEALTH_INTERVALS} intervals = {limit:g} s)"
-            )
+        elif stopped:
+            reason = f"job(s) without a next run: {', '.join(stopped)}"
         else:
             reason = None
         details = {
             "status": "ok" if reason is None else "unavailable",
             "reason": reason,
             "scheduler_running": running,
+            "jobs": jobs,
             "seconds_since_database_contact": None if since is None else round(since, 3),
             "last_error": last_error,
         }

@@ -10,6 +10,7 @@ and watches for a stalled evaluation (``alerts.stall``; issue 10 §2).
 """
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -29,13 +30,17 @@ from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost, lease_ttl
 from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
-from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
-from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import TransportConfigError, transports_for
+from outbox_monitor.alerts.rules import RULES_ENV, RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
+from outbox_monitor.alerts.slack import (
+    TransportConfigError,
+    TransportNotConfigured,
+    transport_for_route,
+)
 from outbox_monitor.alerts.stall import StallWatch
-from outbox_monitor.config import Settings
+from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
-from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.errors import ConfigError, DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.schema import check_outbox_table
@@ -48,8 +53,9 @@ SENDER_JOB_ID = "sender"
 REAPER_JOB_ID = "reaper"
 PRUNER_JOB_ID = "pruner"
 WATCHDOG_JOB_ID = "watchdog"
-SENDER_INTERVAL_SECONDS = 2.0
-"""Seconds between sender passes (due notifications wait at most this long)."""
+SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
+"""Seconds between sender passes (due notifications wait at most this long; a message that
+failed transiently is tried again at the next pass)."""
 PRUNE_INTERVAL_SECONDS = 86400.0
 """The automatic prune runs once a day (first run at start)."""
 MIN_REAP_INTERVAL_SECONDS = 1.0
@@ -231,6 +237,7 @@ def add_sender_job(
             clock=clock,
             transports=transports,
             fence=runtime.leadership.fence,
+            retry_interval=interval,
         )
         runtime.status.delivered(counts)
         if counts.get("messages") or counts.get("failed"):
@@ -502,33 +509,62 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 
 def load_alerting(
-    rules_path: str | Path | None,
+    rules_path: str | Path | None, settings: Settings | None = None
 ) -> tuple[RuleSet | None, Mapping[str, Any] | None]:
-    """The rules and Slack transports of ``outbox-monitor scheduler``.
+    """The rules and Slack transports of ``outbox-monitor scheduler`` (and of ``dashboard
+    --with-scheduler`` and the demo), checked at start: a process never runs crippled.
 
     Args:
         rules_path: ``--rules``; ``None``: ``$OUTBOX_MONITOR_RULES``, ``./alerts.yml``,
             then the shipped alerts.yml (``rules.resolve_rules_path``).
+        settings: the validated settings (``slack_timeout`` for every transport);
+            default ``load_settings()``.
 
     Returns:
-        ``(ruleset, transports)``. ``(None, None)`` when no file was named and none
-        exists (sampling only, logged). ``transports`` is ``None`` when a route's Slack
-        variable is missing: rules are still evaluated and notifications queued (a
-        scheduler with Slack configured sends them), and the problem is logged.
+        ``(ruleset, transports)``. ``(None, None)`` when no file was named (neither
+        ``--rules`` nor ``OUTBOX_MONITOR_RULES``) and none exists (sampling only, logged).
+        ``transports`` holds every route whose Slack variable is set; a route whose
+        variable is not set is logged as an error naming it, and its notifications are
+        queued and wait (a process with the variable sends them when it leads).
 
     Raises:
-        RulesError: the rules file named (or found) is invalid, with every problem.
+        ConfigError: ``OUTBOX_MONITOR_RULES`` names no file.
+        RulesError: the rules file named (or found) is missing or invalid.
+        TransportConfigError: a Slack variable is set but invalid (not an http(s) URL),
+            naming it, every one.
+        ConfigError: ``settings`` not given and an ``OUTBOX_MONITOR_*`` variable is invalid.
     """
     path = resolve_rules_path(rules_path)
     if rules_path is None and not path.is_file():
+        if os.environ.get(RULES_ENV):
+            raise ConfigError(
+                f"{RULES_ENV}: no rules file at {path}",
+                hint=f"Point {RULES_ENV} at your alerts.yml, or unset it to use ./alerts.yml.",
+            )
         log.warning("no rules file (%s): alerting is off, sampling only", path)
         return None, None
     ruleset = load_rules(path)
-    try:
-        transports: Mapping[str, Any] | None = transports_for(ruleset)
-    except TransportConfigError as error:
-        log.error("alerts are evaluated and queued but NOT sent by this process: %s", error)
-        transports = None
+    timeout = (settings or load_settings()).slack_timeout
+    transports: dict[str, Any] = {}
+    invalid: list[TransportConfigError] = []
+    for name, route in ruleset.routes.items():
+        try:
+            transports[name] = transport_for_route(name, route, os.environ, timeout=timeout)
+        except TransportNotConfigured as error:
+            log.error(
+                "notifications of route %s are evaluated and queued but NOT sent by this "
+                "process: %s %s",
+                name,
+                error,
+                error.hint,
+            )
+        except TransportConfigError as error:
+            invalid.append(error)
+    if invalid:
+        raise TransportConfigError(
+            "\n".join(str(error.args[0]) for error in invalid),
+            hint=" ".join(dict.fromkeys(e.hint for e in invalid if e.hint)),
+        )
     return ruleset, transports
 
 
@@ -581,8 +617,9 @@ def run_scheduler(
         DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
             the start-up check, with the fix in the message.
         RulesError: the rules file is invalid.
+        TransportConfigError: a Slack variable is set but invalid.
     """
-    ruleset, transports = load_alerting(rules_path)
+    ruleset, transports = load_alerting(rules_path, settings)
     port = settings.metrics_port if metrics_port is None else metrics_port
     address = metrics_address or settings.metrics_address
     with Database(settings) as db:

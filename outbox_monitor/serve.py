@@ -349,6 +349,7 @@ def run_dashboard(
         ConfigError: a non-loopback address without sign-in (``check_exposure``).
         OutboxMonitorError: ``dashboard.py`` is absent.
         RulesError: ``with_scheduler`` and the rules file is invalid.
+        TransportConfigError: ``with_scheduler`` and a Slack variable is set but invalid.
     """
     warnings = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
     for warning in warnings:
@@ -360,7 +361,7 @@ def run_dashboard(
     try:
         secrets_file = _write_secrets(settings, Path(secrets_dir.name))
         if with_scheduler:
-            ruleset, transports = load_alerting(None)
+            ruleset, transports = load_alerting(None, settings)
             db = Database(settings.model_copy(update={"dsn": settings.actions_target}))
             status = SchedulerStatus()
             scheduler = build_scheduler(

@@ -8,6 +8,7 @@ from outbox_monitor.errors import ActionRefused
 from outbox_monitor.ui import alerts, banners, format, loaders, state
 
 FLASH = "alerts.flash"
+TEST_OUTCOME = "alerts.test_outcome"
 NOTIFICATION_COLUMNS = [
     "id",
     "created",
@@ -86,8 +87,8 @@ def live_notifications() -> None:
             st.caption("No notification yet.")
             return
         st.caption(
-            "The notification outbox, newest first: every firing, resolved, repeat and "
-            "error message with its delivery outcome (pending, sent, suppressed, failed)."
+            "The notification outbox, newest first: every firing, resolved, repeat, error "
+            "and test message with its delivery outcome (pending, sent, suppressed, failed)."
         )
         st.dataframe(
             format.table(alerts.notification_rows(rows), NOTIFICATION_COLUMNS),
@@ -233,7 +234,13 @@ with test_tab:
         if not ctx.identity.can(Role.operator):
             st.info("Posting a test alert needs the operator role.", icon=":material/lock:")
         elif st.button("Send test alert", key="alerts.send_test"):
-            outcome = alerts.send_test_alert(ruleset, route, ctx.identity)
+            st.session_state[TEST_OUTCOME] = alerts.send_test_alert(
+                ctx.actions_db, ruleset, route, ctx.identity
+            )
+            loaders.clear_notifications()
+            st.rerun()  # the Notifications tab above lists the recorded message
+        outcome = st.session_state.pop(TEST_OUTCOME, None)
+        if outcome is not None:
             show = {"success": st.success, "error": st.error, "warning": st.warning}
             show[outcome.level](format.md_text(outcome.message))
             if outcome.hint:

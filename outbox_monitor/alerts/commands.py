@@ -12,10 +12,12 @@ from typing import Any
 
 import click
 
+from outbox_monitor.access import local_identity
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
 from outbox_monitor.cli_support import TABLE, emit_json, fail, open_checked
 from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 
@@ -153,18 +155,33 @@ def validate(rules_path: str | None) -> None:
 @alerts.command("test")
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
 @click.option("--route", "route_name", help="Route to test (default: every route).")
+@click.option(
+    "--actor",
+    help="Who sends it, recorded with the message (default: OUTBOX_MONITOR_ACTOR or the OS user).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @_errors_exit_2
-def test_command(rules_path: str | None, route_name: str | None, as_json: bool) -> None:
-    """Send a test message through a route (every route by default) now.
+def test_command(
+    rules_path: str | None, route_name: str | None, actor: str | None, as_json: bool
+) -> None:
+    """Send a test message through a route (every route by default) now, and record it in
+    the notifications the Alerts page lists (through OUTBOX_MONITOR_ACTIONS_DSN, else
+    OUTBOX_MONITOR_DSN).
 
-    Exit 0 when every message was accepted, 2 otherwise (unknown route, Slack variable
-    not set, Slack refused or unreachable)."""
+    Exit 0 when every message was accepted and recorded, 2 otherwise (unknown route, Slack
+    variable not set, Slack refused or unreachable, the database did not record it)."""
     from outbox_monitor.alerts.sender import send_test  # slack-sdk only when needed
 
     ruleset = _load(rules_path)
-    results = send_test(ruleset, route_name)
-    failed = [name for name, outcome in results.items() if not outcome.get("ok")]
+    settings = load_settings()
+    with Database(settings, purpose="actions") as db:
+        identity = local_identity(settings, name=actor, source="cli")
+        results = send_test(db, ruleset, route_name, requested_by=identity.name)
+    failed = [
+        name
+        for name, outcome in results.items()
+        if not outcome.get("ok") or "record_error" in outcome
+    ]
     if as_json:
         emit_json({"routes": results, "failed": len(failed), "file": ruleset.path})
     else:
@@ -177,8 +194,20 @@ def _print_test_results(ruleset: RuleSet, results: dict[str, dict[str, Any]]) ->
         click.echo(f"{ruleset.path} defines no routes; nothing to test.")
     for name, outcome in results.items():
         where = outcome.get("destination", "")
+        recorded = (
+            f" (notification #{outcome['notification_id']})" if "notification_id" in outcome else ""
+        )
         if outcome.get("ok"):
-            click.echo(f"route {name}: test message posted to {where}")
+            click.echo(f"route {name}: test message posted to {where}{recorded}")
         else:
-            message = f"route {name}: test message to {where} failed: {outcome.get('error')}"
+            message = (
+                f"route {name}: test message to {where} failed: {outcome.get('error')}{recorded}"
+            )
             click.secho(message, fg="red", err=True)
+        if "record_error" in outcome:
+            click.secho(
+                f"route {name}: the test message was not recorded in the notifications: "
+                f"{outcome['record_error']}",
+                fg="red",
+                err=True,
+            )

@@ -559,15 +559,11 @@ def render_thread_update(
     )
 
 
-def render_test(
-    route: str,
-    *,
-    mention: str | None = None,
-    dashboard_url: str = DEFAULT_DASHBOARD_URL,
-    now: datetime | None = None,
-) -> SlackMessage:
-    """The message of ``outbox-monitor alerts test`` for one route (mention included)."""
-    row = {
+def test_row(route: str) -> dict[str, Any]:
+    """The notification of a test message through ``route``: ``kind`` and ``rule``
+    ``"test"``, no instance, and the payload the message is rendered from (``summary``,
+    ``dashboard_path``); ``render_notifications([row])`` renders it as Slack got it."""
+    return {
         "kind": "test",
         "rule": "test",
         "instance": "",
@@ -576,6 +572,17 @@ def render_test(
             "dashboard_path": "/",
         },
     }
+
+
+def render_test(
+    route: str,
+    *,
+    mention: str | None = None,
+    dashboard_url: str = DEFAULT_DASHBOARD_URL,
+    now: datetime | None = None,
+) -> SlackMessage:
+    """The message of ``outbox-monitor alerts test`` for one route (mention included)."""
+    row = test_row(route)
     section = (_section_text(row, kind="test", now=now), dashboard_link(dashboard_url, "/"))
     return _assemble(
         _header_text(["test"], [row]),

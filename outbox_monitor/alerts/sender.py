@@ -7,9 +7,15 @@
 - per route, in id order: the rows of the head's ``evaluation_id`` are packed into one
   message; when the head message cannot be delivered now (429, 5xx, timeout, Slack
   down), the rest of that route waits for the next pass, so order is kept;
-- HTTP 429 → ``available_at = clock() + Retry-After``; transient failures → exponential
-  backoff with jitter from 5 s up to 5 min; a permanent failure → ``status='failed'``;
-  success → ``status='sent'``, ``sent_at``, and (bot) ``slack_channel``/``slack_ts``;
+- HTTP 429 → ``available_at = clock() + Retry-After``, exactly (Slack says when it takes
+  messages again; a 429 is not a failure of Slack and grows no backoff); a transient
+  failure (5xx, timeout, Slack unreachable) → due again by the next pass
+  (``retry_interval``, the send interval). The retry is capped at one pass so delivery
+  resumes within one send interval of Slack recovering (plus the last Retry-After) —
+  head-of-line order means a blocked route costs one request per pass, below Slack's one
+  message per second and channel, and any longer wait is Slack's own Retry-After;
+  a permanent failure → ``status='failed'``; success → ``status='sent'``, ``sent_at``,
+  and (bot) ``slack_channel``/``slack_ts``;
 - a ``resolved`` (or ``error``) row of an episode whose first message was posted with the
   bot token updates that message (``chat.update``) and replies in its thread; the row
   stores the thread's channel and ts. With a webhook it is posted as a new message;
@@ -23,7 +29,7 @@ never post the same row; a crash between Slack's answer and the commit re-sends 
 
 import logging
 import os
-import random
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import (
@@ -40,6 +47,7 @@ from outbox_monitor.alerts.message import (
     render_notifications,
     render_test,
     render_thread_update,
+    test_row,
 )
 from outbox_monitor.alerts.slack import (
     Delivery,
@@ -52,34 +60,24 @@ from outbox_monitor.alerts.slack import (
     transport_for_route,
 )
 from outbox_monitor.db import Database
+from outbox_monitor.errors import OutboxMonitorError
 
 log = logging.getLogger(__name__)
 
-BACKOFF_BASE_SECONDS = 5.0
-BACKOFF_CAP_SECONDS = 300.0
-BACKOFF_JITTER = 0.2
-"""Backoff delays vary by ± this fraction (clamped to [base, cap])."""
+SEND_INTERVAL_SECONDS = 2.0
+"""Seconds between sender passes (the scheduler's sender job); a message that failed
+transiently is tried again at the next pass, so this is also the longest retry delay."""
+RETRY_MARGIN = 0.25
+"""A message that failed transiently is due again ``(1 - RETRY_MARGIN) · retry_interval``
+after its pass started: due by the next pass, which the scheduler starts one interval
+later, give or take its own few milliseconds."""
 PENDING_BATCH = 1000
 """Pending rows read per pass (rows beyond wait for the next pass)."""
 MAX_MESSAGES_PER_PASS = 200
 MAX_ERROR_CHARS = 1000
+LOG_EVERY_ATTEMPTS = 30
+"""While a message keeps failing, one warning per this many attempts (a minute of passes)."""
 THREAD_KINDS = ("resolved", "error")
-
-
-def backoff_seconds(attempts: int, rng: random.Random | None = None) -> float:
-    """The wait before the next try after a transient failure.
-
-    Args:
-        attempts: attempts made so far, including the one that just failed (≥ 1).
-        rng: random source for the jitter (tests pass a seeded one).
-
-    Returns:
-        ``min(300, 5 · 2^(attempts-1))`` seconds ± 20 % jitter, kept within [5 s, 300 s].
-    """
-    step = BACKOFF_BASE_SECONDS * 2 ** min(max(attempts - 1, 0), 20)
-    delay = min(BACKOFF_CAP_SECONDS, step)
-    delay *= 1 + BACKOFF_JITTER * (rng or random).uniform(-1.0, 1.0)
-    return min(BACKOFF_CAP_SECONDS, max(BACKOFF_BASE_SECONDS, delay))
 
 
 @dataclass
@@ -99,9 +97,10 @@ class _RouteTransports:
     """Transports built on first use per route; a route whose Slack variable is missing
     is logged (naming the variable) and its rows wait, while other routes deliver."""
 
-    def __init__(self, ruleset: Any, env: Mapping[str, str]) -> None:
+    def __init__(self, ruleset: Any, env: Mapping[str, str], timeout: float) -> None:
         self._ruleset = ruleset
         self._env = env
+        self._timeout = timeout
         self._built: dict[str, Transport | None] = {}
 
     def get(self, name: str) -> Transport | None:
@@ -109,7 +108,9 @@ class _RouteTransports:
             route = self._ruleset.routes.get(name)
             try:
                 self._built[name] = (
-                    None if route is None else transport_for_route(name, route, self._env)
+                    None
+                    if route is None
+                    else transport_for_route(name, route, self._env, timeout=self._timeout)
                 )
             except TransportConfigError as error:
                 log.error("notifications of route %s wait: %s", name, error)
@@ -126,7 +127,7 @@ class _Pass:
     ruleset: Any
     clock: Clock
     transports: Mapping[str, Transport] | _RouteTransports
-    rng: random.Random | None
+    retry_interval: float
     dashboard_url: str
     fence: Callable[[psycopg.Connection], None] | None = None
     counts: Counter[str] = field(default_factory=Counter)
@@ -144,7 +145,7 @@ def deliver_due(
     clock: Clock = system_clock,
     transports: Mapping[str, Transport] | None = None,
     env: Mapping[str, str] | None = None,
-    rng: random.Random | None = None,
+    retry_interval: float = SEND_INTERVAL_SECONDS,
     max_messages: int = MAX_MESSAGES_PER_PASS,
     rule: str | None = None,
     fence: Callable[[psycopg.Connection], None] | None = None,
@@ -160,7 +161,9 @@ def deliver_due(
             logged as an error naming it, and its rows wait (counted in ``waiting``).
         env: environment for transports and ``OUTBOX_MONITOR_DASHBOARD_URL``
             (default ``os.environ``).
-        rng: random source of the backoff jitter.
+        retry_interval: the send interval (seconds between passes): a message that failed
+            transiently (5xx, timeout, unreachable) is due again by the next pass
+            (``RETRY_MARGIN``). A 429 waits its Retry-After instead.
         max_messages: at most this many Slack messages per pass.
         rule: deliver only this rule's rows (``alerts.stall`` posts its alert directly,
             from any process); ``None``: every row.
@@ -182,8 +185,10 @@ def deliver_due(
         db=db,
         ruleset=ruleset,
         clock=clock,
-        transports=transports if transports is not None else _RouteTransports(ruleset, environment),
-        rng=rng,
+        transports=transports
+        if transports is not None
+        else _RouteTransports(ruleset, environment, db.settings.slack_timeout),
+        retry_interval=retry_interval,
         dashboard_url=dashboard_base_url(environment),
         fence=fence,
     )
@@ -237,7 +242,7 @@ def _deliver_route(
             run.counts["waiting"] += len(queue)
             return
         pack = _take_pack(run, route_name, transport, queue, now)
-        if not _deliver_pack(run, route, transport, pack):
+        if not _deliver_pack(run, route, transport, pack, now):
             run.counts["waiting"] += len(queue)
             return
 
@@ -284,8 +289,8 @@ def _take_pack(
     return _Pack(route_name, rows, target)
 
 
-def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack) -> bool:
-    """Send one message with its rows locked; record the outcome.
+def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack, now: datetime) -> bool:
+    """Send one message with its rows locked; record the outcome (``now``: the pass's start).
 
     Returns:
         ``True`` when the route may go on (sent, or failed for good), ``False`` when it
@@ -316,10 +321,16 @@ def _deliver_pack(run: _Pass, route: Any, transport: Transport, pack: _Pack) -> 
             _log_failure(run, pack, error, "failed for good")
             return True
         except DeliveryError as error:
-            until = run.clock() + timedelta(seconds=backoff_seconds(attempts, run.rng))
+            until = now + timedelta(seconds=run.retry_interval * (1 - RETRY_MARGIN))
             _record(run, conn, "sender_mark_retry", pack, error, available_at=until)
             run.counts["retrying"] += len(pack.rows)
-            _log_failure(run, pack, error, f"attempt {attempts}; next try at {until:%H:%M:%S}")
+            _log_failure(
+                run,
+                pack,
+                error,
+                f"attempt {attempts}; next try at {until:%H:%M:%S}",
+                attempts=attempts,
+            )
             return False
         conn.execute(
             run.db.compose("sender_mark_sent"),
@@ -417,8 +428,17 @@ def _mark(run: _Pass, query: str, rows: list[dict[str, Any]], **params: Any) -> 
         conn.execute(run.db.compose(query), {"ids": [r["id"] for r in rows], **params})
 
 
-def _log_failure(run: _Pass, pack: _Pack, error: DeliveryError, what: str) -> None:
-    log.warning(
+def _log_failure(
+    run: _Pass, pack: _Pack, error: DeliveryError, what: str, *, attempts: int = 1
+) -> None:
+    """A warning at a message's first failure and then every ``LOG_EVERY_ATTEMPTS``
+    attempts (a long outage retries every pass: one line a minute, not one a pass);
+    the other retries go to the debug log."""
+    level = (
+        logging.WARNING if attempts == 1 or attempts % LOG_EVERY_ATTEMPTS == 0 else logging.DEBUG
+    )
+    log.log(
+        level,
         "notifications %s on route %s not delivered (%s): %s",
         pack.ids,
         pack.route,
@@ -428,25 +448,38 @@ def _log_failure(run: _Pass, pack: _Pack, error: DeliveryError, what: str) -> No
 
 
 def send_test(
+    db: Database,
     ruleset: Any,
     route_name: str | None = None,
     *,
+    requested_by: str,
     transports: Mapping[str, Transport] | None = None,
     env: Mapping[str, str] | None = None,
     clock: Clock = system_clock,
 ) -> dict[str, dict[str, Any]]:
-    """Post a test message now (``outbox-monitor alerts test``, the Alerts page button).
+    """Post a test message now (``outbox-monitor alerts test``, the Alerts page button) and
+    record it in the notification table, so the Alerts page lists it with its outcome.
+
+    The row (kind and rule ``test``, ``requested_by`` in its payload) is written after the
+    post as ``sent`` or ``failed`` — never ``pending``, so the sender never posts it again;
+    it has no alert instance, transition or episode, so alert state and dedupe are untouched.
 
     Args:
+        db: where the row is written (a login with INSERT on ``outbox_monitor.notifications``:
+            the scheduler's or the operator's role).
         ruleset: the ``rules.RuleSet``.
         route_name: one route, or ``None`` for every route.
-        transports: ``{route: transport}``; default built from ``env``.
+        requested_by: who asked (an e-mail, the CLI actor), stored in the row's payload.
+        transports: ``{route: transport}``; default built from ``env`` with the client
+            timeout of ``db.settings.slack_timeout``.
         env: the environment (default ``os.environ``).
-        clock: for the message's footer.
+        clock: for the message's footer and the row's times.
 
     Returns:
         ``{route: {"ok": True, "destination", "channel", "ts"}}`` or, per failed route,
-        ``{"ok": False, "destination", "error" (redacted), "status"}``.
+        ``{"ok": False, "destination", "error" (redacted), "status"}``; each also has
+        ``notification_id`` (the row written) or, when the row could not be written,
+        ``record_error`` (why; the message was posted or refused all the same).
 
     Raises:
         TransportConfigError: the route is unknown or its Slack variable is missing.
@@ -462,8 +495,9 @@ def send_test(
         transport = (
             transports[name]
             if transports is not None and name in transports
-            else transport_for_route(name, route, environment)
+            else transport_for_route(name, route, environment, timeout=db.settings.slack_timeout)
         )
+        row = test_row(name)
         message = render_test(
             name,
             mention=getattr(route, "mention", None),
@@ -488,4 +522,39 @@ def send_test(
                 "channel": delivery.channel,
                 "ts": delivery.ts,
             }
+        results[name].update(
+            _record_test(
+                db, name, {**row["payload"], "requested_by": requested_by}, results[name], clock()
+            )
+        )
     return results
+
+
+def _record_test(
+    db: Database, route: str, payload: dict[str, Any], outcome: Mapping[str, Any], at: datetime
+) -> dict[str, Any]:
+    """Write one test message's row; ``{"notification_id"}`` or ``{"record_error"}``."""
+    try:
+        row = db.fetch_one(
+            "notification_record_test",
+            {
+                "dedupe_key": f"test|{route}|{uuid.uuid4()}",
+                "route": route,
+                "payload": Jsonb(payload),
+                "status": "sent" if outcome["ok"] else "failed",
+                "last_status": 200 if outcome["ok"] else outcome.get("status"),
+                "last_error": None if outcome["ok"] else outcome.get("error"),
+                "at": at,
+                "sent_at": at if outcome["ok"] else None,
+                "slack_channel": outcome.get("channel"),
+                "slack_ts": outcome.get("ts"),
+            },
+        )
+    except OutboxMonitorError as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        log.error(
+            "test message on route %s was not recorded in the notifications: %s", route, reason
+        )
+        return {"record_error": reason}
+    assert row is not None  # INSERT … RETURNING
+    return {"notification_id": row["id"]}

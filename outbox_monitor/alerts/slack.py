@@ -25,6 +25,7 @@ from slack_sdk.http_retry import ConnectionErrorRetryHandler, FixedValueRetryInt
 from slack_sdk.webhook import WebhookClient
 
 from outbox_monitor.alerts.message import SlackMessage
+from outbox_monitor.config import DEFAULT_SLACK_TIMEOUT_SECONDS
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,8 @@ log = logging.getLogger(__name__)
 WEBHOOK_URL_ENV = "SLACK_WEBHOOK_URL"
 BOT_TOKEN_ENV = "SLACK_BOT_TOKEN"
 API_URL_ENV = "SLACK_API_URL"
-TIMEOUT_ENV = "OUTBOX_MONITOR_SLACK_TIMEOUT"
-DEFAULT_TIMEOUT_SECONDS = 10.0
+DEFAULT_TIMEOUT_SECONDS = DEFAULT_SLACK_TIMEOUT_SECONDS
+"""``OUTBOX_MONITOR_SLACK_TIMEOUT`` (``Settings.slack_timeout``) when nobody passes it."""
 QUICK_RETRY_SECONDS = 0.2
 """Pause before slack-sdk's single retry after a connection error."""
 DEFAULT_RETRY_AFTER_SECONDS = 30.0
@@ -117,7 +118,13 @@ class PermanentError(DeliveryError):
 
 
 class TransportConfigError(ConfigError):
-    """A route's Slack destination cannot be built (a variable is missing or invalid)."""
+    """A route's Slack destination cannot be built: a variable is invalid (the process
+    refuses to start) or missing (``TransportNotConfigured``)."""
+
+
+class TransportNotConfigured(TransportConfigError):
+    """A route's Slack variable is not set: its notifications wait for a process that has
+    it (the scheduler logs this at start and sends the other routes)."""
 
 
 def _retry_after(headers: Mapping[str, Any] | None) -> float:
@@ -360,22 +367,14 @@ class BotTransport:
         )
 
 
-def client_timeout(env: Mapping[str, str] | None = None) -> float:
-    """The Slack client timeout: ``OUTBOX_MONITOR_SLACK_TIMEOUT`` seconds, default 10.
-
-    Raises:
-        TransportConfigError: the variable is not a positive number.
-    """
-    raw = (os.environ if env is None else env).get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
+def _http_url(variable: str, value: str) -> str:
+    """``value`` when it is an http(s) URL with a host; else ``TransportConfigError``
+    naming ``variable`` (the value is redacted: it may hold a webhook secret)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
         raise TransportConfigError(
-            f"{TIMEOUT_ENV}: expected a positive number of seconds, got {raw!r}"
+            f"{variable}: expected an https:// URL, got {redact(value)[:40]!r}",
+            hint=f"Set {variable} to the URL Slack gave (or unset it).",
         )
     return value
 
@@ -385,7 +384,7 @@ def transport_for_route(
     route: Any,
     env: Mapping[str, str],
     *,
-    timeout: float | None = None,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
     quick_retry_seconds: float = QUICK_RETRY_SECONDS,
 ) -> Transport:
     """Build the transport of one route of alerts.yml.
@@ -398,52 +397,62 @@ def transport_for_route(
         name: the route's name (for messages).
         route: a ``rules.Route`` (``channel``, ``webhook_url_env``).
         env: the environment (``os.environ`` or a dict in tests).
-        timeout: client timeout in seconds (default ``client_timeout(env)``).
+        timeout: client timeout in seconds (``Settings.slack_timeout``,
+            ``OUTBOX_MONITOR_SLACK_TIMEOUT``).
         quick_retry_seconds: pause before slack-sdk's one retry after a connection error.
 
     Raises:
-        TransportConfigError: naming the route and the missing variable.
+        TransportNotConfigured: the route's variable is not set, naming the route and it.
+        TransportConfigError: a variable is set to something that is not an http(s) URL
+            (``SLACK_WEBHOOK_URL``, a ``webhook_url_env``, ``SLACK_API_URL``), naming it.
     """
-    seconds = client_timeout(env) if timeout is None else timeout
     webhook_env = getattr(route, "webhook_url_env", None)
     channel = getattr(route, "channel", None)
     if webhook_env:
         url = env.get(webhook_env, "").strip()
         if not url:
-            raise TransportConfigError(
+            raise TransportNotConfigured(
                 f'alerts.yml route "{name}": webhook_url_env names {webhook_env}, which is not set',
                 hint=f"Export {webhook_env}=<incoming-webhook URL> (the secret stays out of "
                 "alerts.yml).",
             )
-        return WebhookTransport(url, timeout=seconds, quick_retry_seconds=quick_retry_seconds)
+        return WebhookTransport(
+            _http_url(webhook_env, url), timeout=timeout, quick_retry_seconds=quick_retry_seconds
+        )
     if channel:
         token = env.get(BOT_TOKEN_ENV, "").strip()
         if not token:
-            raise TransportConfigError(
+            raise TransportNotConfigured(
                 f'alerts.yml route "{name}": channel {channel} needs {BOT_TOKEN_ENV}, which '
                 "is not set",
                 hint=f"Export {BOT_TOKEN_ENV}=xoxb-… of a Slack app invited to {channel}.",
             )
         base_url = env.get(API_URL_ENV, "").strip() or None
         return BotTransport(
-            token, channel, base_url, timeout=seconds, quick_retry_seconds=quick_retry_seconds
+            token,
+            channel,
+            base_url and _http_url(API_URL_ENV, base_url),
+            timeout=timeout,
+            quick_retry_seconds=quick_retry_seconds,
         )
     url = env.get(WEBHOOK_URL_ENV, "").strip()
     if not url:
-        raise TransportConfigError(
+        raise TransportNotConfigured(
             f'alerts.yml route "{name}" has neither channel nor webhook_url_env, and '
             f"{WEBHOOK_URL_ENV} is not set",
             hint=f"Export {WEBHOOK_URL_ENV}, or give the route a channel and export "
             f"{BOT_TOKEN_ENV}.",
         )
-    return WebhookTransport(url, timeout=seconds, quick_retry_seconds=quick_retry_seconds)
+    return WebhookTransport(
+        _http_url(WEBHOOK_URL_ENV, url), timeout=timeout, quick_retry_seconds=quick_retry_seconds
+    )
 
 
 def transports_for(
     ruleset: Any,
     env: Mapping[str, str] | None = None,
     *,
-    timeout: float | None = None,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
     quick_retry_seconds: float = QUICK_RETRY_SECONDS,
 ) -> dict[str, Transport]:
     """Build one transport per route of a rule set.
@@ -451,7 +460,7 @@ def transports_for(
     Args:
         ruleset: a ``rules.RuleSet`` (its ``routes: dict[str, Route]``).
         env: the environment; default ``os.environ``.
-        timeout: client timeout in seconds (default ``OUTBOX_MONITOR_SLACK_TIMEOUT`` or 10).
+        timeout: client timeout in seconds (``Settings.slack_timeout``).
         quick_retry_seconds: pause before slack-sdk's one retry after a connection error.
 
     Returns:
@@ -459,7 +468,8 @@ def transports_for(
 
     Raises:
         TransportConfigError: every route that cannot be built, one line each, naming
-            the missing variable.
+            the variable; a ``TransportNotConfigured`` when every one of them is only
+            missing a variable.
     """
     environment = os.environ if env is None else env
     transports: dict[str, Transport] = {}
@@ -474,7 +484,8 @@ def transports_for(
     if len(problems) == 1:
         raise problems[0]
     if problems:
-        raise TransportConfigError(
+        only_missing = all(isinstance(p, TransportNotConfigured) for p in problems)
+        raise (TransportNotConfigured if only_missing else TransportConfigError)(
             "\n".join(p.args[0] for p in problems),
             hint=" ".join(dict.fromkeys(p.hint for p in problems if p.hint)),
         )

@@ -591,6 +591,17 @@ VALUES (%(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s, %(payload)s
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 
+-- name: notification_record_test
+-- Store a test message (alerts test, the Alerts page button) after posting it: sent or
+-- failed, never pending, so the sender never posts it again.
+INSERT INTO outbox_monitor.notifications
+    (dedupe_key, rule, instance, kind, route, payload, status, attempts, last_status,
+     last_error, available_at, created_at, sent_at, slack_channel, slack_ts)
+VALUES (%(dedupe_key)s, 'test', '', 'test', %(route)s, %(payload)s, %(status)s, 1,
+        %(last_status)s, %(last_error)s, %(at)s, %(at)s, %(sent_at)s, %(slack_channel)s,
+        %(slack_ts)s)
+RETURNING id;
+
 -- name: alert_instances_list
 -- Every rule instance with its state, value and the time of its last transition (Alerts page).
 SELECT i.rule, i.instance, i.labels, i.state, i.value, i.threshold, i.pending_since,
@@ -894,6 +905,9 @@ GRANT EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, js
     integer, bigint[]) TO {operator};
 GRANT INSERT, UPDATE ON outbox_monitor.silences TO {operator};
 GRANT USAGE ON SEQUENCE outbox_monitor.silences_id_seq TO {operator};
+-- operator: the "send test alert" message is recorded as a notification
+GRANT INSERT ON outbox_monitor.notifications TO {operator};
+GRANT USAGE ON SEQUENCE outbox_monitor.notifications_id_seq TO {operator};
 -- Not granted: INSERT on the outbox (your application's) and the idempotency ledger
 -- {ledger} (your workers').
 -- Logins, one per DSN (give them passwords), for example:

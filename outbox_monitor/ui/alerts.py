@@ -2,7 +2,8 @@
 inputs, what happened to each notification, and the "send test alert" outcome (issue 3 §4).
 
 Data comes from ``alerts.state`` / ``alerts.silences`` through the cached loaders; nothing
-here writes to the database except through ``loaders.create_silence`` / ``expire_silence``.
+here writes to the database except through ``loaders.create_silence`` / ``expire_silence``
+and ``send_test_alert`` (the test message's notification row, ``sender.send_test``).
 """
 
 import os
@@ -30,6 +31,7 @@ from outbox_monitor.alerts.rules import (
 from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
+from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.ui import format
 
@@ -460,38 +462,55 @@ class SendOutcome:
 
 
 def send_test_alert(
-    ruleset: RuleSet, route_name: str, identity: Identity, env: Mapping[str, str] | None = None
+    db: Database,
+    ruleset: RuleSet,
+    route_name: str,
+    identity: Identity,
+    env: Mapping[str, str] | None = None,
 ) -> SendOutcome:
-    """Post ``outbox-monitor alerts test``'s message through one route now.
+    """Post ``outbox-monitor alerts test``'s message through one route now, and record it
+    in the notification table (``sender.send_test``) so the Notifications tab lists it.
 
     Args:
+        db: the operator's connector (``PageContext.actions_db``): it writes the row.
         ruleset, route_name: the route to post through.
         identity: who clicked; posting into the alert channel needs the operator role.
         env: the Slack variables (default ``os.environ``).
 
     Returns:
         A ``SendOutcome``; a missing Slack variable is a ``warning`` whose message and
-        hint name the variable to set. Never raises for Slack or configuration problems.
+        hint name the variable to set; a message posted but not recorded is a
+        ``warning`` saying why. Never raises for Slack or configuration problems.
 
     Raises:
         AccessDenied: ``identity`` is not an operator.
     """
     require(identity, Role.operator, "post test alerts")
     try:
-        results = send_test(ruleset, route_name, env=env)
+        results = send_test(db, ruleset, route_name, requested_by=identity.name, env=env)
     except TransportConfigError as error:
         return SendOutcome("warning", str(error.args[0]), error.hint)
     outcome = results[route_name]
+    if "notification_id" in outcome:
+        recorded = f" Listed under Notifications as #{outcome['notification_id']}."
+    else:
+        recorded = (
+            " It could not be recorded in the notification table, so the Notifications tab "
+            f"does not list it: {outcome['record_error']}"
+        )
     if outcome["ok"]:
         where = outcome["destination"]
         if outcome.get("ts"):
             where += f" (channel {outcome['channel']}, ts {outcome['ts']})"
-        return SendOutcome("success", f"Test message of route {route_name} posted to {where}.")
+        return SendOutcome(
+            "success" if "notification_id" in outcome else "warning",
+            f"Test message of route {route_name} posted to {where}.{recorded}",
+        )
     status = f" (HTTP {outcome['status']})" if outcome.get("status") else ""
     return SendOutcome(
         "error",
         f"Test message of route {route_name} to {outcome['destination']} failed{status}: "
-        f"{outcome['error']}",
+        f"{outcome['error']}{recorded}",
         "Check the webhook URL or bot token and the channel, then try again.",
     )
 

@@ -408,6 +408,11 @@ def notifications(db: Database, *, limit: int = 100) -> list[dict[str, Any]]:
     return _notifications(_key(db), db, limit)
 
 
+def clear_notifications() -> None:
+    """Forget the cached notification list (a test message was just recorded)."""
+    _notifications.clear()
+
+
 @_cached
 def _silences(key: str, _db: Database) -> list[dict[str, Any]]:
     return alert_silences.list_silences(_db)

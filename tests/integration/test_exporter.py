@@ -351,7 +351,7 @@ def test_figures_are_cached_between_scrapes(db, rows):
     assert by(fresh, "outbox_queue_depth", "event_type")["order.paid"] == 2
 
 
-def test_healthz_and_up_follow_the_database():
+def test_up_follows_the_database_and_healthz_this_process():
     with TemporaryCluster() as cluster:
         with psycopg.connect(cluster.dsn, autocommit=True) as admin:
             admin.execute("CREATE DATABASE outbox")
@@ -372,8 +372,7 @@ def test_healthz_and_up_follow_the_database():
                 assert by(healthy, "outbox_queue_depth", "event_type")["order.paid"] == 1
 
                 cluster.pause()
-                # HTTP 200, never 500. (The first query of an outage waits out the pool's
-                # connection timeout, 6 s, longer than the 3 intervals /healthz allows.)
+                # HTTP 200, never 500.
                 down = scrape(run.url)
                 assert single(down, "outbox_monitor_up") == 0
                 assert "outbox_queue_depth" not in down
@@ -381,15 +380,12 @@ def test_healthz_and_up_follow_the_database():
                 assert "outbox_monitor_alert_state" not in down
                 assert single(down, "outbox_monitor_leader") == 0
                 assert "outbox_monitor_notifications_total" in down  # the process's own
-                assert wait_for(lambda: get(run.url + "/healthz")[0] == 503, timeout=10)
-                status, body = get(run.url + "/healthz")
-                details = json.loads(body)
-                assert status == 503 and details["status"] == "unavailable"
-                assert "no database contact succeeded" in details["reason"]
-                assert "3 intervals = 3 s" in details["reason"]
-                assert details["seconds_since_database_contact"] > 3
-                assert details["scheduler_running"] is True
-                assert "Connection refused" in details["last_error"]
+                # /healthz reports this process, not the database: a restart cannot bring
+                # the database back (issue 10 item 1); the outage shows as outbox_monitor_up 0
+                deadline = time.monotonic() + 4  # > the 3 intervals that turned it red before
+                while time.monotonic() < deadline:
+                    assert get(run.url + "/healthz") == (200, "ok")
+                    time.sleep(0.2)
 
                 cluster.resume()
                 assert wait_for(lambda: get(run.url + "/healthz") == (200, "ok"), timeout=20)

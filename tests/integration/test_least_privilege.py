@@ -84,7 +84,8 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             "outbox_monitor.silences": {read: s, sched: s, ops: siu},
             "outbox_monitor.samples": {read: s, sched: sid, ops: s},
             "outbox_monitor.alert_instances": {read: s, sched: siu, ops: s},
-            "outbox_monitor.notifications": {read: s, sched: siu, ops: s},
+            # the operator records the "send test alert" message (issue 10 item 4)
+            "outbox_monitor.notifications": {read: s, sched: siu, ops: {"SELECT", "INSERT"}},
             "outbox_monitor.alert_transitions": {read: s, sched: {"SELECT", "INSERT"}, ops: s},
             "outbox_monitor.leader_leases": {read: s, sched: siu, ops: s},
             "outbox_monitor.schema_migrations": {read: s, sched: s, ops: s},
@@ -105,6 +106,7 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
         for role, sequence in (
             (ops, "outbox_monitor.silences_id_seq"),
             (sched, "outbox_monitor.notifications_id_seq"),
+            (ops, "outbox_monitor.notifications_id_seq"),
             (sched, "outbox_monitor.alert_transitions_id_seq"),
         ):
             assert su.execute(usage, (role, role, sequence)).fetchone() == (True, True)

@@ -9,7 +9,6 @@ Slack received (run with ``-s``).
 
 import json
 import logging
-import random
 import re
 import threading
 import uuid
@@ -20,13 +19,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.alerts.sender import (
-    BACKOFF_BASE_SECONDS,
-    BACKOFF_CAP_SECONDS,
-    backoff_seconds,
-    deliver_due,
-    send_test,
-)
+from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due, send_test
 from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
 from tests.alerting import FakeClock, notifications
@@ -147,10 +140,9 @@ def notes(conn: psycopg.Connection, fake_clock: FakeClock) -> Notifications:
 @pytest.fixture
 def deliver(db, ruleset, env, fake_clock):
     transports = transports_for(ruleset, env, timeout=TIMEOUT, quick_retry_seconds=QUICK_RETRY)
-    rng = random.Random(7)
 
     def run() -> dict:
-        return deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env, rng=rng)
+        return deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
 
     return run
 
@@ -322,21 +314,23 @@ def test_429_waits_for_retry_after_then_sends_once(deliver, notes, slack_sink, f
     assert len(posted(slack_sink)) == 1 and len(message_requests(slack_sink)) == 2
 
 
-def test_5xx_backs_off_then_delivers_once(deliver, notes, slack_sink, fake_clock):
+def test_5xx_is_retried_at_the_next_pass_then_delivered_once(
+    deliver, notes, slack_sink, fake_clock
+):
     start = fake_clock()
     row_id = notes.add(route="bot")
     slack_sink.fail_next(2, status=500)
     assert deliver()["retrying"] == 1
     first_retry = notes.get(row_id)["available_at"]
-    assert start + timedelta(seconds=5) <= first_retry <= start + timedelta(seconds=6)
-    fake_clock.advance(4.9)
+    retry_delay = first_retry - start
+    assert timedelta(0) < retry_delay <= timedelta(seconds=SEND_INTERVAL_SECONDS)
+    fake_clock.now = first_retry - timedelta(seconds=0.1)
     assert deliver()["attempts"] == 0
     fake_clock.now = first_retry
     assert deliver()["retrying"] == 1
     row = notes.get(row_id)
     assert row["attempts"] == 2 and row["last_status"] == 500
-    assert first_retry + timedelta(seconds=8) <= row["available_at"]
-    assert row["available_at"] <= first_retry + timedelta(seconds=12)
+    assert row["available_at"] == first_retry + retry_delay  # no growing backoff
     fake_clock.now = row["available_at"]
     assert deliver()["sent"] == 1
     row = notes.get(row_id)
@@ -382,7 +376,7 @@ def test_one_hour_outage_delivers_everything_once_in_order(deliver, notes, slack
         deliver()
         fake_clock.advance(30)
         passes += 1
-        assert passes <= 11  # the longest backoff is 5 min
+        assert passes <= 1  # a failed head is due again one send interval later
     webhook = [m["text"] for m in posted(slack_sink, "webhook")]
     bot = [m["text"] for m in posted(slack_sink, "api")]
     assert [re.search(r"rule-\d\d", t).group(0) for t in webhook] == expected
@@ -395,8 +389,8 @@ def test_one_hour_outage_delivers_everything_once_in_order(deliver, notes, slack
         f"after it (expected {2 * len(expected)}), {passes} passes to drain"
     )
     assert len(posted(slack_sink)) == 2 * len(expected)
-    # head-of-line: only each route's head was tried, with backoff up to 5 min
-    assert attempts_during_outage <= 2 * 20
+    # head-of-line: only each route's head was tried, once per pass
+    assert attempts_during_outage == 2 * 120
 
 
 def test_a_blocked_route_holds_its_rows_and_others_go_on(deliver, notes, slack_sink):
@@ -465,7 +459,7 @@ def test_no_secret_in_last_error_or_logs(db, ruleset, slack_sink, notes, fake_cl
 
     env["SLACK_BOT_TOKEN"] = BOT_TOKEN + "-wrong"
     transports = transports_for(ruleset, env, timeout=TIMEOUT)
-    outcomes = send_test(ruleset, "bot", transports=transports, env=env)
+    outcomes = send_test(db, ruleset, "bot", requested_by="t", transports=transports, env=env)
     assert outcomes["bot"]["ok"] is False and "invalid_auth" in outcomes["bot"]["error"]
     assert "not delivered" in caplog.text
     text = caplog.text + json.dumps(errors) + json.dumps(outcomes)
@@ -561,15 +555,15 @@ def test_the_dashboard_link_carries_the_pre_filter(deliver, notes, slack_sink):
     )
 
 
-def test_send_test_posts_to_every_route(ruleset, env, slack_sink):
+def test_send_test_posts_to_every_route(db, ruleset, env, slack_sink):
     transports = transports_for(ruleset, env, timeout=TIMEOUT)
-    outcomes = send_test(ruleset, transports=transports, env=env)
+    outcomes = send_test(db, ruleset, requested_by="t", transports=transports, env=env)
     assert set(outcomes) == {"hook", "bot", "quiet"}
     assert all(outcome["ok"] for outcome in outcomes.values())
     assert outcomes["bot"]["ts"] == posted(slack_sink, "api")[0]["ts"]
     assert posted(slack_sink, "api")[0]["text"].startswith(MENTION)
     with pytest.raises(TransportConfigError, match='no route "nope"'):
-        send_test(ruleset, "nope", transports=transports, env=env)
+        send_test(db, ruleset, "nope", requested_by="t", transports=transports, env=env)
 
 
 def test_a_route_without_its_variable_waits_and_the_others_deliver(
@@ -595,13 +589,3 @@ def test_missing_slack_variables_are_named(ruleset):
     message = str(caught.value)
     assert 'route "hook": webhook_url_env names TEST_HOOK_URL, which is not set' in message
     assert 'route "bot": channel #alerts needs SLACK_BOT_TOKEN, which is not set' in message
-
-
-def test_backoff_grows_from_5_seconds_to_5_minutes_with_jitter():
-    rng = random.Random(1)
-    delays = [backoff_seconds(n, rng) for n in range(1, 12)]
-    assert BACKOFF_BASE_SECONDS <= delays[0] <= 6
-    assert 8 <= delays[1] <= 12
-    assert all(BACKOFF_BASE_SECONDS <= d <= BACKOFF_CAP_SECONDS for d in delays)
-    assert 240 <= delays[-1] <= BACKOFF_CAP_SECONDS
-    assert len({round(d, 3) for d in delays}) > 5  # jittered, not fixed

@@ -333,7 +333,8 @@ def test_send_test_alert_through_the_local_slack_sink(open_page, rules_path, env
     [message] = sink.messages()
     assert "If you can read this, route oncall reaches this channel." in message["text"]
     assert [plain(s.value) for s in at.success if "Test message" in plain(s.value)] == [
-        f"Test message of route oncall posted to incoming webhook {sink.url}/<redacted>."
+        f"Test message of route oncall posted to incoming webhook {sink.url}/<redacted>. "
+        "Listed under Notifications as #1."
     ]
 
 

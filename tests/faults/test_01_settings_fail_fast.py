@@ -1,0 +1,235 @@
+"""Issue 10 item 1: every duration setting takes the README's forms; a setting that cannot
+be parsed stops the process at start, naming the variable, with a non-zero exit (never
+"run crippled"); ``/healthz`` reports this process — its configuration and its loops — and
+stays 200 through a Slack or database outage (those show in ``/metrics`` and Slack).
+
+The scheduler runs as its own process (``python -m outbox_monitor scheduler``) against the
+real Postgres of the suite and the local Slack sink.
+"""
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from outbox_monitor.alerts.sink import SlackSink
+from outbox_monitor.config import ENV_PREFIX, load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.exporter import MetricsServer, SchedulerStatus
+from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.scheduler import SAMPLER_JOB_ID, build_scheduler
+from outbox_monitor.schema import init_db
+from tests.alerting import drain, rules_file, subprocess_env, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+RULES = """
+version: 1
+defaults: {interval: 0.5s, for: 0s, keep_firing_for: 0s}
+routes:
+  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}
+rules:
+  - {name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}
+"""
+START_SECONDS = 30
+"""A refused start must end within this (it takes ≈ 1-3 s; the machine is shared)."""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthz(port: int) -> tuple[int, str] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return None
+
+
+def readme_duration_variables() -> dict[str, str]:
+    """``{variable: default}`` of the README's configuration table rows whose default is a
+    duration (``10s``, ``15m``, ``1h``, ``7d``)."""
+    found = {}
+    for line in (REPO / "README.md").read_text().splitlines():
+        row = re.match(r"^\| `(OUTBOX_MONITOR_\w+)` \| `(\d+[smhd])` \|", line)
+        if row:
+            found[row.group(1)] = row.group(2)
+    return found
+
+
+def test_every_readme_duration_setting_takes_seconds_minutes_and_plain_numbers(monkeypatch):
+    variables = readme_duration_variables()
+    assert "OUTBOX_MONITOR_SLACK_TIMEOUT" in variables
+    for name in list(variables):
+        monkeypatch.delenv(name, raising=False)
+    for written, seconds in (("10s", 10.0), ("5m", 300.0), ("45", 45.0), ("2.5", 2.5)):
+        for name in variables:
+            monkeypatch.setenv(name, written)
+        settings = load_settings()
+        read = {
+            name: getattr(settings, name.removeprefix(ENV_PREFIX).lower()) for name in variables
+        }
+        assert read == dict.fromkeys(variables, seconds), written
+    print(f"\n{len(variables)} duration settings read alike: {', '.join(sorted(variables))}")
+
+
+def scheduler_process(env: dict[str, str], rules: Path, port: int, log: Path) -> subprocess.Popen:
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "outbox_monitor",
+                "scheduler",
+                "--rules",
+                str(rules),
+                "--metrics-port",
+                str(port),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_scheduler_with_a_10s_timeout_sends_and_healthz_stays_200_while_slack_fails(
+    dsn, conn, rows, tmp_path, slack_sink: SlackSink
+):
+    port = free_port()
+    log = tmp_path / "scheduler.log"
+    env = subprocess_env(
+        dsn, OUTBOX_MONITOR_SLACK_TIMEOUT="10s", SLACK_WEBHOOK_URL=slack_sink.webhook_url
+    )
+    process = scheduler_process(env, rules_file(tmp_path, RULES), port, log)
+    try:
+        rows.add(status="processing", created_ago=3600, locked_ago=3600)  # stuck lock
+        arrived = wait_for(lambda: slack_sink.messages() or process.poll() is not None, 60)
+        assert slack_sink.messages(), log.read_text()
+        assert "FIRING" in slack_sink.messages()[0]["text"].upper()
+        assert arrived and process.poll() is None
+        # Slack fails every request now; the resolve keeps the sender trying
+        slack_sink.fail_next(10_000, status=500)
+        drain(conn)
+        answers = []
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            answers.append(healthz(port))
+            time.sleep(0.25)
+        failed = [r for r in slack_sink.requests if r.status == 500]
+        print(f"\n/healthz answered {len(answers)} times during {len(failed)} Slack 500s")
+        assert failed, "the sender did not try Slack during the outage"
+        assert set(answers) == {(200, "ok")}, answers
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(30)
+    assert code == 0, log.read_text()
+    assert "NOT sent" not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "command"),
+    [
+        ("OUTBOX_MONITOR_SLACK_TIMEOUT", "ten", ["scheduler"]),
+        ("OUTBOX_MONITOR_SLACK_TIMEOUT", "ten", ["dashboard", "--with-scheduler", "--port"]),
+        ("OUTBOX_MONITOR_SLACK_TIMEOUT", "ten", ["demo", "--port"]),
+        ("OUTBOX_MONITOR_DASHBOARD_URL", "monitor.example.com", ["scheduler"]),
+        ("SLACK_WEBHOOK_URL", "hooks.slack.com/services/T0/B0/SeCrEt0123456789", ["scheduler"]),
+        ("OUTBOX_MONITOR_RULES", "/nonexistent/alerts.yml", ["scheduler"]),
+    ],
+)
+def test_an_unparseable_setting_stops_the_process_at_start_naming_it(
+    dsn, tmp_path, slack_sink, variable, value, command
+):
+    env = subprocess_env(
+        dsn,
+        HOME=str(tmp_path),
+        SLACK_WEBHOOK_URL=slack_sink.webhook_url,
+        OUTBOX_MONITOR_METRICS_PORT=str(free_port()),
+    )
+    env[variable] = value
+    argv = [sys.executable, "-m", "outbox_monitor", *command]
+    if command[-1] == "--port":
+        argv.append(str(free_port()))
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=START_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"{' '.join(command)} with {variable}={value} still ran after {START_SECONDS} s: "
+            "it runs crippled instead of refusing to start"
+        )
+    seconds = time.monotonic() - started
+    print(
+        f"\n{' '.join(command[:2])} with {variable}={value!r}: exit {result.returncode} "
+        f"after {seconds:.1f} s"
+    )
+    assert result.returncode != 0
+    assert variable in result.stderr, result.stderr
+    assert "SeCrEt0123456789" not in result.stderr + result.stdout
+    assert slack_sink.messages() == []
+
+
+def test_alerts_test_takes_the_readme_timeout_form(dsn, tmp_path, slack_sink):
+    env = subprocess_env(
+        dsn, SLACK_WEBHOOK_URL=slack_sink.webhook_url, OUTBOX_MONITOR_SLACK_TIMEOUT="10s"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "outbox_monitor", "alerts", "test"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(slack_sink.messages()) == 1
+
+
+def test_healthz_reports_this_process_not_the_database():
+    """A database outage leaves /healthz 200 (outbox_monitor_up 0 says it); a loop that no
+    longer runs turns it 503, naming the job."""
+    with TemporaryCluster() as cluster:
+        settings = load_settings(dsn=cluster.dsn, sample_interval=1)
+        with Database(settings) as db:
+            init_db(db, create_indexes=False)
+            status = SchedulerStatus()
+            scheduler = build_scheduler(db, blocking=False, status=status)
+            scheduler.start()
+            try:
+                with MetricsServer(db, status, port=0) as server:
+                    assert wait_for(lambda: healthz(server.port) == (200, "ok"), 10)
+                    cluster.pause()
+                    try:
+                        answers = []
+                        deadline = time.monotonic() + 5  # 5 sample intervals
+                        while time.monotonic() < deadline:
+                            answers.append(healthz(server.port))
+                            time.sleep(0.25)
+                        with urllib.request.urlopen(server.url + "/metrics", timeout=20) as r:
+                            metrics = r.read().decode()
+                    finally:
+                        cluster.resume()
+                    assert set(answers) == {(200, "ok")}, answers
+                    assert "outbox_monitor_up 0.0" in metrics
+                    scheduler.pause_job(SAMPLER_JOB_ID)
+                    code, body = healthz(server.port)
+                    assert code == 503 and f"without a next run: {SAMPLER_JOB_ID}" in body
+                    scheduler.resume_job(SAMPLER_JOB_ID)
+                    assert healthz(server.port) == (200, "ok")
+            finally:
+                scheduler.shutdown(wait=True)
