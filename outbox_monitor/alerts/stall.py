@@ -87,6 +87,23 @@ class LeaseStatus:
             return None
         return max(0.0, (self.now - self.evaluated_at).total_seconds())
 
+    def stall_age(self, not_before: datetime | None = None) -> float:
+        """Seconds counted towards a stall (the one definition; dashboard and schedulers).
+
+        Counted from the latest of: the last completed evaluation, the lease's acquisition
+        (a leader that has just taken over, after a failover or an outage, gets the whole
+        allowance for its first evaluation) and ``not_before`` (a scheduler's own start or
+        reconnection plus its grace).
+
+        Args:
+            not_before: an aware datetime of the database clock, or ``None``.
+
+        Returns:
+            Seconds, >= 0.
+        """
+        starts = [t for t in (self.evaluated_at, self.acquired_at, not_before) if t is not None]
+        return max(0.0, (self.now - max(starts, default=self.now)).total_seconds())
+
     def explain(self) -> str:
         """Who holds the lease and in what state, for people (one sentence, no period)."""
         if not self.exists:
@@ -132,8 +149,8 @@ def stall_threshold(interval: float) -> float:
 def describe_stall(lease: LeaseStatus, interval: float) -> str | None:
     """The dashboard's banner text when alerting is stalled, else ``None``.
 
-    Stalled: a lease exists and its last completed evaluation (before the first: the
-    lease's start) is more than ``stall_threshold(interval)`` seconds old.
+    Stalled: a lease exists and its ``stall_age`` (since the later of the last completed
+    evaluation and the lease's acquisition) exceeds ``stall_threshold(interval)`` seconds.
 
     Args:
         lease: ``read_lease``.
@@ -144,15 +161,13 @@ def describe_stall(lease: LeaseStatus, interval: float) -> str | None:
     """
     if not lease.exists:
         return None
-    since = lease.evaluated_at or lease.acquired_at or lease.now
-    age = (lease.now - since).total_seconds()
     threshold = stall_threshold(interval)
-    if age <= threshold:
+    if lease.stall_age() <= threshold:
         return None
     last = (
-        f"the last one ended {format_duration(age)} ago"
+        f"the last one ended {format_duration(lease.evaluation_age)} ago"
         if lease.evaluated_at is not None
-        else f"none since the lease was taken {format_duration(age)} ago"
+        else f"none since the lease was taken {format_duration(lease.stall_age())} ago"
     )
     return (
         f"No alert evaluation has completed for more than {STALL_INTERVALS} intervals "
@@ -220,11 +235,8 @@ class StallWatch:
             raise
         if self._reachable_since is None:
             self._reachable_since = lease.now
-        reference = self._reachable_since + timedelta(seconds=self.grace)
-        for start in (lease.evaluated_at, lease.acquired_at):
-            if start is not None:
-                reference = max(reference, start)
-        stalled = (lease.now - reference).total_seconds() > self.threshold
+        grace_end = self._reachable_since + timedelta(seconds=self.grace)
+        stalled = lease.stall_age(not_before=grace_end) > self.threshold
         if self.status is not None:
             self.status.watched(lease.evaluation_age, stalled)
         if stalled:

@@ -19,7 +19,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -31,6 +32,7 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.pgcluster import free_port
 from tests.alerting import notifications, rules_file, subprocess_env, wait_for
 
@@ -283,9 +285,9 @@ def test_the_dashboard_shows_a_stalled_evaluation(dsn, conn, tmp_path, monkeypat
     st.cache_resource.clear()
     conn.execute(
         "INSERT INTO outbox_monitor.leader_leases "
-        "(table_name, holder, holder_pid, term, expires_at, evaluated_at) "
+        "(table_name, holder, holder_pid, term, acquired_at, expires_at, evaluated_at) "
         "VALUES ('public.integration_outbox', 'host-a:4242', pg_backend_pid(), 7, "
-        "now() + interval '10 s', now() - interval '95 s')"
+        "now() - interval '1 h', now() + interval '10 s', now() - interval '95 s')"
     )
     rules = rules_file(tmp_path, RULES.replace(f"{INTERVAL}s", "30s"))
     for name in [n for n in os.environ if n.startswith("OUTBOX_MONITOR_")]:
@@ -310,3 +312,25 @@ def test_the_dashboard_shows_a_stalled_evaluation(dsn, conn, tmp_path, monkeypat
     assert not [e.value for e in at.error if "Alerting is stalled" in e.value]
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+def test_a_leader_that_has_just_taken_over_is_not_shown_as_stalled():
+    """After an outage or a failover the new leader gets 3 intervals for its first
+    evaluation: the dashboard's banner and the schedulers' check agree (one stall_age)."""
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    lease = {"holder": "vm:1", "holder_pid": 7, "term": 2, "holder_connected": True}
+    fresh = LeaseStatus(
+        now=now,
+        acquired_at=now - timedelta(seconds=14),
+        renewed_at=now - timedelta(seconds=1),
+        expires_at=now + timedelta(seconds=14),
+        evaluated_at=now - timedelta(seconds=139),  # before the outage
+        **lease,
+    )
+    assert fresh.stall_age() == 14.0
+    assert describe_stall(fresh, interval=15) is None  # threshold 45 s
+    later = replace(fresh, now=now + timedelta(seconds=32))  # 46 s since the takeover
+    assert later.stall_age() == 46.0
+    assert "the last one ended 2m 51s ago" in describe_stall(later, interval=15)
+    # a scheduler that reconnected 10 s ago (plus its grace) counts from then
+    assert fresh.stall_age(not_before=now - timedelta(seconds=10)) == 10.0
