@@ -16,7 +16,6 @@ from outbox_monitor.cli_support import (
     DURATION,
     DURATION_OR_ZERO,
     EXIT_ERROR,
-    EXIT_USAGE,
     ROW_ID,
     TABLE,
     emit_json,
@@ -58,7 +57,7 @@ def common_options(command: Callable) -> Callable:
         try:
             settings = load_settings(dsn=dsn, table=table)
         except ConfigError as error:
-            fail(error, as_json, exit_code=EXIT_USAGE)
+            fail(error, as_json)
         try:
             return command(*args, settings=settings, as_json=as_json, **kwargs)
         except OutboxMonitorError as error:

@@ -12,7 +12,7 @@ from outbox_monitor import schema
 from outbox_monitor.config import Settings, split_table_name
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
-from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.errors import ConfigError, OutboxMonitorError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -98,9 +98,15 @@ def emit_json(payload: dict[str, Any]) -> None:
     click.echo(json.dumps(to_jsonable(payload), indent=2, sort_keys=False))
 
 
-def fail(error: OutboxMonitorError, as_json: bool, exit_code: int = EXIT_ERROR) -> None:
+def fail(error: OutboxMonitorError, as_json: bool, exit_code: int | None = None) -> None:
     """Report a package error and exit: ``error: <message>`` and the fix on stderr, or one
-    JSON object ``{"error", "hint"}`` on stdout under ``--json``. Never returns."""
+    JSON object ``{"error", "hint"}`` on stdout under ``--json``. Never returns.
+
+    The exit code is ``exit_code``, else ``EXIT_USAGE`` (2) for a ``ConfigError`` (a
+    setting or option that cannot be used, whichever command reads it), else
+    ``EXIT_ERROR`` (1)."""
+    if exit_code is None:
+        exit_code = EXIT_USAGE if isinstance(error, ConfigError) else EXIT_ERROR
     message = error.args[0] if error.args else type(error).__name__
     if as_json:
         emit_json({"error": message, "hint": error.hint or None})

@@ -67,7 +67,8 @@ def _check_port_free(port: int) -> None:
             raise OutboxMonitorError(
                 f"port {port} on {DEMO_ADDRESS} is already in use",
                 hint=f"Stop what is listening there, or pick another port: "
-                f"`outbox-monitor demo --port {port + 1}`.",
+                f"`make demo ARGS='--port {port + 1}'` (or `.venv/bin/outbox-monitor demo --port "
+                f"{port + 1}`).",
             ) from None
 
 
@@ -145,7 +146,10 @@ def _route_to_sink(sink: SlackSink) -> str:
     for name in {route.webhook_url_env or "SLACK_WEBHOOK_URL" for route in ruleset.routes.values()}:
         os.environ[name] = sink.webhook_url
     os.environ.update({BOT_TOKEN_ENV: sink.token, API_URL_ENV: sink.api_url})
-    return f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)"
+    return (
+        f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)\n"
+        f"             for the CLI (`alerts test`): SLACK_WEBHOOK_URL='{sink.webhook_url}'"
+    )
 
 
 def _start_n8n(n8n: N8n, outcome: dict[str, Any]) -> None:
@@ -298,8 +302,12 @@ def run_demo(
                     print(f"n8n exited (log: {n8n.log_path}); rows wait for a worker", flush=True)
                     n8n_was_running = False
                 time.sleep(0.5)
+            if process.returncode in (0, -signal.SIGINT, -signal.SIGTERM):
+                # Ctrl-C reaches the whole process group: Streamlit stops first
+                print("\nstopping the demo…", flush=True)
+                return 0
             print(f"the dashboard exited with code {process.returncode}; stopping", flush=True)
-            return process.returncode or 1
+            return process.returncode
     except KeyboardInterrupt:
         print("\nstopping the demo…", flush=True)
         return 0

@@ -373,7 +373,7 @@ def _http_url(variable: str, value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise TransportConfigError(
-            f"{variable}: expected an https:// URL, got {redact(value)[:40]!r}",
+            f"{variable}: expected an http(s):// URL, got {redact(value)[:40]!r}",
             hint=f"Set {variable} to the URL Slack gave (or unset it).",
         )
     return value

@@ -99,6 +99,7 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group, as a terminal gives it
     )
     lines: list[str] = []
     reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
@@ -131,7 +132,7 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         )
         assert _count(dsn, recent) >= 1
     finally:
-        process.send_signal(signal.SIGINT)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
         code = process.wait(60)
         reader.join(5)
         process.stdout.close()
