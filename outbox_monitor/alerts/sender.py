@@ -59,7 +59,7 @@ from outbox_monitor.alerts.slack import (
     transport_for_route,
 )
 from outbox_monitor.db import Database
-from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.errors import OutboxMonitorError, clean_error
 
 log = logging.getLogger(__name__)
 
@@ -400,7 +400,10 @@ def _thread_update(
 
 
 def _error_text(error: BaseException, prefix: str = "", secrets: tuple[str, ...] = ()) -> str:
-    return redact(prefix + " ".join(str(error).split()), secrets)[:MAX_ERROR_CHARS]
+    """A delivery error as stored in ``last_error``: one line, secrets redacted, U+0000 and
+    lone surrogates replaced (``clean_error``: a Slack error body may carry them), at
+    most ``MAX_ERROR_CHARS`` characters."""
+    return clean_error(redact(prefix + " ".join(str(error).split()), secrets), MAX_ERROR_CHARS)
 
 
 def _record(
