@@ -1,4 +1,33 @@
-"""The package's exception tree: every message says what is wrong and how to fix it."""
+"""The package's exception tree: every message says what is wrong and how to fix it; and
+``clean_error``, error text as the database can store it."""
+
+MAX_ERROR_CHARS = 2000
+"""Stored error text keeps this many characters (code points, as Postgres counts them):
+an outbox row's ``last_error``, an alert instance's evaluation error."""
+REPLACEMENT_CHARACTER = "\ufffd"
+"""Stands in for a character Postgres text cannot hold (U+0000, a lone surrogate)."""
+
+
+def clean_error(text: str, max_chars: int = MAX_ERROR_CHARS) -> str:
+    """Error text as Postgres ``text`` (and ``jsonb``) can hold it, cut to ``max_chars``.
+
+    Postgres text cannot carry U+0000 and UTF-8 cannot carry a lone surrogate, so binding
+    either raises (``psycopg.DataError``, ``UnicodeEncodeError``) and the row is lost.
+    Each becomes U+FFFD; a surrogate pair (as a JSON decoder may leave one) becomes the
+    one character it encodes. The cut is on a character boundary. Every writer of error
+    text uses it: the worker API (``outbox.fail``; the SQL ``fail`` keeps the same cut as
+    a last guard), alert evaluation (``alert_instances.error``) and the Slack sender
+    (``notifications.last_error``).
+
+    Args:
+        text: any ``str``.
+        max_chars: the longest result, in code points (default ``MAX_ERROR_CHARS``).
+
+    Returns:
+        The cleaned text, at most ``max_chars`` code points.
+    """
+    whole = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return whole.replace("\x00", REPLACEMENT_CHARACTER)[:max_chars]
 
 
 class OutboxMonitorError(Exception):

@@ -10,8 +10,10 @@ Three group roles, each granted only what its processes do today:
 - ``operator`` (``outbox_operator``): the viewer's, plus UPDATE/DELETE on the outbox
   (reap, replay, prune), EXECUTE on ``outbox_monitor.record_audit`` (the audit log's only
   writer: no role may INSERT into the table, and the viewer's EXECUTE on every function
-  is revoked for this one) and INSERT/UPDATE on silences. The login of
-  ``OUTBOX_MONITOR_ACTIONS_DSN``.
+  is revoked for this one), EXECUTE on ``outbox_monitor.record_test_notification`` (the
+  "send test alert" message's writer: no INSERT on notifications, whose rows the sender
+  posts and whose dedupe keys suppress alerts) and INSERT/UPDATE on silences. The login
+  of ``OUTBOX_MONITOR_ACTIONS_DSN``.
 
 The statements are the ``grants`` block of ``sql/queries.sql``; ``grant_statements``
 renders it for the configured outbox table (``outbox-monitor init-db --print-grants``

@@ -21,12 +21,8 @@ from outbox_monitor.config import (
     DEFAULT_TABLE,
     split_table_name,
 )
+from outbox_monitor.errors import clean_error
 from outbox_monitor.queries import compose
-
-MAX_ERROR_CHARS = 2000
-"""``last_error`` keeps this many characters (code points, as Postgres counts them)."""
-REPLACEMENT_CHARACTER = "\ufffd"
-"""Stands in for a character Postgres text cannot hold (U+0000, a lone surrogate)."""
 
 log = logging.getLogger(__name__)
 
@@ -53,24 +49,6 @@ def _scalar(conn: psycopg.Connection, query: sql.Composed, params: dict[str, Any
 
 def _ledger_of(table: str) -> str:
     return f"{split_table_name(table)[0]}.{DEFAULT_LEDGER_TABLE_NAME}"
-
-
-def clean_error(text: str) -> str:
-    """Error text as Postgres ``text`` can hold it, cut to ``MAX_ERROR_CHARS`` characters.
-
-    Postgres text cannot carry U+0000 and UTF-8 cannot carry a lone surrogate, so binding
-    either raises (``psycopg.DataError``, ``UnicodeEncodeError``). Each becomes U+FFFD; a
-    surrogate pair (as a JSON decoder may leave one) becomes the one character it encodes.
-    The cut is on a character boundary; the SQL ``fail`` keeps the same cut as a last guard.
-
-    Args:
-        text: any ``str``.
-
-    Returns:
-        The cleaned text, at most ``MAX_ERROR_CHARS`` code points.
-    """
-    whole = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return whole.replace("\x00", REPLACEMENT_CHARACTER)[:MAX_ERROR_CHARS]
 
 
 def publish(

@@ -45,14 +45,12 @@ from outbox_monitor.alerts import measure, silences
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.db import Database
-from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, clean_error
 
 log = logging.getLogger(__name__)
 
 INACTIVE, PENDING, FIRING, ERROR = "inactive", "pending", "firing", "error"
 FIRING_KIND, RESOLVED_KIND, REPEAT_KIND, ERROR_KIND = "firing", "resolved", "repeat", "error"
-MAX_ERROR_CHARS = 2000
-"""An evaluation error is stored and sent up to this many characters."""
 
 
 # ------------------------------------------------------------------ the pure state step
@@ -328,11 +326,12 @@ class _Pass:
 
 def _error_text(error: BaseException) -> str:
     """An evaluation error for people: the package's own message (with its hint), else
-    the exception's type and text (``UndefinedColumn: column "locked_at" does not exist``)."""
+    the exception's type and text (``UndefinedColumn: column "locked_at" does not exist``),
+    as ``clean_error`` makes it (storable, at most 2,000 characters)."""
     text = str(error).strip()
     if not isinstance(error, OutboxMonitorError):
         text = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return text[:MAX_ERROR_CHARS]
+    return clean_error(text)
 
 
 # ------------------------------------------------------------------------ evaluator

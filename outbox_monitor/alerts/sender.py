@@ -29,7 +29,6 @@ never post the same row; a crash between Slack's answer and the commit re-sends 
 
 import logging
 import os
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +59,7 @@ from outbox_monitor.alerts.slack import (
     transport_for_route,
 )
 from outbox_monitor.db import Database
-from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.errors import OutboxMonitorError, clean_error
 
 log = logging.getLogger(__name__)
 
@@ -401,7 +400,10 @@ def _thread_update(
 
 
 def _error_text(error: BaseException, prefix: str = "", secrets: tuple[str, ...] = ()) -> str:
-    return redact(prefix + " ".join(str(error).split()), secrets)[:MAX_ERROR_CHARS]
+    """A delivery error as stored in ``last_error``: one line, secrets redacted, U+0000 and
+    lone surrogates replaced (``clean_error``: a Slack error body may carry them), at
+    most ``MAX_ERROR_CHARS`` characters."""
+    return clean_error(redact(prefix + " ".join(str(error).split()), secrets), MAX_ERROR_CHARS)
 
 
 def _record(
@@ -463,17 +465,20 @@ def send_test(
     The row (kind and rule ``test``, ``requested_by`` in its payload) is written after the
     post as ``sent`` or ``failed`` — never ``pending``, so the sender never posts it again;
     it has no alert instance, transition or episode, so alert state and dedupe are untouched.
+    It is written by the SQL function ``outbox_monitor.record_test_notification`` (migration
+    005), which makes its dedupe key (``test|<uuid>``, never an alert's) and stamps it with
+    the database's ``now()``: no role needs INSERT on the notification table for it.
 
     Args:
-        db: where the row is written (a login with INSERT on ``outbox_monitor.notifications``:
-            the scheduler's or the operator's role).
+        db: where the row is written (a login with EXECUTE on
+            ``outbox_monitor.record_test_notification``: the operator role).
         ruleset: the ``rules.RuleSet``.
         route_name: one route, or ``None`` for every route.
         requested_by: who asked (an e-mail, the CLI actor), stored in the row's payload.
         transports: ``{route: transport}``; default built from ``env`` with the client
             timeout of ``db.settings.slack_timeout``.
         env: the environment (default ``os.environ``).
-        clock: for the message's footer and the row's times.
+        clock: for the message's footer (the row's times are the database's).
 
     Returns:
         ``{route: {"ok": True, "destination", "channel", "ts"}}`` or, per failed route,
@@ -523,29 +528,25 @@ def send_test(
                 "ts": delivery.ts,
             }
         results[name].update(
-            _record_test(
-                db, name, {**row["payload"], "requested_by": requested_by}, results[name], clock()
-            )
+            _record_test(db, name, {**row["payload"], "requested_by": requested_by}, results[name])
         )
     return results
 
 
 def _record_test(
-    db: Database, route: str, payload: dict[str, Any], outcome: Mapping[str, Any], at: datetime
+    db: Database, route: str, payload: dict[str, Any], outcome: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Write one test message's row; ``{"notification_id"}`` or ``{"record_error"}``."""
+    """Write one test message's row through ``outbox_monitor.record_test_notification``
+    (it sets kind, dedupe key and times); ``{"notification_id"}`` or ``{"record_error"}``."""
     try:
         row = db.fetch_one(
             "notification_record_test",
             {
-                "dedupe_key": f"test|{route}|{uuid.uuid4()}",
                 "route": route,
                 "payload": Jsonb(payload),
                 "status": "sent" if outcome["ok"] else "failed",
                 "last_status": 200 if outcome["ok"] else outcome.get("status"),
                 "last_error": None if outcome["ok"] else outcome.get("error"),
-                "at": at,
-                "sent_at": at if outcome["ok"] else None,
                 "slack_channel": outcome.get("channel"),
                 "slack_ts": outcome.get("ts"),
             },

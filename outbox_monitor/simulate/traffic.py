@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from outbox_monitor import outbox
+from outbox_monitor.errors import clean_error
 from outbox_monitor.outbox import PermanentError
 
 PERMANENT_EVENT_TYPE = "crm.upsert"  # the CRM rejects the API key: every attempt dead-letters
@@ -272,8 +272,8 @@ def attempt_fault(seed: int, event_type: str, event_key: str, attempts: int) -> 
 def recorded_error(error: Exception) -> str:
     """``last_error`` as ``outbox.process_batch`` records this handler exception."""
     if isinstance(error, PermanentError):
-        return outbox.clean_error(str(error) or "permanent error")
-    return outbox.clean_error(f"{type(error).__name__}: {error}")
+        return clean_error(str(error) or "permanent error")
+    return clean_error(f"{type(error).__name__}: {error}")
 
 
 def handler_seconds(rng: random.Random, event_type: str) -> float:

@@ -452,7 +452,7 @@ SELECT (SELECT max(id) FROM picked) AS last_picked_id,
 FROM changed;
 
 -- name: audit_record
--- One audit row per audited change, through the only writer of the audit log (migration 004: it stamps now() and checks the fields); returns its id.
+-- One audit row per audited change, through the only writer of the audit log (migration 003: it stamps now() and checks the fields); returns its id.
 SELECT outbox_monitor.record_audit(
     p_run_id => %(run_id)s, p_actor => %(actor)s, p_action => %(action)s,
     p_table_name => %(table_name)s, p_filter => %(filter)s,
@@ -592,15 +592,11 @@ ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 
 -- name: notification_record_test
--- Store a test message (alerts test, the Alerts page button) after posting it: sent or
--- failed, never pending, so the sender never posts it again.
-INSERT INTO outbox_monitor.notifications
-    (dedupe_key, rule, instance, kind, route, payload, status, attempts, last_status,
-     last_error, available_at, created_at, sent_at, slack_channel, slack_ts)
-VALUES (%(dedupe_key)s, 'test', '', 'test', %(route)s, %(payload)s, %(status)s, 1,
-        %(last_status)s, %(last_error)s, %(at)s, %(at)s, %(sent_at)s, %(slack_channel)s,
-        %(slack_ts)s)
-RETURNING id;
+-- Store a test message (alerts test, the Alerts page button) after posting it, through the function of migration 005 (sent or failed, never pending, so the sender never posts it again; it makes the dedupe key and stamps now()); returns its id.
+SELECT outbox_monitor.record_test_notification(
+    p_route => %(route)s, p_payload => %(payload)s, p_status => %(status)s,
+    p_last_status => %(last_status)s, p_last_error => %(last_error)s,
+    p_slack_channel => %(slack_channel)s, p_slack_ts => %(slack_ts)s) AS id;
 
 -- name: alert_instances_list
 -- Every rule instance with its state, value and the time of its last transition (Alerts page).
@@ -882,9 +878,11 @@ GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {viewer};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox_monitor TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT SELECT ON TABLES TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO {viewer};
--- but not the audit log's only writer (the operator's)
+-- but not the only writers of audit rows and test messages (the operator's)
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {viewer};
+REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
+    integer, text, text, text) FROM {viewer};
 -- scheduler: samples, alert state and notifications; never the outbox (its optional
 -- auto-reap and auto-prune act as an operator: grant its login both roles)
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
@@ -905,9 +903,11 @@ GRANT EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, js
     integer, bigint[]) TO {operator};
 GRANT INSERT, UPDATE ON outbox_monitor.silences TO {operator};
 GRANT USAGE ON SEQUENCE outbox_monitor.silences_id_seq TO {operator};
--- operator: the "send test alert" message is recorded as a notification
-GRANT INSERT ON outbox_monitor.notifications TO {operator};
-GRANT USAGE ON SEQUENCE outbox_monitor.notifications_id_seq TO {operator};
+-- operator: the "send test alert" message is recorded through this function, which
+-- writes only a sent or failed test message (no INSERT on notifications: a forged row
+-- could be posted to Slack or suppress a real alert)
+GRANT EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
+    integer, text, text, text) TO {operator};
 -- Not granted: INSERT on the outbox (your application's) and the idempotency ledger
 -- {ledger} (your workers').
 -- Logins, one per DSN (give them passwords), for example:

@@ -14,6 +14,7 @@ import subprocess
 import psycopg
 
 from outbox_monitor import outbox
+from outbox_monitor.errors import clean_error
 from outbox_monitor.n8n import SHIPPED_FOLDER
 
 WORKER = "worker-a@host/wf-1"
@@ -63,9 +64,9 @@ def test_fail_cuts_at_2000_characters_on_a_code_point_boundary(conn, rows):
 
 
 def test_clean_error_replaces_nul_and_lone_surrogates_and_keeps_pairs():
-    assert outbox.clean_error("a\x00b\udc80c\ud800") == f"a{FFFD}b{FFFD}c{FFFD}"
-    assert outbox.clean_error("\ud83d\ude00") == "\U0001f600"
-    assert outbox.clean_error("é" * 2500) == "é" * 2000
+    assert clean_error("a\x00b\udc80c\ud800") == f"a{FFFD}b{FFFD}c{FFFD}"
+    assert clean_error("\ud83d\ude00") == "\U0001f600"
+    assert clean_error("é" * 2500) == "é" * 2000
 
 
 def test_one_rows_bookkeeping_failure_leaves_only_that_row_for_the_reaper(conn, rows, caplog):

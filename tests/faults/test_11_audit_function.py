@@ -173,6 +173,8 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "DROP FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb, integer, "
             "bigint[]); DROP TABLE outbox_monitor.leader_leases; "
             "DROP INDEX outbox_monitor.notifications_stalled_idx; "
+            "DROP FUNCTION outbox_monitor.record_test_notification(text, jsonb, text, "
+            "integer, text, text, text); "
             "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
@@ -187,6 +189,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
         assert init_db(db, create_indexes=False).applied_migrations == [
             "003_audit_function",
             "004_leadership",
+            "005_test_notification_function",
         ]
 
     privileges = (

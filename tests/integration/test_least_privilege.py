@@ -84,8 +84,9 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             "outbox_monitor.silences": {read: s, sched: s, ops: siu},
             "outbox_monitor.samples": {read: s, sched: sid, ops: s},
             "outbox_monitor.alert_instances": {read: s, sched: siu, ops: s},
-            # the operator records the "send test alert" message (issue 10 item 4)
-            "outbox_monitor.notifications": {read: s, sched: siu, ops: {"SELECT", "INSERT"}},
+            # the operator records the "send test alert" message only through
+            # record_test_notification (issue 10 item 4): no INSERT on notifications
+            "outbox_monitor.notifications": {read: s, sched: siu, ops: s},
             "outbox_monitor.alert_transitions": {read: s, sched: {"SELECT", "INSERT"}, ops: s},
             "outbox_monitor.leader_leases": {read: s, sched: siu, ops: s},
             "outbox_monitor.schema_migrations": {read: s, sched: s, ops: s},
@@ -106,7 +107,6 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
         for role, sequence in (
             (ops, "outbox_monitor.silences_id_seq"),
             (sched, "outbox_monitor.notifications_id_seq"),
-            (ops, "outbox_monitor.notifications_id_seq"),
             (sched, "outbox_monitor.alert_transitions_id_seq"),
         ):
             assert su.execute(usage, (role, role, sequence)).fetchone() == (True, True)
@@ -115,15 +115,24 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
                 "SELECT has_sequence_privilege(%s, 'outbox_monitor.audit_log_id_seq', 'USAGE')",
                 (role,),
             ).fetchone()[0], "audit rows only through outbox_monitor.record_audit"
+        assert su.execute(usage, (ops, ops, "outbox_monitor.notifications_id_seq")).fetchone() == (
+            True,
+            False,
+        ), "test messages only through outbox_monitor.record_test_notification"
         executes = {
-            role: su.execute(
-                "SELECT has_function_privilege(%s, 'outbox_monitor.record_audit(uuid, text, "
-                "text, text, jsonb, integer, bigint[])', 'EXECUTE')",
-                (role,),
-            ).fetchone()[0]
-            for role in (read, sched, ops)
+            function: {
+                role: su.execute(
+                    "SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, function)
+                ).fetchone()[0]
+                for role in (read, sched, ops)
+            }
+            for function in (
+                "outbox_monitor.record_audit(uuid, text, text, text, jsonb, integer, bigint[])",
+                "outbox_monitor.record_test_notification(text, jsonb, text, integer, text, "
+                "text, text)",
+            )
         }
-        assert executes == {read: False, sched: False, ops: True}
+        assert list(executes.values()) == [{read: False, sched: False, ops: True}] * 2
 
 
 def test_the_scheduler_login_samples_evaluates_and_delivers_but_never_acts(
