@@ -265,7 +265,12 @@ def add_watchdog_job(
     stalled-alerting alert; ``None``: no rules, nothing to watch)."""
 
     def watchdog() -> None:
-        runtime.leadership.try_acquire()
+        try:
+            runtime.leadership.try_acquire()
+        except DatabaseUnavailable:
+            if watch is not None:
+                watch.lost_database()
+            raise
         if watch is not None:
             watch.check()
 

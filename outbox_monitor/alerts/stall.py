@@ -10,8 +10,10 @@ evaluations that fail or never end, a stopped clock):
   completed evaluation is older than ``STALL_INTERVALS`` (3) evaluation intervals. After
   this process starts or regains the database, the count starts then plus ``grace`` (the
   scheduler's database backoff), so the database-unreachable alert is not doubled by a
-  stalled one while the leader reconnects; a leader that has just taken the lease (after
-  a failover or an outage) likewise gets the 3 intervals for its first evaluation;
+  stalled one while the leader reconnects (the grace covers the leader's own backoff,
+  and after an outage a pooled connection's connect timeout too); a takeover does not
+  restart the count, so leaders that keep taking the lease over without evaluating are
+  alerted too;
 - it logs the stall as an ERROR once per episode (and once more when it ends), and
   reports ``outbox_monitor_last_evaluation_age_seconds`` and
   ``outbox_monitor_alerting_stalled`` on ``/metrics`` (``exporter.SchedulerStatus``);
@@ -42,7 +44,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.db import Database
+from outbox_monitor.db import CONNECT_TIMEOUT_SECONDS, Database
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable
 
@@ -52,6 +54,9 @@ RULE_NAME = "alerting-stalled"
 """The rule name of the alert (notifications, transitions)."""
 STALL_INTERVALS = 3
 """Alerting is stalled when no evaluation completed for more than this many intervals."""
+RECONNECT_SECONDS = CONNECT_TIMEOUT_SECONDS + 1.0
+"""Added to the grace after a database outage: a pooled call of the leader may wait this
+long for its first connection after the server is back (``db.Database.connection``)."""
 NEVER = "never"
 """The episode of a table whose lease has no completed evaluation yet."""
 
@@ -90,10 +95,10 @@ class LeaseStatus:
     def stall_age(self, not_before: datetime | None = None) -> float:
         """Seconds counted towards a stall (the one definition; dashboard and schedulers).
 
-        Counted from the latest of: the last completed evaluation, the lease's acquisition
-        (a leader that has just taken over, after a failover or an outage, gets the whole
-        allowance for its first evaluation) and ``not_before`` (a scheduler's own start or
-        reconnection plus its grace).
+        Counted from the later of the last completed evaluation (before the first one: the
+        lease's acquisition) and ``not_before`` (a scheduler's own start or reconnection
+        plus its grace). A takeover does not restart the count: leaders that keep taking
+        the lease over without evaluating (a crash loop, a stranger) stall alerting too.
 
         Args:
             not_before: an aware datetime of the database clock, or ``None``.
@@ -101,7 +106,8 @@ class LeaseStatus:
         Returns:
             Seconds, >= 0.
         """
-        starts = [t for t in (self.evaluated_at, self.acquired_at, not_before) if t is not None]
+        since = self.evaluated_at or self.acquired_at
+        starts = [t for t in (since, not_before) if t is not None]
         return max(0.0, (self.now - max(starts, default=self.now)).total_seconds())
 
     def explain(self) -> str:
@@ -119,6 +125,13 @@ class LeaseStatus:
             return (
                 f"the lease holder {self.holder} (term {self.term}) has lost its database "
                 "connection; another scheduler takes the lease over at its next tick"
+            )
+        if self.evaluated_at is not None and self.acquired_at > self.evaluated_at:
+            taken = format_duration((self.now - self.acquired_at).total_seconds())
+            return (
+                f"{self.holder} took the evaluator lease over {taken} ago (term {self.term}) "
+                "and has completed no evaluation since: it may still be reconnecting to the "
+                "database, or be hung, or its evaluations fail (see its log)"
             )
         return (
             f"{self.holder} holds the evaluator lease (term {self.term}, renewed {renewed} "
@@ -149,8 +162,9 @@ def stall_threshold(interval: float) -> float:
 def describe_stall(lease: LeaseStatus, interval: float) -> str | None:
     """The dashboard's banner text when alerting is stalled, else ``None``.
 
-    Stalled: a lease exists and its ``stall_age`` (since the later of the last completed
-    evaluation and the lease's acquisition) exceeds ``stall_threshold(interval)`` seconds.
+    Stalled: a lease exists and its ``stall_age`` (since the last completed evaluation,
+    before the first one since the lease's acquisition) exceeds
+    ``stall_threshold(interval)`` seconds.
 
     Args:
         lease: ``read_lease``.
@@ -215,6 +229,7 @@ class StallWatch:
         self.interval = ruleset.defaults.interval
         self.threshold = stall_threshold(self.interval)
         self._reachable_since: datetime | None = None
+        self._after_outage = False
         self._logged: str | None = None
         self._queued: str | None = None
 
@@ -231,11 +246,14 @@ class StallWatch:
         try:
             lease = read_lease(self.db)
         except DatabaseUnavailable:
-            self._reachable_since = None
+            self.lost_database()
             raise
         if self._reachable_since is None:
             self._reachable_since = lease.now
-        grace_end = self._reachable_since + timedelta(seconds=self.grace)
+        # after an outage the leader notices the database within its backoff (the grace),
+        # plus one pooled connection attempt that may still wait out the connect timeout
+        grace = self.grace + (RECONNECT_SECONDS if self._after_outage else 0.0)
+        grace_end = self._reachable_since + timedelta(seconds=grace)
         stalled = lease.stall_age(not_before=grace_end) > self.threshold
         if self.status is not None:
             self.status.watched(lease.evaluation_age, stalled)
@@ -248,6 +266,12 @@ class StallWatch:
                 self.db, self.ruleset, clock=self.clock, transports=self.transports, rule=RULE_NAME
             )
         return stalled
+
+    def lost_database(self) -> None:
+        """Note that this process could not reach the database (whichever call found out):
+        the count restarts, with the after-outage grace, when it answers again."""
+        self._reachable_since = None
+        self._after_outage = True
 
     # --------------------------------------------------------------- private
 

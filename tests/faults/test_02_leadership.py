@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import replace
@@ -314,23 +315,69 @@ def test_the_dashboard_shows_a_stalled_evaluation(dsn, conn, tmp_path, monkeypat
     st.cache_resource.clear()
 
 
-def test_a_leader_that_has_just_taken_over_is_not_shown_as_stalled():
-    """After an outage or a failover the new leader gets 3 intervals for its first
-    evaluation: the dashboard's banner and the schedulers' check agree (one stall_age)."""
+def test_a_takeover_does_not_restart_the_stall_count():
+    """A leader that has just taken over is shown as such, but gets no fresh allowance:
+    leaders that keep taking the lease over without evaluating (a crash loop, a stranger)
+    would otherwise hide a stall for ever. The dashboard and the schedulers share one
+    ``stall_age``; a scheduler's own (re)connection grace comes in through ``not_before``."""
     now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-    lease = {"holder": "vm:1", "holder_pid": 7, "term": 2, "holder_connected": True}
-    fresh = LeaseStatus(
+    lease = LeaseStatus(
         now=now,
+        holder="vm:1",
+        holder_pid=7,
+        term=9,
+        holder_connected=True,
         acquired_at=now - timedelta(seconds=14),
         renewed_at=now - timedelta(seconds=1),
         expires_at=now + timedelta(seconds=14),
-        evaluated_at=now - timedelta(seconds=139),  # before the outage
-        **lease,
+        evaluated_at=now - timedelta(seconds=139),
     )
-    assert fresh.stall_age() == 14.0
-    assert describe_stall(fresh, interval=15) is None  # threshold 45 s
-    later = replace(fresh, now=now + timedelta(seconds=32))  # 46 s since the takeover
-    assert later.stall_age() == 46.0
-    assert "the last one ended 2m 51s ago" in describe_stall(later, interval=15)
+    assert lease.stall_age() == 139.0
+    banner = describe_stall(lease, interval=15)  # threshold 45 s
+    assert "the last one ended 2m 19s ago" in banner
+    assert "vm:1 took the evaluator lease over 14s ago (term 9)" in banner
     # a scheduler that reconnected 10 s ago (plus its grace) counts from then
-    assert fresh.stall_age(not_before=now - timedelta(seconds=10)) == 10.0
+    assert lease.stall_age(not_before=now - timedelta(seconds=10)) == 10.0
+    # before any evaluation, the count starts at the acquisition
+    first = replace(lease, evaluated_at=None)
+    assert first.stall_age() == 14.0
+    assert describe_stall(first, interval=15) is None
+
+
+def test_a_stranger_taking_the_lease_over_and_over_is_alerted_as_stalled(
+    logins, dsn, conn, slack_sink, start
+):
+    """As the attacker did: with the scheduler login, take the lease (a new term) every
+    0.4 s and never evaluate. Each takeover used to restart the stall count: no alert."""
+    conn.execute(
+        "INSERT INTO outbox_monitor.leader_leases "
+        "(table_name, holder, holder_pid, term, acquired_at, expires_at, evaluated_at) "
+        "VALUES ('public.integration_outbox', 'stranger', 0, 1, now(), now(), now())"
+    )
+    stop = threading.Event()
+
+    def flap() -> None:
+        with psycopg.connect(logins.dsn(dsn, logins.scheduler), autocommit=True) as stranger:
+            while not stop.is_set():
+                stranger.execute(
+                    "UPDATE outbox_monitor.leader_leases SET term = term + 1, "
+                    "holder = 'stranger', holder_pid = pg_backend_pid(), acquired_at = now(), "
+                    "renewed_at = now(), expires_at = now() + interval '10 s'"
+                )
+                stop.wait(0.4)
+
+    flapper = threading.Thread(target=flap, daemon=True)
+    flapper.start()
+    try:
+        started = time.monotonic()
+        followers = start(2)
+        assert wait_for(lambda: stall_messages(slack_sink), timeout=60), "".join(
+            s.output for s in followers
+        )
+        print(f"\nstalled message {time.monotonic() - started:.1f} s after start, lease flapping")
+        terms = conn.execute("SELECT term FROM outbox_monitor.leader_leases").fetchone()["term"]
+        assert terms > 3  # it was taken over again and again meanwhile
+        assert not any(s.leads for s in followers)
+    finally:
+        stop.set()
+        flapper.join(10)

@@ -318,5 +318,5 @@ def test_scheduler_refuses_a_malformed_rules_file(dsn, tmp_path):
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # a file that cannot be used: as `alerts validate`
     assert 'rules[0] "stuck-lock": threshold' in result.stderr
