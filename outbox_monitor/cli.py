@@ -18,6 +18,7 @@ from outbox_monitor.cli_support import (
     EXIT_ERROR,
     ROW_ID,
     TABLE,
+    echo,
     emit_json,
     fail,
     open_checked,
@@ -27,7 +28,7 @@ from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ActionInterrupted, ConfigError, OutboxMonitorError
-from outbox_monitor.logs import configure_logging
+from outbox_monitor.logs import configure_logging, escape_controls
 
 EXIT_NOT_CONFIRMED = 2
 
@@ -183,13 +184,11 @@ def init_db_command(
         emit_json(payload)
         return
     nothing = not (report.created_tables or report.applied_migrations or report.created_indexes)
-    click.echo(
-        f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done")
-    )
+    echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
     for label in ("created_tables", "applied_migrations", "created_indexes"):
         for item in payload[label]:
-            click.echo(f"  {label.replace('_', ' ')}: {item}")
-    click.echo(f"  schema version: {report.schema_version}")
+            echo(f"  {label.replace('_', ' ')}: {item}")
+    echo(f"  schema version: {report.schema_version}")
 
 
 @main.command()
@@ -225,16 +224,16 @@ def status(
         ("created per minute", f"{figures['created_per_minute']:.1f}"),
         ("failed in window", figures["failed_in_window"]),
     ]
-    click.echo(
+    echo(
         f"{figures['table']} at {figures['now']} "
         f"(window {format_duration(figures['window_seconds'])})"
     )
     for label, value in lines:
-        click.echo(f"  {label:<26} {value}")
+        echo(f"  {label:<26} {value}")
     for event, count in figures["failed_by_event_type"].items():
-        click.echo(f"    failed {event:<19} {count}")
+        echo(f"    failed {escape_controls(event):<19} {count}")  # escaped, then aligned
     histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
-    click.echo(f"  {'rows by attempts':<26} {histogram or '–'}")
+    echo(f"  {'rows by attempts':<26} {histogram or '–'}")
 
 
 def _action_options(command: Callable) -> Callable:
@@ -306,7 +305,7 @@ def _run_action(
         if as_json:
             emit_json({**payload, "applied": False})
         elif preview.matched == 0:
-            click.echo("Nothing to do.")
+            echo("Nothing to do.")
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -314,14 +313,14 @@ def _run_action(
             if as_json:
                 emit_json({**payload, "applied": False, "error": message})
             else:
-                click.echo(f"{message}. Re-run with --yes to apply.", err=True)
+                echo(f"{message}. Re-run with --yes to apply.", err=True)
             sys.exit(EXIT_NOT_CONFIRMED)
         if not click.confirm(f"{preview.action} {preview.matched} row(s)?", default=False):
-            click.echo("Cancelled; nothing changed.", err=True)
+            echo("Cancelled; nothing changed.", err=True)
             sys.exit(EXIT_NOT_CONFIRMED)
 
     def progress(done: int, total: int) -> None:
-        click.echo(f"  {preview.action}: {done}/{total} rows", err=True)
+        echo(f"  {preview.action}: {done}/{total} rows", err=True)
 
     try:
         result = actions.apply(
@@ -360,7 +359,7 @@ def _run_action(
     if as_json:
         emit_json({**payload, **outcome})
         return
-    click.echo(
+    echo(
         f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
         f"eligible"
         + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
@@ -369,16 +368,16 @@ def _run_action(
 
 
 def _print_preview(preview: actions.Preview) -> None:
-    click.echo(f"{preview.action} preview: {preview.matched} row(s) match")
+    echo(f"{preview.action} preview: {preview.matched} row(s) match")
     for row in preview.sample:
         details = ", ".join(
             f"{key}={format_duration(value) if key.endswith('_seconds') else value}"
             for key, value in row.items()
             if key != "id"
         )
-        click.echo(f"  #{row['id']}: {details}")
+        echo(f"  #{row['id']}: {details}")
     if preview.matched > len(preview.sample):
-        click.echo(f"  … and {preview.matched - len(preview.sample)} more")
+        echo(f"  … and {preview.matched - len(preview.sample)} more")
 
 
 @main.command()

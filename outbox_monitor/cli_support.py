@@ -13,6 +13,7 @@ from outbox_monitor.config import Settings, split_table_name
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
+from outbox_monitor.logs import escape_controls
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -98,22 +99,48 @@ def emit_json(payload: dict[str, Any]) -> None:
     click.echo(json.dumps(to_jsonable(payload), indent=2, sort_keys=False))
 
 
+def echo(text: str, *, err: bool = False, **style: Any) -> None:
+    """Print one line of human-readable output, its control characters escaped as the
+    logs escape them (``logs.escape_controls``: a newline becomes ``\\n``, ESC ``\\x1b``).
+
+    Outbox text (event types, ``last_error``, the database's error text) reaches the
+    terminal only through here, so it can neither start a line of its own (a forged
+    ``error:`` or log line) nor move the cursor, retitle the terminal or ring its bell.
+    ``--json`` output goes through ``emit_json`` (JSON escapes it already).
+
+    Args:
+        text: one line, without its newline.
+        err: print to stderr instead of stdout.
+        **style: ``click.style`` options (``fg="red"``).
+    """
+    click.secho(escape_controls(text), err=err, **style)
+
+
 def fail(error: OutboxMonitorError, as_json: bool, exit_code: int | None = None) -> None:
-    """Report a package error and exit: ``error: <message>`` and the fix on stderr, or one
-    JSON object ``{"error", "hint"}`` on stdout under ``--json``. Never returns.
+    """Report a package error and exit: ``error: <message>`` and the fix on stderr,
+    escaped (``echo``), or one JSON object ``{"error", "hint"}`` on stdout under
+    ``--json``. Never returns.
+
+    A ``ConfigError`` lists one problem per line (settings, alerts.yml: text from the
+    operator's own configuration), so its lines stay lines, each escaped; any other
+    error may quote the database or the outbox (a trigger's message, an event type), so
+    it is printed as one line, its newlines escaped: it cannot forge a line of its own.
 
     The exit code is ``exit_code``, else ``EXIT_USAGE`` (2) for a ``ConfigError`` (a
     setting or option that cannot be used, whichever command reads it), else
     ``EXIT_ERROR`` (1)."""
     if exit_code is None:
         exit_code = EXIT_USAGE if isinstance(error, ConfigError) else EXIT_ERROR
-    message = error.args[0] if error.args else type(error).__name__
+    message = str(error.args[0]) if error.args else type(error).__name__
     if as_json:
         emit_json({"error": message, "hint": error.hint or None})
     else:
-        click.secho(f"error: {message}", fg="red", err=True)
+        first, *more = message.split("\n") if isinstance(error, ConfigError) else [message]
+        echo(f"error: {first}", fg="red", err=True)
+        for line in more:
+            echo(line, fg="red", err=True)
         if error.hint:
-            click.echo(error.hint, err=True)
+            echo(error.hint, err=True)
     sys.exit(exit_code)
 
 

@@ -51,7 +51,6 @@ MIN_AUTO_PRUNE_SECONDS = 86400.0
 """Automatic prune refuses retentions under one day (as ``actions.preview_prune`` does)."""
 _OFF = ("", "off", "none", "false", "no")
 DEFAULT_PROXY_HEADER = "X-Forwarded-Email"
-DEFAULT_PROXY_GROUPS_HEADER = "X-Forwarded-Groups"
 DEFAULT_REDACT_KEYS = (
     "*email*",
     "*phone*",
@@ -195,7 +194,7 @@ class Settings(BaseSettings):
     oidc_cookie_secret: SecretStr | None = None
     oidc_redirect_url: str | None = None
     proxy_header: str = DEFAULT_PROXY_HEADER
-    proxy_groups_header: str | None = DEFAULT_PROXY_GROUPS_HEADER
+    proxy_groups_header: str | None = None  # read only when set (README, Security)
     admins: CommaList = ()
     operators: CommaList = ()
     viewers: CommaList = ()

@@ -226,6 +226,21 @@ Handler = Callable[[dict[str, Any]], None]
 _COUNTED_AS = {"done": "acked", "pending": "retried", "failed": "dead_lettered", None: "lost"}
 
 
+def _error_text(error: Exception) -> tuple[str, bool]:
+    """A handler exception's text and whether it could be read: ``(str(error), True)``;
+    when its ``__str__`` raises (or returns no ``str``), its type's name and why, as in
+    ``("RuntimeError (its message could not be read: ValueError: …)", False)``, so the row
+    is still retried or dead-lettered rather than left ``processing``."""
+    try:
+        return str(error), True
+    except Exception as reading:
+        try:
+            why = f"{type(reading).__name__}: {reading}"
+        except Exception:
+            why = type(reading).__name__
+        return f"{type(error).__name__} (its message could not be read: {why})", False
+
+
 def _settle(
     conn: psycopg.Connection,
     worker: str,
@@ -241,22 +256,24 @@ def _settle(
     try:
         handler(row)
     except PermanentError as error:
+        text, _ = _error_text(error)
         with conn.transaction():
             return dead_letter(
                 conn,
                 row["id"],
                 worker,
-                str(error) or "permanent error",
+                text or "permanent error",
                 max_attempts=max_attempts,
                 table=table,
             )
     except Exception as error:
+        text, readable = _error_text(error)
         with conn.transaction():
             return retry(
                 conn,
                 row["id"],
                 worker,
-                f"{type(error).__name__}: {error}",
+                f"{type(error).__name__}: {text}" if readable else text,
                 max_attempts=max_attempts,
                 table=table,
             )
@@ -277,7 +294,8 @@ def process_batch(
 
     ``handler(row)`` returning normally acks the row; raising ``PermanentError``
     dead-letters it; any other exception schedules a retry with backoff (error text
-    cleaned by ``clean_error``). One bad row never blocks the rest of the batch: each
+    cleaned by ``clean_error``; an exception whose ``__str__`` raises is recorded by its
+    type's name). One bad row never blocks the rest of the batch: each
     row's ack or failure runs in its own transaction (a savepoint when ``conn`` is in a
     transaction); when recording one row's outcome fails, the error is logged with the
     row's id, the row stays ``processing`` for the reaper (SPEC §4), and the next row
@@ -294,6 +312,11 @@ def process_batch(
     Raises:
         psycopg.Error: the claim failed, or the connection broke (nothing more can be
             recorded; the rows not yet recorded stay claimed until a reap).
+        BaseException: one that is not an ``Exception`` (``KeyboardInterrupt``,
+            ``SystemExit``, ``asyncio.CancelledError``) raised by ``handler`` propagates
+            at once: the row being handled and the rows of the batch never handed to
+            ``handler`` stay ``processing``, claimed by ``worker``, until a reap returns
+            them to ``pending`` as one more attempt (SPEC §4).
     """
     counts = dict.fromkeys(("claimed", *_COUNTED_AS.values(), "unrecorded"), 0)
     rows = claim(conn, worker, limit=limit, table=table)

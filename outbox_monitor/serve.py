@@ -36,8 +36,13 @@ OIDC_PROMPT = "login"
 """Asked of the identity provider at sign-in (Streamlit's default, ``select_account``, is
 Google's; ``login`` is understood by every OpenID provider)."""
 PROXY_WARNING = (
-    "WARNING: proxy sign-in trusts the {header} header of every request reaching {address}: "
+    "WARNING: proxy sign-in trusts the {headers} of every request reaching {address}: "
     "make sure only the authenticating proxy can reach it."
+)
+PROXY_NO_GROUPS_WARNING = (
+    "WARNING: proxy sign-in reads no groups header (OUTBOX_MONITOR_PROXY_GROUPS_HEADER is "
+    "unset), so {entries} match no one: set it to the header your proxy sets and strips "
+    "from clients' requests, e.g. X-Forwarded-Groups."
 )
 NO_ROLES_WARNING = (
     "WARNING: {mode} sign-in with no one mapped to a role (OUTBOX_MONITOR_ADMINS, "
@@ -62,8 +67,9 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
     Returns:
         The warnings to print on every start: serving without sign-in on a non-loopback
         address (asked for explicitly); proxy mode on a non-loopback address (the identity
-        header is trusted from whoever reaches it); a sign-in mode with no one mapped to
-        a role.
+        header is trusted from whoever reaches it); proxy mode with ``groups=`` role
+        entries but no groups header set (they match no one); a sign-in mode with no one
+        mapped to a role.
 
     Raises:
         ConfigError: a non-loopback ``address`` in ``local`` mode without the flag (or
@@ -83,7 +89,19 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
             ".streamlit/secrets.toml (README, Security).",
         )
     if settings.auth == "proxy" and exposed:
-        warnings.append(PROXY_WARNING.format(address=address, header=settings.proxy_header))
+        headers = (
+            f"{settings.proxy_header} and {settings.proxy_groups_header} headers"
+            if settings.proxy_groups_header
+            else f"{settings.proxy_header} header"
+        )
+        warnings.append(PROXY_WARNING.format(address=address, headers=headers))
+    group_entries = [
+        entry
+        for entry in (*settings.admins, *settings.operators, *settings.viewers)
+        if entry.startswith("groups=")
+    ]
+    if settings.auth == "proxy" and group_entries and not settings.proxy_groups_header:
+        warnings.append(PROXY_NO_GROUPS_WARNING.format(entries=", ".join(group_entries)))
     if settings.auth != "local" or not exposed:
         return warnings
     if insecure_no_auth or settings.insecure_no_auth:

@@ -15,11 +15,12 @@ import click
 from outbox_monitor.access import local_identity
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
-from outbox_monitor.cli_support import TABLE, emit_json, fail, open_checked
+from outbox_monitor.cli_support import TABLE, echo, emit_json, fail, open_checked
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.logs import escape_controls
 
 EXIT_OK = 0
 EXIT_BREACHED = 1
@@ -107,7 +108,7 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
         emit_json({"rules": results, "breached": breached, "errors": errors, "file": ruleset.path})
     else:
         _print_table(ruleset, results)
-        click.echo(
+        echo(
             f"{breached} breached, {errors} error(s) — {len(ruleset.rules)} rule(s) "
             f"from {ruleset.path}"
         )
@@ -123,11 +124,12 @@ def _print_table(ruleset: RuleSet, results: list[dict[str, Any]]) -> None:
         else:
             instance = "(no event types)" if result["instance"] is None else result["instance"]
             state = "BREACHED" if result["breached"] else "ok"
-        lines.append((rule.name, instance, rule.format(result["value"]), rule.condition, state))
+        cells = (rule.name, instance, rule.format(result["value"]), rule.condition, state)
+        lines.append(tuple(escape_controls(cell) for cell in cells))  # escaped, then aligned
     widths = [max(len(line[column]) for line in lines) for column in range(4)]
     for line in lines:
         cells = [text.ljust(width) for text, width in zip(line, widths, strict=False)]
-        click.echo("  ".join([*cells, line[4]]))
+        echo("  ".join([*cells, line[4]]))
 
 
 @click.group()
@@ -145,7 +147,7 @@ def validate(rules_path: str | None) -> None:
         f"{name} ({route.channel or '$' + str(route.webhook_url_env)})"
         for name, route in ruleset.routes.items()
     )
-    click.echo(
+    echo(
         f"{ruleset.path}: valid — {len(ruleset.rules)} rule(s), {len(ruleset.routes)} "
         f"route(s){': ' + routes if routes else ''}; evaluated every "
         f"{format_duration(ruleset.defaults.interval)}"
@@ -191,21 +193,21 @@ def test_command(
 
 def _print_test_results(ruleset: RuleSet, results: dict[str, dict[str, Any]]) -> None:
     if not results:
-        click.echo(f"{ruleset.path} defines no routes; nothing to test.")
+        echo(f"{ruleset.path} defines no routes; nothing to test.")
     for name, outcome in results.items():
         where = outcome.get("destination", "")
         recorded = (
             f" (notification #{outcome['notification_id']})" if "notification_id" in outcome else ""
         )
         if outcome.get("ok"):
-            click.echo(f"route {name}: test message posted to {where}{recorded}")
+            echo(f"route {name}: test message posted to {where}{recorded}")
         else:
             message = (
                 f"route {name}: test message to {where} failed: {outcome.get('error')}{recorded}"
             )
-            click.secho(message, fg="red", err=True)
+            echo(message, fg="red", err=True)
         if "record_error" in outcome:
-            click.secho(
+            echo(
                 f"route {name}: the test message was not recorded in the notifications: "
                 f"{outcome['record_error']}",
                 fg="red",

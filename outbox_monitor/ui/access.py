@@ -156,8 +156,9 @@ def identity(settings: Settings) -> Identity:
       machine (``streamlit run`` listens on every interface by default).
     - ``oidc``: ``st.user`` after ``st.login``; a sign-in page until then; the role from
       the mapping (``access.role_for`` on the e-mail and ID-token claims).
-    - ``proxy``: the e-mail in ``OUTBOX_MONITOR_PROXY_HEADER`` (groups from
-      ``OUTBOX_MONITOR_PROXY_GROUPS_HEADER``), trusted only in this mode.
+    - ``proxy``: the e-mail in ``OUTBOX_MONITOR_PROXY_HEADER``, trusted only in this
+      mode; groups from ``OUTBOX_MONITOR_PROXY_GROUPS_HEADER`` only when it is set (no
+      groups header is read by default: one the proxy does not set comes from the browser).
 
     Returns:
         The ``Identity``; a session without a role never gets past this call.

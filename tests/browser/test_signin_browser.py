@@ -122,7 +122,16 @@ def dashboards(shared_dsn: str, tmp_path_factory) -> Iterator[Served]:
     started side by side once for the module."""
     directory = tmp_path_factory.mktemp("signin")
     oidc = Dashboard("oidc", {"dsn": shared_dsn, **MAPPING})
-    proxy = Dashboard("proxy", {"dsn": shared_dsn, "auth": "proxy", **MAPPING})
+    proxy = Dashboard(
+        "proxy",
+        # the groups header is read only when named (its proxy sets it and strips the client's)
+        {
+            "dsn": shared_dsn,
+            "auth": "proxy",
+            "proxy_groups_header": "X-Forwarded-Groups",
+            **MAPPING,
+        },
+    )
     with ExitStack() as stack:
         served = [proxy]
         if shutil.which("node"):

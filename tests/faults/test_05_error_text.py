@@ -190,3 +190,56 @@ def test_the_n8n_poller_cleans_error_text_before_binding_it(conn, rows):
         conn.execute(re.sub(r"\$(\d+)", r"%(p\1)s", query), params)
     assert [rows.get(i)["last_error"] for i in ids] == [bound[i][3] for i in ids]
     assert [rows.get(i)["status"] for i in ids] == ["pending"] * 3
+
+
+class UnreadableError(RuntimeError):
+    """An exception whose text cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text")
+
+
+class UnreadablePermanentError(outbox.PermanentError):
+    """A permanent failure whose ``__str__`` returns no ``str`` (``str()`` raises)."""
+
+    def __str__(self):
+        return None
+
+
+def test_an_exception_whose_text_cannot_be_read_is_recorded_by_its_type(conn, rows, caplog):
+    """Before: ``str(error)`` raised inside the bookkeeping, so the row stayed
+    ``processing`` until a reap charged it an attempt."""
+    ok = rows.add(event_type="order.paid", created_ago=30)
+    transient = rows.add(event_type="crm.upsert", created_ago=20)
+    permanent = rows.add(event_type="invoice.sent", created_ago=10)
+
+    def handler(row):
+        if row["event_type"] == "crm.upsert":
+            raise UnreadableError()
+        if row["event_type"] == "invoice.sent":
+            raise UnreadablePermanentError()
+
+    with caplog.at_level(logging.ERROR, logger="outbox_monitor.outbox"):
+        counts = outbox.process_batch(conn, WORKER, handler)
+
+    assert counts == {
+        "claimed": 3,
+        "acked": 1,
+        "retried": 1,
+        "dead_lettered": 1,
+        "lost": 0,
+        "unrecorded": 0,
+    }
+    got = [rows.get(i) for i in (ok, transient, permanent)]
+    assert [(g["status"], g["attempts"], g["last_error"]) for g in got] == [
+        ("done", 0, None),
+        ("pending", 1, "UnreadableError (its message could not be read: ValueError: no text)"),
+        (
+            "failed",
+            1,
+            "UnreadablePermanentError (its message could not be read: TypeError: "
+            "__str__ returned non-string (type NoneType))",
+        ),
+    ]
+    assert all(g["locked_at"] is None and g["locked_by"] is None for g in got)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -5,6 +5,11 @@ A browser cannot send two lines of one header, so the request is written by hand
 raw socket (``tests.raw_session``): the websocket upgrade Streamlit reads
 ``st.context.headers`` from, then a run of the app, against a real ``outbox-monitor
 dashboard`` in proxy mode; what the session renders is read from Streamlit's messages.
+
+Also (the hostile tester's F6): no groups header is read unless
+``OUTBOX_MONITOR_PROXY_GROUPS_HEADER`` names one, so a browser's own
+``X-Forwarded-Groups: oncall`` does not make a viewer an operator behind a proxy that sets
+only the e-mail header.
 """
 
 import secrets
@@ -16,6 +21,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from outbox_monitor.config import load_settings
+from outbox_monitor.serve import check_exposure
 from tests.conftest import TEMPLATE
 from tests.oidc_support import Dashboard, serve
 from tests.raw_session import rendered_text
@@ -26,9 +33,11 @@ MAPPING = {"viewers": "@example.com", "operators": f"{OPERATOR},groups=oncall"}
 
 
 @pytest.fixture(scope="module")
-def proxied(pg_cluster, tmp_path_factory) -> Iterator[tuple[str, Path]]:
-    """``outbox-monitor dashboard`` with OUTBOX_MONITOR_AUTH=proxy on a fresh database,
-    shared by the module's tests (they only read); its base URL and its log."""
+def proxied(pg_cluster, tmp_path_factory) -> Iterator[dict[str, tuple[str, Path]]]:
+    """Two ``outbox-monitor dashboard`` with OUTBOX_MONITOR_AUTH=proxy on a fresh database,
+    shared by the module's tests (they only read): ``proxy`` with the default settings
+    (no groups header) and ``groups`` reading ``X-Forwarded-Groups``; each one's base URL
+    and log."""
     name = f"proxy10_{secrets.token_hex(4)}"
     with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
         conn.execute(
@@ -37,13 +46,17 @@ def proxied(pg_cluster, tmp_path_factory) -> Iterator[tuple[str, Path]]:
             )
         )
     directory = tmp_path_factory.mktemp("proxy10")
-    dashboard = Dashboard("proxy", {"dsn": pg_cluster.dsn_for(name), "auth": "proxy", **MAPPING})
-    with serve([dashboard], directory):
-        yield dashboard.url, directory / "proxy.log"
+    settings = {"dsn": pg_cluster.dsn_for(name), "auth": "proxy", **MAPPING}
+    dashboards = [
+        Dashboard("proxy", settings),
+        Dashboard("groups", {**settings, "proxy_groups_header": "X-Forwarded-Groups"}),
+    ]
+    with serve(dashboards, directory):
+        yield {d.name: (d.url, directory / f"{d.name}.log") for d in dashboards}
 
 
 def test_one_header_line_signs_in_as_that_address(proxied):
-    url, _ = proxied
+    url, _ = proxied["proxy"]
     text = rendered_text(url, [f"X-Forwarded-Email: {VIEWER}"])
     assert f"Signed in as `{VIEWER}` · viewer" in text
     assert "No identity" not in text
@@ -52,7 +65,7 @@ def test_one_header_line_signs_in_as_that_address(proxied):
 def test_two_email_header_lines_mean_no_identity(proxied):
     """The client's own line first (an operator's address), the proxy's appended one
     (the viewer actually signed in) second: neither is believed."""
-    url, log = proxied
+    url, log = proxied["proxy"]
     text = rendered_text(url, [f"X-Forwarded-Email: {OPERATOR}", f"X-Forwarded-Email: {VIEWER}"])
     assert "No identity" in text
     assert "2 lines of the" in text
@@ -63,7 +76,7 @@ def test_two_email_header_lines_mean_no_identity(proxied):
 
 def test_two_groups_header_lines_mean_no_identity(proxied):
     """A viewer who adds their own groups line before the proxy's is not an operator."""
-    url, log = proxied
+    url, log = proxied["groups"]
     text = rendered_text(
         url,
         [
@@ -77,6 +90,20 @@ def test_two_groups_header_lines_mean_no_identity(proxied):
     assert _wait_for_log(log, "2 X-Forwarded-Groups header lines")
 
 
+def test_a_groups_header_is_not_read_unless_its_setting_names_it(proxied):
+    """Default settings, a proxy that sets only the e-mail header, and a browser that
+    sends its own ``X-Forwarded-Groups: oncall``: a viewer, not an operator
+    (``groups=oncall`` maps to operator)."""
+    forged = [f"X-Forwarded-Email: {VIEWER}", "X-Forwarded-Groups: oncall"]
+    text = rendered_text(proxied["proxy"][0], forged)
+    assert f"Signed in as `{VIEWER}` · viewer" in text
+    assert "operator" not in text
+    assert load_settings(auth="proxy").proxy_groups_header is None
+    # the same header is believed once the setting names it (the proxy sets it)
+    text = rendered_text(proxied["groups"][0], forged)
+    assert f"Signed in as `{VIEWER}` · operator" in text
+
+
 def _wait_for_log(log: Path, needle: str, timeout: float = 10.0) -> str | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,3 +112,21 @@ def _wait_for_log(log: Path, needle: str, timeout: float = 10.0) -> str | None:
                 return line
         time.sleep(0.2)
     return None
+
+
+def test_groups_entries_without_a_groups_header_warn_at_start():
+    """``groups=`` role entries match no one in proxy mode until the groups header is
+    named: every start says so, rather than an on-call operator finding themselves a viewer."""
+    unset = load_settings(auth="proxy", **MAPPING)
+    assert check_exposure(unset, "127.0.0.1", insecure_no_auth=False) == [
+        "WARNING: proxy sign-in reads no groups header (OUTBOX_MONITOR_PROXY_GROUPS_HEADER "
+        "is unset), so groups=oncall match no one: set it to the header your proxy sets "
+        "and strips from clients' requests, e.g. X-Forwarded-Groups."
+    ]
+    named = load_settings(auth="proxy", proxy_groups_header="X-Forwarded-Groups", **MAPPING)
+    assert check_exposure(named, "127.0.0.1", insecure_no_auth=False) == []
+    [exposed] = check_exposure(named, "0.0.0.0", insecure_no_auth=False)
+    assert exposed.startswith(
+        "WARNING: proxy sign-in trusts the X-Forwarded-Email and X-Forwarded-Groups headers "
+        "of every request reaching 0.0.0.0"
+    )

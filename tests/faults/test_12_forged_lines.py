@@ -159,3 +159,86 @@ def test_an_actor_name_with_nothing_printable_is_refused(dsn, rows, conn, tmp_pa
     assert rows.get(dead)["status"] == "failed"
     with pytest.raises(ValueError, match="an identity needs a printable name"):
         Identity("\x00\n", Role.viewer, "proxy")
+
+
+HOSTILE_TYPE = "order.paid\n\r\x1b]0;x\x07"
+"""An event type with a newline, a carriage return and a terminal-title escape ending in
+BEL: printed raw, it retitles the terminal and starts a line of its own."""
+HOSTILE_ERROR = "boom\nerror: forged line\r\x1b]0;x\x07"
+RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+"""A control character other than the newline that ends each line."""
+HOSTILE_TRIGGER = """
+    CREATE FUNCTION refuse_hostile() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'refused %', OLD.event_type;
+    END
+    $$;
+    CREATE TRIGGER refuse_hostile BEFORE UPDATE ON integration_outbox
+        FOR EACH ROW EXECUTE FUNCTION refuse_hostile();
+"""
+
+
+def run_cli(dsn: str, home: Path, *args: str) -> subprocess.CompletedProcess:
+    """The real CLI's run, stdout and stderr decoded as they were written (no universal
+    newlines: a ``\r`` stays a ``\r``)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox_monitor", *args],
+        cwd=REPO,
+        env=command_environment(OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_ACTOR="ops", HOME=str(home)),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    done.stdout, done.stderr = done.stdout.decode(), done.stderr.decode()
+    return done
+
+
+def test_the_cli_prints_outbox_text_escaped(dsn, rows, conn, tmp_path):
+    """Before: the replay preview, ``status``, ``check`` and the ``error:`` summary of an
+    action printed event types, ``last_error`` and the database's error text raw."""
+    dead = rows.add(
+        event_type=HOSTILE_TYPE,
+        status="failed",
+        attempts=10,
+        processed_ago=60,
+        last_error=HOSTILE_ERROR,
+    )
+    shown_type = "order.paid\\n\\r\\x1b]0;x\\x07"
+    shown_error = "boom\\nerror: forged line\\r\\x1b]0;x\\x07"
+
+    preview = run_cli(dsn, tmp_path, "replay", "--id", str(dead), "--dry-run")
+    assert preview.returncode == 0, preview.stderr
+    assert not RAW_CONTROL.search(preview.stdout), repr(preview.stdout)
+    lines = preview.stdout.splitlines()
+    assert len(lines) == 2, lines  # the heading and the one sampled row
+    assert lines[0] == "replay preview: 1 row(s) match"
+    assert lines[1].startswith(f"  #{dead}: event_type={shown_type}, ")
+    assert lines[1].endswith(f"last_error={shown_error}")
+
+    status = run_cli(dsn, tmp_path, "status")
+    assert status.returncode == 0, status.stderr
+    assert not RAW_CONTROL.search(status.stdout), repr(status.stdout)
+    assert f"    failed {shown_type:<19} 1" in status.stdout.splitlines()
+
+    rules = rules_file(
+        tmp_path, {**RULES, "rules": [{**RULES["rules"][0], "event_type": "order%"}]}
+    )
+    check = run_cli(dsn, tmp_path, "check", "--rules", str(rules))
+    assert check.returncode == 1, check.stderr  # breached
+    assert not RAW_CONTROL.search(check.stdout), repr(check.stdout)
+    table = check.stdout.splitlines()
+    assert len(table) == 3, table  # the heading, the one instance, the summary
+    assert table[1].split()[:2] == ["x-failed", f"event_type={shown_type}"]
+
+    conn.execute(HOSTILE_TRIGGER)
+    applied = run_cli(dsn, tmp_path, "replay", "--id", str(dead), "--yes")
+    assert applied.returncode == 1, applied.stderr
+    assert not RAW_CONTROL.search(applied.stderr), repr(applied.stderr)
+    errors = applied.stderr.splitlines()
+    # the ERROR log line (logs.OneLineFormatter), the summary, and what to do
+    assert len(errors) == 3, errors
+    assert RECORD_START.match(errors[0]) and "ERROR outbox_monitor.actions" in errors[0]
+    assert errors[1].startswith("error: replay stopped after 0 committed batches")
+    assert errors[1].endswith(f": refused {shown_type} (SQLSTATE P0001)")
+    assert errors[2].startswith("Nothing was changed; the failed batch was rolled back.")
+    assert rows.get(dead)["status"] == "failed"
