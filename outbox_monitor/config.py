@@ -1,5 +1,6 @@
 """Settings from the environment, validated at start; every default is a named constant."""
 
+import ipaddress
 import json
 import re
 from typing import Annotated, Literal
@@ -143,6 +144,35 @@ def split_table_name(name: str) -> tuple[str, str]:
     return match.group(1) or "public", match.group(2)
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def interface_address(value: str) -> str:
+    """``value`` stripped when it is an IP literal (``127.0.0.1``, ``0.0.0.0``, ``::``) or
+    a host name of RFC 1123's form (``localhost``, ``monitor.internal``); whether it can
+    be bound is known only when the server starts (``exporter.MetricsServer.start``).
+
+    Raises:
+        ValueError: anything else (``1.2.3.999``, ``a_b``, ``http://x``), with an example.
+    """
+    address = value.strip()
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        pass
+    labels = address.removesuffix(".").split(".")
+    if (
+        len(address) > 253
+        or not all(_HOST_LABEL.fullmatch(label) for label in labels)
+        or labels[-1].isdigit()  # 1.2.3.999 is a bad IP, not a host name
+    ):
+        raise ValueError(
+            f"expected an interface address (an IP such as 127.0.0.1, 0.0.0.0 or ::, or a "
+            f"host name), got {value[:60]!r}"
+        )
+    return address
+
+
 class Settings(BaseSettings):
     """Everything outbox-monitor needs to know, read from ``OUTBOX_MONITOR_*`` variables.
 
@@ -222,12 +252,7 @@ class Settings(BaseSettings):
     @field_validator("metrics_address")
     @classmethod
     def _check_metrics_address(cls, value: str) -> str:
-        address = value.strip()
-        if not address or any(c.isspace() or c in "/@" for c in address):
-            raise ValueError(
-                f"expected an interface address such as 127.0.0.1 or 0.0.0.0, got {value!r}"
-            )
-        return address
+        return interface_address(value)
 
     @field_validator("dashboard_url")
     @classmethod

@@ -394,8 +394,16 @@ class BotTransport:
 
 def _http_url(variable: str, value: str) -> str:
     """``value`` when it is an http(s) URL with a host; else ``TransportConfigError``
-    naming ``variable`` (the value is redacted: it may hold a webhook secret)."""
-    parts = urlsplit(value)
+    naming ``variable`` (the value is redacted: it may hold a webhook secret), also when
+    ``urlsplit`` cannot split it (``http://[::1/x``: an unclosed IPv6 bracket)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (reading it checks the port: http://host:99999/ raises)
+    except ValueError as error:
+        raise TransportConfigError(
+            f"{variable}: not a valid URL ({error}), got {redact(value)[:40]!r}",
+            hint=f"Set {variable} to the URL Slack gave (or unset it).",
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise TransportConfigError(
             f"{variable}: expected an http(s):// URL, got {redact(value)[:40]!r}",

@@ -9,6 +9,7 @@ real Postgres of the suite and the local Slack sink.
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -233,3 +234,52 @@ def test_healthz_reports_this_process_not_the_database():
                     assert healthz(server.port) == (200, "ok")
             finally:
                 scheduler.shutdown(wait=True)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "command"),
+    [
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "nan", ["scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "1.2.3.999", ["scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "10.9.9.9", ["scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "10.9.9.9", ["dashboard", "--with-scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_PORT", "in use", ["scheduler"]),
+        ("SLACK_WEBHOOK_URL", "http://[::1/services/T0/B0/SeCrEt0123456789", ["scheduler"]),
+    ],
+)
+def test_a_metrics_address_or_slack_url_that_cannot_be_used_stops_the_start(
+    dsn, tmp_path, variable, value, command
+):
+    """/metrics and /healthz that cannot be served (an address that is no address, one of
+    another host, a port in use) and a Slack URL that urlsplit rejects: exit 2 within
+    seconds, the variable named, no traceback (the scheduler ran without /metrics and
+    /healthz; the URL gave a raw ValueError traceback)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = subprocess_env(
+            dsn,
+            HOME=str(tmp_path),
+            OUTBOX_MONITOR_RULES=str(rules_file(tmp_path, RULES)),
+            SLACK_WEBHOOK_URL="http://127.0.0.1:9/services/T0/B0/x",
+            OUTBOX_MONITOR_METRICS_PORT=str(free_port()),
+        )
+        env[variable] = str(taken.getsockname()[1]) if value == "in use" else value
+        argv = [sys.executable, "-m", "outbox_monitor", *command]
+        if command[0] == "dashboard":
+            argv += ["--port", str(free_port())]
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=START_SECONDS
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{' '.join(command)} with {variable}={value} still ran after 30 s")
+    seconds = time.monotonic() - started
+    print(
+        f"\n{command[0]} with {variable}={value!r}: exit {result.returncode} after {seconds:.1f} s"
+    )
+    assert result.returncode == 2, result.stderr
+    assert variable in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert "SeCrEt0123456789" not in result.stderr + result.stdout
