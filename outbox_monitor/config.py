@@ -32,6 +32,9 @@ DEFAULT_LOCK_TIMEOUT_SECONDS = 15 * 60.0
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_WINDOW_SECONDS = 3600.0
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+MAX_STATEMENT_TIMEOUT_SECONDS = 2_147_483.0
+"""Postgres' largest statement_timeout (2^31 - 1 ms, ≈ 24.8 days); a value under 1 ms is
+sent as 1 ms (``db._connection_kwargs``), never as 0, which means no timeout."""
 DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
 DEFAULT_REFRESH_SECONDS = 10.0
@@ -201,7 +204,9 @@ class Settings(BaseSettings):
     lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, gt=0)
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=1000)
     window: Seconds = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
-    statement_timeout: Seconds = Field(default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0)
+    statement_timeout: Seconds = Field(
+        default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0, le=MAX_STATEMENT_TIMEOUT_SECONDS
+    )
     sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)

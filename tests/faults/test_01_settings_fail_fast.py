@@ -22,6 +22,7 @@ import pytest
 from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.errors import ConfigError, QueryTimeout
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
 from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.scheduler import SAMPLER_JOB_ID, build_scheduler
@@ -283,3 +284,29 @@ def test_a_metrics_address_or_slack_url_that_cannot_be_used_stops_the_start(
     assert variable in result.stderr, result.stderr
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
     assert "SeCrEt0123456789" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("seconds", [0.0004, 0.0015])
+def test_a_monitor_query_always_runs_under_a_statement_timeout(dsn, monkeypatch, seconds):
+    """Postgres takes statement_timeout in whole milliseconds and reads 0 as no timeout:
+    ``OUTBOX_MONITOR_STATEMENT_TIMEOUT=0.0004`` became 0 and a 0.3 s query ran to its end.
+    A fraction of a millisecond is rounded up, never down to 0: the query is cancelled."""
+    monkeypatch.setenv(f"{ENV_PREFIX}STATEMENT_TIMEOUT", str(seconds))
+    settings = load_settings(dsn=dsn)
+    started = time.monotonic()
+    with (
+        Database(settings) as db,
+        pytest.raises(QueryTimeout, match="statement timeout"),
+        db.connection() as conn,
+    ):
+        conn.execute("SELECT pg_sleep(0.3)")
+    elapsed = time.monotonic() - started
+    print(f"\nstatement timeout {seconds} s: a 0.3 s query cancelled, {elapsed:.3f} s")
+
+
+def test_a_statement_timeout_postgres_cannot_hold_is_refused_naming_it(monkeypatch):
+    """Postgres' limit is 2,147,483,647 ms (≈ 24.8 days): a longer one is refused at load,
+    not by the server at every connection."""
+    monkeypatch.setenv(f"{ENV_PREFIX}STATEMENT_TIMEOUT", "30d")
+    with pytest.raises(ConfigError, match=f"{ENV_PREFIX}STATEMENT_TIMEOUT"):
+        load_settings()
