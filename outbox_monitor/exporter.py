@@ -672,11 +672,12 @@ class MetricsServer:
             raise ConfigError(
                 f"{setting}: cannot serve /metrics and /healthz on {self.address}:{self.port}: "
                 f"{error.strerror or error}",
-                hint="Is another process using the port? Choose another port (0 disables the "
-                "server)."
+                hint="Is another process using the port? Choose another with --metrics-port "
+                "(OUTBOX_MONITOR_METRICS_PORT; 0 disables the server)."
                 if port_fault
-                else "Use an address of this host's interfaces: 127.0.0.1, or 0.0.0.0 (or ::) "
-                "in a container.",
+                else "Choose an address of this host's interfaces with --metrics-address "
+                "(OUTBOX_MONITOR_METRICS_ADDRESS): 127.0.0.1, or 0.0.0.0 (or ::) in a "
+                "container.",
             ) from None
         self._server = server
         self.port = server.server_address[1]
