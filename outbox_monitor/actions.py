@@ -382,9 +382,10 @@ def record_audit(
 ) -> int:
     """Write one audit row in the caller's transaction (every audited change: actions,
     silences, payload reveals), through the SQL function ``outbox_monitor.record_audit``,
-    the audit log's only writer: it stamps the row with the database's ``now()`` (the
-    transaction's start) and checks the fields; no role may INSERT into the table itself
-    (README, Least-privilege database access).
+    the audit log's only writer: it stamps the row with the database's
+    ``clock_timestamp()`` (the time of the call), checks the fields and refuses a
+    ``run_id`` whose rows have another actor or action; no role may INSERT into the table
+    itself (README, Least-privilege database access).
 
     Args:
         conn: the connection of the transaction that makes the change.

@@ -1,5 +1,6 @@
 """Settings from the environment, validated at start; every default is a named constant."""
 
+import ipaddress
 import json
 import re
 from typing import Annotated, Literal
@@ -31,6 +32,9 @@ DEFAULT_LOCK_TIMEOUT_SECONDS = 15 * 60.0
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_WINDOW_SECONDS = 3600.0
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+MAX_STATEMENT_TIMEOUT_SECONDS = 2_147_483.0
+"""Postgres' largest statement_timeout (2^31 - 1 ms, ≈ 24.8 days); a value under 1 ms is
+sent as 1 ms (``db._connection_kwargs``), never as 0, which means no timeout."""
 DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
 DEFAULT_REFRESH_SECONDS = 10.0
@@ -142,6 +146,35 @@ def split_table_name(name: str) -> tuple[str, str]:
     return match.group(1) or "public", match.group(2)
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def interface_address(value: str) -> str:
+    """``value`` stripped when it is an IP literal (``127.0.0.1``, ``0.0.0.0``, ``::``) or
+    a host name of RFC 1123's form (``localhost``, ``monitor.internal``); whether it can
+    be bound is known only when the server starts (``exporter.MetricsServer.start``).
+
+    Raises:
+        ValueError: anything else (``1.2.3.999``, ``a_b``, ``http://x``), with an example.
+    """
+    address = value.strip()
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        pass
+    labels = address.removesuffix(".").split(".")
+    if (
+        len(address) > 253
+        or not all(_HOST_LABEL.fullmatch(label) for label in labels)
+        or labels[-1].isdigit()  # 1.2.3.999 is a bad IP, not a host name
+    ):
+        raise ValueError(
+            f"expected an interface address (an IP such as 127.0.0.1, 0.0.0.0 or ::, or a "
+            f"host name), got {value[:60]!r}"
+        )
+    return address
+
+
 class Settings(BaseSettings):
     """Everything outbox-monitor needs to know, read from ``OUTBOX_MONITOR_*`` variables.
 
@@ -170,7 +203,9 @@ class Settings(BaseSettings):
     lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, gt=0)
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=1000)
     window: Seconds = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
-    statement_timeout: Seconds = Field(default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0)
+    statement_timeout: Seconds = Field(
+        default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0, le=MAX_STATEMENT_TIMEOUT_SECONDS
+    )
     sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
@@ -221,12 +256,7 @@ class Settings(BaseSettings):
     @field_validator("metrics_address")
     @classmethod
     def _check_metrics_address(cls, value: str) -> str:
-        address = value.strip()
-        if not address or any(c.isspace() or c in "/@" for c in address):
-            raise ValueError(
-                f"expected an interface address such as 127.0.0.1 or 0.0.0.0, got {value!r}"
-            )
-        return address
+        return interface_address(value)
 
     @field_validator("dashboard_url")
     @classmethod

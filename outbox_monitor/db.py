@@ -1,6 +1,7 @@
 """The connector: one pool, autocommit reads, a statement timeout, errors that say the fix."""
 
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -135,7 +136,10 @@ def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
         "prepare_threshold": None,
     }
     if statement_timeout is not None:
-        kwargs["options"] = f"-c statement_timeout={round(statement_timeout * 1000)}"
+        # Whole milliseconds, rounded up (after a µs rounding, so 1.1 s stays 1100 ms):
+        # Postgres reads 0 as "no timeout", so 0.4 ms must become 1 ms, never 0.
+        ms = max(1, math.ceil(round(statement_timeout * 1000, 3)))
+        kwargs["options"] = f"-c statement_timeout={ms}"
     return kwargs
 
 

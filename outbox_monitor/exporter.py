@@ -43,6 +43,7 @@ Every scheduler replica exposes the same figures: aggregate with ``max by (event
 before summing across replicas (``deploy/prometheus/rules.yml`` does).
 """
 
+import errno
 import json
 import logging
 import socket
@@ -63,7 +64,7 @@ from outbox_monitor import metrics
 from outbox_monitor.alerts.evaluate import duration_label
 from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.db import Database
-from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.filters import like_escape
 
 log = logging.getLogger(__name__)
@@ -646,8 +647,11 @@ class MetricsServer:
         """Bind and serve in a daemon thread; returns ``self``.
 
         Raises:
-            OutboxMonitorError: the address cannot be bound (port in use, bad address),
-                with the option to change in the hint.
+            ConfigError: the address cannot be bound: the message names the setting to
+                change, ``OUTBOX_MONITOR_METRICS_PORT`` (``--metrics-port``) for a port in
+                use or refused, else ``OUTBOX_MONITOR_METRICS_ADDRESS``
+                (``--metrics-address``: a name that does not resolve, an address of
+                another host).
         """
         server_class = _ThreadingServer6 if ":" in self.address else _ThreadingServer
         try:
@@ -659,11 +663,21 @@ class MetricsServer:
                 handler_class=_QuietHandler,
             )
         except OSError as error:
-            raise OutboxMonitorError(
-                f"cannot serve /metrics on {self.address}:{self.port}: {error.strerror or error}",
-                hint="Is another process using the port? Choose one with --metrics-port "
-                "(OUTBOX_MONITOR_METRICS_PORT; 0 disables the server) or the interface with "
-                "--metrics-address (OUTBOX_MONITOR_METRICS_ADDRESS).",
+            port_fault = error.errno in (errno.EADDRINUSE, errno.EACCES)
+            setting = (
+                "OUTBOX_MONITOR_METRICS_PORT (--metrics-port)"
+                if port_fault
+                else "OUTBOX_MONITOR_METRICS_ADDRESS (--metrics-address)"
+            )
+            raise ConfigError(
+                f"{setting}: cannot serve /metrics and /healthz on {self.address}:{self.port}: "
+                f"{error.strerror or error}",
+                hint="Is another process using the port? Choose another with --metrics-port "
+                "(OUTBOX_MONITOR_METRICS_PORT; 0 disables the server)."
+                if port_fault
+                else "Choose an address of this host's interfaces with --metrics-address "
+                "(OUTBOX_MONITOR_METRICS_ADDRESS): 127.0.0.1, or 0.0.0.0 (or ::) in a "
+                "container.",
             ) from None
         self._server = server
         self.port = server.server_address[1]

@@ -38,7 +38,7 @@ from outbox_monitor.alerts.slack import (
     transport_for_route,
 )
 from outbox_monitor.alerts.stall import StallWatch
-from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.config import Settings, interface_address, load_settings
 from outbox_monitor.db import Database, describe_target
 from outbox_monitor.errors import ConfigError, DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
@@ -583,17 +583,17 @@ def start_metrics_server(
         address, port: where it listens; port 0 starts nothing.
 
     Returns:
-        The running server (``stop()`` it at the end), or ``None`` when the port is 0 or
-        cannot be bound: that is logged as an error and the jobs run on without it (they
-        matter more than their metrics).
+        The running server (``stop()`` it at the end), or ``None`` when the port is 0.
+
+    Raises:
+        ConfigError: the address or port cannot be served, naming the setting: the
+            process stops at start (issue 10 item 1: fail fast, never run without
+            ``/healthz``, which an orchestrator would read as a dead process, or without
+            ``/metrics``).
     """
     if not port:
         return None
-    try:
-        return MetricsServer(db, status, ruleset=ruleset, address=address, port=port).start()
-    except OutboxMonitorError as error:
-        log.error("%s; running WITHOUT /metrics and /healthz. %s", error, error.hint)
-        return None
+    return MetricsServer(db, status, ruleset=ruleset, address=address, port=port).start()
 
 
 def run_scheduler(
@@ -606,9 +606,9 @@ def run_scheduler(
     """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
 
     Checks the outbox table and loads the rules first, starts ``/metrics`` and ``/healthz``
-    (``exporter.MetricsServer``) unless the port is 0 (a port that cannot be bound is
-    logged as an error and the jobs run without it), then blocks; a database outage
-    later is retried with backoff (and alerted by the leader), never fatal.
+    (``exporter.MetricsServer``) unless the port is 0 (an address or port that cannot be
+    served stops the start), then blocks; a database outage later is retried with backoff
+    (and alerted by the leader), never fatal.
 
     Args:
         settings: connection, table, the sample interval/retention, the metrics server,
@@ -623,10 +623,15 @@ def run_scheduler(
             the start-up check, with the fix in the message.
         RulesError: the rules file is invalid.
         TransportConfigError: a Slack variable is set but invalid.
+        ConfigError: ``--metrics-address`` is not an address, or the address or port
+            cannot be served.
     """
     ruleset, transports = load_alerting(rules_path, settings)
     port = settings.metrics_port if metrics_port is None else metrics_port
-    address = metrics_address or settings.metrics_address
+    try:
+        address = interface_address(metrics_address or settings.metrics_address)
+    except ValueError as error:
+        raise ConfigError(f"--metrics-address: {error}") from None
     with Database(settings) as db:
         check_outbox_table(db)
         status = SchedulerStatus()

@@ -368,6 +368,8 @@ def run_dashboard(
         OutboxMonitorError: ``dashboard.py`` is absent.
         RulesError: ``with_scheduler`` and the rules file is invalid.
         TransportConfigError: ``with_scheduler`` and a Slack variable is set but invalid.
+        ConfigError: ``with_scheduler`` and the metrics address or port cannot be served
+            (``scheduler.start_metrics_server``).
     """
     warnings = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
     for warning in warnings:
@@ -385,7 +387,6 @@ def run_dashboard(
             scheduler = build_scheduler(
                 db, blocking=False, ruleset=ruleset, transports=transports, status=status
             )
-            scheduler.start()
             server = start_metrics_server(
                 db,
                 status,
@@ -393,6 +394,7 @@ def run_dashboard(
                 address=settings.metrics_address,
                 port=settings.metrics_port,
             )
+            scheduler.start()
         process = start_dashboard(settings, address=address, port=port, secrets_file=secrets_file)
         with interrupt_on_sigterm():
             return process.wait()

@@ -64,6 +64,12 @@ MAX_TEMPLATE_LENGTH = 1000
 MAX_MENTION_LENGTH = 200
 MAX_NESTING = 20
 """Deepest nesting of alerts.yml (it needs 4: rules, a rule, labels, a value)."""
+MAX_RULES_FILE_BYTES = 256 * 1024
+"""The largest alerts.yml read (the shipped one is 2 KB; a thousand rules fit): a larger
+file is refused before it is parsed, so loading stays under ≈ 0.5 s (PyYAML parses
+≈ 0.5 MB a second)."""
+MAX_LISTED_PROBLEMS = 100
+"""Problems listed one per line; more are counted in one last line."""
 
 OPS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("critical", "warning", "info")
@@ -819,16 +825,31 @@ def load_rules(path: str | Path) -> RuleSet:
         resolved from ``defaults``, ``path`` set.
 
     Raises:
-        RulesError: the file is unreadable, not YAML or holds an anchor, an alias or
+        RulesError: the file is unreadable, larger than ``MAX_RULES_FILE_BYTES``, not
+            YAML or holds an anchor, an alias or
             nesting deeper than ``MAX_NESTING`` (the line is named), holds a
             secret-looking value, or breaks the schema; every problem at once, one per
             line: ``<file>: rules[<i>] "<name>": <field>: <message>``,
-            ``<file>: routes.<name>.<field>: …`` or ``<file>: defaults.<field>: …``.
+            ``<file>: routes.<name>.<field>: …`` or ``<file>: defaults.<field>: …``;
+            past ``MAX_LISTED_PROBLEMS`` lines, one more counts the rest.
     """
     try:
-        text = Path(path).read_text("utf-8")
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_RULES_FILE_BYTES + 1)
+            size = max(len(raw), os.fstat(file.fileno()).st_size)
     except OSError as error:
         raise RulesError(path, [f"cannot read the rules file: {error.strerror or error}"]) from None
+    if size > MAX_RULES_FILE_BYTES:
+        raise RulesError(
+            path,
+            [
+                f"the rules file is {size:,} bytes, over the limit of "
+                f"{MAX_RULES_FILE_BYTES:,} bytes (MAX_RULES_FILE_BYTES; alerts.yml needs a "
+                "few KB): is it the right file?"
+            ],
+        )
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise RulesError(path, ["cannot read the rules file: not UTF-8 text"]) from None
     data = _parse_yaml(path, text)
@@ -852,12 +873,18 @@ def load_rules(path: str | Path) -> RuleSet:
     problems.extend(_reference_problems(data))
     if problems:
         ranked = sorted(enumerate(problems), key=lambda p: (*_order(p[1][0], data), p[0]))
-        lines = []
-        for _, (loc, message) in ranked:
-            where = _where(loc, data)
-            line = f"{where}: {message}" if where else message
-            if line not in lines:
-                lines.append(line)
+        lines = list(
+            dict.fromkeys(  # de-duplicated, in order
+                f"{where}: {message}" if (where := _where(loc, data)) else message
+                for _, (loc, message) in ranked
+            )
+        )
+        if len(lines) > MAX_LISTED_PROBLEMS:
+            more = len(lines) - MAX_LISTED_PROBLEMS
+            lines[MAX_LISTED_PROBLEMS:] = [
+                f"… and {more:,} more problems (fix the first {MAX_LISTED_PROBLEMS} and "
+                "validate again)"
+            ]
         raise RulesError(path, lines)
 
     assert ruleset is not None

@@ -83,7 +83,7 @@ class RecordedRequest:
 class _Fault:
     kind: str  # "fail" | "hang"
     status: int = 500
-    retry_after: float | None = None
+    retry_after: float | str | None = None
     error: str | None = None
     seconds: float = 0.0
 
@@ -325,7 +325,7 @@ class SlackSink:
         n: int = 1,
         *,
         status: int = 429,
-        retry_after: float | None = None,
+        retry_after: float | str | None = None,
         error: str | None = None,
     ) -> None:
         """Make the next ``n`` POSTs fail without posting anything.
@@ -334,7 +334,8 @@ class SlackSink:
             n: how many requests fail.
             status: HTTP status (429, 500, 503, 400, …; 200 gives ``"ok": false`` on the
                 Web API, e.g. with ``error="channel_not_found"``).
-            retry_after: seconds for the ``Retry-After`` header (429 defaults to 30).
+            retry_after: seconds for the ``Retry-After`` header (429 defaults to 30); a
+                string is sent as it is (a malformed header, for tests).
             error: the Slack error code in the body (default per status).
         """
         with self._lock:
@@ -468,7 +469,9 @@ class SlackSink:
             retry_after = (
                 DEFAULT_RETRY_AFTER_SECONDS if fault.retry_after is None else fault.retry_after
             )
-            headers["Retry-After"] = f"{retry_after:g}"
+            headers["Retry-After"] = (
+                retry_after if isinstance(retry_after, str) else f"{retry_after:g}"
+            )
         default_code = (
             "rate_limited"
             if fault.status == 429

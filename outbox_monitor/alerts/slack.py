@@ -10,6 +10,7 @@ Secrets (webhook URLs, tokens) never appear in errors or logs: ``redact`` remove
 
 import http.client
 import logging
+import math
 import os
 import re
 import socket
@@ -38,7 +39,11 @@ DEFAULT_TIMEOUT_SECONDS = DEFAULT_SLACK_TIMEOUT_SECONDS
 QUICK_RETRY_SECONDS = 0.2
 """Pause before slack-sdk's single retry after a connection error."""
 DEFAULT_RETRY_AFTER_SECONDS = 30.0
-"""Used when a 429 carries no (readable) Retry-After header."""
+"""Used when a 429 carries no Retry-After header, or one that is not a finite,
+non-negative number of seconds (``inf``, ``nan``, ``-5``, a date, garbage)."""
+MAX_RETRY_AFTER_SECONDS = 3600.0
+"""The longest a 429 may hold a route back: a larger Retry-After is cut to this (and
+logged as a WARNING), so one odd answer cannot silence a route for a year."""
 
 # Slack Web API error codes (HTTP 200, "ok": false) that are worth retrying later.
 TRANSIENT_API_ERRORS = frozenset(
@@ -128,13 +133,33 @@ class TransportNotConfigured(TransportConfigError):
 
 
 def _retry_after(headers: Mapping[str, Any] | None) -> float:
+    """Seconds to wait after a 429: the ``Retry-After`` header when it is a finite,
+    non-negative number, at most ``MAX_RETRY_AFTER_SECONDS`` (a larger value is cut and
+    logged as a WARNING); ``DEFAULT_RETRY_AFTER_SECONDS`` when it is missing or anything
+    else (also logged as a WARNING). Never raises."""
     for key, value in (headers or {}).items():
         if key.lower() == "retry-after":
             value = value[0] if isinstance(value, list | tuple) else value
             try:
-                return max(float(value), 0.0)
+                seconds = float(value)
             except (TypeError, ValueError):
-                break
+                seconds = math.nan
+            if not math.isfinite(seconds) or seconds < 0:
+                log.warning(
+                    "Slack answered 429 with an unusable Retry-After %r; waiting the default %g s",
+                    str(value)[:40],
+                    DEFAULT_RETRY_AFTER_SECONDS,
+                )
+                return DEFAULT_RETRY_AFTER_SECONDS
+            if seconds > MAX_RETRY_AFTER_SECONDS:
+                log.warning(
+                    "Slack answered 429 with Retry-After %g s; waiting at most %g s "
+                    "(MAX_RETRY_AFTER_SECONDS)",
+                    seconds,
+                    MAX_RETRY_AFTER_SECONDS,
+                )
+                return MAX_RETRY_AFTER_SECONDS
+            return seconds
     return DEFAULT_RETRY_AFTER_SECONDS
 
 
@@ -369,8 +394,16 @@ class BotTransport:
 
 def _http_url(variable: str, value: str) -> str:
     """``value`` when it is an http(s) URL with a host; else ``TransportConfigError``
-    naming ``variable`` (the value is redacted: it may hold a webhook secret)."""
-    parts = urlsplit(value)
+    naming ``variable`` (the value is redacted: it may hold a webhook secret), also when
+    ``urlsplit`` cannot split it (``http://[::1/x``: an unclosed IPv6 bracket)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (reading it checks the port: http://host:99999/ raises)
+    except ValueError as error:
+        raise TransportConfigError(
+            f"{variable}: not a valid URL ({error}), got {redact(value)[:40]!r}",
+            hint=f"Set {variable} to the URL Slack gave (or unset it).",
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise TransportConfigError(
             f"{variable}: expected an http(s):// URL, got {redact(value)[:40]!r}",

@@ -9,6 +9,7 @@ real Postgres of the suite and the local Slack sink.
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ import pytest
 from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.errors import ConfigError, QueryTimeout
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
 from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.scheduler import SAMPLER_JOB_ID, build_scheduler
@@ -233,3 +235,78 @@ def test_healthz_reports_this_process_not_the_database():
                     assert healthz(server.port) == (200, "ok")
             finally:
                 scheduler.shutdown(wait=True)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "command"),
+    [
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "nan", ["scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "1.2.3.999", ["scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "10.9.9.9", ["scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_ADDRESS", "10.9.9.9", ["dashboard", "--with-scheduler"]),
+        ("OUTBOX_MONITOR_METRICS_PORT", "in use", ["scheduler"]),
+        ("SLACK_WEBHOOK_URL", "http://[::1/services/T0/B0/SeCrEt0123456789", ["scheduler"]),
+    ],
+)
+def test_a_metrics_address_or_slack_url_that_cannot_be_used_stops_the_start(
+    dsn, tmp_path, variable, value, command
+):
+    """/metrics and /healthz that cannot be served (an address that is no address, one of
+    another host, a port in use) and a Slack URL that urlsplit rejects: exit 2 within
+    seconds, the variable named, no traceback (the scheduler ran without /metrics and
+    /healthz; the URL gave a raw ValueError traceback)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = subprocess_env(
+            dsn,
+            HOME=str(tmp_path),
+            OUTBOX_MONITOR_RULES=str(rules_file(tmp_path, RULES)),
+            SLACK_WEBHOOK_URL="http://127.0.0.1:9/services/T0/B0/x",
+            OUTBOX_MONITOR_METRICS_PORT=str(free_port()),
+        )
+        env[variable] = str(taken.getsockname()[1]) if value == "in use" else value
+        argv = [sys.executable, "-m", "outbox_monitor", *command]
+        if command[0] == "dashboard":
+            argv += ["--port", str(free_port())]
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=START_SECONDS
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{' '.join(command)} with {variable}={value} still ran after 30 s")
+    seconds = time.monotonic() - started
+    print(
+        f"\n{command[0]} with {variable}={value!r}: exit {result.returncode} after {seconds:.1f} s"
+    )
+    assert result.returncode == 2, result.stderr
+    assert variable in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert "SeCrEt0123456789" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("seconds", [0.0004, 0.0015])
+def test_a_monitor_query_always_runs_under_a_statement_timeout(dsn, monkeypatch, seconds):
+    """Postgres takes statement_timeout in whole milliseconds and reads 0 as no timeout:
+    ``OUTBOX_MONITOR_STATEMENT_TIMEOUT=0.0004`` became 0 and a 0.3 s query ran to its end.
+    A fraction of a millisecond is rounded up, never down to 0: the query is cancelled."""
+    monkeypatch.setenv(f"{ENV_PREFIX}STATEMENT_TIMEOUT", str(seconds))
+    settings = load_settings(dsn=dsn)
+    started = time.monotonic()
+    with (
+        Database(settings) as db,
+        pytest.raises(QueryTimeout, match="statement timeout"),
+        db.connection() as conn,
+    ):
+        conn.execute("SELECT pg_sleep(0.3)")
+    elapsed = time.monotonic() - started
+    print(f"\nstatement timeout {seconds} s: a 0.3 s query cancelled, {elapsed:.3f} s")
+
+
+def test_a_statement_timeout_postgres_cannot_hold_is_refused_naming_it(monkeypatch):
+    """Postgres' limit is 2,147,483,647 ms (≈ 24.8 days): a longer one is refused at load,
+    not by the server at every connection."""
+    monkeypatch.setenv(f"{ENV_PREFIX}STATEMENT_TIMEOUT", "30d")
+    with pytest.raises(ConfigError, match=f"{ENV_PREFIX}STATEMENT_TIMEOUT"):
+        load_settings()

@@ -15,7 +15,11 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.sink import SlackSink
-from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.alerts.slack import (
+    DEFAULT_RETRY_AFTER_SECONDS,
+    MAX_RETRY_AFTER_SECONDS,
+    transports_for,
+)
 from tests.alerting import FakeClock
 
 RULES = """
@@ -160,3 +164,56 @@ def test_after_a_long_outage_delivery_resumes_within_one_send_interval(
     print(f"\n[10 min {fault}] delivery resumed {resumed_after:g} s after Slack recovered")
     assert resumed_after <= SEND_INTERVAL_SECONDS
     assert messages == TRANSITIONS
+
+
+@pytest.mark.parametrize(
+    ("header", "waited"),
+    [
+        ("10", 10.0),
+        ("inf", DEFAULT_RETRY_AFTER_SECONDS),
+        ("1e12", MAX_RETRY_AFTER_SECONDS),
+        ("nan", DEFAULT_RETRY_AFTER_SECONDS),
+        ("-5", DEFAULT_RETRY_AFTER_SECONDS),
+        ("soon", DEFAULT_RETRY_AFTER_SECONDS),
+        ("31536000", MAX_RETRY_AFTER_SECONDS),
+    ],
+)
+def test_an_odd_retry_after_is_recorded_and_bounded(
+    db, conn, write_rules, slack_sink, fake_clock, caplog, header, waited
+):
+    """A 429 whose Retry-After is infinite, huge, not a number or negative is recorded
+    like any 429 (no exception out of the pass) with the default wait; one of a year waits
+    at most MAX_RETRY_AFTER_SECONDS (a WARNING says so); the next pass does not post."""
+    ruleset = write_rules(RULES)
+    [notification] = queue_transitions(conn, fake_clock, count=1)
+    slack_sink.fail_next(1, status=429, retry_after=header)
+    sender = Sender(db, ruleset, slack_sink, fake_clock)
+    at = fake_clock()
+
+    counts = sender.one_pass()
+    fake_clock.advance(SEND_INTERVAL_SECONDS)
+    again = sender.one_pass()
+
+    row = conn.execute(
+        "SELECT status, attempts, last_status, available_at FROM outbox_monitor.notifications "
+        "WHERE id = %s",
+        (notification,),
+    ).fetchone()
+    assert counts["rate_limited"] == 1 and again["attempts"] == 0
+    assert (row["status"], row["attempts"], row["last_status"]) == ("pending", 1, 429)
+    assert (row["available_at"] - at).total_seconds() == waited
+    assert [r.status for r in slack_sink.requests] == [429]
+    warned = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING" and r.name == "outbox_monitor.alerts.slack"
+    ]
+    if waited == MAX_RETRY_AFTER_SECONDS:
+        assert warned == [
+            f"Slack answered 429 with Retry-After {float(header):g} s; waiting at most 3600 s "
+            "(MAX_RETRY_AFTER_SECONDS)"
+        ]
+    elif header != "10":
+        assert warned == [
+            f"Slack answered 429 with an unusable Retry-After {header!r}; waiting the default 30 s"
+        ]

@@ -248,3 +248,21 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
         sched: {"insert": True, "sequence": True, "execute": False},
         viewer: {"insert": False, "sequence": False, "execute": False},
     }
+
+
+def test_a_transaction_held_open_does_not_back_date_the_test_message(dsn, logins, conn):
+    """Stamped with the time of the call (clock_timestamp()), not the caller's
+    transaction start: a login holding a transaction open 2 s cannot back-date it."""
+    with connect(logins, dsn, logins.actions) as ops:
+        started = ops.execute("SELECT now() AS t").fetchone()["t"]
+        ops.execute("SELECT pg_sleep(2)")
+        before = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+        ops.execute(RECORD, fields())
+        after = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+        ops.commit()
+
+    [row] = conn.execute(
+        "SELECT created_at, available_at, sent_at FROM outbox_monitor.notifications"
+    ).fetchall()
+    assert before <= row["created_at"] == row["available_at"] == row["sent_at"] <= after
+    assert (row["created_at"] - started).total_seconds() >= 2.0

@@ -73,8 +73,9 @@ def test_the_operator_login_cannot_insert_a_back_dated_audit_row(dsn, logins, co
 
 def test_the_function_stamps_the_database_time_and_there_is_no_time_to_pass(dsn, logins, conn):
     with connect(logins, dsn, logins.actions) as ops:
+        before = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
         audit_id = ops.execute(RECORD, audit_fields()).fetchone()["id"]
-        transaction_time = ops.execute("SELECT now() AS now").fetchone()["now"]
+        after = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
         ops.commit()
         with pytest.raises(psycopg.errors.UndefinedFunction):
             ops.execute(
@@ -85,13 +86,56 @@ def test_the_function_stamps_the_database_time_and_there_is_no_time_to_pass(dsn,
     assert len(rows) == 1
     row = rows[0]
     assert row["id"] == audit_id
-    assert row["at"] == transaction_time  # the caller's transaction's now(), to the µs
+    assert before <= row["at"] <= after  # the database's clock at the call
     assert (row["actor"], row["action"], row["affected_count"], row["affected_ids"]) == (
         "ops@example.com",
         "replay",
         2,
         [7, 9],
     )
+
+
+def test_a_transaction_held_open_does_not_back_date_the_row(dsn, logins, conn):
+    """An operator login that opens a transaction, waits 2 s, then records: the row
+    carries the time of the call, not the transaction's start (now())."""
+    with connect(logins, dsn, logins.actions) as ops:
+        started = ops.execute("SELECT now() AS t").fetchone()["t"]
+        ops.execute("SELECT pg_sleep(2)")
+        before = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+        ops.execute(RECORD, audit_fields())
+        after = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+        ops.commit()
+
+    [row] = conn.execute("SELECT at FROM outbox_monitor.audit_log").fetchall()
+    assert before <= row["at"] <= after
+    assert (row["at"] - started).total_seconds() >= 2.0
+
+
+def test_a_run_keeps_one_actor_and_one_action(dsn, logins, conn):
+    """The batches of one run share actor and action; a row of another actor or another
+    action under an existing run_id is refused, the run keeps its own rows."""
+    run_id = uuid.uuid4()
+    with connect(logins, dsn, logins.actions) as ops:
+        ops.execute(RECORD, audit_fields(run_id=run_id, actor="bob@example.com"))
+        ops.execute(RECORD, audit_fields(run_id=run_id, actor="bob@example.com"))  # batch 2
+        ops.commit()
+    for changes in ({"actor": "alice@example.com"}, {"action": "prune"}):
+        with (
+            connect(logins, dsn, logins.actions) as ops,
+            pytest.raises(
+                psycopg.errors.InvalidParameterValue,
+                match=f"audit row: run_id {run_id} belongs to another run "
+                '\\("replay" by "bob@example.com"\\)',
+            ),
+        ):
+            ops.execute(
+                RECORD, audit_fields(**{"run_id": run_id, "actor": "bob@example.com", **changes})
+            )
+
+    rows = conn.execute(
+        "SELECT actor, action FROM outbox_monitor.audit_log WHERE run_id = %s", (run_id,)
+    ).fetchall()
+    assert rows == [{"actor": "bob@example.com", "action": "replay"}] * 2
 
 
 def test_the_viewer_and_the_scheduler_may_not_write_audit_rows(dsn, logins, conn):

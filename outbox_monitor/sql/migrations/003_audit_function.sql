@@ -1,7 +1,10 @@
 -- Audit rows cannot be forged (issue 10 item 11): they are written only through
 -- outbox_monitor.record_audit, which runs as the schema's owner (SECURITY DEFINER, its
--- search_path pinned), stamps the row with the database's now() (the caller's
--- transaction time) and checks every field. No other role keeps INSERT, UPDATE, DELETE
+-- search_path pinned), stamps the row with the database's clock_timestamp() (the time of
+-- the call: now(), the caller's transaction start, would let a login back-date a row by
+-- holding a transaction open) and checks every field. A run's rows share one actor and
+-- one action: a run_id that already has rows of another actor or action is refused, so
+-- no one can append rows to someone else's run. No other role keeps INSERT, UPDATE, DELETE
 -- or TRUNCATE on the audit table; EXECUTE is granted to the operator role by
 -- `outbox-monitor init-db --print-grants`, to no one else (not PUBLIC).
 
@@ -19,6 +22,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
+    v_other record;
 BEGIN
     IF p_run_id IS NULL THEN
         RAISE EXCEPTION 'audit row: run_id is missing' USING ERRCODE = 'invalid_parameter_value';
@@ -59,9 +63,23 @@ BEGIN
                         p_affected_count, cardinality(p_affected_ids)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Two callers of one run_id wait for each other, so the check below sees the rows of
+    -- the first (a run's own batches run one after another: they never wait).
+    PERFORM pg_advisory_xact_lock(hashtextextended('outbox_monitor.audit_run:' || p_run_id, 0));
+    SELECT actor, action INTO v_other
+    FROM outbox_monitor.audit_log
+    WHERE run_id = p_run_id AND (actor <> p_actor OR action <> p_action)
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'audit row: run_id % belongs to another run (% by %), not % by %',
+                        p_run_id, to_json(v_other.action)::text, to_json(v_other.actor)::text,
+                        to_json(p_action)::text, to_json(p_actor)::text
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'every run gets a new run_id; rows of one run share actor and action';
+    END IF;
     INSERT INTO outbox_monitor.audit_log
         (run_id, at, actor, action, table_name, filter, affected_count, affected_ids)
-    VALUES (p_run_id, now(), p_actor, p_action, p_table_name, p_filter, p_affected_count,
+    VALUES (p_run_id, clock_timestamp(), p_actor, p_action, p_table_name, p_filter, p_affected_count,
             p_affected_ids)
     RETURNING id INTO v_id;
     RETURN v_id;
@@ -69,7 +87,8 @@ END
 $$;
 
 COMMENT ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb, integer, bigint[])
-    IS 'The only writer of outbox_monitor.audit_log: stamps now(), checks the fields.';
+    IS 'The only writer of outbox_monitor.audit_log: stamps clock_timestamp(), checks the '
+       'fields, keeps a run to one actor and one action.';
 
 -- Only the owner keeps the right to execute it and to write the table, whatever grants
 -- (to PUBLIC, or ALTER DEFAULT PRIVILEGES of an earlier --print-grants) gave before:

@@ -5,8 +5,9 @@
 -- runs as the schema's owner (SECURITY DEFINER, its search_path pinned) and writes only a
 -- test message: kind and rule 'test', status 'sent' or 'failed' (never pending, so the
 -- sender never posts it), one attempt, a dedupe key 'test|<uuid>' made here (alert keys
--- have at least three '|', so none can be taken) and the database's now() (the caller's
--- transaction time). EXECUTE is granted to the operator role by
+-- have at least three '|', so none can be taken) and the database's clock_timestamp()
+-- (the time of the call, not the caller's transaction start, which a login could hold
+-- open to back-date the row). EXECUTE is granted to the operator role by
 -- `outbox-monitor init-db --print-grants`, to no one else (not PUBLIC).
 
 CREATE FUNCTION outbox_monitor.record_test_notification(
@@ -23,6 +24,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_id bigint;
+    v_now timestamptz := clock_timestamp();
 BEGIN
     IF p_status IS NULL OR p_status NOT IN ('sent', 'failed') THEN
         RAISE EXCEPTION 'test notification: status must be sent or failed, got %',
@@ -51,8 +53,8 @@ BEGIN
         (dedupe_key, rule, instance, kind, route, payload, status, attempts, last_status,
          last_error, available_at, created_at, sent_at, slack_channel, slack_ts)
     VALUES ('test|' || gen_random_uuid(), 'test', '', 'test', p_route, p_payload, p_status,
-            1, p_last_status, left(p_last_error, 2000), now(), now(),
-            CASE WHEN p_status = 'sent' THEN now() END,
+            1, p_last_status, left(p_last_error, 2000), v_now, v_now,
+            CASE WHEN p_status = 'sent' THEN v_now END,
             left(p_slack_channel, 200), left(p_slack_ts, 100))
     RETURNING id INTO v_id;
     RETURN v_id;
@@ -61,7 +63,8 @@ $$;
 
 COMMENT ON FUNCTION
     outbox_monitor.record_test_notification(text, jsonb, text, integer, text, text, text)
-    IS 'Records a posted test message (sent or failed, never pending); stamps now().';
+    IS 'Records a posted test message (sent or failed, never pending); stamps '
+       'clock_timestamp().';
 
 -- Only the owner keeps the right to execute it, whatever grants (to PUBLIC, or ALTER
 -- DEFAULT PRIVILEGES of an earlier --print-grants) gave; re-run the new
