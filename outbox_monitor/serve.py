@@ -377,9 +377,12 @@ def run_dashboard(
     if insecure_no_auth:
         settings = settings.model_copy(update={"insecure_no_auth": True})
     db = scheduler = server = process = None
-    secrets_dir = tempfile.TemporaryDirectory(prefix="outbox-monitor-secrets-")
+    secrets_text = oidc_secrets(settings)  # sign-in only: no folder to leave behind otherwise
+    secrets_dir = (
+        tempfile.TemporaryDirectory(prefix="outbox-monitor-secrets-") if secrets_text else None
+    )
     try:
-        secrets_file = _write_secrets(settings, Path(secrets_dir.name))
+        secrets_file = _write_secrets(secrets_text, Path(secrets_dir.name)) if secrets_dir else None
         if with_scheduler:
             ruleset, transports = load_alerting(None, settings)
             db = Database(settings.model_copy(update={"dsn": settings.actions_target}))
@@ -408,13 +411,11 @@ def run_dashboard(
             server.stop()
         if db is not None:
             db.close()
-        secrets_dir.cleanup()
+        if secrets_dir is not None:
+            secrets_dir.cleanup()
 
 
-def _write_secrets(settings: Settings, directory: Path) -> Path | None:
-    text = oidc_secrets(settings)
-    if text is None:
-        return None
+def _write_secrets(text: str, directory: Path) -> Path:
     path = directory / "secrets.toml"
     path.touch(mode=0o600)
     path.write_text(text)
