@@ -61,6 +61,13 @@ class Preview:
     parts: tuple[Part, ...] = field(repr=False)
 
 
+APPLIED_NOTHING = (
+    "nothing was applied: every previewed row was no longer eligible (a worker, another "
+    "operator or a trigger changed or kept it since the preview); preview again"
+)
+"""What a confirmed action that changed no row says (CLI, page, log): never a quiet 0."""
+
+
 @dataclass(frozen=True)
 class ActionResult:
     """The outcome of a confirmed action.
@@ -78,6 +85,11 @@ class ActionResult:
     dead_lettered: int
     batches: int
     ids: list[int]
+
+    @property
+    def applied_nothing(self) -> bool:
+        """The preview matched rows but none was changed (``APPLIED_NOTHING`` says why)."""
+        return self.changed == 0 and self.matched > 0
 
 
 @dataclass(frozen=True)
@@ -320,16 +332,19 @@ def apply(
         raise _interrupted(result, preview, error) from error
     except psycopg.Error as error:
         raise _interrupted(result, preview, error) from error
-    log.info(
-        "%s run %s by %s: %d row(s) changed of %d previewed, in %d batch(es)",
+    result = replace(result, skipped=max(preview.matched - result.changed, 0))
+    log.log(
+        logging.WARNING if result.applied_nothing else logging.INFO,
+        "%s run %s by %s: %d row(s) changed of %d previewed, in %d batch(es)%s",
         preview.action,
         run_id,
         actor.name,
         result.changed,
         preview.matched,
         result.batches,
+        f"; {APPLIED_NOTHING}" if result.applied_nothing else "",
     )
-    return replace(result, skipped=max(preview.matched - result.changed, 0))
+    return result
 
 
 def _interrupted(

@@ -356,6 +356,8 @@ def _run_action(
         "batches": result.batches,
         "ids": [str(i) for i in result.ids],
     }
+    if result.applied_nothing:
+        outcome["warning"] = actions.APPLIED_NOTHING
     if as_json:
         emit_json({**payload, **outcome})
         return
@@ -365,6 +367,8 @@ def _run_action(
         + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
         + f" (run {result.run_id})"
     )
+    if result.applied_nothing:
+        echo(f"warning: {actions.APPLIED_NOTHING}", err=True)
 
 
 def _print_preview(preview: actions.Preview) -> None:

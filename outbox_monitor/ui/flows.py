@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions import ActionResult, Preview
+from outbox_monitor.actions import APPLIED_NOTHING, ActionResult, Preview
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused, OutboxMonitorError
 from outbox_monitor.ui import banners, format, loaders
@@ -126,7 +126,13 @@ def action_flow(
             st.session_state.pop(result_key, None)
     result = last_result(key)
     if result is not None:
-        st.success(describe_result(result), icon=":material/check_circle:")
+        if result.applied_nothing:
+            st.warning(
+                f"{describe_result(result)} {APPLIED_NOTHING.capitalize()}.",
+                icon=":material/warning:",
+            )
+        else:
+            st.success(describe_result(result), icon=":material/check_circle:")
         st.caption(
             f"run id {result.run_id} · {format.plural(result.batches, 'batch', 'batches')} · "
             f"audited as {format.md_code(actor.name)}"

@@ -136,3 +136,44 @@ def test_the_dashboard_shows_the_same_summary(open_page, conn):  # noqa: F811
     )
     assert audit_runs(conn) == {run_id: 2000}
     assert statuses(conn, ids).count("pending") == 2000
+
+
+VETO = """
+    CREATE FUNCTION keep_row() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RETURN NULL; END $$;
+    CREATE TRIGGER keep_row BEFORE UPDATE OR DELETE ON integration_outbox
+        FOR EACH ROW EXECUTE FUNCTION keep_row();
+"""
+"""A trigger that silently keeps every row: the action runs and changes nothing."""
+
+
+def test_an_action_that_applied_nothing_says_so_in_json_text_and_log(cli, conn, caplog):
+    ids = failed_rows(conn, 5, days_ago=40)
+    conn.execute(VETO)
+
+    as_json = cli("prune", "--failed-older-than", "30d", "--yes", "--json")
+    outcome = json.loads(as_json.stdout)
+    assert (outcome["matched"], outcome["changed"], outcome["skipped"]) == (5, 0, 5)
+    assert outcome["warning"].startswith("nothing was applied: every previewed row")
+
+    text = cli("prune", "--failed-older-than", "30d", "--yes")
+    assert "prune: 0 row(s) changed, 5 no longer eligible" in text.stdout
+    assert "warning: nothing was applied: every previewed row" in text.stderr
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "prune run" in r.message]
+    assert len(warnings) == 2 and "nothing was applied" in warnings[0].getMessage()
+    assert statuses(conn, ids) == ["failed"] * 5
+
+
+def test_the_dashboard_warns_when_an_action_applied_nothing(open_page, conn):  # noqa: F811
+    failed_rows(conn, 3)
+    conn.execute(VETO)
+    at = open_page("actions", event_type="order.paid")
+    at.button(key="actions.replay.preview_button").click().run()
+
+    at.button(key="actions.replay.confirm").click().run()
+
+    assert not at.exception and not at.success
+    [warning] = [w for w in at.warning if "Replayed" in w.value]
+    assert plain(warning.value).startswith(
+        "Replayed 0 rows; 3 were no longer failed. Nothing was applied: every previewed row"
+    )
