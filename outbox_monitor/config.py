@@ -32,6 +32,9 @@ DEFAULT_LOCK_TIMEOUT_SECONDS = 15 * 60.0
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_WINDOW_SECONDS = 3600.0
 DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+MIN_TIMEOUT_SECONDS = 1.0
+"""The shortest lock timeout and Slack timeout accepted: under a second every in-flight row
+would count as stuck (and be reaped with auto-reap on), every Slack post would time out."""
 MAX_STATEMENT_TIMEOUT_SECONDS = 2_147_483.0
 """Postgres' largest statement_timeout (2^31 - 1 ms, ≈ 24.8 days); a value under 1 ms is
 sent as 1 ms (``db._connection_kwargs``), never as 0, which means no timeout."""
@@ -200,7 +203,7 @@ class Settings(BaseSettings):
     actions_dsn: str | None = Field(default=None, repr=False)
     table: str = DEFAULT_TABLE
     ledger_table: str | None = None
-    lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, gt=0)
+    lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=1000)
     window: Seconds = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
     statement_timeout: Seconds = Field(
@@ -216,7 +219,7 @@ class Settings(BaseSettings):
         default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
     )
     metrics_cache: Seconds = Field(default=DEFAULT_METRICS_CACHE_SECONDS, ge=0)
-    slack_timeout: Seconds = Field(default=DEFAULT_SLACK_TIMEOUT_SECONDS, gt=0)
+    slack_timeout: Seconds = Field(default=DEFAULT_SLACK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
     dashboard_url: str = DEFAULT_DASHBOARD_URL
     auto_reap: bool = False
     auto_prune_done: OptionalSeconds = None

@@ -310,3 +310,14 @@ def test_a_statement_timeout_postgres_cannot_hold_is_refused_naming_it(monkeypat
     monkeypatch.setenv(f"{ENV_PREFIX}STATEMENT_TIMEOUT", "30d")
     with pytest.raises(ConfigError, match=f"{ENV_PREFIX}STATEMENT_TIMEOUT"):
         load_settings()
+
+
+@pytest.mark.parametrize("variable", ["LOCK_TIMEOUT", "SLACK_TIMEOUT"])
+def test_a_timeout_under_a_second_is_refused_naming_it(monkeypatch, variable):
+    """A lock timeout of 0.0001 s made every in-flight row stuck (auto-reap would reap them
+    all); a Slack timeout of 0.0001 s made every post time out. Both were accepted."""
+    monkeypatch.setenv(f"{ENV_PREFIX}{variable}", "0.0001")
+    with pytest.raises(ConfigError, match=f"{ENV_PREFIX}{variable}"):
+        load_settings()
+    monkeypatch.setenv(f"{ENV_PREFIX}{variable}", "1s")
+    assert getattr(load_settings(), variable.lower()) == 1.0
