@@ -83,10 +83,13 @@ def subprocess_env(dsn: str, **extra: str) -> dict[str, str]:
     """The environment for a child ``python -m outbox_monitor`` process.
 
     This process's environment without any ``OUTBOX_MONITOR_*`` setting, then
-    ``OUTBOX_MONITOR_DSN=dsn`` and ``extra`` (e.g. ``SLACK_WEBHOOK_URL``).
+    ``OUTBOX_MONITOR_DSN=dsn``, no metrics server (``OUTBOX_MONITOR_METRICS_PORT=0``: a
+    scheduler refuses to start on a port in use, and two replicas of one test share a
+    host) and ``extra`` (e.g. ``SLACK_WEBHOOK_URL``, or a free metrics port).
     """
     env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIX)}
     env["OUTBOX_MONITOR_DSN"] = dsn
+    env["OUTBOX_MONITOR_METRICS_PORT"] = "0"
     env.update(extra)
     return env
 

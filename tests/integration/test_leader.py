@@ -291,7 +291,7 @@ def test_two_scheduler_processes_one_message_per_transition_and_failover_on_kill
         started = time.monotonic()
         assert wait_for(
             lambda: "is now the alert evaluator" in logs[1 - leader].read_text(), timeout=10
-        )
+        ), logs[1 - leader].read_text()
         takeover = time.monotonic() - started
         drain(conn)
         messages = messages_after(slack_sink, 2)
