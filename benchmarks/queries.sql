@@ -180,3 +180,35 @@ INCLUDE (status, created_at, event_type) WHERE status IN ('done', 'failed');
 -- name: benchmark_drop_index
 -- Benchmark only: drop one index ({index} is schema-qualified) without blocking writes.
 DROP INDEX CONCURRENTLY IF EXISTS {index};
+
+-- name: benchmark_claim_ack_due
+-- Benchmark only (claim.py): ack every due pending row of the seed, so the backlog is exact.
+UPDATE {table} SET status = 'done', processed_at = now(), attempts = 0
+WHERE status = 'pending' AND available_at <= now();
+
+-- name: benchmark_claim_backlog
+-- Benchmark only (claim.py): due pending rows %(first)s..%(last)s, created before %(anchor)s.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     available_at, created_at)
+SELECT 'order.paid', 'order', mod(g, 200000)::text, 'claim-backlog:' || g,
+       jsonb_build_object('id', g, 'currency', 'EUR', 'note', 'backlog row ' || g),
+       'pending', %(anchor)s::timestamptz - make_interval(secs => g * 0.01),
+       %(anchor)s::timestamptz - make_interval(secs => g * 0.01)
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g;
+
+-- name: benchmark_claim_users
+-- Benchmark only (claim.py): the users' claim exactly as SPEC §1 writes it.
+WITH due AS (
+    SELECT id FROM {table}
+    WHERE status = 'pending' AND available_at <= now()
+    ORDER BY created_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED)
+UPDATE {table} o SET status = 'processing', locked_at = now(), locked_by = %(worker)s
+FROM due WHERE o.id = due.id
+RETURNING o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.event_key, o.payload,
+          o.attempts, o.created_at;
+
+-- name: benchmark_claim_function
+-- Benchmark only (claim.py): the shared claim function installed by init-db.
+SELECT * FROM outbox_monitor.claim(%(table_regclass)s::regclass, %(worker)s, %(batch)s);
