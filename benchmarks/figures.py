@@ -638,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         created = init_db(db).created_indexes
         run.recommended.build_seconds = time.perf_counter() - start
-        run.recommended.index = next(n for n in created if "status_processed_at" in n)
+        run.recommended.index = next(n for n in created if n.endswith("_finished_idx"))
         time_phase(settings, run.recommended, group, args.repeat)
 
         if args.variants:

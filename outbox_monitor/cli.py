@@ -178,17 +178,30 @@ def init_db_command(
         "created_tables": report.created_tables,
         "applied_migrations": report.applied_migrations,
         "created_indexes": report.created_indexes,
+        "dropped_indexes": report.dropped_indexes,
+        "undropped_indexes": report.undropped_indexes,
         "schema_version": report.schema_version,
     }
     if as_json:
         emit_json(payload)
-        return
-    nothing = not (report.created_tables or report.applied_migrations or report.created_indexes)
-    echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
-    for label in ("created_tables", "applied_migrations", "created_indexes"):
-        for item in payload[label]:
-            echo(f"  {label.replace('_', ' ')}: {item}")
-    echo(f"  schema version: {report.schema_version}")
+    else:
+        changes = ("created_tables", "applied_migrations", "created_indexes", "dropped_indexes")
+        nothing = not any(payload[label] for label in changes)
+        echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
+        for label in changes:
+            for item in payload[label]:
+                echo(f"  {label.replace('_', ' ')}: {item}")
+        for name in report.dropped_indexes:
+            echo(f"  ({name} was created by an earlier release; it slows the workers' claim)")
+        echo(f"  schema version: {report.schema_version}")
+        for name, reason in report.undropped_indexes.items():
+            echo(
+                f"error: could not drop {name}, which slows the workers' claim: {reason}. "
+                "Everything else is done; run `outbox-monitor init-db` again.",
+                err=True,
+            )
+    if report.undropped_indexes:
+        sys.exit(EXIT_ERROR)
 
 
 @main.command()

@@ -6,9 +6,11 @@ import pty
 import subprocess
 import sys
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
+from outbox_monitor import schema
 from outbox_monitor.cli import main
 
 
@@ -183,3 +185,20 @@ def test_interactive_confirmation_on_a_terminal(dsn, rows):
     os.close(leader)
     assert b"replay preview: 1 row(s) match" in output
     assert rows.get(row_id)["status"] == "pending"
+
+
+def test_init_db_that_cannot_drop_a_retired_index_exits_1_naming_it(cli, dsn, conn, monkeypatch):
+    conn.execute(
+        "CREATE INDEX integration_outbox_created_at_idx ON integration_outbox (created_at)"
+    )
+    monkeypatch.setattr(schema, "DROP_LOCK_TIMEOUT_SECONDS", 0.3)
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE integration_outbox IN SHARE UPDATE EXCLUSIVE MODE")
+        result = cli("init-db")
+    assert result.exit_code == 1
+    assert "error: could not drop integration_outbox_created_at_idx" in result.stderr
+    assert "lock timeout (0.3 s)" in result.stderr
+
+    result = cli("init-db", "--json")
+    assert result.exit_code == 0
+    assert _json(result)["dropped_indexes"] == ["integration_outbox_created_at_idx"]
