@@ -9,6 +9,8 @@ the settings of ``db`` (1 h and 15 min unless configured).
 import logging
 from typing import Any
 
+from psycopg.errors import ReadOnlySqlTransaction
+
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
 from outbox_monitor.filters import Where
@@ -154,8 +156,10 @@ def error_groups(
     006) keeps every row's fingerprint and the groups' counts in the ``outbox_monitor``
     schema, and a refresh normalises only the dead letters that are new since the last
     one (a replay, delete or prune recounts from the cache). A login that may not execute
-    that function (the grants of an older ``--print-grants``) gets the same groups
-    computed from every failed row, as before the cache, and a WARNING once per process and table.
+    that function (the grants of an older ``--print-grants``), or whose transactions are
+    read-only (``default_transaction_read_only``, a standby), gets the same groups
+    computed from every failed row, as before the cache, and a WARNING once per process
+    and table.
 
     Returns:
         Rows ``{group_id (12 hex), event_type, fingerprint, failed, first_seen,
@@ -169,14 +173,16 @@ def error_groups(
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
     try:
         refresh_error_groups(db)
-    except (PermissionDenied, SchemaNotInitialised) as error:
+    except (PermissionDenied, SchemaNotInitialised, ReadOnlySqlTransaction) as error:
         if db.table_name not in _warned_exact_error_groups:
             _warned_exact_error_groups.add(db.table_name)
             log.warning(
-                "error groups are computed from every failed row (slow on many dead "
-                "letters): %s. %s",
-                error,
-                "Run the output of `outbox-monitor init-db --print-grants` again.",
+                "error groups of %s are computed from every failed row (slow with many dead "
+                "letters): outbox_monitor.refresh_error_groups failed: %s. Give this login "
+                "EXECUTE on it (run the output of `outbox-monitor init-db --print-grants` "
+                "again) and a read-write connection to the primary.",
+                db.table_name,
+                str(error).splitlines()[0],
             )
         return db.fetch_all("error_groups_exact", params, and_filters=where.fragment)
     return db.fetch_all("error_groups", params, and_filters=where.fragment)

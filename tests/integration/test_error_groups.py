@@ -28,7 +28,8 @@ def group_id(event_type: str, fingerprint: str) -> str:
 
 def counts(db: Database, **filters) -> dict[str, int]:
     """{group_id: failed} of metrics.error_groups, after checking that every field equals
-    the exact query's (every failed row normalised now)."""
+    the exact query's (every failed row normalised now) and that a replay of each group
+    would preview exactly its rows."""
     cached = metrics.error_groups(db, **filters)
     where = Where().event_type(filters.get("event_type"))
     exact = db.fetch_all(
@@ -37,6 +38,11 @@ def counts(db: Database, **filters) -> dict[str, int]:
         and_filters=where.fragment,
     )
     assert sorted(cached, key=lambda g: g["group_id"]) == sorted(exact, key=lambda g: g["group_id"])
+    for group in cached:
+        selection = actions.ReplaySelection(
+            error_group=group["group_id"], event_type=filters.get("event_type")
+        )
+        assert actions.preview_replay(db, selection).matched == group["failed"]
     return {g["group_id"]: g["failed"] for g in cached}
 
 
@@ -308,3 +314,43 @@ def test_changes_between_the_steps_of_a_recount_are_counted(db, rows, conn):
     while not step():
         pass
     assert counts(db) == {group_id("crm.upsert", AUTH): 2, group_id("crm.upsert", TIMEOUT): 1}
+
+
+def test_an_error_edited_in_place_moves_group_at_the_next_recount(db, rows, conn):
+    """The users' own UPDATE of last_error or event_type of a row that stays failed with
+    the same processed_at changes neither the count nor the processed_at sum: the groups
+    show it at the next recount (here: after a delete), which checks md5(last_error)."""
+    edited = auth(rows, 1)
+    auth(rows, 2)
+    other = timeout(rows, 1000)
+    assert counts(db) == {group_id("crm.upsert", AUTH): 2, group_id("crm.upsert", TIMEOUT): 1}
+    conn.execute(
+        "UPDATE integration_outbox SET last_error = 'timeout after 5000 ms calling ''x''', "
+        "event_type = 'order.paid' WHERE id = %s",
+        (edited,),
+    )
+    conn.execute("DELETE FROM integration_outbox WHERE id = %s", (other,))
+    assert counts(db) == {group_id("crm.upsert", AUTH): 1, group_id("order.paid", TIMEOUT): 1}
+
+
+def test_read_only_transactions_get_the_exact_groups(dsn, rows, conn, caplog):
+    """A login whose transactions are read-only (default_transaction_read_only, as on a
+    standby) cannot fill the cache: it gets the groups computed from every failed row."""
+    auth(rows, 1)
+    timeout(rows, 1000)
+    conn.execute(
+        sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(
+            sql.Identifier(conn.info.dbname)
+        )
+    )
+    metrics._warned_exact_error_groups.clear()
+    with (
+        Database(load_settings(dsn=dsn)) as read_only,
+        caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
+    ):
+        groups = metrics.error_groups(read_only)
+    assert {g["group_id"]: g["failed"] for g in groups} == {
+        group_id("crm.upsert", AUTH): 1,
+        group_id("crm.upsert", TIMEOUT): 1,
+    }
+    assert "read-only transaction" in caplog.text

@@ -7,7 +7,9 @@
 --
 -- error_fingerprints  one row per failed row seen: its id and processed_at (the time of
 --                     failure: every transition to failed sets it, so a row that fails
---                     again after a replay is a new version) and md5(normalised last_error)
+--                     again after a replay is a new version), md5(last_error) (so a recount
+--                     also sees an UPDATE of last_error in place) and md5(normalised
+--                     last_error)
 -- error_groups        the groups of the failed rows counted, with SPEC section 2's group id
 -- error_groups_state  per outbox table, the number of failed rows counted and the sum of
 --                     their processed_at: a refresh compares them with the table's failed
@@ -27,6 +29,7 @@ CREATE TABLE outbox_monitor.error_fingerprints (
     table_oid       oid         NOT NULL,
     id              bigint      NOT NULL,
     processed_at    timestamptz NOT NULL,  -- the row's processed_at; -infinity for NULL
+    error_md5       uuid        NOT NULL,  -- md5(last_error), checked by every recount
     fingerprint_md5 uuid        NOT NULL,  -- md5(outbox_monitor.normalize_error(last_error))
     PRIMARY KEY (table_oid, id)
 );
@@ -113,8 +116,10 @@ BEGIN
                        AS balanced
                 FROM signature AS s
             ), picked AS MATERIALIZED (
-                SELECT id, event_type, processed_at, fingerprint, md5(fingerprint)::uuid AS fingerprint_md5
+                SELECT id, event_type, processed_at, error_md5, fingerprint,
+                       md5(fingerprint)::uuid AS fingerprint_md5
                 FROM (SELECT id, event_type, processed_at,
+                             md5(coalesce(last_error, ''))::uuid AS error_md5,
                              outbox_monitor.normalize_error(last_error) AS fingerprint
                       FROM candidates
                       WHERE (SELECT balanced FROM verdict)
@@ -122,10 +127,11 @@ BEGIN
                       LIMIT $5) AS p
             ), cached AS (
                 INSERT INTO outbox_monitor.error_fingerprints AS c
-                    (table_oid, id, processed_at, fingerprint_md5)
-                SELECT $2, id, processed_at, fingerprint_md5 FROM picked
+                    (table_oid, id, processed_at, error_md5, fingerprint_md5)
+                SELECT $2, id, processed_at, error_md5, fingerprint_md5 FROM picked
                 ON CONFLICT (table_oid, id) DO UPDATE
-                SET processed_at = excluded.processed_at, fingerprint_md5 = excluded.fingerprint_md5
+                SET processed_at = excluded.processed_at, error_md5 = excluded.error_md5,
+                    fingerprint_md5 = excluded.fingerprint_md5
             ), grouped AS (
                 INSERT INTO outbox_monitor.error_groups AS g
                     (table_oid, event_type, fingerprint_md5, group_id, fingerprint, failed,
@@ -164,7 +170,8 @@ BEGIN
 
     -- Anything else (the first call, a replay, a delete, a prune, a failed row with an old
     -- processed_at) recounts, one step per call: forget the fingerprints of rows no longer
-    -- failed as cached; normalise the failed rows not cached, p_batch per call; count.
+    -- failed with that processed_at; normalise the failed rows not cached with their
+    -- processed_at and md5(last_error), p_batch per call; count (event types as they are).
     IF v_state.recount_step = 'forget' THEN
         EXECUTE format($sql$
             DELETE FROM outbox_monitor.error_fingerprints AS c
@@ -181,18 +188,21 @@ BEGIN
     IF v_state.recount_step = 'fill' THEN
         EXECUTE format($sql$
             INSERT INTO outbox_monitor.error_fingerprints AS c
-                (table_oid, id, processed_at, fingerprint_md5)
+                (table_oid, id, processed_at, error_md5, fingerprint_md5)
             SELECT $1, o.id, coalesce(o.processed_at, '-infinity'),
+                   md5(coalesce(o.last_error, ''))::uuid,
                    md5(outbox_monitor.normalize_error(o.last_error))::uuid
             FROM %1$s AS o
             WHERE o.status = 'failed'
               AND NOT EXISTS (
                   SELECT FROM outbox_monitor.error_fingerprints AS f
                   WHERE f.table_oid = $1 AND f.id = o.id
-                    AND f.processed_at = coalesce(o.processed_at, '-infinity'))
+                    AND f.processed_at = coalesce(o.processed_at, '-infinity')
+                    AND f.error_md5 = md5(coalesce(o.last_error, ''))::uuid)
             LIMIT $2
             ON CONFLICT (table_oid, id) DO UPDATE
-            SET processed_at = excluded.processed_at, fingerprint_md5 = excluded.fingerprint_md5
+            SET processed_at = excluded.processed_at, error_md5 = excluded.error_md5,
+                fingerprint_md5 = excluded.fingerprint_md5
         $sql$, p_table) USING v_oid, p_batch;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count < p_batch THEN
@@ -213,6 +223,7 @@ BEGIN
             JOIN outbox_monitor.error_fingerprints AS c
               ON c.table_oid = $1 AND c.id = o.id
              AND c.processed_at = coalesce(o.processed_at, '-infinity')
+             AND c.error_md5 = md5(coalesce(o.last_error, ''))::uuid
             WHERE o.status = 'failed'
         ), grouped AS MATERIALIZED (
             SELECT event_type, fingerprint_md5, count(*) AS failed,
