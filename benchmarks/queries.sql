@@ -45,7 +45,7 @@ SELECT event_type,
                'HTTP 422 Unprocessable Entity: email invalid for contact ' || (100000 + g)
            WHEN status = 'failed' AND r_lat < 0.4 THEN
                'HTTP 500 Internal Server Error from api.crm.example (request '
-               || gen_random_uuid() || ')'
+               || gen_random_uuid() || E')\n' || %(stack_trace)s
            WHEN status = 'failed' AND r_lat < 0.7 THEN
                'timeout after 30000 ms calling hooks.slack.com'
            WHEN status = 'failed' AND r_lat < 0.9 THEN
@@ -255,3 +255,47 @@ SELECT 'order.paid', 'order', g::text, 'publish:' || %(tag)s || ':' || g,
        jsonb_build_object('id', g, 'currency', 'EUR', 'note', 'published row ' || g)
 FROM generate_series(1, %(batch)s) AS g
 ON CONFLICT (event_key) DO NOTHING;
+
+-- name: benchmark_error_groups_reset
+-- Benchmark only (error_groups.py): an empty outbox table and an empty error-group cache.
+TRUNCATE {table};
+TRUNCATE outbox_monitor.error_fingerprints, outbox_monitor.error_groups,
+         outbox_monitor.error_groups_state;
+
+-- name: benchmark_error_groups_before
+-- Benchmark only (error_groups.py): the error_groups block before the cache (every failed row normalised at every refresh, samples aggregated).
+SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
+       event_type,
+       fingerprint,
+       count(*) AS failed,
+       min(processed_at) AS first_seen,
+       max(processed_at) AS last_seen,
+       (array_agg(last_error ORDER BY id DESC))[1] AS sample_error
+FROM (
+    SELECT id, event_type, last_error, processed_at,
+           outbox_monitor.normalize_error(last_error) AS fingerprint
+    FROM {table}
+    WHERE status = 'failed' {and_filters}
+    OFFSET 0
+) AS failed_rows
+GROUP BY 1, 2, 3
+ORDER BY failed DESC, last_seen DESC
+LIMIT %(limit)s;
+
+-- name: benchmark_error_groups_new_dead_letters
+-- Benchmark only (error_groups.py): %(rows)s rows dead-lettered now, half with a stack trace (keys tagged %(tag)s).
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, last_error, created_at, processed_at)
+SELECT 'order.paid', 'order', g::text, 'benchmark-dead:' || %(tag)s || ':' || g,
+       jsonb_build_object('id', g), 'failed', 10,
+       CASE WHEN mod(g, 2) = 0
+            THEN 'HTTP 500 Internal Server Error from api.crm.example (request '
+                 || gen_random_uuid() || E')\n' || %(stack_trace)s
+            ELSE 'timeout after 30000 ms calling hooks.slack.com' END,
+       now() - interval '5 seconds', now()
+FROM generate_series(1, %(rows)s) AS g;
+
+-- name: benchmark_error_groups_replay
+-- Benchmark only (error_groups.py): replay the %(rows)s dead letters with the smallest ids, as actions.replay does.
+UPDATE {table} SET status = 'pending', attempts = 0, available_at = now(), processed_at = NULL
+WHERE id IN (SELECT id FROM {table} WHERE status = 'failed' ORDER BY id LIMIT %(rows)s);

@@ -288,26 +288,43 @@ SELECT (
     WHERE status IN ('pending', 'processing') AND attempts >= %(attempts)s {and_filters}
 ) AS value;
 
+-- name: error_groups_refresh
+-- Bring the cached error groups of the outbox table up to date (migration 006); false when more than %(batch)s rows had to be normalised: call again.
+SELECT outbox_monitor.refresh_error_groups(%(table_regclass)s::regclass, %(batch)s) AS done;
+
 -- name: error_groups
--- Failed rows grouped by event_type and normalised last_error, biggest group first; the
--- fingerprint is computed once per row (the regexes dominate: benchmarks/RESULTS.md).
-SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
-       event_type,
-       fingerprint,
-       count(*) AS failed,
-       min(processed_at) AS first_seen,
-       max(processed_at) AS last_seen,
-       (array_agg(last_error ORDER BY id DESC))[1] AS sample_error
-FROM (
-    SELECT id, event_type, last_error, processed_at,
-           outbox_monitor.normalize_error(last_error) AS fingerprint
-    FROM {table}
-    WHERE status = 'failed' {and_filters}
-    OFFSET 0
-) AS failed_rows
-GROUP BY 1, 2, 3
-ORDER BY failed DESC, last_seen DESC
+-- The cached error groups of the outbox table, biggest first, each with the last_error of its largest id as sample (read after error_groups_refresh).
+SELECT g.group_id, g.event_type, g.fingerprint, g.failed, g.first_seen, g.last_seen,
+       s.last_error AS sample_error
+FROM outbox_monitor.error_groups AS g
+LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = g.sample_id) AS s ON true
+WHERE g.table_oid = %(table_regclass)s::regclass {and_filters}
+ORDER BY g.failed DESC, g.last_seen DESC
 LIMIT %(limit)s;
+
+-- name: error_groups_exact
+-- Failed rows grouped by event_type and normalised last_error, every row normalised now (for a login that may not run error_groups_refresh).
+-- The fingerprint is computed once per row; the sample is fetched after grouping.
+SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
+       grouped.event_type, fingerprint, failed, first_seen, last_seen,
+       s.last_error AS sample_error
+FROM (
+    SELECT event_type, fingerprint, count(*) AS failed, min(processed_at) AS first_seen,
+           max(processed_at) AS last_seen, max(id) AS sample_id
+    FROM (
+        SELECT id, event_type, processed_at,
+               outbox_monitor.normalize_error(last_error) AS fingerprint
+        FROM {table}
+        WHERE status = 'failed' {and_filters}
+        OFFSET 0
+    ) AS failed_rows
+    GROUP BY event_type, fingerprint
+    ORDER BY failed DESC, last_seen DESC
+    LIMIT %(limit)s
+) AS grouped
+LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = grouped.sample_id) AS s
+    ON true
+ORDER BY failed DESC, last_seen DESC;
 
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the
@@ -971,6 +988,10 @@ GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {viewer};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox_monitor TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT SELECT ON TABLES TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO {viewer};
+-- the error groups' cache (migration 006) is written only through this function, which
+-- stores what it computes from the outbox table (no INSERT on the cache: a planted row
+-- would mislabel dead letters); without it the dashboard normalises every dead letter
+GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
 -- but not the only writers of audit rows and test messages (the operator's)
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {viewer};

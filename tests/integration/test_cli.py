@@ -159,6 +159,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "003_audit_function",
         "004_leadership",
         "005_test_notification_function",
+        "006_error_groups_cache",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []
