@@ -19,12 +19,17 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 
 .PHONY: demo test lint install lock browser oidc-provider n8n clean
 
-# --no-compile: Python compiles only the modules a run imports, once (halves the install).
+# Byte-compiled at install, so no command compiles at start-up (with PYTHONDONTWRITEBYTECODE=1,
+# as on these machines and in the image, nothing is ever written later: every start of
+# `outbox-monitor status` would recompile ≈ 450 modules, 2× slower). One parallel compileall
+# of the venv and the package after a --no-compile install is faster than pip's serial
+# compile (benchmarks/RESULTS.md, "CLI start-up").
 $(BIN)/outbox-monitor: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install pip==$(PIP_VERSION)
 	$(PIP) install --no-compile --require-hashes -r requirements.lock
 	$(PIP) install --no-deps -e .
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib outbox_monitor
 	touch $@
 
 install: $(BIN)/outbox-monitor
