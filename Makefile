@@ -19,11 +19,10 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 
 .PHONY: demo test lint install lock browser oidc-provider n8n clean
 
-# Byte-compiled at install, so no command compiles at start-up (with PYTHONDONTWRITEBYTECODE=1,
-# as on these machines and in the image, nothing is ever written later: every start of
-# `outbox-monitor status` would recompile ≈ 450 modules, 2× slower). One parallel compileall
-# of the venv and the package after a --no-compile install is faster than pip's serial
-# compile (benchmarks/RESULTS.md, "CLI start-up").
+# Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
+# .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
+# modules again (≈ 2× its start-up). One parallel compileall after a --no-compile install is
+# faster than pip's serial compile (benchmarks/RESULTS.md, "CLI start-up").
 $(BIN)/outbox-monitor: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install pip==$(PIP_VERSION)
