@@ -11,13 +11,13 @@ import click
 
 from outbox_monitor import actions, grants, metrics, schema
 from outbox_monitor.access import local_identity
-from outbox_monitor.alerts.commands import alerts, check
 from outbox_monitor.cli_support import (
     DURATION,
     DURATION_OR_ZERO,
     EXIT_ERROR,
     ROW_ID,
     TABLE,
+    LazyGroup,
     echo,
     emit_json,
     fail,
@@ -67,7 +67,7 @@ def common_options(command: Callable) -> Callable:
     return wrapper
 
 
-class JsonAwareGroup(click.Group):
+class JsonAwareGroup(LazyGroup):
     """A group whose usage errors (``--window abc``, ``--id xyz``) are one JSON object on
     stdout when the command line has ``--json``, as every other outcome of ``--json`` is."""
 
@@ -86,7 +86,15 @@ class JsonAwareGroup(click.Group):
         sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
-@click.group(cls=JsonAwareGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=JsonAwareGroup,
+    # The rules engine and YAML load only for the commands that read alerts.yml.
+    lazy_subcommands={
+        "check": "outbox_monitor.alerts.commands:check",
+        "alerts": "outbox_monitor.alerts.commands:alerts",
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="outbox-monitor")
 @click.option(
     "--log-level",
@@ -632,10 +640,6 @@ def simulate(
         settings, rate=rate, workers=workers, duration=duration, backfill=backfill
     )
     click.echo(json.dumps(to_jsonable(counts)))
-
-
-main.add_command(check)
-main.add_command(alerts)
 
 
 @main.command("healthcheck")
