@@ -3,9 +3,10 @@
 Starts its own throwaway PostgreSQL cluster, creates the outbox table with only the indexes
 users already have and seeds ``--rows`` rows of history exactly as ``figures.py`` does (one
 ``INSERT … SELECT generate_series``, mostly ``done``); the seed's due pending rows are acked,
-so that each backlog is exact. The table is then copied: ``without`` keeps the users' indexes
-only, ``with`` also gets the product's recommended indexes (``schema.init_db``, CONCURRENTLY)
-and, with ``--retired``, ``retired`` gets the indexes init-db created before issue 11.
+so that each backlog is exact. The table is then copied once per variant, so that every
+variant starts from the same compact heap: ``without`` keeps the users' indexes only, ``with``
+also gets the product's recommended indexes (``schema.init_db``, CONCURRENTLY) and, with
+``--retired``, ``retired`` gets the indexes init-db created before issue 11.
 
 For each scenario (``--backlogs``: due pending rows; ``--storms``: due rows plus rows waiting
 in backoff, created before them, as in a retry storm of one event type) every table is brought
@@ -58,7 +59,7 @@ from outbox_monitor.schema import RETIRED_INDEXES, init_db
 HARM = 1.05
 WORKER = "benchmark-claim"
 SOURCE = "integration_outbox"
-TABLES = {"without": SOURCE, "with": "outbox_recommended", "retired": "outbox_retired"}
+TABLES = {"without": "outbox_plain", "with": "outbox_recommended", "retired": "outbox_retired"}
 STATEMENTS = ("users' claim (SPEC §1 SQL)", "outbox_monitor.claim()", "users' ack", "publish")
 
 
@@ -168,9 +169,9 @@ def bring_to(
 
 def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -> dict:
     """Copy the seeded table for every variant; returns the connectors and build seconds."""
-    dbs = {"without": source}
+    dbs = {}
     builds = {}
-    for variant in ("with", "retired") if retired else ("with",):
+    for variant in ("without", "with", "retired") if retired else ("without", "with"):
         settings = load_settings(
             dsn=cluster_dsn,
             table=f"public.{TABLES[variant]}",
@@ -185,14 +186,15 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -
         if variant == "with":
             created = init_db(db, create_indexes=True).created_indexes
             log(f"  init-db created {', '.join(created)}")
-        else:
+        elif variant == "retired":
             names = {
                 purpose: sql.Identifier(f"{TABLES[variant]}_{purpose}_idx")
                 for purpose in RETIRED_INDEXES
             }
             with db.direct_connection(statement_timeout=None) as conn:
                 conn.execute(db.compose("benchmark_retired_indexes", **names))
-        builds[variant] = time.perf_counter() - start
+        if variant != "without":
+            builds[variant] = time.perf_counter() - start
         dbs[variant] = db
     return {"dbs": dbs, "builds": builds}
 
@@ -331,9 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                     measure(dbs, args, result)
                     results.append(result)
             finally:
-                for variant, db in dbs.items():
-                    if variant != "without":
-                        db.__exit__(None, None, None)
+                for db in dbs.values():
+                    db.__exit__(None, None, None)
         shape["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         log("stopping the cluster")
     print_report(args, server, shape, results)

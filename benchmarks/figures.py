@@ -11,7 +11,7 @@ the index sizes and the write cost of the indexes (insert, claim and ack of a ba
 
 Usage (from the repository root, with the package installed)::
 
-    .venv/bin/python benchmarks/figures.py [--rows 1000000] [--repeat 7] [--variants]
+    .venv/bin/python benchmarks/figures.py [--rows 1000000] [--repeat 7]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --repeat 2``
 is a smoke run of well under 30 s. The benchmark's own SQL is in ``benchmarks/queries.sql``
@@ -73,24 +73,8 @@ STACK_TRACE = (
     "512:16)\n"
     "    at Socket.emit (node:events:517:28)"
 )
-# The benchmark's own named blocks (seed, EXPLAIN, sizes, write batches, index variants).
+# The benchmark's own named blocks (seed, EXPLAIN, sizes, write batches).
 BENCHMARK_QUERIES = parse_queries((Path(__file__).parent / "queries.sql").read_text("utf-8"))
-# --variants: the recommended (status, processed_at) index replaced by each of these blocks;
-# the (created_at) index stays.
-VARIANTS = {
-    "partial": (
-        "benchmark_index_partial",
-        "(processed_at) WHERE status IN ('done','failed')",
-    ),
-    "covering": (
-        "benchmark_index_covering",
-        "(status, processed_at) INCLUDE (created_at, event_type, attempts)",
-    ),
-    "partial covering": (
-        "benchmark_index_partial_covering",
-        "(processed_at) INCLUDE (status, created_at, event_type) WHERE status IN ('done','failed')",
-    ),
-}
 
 
 def log(message: str) -> None:
@@ -411,14 +395,6 @@ def drop_index(db: RecordingDatabase, name: str) -> None:
         conn.execute(db.compose("benchmark_drop_index", index=sql.Identifier(schema, name)))
 
 
-def create_variant(db: RecordingDatabase, query: str, name: str) -> float:
-    """Build one variant index CONCURRENTLY; returns the seconds it took."""
-    start = time.perf_counter()
-    with db.direct_connection(statement_timeout=None) as conn:
-        conn.execute(db.compose(query, index=sql.Identifier(name)))
-    return time.perf_counter() - start
-
-
 # ------------------------------------------------------------------------------ report
 
 
@@ -444,7 +420,6 @@ class Run:
     figures: list[Figure]
     without: Phase
     recommended: Phase
-    variants: list[Phase]
     wall_seconds: float = 0.0
 
 
@@ -556,45 +531,6 @@ def print_report(run: Run) -> None:
         extra = (after - before) * 1000 / args.insert_rows
         print(f"| {key} | {ms(before)} | {ms(after)} | {after / before:.2f} | {extra:+.1f} |")
 
-    if run.variants:
-        print_variants(run)
-
-
-def print_variants(run: Run) -> None:
-    """The --variants comparison: the (status, processed_at) index replaced by each variant."""
-    phases = [run.recommended, *run.variants]
-    labels = " | ".join(phase.label for phase in phases)
-    print("\n## Variants of the (status, processed_at) index, (created_at) kept\n")
-    print("- **recommended**: (status, processed_at)")
-    for phase in run.variants:
-        print(f"- **{phase.label}**: {VARIANTS[phase.label][1]}")
-    print(f"\nMedian ms (pages touched).\n\n| figure | {labels} |")
-    print("|---|" + "---:|" * len(phases))
-    for figure in run.figures:
-        name = figure.name
-        cells = " | ".join(
-            f"{ms(p.timings[name])} ({p.pages(name):,}){' **seq**' if p.seq_scan(name) else ''}"
-            for p in phases
-        )
-        print(f"| {name} | {cells} |")
-    print("\n| index | MB | build s | insert ms | claim ms | ack ms |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for phase in phases:
-        size = sum(row["bytes"] for row in phase.sizes if row["name"] == phase.index)
-        print(
-            f"| {phase.label} | {mb(size)} | {phase.build_seconds or 0:.1f} "
-            f"| {ms(phase.writes['insert'])} | {ms(phase.writes['claim'])} "
-            f"| {ms(phase.writes['ack'])} |"
-        )
-    print(f"\nStatements whose plan differs between variants:\n\n| figure | statement | {labels} |")
-    print("|---|---|" + "---|" * len(phases))
-    for figure in run.figures:
-        for plans in zip_longest(*(p.plans[figure.name] for p in phases), fillvalue=NOT_RUN):
-            if len({plan.scans for plan in plans}) > 1:
-                cells = " | ".join(f"{plan.scans} ({plan.pages:,})" for plan in plans)
-                query = next(plan.query for plan in plans if plan is not NOT_RUN)
-                print(f"| {figure.name} | {query} | {cells} |")
-
 
 # -------------------------------------------------------------------------------- main
 
@@ -608,9 +544,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--insert-rows",
         type=int,
         help="rows per write batch (default 50,000, at most --rows)",
-    )
-    parser.add_argument(
-        "--variants", action="store_true", help="also compare variants of the indexes"
     )
     args = parser.parse_args(argv)
     if args.insert_rows is None:
@@ -630,9 +563,8 @@ def time_phase(settings: Settings, phase: Phase, error_group: str | None, repeat
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the report; returns the exit status.
 
-    Order: figures without the recommended indexes; init-db; figures with them; with
-    ``--variants`` the figures with each variant; then every write-cost measurement last,
-    so that no figure runs on a table bloated by write batches.
+    Order: figures without the recommended indexes; init-db; figures with them; then every
+    write-cost measurement last, so that no figure runs on a table bloated by write batches.
     """
     args = parse_args(argv)
     started = time.perf_counter()
@@ -656,7 +588,6 @@ def main(argv: list[str] | None = None) -> int:
             build_figures(db, group),
             Phase("without"),
             Phase("recommended"),
-            [],
         )
         time_phase(settings, run.without, group, args.repeat)
 
@@ -667,24 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         run.recommended.index = next(n for n in created if n.endswith("_finished_idx"))
         time_phase(settings, run.recommended, group, args.repeat)
 
-        if args.variants:
-            drop_index(db, run.recommended.index)
-            table = db.settings.table_parts[1]
-            for label in VARIANTS:
-                phase = Phase(label, index=f"{table}_bench_{label.replace(' ', '_')}_idx")
-                log(f"variant {label}: building {phase.index}")
-                phase.build_seconds = create_variant(db, VARIANTS[label][0], phase.index)
-                time_phase(settings, phase, group, args.repeat)
-                drop_index(db, phase.index)
-                run.variants.append(phase)
-            init_db(db)
-
         time_writes(db, run.recommended, args.insert_rows)
         drop_index(db, run.recommended.index)
-        for phase in run.variants:
-            create_variant(db, VARIANTS[phase.label][0], phase.index)
-            time_writes(db, phase, args.insert_rows)
-            drop_index(db, phase.index)
         for name in created:
             drop_index(db, name)
         time_writes(db, run.without, args.insert_rows)

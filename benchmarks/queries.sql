@@ -162,21 +162,6 @@ WHERE id > %(after_id)s;
 UPDATE {table} SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL
 WHERE id > %(after_id)s;
 
--- name: benchmark_index_partial
--- Benchmark variant: (processed_at) over terminal rows only.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (processed_at)
-WHERE status IN ('done', 'failed');
-
--- name: benchmark_index_covering
--- Benchmark variant: (status, processed_at) covering latency, failures and retry pressure.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (status, processed_at)
-INCLUDE (created_at, event_type, attempts);
-
--- name: benchmark_index_partial_covering
--- Benchmark variant: (processed_at) over terminal rows, covering every windowed figure.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (processed_at)
-INCLUDE (status, created_at, event_type) WHERE status IN ('done', 'failed');
-
 -- name: benchmark_drop_index
 -- Benchmark only: drop one index ({index} is schema-qualified) without blocking writes.
 DROP INDEX CONCURRENTLY IF EXISTS {index};
