@@ -1,6 +1,6 @@
 -- Named SQL blocks of the benchmarks in this folder (figures.py, claim.py, error_groups.py, scale.py;
 -- `-- name: x`, one `-- description` line, then SQL). Never used by the product; the
--- figures it times run the product's own blocks.
+-- figures they time run the product's own blocks.
 
 -- name: benchmark_synchronous_commit
 -- Benchmark only: the seed's commit is flushed at once, so the VACUUM right after it can set

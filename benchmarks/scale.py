@@ -886,14 +886,20 @@ def print_targets(run: Run) -> None:
     print()
 
 
+def two_backlogs(run: Run) -> bool:
+    """Whether any size was measured at a constant backlog other than its 1 % one."""
+    return any(s.backlog_constant != s.backlog_growing for s in run.sizes)
+
+
 def print_figures(run: Run) -> None:
     sizes = run.sizes
     header = " | ".join(f"{s.rows:,}: DB ms (pages)" for s in sizes)
     growth = len(sizes) > 1
-    for kind, title in (
+    kinds = (
         ("constant", "backlog held constant"),
         ("growing", "backlog growing (1 % of the table)"),
-    ):
+    )
+    for kind, title in kinds if two_backlogs(run) else kinds[1:]:
         backlogs = ", ".join(
             f"{s.backlog_constant if kind == 'constant' else s.backlog_growing:,}" for s in sizes
         )
@@ -925,7 +931,8 @@ def print_figures(run: Run) -> None:
 
 def print_pattern(run: Run, figures: list[Figure]) -> None:
     sql_of = {f.name: f.pattern_sql for f in figures}
-    for kind, title in (("growing", "backlog 1 % of the table"), ("constant", "constant backlog")):
+    kinds = (("growing", "backlog 1 % of the table"), ("constant", "constant backlog"))
+    for kind, title in kinds if two_backlogs(run) else kinds[:1]:
         print(f"### (b) Against the pattern's queries on the users' indexes, {title}\n")
         print(
             "pattern = the figure as the pattern computes it, run with the users' indexes only "
