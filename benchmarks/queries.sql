@@ -1,6 +1,6 @@
--- Named SQL blocks of benchmarks/figures.py (same format as outbox_monitor/sql/queries.sql:
+-- Named SQL blocks of the benchmarks in this folder (figures.py, claim.py, error_groups.py, scale.py;
 -- `-- name: x`, one `-- description` line, then SQL). Never used by the product; the
--- figures it times run the product's own blocks.
+-- figures they time run the product's own blocks.
 
 -- name: benchmark_synchronous_commit
 -- Benchmark only: the seed's commit is flushed at once, so the VACUUM right after it can set
@@ -284,3 +284,143 @@ FROM generate_series(1, %(rows)s) AS g;
 -- Benchmark only (error_groups.py): replay the %(rows)s dead letters with the smallest ids, as actions.replay does.
 UPDATE {table} SET status = 'pending', attempts = 0, available_at = now(), processed_at = NULL
 WHERE id IN (SELECT id FROM {table} WHERE status = 'failed' ORDER BY id LIMIT %(rows)s);
+
+-- name: benchmark_scale_create_database
+-- Benchmark only (scale.py): one database per table size, so nothing of a size carries over.
+CREATE DATABASE {database};
+
+-- name: benchmark_scale_drop_database
+-- Benchmark only (scale.py): drop a size's database once it is measured (frees its disk).
+DROP DATABASE IF EXISTS {database} WITH (FORCE);
+
+-- name: benchmark_scale_stat_statements_available
+-- Benchmark only (scale.py): the server's library folder and whether pg_stat_statements is installed there.
+SELECT (SELECT setting FROM pg_config WHERE name = 'PKGLIBDIR') AS pkglibdir,
+       EXISTS (SELECT FROM pg_available_extensions WHERE name = 'pg_stat_statements') AS available;
+
+-- name: benchmark_scale_alter_system
+-- Benchmark only (scale.py): one server setting {setting} = {value}, read at the next restart.
+ALTER SYSTEM SET {setting} = {value};
+
+-- name: benchmark_scale_create_extension
+-- Benchmark only (scale.py): pg_stat_statements' view and functions in a size's database.
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: benchmark_scale_statements_reset
+-- Benchmark only (scale.py): forget every statement's counters before one measured call.
+SELECT pg_stat_statements_reset();
+
+-- name: benchmark_scale_statements_read
+-- Benchmark only (scale.py): execution and planning ms, 8 kB pages and statements of this database since the reset (the benchmark's own pg_stat_statements calls left out).
+SELECT coalesce(sum(total_exec_time), 0)::float8 AS exec_ms,
+       coalesce(sum(total_plan_time), 0)::float8 AS plan_ms,
+       coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint AS pages,
+       coalesce(sum(calls), 0)::bigint AS statements
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query !~ 'pg_stat_statements';
+
+-- name: benchmark_scale_vacuum
+-- Benchmark only (scale.py): after rows changed status in place, as an autovacuum that caught up (index cleanup forced: PG 15 may skip it).
+VACUUM (ANALYZE, INDEX_CLEANUP ON) {table};
+
+-- name: benchmark_scale_count_failed
+-- Benchmark only (scale.py): the dead letters now in the table.
+SELECT count(*) AS rows FROM {table} WHERE status = 'failed';
+
+-- name: benchmark_scale_backlog_clear
+-- Benchmark only (scale.py): every pending and processing row done (processed 2-21 s after its creation), so that the next backlog is exact.
+UPDATE {table}
+SET status = 'done', attempts = 0, available_at = created_at, locked_at = NULL, locked_by = NULL,
+    last_error = NULL,
+    processed_at = least(now(), created_at + make_interval(secs => 2 + mod(id, 20)))
+WHERE status IN ('pending', 'processing');
+
+-- name: benchmark_scale_backlog_first_id
+-- Benchmark only (scale.py): the id above which the newest %(candidates)s done rows lie.
+SELECT coalesce(min(id), 0) AS first_id
+FROM (SELECT id FROM {table} WHERE status = 'done' ORDER BY id DESC LIMIT %(candidates)s) AS newest;
+
+-- name: benchmark_scale_backlog_set
+-- Benchmark only (scale.py): %(rows)s done rows above id %(first_id)s (a hashed sample) back to not done, shaped as the seed's backlog: 13.6 % processing (0.3 % of the backlog locked 2 h ago, 0.1 % with no lock time: stuck), 34.4 % pending in backoff, the rest pending and due.
+UPDATE {table} AS o
+SET status = CASE WHEN chosen.u < 140 THEN 'processing' ELSE 'pending' END,
+    attempts = CASE WHEN chosen.u < 140 THEN mod(chosen.u, 3)
+                    WHEN chosen.u < 484 THEN 1 + mod(chosen.u, 5)
+                    ELSE 0 END,
+    available_at = CASE WHEN chosen.u >= 140 AND chosen.u < 484
+                        THEN now() + make_interval(secs => 30 + 60 * mod(chosen.u, 30))
+                        ELSE o.created_at END,
+    locked_at = CASE WHEN chosen.u < 3 THEN now() - interval '2 hours'
+                     WHEN chosen.u = 3 THEN NULL
+                     WHEN chosen.u < 140 THEN now() - make_interval(secs => mod(chosen.u, 60))
+                END,
+    locked_by = CASE WHEN chosen.u < 140 THEN 'n8n-worker-' || mod(o.id, 3) || ':wf-outbox-poller'
+                END,
+    last_error = CASE WHEN chosen.u >= 140 AND chosen.u < 484
+                      THEN 'HTTP 503 Service Unavailable from api.crm.example' END,
+    processed_at = NULL
+FROM (
+    SELECT id, (hashint8(id + 7)::bigint + 2147483648) %% 1000 AS u
+    FROM {table}
+    WHERE id > %(first_id)s AND status = 'done'
+    ORDER BY hashint8(id)
+    LIMIT %(rows)s
+) AS chosen
+WHERE o.id = chosen.id;
+
+-- name: benchmark_scale_dead_letters_keep
+-- Benchmark only (scale.py): keep %(keep)s dead letters (a hashed sample); every other failed row becomes a done row (processed 2-21 s after its creation), as if it had never failed.
+UPDATE {table} AS o
+SET status = 'done', attempts = 0, last_error = NULL,
+    processed_at = least(now(), o.created_at + make_interval(secs => 2 + mod(o.id, 20)))
+FROM (SELECT id FROM {table} WHERE status = 'failed' ORDER BY hashint8(id) OFFSET %(keep)s) AS gone
+WHERE o.id = gone.id;
+
+-- name: benchmark_scale_pattern_oldest_pending_age
+-- Benchmark only (scale.py): the pattern's oldest pending age, written as SPEC section 2 reads (no fence).
+SELECT extract(epoch FROM now() - min(created_at))::float8 AS value
+FROM {table} WHERE status = 'pending';
+
+-- name: benchmark_scale_pattern_latency_percentiles
+-- Benchmark only (scale.py): the pattern's P50/P95/P99 of the done rows processed in the window.
+SELECT percentile_cont(ARRAY[0.50, 0.95, 0.99]) WITHIN GROUP (
+           ORDER BY greatest(extract(epoch FROM processed_at - created_at)::float8, 0)) AS value
+FROM {table}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s);
+
+-- name: benchmark_scale_pattern_processed_in_window
+-- Benchmark only (scale.py): the pattern's rows done in the window.
+SELECT count(*) AS value FROM {table}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s);
+
+-- name: benchmark_scale_pattern_created_in_window
+-- Benchmark only (scale.py): the pattern's rows created in the window.
+SELECT count(*) AS value FROM {table}
+WHERE created_at > now() - make_interval(secs => %(window)s);
+
+-- name: benchmark_scale_pattern_failed_by_event_type
+-- Benchmark only (scale.py): the pattern's dead letters of the window by event type.
+SELECT event_type, count(*) AS failed FROM {table}
+WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+GROUP BY event_type ORDER BY failed DESC;
+
+-- name: benchmark_scale_pattern_attempts_histogram
+-- Benchmark only (scale.py): the pattern's rows not done by attempts.
+SELECT attempts, count(*) AS rows FROM {table}
+WHERE status IN ('pending', 'processing', 'failed')
+GROUP BY attempts ORDER BY attempts;
+
+-- name: benchmark_scale_pattern_throughput_series
+-- Benchmark only (scale.py): the pattern's rows created, processed and dead-lettered per bucket of the window.
+SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01') AS bucket,
+       'created' AS kind, count(*) AS rows
+FROM {table} WHERE created_at > now() - make_interval(secs => %(window)s)
+GROUP BY 1
+UNION ALL
+SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
+       CASE status WHEN 'done' THEN 'processed' ELSE 'dead-lettered' END, count(*)
+FROM {table}
+WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+GROUP BY 1, 2
+ORDER BY 1, 2;
