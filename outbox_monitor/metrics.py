@@ -131,6 +131,16 @@ def failed_by_event_type(
     return {row["event_type"]: row["failed"] for row in rows}
 
 
+def failed_in_window(
+    db: Database, *, window: float | None = None, event_type: str | None = None
+) -> int:
+    """Rows dead-lettered with ``processed_at`` in ``(now() - window, now()]`` (SPEC §2
+    failures, all event types together): the sum of ``failed_by_event_type`` without
+    reading each row's event type (an index-only scan of the recommended index when
+    unfiltered). Exact."""
+    return _count(db, "failed_in_window", event_type, window=_window(db, window))
+
+
 def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[int, int]:
     """Retry pressure: rows not yet done (pending, processing, failed) by ``attempts``.
 

@@ -296,6 +296,50 @@ SELECT (
     WHERE status IN ('pending', 'processing') AND attempts >= %(attempts)s {and_filters}
 ) AS value;
 
+-- name: failed_in_window
+-- Rows dead-lettered with processed_at in the window, counted without their event types (index-only on the recommended index when unfiltered).
+SELECT count(*) AS value FROM {table}
+WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters};
+
+-- name: count_estimate
+-- The planner's estimate of the rows the read statement {rows} returns: EXPLAIN plans it without running it (the dashboard's estimate above its cap, SPEC section 2).
+EXPLAIN (FORMAT JSON) {rows};
+
+-- name: dead_letter_rows
+-- The failed rows, one id each: what the dashboard counts up to its cap or estimates (dead letters, a replay's preview).
+SELECT id FROM {table} WHERE status = 'failed' {and_filters}
+
+-- name: count_capped
+-- How many rows the read statement {rows} returns, counted up to %(cap)s + 1 only.
+SELECT count(*) AS value FROM ({rows} LIMIT %(cap)s + 1) AS capped;
+
+-- name: attempts_histogram_backlog
+-- Pending and processing rows counted by attempts (the backlog part of attempts_histogram).
+SELECT attempts, count(*) AS rows FROM {table}
+WHERE status IN ('pending', 'processing') {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: attempts_histogram_dead_letters
+-- Failed rows counted by attempts (the dead-letter part of attempts_histogram), index-only.
+SELECT attempts, count(*) AS rows FROM {table}
+WHERE status = 'failed' {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: attempts_dead_letters_sample
+-- Failed rows by attempts in a sample of %(percent)s % of the table's pages, the same pages at every call (the dashboard's estimate of attempts_histogram_dead_letters).
+SELECT attempts, count(*) AS rows
+FROM {table} TABLESAMPLE SYSTEM (%(percent)s) REPEATABLE (0)
+WHERE status = 'failed' {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: table_pages
+-- Pages of 8 kB (block_size) the outbox table has now, at least 1.
+SELECT greatest(pg_relation_size({table}) / current_setting('block_size')::bigint, 1) AS pages;
+
 -- name: error_groups_refresh
 -- Bring the cached error groups of the outbox table up to date (migration 006); false when more than %(batch)s rows had to be normalised: call again.
 SELECT outbox_monitor.refresh_error_groups(%(table_regclass)s::regclass, %(batch)s) AS done;
@@ -550,6 +594,20 @@ FROM changed;
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}
 WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
       {and_filters};
+
+-- name: prune_rows
+-- The rows of one terminal status processed before the cutoff, one id each (the dashboard's capped preview).
+SELECT id FROM {table}
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters}
+
+-- name: preview_capped
+-- A dashboard preview of the rows of {rows}, read up to %(cap)s + 1 of them: their number, and, when that is at most the cap (nothing was cut), their largest id.
+SELECT count(*) AS matched, max(id) AS max_id FROM ({rows} LIMIT %(cap)s + 1) AS capped;
+
+-- name: max_id
+-- The largest id of the rows of {rows}, exact (a dashboard preview's id ceiling, SPEC section 4, when it estimates the count): the planner walks the primary key back to the newest matching row.
+SELECT max(id) AS max_id FROM ({rows}) AS matched;
 
 -- name: prune_sample
 -- The oldest rows a prune would delete, for the preview.
