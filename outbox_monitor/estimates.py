@@ -65,6 +65,29 @@ def cap_count(counted: int, cap: int, estimate: Callable[[], int]) -> Count:
     return Count(max(estimate(), cap + 1), exact=False)
 
 
+def count_up_to(
+    db: Database, name: str, *, cap: int, where: Where, params: dict[str, Any] | None = None
+) -> int:
+    """How many rows the named row statement returns, counted up to ``cap + 1`` only.
+
+    Args:
+        name: a block of ``sql/queries.sql`` that selects the rows to count (e.g.
+            ``dead_letter_rows``), with an ``{and_filters}`` placeholder.
+        cap: count at most ``cap + 1`` rows.
+        where: the filter (``Where().event_type(...)``).
+        params: the block's other parameters.
+
+    Returns:
+        The number of rows, at most ``cap + 1`` (which means "more than ``cap``").
+
+    Raises:
+        The errors of ``Database.fetch_one``.
+    """
+    values = {**(params or {}), **where.params, "cap": cap}
+    rows = db.compose(name, and_filters=where.fragment)
+    return db.fetch_one("count_capped", values, rows=rows)["value"]
+
+
 def count_rows(
     db: Database, name: str, *, cap: int, where: Where, params: dict[str, Any] | None = None
 ) -> Count:
@@ -84,7 +107,7 @@ def count_rows(
     Raises:
         The errors of ``Database.fetch_one``.
     """
+    counted = count_up_to(db, name, cap=cap, where=where, params=params)
     values = {**(params or {}), **where.params}
     rows = db.compose(name, and_filters=where.fragment)
-    counted = db.fetch_one("count_capped", {**values, "cap": cap}, rows=rows)["value"]
     return cap_count(counted, cap, lambda: planner_rows(db, rows, values))

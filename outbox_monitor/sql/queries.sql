@@ -338,7 +338,8 @@ ORDER BY attempts;
 
 -- name: table_pages
 -- Pages of 8 kB (block_size) the outbox table has now, at least 1.
-SELECT greatest(pg_relation_size({table}) / current_setting('block_size')::bigint, 1) AS pages;
+SELECT greatest(pg_relation_size(%(table_regclass)s::regclass)
+                / current_setting('block_size')::bigint, 1) AS pages;
 
 -- name: error_groups_refresh
 -- Bring the cached error groups of the outbox table up to date (migration 006); false when more than %(batch)s rows had to be normalised: call again.

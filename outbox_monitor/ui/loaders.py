@@ -43,13 +43,17 @@ def bucket_for(window: float) -> float:
 
 
 @_cached
-def _status(key: str, _db: Database, window: float, event_type: str | None) -> dict[str, Any]:
-    return metrics.status(_db, window=window, event_type=event_type)
+def _status(
+    key: str, _db: Database, window: float, event_type: str | None, cap: int
+) -> dict[str, Any]:
+    return metrics.status(_db, window=window, event_type=event_type, count_cap=cap)
 
 
 def status(db: Database, *, window: float, event_type: str | None) -> dict[str, Any]:
-    """``metrics.status``: every SPEC §2 figure plus the database's ``now`` (ISO text)."""
-    return _status(_key(db), db, window, event_type)
+    """``metrics.status`` with ``count_cap()``: every SPEC §2 figure plus the database's
+    ``now`` (ISO text); ``"estimated"`` names the figures that are estimates (the dead
+    letters of ``attempts_histogram`` above the cap)."""
+    return _status(_key(db), db, window, event_type, count_cap())
 
 
 def count_cap() -> int:
