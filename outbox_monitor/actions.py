@@ -169,7 +169,7 @@ def _part(
     """One part of a preview: ``query`` counts its rows and finds their largest id, exactly.
 
     With ``count_cap``, the rows of ``rows_query`` are first counted up to ``count_cap + 1``
-    (``count_capped``, from a recommended index): at most the cap, ``query`` runs as
+    (``estimates.count_up_to``, from a recommended index): at most the cap, ``query`` runs as
     without it (reading at most that many rows); above it the count is the planner's
     estimate (``estimates.planner_rows``, never below the cap + 1) and the largest id is
     found alone (``max_id``), so that no statement reads every matching row. When the filter
@@ -180,12 +180,13 @@ def _part(
         row = db.fetch_one(query, values, and_filters=where.fragment)
         return Part(batch_query, where, params, row["matched"], row["max_id"])
     rows = db.compose(rows_query, and_filters=where.fragment)
-    capped = {**values, "cap": count_cap}
     if reads_rows:
-        row = db.fetch_one("preview_capped", capped, rows=rows)
+        row = db.fetch_one("preview_capped", {**values, "cap": count_cap}, rows=rows)
         if row["matched"] <= count_cap:  # nothing was cut: the count and the id are exact
             return Part(batch_query, where, params, row["matched"], row["max_id"])
-    elif db.fetch_one("count_capped", capped, rows=rows)["value"] <= count_cap:
+    elif estimates.count_up_to(db, rows_query, cap=count_cap, where=where, params=params) <= (
+        count_cap
+    ):
         return _part(db, query, batch_query, where, params)
     estimate = max(estimates.planner_rows(db, rows, values), count_cap + 1)
     max_id = db.fetch_one("max_id", values, rows=rows)["max_id"]

@@ -2,15 +2,15 @@
 
 SPEC §2: every figure of ``status --json`` and of alert evaluation is exact; only the
 dashboard may show an estimate, for very large ``done``/``failed`` totals, labelled as such.
-Counting a few million dead letters or done rows exactly reads every one of them (1.2–2 s at
+Counting a million dead letters or done rows exactly reads every one of them (1.2–2 s at
 10 M rows: benchmarks/RESULTS.md), so the dashboard counts them only up to ``cap + 1``
 (served by the recommended partial indexes: ≈ 2–4 ms for 10,001 entries) and, above the cap,
-asks the planner how many rows the same statement would return. ``metrics`` (``status``,
-alerts, the CLI) never uses this module without a cap given by the dashboard.
+asks the planner how many rows the same statement would return (``actions`` previews with a
+``count_cap``; ``metrics.attempts_histogram_capped`` samples instead). Only the dashboard
+passes a cap: ``status --json``, alerts, the sampler and the CLI count every row.
 """
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ DASHBOARD_COUNT_CAP = 10_000
 @dataclass(frozen=True)
 class Count:
     """A number of rows: exact, or (``exact`` false) an estimate above the cap it was
-    counted to, never below ``cap + 1`` (that many rows were counted)."""
+    counted to, never below ``cap + 1`` (that many rows were counted); ``ui.format``
+    writes the estimate ``"≈ 6.9 M (estimate)"``."""
 
     value: int
     exact: bool = True
@@ -57,14 +58,6 @@ def planner_rows(db: Database, rows: sql.Composable, params: dict[str, Any]) -> 
     return max(round(plan[0]["Plan"]["Plan Rows"]), 0)
 
 
-def cap_count(counted: int, cap: int, estimate: Callable[[], int]) -> Count:
-    """The count to show from a count made up to ``cap + 1``: exact at or below ``cap``,
-    else ``estimate()`` (called only then), raised to ``cap + 1`` if it is lower."""
-    if counted <= cap:
-        return Count(counted)
-    return Count(max(estimate(), cap + 1), exact=False)
-
-
 def count_up_to(
     db: Database, name: str, *, cap: int, where: Where, params: dict[str, Any] | None = None
 ) -> int:
@@ -86,28 +79,3 @@ def count_up_to(
     values = {**(params or {}), **where.params, "cap": cap}
     rows = db.compose(name, and_filters=where.fragment)
     return db.fetch_one("count_capped", values, rows=rows)["value"]
-
-
-def count_rows(
-    db: Database, name: str, *, cap: int, where: Where, params: dict[str, Any] | None = None
-) -> Count:
-    """How many rows the named row statement returns: exact up to ``cap``, else estimated.
-
-    Args:
-        name: a block of ``sql/queries.sql`` that selects the rows to count (e.g.
-            ``dead_letter_rows``), with an ``{and_filters}`` placeholder.
-        cap: count exactly up to this many rows (``DASHBOARD_COUNT_CAP`` on the dashboard).
-        where: the filter (``Where().event_type(...)``).
-        params: the block's other parameters.
-
-    Returns:
-        A ``Count``: exact when at most ``cap`` rows match, else the planner's estimate
-        (``planner_rows``), never below ``cap + 1``.
-
-    Raises:
-        The errors of ``Database.fetch_one``.
-    """
-    counted = count_up_to(db, name, cap=cap, where=where, params=params)
-    values = {**(params or {}), **where.params}
-    rows = db.compose(name, and_filters=where.fragment)
-    return cap_count(counted, cap, lambda: planner_rows(db, rows, values))

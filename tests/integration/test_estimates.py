@@ -26,24 +26,21 @@ def analyze(conn) -> None:
     conn.execute("ANALYZE integration_outbox")
 
 
-def test_count_rows_is_exact_up_to_the_cap_and_estimated_above(db, rows, conn):
+def test_capped_count_and_the_planners_estimate(db, rows, conn):
     for _ in range(4):
         rows.add(status="failed", processed_ago=60, last_error="e")
     rows.add(status="pending")
     analyze(conn)
     where = Where().event_type("order.paid")
 
-    assert estimates.count_rows(db, "dead_letter_rows", cap=4, where=where) == (
-        estimates.Count(4, exact=True)
-    )
-    # 4 failed rows: the planner's estimate, from statistics holding every row, is 4; an
-    # estimate is never below the cap + 1 it was counted to
-    assert estimates.count_rows(db, "dead_letter_rows", cap=3, where=where) == (
-        estimates.Count(4, exact=False)
-    )
-    assert estimates.count_rows(db, "dead_letter_rows", cap=1, where=where).value == 4
-    assert estimates.cap_count(9, 2, lambda: 1) == estimates.Count(3, exact=False)
-    assert estimates.count_up_to(db, "dead_letter_rows", cap=2, where=Where()) == 3
+    assert estimates.count_up_to(db, "dead_letter_rows", cap=4, where=where) == 4
+    assert estimates.count_up_to(db, "dead_letter_rows", cap=2, where=where) == 3  # cap + 1
+    rows_statement = db.compose("dead_letter_rows", and_filters=where.fragment)
+    # statistics holding every row: the estimate of the 4 failed rows is 4
+    assert estimates.planner_rows(db, rows_statement, where.params) == 4
+    other = Where().event_type("invoice.sent")
+    other_rows = db.compose("dead_letter_rows", and_filters=other.fragment)
+    assert estimates.planner_rows(db, other_rows, other.params) <= 1  # the filter counts
 
 
 def test_dashboard_replay_preview_estimates_above_the_cap_and_applies_exactly(db, rows, conn):
