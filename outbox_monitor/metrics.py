@@ -22,6 +22,10 @@ attempts when there are more than its cap (``attempts_histogram_capped``)."""
 MIN_SAMPLED_DEAD_LETTERS = 500
 """Dead letters a sample must hold for its estimate to be shown; with fewer, they are
 counted exactly."""
+DEAD_LETTERS_PER_SAMPLED_PAGE = 100
+"""The dashboard samples only when the planner expects at least this many dead letters per
+page it would sample: counting ≈ 100 index entries costs about what reading one sampled page
+does (benchmarks/estimates.py), so fewer are counted exactly."""
 ERROR_GROUPS_BATCH = 10_000
 """Failed rows one ``error_groups_refresh`` call normalises at most (≈ 0.3 s of regexes
 for stack traces of ≈ 900 characters; benchmarks/error_groups.py)."""
@@ -167,13 +171,14 @@ def attempts_histogram_capped(
     the dashboard estimates, labelled).
 
     The backlog (pending, processing) is counted exactly, and so are the dead letters up to
-    ``cap`` (index-only). Above it, they are counted by attempts in a sample of
-    ``DEAD_LETTERS_SAMPLE_PAGES`` of the table's pages (``TABLESAMPLE SYSTEM``, the same
-    pages at every refresh), each count scaled by the table's pages over the pages sampled:
-    a few milliseconds instead of reading every dead letter's index entry (≈ 100 ms for
-    1 M; benchmarks/RESULTS.md). When the table has fewer pages than that, or the sample
-    holds fewer than ``MIN_SAMPLED_DEAD_LETTERS`` dead letters (they are rare in the
-    table, so counting them is cheap), they are counted exactly.
+    ``cap`` (index-only). Above it, when the planner expects at least
+    ``DEAD_LETTERS_PER_SAMPLED_PAGE`` of them per sampled page, they are counted by attempts
+    in a sample of ``DEAD_LETTERS_SAMPLE_PAGES`` of the table's pages (``TABLESAMPLE
+    SYSTEM``, the same pages at every refresh), each count scaled by the table's pages over
+    the pages sampled: ≈ 10 ms instead of reading every dead letter's index entry (≈ 100 ms
+    for 1 M; benchmarks/RESULTS.md). Fewer dead letters, a table of fewer pages than the
+    sample, or a sample holding fewer than ``MIN_SAMPLED_DEAD_LETTERS`` of them: they are
+    counted exactly.
 
     Args:
         cap: dead letters counted exactly (``estimates.DASHBOARD_COUNT_CAP``).
@@ -207,7 +212,11 @@ def attempts_histogram_capped(
 
 def _sampled_dead_letters(db: Database, where: Where, cap: int) -> dict[int, int] | None:
     """Dead letters by attempts estimated from a sample of the table's pages, or ``None``
-    when a sample cannot tell (see ``attempts_histogram_capped``)."""
+    when counting them is cheaper or a sample cannot tell (see ``attempts_histogram_capped``)."""
+    dead_letters = db.compose("dead_letter_rows", and_filters=where.fragment)
+    expected = estimates.planner_rows(db, dead_letters, where.params)
+    if expected < DEAD_LETTERS_PER_SAMPLED_PAGE * DEAD_LETTERS_SAMPLE_PAGES:
+        return None
     pages = db.fetch_one("table_pages", {"table_regclass": db.table_name})["pages"]
     if pages <= DEAD_LETTERS_SAMPLE_PAGES:
         return None

@@ -161,12 +161,14 @@ def test_retry_pressure_estimates_dead_letters_above_the_cap_from_a_sample(
     db, rows, conn, backlog, monkeypatch
 ):
     rows.add_dead_letters(3000)
+    conn.execute("ANALYZE integration_outbox")  # the planner expects 3,000 dead letters
     pages = conn.execute(
         "SELECT pg_relation_size('integration_outbox') / 8192 AS pages"
     ).fetchone()["pages"]
     assert pages > 40
     monkeypatch.setattr(metrics, "DEAD_LETTERS_SAMPLE_PAGES", pages // 2)  # half the pages
     monkeypatch.setattr(metrics, "MIN_SAMPLED_DEAD_LETTERS", 1)
+    monkeypatch.setattr(metrics, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
 
     histogram, exact = metrics.attempts_histogram_capped(db, cap=10)
 
@@ -192,6 +194,7 @@ def test_status_json_and_alerts_are_exact_above_the_dashboard_cap(
     monkeypatch.setattr(estimates, "DASHBOARD_COUNT_CAP", 2)
     monkeypatch.setattr(metrics, "DEAD_LETTERS_SAMPLE_PAGES", 1)
     monkeypatch.setattr(metrics, "MIN_SAMPLED_DEAD_LETTERS", 1)
+    monkeypatch.setattr(metrics, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
     monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
 
     result = CliRunner().invoke(main, ["status", "--json", "--window", "1h"])

@@ -76,11 +76,13 @@ def test_prune_preview_labels_each_status(open_page, rows, conn, monkeypatch):
 def test_retry_pressure_says_when_dead_letters_are_estimated(open_page, rows, conn, monkeypatch):
     rows.add(status="pending")
     rows.add_dead_letters(3000)
+    conn.execute("ANALYZE integration_outbox")  # the planner expects 3,000 dead letters
     pages = conn.execute(
         "SELECT pg_relation_size('integration_outbox') / 8192 AS pages"
     ).fetchone()["pages"]
     monkeypatch.setattr(metrics, "DEAD_LETTERS_SAMPLE_PAGES", pages // 2)
     monkeypatch.setattr(metrics, "MIN_SAMPLED_DEAD_LETTERS", 1)
+    monkeypatch.setattr(metrics, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
 
     monkeypatch.setattr(estimates, "DASHBOARD_COUNT_CAP", 3000)
     at = open_page("overview")
