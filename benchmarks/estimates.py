@@ -32,6 +32,7 @@ Usage (from the repository root, with the package installed)::
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -103,6 +104,7 @@ class Level:
     results: dict[str, tuple[Timing, Timing]] = field(default_factory=dict)
     status_json: Timing | None = None
     load: str = ""
+    breakdown: list[tuple[str, float, int]] = field(default_factory=list)
 
 
 def preview_number(preview: actions.Preview) -> tuple[float, bool]:
@@ -192,6 +194,24 @@ def build_figures(cap: int) -> list[Figure]:
     ]
 
 
+def breakdown(db: RecordingDatabase, run: Callable[[RecordingDatabase], Any]) -> list:
+    """``(statement, ms, pages)`` of each statement of one call, from ``EXPLAIN (ANALYZE,
+    BUFFERS)`` after the call (a planner estimate, itself an EXPLAIN, is left out)."""
+    with db.recording() as calls:
+        run(db)
+    found = []
+    for name, params, fragments in calls:
+        if name == "count_estimate":
+            continue
+        row = db.fetch_one("benchmark_explain", params, query=db.compose(name, **fragments))
+        document = row["QUERY PLAN"]
+        top = (json.loads(document) if isinstance(document, str) else document)[0]
+        plan = top["Plan"]
+        pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+        found.append((name, top["Execution Time"], pages))
+    return found
+
+
 def status_json(db: RecordingDatabase) -> dict[str, Any]:
     """What ``status --json`` reads: every figure, exact."""
     return metrics.status(db, window=HOUR)
@@ -246,6 +266,7 @@ def measure(args: argparse.Namespace, rows: int, dead_letters: int) -> Level:
                     timed(after, figure.after, args.repeat),
                 )
             level.status_json = timed(after, status_json, args.repeat)
+            level.breakdown = breakdown(after, figures[0].after)
     finally:
         cluster.stop()
     return level
@@ -305,6 +326,14 @@ def print_report(args: argparse.Namespace, levels: list[Level], figures: list[Fi
             f"| status --json (exact, after) | | {ms(status_json.db_ms)} | "
             f"| | {ms(status_json.wall_ms)} | | | |"
         )
+        print(
+            "\nAfter: the statements of the Overview's `status` call, one EXPLAIN (ANALYZE, "
+            "BUFFERS) each (ms, 8 kB pages touched):\n"
+        )
+        print("| statement | ms | pages |")
+        print("|---|---:|---:|")
+        for name, statement_ms, pages in level.breakdown:
+            print(f"| {name} | {ms(statement_ms)} | {pages:,} |")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -152,8 +152,9 @@ def action_flow(
     if not preview.exact:
         st.caption(
             f"More than {format.count(loaders.count_cap())} rows match: the dashboard counts "
-            "that many and estimates the rest from the table's statistics. The confirmed "
-            f"{noun} applies to every matching row up to the largest id seen now, and its "
+            "rows only up to that many and shows the planner's estimate of the total, from "
+            "the table's statistics, above it. The confirmed "
+            f"{noun} applies to every row that still matches, up to the largest id seen now; its "
             "audit records the exact number changed."
         )
     if details is not None:
