@@ -288,7 +288,7 @@ def preview_prune(
     Args:
         count_cap: as for ``preview_replay``, per status. The largest id stays exact: it
             costs a backward walk of the primary key over the rows newer than the newest
-            matching one (0.7–1.2 s for "done older than 7 days" at 10 M rows over 30
+            matching one (0.4–0.9 s for "done older than 7 days" at 10 M rows over 30
             days: 2.3 M newer rows; benchmarks/RESULTS.md).
 
     Returns:

@@ -2,9 +2,9 @@
 
 SPEC §2: every figure of ``status --json`` and of alert evaluation is exact; only the
 dashboard may show an estimate, for very large ``done``/``failed`` totals, labelled as such.
-Counting a million dead letters or done rows exactly reads every one of them (1.2–2 s at
+Counting a million dead letters or done rows exactly reads every one of them (0.7–2.1 s at
 10 M rows: benchmarks/RESULTS.md), so the dashboard counts them only up to ``cap + 1``
-(served by the recommended partial indexes: ≈ 2–4 ms for 10,001 entries) and, above the cap,
+(served by the recommended partial indexes: ≈ 1.3–4 ms for 10,001 entries) and, above the cap,
 asks the planner how many rows the same statement would return (``actions`` previews with a
 ``count_cap``; ``metrics.attempts_histogram_capped`` samples instead). Only the dashboard
 passes a cap: ``status --json``, alerts, the sampler and the CLI count every row.
@@ -21,7 +21,7 @@ from outbox_monitor.filters import Where
 
 DASHBOARD_COUNT_CAP = 10_000
 """Rows the dashboard counts exactly; above, it shows an estimate, labelled. Counting
-10,001 entries of a recommended index takes ≈ 2–4 ms (benchmarks/estimates.py)."""
+10,001 entries of a recommended index takes ≈ 1.3–4 ms (benchmarks/estimates.py)."""
 
 
 @dataclass(frozen=True)
