@@ -424,3 +424,74 @@ FROM {table}
 WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
 GROUP BY 1, 2
 ORDER BY 1, 2;
+
+
+-- ===================================================================== estimates (issue 11 item 4)
+
+-- name: benchmark_before_created_in_window
+-- Benchmark only: created_in_window of the release before issue 11 item 4 (done and failed rows in one part, which read the whole recommended index).
+SELECT (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('pending', 'processing')
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) AS value;
+
+-- name: benchmark_before_throughput_series
+-- Benchmark only: throughput_series of the release before issue 11 item 4 (done and failed rows in one part, which read the whole recommended index).
+SELECT bucket, kind, count(*) AS rows FROM (
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01')
+               AS bucket, 'created' AS kind
+    FROM {table}
+    WHERE status IN ('pending', 'processing')
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
+           'created'
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
+           'created'
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
+           CASE status WHEN 'done' THEN 'processed' ELSE 'dead-lettered' END
+    FROM {table}
+    WHERE status IN ('done', 'failed')
+          AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
+) AS events
+GROUP BY bucket, kind
+ORDER BY bucket, kind;
+
+-- name: benchmark_pg_stat_statements
+-- Benchmark only: the extension that sums the server's execution time of each statement.
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: benchmark_preload_pg_stat_statements
+-- Benchmark only: load pg_stat_statements at the next start (takes effect after a restart).
+ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements';
+
+-- name: benchmark_statements_reset
+-- Benchmark only: forget every statement's counters.
+SELECT pg_stat_statements_reset();
+
+-- name: benchmark_statements_ms
+-- Benchmark only: the server's execution ms of every statement since the reset, but the benchmark's own (EXPLAIN included: utility statements are tracked).
+SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms FROM pg_stat_statements
+WHERE query NOT LIKE '%%pg_stat_statements%%';

@@ -4,6 +4,10 @@ Every action is two calls: ``preview_*`` counts the rows the filter matches, sam
 them and remembers the largest id seen; the confirmed ``apply`` changes only rows with
 ``id <=`` that id that still pass the action's guard, in batches of one transaction each,
 every batch writing its own audit row, all tied together by one ``run_id``.
+
+The dashboard's previews of a replay or a prune pass ``count_cap``: they count the matched
+rows only up to it and, above it, show the planner's estimate, labelled (SPEC §2); their
+largest id, and so what ``apply`` changes and audits, stays exact.
 """
 
 import logging
@@ -16,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from outbox_monitor import estimates
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionInterrupted, ActionRefused, OutboxMonitorError
@@ -37,21 +42,29 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Part:
-    """One guarded statement of an action: its batch query, filter and id ceiling."""
+    """One guarded statement of an action: its batch query, filter and id ceiling (exact);
+    ``matched`` is an estimate when ``exact`` is false (a dashboard preview above its cap)."""
 
     batch_query: str
     where: Where
     params: dict[str, Any]
     matched: int
     max_id: int | None
+    exact: bool = True
+
+    @property
+    def count(self) -> estimates.Count:
+        """``matched`` with whether it is exact."""
+        return estimates.Count(self.matched, self.exact)
 
 
 @dataclass(frozen=True)
 class Preview:
     """What a confirmed action would change.
 
-    ``matched`` rows matched the filter at preview time; ``sample`` shows the first
-    ``SAMPLE_SIZE`` of them; ``filter`` (JSON-able) is what the audit row records.
+    ``matched`` rows matched the filter at preview time (an estimate when ``exact`` is
+    false); ``sample`` shows the first ``SAMPLE_SIZE`` of them; ``filter`` (JSON-able) is
+    what the audit row records.
     """
 
     action: str
@@ -59,6 +72,17 @@ class Preview:
     sample: list[dict[str, Any]]
     filter: dict[str, Any]
     parts: tuple[Part, ...] = field(repr=False)
+
+    @property
+    def exact(self) -> bool:
+        """Whether ``matched`` is exact: always, but for a dashboard preview (``count_cap``)
+        of more rows than its cap, where it is the planner's estimate (SPEC §2)."""
+        return all(part.exact for part in self.parts)
+
+    @property
+    def count(self) -> estimates.Count:
+        """``matched`` with whether it is exact."""
+        return estimates.Count(self.matched, self.exact)
 
 
 APPLIED_NOTHING = (
@@ -73,7 +97,8 @@ class ActionResult:
     """The outcome of a confirmed action.
 
     ``changed`` rows were changed (or deleted); ``skipped`` = matched at preview but no
-    longer eligible (acked, re-claimed, already replayed); ``dead_lettered`` counts reaped
+    longer eligible (acked, re-claimed, already replayed), ``None`` when the preview's count
+    was an estimate (``matched`` is then that estimate); ``dead_lettered`` counts reaped
     rows that reached the maximum attempts; ``ids`` are the first ``MAX_AUDIT_IDS``.
     """
 
@@ -81,7 +106,7 @@ class ActionResult:
     run_id: str
     matched: int
     changed: int
-    skipped: int
+    skipped: int | None
     dead_lettered: int
     batches: int
     ids: list[int]
@@ -130,9 +155,42 @@ class ReplaySelection:
         }
 
 
-def _part(db: Database, query: str, batch_query: str, where: Where, params: dict) -> Part:
-    row = db.fetch_one(query, {**params, **where.params}, and_filters=where.fragment)
-    return Part(batch_query, where, params, row["matched"], row["max_id"])
+def _part(
+    db: Database,
+    query: str,
+    batch_query: str,
+    where: Where,
+    params: dict,
+    *,
+    rows_query: str | None = None,
+    count_cap: int | None = None,
+    reads_rows: bool = False,
+) -> Part:
+    """One part of a preview: ``query`` counts its rows and finds their largest id, exactly.
+
+    With ``count_cap``, the rows of ``rows_query`` are first counted up to ``count_cap + 1``
+    (``estimates.count_up_to``, from a recommended index): at most the cap, ``query`` runs as
+    without it (reading at most that many rows); above it the count is the planner's
+    estimate (``estimates.planner_rows``, never below the cap + 1) and the largest id is
+    found alone (``max_id``), so that no statement reads every matching row. When the filter
+    reads every row anyway (``reads_rows``: an error group normalises each ``last_error``),
+    one pass (``preview_capped``) counts and finds the largest id up to the cap."""
+    values = {**params, **where.params}
+    if count_cap is None or rows_query is None:
+        row = db.fetch_one(query, values, and_filters=where.fragment)
+        return Part(batch_query, where, params, row["matched"], row["max_id"])
+    rows = db.compose(rows_query, and_filters=where.fragment)
+    if reads_rows:
+        row = db.fetch_one("preview_capped", {**values, "cap": count_cap}, rows=rows)
+        if row["matched"] <= count_cap:  # nothing was cut: the count and the id are exact
+            return Part(batch_query, where, params, row["matched"], row["max_id"])
+    elif estimates.count_up_to(db, rows_query, cap=count_cap, where=where, params=params) <= (
+        count_cap
+    ):
+        return _part(db, query, batch_query, where, params)
+    estimate = max(estimates.planner_rows(db, rows, values), count_cap + 1)
+    max_id = db.fetch_one("max_id", values, rows=rows)["max_id"]
+    return Part(batch_query, where, params, estimate, max_id, exact=False)
 
 
 def _sample(db: Database, query: str, where: Where, params: dict) -> list[dict[str, Any]]:
@@ -169,8 +227,15 @@ def preview_reap(
     )
 
 
-def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
+def preview_replay(
+    db: Database, selection: ReplaySelection, *, count_cap: int | None = None
+) -> Preview:
     """Preview a replay (redrive) of dead-lettered rows matching ``selection``.
+
+    Args:
+        count_cap: the dashboard's cap (``estimates.DASHBOARD_COUNT_CAP``): count the
+            matched rows only up to it, and estimate above it (``Preview.exact`` false;
+            SPEC §2). ``None`` (the CLI, the scheduler): count them all.
 
     Returns:
         A ``Preview`` whose sample has id, event_type, event_key, attempts, processed_at
@@ -187,7 +252,16 @@ def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
             hint="To replay every dead letter on purpose, use the event type pattern '%'.",
         )
     where = selection.where()
-    part = _part(db, "replay_preview", "replay_batch", where, {})
+    part = _part(
+        db,
+        "replay_preview",
+        "replay_batch",
+        where,
+        {},
+        rows_query="dead_letter_rows",
+        count_cap=count_cap,
+        reads_rows=selection.error_group is not None,
+    )
     return Preview(
         action="replay",
         matched=part.matched,
@@ -205,10 +279,17 @@ def preview_prune(
     done_older_than: float | None,
     failed_older_than: float | None,
     event_type: str | None = None,
+    count_cap: int | None = None,
 ) -> Preview:
     """Preview a prune: ``done`` rows processed more than ``done_older_than`` seconds ago
     and ``failed`` rows more than ``failed_older_than`` seconds ago (``None`` skips that
     status). ``pending`` and ``processing`` rows are never matched.
+
+    Args:
+        count_cap: as for ``preview_replay``, per status. The largest id stays exact: it
+            costs a backward walk of the primary key over the rows newer than the newest
+            matching one (0.4–0.9 s for "done older than 7 days" at 10 M rows over 30
+            days: 2.3 M newer rows; benchmarks/RESULTS.md).
 
     Returns:
         A ``Preview`` with one part per status; the sample shows the oldest rows.
@@ -232,7 +313,15 @@ def preview_prune(
             continue
         where = Where().event_type(event_type)
         params = {"status": status, "older_than": age}
-        part = _part(db, "prune_preview", "prune_batch", where, params)
+        part = _part(
+            db,
+            "prune_preview",
+            "prune_batch",
+            where,
+            params,
+            rows_query="prune_rows",
+            count_cap=count_cap,
+        )
         parts.append(part)
         if part.matched:
             sample += _sample(db, "prune_sample", where, params)
@@ -332,15 +421,16 @@ def apply(
         raise _interrupted(result, preview, error) from error
     except psycopg.Error as error:
         raise _interrupted(result, preview, error) from error
-    result = replace(result, skipped=max(preview.matched - result.changed, 0))
+    skipped = max(preview.matched - result.changed, 0) if preview.exact else None
+    result = replace(result, skipped=skipped)
     log.log(
         logging.WARNING if result.applied_nothing else logging.INFO,
-        "%s run %s by %s: %d row(s) changed of %d previewed, in %d batch(es)%s",
+        "%s run %s by %s: %d row(s) changed of %s previewed, in %d batch(es)%s",
         preview.action,
         run_id,
         actor.name,
         result.changed,
-        preview.matched,
+        previewed(preview),
         result.batches,
         f"; {APPLIED_NOTHING}" if result.applied_nothing else "",
     )
@@ -361,7 +451,7 @@ def _interrupted(
     batches = f"{result.batches:,} committed batch{'es' if result.batches != 1 else ''}"
     message = (
         f"{preview.action} stopped after {batches} ({result.changed:,} of "
-        f"{preview.matched:,} previewed rows {verb}), run {result.run_id}: {cause}"
+        f"{previewed(preview)} previewed rows {verb}), run {result.run_id}: {cause}"
     )
     kept = (
         f"What was committed ({batches}, {result.changed:,} rows) stays applied and audited "
@@ -452,6 +542,11 @@ def recent_audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
     """The newest audit rows: id, run_id, at, actor, action, table_name, filter,
     affected_count, ids_recorded and first_ids (up to 20)."""
     return db.fetch_all("audit_recent", {"limit": limit})
+
+
+def previewed(preview: Preview) -> str:
+    """The preview's count for a message: ``"1,234"``, or ``"≈ 1,234 (estimate)"``."""
+    return f"{preview.matched:,}" if preview.exact else f"≈ {preview.matched:,} (estimate)"
 
 
 def _str(value: int | None) -> str | None:

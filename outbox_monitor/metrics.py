@@ -11,10 +11,21 @@ from typing import Any
 
 from psycopg.errors import ReadOnlySqlTransaction
 
+from outbox_monitor import estimates
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
 from outbox_monitor.filters import Where
 
+DEAD_LETTERS_SAMPLE_PAGES = 1_000
+"""Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
+attempts when there are more than its cap (``attempts_histogram_capped``)."""
+MIN_SAMPLED_DEAD_LETTERS = 500
+"""Dead letters a sample must hold for its estimate to be shown; with fewer, they are
+counted exactly."""
+DEAD_LETTERS_PER_SAMPLED_PAGE = 100
+"""The dashboard samples only when the planner expects at least this many dead letters per
+page it would sample: counting ≈ 100 index entries costs about what reading one sampled page
+does (benchmarks/estimates.py), so fewer are counted exactly."""
 ERROR_GROUPS_BATCH = 10_000
 """Failed rows one ``error_groups_refresh`` call normalises at most (≈ 0.3 s of regexes
 for stack traces of ≈ 900 characters; benchmarks/error_groups.py)."""
@@ -131,6 +142,16 @@ def failed_by_event_type(
     return {row["event_type"]: row["failed"] for row in rows}
 
 
+def failed_in_window(
+    db: Database, *, window: float | None = None, event_type: str | None = None
+) -> int:
+    """Rows dead-lettered with ``processed_at`` in ``(now() - window, now()]`` (SPEC §2
+    failures, all event types together): the sum of ``failed_by_event_type`` without
+    reading each row's event type (an index-only scan of the recommended index when
+    unfiltered). Exact."""
+    return _count(db, "failed_in_window", event_type, window=_window(db, window))
+
+
 def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[int, int]:
     """Retry pressure: rows not yet done (pending, processing, failed) by ``attempts``.
 
@@ -140,6 +161,75 @@ def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[i
     where = Where().event_type(event_type)
     rows = db.fetch_all("attempts_histogram", where.params, and_filters=where.fragment)
     return {row["attempts"]: row["rows"] for row in rows}
+
+
+def attempts_histogram_capped(
+    db: Database, *, cap: int, event_type: str | None = None
+) -> tuple[dict[int, int], bool]:
+    """Retry pressure for the dashboard: ``attempts_histogram``, with its dead letters
+    estimated when there are more than ``cap`` of them and a sample can tell (SPEC §2: only
+    the dashboard estimates, labelled).
+
+    The backlog (pending, processing) is counted exactly, and so are the dead letters up to
+    ``cap`` (index-only). Above it, when the planner expects at least
+    ``DEAD_LETTERS_PER_SAMPLED_PAGE`` of them per sampled page, they are counted by attempts
+    in a sample of ``DEAD_LETTERS_SAMPLE_PAGES`` of the table's pages (``TABLESAMPLE
+    SYSTEM``, the same pages at every refresh), each count scaled by the table's pages over
+    the pages sampled: ≈ 10 ms instead of reading every dead letter's index entry (≈ 100 ms
+    for 1 M; benchmarks/RESULTS.md). Fewer dead letters, a table of fewer pages than the
+    sample, or a sample holding fewer than ``MIN_SAMPLED_DEAD_LETTERS`` of them: they are
+    counted exactly.
+
+    Args:
+        cap: dead letters counted exactly (``estimates.DASHBOARD_COUNT_CAP``).
+
+    Returns:
+        ``({attempts: rows}, exact)``: ascending attempts; ``exact`` false when the dead
+        letters' counts are estimates.
+    """
+    where = Where().event_type(event_type)
+    histogram = {
+        row["attempts"]: row["rows"]
+        for row in db.fetch_all(
+            "attempts_histogram_backlog", where.params, and_filters=where.fragment
+        )
+    }
+    dead_letters = None
+    if estimates.count_up_to(db, "dead_letter_rows", cap=cap, where=where) > cap:
+        dead_letters = _sampled_dead_letters(db, where, cap)
+    exact = dead_letters is None
+    if exact:
+        dead_letters = {
+            row["attempts"]: row["rows"]
+            for row in db.fetch_all(
+                "attempts_histogram_dead_letters", where.params, and_filters=where.fragment
+            )
+        }
+    for attempts, rows in dead_letters.items():
+        histogram[attempts] = histogram.get(attempts, 0) + rows
+    return dict(sorted(histogram.items())), exact
+
+
+def _sampled_dead_letters(db: Database, where: Where, cap: int) -> dict[int, int] | None:
+    """Dead letters by attempts estimated from a sample of the table's pages, or ``None``
+    when counting them is cheaper or a sample cannot tell (see ``attempts_histogram_capped``)."""
+    dead_letters = db.compose("dead_letter_rows", and_filters=where.fragment)
+    expected = estimates.planner_rows(db, dead_letters, where.params)
+    if expected < DEAD_LETTERS_PER_SAMPLED_PAGE * DEAD_LETTERS_SAMPLE_PAGES:
+        return None
+    pages = db.fetch_one("table_pages", {"table_regclass": db.table_name})["pages"]
+    if pages <= DEAD_LETTERS_SAMPLE_PAGES:
+        return None
+    percent = 100 * DEAD_LETTERS_SAMPLE_PAGES / pages
+    rows = db.fetch_all(
+        "attempts_dead_letters_sample",
+        {"percent": percent, **where.params},
+        and_filters=where.fragment,
+    )
+    if sum(row["rows"] for row in rows) < MIN_SAMPLED_DEAD_LETTERS:
+        return None
+    scaled = {row["attempts"]: round(row["rows"] * 100 / percent) for row in rows}
+    return scaled if sum(scaled.values()) > cap else None
 
 
 def attempts_at_least(db: Database, attempts: int, *, event_type: str | None = None) -> int:
@@ -260,8 +350,16 @@ def status(
     window: float | None = None,
     lock_timeout: float | None = None,
     event_type: str | None = None,
+    count_cap: int | None = None,
 ) -> dict[str, Any]:
-    """Every SPEC §2 figure under its ``status --json`` key, all exact.
+    """Every SPEC §2 figure under its ``status --json`` key, all exact (``status --json``,
+    the sampler), unless the dashboard passes ``count_cap``.
+
+    Args:
+        count_cap: the dashboard's cap (``estimates.DASHBOARD_COUNT_CAP``): the dead letters
+            of ``attempts_histogram`` may then be estimated above it
+            (``attempts_histogram_capped``; SPEC §2: only the dashboard estimates, and says
+            so). ``None``: every figure exact.
 
     Returns:
         ``{"queue_depth", "pending_total", "scheduled_retries",
@@ -269,12 +367,18 @@ def status(
         "latency_seconds": {"p50","p95","p99"}, "processed_per_minute",
         "created_per_minute", "failed_in_window", "failed_by_event_type",
         "attempts_histogram" ({"<attempts>": rows}), "window_seconds",
-        "lock_timeout_seconds", "event_type", "table", "now"}``.
+        "lock_timeout_seconds", "event_type", "table", "now"}``; with ``count_cap`` also
+        ``"estimated"``: the keys whose values are estimates (``[]`` or
+        ``["attempts_histogram"]``).
     """
     window = _window(db, window)
     lock_timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     failed = failed_by_event_type(db, window=window, event_type=event_type)
-    return {
+    if count_cap is None:
+        histogram, exact = attempts_histogram(db, event_type=event_type), True
+    else:
+        histogram, exact = attempts_histogram_capped(db, cap=count_cap, event_type=event_type)
+    figures = {
         "table": db.table_name,
         "now": db.fetch_one("db_now")["now"].isoformat(),
         "event_type": event_type or None,
@@ -290,8 +394,8 @@ def status(
         **throughput(db, window=window, event_type=event_type),
         "failed_in_window": sum(failed.values()),
         "failed_by_event_type": failed,
-        "attempts_histogram": {
-            str(attempts): rows
-            for attempts, rows in attempts_histogram(db, event_type=event_type).items()
-        },
+        "attempts_histogram": {str(attempts): rows for attempts, rows in histogram.items()},
     }
+    if count_cap is not None:
+        figures["estimated"] = [] if exact else ["attempts_histogram"]
+    return figures

@@ -144,8 +144,7 @@ with prune:
         ages = {"done": done_days, "failed": failed_days}
         st.markdown(
             " · ".join(
-                f"{part.params['status']}: **{part.matched:,}** "
-                f"{format.inflect(part.matched, 'row')} older than "
+                f"{part.params['status']}: {format.bold_rows(part.count)} older than "
                 f"{format.plural(ages[part.params['status']], 'day')}"
                 for part in preview.parts
             )

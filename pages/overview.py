@@ -144,6 +144,13 @@ def live_figures() -> None:
                 st.altair_chart(
                     charts.attempts_histogram(figures["attempts_histogram"]), width="stretch"
                 )
+                if "attempts_histogram" in figures["estimated"]:
+                    st.caption(
+                        f"Estimate: more than {format.count(loaders.count_cap())} dead letters, "
+                        "so their counts by attempts are estimated from a sample of the "
+                        "table's pages (≈); pending and processing rows are counted exactly. "
+                        "`outbox-monitor status --json` counts every row."
+                    )
             else:
                 st.caption("No pending, processing or failed rows.")
         with right:

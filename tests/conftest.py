@@ -134,6 +134,23 @@ class Rows:
         ).fetchone()
         return row["id"]
 
+    def add_dead_letters(self, count: int, *, attempts: int = 10) -> None:
+        """``count`` failed order.paid rows with ``attempts``, failed 30 minutes before
+        ``t0``, in one statement; each with a 200-character error so that they fill pages."""
+        self.conn.execute(
+            """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,
+                   event_key, payload, status, attempts, last_error, created_at, processed_at)
+               SELECT 'order.paid', 'order', g::text, 'dead:' || %(tag)s || ':' || g, '{}',
+                      'failed', %(attempts)s, repeat('x', 200), %(failed_at)s, %(failed_at)s
+               FROM generate_series(1, %(count)s) AS g""",
+            {
+                "tag": next(self._n),
+                "attempts": attempts,
+                "count": count,
+                "failed_at": self.at(30 * 60),
+            },
+        )
+
     def get(self, row_id: int) -> dict[str, Any]:
         return self.conn.execute(
             "SELECT * FROM integration_outbox WHERE id = %s", (row_id,)

@@ -233,10 +233,13 @@ WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)
       AND processed_at <= now() {and_filters};
 
 -- name: created_in_window
--- Rows with created_at in the window, counted in three disjoint parts so that no index on
+-- Rows with created_at in the window, counted in disjoint parts so that no index on
 -- created_at over every row is needed: rows not finished (the users' claim index), finished
 -- rows processed in the window (a finished row is processed after it is created), and the
 -- finished rows processed before they were created or never (clock skew, its own index).
+-- Done and failed rows are counted apart: "status IN ('done', 'failed')" is the predicate of
+-- the recommended index, so the planner drops it from the index condition and would read the
+-- whole index for the processed_at range (325 ms at 10 M rows; benchmarks/RESULTS.md).
 SELECT (
     SELECT count(*) FROM {table}
     WHERE status IN ('pending', 'processing')
@@ -244,7 +247,12 @@ SELECT (
           {and_filters}
 ) + (
     SELECT count(*) FROM {table}
-    WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
           AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
           {and_filters}
 ) + (
@@ -288,6 +296,51 @@ SELECT (
     WHERE status IN ('pending', 'processing') AND attempts >= %(attempts)s {and_filters}
 ) AS value;
 
+-- name: failed_in_window
+-- Rows dead-lettered with processed_at in the window, counted without their event types (index-only on the recommended index when unfiltered).
+SELECT count(*) AS value FROM {table}
+WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters};
+
+-- name: count_estimate
+-- The planner's estimate of the rows the read statement {rows} returns: EXPLAIN plans it without running it (the dashboard's estimate above its cap, SPEC section 2).
+EXPLAIN (FORMAT JSON) {rows};
+
+-- name: dead_letter_rows
+-- The failed rows, one id each: what the dashboard counts up to its cap or estimates (dead letters, a replay's preview).
+SELECT id FROM {table} WHERE status = 'failed' {and_filters}
+
+-- name: count_capped
+-- How many rows the read statement {rows} returns, counted up to %(cap)s + 1 only.
+SELECT count(*) AS value FROM ({rows} LIMIT %(cap)s + 1) AS capped;
+
+-- name: attempts_histogram_backlog
+-- Pending and processing rows counted by attempts (the backlog part of attempts_histogram).
+SELECT attempts, count(*) AS rows FROM {table}
+WHERE status IN ('pending', 'processing') {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: attempts_histogram_dead_letters
+-- Failed rows counted by attempts (the dead-letter part of attempts_histogram), index-only.
+SELECT attempts, count(*) AS rows FROM {table}
+WHERE status = 'failed' {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: attempts_dead_letters_sample
+-- Failed rows by attempts in a sample of %(percent)s % of the table's pages, the same pages at every call (the dashboard's estimate of attempts_histogram_dead_letters).
+SELECT attempts, count(*) AS rows
+FROM {table} TABLESAMPLE SYSTEM (%(percent)s) REPEATABLE (0)
+WHERE status = 'failed' {and_filters}
+GROUP BY attempts
+ORDER BY attempts;
+
+-- name: table_pages
+-- Pages of 8 kB (block_size) the outbox table has now, at least 1.
+SELECT greatest(pg_relation_size(%(table_regclass)s::regclass)
+                / current_setting('block_size')::bigint, 1) AS pages;
+
 -- name: error_groups_refresh
 -- Bring the cached error groups of the outbox table up to date (migration 006); false when more than %(batch)s rows had to be normalised: call again.
 SELECT outbox_monitor.refresh_error_groups(%(table_regclass)s::regclass, %(batch)s) AS done;
@@ -328,7 +381,7 @@ ORDER BY failed DESC, last_seen DESC;
 
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the
--- created rows in the three disjoint parts of created_in_window.
+-- created rows in the disjoint parts of created_in_window (done and failed apart, as there).
 SELECT bucket, kind, count(*) AS rows FROM (
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01')
                AS bucket, 'created' AS kind
@@ -339,7 +392,13 @@ SELECT bucket, kind, count(*) AS rows FROM (
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
            'created'
     FROM {table}
-    WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
+           'created'
+    FROM {table}
+    WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
           AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
     UNION ALL
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
@@ -350,9 +409,15 @@ SELECT bucket, kind, count(*) AS rows FROM (
           AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
     UNION ALL
     SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
-           CASE status WHEN 'done' THEN 'processed' ELSE 'dead-lettered' END
+           'processed'
     FROM {table}
-    WHERE status IN ('done', 'failed')
+    WHERE status = 'done'
+          AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
+           'dead-lettered'
+    FROM {table}
+    WHERE status = 'failed'
           AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
 ) AS events
 GROUP BY bucket, kind
@@ -530,6 +595,20 @@ FROM changed;
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}
 WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
       {and_filters};
+
+-- name: prune_rows
+-- The rows of one terminal status processed before the cutoff, one id each (the dashboard's capped preview).
+SELECT id FROM {table}
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters}
+
+-- name: preview_capped
+-- A dashboard preview of the rows of {rows}, read up to %(cap)s + 1 of them: their number, and, when that is at most the cap (nothing was cut), their largest id.
+SELECT count(*) AS matched, max(id) AS max_id FROM ({rows} LIMIT %(cap)s + 1) AS capped;
+
+-- name: max_id
+-- The largest id of the rows of {rows}, exact (a dashboard preview's id ceiling, SPEC section 4, when it estimates the count): the planner walks the primary key back to the newest matching row.
+SELECT max(id) AS max_id FROM ({rows}) AS matched;
 
 -- name: prune_sample
 -- The oldest rows a prune would delete, for the preview.

@@ -46,11 +46,14 @@ NO_LONGER = {
 
 def describe_result(result: ActionResult) -> str:
     """One sentence: how many rows changed and how many were skipped (no longer eligible),
-    e.g. ``"Replayed 1 row; 1 was no longer failed."``."""
+    e.g. ``"Replayed 1 row; 1 was no longer failed."``; after a preview whose count was an
+    estimate, ``"Deleted 6,902,479 rows (previewed: ≈ 6.9 M rows, an estimate)."``."""
     text = f"{VERBS.get(result.action, 'changed').capitalize()} {format.rows(result.changed)}"
     if result.action == "reap" and result.dead_lettered:
         was = format.inflect(result.dead_lettered, "was", "were")
         text += f" ({result.dead_lettered:,} reached the maximum attempts and {was} dead-lettered)"
+    if result.skipped is None:
+        return f"{text} (previewed: ≈ {format.approximate(result.matched)} rows, an estimate)."
     skipped = NO_LONGER.get(result.action, "{was} skipped").format(
         was=format.inflect(result.skipped, "was", "were")
     )
@@ -144,20 +147,27 @@ def action_flow(
         st.info(f"Nothing to {noun}: no row matches.", icon=":material/info:")
         return
     st.markdown(
-        f"**{preview.matched:,}** {format.inflect(preview.matched, 'row')} would be "
-        f"{VERBS.get(preview.action, 'changed')}."
+        f"{format.bold_rows(preview.count)} would be {VERBS.get(preview.action, 'changed')}."
     )
+    if not preview.exact:
+        st.caption(
+            f"More than {format.count(loaders.count_cap())} rows match: the dashboard counts "
+            "rows only up to that many and shows the planner's estimate of the total, from "
+            "the table's statistics, above it. The confirmed "
+            f"{noun} applies to every row that still matches, up to the largest id seen now; its "
+            "audit records the exact number changed."
+        )
     if details is not None:
         details(preview)
     shown = len(preview.sample)
-    st.caption(f"Sample of {shown} of {format.rows(preview.matched)}:")
+    st.caption(f"Sample of {shown} of {format.estimated_rows(preview.count)}:")
     st.dataframe(
         format.table(preview.sample, sample_columns, durations=sample_durations),
         hide_index=True,
         width="stretch",
     )
     st.button(
-        f"Confirm {noun} of {format.rows(preview.matched)}",
+        f"Confirm {noun} of {format.estimated_rows(preview.count)}",
         key=f"{key}.confirm",
         type="primary",
         on_click=_confirm,
@@ -175,13 +185,14 @@ def _refuse_changed(confirmed: StoredPreview, *, actor: Identity, noun: str) -> 
     verb = VERBS.get(confirmed.preview.action, "changed")
     st.warning(
         f"Not {verb}: the selection changed after the preview (of "
-        f"{format.rows(confirmed.preview.matched)}). Nothing was changed: preview again.",
+        f"{format.estimated_rows(confirmed.preview.count)}). Nothing was changed: "
+        "preview again.",
         icon=":material/published_with_changes:",
     )
     log.warning(
         "%s of %s by %s not applied: the selection changed after its preview",
         noun,
-        format.rows(confirmed.preview.matched),
+        format.estimated_rows(confirmed.preview.count),
         actor.name,
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from outbox_monitor.durations import format_duration
+from outbox_monitor.estimates import Count
 
 NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")
@@ -120,6 +121,38 @@ def count(value: int | float | None) -> str:
 def rows(value: int) -> str:
     """A number of rows with its noun: ``"1 row"``, ``"1,234 rows"``."""
     return plural(value, "row")
+
+
+def approximate(value: int | float) -> str:
+    """A large number to two significant digits: ``"6.9 M"``, ``"300 k"``, ``"12 k"``;
+    under 1,000 as it is (``"950"``)."""
+    if value < 1000:
+        return f"{value:,.0f}"
+    rounded = float(f"{value:.2g}")
+    size, unit = next(step for step in ((1e9, "bn"), (1e6, "M"), (1e3, "k")) if rounded >= step[0])
+    return f"{rounded / size:g} {unit}"
+
+
+def estimated(count: Count) -> str:
+    """A count that may be an estimate (SPEC §2: only the dashboard estimates, labelled):
+    exact ``"1,234"``; estimated ``"≈ 6.9 M (estimate)"``."""
+    return f"{count.value:,}" if count.exact else f"≈ {approximate(count.value)} (estimate)"
+
+
+def bold_rows(count: Count) -> str:
+    """A count of rows in markdown, the number in bold: ``"**1,234** rows"``, ``"**1** row"``,
+    ``"**≈ 6.9 M** rows (estimate)"``."""
+    if count.exact:
+        return f"**{count.value:,}** {inflect(count.value, 'row')}"
+    return f"**≈ {approximate(count.value)}** rows (estimate)"
+
+
+def estimated_rows(count: Count) -> str:
+    """``estimated`` with the noun: ``"1 row"``, ``"1,234 rows"``,
+    ``"≈ 6.9 M rows (estimate)"``."""
+    if count.exact:
+        return rows(count.value)
+    return f"≈ {approximate(count.value)} rows (estimate)"
 
 
 def per_minute(value: float | None) -> str:

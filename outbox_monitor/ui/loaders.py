@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from outbox_monitor import actions, events, metrics, schema
+from outbox_monitor import actions, estimates, events, metrics, schema
 from outbox_monitor.access import Identity
 from outbox_monitor.actions import ActionResult, Preview, Progress
 from outbox_monitor.alerts import silences as alert_silences
@@ -43,25 +43,32 @@ def bucket_for(window: float) -> float:
 
 
 @_cached
-def _status(key: str, _db: Database, window: float, event_type: str | None) -> dict[str, Any]:
-    return metrics.status(_db, window=window, event_type=event_type)
+def _status(
+    key: str, _db: Database, window: float, event_type: str | None, cap: int
+) -> dict[str, Any]:
+    return metrics.status(_db, window=window, event_type=event_type, count_cap=cap)
 
 
 def status(db: Database, *, window: float, event_type: str | None) -> dict[str, Any]:
-    """``metrics.status``: every SPEC §2 figure plus the database's ``now`` (ISO text)."""
-    return _status(_key(db), db, window, event_type)
+    """``metrics.status`` with ``count_cap()``: every SPEC §2 figure plus the database's
+    ``now`` (ISO text); ``"estimated"`` names the figures that are estimates (the dead
+    letters of ``attempts_histogram`` above the cap)."""
+    return _status(_key(db), db, window, event_type, count_cap())
+
+
+def count_cap() -> int:
+    """Rows the dashboard counts exactly before it estimates (``estimates.DASHBOARD_COUNT_CAP``,
+    read at each call)."""
+    return estimates.DASHBOARD_COUNT_CAP
 
 
 @_cached
 def _failed_tile(key: str, _db: Database, event_type: str | None) -> int:
-    failed = metrics.failed_by_event_type(
-        _db, window=FAILED_TILE_WINDOW_SECONDS, event_type=event_type
-    )
-    return sum(failed.values())
+    return metrics.failed_in_window(_db, window=FAILED_TILE_WINDOW_SECONDS, event_type=event_type)
 
 
 def failed_last_24h(db: Database, *, event_type: str | None) -> int:
-    """Rows dead-lettered in the last 24 hours (the "Failed (24 h)" tile)."""
+    """Rows dead-lettered in the last 24 hours (the "Failed (24 h)" tile), exact."""
     return _failed_tile(_key(db), db, event_type)
 
 
@@ -340,13 +347,14 @@ def apply(
 
 
 def preview_replay(db: Database, selection: actions.ReplaySelection) -> Preview:
-    """``actions.preview_replay`` (never cached: a confirm applies what was just counted;
-    its sample's ``last_error`` comes redacted).
+    """``actions.preview_replay`` counting up to ``count_cap()`` rows, an estimate above
+    (never cached: a confirm applies what was just previewed; its sample's ``last_error``
+    comes redacted).
 
     Raises:
         ActionRefused: an empty selection.
     """
-    return actions.preview_replay(db, selection)
+    return actions.preview_replay(db, selection, count_cap=count_cap())
 
 
 def preview_reap(db: Database, *, event_type: str | None) -> Preview:
@@ -361,7 +369,8 @@ def preview_prune(
     failed_older_than: float | None,
     event_type: str | None,
 ) -> Preview:
-    """``actions.preview_prune`` (never cached); ages in seconds, ``None`` skips a status.
+    """``actions.preview_prune`` counting up to ``count_cap()`` rows per status, an estimate
+    above (never cached); ages in seconds, ``None`` skips a status.
 
     Raises:
         ActionRefused: no status chosen, or an age under one day.
@@ -371,6 +380,7 @@ def preview_prune(
         done_older_than=done_older_than,
         failed_older_than=failed_older_than,
         event_type=event_type,
+        count_cap=count_cap(),
     )
 
 
