@@ -62,7 +62,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor import metrics, schema
+from outbox_monitor import estimates, metrics, schema
 from outbox_monitor.alerts import stall
 from outbox_monitor.config import load_settings
 from outbox_monitor.errors import OutboxMonitorError
@@ -274,8 +274,8 @@ def overview_refresh(db: RecordingDatabase) -> None:
     """What the Overview's live fragment loads at each refresh (pages/overview.py
     ``live_figures``, no event-type filter, the default 1 h window)."""
     stall.read_lease(db)
-    metrics.status(db, window=WINDOW)
-    metrics.failed_by_event_type(db, window=FAILED_TILE_WINDOW_SECONDS)
+    metrics.status(db, window=WINDOW, count_cap=estimates.DASHBOARD_COUNT_CAP)
+    metrics.failed_in_window(db, window=FAILED_TILE_WINDOW_SECONDS)
     metrics.samples_series(db, window=WINDOW)
     metrics.throughput_series(db, window=WINDOW, bucket=bucket_for(WINDOW))
     metrics.latency_series(db, window=WINDOW, bucket=bucket_for(WINDOW))
@@ -383,8 +383,8 @@ def build_figures(db: RecordingDatabase) -> list[Figure]:
             naive + "rows not done by attempts",
         ),
         fig(
-            "failed_by_event_type 24h (tile)",
-            lambda: metrics.failed_by_event_type(db, window=FAILED_TILE_WINDOW_SECONDS),
+            "failed_in_window 24h (tile)",
+            lambda: metrics.failed_in_window(db, window=FAILED_TILE_WINDOW_SECONDS),
             {"overview"},
             blocks(
                 (
