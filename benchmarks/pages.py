@@ -1,0 +1,406 @@
+"""Benchmark of page load times in headless Chromium against Streamlit's own floor (issue 11,
+item 5).
+
+Starts its own throwaway PostgreSQL cluster, seeds ``--rows`` realistic outbox rows exactly
+as ``figures.py`` does (30 days, ≈ 1 % dead letters, a backlog, the sampler's rows), runs
+``init-db`` (``schema.init_db``: the ``outbox_monitor`` schema and the recommended indexes),
+then serves two Streamlit servers with the flags of ``outbox-monitor dashboard``
+(``serve.streamlit_command``; access mode local on 127.0.0.1):
+
+- the product's dashboard (``serve.start_dashboard``);
+- the floor: a bare page of 8 static ``st.metric`` tiles, written by the benchmark to a
+  temporary folder — what Streamlit itself costs to show 8 tiles.
+
+Each is timed in Debian's headless Chromium through Playwright (``/usr/bin/chromium``, never a
+downloaded browser) until its content is shown: the floor and the Overview when 8 metric
+tiles have values, Dead letters when its error-group table is drawn. Time is read in the
+page: ``performance.now()`` (from the start of the navigation) when a ``MutationObserver``
+first sees the content, so Playwright's polling adds nothing.
+
+- cold: a fresh browser context (no HTTP cache, no session) and empty server caches. The
+  servers keep running (Python modules imported, as on a server that has served before);
+  their caches are emptied right before the sample by Streamlit's own "Clear cache" message
+  (a ``BackMsg`` with ``clear_cache`` sent over the server's websocket, what the app menu's
+  "Clear cache" sends): every ``st.cache_data`` and ``st.cache_resource`` entry is dropped,
+  the database pool included.
+- warm: a reload of the same tab as soon as the cold run has finished (the script idle), so
+  the browser's HTTP cache and the server caches are filled.
+
+Samples are interleaved (floor, Overview, Dead letters, floor, …) so load drifts hit all
+three alike. The report gives medians of ``--repeat`` samples, the ratio of each page to the
+floor of the same run (the gate: ≤ 1.15), the statements each load ran in Postgres
+(``pg_stat_statements``) and the machine's load (``uptime``) before and after.
+
+Usage (from the repository root)::
+
+    .venv/bin/python benchmarks/pages.py [--rows 200000] [--repeat 7]
+    .venv/bin/python benchmarks/pages.py --smoke      # 20,000 rows, 2 repeats, < 60 s
+
+The report goes to stdout as Markdown; progress goes to stderr. With ``--gate`` the exit
+status is 1 when a ratio is above the gate. The benchmark's SQL is in
+``benchmarks/queries.sql`` (named blocks).
+"""
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# the checkout's package and test helpers (not another install's), and figures.py
+sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+
+from figures import (  # figures.py: the script next to this one, on sys.path above
+    STATEMENT_TIMEOUT_SECONDS,
+    RecordingDatabase,
+    log,
+    seed,
+)
+from playwright.sync_api import Browser, Page, sync_playwright
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from websockets.sync.client import connect
+
+from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.schema import init_db
+from outbox_monitor.serve import (
+    dashboard_script,
+    start_dashboard,
+    stop_process,
+    streamlit_command,
+    wait_until_healthy,
+)
+from tests.browser_support import CHROMIUM, CHROMIUM_ARGS
+
+GATE = 1.15
+"""A page may take at most this many times the floor's time, cold and warm (issue 11)."""
+ADDRESS = "127.0.0.1"
+VIEWPORT = {"width": 1400, "height": 1000}
+CONTENT_TIMEOUT_MS = 60_000
+IDLE_SELECTOR = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+FLOOR_SCRIPT = """\
+import streamlit as st
+
+for row in range(2):
+    for number, column in enumerate(st.columns(4), start=4 * row + 1):
+        column.metric(f"Tile {number}", f"{number * 1111:,}", border=True)
+"""
+# Content conditions, evaluated in the page on every DOM change until they hold.
+TILES_FILLED = """(() => {
+    const values = document.querySelectorAll('[data-testid="stMetricValue"]');
+    return values.length >= 8 && [...values].every((v) => v.textContent.trim() !== "");
+})()"""
+TABLE_SHOWN = """(() => {
+    const canvas = document.querySelector('[data-testid="stDataFrame"] canvas');
+    return canvas !== null && canvas.width > 0 && canvas.height > 0;
+})()"""
+OBSERVER = """(() => {
+    const shown = () => %s;
+    const observer = new MutationObserver(() => {
+        if (window.__contentShown === undefined && shown()) {
+            window.__contentShown = performance.now();
+            observer.disconnect();
+        }
+    });
+    observer.observe(document, {childList: true, subtree: true, characterData: true,
+                                attributes: true});
+})();"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One page to time: ``server`` is ``"floor"`` or ``"dashboard"``."""
+
+    name: str
+    server: str
+    path: str
+    content: str  # JS condition
+    what: str
+
+
+TARGETS = (
+    Target("floor (8 static st.metric)", "floor", "/", TILES_FILLED, "8 tiles have values"),
+    Target("Overview", "dashboard", "/", TILES_FILLED, "8 tiles have values"),
+    Target("Dead letters", "dashboard", "/dead_letters", TABLE_SHOWN, "error-group table drawn"),
+)
+
+
+@dataclass
+class Samples:
+    """Milliseconds from navigation start to content shown, and statements per load."""
+
+    cold: list[float] = field(default_factory=list)
+    warm: list[float] = field(default_factory=list)
+    cold_statements: list[int] = field(default_factory=list)
+    warm_statements: list[int] = field(default_factory=list)
+
+
+def uptime() -> str:
+    """``uptime``'s load averages (1, 5, 15 min)."""
+    text = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return text.split("load average:")[-1].strip()
+
+
+def clear_server_caches(url: str) -> None:
+    """Empty every ``st.cache_data`` and ``st.cache_resource`` of the Streamlit server at
+    ``url``: the ``clear_cache`` message its app menu sends, over a websocket of its own."""
+    stream = url.replace("http://", "ws://", 1) + "/_stcore/stream"
+    with connect(stream, subprotocols=["streamlit"], open_timeout=10) as websocket:
+        websocket.send(BackMsg(clear_cache=True).SerializeToString())
+    time.sleep(0.2)  # handled on receipt; let the pools close before the clock starts
+
+
+@contextmanager
+def serve(command: list[str], cwd: Path, log_path: Path, port: int) -> Iterator[str]:
+    """Run a Streamlit command until the block ends; yields its base URL once healthy."""
+    with log_path.open("wb") as output:
+        process = subprocess.Popen(
+            command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        try:
+            wait_until_healthy(process, address=ADDRESS, port=port, log_path=log_path)
+            yield f"http://{ADDRESS}:{port}"
+        finally:
+            stop_process(process)
+
+
+@contextmanager
+def serve_dashboard(settings: Settings, log_path: Path, port: int) -> Iterator[str]:
+    """``serve.start_dashboard`` (what ``outbox-monitor dashboard`` runs) until the block ends."""
+    with log_path.open("wb") as output:
+        process = start_dashboard(settings, address=ADDRESS, port=port, output=output)
+        try:
+            wait_until_healthy(process, address=ADDRESS, port=port, log_path=log_path)
+            yield f"http://{ADDRESS}:{port}"
+        finally:
+            stop_process(process)
+
+
+def floor_command(script: Path, port: int) -> list[str]:
+    """The dashboard's own command line (``serve.streamlit_command``) serving ``script``."""
+    command = streamlit_command(address=ADDRESS, port=port)
+    command[command.index(str(dashboard_script()))] = str(script)
+    return command
+
+
+def shown_ms(page: Page, navigate: Callable[[], object]) -> float:
+    """Navigate, wait until the content condition holds; ms from navigation start."""
+    navigate()
+    page.wait_for_function(
+        "window.__contentShown !== undefined", polling=50, timeout=CONTENT_TIMEOUT_MS
+    )
+    return page.evaluate("window.__contentShown")
+
+
+def wait_idle(page: Page) -> None:
+    """Until the script run of the page (charts and all) has finished."""
+    page.wait_for_selector(IDLE_SELECTOR, state="attached", timeout=CONTENT_TIMEOUT_MS)
+
+
+class StatementCounter:
+    """Statements Postgres ran between ``reset()`` and ``count()`` (``pg_stat_statements``,
+    top level, its own queries left out)."""
+
+    def __init__(self, db: RecordingDatabase) -> None:
+        self.db = db
+
+    def reset(self) -> None:
+        self.db.fetch_one("benchmark_pgss_reset")
+
+    def count(self) -> int:
+        return int(self.db.fetch_one("benchmark_pgss_calls")["calls"])
+
+
+def sample(
+    browser: Browser, url: str, target: Target, counter: StatementCounter, samples: Samples
+) -> None:
+    """One cold load (fresh context, server caches cleared) and one warm reload."""
+    clear_server_caches(url)
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        context.add_init_script(OBSERVER % target.content)
+        page = context.new_page()
+        address = url + target.path
+        counter.reset()
+        samples.cold.append(shown_ms(page, lambda: page.goto(address, wait_until="commit")))
+        wait_idle(page)
+        samples.cold_statements.append(counter.count())
+        counter.reset()
+        samples.warm.append(shown_ms(page, lambda: page.reload(wait_until="commit")))
+        wait_idle(page)
+        samples.warm_statements.append(counter.count())
+    finally:
+        context.close()
+
+
+def enable_statement_stats(cluster: TemporaryCluster, settings: Settings) -> None:
+    """Load ``pg_stat_statements`` (a restart of the throwaway server) and create it."""
+    db = RecordingDatabase(settings)
+    with db.direct_connection(statement_timeout=None) as conn:
+        conn.execute(db.compose("benchmark_pgss_preload"))
+    cluster.pause()
+    cluster.resume()
+    with db.direct_connection(statement_timeout=None) as conn:
+        conn.execute(db.compose("benchmark_pgss_create"))
+
+
+def ms(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def print_report(
+    args: argparse.Namespace,
+    shape: dict,
+    results: dict[str, Samples],
+    loads: tuple[str, str],
+    wall: float,
+) -> bool:
+    """Print the Markdown report; returns whether every page is within the gate."""
+    command = " ".join(["benchmarks/pages.py", *sys.argv[1:]])
+    print("## Setup\n")
+    print(f"- command: `.venv/bin/python {command}`")
+    print(
+        f"- machine: {platform.machine()}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}; load average (1, 5, 15 min) before: {loads[0]}; "
+        f"after: {loads[1]}"
+    )
+    print(
+        f"- table: {shape['total']:,} rows seeded as figures.py does ("
+        + ", ".join(f"{status} {rows:,}" for status, rows in shape["counts"].items())
+        + f"); seed {shape['seed_seconds']:.1f} s; init-db with the recommended indexes"
+    )
+    print(
+        f"- {args.repeat} samples per page, interleaved; cold = fresh browser context + server "
+        "caches cleared (Streamlit's clear_cache message: st.cache_data and st.cache_resource, "
+        "pool included), server running; warm = reload once the cold run is idle"
+    )
+    print(
+        "- time = ms from navigation start until the content is shown (in-page "
+        "performance.now() at the DOM change); whole run "
+        f"{wall:.0f} s\n"
+    )
+    floor = results[TARGETS[0].name]
+    floor_cold, floor_warm = statistics.median(floor.cold), statistics.median(floor.warm)
+    within = True
+    print(
+        "| page | content | cold ms median (min–max) | cold ÷ floor | warm ms median (min–max) "
+        "| warm ÷ floor | statements cold / warm |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for target in TARGETS:
+        s = results[target.name]
+        cold, warm = statistics.median(s.cold), statistics.median(s.warm)
+        ratios = []
+        for value, base in ((cold, floor_cold), (warm, floor_warm)):
+            ratio = value / base
+            over = ratio > GATE and target.server != "floor"
+            within = within and not over
+            ratios.append(f"{ratio:.2f}" + (" **OVER**" if over else ""))
+        statements = (
+            f"{statistics.median(s.cold_statements):g} / {statistics.median(s.warm_statements):g}"
+        )
+        print(
+            f"| {target.name} | {target.what} | {ms(cold)} ({ms(min(s.cold))}–{ms(max(s.cold))}) "
+            f"| {ratios[0]} | {ms(warm)} ({ms(min(s.warm))}–{ms(max(s.warm))}) | {ratios[1]} "
+            f"| {statements} |"
+        )
+    verdict = "every page within" if within else "**a page over**"
+    print(f"\nGate: {GATE:.2f}× the floor, cold and warm — {verdict}.\n")
+    return within
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="outbox rows to seed")
+    parser.add_argument("--repeat", type=int, default=7, help="samples per page")
+    parser.add_argument(
+        "--smoke", action="store_true", help="20,000 rows and 2 repeats unless given (< 60 s)"
+    )
+    parser.add_argument("--port", type=int, default=0, help="dashboard port (default: free)")
+    parser.add_argument("--floor-port", type=int, default=0, help="floor port (default: free)")
+    parser.add_argument("--gate", action="store_true", help="exit 1 when a page is over the gate")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        given = set(argv if argv is not None else sys.argv[1:])
+        args.rows = args.rows if "--rows" in given else 20_000
+        args.repeat = args.repeat if "--repeat" in given else 2
+    if args.rows < 1000 or args.repeat < 1:
+        parser.error("need --rows >= 1000, --repeat >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    before = uptime()
+    log("starting a throwaway PostgreSQL cluster")
+    with (
+        TemporaryCluster() as cluster,
+        ExitStack() as stack,
+        tempfile.TemporaryDirectory(prefix="outbox-monitor-pages-") as folder,
+    ):
+        settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
+        enable_statement_stats(cluster, settings)
+        db = stack.enter_context(RecordingDatabase(settings))
+        init_db(db, create_indexes=False)
+        log(f"seeding {args.rows:,} rows")
+        shape = seed(db, args.rows, 30)
+        shape["counts"] = {
+            row["status"]: row["rows"] for row in db.fetch_all("benchmark_status_counts")
+        }
+        shape["total"] = sum(shape["counts"].values())
+        log("init-db (recommended indexes)")
+        init_db(db)
+
+        script = Path(folder) / "floor.py"
+        script.write_text(FLOOR_SCRIPT)
+        ports = {"dashboard": args.port or free_port(), "floor": args.floor_port or free_port()}
+        log(f"serving the dashboard on {ports['dashboard']} and the floor on {ports['floor']}")
+        dashboard_settings = load_settings(dsn=cluster.dsn)
+        urls = {
+            "dashboard": stack.enter_context(
+                serve_dashboard(dashboard_settings, Path(folder) / "dashboard.log", ports["dashboard"])
+            ),
+            "floor": stack.enter_context(
+                serve(
+                    floor_command(script, ports["floor"]),
+                    Path(folder),
+                    Path(folder) / "floor.log",
+                    ports["floor"],
+                )
+            ),
+        }
+        counter = StatementCounter(db)
+        results = {target.name: Samples() for target in TARGETS}
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                log("one untimed round (servers import their modules, Chromium starts)")
+                for target in TARGETS:
+                    sample(browser, urls[target.server], target, counter, Samples())
+                for round_number in range(1, args.repeat + 1):
+                    for target in TARGETS:
+                        sample(browser, urls[target.server], target, counter, results[target.name])
+                    log(
+                        f"round {round_number}/{args.repeat}: "
+                        + ", ".join(
+                            f"{name} {s.cold[-1]:.0f}/{s.warm[-1]:.0f} ms"
+                            for name, s in results.items()
+                        )
+                    )
+            finally:
+                browser.close()
+        log("stopping the servers and the cluster")
+    within = print_report(args, shape, results, (before, uptime()), time.perf_counter() - started)
+    return 1 if args.gate and not within else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
