@@ -19,12 +19,16 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 
 .PHONY: demo test lint install lock browser oidc-provider n8n clean
 
-# --no-compile: Python compiles only the modules a run imports, once (halves the install).
+# Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
+# .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
+# modules again (≈ 2× its start-up). One parallel compileall after a --no-compile install is
+# faster than pip's serial compile (benchmarks/RESULTS.md, "CLI start-up").
 $(BIN)/outbox-monitor: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install pip==$(PIP_VERSION)
 	$(PIP) install --no-compile --require-hashes -r requirements.lock
 	$(PIP) install --no-deps -e .
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib outbox_monitor
 	touch $@
 
 install: $(BIN)/outbox-monitor

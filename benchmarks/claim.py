@@ -1,27 +1,31 @@
-"""Benchmark of the users' claim without and with the recommended indexes (issue 11, item 1).
+"""Benchmark of the workers' statements without and with the recommended indexes (issue 11).
 
 Starts its own throwaway PostgreSQL cluster, creates the outbox table with only the indexes
 users already have and seeds ``--rows`` rows of history exactly as ``figures.py`` does (one
-``INSERT … SELECT generate_series``, mostly ``done``). The seed's due pending rows are acked, so
-that each backlog is exact; then, for each ``--backlogs`` value, due pending rows are added up
-to that backlog and two claims of ``--batch`` rows are timed: the SPEC §1 claim as users write
-it (``status='pending' and available_at <= now() order by created_at limit N for update skip
-locked``, then the UPDATE to ``processing``) and the shared function ``outbox_monitor.claim``.
-Each call runs in a transaction that is rolled back, so every repetition sees the same data;
-median and min of ``--repeat`` calls after one warm-up call; first with the users' indexes only,
-then with the product's recommended indexes (``schema.init_db``, CONCURRENTLY), which are
-dropped again before the next backlog. The users' claim is EXPLAINed (ANALYZE, BUFFERS) once
-per phase; the function runs the same statement through ``EXECUTE … USING`` (planned afresh
-on every call, with the values), so it gets the same plan.
+``INSERT … SELECT generate_series``, mostly ``done``); the seed's due pending rows are acked,
+so that each backlog is exact. The table is then copied: ``without`` keeps the users' indexes
+only, ``with`` also gets the product's recommended indexes (``schema.init_db``, CONCURRENTLY)
+and, with ``--retired``, ``retired`` gets the indexes init-db created before issue 11.
+
+For each scenario (``--backlogs``: due pending rows; ``--storms``: due rows plus rows waiting
+in backoff, created before them, as in a retry storm of one event type) every table is brought
+to the same rows and four statements of the workers are timed, the tables interleaved in
+alternating order on every round so that they share the machine's state: the SPEC §1 claim as
+users write it (``… order by created_at limit N for update skip locked``, then the UPDATE to
+``processing``), the shared function ``outbox_monitor.claim``, the users' ack of the rows just
+claimed, and a publish of ``--batch`` events. Each runs in a transaction that is rolled back,
+so every round sees the same data; only the statement is timed. Median and min of
+``--repeat`` rounds after one warm-up; the users' claim is EXPLAINed (ANALYZE, BUFFERS) once
+per table: scans, rows removed by filter, pages.
 
 Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/claim.py [--rows 1000000] [--backlogs 1000,3000,50000,200000]
-                                         [--batch 50] [--repeat 7]
+        [--storms 1000:200000,50000:200000] [--batch 50] [--repeat 15] [--retired]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --backlogs
-1000 --repeat 2`` is a smoke run of well under 30 s. A ratio with/without above 1.05 is
-flagged HARM. The benchmark's SQL is in ``benchmarks/queries.sql`` (named blocks).
+1000 --storms 1000:5000 --repeat 3`` is a smoke run of well under 30 s. A ratio with/without
+above 1.05 is flagged HARM. The benchmark's SQL is in ``benchmarks/queries.sql``.
 """
 
 import argparse
@@ -35,12 +39,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from psycopg import sql
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from figures import (  # figures.py: the script next to this one, on sys.path above
     STATEMENT_TIMEOUT_SECONDS,
     RecordingDatabase,
-    drop_index,
     log,
     scans,
     seed,
@@ -48,40 +53,59 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 
 from outbox_monitor.config import load_settings
 from outbox_monitor.pgcluster import TemporaryCluster
-from outbox_monitor.schema import init_db
+from outbox_monitor.schema import RETIRED_INDEXES, init_db
 
 HARM = 1.05
 WORKER = "benchmark-claim"
-QUERIES = {
-    "users' claim (SPEC §1 SQL)": "benchmark_claim_users",
-    "outbox_monitor.claim()": "benchmark_claim_function",
-}
+SOURCE = "integration_outbox"
+TABLES = {"without": SOURCE, "with": "outbox_recommended", "retired": "outbox_retired"}
+STATEMENTS = ("users' claim (SPEC §1 SQL)", "outbox_monitor.claim()", "users' ack", "publish")
 
 
 @dataclass
-class Measure:
-    """One query in one phase at one backlog."""
+class Scenario:
+    due: int
+    scheduled: int
 
-    median: float
-    minimum: float
-    claimed: int
-    plan: str = "same statement via EXECUTE"
-    removed: int | None = None
-    pages: int | None = None
+    @property
+    def label(self) -> str:
+        storm = f" + {self.scheduled:,} in backoff" if self.scheduled else ""
+        return f"{self.due:,} due{storm}"
 
 
 @dataclass
-class Backlog:
-    size: int
-    without: dict[str, Measure] = field(default_factory=dict)
-    with_: dict[str, Measure] = field(default_factory=dict)
-    build_seconds: float = 0.0
+class Result:
+    """One scenario: per table, per statement, the samples in ms; per table the claim plan."""
+
+    scenario: Scenario
+    samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    plans: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+
+    def median(self, table: str, statement: str) -> float:
+        return statistics.median(self.samples[table][statement])
+
+    def minimum(self, table: str, statement: str) -> float:
+        return min(self.samples[table][statement])
 
 
-def run_claim(db: RecordingDatabase, name: str, params: dict[str, Any]) -> int:
-    """One claim in a rolled-back transaction; returns the rows it claimed."""
+def timed(db: RecordingDatabase, statement: str, params: dict[str, Any], rounds: int) -> float:
+    """Run one statement in a rolled-back transaction; the statement's own milliseconds."""
     with db.connection() as conn, conn.transaction(force_rollback=True):
-        return len(conn.execute(db.compose(name), params).fetchall())
+        if statement == "users' ack":
+            claimed = conn.execute(db.compose("benchmark_claim_users"), params).fetchall()
+            name, params = "benchmark_ack_claimed", {**params, "ids": [r["id"] for r in claimed]}
+        elif statement == "publish":
+            name, params = "benchmark_publish", {**params, "tag": rounds}
+        elif statement.startswith("users'"):
+            name = "benchmark_claim_users"
+        else:
+            name = "benchmark_claim_function"
+        query = db.compose(name)
+        start = time.perf_counter()
+        cursor = conn.execute(query, params)
+        if cursor.description:
+            cursor.fetchall()
+        return (time.perf_counter() - start) * 1000
 
 
 def removed_by_filter(node: dict[str, Any]) -> int:
@@ -89,13 +113,11 @@ def removed_by_filter(node: dict[str, Any]) -> int:
     return total + sum(removed_by_filter(child) for child in node.get("Plans", []))
 
 
-def explain(db: RecordingDatabase, name: str, params: dict[str, Any]) -> tuple[str, int, int]:
-    """EXPLAIN (ANALYZE, BUFFERS) the claim once, rolled back: scans, rows removed, pages."""
+def explain(db: RecordingDatabase, params: dict[str, Any]) -> tuple[str, int, int]:
+    """EXPLAIN (ANALYZE, BUFFERS) the users' claim once, rolled back: scans, removed, pages."""
     with db.connection() as conn, conn.transaction(force_rollback=True):
-        row = conn.execute(
-            db.compose("benchmark_explain", query=db.compose(name)), params
-        ).fetchone()
-    document = row["QUERY PLAN"]
+        query = db.compose("benchmark_explain", query=db.compose("benchmark_claim_users"))
+        document = conn.execute(query, params).fetchone()["QUERY PLAN"]
     top = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
     table = db.settings.table_parts[1]
     found = ", ".join(dict.fromkeys(scans(top, table, f"{table}_"))) or "no table scan"
@@ -103,31 +125,76 @@ def explain(db: RecordingDatabase, name: str, params: dict[str, Any]) -> tuple[s
     return found, removed_by_filter(top), pages
 
 
-def measure(db: RecordingDatabase, args: argparse.Namespace, label: str) -> dict[str, Measure]:
-    """Time both claims (warm-up + ``--repeat``), EXPLAIN the users' claim, then VACUUM the
-    dead row versions the rolled-back UPDATEs left."""
-    params = {"batch": args.batch, "worker": WORKER, "table_regclass": db.table_name}
-    results = {}
-    for label_query, name in QUERIES.items():
-        claimed = run_claim(db, name, params)
-        samples = []
-        for _ in range(args.repeat):
-            start = time.perf_counter()
-            run_claim(db, name, params)
-            samples.append((time.perf_counter() - start) * 1000)
-        result = Measure(statistics.median(samples), min(samples), claimed)
-        if name == "benchmark_claim_users":
-            result.plan, result.removed, result.pages = explain(db, name, params)
-        results[label_query] = result
+def measure(dbs: dict[str, RecordingDatabase], args: argparse.Namespace, result: Result) -> None:
+    """Warm-up, then ``--repeat`` rounds; each round runs every statement on every table, the
+    tables in alternating order. Then the plans, and a VACUUM of what the rollbacks left."""
+    order = list(dbs)
+    result.samples = {table: {s: [] for s in STATEMENTS} for table in order}
+    for rounds in range(args.repeat + 1):
+        for statement in STATEMENTS:
+            for table in order if rounds % 2 else reversed(order):
+                db = dbs[table]
+                params = {"batch": args.batch, "worker": WORKER, "table_regclass": db.table_name}
+                elapsed = timed(db, statement, params, rounds)
+                if rounds:
+                    result.samples[table][statement].append(elapsed)
+    for table, db in dbs.items():
+        params = {"batch": args.batch, "worker": WORKER, "table_regclass": db.table_name}
+        result.plans[table] = explain(db, params)
         with db.connection() as conn:
             conn.execute(db.compose("benchmark_vacuum"))
-        log(f"  {label}: {label_query} median {result.median:,.2f} ms ({result.plan})")
-    return results
+    ratios = ", ".join(
+        f"{s}: {result.median('with', s) / result.median('without', s):.2f}" for s in STATEMENTS
+    )
+    log(f"  {result.scenario.label}: with/without {ratios}")
 
 
-def vacuum_analyze(db: RecordingDatabase) -> None:
+def bring_to(
+    db: RecordingDatabase, scenario: Scenario, current: Scenario, anchor: datetime
+) -> None:
+    """Add or delete backlog rows so that the table holds exactly the scenario's rows."""
+    with db.connection() as conn:
+        for prefix, block, have, want in (
+            ("claim-backlog", "benchmark_claim_backlog", current.due, scenario.due),
+            ("claim-scheduled", "benchmark_claim_scheduled", current.scheduled, scenario.scheduled),
+        ):
+            if want > have:
+                conn.execute(db.compose(block), {"first": have + 1, "last": want, "anchor": anchor})
+            elif want < have:
+                conn.execute(db.compose("benchmark_claim_trim"), {"prefix": prefix, "last": want})
     with db.connection() as conn:
         conn.execute(db.compose("benchmark_vacuum_analyze"))
+
+
+def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -> dict:
+    """Copy the seeded table for every variant; returns the connectors and build seconds."""
+    dbs = {"without": source}
+    builds = {}
+    for variant in ("with", "retired") if retired else ("with",):
+        settings = load_settings(
+            dsn=cluster_dsn,
+            table=f"public.{TABLES[variant]}",
+            statement_timeout=STATEMENT_TIMEOUT_SECONDS,
+        )
+        db = RecordingDatabase(settings).__enter__()
+        log(f"copying the history into {TABLES[variant]}")
+        with source.direct_connection(statement_timeout=None) as conn:
+            conn.execute(source.compose("benchmark_copy_table", target=db.table))
+            conn.execute(db.compose("benchmark_autovacuum_off"))
+        start = time.perf_counter()
+        if variant == "with":
+            created = init_db(db, create_indexes=True).created_indexes
+            log(f"  init-db created {', '.join(created)}")
+        else:
+            names = {
+                purpose: sql.Identifier(f"{TABLES[variant]}_{purpose}_idx")
+                for purpose in RETIRED_INDEXES
+            }
+            with db.direct_connection(statement_timeout=None) as conn:
+                conn.execute(db.compose("benchmark_retired_indexes", **names))
+        builds[variant] = time.perf_counter() - start
+        dbs[variant] = db
+    return {"dbs": dbs, "builds": builds}
 
 
 def ms(value: float) -> str:
@@ -135,14 +202,15 @@ def ms(value: float) -> str:
 
 
 def print_report(
-    args: argparse.Namespace, server: dict[str, Any], shape: dict[str, Any], runs: list[Backlog]
+    args: argparse.Namespace, server: dict[str, Any], shape: dict[str, Any], results: list[Result]
 ) -> None:
     print("## Setup\n")
     command = " ".join(["benchmarks/claim.py", *sys.argv[1:]])
     print(f"- command: `.venv/bin/python {command}`")
     print(
         f"- machine: {platform.machine()}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, load average before the run {shape['load']}"
+        f"Python {platform.python_version()}, load average before / after the run "
+        f"{shape['load']} / {shape['load_after']}"
     )
     print(
         f"- server: {server['version'].split(' on ')[0]}; shared_buffers "
@@ -152,35 +220,46 @@ def print_report(
     print(
         f"- history: {shape['total']:,} rows seeded as figures.py does ("
         + ", ".join(f"{k} {n:,}" for k, n in shape["counts"].items())
-        + f"), its {shape['acked']:,} due pending rows acked; seed {shape['seed_seconds']:.1f} s"
+        + f"), its {shape['acked']:,} due pending rows acked; seed {shape['seed_seconds']:.1f} s; "
+        "copied per variant: "
+        + ", ".join(f"{TABLES[v]} ({v})" for v in shape["variants"])
+        + "; index builds "
+        + ", ".join(f"{v} {s:.1f} s" for v, s in shape["builds"].items())
     )
     print(
-        f"- claim of {args.batch} rows; median / min of {args.repeat} calls after one warm-up, "
-        "each in a rolled-back transaction through the package's pool (includes the round "
-        "trip); VACUUM after each series; the recommended indexes built by init-db "
-        "CONCURRENTLY and dropped again per backlog\n"
+        f"- batch of {args.batch} rows; median (min) of {args.repeat} interleaved rounds after "
+        "one warm-up, each statement in a rolled-back transaction, only the statement timed; "
+        "VACUUM after each scenario\n"
     )
+    variants = shape["variants"]
+    others = [v for v in variants if v != "without"]
+    head = " | ".join(f"{v} ms | {v}/without" for v in others)
+    print(f"| scenario | statement | without ms | {head} |")
+    print("|---|---|---:|" + "---:|---:|" * len(others))
+    for result in results:
+        for statement in STATEMENTS:
+            base = result.median("without", statement)
+            cells = [f"{ms(base)} ({ms(result.minimum('without', statement))})"]
+            for variant in others:
+                value = result.median(variant, statement)
+                ratio = value / base
+                flag = " **HARM**" if ratio > HARM else ""
+                cells.append(f"{ms(value)} ({ms(result.minimum(variant, statement))})")
+                cells.append(f"{ratio:.2f}{flag}")
+            print(f"| {result.scenario.label} | {statement} | " + " | ".join(cells) + " |")
     print(
-        "| backlog | query | without median (min) ms | with median (min) ms | ratio with/without "
-        "| plan without | plan with | removed by filter without / with | pages without / with |"
+        "\nPlans of the users' claim (EXPLAIN ANALYZE, BUFFERS): scans; rows removed by filter; "
+        "pages.\n"
     )
-    print("|---:|---|---:|---:|---:|---|---|---:|---:|")
-    for run in runs:
-        for label in QUERIES:
-            before, after = run.without[label], run.with_[label]
-            ratio = after.median / before.median
-            flag = " **HARM**" if ratio > HARM else ""
-            removed = (
-                f"{before.removed:,} / {after.removed:,}" if before.removed is not None else "–"
-            )
-            pages = f"{before.pages:,} / {after.pages:,}" if before.pages is not None else "–"
-            print(
-                f"| {run.size:,} | {label} | {ms(before.median)} ({ms(before.minimum)}) "
-                f"| {ms(after.median)} ({ms(after.minimum)}) | {ratio:.2f}{flag} "
-                f"| {before.plan} | {after.plan} | {removed} | {pages} |"
-            )
-    builds = ", ".join(f"{run.size:,}: {run.build_seconds:.1f} s" for run in runs)
-    print(f"\nBuild of the recommended indexes per backlog: {builds}.\n")
+    print("| scenario | " + " | ".join(variants) + " |")
+    print("|---|" + "---|" * len(variants))
+    for result in results:
+        cells = [
+            f"{plan}; {removed:,}; {pages:,}"
+            for plan, removed, pages in (result.plans[v] for v in variants)
+        ]
+        print(f"| {result.scenario.label} | " + " | ".join(cells) + " |")
+    print()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -189,14 +268,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--backlogs", default="1000,3000,50000,200000", help="due pending rows, comma-separated"
     )
-    parser.add_argument("--batch", type=int, default=50, help="rows per claim")
-    parser.add_argument("--repeat", type=int, default=7, help="timed calls per claim")
+    parser.add_argument(
+        "--storms",
+        default="1000:200000,50000:200000",
+        help="retry storms as due:in-backoff pairs, comma-separated ('' for none)",
+    )
+    parser.add_argument("--batch", type=int, default=50, help="rows per claim and publish")
+    parser.add_argument("--repeat", type=int, default=15, help="timed rounds")
+    parser.add_argument(
+        "--retired", action="store_true", help="also time the indexes of before issue 11"
+    )
     args = parser.parse_args(argv)
     try:
-        args.backlogs = sorted({int(value.replace("_", "")) for value in args.backlogs.split(",")})
+        backlogs = sorted({int(value.replace("_", "")) for value in args.backlogs.split(",")})
+        storms = [
+            tuple(int(part.replace("_", "")) for part in pair.split(":"))
+            for pair in args.storms.split(",")
+            if pair.strip()
+        ]
     except ValueError:
-        parser.error("--backlogs takes comma-separated integers")
-    if args.rows < 1000 or args.repeat < 1 or args.batch < 1 or min(args.backlogs) < 1:
+        parser.error("--backlogs takes integers, --storms due:in-backoff pairs")
+    if any(len(pair) != 2 for pair in storms):
+        parser.error("--storms takes due:in-backoff pairs")
+    args.scenarios = [Scenario(due, 0) for due in backlogs] + [Scenario(*p) for p in storms]
+    if args.rows < 1000 or args.repeat < 1 or args.batch < 1 or min(backlogs) < 1:
         parser.error("need --rows >= 1000, --repeat >= 1, --batch >= 1, backlogs >= 1")
     return args
 
@@ -205,45 +300,43 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     log("starting a throwaway PostgreSQL cluster")
-    runs: list[Backlog] = []
+    results: list[Result] = []
     with TemporaryCluster() as cluster:
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
-        with RecordingDatabase(settings) as db:
-            init_db(db, create_indexes=False)
+        with RecordingDatabase(settings) as source:
+            init_db(source, create_indexes=False)
             log(f"seeding {args.rows:,} rows of history (users' indexes only)")
-            shape = seed(db, args.rows, 30)
-            with db.connection() as conn:
-                acked = conn.execute(db.compose("benchmark_claim_ack_due")).rowcount
+            shape = seed(source, args.rows, 30)
+            with source.connection() as conn:
+                shape["acked"] = conn.execute(source.compose("benchmark_claim_ack_due")).rowcount
             shape["load"] = load
-            shape["acked"] = acked
             shape["counts"] = {
-                row["status"]: row["rows"] for row in db.fetch_all("benchmark_status_counts")
+                row["status"]: row["rows"] for row in source.fetch_all("benchmark_status_counts")
             }
             shape["total"] = sum(shape["counts"].values())
-            server = db.fetch_one("benchmark_server")
+            server = source.fetch_one("benchmark_server")
+            prepared = prepare_tables(source, cluster.dsn, args.retired)
+            dbs = prepared["dbs"]
+            shape["builds"] = prepared["builds"]
+            shape["variants"] = list(dbs)
             anchor = datetime.now(UTC)
-            added = 0
-            for size in args.backlogs:
-                run = Backlog(size)
-                log(f"backlog {size:,}: adding {size - added:,} due pending rows")
-                with db.connection() as conn:
-                    conn.execute(
-                        db.compose("benchmark_claim_backlog"),
-                        {"first": added + 1, "last": size, "anchor": anchor},
-                    )
-                added = size
-                vacuum_analyze(db)
-                run.without = measure(db, args, f"{size:,} without")
-                start = time.perf_counter()
-                created = init_db(db, create_indexes=True).created_indexes
-                run.build_seconds = time.perf_counter() - start
-                log(f"  init-db created {', '.join(created)} in {run.build_seconds:.1f} s")
-                run.with_ = measure(db, args, f"{size:,} with")
-                for name in created:
-                    drop_index(db, name)
-                runs.append(run)
+            current = Scenario(0, 0)
+            try:
+                for scenario in args.scenarios:
+                    log(f"scenario {scenario.label}")
+                    for db in dbs.values():
+                        bring_to(db, scenario, current, anchor)
+                    current = scenario
+                    result = Result(scenario)
+                    measure(dbs, args, result)
+                    results.append(result)
+            finally:
+                for variant, db in dbs.items():
+                    if variant != "without":
+                        db.__exit__(None, None, None)
+        shape["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         log("stopping the cluster")
-    print_report(args, server, shape, runs)
+    print_report(args, server, shape, results)
     return 0
 
 

@@ -45,7 +45,7 @@ SELECT event_type,
                'HTTP 422 Unprocessable Entity: email invalid for contact ' || (100000 + g)
            WHEN status = 'failed' AND r_lat < 0.4 THEN
                'HTTP 500 Internal Server Error from api.crm.example (request '
-               || gen_random_uuid() || ')'
+               || gen_random_uuid() || E')\n' || %(stack_trace)s
            WHEN status = 'failed' AND r_lat < 0.7 THEN
                'timeout after 30000 ms calling hooks.slack.com'
            WHEN status = 'failed' AND r_lat < 0.9 THEN
@@ -186,6 +186,17 @@ DROP INDEX CONCURRENTLY IF EXISTS {index};
 UPDATE {table} SET status = 'done', processed_at = now(), attempts = 0
 WHERE status = 'pending' AND available_at <= now();
 
+-- name: benchmark_copy_table
+-- Benchmark only (claim.py): {target}, a copy of {table} with its columns, defaults, indexes
+-- (the users' ones at this point) and rows.
+CREATE TABLE {target} (LIKE {table} INCLUDING ALL);
+INSERT INTO {target} SELECT * FROM {table};
+
+-- name: benchmark_retired_indexes
+-- Benchmark only (claim.py): the indexes init-db created before issue 11, under their names.
+CREATE INDEX {created_at} ON {table} (created_at);
+CREATE INDEX {status_processed_at} ON {table} (status, processed_at);
+
 -- name: benchmark_claim_backlog
 -- Benchmark only (claim.py): due pending rows %(first)s..%(last)s, created before %(anchor)s.
 INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
@@ -195,6 +206,24 @@ SELECT 'order.paid', 'order', mod(g, 200000)::text, 'claim-backlog:' || g,
        'pending', %(anchor)s::timestamptz - make_interval(secs => g * 0.01),
        %(anchor)s::timestamptz - make_interval(secs => g * 0.01)
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g;
+
+-- name: benchmark_claim_scheduled
+-- Benchmark only (claim.py): pending rows %(first)s..%(last)s waiting in backoff (a retry storm
+-- of one event type), created before every due row of the backlog and due in an hour or more.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, available_at, created_at, last_error)
+SELECT 'payment.captured', 'payment', mod(g, 200000)::text, 'claim-scheduled:' || g,
+       jsonb_build_object('id', g, 'currency', 'EUR', 'note', 'retrying row ' || g),
+       'pending', 1 + mod(g, 5), now() + interval '1 hour' + make_interval(secs => g * 0.01),
+       %(anchor)s::timestamptz - interval '3 hours' - make_interval(secs => g * 0.01),
+       'HTTP 503 Service Unavailable: upstream payment provider timed out'
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g;
+
+-- name: benchmark_claim_trim
+-- Benchmark only (claim.py): remove the rows of %(prefix)s numbered above %(last)s.
+DELETE FROM {table}
+WHERE status = 'pending' AND event_key LIKE %(prefix)s || ':%%'
+      AND split_part(event_key, ':', 2)::bigint > %(last)s;
 
 -- name: benchmark_claim_users
 -- Benchmark only (claim.py): the users' claim exactly as SPEC §1 writes it.
@@ -212,6 +241,64 @@ RETURNING o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.event_key, o.p
 -- name: benchmark_claim_function
 -- Benchmark only (claim.py): the shared claim function installed by init-db.
 SELECT * FROM outbox_monitor.claim(%(table_regclass)s::regclass, %(worker)s, %(batch)s);
+
+-- name: benchmark_ack_claimed
+-- Benchmark only (claim.py): the users' ack (SPEC section 1) of the rows %(ids)s just claimed.
+UPDATE {table} SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL,
+                   last_error = NULL
+WHERE id = ANY(%(ids)s) AND status = 'processing' AND locked_by = %(worker)s;
+
+-- name: benchmark_publish
+-- Benchmark only (claim.py): a producer publishes %(batch)s events (keys tagged %(tag)s).
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload)
+SELECT 'order.paid', 'order', g::text, 'publish:' || %(tag)s || ':' || g,
+       jsonb_build_object('id', g, 'currency', 'EUR', 'note', 'published row ' || g)
+FROM generate_series(1, %(batch)s) AS g
+ON CONFLICT (event_key) DO NOTHING;
+
+-- name: benchmark_error_groups_reset
+-- Benchmark only (error_groups.py): an empty outbox table and an empty error-group cache.
+TRUNCATE {table};
+TRUNCATE outbox_monitor.error_fingerprints, outbox_monitor.error_groups,
+         outbox_monitor.error_groups_state;
+
+-- name: benchmark_error_groups_before
+-- Benchmark only (error_groups.py): the error_groups block before the cache (every failed row normalised at every refresh, samples aggregated).
+SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
+       event_type,
+       fingerprint,
+       count(*) AS failed,
+       min(processed_at) AS first_seen,
+       max(processed_at) AS last_seen,
+       (array_agg(last_error ORDER BY id DESC))[1] AS sample_error
+FROM (
+    SELECT id, event_type, last_error, processed_at,
+           outbox_monitor.normalize_error(last_error) AS fingerprint
+    FROM {table}
+    WHERE status = 'failed' {and_filters}
+    OFFSET 0
+) AS failed_rows
+GROUP BY 1, 2, 3
+ORDER BY failed DESC, last_seen DESC
+LIMIT %(limit)s;
+
+-- name: benchmark_error_groups_new_dead_letters
+-- Benchmark only (error_groups.py): %(rows)s rows dead-lettered now, half with a stack trace (keys tagged %(tag)s).
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, last_error, created_at, processed_at)
+SELECT 'order.paid', 'order', g::text, 'benchmark-dead:' || %(tag)s || ':' || g,
+       jsonb_build_object('id', g), 'failed', 10,
+       CASE WHEN mod(g, 2) = 0
+            THEN 'HTTP 500 Internal Server Error from api.crm.example (request '
+                 || gen_random_uuid() || E')\n' || %(stack_trace)s
+            ELSE 'timeout after 30000 ms calling hooks.slack.com' END,
+       now() - interval '5 seconds', now()
+FROM generate_series(1, %(rows)s) AS g;
+
+-- name: benchmark_error_groups_replay
+-- Benchmark only (error_groups.py): replay the %(rows)s dead letters with the smallest ids, as actions.replay does.
+UPDATE {table} SET status = 'pending', attempts = 0, available_at = now(), processed_at = NULL
+WHERE id IN (SELECT id FROM {table} WHERE status = 'failed' ORDER BY id LIMIT %(rows)s);
 
 -- name: benchmark_pgss_preload
 -- Benchmark only (pages.py): load pg_stat_statements at the next start of the throwaway server.

@@ -11,13 +11,13 @@ import click
 
 from outbox_monitor import actions, grants, metrics, schema
 from outbox_monitor.access import local_identity
-from outbox_monitor.alerts.commands import alerts, check
 from outbox_monitor.cli_support import (
     DURATION,
     DURATION_OR_ZERO,
     EXIT_ERROR,
     ROW_ID,
     TABLE,
+    LazyGroup,
     echo,
     emit_json,
     fail,
@@ -67,7 +67,7 @@ def common_options(command: Callable) -> Callable:
     return wrapper
 
 
-class JsonAwareGroup(click.Group):
+class JsonAwareGroup(LazyGroup):
     """A group whose usage errors (``--window abc``, ``--id xyz``) are one JSON object on
     stdout when the command line has ``--json``, as every other outcome of ``--json`` is."""
 
@@ -86,7 +86,15 @@ class JsonAwareGroup(click.Group):
         sys.exit(outcome if isinstance(outcome, int) else 0)
 
 
-@click.group(cls=JsonAwareGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=JsonAwareGroup,
+    # The rules engine and YAML load only for the commands that read alerts.yml.
+    lazy_subcommands={
+        "check": "outbox_monitor.alerts.commands:check",
+        "alerts": "outbox_monitor.alerts.commands:alerts",
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="outbox-monitor")
 @click.option(
     "--log-level",
@@ -178,17 +186,30 @@ def init_db_command(
         "created_tables": report.created_tables,
         "applied_migrations": report.applied_migrations,
         "created_indexes": report.created_indexes,
+        "dropped_indexes": report.dropped_indexes,
+        "undropped_indexes": report.undropped_indexes,
         "schema_version": report.schema_version,
     }
     if as_json:
         emit_json(payload)
-        return
-    nothing = not (report.created_tables or report.applied_migrations or report.created_indexes)
-    echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
-    for label in ("created_tables", "applied_migrations", "created_indexes"):
-        for item in payload[label]:
-            echo(f"  {label.replace('_', ' ')}: {item}")
-    echo(f"  schema version: {report.schema_version}")
+    else:
+        changes = ("created_tables", "applied_migrations", "created_indexes", "dropped_indexes")
+        nothing = not any(payload[label] for label in changes)
+        echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
+        for label in changes:
+            for item in payload[label]:
+                echo(f"  {label.replace('_', ' ')}: {item}")
+        for name in report.dropped_indexes:
+            echo(f"  ({name} was created by an earlier release; it slows the workers' claim)")
+        echo(f"  schema version: {report.schema_version}")
+        for name, reason in report.undropped_indexes.items():
+            echo(
+                f"error: could not drop {name}, which slows the workers' claim: {reason}. "
+                "Everything else is done; run `outbox-monitor init-db` again.",
+                err=True,
+            )
+    if report.undropped_indexes:
+        sys.exit(EXIT_ERROR)
 
 
 @main.command()
@@ -619,10 +640,6 @@ def simulate(
         settings, rate=rate, workers=workers, duration=duration, backfill=backfill
     )
     click.echo(json.dumps(to_jsonable(counts)))
-
-
-main.add_command(check)
-main.add_command(alerts)
 
 
 @main.command("healthcheck")

@@ -1,5 +1,6 @@
 """Shared pieces of the command line: option types, JSON output, error exits."""
 
+import importlib
 import json
 import sys
 from datetime import date, datetime
@@ -19,6 +20,25 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 """A bad option or setting, as click (and argparse) exit on a usage error."""
 BIGINT_MAX = 2**63 - 1
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands named in ``lazy_subcommands`` (name -> ``"module:attribute"``)
+    are imported only when chosen or listed by ``--help`` (click's documented pattern for
+    lazily loaded subcommands), so other commands start without their dependencies."""
+
+    def __init__(self, *args: Any, lazy_subcommands: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = lazy_subcommands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy_subcommands])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.lazy_subcommands:
+            return super().get_command(ctx, cmd_name)
+        module_name, attribute = self.lazy_subcommands[cmd_name].split(":")
+        return getattr(importlib.import_module(module_name), attribute)
 
 
 class DurationType(click.ParamType):

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import psycopg
 from psycopg import sql
 
 from outbox_monitor.db import Database
@@ -31,25 +32,64 @@ OUTBOX_COLUMNS: dict[str, tuple[str, ...]] = {
     "processed_at": TIMESTAMPTZ,
 }
 
-# The recommended indexes (SPEC §1), by purpose and key columns. (status, processed_at)
-# serves every windowed figure over done/failed rows (latency, processed per minute,
-# failures in window) and prune; (created_at) serves created per minute and its series.
-RECOMMENDED_INDEXES: dict[str, tuple[str, ...]] = {
-    "status_processed_at": ("status", "processed_at"),
+
+@dataclass(frozen=True)
+class RecommendedIndex:
+    """One recommended index (SPEC §1): its name suffix, its ``queries.sql`` block, and what
+    it serves (for the "missing index" warning)."""
+
+    purpose: str
+    block: str
+    serves: str
+
+    def name(self, table: str) -> str:
+        """The index name on ``table``: ``<table>_<purpose>_idx``, cut to 63 bytes."""
+        return _index_name(table, self.purpose)
+
+
+# The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
+# can serve the workers' claim (no created_at order, no predicate that status = 'pending'
+# implies) and the claim's UPDATE to 'processing' writes an entry in none of them.
+RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
+    RecommendedIndex(
+        "finished",
+        "create_index_finished",
+        "(status, processed_at) of done/failed rows: latency, throughput, failures, prune",
+    ),
+    RecommendedIndex(
+        "dead_letters",
+        "create_index_dead_letters",
+        "(event_type, attempts) of failed rows: retry pressure",
+    ),
+    RecommendedIndex(
+        "clock_skew",
+        "create_index_clock_skew",
+        "(created_at) of rows processed before they were created: created per minute",
+    ),
+)
+# Indexes an earlier init-db created, by name suffix and key columns. (created_at) let the
+# users' claim walk the whole history in created_at order once a backlog formed, and
+# (status, processed_at) let it read every pending row in a retry storm (benchmarks/RESULTS.md).
+RETIRED_INDEXES: dict[str, tuple[str, ...]] = {
     "created_at": ("created_at",),
+    "status_processed_at": ("status", "processed_at"),
 }
+DROP_LOCK_TIMEOUT_SECONDS = 5.0
 MAX_IDENTIFIER_LENGTH = 63
 INDEX_LOCK_POLL_SECONDS = 0.2
 
 
 @dataclass
 class InitReport:
-    """What ``init_db`` did: names of what it created, and the schema version reached."""
+    """What ``init_db`` did: names of what it created or dropped, the schema version reached,
+    and the retired indexes it could not drop (left in place, with the reason)."""
 
     created_tables: list[str] = field(default_factory=list)
     created_indexes: list[str] = field(default_factory=list)
+    dropped_indexes: list[str] = field(default_factory=list)
     applied_migrations: list[str] = field(default_factory=list)
     schema_version: int = 0
+    undropped_indexes: dict[str, str] = field(default_factory=dict)
 
 
 def _index_name(table: str, purpose: str) -> str:
@@ -63,14 +103,18 @@ def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
     ``outbox_monitor`` schema migrations not yet applied (under an advisory lock, so two
     runs at once are safe), then creates the recommended indexes with
     ``CREATE INDEX CONCURRENTLY IF NOT EXISTS`` outside any transaction and without the
-    statement timeout. Running it twice is a no-op.
+    statement timeout, and drops the indexes an earlier release created that harm the users'
+    claim (``RETIRED_INDEXES``: only by name and exact definition) with ``DROP INDEX
+    CONCURRENTLY`` under a lock timeout of ``DROP_LOCK_TIMEOUT_SECONDS``. Running it twice is
+    a no-op.
 
     Args:
         db: the connector of the target database.
-        create_indexes: ``False`` for ``--no-indexes``.
+        create_indexes: ``False`` for ``--no-indexes`` (creates and drops no index).
 
     Returns:
-        An ``InitReport``.
+        An ``InitReport``; a retired index that could not be dropped (lock timeout) is in
+        ``undropped_indexes`` with the reason, and the rest is done.
 
     Raises:
         DatabaseUnavailable, PermissionDenied: from the connector.
@@ -110,6 +154,7 @@ def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
         if create_indexes:
             with _index_builder_lock(conn):
                 report.created_indexes = _create_recommended_indexes(db, conn)
+                _drop_retired_indexes(db, conn, report)
     return report
 
 
@@ -137,50 +182,86 @@ def _exists(conn, schema: str, name: str) -> bool:
     ]
 
 
+def _present_indexes(db: Database, conn) -> set[str]:
+    schema, table = db.settings.table_parts
+    rows = conn.execute(compose("table_indexes"), {"schema": schema, "name": table})
+    return {row["index_name"] for row in rows}
+
+
 def _create_recommended_indexes(db: Database, conn) -> list[str]:
     schema, table = db.settings.table_parts
-    existing = {
-        tuple(row["columns"])
-        for row in conn.execute(compose("table_indexes"), {"schema": schema, "name": table})
-    }
+    present = _present_indexes(db, conn)
     created = []
-    for purpose, columns in RECOMMENDED_INDEXES.items():
-        if any(found[: len(columns)] == columns for found in existing):
+    for index in RECOMMENDED_INDEXES:
+        name = index.name(table)
+        if name in present:
             continue
-        name = _index_name(table, purpose)
-        conn.execute(
-            compose(
-                "create_recommended_index",
-                index=sql.Identifier(name),
-                table=db.table,
-                columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-            )
-        )
+        conn.execute(compose(index.block, index=sql.Identifier(name), table=db.table))
+        conn.execute(compose("comment_recommended_index", index=sql.Identifier(schema, name)))
         created.append(name)
     return created
 
 
-def missing_recommended_indexes(db: Database) -> list[str]:
-    """Recommended indexes (SPEC §1) that the outbox table lacks.
+def _drop_retired_indexes(db: Database, conn, report: InitReport) -> None:
+    schema, table = db.settings.table_parts
+    conn.execute(
+        compose("set_lock_timeout"),
+        {"milliseconds": str(int(DROP_LOCK_TIMEOUT_SECONDS * 1000))},
+    )
+    try:
+        for purpose, columns in RETIRED_INDEXES.items():
+            name = _index_name(table, purpose)
+            params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
+            if not conn.execute(compose("retired_index_present"), params).fetchone()["present"]:
+                continue
+            try:
+                conn.execute(compose("drop_retired_index", index=sql.Identifier(schema, name)))
+            except psycopg.errors.LockNotAvailable:
+                report.undropped_indexes[name] = (
+                    f"lock timeout ({DROP_LOCK_TIMEOUT_SECONDS:g} s): a long transaction or "
+                    "another DDL holds the table"
+                )
+                continue
+            report.dropped_indexes.append(name)
+    finally:
+        conn.execute(compose("set_lock_timeout"), {"milliseconds": "0"})
 
-    An index counts when its leading key columns are the recommended ones, whatever its name.
+
+def missing_recommended_indexes(db: Database) -> list[str]:
+    """Recommended indexes (SPEC §1) that the outbox table lacks, looked up by the name
+    ``init-db`` gives them (``<table>_<purpose>_idx``).
 
     Returns:
-        Human-readable descriptions, e.g. ``["(status, processed_at): latency, ..."]``;
-        empty when all are present.
+        Human-readable descriptions, e.g. ``["integration_outbox_finished_idx: (status,
+        processed_at) of done/failed rows: ..."]``; empty when all are present.
     """
     schema, table = db.settings.table_parts
-    rows = db.fetch_all("table_indexes", {"schema": schema, "name": table})
-    existing = [tuple(row["columns"]) for row in rows]
-    purposes = {
-        "status_processed_at": "latency, throughput, failures in window, prune",
-        "created_at": "created per minute and its chart",
+    present = {
+        row["index_name"]
+        for row in db.fetch_all("table_indexes", {"schema": schema, "name": table})
     }
     return [
-        f"({', '.join(columns)}) for {purposes[purpose]}"
-        for purpose, columns in RECOMMENDED_INDEXES.items()
-        if not any(found[: len(columns)] == columns for found in existing)
+        f"{index.name(table)}: {index.serves}"
+        for index in RECOMMENDED_INDEXES
+        if index.name(table) not in present
     ]
+
+
+def retired_indexes_present(db: Database) -> list[str]:
+    """Indexes an earlier ``init-db`` created that slow the users' claim (``RETIRED_INDEXES``),
+    still on the outbox table: ``init-db`` drops them.
+
+    Returns:
+        Their names; empty when none is left.
+    """
+    schema, table = db.settings.table_parts
+    found = []
+    for purpose, columns in RETIRED_INDEXES.items():
+        name = _index_name(table, purpose)
+        params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
+        if db.fetch_one("retired_index_present", params)["present"]:
+            found.append(name)
+    return found
 
 
 def _one_of(types: tuple[str, ...]) -> str:

@@ -37,9 +37,57 @@ CREATE TABLE IF NOT EXISTS {ledger} (
     UNIQUE (event_key, action)
 );
 
--- name: create_recommended_index
--- One recommended index; {columns} is a list of identifiers. Must run outside a transaction.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} ({columns});
+-- name: create_index_finished
+-- Recommended: done/failed rows by processed_at, created_at included (latency, throughput,
+-- failures in window, prune). Partial, so the claim (status = 'pending') can never use it
+-- and its UPDATE to 'processing' writes no entry (benchmarks/claim.py). Outside a transaction.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (status, processed_at)
+INCLUDE (created_at) WHERE status IN ('done', 'failed');
+
+-- name: create_index_dead_letters
+-- Recommended: dead letters by event_type and attempts, for retry pressure without reading
+-- the heap of every dead letter. Partial to status = 'failed'. Outside a transaction.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, attempts)
+WHERE status = 'failed';
+
+-- name: create_index_clock_skew
+-- Recommended: the rare done/failed rows whose processed_at is missing or before created_at
+-- (clock skew), so that "created in window" stays exact without an index on created_at over
+-- every row (which the claim would walk: benchmarks/RESULTS.md). Outside a transaction.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (created_at)
+WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at);
+
+-- name: comment_recommended_index
+-- Marks an index init-db created, so that a later release can tell its own indexes apart.
+COMMENT ON INDEX {index} IS 'outbox-monitor recommended index, created by init-db';
+
+-- name: retired_index_present
+-- Whether the table has a btree of this name on exactly these key columns, not unique, without
+-- predicate, expression or included column: an index an earlier init-db created.
+SELECT EXISTS (
+    SELECT 1
+    FROM pg_index ix
+    JOIN pg_class t ON t.oid = ix.indrelid
+    JOIN pg_namespace n ON n.oid = t.relnamespace
+    JOIN pg_class i ON i.oid = ix.indexrelid
+    JOIN pg_am am ON am.oid = i.relam
+    WHERE n.nspname = %(schema)s AND t.relname = %(table)s AND i.relname = %(name)s
+      AND am.amname = 'btree' AND NOT ix.indisunique
+      AND ix.indpred IS NULL AND ix.indexprs IS NULL AND ix.indnatts = ix.indnkeyatts
+      AND ARRAY(SELECT a.attname::text
+                FROM unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+                JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
+                ORDER BY k.ord) = %(columns)s::text[]
+) AS present;
+
+-- name: set_lock_timeout
+-- The lock timeout of this session, in milliseconds (DROP INDEX CONCURRENTLY waits for it).
+SELECT set_config('lock_timeout', %(milliseconds)s, false);
+
+-- name: drop_retired_index
+-- Drops one index an earlier init-db created ({index} is schema-qualified). Outside a
+-- transaction; CONCURRENTLY takes no lock that the workers' claims or acks would queue behind.
+DROP INDEX CONCURRENTLY IF EXISTS {index};
 
 -- name: table_exists
 -- Whether a relation of this schema and name exists.
@@ -150,8 +198,8 @@ WHERE status = 'pending' AND available_at > now() {and_filters};
 
 -- name: oldest_pending_age
 -- Seconds since the oldest pending row was created; NULL when none is pending.
--- OFFSET 0 fences the subquery: without it, min() walks the (created_at) index from the
--- oldest row through every done row (40,843 pages at 1M rows; benchmarks/RESULTS.md).
+-- OFFSET 0 fences the subquery: a (created_at) index of the users' own would otherwise let
+-- min() walk it from the oldest row through every done row (benchmarks/RESULTS.md).
 SELECT extract(epoch FROM now() - min(created_at))::float8 AS value
 FROM (SELECT created_at FROM {table} WHERE status = 'pending' {and_filters} OFFSET 0) AS pending;
 
@@ -185,10 +233,27 @@ WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)
       AND processed_at <= now() {and_filters};
 
 -- name: created_in_window
--- Rows with created_at in the window.
-SELECT count(*) AS value FROM {table}
-WHERE created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
-      {and_filters};
+-- Rows with created_at in the window, counted in three disjoint parts so that no index on
+-- created_at over every row is needed: rows not finished (the users' claim index), finished
+-- rows processed in the window (a finished row is processed after it is created), and the
+-- finished rows processed before they were created or never (clock skew, its own index).
+SELECT (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('pending', 'processing')
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) AS value;
 
 -- name: failed_by_event_type
 -- Rows dead-lettered (failed) with processed_at, the time of failure, in the window.
@@ -199,45 +264,90 @@ GROUP BY event_type
 ORDER BY failed DESC, event_type;
 
 -- name: attempts_histogram
--- Rows not yet done (pending, processing, failed) counted by attempts.
-SELECT attempts, count(*) AS rows FROM {table}
-WHERE status IN ('pending', 'processing', 'failed') {and_filters}
+-- Rows not yet done (pending, processing, failed) counted by attempts: the dead letters from
+-- their own index (index-only), the backlog (pending, processing) from the claim index.
+SELECT attempts, sum(rows)::bigint AS rows FROM (
+    SELECT attempts, count(*) AS rows FROM {table}
+    WHERE status = 'failed' {and_filters}
+    GROUP BY attempts
+    UNION ALL
+    SELECT attempts, count(*) FROM {table}
+    WHERE status IN ('pending', 'processing') {and_filters}
+    GROUP BY attempts
+) AS not_done
 GROUP BY attempts
 ORDER BY attempts;
 
 -- name: attempts_at_least
--- Rows not yet done with attempts >= %(attempts)s.
-SELECT count(*) AS value FROM {table}
-WHERE status IN ('pending', 'processing', 'failed') AND attempts >= %(attempts)s {and_filters};
+-- Rows not yet done with attempts >= %(attempts)s, in the two parts of attempts_histogram.
+SELECT (
+    SELECT count(*) FROM {table}
+    WHERE status = 'failed' AND attempts >= %(attempts)s {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('pending', 'processing') AND attempts >= %(attempts)s {and_filters}
+) AS value;
+
+-- name: error_groups_refresh
+-- Bring the cached error groups of the outbox table up to date (migration 006); false when more than %(batch)s rows had to be normalised: call again.
+SELECT outbox_monitor.refresh_error_groups(%(table_regclass)s::regclass, %(batch)s) AS done;
 
 -- name: error_groups
--- Failed rows grouped by event_type and normalised last_error, biggest group first; the
--- fingerprint is computed once per row (the regexes dominate: benchmarks/RESULTS.md).
-SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
-       event_type,
-       fingerprint,
-       count(*) AS failed,
-       min(processed_at) AS first_seen,
-       max(processed_at) AS last_seen,
-       (array_agg(last_error ORDER BY id DESC))[1] AS sample_error
-FROM (
-    SELECT id, event_type, last_error, processed_at,
-           outbox_monitor.normalize_error(last_error) AS fingerprint
-    FROM {table}
-    WHERE status = 'failed' {and_filters}
-    OFFSET 0
-) AS failed_rows
-GROUP BY 1, 2, 3
-ORDER BY failed DESC, last_seen DESC
+-- The cached error groups of the outbox table, biggest first, each with the last_error of its largest id as sample (read after error_groups_refresh).
+SELECT g.group_id, g.event_type, g.fingerprint, g.failed, g.first_seen, g.last_seen,
+       s.last_error AS sample_error
+FROM outbox_monitor.error_groups AS g
+LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = g.sample_id) AS s ON true
+WHERE g.table_oid = %(table_regclass)s::regclass {and_filters}
+ORDER BY g.failed DESC, g.last_seen DESC
 LIMIT %(limit)s;
 
+-- name: error_groups_exact
+-- Failed rows grouped by event_type and normalised last_error, every row normalised now (for a login that may not run error_groups_refresh).
+-- The fingerprint is computed once per row; the sample is fetched after grouping.
+SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
+       grouped.event_type, fingerprint, failed, first_seen, last_seen,
+       s.last_error AS sample_error
+FROM (
+    SELECT event_type, fingerprint, count(*) AS failed, min(processed_at) AS first_seen,
+           max(processed_at) AS last_seen, max(id) AS sample_id
+    FROM (
+        SELECT id, event_type, processed_at,
+               outbox_monitor.normalize_error(last_error) AS fingerprint
+        FROM {table}
+        WHERE status = 'failed' {and_filters}
+        OFFSET 0
+    ) AS failed_rows
+    GROUP BY event_type, fingerprint
+    ORDER BY failed DESC, last_seen DESC
+    LIMIT %(limit)s
+) AS grouped
+LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = grouped.sample_id) AS s
+    ON true
+ORDER BY failed DESC, last_seen DESC;
+
 -- name: throughput_series
--- Rows created, processed (done) and dead-lettered per time bucket over the window.
+-- Rows created, processed (done) and dead-lettered per time bucket over the window; the
+-- created rows in the three disjoint parts of created_in_window.
 SELECT bucket, kind, count(*) AS rows FROM (
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01')
                AS bucket, 'created' AS kind
     FROM {table}
-    WHERE created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    WHERE status IN ('pending', 'processing')
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
+           'created'
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
+           'created'
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
     UNION ALL
     SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
            CASE status WHEN 'done' THEN 'processed' ELSE 'dead-lettered' END
@@ -878,6 +988,10 @@ GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {viewer};
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox_monitor TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT SELECT ON TABLES TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO {viewer};
+-- the error groups' cache (migration 006) is written only through this function, which
+-- stores what it computes from the outbox table (no INSERT on the cache: a planted row
+-- would mislabel dead letters); without it the dashboard normalises every dead letter
+GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
 -- but not the only writers of audit rows and test messages (the operator's)
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {viewer};

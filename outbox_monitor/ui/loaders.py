@@ -115,6 +115,17 @@ def missing_indexes(db: Database) -> list[str]:
     return _missing_indexes(_key(db), db)
 
 
+@_cached
+def _retired_indexes(key: str, _db: Database) -> list[str]:
+    return schema.retired_indexes_present(_db)
+
+
+def retired_indexes(db: Database) -> list[str]:
+    """``schema.retired_indexes_present``: names of indexes an earlier init-db created that
+    slow the workers' claim."""
+    return _retired_indexes(_key(db), db)
+
+
 @dataclass(frozen=True)
 class DeadLetters:
     """What the Dead letters page shows, read in one load so that its figures agree:

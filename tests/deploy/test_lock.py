@@ -125,17 +125,21 @@ def test_the_runtime_lock_is_the_runtime_part_of_the_same_resolution():
     assert not names & test_only, f"test tools in the image: {names & test_only}"
 
 
-def test_ci_and_the_image_install_the_locks_with_hashes():
+def test_ci_and_the_image_install_the_locks_with_hashes_byte_compiled():
     make = MAKEFILE.read_text()
     install = make.split("$(BIN)/outbox-monitor:", 1)[1].split("\n\n", 1)[0]
     assert "requirements.lock" in install.splitlines()[0], "the venv is rebuilt when it changes"
     assert "install --no-compile --require-hashes -r requirements.lock" in install
     assert "install --no-deps -e ." in install
+    assert "compileall -q -j 0 $(VENV)/lib outbox_monitor" in install, "no start compiles"
     assert "-e '.[test]'" not in make
     dockerfile = DOCKERFILE.read_text()
     assert "COPY requirements-runtime.lock" in dockerfile
     assert "--require-hashes -r /tmp/requirements-runtime.lock" in dockerfile
     assert "--no-deps -e ." in dockerfile
+    # pip compiles what it installs unless told not to; the package is compiled by hand.
+    assert "--no-compile" not in dockerfile, "the image's dependencies are byte-compiled"
+    assert "compileall -q /app/outbox_monitor" in dockerfile, "the image's package too"
     pip = re.search(r"PIP_VERSION := (\S+)", make).group(1)
     assert f"pip=={pip}" in dockerfile, "the image and CI use the same pip"
 

@@ -214,6 +214,9 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
     with psycopg.connect(dsn, autocommit=True) as su:  # back to the previous version
         su.execute(
             f"DROP FUNCTION {FUNCTION}; "
+            "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
+            "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
+            "outbox_monitor.error_groups_state; "
             "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 5"
         )
         su.execute(
@@ -224,7 +227,8 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
         )
     with Database(load_settings(dsn=dsn)) as db:
         assert init_db(db, create_indexes=False).applied_migrations == [
-            "005_test_notification_function"
+            "005_test_notification_function",
+            "006_error_groups_cache",
         ]
 
     privileges = (

@@ -219,6 +219,9 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "DROP INDEX outbox_monitor.notifications_stalled_idx; "
             "DROP FUNCTION outbox_monitor.record_test_notification(text, jsonb, text, "
             "integer, text, text, text); "
+            "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
+            "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
+            "outbox_monitor.error_groups_state; "
             "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
@@ -234,6 +237,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "003_audit_function",
             "004_leadership",
             "005_test_notification_function",
+            "006_error_groups_cache",
         ]
 
     privileges = (

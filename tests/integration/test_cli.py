@@ -6,9 +6,11 @@ import pty
 import subprocess
 import sys
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
+from outbox_monitor import schema
 from outbox_monitor.cli import main
 
 
@@ -157,6 +159,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "003_audit_function",
         "004_leadership",
         "005_test_notification_function",
+        "006_error_groups_cache",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []
@@ -183,3 +186,77 @@ def test_interactive_confirmation_on_a_terminal(dsn, rows):
     os.close(leader)
     assert b"replay preview: 1 row(s) match" in output
     assert rows.get(row_id)["status"] == "pending"
+
+
+def test_init_db_that_cannot_drop_a_retired_index_exits_1_naming_it(cli, dsn, conn, monkeypatch):
+    conn.execute(
+        "CREATE INDEX integration_outbox_created_at_idx ON integration_outbox (created_at)"
+    )
+    monkeypatch.setattr(schema, "DROP_LOCK_TIMEOUT_SECONDS", 0.3)
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE integration_outbox IN SHARE UPDATE EXCLUSIVE MODE")
+        result = cli("init-db")
+    assert result.exit_code == 1
+    assert "error: could not drop integration_outbox_created_at_idx" in result.stderr
+    assert "lock timeout (0.3 s)" in result.stderr
+
+    result = cli("init-db", "--json")
+    assert result.exit_code == 0
+    assert _json(result)["dropped_indexes"] == ["integration_outbox_created_at_idx"]
+
+
+# What a command may not import at start-up (issue 11 §6): the dashboard's and the
+# scheduler's libraries, and the rules engine with YAML (only `check` and `alerts` read
+# alerts.yml). A name stands for the module and its submodules.
+SERVICE_MODULES = (
+    "streamlit",
+    "pandas",
+    "numpy",
+    "altair",
+    "apscheduler",
+    "slack_sdk",
+    "prometheus_client",
+    "outbox_monitor.ui",
+    "outbox_monitor.scheduler",
+)
+RULES_MODULES = ("yaml", "outbox_monitor.alerts.rules", "outbox_monitor.alerts.measure")
+
+
+def _start(args: list[str], env: dict[str, str]) -> tuple[str, set[str]]:
+    """Run ``python -X importtime -m outbox_monitor ARGS`` (the module path of the installed
+    ``outbox-monitor`` script); returns its stdout and the modules it imported."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "outbox_monitor", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return result.stdout, imported
+
+
+def _among(imported: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m for m in imported for n in names if m == n or m.startswith(n + ".")}
+
+
+def test_status_json_imports_neither_services_nor_rules(dsn, rows):
+    rows.add(status="pending", created_ago=60)
+    env = {**os.environ, "OUTBOX_MONITOR_DSN": dsn}
+    stdout, imported = _start(["status", "--json"], env)
+    assert json.loads(stdout)["queue_depth"] == 1
+    assert _among(imported, SERVICE_MODULES + RULES_MODULES) == set()
+    assert "outbox_monitor.metrics" in imported
+    # --help lists every command (`check` and `alerts` loaded for their help lines)...
+    stdout, imported = _start(["--help"], env)
+    assert "check" in stdout and "alerts" in stdout
+    assert _among(imported, SERVICE_MODULES) == set()
+    # ...and a command that reads alerts.yml loads the rules engine when chosen.
+    stdout, imported = _start(["alerts", "validate"], env)
+    assert "valid" in stdout
+    assert set(RULES_MODULES) <= imported

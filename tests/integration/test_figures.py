@@ -85,6 +85,32 @@ def test_throughput_per_minute_over_the_window(db, rows):
     assert figures == pytest.approx({"processed_per_minute": 0.3, "created_per_minute": 0.4})
 
 
+def _add_created_in_window_cases(rows):
+    """Rows of every status and clock; 5 were created in the last 600 s (marked +)."""
+    rows.add(status="pending", created_ago=100)  # +
+    rows.add(status="processing", created_ago=590, locked_ago=5)  # +
+    rows.add(status="pending", created_ago=700)
+    rows.add(status="done", created_ago=200, processed_ago=30)  # +
+    rows.add(status="done", created_ago=900, processed_ago=30)  # processed in, created before
+    # clock skew: processed "before" created, before the window starts
+    rows.add(status="done", created_ago=300, processed_ago=1200)  # +
+    rows.add(status="failed", created_ago=400, processed_ago=None)  # + (no processed_at)
+    rows.add(status="failed", created_ago=4000, processed_ago=None)
+    rows.add(status="done", created_ago=-120, processed_ago=30)  # created "in the future"
+
+
+def test_created_in_window_counts_every_status_and_clock_skew(db, rows):
+    _add_created_in_window_cases(rows)
+    assert metrics.throughput(db, window=600)["created_per_minute"] == pytest.approx(5 / 10)
+
+
+def test_created_series_counts_every_status_and_clock_skew(db, rows):
+    _add_created_in_window_cases(rows)
+    series = metrics.throughput_series(db, window=600, bucket=600)
+    created = sum(row["rows"] for row in series if row["kind"] == "created")
+    assert created == 6  # the 5, and the row created "in the future" (the series has no end)
+
+
 def test_failures_are_counted_by_time_of_failure(db, rows):
     rows.add(
         event_type="payment.captured", status="failed", created_ago=2 * 86400, processed_ago=60
@@ -103,9 +129,11 @@ def test_retry_pressure_histogram_skips_done_rows(db, rows):
     rows.add(status="pending", attempts=2, available_ago=-30)
     rows.add(status="processing", attempts=1, locked_ago=3)
     rows.add(status="failed", attempts=10, processed_ago=5)
+    rows.add(status="failed", attempts=2, processed_ago=5)
     rows.add(status="done", attempts=3, processed_ago=5)
-    assert metrics.attempts_histogram(db) == {0: 2, 1: 1, 2: 1, 10: 1}
-    assert metrics.attempts_at_least(db, 2) == 2
+    assert metrics.attempts_histogram(db) == {0: 2, 1: 1, 2: 2, 10: 1}
+    assert metrics.attempts_at_least(db, 2) == 3
+    assert metrics.attempts_at_least(db, 11) == 0
 
 
 def _group_id(event_type, normalised):

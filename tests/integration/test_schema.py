@@ -33,11 +33,14 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "003_audit_function",
             "004_leadership",
             "005_test_notification_function",
+            "006_error_groups_cache",
         ]
-        assert sorted(first.created_indexes) == [
-            "integration_outbox_created_at_idx",
-            "integration_outbox_status_processed_at_idx",
+        assert first.created_indexes == [
+            "integration_outbox_finished_idx",
+            "integration_outbox_dead_letters_idx",
+            "integration_outbox_clock_skew_idx",
         ]
+        assert first.dropped_indexes == []
         assert (second.created_tables, second.applied_migrations, second.created_indexes) == (
             [],
             [],
@@ -51,9 +54,10 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
     with Database(load_settings(dsn=empty_dsn)) as db:
         assert schema.init_db(db, create_indexes=False).created_indexes == []
         missing = schema.missing_recommended_indexes(db)
-        assert [m.split(")")[0] + ")" for m in missing] == [
-            "(status, processed_at)",
-            "(created_at)",
+        assert [m.split(":")[0] for m in missing] == [
+            "integration_outbox_finished_idx",
+            "integration_outbox_dead_letters_idx",
+            "integration_outbox_clock_skew_idx",
         ]
 
 
@@ -92,7 +96,7 @@ def test_two_init_db_at_once_are_safe(empty_dsn):
     assert errors == []
     with psycopg.connect(empty_dsn) as conn:
         applied = conn.execute("SELECT version FROM outbox_monitor.schema_migrations").fetchall()
-    assert sorted(applied) == [(1,), (2,), (3,), (4,), (5,)]  # each migration once
+    assert sorted(applied) == [(1,), (2,), (3,), (4,), (5,), (6,)]  # each migration once
 
 
 def test_missing_table_says_how_to_fix(empty_dsn):
@@ -146,3 +150,91 @@ def test_custom_schema_and_mixed_case_table_name(dsn):
         schema.check_outbox_table(db)
         assert metrics.queue_depth(db) == 1
         assert schema.missing_recommended_indexes(db) == []
+
+
+# Indexes an earlier init-db created, and their key columns (schema.RETIRED_INDEXES).
+RETIRED = {
+    "integration_outbox_created_at_idx": "(created_at)",
+    "integration_outbox_status_processed_at_idx": "(status, processed_at)",
+}
+USERS_CLAIM = """
+WITH due AS (
+    SELECT id FROM integration_outbox
+    WHERE status = 'pending' AND available_at <= now()
+    ORDER BY created_at LIMIT 50
+    FOR UPDATE SKIP LOCKED)
+UPDATE integration_outbox o SET status = 'processing', locked_at = now(), locked_by = 'w1'
+FROM due WHERE o.id = due.id RETURNING o.id"""
+
+
+def _index_names(conn) -> set[str]:
+    rows = conn.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox'")
+    return {row["indexname"] for row in rows}
+
+
+def _create_retired(conn) -> None:
+    for name, columns in RETIRED.items():
+        conn.execute(f"CREATE INDEX {name} ON integration_outbox {columns}")
+
+
+def test_init_db_drops_the_indexes_of_earlier_releases_that_slow_the_claim(db, conn):
+    _create_retired(conn)
+    assert schema.retired_indexes_present(db) == list(RETIRED)
+
+    report = schema.init_db(db)
+
+    assert report.dropped_indexes == list(RETIRED)
+    assert report.undropped_indexes == {}
+    assert not set(RETIRED) & _index_names(conn)
+    assert schema.retired_indexes_present(db) == []
+    assert schema.init_db(db).dropped_indexes == []
+
+
+def test_a_users_index_of_that_name_but_another_definition_stays(db, conn):
+    conn.execute(
+        "CREATE INDEX integration_outbox_created_at_idx ON integration_outbox (created_at, id)"
+    )
+    conn.execute(
+        "CREATE INDEX integration_outbox_status_processed_at_idx "
+        "ON integration_outbox (status, processed_at) WHERE status = 'done'"
+    )
+
+    assert schema.init_db(db).dropped_indexes == []
+    assert set(RETIRED) <= _index_names(conn)
+    assert schema.retired_indexes_present(db) == []
+
+
+def test_no_indexes_drops_no_index_either(db, conn):
+    _create_retired(conn)
+    assert schema.init_db(db, create_indexes=False).dropped_indexes == []
+    assert set(RETIRED) <= _index_names(conn)
+
+
+def test_a_lock_it_cannot_get_leaves_the_index_and_says_so(db, dsn, conn, monkeypatch):
+    _create_retired(conn)
+    monkeypatch.setattr(schema, "DROP_LOCK_TIMEOUT_SECONDS", 0.3)
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE integration_outbox IN SHARE UPDATE EXCLUSIVE MODE")
+        report = schema.init_db(db)
+    assert report.dropped_indexes == []
+    assert list(report.undropped_indexes) == list(RETIRED)
+    assert all("lock timeout (0.3 s)" in reason for reason in report.undropped_indexes.values())
+    assert set(RETIRED) <= _index_names(conn)
+    assert schema.init_db(db).dropped_indexes == list(RETIRED)
+
+
+def test_the_workers_claim_can_use_no_recommended_index(db, conn, rows):
+    """Even without the users' claim index and with sequential scans disabled, the planner
+    finds no product index to serve the SPEC §1 claim: none orders by created_at and none has
+    a predicate that status = 'pending' implies."""
+    for n in range(200):
+        rows.add(status="pending" if n % 2 else "done", created_ago=n, processed_ago=0)
+    conn.execute("ANALYZE integration_outbox")
+    with conn.transaction(force_rollback=True):
+        conn.execute("DROP INDEX integration_outbox_claim_idx")
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(
+            row["QUERY PLAN"] for row in conn.execute("EXPLAIN " + USERS_CLAIM).fetchall()
+        )
+    recommended = [index.name("integration_outbox") for index in schema.RECOMMENDED_INDEXES]
+    assert recommended and not [name for name in recommended if name in plan], plan

@@ -98,14 +98,28 @@ def test_empty_outbox_shows_no_value_and_is_within_slo(open_page):
 
 
 def test_missing_recommended_index_is_named_with_its_fix(open_page, conn):
-    conn.execute("DROP INDEX integration_outbox_created_at_idx")
+    conn.execute("DROP INDEX integration_outbox_clock_skew_idx")
 
     at = open_page("overview")
 
     (warning,) = at.warning
     text = plain(warning.value)
-    assert "(created_at)" in text
-    assert "status, processed_at" not in text
+    assert "integration_outbox_clock_skew_idx" in text
+    assert "finished_idx" not in text
+    assert "outbox-monitor init-db" in text
+
+
+def test_an_index_of_an_earlier_release_that_slows_the_claim_is_named(open_page, conn):
+    conn.execute(
+        "CREATE INDEX integration_outbox_created_at_idx ON integration_outbox (created_at)"
+    )
+
+    at = open_page("overview")
+
+    (warning,) = at.warning
+    text = plain(warning.value)
+    assert "integration_outbox_created_at_idx" in text
+    assert "slows the workers' claim" in text
     assert "outbox-monitor init-db" in text
 
 
