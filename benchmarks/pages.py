@@ -28,8 +28,13 @@ first sees the content, so Playwright's polling adds nothing.
 
 Samples are interleaved (floor, Overview, Dead letters, floor, …) so load drifts hit all
 three alike. The report gives medians of ``--repeat`` samples, the ratio of each page to the
-floor of the same run (the gate: ≤ 1.15), the statements each load ran in Postgres
-(``pg_stat_statements``) and the machine's load (``uptime``) before and after.
+floor of the same run (the gate: ≤ 1.15), the time until the script run finished (charts and
+all), the script runs per load (``script_finished`` messages on the page's websocket: full
+and fragment runs), the SQL statements each load ran in Postgres (``pg_stat_statements``,
+top level) and the machine's 1-minute load average at each sample, before and after.
+
+Ports: the dashboard 8611, the floor 8612, PostgreSQL 8613 (``--port``, ``--floor-port``,
+``--pg-port``).
 
 Usage (from the repository root)::
 
@@ -53,9 +58,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# the checkout's package and test helpers (not another install's), and figures.py
-sys.path[:0] = [str(ROOT), str(Path(__file__).parent)]
+# figures.py, and this checkout's package and test helpers (not another install's)
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from figures import (  # figures.py: the script next to this one, on sys.path above
     STATEMENT_TIMEOUT_SECONDS,
@@ -63,12 +68,13 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     log,
     seed,
 )
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
 from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import (
     dashboard_script,
@@ -82,6 +88,8 @@ from tests.browser_support import CHROMIUM, CHROMIUM_ARGS
 GATE = 1.15
 """A page may take at most this many times the floor's time, cold and warm (issue 11)."""
 ADDRESS = "127.0.0.1"
+DASHBOARD_PORT, FLOOR_PORT, CLUSTER_PORT = 8611, 8612, 8613
+"""Ports of this benchmark (8611-8619 are reserved for it)."""
 VIEWPORT = {"width": 1400, "height": 1000}
 CONTENT_TIMEOUT_MS = 60_000
 IDLE_SELECTOR = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -134,18 +142,30 @@ TARGETS = (
 
 @dataclass
 class Samples:
-    """Milliseconds from navigation start to content shown, and statements per load."""
+    """Per load: ms from navigation start to content shown (``cold``, ``warm``) and to the
+    end of the script run (``*_idle``), script runs, SQL statements, 1-min load average."""
 
     cold: list[float] = field(default_factory=list)
     warm: list[float] = field(default_factory=list)
+    cold_idle: list[float] = field(default_factory=list)
+    warm_idle: list[float] = field(default_factory=list)
+    cold_runs: list[int] = field(default_factory=list)
+    warm_runs: list[int] = field(default_factory=list)
     cold_statements: list[int] = field(default_factory=list)
     warm_statements: list[int] = field(default_factory=list)
+    load: list[float] = field(default_factory=list)
 
 
 def uptime() -> str:
     """``uptime``'s load averages (1, 5, 15 min)."""
     text = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     return text.split("load average:")[-1].strip()
+
+
+def load_1min() -> float:
+    """The 1-minute load average."""
+    with open("/proc/loadavg") as loadavg:
+        return float(loadavg.read().split()[0])
 
 
 def clear_server_caches(url: str) -> None:
@@ -190,18 +210,33 @@ def floor_command(script: Path, port: int) -> list[str]:
     return command
 
 
-def shown_ms(page: Page, navigate: Callable[[], object]) -> float:
-    """Navigate, wait until the content condition holds; ms from navigation start."""
+class RunCounter:
+    """Script runs the server finished for this page (full runs and fragment runs): the
+    ``script_finished`` messages on the page's websockets."""
+
+    def __init__(self, page: Page) -> None:
+        self.finished = 0
+        page.on("websocket", self._watch)
+
+    def _watch(self, websocket: WebSocket) -> None:
+        websocket.on("framereceived", self._frame)
+
+    def _frame(self, payload: bytes | str) -> None:
+        if isinstance(payload, bytes):
+            message = ForwardMsg()
+            message.ParseFromString(payload)
+            self.finished += message.WhichOneof("type") == "script_finished"
+
+
+def load_ms(page: Page, navigate: Callable[[], object]) -> tuple[float, float]:
+    """Navigate, wait until the content condition holds, then until the script run has
+    finished; ms from navigation start to each."""
     navigate()
     page.wait_for_function(
         "window.__contentShown !== undefined", polling=50, timeout=CONTENT_TIMEOUT_MS
     )
-    return page.evaluate("window.__contentShown")
-
-
-def wait_idle(page: Page) -> None:
-    """Until the script run of the page (charts and all) has finished."""
     page.wait_for_selector(IDLE_SELECTOR, state="attached", timeout=CONTENT_TIMEOUT_MS)
+    return page.evaluate("[window.__contentShown, performance.now()]")
 
 
 class StatementCounter:
@@ -227,17 +262,26 @@ def sample(
     try:
         context.add_init_script(OBSERVER % target.content)
         page = context.new_page()
+        runs = RunCounter(page)
         address = url + target.path
+        load = load_1min()
         counter.reset()
-        samples.cold.append(shown_ms(page, lambda: page.goto(address, wait_until="commit")))
-        wait_idle(page)
-        samples.cold_statements.append(counter.count())
+        cold = load_ms(page, lambda: page.goto(address, wait_until="commit"))
+        cold_statements, cold_runs = counter.count(), runs.finished
         counter.reset()
-        samples.warm.append(shown_ms(page, lambda: page.reload(wait_until="commit")))
-        wait_idle(page)
-        samples.warm_statements.append(counter.count())
+        warm = load_ms(page, lambda: page.reload(wait_until="commit"))
+        warm_statements, warm_runs = counter.count(), runs.finished - cold_runs
     finally:
         context.close()
+    samples.load.append(load)
+    samples.cold.append(cold[0])
+    samples.cold_idle.append(cold[1])
+    samples.warm.append(warm[0])
+    samples.warm_idle.append(warm[1])
+    samples.cold_runs.append(cold_runs)
+    samples.warm_runs.append(warm_runs)
+    samples.cold_statements.append(cold_statements)
+    samples.warm_statements.append(warm_statements)
 
 
 def enable_statement_stats(cluster: TemporaryCluster, settings: Settings) -> None:
@@ -253,6 +297,11 @@ def enable_statement_stats(cluster: TemporaryCluster, settings: Settings) -> Non
 
 def ms(value: float) -> str:
     return f"{value:,.0f}"
+
+
+def spread(values: list[float]) -> str:
+    """``median (min–max)`` in whole ms."""
+    return f"{ms(statistics.median(values))} ({ms(min(values))}–{ms(max(values))})"
 
 
 def print_report(
@@ -290,10 +339,11 @@ def print_report(
     floor_cold, floor_warm = statistics.median(floor.cold), statistics.median(floor.warm)
     within = True
     print(
-        "| page | content | cold ms median (min–max) | cold ÷ floor | warm ms median (min–max) "
-        "| warm ÷ floor | statements cold / warm |"
+        "| page | content | cold ms median (min–max) | cold ÷ floor "
+        "| warm ms median (min–max) | warm ÷ floor | script finished cold / warm, ms "
+        "| load avg (1 min) median (min–max) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for target in TARGETS:
         s = results[target.name]
         cold, warm = statistics.median(s.cold), statistics.median(s.warm)
@@ -303,13 +353,27 @@ def print_report(
             over = ratio > GATE and target.server != "floor"
             within = within and not over
             ratios.append(f"{ratio:.2f}" + (" **OVER**" if over else ""))
-        statements = (
-            f"{statistics.median(s.cold_statements):g} / {statistics.median(s.warm_statements):g}"
+        print(
+            f"| {target.name} | {target.what} | {spread(s.cold)} | {ratios[0]} "
+            f"| {spread(s.warm)} | {ratios[1]} "
+            f"| {ms(statistics.median(s.cold_idle))} / {ms(statistics.median(s.warm_idle))} "
+            f"| {statistics.median(s.load):.2f} ({min(s.load):.2f}–{max(s.load):.2f}) |"
+        )
+    print(
+        "\n| page | script runs per load, cold / warm | SQL statements per load, cold / warm "
+        "| SQL statements per run, cold / warm |"
+    )
+    print("|---|---:|---:|---:|")
+    for target in TARGETS:
+        s = results[target.name]
+        runs = (statistics.median(s.cold_runs), statistics.median(s.warm_runs))
+        statements = (statistics.median(s.cold_statements), statistics.median(s.warm_statements))
+        per_run = " / ".join(
+            f"{count / max(run, 1):.1f}" for count, run in zip(statements, runs, strict=True)
         )
         print(
-            f"| {target.name} | {target.what} | {ms(cold)} ({ms(min(s.cold))}–{ms(max(s.cold))}) "
-            f"| {ratios[0]} | {ms(warm)} ({ms(min(s.warm))}–{ms(max(s.warm))}) | {ratios[1]} "
-            f"| {statements} |"
+            f"| {target.name} | {runs[0]:g} / {runs[1]:g} | {statements[0]:g} / "
+            f"{statements[1]:g} | {per_run} |"
         )
     verdict = "every page within" if within else "**a page over**"
     print(f"\nGate: {GATE:.2f}× the floor, cold and warm — {verdict}.\n")
@@ -323,8 +387,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--smoke", action="store_true", help="20,000 rows and 2 repeats unless given (< 60 s)"
     )
-    parser.add_argument("--port", type=int, default=0, help="dashboard port (default: free)")
-    parser.add_argument("--floor-port", type=int, default=0, help="floor port (default: free)")
+    parser.add_argument("--port", type=int, default=DASHBOARD_PORT, help="dashboard port")
+    parser.add_argument("--floor-port", type=int, default=FLOOR_PORT, help="floor page port")
+    parser.add_argument("--pg-port", type=int, default=CLUSTER_PORT, help="PostgreSQL port")
     parser.add_argument("--gate", action="store_true", help="exit 1 when a page is over the gate")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -342,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     before = uptime()
     log("starting a throwaway PostgreSQL cluster")
     with (
-        TemporaryCluster() as cluster,
+        TemporaryCluster(port=args.pg_port) as cluster,
         ExitStack() as stack,
         tempfile.TemporaryDirectory(prefix="outbox-monitor-pages-") as folder,
     ):
@@ -356,17 +421,21 @@ def main(argv: list[str] | None = None) -> int:
             row["status"]: row["rows"] for row in db.fetch_all("benchmark_status_counts")
         }
         shape["total"] = sum(shape["counts"].values())
+        if not shape["counts"].get("failed"):
+            raise SystemExit("no dead letters seeded: the Dead letters page would show no table")
         log("init-db (recommended indexes)")
         init_db(db)
 
         script = Path(folder) / "floor.py"
         script.write_text(FLOOR_SCRIPT)
-        ports = {"dashboard": args.port or free_port(), "floor": args.floor_port or free_port()}
+        ports = {"dashboard": args.port, "floor": args.floor_port}
         log(f"serving the dashboard on {ports['dashboard']} and the floor on {ports['floor']}")
         dashboard_settings = load_settings(dsn=cluster.dsn)
         urls = {
             "dashboard": stack.enter_context(
-                serve_dashboard(dashboard_settings, Path(folder) / "dashboard.log", ports["dashboard"])
+                serve_dashboard(
+                    dashboard_settings, Path(folder) / "dashboard.log", ports["dashboard"]
+                )
             ),
             "floor": stack.enter_context(
                 serve(
