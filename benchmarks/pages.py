@@ -33,18 +33,25 @@ all), the script runs per load (``script_finished`` messages on the page's webso
 and fragment runs), the SQL statements each load ran in Postgres (``pg_stat_statements``,
 top level) and the machine's 1-minute load average at each sample, before and after.
 
-With ``--framework-costs`` it also times the floor plus one feature of the dashboard's pages
-each (the sidebar's three filter widgets before the tiles; five altair charts after them;
-help and delta on every tile): what Streamlit itself charges for that feature, no database
-involved.
+With ``--framework-costs`` it also times reference pages without database or product code:
+the floor plus one feature of the dashboard's pages each (the sidebar's three filter widgets
+before the tiles, and after them; five altair charts after the tiles; help and delta on
+every tile), and a bare page with one ``st.dataframe`` of 200 error groups (the Dead letters
+page's content alone): what Streamlit itself charges for each.
 
-Ports: the dashboard 8611, the floor 8612 and the ``--framework-costs`` pages 8613-8615,
+Ports: the dashboard 8611, the floor 8612 and the ``--framework-costs`` pages 8613-8617,
 PostgreSQL 8618 (``--port``, ``--floor-port``: the first of the floor pages, ``--pg-port``).
+
+``--baseline DIR`` serves the dashboard of another checkout too (e.g. ``git archive`` of an
+earlier commit, extracted), on 8619 with that checkout's own command line, and times its
+Overview and Dead letters in the same interleaved rounds: before and after under the same
+load.
 
 Usage (from the repository root)::
 
     .venv/bin/python benchmarks/pages.py [--rows 200000] [--repeat 7]
     .venv/bin/python benchmarks/pages.py --smoke      # 20,000 rows, 2 repeats, < 60 s
+    .venv/bin/python benchmarks/pages.py --framework-costs --baseline /tmp/before
 
 The report goes to stdout as Markdown; progress goes to stderr. With ``--gate`` the exit
 status is 1 when a ratio is above the gate. The benchmark's SQL is in
@@ -52,7 +59,10 @@ status is 1 when a ratio is above the gate. The benchmark's SQL is in
 """
 
 import argparse
+import json
+import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -83,6 +93,7 @@ from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import (
     dashboard_script,
+    settings_environment,
     start_dashboard,
     stop_process,
     streamlit_command,
@@ -93,9 +104,9 @@ from tests.browser_support import CHROMIUM, CHROMIUM_ARGS
 GATE = 1.15
 """A page may take at most this many times the floor's time, cold and warm (issue 11)."""
 ADDRESS = "127.0.0.1"
-DASHBOARD_PORT, FLOOR_PORT, CLUSTER_PORT = 8611, 8612, 8618
+DASHBOARD_PORT, FLOOR_PORT, CLUSTER_PORT, BASELINE_PORT = 8611, 8612, 8618, 8619
 """Ports of this benchmark (8611-8619 are reserved for it); the --framework-costs pages take
-the three ports after the floor's (8613-8615)."""
+the ports after the floor's (8613-8617)."""
 VIEWPORT = {"width": 1400, "height": 1000}
 CONTENT_TIMEOUT_MS = 60_000
 IDLE_SELECTOR = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -126,10 +137,28 @@ for _ in range(5):
     chart = alt.Chart(frame).mark_line().encode(x="t:T", y="v:Q").properties(height=220)
     st.altair_chart(chart, width="stretch")
 """
+BARE_TABLE = """\
+import pandas as pd
+import streamlit as st
+
+rows = [
+    {"group_id": f"{n:012x}", "event_type": "order.paid", "failed": 10 * n,
+     "first_seen": pd.Timestamp("2026-01-01", tz="UTC"),
+     "last_seen": pd.Timestamp("2026-01-02", tz="UTC"),
+     "fingerprint": f"HTTP 500 from api.example (request <id>) #{n}",
+     "sample_error": "HTTP 500 Internal Server Error " + "x" * 200}
+    for n in range(200)
+]
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+"""
 FRAMEWORK_COSTS = {
     "floor_sidebar": (
         "floor + sidebar filters before the tiles",
         FLOOR_SCRIPT.replace("\nfor row", "\n" + SIDEBAR_FILTERS + "\nfor row", 1),
+    ),
+    "floor_sidebar_after": (
+        "floor + sidebar filters after the tiles",
+        FLOOR_SCRIPT + SIDEBAR_FILTERS,
     ),
     "floor_charts": ("floor + 5 altair charts after the tiles", FLOOR_SCRIPT + FIVE_CHARTS),
     "floor_help": (
@@ -139,6 +168,7 @@ FRAMEWORK_COSTS = {
             'border=True, help="What it counts.", delta="within SLO", delta_arrow="off")',
         ),
     ),
+    "bare_table": ("bare page: one st.dataframe of 200 error groups", BARE_TABLE),
 }
 """Server name → (page name, script) of the optional reference pages."""
 
@@ -211,6 +241,18 @@ def load_1min() -> float:
         return float(loadavg.read().split()[0])
 
 
+def require_free(port: int) -> None:
+    """Stop the benchmark when ``port`` is taken: another server there would answer the
+    health check and be timed instead of ours."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((ADDRESS, port))
+        except OSError:
+            raise SystemExit(
+                f"port {port} is in use: stop what listens there or pick another"
+            ) from None
+
+
 def clear_server_caches(url: str) -> None:
     """Empty every ``st.cache_data`` and ``st.cache_resource`` of the Streamlit server at
     ``url``: the ``clear_cache`` message its app menu sends, over a websocket of its own."""
@@ -221,11 +263,18 @@ def clear_server_caches(url: str) -> None:
 
 
 @contextmanager
-def serve(command: list[str], cwd: Path, log_path: Path, port: int) -> Iterator[str]:
+def serve(
+    command: list[str], cwd: Path, log_path: Path, port: int, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Run a Streamlit command until the block ends; yields its base URL once healthy."""
     with log_path.open("wb") as output:
         process = subprocess.Popen(
-            command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         try:
             wait_until_healthy(process, address=ADDRESS, port=port, log_path=log_path)
@@ -244,6 +293,24 @@ def serve_dashboard(settings: Settings, log_path: Path, port: int) -> Iterator[s
             yield f"http://{ADDRESS}:{port}"
         finally:
             stop_process(process)
+
+
+def baseline_command(checkout: Path, port: int) -> list[str]:
+    """The command line with which the dashboard of another checkout serves itself: that
+    checkout's own ``serve.streamlit_command`` (its flags, its ``dashboard.py``)."""
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); "
+        "from outbox_monitor.serve import streamlit_command; "
+        "print(json.dumps(streamlit_command(address=sys.argv[2], port=int(sys.argv[3]))))"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", code, str(checkout), ADDRESS, str(port)],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(printed)
 
 
 def floor_command(script: Path, port: int) -> list[str]:
@@ -439,6 +506,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="floor page port (the --framework-costs pages take the next ones)",
     )
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of an earlier commit: its dashboard is served too (port "
+        f"{BASELINE_PORT}, its own command line) and timed in the same rounds",
+    )
+    parser.add_argument(
         "--framework-costs",
         action="store_true",
         help="also time the floor plus one feature of the pages each (sidebar filters, "
@@ -461,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     before = uptime()
     log("starting a throwaway PostgreSQL cluster")
+    require_free(args.pg_port)
     with (
         TemporaryCluster(port=args.pg_port) as cluster,
         ExitStack() as stack,
@@ -487,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         ports = {"dashboard": args.port} | {
             server: args.floor_port + offset for offset, server in enumerate(scripts)
         }
+        for port in ports.values():
+            require_free(port)
         log("serving " + ", ".join(f"{server} on {port}" for server, port in ports.items()))
         urls = {
             "dashboard": stack.enter_context(
@@ -508,10 +584,32 @@ def main(argv: list[str] | None = None) -> int:
                     ports[server],
                 )
             )
-        targets = TARGETS + tuple(
-            Target(name, server, "/", TILES_FILLED, "8 tiles have values")
-            for server, (name, _) in FRAMEWORK_COSTS.items()
-            if server in urls
+        if args.baseline:
+            require_free(BASELINE_PORT)
+            urls["baseline"] = stack.enter_context(
+                serve(
+                    baseline_command(args.baseline, BASELINE_PORT),
+                    args.baseline,
+                    Path(folder) / "baseline.log",
+                    BASELINE_PORT,
+                    env={**os.environ, **settings_environment(load_settings(dsn=cluster.dsn))},
+                )
+            )
+        baseline = tuple(
+            Target(
+                f"{target.name} (baseline)", "baseline", target.path, target.content, target.what
+            )
+            for target in TARGETS
+            if args.baseline and target.server == "dashboard"
+        )
+        targets = (
+            TARGETS
+            + baseline
+            + tuple(
+                Target(name, server, "/", TILES_FILLED, "8 tiles have values")
+                for server, (name, _) in FRAMEWORK_COSTS.items()
+                if server in urls
+            )
         )
         counter = StatementCounter(db)
         results = {target.name: Samples() for target in targets}
