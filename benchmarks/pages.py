@@ -84,6 +84,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
@@ -245,6 +246,8 @@ def require_free(port: int) -> None:
     """Stop the benchmark when ``port`` is taken: another server there would answer the
     health check and be timed instead of ours."""
     with socket.socket() as probe:
+        # as the servers do: connections of an earlier run in TIME_WAIT do not count
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((ADDRESS, port))
         except OSError:
@@ -381,6 +384,11 @@ def sample(
         counter.reset()
         warm = load_ms(page, lambda: page.reload(wait_until="commit"))
         warm_statements, warm_runs = counter.count(), runs.finished - cold_runs
+    except PlaywrightTimeout:
+        text = page.inner_text("body")[-500:]
+        raise SystemExit(
+            f"{target.name}: {target.what} did not happen; the page shows: {text}"
+        ) from None
     finally:
         context.close()
     samples.load.append(load)
@@ -606,7 +614,9 @@ def main(argv: list[str] | None = None) -> int:
             TARGETS
             + baseline
             + tuple(
-                Target(name, server, "/", TILES_FILLED, "8 tiles have values")
+                Target(name, server, "/", TABLE_SHOWN, "table drawn")
+                if server == "bare_table"
+                else Target(name, server, "/", TILES_FILLED, "8 tiles have values")
                 for server, (name, _) in FRAMEWORK_COSTS.items()
                 if server in urls
             )
