@@ -5,9 +5,26 @@ import streamlit as st
 from outbox_monitor.ui import alerts, banners, charts, format, loaders, slo, state
 
 ctx = state.context()
-# Warnings about the setup go above the tiles but are looked up after them (see the end),
-# so that the figures are the first thing a load computes and sends.
-notices = st.container()
+
+missing = loaders.missing_indexes(ctx.db)
+if missing:
+    st.warning(
+        f"Recommended index missing on {format.md_code(ctx.db.table_name)}: "
+        + "; ".join(format.md_text(index) for index in missing)
+        + ". Those figures scan the table until it exists. Fix: run `outbox-monitor init-db` "
+        "(it only creates what is absent, with CREATE INDEX CONCURRENTLY).",
+        icon=":material/warning:",
+    )
+retired = loaders.retired_indexes(ctx.db)
+if retired:
+    st.warning(
+        f"Index {', '.join(format.md_code(name) for name in retired)} on "
+        f"{format.md_code(ctx.db.table_name)}, created by an earlier outbox-monitor, slows the "
+        "workers' claim once a backlog forms. Fix: run `outbox-monitor init-db` (it drops it "
+        "with DROP INDEX CONCURRENTLY, which never blocks the workers).",
+        icon=":material/warning:",
+    )
+slo.show_rules_problem()
 
 
 def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: str) -> None:
@@ -29,7 +46,7 @@ def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_figures() -> None:
     with banners.guarded(wait_out_outage=True):
-        stall = st.container()  # filled once the tiles are out
+        alerts.show_stall(loaders.evaluator_lease(ctx.db), alerts.load_ruleset().ruleset)
         f = state.filters()
         figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
         failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)
@@ -103,9 +120,6 @@ def live_figures() -> None:
             f"Rows dead-lettered in the last {f.window_label}.",
         )
 
-        with stall:
-            alerts.show_stall(loaders.evaluator_lease(ctx.db), alerts.load_ruleset().ruleset)
-
         left, right = st.columns(2)
         with left:
             st.subheader("Queue depth over time")
@@ -153,23 +167,3 @@ def live_figures() -> None:
 
 
 live_figures()
-with notices:
-    missing = loaders.missing_indexes(ctx.db)
-    if missing:
-        st.warning(
-            f"Recommended index missing on {format.md_code(ctx.db.table_name)}: "
-            + "; ".join(format.md_text(index) for index in missing)
-            + ". Those figures scan the table until it exists. Fix: run `outbox-monitor init-db` "
-            "(it only creates what is absent, with CREATE INDEX CONCURRENTLY).",
-            icon=":material/warning:",
-        )
-    retired = loaders.retired_indexes(ctx.db)
-    if retired:
-        st.warning(
-            f"Index {', '.join(format.md_code(name) for name in retired)} on "
-            f"{format.md_code(ctx.db.table_name)}, created by an earlier outbox-monitor, slows the "
-            "workers' claim once a backlog forms. Fix: run `outbox-monitor init-db` (it drops it "
-            "with DROP INDEX CONCURRENTLY, which never blocks the workers).",
-            icon=":material/warning:",
-        )
-    slo.show_rules_problem()
