@@ -30,10 +30,11 @@ Samples are interleaved: every round loads every page once, in a new order each 
 load drifts hit all pages alike. The report gives medians of ``--repeat`` samples, the ratio
 of each page's median to the floor's median of the same run (the gate: ≤ 1.15) and, in
 brackets, the median of the round-by-round ratios (each page against the floor of its own
-round, which a load spike in one round moves less; the gate holds both), the time until the script run finished (charts and
-all), the script runs per load (``script_finished`` messages on the page's websocket: full
-and fragment runs), the SQL statements each load ran in Postgres (``pg_stat_statements``,
-top level) and the machine's 1-minute load average at each sample, before and after.
+round, which a load spike in one round moves less; the gate holds both), the time until the
+script run finished (charts and all), the script runs per load (``script_finished`` messages
+on the page's websocket: full and fragment runs), the SQL statements each load ran in
+Postgres (``pg_stat_statements``, top level) and the machine's 1-minute load average at each
+sample, before and after.
 
 With ``--framework-costs`` it also times reference pages without database or product code:
 the floor plus one feature of the dashboard's pages each (the sidebar's three filter widgets
