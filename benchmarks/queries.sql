@@ -494,4 +494,20 @@ SELECT pg_stat_statements_reset();
 -- name: benchmark_statements_ms
 -- Benchmark only: the server's execution ms of every statement since the reset, but the benchmark's own (EXPLAIN included: utility statements are tracked).
 SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms FROM pg_stat_statements
+
+-- name: benchmark_pgss_preload
+-- Benchmark only (pages.py): load pg_stat_statements at the next start of the throwaway server.
+ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements';
+
+-- name: benchmark_pgss_create
+-- Benchmark only (pages.py): the statement statistics view, once the library is loaded.
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+
+-- name: benchmark_pgss_reset
+-- Benchmark only (pages.py): forget the statements counted so far.
+SELECT pg_stat_statements_reset() IS NULL AS reset;
+
+-- name: benchmark_pgss_calls
+-- Benchmark only (pages.py): top-level statements run since the reset, its own left out.
+SELECT coalesce(sum(calls), 0) AS calls FROM pg_stat_statements
 WHERE query NOT LIKE '%%pg_stat_statements%%';

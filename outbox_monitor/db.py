@@ -4,6 +4,7 @@ import logging
 import math
 import os
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -451,6 +452,7 @@ class Database:
         )
         self._opened = False
         self._failing = False
+        self._pinned = threading.local()
 
     def _mapped_errors(self, conn: psycopg.Connection | None) -> Any:
         return mapped_errors(
@@ -474,12 +476,18 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled autocommit connection with the statement timeout.
+        """A pooled autocommit connection with the statement timeout (inside ``session()``:
+        the session's connection).
 
         Raises:
             DatabaseUnavailable: no connection within the connect timeout; the message
                 carries libpq's reason (wrong host, password, database) without secrets.
         """
+        pinned = getattr(self._pinned, "conn", None)
+        if pinned is not None:
+            with self._mapped_errors(pinned):
+                yield pinned
+            return
         if not self._opened or self._failing:
             # First use, or the last attempt failed: a direct connect says at once (and
             # why) whether the server is back, instead of waiting out the pool timeout.
@@ -500,6 +508,26 @@ class Database:
             self._failing = True
             raise
         self._failing = False
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Run every query of the block, in this thread, on one pooled connection: one
+        checkout (and one liveness check) for a group of reads, such as the dozen
+        statements of ``metrics.status``, instead of one per statement. Nested sessions
+        share the outer one's connection.
+
+        Raises:
+            The errors of ``connection``.
+        """
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        with self.connection() as conn:
+            self._pinned.conn = conn
+            try:
+                yield
+            finally:
+                self._pinned.conn = None
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:

@@ -46,7 +46,8 @@ def bucket_for(window: float) -> float:
 def _status(
     key: str, _db: Database, window: float, event_type: str | None, cap: int
 ) -> dict[str, Any]:
-    return metrics.status(_db, window=window, event_type=event_type, count_cap=cap)
+    with _db.session():  # a dozen statements, one connection checkout
+        return metrics.status(_db, window=window, event_type=event_type, count_cap=cap)
 
 
 def status(db: Database, *, window: float, event_type: str | None) -> dict[str, Any]:
@@ -159,11 +160,18 @@ class DeadLetters:
 def _dead_letters(
     key: str, _db: Database, event_type: str | None, error_group: str | None
 ) -> DeadLetters:
-    groups = metrics.error_groups(_db, event_type=event_type)
+    with _db.session():
+        return _read_dead_letters(_db, event_type, error_group)
+
+
+def _read_dead_letters(
+    db: Database, event_type: str | None, error_group: str | None
+) -> DeadLetters:
+    groups = metrics.error_groups(db, event_type=event_type)
     if error_group is None or all(g["group_id"] != error_group for g in groups):
         return DeadLetters(groups, error_group, [], False)
     limit = events.DEFAULT_FAILED_ROWS_LIMIT
-    rows = events.list_failed(_db, error_group=error_group, event_type=event_type, limit=limit)
+    rows = events.list_failed(db, error_group=error_group, event_type=event_type, limit=limit)
     complete = len(rows) < limit
     if complete:
         # The rows were read a moment after the counts: a row failed or replayed in

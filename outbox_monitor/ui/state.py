@@ -5,11 +5,13 @@ The sidebar filters (event type, window, refresh) are widgets bound to URL query
 opens that page pre-filtered, and changing a filter updates the URL.
 """
 
+import os
 import runpy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -57,11 +59,17 @@ class PageContext:
 
 
 def settings() -> Settings:
-    """The settings from the environment (``OUTBOX_MONITOR_*``).
+    """The settings from the environment (``OUTBOX_MONITOR_*``), validated once per
+    distinct environment (every run reads them twice; validating takes milliseconds).
 
     Raises:
-        ConfigError: an invalid variable, named in the message.
+        ConfigError: an invalid variable, named in the message (never cached).
     """
+    return _settings_of(tuple(sorted(os.environ.items())))
+
+
+@lru_cache(maxsize=4)
+def _settings_of(environment: tuple[tuple[str, str], ...]) -> Settings:
     return load_settings()
 
 

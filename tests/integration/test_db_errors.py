@@ -1,5 +1,6 @@
 """Bad input and bad days: wrong DSN, statement timeout, the database restarting."""
 
+import threading
 import time
 
 import psycopg
@@ -8,7 +9,7 @@ import pytest
 from outbox_monitor import metrics, schema
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.errors import DatabaseUnavailable, QueryTimeout
+from outbox_monitor.errors import DatabaseUnavailable, QueryTimeout, TableMissing
 from outbox_monitor.pgcluster import TemporaryCluster, free_port
 
 
@@ -52,6 +53,28 @@ def test_monitor_sessions_carry_the_timeout_and_name_and_autocommit(db):
         ).fetchone()
         assert conn.autocommit is True
     assert row == {"timeout": "5s", "name": "outbox-monitor"}
+
+
+def backend_pid(db: Database) -> int:
+    with db.connection() as conn:
+        return conn.execute("SELECT pg_backend_pid() AS pid").fetchone()["pid"]
+
+
+def test_a_session_runs_its_queries_on_one_connection_and_still_maps_errors(db):
+    other_thread: list[int] = []
+    with db.session():
+        first = backend_pid(db)
+        # mapped inside the session as outside it
+        with pytest.raises(TableMissing), db.connection() as conn:
+            conn.execute("SELECT 1 FROM no_such_table")
+        assert metrics.queue_depth(db) == 0  # the session's connection still works
+        with db.session():  # nested: the outer one's connection
+            assert backend_pid(db) == first
+        thread = threading.Thread(target=lambda: other_thread.append(backend_pid(db)))
+        thread.start()
+        thread.join()
+        assert backend_pid(db) == first
+    assert other_thread and other_thread[0] != first  # another thread: another connection
 
 
 def test_the_pool_survives_a_database_restart():

@@ -32,6 +32,9 @@ def test_streamlit_command_serves_the_repo_dashboard_headless():
     assert "--server.address=127.0.0.1" in command and "--server.port=8765" in command
     assert "--browser.gatherUsageStats=false" in command
     assert "--server.fileWatcherType=none" in command
+    # no work per run that the pages do not need (issue 11 item 5)
+    assert "--runner.postScriptGC=false" in command
+    assert "--runner.magicEnabled=false" in command
 
 
 def test_settings_reach_the_dashboard_process_unchanged(monkeypatch):
