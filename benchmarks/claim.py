@@ -51,6 +51,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     scans,
     seed,
 )
+from scale import preload_stat_statements  # scale.py, next to this one: sets shared_buffers
 
 from outbox_monitor.config import load_settings
 from outbox_monitor.pgcluster import TemporaryCluster
@@ -280,6 +281,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--retired", action="store_true", help="also time the indexes of before issue 11"
     )
+    parser.add_argument(
+        "--shared-buffers",
+        default="4GB",
+        help="the cluster's shared_buffers: every copy's backlog pages must fit, or the copies"
+        " evict each other's and the order of the rounds decides the timings",
+    )
     args = parser.parse_args(argv)
     try:
         backlogs = sorted({int(value.replace("_", "")) for value in args.backlogs.split(",")})
@@ -304,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     log("starting a throwaway PostgreSQL cluster")
     results: list[Result] = []
     with TemporaryCluster() as cluster:
+        preload_stat_statements(cluster, args.shared_buffers, want=False)
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         with RecordingDatabase(settings) as source:
             init_db(source, create_indexes=False)
