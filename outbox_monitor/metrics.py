@@ -152,15 +152,64 @@ def failed_in_window(
     return _count(db, "failed_in_window", event_type, window=_window(db, window))
 
 
+def backlog(
+    db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
+) -> dict[str, Any]:
+    """Every backlog figure of SPEC §2 from one pass over the pending and processing rows.
+
+    The same definitions as ``queue_depth``, ``pending_total``, ``scheduled_retries``,
+    ``oldest_pending_age``, ``processing`` and ``stuck_locks`` (each of which reads only what
+    its own figure needs), computed together by attempts (named query
+    ``backlog_by_attempts``) and added up, in one snapshot: what ``status`` shows, with retry
+    pressure. Reading ``attempts`` and ``locked_at`` visits the heap row of every backlog row
+    (neither is in an index of the users'), which most of the separate counts avoid: one such
+    pass costs what the histogram of the backlog alone did, so a caller that needs no
+    histogram (the sampler, an alert rule) is cheaper with the separate counts
+    (benchmarks/RESULTS.md).
+
+    Args:
+        lock_timeout: seconds (default: settings, 15 min).
+
+    Returns:
+        ``{"queue_depth", "pending_total", "scheduled_retries", "processing",
+        "stuck_locks"}`` as rows, ``"oldest_pending_age_seconds"`` (``None`` when nothing is
+        pending) and ``"attempts_histogram"``: the backlog's ``{attempts: rows}`` in
+        ascending attempts (the dead letters are not in it).
+    """
+    timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
+    where = Where().event_type(event_type)
+    groups = db.fetch_all(
+        "backlog_by_attempts", {"lock_timeout": timeout, **where.params}, and_filters=where.fragment
+    )
+    ages = [
+        group["oldest_pending_age"] for group in groups if group["oldest_pending_age"] is not None
+    ]
+
+    def total(name: str) -> int:
+        return sum(group[name] for group in groups)
+
+    return {
+        "queue_depth": total("queue_depth"),
+        "pending_total": total("pending_total"),
+        "scheduled_retries": total("scheduled_retries"),
+        "oldest_pending_age_seconds": max(ages, default=None),
+        "processing": total("processing"),
+        "stuck_locks": total("stuck_locks"),
+        "attempts_histogram": {group["attempts"]: group["rows"] for group in groups},
+    }
+
+
 def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[int, int]:
-    """Retry pressure: rows not yet done (pending, processing, failed) by ``attempts``.
+    """Retry pressure: rows not yet done (pending, processing, failed) by ``attempts``
+    (SPEC §2): the backlog's part from ``backlog``, the dead letters' from their index.
 
     Returns:
         ``{attempts: rows}`` in ascending attempts; only values that occur.
     """
     where = Where().event_type(event_type)
-    rows = db.fetch_all("attempts_histogram", where.params, and_filters=where.fragment)
-    return {row["attempts"]: row["rows"] for row in rows}
+    return _added(
+        backlog(db, event_type=event_type)["attempts_histogram"], _dead_letters(db, where)
+    )
 
 
 def attempts_histogram_capped(
@@ -187,27 +236,34 @@ def attempts_histogram_capped(
         ``({attempts: rows}, exact)``: ascending attempts; ``exact`` false when the dead
         letters' counts are estimates.
     """
-    where = Where().event_type(event_type)
-    histogram = {
-        row["attempts"]: row["rows"]
-        for row in db.fetch_all(
-            "attempts_histogram_backlog", where.params, and_filters=where.fragment
-        )
-    }
-    dead_letters = None
+    dead_letters, exact = _dead_letters_capped(db, Where().event_type(event_type), cap)
+    backlog_part = backlog(db, event_type=event_type)["attempts_histogram"]
+    return _added(backlog_part, dead_letters), exact
+
+
+def _added(*histograms: dict[int, int]) -> dict[int, int]:
+    """Histograms ``{attempts: rows}`` added up, in ascending attempts."""
+    total: dict[int, int] = {}
+    for histogram in histograms:
+        for attempts, rows in histogram.items():
+            total[attempts] = total.get(attempts, 0) + rows
+    return dict(sorted(total.items()))
+
+
+def _dead_letters(db: Database, where: Where) -> dict[int, int]:
+    """The dead letters by attempts, counted exactly (index-only on the recommended index)."""
+    rows = db.fetch_all("attempts_histogram_dead_letters", where.params, and_filters=where.fragment)
+    return {row["attempts"]: row["rows"] for row in rows}
+
+
+def _dead_letters_capped(db: Database, where: Where, cap: int) -> tuple[dict[int, int], bool]:
+    """The dead letters by attempts, estimated above ``cap`` when a sample can tell (see
+    ``attempts_histogram_capped``); ``(histogram, exact)``."""
     if estimates.count_up_to(db, "dead_letter_rows", cap=cap, where=where) > cap:
-        dead_letters = _sampled_dead_letters(db, where, cap)
-    exact = dead_letters is None
-    if exact:
-        dead_letters = {
-            row["attempts"]: row["rows"]
-            for row in db.fetch_all(
-                "attempts_histogram_dead_letters", where.params, and_filters=where.fragment
-            )
-        }
-    for attempts, rows in dead_letters.items():
-        histogram[attempts] = histogram.get(attempts, 0) + rows
-    return dict(sorted(histogram.items())), exact
+        sampled = _sampled_dead_letters(db, where, cap)
+        if sampled is not None:
+            return sampled, False
+    return _dead_letters(db, where), True
 
 
 def _sampled_dead_letters(db: Database, where: Where, cap: int) -> dict[int, int] | None:
@@ -374,22 +430,20 @@ def status(
     window = _window(db, window)
     lock_timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     failed = failed_by_event_type(db, window=window, event_type=event_type)
+    where = Where().event_type(event_type)
     if count_cap is None:
-        histogram, exact = attempts_histogram(db, event_type=event_type), True
+        dead_letters, exact = _dead_letters(db, where), True
     else:
-        histogram, exact = attempts_histogram_capped(db, cap=count_cap, event_type=event_type)
+        dead_letters, exact = _dead_letters_capped(db, where, count_cap)
+    backlog_figures = backlog(db, lock_timeout=lock_timeout, event_type=event_type)
+    histogram = _added(backlog_figures.pop("attempts_histogram"), dead_letters)
     figures = {
         "table": db.table_name,
         "now": db.fetch_one("db_now")["now"].isoformat(),
         "event_type": event_type or None,
         "window_seconds": window,
         "lock_timeout_seconds": lock_timeout,
-        "queue_depth": queue_depth(db, event_type=event_type),
-        "pending_total": pending_total(db, event_type=event_type),
-        "scheduled_retries": scheduled_retries(db, event_type=event_type),
-        "oldest_pending_age_seconds": oldest_pending_age(db, event_type=event_type),
-        "processing": processing(db, event_type=event_type),
-        "stuck_locks": stuck_locks(db, lock_timeout=lock_timeout, event_type=event_type),
+        **backlog_figures,
         "latency_seconds": latency_percentiles(db, window=window, event_type=event_type),
         **throughput(db, window=window, event_type=event_type),
         "failed_in_window": sum(failed.values()),

@@ -271,18 +271,25 @@ WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(windo
 GROUP BY event_type
 ORDER BY failed DESC, event_type;
 
--- name: attempts_histogram
--- Rows not yet done (pending, processing, failed) counted by attempts: the dead letters from
--- their own index (index-only), the backlog (pending, processing) from the claim index.
-SELECT attempts, sum(rows)::bigint AS rows FROM (
-    SELECT attempts, count(*) AS rows FROM {table}
-    WHERE status = 'failed' {and_filters}
-    GROUP BY attempts
-    UNION ALL
-    SELECT attempts, count(*) FROM {table}
-    WHERE status IN ('pending', 'processing') {and_filters}
-    GROUP BY attempts
-) AS not_done
+-- name: backlog_by_attempts
+-- The backlog (pending and processing rows) by attempts, each group with the backlog figures
+-- of its rows (queue depth, pending total, scheduled retries, processing, stuck locks, the
+-- oldest pending age): one pass over the backlog serves every one of them and the backlog part
+-- of retry pressure; the groups add up to the figures (metrics.backlog).
+SELECT attempts, count(*) AS rows,
+       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS queue_depth,
+       count(*) FILTER (WHERE status = 'pending') AS pending_total,
+       count(*) FILTER (WHERE status = 'pending' AND available_at > now()) AS scheduled_retries,
+       count(*) FILTER (WHERE status = 'processing') AS processing,
+       count(*) FILTER (
+           WHERE status = 'processing'
+                 AND (locked_at < now() - make_interval(secs => %(lock_timeout)s)
+                      OR locked_at IS NULL)
+       ) AS stuck_locks,
+       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
+           AS oldest_pending_age
+FROM {table}
+WHERE status IN ('pending', 'processing') {and_filters}
 GROUP BY attempts
 ORDER BY attempts;
 
@@ -313,13 +320,6 @@ SELECT id FROM {table} WHERE status = 'failed' {and_filters}
 -- name: count_capped
 -- How many rows the read statement {rows} returns, counted up to %(cap)s + 1 only.
 SELECT count(*) AS value FROM ({rows} LIMIT %(cap)s + 1) AS capped;
-
--- name: attempts_histogram_backlog
--- Pending and processing rows counted by attempts (the backlog part of attempts_histogram).
-SELECT attempts, count(*) AS rows FROM {table}
-WHERE status IN ('pending', 'processing') {and_filters}
-GROUP BY attempts
-ORDER BY attempts;
 
 -- name: attempts_histogram_dead_letters
 -- Failed rows counted by attempts (the dead-letter part of attempts_histogram), index-only.

@@ -136,6 +136,59 @@ def test_retry_pressure_histogram_skips_done_rows(db, rows):
     assert metrics.attempts_at_least(db, 11) == 0
 
 
+def test_backlog_adds_up_every_backlog_figure_across_attempts(db, rows):
+    rows.add(event_type="order.paid", status="pending", attempts=0, created_ago=100)
+    rows.add(event_type="order.paid", status="pending", attempts=3, created_ago=700)
+    rows.add(
+        event_type="order.paid", status="pending", attempts=3, created_ago=50, available_ago=-60
+    )
+    rows.add(event_type="order.paid", status="processing", attempts=0, locked_ago=1000)
+    rows.add(event_type="mail.sent", status="processing", attempts=3)
+    rows.add(event_type="mail.sent", status="processing", attempts=1, locked_ago=10)
+    rows.add(event_type="mail.sent", status="pending", attempts=1, created_ago=9000)
+    rows.add(event_type="mail.sent", status="failed", attempts=10, processed_ago=5)
+    rows.add(event_type="mail.sent", status="done", attempts=2, processed_ago=5)
+    # due: 100, 700, 9000 s old; in backoff: one; processing 3, of which stuck: locked 1000 s
+    # ago and the orphan (no locked_at); attempts 0: 2 rows, 1: 2, 3: 3
+    figures = metrics.backlog(db)
+    age = figures.pop("oldest_pending_age_seconds")
+    assert 9000 <= age < 9000 + SLACK_SECONDS
+    assert figures == {
+        "queue_depth": 3,
+        "pending_total": 4,
+        "scheduled_retries": 1,
+        "processing": 3,
+        "stuck_locks": 2,
+        "attempts_histogram": {0: 2, 1: 2, 3: 3},
+    }
+    paid = metrics.backlog(db, event_type="order.%", lock_timeout=2000)
+    age = paid.pop("oldest_pending_age_seconds")
+    assert 700 <= age < 700 + SLACK_SECONDS
+    assert paid == {
+        "queue_depth": 2,
+        "pending_total": 3,
+        "scheduled_retries": 1,
+        "processing": 1,
+        "stuck_locks": 0,
+        "attempts_histogram": {0: 2, 3: 2},
+    }
+    for name in ("queue_depth", "pending_total", "scheduled_retries", "processing"):
+        assert getattr(metrics, name)(db) == metrics.backlog(db)[name]
+
+
+def test_backlog_of_an_empty_outbox(db, rows):
+    rows.add(status="done", processed_ago=5)
+    assert metrics.backlog(db) == {
+        "queue_depth": 0,
+        "pending_total": 0,
+        "scheduled_retries": 0,
+        "oldest_pending_age_seconds": None,
+        "processing": 0,
+        "stuck_locks": 0,
+        "attempts_histogram": {},
+    }
+
+
 def _group_id(event_type, normalised):
     return hashlib.md5(f"{event_type}:{normalised}".encode()).hexdigest()[:12]
 
