@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from importlib.util import cache_from_source
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 from outbox_monitor.pgcluster import TemporaryCluster
 
 COMMANDS = (("--help",), ("status", "--json"))
@@ -51,7 +54,8 @@ def run_once(argv: list[str], env: dict[str, str]) -> Run:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {result.returncode}: {result.stderr[-2000:]}")
+        output = (result.stdout + result.stderr)[-2000:].decode(errors="replace")
+        raise SystemExit(f"{' '.join(argv)} exited {result.returncode}: {output}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Run(wall * 1000, cpu * 1000)
 
@@ -86,9 +90,9 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
 
 
-def measure(venvs: list[Path], dsn: str, repeat: int) -> list[str]:
+def measure(venvs: list[Path], dsns: list[str], repeat: int) -> list[str]:
+    """Every command of every venv, each venv against its own database (``dsns``)."""
     base = child_environment()
-    base["OUTBOX_MONITOR_DSN"] = dsn
     lines = [
         "| command | PYTHONDONTWRITEBYTECODE | venv | wall ms median (min–max) "
         "| CPU ms median (min–max) | wall ratio vs first venv |",
@@ -104,7 +108,7 @@ def measure(venvs: list[Path], dsn: str, repeat: int) -> list[str]:
             runs: list[list[Run]] = [[] for _ in venvs]
             for round_number in range(repeat + 1):
                 for index, argv in enumerate(argvs):
-                    run = run_once(argv, env)
+                    run = run_once(argv, {**env, "OUTBOX_MONITOR_DSN": dsns[index]})
                     if round_number:  # round 0 is the warm-up
                         runs[index].append(run)
             label = "1" if dont_write else "unset"
@@ -144,12 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     shares_before = [compiled_share(venv) for venv in venvs]
     load_before = os.getloadavg()
     with TemporaryCluster() as cluster:
-        subprocess.run(
-            [str(venvs[0] / "bin" / "outbox-monitor"), "init-db", "--dsn", cluster.dsn],
-            check=True,
-            capture_output=True,
-        )
-        table = measure(venvs, cluster.dsn, args.repeat)
+        dsns = []
+        for index, venv in enumerate(venvs):  # each release's own schema, in its own database
+            with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(f"venv{index}")))
+            dsns.append(cluster.dsn_for(f"venv{index}"))
+            subprocess.run(
+                [str(venv / "bin" / "outbox-monitor"), "init-db", "--dsn", dsns[-1]],
+                check=True,
+                capture_output=True,
+            )
+        table = measure(venvs, dsns, args.repeat)
     load_after = os.getloadavg()
     print(f"- command: `{' '.join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])])}`")
     print(
@@ -160,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"- each case: 1 warm-up + {args.repeat} runs per venv, venvs in turn; "
-        "`status --json` against an empty outbox table after `init-db`"
+        "`status --json` against an empty outbox table after that release's `init-db` "
+        "(one database per venv)"
     )
     for venv, before in zip(venvs, shares_before, strict=True):
         print(f"- `{venv}`: .py files with a .pyc {before} before, {compiled_share(venv)} after")
