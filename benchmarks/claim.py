@@ -59,7 +59,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 from scale import preload_stat_statements  # scale.py, next to this one: sets shared_buffers
 
 from outbox_monitor.config import load_settings
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.schema import RETIRED_INDEXES, init_db
 
 HARM = 1.05

@@ -35,7 +35,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 
 COMMANDS = (("--help",), ("status", "--json"))
 

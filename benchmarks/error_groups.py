@@ -49,8 +49,8 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 
 from outbox_monitor import metrics
 from outbox_monitor.config import load_settings
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.filters import Where
-from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 
 STATEMENT_TIMEOUT_SECONDS = 600.0

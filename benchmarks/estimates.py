@@ -56,7 +56,7 @@ from psycopg import sql
 
 from outbox_monitor import actions, estimates, metrics
 from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 
 STATEMENT_TIMEOUT_SECONDS = 600.0

@@ -37,7 +37,7 @@ from psycopg import sql
 from outbox_monitor import actions, metrics
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.queries import parse_queries
 from outbox_monitor.schema import init_db
 

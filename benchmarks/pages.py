@@ -96,7 +96,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
 from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import (
     dashboard_script,

@@ -65,8 +65,8 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 from outbox_monitor import estimates, metrics, schema
 from outbox_monitor.alerts import stall
 from outbox_monitor.config import load_settings
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.pgcluster import TemporaryCluster
 
 # The Overview's bucket and tile window come from its own modules; importing them outside a
 # Streamlit server logs "No runtime found" once per cached loader, which is expected here.

@@ -604,7 +604,7 @@ def _traffic_options(command: Callable) -> Callable:
 def demo(port: int, rate: float, workers: int, worker: str) -> None:
     """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
     everything and removes the database."""
-    from outbox_monitor.demo import run_demo
+    from outbox_monitor.demo.run import run_demo
 
     try:
         sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
@@ -632,7 +632,7 @@ def simulate(
     backfill: float,
 ) -> None:
     """Publish realistic traffic and run simulated workers against any database."""
-    from outbox_monitor.simulate import run_simulation
+    from outbox_monitor.demo.simulate import run_simulation
 
     with open_checked(settings):
         pass

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import yaml
 
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.config import ENV_PREFIX
+from outbox_monitor.demo.slack_sink import SlackSink
 
 
 class FakeClock:

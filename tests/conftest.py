@@ -1,6 +1,6 @@
 """Shared fixtures: one real PostgreSQL cluster per test session, a fresh database per test.
 
-The cluster is started by the suite itself (``outbox_monitor.pgcluster``); a template
+The cluster is started by the suite itself (``outbox_monitor.demo.pgcluster``); a template
 database holds the outbox table and the ``outbox_monitor`` schema, and every test gets
 ``CREATE DATABASE … TEMPLATE`` of it (≈ 50 ms).
 """
@@ -17,10 +17,10 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.rules import RuleSet, load_rules
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.schema import init_db
 from tests.alerting import FakeClock, rules_file
 

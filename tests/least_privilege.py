@@ -21,8 +21,8 @@ from psycopg.conninfo import make_conninfo
 
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.grants import Roles, grant_statements
-from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
 
 _counter = itertools.count(1)

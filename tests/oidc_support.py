@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Page
 
-from outbox_monitor.pgcluster import free_port
+from outbox_monitor.demo.pgcluster import free_port
 from tests.browser_support import START_TIMEOUT_SECONDS, healthy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from playwright.sync_api import Browser, Page, expect
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from tests.browser_support import ELEMENT_TIMEOUT_MS
 from tests.conftest import TEMPLATE, Rows
 from tests.oidc_support import (

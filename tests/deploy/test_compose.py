@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from outbox_monitor.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from tests.deploy.deployfiles import (
     COMPOSE,
     ENV_FILE,

@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from tests.deploy.deployfiles import (
     DOCKERFILE,
     DOCKERIGNORE,

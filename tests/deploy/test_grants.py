@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from outbox_monitor.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from tests.conftest import Rows
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from outbox_monitor.cli import main
+from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.healthcheck import (
     HEALTHY,
     UNHEALTHY,
@@ -22,7 +23,6 @@ from outbox_monitor.healthcheck import (
     describe_service,
     find_service,
 )
-from outbox_monitor.pgcluster import free_port
 
 VENV_BIN = Path(sys.prefix) / "bin"
 

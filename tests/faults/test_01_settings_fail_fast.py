@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, QueryTimeout
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
-from outbox_monitor.pgcluster import TemporaryCluster
 from outbox_monitor.scheduler import SAMPLER_JOB_ID, build_scheduler
 from outbox_monitor.schema import init_db
 from tests.alerting import drain, rules_file, subprocess_env, wait_for

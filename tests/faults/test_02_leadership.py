@@ -34,7 +34,7 @@ from outbox_monitor.alerts.leader import Leadership, LeadershipLost
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
-from outbox_monitor.pgcluster import free_port
+from outbox_monitor.demo.pgcluster import free_port
 from tests.alerting import notifications, rules_file, subprocess_env, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

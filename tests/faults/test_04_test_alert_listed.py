@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from outbox_monitor.alerts.rules import RULES_ENV, load_rules
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.cli import main
+from outbox_monitor.demo.slack_sink import SlackSink
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (AppTest)
 from tests.ui.rendered import plain
 

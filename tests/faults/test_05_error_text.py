@@ -14,8 +14,8 @@ import subprocess
 import psycopg
 
 from outbox_monitor import outbox
+from outbox_monitor.demo.n8n import SHIPPED_FOLDER
 from outbox_monitor.errors import clean_error
-from outbox_monitor.n8n import SHIPPED_FOLDER
 
 WORKER = "worker-a@host/wf-1"
 FFFD = "\ufffd"

@@ -21,8 +21,8 @@ from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import load_rules
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due, send_test
-from outbox_monitor.alerts.sink import DEFAULT_TOKEN
 from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.demo.slack_sink import DEFAULT_TOKEN
 from tests.alerting import rules_file
 
 FFFD = "\ufffd"

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from outbox_monitor.config import load_settings
+from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.pgcluster import free_port
 from outbox_monitor.serve import check_exposure
 from tests.browser_support import START_TIMEOUT_SECONDS, healthy
 from tests.oidc_support import dashboard_command, dashboard_environment

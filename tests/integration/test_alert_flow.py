@@ -24,9 +24,9 @@ from playwright.sync_api import Page, expect, sync_playwright
 from outbox_monitor import metrics
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules import RULES_ENV, load_rules
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.pgcluster import free_port
+from outbox_monitor.demo.pgcluster import free_port
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.serve import streamlit_command
 from tests.browser_support import (

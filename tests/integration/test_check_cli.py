@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_monitor.alerts.rules import RULES_ENV, SHIPPED_RULES_PATH
-from outbox_monitor.alerts.sink import WEBHOOK_PATH, SlackSink
 from outbox_monitor.cli import main
+from outbox_monitor.demo.slack_sink import WEBHOOK_PATH, SlackSink
 from tests.alerting import rules_file
 
 ONE_RULE = """\

@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from outbox_monitor.pgcluster import free_port
+from outbox_monitor.demo.pgcluster import free_port
 from tests.browser_support import START_TIMEOUT_SECONDS, healthy
 from tests.oidc_support import dashboard_command, dashboard_environment
 

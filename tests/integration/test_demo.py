@@ -16,9 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_monitor.config import ENV_PREFIX, load_settings
-from outbox_monitor.demo import run_demo
+from outbox_monitor.demo.pgcluster import free_port
+from outbox_monitor.demo.run import run_demo
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.pgcluster import free_port
 from outbox_monitor.serve import settings_environment, streamlit_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         [
             sys.executable,
             "-c",
-            f"import sys; from outbox_monitor.demo import run_demo; "
+            f"import sys; from outbox_monitor.demo.run import run_demo; "
             f"sys.exit(run_demo(port={port}, rate=10, workers=2))",
         ],
         cwd=REPO,

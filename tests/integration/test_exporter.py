@@ -22,13 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from outbox_monitor import metrics
 from outbox_monitor.alerts.leader import Leadership
 from outbox_monitor.alerts.rules import SHIPPED_RULES_PATH, RuleSet, load_rules
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.exporter import OTHER, MetricsServer, SchedulerStatus, bound_event_types
-from outbox_monitor.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.scheduler import PRUNER_JOB_ID, REAPER_JOB_ID, build_scheduler
 from outbox_monitor.schema import init_db
 

@@ -16,7 +16,7 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.schema import init_db
 from tests.alerting import (

@@ -19,8 +19,8 @@ import pytest
 from outbox_monitor import metrics
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
+from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.errors import ConfigError, DatabaseUnavailable
-from outbox_monitor.pgcluster import TemporaryCluster, free_port
 from tests.least_privilege import (
     PASSWORD,
     PASSWORD_LOGIN,

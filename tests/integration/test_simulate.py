@@ -8,8 +8,7 @@ import pytest
 from outbox_monitor import metrics
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.outbox import PermanentError
-from outbox_monitor.simulate import (
+from outbox_monitor.demo.simulate import (
     EVENT_MIX,
     PERMANENT_EVENT_TYPE,
     TrafficGenerator,
@@ -18,6 +17,7 @@ from outbox_monitor.simulate import (
     recorded_error,
     run_simulation,
 )
+from outbox_monitor.outbox import PermanentError
 
 FAILING_TYPES = {PERMANENT_EVENT_TYPE, "notification.email"}  # 401 and bounces
 WORKER_ID = re.compile(r"^sim-worker-\d+@\S+$")

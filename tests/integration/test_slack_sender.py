@@ -20,8 +20,8 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due, send_test
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
+from outbox_monitor.demo.slack_sink import SlackSink
 from tests.alerting import FakeClock, notifications
 
 TIMEOUT = 1.0

@@ -14,9 +14,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
-from outbox_monitor.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
-from outbox_monitor.n8n import pg_environment
-from outbox_monitor.pgcluster import free_port
+from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
+from outbox_monitor.demo.n8n import pg_environment
+from outbox_monitor.demo.pgcluster import free_port
 from tests.alerting import wait_for
 from tests.deploy.deployfiles import compose
 from tests.n8n.conftest import TOKEN

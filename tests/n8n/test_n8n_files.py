@@ -1,4 +1,4 @@
-"""The shipped n8n files and outbox_monitor.n8n without running n8n (fast; always run).
+"""The shipped n8n files and outbox_monitor.demo.n8n without running n8n (fast; always run).
 
 The workflows' own SQL is run here as a database role holding exactly the grants
 n8n/README.md prints, so a README that forgets a grant, or a query that drifts from the
@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from outbox_monitor import outbox
-from outbox_monitor.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream
-from outbox_monitor.n8n import (
+from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream
+from outbox_monitor.demo.n8n import (
     DOWNSTREAM_CREDENTIAL,
     N8N_HOME_ENV,
     NUDGE_ID,

@@ -30,8 +30,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
-from outbox_monitor.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
-from outbox_monitor.n8n import NUDGE_ID, POLLER_ID, SHIPPED_FOLDER, N8n, pg_environment
+from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
+from outbox_monitor.demo.n8n import NUDGE_ID, POLLER_ID, SHIPPED_FOLDER, N8n, pg_environment
 from tests.alerting import subprocess_env, wait_for
 from tests.n8n.conftest import TOKEN
 

@@ -16,8 +16,8 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import RULES_ENV, SHIPPED_RULES_PATH, RuleSet, load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.ui import alerts, state
 
 PAGE = "alerts"

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from rendered import plain
 
-from outbox_monitor.pgcluster import free_port
+from outbox_monitor.demo.pgcluster import free_port
 
 PAGES = ["overview", "events", "dead_letters", "actions", "alerts"]
 

@@ -9,7 +9,7 @@ import pytest
 from rendered import plain
 from streamlit.testing.v1 import AppTest
 
-from outbox_monitor.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from tests.least_privilege import (
     PASSWORD,
     PASSWORD_LOGIN,

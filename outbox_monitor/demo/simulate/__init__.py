@@ -17,9 +17,9 @@ Modules: ``traffic`` (event mix, event stream, faults, handler timings), ``backf
 threads, reconnect backoff), ``run`` (``run_simulation``).
 """
 
-from outbox_monitor.simulate.backfill import backfill_history
-from outbox_monitor.simulate.run import run_simulation
-from outbox_monitor.simulate.traffic import (
+from outbox_monitor.demo.simulate.backfill import backfill_history
+from outbox_monitor.demo.simulate.run import run_simulation
+from outbox_monitor.demo.simulate.traffic import (
     EVENT_MIX,
     PERMANENT_EVENT_TYPE,
     SLOW_EVENT_TYPE,
@@ -28,7 +28,7 @@ from outbox_monitor.simulate.traffic import (
     attempt_fault,
     recorded_error,
 )
-from outbox_monitor.simulate.workers import DEFAULT_CRASH_EVERY
+from outbox_monitor.demo.simulate.workers import DEFAULT_CRASH_EVERY
 
 __all__ = [
     "DEFAULT_CRASH_EVERY",

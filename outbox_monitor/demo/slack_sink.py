@@ -15,7 +15,7 @@ section text ≤ 3000, button url ≤ 3000, text ≤ 40,000) and refuses a messa
 them like Slack (``invalid_blocks`` / ``msg_too_long``). Tests can make it misbehave:
 ``fail_next``, ``hang_next``, ``down``/``up``. Standard library only.
 
-Run it alone with ``python -m outbox_monitor.alerts.sink --port 3210``.
+Run it alone with ``python -m outbox_monitor.demo.slack_sink --port 3210``.
 """
 
 import argparse
@@ -589,7 +589,7 @@ class SlackSink:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve a sink until interrupted: ``python -m outbox_monitor.alerts.sink --port N``."""
+    """Serve a sink until interrupted: ``python -m outbox_monitor.demo.slack_sink --port N``."""
     parser = argparse.ArgumentParser(description="Local Slack-compatible sink for outbox-monitor")
     parser.add_argument("--port", type=int, default=3210, help="TCP port (0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")

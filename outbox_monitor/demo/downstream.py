@@ -278,8 +278,8 @@ def simulated_faults(seed: int) -> Callable[[str, dict[str, Any]], Reply]:
     answers 401 (invalid API key), a bounced e-mail 422, transient faults their HTTP
     status (503, 429, 502) or 503; ``invoice.sent`` takes 0.5-2 s.
     """
+    from outbox_monitor.demo.simulate.traffic import attempt_fault, handler_seconds, recorded_error
     from outbox_monitor.outbox import PermanentError
-    from outbox_monitor.simulate.traffic import attempt_fault, handler_seconds, recorded_error
 
     rng = random.Random(f"{seed}:n8n-downstream")
 

@@ -4,7 +4,7 @@ Used by ``outbox-monitor demo --worker n8n`` and by the end-to-end test of the w
 (tests/n8n). n8n is installed outside the repository, by ``n8n/install.sh``, into a cache
 folder keyed by its version (``~/.cache/outbox-monitor/n8n-<version>``); this module never
 installs anything. The local API the poller calls in the demo and the test is
-``outbox_monitor.downstream``.
+``outbox_monitor.demo.downstream``.
 """
 
 import contextlib
@@ -26,8 +26,8 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
+from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.pgcluster import free_port
 
 N8N_VERSION = "1.123.81"
 """The n8n release the workflows are proven on (the newest that accepts Node 20)."""
@@ -35,7 +35,7 @@ N8N_HOME_ENV = "OUTBOX_MONITOR_N8N_HOME"
 """A folder holding ``node_modules/.bin/n8n`` (an install made elsewhere); overrides the cache."""
 N8N_WORKFLOWS_ENV = "OUTBOX_MONITOR_N8N_WORKFLOWS"
 """The folder of workflow JSON files to import (default: the repository's n8n/workflows)."""
-SHIPPED_FOLDER = Path(__file__).resolve().parents[1] / "n8n"
+SHIPPED_FOLDER = Path(__file__).resolve().parents[2] / "n8n"
 """The repository's n8n folder: workflows/ and credentials/ (the files users import)."""
 POLLER_ID = "OutboxPoller0001"
 NUDGE_ID = "OutboxNudge00001"

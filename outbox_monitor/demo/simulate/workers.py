@@ -13,7 +13,7 @@ import psycopg
 
 from outbox_monitor import outbox
 from outbox_monitor.config import DEFAULT_CLAIM_BATCH, Settings
-from outbox_monitor.simulate.traffic import (
+from outbox_monitor.demo.simulate.traffic import (
     Event,
     TrafficGenerator,
     attempt_fault,

@@ -19,24 +19,24 @@ from typing import Any
 
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules import load_rules, resolve_rules_path
-from outbox_monitor.alerts.sink import SlackSink
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.downstream import Downstream, poller_settings, simulated_faults
-from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.n8n import N8N_VERSION, N8n, find_n8n, workflows_folder
-from outbox_monitor.pgcluster import TemporaryCluster
-from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
-from outbox_monitor.schema import init_db
-from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
-from outbox_monitor.simulate import (
+from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
+from outbox_monitor.demo.n8n import N8N_VERSION, N8n, find_n8n, workflows_folder
+from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.demo.simulate import (
     DEFAULT_CRASH_EVERY,
     PERMANENT_EVENT_TYPE,
     SLOW_EVENT_TYPE,
     TRANSIENT_ERROR_RATE,
     run_simulation,
 )
+from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
+from outbox_monitor.schema import init_db
+from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
 
 log = logging.getLogger(__name__)
 SLACK_VARIABLES = ("SLACK_WEBHOOK_URL", "SLACK_BOT_TOKEN")
@@ -176,7 +176,7 @@ def run_demo(
         rate: mean events per second of the simulated app.
         workers: simulated worker threads (``worker="simulator"`` only).
         worker: ``"simulator"`` (worker threads in this process) or ``"n8n"``: the real
-            n8n (``outbox_monitor.n8n``) runs the shipped workflows against a local
+            n8n (``outbox_monitor.demo.n8n``) runs the shipped workflows against a local
             downstream that fails as the simulated handlers do; the simulator only
             publishes.
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
+from outbox_monitor.demo.simulate.backfill import backfill_history
+from outbox_monitor.demo.simulate.traffic import TrafficGenerator
+from outbox_monitor.demo.simulate.workers import DEFAULT_CRASH_EVERY, Stats, Worker, publish_until
 from outbox_monitor.scheduler import interrupt_on_sigterm
 from outbox_monitor.schema import check_outbox_table
-from outbox_monitor.simulate.backfill import backfill_history
-from outbox_monitor.simulate.traffic import TrafficGenerator
-from outbox_monitor.simulate.workers import DEFAULT_CRASH_EVERY, Stats, Worker, publish_until
 
 log = logging.getLogger(__name__)
 
