@@ -29,6 +29,7 @@ from outbox_monitor.db import Database, describe_target
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ActionInterrupted, ConfigError, OutboxMonitorError
 from outbox_monitor.logs import configure_logging, escape_controls
+from outbox_monitor.rates import per_minute
 
 EXIT_NOT_CONFIRMED = 2
 
@@ -241,8 +242,8 @@ def status(
         ("processing", figures["processing"]),
         ("stuck locks", figures["stuck_locks"]),
         ("latency p50 / p95 / p99", " / ".join(format_duration(latency[k]) for k in latency)),
-        ("processed per minute", f"{figures['processed_per_minute']:.1f}"),
-        ("created per minute", f"{figures['created_per_minute']:.1f}"),
+        ("processed", per_minute(figures["processed_per_minute"])),
+        ("created", per_minute(figures["created_per_minute"])),
         ("failed in window", figures["failed_in_window"]),
     ]
     echo(

@@ -90,3 +90,22 @@ def format_duration(seconds: float | None) -> str:
         value, remaining = divmod(remaining, size)
         parts.append(f"{value}{unit}")
     return " ".join(parts)
+
+
+def duration_label(seconds: float) -> str:
+    """The shortest exact label of a duration, as settings, rules, dashboard URLs and
+    Prometheus labels write it: 45 → ``"45s"``, 300 → ``"5m"``, 5400 → ``"90m"``, 86400 →
+    ``"24h"`` (hours up to a day), 172800 → ``"2d"``, 90.5 → ``"90.5s"``.
+
+    Args:
+        seconds: a duration in seconds.
+
+    Returns:
+        A label that ``parse_duration`` reads back to ``seconds``.
+    """
+    if seconds > 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g}d"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"

@@ -61,9 +61,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from outbox_monitor import metrics
-from outbox_monitor.alerts.evaluate import duration_label
 from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.db import Database
+from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.filters import like_escape
 

@@ -30,7 +30,7 @@ reap, replay, prune, audit = st.tabs(["Reap stuck locks", "Replay by filter", "P
 with reap:
     st.caption(
         "Processing rows locked longer than the lock timeout "
-        f"({format.short_duration(ctx.settings.lock_timeout)}), or with no lock time at all "
+        f"({format.duration_label(ctx.settings.lock_timeout)}), or with no lock time at all "
         "(orphans): their worker crashed or hung. "
         "A reap puts them back to pending and counts one attempt; a row reaching the "
         f"maximum ({ctx.settings.max_attempts}) is dead-lettered instead."

@@ -67,7 +67,7 @@ def live_state() -> None:
                 icon=":material/schedule:",
             )
         else:
-            refresh = format.short_duration(ctx.filters.refresh)
+            refresh = format.duration_label(ctx.filters.refresh)
             st.caption(
                 f"Last evaluation {format.instant(last)} · database time "
                 f"{format.instant(now)} · refreshes every {refresh}"

@@ -54,7 +54,7 @@ def live_figures() -> None:
         scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
         st.caption(
             f"Updated at {format.instant(figures['now'])} (database time) · {scope} · "
-            f"window {f.window_label} · refreshes every {format.short_duration(f.refresh)}"
+            f"window {f.window_label} · refreshes every {format.duration_label(f.refresh)}"
         )
 
         first = st.columns(4)
@@ -95,7 +95,7 @@ def live_figures() -> None:
             format.count(figures["stuck_locks"]),
             slo.judge(slo.STUCK_LOCKS, figures["stuck_locks"]),
             f"Processing rows locked longer than the lock timeout "
-            f"({format.short_duration(figures['lock_timeout_seconds'])}) or with no lock time; "
+            f"({format.duration_label(figures['lock_timeout_seconds'])}) or with no lock time; "
             f"{figures['processing']:,} processing in total. Reap them on the Actions page.",
         )
         tile(

@@ -45,6 +45,7 @@ from outbox_monitor.alerts import measure, silences
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.db import Database
+from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, clean_error
 
 log = logging.getLogger(__name__)
@@ -211,15 +212,6 @@ def dedupe_key(rule: str, instance: str, seq: int, kind: str, repeat: int | None
 
 
 # -------------------------------------------------------------------- payload pieces
-
-
-def duration_label(seconds: float) -> str:
-    """A window as the dashboard's URL writes it: 900 → ``"15m"``, 3600 → ``"1h"``."""
-    whole = round(seconds)
-    for unit, size in (("h", 3600), ("m", 60)):
-        if whole >= size and whole % size == 0:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
 
 
 def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None = None) -> str:

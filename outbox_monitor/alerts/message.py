@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from outbox_monitor.durations import format_duration
+from outbox_monitor.rates import per_minute
 
 DASHBOARD_URL_ENV = "OUTBOX_MONITOR_DASHBOARD_URL"
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
@@ -144,7 +145,7 @@ def format_value(value: object, unit: object) -> str:
     Args:
         value: a number (or ``None`` for "no value").
         unit: ``"seconds"`` (→ ``format_duration``: ``"5m 0s"``), ``"rows"`` (``"1,234"``),
-            ``"rows/min"`` (``"12.5/min"``), or anything else (``"%g"``).
+            ``"rows/min"`` (``rates.per_minute``: ``"12.5/min"``), or anything else (``"%g"``).
 
     Returns:
         A short, unescaped string (numbers and units only).
@@ -160,7 +161,7 @@ def format_value(value: object, unit: object) -> str:
     if unit == "rows":
         return f"{number:,.0f}" if number.is_integer() else f"{number:,.2f}"
     if unit == "rows/min":
-        return f"{number:,.1f}/min"
+        return per_minute(number)
     return f"{number:g}"
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import streamlit as st
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.alerts.evaluate import duration_label
 from outbox_monitor.alerts.rules import (
     SEVERITIES,
     Rule,
@@ -32,7 +31,7 @@ from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.db import Database
-from outbox_monitor.durations import parse_duration
+from outbox_monitor.durations import duration_label, parse_duration
 from outbox_monitor.ui import format
 
 _DURATION_LIKE = re.compile(r"^\d+(?:\.\d+)?\s*[smhdw]?$")
@@ -129,7 +128,7 @@ def show_stall(lease: LeaseStatus, ruleset: RuleSet | None) -> None:
 
 def describe_metric(rule: Rule) -> str:
     """The figure a rule watches: ``"failed_in_window 15m · payment.% · by event_type"``."""
-    parts = [rule.metric + (f" {format.short_duration(rule.window)}" if rule.window else "")]
+    parts = [rule.metric + (f" {format.duration_label(rule.window)}" if rule.window else "")]
     if rule.attempts is not None:
         parts[0] += f" ≥ {rule.attempts}"
     if rule.event_type:
@@ -201,8 +200,8 @@ def state_rows(
                     else format.NO_VALUE,
                     "since": since,
                     "metric": describe_metric(rule) if rule else "(not in the rules file)",
-                    "for": format.short_duration(rule.for_) if rule else format.NO_VALUE,
-                    "keep_firing_for": format.short_duration(rule.keep_firing_for)
+                    "for": format.duration_label(rule.for_) if rule else format.NO_VALUE,
+                    "keep_firing_for": format.duration_label(rule.keep_firing_for)
                     if rule
                     else format.NO_VALUE,
                     "severity": rule.severity if rule else format.NO_VALUE,

@@ -9,13 +9,14 @@ from typing import Any
 
 import pandas as pd
 
+from outbox_monitor.durations import duration_label as duration_label  # re-exported for pages
 from outbox_monitor.durations import format_duration
 from outbox_monitor.estimates import Count
+from outbox_monitor.rates import per_minute as per_minute  # re-exported for pages
 
 NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")
 ID_LIST_COLUMNS = ("ids", "first_ids")
-_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of
 # them leaves no emphasis, code span, link, autolink, HTML, math ($), directive (:red[…]),
@@ -102,17 +103,6 @@ def duration(seconds: float | None) -> str:
     return format_duration(seconds)
 
 
-def short_duration(seconds: float) -> str:
-    """The shortest exact label of a duration: 300 → ``"5m"``, 5400 → ``"90m"``, 86400 →
-    ``"24h"`` (hours up to a day), 45 → ``"45s"``. Parses back with ``parse_duration``."""
-    if seconds > 0 and seconds % 86400 == 0 and seconds > 86400:
-        return f"{seconds / 86400:g}d"
-    for unit, size in _UNITS[1:]:
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
-
-
 def count(value: int | float | None) -> str:
     """A count with thousands separators (``"1,234"``); ``None`` → ``"–"``."""
     return NO_VALUE if value is None else f"{value:,.0f}"
@@ -153,17 +143,6 @@ def estimated_rows(count: Count) -> str:
     if count.exact:
         return rows(count.value)
     return f"≈ {approximate(count.value)} rows (estimate)"
-
-
-def per_minute(value: float | None) -> str:
-    """A rate per minute: ``"0.08/min"``, ``"12.5/min"``, ``"1,234/min"``."""
-    if value is None:
-        return NO_VALUE
-    if value >= 100:
-        return f"{value:,.0f}/min"
-    if value >= 10:
-        return f"{value:.1f}/min"
-    return f"{value:.2f}/min"
 
 
 def instant(value: datetime | str | None) -> str:

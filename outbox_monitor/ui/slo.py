@@ -45,7 +45,7 @@ class Slo:
         if self.limit == 0 and self.op == ">":
             return "= 0"
         limit = (
-            format.short_duration(self.limit)
+            format.duration_label(self.limit)
             if self.kind == "duration"
             else format.count(self.limit)
         )

@@ -121,7 +121,7 @@ def _choices(
         if all(parse_duration(label) != parse_duration(known) for known in labels):
             labels.append(label)
     labels.sort(key=parse_duration)
-    default = format.short_duration(default_seconds)
+    default = format.duration_label(default_seconds)
     matching = [label for label in labels if parse_duration(label) == default_seconds]
     if matching:
         return labels, matching[0]

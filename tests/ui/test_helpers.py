@@ -51,8 +51,8 @@ def test_slo_limits_are_spec_section_3():
         (90.5, "90.5s"),
     ],
 )
-def test_short_duration_labels(seconds, label):
-    assert format.short_duration(seconds) == label
+def test_duration_label_labels(seconds, label):
+    assert format.duration_label(seconds) == label
 
 
 def test_formats():

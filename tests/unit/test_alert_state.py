@@ -6,9 +6,9 @@ from outbox_monitor.alerts.evaluate import (
     InstanceState,
     advance,
     dedupe_key,
-    duration_label,
 )
 from outbox_monitor.alerts.silences import matches
+from outbox_monitor.durations import duration_label
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
