@@ -29,6 +29,7 @@ from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.serve import streamlit_command
+from tests.alerting import wait_for
 from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -63,16 +64,6 @@ rules:
     route: oncall
     summary: "{{ value }} payment event(s) dead-lettered in the last 15 min"
 """
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
 
 
 @dataclass

@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.exporter import OTHER, MetricsServer, SchedulerStatus, bound_event_types
 from outbox_monitor.scheduler import PRUNER_JOB_ID, REAPER_JOB_ID, build_scheduler
 from outbox_monitor.schema import init_db
+from tests.alerting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,16 +55,6 @@ rules:
 """
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
 
 
 def get(url: str) -> tuple[int, str]:

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -16,6 +15,7 @@ from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import TableMissing
 from outbox_monitor.scheduler import SAMPLER_JOB_ID, build_scheduler, run_scheduler
+from tests.alerting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,16 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 def count_samples(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*) FROM outbox_monitor.samples").fetchone()[0]
-
-
-def wait_for(predicate, timeout: float, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
 
 
 @pytest.fixture
