@@ -25,7 +25,8 @@ from outbox_monitor.cli_support import (
     to_jsonable,
 )
 from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.db import Database, describe_target
+from outbox_monitor.db import Database
+from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ActionInterrupted, ConfigError, OutboxMonitorError
 from outbox_monitor.logs import configure_logging, escape_controls

@@ -39,7 +39,8 @@ from outbox_monitor.alerts.slack import (
 )
 from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.config import Settings, interface_address, load_settings
-from outbox_monitor.db import Database, describe_target
+from outbox_monitor.db import Database
+from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError, DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
 from outbox_monitor.sampler import record_sample

@@ -280,7 +280,7 @@ def check_outbox_table(db: Database) -> None:
         SchemaNotInitialised: the ``outbox_monitor`` schema is absent or older than
             this version of the package.
         PermissionDenied: the table exists but the role may not read it (or its
-            schema); the message names the missing grant (``db.mapped_errors``).
+            schema); the message names the missing grant (``db_errors.mapped_errors``).
         DatabaseUnavailable: from the connector.
     """
     schema, table = db.settings.table_parts

@@ -43,12 +43,8 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
 from outbox_monitor.config import Settings
-from outbox_monitor.db import (
-    APPLICATION_NAME,
-    CONNECT_TIMEOUT_SECONDS,
-    describe_target,
-    mapped_errors,
-)
+from outbox_monitor.db import APPLICATION_NAME, CONNECT_TIMEOUT_SECONDS
+from outbox_monitor.db_errors import describe_target, first_line, mapped_errors
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.queries import compose
 
@@ -81,10 +77,6 @@ def lease_ttl(interval: float) -> float:
 
 class LeadershipLost(OutboxMonitorError):
     """This process's lease was taken over by another scheduler: it must stop writing."""
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 class Leadership:
@@ -276,7 +268,7 @@ class Leadership:
                 compose("lease_renew"), {**self._params(), "term": self._term}
             ).fetchone()
         except psycopg.Error as error:
-            self._lost(_first_line(error))
+            self._lost(first_line(error))
             return False
         if row is None:
             self._lost("another scheduler took the lease over")
@@ -307,7 +299,7 @@ class Leadership:
             conn = psycopg.connect(self.settings.dsn or "", **self._connect_kwargs())
         except psycopg.OperationalError as error:
             raise DatabaseUnavailable(
-                f"cannot connect to {describe_target(self.settings.dsn)}: {_first_line(error)}",
+                f"cannot connect to {describe_target(self.settings.dsn)}: {first_line(error)}",
                 hint="The scheduler retries with backoff; check that Postgres is running.",
             ) from None
         self._conn = conn

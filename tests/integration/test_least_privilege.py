@@ -21,7 +21,8 @@ from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence, expire_silence
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database, mapped_errors
+from outbox_monitor.db import Database
+from outbox_monitor.db_errors import mapped_errors
 from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.grants import Roles
 from outbox_monitor.sampler import record_sample

@@ -1,9 +1,9 @@
-"""``db.describe_target``: where a DSN points, parts it leaves out taken from libpq's PG*
+"""``db_errors.describe_target``: where a DSN points, parts it leaves out taken from libpq's PG*
 variables (never the password)."""
 
 import pytest
 
-from outbox_monitor.db import describe_target
+from outbox_monitor.db_errors import describe_target
 
 PG_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD")
 
