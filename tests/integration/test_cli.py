@@ -160,6 +160,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "004_leadership",
         "005_test_notification_function",
         "006_error_groups_cache",
+        "007_error_groups_owner_tables_only",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []
