@@ -193,6 +193,10 @@ def test_init_db_that_cannot_drop_a_retired_index_exits_1_naming_it(cli, dsn, co
     conn.execute(
         "CREATE INDEX integration_outbox_created_at_idx ON integration_outbox (created_at)"
     )
+    conn.execute(  # as an earlier release's init-db left them (up to migration 005)
+        "UPDATE outbox_monitor.schema_migrations SET applied_at = applied_at - interval '1 day'"
+        " WHERE version <= 5"
+    )
     monkeypatch.setattr(schema, "DROP_LOCK_TIMEOUT_SECONDS", 0.3)
     with psycopg.connect(dsn) as holder:
         holder.execute("LOCK TABLE integration_outbox IN SHARE UPDATE EXCLUSIVE MODE")
