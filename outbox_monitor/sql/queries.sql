@@ -63,8 +63,17 @@ COMMENT ON INDEX {index} IS 'outbox-monitor recommended index, created by init-d
 
 -- name: retired_index_present
 -- Whether the table has a btree of this name on exactly these key columns, not unique, without
--- predicate, expression or included column: an index an earlier init-db created.
+-- predicate, expression or included column: an index an earlier init-db created. Postgres
+-- names CREATE INDEX ON t (created_at) the same, so only where an init-db of a release that
+-- created them ran (migrations up to 005 applied before 006, in an earlier run): on a
+-- first install such an index is the users' own.
 SELECT EXISTS (
+    SELECT 1 FROM outbox_monitor.schema_migrations AS early
+    WHERE early.version <= 5
+      AND early.applied_at < (SELECT coalesce(max(late.applied_at), 'infinity')
+                              FROM outbox_monitor.schema_migrations AS late
+                              WHERE late.version = 6)
+) AND EXISTS (
     SELECT 1
     FROM pg_index ix
     JOIN pg_class t ON t.oid = ix.indrelid

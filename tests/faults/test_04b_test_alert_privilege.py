@@ -229,6 +229,7 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
         assert init_db(db, create_indexes=False).applied_migrations == [
             "005_test_notification_function",
             "006_error_groups_cache",
+            "007_error_groups_owner_tables_only",
         ]
 
     privileges = (

@@ -238,6 +238,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "004_leadership",
             "005_test_notification_function",
             "006_error_groups_cache",
+            "007_error_groups_owner_tables_only",
         ]
 
     privileges = (

@@ -354,3 +354,39 @@ def test_read_only_transactions_get_the_exact_groups(dsn, rows, conn, caplog):
         group_id("crm.upsert", TIMEOUT): 1,
     }
     assert "read-only transaction" in caplog.text
+
+
+def test_the_viewer_cannot_run_its_own_code_as_the_functions_owner(dsn, logins, rows):
+    """refresh_error_groups runs as its owner (SECURITY DEFINER) and reads the relation it is
+    given: a relation of the caller's (here a temporary view whose last_error calls a
+    temporary function) would run the caller's code with the owner's rights. It is refused,
+    and the caller's function never runs."""
+    auth(rows, 1)
+    with psycopg.connect(logins.dsn(dsn, logins.read), autocommit=True) as viewer:
+        viewer.execute(
+            """CREATE FUNCTION pg_temp.escalate() RETURNS text LANGUAGE plpgsql AS $$
+               BEGIN
+                   DELETE FROM public.integration_outbox;  -- the viewer may not
+                   RETURN current_user;
+               END $$"""
+        )
+        viewer.execute(
+            """CREATE TEMP VIEW planted AS
+               SELECT 1::bigint AS id, 'x'::text AS event_type, 'failed'::text AS status,
+                      now() AS processed_at, pg_temp.escalate() AS last_error"""
+        )
+        for _ in range(4):  # every step of a first fill
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                viewer.execute("SELECT outbox_monitor.refresh_error_groups('pg_temp.planted', 10)")
+        # the outbox table itself still works for the viewer
+        assert viewer.execute(
+            "SELECT outbox_monitor.refresh_error_groups('integration_outbox', 10)"
+        ).fetchone()[0] in (True, False)
+    with psycopg.connect(dsn) as su:
+        assert su.execute("SELECT count(*) FROM integration_outbox").fetchone()[0] == 1
+        assert (
+            su.execute(
+                "SELECT count(*) FROM outbox_monitor.error_groups WHERE event_type = 'x'"
+            ).fetchone()[0]
+            == 0
+        )

@@ -34,6 +34,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "004_leadership",
             "005_test_notification_function",
             "006_error_groups_cache",
+            "007_error_groups_owner_tables_only",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",
@@ -96,7 +97,7 @@ def test_two_init_db_at_once_are_safe(empty_dsn):
     assert errors == []
     with psycopg.connect(empty_dsn) as conn:
         applied = conn.execute("SELECT version FROM outbox_monitor.schema_migrations").fetchall()
-    assert sorted(applied) == [(1,), (2,), (3,), (4,), (5,), (6,)]  # each migration once
+    assert sorted(applied) == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]  # each migration once
 
 
 def test_missing_table_says_how_to_fix(empty_dsn):
@@ -173,8 +174,14 @@ def _index_names(conn) -> set[str]:
 
 
 def _create_retired(conn) -> None:
+    """The retired indexes, and the migrations of a release that created them (up to 005)
+    recorded as applied by an init-db before this release's."""
     for name, columns in RETIRED.items():
         conn.execute(f"CREATE INDEX {name} ON integration_outbox {columns}")
+    conn.execute(
+        "UPDATE outbox_monitor.schema_migrations SET applied_at = applied_at - interval '1 day'"
+        " WHERE version <= 5"
+    )
 
 
 def test_init_db_drops_the_indexes_of_earlier_releases_that_slow_the_claim(db, conn):
@@ -202,6 +209,40 @@ def test_a_users_index_of_that_name_but_another_definition_stays(db, conn):
     assert schema.init_db(db).dropped_indexes == []
     assert set(RETIRED) <= _index_names(conn)
     assert schema.retired_indexes_present(db) == []
+
+
+def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(
+    empty_dsn, conn
+):
+    """``CREATE INDEX ON integration_outbox (created_at)`` is named
+    integration_outbox_created_at_idx by Postgres itself: the name and definition of a
+    retired index. Where no earlier release ever ran init-db, it is the users' own index."""
+    with psycopg.connect(empty_dsn, autocommit=True) as users:
+        users.execute(
+            """CREATE TABLE integration_outbox (
+                   id bigserial PRIMARY KEY, event_type text NOT NULL,
+                   aggregate_type text NOT NULL, aggregate_id text NOT NULL,
+                   event_key text NOT NULL UNIQUE, payload jsonb NOT NULL,
+                   status text NOT NULL DEFAULT 'pending', attempts int NOT NULL DEFAULT 0,
+                   available_at timestamptz NOT NULL DEFAULT now(), locked_at timestamptz,
+                   locked_by text, last_error text,
+                   created_at timestamptz NOT NULL DEFAULT now(), processed_at timestamptz)"""
+        )
+        users.execute("CREATE INDEX ON integration_outbox (created_at)")  # for their reports
+        users.execute("CREATE INDEX ON integration_outbox (status, processed_at)")
+        with Database(load_settings(dsn=empty_dsn)) as fresh:
+            first = schema.init_db(fresh)
+            again = schema.init_db(fresh)
+            present = schema.retired_indexes_present(fresh)
+        names = {
+            row[0]
+            for row in users.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox'"
+            )
+        }
+    assert first.dropped_indexes == again.dropped_indexes == []
+    assert set(RETIRED) <= names
+    assert present == []
 
 
 def test_no_indexes_drops_no_index_either(db, conn):
