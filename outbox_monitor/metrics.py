@@ -326,7 +326,8 @@ def error_groups(
                 "error groups of %s are computed from every failed row (slow with many dead "
                 "letters): outbox_monitor.refresh_error_groups failed: %s. Give this login "
                 "EXECUTE on it (run the output of `outbox-monitor init-db --print-grants` "
-                "again) and a read-write connection to the primary.",
+                "again) and a read-write connection to the primary; the function reads only "
+                "a table owned by the role that ran `init-db`, so run it as the table's owner.",
                 db.table_name,
                 str(error).splitlines()[0],
             )
