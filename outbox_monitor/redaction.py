@@ -71,19 +71,6 @@ _BRACKETS = re.compile(r'["{}\[\]]')
 _DECODER = json.JSONDecoder(strict=False)
 
 
-def luhn_valid(digits: str) -> bool:
-    """Whether a string of ASCII digits passes the Luhn check (card numbers do)."""
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        digit = ord(char) - 48
-        if index % 2:
-            digit *= 2
-            if digit > 9:
-                digit -= 9
-        total += digit
-    return total % 10 == 0
-
-
 _DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
 """A Luhn digit doubled (minus 9 when over 9)."""
 
@@ -291,48 +278,6 @@ class Redactor:
         return self._detect(self._redact_pairs(text))
 
     # ---------------------------------------------------------------------------- values
-
-    def redact_value(self, value: Any) -> Any:
-        """Redact a parsed JSON value; returns a copy, the argument is left unchanged.
-
-        Args:
-            value: what ``json.loads`` returns (dicts, lists, strings, numbers, booleans,
-                ``None``), at any depth (no recursion); tuples are copied as lists.
-
-        Returns:
-            A copy in which the value of every key matching a glob is ``"[redacted]"``
-            (whatever its type), and every other string — keys included — went through
-            ``redact_text``. A key that becomes equal to another one after redaction gets
-            `` (2)``, `` (3)``… so no entry disappears from the view.
-        """
-        holder: list[Any] = [None]
-        stack: list[tuple[Any, Any, Any]] = [(value, holder, 0)]
-        while stack:
-            source, target, slot = stack.pop()
-            if isinstance(source, Mapping):
-                copy: dict[Any, Any] = {}
-                target[slot] = copy
-                for key, item in source.items():
-                    shown = self.redact_text(key) if isinstance(key, str) else key
-                    if shown in copy:
-                        number = 2
-                        while f"{shown} ({number})" in copy:
-                            number += 1
-                        shown = f"{shown} ({number})"
-                    if self.matches_key(str(key)):
-                        copy[shown] = REDACTED
-                    else:
-                        copy[shown] = None
-                        stack.append((item, copy, shown))
-            elif isinstance(source, list | tuple):
-                items: list[Any] = [None] * len(source)
-                target[slot] = items
-                stack.extend((item, items, index) for index, item in enumerate(source))
-            elif isinstance(source, str):
-                target[slot] = self.redact_text(source)
-            else:
-                target[slot] = source
-        return holder[0]
 
     def redact_rows(
         self, rows: Sequence[Mapping[str, Any]], fields: Iterable[str] = ("last_error",)

@@ -602,10 +602,6 @@ class RuleSet(_Model):
                 return rule
         raise KeyError(name)
 
-    def route_of(self, rule: Rule) -> Route:
-        """The route a rule's notifications go to (validated to exist)."""
-        return self.routes[rule.route]
-
 
 # ----------------------------------------------------------------------- loading
 

@@ -118,12 +118,6 @@ def thresholds(path: str | Path | None = None) -> Thresholds:
     return _thresholds_of(str(resolved), content)
 
 
-def rules_problem() -> str | None:
-    """The problem with the rules file (every line of the error), or ``None`` when the
-    tiles use its thresholds."""
-    return thresholds().error
-
-
 def show_rules_problem() -> None:
     """A warning banner when the rules file is missing or invalid: the tiles then use the
     SPEC §3 defaults. Renders nothing when the rules loaded."""

@@ -211,9 +211,7 @@ def test_a_users_index_of_that_name_but_another_definition_stays(db, conn):
     assert schema.retired_indexes_present(db) == []
 
 
-def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(
-    empty_dsn, conn
-):
+def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(empty_dsn, conn):
     """``CREATE INDEX ON integration_outbox (created_at)`` is named
     integration_outbox_created_at_idx by Postgres itself: the name and definition of a
     retired index. Where no earlier release ever ran init-db, it is the users' own index."""

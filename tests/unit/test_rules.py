@@ -145,7 +145,7 @@ def test_valid_file_resolves_defaults_routes_and_templates(tmp_path, write_rules
     assert (backlog.for_, backlog.keep_firing_for) == (600, 120)  # own for, default keep
     assert (payments.for_, payments.keep_firing_for) == (60, 120)  # both from defaults
     assert (retries.attempts, retries.op, retries.threshold) == (5, ">=", 10)
-    assert ruleset.route_of(payments).transport == "bot"
+    assert ruleset.routes[payments.route].transport == "bot"
     assert ruleset.routes["payments"].webhook_url_env is None
     assert ruleset.routes["payments"].mention == "<!subteam^S0123>"
     assert ruleset.routes["payments"].repeat_interval == 4 * 3600  # default
