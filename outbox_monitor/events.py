@@ -67,29 +67,60 @@ def database_now(db: Database) -> datetime:
     return db.fetch_one("db_now")["now"]
 
 
-def list_events(
-    db: Database,
-    *,
-    event_key: str | None = None,
-    aggregate_type: str | None = None,
-    aggregate_id: str | None = None,
-    event_type: str | None = None,
-    status: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    before_id: int | None = None,
-    limit: int = DEFAULT_PAGE_SIZE,
-) -> list[dict[str, Any]]:
-    """One page of events matching every given filter, newest id first.
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events a search matches: every field given must hold (``None``: any).
 
-    Args:
+    Attributes:
         event_key: exact idempotency key (served by its unique index).
         aggregate_type, aggregate_id: exact business entity; either may be given alone.
         event_type: exact value, or a LIKE pattern when it contains ``%`` (SPEC §2).
         status: one of ``STATUSES``.
         since, until: bounds on ``created_at`` (``since`` inclusive, ``until`` exclusive).
-        before_id: keyset cursor — only ids strictly below it; ``None`` for the newest
-            page. The next (older) page uses the last id of this one.
+        before_id: keyset cursor: only ids strictly below it; ``None`` for the newest page.
+            The next (older) page uses the last id of this one.
+
+    Raises:
+        ValueError: an unknown status (at construction).
+    """
+
+    event_key: str | None = None
+    aggregate_type: str | None = None
+    aggregate_id: str | None = None
+    event_type: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+
+    def where(self) -> Where:
+        """The filter as SQL conditions and their bound parameters."""
+        where = Where().event_type(self.event_type)
+        if self.event_key:
+            where.add("event_key = %(event_key)s", event_key=self.event_key)
+        if self.aggregate_type:
+            where.add("aggregate_type = %(aggregate_type)s", aggregate_type=self.aggregate_type)
+        if self.aggregate_id:
+            where.add("aggregate_id = %(aggregate_id)s", aggregate_id=self.aggregate_id)
+        if self.status:
+            where.add("status = %(status)s", status=self.status)
+        where.between("created_at", self.since, self.until)
+        if self.before_id is not None:
+            where.add("id < %(before_id)s", before_id=self.before_id)
+        return where
+
+
+def list_events(
+    db: Database, search: EventFilter = EventFilter(), *, limit: int = DEFAULT_PAGE_SIZE
+) -> list[dict[str, Any]]:
+    """One page of the events ``search`` matches, newest id first.
+
+    Args:
+        search: the filters and the keyset cursor (``EventFilter``).
         limit: rows per page, 1–1000.
 
     Returns:
@@ -99,50 +130,12 @@ def list_events(
         means there is no older page.
 
     Raises:
-        ValueError: an unknown status or a limit out of range.
+        ValueError: a limit out of range.
         DatabaseUnavailable, QueryTimeout: from the connector.
     """
     _check_limit(limit)
-    where = _events_where(
-        event_key=event_key,
-        aggregate_type=aggregate_type,
-        aggregate_id=aggregate_id,
-        event_type=event_type,
-        status=status,
-        since=since,
-        until=until,
-        before_id=before_id,
-    )
+    where = search.where()
     return db.fetch_all("events_page", {**where.params, "limit": limit}, and_filters=where.fragment)
-
-
-def _events_where(
-    *,
-    event_key: str | None = None,
-    aggregate_type: str | None = None,
-    aggregate_id: str | None = None,
-    event_type: str | None = None,
-    status: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    before_id: int | None = None,
-) -> Where:
-    """The filters of ``list_events`` (and of ``events_csv``) as SQL conditions."""
-    if status is not None and status not in STATUSES:
-        raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
-    where = Where().event_type(event_type)
-    if event_key:
-        where.add("event_key = %(event_key)s", event_key=event_key)
-    if aggregate_type:
-        where.add("aggregate_type = %(aggregate_type)s", aggregate_type=aggregate_type)
-    if aggregate_id:
-        where.add("aggregate_id = %(aggregate_id)s", aggregate_id=aggregate_id)
-    if status:
-        where.add("status = %(status)s", status=status)
-    where.between("created_at", since, until)
-    if before_id is not None:
-        where.add("id < %(before_id)s", before_id=before_id)
-    return where
 
 
 def get_event(
@@ -366,9 +359,9 @@ def _csv_cell(value: Any) -> Any:
 def events_csv(
     db: Database,
     redactor: Redactor,
+    search: EventFilter = EventFilter(),
     *,
     limit: int = DEFAULT_PAGE_SIZE,
-    **filters: Any,
 ) -> str:
     """The events of a ``list_events`` search as CSV text, payload included, redacted.
 
@@ -376,10 +369,8 @@ def events_csv(
         redactor: applied to every row: ``payload`` (compact JSON text) through
             ``redact_json_text``, ``last_error`` (whole) through ``redact_text``. Raw
             payloads are never exported.
+        search: the events to export, as ``list_events`` takes them.
         limit: rows, 1–10,000 (the Events page exports the page it shows).
-        **filters: the filters of ``list_events`` (``event_key``, ``aggregate_type``,
-            ``aggregate_id``, ``event_type``, ``status``, ``since``, ``until``,
-            ``before_id``).
 
     Returns:
         CSV (RFC 4180, CRLF line ends) with the header ``EXPORT_COLUMNS`` then one line
@@ -387,12 +378,11 @@ def events_csv(
         cells that a spreadsheet would run as a formula start with ``'``.
 
     Raises:
-        ValueError: an unknown status or a limit out of range.
-        TypeError: an unknown filter.
+        ValueError: a limit out of range.
         DatabaseUnavailable, QueryTimeout: from the connector.
     """
     _check_limit(limit, MAX_EXPORT_ROWS)
-    where = _events_where(**filters)
+    where = search.where()
     rows = db.fetch_all(
         "events_export", {**where.params, "limit": limit}, and_filters=where.fragment
     )

@@ -19,7 +19,7 @@ from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import stall as alert_stall
 from outbox_monitor.alerts import state as alert_state
 from outbox_monitor.db import Database
-from outbox_monitor.events import RevealedPayload
+from outbox_monitor.events import EventFilter, RevealedPayload
 from outbox_monitor.redaction import Redactor, redactor_for
 from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
 from outbox_monitor.ui.state import MIN_REFRESH_SECONDS
@@ -210,13 +210,17 @@ def group_event_type(db: Database, error_group: str, *, event_type: str | None) 
 
 
 @_cached
-def _events_page(key: str, _db: Database, **filters: Any) -> list[dict[str, Any]]:
-    return events.list_events(_db, **filters)
+def _events_page(key: str, _db: Database, search: EventFilter, limit: int) -> list[dict[str, Any]]:
+    return events.list_events(_db, search, limit=limit)
 
 
-def events_page(db: Database, **filters: Any) -> list[dict[str, Any]]:
-    """``events.list_events`` with the same keyword filters (one keyset page)."""
-    return _events_page(_key(db), db, **filters)
+def events_page(db: Database, *, limit: int, **filters: Any) -> list[dict[str, Any]]:
+    """``events.list_events`` of ``EventFilter(**filters)`` (one keyset page).
+
+    Raises:
+        ValueError: an unknown status; TypeError: an unknown filter.
+    """
+    return _events_page(_key(db), db, EventFilter(**filters), limit)
 
 
 @_cached
@@ -242,9 +246,9 @@ def redactor(db: Database) -> Redactor:
     return redactor_for(db.settings)
 
 
-def redacted_events_page(db: Database, **filters: Any) -> list[dict[str, Any]]:
+def redacted_events_page(db: Database, *, limit: int, **filters: Any) -> list[dict[str, Any]]:
     """``events_page`` with ``last_error`` redacted (``Redactor.redact_text``)."""
-    return redactor(db).redact_rows(events_page(db, **filters))
+    return redactor(db).redact_rows(events_page(db, limit=limit, **filters))
 
 
 @_cached
@@ -269,9 +273,10 @@ def redacted_timeline(db: Database, aggregate_type: str, aggregate_id: str) -> l
     return redactor(db).redact_rows(timeline(db, aggregate_type, aggregate_id))
 
 
-def events_csv(db: Database, **filters: Any) -> str:
-    """``events.events_csv`` with the database's redactor (not cached: built on download)."""
-    return events.events_csv(db, redactor(db), **filters)
+def events_csv(db: Database, *, limit: int, **filters: Any) -> str:
+    """``events.events_csv`` of ``EventFilter(**filters)`` with the database's redactor (not
+    cached: built on download)."""
+    return events.events_csv(db, redactor(db), EventFilter(**filters), limit=limit)
 
 
 def reveal_payload(db: Database, event_id: int, identity: Identity) -> RevealedPayload | None:

@@ -8,6 +8,7 @@ import io
 import pytest
 
 from outbox_monitor import events
+from outbox_monitor.events import EventFilter
 from outbox_monitor.redaction import redactor_for
 
 FORMULAS = [
@@ -26,7 +27,7 @@ PLAIN = ["order:42", "ｏｒｄｅｒ：42", "café＝ok"]
 def test_a_formula_in_any_width_is_exported_as_text(db, rows, key):
     row = rows.add(status="failed", processed_ago=30, event_key=key, last_error=key)
 
-    text = events.events_csv(db, redactor_for(db.settings), event_type="order.paid")
+    text = events.events_csv(db, redactor_for(db.settings), EventFilter(event_type="order.paid"))
     [exported] = list(csv.DictReader(io.StringIO(text)))
 
     assert int(exported["id"]) == row

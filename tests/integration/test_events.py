@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from outbox_monitor import events
+from outbox_monitor.events import EventFilter
 
 KIB = 1024
 
@@ -24,13 +25,13 @@ def test_newest_first_in_keyset_pages(db, rows):
     added = [rows.add(created_ago=100 - n) for n in range(5)]
 
     first = events.list_events(db, limit=2)
-    second = events.list_events(db, before_id=first[-1]["id"], limit=2)
-    third = events.list_events(db, before_id=second[-1]["id"], limit=2)
+    second = events.list_events(db, EventFilter(before_id=first[-1]["id"]), limit=2)
+    third = events.list_events(db, EventFilter(before_id=second[-1]["id"]), limit=2)
 
     assert ids(first) == [added[4], added[3]]
     assert ids(second) == [added[2], added[1]]
     assert ids(third) == [added[0]]  # fewer than the limit: no older page
-    assert events.list_events(db, before_id=added[0], limit=2) == []
+    assert events.list_events(db, EventFilter(before_id=added[0]), limit=2) == []
 
 
 def test_list_never_selects_payload_and_cuts_last_error(db, rows):
@@ -67,7 +68,7 @@ def test_each_filter_alone_and_combined(db, rows):
     lookalike = rows.add(event_type="crmXsync", aggregate=("customer", "7"))
 
     def found(**filters):
-        return sorted(ids(events.list_events(db, **filters)))
+        return sorted(ids(events.list_events(db, EventFilter(**filters))))
 
     assert found(event_key="k-paid") == [paid]
     assert found(event_key="missing") == []
@@ -92,7 +93,11 @@ def test_created_at_range_since_inclusive_until_exclusive(db, rows):
 
     def found(since_ago=None, until_ago=None):
         return sorted(
-            ids(events.list_events(db, since=rows.at(since_ago), until=rows.at(until_ago)))
+            ids(
+                events.list_events(
+                    db, EventFilter(since=rows.at(since_ago), until=rows.at(until_ago))
+                )
+            )
         )
 
     assert found(since_ago=2.5 * 3600, until_ago=0.5 * 3600) == [two, one]
@@ -103,7 +108,7 @@ def test_created_at_range_since_inclusive_until_exclusive(db, rows):
 
 def test_bad_status_and_limit_are_refused(db):
     with pytest.raises(ValueError, match="status must be one of"):
-        events.list_events(db, status="dead")
+        events.list_events(db, EventFilter(status="dead"))
     with pytest.raises(ValueError, match="limit must be between 1 and 1000"):
         events.list_events(db, limit=0)
 
@@ -181,8 +186,8 @@ def test_ids_beyond_2_pow_53_are_exact(db, rows):
     high = rows.add(id=2**62 + 7)
 
     assert ids(events.list_events(db)) == [high, mid, low]
-    assert ids(events.list_events(db, before_id=2**53 + 2)) == [low]
-    assert ids(events.list_events(db, before_id=2**62 + 7, limit=1)) == [mid]
+    assert ids(events.list_events(db, EventFilter(before_id=2**53 + 2))) == [low]
+    assert ids(events.list_events(db, EventFilter(before_id=2**62 + 7), limit=1)) == [mid]
     assert events.get_event(db, 2**53 + 1)["id"] == 2**53 + 1
     assert events.get_event(db, 2**53) is None  # a float round-trip would have found 2^53+1
     assert ids(events.list_failed(db)) == [2**53 + 1]

@@ -18,6 +18,7 @@ from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import AccessDenied, PermissionDenied
+from outbox_monitor.events import EventFilter
 from outbox_monitor.redaction import REDACTED, redactor_for
 from tests.alerting import notifications
 from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
@@ -38,7 +39,7 @@ def test_csv_has_the_redacted_payload_and_error(db, rows):
     rows.add(event_type="invoice.sent", payload=["a@b.co", 4111111111111111])
     older = rows.add(payload="4111111111111111", created_ago=600)
 
-    text = events.events_csv(db, redactor_for(db.settings), event_type="order.paid")
+    text = events.events_csv(db, redactor_for(db.settings), EventFilter(event_type="order.paid"))
     table = list(csv.DictReader(io.StringIO(text)))
 
     assert list(table[0]) == list(events.EXPORT_COLUMNS)
@@ -58,11 +59,11 @@ def test_csv_follows_the_page_filters(db, rows):
     ids = [rows.add(created_ago=100 - n) for n in range(5)]
     redactor = redactor_for(db.settings)
 
-    text = events.events_csv(db, redactor, before_id=ids[3], limit=2)
+    text = events.events_csv(db, redactor, EventFilter(before_id=ids[3]), limit=2)
 
     assert [int(r["id"]) for r in csv.DictReader(io.StringIO(text))] == [ids[2], ids[1]]
     with pytest.raises(ValueError, match="status must be one of"):
-        events.events_csv(db, redactor, status="nope")
+        events.events_csv(db, redactor, EventFilter(status="nope"))
 
 
 def test_an_operator_reveals_the_raw_payload_and_one_audit_row_records_it(db, conn, rows):
