@@ -37,8 +37,6 @@ SAMPLE_COLUMNS = ["id", "event_type", "event_key", "attempts", "processed_at", "
 
 ctx = state.context()
 f = ctx.filters
-redactor = loaders.redactor(ctx.db)
-ERROR_FIELDS = ("sample_error", "fingerprint", "last_error")
 scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 
 try:
@@ -53,7 +51,7 @@ except ValueError as error:
 # the group chosen in the picker (its state from the last run), else the one in the URL
 chosen = st.session_state.get(GROUP_KEY, wanted)
 loaded = loaders.dead_letters(ctx.db, event_type=f.event_type, error_group=chosen)
-groups = redactor.redact_rows(loaded.groups, ERROR_FIELDS)
+groups = loaded.groups
 result = flows.last_result(FLOW)
 
 
@@ -139,10 +137,10 @@ if group_id is None:
 
 if group_id != loaded.error_group:  # chosen differently than the state said: load it
     loaded = loaders.dead_letters(ctx.db, event_type=f.event_type, error_group=group_id)
-    group = redactor.redact_rows([loaded.group(group_id) or by_id[group_id]], ERROR_FIELDS)[0]
+    group = loaded.group(group_id) or by_id[group_id]
 else:
     group = by_id[group_id]
-rows = redactor.redact_rows(loaded.rows, ERROR_FIELDS)
+rows = loaded.rows
 st.subheader(f"{format.md_text(group['event_type'])} · {format.md_text(group['fingerprint'])}")
 st.caption(
     f"{format.rows(group['failed'])}, first failed {format.instant(group['first_seen'])}, "

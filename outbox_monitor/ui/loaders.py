@@ -184,15 +184,27 @@ def _read_dead_letters(
     return DeadLetters(groups, error_group, rows, complete)
 
 
+DEAD_LETTER_ERROR_FIELDS = ("sample_error", "fingerprint", "last_error")
+"""The text fields of error groups and dead letters that the page shows redacted."""
+
+
 def dead_letters(db: Database, *, event_type: str | None, error_group: str | None) -> DeadLetters:
     """The error groups and the rows of one group, from one load (one cache entry): the
     group's count in the table, in the picker and above its rows are the same number.
+    Their ``DEAD_LETTER_ERROR_FIELDS`` are redacted (README, Security).
 
     Args:
         event_type: the sidebar filter (exact or LIKE pattern), ``None`` for all.
         error_group: the chosen group's 12-hex id, or ``None``.
     """
-    return _dead_letters(_key(db), db, event_type, error_group)
+    loaded = _dead_letters(_key(db), db, event_type, error_group)
+    shown = redactor(db)
+    return DeadLetters(
+        shown.redact_rows(loaded.groups, DEAD_LETTER_ERROR_FIELDS),
+        loaded.error_group,
+        shown.redact_rows(loaded.rows, DEAD_LETTER_ERROR_FIELDS),
+        loaded.complete,
+    )
 
 
 @_cached
