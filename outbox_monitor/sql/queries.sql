@@ -510,6 +510,20 @@ WHERE aggregate_type = %(aggregate_type)s AND aggregate_id = %(aggregate_id)s
 ORDER BY created_at, id
 LIMIT %(limit)s;
 
+-- name: event_payload_head
+-- The first %(chars)s characters of one event's payload as JSON text, for a truncated view.
+SELECT left(payload::text, %(chars)s) AS head FROM {table} WHERE id = %(id)s;
+
+-- name: failed_rows
+-- Dead-lettered rows matching the filters with their error group, newest id first; no payload.
+SELECT id, event_type, aggregate_type, aggregate_id, event_key, attempts, created_at,
+       processed_at, left(last_error, 200) AS last_error,
+       outbox_monitor.error_group(event_type, last_error) AS group_id
+FROM {table}
+WHERE status = 'failed' {and_filters}
+ORDER BY id DESC
+LIMIT %(limit)s;
+
 
 -- ===================================================================== actions (SPEC section 4)
 
@@ -662,23 +676,6 @@ SELECT id, run_id, at, actor, action, table_name, filter, affected_count,
        cardinality(affected_ids) AS ids_recorded, affected_ids[1:20] AS first_ids
 FROM outbox_monitor.audit_log
 ORDER BY at DESC, id DESC
-LIMIT %(limit)s;
-
-
--- ===================================================================== events browsing (dashboard)
-
--- name: event_payload_head
--- The first %(chars)s characters of one event's payload as JSON text, for a truncated view.
-SELECT left(payload::text, %(chars)s) AS head FROM {table} WHERE id = %(id)s;
-
--- name: failed_rows
--- Dead-lettered rows matching the filters with their error group, newest id first; no payload.
-SELECT id, event_type, aggregate_type, aggregate_id, event_key, attempts, created_at,
-       processed_at, left(last_error, 200) AS last_error,
-       outbox_monitor.error_group(event_type, last_error) AS group_id
-FROM {table}
-WHERE status = 'failed' {and_filters}
-ORDER BY id DESC
 LIMIT %(limit)s;
 
 
