@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from pydantic import SecretStr
+
 from outbox_monitor.access import is_loopback
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.db import Database
@@ -214,31 +216,31 @@ def _number(value: float) -> str:
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:
-    """``OUTBOX_MONITOR_*`` variables that reproduce ``settings`` in a child process.
+    """``OUTBOX_MONITOR_*`` variables that reproduce ``settings`` in a child process: every
+    field of ``Settings``, so that a new setting cannot be forgotten on the way to the
+    dashboard (a test loads them back and compares every field).
 
-    Durations are written in seconds. ``dsn`` is left out when it is ``None`` (libpq
-    ``PG*`` variables then apply in the child as in the parent).
+    Durations are written in seconds, lists as JSON arrays, booleans as ``true``/``false``,
+    secrets in clear (the child needs them; they never reach a log). A field that is
+    ``None`` is left out: the child then reads it as the parent did (``dsn``: libpq's
+    ``PG*`` variables).
     """
-    env = {
-        f"{ENV_PREFIX}TABLE": settings.table,
-        f"{ENV_PREFIX}LOCK_TIMEOUT": _number(settings.lock_timeout),
-        f"{ENV_PREFIX}MAX_ATTEMPTS": str(settings.max_attempts),
-        f"{ENV_PREFIX}WINDOW": _number(settings.window),
-        f"{ENV_PREFIX}STATEMENT_TIMEOUT": _number(settings.statement_timeout),
-        f"{ENV_PREFIX}SAMPLE_INTERVAL": _number(settings.sample_interval),
-        f"{ENV_PREFIX}SAMPLE_RETENTION": _number(settings.sample_retention),
-        f"{ENV_PREFIX}REFRESH": _number(settings.refresh),
-    }
-    if settings.dsn:
-        env[f"{ENV_PREFIX}DSN"] = settings.dsn
-    if settings.ledger_table:
-        env[f"{ENV_PREFIX}LEDGER_TABLE"] = settings.ledger_table
-    if settings.actor:
-        env[f"{ENV_PREFIX}ACTOR"] = settings.actor
-    if settings.actions_dsn:
-        env[f"{ENV_PREFIX}ACTIONS_DSN"] = settings.actions_dsn
-    if settings.insecure_no_auth:
-        env[f"{ENV_PREFIX}INSECURE_NO_AUTH"] = "true"
+    env = {}
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, float):
+            text = _number(value)
+        elif isinstance(value, tuple):
+            text = json.dumps(list(value))
+        else:
+            text = str(value)
+        env[f"{ENV_PREFIX}{name.upper()}"] = text
     return env
 
 

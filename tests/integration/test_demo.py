@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_monitor.config import ENV_PREFIX, load_settings
+from outbox_monitor.config import ENV_PREFIX, Settings, load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.run import run_demo
 from outbox_monitor.errors import OutboxMonitorError
@@ -37,16 +37,52 @@ def test_streamlit_command_serves_the_repo_dashboard_headless():
     assert "--runner.magicEnabled=false" in command
 
 
-def test_settings_reach_the_dashboard_process_unchanged(monkeypatch):
-    settings = load_settings(
-        dsn="postgresql://u@h:5/d",
-        table="ops.outbox",
-        lock_timeout="5m",
-        window="6h",
-        sample_interval=5,
-        max_attempts=7,
-        actor="alice",
-    )
+# A value other than the default for every setting; a new setting must be added here, or
+# the test below fails: it is how the dashboard process is known to receive it.
+EVERY_SETTING = {
+    "dsn": "postgresql://u:p@h:5/d",
+    "actions_dsn": "postgresql://op:secret@h:5/d",
+    "table": "ops.outbox",
+    "ledger_table": "ops.ledger",
+    "lock_timeout": "5m",
+    "max_attempts": 7,
+    "window": "6h",
+    "statement_timeout": 2.5,
+    "sample_interval": 5,
+    "sample_retention": "3d",
+    "refresh": 30,
+    "actor": "alice",
+    "metrics_port": 9200,
+    "metrics_address": "127.0.0.2",
+    "metrics_top_event_types": 7,
+    "metrics_cache": 3,
+    "slack_timeout": 4,
+    "dashboard_url": "https://monitor.example.com",
+    "auto_reap": True,
+    "auto_prune_done": "30d",
+    "auto_prune_failed": "90d",
+    "auth": "oidc",
+    "insecure_no_auth": True,
+    "oidc_metadata_url": "https://idp.example.com/.well-known/openid-configuration",
+    "oidc_client_id": "outbox-monitor",
+    "oidc_client_secret": "client-secret",
+    "oidc_cookie_secret": "cookie-secret-of-32-characters!!",
+    "oidc_redirect_url": "https://monitor.example.com/oauth2callback",
+    "proxy_header": "X-Auth-User",
+    "proxy_groups_header": "X-Auth-Groups",
+    "admins": ("root@example.com",),
+    "operators": ("ops@example.com", "*@sre.example.com"),
+    "viewers": ("*@example.com",),
+    "redact_keys": ("*token*", "iban"),
+    "redact_values": ("card", r"\d{3,4}"),
+}
+
+
+def test_every_setting_reaches_the_dashboard_process_unchanged(monkeypatch):
+    assert set(EVERY_SETTING) == set(Settings.model_fields)
+    settings = load_settings(**EVERY_SETTING)
+    defaults = load_settings(dsn="postgresql://u@h:5/d")
+    assert all(getattr(settings, name) != getattr(defaults, name) for name in EVERY_SETTING)
     for name in list(os.environ):
         if name.startswith(ENV_PREFIX) or name == "DATABASE_URL":
             monkeypatch.delenv(name)
