@@ -65,6 +65,7 @@ from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
+from outbox_monitor.figures import FIGURES, by_family
 from outbox_monitor.filters import like_escape
 
 log = logging.getLogger(__name__)
@@ -88,35 +89,31 @@ class _OpenFamily:
     empty_other: float | None = 0.0
 
 
-# One family per column of ``exporter_open_by_event_type`` (SPEC §2 "One name per figure").
-OPEN_FAMILIES = (
+# The figures of ``exporter_open_by_event_type`` (one column each), each a family by event
+# type; an age folds the rest of the event types with max and has no value when none is
+# pending, a count with sum (0 when nothing is folded).
+OPEN_FAMILIES = tuple(
     _OpenFamily(
-        "queue_depth", "outbox_queue_depth", "Rows due now: pending, available_at <= now()."
-    ),
-    _OpenFamily("pending_total", "outbox_pending", "All pending rows, due or in backoff."),
-    _OpenFamily(
-        "scheduled_retries", "outbox_scheduled_retries", "Pending rows with available_at > now()."
-    ),
-    _OpenFamily(
+        name,
+        FIGURES[name].prometheus,
+        FIGURES[name].help,
+        *((max, None) if FIGURES[name].is_duration else ()),
+    )
+    for name in (
+        "queue_depth",
+        "pending_total",
+        "scheduled_retries",
         "oldest_pending_age",
-        "outbox_oldest_pending_age_seconds",
-        "Seconds since the oldest pending row was created (absent when none is pending).",
-        combine=max,
-        empty_other=None,
-    ),
-    _OpenFamily("processing", "outbox_processing", "Rows claimed by a worker (processing)."),
-    _OpenFamily(
+        "processing",
         "stuck_locks",
-        "outbox_stuck_locks",
-        "Processing rows locked longer than the lock timeout or with no lock time (reap them).",
-    ),
+    )
 )
 
 # Which alerts.yml metrics read which windowed family (their rules add windows to it).
 WINDOWED_METRICS = {
-    "latency": ("latency_p50", "latency_p95", "latency_p99"),
-    "throughput": ("processed_per_minute", "created_per_minute"),
-    "failed": ("failed_in_window",),
+    "latency": by_family("outbox_latency_seconds"),
+    "throughput": by_family("outbox_processed_per_minute") + by_family("outbox_created_per_minute"),
+    "failed": by_family("outbox_failed_in_window"),
 }
 
 
@@ -153,6 +150,12 @@ def bound_event_types(
     elif empty_other is not None:
         kept[OTHER] = empty_other
     return kept
+
+
+def _family(metric: str, *, labels: list[str]) -> GaugeMetricFamily:
+    """The empty family of a figure, named and described by the figure registry."""
+    figure = FIGURES[metric]
+    return GaugeMetricFamily(figure.prometheus, figure.help, labels=labels)
 
 
 def figure_windows(settings_window: float, ruleset: Any = None) -> dict[str, tuple[float, ...]]:
@@ -434,11 +437,7 @@ class OutboxCollector(Collector):
                 family.add_metric([event_type], value)
             families.append(family)
         families += self._windowed(failed, pinned)
-        attempts = GaugeMetricFamily(
-            "outbox_rows_by_attempts",
-            "Rows not yet done (pending, processing, failed) by attempts (retry pressure).",
-            labels=["attempts"],
-        )
+        attempts = _family("attempts_at_least", labels=["attempts"])
         for count, rows in metrics.attempts_histogram(db).items():
             attempts.add_metric([str(count)], rows)
         families.append(attempts)
@@ -465,35 +464,19 @@ class OutboxCollector(Collector):
         self, failed: Mapping[float, Mapping[str, int]], pinned: set[str]
     ) -> list[Metric]:
         db = self.db
-        latency = GaugeMetricFamily(
-            "outbox_latency_seconds",
-            "Percentile (continuous) of processed_at - created_at over rows done in the window.",
-            labels=["quantile", "window"],
-        )
+        latency = _family("latency_p50", labels=["quantile", "window"])
         for window in self.windows["latency"]:
             percentiles = metrics.latency_percentiles(db, window=window)
             for quantile, key in QUANTILES:
                 if percentiles[key] is not None:
                     latency.add_metric([quantile, duration_label(window)], percentiles[key])
-        processed = GaugeMetricFamily(
-            "outbox_processed_per_minute",
-            "Rows done with processed_at in the window, per minute.",
-            labels=["window"],
-        )
-        created = GaugeMetricFamily(
-            "outbox_created_per_minute",
-            "Rows with created_at in the window, per minute.",
-            labels=["window"],
-        )
+        processed = _family("processed_per_minute", labels=["window"])
+        created = _family("created_per_minute", labels=["window"])
         for window in self.windows["throughput"]:
             rates = metrics.throughput(db, window=window)
             processed.add_metric([duration_label(window)], rates["processed_per_minute"])
             created.add_metric([duration_label(window)], rates["created_per_minute"])
-        dead = GaugeMetricFamily(
-            "outbox_failed_in_window",
-            "Rows dead-lettered (failed) with processed_at in the window.",
-            labels=["event_type", "window"],
-        )
+        dead = _family("failed_in_window", labels=["event_type", "window"])
         for window, by_type in failed.items():
             for event_type, value in bound_event_types(
                 by_type, top=self.top, pinned=pinned

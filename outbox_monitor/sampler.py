@@ -8,28 +8,18 @@ from samples: the table keeps no history of its own state). The scheduler calls
 import logging
 from typing import Any
 
-from outbox_monitor import metrics
 from outbox_monitor.db import Database
+from outbox_monitor.figures import FIGURES, SAMPLED
 
 log = logging.getLogger(__name__)
 
-# The columns of ``outbox_monitor.samples`` (besides table_name and sampled_at), with the
-# label a chart shows for each. Durations are seconds; counts are rows.
-HEADLINE: dict[str, str] = {
-    "queue_depth": "Queue depth (due now)",
-    "pending_total": "Pending (total)",
-    "scheduled_retries": "Scheduled retries",
-    "processing": "Processing",
-    "stuck_locks": "Stuck locks",
-    "failed_in_window": "Dead-lettered in window",
-    "oldest_pending_age_seconds": "Oldest pending age (s)",
-    "latency_p50_seconds": "Latency P50 (s)",
-    "latency_p95_seconds": "Latency P95 (s)",
-}
+HEADLINE = SAMPLED
+"""The ``outbox_monitor.samples`` columns with their chart labels (``figures.SAMPLED``)."""
 
 
 def measure_headline(db: Database) -> dict[str, Any]:
-    """Compute the headline figures now, through ``metrics`` (SPEC §2 definitions).
+    """Compute the headline figures now, each through its registry entry's ``measure``
+    (``figures.FIGURES``, SPEC §2 definitions).
 
     Args:
         db: the connector; its settings give ``window`` (failed in window, latency) and
@@ -42,19 +32,11 @@ def measure_headline(db: Database) -> dict[str, Any]:
     Raises:
         DatabaseUnavailable, QueryTimeout and the other errors of the connector.
     """
-    settings = db.settings
-    latency = metrics.latency_percentiles(db, window=settings.window)
-    failed = metrics.failed_by_event_type(db, window=settings.window)
+    window = db.settings.window
     return {
-        "queue_depth": metrics.queue_depth(db),
-        "pending_total": metrics.pending_total(db),
-        "scheduled_retries": metrics.scheduled_retries(db),
-        "processing": metrics.processing(db),
-        "stuck_locks": metrics.stuck_locks(db, lock_timeout=settings.lock_timeout),
-        "failed_in_window": sum(failed.values()),
-        "oldest_pending_age_seconds": metrics.oldest_pending_age(db),
-        "latency_p50_seconds": latency["p50"],
-        "latency_p95_seconds": latency["p95"],
+        figure.sample_column: figure.measure(db, window, None, 1)
+        for figure in FIGURES.values()
+        if figure.sample_column
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from outbox_monitor import metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
+from outbox_monitor.figures import FIGURES
 from outbox_monitor.filters import ExactEventType, Where
 from outbox_monitor.redaction import redactor_for
 
@@ -32,70 +33,6 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     "==": operator.eq,
     "!=": operator.ne,
-}
-
-Figure = Callable[[Database, Rule, str | None], float | None]
-
-# metric → its value for one event-type filter (None: no filter), via metrics.py.
-_FIGURES: dict[str, Figure] = {
-    "queue_depth": lambda db, rule, et: metrics.queue_depth(db, event_type=et),
-    "pending_total": lambda db, rule, et: metrics.pending_total(db, event_type=et),
-    "scheduled_retries": lambda db, rule, et: metrics.scheduled_retries(db, event_type=et),
-    "oldest_pending_age": lambda db, rule, et: metrics.oldest_pending_age(db, event_type=et),
-    "processing": lambda db, rule, et: metrics.processing(db, event_type=et),
-    "stuck_locks": lambda db, rule, et: metrics.stuck_locks(db, event_type=et),
-    **{
-        f"latency_{key}": (
-            lambda db, rule, et, key=key: metrics.latency_percentiles(
-                db, window=rule.window, event_type=et
-            )[key]
-        )
-        for key in ("p50", "p95", "p99")
-    },
-    **{
-        name: (
-            lambda db, rule, et, name=name: metrics.throughput(
-                db, window=rule.window, event_type=et
-            )[name]
-        )
-        for name in ("processed_per_minute", "created_per_minute")
-    },
-    "failed_in_window": lambda db, rule, et: sum(
-        metrics.failed_by_event_type(db, window=rule.window, event_type=et).values()
-    ),
-    "attempts_at_least": lambda db, rule, et: metrics.attempts_at_least(
-        db, rule.attempts or 1, event_type=et
-    ),
-}
-
-
-@dataclass(frozen=True)
-class _Relevant:
-    """Which rows make an event type an instance: rows in ``open`` statuses, rows in
-    ``closed`` statuses processed in the window, rows created in the window."""
-
-    open: tuple[str, ...] = ()
-    closed: tuple[str, ...] = ()
-    created: bool = False
-
-
-_PENDING = _Relevant(open=("pending",))
-_PROCESSING = _Relevant(open=("processing",))
-_RELEVANT: dict[str, _Relevant] = {
-    "queue_depth": _PENDING,
-    "pending_total": _PENDING,
-    "scheduled_retries": _PENDING,
-    "oldest_pending_age": _PENDING,
-    "processing": _PROCESSING,
-    "stuck_locks": _PROCESSING,
-    "latency_p50": _Relevant(closed=("done",)),
-    "latency_p95": _Relevant(closed=("done",)),
-    "latency_p99": _Relevant(closed=("done",)),
-    # a type with a backlog but nothing processed is exactly one to watch
-    "processed_per_minute": _Relevant(open=("pending", "processing"), closed=("done",)),
-    "created_per_minute": _Relevant(created=True),
-    "failed_in_window": _Relevant(closed=("failed",)),
-    "attempts_at_least": _Relevant(open=("pending", "processing", "failed")),
 }
 
 
@@ -141,7 +78,7 @@ def measure_value(db: Database, rule: Rule, event_type: str | None) -> float | N
     Raises:
         The package's database errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
     """
-    value = _FIGURES[rule.metric](db, rule, event_type)
+    value = FIGURES[rule.metric].measure(db, rule.window, event_type, rule.attempts or 1)
     return None if value is None else float(value)
 
 
@@ -159,7 +96,7 @@ def candidate_event_types(
     Returns:
         Up to ``limit`` event types in alphabetical order.
     """
-    relevant = _RELEVANT[rule.metric]
+    relevant = FIGURES[rule.metric].instances
     where = Where().event_type(event_type or rule.event_type)
     rows = db.fetch_all(
         "alert_event_types",

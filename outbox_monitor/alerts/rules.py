@@ -23,7 +23,6 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -44,6 +43,7 @@ from pydantic_core import PydanticCustomError
 
 from outbox_monitor.durations import format_duration, parse_duration
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.figures import FIGURES, Figure
 
 DEFAULT_RULES_PATH = "alerts.yml"
 """The rules file looked for in the current directory when none is named."""
@@ -75,45 +75,6 @@ OPS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("critical", "warning", "info")
 TEMPLATE_VARIABLES = ("value", "threshold", "event_type", "rule")
 
-
-@dataclass(frozen=True)
-class Metric:
-    """An ``alerts.yml`` metric (SPEC §2 "One name per figure").
-
-    ``unit``: ``"seconds"``, ``"rows"`` or ``"rows/min"``. ``window``: ``"none"`` (the
-    figure has no window), ``"optional"`` (defaults to the configured window, 1 h) or
-    ``"required"``. ``attempts``: the metric needs ``attempts: n``.
-    """
-
-    name: str
-    unit: str
-    window: str = "none"
-    attempts: bool = False
-
-    @property
-    def is_duration(self) -> bool:
-        """Whether values (and so the threshold) are durations in seconds."""
-        return self.unit == "seconds"
-
-
-METRICS: dict[str, Metric] = {
-    metric.name: metric
-    for metric in (
-        Metric("queue_depth", "rows"),
-        Metric("pending_total", "rows"),
-        Metric("scheduled_retries", "rows"),
-        Metric("oldest_pending_age", "seconds"),
-        Metric("processing", "rows"),
-        Metric("stuck_locks", "rows"),
-        Metric("latency_p50", "seconds", window="optional"),
-        Metric("latency_p95", "seconds", window="optional"),
-        Metric("latency_p99", "seconds", window="optional"),
-        Metric("processed_per_minute", "rows/min", window="optional"),
-        Metric("created_per_minute", "rows/min", window="optional"),
-        Metric("failed_in_window", "rows", window="required"),
-        Metric("attempts_at_least", "rows", attempts=True),
-    )
-}
 
 _SLUG = re.compile(rf"^[a-z0-9][a-z0-9_-]{{0,{MAX_NAME_LENGTH - 1}}}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -391,31 +352,31 @@ class Rule(_Model):
     @field_validator("metric", mode="before")
     @classmethod
     def _check_metric(cls, value: Any) -> Any:
-        if not isinstance(value, str) or value not in METRICS:
-            close = difflib.get_close_matches(str(value), METRICS, n=1)
+        if not isinstance(value, str) or value not in FIGURES:
+            close = difflib.get_close_matches(str(value), FIGURES, n=1)
             hint = f'; did you mean "{close[0]}"?' if close else ""
             raise _fail(
                 "metric",
-                f"unknown metric {_shown(value)}{hint} (expected one of {', '.join(METRICS)})",
+                f"unknown metric {_shown(value)}{hint} (expected one of {', '.join(FIGURES)})",
             )
         return value
 
     @field_validator("window", mode="before")
     @classmethod
     def _check_window(cls, value: Any, info: ValidationInfo) -> Any:
-        metric = METRICS.get(info.data.get("metric", ""))
+        metric = FIGURES.get(info.data.get("metric", ""))
         if metric and metric.window == "none" and value is not None:
-            raise _fail("window", f"{metric.name} has no window; remove window")
+            raise _fail("window", f"{metric.metric} has no window; remove window")
         if metric and metric.window == "required" and value is None:
-            raise _fail("window", f"required for {metric.name} (e.g. window: 15m)")
+            raise _fail("window", f"required for {metric.metric} (e.g. window: 15m)")
         return None if value is None else _positive_duration(value)
 
     @field_validator("attempts", mode="before")
     @classmethod
     def _check_attempts(cls, value: Any, info: ValidationInfo) -> Any:
-        metric = METRICS.get(info.data.get("metric", ""))
+        metric = FIGURES.get(info.data.get("metric", ""))
         if metric and not metric.attempts and value is not None:
-            raise _fail("attempts", f"only attempts_at_least takes attempts, not {metric.name}")
+            raise _fail("attempts", f"only attempts_at_least takes attempts, not {metric.metric}")
         if metric and metric.attempts and value is None:
             raise _fail("attempts", "required for attempts_at_least (e.g. attempts: 5)")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -459,7 +420,7 @@ class Rule(_Model):
     @field_validator("threshold", mode="before")
     @classmethod
     def _check_threshold(cls, value: Any, info: ValidationInfo) -> Any:
-        metric = METRICS.get(info.data.get("metric", ""))
+        metric = FIGURES.get(info.data.get("metric", ""))
         duration_ok = metric is None or metric.is_duration
         expected = "a number or a duration" if duration_ok else "a number"
         if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -480,7 +441,7 @@ class Rule(_Model):
         elif _looks_like_duration(value):
             raise _fail(
                 "threshold",
-                f"expected a number ({metric.name} is measured in {metric.unit}, "
+                f"expected a number ({metric.metric} is measured in {metric.unit}, "
                 f"not a duration), got {_shown(value)}",
             )
         raise _fail("threshold", f"expected {expected}, got {_shown(value)}")
@@ -525,9 +486,9 @@ class Rule(_Model):
     # ------------------------------------------------------------------ conveniences
 
     @property
-    def spec(self) -> Metric:
-        """The metric's unit and window/attempts rules."""
-        return METRICS[self.metric]
+    def spec(self) -> Figure:
+        """The metric's figure: its unit, window and attempts rules (``figures.FIGURES``)."""
+        return FIGURES[self.metric]
 
     @property
     def unit(self) -> str:

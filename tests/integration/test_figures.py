@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from outbox_monitor import metrics
+from outbox_monitor.figures import FIGURES
 
 # Rows inserted at t0 are read back some milliseconds later: ages may exceed the hand
 # value by that much, never fall below it.
@@ -187,6 +188,31 @@ def test_backlog_of_an_empty_outbox(db, rows):
         "stuck_locks": 0,
         "attempts_histogram": {},
     }
+
+
+def test_every_registry_figure_measures_what_status_json_shows(db, rows):
+    rows.add(event_type="order.paid", status="pending", attempts=0, created_ago=100)
+    rows.add(event_type="order.paid", status="pending", attempts=3, available_ago=-60)
+    rows.add(event_type="order.paid", status="processing", attempts=1, locked_ago=1000)
+    rows.add(event_type="mail.sent", status="processing", attempts=4)  # orphan lock
+    rows.add(event_type="mail.sent", status="failed", attempts=10, processed_ago=30)
+    for duration in (10, 20, 30, 40, 50):
+        _done(rows, duration, event_type="order.paid")
+    figures = metrics.status(db)
+    for name, figure in FIGURES.items():
+        key, _, part = figure.status_key.partition(".")
+        shown = figures[key][part] if part else figures[key]
+        if name == "attempts_at_least":  # rows not done with attempts >= 3: 3, 4 and 10
+            assert figure.measure(db, None, None, 3) == 3
+            assert sum(n for a, n in shown.items() if int(a) >= 3) == 3
+            continue
+        value = figure.measure(db, None, None, 1)
+        if figure.is_duration and key != "latency_seconds":  # an age grows while measured
+            assert value == pytest.approx(shown, abs=SLACK_SECONDS), name
+        else:
+            assert value == pytest.approx(shown), name
+    assert figures["queue_depth"] == 1 and figures["stuck_locks"] == 2
+    assert figures["latency_seconds"]["p50"] == pytest.approx(30)
 
 
 def _group_id(event_type, normalised):

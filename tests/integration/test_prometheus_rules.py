@@ -20,7 +20,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_monitor.alerts.rules import METRICS, SEVERITIES, SHIPPED_RULES_PATH, load_rules
+from outbox_monitor.alerts.rules import SEVERITIES, SHIPPED_RULES_PATH, load_rules
+from outbox_monitor.figures import FIGURES
 from outbox_monitor.config import DEFAULT_WINDOW_SECONDS, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label
@@ -345,7 +346,7 @@ def equivalence_problems(document: dict[str, Any], db: Database) -> list[str]:
             problems.append(f"{where}: expr must select {family} once: {expr}")
             continue
         [selector] = matching
-        metric = METRICS[rule.metric]
+        metric = FIGURES[rule.metric]
         window = None
         if metric.window != "none":
             window = duration_label(rule.window or DEFAULT_WINDOW_SECONDS)

@@ -1,0 +1,262 @@
+"""The figure registry: every alertable SPEC §2 figure once, under each of its names.
+
+One entry per ``alerts.yml`` metric (SPEC §2 "One name per figure"): its unit, its window
+kind, the function of ``metrics`` that computes it for one event-type filter, its
+``status --json`` key, its Prometheus family and help, the rows that make an event type one
+of its alert instances, and the samples column that charts it over time. Alert rules
+(``alerts/rules.py``, ``alerts/measure.py``), the exporter and the sampler read this table.
+Adding a figure means one entry here, its query in ``sql/queries.sql``, its function in
+``metrics.py`` and their tests (``tests/integration/test_figures.py`` checks every entry
+against ``metrics.status``).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from outbox_monitor import metrics
+from outbox_monitor.db import Database
+
+Measure = Callable[[Database, float | None, str | None, int], float | None]
+"""``(db, window seconds or None for the settings' window, event-type filter, attempts)`` →
+the figure's value in its unit, or ``None`` when it has none."""
+
+
+@dataclass(frozen=True)
+class InstanceRows:
+    """Which rows make an event type an alert instance of a figure: rows in ``open``
+    statuses, rows in ``closed`` statuses processed in the window, rows created in the
+    window (``created``)."""
+
+    open: tuple[str, ...] = ()
+    closed: tuple[str, ...] = ()
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One alertable figure of SPEC §2 under all its names.
+
+    Attributes:
+        metric: its ``alerts.yml`` metric (the registry's key).
+        unit: ``"rows"``, ``"seconds"`` or ``"rows/min"`` (values and thresholds).
+        status_key: where ``status --json`` holds it (``"latency_seconds.p95"``: a key of
+            a nested object).
+        prometheus: its ``/metrics`` family (``outbox_latency_seconds`` for the three
+            quantiles, told apart by their ``quantile`` label).
+        help: the family's help text.
+        measure: computes it (``Measure``), through ``metrics``.
+        instances: the rows that make an event type an instance (``by: [event_type]``).
+        window: ``"none"`` (no window), ``"optional"`` (the settings' window by default) or
+            ``"required"``.
+        attempts: the metric takes ``attempts: n``.
+        sample_column: the ``outbox_monitor.samples`` column that records it (``None``:
+            not sampled), with its chart label ``sample_label``.
+    """
+
+    metric: str
+    unit: str
+    status_key: str
+    prometheus: str
+    help: str
+    measure: Measure
+    instances: InstanceRows
+    window: str = "none"
+    attempts: bool = False
+    sample_column: str | None = None
+    sample_label: str | None = None
+
+    @property
+    def is_duration(self) -> bool:
+        """Whether values (and so thresholds) are durations in seconds."""
+        return self.unit == "seconds"
+
+
+_PENDING = InstanceRows(open=("pending",))
+_PROCESSING = InstanceRows(open=("processing",))
+_LATENCY_HELP = "Percentile (continuous) of processed_at - created_at over rows done in the window."
+
+
+def _latency(key: str) -> Measure:
+    def measure(db: Database, window: float | None, event_type: str | None, _: int) -> object:
+        return metrics.latency_percentiles(db, window=window, event_type=event_type)[key]
+
+    return measure  # type: ignore[return-value]
+
+
+def _throughput(key: str) -> Measure:
+    def measure(db: Database, window: float | None, event_type: str | None, _: int) -> object:
+        return metrics.throughput(db, window=window, event_type=event_type)[key]
+
+    return measure  # type: ignore[return-value]
+
+
+def _failed_in_window(db: Database, window: float | None, event_type: str | None, _: int) -> float:
+    return sum(metrics.failed_by_event_type(db, window=window, event_type=event_type).values())
+
+
+FIGURES: dict[str, Figure] = {
+    figure.metric: figure
+    for figure in (
+        Figure(
+            "queue_depth",
+            "rows",
+            "queue_depth",
+            "outbox_queue_depth",
+            "Rows due now: pending, available_at <= now().",
+            lambda db, window, event_type, _: metrics.queue_depth(db, event_type=event_type),
+            _PENDING,
+            sample_column="queue_depth",
+            sample_label="Queue depth (due now)",
+        ),
+        Figure(
+            "pending_total",
+            "rows",
+            "pending_total",
+            "outbox_pending",
+            "All pending rows, due or in backoff.",
+            lambda db, window, event_type, _: metrics.pending_total(db, event_type=event_type),
+            _PENDING,
+            sample_column="pending_total",
+            sample_label="Pending (total)",
+        ),
+        Figure(
+            "scheduled_retries",
+            "rows",
+            "scheduled_retries",
+            "outbox_scheduled_retries",
+            "Pending rows with available_at > now().",
+            lambda db, window, event_type, _: metrics.scheduled_retries(db, event_type=event_type),
+            _PENDING,
+            sample_column="scheduled_retries",
+            sample_label="Scheduled retries",
+        ),
+        Figure(
+            "oldest_pending_age",
+            "seconds",
+            "oldest_pending_age_seconds",
+            "outbox_oldest_pending_age_seconds",
+            "Seconds since the oldest pending row was created (absent when none is pending).",
+            lambda db, window, event_type, _: metrics.oldest_pending_age(db, event_type=event_type),
+            _PENDING,
+            sample_column="oldest_pending_age_seconds",
+            sample_label="Oldest pending age (s)",
+        ),
+        Figure(
+            "processing",
+            "rows",
+            "processing",
+            "outbox_processing",
+            "Rows claimed by a worker (processing).",
+            lambda db, window, event_type, _: metrics.processing(db, event_type=event_type),
+            _PROCESSING,
+            sample_column="processing",
+            sample_label="Processing",
+        ),
+        Figure(
+            "stuck_locks",
+            "rows",
+            "stuck_locks",
+            "outbox_stuck_locks",
+            "Processing rows locked longer than the lock timeout or with no lock time (reap them).",
+            lambda db, window, event_type, _: metrics.stuck_locks(db, event_type=event_type),
+            _PROCESSING,
+            sample_column="stuck_locks",
+            sample_label="Stuck locks",
+        ),
+        Figure(
+            "latency_p50",
+            "seconds",
+            "latency_seconds.p50",
+            "outbox_latency_seconds",
+            _LATENCY_HELP,
+            _latency("p50"),
+            InstanceRows(closed=("done",)),
+            window="optional",
+            sample_column="latency_p50_seconds",
+            sample_label="Latency P50 (s)",
+        ),
+        Figure(
+            "latency_p95",
+            "seconds",
+            "latency_seconds.p95",
+            "outbox_latency_seconds",
+            _LATENCY_HELP,
+            _latency("p95"),
+            InstanceRows(closed=("done",)),
+            window="optional",
+            sample_column="latency_p95_seconds",
+            sample_label="Latency P95 (s)",
+        ),
+        Figure(
+            "latency_p99",
+            "seconds",
+            "latency_seconds.p99",
+            "outbox_latency_seconds",
+            _LATENCY_HELP,
+            _latency("p99"),
+            InstanceRows(closed=("done",)),
+            window="optional",
+        ),
+        Figure(
+            "processed_per_minute",
+            "rows/min",
+            "processed_per_minute",
+            "outbox_processed_per_minute",
+            "Rows done with processed_at in the window, per minute.",
+            _throughput("processed_per_minute"),
+            # a type with a backlog but nothing processed is exactly one to watch
+            InstanceRows(open=("pending", "processing"), closed=("done",)),
+            window="optional",
+        ),
+        Figure(
+            "created_per_minute",
+            "rows/min",
+            "created_per_minute",
+            "outbox_created_per_minute",
+            "Rows with created_at in the window, per minute.",
+            _throughput("created_per_minute"),
+            InstanceRows(created=True),
+            window="optional",
+        ),
+        Figure(
+            "failed_in_window",
+            "rows",
+            "failed_in_window",
+            "outbox_failed_in_window",
+            "Rows dead-lettered (failed) with processed_at in the window.",
+            _failed_in_window,
+            InstanceRows(closed=("failed",)),
+            window="required",
+            sample_column="failed_in_window",
+            sample_label="Dead-lettered in window",
+        ),
+        Figure(
+            "attempts_at_least",
+            "rows",
+            "attempts_histogram",
+            "outbox_rows_by_attempts",
+            "Rows not yet done (pending, processing, failed) by attempts (retry pressure).",
+            lambda db, window, event_type, attempts: metrics.attempts_at_least(
+                db, attempts, event_type=event_type
+            ),
+            InstanceRows(open=("pending", "processing", "failed")),
+            attempts=True,
+        ),
+    )
+}
+"""Every alertable figure by its ``alerts.yml`` metric, in SPEC §2 order."""
+
+
+def by_family(prometheus: str) -> tuple[str, ...]:
+    """The metrics whose values a Prometheus family holds (``outbox_latency_seconds`` →
+    the three latency quantiles)."""
+    return tuple(name for name, figure in FIGURES.items() if figure.prometheus == prometheus)
+
+
+SAMPLED: dict[str, str] = {
+    figure.sample_column: figure.sample_label or figure.sample_column
+    for figure in FIGURES.values()
+    if figure.sample_column
+}
+"""The ``outbox_monitor.samples`` columns (besides ``table_name`` and ``sampled_at``) with
+the label a chart shows for each. Durations are seconds; counts are rows."""
