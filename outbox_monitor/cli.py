@@ -30,7 +30,7 @@ from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ActionInterrupted, ConfigError, OutboxMonitorError
 from outbox_monitor.logs import configure_logging, escape_controls
-from outbox_monitor.rates import per_minute
+from outbox_monitor.units import per_minute
 
 EXIT_NOT_CONFIRMED = 2
 

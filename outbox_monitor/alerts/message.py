@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from outbox_monitor import units
 from outbox_monitor.durations import format_duration
-from outbox_monitor.rates import per_minute
 
 DASHBOARD_URL_ENV = "OUTBOX_MONITOR_DASHBOARD_URL"
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
@@ -140,29 +140,8 @@ def _severity_rank(severity: object) -> int:
 
 
 def format_value(value: object, unit: object) -> str:
-    """Format a rule value or threshold for people, by the payload's ``unit``.
-
-    Args:
-        value: a number (or ``None`` for "no value").
-        unit: ``"seconds"`` (→ ``format_duration``: ``"5m 0s"``), ``"rows"`` (``"1,234"``),
-            ``"rows/min"`` (``rates.per_minute``: ``"12.5/min"``), or anything else (``"%g"``).
-
-    Returns:
-        A short, unescaped string (numbers and units only).
-    """
-    if value is None:
-        return "no value"
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return clip(str(value), 40)
-    if unit == "seconds":
-        return format_duration(number)
-    if unit == "rows":
-        return f"{number:,.0f}" if number.is_integer() else f"{number:,.2f}"
-    if unit == "rows/min":
-        return per_minute(number)
-    return f"{number:g}"
+    """``units.format_value`` as Slack messages write it: ``None`` → ``"no value"``."""
+    return units.format_value(value, unit, none="no value")
 
 
 def dashboard_base_url(env: Mapping[str, str] | None = None) -> str:

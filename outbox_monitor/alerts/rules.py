@@ -41,9 +41,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from outbox_monitor.durations import format_duration, parse_duration
+from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.figures import FIGURES, Figure
+from outbox_monitor.units import format_value
 
 DEFAULT_RULES_PATH = "alerts.yml"
 """The rules file looked for in the current directory when none is named."""
@@ -124,20 +125,6 @@ class RulesError(ConfigError):
 
 
 # ----------------------------------------------------------------- value formatting
-
-
-def format_value(unit: str, value: float | None) -> str:
-    """A metric value as people read it: ``None`` → ``"–"``, seconds → ``"5m 0s"``,
-    rows → ``"1,000"``, rows/min → ``"3.5/min"``."""
-    if value is None:
-        return "–"
-    if unit == "seconds":
-        return format_duration(value)
-    if unit == "rows/min":
-        return f"{value:,.1f}/min"
-    if float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:,.2f}"
 
 
 def render_template(template: str, values: dict[str, str]) -> str:
@@ -497,7 +484,7 @@ class Rule(_Model):
 
     def format(self, value: float | None) -> str:
         """A value of this rule's metric for people (``"5m 0s"``, ``"1,000"``, ``"–"``)."""
-        return format_value(self.unit, value)
+        return format_value(value, self.unit)
 
     @property
     def condition(self) -> str:

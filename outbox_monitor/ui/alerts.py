@@ -23,7 +23,6 @@ from outbox_monitor.alerts.rules import (
     Rule,
     RulesError,
     RuleSet,
-    format_value,
     load_rules,
     resolve_rules_path,
 )
@@ -33,6 +32,7 @@ from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label, parse_duration
 from outbox_monitor.ui import format
+from outbox_monitor.units import format_value
 
 _DURATION_LIKE = re.compile(r"^\d+(?:\.\d+)?\s*[smhdw]?$")
 ANY = "(any)"
@@ -194,8 +194,8 @@ def state_rows(
                     "rule": name,
                     "instance": row.get("instance") or "all",
                     "state": STATE_LABELS.get(state, state),
-                    "value": format_value(unit, row.get("value")),
-                    "condition": f"{op} {format_value(unit, threshold)}".strip()
+                    "value": format_value(row.get("value"), unit),
+                    "condition": f"{op} {format_value(threshold, unit)}".strip()
                     if threshold is not None
                     else format.NO_VALUE,
                     "since": since,

@@ -12,7 +12,7 @@ import pandas as pd
 from outbox_monitor.durations import duration_label as duration_label  # re-exported for pages
 from outbox_monitor.durations import format_duration
 from outbox_monitor.estimates import Count
-from outbox_monitor.rates import per_minute as per_minute  # re-exported for pages
+from outbox_monitor.units import per_minute as per_minute  # re-exported for pages
 
 NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")

@@ -1,0 +1,55 @@
+"""How figures are written for people, by unit, the same on the dashboard, in Slack and on
+the CLI: rates (``per_minute``) and any rule value or threshold (``format_value``)."""
+
+from outbox_monitor.durations import format_duration
+
+NO_VALUE = "–"
+
+
+def per_minute(value: float | None) -> str:
+    """A rate per minute: ``0.0833`` → ``"0.08/min"``, ``12.345`` → ``"12.3/min"``,
+    ``1234.4`` → ``"1,234/min"``; ``None`` → ``"–"``.
+
+    Args:
+        value: rows per minute, or ``None`` for "no value".
+
+    Returns:
+        Two decimals under 10, one under 100, none from 100 (thousands separated).
+    """
+    if value is None:
+        return NO_VALUE
+    if value >= 100:
+        return f"{value:,.0f}/min"
+    if value >= 10:
+        return f"{value:.1f}/min"
+    return f"{value:.2f}/min"
+
+
+def format_value(value: object, unit: object, *, none: str = NO_VALUE) -> str:
+    """A figure's value (or a rule's threshold) for people, by its unit.
+
+    Args:
+        value: a number, or ``None`` for "no value" (written ``none``).
+        unit: ``"seconds"`` (``format_duration``: ``"1h 30m"``), ``"rows"`` (``"1,234"``,
+            ``"2.50"`` when not whole), ``"rows/min"`` (``per_minute``: ``"12.5/min"``), or
+            anything else (``"%g"``).
+        none: the text of ``None`` (``"–"``; Slack messages say ``"no value"``).
+
+    Returns:
+        A short, unescaped string; a value that is not a number is returned as its text, cut
+        to 40 characters.
+    """
+    if value is None:
+        return none
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        text = str(value)
+        return text if len(text) <= 40 else text[:39] + "…"
+    if unit == "seconds":
+        return format_duration(number)
+    if unit == "rows":
+        return f"{number:,.0f}" if number.is_integer() else f"{number:,.2f}"
+    if unit == "rows/min":
+        return per_minute(number)
+    return f"{number:g}"
