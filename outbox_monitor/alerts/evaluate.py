@@ -34,225 +34,33 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts import measure, silences
 from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.links import dashboard_path, instance_event_type, instance_labels
 from outbox_monitor.alerts.rules import Rule, RuleSet
+from outbox_monitor.alerts.state_machine import (
+    ERROR,
+    ERROR_KIND,
+    FIRING,
+    FIRING_KIND,
+    INACTIVE,
+    REPEAT_KIND,
+    RESOLVED_KIND,
+    InstanceState,
+    advance,
+    dedupe_key,
+    held,
+)
 from outbox_monitor.db import Database
-from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, clean_error
 
 log = logging.getLogger(__name__)
-
-INACTIVE, PENDING, FIRING, ERROR = "inactive", "pending", "firing", "error"
-FIRING_KIND, RESOLVED_KIND, REPEAT_KIND, ERROR_KIND = "firing", "resolved", "repeat", "error"
-
-
-# ------------------------------------------------------------------ the pure state step
-
-
-@dataclass(frozen=True)
-class InstanceState:
-    """One rule instance's persisted state (a row of ``outbox_monitor.alert_instances``).
-
-    Times are aware datetimes of the evaluator's clock. ``firing_seq`` numbers episodes.
-    ``last_notified_at``: when this episode last queued a notification that is sent
-    (not suppressed); ``None`` when it has none yet.
-    """
-
-    state: str = INACTIVE
-    value: float | None = None
-    pending_since: datetime | None = None
-    firing_since: datetime | None = None
-    cleared_since: datetime | None = None
-    last_evaluated_at: datetime | None = None
-    last_notified_at: datetime | None = None
-    firing_seq: int = 0
-    error: str | None = None
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "InstanceState":
-        """Build from an ``alert_instance_lock`` row."""
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class Step:
-    """One transition of a pass: ``from_state`` → ``to_state``.
-
-    ``kind``: the notification it queues (``firing``, ``resolved``, ``error``) or ``None``
-    (pending, and pending that clears). ``seq``: the episode it belongs to. ``detail``:
-    a line for the transition history.
-    """
-
-    from_state: str
-    to_state: str
-    kind: str | None
-    seq: int
-    detail: str
-
-
-def _held(since: datetime | None, now: datetime, seconds: float) -> bool:
-    return since is not None and (now - since) >= timedelta(seconds=seconds)
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g}s"
-
-
-def advance(
-    current: InstanceState,
-    *,
-    now: datetime,
-    breached: bool,
-    value: float | None,
-    for_: float,
-    keep_firing_for: float,
-    error: str | None = None,
-) -> tuple[InstanceState, list[Step]]:
-    """One evaluation step of one instance (pure; the module docstring has the diagram).
-
-    Args:
-        current: the state before this pass.
-        now: this pass's instant (the evaluator's clock).
-        breached: the condition holds now (ignored when ``error`` is given).
-        value: the measured value (``None``: no value, or the instance vanished).
-        for_: seconds the condition must hold before firing (0: fire at once).
-        keep_firing_for: seconds a firing instance must stay clear before it resolves.
-        error: the measurement failed with this message.
-
-    Returns:
-        The new state and the transitions taken, in order (two when an error resolves
-        and the instance goes straight on, e.g. ``error→inactive``, ``inactive→firing``).
-    """
-    steps: list[Step] = []
-    new = replace(current, value=value, last_evaluated_at=now)
-    if error is not None:
-        if current.state == ERROR:
-            return replace(new, value=None, error=error), steps
-        seq = current.firing_seq if current.state == FIRING else current.firing_seq + 1
-        steps.append(Step(current.state, ERROR, ERROR_KIND, seq, f"evaluation failed: {error}"))
-        reset = replace(new, pending_since=None, firing_since=None, cleared_since=None)
-        last = current.last_notified_at if current.state == FIRING else None
-        return (
-            replace(
-                reset, state=ERROR, value=None, error=error, firing_seq=seq, last_notified_at=last
-            ),
-            steps,
-        )
-    if new.state == ERROR:
-        steps.append(
-            Step(ERROR, INACTIVE, RESOLVED_KIND, new.firing_seq, "resolved: evaluation works again")
-        )
-        new = replace(
-            new,
-            state=INACTIVE,
-            error=None,
-            pending_since=None,
-            firing_since=None,
-            cleared_since=None,
-        )
-
-    def fire(from_state: str, pending_since: datetime) -> InstanceState:
-        seq = new.firing_seq + 1
-        waited = "at once (for 0s)" if for_ <= 0 else f"breached for {_seconds(for_)}"
-        steps.append(Step(from_state, FIRING, FIRING_KIND, seq, f"firing: {waited}"))
-        return replace(
-            new,
-            state=FIRING,
-            firing_seq=seq,
-            pending_since=pending_since,
-            firing_since=now,
-            cleared_since=None,
-            last_notified_at=None,
-        )
-
-    if new.state == INACTIVE:
-        if breached:
-            if for_ <= 0:
-                return fire(INACTIVE, now), steps
-            steps.append(
-                Step(INACTIVE, PENDING, None, new.firing_seq, f"pending for {_seconds(for_)}")
-            )
-            return replace(new, state=PENDING, pending_since=now), steps
-        return new, steps
-    if new.state == PENDING:
-        if not breached:
-            steps.append(
-                Step(PENDING, INACTIVE, None, new.firing_seq, "cleared before `for` elapsed")
-            )
-            return replace(new, state=INACTIVE, pending_since=None), steps
-        if new.pending_since is None or _held(new.pending_since, now, for_):
-            return fire(PENDING, new.pending_since or now), steps
-        return new, steps
-    # FIRING
-    if breached:
-        return replace(new, cleared_since=None), steps
-    cleared_since = new.cleared_since or now
-    if _held(cleared_since, now, keep_firing_for):
-        detail = f"resolved: clear for {_seconds(keep_firing_for)} (keep_firing_for)"
-        steps.append(Step(FIRING, INACTIVE, RESOLVED_KIND, new.firing_seq, detail))
-        return (
-            replace(new, state=INACTIVE, pending_since=None, firing_since=None, cleared_since=None),
-            steps,
-        )
-    return replace(new, cleared_since=cleared_since), steps
-
-
-def dedupe_key(rule: str, instance: str, seq: int, kind: str, repeat: int | None = None) -> str:
-    """The notification's dedupe key: ``rule|instance|firing_seq|kind`` (``repeat-<n>``)."""
-    suffix = f"{kind}-{repeat}" if repeat is not None else kind
-    return f"{rule}|{instance}|{seq}|{suffix}"
-
-
-# -------------------------------------------------------------------- payload pieces
-
-
-def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None = None) -> str:
-    """The dashboard view where the fix is, pre-filtered (issue 3 §3).
-
-    ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
-    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), others → the
-    overview ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
-    ``payment.%25``).
-    """
-    params: dict[str, str] = {}
-    if event_type:
-        params["event_type"] = event_type
-    if rule.window:
-        params["window"] = duration_label(rule.window)
-    if rule.metric == "failed_in_window":
-        if error_group:
-            params["error_group"] = error_group
-        page = "/dead_letters"
-    elif rule.metric == "stuck_locks":
-        page, params = "/actions", ({"event_type": event_type} if event_type else {})
-    else:
-        page = "/"
-    return f"{page}?{urlencode(params)}" if params else page
-
-
-def instance_labels(rule: Rule, measured: dict[str, str] | None) -> dict[str, str]:
-    """An instance's labels (silence matching, payload): the rule's ``labels``, ``rule``,
-    ``severity`` and ``event_type`` (the instance's, else the rule's filter, if any)."""
-    labels = {**rule.labels, **(measured or {})}
-    labels["rule"] = rule.name
-    labels["severity"] = rule.severity
-    if not labels.get("event_type") and rule.event_type:
-        labels["event_type"] = rule.event_type
-    return {key: str(value) for key, value in labels.items()}
-
-
-def _instance_event_type(rule: Rule, instance: str, labels: dict[str, str]) -> str | None:
-    if instance.startswith("event_type="):
-        return instance.removeprefix("event_type=")
-    return labels.get("event_type") or rule.event_type
 
 
 # ------------------------------------------------------------------------- reports
@@ -438,7 +246,7 @@ class Evaluator:
         if observation.error is None and _may_notify_firing(
             before, observation.breached, context.now, params, route
         ):
-            self._offenders(rule, _instance_event_type(rule, instance, observation.labels), context)
+            self._offenders(rule, instance_event_type(rule, instance, observation.labels), context)
 
         labels = observation.labels
         silenced = bool(silences.silenced_by(context.silences, labels))
@@ -504,7 +312,7 @@ class Evaluator:
                 and route is not None
                 and (
                     new.last_notified_at is None
-                    or _held(new.last_notified_at, context.now, route.repeat_interval)
+                    or held(new.last_notified_at, context.now, route.repeat_interval)
                 )
             ):
                 prefix = dedupe_key(rule.name, instance, new.firing_seq, "")
@@ -620,7 +428,7 @@ class Evaluator:
         previous: InstanceState,
     ) -> dict[str, Any]:
         labels = observation.labels
-        event_type = _instance_event_type(rule, instance, labels)
+        event_type = instance_event_type(rule, instance, labels)
         offenders = (
             self._offenders(rule, event_type, context) if kind in (FIRING_KIND, REPEAT_KIND) else []
         )
@@ -777,7 +585,7 @@ def _may_notify_firing(
         _, steps = advance(state, now=now, breached=True, value=None, **params)
         return any(step.kind == FIRING_KIND for step in steps)
     return route is not None and (
-        state.last_notified_at is None or _held(state.last_notified_at, now, route.repeat_interval)
+        state.last_notified_at is None or held(state.last_notified_at, now, route.repeat_interval)
     )
 
 

@@ -47,7 +47,7 @@ RECORD = (
     "p_slack_channel => NULL, p_slack_ts => NULL) AS id"
 )
 # The dedupe key of the next "alerting is stalled" episode (alerts/stall.py) and of the
-# next firing of rule backlog (evaluate.dedupe_key): a row holding either would make the
+# next firing of rule backlog (state_machine.dedupe_key): a row holding either would make the
 # real alert's INSERT … ON CONFLICT DO NOTHING skip it.
 STALL_KEY = "alerting-stalled|public.integration_outbox|1/oncall|error"
 FIRING_KEY = "backlog||1|firing"

@@ -2,12 +2,12 @@
 
 from datetime import UTC, datetime, timedelta
 
-from outbox_monitor.alerts.evaluate import (
+from outbox_monitor.alerts.silences import matches
+from outbox_monitor.alerts.state_machine import (
     InstanceState,
     advance,
     dedupe_key,
 )
-from outbox_monitor.alerts.silences import matches
 from outbox_monitor.durations import duration_label
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

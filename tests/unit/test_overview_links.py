@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from outbox_monitor.alerts.evaluate import dashboard_path
+from outbox_monitor.alerts.links import dashboard_path
 from outbox_monitor.alerts.message import DEFAULT_DASHBOARD_URL, dashboard_link
 from outbox_monitor.alerts.rules import load_rules
 

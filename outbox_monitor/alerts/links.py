@@ -1,0 +1,51 @@
+"""What a notification says besides its value: an instance's labels, the event type it is
+about, and the dashboard view where the fix is (issue 3 §3). Used by the evaluator, the
+Alerts page and the exporter alike."""
+
+from urllib.parse import urlencode
+
+from outbox_monitor.alerts.rules import Rule
+from outbox_monitor.durations import duration_label
+
+
+def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None = None) -> str:
+    """The dashboard view where the fix is, pre-filtered (issue 3 §3).
+
+    ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
+    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), others → the
+    overview ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
+    ``payment.%25``).
+    """
+    params: dict[str, str] = {}
+    if event_type:
+        params["event_type"] = event_type
+    if rule.window:
+        params["window"] = duration_label(rule.window)
+    if rule.metric == "failed_in_window":
+        if error_group:
+            params["error_group"] = error_group
+        page = "/dead_letters"
+    elif rule.metric == "stuck_locks":
+        page, params = "/actions", ({"event_type": event_type} if event_type else {})
+    else:
+        page = "/"
+    return f"{page}?{urlencode(params)}" if params else page
+
+
+def instance_labels(rule: Rule, measured: dict[str, str] | None) -> dict[str, str]:
+    """An instance's labels (silence matching, payload): the rule's ``labels``, ``rule``,
+    ``severity`` and ``event_type`` (the instance's, else the rule's filter, if any)."""
+    labels = {**rule.labels, **(measured or {})}
+    labels["rule"] = rule.name
+    labels["severity"] = rule.severity
+    if not labels.get("event_type") and rule.event_type:
+        labels["event_type"] = rule.event_type
+    return {key: str(value) for key, value in labels.items()}
+
+
+def instance_event_type(rule: Rule, instance: str, labels: dict[str, str]) -> str | None:
+    """The event type an instance is about: its own (``by`` instances), else the one in its
+    labels, else the rule's filter; ``None`` for none."""
+    if instance.startswith("event_type="):
+        return instance.removeprefix("event_type=")
+    return labels.get("event_type") or rule.event_type
