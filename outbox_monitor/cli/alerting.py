@@ -15,7 +15,7 @@ import click
 from outbox_monitor.access import local_identity
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
-from outbox_monitor.cli_support import TABLE, echo, emit_json, fail, open_checked
+from outbox_monitor.cli.support import TABLE, echo, emit_json, fail, open_checked
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration

@@ -11,7 +11,7 @@ import click
 
 from outbox_monitor import actions, grants, metrics, schema
 from outbox_monitor.access import local_identity
-from outbox_monitor.cli_support import (
+from outbox_monitor.cli.support import (
     DURATION,
     DURATION_OR_ZERO,
     EXIT_ERROR,
@@ -92,8 +92,8 @@ class JsonAwareGroup(LazyGroup):
     cls=JsonAwareGroup,
     # The rules engine and YAML load only for the commands that read alerts.yml.
     lazy_subcommands={
-        "check": "outbox_monitor.alerts.commands:check",
-        "alerts": "outbox_monitor.alerts.commands:alerts",
+        "check": "outbox_monitor.cli.alerting:check",
+        "alerts": "outbox_monitor.cli.alerting:alerts",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
