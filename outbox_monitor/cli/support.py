@@ -3,14 +3,16 @@
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
+from functools import wraps
 from typing import Any
 
 import click
 
 from outbox_monitor import schema
-from outbox_monitor.config import Settings, split_table_name
+from outbox_monitor.config import Settings, load_settings, split_table_name
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
@@ -19,6 +21,8 @@ from outbox_monitor.logs import escape_controls
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 """A bad option or setting, as click (and argparse) exit on a usage error."""
+EXIT_NOT_CONFIRMED = 2
+"""An action not confirmed (no terminal and no ``--yes``, or answered no): nothing changed."""
 BIGINT_MAX = 2**63 - 1
 
 
@@ -181,3 +185,37 @@ def open_checked(settings: Settings, **options: Any) -> Database:
         db.close()
         raise
     return db
+
+
+def common_options(command: Callable) -> Callable:
+    """Add ``--dsn``, ``--table`` and ``--json`` and turn package errors into messages.
+
+    Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
+    ``error`` and ``hint`` under ``--json``) and exit 1; an invalid setting (an
+    ``OUTBOX_MONITOR_*`` variable, named) exits 2, as a bad option does.
+    """
+
+    @click.option(
+        "--dsn",
+        envvar=None,
+        help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
+    )
+    @click.option(
+        "--table",
+        type=TABLE,
+        help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE "
+        "or public.integration_outbox).",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+    @wraps(command)
+    def wrapper(*args: Any, dsn: str | None, table: str | None, as_json: bool, **kwargs: Any):
+        try:
+            settings = load_settings(dsn=dsn, table=table)
+        except ConfigError as error:
+            fail(error, as_json)
+        try:
+            return command(*args, settings=settings, as_json=as_json, **kwargs)
+        except OutboxMonitorError as error:
+            fail(error, as_json)
+
+    return wrapper
