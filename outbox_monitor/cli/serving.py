@@ -12,12 +12,11 @@ from outbox_monitor.cli.support import (
     DURATION,
     DURATION_OR_ZERO,
     common_options,
-    fail,
     open_checked,
+    reports_errors,
     to_jsonable,
 )
 from outbox_monitor.config import Settings
-from outbox_monitor.errors import OutboxMonitorError
 
 
 @click.command()
@@ -120,15 +119,13 @@ def _traffic_options(command: Callable) -> Callable:
     help="Who works the outbox: simulated worker threads, or the real n8n running the "
     "shipped workflows (install it first: n8n/install.sh; see n8n/README.md).",
 )
+@reports_errors
 def demo(port: int, rate: float, workers: int, worker: str) -> None:
     """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
     everything and removes the database."""
     from outbox_monitor.demo.run import run_demo
 
-    try:
-        sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
-    except OutboxMonitorError as error:
-        fail(error, as_json=False)
+    sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
 
 
 @click.command()

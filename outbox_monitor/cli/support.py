@@ -187,35 +187,55 @@ def open_checked(settings: Settings, **options: Any) -> Database:
     return db
 
 
+def reports_errors(command: Callable | None = None, *, exit_code: int | None = None) -> Callable:
+    """Turn the package errors a command raises into ``fail``'s report and exit: the one
+    place a command's error is printed. ``--json`` is read from the command's ``as_json``
+    argument (absent: text).
+
+    Use as ``@reports_errors`` (exit 1, or 2 for a ``ConfigError``) or
+    ``@reports_errors(exit_code=2)`` (``check`` and ``alerts``: every error exits 2).
+    """
+    if command is None:
+        return lambda command: reports_errors(command, exit_code=exit_code)
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except OutboxMonitorError as error:
+            fail(error, kwargs.get("as_json", False), exit_code)
+
+    return wrapper
+
+
+DSN_OPTION = click.option(
+    "--dsn",
+    help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
+)
+TABLE_OPTION = click.option(
+    "--table",
+    type=TABLE,
+    help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE or public.integration_outbox).",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+
+
 def common_options(command: Callable) -> Callable:
-    """Add ``--dsn``, ``--table`` and ``--json`` and turn package errors into messages.
+    """Add ``--dsn``, ``--table`` and ``--json``, pass the command its ``settings`` and
+    turn package errors into messages (``reports_errors``).
 
     Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
     ``error`` and ``hint`` under ``--json``) and exit 1; an invalid setting (an
     ``OUTBOX_MONITOR_*`` variable, named) exits 2, as a bad option does.
     """
 
-    @click.option(
-        "--dsn",
-        envvar=None,
-        help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
-    )
-    @click.option(
-        "--table",
-        type=TABLE,
-        help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE "
-        "or public.integration_outbox).",
-    )
-    @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+    @DSN_OPTION
+    @TABLE_OPTION
+    @JSON_OPTION
+    @reports_errors
     @wraps(command)
     def wrapper(*args: Any, dsn: str | None, table: str | None, as_json: bool, **kwargs: Any):
-        try:
-            settings = load_settings(dsn=dsn, table=table)
-        except ConfigError as error:
-            fail(error, as_json)
-        try:
-            return command(*args, settings=settings, as_json=as_json, **kwargs)
-        except OutboxMonitorError as error:
-            fail(error, as_json)
+        settings = load_settings(dsn=dsn, table=table)
+        return command(*args, settings=settings, as_json=as_json, **kwargs)
 
     return wrapper
