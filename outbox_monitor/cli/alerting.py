@@ -3,16 +3,17 @@
 ``check`` evaluates every rule once against the current figures, ignoring ``for`` and
 ``keep_firing_for``, for cron and CI: exit 0 when nothing is breached, 1 when a rule is
 breached now, 2 on errors (configuration, rules file, database).
+
+The rules engine (``alerts.rules``, ``alerts.measure``) and YAML are imported when one of
+these commands runs, not when ``outbox-monitor --help`` lists them.
 """
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from outbox_monitor.access import local_identity
-from outbox_monitor.alerts import measure
-from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
 from outbox_monitor.cli.support import (
     DSN_OPTION,
     JSON_OPTION,
@@ -28,6 +29,9 @@ from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.logs import escape_controls
 
+if TYPE_CHECKING:
+    from outbox_monitor.alerts.rules import RuleSet
+
 EXIT_OK = 0
 EXIT_BREACHED = 1
 EXIT_ERRORS = 2
@@ -38,11 +42,15 @@ RULES_HELP = (
 )
 
 
-def _load(rules_path: str | None) -> RuleSet:
+def _load(rules_path: str | None) -> "RuleSet":
+    from outbox_monitor.alerts.rules import load_rules, resolve_rules_path
+
     return load_rules(resolve_rules_path(rules_path))
 
 
 def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> dict[str, Any]:
+    from outbox_monitor.alerts import measure
+
     return {
         "rule": rule.name,
         "instance": instance,
@@ -66,6 +74,8 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
 
     Exit 0: nothing breached; 1: a rule is breached now; 2: errors (configuration, rules
     file, database, a rule's query)."""
+
+    from outbox_monitor.alerts import measure
 
     ruleset = _load(rules_path)
     settings = load_settings(dsn=dsn, table=table)
@@ -96,7 +106,7 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
     sys.exit(EXIT_ERRORS if errors else EXIT_BREACHED if breached else EXIT_OK)
 
 
-def _print_table(ruleset: RuleSet, results: list[dict[str, Any]]) -> None:
+def _print_table(ruleset: "RuleSet", results: list[dict[str, Any]]) -> None:
     lines = [("RULE", "INSTANCE", "VALUE", "CONDITION", "STATE")]
     for result in results:
         rule = ruleset.rule(result["rule"])
@@ -172,7 +182,7 @@ def test_command(
     sys.exit(EXIT_ERRORS if failed else EXIT_OK)
 
 
-def _print_test_results(ruleset: RuleSet, results: dict[str, dict[str, Any]]) -> None:
+def _print_test_results(ruleset: "RuleSet", results: dict[str, dict[str, Any]]) -> None:
     if not results:
         echo(f"{ruleset.path} defines no routes; nothing to test.")
     for name, outcome in results.items():
