@@ -282,7 +282,7 @@ def overview_refresh(db: RecordingDatabase) -> None:
 
 
 def status_json(db: RecordingDatabase) -> None:
-    """What ``outbox-monitor status --json`` runs once connected (cli.py ``status``)."""
+    """What ``outbox-monitor status --json`` runs once connected (cli/figures.py ``status``)."""
     schema.check_outbox_table(db)
     metrics.status(db, window=WINDOW)
 

@@ -3,24 +3,34 @@
 ``check`` evaluates every rule once against the current figures, ignoring ``for`` and
 ``keep_firing_for``, for cron and CI: exit 0 when nothing is breached, 1 when a rule is
 breached now, 2 on errors (configuration, rules file, database).
+
+The rules engine (``alerts.rules``, ``alerts.measure``) and YAML are imported when one of
+these commands runs, not when ``outbox-monitor --help`` lists them.
 """
 
 import sys
-from collections.abc import Callable
-from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from outbox_monitor.access import local_identity
-from outbox_monitor.alerts import measure
-from outbox_monitor.alerts.rules import RuleSet, load_rules, resolve_rules_path
-from outbox_monitor.cli_support import TABLE, echo, emit_json, fail, open_checked
+from outbox_monitor.cli.support import (
+    DSN_OPTION,
+    JSON_OPTION,
+    TABLE_OPTION,
+    echo,
+    emit_json,
+    open_checked,
+    reports_errors,
+)
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.logs import escape_controls
+
+if TYPE_CHECKING:
+    from outbox_monitor.alerts.rules import RuleSet
 
 EXIT_OK = 0
 EXIT_BREACHED = 1
@@ -32,29 +42,15 @@ RULES_HELP = (
 )
 
 
-def _exit_error(error: OutboxMonitorError, as_json: bool) -> None:
-    """Print the error as every command does, then exit 2 (not 1): check's error code."""
-    fail(error, as_json, exit_code=EXIT_ERRORS)
+def _load(rules_path: str | None) -> "RuleSet":
+    from outbox_monitor.alerts.rules import load_rules, resolve_rules_path
 
-
-def _load(rules_path: str | None) -> RuleSet:
     return load_rules(resolve_rules_path(rules_path))
 
 
-def _errors_exit_2(command: Callable) -> Callable:
-    """Turn the package's errors into ``error: …`` + fix (or one JSON object), exit 2."""
-
-    @wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except OutboxMonitorError as error:
-            _exit_error(error, kwargs.get("as_json", False))
-
-    return wrapper
-
-
 def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> dict[str, Any]:
+    from outbox_monitor.alerts import measure
+
     return {
         "rule": rule.name,
         "instance": instance,
@@ -69,22 +65,17 @@ def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> 
 
 @click.command()
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
-@click.option(
-    "--dsn",
-    help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
-)
-@click.option(
-    "--table",
-    type=TABLE,
-    help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE or public.integration_outbox).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-@_errors_exit_2
+@DSN_OPTION
+@TABLE_OPTION
+@JSON_OPTION
+@reports_errors(exit_code=EXIT_ERRORS)
 def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: bool) -> None:
     """Evaluate every alert rule once against the current figures (no for/keep_firing_for).
 
     Exit 0: nothing breached; 1: a rule is breached now; 2: errors (configuration, rules
     file, database, a rule's query)."""
+
+    from outbox_monitor.alerts import measure
 
     ruleset = _load(rules_path)
     settings = load_settings(dsn=dsn, table=table)
@@ -115,7 +106,7 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
     sys.exit(EXIT_ERRORS if errors else EXIT_BREACHED if breached else EXIT_OK)
 
 
-def _print_table(ruleset: RuleSet, results: list[dict[str, Any]]) -> None:
+def _print_table(ruleset: "RuleSet", results: list[dict[str, Any]]) -> None:
     lines = [("RULE", "INSTANCE", "VALUE", "CONDITION", "STATE")]
     for result in results:
         rule = ruleset.rule(result["rule"])
@@ -139,7 +130,7 @@ def alerts() -> None:
 
 @alerts.command()
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
-@_errors_exit_2
+@reports_errors(exit_code=EXIT_ERRORS)
 def validate(rules_path: str | None) -> None:
     """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0)."""
     ruleset = _load(rules_path)
@@ -161,8 +152,8 @@ def validate(rules_path: str | None) -> None:
     "--actor",
     help="Who sends it, recorded with the message (default: OUTBOX_MONITOR_ACTOR or the OS user).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-@_errors_exit_2
+@JSON_OPTION
+@reports_errors(exit_code=EXIT_ERRORS)
 def test_command(
     rules_path: str | None, route_name: str | None, actor: str | None, as_json: bool
 ) -> None:
@@ -191,7 +182,7 @@ def test_command(
     sys.exit(EXIT_ERRORS if failed else EXIT_OK)
 
 
-def _print_test_results(ruleset: RuleSet, results: dict[str, dict[str, Any]]) -> None:
+def _print_test_results(ruleset: "RuleSet", results: dict[str, dict[str, Any]]) -> None:
     if not results:
         echo(f"{ruleset.path} defines no routes; nothing to test.")
     for name, outcome in results.items():

@@ -3,14 +3,16 @@
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
+from functools import wraps
 from typing import Any
 
 import click
 
 from outbox_monitor import schema
-from outbox_monitor.config import Settings, split_table_name
+from outbox_monitor.config import Settings, load_settings, split_table_name
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
@@ -19,6 +21,8 @@ from outbox_monitor.logs import escape_controls
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 """A bad option or setting, as click (and argparse) exit on a usage error."""
+EXIT_NOT_CONFIRMED = 2
+"""An action not confirmed (no terminal and no ``--yes``, or answered no): nothing changed."""
 BIGINT_MAX = 2**63 - 1
 
 
@@ -181,3 +185,57 @@ def open_checked(settings: Settings, **options: Any) -> Database:
         db.close()
         raise
     return db
+
+
+def reports_errors(command: Callable | None = None, *, exit_code: int | None = None) -> Callable:
+    """Turn the package errors a command raises into ``fail``'s report and exit: the one
+    place a command's error is printed. ``--json`` is read from the command's ``as_json``
+    argument (absent: text).
+
+    Use as ``@reports_errors`` (exit 1, or 2 for a ``ConfigError``) or
+    ``@reports_errors(exit_code=2)`` (``check`` and ``alerts``: every error exits 2).
+    """
+    if command is None:
+        return lambda command: reports_errors(command, exit_code=exit_code)
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except OutboxMonitorError as error:
+            fail(error, kwargs.get("as_json", False), exit_code)
+
+    return wrapper
+
+
+DSN_OPTION = click.option(
+    "--dsn",
+    help="Database DSN (default: OUTBOX_MONITOR_DSN, DATABASE_URL, then libpq PG* variables).",
+)
+TABLE_OPTION = click.option(
+    "--table",
+    type=TABLE,
+    help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE or public.integration_outbox).",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+
+
+def common_options(command: Callable) -> Callable:
+    """Add ``--dsn``, ``--table`` and ``--json``, pass the command its ``settings`` and
+    turn package errors into messages (``reports_errors``).
+
+    Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
+    ``error`` and ``hint`` under ``--json``) and exit 1; an invalid setting (an
+    ``OUTBOX_MONITOR_*`` variable, named) exits 2, as a bad option does.
+    """
+
+    @DSN_OPTION
+    @TABLE_OPTION
+    @JSON_OPTION
+    @reports_errors
+    @wraps(command)
+    def wrapper(*args: Any, dsn: str | None, table: str | None, as_json: bool, **kwargs: Any):
+        settings = load_settings(dsn=dsn, table=table)
+        return command(*args, settings=settings, as_json=as_json, **kwargs)
+
+    return wrapper

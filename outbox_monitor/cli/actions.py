@@ -1,0 +1,269 @@
+"""The operator's actions on the outbox: ``reap``, ``replay`` and ``prune`` (SPEC §4),
+each a preview, a confirmation and guarded batches with an audit row."""
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from outbox_monitor import actions
+from outbox_monitor.access import local_identity
+from outbox_monitor.cli.support import (
+    DURATION,
+    EXIT_ERROR,
+    EXIT_NOT_CONFIRMED,
+    ROW_ID,
+    common_options,
+    echo,
+    emit_json,
+    open_checked,
+)
+from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.durations import format_duration, parse_instant
+from outbox_monitor.errors import ActionInterrupted
+
+
+def _action_options(command: Callable) -> Callable:
+    for decorator in reversed(
+        [
+            click.option(
+                "--actions-dsn",
+                help="DSN of the login that acts, previews included (default: --dsn when "
+                "given, else OUTBOX_MONITOR_ACTIONS_DSN, else the read DSN).",
+            ),
+            click.option("--dry-run", is_flag=True, help="Show the preview; change nothing."),
+            click.option("--yes", "-y", is_flag=True, help="Apply without asking."),
+            click.option(
+                "--actor",
+                help="Who acts, for the audit log (default: OUTBOX_MONITOR_ACTOR or the OS user).",
+            ),
+            click.option(
+                "--batch-size",
+                type=click.IntRange(1, 100_000),
+                help="Rows per transaction (1000; prune 5000).",
+            ),
+        ]
+    ):
+        command = decorator(command)
+    return command
+
+
+def _open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
+    """The ``Database`` of an action command, its outbox table checked: every read and
+    write of the action (preview included) goes through the login that acts.
+
+    ``--actions-dsn`` wins; then ``--dsn`` given on the command line (the whole command
+    on the database the operator named); then ``OUTBOX_MONITOR_ACTIONS_DSN``; then the
+    read DSN (``Settings.actions_target``).
+
+    Raises:
+        ConfigError (an invalid ``--actions-dsn``), TableMissing, ColumnsMissing,
+        SchemaNotInitialised, DatabaseUnavailable, PermissionDenied.
+    """
+    given = click.get_current_context().params
+    option = "--actions-dsn" if actions_dsn else "--dsn" if given.get("dsn") else None
+    if option is not None:
+        settings = load_settings(
+            dsn=given.get("dsn"), table=given.get("table"), actions_dsn=actions_dsn or given["dsn"]
+        )
+    return open_checked(settings, purpose="actions", dsn_setting=option)
+
+
+def _run_action(
+    db: Database,
+    preview: actions.Preview,
+    *,
+    as_json: bool,
+    dry_run: bool,
+    yes: bool,
+    actor: str | None,
+    batch_size: int | None,
+) -> None:
+    payload: dict[str, Any] = {
+        "action": preview.action,
+        "dry_run": dry_run,
+        "matched": preview.matched,
+        "filter": preview.filter,
+        "sample": [{**row, "id": str(row["id"])} for row in preview.sample],
+    }
+    if not as_json:
+        _print_preview(preview)
+    if dry_run or preview.matched == 0:
+        if as_json:
+            emit_json({**payload, "applied": False})
+        elif preview.matched == 0:
+            echo("Nothing to do.")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            message = "no terminal to confirm on and no --yes: nothing changed"
+            if as_json:
+                emit_json({**payload, "applied": False, "error": message})
+            else:
+                echo(f"{message}. Re-run with --yes to apply.", err=True)
+            sys.exit(EXIT_NOT_CONFIRMED)
+        if not click.confirm(f"{preview.action} {preview.matched} row(s)?", default=False):
+            echo("Cancelled; nothing changed.", err=True)
+            sys.exit(EXIT_NOT_CONFIRMED)
+
+    def progress(done: int, total: int) -> None:
+        echo(f"  {preview.action}: {done}/{total} rows", err=True)
+
+    try:
+        result = actions.apply(
+            db,
+            preview,
+            actor=local_identity(db.settings, name=actor, source="cli"),
+            batch_size=batch_size,
+            on_progress=progress if preview.matched > (batch_size or 1000) else None,
+        )
+    except ActionInterrupted as error:
+        if not as_json:
+            raise  # `error: <summary>` and what to do, exit 1 (common_options)
+        emit_json(
+            {
+                **payload,
+                "applied": False,
+                "interrupted": True,
+                "run_id": error.run_id,
+                "batches": error.batches,
+                "changed": error.changed,
+                "error": error.args[0],
+                "cause": error.cause,
+                "hint": error.hint,
+            }
+        )
+        sys.exit(EXIT_ERROR)
+    outcome = {
+        "applied": True,
+        "run_id": result.run_id,
+        "changed": result.changed,
+        "skipped": result.skipped,
+        "dead_lettered": result.dead_lettered,
+        "batches": result.batches,
+        "ids": [str(i) for i in result.ids],
+    }
+    if result.applied_nothing:
+        outcome["warning"] = actions.APPLIED_NOTHING
+    if as_json:
+        emit_json({**payload, **outcome})
+        return
+    echo(
+        f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
+        f"eligible"
+        + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
+        + f" (run {result.run_id})"
+    )
+    if result.applied_nothing:
+        echo(f"warning: {actions.APPLIED_NOTHING}", err=True)
+
+
+def _print_preview(preview: actions.Preview) -> None:
+    echo(f"{preview.action} preview: {preview.matched} row(s) match")
+    for row in preview.sample:
+        details = ", ".join(
+            f"{key}={format_duration(value) if key.endswith('_seconds') else value}"
+            for key, value in row.items()
+            if key != "id"
+        )
+        echo(f"  #{row['id']}: {details}")
+    if preview.matched > len(preview.sample):
+        echo(f"  … and {preview.matched - len(preview.sample)} more")
+
+
+@click.command()
+@click.option("--lock-timeout", type=DURATION, help="Locks older than this are stuck (15m).")
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@_action_options
+@common_options
+def reap(
+    settings: Settings,
+    as_json: bool,
+    lock_timeout: float | None,
+    event_type: str | None,
+    actions_dsn: str | None,
+    **options: Any,
+) -> None:
+    """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
+    maximum attempts is dead-lettered instead."""
+    with _open_for_actions(settings, actions_dsn) as db:
+        preview = actions.preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
+        _run_action(db, preview, as_json=as_json, **options)
+
+
+@click.command()
+@click.option("--id", "ids", type=ROW_ID, multiple=True, help="A row id (repeatable).")
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@click.option("--error-group", help="Error group id (12 hex digits, see the dashboard).")
+@click.option("--since", help="Failed at or after: a duration back from now (2h) or ISO-8601.")
+@click.option("--until", help="Failed before: a duration back from now or ISO-8601.")
+@_action_options
+@common_options
+def replay(
+    settings: Settings,
+    as_json: bool,
+    ids: tuple[int, ...],
+    event_type: str | None,
+    error_group: str | None,
+    since: str | None,
+    until: str | None,
+    actions_dsn: str | None,
+    **options: Any,
+) -> None:
+    """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4)."""
+    with _open_for_actions(settings, actions_dsn) as db:
+        now = db.fetch_one("db_now")["now"]
+        try:
+            bounds = [parse_instant(text, now) if text else None for text in (since, until)]
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--since/--until") from None
+        selection = actions.ReplaySelection(
+            ids=ids,
+            event_type=event_type,
+            error_group=error_group,
+            since=bounds[0],
+            until=bounds[1],
+        )
+        preview = actions.preview_replay(db, selection)
+        _run_action(db, preview, as_json=as_json, **options)
+
+
+@click.command()
+@click.option(
+    "--done-older-than",
+    type=DURATION,
+    default="30d",
+    show_default=True,
+    help="Delete done rows processed longer ago than this.",
+)
+@click.option(
+    "--failed-older-than",
+    type=DURATION,
+    default="90d",
+    show_default=True,
+    help="Delete failed rows dead-lettered longer ago than this.",
+)
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@_action_options
+@common_options
+def prune(
+    settings: Settings,
+    as_json: bool,
+    done_older_than: float,
+    failed_older_than: float,
+    event_type: str | None,
+    actions_dsn: str | None,
+    **options: Any,
+) -> None:
+    """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
+    processing rows."""
+    with _open_for_actions(settings, actions_dsn) as db:
+        preview = actions.preview_prune(
+            db,
+            done_older_than=done_older_than,
+            failed_older_than=failed_older_than,
+            event_type=event_type,
+        )
+        _run_action(db, preview, as_json=as_json, **options)

@@ -1,0 +1,165 @@
+"""``outbox-monitor init-db`` (the schema, the indexes, the roles' grants) and
+``outbox-monitor status`` (every SPEC §2 figure)."""
+
+import sys
+from collections.abc import Callable
+
+import click
+
+from outbox_monitor import grants, metrics, schema
+from outbox_monitor.cli.support import (
+    DURATION,
+    EXIT_ERROR,
+    common_options,
+    echo,
+    emit_json,
+    open_checked,
+)
+from outbox_monitor.config import Settings
+from outbox_monitor.db import Database
+from outbox_monitor.db_errors import describe_target
+from outbox_monitor.durations import format_duration
+from outbox_monitor.logs import escape_controls
+from outbox_monitor.units import per_minute
+
+
+def _role_option(kind: str, default: str) -> Callable:
+    def check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+        try:
+            return grants.check_role_name(value)
+        except ValueError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return click.option(
+        f"--{kind}-role",
+        default=default,
+        show_default=True,
+        callback=check,
+        help=f"Name of the {kind} role in --print-grants.",
+    )
+
+
+@click.command("init-db")
+@click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
+@click.option(
+    "--print-grants",
+    is_flag=True,
+    help="Print the SQL that creates the viewer, scheduler and operator roles and grants "
+    "each only what outbox-monitor's processes do, for the configured outbox table; "
+    "connects to nothing and changes nothing. Run its output as the role that ran init-db.",
+)
+@_role_option("viewer", grants.DEFAULT_VIEWER_ROLE)
+@_role_option("scheduler", grants.DEFAULT_SCHEDULER_ROLE)
+@_role_option("operator", grants.DEFAULT_OPERATOR_ROLE)
+@common_options
+def init_db_command(
+    settings: Settings,
+    as_json: bool,
+    no_indexes: bool,
+    print_grants: bool,
+    viewer_role: str,
+    scheduler_role: str,
+    operator_role: str,
+) -> None:
+    """Create the outbox table and ledger if absent, the outbox_monitor schema, and the
+    recommended indexes (CREATE INDEX CONCURRENTLY). Idempotent; never alters your table.
+    With --print-grants: print the roles' GRANT statements instead (README, Security)."""
+    if print_grants:
+        try:
+            roles = grants.Roles(
+                viewer=viewer_role, scheduler=scheduler_role, operator=operator_role
+            )
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--*-role") from None
+        script = grants.grant_statements(settings, roles)
+        if as_json:
+            emit_json(
+                {
+                    "table": ".".join(settings.table_parts),
+                    "roles": {
+                        "viewer": roles.viewer,
+                        "scheduler": roles.scheduler,
+                        "operator": roles.operator,
+                    },
+                    "sql": script,
+                }
+            )
+        else:
+            click.echo(script)
+        return
+    with Database(settings) as db:
+        report = schema.init_db(db, create_indexes=not no_indexes)
+    payload = {
+        "database": describe_target(settings.dsn),
+        "created_tables": report.created_tables,
+        "applied_migrations": report.applied_migrations,
+        "created_indexes": report.created_indexes,
+        "dropped_indexes": report.dropped_indexes,
+        "undropped_indexes": report.undropped_indexes,
+        "schema_version": report.schema_version,
+    }
+    if as_json:
+        emit_json(payload)
+    else:
+        changes = ("created_tables", "applied_migrations", "created_indexes", "dropped_indexes")
+        nothing = not any(payload[label] for label in changes)
+        echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
+        for label in changes:
+            for item in payload[label]:
+                echo(f"  {label.replace('_', ' ')}: {item}")
+        for name in report.dropped_indexes:
+            echo(f"  ({name} was created by an earlier release; it slows the workers' claim)")
+        echo(f"  schema version: {report.schema_version}")
+        for name, reason in report.undropped_indexes.items():
+            echo(
+                f"error: could not drop {name}, which slows the workers' claim: {reason}. "
+                "Everything else is done; run `outbox-monitor init-db` again.",
+                err=True,
+            )
+    if report.undropped_indexes:
+        sys.exit(EXIT_ERROR)
+
+
+@click.command()
+@click.option("--window", type=DURATION, help="Window of latency, throughput, failures (1h).")
+@click.option("--lock-timeout", type=DURATION, help="Age after which a lock is stuck (15m).")
+@click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@common_options
+def status(
+    settings: Settings,
+    as_json: bool,
+    window: float | None,
+    lock_timeout: float | None,
+    event_type: str | None,
+) -> None:
+    """Every SPEC §2 figure, exact (seconds as floats, null where none)."""
+    with open_checked(settings) as db:
+        figures = metrics.status(
+            db, window=window, lock_timeout=lock_timeout, event_type=event_type
+        )
+    if as_json:
+        emit_json(figures)
+        return
+    latency = figures["latency_seconds"]
+    lines = [
+        ("queue depth (due now)", figures["queue_depth"]),
+        ("pending total", figures["pending_total"]),
+        ("scheduled retries", figures["scheduled_retries"]),
+        ("oldest pending age", format_duration(figures["oldest_pending_age_seconds"])),
+        ("processing", figures["processing"]),
+        ("stuck locks", figures["stuck_locks"]),
+        ("latency p50 / p95 / p99", " / ".join(format_duration(latency[k]) for k in latency)),
+        ("processed", per_minute(figures["processed_per_minute"])),
+        ("created", per_minute(figures["created_per_minute"])),
+        ("failed in window", figures["failed_in_window"]),
+    ]
+    echo(
+        f"{figures['table']} at {figures['now']} "
+        f"(window {format_duration(figures['window_seconds'])})"
+    )
+    for label, value in lines:
+        echo(f"  {label:<26} {value}")
+    for event, count in figures["failed_by_event_type"].items():
+        echo(f"    failed {escape_controls(event):<19} {count}")  # escaped, then aligned
+    histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
+    echo(f"  {'rows by attempts':<26} {histogram or '–'}")

@@ -1,0 +1,182 @@
+"""The long-running commands and their probe: ``dashboard``, ``scheduler``, ``demo``,
+``simulate`` and the container's ``healthcheck``. Each imports what it serves (Streamlit,
+APScheduler, the demo) only when it runs."""
+
+import json
+import sys
+from collections.abc import Callable
+
+import click
+
+from outbox_monitor.cli.support import (
+    DURATION,
+    DURATION_OR_ZERO,
+    common_options,
+    open_checked,
+    reports_errors,
+    to_jsonable,
+)
+from outbox_monitor.config import Settings
+
+
+@click.command()
+@click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(dir_okay=False),
+    help="The alerts.yml (default: OUTBOX_MONITOR_RULES, ./alerts.yml, the shipped one).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics and /healthz on this port; 0 disables "
+    "(default: OUTBOX_MONITOR_METRICS_PORT or 9108).",
+)
+@click.option(
+    "--metrics-address",
+    help="Interface of /metrics and /healthz; 0.0.0.0 in a container "
+    "(default: OUTBOX_MONITOR_METRICS_ADDRESS or 127.0.0.1).",
+)
+@common_options
+def scheduler(
+    settings: Settings,
+    as_json: bool,
+    rules_path: str | None,
+    metrics_port: int | None,
+    metrics_address: str | None,
+) -> None:
+    """Run the background scheduler until stopped: sampler, alert evaluator and Slack
+    sender (and the optional reaper and pruner), each only in the process holding the
+    evaluator lease; serves /metrics and /healthz."""
+    from outbox_monitor.scheduler import run_scheduler
+
+    run_scheduler(
+        settings,
+        rules_path=rules_path,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+    )
+
+
+@click.command()
+@click.option("--address", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
+@click.option("--with-scheduler", is_flag=True, help="Also run the scheduler in-process.")
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
+    "prints a warning on every start.",
+)
+@common_options
+def dashboard(
+    settings: Settings,
+    as_json: bool,
+    address: str,
+    port: int,
+    with_scheduler: bool,
+    insecure_no_auth: bool,
+) -> None:
+    """Serve the Streamlit dashboard (on 127.0.0.1 unless a sign-in mode is set)."""
+    from outbox_monitor.serve import check_exposure, run_dashboard
+
+    check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
+    with open_checked(settings):
+        pass
+    sys.exit(
+        run_dashboard(
+            settings,
+            address=address,
+            port=port,
+            with_scheduler=with_scheduler,
+            insecure_no_auth=insecure_no_auth,
+        )
+    )
+
+
+def _traffic_options(command: Callable) -> Callable:
+    """``--rate`` (events per second) and ``--workers`` of the simulated traffic."""
+    command = click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True)(
+        command
+    )
+    return click.option(
+        "--rate",
+        type=click.FloatRange(0.1, 10_000),
+        default=20.0,
+        show_default=True,
+        help="Events per second.",
+    )(command)
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
+@_traffic_options
+@click.option(
+    "--worker",
+    type=click.Choice(["simulator", "n8n"]),
+    default="simulator",
+    show_default=True,
+    help="Who works the outbox: simulated worker threads, or the real n8n running the "
+    "shipped workflows (install it first: n8n/install.sh; see n8n/README.md).",
+)
+@reports_errors
+def demo(port: int, rate: float, workers: int, worker: str) -> None:
+    """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
+    everything and removes the database."""
+    from outbox_monitor.demo.run import run_demo
+
+    sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
+
+
+@click.command()
+@_traffic_options
+@click.option("--duration", type=DURATION, help="Stop after this long (default: until Ctrl-C).")
+@click.option(
+    "--backfill",
+    type=DURATION_OR_ZERO,
+    default="1h",
+    show_default=True,
+    help="History to insert before live traffic (0 for none).",
+)
+@common_options
+def simulate(
+    settings: Settings,
+    as_json: bool,
+    rate: float,
+    workers: int,
+    duration: float | None,
+    backfill: float,
+) -> None:
+    """Publish realistic traffic and run simulated workers against any database."""
+    from outbox_monitor.demo.simulate import run_simulation
+
+    with open_checked(settings):
+        pass
+    counts = run_simulation(
+        settings, rate=rate, workers=workers, duration=duration, backfill=backfill
+    )
+    click.echo(json.dumps(to_jsonable(counts)))
+
+
+@click.command("healthcheck")
+@click.option(
+    "--pid",
+    type=click.IntRange(1),
+    help="The service's process (default: the container's outbox-monitor service).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 60),
+    default=5.0,
+    show_default=True,
+    help="Seconds for the HTTP probe.",
+)
+def healthcheck_command(pid: int | None, timeout: float) -> None:
+    """Container HEALTHCHECK: probe what the running role serves (dashboard: /_stcore/health,
+    scheduler: /healthz); other commands are healthy. Exit 0 healthy, 1 unhealthy."""
+    from outbox_monitor.cli import main  # the group whose command line the service ran
+    from outbox_monitor.healthcheck import check_health
+
+    code, message = check_health(main, pid=pid, timeout=timeout)
+    click.echo(message)
+    sys.exit(code)
