@@ -30,7 +30,8 @@ from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost, lease_ttl
 from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
-from outbox_monitor.alerts.rules import RULES_ENV, RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.slack import (
     TransportConfigError,
@@ -522,7 +523,7 @@ def load_alerting(
 
     Args:
         rules_path: ``--rules``; ``None``: ``$OUTBOX_MONITOR_RULES``, ``./alerts.yml``,
-            then the shipped alerts.yml (``rules.resolve_rules_path``).
+            then the shipped alerts.yml (``rules_file.resolve_rules_path``).
         settings: the validated settings (``slack_timeout`` for every transport);
             default ``load_settings()``.
 

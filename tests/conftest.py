@@ -16,7 +16,8 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.alerts.rules import RuleSet, load_rules
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster

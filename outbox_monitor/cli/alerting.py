@@ -43,7 +43,7 @@ RULES_HELP = (
 
 
 def _load(rules_path: str | None) -> "RuleSet":
-    from outbox_monitor.alerts.rules import load_rules, resolve_rules_path
+    from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
 
     return load_rules(resolve_rules_path(rules_path))
 

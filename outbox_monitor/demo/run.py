@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
-from outbox_monitor.alerts.rules import load_rules, resolve_rules_path
+from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database

@@ -18,14 +18,8 @@ from typing import Any
 import streamlit as st
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.alerts.rules import (
-    SEVERITIES,
-    Rule,
-    RulesError,
-    RuleSet,
-    load_rules,
-    resolve_rules_path,
-)
+from outbox_monitor.alerts.rules import SEVERITIES, Rule, RuleSet
+from outbox_monitor.alerts.rules_file import RulesError, load_rules, resolve_rules_path
 from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
@@ -73,7 +67,7 @@ def _load(path: str, content: bytes | None) -> LoadedRules:
 
 
 def load_ruleset(path: str | Path | None = None) -> LoadedRules:
-    """Load the rules file (``rules.resolve_rules_path``: ``OUTBOX_MONITOR_RULES``, else
+    """Load the rules file (``rules_file.resolve_rules_path``: ``OUTBOX_MONITOR_RULES``, else
     ``./alerts.yml``, else the shipped one), again whenever its content changes.
 
     Returns:

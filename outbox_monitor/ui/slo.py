@@ -1,7 +1,7 @@
 """The SLO thresholds the Overview tiles are coloured against, read from alerts.yml.
 
 Each tile takes its threshold from the matching SPEC §3 rule of the loaded rules file
-(``rules.resolve_rules_path()``: ``OUTBOX_MONITOR_RULES``, else ``alerts.yml`` in the
+(``rules_file.resolve_rules_path()``: ``OUTBOX_MONITOR_RULES``, else ``alerts.yml`` in the
 current directory, else the shipped one): ``notifications-late`` (oldest pending age),
 ``backlog`` (queue depth), ``payment-failed`` (failures), ``latency-slo`` (P95 latency),
 ``stuck-lock`` (stuck locks); a rule renamed in the file is found by its metric. When the
@@ -16,7 +16,8 @@ from pathlib import Path
 import streamlit as st
 
 from outbox_monitor.alerts.measure import compare
-from outbox_monitor.alerts.rules import RulesError, RuleSet, load_rules, resolve_rules_path
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules_file import RulesError, load_rules, resolve_rules_path
 from outbox_monitor.ui import format
 
 FAILED_TILE_WINDOW_SECONDS = 24 * 3600.0
@@ -108,7 +109,7 @@ def thresholds(path: str | Path | None = None) -> Thresholds:
     """The current thresholds, re-read whenever the rules file's content changes.
 
     Args:
-        path: a rules file; default ``rules.resolve_rules_path()``.
+        path: a rules file; default ``rules_file.resolve_rules_path()``.
     """
     resolved = resolve_rules_path(path)
     try:

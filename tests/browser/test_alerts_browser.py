@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.rules import SHIPPED_RULES_PATH, load_rules
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 
 pytestmark = pytest.mark.browser
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor.alerts.rules import RULES_ENV, load_rules
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.cli import main

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 from outbox_monitor import actions, metrics
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.rules import SHIPPED_RULES_PATH, load_rules
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
 from outbox_monitor.exporter import MetricsServer, SchedulerStatus
 from outbox_monitor.scheduler import reap_stuck_locks

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox_monitor.alerts.rules import (
+from outbox_monitor.alerts.rules_file import (
     MAX_LISTED_PROBLEMS,
     MAX_RULES_FILE_BYTES,
     RulesError,

@@ -23,7 +23,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from outbox_monitor import metrics
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
-from outbox_monitor.alerts.rules import RULES_ENV, load_rules
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor.alerts.rules import RULES_ENV, SHIPPED_RULES_PATH
+from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH
 from outbox_monitor.cli import main
 from outbox_monitor.demo.slack_sink import WEBHOOK_PATH, SlackSink
 from tests.alerting import rules_file

@@ -10,7 +10,8 @@ import pytest
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.rules import RuleSet, load_rules
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import (
     active_silences,

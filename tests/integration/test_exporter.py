@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_monitor import metrics
 from outbox_monitor.alerts.leader import Leadership
-from outbox_monitor.alerts.rules import SHIPPED_RULES_PATH, RuleSet, load_rules
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database

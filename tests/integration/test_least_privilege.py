@@ -16,7 +16,7 @@ import pytest
 from outbox_monitor import actions
 from outbox_monitor.access import local_identity
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.rules import load_rules
+from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence, expire_silence
 from outbox_monitor.alerts.slack import transports_for

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_monitor.alerts.rules import SEVERITIES, SHIPPED_RULES_PATH, load_rules
+from outbox_monitor.alerts.rules import SEVERITIES
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.config import DEFAULT_WINDOW_SECONDS, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label

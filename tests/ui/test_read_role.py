@@ -10,7 +10,7 @@ import pytest
 from rendered import plain
 
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.rules import RULES_ENV, load_rules
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from tests.least_privilege import Logins
 
 ACTOR = "ui-test"  # tests/ui/conftest.py's OUTBOX_MONITOR_ACTOR

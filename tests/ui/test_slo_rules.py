@@ -4,7 +4,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from outbox_monitor.alerts.rules import RULES_ENV, SHIPPED_RULES_PATH
+from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH
 from outbox_monitor.ui import slo
 
 RULES = """\

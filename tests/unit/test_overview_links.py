@@ -11,7 +11,7 @@ import pytest
 
 from outbox_monitor.alerts.links import dashboard_path
 from outbox_monitor.alerts.message import DEFAULT_DASHBOARD_URL, dashboard_link
-from outbox_monitor.alerts.rules import load_rules
+from outbox_monitor.alerts.rules_file import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 # each st.Page of dashboard.py: its url_path and whether it is the default page

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from outbox_monitor.alerts import rules as rules_module
-from outbox_monitor.alerts.rules import (
+from outbox_monitor.alerts.rules_file import (
+    RULES_ENV,
     SHIPPED_RULES_PATH,
     RulesError,
     load_rules,
@@ -536,11 +536,11 @@ def test_missing_file_is_a_rules_error(tmp_path):
 
 
 def test_rules_path_resolution(tmp_path, monkeypatch):
-    monkeypatch.delenv(rules_module.RULES_ENV, raising=False)
+    monkeypatch.delenv(RULES_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     assert resolve_rules_path() == SHIPPED_RULES_PATH  # no alerts.yml here
     rules_file(tmp_path, "version: 1\nrules: []\n")
     assert resolve_rules_path() == Path("alerts.yml")
-    monkeypatch.setenv(rules_module.RULES_ENV, "/etc/outbox/rules.yml")
+    monkeypatch.setenv(RULES_ENV, "/etc/outbox/rules.yml")
     assert resolve_rules_path() == Path("/etc/outbox/rules.yml")
     assert resolve_rules_path("mine.yml") == Path("mine.yml")
