@@ -1,5 +1,6 @@
 """init-db (tables, recommended indexes, migrations) and the start-up table check."""
 
+import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +44,7 @@ class RecommendedIndex:
     serves: str
 
     def name(self, table: str) -> str:
-        """The index name on ``table``: ``<table>_<purpose>_idx``, cut to 63 bytes."""
+        """The index name on ``table``: ``<table>_<purpose>_idx`` (``_index_name``)."""
         return _index_name(table, self.purpose)
 
 
@@ -93,7 +94,22 @@ class InitReport:
 
 
 def _index_name(table: str, purpose: str) -> str:
-    return f"{table}_{purpose}_idx"[:MAX_IDENTIFIER_LENGTH]
+    """``<table>_<purpose>_idx``; when that is longer than Postgres' 63 bytes, the table part
+    is cut and followed by 8 hex digits of its md5, so that two purposes never share a name
+    (a plain cut would give one name to ``claim``, ``clock_skew`` and ``created_at`` of a
+    61-character table, and init-db would take one index for another)."""
+    name = f"{table}_{purpose}_idx"
+    if len(name.encode()) <= MAX_IDENTIFIER_LENGTH:
+        return name
+    suffix = f"_{hashlib.md5(table.encode()).hexdigest()[:8]}_{purpose}_idx"
+    room = MAX_IDENTIFIER_LENGTH - len(suffix.encode())
+    return table.encode()[:room].decode(errors="ignore") + suffix
+
+
+def _retired_index_name(table: str, purpose: str) -> str:
+    """The name an earlier release gave an index: ``<table>_<purpose>_idx`` cut to 63 bytes,
+    as Postgres cuts a longer one."""
+    return f"{table}_{purpose}_idx".encode()[:MAX_IDENTIFIER_LENGTH].decode(errors="ignore")
 
 
 def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
@@ -210,7 +226,7 @@ def _drop_retired_indexes(db: Database, conn, report: InitReport) -> None:
     )
     try:
         for purpose, columns in RETIRED_INDEXES.items():
-            name = _index_name(table, purpose)
+            name = _retired_index_name(table, purpose)
             params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
             if not conn.execute(compose("retired_index_present"), params).fetchone()["present"]:
                 continue
@@ -257,7 +273,7 @@ def retired_indexes_present(db: Database) -> list[str]:
     schema, table = db.settings.table_parts
     found = []
     for purpose, columns in RETIRED_INDEXES.items():
-        name = _index_name(table, purpose)
+        name = _retired_index_name(table, purpose)
         params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
         if db.fetch_one("retired_index_present", params)["present"]:
             found.append(name)

@@ -51,6 +51,26 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
         schema.check_outbox_table(db)
 
 
+def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty_dsn):
+    table = "o" * 61
+    cut = table[:37]  # 63 bytes - len("_<8 hex>_clock_skew_idx") for the longest purpose
+    with Database(load_settings(dsn=empty_dsn, table=f"public.{table}")) as db:
+        created = schema.init_db(db).created_indexes
+        # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
+        assert len(set(created)) == 3 and all(len(name) <= 63 for name in created)
+        assert created[2].startswith(cut) and created[2].endswith("_clock_skew_idx")
+        assert schema.missing_recommended_indexes(db) == []
+        assert schema.init_db(db).created_indexes == []
+    with psycopg.connect(empty_dsn) as conn:
+        names = {
+            row[0]
+            for row in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table,)
+            )
+        }
+    assert set(created) <= names and len(names) == 3 + 4  # pkey, event_key, claim, aggregate
+
+
 def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
     with Database(load_settings(dsn=empty_dsn)) as db:
         assert schema.init_db(db, create_indexes=False).created_indexes == []
