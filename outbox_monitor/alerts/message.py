@@ -17,6 +17,16 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from slack_sdk.models.blocks import (
+    Block,
+    ButtonElement,
+    ContextBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
+
 from outbox_monitor import units
 from outbox_monitor.durations import format_duration
 
@@ -336,13 +346,12 @@ def _fallback_line(row: Mapping[str, Any], kind: str) -> str:
     return _plain(text, MAX_FALLBACK_LINE_CHARS)
 
 
-def _button(url: str, index: int) -> dict[str, Any]:
-    return {
-        "type": "button",
-        "text": {"type": "plain_text", "text": "Open dashboard", "emoji": True},
-        "url": url,
-        "action_id": f"open-dashboard-{index}",
-    }
+def _button(url: str, index: int) -> ButtonElement:
+    return ButtonElement(
+        text=PlainTextObject(text="Open dashboard", emoji=True),
+        url=url,
+        action_id=f"open-dashboard-{index}",
+    )
 
 
 def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
@@ -376,32 +385,30 @@ def _assemble(
     footer: str,
 ) -> SlackMessage:
     """Blocks and fallback text from prepared, escaped parts, within Slack's limits."""
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": True}}
-    ]
+    blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=header, emoji=True))]
     prefix = f"{mention} " if mention else ""
     for index, (text, url) in enumerate(sections):
         body = clip_mrkdwn(prefix + text if index == 0 else text, MAX_SECTION_CHARS)
-        block: dict[str, Any] = {"type": "section", "text": {"type": "mrkdwn", "text": body}}
-        if url:
-            block["accessory"] = _button(url, index)
-        blocks.append(block)
+        blocks.append(
+            SectionBlock(
+                text=MarkdownTextObject(text=body), accessory=_button(url, index) if url else None
+            )
+        )
     note = ""
     if left_out:
         note = f"…and {left_out} more instance(s) not shown here: open the dashboard."
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": note}]})
-    blocks.append(
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": clip_mrkdwn(footer, MAX_CONTEXT_CHARS)}],
-        }
-    )
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=note)]))
+    footer_text = clip_mrkdwn(footer, MAX_CONTEXT_CHARS)
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=footer_text)]))
     text = prefix + escape_mrkdwn(header) + "\n" + "\n".join(fallback_lines)
     if note:
         text += "\n" + note
     if sections and sections[0][1]:
         text += "\nDashboard: " + escape_mrkdwn(sections[0][1])
-    return SlackMessage(text=clip_mrkdwn(text, MAX_TEXT_CHARS), blocks=blocks[:MAX_BLOCKS])
+    return SlackMessage(
+        text=clip_mrkdwn(text, MAX_TEXT_CHARS),
+        blocks=[block.to_dict() for block in blocks[:MAX_BLOCKS]],
+    )
 
 
 def _footer(now: datetime | None, route: str | None) -> str:
