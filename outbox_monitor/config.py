@@ -155,7 +155,7 @@ _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 def interface_address(value: str) -> str:
     """``value`` stripped when it is an IP literal (``127.0.0.1``, ``0.0.0.0``, ``::``) or
     a host name of RFC 1123's form (``localhost``, ``monitor.internal``); whether it can
-    be bound is known only when the server starts (``exporter.MetricsServer.start``).
+    be bound is known only when the server starts (``metrics_server.MetricsServer.start``).
 
     Raises:
         ValueError: anything else (``1.2.3.999``, ``a_b``, ``http://x``), with an example.

@@ -43,7 +43,8 @@ from outbox_monitor.config import Settings, interface_address, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError, DatabaseUnavailable, OutboxMonitorError
-from outbox_monitor.exporter import MetricsServer, SchedulerStatus
+from outbox_monitor.exporter import SchedulerStatus
+from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.schema import check_outbox_table
 
@@ -578,7 +579,7 @@ def load_alerting(
 def start_metrics_server(
     db: Database, status: SchedulerStatus, ruleset: RuleSet | None, *, address: str, port: int
 ) -> MetricsServer | None:
-    """Start the scheduler's ``/metrics`` and ``/healthz`` (``exporter.MetricsServer``).
+    """Start the scheduler's ``/metrics`` and ``/healthz`` (``metrics_server.MetricsServer``).
 
     Args:
         db, status, ruleset: what the server reports on.
@@ -608,7 +609,7 @@ def run_scheduler(
     """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
 
     Checks the outbox table and loads the rules first, starts ``/metrics`` and ``/healthz``
-    (``exporter.MetricsServer``) unless the port is 0 (an address or port that cannot be
+    (``metrics_server.MetricsServer``) unless the port is 0 (an address or port that cannot be
     served stops the start), then blocks; a database outage later is retried with backoff
     (and alerted by the leader), never fatal.
 

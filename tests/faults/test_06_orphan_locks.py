@@ -21,7 +21,8 @@ from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
-from outbox_monitor.exporter import MetricsServer, SchedulerStatus
+from outbox_monitor.exporter import SchedulerStatus
+from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler import reap_stuck_locks
 from outbox_monitor.ui import format
 
