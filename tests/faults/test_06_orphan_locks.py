@@ -22,8 +22,8 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
 from outbox_monitor.exporter import SchedulerStatus
+from outbox_monitor.jobs import reap_stuck_locks
 from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.scheduler import reap_stuck_locks
 from outbox_monitor.ui import format
 
 ACTOR = Identity("ops", Role.operator, "cli")

@@ -14,7 +14,8 @@ from psycopg.conninfo import conninfo_to_dict
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import TableMissing
-from outbox_monitor.scheduler import SAMPLER_JOB_ID, build_scheduler, run_scheduler
+from outbox_monitor.jobs import SAMPLER_JOB_ID
+from outbox_monitor.scheduler import build_scheduler, run_scheduler
 from tests.alerting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,367 @@
+"""The scheduler's jobs: sampler, alert evaluator, notification sender, watchdog, and the
+optional reaper and pruner, each added to an APScheduler with its interval.
+
+Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
+the job runs again at its next interval; a background loop never dies on one error. Every
+job runs only in the process holding the evaluator lease (``alerts.leader``), so any number
+of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2, §4; issue 5),
+except the ``watchdog``, which runs in every process: it renews or takes over the lease
+and watches for a stalled evaluation (``alerts.stall``; issue 10 §2). ``scheduler`` builds
+and runs the process around them.
+"""
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.schedulers.base import BaseScheduler
+
+from outbox_monitor import actions
+from outbox_monitor.access import SCHEDULER, Identity
+from outbox_monitor.alerts.clock import Clock
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.leader import Leadership, LeadershipLost
+from outbox_monitor.alerts.outage import DatabaseHealth
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
+from outbox_monitor.alerts.stall import StallWatch
+from outbox_monitor.db import Database
+from outbox_monitor.db_errors import describe_target
+from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.exporter import SchedulerStatus
+from outbox_monitor.sampler import record_sample
+
+log = logging.getLogger(__name__)
+
+SAMPLER_JOB_ID = "sampler"
+EVALUATOR_JOB_ID = "evaluator"
+SENDER_JOB_ID = "sender"
+REAPER_JOB_ID = "reaper"
+PRUNER_JOB_ID = "pruner"
+WATCHDOG_JOB_ID = "watchdog"
+SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
+"""Seconds between sender passes (due notifications wait at most this long; a message that
+failed transiently is tried again at the next pass)."""
+PRUNE_INTERVAL_SECONDS = 86400.0
+"""The automatic prune runs once a day (first run at start)."""
+MIN_REAP_INTERVAL_SECONDS = 1.0
+
+
+def guarded(name: str, job: Callable[[], Any], *, target: str) -> Callable[[], None]:
+    """Wrap a job so that no exception escapes it; each one is logged with context.
+
+    Args:
+        name: the job's name for the log (``"sampler"``).
+        job: the callable to run.
+        target: what it works on, for the log (``public.integration_outbox at host/db``).
+
+    Returns:
+        A callable for APScheduler: ``DatabaseUnavailable`` is logged as a warning (the
+        next interval retries), other ``OutboxMonitorError`` as an error with its hint,
+        anything else with its traceback.
+    """
+
+    def run() -> None:
+        try:
+            job()
+        except DatabaseUnavailable as error:
+            message = str(error).splitlines()[0]
+            log.warning("%s on %s: %s; retrying at the next interval", name, target, message)
+        except OutboxMonitorError as error:
+            log.error("%s on %s failed: %s", name, target, error)
+        except Exception:
+            log.exception("%s on %s failed unexpectedly; it runs again next interval", name, target)
+
+    run.__name__ = f"guarded_{name}"
+    return run
+
+
+def add_interval_job(
+    scheduler: BaseScheduler, job_id: str, job: Callable[[], None], *, seconds: float, name: str
+) -> None:
+    """Schedule ``job`` every ``seconds``: first run now, one instance at a time, missed
+    runs coalesced (the settings every job of this process shares)."""
+    scheduler.add_job(
+        job,
+        "interval",
+        seconds=seconds,
+        id=job_id,
+        name=name,
+        max_instances=1,
+        coalesce=True,
+        next_run_time=datetime.now(UTC),
+        misfire_grace_time=max(1, int(seconds)),
+        replace_existing=True,
+    )
+
+
+def add_sampler_job(
+    scheduler: BaseScheduler,
+    db: Database,
+    *,
+    wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+) -> None:
+    """Add the sampler (``sampler.record_sample``) every ``settings.sample_interval`` s.
+
+    One instance at a time, missed runs coalesced, first run immediately. ``wrap``
+    (``build_scheduler`` passes its leader-only wrapper) goes inside ``guarded``.
+    """
+    target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
+
+    def sample() -> None:
+        record_sample(db)
+
+    add_interval_job(
+        scheduler,
+        SAMPLER_JOB_ID,
+        guarded(SAMPLER_JOB_ID, wrap(sample) if wrap else sample, target=target),
+        seconds=db.settings.sample_interval,
+        name="record headline sample",
+    )
+
+
+class JobRuntime:
+    """What the jobs of one scheduler share: the evaluator lease, the database health and
+    the status the exporter reads (``SchedulerStatus``)."""
+
+    def __init__(
+        self,
+        db: Database,
+        leadership: Leadership,
+        health: DatabaseHealth,
+        status: SchedulerStatus,
+    ) -> None:
+        self.db = db
+        self.leadership = leadership
+        self.health = health
+        self.status = status
+
+    def as_leader(self, job: Callable[[], Any]) -> Callable[[], None]:
+        """Run ``job`` only while this process is the leader (renewing or taking the lease
+        first), backing off while the database is unreachable (``DatabaseHealth``);
+        failures still reach ``guarded``. A lease taken over mid-job (``LeadershipLost``
+        from a fence) ends the job quietly: ``Leadership`` has logged it."""
+        return self._reporting(job, leader_only=True)
+
+    def in_every_process(self, job: Callable[[], Any]) -> Callable[[], None]:
+        """Like ``as_leader``, but ``job`` runs whether or not this process leads."""
+        return self._reporting(job, leader_only=False)
+
+    def _reporting(self, job: Callable[[], Any], *, leader_only: bool) -> Callable[[], None]:
+        def run() -> None:
+            self.health.tick()
+            if not self.health.due():
+                return
+            was_leader = self.leadership.held
+            try:
+                if not leader_only or self.leadership.try_acquire():
+                    job()
+            except LeadershipLost as error:
+                log.info("%s", error)
+            except DatabaseUnavailable as error:
+                self.status.database_failed(error)
+                self.health.failed(error, was_leader=was_leader or self.leadership.held)
+                raise
+            except Exception as error:
+                self.status.database_failed(error)
+                raise
+            self.status.database_ok()
+            self.health.succeeded()
+
+        return run
+
+
+def add_evaluator_job(
+    scheduler: BaseScheduler, runtime: JobRuntime, ruleset: RuleSet, *, clock: Clock, target: str
+) -> None:
+    """Add the rule evaluator (``Evaluator.run_once``) every ``ruleset.defaults.interval`` s,
+    on the leader only, fenced by its lease term; the first pass runs at once. A completed
+    pass is stamped in the lease (``Leadership.record_evaluation``) for the stall watch."""
+    evaluator = Evaluator(runtime.db, ruleset, clock=clock, fence=runtime.leadership.fence)
+
+    def evaluate() -> None:
+        report = evaluator.run_once()
+        runtime.leadership.record_evaluation()
+        runtime.status.evaluated(report.duration_seconds)
+        for rule, instance, transition in report.transitions:
+            log.info("alert %s%s: %s", rule, f" [{instance}]" if instance else "", transition)
+        log.debug(
+            "evaluated %d rule(s), %d instance(s) in %.3f s",
+            len(report.rule_seconds),
+            len(report.instances),
+            report.duration_seconds,
+        )
+
+    interval = ruleset.defaults.interval
+    add_interval_job(
+        scheduler,
+        EVALUATOR_JOB_ID,
+        guarded(EVALUATOR_JOB_ID, runtime.as_leader(evaluate), target=target),
+        seconds=interval,
+        name="evaluate alert rules",
+    )
+
+
+def add_sender_job(
+    scheduler: BaseScheduler,
+    runtime: JobRuntime,
+    ruleset: RuleSet,
+    *,
+    clock: Clock,
+    transports: Mapping[str, Any],
+    interval: float,
+    target: str,
+) -> None:
+    """Add the notification sender (``sender.deliver_due``) every ``interval`` s, on the
+    leader only, fenced by its lease term. It also drives the database-unreachable alert
+    (``DatabaseHealth.tick``)."""
+
+    def send() -> None:
+        counts = deliver_due(
+            runtime.db,
+            ruleset,
+            clock=clock,
+            transports=transports,
+            fence=runtime.leadership.fence,
+            retry_interval=interval,
+        )
+        runtime.status.delivered(counts)
+        if counts.get("messages") or counts.get("failed"):
+            log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+
+    add_interval_job(
+        scheduler,
+        SENDER_JOB_ID,
+        guarded(SENDER_JOB_ID, runtime.as_leader(send), target=target),
+        seconds=interval,
+        name="send due notifications",
+    )
+
+
+def add_watchdog_job(
+    scheduler: BaseScheduler,
+    runtime: JobRuntime,
+    watch: StallWatch | None,
+    *,
+    tick: float,
+    target: str,
+) -> None:
+    """Add the watchdog every ``tick`` s in every process: renew the lease (leader) or take
+    it over when expired or its holder is gone (followers), then ``watch.check()`` (the
+    stalled-alerting alert; ``None``: no rules, nothing to watch)."""
+
+    def watchdog() -> None:
+        try:
+            runtime.leadership.try_acquire()
+        except DatabaseUnavailable:
+            if watch is not None:
+                watch.lost_database()
+            raise
+        if watch is not None:
+            watch.check()
+
+    add_interval_job(
+        scheduler,
+        WATCHDOG_JOB_ID,
+        guarded(WATCHDOG_JOB_ID, runtime.in_every_process(watchdog), target=target),
+        seconds=tick,
+        name="renew the evaluator lease and watch for a stalled evaluation",
+    )
+
+
+def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> actions.ActionResult | None:
+    """The reaper job: reap every stuck lock now (SPEC §4 reap), audited as ``actor``.
+
+    Preview then apply, as an operator would (``actions.preview_reap`` + ``actions.apply``),
+    with the settings' lock timeout; nothing is applied (and no audit row written) when
+    no lock is stuck.
+
+    Returns:
+        The ``ActionResult``, or ``None`` when nothing was stuck.
+
+    Raises:
+        DatabaseUnavailable and the connector's errors (``guarded`` logs them).
+    """
+    preview = actions.preview_reap(db)
+    if not preview.matched:
+        return None
+    result = actions.apply(db, preview, actor=actor)
+    log.warning(
+        "reaper: reaped %d stuck lock(s) of %s (%d dead-lettered at max attempts), run %s",
+        result.changed,
+        db.table_name,
+        result.dead_lettered,
+        result.run_id,
+    )
+    return result
+
+
+def prune_retention(db: Database, *, actor: Identity = SCHEDULER) -> actions.ActionResult | None:
+    """The pruner job: delete ``done`` rows older than ``auto_prune_done`` and ``failed``
+    rows older than ``auto_prune_failed`` (SPEC §4 prune, in batches), audited as ``actor``.
+
+    Returns:
+        The ``ActionResult``, or ``None`` when neither age is set or nothing is old enough
+        (no audit row then).
+
+    Raises:
+        DatabaseUnavailable and the connector's errors (``guarded`` logs them).
+    """
+    settings = db.settings
+    if settings.auto_prune_done is None and settings.auto_prune_failed is None:
+        return None
+    preview = actions.preview_prune(
+        db,
+        done_older_than=settings.auto_prune_done,
+        failed_older_than=settings.auto_prune_failed,
+    )
+    if not preview.matched:
+        return None
+    result = actions.apply(db, preview, actor=actor)
+    log.info(
+        "pruner: deleted %d row(s) of %s in %d batch(es), run %s",
+        result.changed,
+        db.table_name,
+        result.batches,
+        result.run_id,
+    )
+    return result
+
+
+def add_maintenance_jobs(scheduler: BaseScheduler, runtime: JobRuntime, *, target: str) -> None:
+    """Add the optional reaper and pruner (off unless configured), leader only.
+
+    - ``reaper`` with ``OUTBOX_MONITOR_AUTO_REAP=true``: ``reap_stuck_locks`` every
+      ``lock_timeout / 3`` (at least 1 s), so a lock is reaped at most a third of the
+      lock timeout after it expired;
+    - ``pruner`` with ``OUTBOX_MONITOR_AUTO_PRUNE_DONE`` and/or ``…_FAILED``:
+      ``prune_retention`` daily.
+
+    Both start with a run at once, and write audit rows with actor ``scheduler``.
+    """
+    settings = runtime.db.settings
+    if settings.auto_reap:
+        add_interval_job(
+            scheduler,
+            REAPER_JOB_ID,
+            guarded(
+                REAPER_JOB_ID,
+                runtime.as_leader(lambda: reap_stuck_locks(runtime.db)),
+                target=target,
+            ),
+            seconds=max(MIN_REAP_INTERVAL_SECONDS, settings.lock_timeout / 3),
+            name="reap stuck locks",
+        )
+    if settings.auto_prune_done is not None or settings.auto_prune_failed is not None:
+        add_interval_job(
+            scheduler,
+            PRUNER_JOB_ID,
+            guarded(
+                PRUNER_JOB_ID,
+                runtime.as_leader(lambda: prune_retention(runtime.db)),
+                target=target,
+            ),
+            seconds=PRUNE_INTERVAL_SECONDS,
+            name="prune old done and failed rows",
+        )
