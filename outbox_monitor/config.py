@@ -20,7 +20,6 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from outbox_monitor.alerts.message import DEFAULT_DASHBOARD_URL
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.redaction import check_value_detector
@@ -42,6 +41,9 @@ DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
 DEFAULT_REFRESH_SECONDS = 10.0
 DEFAULT_CLAIM_BATCH = 50
+DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
+"""The dashboard the buttons of Slack messages link to when ``OUTBOX_MONITOR_DASHBOARD_URL``
+is unset."""
 DEFAULT_METRICS_PORT = 9108
 """Port of the scheduler's ``/metrics`` and ``/healthz`` (0 disables the server)."""
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"

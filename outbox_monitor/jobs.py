@@ -32,7 +32,9 @@ from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.sampler import record_sample
 
-log = logging.getLogger(__name__)
+# The jobs log as the scheduler process they run in, as they did before they had a module of
+# their own: log filters and alerts on these lines key on the logger name.
+log = logging.getLogger("outbox_monitor.scheduler")
 
 SAMPLER_JOB_ID = "sampler"
 EVALUATOR_JOB_ID = "evaluator"

@@ -28,10 +28,10 @@ from slack_sdk.models.blocks import (
 )
 
 from outbox_monitor import units
+from outbox_monitor.config import DEFAULT_DASHBOARD_URL
 from outbox_monitor.durations import format_duration
 
 DASHBOARD_URL_ENV = "OUTBOX_MONITOR_DASHBOARD_URL"
-DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
 
 MAX_BLOCKS = 50
 MAX_HEADER_CHARS = 150
