@@ -4,7 +4,7 @@ import logging
 import math
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any, Literal
 
 import psycopg
@@ -12,6 +12,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from outbox_monitor.borrowed_pool import borrowed, pool_conninfo
 from outbox_monitor.config import Settings
 from outbox_monitor.db_errors import (
     ACTIONS_DSN_SETTING,
@@ -45,9 +46,17 @@ class MonitorConnection(psycopg.Connection):
 
 class _RecordingCursor(psycopg.Cursor):
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> "_RecordingCursor":
-        if isinstance(self.connection, MonitorConnection):
-            self.connection.last_statement = query
+        # On a MonitorConnection, or a caller's connection while we use it (borrowed_pool
+        # gives back its own last_statement, or none, when we return it).
+        with suppress(AttributeError):
+            self.connection.last_statement = query  # type: ignore[attr-defined]
         return super().execute(query, params, **kwargs)
+
+
+def _timeout_ms(seconds: float) -> int:
+    """Whole milliseconds, rounded up (after a µs rounding, so 1.1 s stays 1100 ms):
+    Postgres reads 0 as "no timeout", so 0.4 ms must become 1 ms, never 0."""
+    return max(1, math.ceil(round(seconds * 1000, 3)))
 
 
 def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
@@ -65,11 +74,23 @@ def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
         "prepare_threshold": None,
     }
     if statement_timeout is not None:
-        # Whole milliseconds, rounded up (after a µs rounding, so 1.1 s stays 1100 ms):
-        # Postgres reads 0 as "no timeout", so 0.4 ms must become 1 ms, never 0.
-        ms = max(1, math.ceil(round(statement_timeout * 1000, 3)))
-        kwargs["options"] = f"-c statement_timeout={ms}"
+        kwargs["options"] = f"-c statement_timeout={_timeout_ms(statement_timeout)}"
     return kwargs
+
+
+def _own_pool(settings: Settings, max_size: int) -> ConnectionPool[MonitorConnection]:
+    """The pool a ``Database`` opens (on first use) and closes itself."""
+    return ConnectionPool(
+        settings.dsn or "",
+        connection_class=MonitorConnection,
+        kwargs=_connection_kwargs(settings.statement_timeout),
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        check=ConnectionPool.check_connection,
+        name=APPLICATION_NAME,
+        reconnect_timeout=0,
+    )
 
 
 class Database:
@@ -85,6 +106,18 @@ class Database:
     that DSN. Left out, it is ``"actions"`` for settings whose ``dsn`` is their
     ``actions_dsn`` (as ``ui.state.actions_database`` makes them), else ``"read"``.
     ``dsn_setting`` is the setting named in hints (a missing privilege, a wrong DSN).
+
+    ``pool``: a ``psycopg_pool.ConnectionPool`` of the caller's, opened and closed by the
+    caller (``close()`` leaves it open; ``max_size`` is then unused). Each connection
+    taken from it has, while the monitor uses it, the session above (autocommit, dict
+    rows, the statement timeout in ms, UTF8, no server-side prepared statements, the
+    recording cursor), and its own settings back afterwards (``borrowed_pool``). Its
+    ``application_name`` and type adapters stay the caller's. ``settings.dsn`` (or the
+    actions DSN) should point where the pool does: it is only used to diagnose a
+    connection failure and for ``direct_connection``; when it is ``None`` it is the
+    pool's ``conninfo`` with the libpq parameters of its ``kwargs`` (``pool_conninfo``).
+    A pool timing out is diagnosed with that DSN, but never skipped: the next use waits
+    for the pool again, whose reconnection is the caller's.
     """
 
     def __init__(
@@ -94,12 +127,15 @@ class Database:
         purpose: Purpose | None = None,
         dsn_setting: str | None = None,
         max_size: int = POOL_MAX_SIZE,
+        pool: ConnectionPool[Any] | None = None,
     ) -> None:
         if purpose is None:
             same = settings.actions_dsn is not None and settings.actions_dsn == settings.dsn
             purpose = "actions" if same else "read"
         if purpose == "actions" and settings.dsn != settings.actions_target:
             settings = settings.model_copy(update={"dsn": settings.actions_target})
+        if pool is not None and settings.dsn is None:
+            settings = settings.model_copy(update={"dsn": pool_conninfo(pool)})
         self.settings = settings
         self.purpose: Purpose = purpose
         self.dsn_setting = dsn_setting or (
@@ -110,17 +146,8 @@ class Database:
         self.table = sql.Identifier(*settings.table_parts)
         self.ledger = sql.Identifier(*settings.ledger_parts)
         self.table_name = ".".join(settings.table_parts)
-        self._pool = ConnectionPool(
-            settings.dsn or "",
-            connection_class=MonitorConnection,
-            kwargs=_connection_kwargs(settings.statement_timeout),
-            min_size=1,
-            max_size=max_size,
-            open=False,
-            check=ConnectionPool.check_connection,
-            name=APPLICATION_NAME,
-            reconnect_timeout=0,
-        )
+        self._owns_pool = pool is None
+        self._pool = pool if pool is not None else _own_pool(settings, max_size)
         self._opened = False
         self._failing = False
         self._pinned = threading.local()
@@ -133,9 +160,21 @@ class Database:
             acting=self.purpose == "actions",
         )
 
+    def _adopted(self, conn: psycopg.Connection) -> AbstractContextManager[Any]:
+        """Our session on a connection of the caller's pool for the block (ours: as is)."""
+        if self._owns_pool:
+            return nullcontext()
+        return borrowed(
+            conn,
+            statement_timeout_ms=_timeout_ms(self.settings.statement_timeout),
+            cursor_factory=_RecordingCursor,
+            errors=self._mapped_errors,
+        )
+
     def close(self) -> None:
-        """Close the pool and its connections; the object may not be used afterwards."""
-        if self._opened:
+        """Close the pool and its connections; the object may not be used afterwards.
+        A caller's pool (``pool=``) is left open, its connections returned."""
+        if self._owns_pool and self._opened:
             self._pool.close()
             self._opened = False
 
@@ -153,22 +192,25 @@ class Database:
         Raises:
             DatabaseUnavailable: no connection within the connect timeout; the message
                 carries libpq's reason (wrong host, password, database) without secrets.
+            psycopg_pool.PoolClosed: a caller's pool is not open (it is never opened
+                here).
         """
         pinned = getattr(self._pinned, "conn", None)
         if pinned is not None:
             with self._mapped_errors(pinned):
                 yield pinned
             return
-        if not self._opened or self._failing:
+        if self._owns_pool and (not self._opened or self._failing):
             # First use, or the last attempt failed: a direct connect says at once (and
             # why) whether the server is back, instead of waiting out the pool timeout.
             self._check_reachable()
-        if not self._opened:
+        if self._owns_pool and not self._opened:
             self._pool.open(wait=False)
             self._opened = True
         try:
             with (
                 self._pool.connection(timeout=CONNECT_TIMEOUT_SECONDS + 1) as conn,
+                self._adopted(conn),
                 self._mapped_errors(conn),
             ):
                 yield conn
@@ -246,7 +288,10 @@ class Database:
             return error
         return DatabaseUnavailable(
             f"timed out waiting for a pooled connection to {describe_target(self.settings.dsn)}",
-            hint="The database is slow or at max_connections; the monitor retries.",
+            hint="The database is slow or at max_connections; the monitor retries."
+            if self._owns_pool
+            else "The pool given to the monitor had no free connection (all in use, or "
+            "reconnecting); the monitor retries.",
         )
 
     def compose(self, name: str, **fragments: sql.Composable) -> sql.Composed:

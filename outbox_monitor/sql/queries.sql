@@ -1127,6 +1127,22 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = %(name)s AND c.relkind::text = ANY(%(kinds)s::text[])
 ORDER BY n.nspname;
 
+-- name: borrow_session
+-- A connection of a caller's pool: its statement_timeout and client_encoding (read first), then ours (%(timeout)s, UTF8) for the session.
+WITH saved AS MATERIALIZED (
+    SELECT current_setting('statement_timeout') AS timeout,
+           current_setting('client_encoding') AS encoding
+)
+SELECT timeout, encoding,
+       set_config('statement_timeout', %(timeout)s, false) AS our_timeout,
+       set_config('client_encoding', 'UTF8', false) AS our_encoding
+FROM saved;
+
+-- name: return_session
+-- A connection given back to a caller's pool: its own statement_timeout and client_encoding again.
+SELECT set_config('statement_timeout', %(timeout)s, false) AS timeout,
+       set_config('client_encoding', %(encoding)s, false) AS encoding;
+
 -- name: outbox_select_probe
 -- Read nothing from the outbox table: fails with the privilege (SELECT, schema USAGE) the role lacks.
 SELECT FROM {table} LIMIT 0;
