@@ -222,6 +222,11 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
             "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
             "outbox_monitor.error_groups_state; "
+            "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
+            "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
+            "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
+            "outbox_monitor.claim_grants, outbox_monitor.claim_consume, "
+            "outbox_monitor.record_outcome; "
             "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
@@ -239,6 +244,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "005_test_notification_function",
             "006_error_groups_cache",
             "007_error_groups_owner_tables_only",
+            "008_flow_control",
         ]
 
     privileges = (

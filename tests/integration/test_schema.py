@@ -35,6 +35,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "005_test_notification_function",
             "006_error_groups_cache",
             "007_error_groups_owner_tables_only",
+            "008_flow_control",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",
@@ -117,7 +118,7 @@ def test_two_init_db_at_once_are_safe(empty_dsn):
     assert errors == []
     with psycopg.connect(empty_dsn) as conn:
         applied = conn.execute("SELECT version FROM outbox_monitor.schema_migrations").fetchall()
-    assert sorted(applied) == [(1,), (2,), (3,), (4,), (5,), (6,), (7,)]  # each migration once
+    assert sorted(applied) == [(v,) for v in range(1, 9)]  # each migration once
 
 
 def test_missing_table_says_how_to_fix(empty_dsn):

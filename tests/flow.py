@@ -1,0 +1,61 @@
+"""Flow-control rows for the claim tests (SPEC §5): a control written as the operator's API
+writes it, and the breaker's state and transitions read back."""
+
+from typing import Any
+
+import psycopg
+
+TABLE = "integration_outbox"
+
+
+def control(
+    conn: psycopg.Connection,
+    event_type_filter: str,
+    *,
+    paused_until_in: float | None = None,
+    **columns: Any,
+) -> None:
+    """Insert a 'ui' control of ``integration_outbox`` and its state row (a full bucket).
+
+    ``paused_until_in``: seconds from now for ``paused_until`` (negative: already past).
+    """
+    values = {
+        "outbox": TABLE,
+        "event_type_filter": event_type_filter,
+        "layer": "ui",
+        "updated_by": "test",
+        **columns,
+    }
+    names = ", ".join(values)
+    marks = ", ".join(f"%({name})s" for name in values)
+    until = (
+        "" if paused_until_in is None else ", paused_until = now() + make_interval(secs => %(s)s)"
+    )
+    conn.execute(f"INSERT INTO outbox_monitor.controls ({names}) VALUES ({marks})", values)
+    if until:
+        conn.execute(
+            f"UPDATE outbox_monitor.controls SET updated_at = now() {until}"
+            " WHERE event_type_filter = %(f)s",
+            {"s": paused_until_in, "f": event_type_filter},
+        )
+    conn.execute(
+        "INSERT INTO outbox_monitor.control_state (outbox, event_type_filter, tokens)"
+        " VALUES (%(t)s, %(f)s, %(b)s)",
+        {"t": TABLE, "f": event_type_filter, "b": columns.get("burst")},
+    )
+
+
+def breaker_state(conn: psycopg.Connection, event_type_filter: str) -> str:
+    """The breaker state ('closed', 'open', 'half_open') of one control."""
+    return conn.execute(
+        "SELECT breaker_state FROM outbox_monitor.control_state WHERE event_type_filter = %s",
+        (event_type_filter,),
+    ).fetchone()["breaker_state"]
+
+
+def transitions(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Every breaker transition, oldest first."""
+    return conn.execute(
+        "SELECT event_type_filter, transition, outcomes, failures"
+        " FROM outbox_monitor.breaker_transitions ORDER BY id"
+    ).fetchall()

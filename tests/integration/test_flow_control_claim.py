@@ -1,0 +1,329 @@
+"""SPEC §5 in the shared claim: each control's effect on ``outbox_monitor.claim``, with
+expectations computed by hand from the rows each test inserts.
+
+Controls are written here as the rows the operator's API writes (``tests/flow.py``), so these
+tests pin the SQL functions alone: pause, concurrency limit, token bucket, circuit breaker.
+"""
+
+import threading
+import time
+
+import psycopg
+from psycopg.rows import dict_row
+
+from outbox_monitor import outbox
+from tests.flow import breaker_state, control, transitions
+
+TABLE = "public.integration_outbox"
+
+
+def claimed_types(rows: list[dict]) -> list[str]:
+    return sorted(row["event_type"] for row in rows)
+
+
+def test_a_pause_holds_exactly_the_matching_due_rows(conn, rows):
+    for i in range(3):
+        rows.add(event_type="crm.contact", created_ago=100 + i)
+    rows.add(event_type="crm_contact", created_ago=90)  # _ is literal: not matched by crm.%
+    rows.add(event_type="order.paid", created_ago=80)
+    rows.add(event_type="order.paid", created_ago=70)
+    control(conn, "crm.%", paused=True, pause_reason="CRM down")
+
+    got = outbox.claim(conn, "w1", limit=50)
+
+    assert claimed_types(got) == ["crm_contact", "order.paid", "order.paid"]
+    held = conn.execute(
+        "SELECT status, attempts, count(*) AS n FROM integration_outbox"
+        " WHERE event_type = 'crm.contact' GROUP BY 1, 2"
+    ).fetchall()
+    assert held == [{"status": "pending", "attempts": 0, "n": 3}]
+
+
+def test_a_pause_past_its_until_holds_nothing(conn, rows):
+    rows.add(event_type="crm.contact")
+    control(conn, "crm.contact", paused=True, paused_until_in=-1)
+    assert claimed_types(outbox.claim(conn, "w1")) == ["crm.contact"]
+
+
+def test_a_pause_until_later_holds_until_then(conn, rows):
+    rows.add(event_type="crm.contact")
+    control(conn, "crm.contact", paused=True, paused_until_in=1.5)
+    assert outbox.claim(conn, "w1") == []
+    time.sleep(1.6)
+    assert claimed_types(outbox.claim(conn, "w1")) == ["crm.contact"]
+
+
+def test_with_no_control_the_claim_takes_the_oldest_rows_first(conn, rows):
+    ids = [rows.add(created_ago=100 - i) for i in range(5)]
+    got = outbox.claim(conn, "w1", limit=3)
+    assert sorted(row["id"] for row in got) == ids[:3]
+
+
+def test_a_limited_claim_hands_out_the_oldest_matching_rows_first(conn, rows):
+    crm = [rows.add(event_type="crm.contact", created_ago=100 - i) for i in range(4)]
+    other = rows.add(event_type="order.paid", created_ago=50)
+    control(conn, "crm.%", concurrency_limit=2)
+    got = outbox.claim(conn, "w1", limit=50)
+    assert sorted(row["id"] for row in got) == sorted([crm[0], crm[1], other])
+
+
+def test_a_concurrency_limit_counts_processing_rows_stuck_ones_included(conn, rows):
+    rows.add(event_type="crm.contact", status="processing", locked_ago=3600)  # stuck
+    for _ in range(4):
+        rows.add(event_type="crm.contact")
+    control(conn, "crm.contact", concurrency_limit=3)
+    assert len(outbox.claim(conn, "w1")) == 2  # 3 - 1 processing
+    assert outbox.claim(conn, "w2") == []
+
+
+def test_a_limit_of_3_never_sees_a_4th_processing_row_under_4_racing_workers(dsn, conn, rows):
+    for i in range(40):
+        rows.add(event_type="crm.contact", created_ago=1000 - i)
+    control(conn, "crm.contact", concurrency_limit=3)
+    peak = {"processing": 0}
+    stop = threading.Event()
+
+    def watch() -> None:
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            while not stop.is_set():
+                (n,) = watcher.execute(
+                    "SELECT count(*) FROM integration_outbox WHERE status = 'processing'"
+                ).fetchone()
+                peak["processing"] = max(peak["processing"], n)
+
+    def work(name: str) -> None:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                batch = outbox.claim(worker, name, limit=5)
+                for row in batch:
+                    time.sleep(0.005)
+                    outbox.ack(worker, row["id"], name)
+                left = worker.execute(
+                    "SELECT count(*) AS n FROM integration_outbox WHERE status <> 'done'"
+                ).fetchone()["n"]
+                if not left:
+                    return
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    workers = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    stop.set()
+    watcher.join()
+    done = conn.execute(
+        "SELECT count(*) AS n FROM integration_outbox WHERE status = 'done'"
+    ).fetchone()["n"]
+    assert done == 40
+    assert 1 <= peak["processing"] <= 3
+
+
+def test_a_rate_of_5_per_s_with_burst_3_never_exceeds_b_plus_r_t_with_4_racing_workers(
+    dsn, conn, rows
+):
+    for i in range(200):
+        rows.add(event_type="crm.contact", created_ago=1000 - i)
+    control(conn, "crm.%", rate_per_second=5, burst=3)
+    handed: list[float] = []
+    lock = threading.Lock()
+    t_end = time.monotonic() + 10
+
+    def work(name: str) -> None:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
+            while time.monotonic() < t_end:
+                batch = outbox.claim(worker, name, limit=10)
+                stamp = worker.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+                with lock:
+                    handed.extend([stamp.timestamp()] * len(batch))
+                for row in batch:
+                    outbox.ack(worker, row["id"], name)
+                time.sleep(0.01)
+
+    workers = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    # The bucket grants at clock_timestamp() inside the claim, before the stamp taken after
+    # it; allow the stamp's lag (the claim's own duration) on both ends of an interval.
+    handed.sort()
+    lag = 0.05
+    worst = 0.0
+    for i, start in enumerate(handed):
+        for j in range(i, len(handed)):
+            span = handed[j] - start
+            excess = (j - i + 1) - (3 + 5 * (span + lag))
+            worst = max(worst, excess)
+    assert worst <= 0, f"handed out {worst:.2f} rows over B + R·T"
+    # ≈ B + R·10 s = 53 were handed out over 10 s: the limit throttled, it did not stall
+    assert 40 <= len(handed) <= 3 + 5 * 10.5
+
+
+def test_a_row_matching_two_controls_needs_headroom_in_both(conn, rows):
+    for i in range(5):
+        rows.add(event_type="crm.contact", created_ago=100 - i)
+    control(conn, "crm.%", concurrency_limit=4)
+    control(conn, "crm.contact", rate_per_second=0.001, burst=2)
+    assert len(outbox.claim(conn, "w1")) == 2
+    assert outbox.claim(conn, "w1") == []  # the bucket is empty, the limit had 2 left
+
+
+def test_a_state_row_held_by_another_claim_grants_zero_at_once(dsn, conn, rows):
+    rows.add(event_type="crm.contact")
+    rows.add(event_type="order.paid")
+    control(conn, "crm.contact", concurrency_limit=5)
+    with psycopg.connect(dsn) as holder:  # a claim in flight holds the state row
+        holder.execute(
+            "SELECT 1 FROM outbox_monitor.control_state WHERE event_type_filter = 'crm.contact'"
+            " FOR UPDATE"
+        )
+        started = time.monotonic()
+        got = outbox.claim(conn, "w1")
+        assert time.monotonic() - started < 1
+        assert claimed_types(got) == ["order.paid"]
+        holder.rollback()
+    assert claimed_types(outbox.claim(conn, "w1")) == ["crm.contact"]
+
+
+# ------------------------------------------------------------------ the circuit breaker
+
+
+def fail_n(conn, rows, n: int, *, permanent: bool = False, event_type: str = "crm.contact"):
+    for _ in range(n):
+        rows.add(event_type=event_type)
+    for row in outbox.claim(conn, "w1", limit=n):
+        outbox.fail(conn, row["id"], "w1", "503 upstream", permanent=permanent)
+
+
+def ack_n(conn, rows, n: int, event_type: str = "crm.contact") -> None:
+    for _ in range(n):
+        rows.add(event_type=event_type)
+    for row in outbox.claim(conn, "w1", limit=n):
+        assert outbox.ack(conn, row["id"], "w1")
+
+
+BREAKER = {
+    "breaker": True,
+    "breaker_min_attempts": 4,
+    "breaker_ratio": 0.75,
+    "breaker_cooldown_seconds": 1,
+}
+
+
+def test_the_breaker_opens_after_the_configured_failures_and_not_before(conn, rows):
+    control(conn, "crm.%", **BREAKER)
+    ack_n(conn, rows, 1)
+    fail_n(conn, rows, 2)
+    assert breaker_state(conn, "crm.%") == "closed"  # 3 outcomes < min_attempts 4
+    fail_n(conn, rows, 1)  # 4 outcomes, 3 failures: 0.75 >= 0.75
+    assert breaker_state(conn, "crm.%") == "open"
+    assert [t["transition"] for t in transitions(conn)] == ["opened"]
+    assert (transitions(conn)[0]["outcomes"], transitions(conn)[0]["failures"]) == (4, 3)
+    rows.add(event_type="crm.contact", created_ago=0)
+    rows.add(event_type="order.paid", created_ago=0)
+    assert claimed_types(outbox.claim(conn, "w1")) == ["order.paid"]  # open = paused
+
+
+def test_permanent_dead_letters_never_open_the_breaker(conn, rows):
+    control(conn, "crm.%", **BREAKER)
+    fail_n(conn, rows, 10, permanent=True)
+    assert breaker_state(conn, "crm.%") == "closed"
+    assert transitions(conn) == []
+
+
+def test_the_breaker_probes_once_after_the_cooldown_and_closes_on_the_probes_ack(conn, rows):
+    control(conn, "crm.%", **BREAKER)
+    fail_n(conn, rows, 4)
+    for _ in range(3):
+        rows.add(event_type="crm.contact", created_ago=0)
+    assert outbox.claim(conn, "w1") == []
+    time.sleep(1.1)
+    probe = outbox.claim(conn, "w1")
+    assert len(probe) == 1  # exactly one row: the probe
+    assert breaker_state(conn, "crm.%") == "half_open"
+    assert outbox.claim(conn, "w2") == []  # the probe is out
+    assert outbox.ack(conn, probe[0]["id"], "w1")
+    assert breaker_state(conn, "crm.%") == "closed"
+    assert [t["transition"] for t in transitions(conn)] == ["opened", "closed"]
+    assert len(outbox.claim(conn, "w1")) == 2  # the remaining rows flow again
+
+
+def test_a_failed_probe_reopens_with_a_doubled_cooldown(conn, rows):
+    control(conn, "crm.%", **BREAKER)
+    fail_n(conn, rows, 4)
+    rows.add(event_type="crm.contact", created_ago=0)
+    time.sleep(1.1)
+    (probe,) = outbox.claim(conn, "w1")
+    outbox.fail(conn, probe["id"], "w1", "503 again")
+    state = conn.execute(
+        "SELECT breaker_state, cooldown_seconds FROM outbox_monitor.control_state"
+    ).fetchone()
+    assert state == {"breaker_state": "open", "cooldown_seconds": 2}
+    conn.execute("UPDATE integration_outbox SET available_at = now() WHERE status = 'pending'")
+    time.sleep(1.1)
+    assert outbox.claim(conn, "w1") == []  # 1.1 s < the doubled 2 s
+    time.sleep(1.0)
+    assert len(outbox.claim(conn, "w1")) == 1
+    # one episode: still one "opened", no "closed" yet
+    assert [t["transition"] for t in transitions(conn)] == ["opened"]
+
+
+def test_a_probes_permanent_failure_hands_out_a_new_probe_with_the_same_cooldown(conn, rows):
+    control(conn, "crm.%", **BREAKER)
+    fail_n(conn, rows, 4)
+    rows.add(event_type="crm.contact", created_ago=0)
+    rows.add(event_type="crm.contact", created_ago=0)
+    time.sleep(1.1)
+    (probe,) = outbox.claim(conn, "w1")
+    outbox.fail(conn, probe["id"], "w1", "400 invalid", permanent=True)
+    assert breaker_state(conn, "crm.%") == "half_open"
+    assert len(outbox.claim(conn, "w1")) == 1  # the new probe, at once
+    cooldown = conn.execute("SELECT cooldown_seconds FROM outbox_monitor.control_state")
+    assert cooldown.fetchone()["cooldown_seconds"] == 1
+
+
+def test_an_unresolved_probe_reopens_the_breaker_after_the_probe_timeout(conn, rows):
+    control(conn, "crm.%", **BREAKER, probe_timeout_seconds=0.5)
+    fail_n(conn, rows, 4)
+    rows.add(event_type="crm.contact", created_ago=0)
+    time.sleep(1.1)
+    assert len(outbox.claim(conn, "w1")) == 1  # the probe, never resolved
+    time.sleep(0.6)
+    assert outbox.claim(conn, "w1") == []
+    assert breaker_state(conn, "crm.%") == "open"
+
+
+def test_nobody_can_open_a_breaker_with_outcomes_of_rows_it_did_not_change(conn, rows):
+    control(conn, "crm.%", **BREAKER)
+    row_id = rows.add(event_type="crm.contact")
+    for _ in range(10):
+        conn.execute(
+            "SELECT outbox_monitor.record_outcome('integration_outbox', %s, 'crm.contact',"
+            " 'transient')",
+            (row_id,),
+        )
+    assert breaker_state(conn, "crm.%") == "closed"
+    assert (
+        conn.execute("SELECT count(*) AS n FROM outbox_monitor.control_outcomes").fetchone()["n"]
+        == 0
+    )
+
+
+def test_nobody_can_drain_a_bucket_with_rows_it_did_not_claim(conn, rows):
+    ids = [rows.add(event_type="crm.contact") for _ in range(3)]
+    control(conn, "crm.%", rate_per_second=0.001, burst=3)
+    conn.execute("SELECT outbox_monitor.claim_consume('integration_outbox', %s)", (ids,))
+    assert len(outbox.claim(conn, "w1")) == 3
+
+
+def test_ack_and_fail_without_breakers_log_no_outcome(conn, rows):
+    control(conn, "crm.%", concurrency_limit=5)
+    ack_n(conn, rows, 2)
+    fail_n(conn, rows, 2)
+    assert (
+        conn.execute("SELECT count(*) AS n FROM outbox_monitor.control_outcomes").fetchone()["n"]
+        == 0
+    )
