@@ -7,9 +7,9 @@ the dead letters' errors carrying a stack trace of ≈ 1,000 characters), then t
 
 - **before**: the ``error_groups`` block of the release before the cache (every failed row
   normalised at every refresh), median of ``--before-repeat`` calls;
-- **cold**: the first ``metrics.error_groups`` call, which fills the cache (several bounded
+- **cold**: the first ``error_grouping.error_groups`` call, which fills the cache (several bounded
   calls of ``outbox_monitor.refresh_error_groups``: their number is shown);
-- **warm**: ``metrics.error_groups`` with nothing changed, median of ``--repeat`` calls after
+- **warm**: ``error_grouping.error_groups`` with nothing changed, median of ``--repeat`` calls after
   one warm-up; the same with the event-type filter ``notification.%``;
 - **+N new**: ``--new`` dead letters added (half with a stack trace), then one refresh; median
   of ``--repeat`` rounds;
@@ -47,7 +47,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping
 from outbox_monitor.config import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.filters import Where
@@ -93,10 +93,10 @@ def median_of(run: Callable[[], object], repeat: int, *, warm_up: bool) -> float
 
 
 def refresh(db: RecordingDatabase) -> tuple[int, float]:
-    """Run ``error_groups_refresh`` until done, as ``metrics.refresh_error_groups`` does;
+    """Run ``error_groups_refresh`` until done, as ``error_grouping.refresh_error_groups`` does;
     returns the number of calls and the slowest call's ms (each call is one statement under
     the statement timeout)."""
-    params = {"table_regclass": db.table_name, "batch": metrics.ERROR_GROUPS_BATCH}
+    params = {"table_regclass": db.table_name, "batch": error_grouping.ERROR_GROUPS_BATCH}
     calls, slowest, done = 0, 0.0, False
     while not done:
         start = time.perf_counter()
@@ -120,7 +120,7 @@ def same_groups(db: RecordingDatabase) -> bool:
     def key(group: dict[str, Any]) -> tuple:
         return tuple(group[k] for k in sorted(group))
 
-    return sorted(map(key, metrics.error_groups(db))) == sorted(map(key, before(db)))
+    return sorted(map(key, error_grouping.error_groups(db))) == sorted(map(key, before(db)))
 
 
 def measure(db: RecordingDatabase, args: argparse.Namespace, dead_letters: int) -> Level:
@@ -140,13 +140,13 @@ def measure(db: RecordingDatabase, args: argparse.Namespace, dead_letters: int) 
     log("after: cold (the first refresh fills the cache)")
     start = time.perf_counter()
     level.cold_calls, level.cold_slowest = refresh(db)
-    level.groups = len(metrics.error_groups(db))
+    level.groups = len(error_grouping.error_groups(db))
     level.cold = (time.perf_counter() - start) * 1000
 
     log("after: warm")
-    level.warm = median_of(lambda: metrics.error_groups(db), args.repeat, warm_up=True)
+    level.warm = median_of(lambda: error_grouping.error_groups(db), args.repeat, warm_up=True)
     level.warm_filtered = median_of(
-        lambda: metrics.error_groups(db, event_type=FILTER), args.repeat, warm_up=True
+        lambda: error_grouping.error_groups(db, event_type=FILTER), args.repeat, warm_up=True
     )
 
     log(f"after: {args.new} new dead letters per refresh")
@@ -158,7 +158,7 @@ def measure(db: RecordingDatabase, args: argparse.Namespace, dead_letters: int) 
                 {"rows": args.new, "tag": f"{dead_letters}-{round_}", "stack_trace": STACK_TRACE},
             )
         start = time.perf_counter()
-        metrics.error_groups(db)
+        error_grouping.error_groups(db)
         samples.append((time.perf_counter() - start) * 1000)
     level.new = statistics.median(samples)
 
@@ -173,7 +173,7 @@ def measure(db: RecordingDatabase, args: argparse.Namespace, dead_letters: int) 
         made, slowest_ms = refresh(db)
         calls.append(made)
         slowest.append(slowest_ms)
-        metrics.error_groups(db)
+        error_grouping.error_groups(db)
         samples.append((time.perf_counter() - start) * 1000)
     level.recount = statistics.median(samples)
     level.recount_calls = max(calls)

@@ -54,7 +54,10 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 )
 from psycopg import sql
 
-from outbox_monitor import actions, estimates, metrics
+from outbox_monitor import estimates, metrics
+from outbox_monitor.actions.preview import Preview
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.schema import init_db
@@ -107,7 +110,7 @@ class Level:
     breakdown: list[tuple[str, float, int]] = field(default_factory=list)
 
 
-def preview_number(preview: actions.Preview) -> tuple[float, bool]:
+def preview_number(preview: Preview) -> tuple[float, bool]:
     return preview.matched, preview.exact
 
 
@@ -121,17 +124,17 @@ def build_figures(cap: int) -> list[Figure]:
     """The dashboard's figures over done and failed rows, before and after."""
     since = datetime.now(UTC) - timedelta(days=1)
 
-    def replay(selection: actions.ReplaySelection) -> tuple[Callable, Callable]:
+    def replay(selection: ReplaySelection) -> tuple[Callable, Callable]:
         return (
-            lambda db: actions.preview_replay(db, selection),
-            lambda db: actions.preview_replay(db, selection, count_cap=cap),
+            lambda db: preview_replay(db, selection),
+            lambda db: preview_replay(db, selection, count_cap=cap),
         )
 
     def prune(done: float | None, failed: float | None, event_type: str | None = None):
         ages = {"done_older_than": done, "failed_older_than": failed, "event_type": event_type}
         return (
-            lambda db: actions.preview_prune(db, **ages),
-            lambda db: actions.preview_prune(db, **ages, count_cap=cap),
+            lambda db: preview_prune(db, **ages),
+            lambda db: preview_prune(db, **ages, count_cap=cap),
         )
 
     return [
@@ -173,17 +176,17 @@ def build_figures(cap: int) -> list[Figure]:
         ),
         Figure(
             "replay preview [event type %]",
-            *replay(actions.ReplaySelection(event_type="%")),
+            *replay(ReplaySelection(event_type="%")),
             preview_number,
         ),
         Figure(
             "replay preview [order.%]",
-            *replay(actions.ReplaySelection(event_type="order.%")),
+            *replay(ReplaySelection(event_type="order.%")),
             preview_number,
         ),
         Figure(
             "replay preview [failed since 24 h]",
-            *replay(actions.ReplaySelection(since=since)),
+            *replay(ReplaySelection(since=since)),
             preview_number,
         ),
         Figure("prune preview [done 30d, failed 90d]", *prune(30 * DAY, 90 * DAY), preview_number),

@@ -34,7 +34,10 @@ from typing import Any
 
 from psycopg import sql
 
-from outbox_monitor import actions, metrics
+from outbox_monitor import error_grouping, metrics
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster
@@ -169,7 +172,7 @@ def build_figures(db: Database, error_group: str | None) -> list[Figure]:
         ),
         Figure("attempts_histogram", "refresh", lambda: m.attempts_histogram(db)),
         Figure("attempts_at_least 5", "refresh", lambda: m.attempts_at_least(db, 5)),
-        Figure("error_groups", "refresh", lambda: m.error_groups(db)),
+        Figure("error_groups", "refresh", lambda: error_grouping.error_groups(db)),
         Figure(
             "throughput_series 1h/1m",
             "refresh",
@@ -190,17 +193,17 @@ def build_figures(db: Database, error_group: str | None) -> list[Figure]:
         ),
         Figure("samples_series 1h", "refresh", lambda: m.samples_series(db, window=HOUR)),
         Figure("status (all of status --json)", "refresh", lambda: m.status(db, window=HOUR)),
-        Figure("preview_reap", "action", lambda: actions.preview_reap(db)),
+        Figure("preview_reap", "action", lambda: preview_reap(db)),
         Figure(
             "preview_replay [event_type %]",
             "action",
-            lambda: actions.preview_replay(db, actions.ReplaySelection(event_type="%")),
+            lambda: preview_replay(db, ReplaySelection(event_type="%")),
         ),
         Figure(
             "preview_replay [since 24h]",
             "action",
-            lambda: actions.preview_replay(
-                db, actions.ReplaySelection(since=datetime.now(UTC) - timedelta(days=1))
+            lambda: preview_replay(
+                db, ReplaySelection(since=datetime.now(UTC) - timedelta(days=1))
             ),
         ),
     ]
@@ -209,16 +212,14 @@ def build_figures(db: Database, error_group: str | None) -> list[Figure]:
             Figure(
                 "preview_replay [error_group]",
                 "action",
-                lambda: actions.preview_replay(
-                    db, actions.ReplaySelection(error_group=error_group)
-                ),
+                lambda: preview_replay(db, ReplaySelection(error_group=error_group)),
             )
         )
     figures.append(
         Figure(
             "preview_prune [done 7d, failed 30d]",
             "action",
-            lambda: actions.preview_prune(db, done_older_than=7 * DAY, failed_older_than=30 * DAY),
+            lambda: preview_prune(db, done_older_than=7 * DAY, failed_older_than=30 * DAY),
         )
     )
     return figures
@@ -579,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
             row["status"]: row["rows"] for row in db.fetch_all("benchmark_status_counts")
         }
         shape["status"] = metrics.status(db, window=HOUR)
-        groups = metrics.error_groups(db, limit=1)
+        groups = error_grouping.error_groups(db, limit=1)
         group = groups[0]["group_id"] if groups else None
         run = Run(
             args,

@@ -62,7 +62,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor import estimates, metrics, schema
+from outbox_monitor import error_grouping, estimates, metrics, schema
 from outbox_monitor.alerts import stall
 from outbox_monitor.config import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
@@ -426,7 +426,7 @@ def build_figures(db: RecordingDatabase) -> list[Figure]:
         ),
         fig(
             "error_groups (Dead letters page)",
-            lambda: metrics.error_groups(db),
+            lambda: error_grouping.error_groups(db),
             (),
             blocks(("benchmark_error_groups_before", {"limit": ERROR_GROUPS_PATTERN_LIMIT})),
             naive + "every failed row normalised (the query before the cache)",
@@ -589,15 +589,15 @@ def measure_level(meter: Meter, size: Size, level: Level, repeat: int) -> None:
     """Error groups (warm), status --json and an Overview refresh at one dead-letter level."""
     db = meter.db
     start = time.perf_counter()
-    level.recount_calls = metrics.refresh_error_groups(db)
+    level.recount_calls = error_grouping.refresh_error_groups(db)
     level.recount_seconds = time.perf_counter() - start
     level.failed = db.fetch_one("benchmark_scale_count_failed")["rows"]
-    level.groups = len(metrics.error_groups(db))
+    level.groups = len(error_grouping.error_groups(db))
     level.load = os.getloadavg()[0]
     samples = rounds(
         meter,
         {
-            "error_groups": lambda: metrics.error_groups(db),
+            "error_groups": lambda: error_grouping.error_groups(db),
             "status": lambda: status_json(db),
             "overview": lambda: overview_refresh(db),
         },
@@ -631,7 +631,7 @@ def measure_level(meter: Meter, size: Size, level: Level, repeat: int) -> None:
                     error_groups_target_ms(level.nominal),
                     level.error_groups,
                 ),
-                lambda: metrics.error_groups(db),
+                lambda: error_grouping.error_groups(db),
             )
         )
 
@@ -688,7 +688,7 @@ def measure_size(
         with size.step("init-db: recommended indexes (CONCURRENTLY)"):
             schema.init_db(db)
         with size.step(f"error groups: first refresh (fills the cache, {levels[0].applied:,})"):
-            metrics.refresh_error_groups(db)
+            error_grouping.refresh_error_groups(db)
 
         for index, level in enumerate(levels):
             if index:

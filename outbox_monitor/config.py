@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.redaction import check_value_detector
+from outbox_monitor.value_detectors import check_value_detector
 
 ENV_PREFIX = "OUTBOX_MONITOR_"
 DEFAULT_TABLE = "public.integration_outbox"
@@ -57,7 +57,7 @@ MAX_METRICS_CACHE_SECONDS = 300.0
 DEFAULT_SLACK_TIMEOUT_SECONDS = 10.0
 """Timeout of each Slack request (connect, then each read), seconds."""
 MIN_AUTO_PRUNE_SECONDS = 86400.0
-"""Automatic prune refuses retentions under one day (as ``actions.preview_prune`` does)."""
+"""Automatic prune refuses retentions under one day (as ``actions.prune.preview_prune`` does)."""
 _OFF = ("", "off", "none", "false", "no")
 DEFAULT_PROXY_HEADER = "X-Forwarded-Email"
 DEFAULT_REDACT_KEYS = (

@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions import ReplaySelection, record_audit
+from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 from outbox_monitor.redaction import Redactor
@@ -223,7 +224,7 @@ def list_failed(
     such a replay would preview.
 
     Args:
-        error_group: the 12-hex group id of ``metrics.error_groups``.
+        error_group: the 12-hex group id of ``error_grouping.error_groups``.
         event_type: exact value or LIKE pattern (SPEC §2).
         limit: at most this many rows (1–1000).
 

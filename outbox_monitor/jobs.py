@@ -17,8 +17,10 @@ from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
 
-from outbox_monitor import actions
 from outbox_monitor.access import SCHEDULER, Identity
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.run import ActionResult, apply
 from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
@@ -29,8 +31,8 @@ from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
-from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.sampler import record_sample
+from outbox_monitor.scheduler_status import SchedulerStatus
 
 # The jobs log as the scheduler process they run in, as they did before they had a module of
 # their own: log filters and alerts on these lines key on the logger name.
@@ -272,10 +274,10 @@ def add_watchdog_job(
     )
 
 
-def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> actions.ActionResult | None:
+def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> ActionResult | None:
     """The reaper job: reap every stuck lock now (SPEC §4 reap), audited as ``actor``.
 
-    Preview then apply, as an operator would (``actions.preview_reap`` + ``actions.apply``),
+    Preview then apply, as an operator would (``preview_reap`` + ``apply``),
     with the settings' lock timeout; nothing is applied (and no audit row written) when
     no lock is stuck.
 
@@ -285,10 +287,10 @@ def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> actions.Ac
     Raises:
         DatabaseUnavailable and the connector's errors (``guarded`` logs them).
     """
-    preview = actions.preview_reap(db)
+    preview = preview_reap(db)
     if not preview.matched:
         return None
-    result = actions.apply(db, preview, actor=actor)
+    result = apply(db, preview, actor=actor)
     log.warning(
         "reaper: reaped %d stuck lock(s) of %s (%d dead-lettered at max attempts), run %s",
         result.changed,
@@ -299,7 +301,7 @@ def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> actions.Ac
     return result
 
 
-def prune_retention(db: Database, *, actor: Identity = SCHEDULER) -> actions.ActionResult | None:
+def prune_retention(db: Database, *, actor: Identity = SCHEDULER) -> ActionResult | None:
     """The pruner job: delete ``done`` rows older than ``auto_prune_done`` and ``failed``
     rows older than ``auto_prune_failed`` (SPEC §4 prune, in batches), audited as ``actor``.
 
@@ -313,14 +315,14 @@ def prune_retention(db: Database, *, actor: Identity = SCHEDULER) -> actions.Act
     settings = db.settings
     if settings.auto_prune_done is None and settings.auto_prune_failed is None:
         return None
-    preview = actions.preview_prune(
+    preview = preview_prune(
         db,
         done_older_than=settings.auto_prune_done,
         failed_older_than=settings.auto_prune_failed,
     )
     if not preview.matched:
         return None
-    result = actions.apply(db, preview, actor=actor)
+    result = apply(db, preview, actor=actor)
     log.info(
         "pruner: deleted %d row(s) of %s in %d batch(es), run %s",
         result.changed,

@@ -1,4 +1,5 @@
-"""Every figure of SPEC §2, one function each; the dashboard, CLI and alerts call these.
+"""Every figure of SPEC §2, one function each; the dashboard, CLI and alerts call these (the
+error groups, with their cache: ``error_grouping``).
 
 All durations are seconds (float). "now" is the database's ``now()``. Every function takes
 an optional ``event_type`` filter: a value containing ``%`` is a LIKE pattern (``_`` and
@@ -6,14 +7,10 @@ an optional ``event_type`` filter: a value containing ``%`` is a LIKE pattern (`
 the settings of ``db`` (1 h and 15 min unless configured).
 """
 
-import logging
 from typing import Any
-
-from psycopg.errors import ReadOnlySqlTransaction
 
 from outbox_monitor import estimates
 from outbox_monitor.db import Database
-from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
 from outbox_monitor.filters import Where
 
 DEAD_LETTERS_SAMPLE_PAGES = 1_000
@@ -26,12 +23,6 @@ DEAD_LETTERS_PER_SAMPLED_PAGE = 100
 """The dashboard samples only when the planner expects at least this many dead letters per
 page it would sample: counting ≈ 100 index entries costs about what reading one sampled page
 does (benchmarks/estimates.py), so fewer are counted exactly."""
-ERROR_GROUPS_BATCH = 10_000
-"""Failed rows one ``error_groups_refresh`` call normalises at most (≈ 0.3 s of regexes
-for stack traces of ≈ 900 characters; benchmarks/error_groups.py)."""
-
-log = logging.getLogger(__name__)
-_warned_exact_error_groups: set[str] = set()  # tables warned about, once per process
 
 
 def _window(db: Database, window: float | None) -> float:
@@ -291,70 +282,6 @@ def _sampled_dead_letters(db: Database, where: Where, cap: int) -> dict[int, int
 def attempts_at_least(db: Database, attempts: int, *, event_type: str | None = None) -> int:
     """Rows not yet done with ``attempts >= attempts`` (SPEC §2 alerts metric)."""
     return _count(db, "attempts_at_least", event_type, attempts=attempts)
-
-
-def error_groups(
-    db: Database, *, event_type: str | None = None, limit: int = 200
-) -> list[dict[str, Any]]:
-    """Failed rows grouped by event type and normalised ``last_error`` (SPEC §2).
-
-    Each failed row is normalised once: ``outbox_monitor.refresh_error_groups`` (migration
-    006) keeps every row's fingerprint and the groups' counts in the ``outbox_monitor``
-    schema, and a refresh normalises only the dead letters that are new since the last
-    one (a replay, delete or prune recounts from the cache). A login that may not execute
-    that function (the grants of an older ``--print-grants``), or whose transactions are
-    read-only (``default_transaction_read_only``, a standby), gets the same groups
-    computed from every failed row, as before the cache, and a WARNING once per process
-    and table.
-
-    Returns:
-        Rows ``{group_id (12 hex), event_type, fingerprint, failed, first_seen,
-        last_seen, sample_error}`` (``sample_error``: the ``last_error`` of the group's
-        largest id), biggest group first, at most ``limit``.
-
-    Raises:
-        QueryTimeout, DatabaseUnavailable: from the connector.
-    """
-    where = Where().event_type(event_type)
-    params = {"limit": limit, "table_regclass": db.table_name, **where.params}
-    try:
-        refresh_error_groups(db)
-    except (PermissionDenied, SchemaNotInitialised, ReadOnlySqlTransaction) as error:
-        if db.table_name not in _warned_exact_error_groups:
-            _warned_exact_error_groups.add(db.table_name)
-            log.warning(
-                "error groups of %s are computed from every failed row (slow with many dead "
-                "letters): outbox_monitor.refresh_error_groups failed: %s. Give this login "
-                "EXECUTE on it (run the output of `outbox-monitor init-db --print-grants` "
-                "again) and a read-write connection to the primary; the function reads only "
-                "a table owned by the role that ran `init-db`, so run it as the table's owner.",
-                db.table_name,
-                str(error).splitlines()[0],
-            )
-        return db.fetch_all("error_groups_exact", params, and_filters=where.fragment)
-    return db.fetch_all("error_groups", params, and_filters=where.fragment)
-
-
-def refresh_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH) -> int:
-    """Bring the cached error groups of the outbox table up to date (SPEC §2 error groups).
-
-    Calls ``outbox_monitor.refresh_error_groups`` until it reports them current; each call
-    is one statement under the statement timeout and normalises at most ``batch`` rows,
-    so a first fill of many dead letters takes several calls (their progress is kept).
-
-    Returns:
-        The number of calls made (1 when at most ``batch`` rows were new).
-
-    Raises:
-        PermissionDenied: the login may not execute the function (or SELECT the table).
-        SchemaNotInitialised: migration 006 is not applied (run ``init-db``).
-        QueryTimeout, DatabaseUnavailable: from the connector.
-    """
-    calls = 1
-    params = {"table_regclass": db.table_name, "batch": batch}
-    while not db.fetch_one("error_groups_refresh", params)["done"]:
-        calls += 1
-    return calls
 
 
 def throughput_series(

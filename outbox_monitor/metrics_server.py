@@ -1,6 +1,6 @@
 """The scheduler process's HTTP endpoint: ``/metrics`` (the ``exporter.OutboxCollector``
-figures and the process's own) and ``/healthz`` (``exporter.SchedulerStatus``), served by a
-small threaded WSGI server on the configured address and port."""
+figures and the process's own) and ``/healthz`` (``scheduler_status.SchedulerStatus``),
+served by a small threaded WSGI server on the configured address and port."""
 
 import errno
 import json
@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.exporter import OutboxCollector, SchedulerStatus
+from outbox_monitor.exporter import OutboxCollector
+from outbox_monitor.scheduler_status import SchedulerStatus
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,6 @@ from outbox_monitor.config import Settings, interface_address, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.jobs import (
     SENDER_INTERVAL_SECONDS,
     JobRuntime,
@@ -46,6 +45,7 @@ from outbox_monitor.jobs import (
     add_watchdog_job,
 )
 from outbox_monitor.metrics_server import MetricsServer
+from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import check_outbox_table
 
 log = logging.getLogger(__name__)

@@ -23,13 +23,13 @@ from outbox_monitor.access import is_loopback
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.scheduler import (
     build_scheduler,
     interrupt_on_sigterm,
     load_alerting,
     start_metrics_server,
 )
+from outbox_monitor.scheduler_status import SchedulerStatus
 
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0

@@ -5,7 +5,8 @@ import json
 
 import streamlit as st
 
-from outbox_monitor.actions import Preview, ReplaySelection
+from outbox_monitor.actions.preview import Preview
+from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.ui import flows, format, inputs, loaders, state
 
 DAY = 86400.0

@@ -6,7 +6,7 @@ Errors (sample_error, fingerprint, last_error) are shown redacted (README, Secur
 import streamlit as st
 
 from outbox_monitor.access import Role
-from outbox_monitor.actions import ReplaySelection
+from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.ui import flows, format, inputs, loaders, state
 
 GROUP_PARAM = "error_group"

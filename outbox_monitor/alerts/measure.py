@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES
@@ -162,7 +162,7 @@ def offenders(
         per event type, worst first (largest for ``>``/``>=``/``==``/``!=``, smallest for
         ``<``/``<=``); ``failed_in_window`` uses ``metrics.failed_by_event_type`` and
         then adds ``{"kind": "error_group", "group_id", "event_type", "fingerprint",
-        "failed", "sample_error", "last_seen" (ISO-8601)}`` from ``metrics.error_groups``
+        "failed", "sample_error", "last_seen" (ISO-8601)}`` from ``error_grouping.error_groups``
         (all dead letters of those types, the ones to replay). JSON-safe.
         ``sample_error`` and ``fingerprint`` are redacted by the database's settings
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
@@ -176,7 +176,7 @@ def offenders(
             for name, count in list(failed.items())[:limit]
         ]
         redactor = redactor_for(db.settings)
-        for group in metrics.error_groups(db, event_type=scope, limit=limit):
+        for group in error_grouping.error_groups(db, event_type=scope, limit=limit):
             found.append(
                 {
                     "kind": "error_group",

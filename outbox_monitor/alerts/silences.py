@@ -20,7 +20,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions import record_audit
+from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 

@@ -16,7 +16,7 @@ evaluations that fail or never end, a stopped clock):
   alerted too;
 - it logs the stall as an ERROR once per episode (and once more when it ends), and
   reports ``outbox_monitor_last_evaluation_age_seconds`` and
-  ``outbox_monitor_alerting_stalled`` on ``/metrics`` (``exporter.SchedulerStatus``);
+  ``outbox_monitor_alerting_stalled`` on ``/metrics`` (``scheduler_status.SchedulerStatus``);
 - it queues one notification per route, rule ``alerting-stalled``, kind ``error``, with
   the dedupe key ``alerting-stalled|<table>|<episode>/<route>|error``: the episode is the
   stale ``evaluated_at`` itself, so every process that notices computes the same key and
@@ -204,7 +204,7 @@ class StallWatch:
             another one (with Slack configured) posts it.
         clock: the scheduler's clock (notification and transition times, due-ness).
         grace: seconds added after this process starts or regains the database.
-        status: where the figures go for ``/metrics`` (``exporter.SchedulerStatus``);
+        status: where the figures go for ``/metrics`` (``scheduler_status.SchedulerStatus``);
             ``None``: nowhere.
     """
 

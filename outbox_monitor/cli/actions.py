@@ -7,8 +7,12 @@ from typing import Any
 
 import click
 
-from outbox_monitor import actions
 from outbox_monitor.access import local_identity
+from outbox_monitor.actions.preview import Preview
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+from outbox_monitor.actions.run import APPLIED_NOTHING, apply
 from outbox_monitor.cli.support import (
     DURATION,
     EXIT_ERROR,
@@ -73,7 +77,7 @@ def _open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
 
 def _run_action(
     db: Database,
-    preview: actions.Preview,
+    preview: Preview,
     *,
     as_json: bool,
     dry_run: bool,
@@ -112,7 +116,7 @@ def _run_action(
         echo(f"  {preview.action}: {done}/{total} rows", err=True)
 
     try:
-        result = actions.apply(
+        result = apply(
             db,
             preview,
             actor=local_identity(db.settings, name=actor, source="cli"),
@@ -146,7 +150,7 @@ def _run_action(
         "ids": [str(i) for i in result.ids],
     }
     if result.applied_nothing:
-        outcome["warning"] = actions.APPLIED_NOTHING
+        outcome["warning"] = APPLIED_NOTHING
     if as_json:
         emit_json({**payload, **outcome})
         return
@@ -157,10 +161,10 @@ def _run_action(
         + f" (run {result.run_id})"
     )
     if result.applied_nothing:
-        echo(f"warning: {actions.APPLIED_NOTHING}", err=True)
+        echo(f"warning: {APPLIED_NOTHING}", err=True)
 
 
-def _print_preview(preview: actions.Preview) -> None:
+def _print_preview(preview: Preview) -> None:
     echo(f"{preview.action} preview: {preview.matched} row(s) match")
     for row in preview.sample:
         details = ", ".join(
@@ -189,7 +193,7 @@ def reap(
     """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
     maximum attempts is dead-lettered instead."""
     with _open_for_actions(settings, actions_dsn) as db:
-        preview = actions.preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
+        preview = preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
         _run_action(db, preview, as_json=as_json, **options)
 
 
@@ -219,14 +223,14 @@ def replay(
             bounds = [parse_instant(text, now) if text else None for text in (since, until)]
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--since/--until") from None
-        selection = actions.ReplaySelection(
+        selection = ReplaySelection(
             ids=ids,
             event_type=event_type,
             error_group=error_group,
             since=bounds[0],
             until=bounds[1],
         )
-        preview = actions.preview_replay(db, selection)
+        preview = preview_replay(db, selection)
         _run_action(db, preview, as_json=as_json, **options)
 
 
@@ -260,7 +264,7 @@ def prune(
     """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
     processing rows."""
     with _open_for_actions(settings, actions_dsn) as db:
-        preview = actions.preview_prune(
+        preview = preview_prune(
             db,
             done_older_than=done_older_than,
             failed_older_than=failed_older_than,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions import APPLIED_NOTHING, ActionResult, Preview
+from outbox_monitor.actions.preview import Preview
+from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused, OutboxMonitorError
 from outbox_monitor.ui import banners, format, loaders
@@ -90,8 +91,8 @@ def action_flow(
         key: unique name of the flow on its page (widget keys and session keys derive from it).
         db, actor: where and as whom the action runs.
         signature: the current selection; a kept preview of another selection is dropped.
-        make_preview: builds the preview (``actions.preview_*``); ``ActionRefused`` becomes
-            an inline banner.
+        make_preview: builds the preview (the ``preview_*`` of ``actions.reap``, ``.replay``
+            or ``.prune``); ``ActionRefused`` becomes an inline banner.
         preview_label: label of the preview button, e.g. ``"Preview replay"``.
         noun: what the confirm button names, e.g. ``"replay"`` → ``"Confirm replay of 3 rows"``.
         sample_columns, sample_durations: how to show the preview's sample rows.

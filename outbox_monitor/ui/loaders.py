@@ -12,9 +12,13 @@ from typing import Any
 
 import streamlit as st
 
-from outbox_monitor import actions, estimates, events, metrics, schema
+from outbox_monitor import error_grouping, estimates, events, metrics, schema
 from outbox_monitor.access import Identity
-from outbox_monitor.actions import ActionResult, Preview, Progress
+from outbox_monitor.actions import prune, reap, replay, run
+from outbox_monitor.actions.audit import recent_audit
+from outbox_monitor.actions.preview import Preview
+from outbox_monitor.actions.replay import ReplaySelection
+from outbox_monitor.actions.run import ActionResult, Progress
 from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import stall as alert_stall
 from outbox_monitor.alerts import state as alert_state
@@ -137,7 +141,7 @@ def retired_indexes(db: Database) -> list[str]:
 @dataclass(frozen=True)
 class DeadLetters:
     """What the Dead letters page shows, read in one load so that its figures agree:
-    ``groups`` (``metrics.error_groups`` rows, biggest first), and the ``rows`` of the
+    ``groups`` (``error_grouping.error_groups`` rows, biggest first), and the ``rows`` of the
     chosen ``error_group`` (``events.list_failed``, newest first; empty without one or when
     it is not among ``groups``). ``complete``: ``rows`` holds every row of the group."""
 
@@ -167,7 +171,7 @@ def _dead_letters(
 def _read_dead_letters(
     db: Database, event_type: str | None, error_group: str | None
 ) -> DeadLetters:
-    groups = metrics.error_groups(db, event_type=event_type)
+    groups = error_grouping.error_groups(db, event_type=event_type)
     if error_group is None or all(g["group_id"] != error_group for g in groups):
         return DeadLetters(groups, error_group, [], False)
     limit = events.DEFAULT_FAILED_ROWS_LIMIT
@@ -320,11 +324,11 @@ def timeline(db: Database, aggregate_type: str, aggregate_id: str) -> list[dict[
 
 @_cached
 def _audit(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
-    return actions.recent_audit(_db, limit=limit)
+    return recent_audit(_db, limit=limit)
 
 
 def audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
-    """``actions.recent_audit``: the newest audit rows."""
+    """``recent_audit``: the newest audit rows."""
     return _audit(_key(db), db, limit)
 
 
@@ -359,32 +363,32 @@ def clear_stale() -> None:
 def apply(
     db: Database, preview: Preview, *, actor: Identity, on_progress: Progress | None = None
 ) -> ActionResult:
-    """``actions.apply`` of a confirmed preview, then ``clear_stale()`` (even on failure:
+    """``run.apply`` of a confirmed preview, then ``clear_stale()`` (even on failure:
     earlier batches may have committed).
 
     Raises:
-        The errors of ``actions.apply``.
+        The errors of ``run.apply``.
     """
     try:
-        return actions.apply(db, preview, actor=actor, on_progress=on_progress)
+        return run.apply(db, preview, actor=actor, on_progress=on_progress)
     finally:
         clear_stale()
 
 
-def preview_replay(db: Database, selection: actions.ReplaySelection) -> Preview:
-    """``actions.preview_replay`` counting up to ``count_cap()`` rows, an estimate above
+def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
+    """``replay.preview_replay`` counting up to ``count_cap()`` rows, an estimate above
     (never cached: a confirm applies what was just previewed; its sample's ``last_error``
     comes redacted).
 
     Raises:
         ActionRefused: an empty selection.
     """
-    return actions.preview_replay(db, selection, count_cap=count_cap())
+    return replay.preview_replay(db, selection, count_cap=count_cap())
 
 
 def preview_reap(db: Database, *, event_type: str | None) -> Preview:
-    """``actions.preview_reap`` with the configured lock timeout (never cached)."""
-    return actions.preview_reap(db, event_type=event_type)
+    """``reap.preview_reap`` with the configured lock timeout (never cached)."""
+    return reap.preview_reap(db, event_type=event_type)
 
 
 def preview_prune(
@@ -394,13 +398,13 @@ def preview_prune(
     failed_older_than: float | None,
     event_type: str | None,
 ) -> Preview:
-    """``actions.preview_prune`` counting up to ``count_cap()`` rows per status, an estimate
+    """``prune.preview_prune`` counting up to ``count_cap()`` rows per status, an estimate
     above (never cached); ages in seconds, ``None`` skips a status.
 
     Raises:
         ActionRefused: no status chosen, or an age under one day.
     """
-    return actions.preview_prune(
+    return prune.preview_prune(
         db,
         done_older_than=done_older_than,
         failed_older_than=failed_older_than,

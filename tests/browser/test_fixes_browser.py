@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping
 
 pytestmark = pytest.mark.browser
 
@@ -38,7 +38,7 @@ def test_values_from_the_url_and_the_database_render_as_typed(dashboard, page, r
         processed_ago=60,
         last_error=EVIL,
     )
-    [group] = metrics.error_groups(db)
+    [group] = error_grouping.error_groups(db)
     query = urlencode({"event_type": EVIL, "error_group": group["group_id"]})
 
     page.goto(f"{dashboard}/dead_letters?{query}")

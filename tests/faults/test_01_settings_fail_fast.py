@@ -24,10 +24,10 @@ from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, QueryTimeout
-from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.jobs import SAMPLER_JOB_ID
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler import build_scheduler
+from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import init_db
 from tests.alerting import drain, rules_file, subprocess_env, wait_for
 

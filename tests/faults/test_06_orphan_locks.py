@@ -16,14 +16,16 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from streamlit.testing.v1 import AppTest
 
-from outbox_monitor import actions, metrics
+from outbox_monitor import metrics
 from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
-from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.jobs import reap_stuck_locks
 from outbox_monitor.metrics_server import MetricsServer
+from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.ui import format
 
 ACTOR = Identity("ops", Role.operator, "cli")
@@ -71,14 +73,14 @@ def test_orphans_are_counted_as_stuck_locks_everywhere(db, rows, dsn, monkeypatc
 
 def test_reap_previews_and_applies_to_orphans(db, rows):
     orphan, old, fresh = three_processing_rows(rows)
-    preview = actions.preview_reap(db)
+    preview = preview_reap(db)
     assert preview.matched == 2
     # orphans first: no lock time, no lock age
     first = preview.sample[0]
     assert (first["id"], first["lock_age_seconds"]) == (orphan, None)
     assert preview.sample[1]["id"] == old and preview.sample[1]["lock_age_seconds"] >= 1200
 
-    result = actions.apply(db, preview, actor=ACTOR)
+    result = apply(db, preview, actor=ACTOR)
     assert (result.changed, result.skipped, sorted(result.ids)) == (2, 0, sorted([orphan, old]))
     reaped_orphan, reaped_old = rows.get(orphan), rows.get(old)
     assert (reaped_orphan["status"], reaped_orphan["attempts"], reaped_orphan["locked_by"]) == (
@@ -102,7 +104,7 @@ def test_reap_previews_and_applies_to_orphans(db, rows):
 
 def test_the_dashboard_preview_table_shows_an_orphans_lock_age_as_a_dash(db, rows):
     orphan, old, _ = three_processing_rows(rows)
-    sample = actions.preview_reap(db).sample
+    sample = preview_reap(db).sample
     shown = format.table(sample, ["id", "lock_age_seconds"], durations=["lock_age_seconds"])
     assert list(shown["id"]) == [str(orphan), str(old)]
     orphan_age, old_age = list(shown["lock_age"])

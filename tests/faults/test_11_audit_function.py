@@ -12,8 +12,9 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from outbox_monitor import actions
 from outbox_monitor.access import local_identity
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+from outbox_monitor.actions.run import apply
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied
@@ -196,8 +197,8 @@ def test_a_login_without_execute_on_the_function_is_told_which_grant_is_missing(
     settings = load_settings(dsn=dsn, actions_dsn=logins.dsn(dsn, login))
 
     with Database(settings, purpose="actions") as db, pytest.raises(PermissionDenied) as caught:
-        preview = actions.preview_replay(db, actions.ReplaySelection(ids=(dead,)))
-        actions.apply(db, preview, actor=local_identity(settings))
+        preview = preview_replay(db, ReplaySelection(ids=(dead,)))
+        apply(db, preview, actor=local_identity(settings))
 
     assert str(caught.value).startswith(
         f'the database role "{login}" lacks EXECUTE on function outbox_monitor.record_audit'

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping, metrics
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.alerts.slack import transports_for
@@ -209,7 +209,7 @@ def test_breaking_an_slo_fires_once_and_replaying_from_its_link_resolves_once(
             "[FIRING] payment-failed event_type=payment.captured (critical): "
             "3 vs threshold 0 (&gt;) — 3 payment event(s) dead-lettered in the last 15 min"
         ) in firing["text"]
-        [group] = metrics.error_groups(db, event_type="payment.captured")
+        [group] = error_grouping.error_groups(db, event_type="payment.captured")
         [link] = button_urls(firing)
         assert link == (
             f"{served.url}/dead_letters?event_type=payment.captured&window=15m"

@@ -10,8 +10,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from outbox_monitor import actions, metrics
+from outbox_monitor import error_grouping
 from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+from outbox_monitor.actions.run import apply
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
@@ -27,10 +30,10 @@ def group_id(event_type: str, fingerprint: str) -> str:
 
 
 def counts(db: Database, **filters) -> dict[str, int]:
-    """{group_id: failed} of metrics.error_groups, after checking that every field equals
+    """{group_id: failed} of error_grouping.error_groups, after checking that every field equals
     the exact query's (every failed row normalised now) and that a replay of each group
     would preview exactly its rows."""
-    cached = metrics.error_groups(db, **filters)
+    cached = error_grouping.error_groups(db, **filters)
     where = Where().event_type(filters.get("event_type"))
     exact = db.fetch_all(
         "error_groups_exact",
@@ -39,10 +42,10 @@ def counts(db: Database, **filters) -> dict[str, int]:
     )
     assert sorted(cached, key=lambda g: g["group_id"]) == sorted(exact, key=lambda g: g["group_id"])
     for group in cached:
-        selection = actions.ReplaySelection(
+        selection = ReplaySelection(
             error_group=group["group_id"], event_type=filters.get("event_type")
         )
-        assert actions.preview_replay(db, selection).matched == group["failed"]
+        assert preview_replay(db, selection).matched == group["failed"]
     return {g["group_id"]: g["failed"] for g in cached}
 
 
@@ -91,7 +94,7 @@ def test_new_dead_letters_are_added_without_recounting(db, rows, conn):
     auth(rows, 67890, ago=100)
     newest = auth(rows, 11111, ago=50)
     timeout(rows, 5000, ago=40, event_type="order.paid")
-    groups = {g["group_id"]: g for g in metrics.error_groups(db)}
+    groups = {g["group_id"]: g for g in error_grouping.error_groups(db)}
     assert {key: g["failed"] for key, g in groups.items()} == {
         group_id("crm.upsert", AUTH): 3,
         group_id("crm.upsert", TIMEOUT): 1,
@@ -112,8 +115,8 @@ def test_a_replayed_row_leaves_its_group_and_an_empty_group_goes(db, rows, conn)
     lone = timeout(rows, 30000)
     assert counts(db) == {group_id("crm.upsert", AUTH): 2, group_id("crm.upsert", TIMEOUT): 1}
 
-    preview = actions.preview_replay(db, actions.ReplaySelection(ids=(one, lone)))
-    assert actions.apply(db, preview, actor=OPERATOR).changed == 2
+    preview = preview_replay(db, ReplaySelection(ids=(one, lone)))
+    assert apply(db, preview, actor=OPERATOR).changed == 2
 
     assert counts(db) == {group_id("crm.upsert", AUTH): 1}
     assert one not in cached_ids(conn) and lone not in cached_ids(conn)  # forgotten
@@ -124,8 +127,8 @@ def test_a_row_failing_again_with_another_error_moves_group(db, rows, conn):
     auth(rows, 2)
     assert counts(db) == {group_id("crm.upsert", AUTH): 2}
 
-    preview = actions.preview_replay(db, actions.ReplaySelection(ids=(row,)))
-    actions.apply(db, preview, actor=OPERATOR)
+    preview = preview_replay(db, ReplaySelection(ids=(row,)))
+    apply(db, preview, actor=OPERATOR)
     claimed = conn.execute(
         "SELECT id FROM outbox_monitor.claim('integration_outbox', 'worker-9', 10)"
     ).fetchall()
@@ -150,8 +153,8 @@ def test_users_own_delete_and_a_prune_are_counted(db, rows, conn):
     conn.execute("DELETE FROM integration_outbox WHERE id = %s", (deleted,))
     assert counts(db) == {group_id("crm.upsert", AUTH): 2, group_id("crm.upsert", TIMEOUT): 1}
 
-    preview = actions.preview_prune(db, done_older_than=None, failed_older_than=30 * 86400)
-    assert actions.apply(db, preview, actor=OPERATOR).changed == 2
+    preview = preview_prune(db, done_older_than=None, failed_older_than=30 * 86400)
+    assert apply(db, preview, actor=OPERATOR).changed == 2
     assert counts(db) == {group_id("crm.upsert", AUTH): 1}
 
 
@@ -184,11 +187,11 @@ def test_a_first_fill_takes_several_bounded_calls(db, rows):
     for account in range(5):
         auth(rows, 1000 + account)
     # forget (nothing cached yet), fill 2 + 2 + 1 rows, count
-    assert metrics.refresh_error_groups(db, batch=2) == 5
+    assert error_grouping.refresh_error_groups(db, batch=2) == 5
     for account in range(3):
         timeout(rows, 2000 + account)
-    assert metrics.refresh_error_groups(db, batch=2) == 2  # new rows: 2 + 1
-    assert metrics.refresh_error_groups(db, batch=2) == 1  # nothing new
+    assert error_grouping.refresh_error_groups(db, batch=2) == 2  # new rows: 2 + 1
+    assert error_grouping.refresh_error_groups(db, batch=2) == 1  # nothing new
     assert counts(db) == {group_id("crm.upsert", AUTH): 5, group_id("crm.upsert", TIMEOUT): 3}
 
 
@@ -207,7 +210,9 @@ def test_two_refreshes_at_once_neither_fail_nor_double_count(make_dsn):
     def refresh() -> None:
         try:
             with Database(load_settings(dsn=dsn)) as db:
-                results.append({g["group_id"]: g["failed"] for g in metrics.error_groups(db)})
+                results.append(
+                    {g["group_id"]: g["failed"] for g in error_grouping.error_groups(db)}
+                )
         except Exception as error:  # collected and asserted below
             errors.append(error)
 
@@ -228,7 +233,7 @@ def test_the_viewer_login_fills_the_cache_through_the_function_only(dsn, logins,
     timeout(rows, 30000)
     expected = {group_id("crm.upsert", AUTH): 1, group_id("crm.upsert", TIMEOUT): 1}
     with Database(load_settings(dsn=logins.dsn(dsn, logins.read))) as viewer:
-        assert {g["group_id"]: g["failed"] for g in metrics.error_groups(viewer)} == expected
+        assert {g["group_id"]: g["failed"] for g in error_grouping.error_groups(viewer)} == expected
         with viewer.connection() as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(
                 "INSERT INTO outbox_monitor.error_fingerprints VALUES "
@@ -272,13 +277,13 @@ def test_a_login_without_the_function_gets_the_exact_groups_and_a_warning(
                 "regclass, integer) FROM {}"
             ).format(sql.Identifier(logins.roles.viewer))
         )
-    metrics._warned_exact_error_groups.clear()
+    error_grouping._warned_exact_error_groups.clear()
     with (
         Database(load_settings(dsn=logins.dsn(dsn, logins.read))) as viewer,
         caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
     ):
-        first = metrics.error_groups(viewer)
-        again = metrics.error_groups(viewer, event_type="order.%")
+        first = error_grouping.error_groups(viewer)
+        again = error_grouping.error_groups(viewer, event_type="order.%")
     assert {g["group_id"]: g["failed"] for g in first} == {
         group_id("crm.upsert", AUTH): 2,
         group_id("order.paid", TIMEOUT): 1,
@@ -343,12 +348,12 @@ def test_read_only_transactions_get_the_exact_groups(dsn, rows, conn, caplog):
             sql.Identifier(conn.info.dbname)
         )
     )
-    metrics._warned_exact_error_groups.clear()
+    error_grouping._warned_exact_error_groups.clear()
     with (
         Database(load_settings(dsn=dsn)) as read_only,
         caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
     ):
-        groups = metrics.error_groups(read_only)
+        groups = error_grouping.error_groups(read_only)
     assert {g["group_id"]: g["failed"] for g in groups} == {
         group_id("crm.upsert", AUTH): 1,
         group_id("crm.upsert", TIMEOUT): 1,

@@ -10,9 +10,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor import actions, estimates, metrics
+from outbox_monitor import estimates, metrics
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions import ReplaySelection
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts import measure
 from outbox_monitor.cli import main
 from outbox_monitor.filters import Where
@@ -52,17 +54,17 @@ def test_dashboard_replay_preview_estimates_above_the_cap_and_applies_exactly(db
     analyze(conn)
     selection = ReplaySelection(event_type="order.paid")
 
-    at_cap = actions.preview_replay(db, selection, count_cap=5)
+    at_cap = preview_replay(db, selection, count_cap=5)
     assert (at_cap.matched, at_cap.exact) == (5, True)
     assert at_cap.filter["max_id"] == str(max(failed))
 
-    above = actions.preview_replay(db, selection, count_cap=3)
+    above = preview_replay(db, selection, count_cap=3)
     assert (above.matched, above.exact, above.count) == (5, False, estimates.Count(5, False))
     assert above.filter["max_id"] == str(max(failed))  # the id ceiling stays exact
     assert len(above.sample) == 5
     late = rows.add(status="failed", processed_ago=1, last_error="e")  # after the preview
 
-    result = actions.apply(db, above, actor=OPERATOR)
+    result = apply(db, above, actor=OPERATOR)
 
     assert (result.changed, result.matched, result.skipped) == (5, 5, None)
     assert sorted(result.ids) == sorted(failed)
@@ -92,9 +94,9 @@ def test_dashboard_replay_preview_of_an_error_group_counts_and_finds_the_id_in_o
     ).fetchone()["g"]
     selection = ReplaySelection(error_group=group_id)
 
-    exact = actions.preview_replay(db, selection, count_cap=2)
+    exact = preview_replay(db, selection, count_cap=2)
     assert (exact.matched, exact.exact, exact.filter["max_id"]) == (2, True, str(max(group)))
-    above = actions.preview_replay(db, selection, count_cap=1)
+    above = preview_replay(db, selection, count_cap=1)
     assert (above.exact, above.filter["max_id"]) == (False, str(max(group)))
     assert above.matched >= 2
 
@@ -104,16 +106,12 @@ def test_dashboard_prune_preview_per_status_and_the_delete_is_exact(db, rows, co
     recent = [rows.add(status="done", created_ago=DAY, processed_ago=DAY - 60) for _ in "ab"]
     analyze(conn)
 
-    exact = actions.preview_prune(
-        db, done_older_than=30 * DAY, failed_older_than=90 * DAY, count_cap=5
-    )
+    exact = preview_prune(db, done_older_than=30 * DAY, failed_older_than=90 * DAY, count_cap=5)
     assert [(p.params["status"], p.matched, p.exact) for p in exact.parts] == [
         ("done", 5, True),
         ("failed", 0, True),
     ]
-    above = actions.preview_prune(
-        db, done_older_than=30 * DAY, failed_older_than=90 * DAY, count_cap=4
-    )
+    above = preview_prune(db, done_older_than=30 * DAY, failed_older_than=90 * DAY, count_cap=4)
     # 5 of the 7 rows, all done, were processed more than 30 days ago: the estimate is 5
     assert [(p.params["status"], p.matched, p.exact) for p in above.parts] == [
         ("done", 5, False),
@@ -123,7 +121,7 @@ def test_dashboard_prune_preview_per_status_and_the_delete_is_exact(db, rows, co
     assert above.filter["max_ids"] == {"done": str(max(old)), "failed": None}
     later = rows.add(status="done", created_ago=41 * DAY, processed_ago=40 * DAY)
 
-    result = actions.apply(db, above, actor=OPERATOR)
+    result = apply(db, above, actor=OPERATOR)
 
     assert (result.changed, result.skipped) == (5, None)
     assert sorted(result.ids) == sorted(old)
@@ -134,9 +132,9 @@ def test_dashboard_prune_preview_per_status_and_the_delete_is_exact(db, rows, co
 def test_cli_and_scheduler_previews_stay_exact(db, rows):
     for _ in range(3):
         rows.add(status="failed", processed_ago=60, last_error="e")
-    preview = actions.preview_replay(db, ReplaySelection(event_type="%"))
+    preview = preview_replay(db, ReplaySelection(event_type="%"))
     assert (preview.matched, preview.exact) == (3, True)
-    result = actions.apply(db, preview, actor=OPERATOR)
+    result = apply(db, preview, actor=OPERATOR)
     assert (result.changed, result.skipped) == (3, 0)
 
 

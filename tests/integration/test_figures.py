@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping, metrics
 from outbox_monitor.figures import FIGURES
 
 # Rows inserted at t0 are read back some milliseconds later: ages may exceed the hand
@@ -230,7 +230,7 @@ def test_error_groups_normalise_variable_parts_and_keep_status_codes(db, rows):
     failed("order.paid", "timeout for order 3fa85f64-5717-4562-b3fc-2c963f66afa6")
     failed("order.paid", "no route req_deadbeef for order 20261129")
     failed("order.paid", "no route req_cafebabe01 for order 20261130")
-    groups = {g["group_id"]: g for g in metrics.error_groups(db)}
+    groups = {g["group_id"]: g for g in error_grouping.error_groups(db)}
     key_401 = _group_id("crm.upsert", "HTTP 401 invalid API key for account <n>")
     key_500 = _group_id("crm.upsert", "HTTP 500 upstream <str> failed for <hex>")
     key_uuid = _group_id("order.paid", "timeout for order <uuid>")

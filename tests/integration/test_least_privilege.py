@@ -13,8 +13,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outbox_monitor import actions
 from outbox_monitor.access import local_identity
+from outbox_monitor.actions.prune import preview_prune
+from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import deliver_due
@@ -156,7 +159,7 @@ def test_the_scheduler_login_samples_evaluates_and_delivers_but_never_acts(
         resolved = Evaluator(db, ruleset, clock=fake_clock).run_once()
         sent_again = deliver_due(db, ruleset, clock=fake_clock, transports=transports)
         with pytest.raises(PermissionDenied) as refused:
-            actions.apply(db, actions.preview_reap(db), actor=local_identity(settings))
+            apply(db, preview_reap(db), actor=local_identity(settings))
 
     assert [t[:2] for t in fired.transitions] == [("backlog", "")]
     assert [t[:2] for t in resolved.transitions] == [("backlog", "")]
@@ -182,11 +185,11 @@ def test_the_operator_login_reaps_replays_prunes_and_silences(dsn, logins, rows,
     with Database(settings, purpose="actions") as db:
         assert db.dsn_setting == "OUTBOX_MONITOR_ACTIONS_DSN"
         changed = [
-            actions.apply(db, preview, actor=operator).changed
+            apply(db, preview, actor=operator).changed
             for preview in (
-                actions.preview_reap(db),
-                actions.preview_replay(db, actions.ReplaySelection(ids=(dead,))),
-                actions.preview_prune(db, done_older_than=30 * 86400, failed_older_than=90 * 86400),
+                preview_reap(db),
+                preview_replay(db, ReplaySelection(ids=(dead,))),
+                preview_prune(db, done_older_than=30 * 86400, failed_older_than=90 * 86400),
             )
         ]
         silence = create_silence(

@@ -19,7 +19,8 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import AccessDenied, PermissionDenied
 from outbox_monitor.events import EventFilter
-from outbox_monitor.redaction import REDACTED, redactor_for
+from outbox_monitor.redaction import redactor_for
+from outbox_monitor.value_detectors import REDACTED
 from tests.alerting import notifications
 from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
 

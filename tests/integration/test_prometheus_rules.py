@@ -25,11 +25,11 @@ from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.config import DEFAULT_WINDOW_SECONDS, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label
-from outbox_monitor.exporter import SchedulerStatus
 from outbox_monitor.figures import FIGURES
 from outbox_monitor.filters import like_escape
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler import build_scheduler
+from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import init_db
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping, metrics
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.simulate import (
@@ -65,7 +65,7 @@ def test_live_traffic_acks_retries_dead_letters_and_crashes(settings, db):
     failed = status["failed_by_event_type"]
     assert failed[PERMANENT_EVENT_TYPE] > 0 and set(failed) <= FAILING_TYPES
     assert status["failed_in_window"] == result["dead_lettered"]
-    groups = metrics.error_groups(db, event_type=PERMANENT_EVENT_TYPE)
+    groups = error_grouping.error_groups(db, event_type=PERMANENT_EVENT_TYPE)
     assert len(groups) == 1
     assert groups[0]["fingerprint"] == (
         "HTTP 401 from api.crm.example: invalid API key (request req_<hex>)"

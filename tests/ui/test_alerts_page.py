@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from rendered import plain, unprotected
 
-from outbox_monitor import metrics
+from outbox_monitor import error_grouping
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import RuleSet
@@ -366,7 +366,7 @@ def test_dashboard_links_of_alerts_open_the_prefiltered_view(open_page, ruleset,
         "SELECT payload FROM outbox_monitor.notifications WHERE instance = %s",
         ("event_type=payment.captured",),
     ).fetchone()["payload"]
-    [group] = metrics.error_groups(db, event_type="payment.captured")
+    [group] = error_grouping.error_groups(db, event_type="payment.captured")
     link = urlsplit(payload["dashboard_path"])
     query = dict(parse_qsl(link.query))
     assert (link.path, query) == (

@@ -7,8 +7,8 @@ import json
 
 from conftest import ACTOR
 
-from outbox_monitor import metrics
-from outbox_monitor.redaction import REDACTED
+from outbox_monitor import error_grouping
+from outbox_monitor.value_detectors import REDACTED
 from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
 
 R = REDACTED
@@ -101,7 +101,7 @@ def test_dead_letters_page_shows_errors_redacted(open_page, rows, db):
             processed_ago=ago,
             last_error=ERROR,
         )
-    [group] = metrics.error_groups(db)
+    [group] = error_grouping.error_groups(db)
 
     at = open_page("dead_letters", error_group=group["group_id"])
 

@@ -12,13 +12,8 @@ import pytest
 
 from outbox_monitor.config import DEFAULT_REDACT_KEYS, load_settings
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.redaction import (
-    REDACTED,
-    Redactor,
-    check_value_detector,
-    redact_cards,
-    redactor_for,
-)
+from outbox_monitor.redaction import Redactor, redactor_for
+from outbox_monitor.value_detectors import REDACTED, check_value_detector, redact_cards
 
 
 def luhn_valid(digits: str) -> bool:
