@@ -13,7 +13,7 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.logs import configure_logging
-from outbox_monitor.ui import access, alerts, banners, format, state
+from outbox_monitor.ui import access, alert_rules, banners, format, state
 
 configure_logging()  # once per process: one line per record, outbox text escaped
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
@@ -55,7 +55,7 @@ page = st.navigation(access.pages_for(identity, PAGES))
 state.sidebar(
     settings.window,
     settings.refresh,
-    tuple(alerts.rule_windows(alerts.load_ruleset().ruleset)),
+    tuple(alert_rules.rule_windows(alert_rules.load_ruleset().ruleset)),
 )
 
 # The title is the dashboard's, so that it stays above a banner (database down, table

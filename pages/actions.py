@@ -41,7 +41,7 @@ with reap:
         db=ctx.actions_db,
         actor=ctx.identity,
         signature=("reap", f.event_type),
-        make_preview=lambda: loaders.preview_reap(ctx.db, event_type=f.event_type),
+        make_preview=lambda: flows.preview_reap(ctx.db, event_type=f.event_type),
         preview_label="Refresh stuck locks",
         noun="reap",
         sample_columns=[
@@ -99,7 +99,7 @@ with replay:
                 actor=ctx.identity,
                 # the typed text, not the parsed times: "24h" means 24 h before the preview
                 signature=("replay", f.event_type, error_group, since_text, until_text),
-                make_preview=lambda: loaders.preview_replay(ctx.db, selection),
+                make_preview=lambda: flows.preview_replay(ctx.db, selection),
                 preview_label="Preview replay",
                 noun="replay",
                 sample_columns=[
@@ -156,7 +156,7 @@ with prune:
         db=ctx.actions_db,
         actor=ctx.identity,
         signature=("prune", done_age, failed_age, f.event_type),
-        make_preview=lambda: loaders.preview_prune(
+        make_preview=lambda: flows.preview_prune(
             ctx.db, done_older_than=done_age, failed_older_than=failed_age, event_type=f.event_type
         ),
         preview_label="Preview prune",

@@ -5,7 +5,17 @@ import streamlit as st
 
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.ui import alerts, banners, format, loaders, state
+from outbox_monitor.ui import (
+    alert_history,
+    alert_loaders,
+    alert_routes,
+    alert_rules,
+    alert_silences,
+    banners,
+    format,
+    loaders,
+    state,
+)
 
 FLASH = "alerts.flash"
 TEST_OUTCOME = "alerts.test_outcome"
@@ -25,10 +35,10 @@ NOTIFICATION_COLUMNS = [
 ]
 
 ctx = state.context()
-loaded = alerts.load_ruleset()
+loaded = alert_rules.load_ruleset()
 ruleset = loaded.ruleset
 if loaded.error is not None:
-    alerts.show_rules_error(loaded)
+    alert_rules.show_rules_error(loaded)
 else:
     routes = ", ".join(format.md_code(route) for route in ruleset.routes) or "none"
     st.caption(
@@ -46,18 +56,18 @@ state_tab, notifications_tab, transitions_tab, silences_tab, test_tab = st.tabs(
 @st.fragment(run_every=ctx.filters.refresh)
 def live_state() -> None:
     with banners.guarded(wait_out_outage=True):
-        alerts.show_stall(loaders.evaluator_lease(ctx.db), ruleset)
-        instances = loaders.alert_instances(ctx.db)
+        alert_rules.show_stall(alert_loaders.evaluator_lease(ctx.db), ruleset)
+        instances = alert_loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
-        counts = alerts.state_counts(instances)
-        silenced = sum(1 for row in loaders.silences(ctx.db) if row["active"])
+        counts = alert_rules.state_counts(instances)
+        silenced = sum(1 for row in alert_loaders.silences(ctx.db) if row["active"])
         columns = st.columns(5)
         columns[0].metric("Firing", counts["firing"], border=True)
         columns[1].metric("Pending", counts["pending"], border=True)
         columns[2].metric("Evaluation errors", counts["error"], border=True)
         columns[3].metric("OK", counts["inactive"], border=True)
         columns[4].metric("Active silences", silenced, border=True)
-        last = alerts.latest_evaluation(instances)
+        last = alert_rules.latest_evaluation(instances)
         if last is None:
             st.info(
                 "No rule instance has state yet. The scheduler (`outbox-monitor scheduler`, or "
@@ -73,7 +83,7 @@ def live_state() -> None:
                 f"{format.instant(now)} · refreshes every {refresh}"
             )
         st.dataframe(
-            format.table(alerts.state_rows(ruleset, instances, now)),
+            format.table(alert_rules.state_rows(ruleset, instances, now)),
             hide_index=True,
             width="stretch",
         )
@@ -82,7 +92,7 @@ def live_state() -> None:
 @st.fragment(run_every=ctx.filters.refresh)
 def live_notifications() -> None:
     with banners.guarded(wait_out_outage=True):
-        rows = loaders.notifications(ctx.db)
+        rows = alert_loaders.notifications(ctx.db)
         if not rows:
             st.caption("No notification yet.")
             return
@@ -91,7 +101,7 @@ def live_notifications() -> None:
             "and test message with its delivery outcome (pending, sent, suppressed, failed)."
         )
         st.dataframe(
-            format.table(alerts.notification_rows(rows), NOTIFICATION_COLUMNS),
+            format.table(alert_history.notification_rows(rows), NOTIFICATION_COLUMNS),
             hide_index=True,
             width="stretch",
         )
@@ -99,23 +109,25 @@ def live_notifications() -> None:
         chosen = st.selectbox(
             "Message of notification",
             list(by_id),
-            format_func=lambda i: alerts.notification_label(by_id[i]),
+            format_func=lambda i: alert_history.notification_label(by_id[i]),
             key="alerts.notification",
         )
         row = by_id[chosen]
-        st.markdown(alerts.delivery(row))
-        text = alerts.as_shown_in_slack(row["text"])
+        st.markdown(alert_history.delivery(row))
+        text = alert_history.as_shown_in_slack(row["text"])
         st.code(text or "(this notification cannot be rendered)", language=None, wrap_lines=True)
 
 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_transitions() -> None:
     with banners.guarded(wait_out_outage=True):
-        rows = loaders.alert_transitions(ctx.db)
+        rows = alert_loaders.alert_transitions(ctx.db)
         if not rows:
             st.caption("No state transition yet.")
             return
-        st.dataframe(format.table(alerts.transition_rows(rows)), hide_index=True, width="stretch")
+        st.dataframe(
+            format.table(alert_history.transition_rows(rows)), hide_index=True, width="stretch"
+        )
 
 
 with state_tab:
@@ -130,7 +142,7 @@ with silences_tab:
     flash = st.session_state.pop(FLASH, None)
     if flash:
         st.success(flash, icon=":material/check_circle:")
-    instances = loaders.alert_instances(ctx.db)
+    instances = alert_loaders.alert_instances(ctx.db)
     now = loaders.database_now(ctx.db)
     st.caption(
         "A silenced alert still changes state (see State), but its notifications are "
@@ -147,10 +159,10 @@ with silences_tab:
         with st.form("alerts.silence_form"):
             left, middle, right = st.columns(3)
             rule = left.selectbox(
-                "Rule", alerts.rule_choices(ruleset, instances), key="alerts.silence_rule"
+                "Rule", alert_silences.rule_choices(ruleset, instances), key="alerts.silence_rule"
             )
             severity = middle.selectbox(
-                "Severity", alerts.SEVERITY_CHOICES, key="alerts.silence_severity"
+                "Severity", alert_silences.SEVERITY_CHOICES, key="alerts.silence_severity"
             )
             event_type = right.text_input(
                 "Event type",
@@ -169,16 +181,16 @@ with silences_tab:
                 "Create silence", key="alerts.silence_create", type="primary"
             )
         if submitted:
-            matchers = alerts.silence_matchers(rule, severity, event_type)
+            matchers = alert_silences.silence_matchers(rule, severity, event_type)
             try:
-                until = alerts.parse_until(until_text, now)
+                until = alert_silences.parse_until(until_text, now)
             except ValueError as error:
                 st.error(
                     f"**Silence refused** — until: {format.md_text(error)}", icon=":material/error:"
                 )
             else:
                 try:
-                    silence_id = loaders.create_silence(
+                    silence_id = alert_loaders.create_silence(
                         ctx.actions_db, matchers, until, comment, ctx.identity
                     )
                 except ActionRefused as error:
@@ -186,12 +198,12 @@ with silences_tab:
                 else:
                     st.session_state[FLASH] = (
                         f"Silence #{silence_id} created: "
-                        f"{format.md_text(alerts.labels_text(matchers))} until "
+                        f"{format.md_text(alert_silences.labels_text(matchers))} until "
                         f"{format.instant(until)}."
                     )
                     st.rerun()
 
-    everything = loaders.silences(ctx.db)
+    everything = alert_loaders.silences(ctx.db)
     active = [row for row in everything if row["active"]]
     st.subheader(f"Active silences ({len(active)})")
     if not active:
@@ -199,17 +211,17 @@ with silences_tab:
     for row in active:
         with st.container(border=True):
             text, button = st.columns([5, 1], vertical_alignment="center")
-            text.markdown(alerts.silence_text(row, now))
+            text.markdown(alert_silences.silence_text(row, now))
             text.caption(format.md_text(row["comment"]))
             if can_act and button.button("Expire", key=f"alerts.expire.{row['id']}"):
-                expired = loaders.expire_silence(ctx.actions_db, row["id"], by=ctx.identity)
+                expired = alert_loaders.expire_silence(ctx.actions_db, row["id"], by=ctx.identity)
                 st.session_state[FLASH] = (
                     f"Silence #{row['id']} expired."
                     if expired
                     else f"Silence #{row['id']} had already ended."
                 )
                 st.rerun()
-    ended = alerts.ended_silence_rows(everything)
+    ended = alert_silences.ended_silence_rows(everything)
     if ended:
         st.subheader(f"Expired or ended ({len(ended)})")
         st.dataframe(format.table(ended), hide_index=True, width="stretch")
@@ -221,7 +233,7 @@ with test_tab:
         st.info(f"{format.md_code(loaded.path)} defines no routes.")
     else:
         route = st.selectbox("Route", list(ruleset.routes), key="alerts.test_route")
-        destination = alerts.route_destination(ruleset, route)
+        destination = alert_routes.route_destination(ruleset, route)
         if destination.missing is None:
             st.caption(f"Posts to {format.md_text(destination.text)}.")
         else:
@@ -234,10 +246,10 @@ with test_tab:
         if not ctx.identity.can(Role.operator):
             st.info("Posting a test alert needs the operator role.", icon=":material/lock:")
         elif st.button("Send test alert", key="alerts.send_test"):
-            st.session_state[TEST_OUTCOME] = alerts.send_test_alert(
+            st.session_state[TEST_OUTCOME] = alert_routes.send_test_alert(
                 ctx.actions_db, ruleset, route, ctx.identity
             )
-            loaders.clear_notifications()
+            alert_loaders.clear_notifications()
             st.rerun()  # the Notifications tab above lists the recorded message
         outcome = st.session_state.pop(TEST_OUTCOME, None)
         if outcome is not None:

@@ -178,7 +178,7 @@ else:
         db=ctx.actions_db,
         actor=ctx.identity,
         signature=selection,
-        make_preview=lambda: loaders.preview_replay(ctx.db, selection),
+        make_preview=lambda: flows.preview_replay(ctx.db, selection),
         preview_label="Preview replay",
         noun="replay",
         sample_columns=SAMPLE_COLUMNS,

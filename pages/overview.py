@@ -2,7 +2,16 @@
 
 import streamlit as st
 
-from outbox_monitor.ui import alerts, banners, charts, format, loaders, slo, state
+from outbox_monitor.ui import (
+    alert_loaders,
+    alert_rules,
+    banners,
+    charts,
+    format,
+    loaders,
+    slo,
+    state,
+)
 
 ctx = state.context()
 
@@ -46,7 +55,9 @@ def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_figures() -> None:
     with banners.guarded(wait_out_outage=True):
-        alerts.show_stall(loaders.evaluator_lease(ctx.db), alerts.load_ruleset().ruleset)
+        alert_rules.show_stall(
+            alert_loaders.evaluator_lease(ctx.db), alert_rules.load_ruleset().ruleset
+        )
         f = state.filters()
         figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
         failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)

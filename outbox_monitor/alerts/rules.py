@@ -12,20 +12,19 @@ The file is alerts as code, in the spirit of Prometheus rules plus Alertmanager 
 
 This module is the model: pydantic classes whose validators name the field and what is wrong
 (``threshold: expected a number or a duration, got "abc"``), and a ``RuleSet`` whose
-durations are seconds. Reading the file (YAML, secrets, every problem with its rule and line)
+durations are seconds; the checks of single values (durations, names, templates) are
+``alerts.rule_values``. Reading the file (YAML, secrets, every problem with its rule and line)
 is ``alerts.rules_file``.
 """
 
 import difflib
-import json
 import math
 import re
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import quote
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -33,8 +32,20 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
 
+from outbox_monitor.alerts.rule_values import (
+    PLACEHOLDER,
+    Duration,
+    PositiveDuration,
+    Slug,
+    check_template,
+    fail,
+    looks_like_duration,
+    positive_duration,
+    quoted,
+    render_template,
+    to_duration,
+)
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.figures import FIGURES, Figure
 from outbox_monitor.units import format_value
@@ -47,140 +58,13 @@ DEFAULT_FOR_SECONDS = 0.0
 DEFAULT_KEEP_FIRING_FOR_SECONDS = 0.0
 DEFAULT_REPEAT_INTERVAL_SECONDS = 4 * 3600.0
 SUPPORTED_VERSION = 1
-MAX_NAME_LENGTH = 63
-MAX_TEMPLATE_LENGTH = 1000
 MAX_MENTION_LENGTH = 200
 OPS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("critical", "warning", "info")
-TEMPLATE_VARIABLES = ("value", "threshold", "event_type", "rule")
 
-
-_SLUG = re.compile(rf"^[a-z0-9][a-z0-9_-]{{0,{MAX_NAME_LENGTH - 1}}}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
-_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
-_TEMPLATE_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|#\}")
-
-# Secret-looking values (issue 3 §1): refused anywhere in the file.
-SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/", re.I),
-        "looks like a Slack webhook URL; secrets do not belong in alerts.yml: put the URL "
-        "in an environment variable and name it with the route's webhook_url_env",
-    ),
-    (
-        re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{4,}|\bxapp-\d-[A-Za-z0-9-]{4,}"),
-        "looks like a Slack token; secrets do not belong in alerts.yml: put it in the "
-        "SLACK_BOT_TOKEN environment variable",
-    ),
-    (
-        re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I),
-        "looks like a URL or DSN with a password; secrets do not belong in alerts.yml: "
-        "put it in an environment variable",
-    ),
-    (
-        re.compile(r"\bpassword\s*=\s*\S", re.I),
-        "looks like a connection string with a password; secrets do not belong in "
-        "alerts.yml: put it in an environment variable",
-    ),
-)
-
-
-# ----------------------------------------------------------------- value formatting
-
-
-def render_template(template: str, values: dict[str, str]) -> str:
-    """Replace ``{{ name }}`` placeholders by ``values[name]``; nothing else is evaluated.
-
-    Args:
-        template: text validated at load (only ``TEMPLATE_VARIABLES`` occur).
-        values: text for each variable.
-
-    Returns:
-        The rendered text. A placeholder without a value renders as ``""``.
-    """
-    return _PLACEHOLDER.sub(lambda match: values.get(match.group(1), ""), template)
-
-
-def quoted(value: Any) -> str:
-    """A YAML value inside a message: strings quoted, secrets never echoed."""
-    if isinstance(value, str):
-        if any(pattern.search(value) for pattern, _ in SECRET_PATTERNS):
-            return '"<redacted secret>"'
-        text = value if len(value) <= 60 else value[:57] + "..."
-        return json.dumps(text, ensure_ascii=False)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return str(value)
-
-
-def _fail(kind: str, message: str) -> PydanticCustomError:
-    return PydanticCustomError(kind, message)
-
-
-def _to_duration(value: Any, *, example: str = "90s, 15m or 1h") -> float:
-    if isinstance(value, bool) or value is None or isinstance(value, list | dict):
-        raise _fail("duration", f"expected a duration such as {example}, got {quoted(value)}")
-    try:
-        return parse_duration(value)
-    except ValueError:
-        raise _fail(
-            "duration", f"expected a duration such as {example}, got {quoted(value)}"
-        ) from None
-
-
-Duration = Annotated[float, BeforeValidator(_to_duration)]
-
-
-def _positive_duration(value: Any) -> float:
-    seconds = _to_duration(value)
-    if seconds <= 0:
-        raise _fail("duration", f"must be longer than 0s, got {quoted(value)}")
-    return seconds
-
-
-PositiveDuration = Annotated[float, BeforeValidator(_positive_duration)]
-
-
-def _check_template(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _fail("template", f"expected text, got {quoted(value)}")
-    if len(value) > MAX_TEMPLATE_LENGTH:
-        raise _fail("template", f"longer than {MAX_TEMPLATE_LENGTH} characters")
-    allowed = ", ".join(f"{{{{ {name} }}}}" for name in TEMPLATE_VARIABLES)
-    for match in _PLACEHOLDER.finditer(value):
-        if match.group(1) not in TEMPLATE_VARIABLES:
-            raise _fail(
-                "template",
-                f"unknown placeholder {quoted(match.group(0))}; allowed: {allowed}",
-            )
-    if _TEMPLATE_SYNTAX.search(_PLACEHOLDER.sub("", value)):
-        raise _fail(
-            "template",
-            f"only plain placeholders are supported ({allowed}); no filters, expressions or blocks",
-        )
-    return value
-
-
-def _slug(value: Any) -> str:
-    if not isinstance(value, str) or not _SLUG.match(value):
-        raise _fail(
-            "slug",
-            "expected a slug: lower-case letters, digits, - and _, starting with a letter "
-            f"or digit, at most {MAX_NAME_LENGTH} characters; got {quoted(value)}",
-        )
-    return value
-
-
-Slug = Annotated[str, BeforeValidator(_slug)]
-"""A rule or route name: lower-case letters, digits, ``-`` and ``_``."""
 
 
 # ----------------------------------------------------------------------- the models
@@ -219,7 +103,7 @@ class Route(_Model):
     @classmethod
     def _check_channel(cls, value: Any) -> Any:
         if value is not None and (not isinstance(value, str) or not _CHANNEL.match(value)):
-            raise _fail(
+            raise fail(
                 "channel",
                 f"expected a Slack channel (#alerts or a channel id), got {quoted(value)}",
             )
@@ -232,13 +116,13 @@ class Route(_Model):
         if value is None:
             return None if has_channel or "channel" not in info.data else DEFAULT_WEBHOOK_ENV
         if not isinstance(value, str) or not _ENV_NAME.match(value):
-            raise _fail(
+            raise fail(
                 "env_name",
                 "expected the name of an environment variable that holds the webhook URL "
                 f"(e.g. SLACK_WEBHOOK_URL), got {quoted(value)}",
             )
         if has_channel:
-            raise _fail(
+            raise fail(
                 "transport",
                 "give either channel (bot token transport) or webhook_url_env (incoming "
                 "webhook), not both",
@@ -251,7 +135,7 @@ class Route(_Model):
         if value is not None and (
             not isinstance(value, str) or "\n" in value or len(value) > MAX_MENTION_LENGTH
         ):
-            raise _fail(
+            raise fail(
                 "mention",
                 f"expected one line of text (at most {MAX_MENTION_LENGTH} characters), "
                 f"e.g. <!subteam^S0123> or <!here>; got {quoted(value)}",
@@ -292,12 +176,12 @@ class Rule(_Model):
     @field_validator("for_", "keep_firing_for", mode="before")
     @classmethod
     def _check_durations(cls, value: Any) -> Any:
-        return None if value is None else _to_duration(value)
+        return None if value is None else to_duration(value)
 
     @field_validator("summary", "runbook_url", mode="before")
     @classmethod
     def _check_templates(cls, value: Any) -> Any:
-        return None if value is None else _check_template(value)
+        return None if value is None else check_template(value)
 
     @field_validator("metric", mode="before")
     @classmethod
@@ -305,7 +189,7 @@ class Rule(_Model):
         if not isinstance(value, str) or value not in FIGURES:
             close = difflib.get_close_matches(str(value), FIGURES, n=1)
             hint = f'; did you mean "{close[0]}"?' if close else ""
-            raise _fail(
+            raise fail(
                 "metric",
                 f"unknown metric {quoted(value)}{hint} (expected one of {', '.join(FIGURES)})",
             )
@@ -316,30 +200,30 @@ class Rule(_Model):
     def _check_window(cls, value: Any, info: ValidationInfo) -> Any:
         metric = FIGURES.get(info.data.get("metric", ""))
         if metric and metric.window == "none" and value is not None:
-            raise _fail("window", f"{metric.metric} has no window; remove window")
+            raise fail("window", f"{metric.metric} has no window; remove window")
         if metric and metric.window == "required" and value is None:
-            raise _fail("window", f"required for {metric.metric} (e.g. window: 15m)")
-        return None if value is None else _positive_duration(value)
+            raise fail("window", f"required for {metric.metric} (e.g. window: 15m)")
+        return None if value is None else positive_duration(value)
 
     @field_validator("attempts", mode="before")
     @classmethod
     def _check_attempts(cls, value: Any, info: ValidationInfo) -> Any:
         metric = FIGURES.get(info.data.get("metric", ""))
         if metric and not metric.attempts and value is not None:
-            raise _fail("attempts", f"only attempts_at_least takes attempts, not {metric.metric}")
+            raise fail("attempts", f"only attempts_at_least takes attempts, not {metric.metric}")
         if metric and metric.attempts and value is None:
-            raise _fail("attempts", "required for attempts_at_least (e.g. attempts: 5)")
+            raise fail("attempts", "required for attempts_at_least (e.g. attempts: 5)")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise _fail("attempts", f"expected a whole number ≥ 1, got {quoted(value)}")
+            raise fail("attempts", f"expected a whole number ≥ 1, got {quoted(value)}")
         if value is not None and value < 1:
-            raise _fail("attempts", f"expected a whole number ≥ 1, got {value}")
+            raise fail("attempts", f"expected a whole number ≥ 1, got {value}")
         return value
 
     @field_validator("event_type", mode="before")
     @classmethod
     def _check_event_type(cls, value: Any) -> Any:
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise _fail(
+            raise fail(
                 "event_type",
                 "expected an event type (order.paid) or a LIKE pattern with % (payment.%), "
                 f"got {quoted(value)}",
@@ -352,7 +236,7 @@ class Rule(_Model):
         if value is None:
             return ()
         if not isinstance(value, list) or any(item != "event_type" for item in value):
-            raise _fail(
+            raise fail(
                 "by",
                 f"expected [event_type] (one alert instance per event type), got {quoted(value)}"
                 if not isinstance(value, list)
@@ -364,7 +248,7 @@ class Rule(_Model):
     @classmethod
     def _check_op(cls, value: Any) -> Any:
         if value not in OPS:
-            raise _fail("op", f"expected one of {' '.join(OPS)}, got {quoted(value)}")
+            raise fail("op", f"expected one of {' '.join(OPS)}, got {quoted(value)}")
         return value
 
     @field_validator("threshold", mode="before")
@@ -374,10 +258,10 @@ class Rule(_Model):
         duration_ok = metric is None or metric.is_duration
         expected = "a number or a duration" if duration_ok else "a number"
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise _fail("threshold", f"expected {expected}, got {quoted(value)}")
+            raise fail("threshold", f"expected {expected}, got {quoted(value)}")
         if isinstance(value, int | float):
             if not math.isfinite(value):
-                raise _fail("threshold", f"expected a finite number, got {value}")
+                raise fail("threshold", f"expected a finite number, got {value}")
             return float(value)
         try:
             return float(value)
@@ -388,40 +272,40 @@ class Rule(_Model):
                 return parse_duration(value)
             except ValueError:
                 pass
-        elif _looks_like_duration(value):
-            raise _fail(
+        elif looks_like_duration(value):
+            raise fail(
                 "threshold",
                 f"expected a number ({metric.metric} is measured in {metric.unit}, "
                 f"not a duration), got {quoted(value)}",
             )
-        raise _fail("threshold", f"expected {expected}, got {quoted(value)}")
+        raise fail("threshold", f"expected {expected}, got {quoted(value)}")
 
     @field_validator("severity", mode="before")
     @classmethod
     def _check_severity(cls, value: Any) -> Any:
         if value not in SEVERITIES:
             expected = ", ".join(SEVERITIES)
-            raise _fail("severity", f"expected one of {expected}, got {quoted(value)}")
+            raise fail("severity", f"expected one of {expected}, got {quoted(value)}")
         return value
 
     @field_validator("labels", mode="before")
     @classmethod
     def _check_labels(cls, value: Any) -> Any:
         if not isinstance(value, dict):
-            raise _fail("labels", f"expected a mapping of name: text, got {quoted(value)}")
+            raise fail("labels", f"expected a mapping of name: text, got {quoted(value)}")
         for key, text in value.items():
             if not isinstance(key, str) or not _LABEL_NAME.match(key):
                 message = f"label name {quoted(key)}: expected letters, digits and _"
-                raise _fail("labels", message)
+                raise fail("labels", message)
             if not isinstance(text, str):
-                raise _fail("labels", f"{key}: expected text, got {quoted(text)}")
+                raise fail("labels", f"{key}: expected text, got {quoted(text)}")
         return value
 
     @field_validator("runbook_url", mode="after")
     @classmethod
     def _check_runbook_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://\S+$", _PLACEHOLDER.sub("x", value)):
-            raise _fail(
+        if value is not None and not re.match(r"^https?://\S+$", PLACEHOLDER.sub("x", value)):
+            raise fail(
                 "url",
                 f"expected an http:// or https:// URL without spaces, got {quoted(value)}",
             )
@@ -431,7 +315,7 @@ class Rule(_Model):
     @classmethod
     def _check_route(cls, value: Any) -> Any:
         if not isinstance(value, str) or not value:
-            raise _fail("route", f"expected the name of a route, got {quoted(value)}")
+            raise fail("route", f"expected the name of a route, got {quoted(value)}")
         return value
 
     # ------------------------------------------------------------------ conveniences
@@ -499,7 +383,7 @@ class RuleSet(_Model):
     @classmethod
     def _check_version(cls, value: Any) -> Any:
         if value != SUPPORTED_VERSION or isinstance(value, bool):
-            raise _fail("version", f"expected {SUPPORTED_VERSION}, got {quoted(value)}")
+            raise fail("version", f"expected {SUPPORTED_VERSION}, got {quoted(value)}")
         return value
 
     @property
@@ -513,11 +397,3 @@ class RuleSet(_Model):
             if rule.name == name:
                 return rule
         raise KeyError(name)
-
-
-def _looks_like_duration(text: str) -> bool:
-    try:
-        parse_duration(text)
-    except ValueError:
-        return False
-    return True

@@ -18,14 +18,8 @@ from pydantic import (
     ValidationError,
 )
 
-from outbox_monitor.alerts.rules import (
-    SECRET_PATTERNS,
-    Defaults,
-    Route,
-    Rule,
-    RuleSet,
-    quoted,
-)
+from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
+from outbox_monitor.alerts.rules import Defaults, Route, Rule, RuleSet
 from outbox_monitor.errors import ConfigError
 
 DEFAULT_RULES_PATH = "alerts.yml"

@@ -11,6 +11,10 @@ The confirm button records its preview in a callback, which runs before the next
 whatever that run renders: a click is never lost because the page changed under it (new
 rows, an expired cache). That run applies the preview if the selection is still the one
 it was made for, else says so ("the selection changed … preview again") and logs it.
+
+``preview_replay``, ``preview_reap``, ``preview_prune`` and ``apply`` are the one way the
+dashboard calls ``actions``: previews count up to ``loaders.count_cap()`` and are never
+cached; ``apply`` then clears the caches the action made stale.
 """
 
 import logging
@@ -20,8 +24,10 @@ from dataclasses import dataclass
 import streamlit as st
 
 from outbox_monitor.access import Identity
+from outbox_monitor.actions import prune, reap, replay, run
 from outbox_monitor.actions.preview import Preview
-from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult
+from outbox_monitor.actions.replay import ReplaySelection
+from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, Progress
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused, OutboxMonitorError
 from outbox_monitor.ui import banners, format, loaders
@@ -209,7 +215,7 @@ def _apply(key: str, db: Database, preview: Preview, *, actor: Identity, noun: s
         progress.progress(min(done / max(total, 1), 1.0), text=f"{noun}: {done:,} / {total:,}")
 
     try:
-        outcome = loaders.apply(db, preview, actor=actor, on_progress=on_progress)
+        outcome = apply(db, preview, actor=actor, on_progress=on_progress)
     except OutboxMonitorError as error:
         # Shown here, in this flow, so the page's other tabs still render.
         progress.empty()
@@ -218,3 +224,56 @@ def _apply(key: str, db: Database, preview: Preview, *, actor: Identity, noun: s
         return
     st.session_state[f"{key}.result"] = outcome
     st.rerun()
+
+
+def apply(
+    db: Database, preview: Preview, *, actor: Identity, on_progress: Progress | None = None
+) -> ActionResult:
+    """``run.apply`` of a confirmed preview, then ``loaders.clear_stale()`` (even on
+    failure: earlier batches may have committed).
+
+    Raises:
+        The errors of ``run.apply``.
+    """
+    try:
+        return run.apply(db, preview, actor=actor, on_progress=on_progress)
+    finally:
+        loaders.clear_stale()
+
+
+def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
+    """``replay.preview_replay`` counting up to ``loaders.count_cap()`` rows, an estimate
+    above (never cached: a confirm applies what was just previewed; its sample's
+    ``last_error`` comes redacted).
+
+    Raises:
+        ActionRefused: an empty selection.
+    """
+    return replay.preview_replay(db, selection, count_cap=loaders.count_cap())
+
+
+def preview_reap(db: Database, *, event_type: str | None) -> Preview:
+    """``reap.preview_reap`` with the configured lock timeout (never cached)."""
+    return reap.preview_reap(db, event_type=event_type)
+
+
+def preview_prune(
+    db: Database,
+    *,
+    done_older_than: float | None,
+    failed_older_than: float | None,
+    event_type: str | None,
+) -> Preview:
+    """``prune.preview_prune`` counting up to ``loaders.count_cap()`` rows per status, an
+    estimate above (never cached); ages in seconds, ``None`` skips a status.
+
+    Raises:
+        ActionRefused: no status chosen, or an age under one day.
+    """
+    return prune.preview_prune(
+        db,
+        done_older_than=done_older_than,
+        failed_older_than=failed_older_than,
+        event_type=event_type,
+        count_cap=loaders.count_cap(),
+    )

@@ -1,44 +1,26 @@
-"""Cached reads for the pages (``st.cache_data``, TTL ≤ the shortest refresh) and the one way
-the dashboard applies an action, which clears the caches that action made stale.
+"""Cached reads for the pages (``cache.cached``, TTL ≤ the shortest refresh): the Overview's
+figures and series, dead letters, events and their payloads (redacted), the audit log; and
+``clear_stale``, which clears the caches an action made stale (``flows.apply`` calls it).
 
-Each loader takes the ``Database`` first; the cache key is the database's settings plus the
-other arguments, so two databases never share an entry. Values are the plain rows of
-``metrics``, ``events`` and ``actions``.
+Values are the plain rows of ``metrics``, ``events`` and ``actions``.
 """
 
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import streamlit as st
-
 from outbox_monitor import error_grouping, estimates, events, metrics, schema
 from outbox_monitor.access import Identity
-from outbox_monitor.actions import prune, reap, replay, run
 from outbox_monitor.actions.audit import recent_audit
-from outbox_monitor.actions.preview import Preview
-from outbox_monitor.actions.replay import ReplaySelection
-from outbox_monitor.actions.run import ActionResult, Progress
-from outbox_monitor.alerts import silences as alert_silences
-from outbox_monitor.alerts import stall as alert_stall
-from outbox_monitor.alerts import state as alert_state
 from outbox_monitor.db import Database
 from outbox_monitor.events import EventFilter, RevealedPayload
 from outbox_monitor.redaction import Redactor, redactor_for
+from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
-from outbox_monitor.ui.state import MIN_REFRESH_SECONDS
 
-CACHE_TTL_SECONDS = MIN_REFRESH_SECONDS - 1
-"""Below the shortest refresh, so every live refresh of the Overview reads fresh figures."""
 SERIES_POINTS = 60
 """Time series use ``window / SERIES_POINTS`` buckets (at least ``MIN_BUCKET_SECONDS``)."""
 MIN_BUCKET_SECONDS = 15.0
-
-_cached = st.cache_data(ttl=CACHE_TTL_SECONDS, show_spinner=False)
-
-
-def _key(db: Database) -> str:
-    return db.settings.model_dump_json()
 
 
 def bucket_for(window: float) -> float:
@@ -46,7 +28,7 @@ def bucket_for(window: float) -> float:
     return max(window / SERIES_POINTS, MIN_BUCKET_SECONDS)
 
 
-@_cached
+@cached
 def _status(
     key: str, _db: Database, window: float, event_type: str | None, cap: int
 ) -> dict[str, Any]:
@@ -58,7 +40,7 @@ def status(db: Database, *, window: float, event_type: str | None) -> dict[str, 
     """``metrics.status`` with ``count_cap()``: every SPEC §2 figure plus the database's
     ``now`` (ISO text); ``"estimated"`` names the figures that are estimates (the dead
     letters of ``attempts_histogram`` above the cap)."""
-    return _status(_key(db), db, window, event_type, count_cap())
+    return _status(db_key(db), db, window, event_type, count_cap())
 
 
 def count_cap() -> int:
@@ -67,27 +49,27 @@ def count_cap() -> int:
     return estimates.DASHBOARD_COUNT_CAP
 
 
-@_cached
+@cached
 def _failed_tile(key: str, _db: Database, event_type: str | None) -> int:
     return metrics.failed_in_window(_db, window=FAILED_TILE_WINDOW_SECONDS, event_type=event_type)
 
 
 def failed_last_24h(db: Database, *, event_type: str | None) -> int:
     """Rows dead-lettered in the last 24 hours (the "Failed (24 h)" tile), exact."""
-    return _failed_tile(_key(db), db, event_type)
+    return _failed_tile(db_key(db), db, event_type)
 
 
-@_cached
+@cached
 def _samples(key: str, _db: Database, window: float) -> list[dict[str, Any]]:
     return metrics.samples_series(_db, window=window)
 
 
 def samples(db: Database, *, window: float) -> list[dict[str, Any]]:
     """``metrics.samples_series``: the sampler's rows over the window, oldest first."""
-    return _samples(_key(db), db, window)
+    return _samples(db_key(db), db, window)
 
 
-@_cached
+@cached
 def _latency_series(
     key: str, _db: Database, window: float, event_type: str | None
 ) -> list[dict[str, Any]]:
@@ -98,10 +80,10 @@ def _latency_series(
 
 def latency_series(db: Database, *, window: float, event_type: str | None) -> list[dict[str, Any]]:
     """``metrics.latency_series`` with ``bucket_for(window)`` buckets."""
-    return _latency_series(_key(db), db, window, event_type)
+    return _latency_series(db_key(db), db, window, event_type)
 
 
-@_cached
+@cached
 def _throughput_series(
     key: str, _db: Database, window: float, event_type: str | None
 ) -> list[dict[str, Any]]:
@@ -114,20 +96,20 @@ def throughput_series(
     db: Database, *, window: float, event_type: str | None
 ) -> list[dict[str, Any]]:
     """``metrics.throughput_series`` with ``bucket_for(window)`` buckets."""
-    return _throughput_series(_key(db), db, window, event_type)
+    return _throughput_series(db_key(db), db, window, event_type)
 
 
-@_cached
+@cached
 def _missing_indexes(key: str, _db: Database) -> list[str]:
     return schema.missing_recommended_indexes(_db)
 
 
 def missing_indexes(db: Database) -> list[str]:
     """``schema.missing_recommended_indexes``: descriptions of absent recommended indexes."""
-    return _missing_indexes(_key(db), db)
+    return _missing_indexes(db_key(db), db)
 
 
-@_cached
+@cached
 def _retired_indexes(key: str, _db: Database) -> list[str]:
     return schema.retired_indexes_present(_db)
 
@@ -135,7 +117,7 @@ def _retired_indexes(key: str, _db: Database) -> list[str]:
 def retired_indexes(db: Database) -> list[str]:
     """``schema.retired_indexes_present``: names of indexes an earlier init-db created that
     slow the workers' claim."""
-    return _retired_indexes(_key(db), db)
+    return _retired_indexes(db_key(db), db)
 
 
 @dataclass(frozen=True)
@@ -160,7 +142,7 @@ class DeadLetters:
         return next((g for g in self.groups if g["group_id"] == group_id), None)
 
 
-@_cached
+@cached
 def _dead_letters(
     key: str, _db: Database, event_type: str | None, error_group: str | None
 ) -> DeadLetters:
@@ -201,7 +183,7 @@ def dead_letters(db: Database, *, event_type: str | None, error_group: str | Non
         event_type: the sidebar filter (exact or LIKE pattern), ``None`` for all.
         error_group: the chosen group's 12-hex id, or ``None``.
     """
-    loaded = _dead_letters(_key(db), db, event_type, error_group)
+    loaded = _dead_letters(db_key(db), db, event_type, error_group)
     shown = redactor(db)
     return DeadLetters(
         shown.redact_rows(loaded.groups, DEAD_LETTER_ERROR_FIELDS),
@@ -211,7 +193,7 @@ def dead_letters(db: Database, *, event_type: str | None, error_group: str | Non
     )
 
 
-@_cached
+@cached
 def _group_event_type(
     key: str, _db: Database, error_group: str, event_type: str | None
 ) -> str | None:
@@ -222,10 +204,10 @@ def _group_event_type(
 def group_event_type(db: Database, error_group: str, *, event_type: str | None) -> str | None:
     """The event type of a group that still has dead letters matching ``event_type``
     (``None``: any), or ``None`` when it has none (replayed, pruned, or never existed)."""
-    return _group_event_type(_key(db), db, error_group, event_type)
+    return _group_event_type(db_key(db), db, error_group, event_type)
 
 
-@_cached
+@cached
 def _events_page(key: str, _db: Database, search: EventFilter, limit: int) -> list[dict[str, Any]]:
     return events.list_events(_db, search, limit=limit)
 
@@ -236,17 +218,17 @@ def events_page(db: Database, *, limit: int, **filters: Any) -> list[dict[str, A
     Raises:
         ValueError: an unknown status; TypeError: an unknown filter.
     """
-    return _events_page(_key(db), db, EventFilter(**filters), limit)
+    return _events_page(db_key(db), db, EventFilter(**filters), limit)
 
 
-@_cached
+@cached
 def _event(key: str, _db: Database, event_id: int) -> dict[str, Any] | None:
     return events.get_event(_db, event_id)
 
 
 def event(db: Database, event_id: int) -> dict[str, Any] | None:
     """``events.get_event``: one event with its (possibly truncated) payload."""
-    return _event(_key(db), db, event_id)
+    return _event(db_key(db), db, event_id)
 
 
 def event_payload(db: Database, event_id: int) -> str | None:
@@ -267,7 +249,7 @@ def redacted_events_page(db: Database, *, limit: int, **filters: Any) -> list[di
     return redactor(db).redact_rows(events_page(db, limit=limit, **filters))
 
 
-@_cached
+@cached
 def _redacted_event(key: str, _db: Database, event_id: int) -> dict[str, Any] | None:
     found = events.get_event(_db, event_id)
     return None if found is None else events.redact_event(found, redactor(_db))
@@ -276,7 +258,7 @@ def _redacted_event(key: str, _db: Database, event_id: int) -> dict[str, Any] | 
 def redacted_event(db: Database, event_id: int) -> dict[str, Any] | None:
     """``events.get_event`` through ``events.redact_event``: payload (or its head) and
     last_error redacted, as everyone sees them until an operator reveals them."""
-    return _redacted_event(_key(db), db, event_id)
+    return _redacted_event(db_key(db), db, event_id)
 
 
 def redacted_payload(db: Database, event_id: int) -> str | None:
@@ -310,7 +292,7 @@ def reveal_payload(db: Database, event_id: int, identity: Identity) -> RevealedP
         _audit.clear()
 
 
-@_cached
+@cached
 def _timeline(
     key: str, _db: Database, aggregate_type: str, aggregate_id: str
 ) -> list[dict[str, Any]]:
@@ -319,17 +301,22 @@ def _timeline(
 
 def timeline(db: Database, aggregate_type: str, aggregate_id: str) -> list[dict[str, Any]]:
     """``events.aggregate_timeline``: every event of one aggregate, oldest first."""
-    return _timeline(_key(db), db, aggregate_type, aggregate_id)
+    return _timeline(db_key(db), db, aggregate_type, aggregate_id)
 
 
-@_cached
+@cached
 def _audit(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
     return recent_audit(_db, limit=limit)
 
 
 def audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
     """``recent_audit``: the newest audit rows."""
-    return _audit(_key(db), db, limit)
+    return _audit(db_key(db), db, limit)
+
+
+def clear_audit() -> None:
+    """Forget the cached audit log (an audited change was just made)."""
+    _audit.clear()
 
 
 def database_now(db: Database) -> datetime:
@@ -358,149 +345,3 @@ def clear_stale() -> None:
     """Clear every cache an action makes stale (``STALE_AFTER_ACTION``)."""
     for loader in STALE_AFTER_ACTION:
         loader.clear()
-
-
-def apply(
-    db: Database, preview: Preview, *, actor: Identity, on_progress: Progress | None = None
-) -> ActionResult:
-    """``run.apply`` of a confirmed preview, then ``clear_stale()`` (even on failure:
-    earlier batches may have committed).
-
-    Raises:
-        The errors of ``run.apply``.
-    """
-    try:
-        return run.apply(db, preview, actor=actor, on_progress=on_progress)
-    finally:
-        clear_stale()
-
-
-def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
-    """``replay.preview_replay`` counting up to ``count_cap()`` rows, an estimate above
-    (never cached: a confirm applies what was just previewed; its sample's ``last_error``
-    comes redacted).
-
-    Raises:
-        ActionRefused: an empty selection.
-    """
-    return replay.preview_replay(db, selection, count_cap=count_cap())
-
-
-def preview_reap(db: Database, *, event_type: str | None) -> Preview:
-    """``reap.preview_reap`` with the configured lock timeout (never cached)."""
-    return reap.preview_reap(db, event_type=event_type)
-
-
-def preview_prune(
-    db: Database,
-    *,
-    done_older_than: float | None,
-    failed_older_than: float | None,
-    event_type: str | None,
-) -> Preview:
-    """``prune.preview_prune`` counting up to ``count_cap()`` rows per status, an estimate
-    above (never cached); ages in seconds, ``None`` skips a status.
-
-    Raises:
-        ActionRefused: no status chosen, or an age under one day.
-    """
-    return prune.preview_prune(
-        db,
-        done_older_than=done_older_than,
-        failed_older_than=failed_older_than,
-        event_type=event_type,
-        count_cap=count_cap(),
-    )
-
-
-# ----------------------------------------------------------------------- alerts (issue 3)
-
-
-@_cached
-def _evaluator_lease(key: str, _db: Database) -> alert_stall.LeaseStatus:
-    return alert_stall.read_lease(_db)
-
-
-def evaluator_lease(db: Database) -> alert_stall.LeaseStatus:
-    """``alerts.stall.read_lease``: the evaluator lease of the table and the database's now
-    (for the "alerting is stalled" banner)."""
-    return _evaluator_lease(_key(db), db)
-
-
-@_cached
-def _alert_instances(key: str, _db: Database) -> list[dict[str, Any]]:
-    return alert_state.list_instances(_db)
-
-
-def alert_instances(db: Database) -> list[dict[str, Any]]:
-    """``alerts.state.list_instances``: every rule instance with state, value, since."""
-    return _alert_instances(_key(db), db)
-
-
-@_cached
-def _alert_transitions(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
-    return alert_state.list_transitions(_db, limit=limit)
-
-
-def alert_transitions(db: Database, *, limit: int = 100) -> list[dict[str, Any]]:
-    """``alerts.state.list_transitions``: the newest state transitions first."""
-    return _alert_transitions(_key(db), db, limit)
-
-
-@_cached
-def _notifications(key: str, _db: Database, limit: int) -> list[dict[str, Any]]:
-    return alert_state.list_notifications(_db, limit=limit)
-
-
-def notifications(db: Database, *, limit: int = 100) -> list[dict[str, Any]]:
-    """``alerts.state.list_notifications``: the newest notifications first, with their
-    delivery outcome and the plain-text message (``text``)."""
-    return _notifications(_key(db), db, limit)
-
-
-def clear_notifications() -> None:
-    """Forget the cached notification list (a test message was just recorded)."""
-    _notifications.clear()
-
-
-@_cached
-def _silences(key: str, _db: Database) -> list[dict[str, Any]]:
-    return alert_silences.list_silences(_db)
-
-
-def silences(db: Database) -> list[dict[str, Any]]:
-    """``alerts.silences.list_silences``: every silence, newest first, with ``active``."""
-    return _silences(_key(db), db)
-
-
-def _clear_silence_caches() -> None:
-    _silences.clear()
-    _audit.clear()  # creating and expiring a silence are audited
-
-
-def create_silence(
-    db: Database, matchers: dict[str, str], until: datetime, comment: str, created_by: Identity
-) -> int:
-    """``alerts.silences.create_silence`` (starts now, database clock), then clears the
-    silence list and the audit log caches.
-
-    Raises:
-        AccessDenied: ``created_by`` is not an operator.
-        ActionRefused: no matcher, ``until`` not in the future, no comment.
-    """
-    try:
-        return alert_silences.create_silence(db, matchers, until, comment, created_by)
-    finally:
-        _clear_silence_caches()
-
-
-def expire_silence(db: Database, silence_id: int, *, by: Identity) -> bool:
-    """``alerts.silences.expire_silence`` now, then clears the silence and audit caches.
-
-    Returns:
-        ``False`` when it had already ended or been expired.
-    """
-    try:
-        return alert_silences.expire_silence(db, silence_id, by)
-    finally:
-        _clear_silence_caches()

@@ -16,7 +16,7 @@ import pytest
 import streamlit as st
 from playwright.sync_api import expect
 
-from outbox_monitor.ui import loaders
+from outbox_monitor.ui import cache
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (fixtures)
 from tests.ui.rendered import plain
 
@@ -29,7 +29,7 @@ PREVIEWED = 196
 NEW_FAILURES = 10
 SECONDS_OPEN = 12.0
 """How long the preview stays open in the browser: longer than the 10 s default refresh
-and the 4 s cache TTL (``loaders.CACHE_TTL_SECONDS``)."""
+and the 4 s cache TTL (``cache.CACHE_TTL_SECONDS``)."""
 
 
 def fail_rows(conn, count: int) -> list[int]:
@@ -157,7 +157,7 @@ def test_in_the_browser_a_confirm_after_new_failures_replays_the_preview(
     finally:
         stop.set()
         thread.join()
-    assert time.monotonic() - started > loaders.CACHE_TTL_SECONDS
+    assert time.monotonic() - started > cache.CACHE_TTL_SECONDS
     confirm.click()
 
     expect(page.get_by_text("Replayed 196 rows; 0 were no longer failed.")).to_be_visible()

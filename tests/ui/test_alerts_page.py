@@ -19,7 +19,7 @@ from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.slack_sink import SlackSink
-from outbox_monitor.ui import alerts, state
+from outbox_monitor.ui import alert_rules, state
 
 PAGE = "alerts"
 ACTOR = "ui-test"  # tests/ui/conftest.py's OUTBOX_MONITOR_ACTOR
@@ -385,7 +385,7 @@ def test_dashboard_links_of_alerts_open_the_prefiltered_view(open_page, ruleset,
 
 
 def test_every_window_of_the_shipped_rules_is_a_dashboard_window_choice(open_page, rules_path):
-    windows = alerts.rule_windows(load_rules(SHIPPED_RULES_PATH))
+    windows = alert_rules.rule_windows(load_rules(SHIPPED_RULES_PATH))
     assert windows == ["15m", "1h"]
     assert set(windows) <= set(state.WINDOW_CHOICES)
     # a window the sidebar does not offer (a rule with window: 30m) falls back to the default

@@ -1,0 +1,105 @@
+"""The Alerts page's history: state transitions and notifications as table rows, and what
+happened to each notification (posted, suppressed, pending, failed) with the text Slack
+shows (issue 3 §4).
+
+The rows come from ``alerts.state`` through ``alert_loaders``; nothing here writes.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from outbox_monitor.ui import format
+
+
+def transition_rows(transitions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``alerts.state.list_transitions`` rows for the table: at, rule, instance, change
+    (``"pending → firing"``), kind, value (as stored, in the rule's unit) and detail."""
+    return [
+        {
+            "at": format.instant(row["at"]),
+            "rule": row["rule"],
+            "instance": row["instance"] or "all",
+            "change": f"{row['from_state']} → {row['to_state']}",
+            "kind": row["kind"],
+            "value": row["value"],
+            "detail": row["detail"] or "",
+        }
+        for row in transitions
+    ]
+
+
+def delivery(row: Mapping[str, Any]) -> str:
+    """What happened to one notification, in a sentence of markdown (what Slack or the
+    sender recorded — channel, ts, error — shown literally).
+
+    ``sent`` → when and where; ``suppressed`` → why it was not posted (silenced, or the
+    reason the sender recorded); ``pending`` → waiting, or retrying after a failure with
+    the next try; ``failed`` → the last error.
+    """
+    status, attempts = row.get("status"), row.get("attempts") or 0
+    tries = format.plural(attempts, "attempt")
+    error = format.md_text(row["last_error"]) if row.get("last_error") else None
+    if status == "sent":
+        where = (
+            f" to {format.md_code(row['slack_channel'])} (ts {format.md_code(row['slack_ts'])})"
+            if row.get("slack_ts")
+            else ""
+        )
+        text = f"Posted{where} at {format.instant(row.get('sent_at'))} after {tries}."
+        return text + (f" Note: {error}" if error else "")
+    if status == "suppressed":
+        if row.get("silenced"):
+            return "Not posted: a silence matched this alert. Below is what would have been posted."
+        reason = error or "nobody was told this alert fired, or its route does not send resolves"
+        return f"Not posted ({reason}). Below is what would have been posted."
+    if status == "failed":
+        return f"Failed for good after {tries}: {error or 'no error recorded'}."
+    if attempts:
+        status_code = f" (HTTP {row['last_status']})" if row.get("last_status") else ""
+        return (
+            f"Not posted yet: {tries} failed{status_code}: {error or 'no error recorded'}; "
+            f"next try at {format.instant(row.get('available_at'))}."
+        )
+    return (
+        f"Waiting to be posted by the sender (due {format.instant(row.get('available_at'))}). "
+        "Below is what it will post."
+    )
+
+
+def notification_rows(notifications: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``alerts.state.list_notifications`` rows for the table: id, created, kind, rule,
+    instance, route, status, silenced, attempts, last HTTP status, last error, sent."""
+    return [
+        {
+            "id": row["id"],
+            "created": format.instant(row["created_at"]),
+            "kind": row["kind"],
+            "rule": row["rule"],
+            "instance": row["instance"] or "all",
+            "route": row["route"],
+            "status": row["status"],
+            "silenced": bool(row["silenced"]),
+            "attempts": row["attempts"],
+            "last_status": row["last_status"],
+            "last_error": row["last_error"] or "",
+            "sent": format.instant(row["sent_at"]),
+        }
+        for row in notifications
+    ]
+
+
+def as_shown_in_slack(text: str | None) -> str | None:
+    """A message's plain text as Slack displays it: the mrkdwn escapes (``&amp;``,
+    ``&lt;``, ``&gt;``) turned back into the characters (shown as text, never as markup)."""
+    if text is None:
+        return None
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def notification_label(row: Mapping[str, Any]) -> str:
+    """One notification in a picker: ``"#12 · firing · payment-failed · event_type=… · sent"``."""
+    parts = [f"#{row['id']}", row["kind"], row["rule"]]
+    if row.get("instance"):
+        parts.append(row["instance"])
+    parts.append(row["status"] + (" (silenced)" if row.get("silenced") else ""))
+    return " · ".join(parts)
