@@ -3,7 +3,7 @@ inputs, what happened to each notification, and the "send test alert" outcome (i
 
 Data comes from ``alerts.state`` / ``alerts.silences`` through the cached loaders; nothing
 here writes to the database except through ``loaders.create_silence`` / ``expire_silence``
-and ``send_test_alert`` (the test message's notification row, ``sender.send_test``).
+and ``send_test_alert`` (the test message's notification row, ``route_check.send_test``).
 """
 
 import os
@@ -18,9 +18,9 @@ from typing import Any
 import streamlit as st
 
 from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules import SEVERITIES, Rule, RuleSet
 from outbox_monitor.alerts.rules_file import RulesError, load_rules, resolve_rules_path
-from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.db import Database
@@ -462,7 +462,7 @@ def send_test_alert(
     env: Mapping[str, str] | None = None,
 ) -> SendOutcome:
     """Post ``outbox-monitor alerts test``'s message through one route now, and record it
-    in the notification table (``sender.send_test``) so the Notifications tab lists it.
+    in the notification table (``route_check.send_test``) so the Notifications tab lists it.
 
     Args:
         db: the operator's connector (``PageContext.actions_db``): it writes the row.

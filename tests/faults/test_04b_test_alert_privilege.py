@@ -20,8 +20,8 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
