@@ -27,13 +27,16 @@ a second evaluator can neither lose nor duplicate a notification. A notification
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
 a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
 notification was silenced (nobody was told it fired).
+
+The notification rows are ``notification_queue``'s; the instances of rules no longer in the
+file are ``removed_rules``'s; a pass's records and report are ``evaluation_pass``'s.
 """
 
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -42,11 +45,17 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts import measure, silences
 from outbox_monitor.alerts.clock import Clock, system_clock
-from outbox_monitor.alerts.links import dashboard_path, instance_event_type, instance_labels
+from outbox_monitor.alerts.evaluation_pass import (
+    EvaluationPass,
+    EvaluationReport,
+    InstanceReport,
+    Observation,
+)
+from outbox_monitor.alerts.links import instance_event_type, instance_labels
+from outbox_monitor.alerts.notification_queue import cached_offenders, queue_notification
+from outbox_monitor.alerts.removed_rules import retire_removed_rules
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.state_machine import (
-    ERROR,
-    ERROR_KIND,
     FIRING,
     FIRING_KIND,
     INACTIVE,
@@ -61,67 +70,6 @@ from outbox_monitor.db import Database
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, clean_error
 
 log = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------- reports
-
-
-@dataclass(frozen=True)
-class InstanceReport:
-    """One instance after a pass: state, value, the transitions taken (``"pending→firing"``)
-    and the notification kinds queued (``"firing"``, ``"repeat"``; suppressed ones too)."""
-
-    rule: str
-    instance: str
-    state: str
-    value: float | None
-    breached: bool | None
-    transitions: tuple[str, ...] = ()
-    notifications: tuple[str, ...] = ()
-    silenced: bool = False
-    error: str | None = None
-
-
-@dataclass
-class EvaluationReport:
-    """The result of one pass: ``evaluation_id`` shared by its rows, ``evaluated_at`` (the
-    clock), ``duration_seconds`` (wall time of the pass), every instance, and the seconds
-    each rule's measurement took."""
-
-    evaluation_id: str
-    evaluated_at: datetime
-    duration_seconds: float = 0.0
-    instances: list[InstanceReport] = field(default_factory=list)
-    rule_seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def transitions(self) -> list[tuple[str, str, str]]:
-        """``(rule, instance, "from→to")`` of every transition of the pass."""
-        return [(i.rule, i.instance, t) for i in self.instances for t in i.transitions]
-
-    def instance(self, rule: str, instance: str = "") -> InstanceReport:
-        """The report of one instance; ``KeyError`` when the pass did not touch it."""
-        for item in self.instances:
-            if item.rule == rule and item.instance == instance:
-                return item
-        raise KeyError((rule, instance))
-
-
-@dataclass(frozen=True)
-class _Observation:
-    breached: bool
-    value: float | None
-    labels: dict[str, str]
-    error: str | None = None
-    vanished: bool = False
-
-
-@dataclass
-class _Pass:
-    evaluation_id: str
-    now: datetime
-    silences: list[dict[str, Any]]
-    offenders: dict[tuple[str, str | None], list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _error_text(error: BaseException) -> str:
@@ -176,18 +124,18 @@ class Evaluator:
         started = time.perf_counter()
         now = self.clock()
         report = EvaluationReport(evaluation_id=str(uuid.uuid4()), evaluated_at=now)
-        context = _Pass(report.evaluation_id, now, silences.active_silences(self.db, now))
+        context = EvaluationPass(report.evaluation_id, now, silences.active_silences(self.db, now))
         for rule in self.ruleset.rules:
             rule_started = time.perf_counter()
             report.instances.extend(self._evaluate_rule(rule, context))
             report.rule_seconds[rule.name] = time.perf_counter() - rule_started
-        report.instances.extend(self._retire_removed_rules(context))
+        report.instances.extend(retire_removed_rules(self.db, self.ruleset, context, self._fence))
         report.duration_seconds = time.perf_counter() - started
         return report
 
     # --------------------------------------------------------------- per rule
 
-    def _evaluate_rule(self, rule: Rule, context: _Pass) -> list[InstanceReport]:
+    def _evaluate_rule(self, rule: Rule, context: EvaluationPass) -> list[InstanceReport]:
         try:
             measurements = measure.measure(self.db, rule)
         except DatabaseUnavailable:
@@ -195,15 +143,13 @@ class Evaluator:
         except Exception as error:  # a rule error never stops the other rules
             text = _error_text(error)
             log.warning("rule %s: evaluation failed: %s", rule.name, text.splitlines()[0])
-            observation = _Observation(False, None, instance_labels(rule, None), error=text)
+            observation = Observation(False, None, instance_labels(rule, None), error=text)
             return [self._apply(rule, "", observation, context)]
         reports = []
         seen = set()
         for item in measurements:
             seen.add(item.instance)
-            observation = _Observation(
-                item.breached, item.value, instance_labels(rule, item.labels)
-            )
+            observation = Observation(item.breached, item.value, instance_labels(rule, item.labels))
             reports.append(self._apply(rule, item.instance, observation, context))
         for row in self.db.fetch_all("alert_instances_of_rule", {"rule": rule.name}):
             if row["instance"] in seen or row["state"] == INACTIVE:
@@ -213,29 +159,12 @@ class Evaluator:
                 if row["instance"].startswith("event_type=")
                 else None
             )
-            observation = _Observation(False, None, instance_labels(rule, measured), vanished=True)
+            observation = Observation(False, None, instance_labels(rule, measured), vanished=True)
             reports.append(self._apply(rule, row["instance"], observation, context))
         return reports
 
-    def _offenders(
-        self, rule: Rule, event_type: str | None, context: _Pass
-    ) -> list[dict[str, Any]]:
-        """``measure.offenders`` of a rule (for a ``by`` instance: of its event type), once
-        per pass; a failure only leaves the message without offenders."""
-        cache_key = (rule.name, event_type if rule.by else None)
-        if cache_key not in context.offenders:
-            try:
-                found = measure.offenders(self.db, rule, event_type=cache_key[1])
-            except DatabaseUnavailable:
-                raise
-            except Exception as error:
-                log.warning("rule %s: no offenders for the message: %s", rule.name, error)
-                found = []
-            context.offenders[cache_key] = list(found)
-        return context.offenders[cache_key]
-
     def _apply(
-        self, rule: Rule, instance: str, observation: _Observation, context: _Pass
+        self, rule: Rule, instance: str, observation: Observation, context: EvaluationPass
     ) -> InstanceReport:
         params = self._timing(rule)
         route = self.ruleset.routes.get(rule.route)
@@ -246,7 +175,9 @@ class Evaluator:
         if observation.error is None and _may_notify_firing(
             before, observation.breached, context.now, params, route
         ):
-            self._offenders(rule, instance_event_type(rule, instance, observation.labels), context)
+            cached_offenders(
+                self.db, rule, instance_event_type(rule, instance, observation.labels), context
+            )
 
         labels = observation.labels
         silenced = bool(silences.silenced_by(context.silences, labels))
@@ -287,7 +218,8 @@ class Evaluator:
                     suppressed = (
                         silenced or not told or (route is not None and not route.send_resolved)
                     )
-                sent = self._queue(
+                sent = queue_notification(
+                    self.db,
                     conn,
                     rule,
                     instance,
@@ -320,7 +252,8 @@ class Evaluator:
                     self.db.compose("notification_count_repeats"), {**key, "prefix": prefix}
                 ).fetchone()["repeats"]
                 if (
-                    self._queue(
+                    queue_notification(
+                        self.db,
                         conn,
                         rule,
                         instance,
@@ -380,195 +313,6 @@ class Evaluator:
             ),
         }
 
-    def _queue(
-        self,
-        conn: psycopg.Connection,
-        rule: Rule,
-        instance: str,
-        kind: str,
-        seq: int,
-        observation: _Observation,
-        context: _Pass,
-        *,
-        silenced: bool,
-        suppressed: bool,
-        state: InstanceState,
-        previous: InstanceState,
-        repeat: int | None = None,
-    ) -> int | None:
-        payload = self._payload(rule, instance, kind, seq, observation, context, state, previous)
-        if repeat is not None:
-            payload["repeat"] = repeat
-        row = conn.execute(
-            self.db.compose("notification_insert"),
-            {
-                "dedupe_key": dedupe_key(rule.name, instance, seq, kind, repeat),
-                "rule": rule.name,
-                "instance": instance,
-                "kind": kind,
-                "route": rule.route,
-                "evaluation_id": context.evaluation_id,
-                "payload": Jsonb(payload),
-                "silenced": silenced,
-                "status": "suppressed" if suppressed else "pending",
-                "now": context.now,
-            },
-        ).fetchone()
-        return None if row is None else row["id"]
-
-    def _payload(
-        self,
-        rule: Rule,
-        instance: str,
-        kind: str,
-        seq: int,
-        observation: _Observation,
-        context: _Pass,
-        state: InstanceState,
-        previous: InstanceState,
-    ) -> dict[str, Any]:
-        labels = observation.labels
-        event_type = instance_event_type(rule, instance, labels)
-        offenders = (
-            self._offenders(rule, event_type, context) if kind in (FIRING_KIND, REPEAT_KIND) else []
-        )
-        group = _single_error_group(offenders)
-        if kind == RESOLVED_KIND:
-            since = previous.firing_since or previous.pending_since or context.now
-        elif kind == ERROR_KIND:
-            since = context.now
-        else:
-            since = state.pending_since or state.firing_since or context.now
-        payload: dict[str, Any] = {
-            "rule": rule.name,
-            "instance": instance,
-            "severity": rule.severity,
-            "summary": rule.render_summary(observation.value, event_type),
-            "metric": rule.metric,
-            "op": rule.op,
-            "threshold": rule.threshold,
-            "value": observation.value,
-            "unit": rule.unit,
-            "since": since.isoformat(),
-            "labels": labels,
-            "offenders": offenders,
-            "runbook_url": rule.render_runbook_url(event_type),
-            "dashboard_path": dashboard_path(rule, event_type, group),
-            "kind": kind,
-            "firing_seq": seq,
-            "evaluated_at": context.now.isoformat(),
-        }
-        if kind == ERROR_KIND:
-            payload["error"] = observation.error
-            payload["summary"] = (
-                f"{rule.name}: cannot be evaluated: "
-                + ((observation.error or "").splitlines() or [""])[0]
-            )
-            payload["previous_state"] = previous.state
-        if kind == RESOLVED_KIND:
-            payload["resolved_at"] = context.now.isoformat()
-            if previous.state == ERROR:
-                payload["summary"] = f"{rule.name}: evaluation works again"
-                payload["error"] = previous.error
-            elif observation.vanished:
-                payload["summary"] += " (no longer reported)"
-        return payload
-
-    # --------------------------------------------------------- removed rules
-
-    def _retire_removed_rules(self, context: _Pass) -> list[InstanceReport]:
-        """Instances left active by rules that are no longer in the file: back to inactive;
-        a firing/error episode gets its resolved row (route and payload of its first row)."""
-        names = [rule.name for rule in self.ruleset.rules]
-        reports = []
-        for row in self.db.fetch_all("alert_instances_of_removed_rules", {"rules": names}):
-            reports.append(self._retire(row["rule"], row["instance"], context))
-        return reports
-
-    def _retire(self, rule: str, instance: str, context: _Pass) -> InstanceReport:
-        key = {"rule": rule, "instance": instance}
-        kinds: list[str] = []
-        with self.db.transaction() as conn:
-            self._fence(conn)
-            row = conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
-            current, labels = InstanceState.from_row(row), row["labels"]
-            if current.state == INACTIVE:
-                return InstanceReport(rule, instance, INACTIVE, current.value, None)
-            detail = "rule removed from the rules file"
-            conn.execute(
-                self.db.compose("alert_transition_insert"),
-                {
-                    **key,
-                    "from_state": current.state,
-                    "to_state": INACTIVE,
-                    "value": None,
-                    "at": context.now,
-                    "detail": detail,
-                },
-            )
-            if current.state in (FIRING, ERROR):
-                first = None
-                for kind in (FIRING_KIND, ERROR_KIND):
-                    first = (
-                        first
-                        or conn.execute(
-                            self.db.compose("notification_by_key"),
-                            {"dedupe_key": dedupe_key(rule, instance, current.firing_seq, kind)},
-                        ).fetchone()
-                    )
-                if first is not None:
-                    payload = {
-                        **first["payload"],
-                        "kind": RESOLVED_KIND,
-                        "resolved_at": context.now.isoformat(),
-                        "summary": f"{rule}: resolved (rule removed from the rules file)",
-                    }
-                    told = current.last_notified_at is not None
-                    row = conn.execute(
-                        self.db.compose("notification_insert"),
-                        {
-                            "dedupe_key": dedupe_key(
-                                rule, instance, current.firing_seq, RESOLVED_KIND
-                            ),
-                            **key,
-                            "kind": RESOLVED_KIND,
-                            "route": first["route"],
-                            "evaluation_id": context.evaluation_id,
-                            "payload": Jsonb(payload),
-                            "silenced": False,
-                            "status": "pending" if told else "suppressed",
-                            "now": context.now,
-                        },
-                    ).fetchone()
-                    if row is not None:
-                        kinds.append(RESOLVED_KIND)
-            conn.execute(
-                self.db.compose("alert_instance_update"),
-                {
-                    **key,
-                    "labels": Jsonb(labels),
-                    "state": INACTIVE,
-                    "value": None,
-                    "threshold": None,
-                    "pending_since": None,
-                    "firing_since": None,
-                    "cleared_since": None,
-                    "last_evaluated_at": context.now,
-                    "last_notified_at": current.last_notified_at,
-                    "firing_seq": current.firing_seq,
-                    "error": None,
-                },
-            )
-        return InstanceReport(
-            rule,
-            instance,
-            INACTIVE,
-            None,
-            None,
-            transitions=(f"{current.state}→{INACTIVE}",),
-            notifications=tuple(kinds),
-        )
-
 
 def _may_notify_firing(
     state: InstanceState,
@@ -587,8 +331,3 @@ def _may_notify_firing(
     return route is not None and (
         state.last_notified_at is None or held(state.last_notified_at, now, route.repeat_interval)
     )
-
-
-def _single_error_group(offenders: Sequence[dict[str, Any]]) -> str | None:
-    groups = {o.get("group_id") for o in offenders if o.get("kind") == "error_group"} - {None}
-    return groups.pop() if len(groups) == 1 else None

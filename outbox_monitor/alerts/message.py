@@ -5,12 +5,11 @@ labels) is escaped for Slack mrkdwn (``&`` ``<`` ``>``), so no row can ping ``<!
 or disguise a link; the route's ``mention`` (from alerts.yml only) is the one special text
 left as is. Every block stays within Slack's limits (header ≤ 150 chars, section text ≤
 3000, ≤ 50 blocks, button url ≤ 3000, fallback text ≤ 40,000); what does not fit is cut
-with "…" and the number of instances left out is said.
+with "…" and the number of instances left out is said. Each notification's section and
+fallback line are ``notification_text``'s; escaping and clipping are ``mrkdwn``'s.
 """
 
-import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,43 +26,36 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from outbox_monitor import units
+from outbox_monitor.alerts.mrkdwn import (
+    MAX_BUTTON_URL_CHARS,
+    clip,
+    clip_mrkdwn,
+    escape_mrkdwn,
+    plain,
+)
+from outbox_monitor.alerts.notification_text import (
+    KIND_LABELS,
+    MAX_SECTION_CHARS,
+    fallback_line,
+    row_kind,
+    row_payload,
+    row_rule,
+    section_text,
+)
 from outbox_monitor.config import DEFAULT_DASHBOARD_URL
-from outbox_monitor.durations import format_duration
 
 DASHBOARD_URL_ENV = "OUTBOX_MONITOR_DASHBOARD_URL"
 
 MAX_BLOCKS = 50
 MAX_HEADER_CHARS = 150
-MAX_SECTION_CHARS = 3000
 MAX_CONTEXT_CHARS = 3000
-MAX_BUTTON_URL_CHARS = 3000
 DEFAULT_PAGE_PATHS = frozenset({"/overview"})
 """Paths of the dashboard's default page (the Overview): Streamlit serves it at ``/`` only
 and answers its ``url_path`` with a "Page not found" dialog, so a link names ``/``."""
 MAX_TEXT_CHARS = 40_000
 MAX_INSTANCES = 45
 """Instance sections per message: header + 45 + "left out" note + footer ≤ 50 blocks."""
-MAX_SUMMARY_CHARS = 500
-MAX_ERROR_CHARS = 600
-MAX_OFFENDERS = 5
-MAX_OFFENDER_CHARS = 160
-MAX_LABELS_CHARS = 300
-MAX_FALLBACK_LINE_CHARS = 300
-ELLIPSIS = "…"
-
-KIND_LABELS = {
-    "firing": ("🔥", "FIRING"),
-    "repeat": ("🔁", "STILL FIRING"),
-    "resolved": ("✅", "RESOLVED"),
-    "error": ("⚠️", "EVALUATION ERROR"),
-    "test": ("🧪", "TEST"),
-}
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
-IMPLIED_LABELS = frozenset({"event_type", "rule", "severity"})
-"""Labels already shown on the line (instance, rule, severity) and left out of "Labels"."""
-
-_ENTITY_TAIL = re.compile(r"&[a-z]{0,4}$")
 
 
 @dataclass(frozen=True)
@@ -87,71 +79,9 @@ class SlackMessage:
         }
 
 
-# ---------------------------------------------------------------------------- text helpers
-
-
-def escape_mrkdwn(text: object) -> str:
-    """Escape text for Slack mrkdwn: ``&`` → ``&amp;``, ``<`` → ``&lt;``, ``>`` → ``&gt;``.
-
-    Args:
-        text: anything; ``None`` becomes ``""``, other values ``str(value)``.
-
-    Returns:
-        Text in which Slack sees no mention, channel ping or link markup.
-    """
-    if text is None:
-        return ""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def clip(text: str, limit: int) -> str:
-    """Cut raw (not yet escaped) text to ``limit`` characters, ending with "…" when cut."""
-    if len(text) <= limit:
-        return text
-    return text[: max(limit - 1, 0)] + ELLIPSIS
-
-
-def clip_mrkdwn(text: str, limit: int) -> str:
-    """Cut escaped mrkdwn to ``limit`` characters without leaving half an entity or link.
-
-    A cut inside ``&amp;`` or inside ``<url|label>`` drops that partial token, so the
-    result never holds an unclosed ``<`` or a broken entity; ends with "…" when cut.
-    """
-    if len(text) <= limit:
-        return text
-    cut = text[: max(limit - 1, 0)]
-    cut = _ENTITY_TAIL.sub("", cut)
-    if cut.rfind("<") > cut.rfind(">"):
-        cut = cut[: cut.rfind("<")]
-    return cut + ELLIPSIS
-
-
-def _plain(text: object, limit: int) -> str:
-    """Escape one-line text from the outbox or rules after clipping it to ``limit``."""
-    flat = " ".join(str(text or "").split())
-    return escape_mrkdwn(clip(flat, limit))
-
-
-def _link(url: object, label: str) -> str:
-    """A mrkdwn link for an http(s) URL from config, else the escaped text itself."""
-    target = str(url or "").strip()
-    if not re.match(r"^https?://", target, re.IGNORECASE):
-        return escape_mrkdwn(f"{label}: {target}") if target else ""
-    target = escape_mrkdwn(clip(target, MAX_BUTTON_URL_CHARS)).replace("|", "%7C")
-    return f"<{target}|{escape_mrkdwn(label)}>"
-
-
 def _severity_rank(severity: object) -> int:
     text = str(severity or "").lower()
     return SEVERITY_ORDER.index(text) if text in SEVERITY_ORDER else len(SEVERITY_ORDER)
-
-
-# ---------------------------------------------------------------------------- values, links
-
-
-def format_value(value: object, unit: object) -> str:
-    """``units.format_value`` as Slack messages write it: ``None`` → ``"no value"``."""
-    return units.format_value(value, unit, none="no value")
 
 
 def dashboard_base_url(env: Mapping[str, str] | None = None) -> str:
@@ -188,164 +118,6 @@ def dashboard_link(base_url: str, path: object) -> str:
     return url
 
 
-def _since(payload: Mapping[str, Any], now: datetime | None) -> str:
-    raw = payload.get("since")
-    if not raw:
-        return ""
-    try:
-        since = datetime.fromisoformat(str(raw))
-    except ValueError:
-        return _plain(raw, 40)
-    since = since if since.tzinfo else since.replace(tzinfo=UTC)
-    text = since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    if now is not None and now >= since:
-        text += f" ({format_duration((now - since).total_seconds())} ago)"
-    return text
-
-
-# ---------------------------------------------------------------------------- rows
-
-
-def _payload(row: Mapping[str, Any]) -> dict[str, Any]:
-    payload = row.get("payload") or {}
-    if isinstance(payload, str):
-        try:
-            payload = json.loads(payload)
-        except ValueError:
-            payload = {"summary": payload}
-    return dict(payload) if isinstance(payload, Mapping) else {}
-
-
-def _kind(row: Mapping[str, Any]) -> str:
-    kind = str(row.get("kind") or _payload(row).get("kind") or "firing")
-    return kind if kind in KIND_LABELS else "firing"
-
-
-def _rule(row: Mapping[str, Any]) -> str:
-    return str(row.get("rule") or _payload(row).get("rule") or "alert")
-
-
-def _offender_text(offender: object, unit: object) -> str:
-    """One offender of the payload (``measure.offenders`` shape, or any dict), escaped."""
-    if not isinstance(offender, Mapping):
-        return _plain(offender, MAX_OFFENDER_CHARS)
-    label_keys = ("event_type", "group", "error_group", "group_id", "label", "name", "key")
-    detail_keys = ("sample_error", "last_error", "error", "example")
-    label = next((offender[k] for k in label_keys if offender.get(k) not in (None, "")), None)
-    detail = next((offender[k] for k in detail_keys if offender.get(k)), None)
-    if offender.get("failed") is not None:
-        count = f"{format_value(offender['failed'], 'rows')} failed"
-    elif offender.get("value") is not None:
-        count = format_value(offender["value"], unit)
-    elif offender.get("count") is not None:
-        count = format_value(offender["count"], "rows")
-    else:
-        count = None
-    if label is None and count is None and detail is None:
-        label = ", ".join(f"{k}={v}" for k, v in offender.items())
-    text = " — ".join(str(part) for part in (label, count) if part is not None)
-    if detail is not None:
-        text += f': "{" ".join(str(detail).split())}"'
-    return _plain(text, MAX_OFFENDER_CHARS)
-
-
-def _offender_lines(offenders: object, unit: object) -> list[str]:
-    """ "Top offenders" (event types) and "Error groups" lines, at most 5 entries each."""
-    if not isinstance(offenders, list | tuple) or not offenders:
-        return []
-    groups = [o for o in offenders if isinstance(o, Mapping) and o.get("kind") == "error_group"]
-    others = [o for o in offenders if not any(o is g for g in groups)]
-    lines = []
-    if others:
-        shown = " · ".join(_offender_text(o, unit) for o in others[:MAX_OFFENDERS])
-        lines.append(f"*Top offenders:* {shown}")
-    if groups:
-        shown = " · ".join(_offender_text(o, unit) for o in groups[:MAX_OFFENDERS])
-        lines.append(f"*Error groups:* {shown}")
-    return lines
-
-
-def _instance_text(row: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
-    instance = row.get("instance")
-    if instance is None:
-        labels = payload.get("labels") or {}
-        instance = labels.get("event_type", "") if isinstance(labels, Mapping) else ""
-    return str(instance or "")
-
-
-def _section_text(
-    row: Mapping[str, Any],
-    *,
-    kind: str,
-    now: datetime | None,
-    resolved_payload: Mapping[str, Any] | None = None,
-) -> str:
-    """The mrkdwn of one instance's section (everything escaped, clipped per part)."""
-    payload = _payload(row)
-    emoji = KIND_LABELS[kind][0]
-    title = f"{emoji} *{_plain(_rule(row), 120)}*"
-    instance = _instance_text(row, payload)
-    if instance:
-        title += f" · `{_plain(instance.replace('`', chr(39)), 200)}`"
-    severity = payload.get("severity")
-    if severity and kind != "resolved":
-        title += f" · {_plain(severity, 30)}"
-    if kind == "resolved":
-        title += " · resolved"
-    lines = [title]
-    if payload.get("summary"):
-        lines.append(_plain(payload["summary"], MAX_SUMMARY_CHARS))
-    unit = payload.get("unit")
-    op = escape_mrkdwn(clip(str(payload.get("op") or ""), 4))
-    threshold = format_value(payload.get("threshold"), unit)
-    source = resolved_payload if resolved_payload is not None else payload
-    value = format_value(source.get("value"), unit)
-    since = _since(payload, now)
-    if kind == "error":
-        error = payload.get("error") or row.get("error") or "the rule's query failed"
-        lines.append(f"*Error:* {_plain(error, MAX_ERROR_CHARS)}")
-    elif kind == "test":
-        pass
-    elif kind == "resolved" or resolved_payload is not None:
-        figure = f"*Value now* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
-        lines.append(figure + (f" ({op})" if op else ""))
-        if since:
-            lines.append(f"Was firing since {since}")
-    else:
-        figure = f"*Value* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
-        lines.append(figure + (f" ({op})" if op else "") + (f" · since {since}" if since else ""))
-    if kind in ("firing", "repeat", "error") and resolved_payload is None:
-        lines.extend(_offender_lines(payload.get("offenders"), unit))
-    labels = payload.get("labels")
-    if isinstance(labels, Mapping) and labels:
-        pairs = ", ".join(f"{k}={v}" for k, v in labels.items() if k not in IMPLIED_LABELS)
-        if pairs:
-            lines.append(f"_Labels:_ {_plain(pairs, MAX_LABELS_CHARS)}")
-    runbook = _link(payload.get("runbook_url"), "Runbook")
-    if runbook:
-        lines.append(runbook)
-    return clip_mrkdwn("\n".join(lines), MAX_SECTION_CHARS)
-
-
-def _fallback_line(row: Mapping[str, Any], kind: str) -> str:
-    payload = _payload(row)
-    _, label = KIND_LABELS[kind]
-    instance = _instance_text(row, payload)
-    text = f"[{label}] {_rule(row)}" + (f" {instance}" if instance else "")
-    if payload.get("severity") and kind != "resolved":
-        text += f" ({payload['severity']})"
-    unit = payload.get("unit")
-    if kind == "error":
-        text += f": {payload.get('error') or 'evaluation error'}"
-    elif kind != "test":
-        value = format_value(payload.get("value"), unit)
-        threshold = format_value(payload.get("threshold"), unit)
-        text += f": {value} vs threshold {threshold} ({payload.get('op') or '?'})"
-    if payload.get("summary"):
-        text += f" — {payload['summary']}"
-    return _plain(text, MAX_FALLBACK_LINE_CHARS)
-
-
 def _button(url: str, index: int) -> ButtonElement:
     return ButtonElement(
         text=PlainTextObject(text="Open dashboard", emoji=True),
@@ -356,8 +128,8 @@ def _button(url: str, index: int) -> ButtonElement:
 
 def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
     distinct = sorted(set(kinds), key=list(KIND_LABELS).index)
-    rules = list(dict.fromkeys(_rule(r) for r in rows))
-    severities = [_payload(r).get("severity") for r in rows if _payload(r).get("severity")]
+    rules = list(dict.fromkeys(row_rule(r) for r in rows))
+    severities = [row_payload(r).get("severity") for r in rows if row_payload(r).get("severity")]
     severity = min(severities, key=_severity_rank) if severities else None
     if len(distinct) == 1:
         emoji, label = KIND_LABELS[distinct[0]]
@@ -414,7 +186,7 @@ def _assemble(
 def _footer(now: datetime | None, route: str | None) -> str:
     parts = ["outbox-monitor"]
     if route:
-        parts.append(f"route {_plain(route, 60)}")
+        parts.append(f"route {plain(route, 60)}")
     if now is not None:
         parts.append(now.astimezone(UTC).strftime("sent %Y-%m-%d %H:%M:%S UTC"))
     return " · ".join(parts)
@@ -450,16 +222,16 @@ def render_notifications(
     """
     if not rows:
         raise ValueError("render_notifications needs at least one notification row")
-    kinds = [_kind(r) for r in rows]
+    kinds = [row_kind(r) for r in rows]
     shown = list(zip(rows, kinds, strict=True))[:MAX_INSTANCES]
     sections = [
         (
-            _section_text(row, kind=kind, now=now),
-            dashboard_link(dashboard_url, _payload(row).get("dashboard_path")),
+            section_text(row, kind=kind, now=now),
+            dashboard_link(dashboard_url, row_payload(row).get("dashboard_path")),
         )
         for row, kind in shown
     ]
-    fallback = [_fallback_line(row, kind) for row, kind in shown]
+    fallback = [fallback_line(row, kind) for row, kind in shown]
     pages = any(k in ("firing", "repeat", "error") for k in kinds)
     return _assemble(
         _header_text(kinds, rows),
@@ -513,25 +285,25 @@ def render_thread_update(
         episode = episode_key(str(row.get("dedupe_key") or ""))
         if episode not in originals:
             originals[episode] = row
-        elif _kind(row) in ("resolved", "error"):
+        elif row_kind(row) in ("resolved", "error"):
             latest[episode] = row
     lines = list(originals.items())
     shown = lines[:MAX_INSTANCES]
     sections, fallback = [], []
     for episode, row in shown:
         event = latest.get(episode)
-        if event is not None and _kind(event) == "resolved":
-            text = _section_text(row, kind="resolved", now=now, resolved_payload=_payload(event))
+        if event is not None and row_kind(event) == "resolved":
+            text = section_text(row, kind="resolved", now=now, resolved_payload=row_payload(event))
             kind = "resolved"
         else:
             source = event if event is not None else row
-            kind = _kind(source)
-            text = _section_text(source, kind=kind, now=now)
-        url = dashboard_link(dashboard_url, _payload(row).get("dashboard_path"))
+            kind = row_kind(source)
+            text = section_text(source, kind=kind, now=now)
+        url = dashboard_link(dashboard_url, row_payload(row).get("dashboard_path"))
         sections.append((text, url))
-        fallback.append(_fallback_line(row, kind))
-    done = sum(1 for e in latest.values() if _kind(e) == "resolved")
-    rules = ", ".join(dict.fromkeys(_rule(row) for _, row in lines))
+        fallback.append(fallback_line(row, kind))
+    done = sum(1 for e in latest.values() if row_kind(e) == "resolved")
+    rules = ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))
     if done == len(lines):
         header = f"✅ RESOLVED · {rules}"
     else:
@@ -570,11 +342,11 @@ def render_test(
 ) -> SlackMessage:
     """The message of ``outbox-monitor alerts test`` for one route (mention included)."""
     row = test_row(route)
-    section = (_section_text(row, kind="test", now=now), dashboard_link(dashboard_url, "/"))
+    section = (section_text(row, kind="test", now=now), dashboard_link(dashboard_url, "/"))
     return _assemble(
         _header_text(["test"], [row]),
         [section],
-        [_fallback_line(row, "test")],
+        [fallback_line(row, "test")],
         left_out=0,
         mention=mention,
         footer=_footer(now, route),

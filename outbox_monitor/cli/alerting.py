@@ -163,7 +163,7 @@ def test_command(
 
     Exit 0 when every message was accepted and recorded, 2 otherwise (unknown route, Slack
     variable not set, Slack refused or unreachable, the database did not record it)."""
-    from outbox_monitor.alerts.sender import send_test  # slack-sdk only when needed
+    from outbox_monitor.alerts.route_check import send_test  # slack-sdk only when needed
 
     ruleset = _load(rules_path)
     settings = load_settings()

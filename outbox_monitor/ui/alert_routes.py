@@ -1,7 +1,7 @@
 """The Alerts page's test message: where each route of alerts.yml posts from this process,
 and the outcome of "Send test alert" (issue 3 §4).
 
-``send_test_alert`` is the one write here: it posts through ``sender.send_test``, which
+``send_test_alert`` is the one write here: it posts through ``route_check.send_test``, which
 records the test message's notification row.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
 from outbox_monitor.db import Database
 
@@ -55,7 +55,7 @@ def send_test_alert(
     env: Mapping[str, str] | None = None,
 ) -> SendOutcome:
     """Post ``outbox-monitor alerts test``'s message through one route now, and record it
-    in the notification table (``sender.send_test``) so the Notifications tab lists it.
+    in the notification table (``route_check.send_test``) so the Notifications tab lists it.
 
     Args:
         db: the operator's connector (``PageContext.actions_db``): it writes the row.

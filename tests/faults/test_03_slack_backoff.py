@@ -14,10 +14,10 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
-from outbox_monitor.alerts.slack import (
+from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.alerts.slack_outcomes import (
     DEFAULT_RETRY_AFTER_SECONDS,
     MAX_RETRY_AFTER_SECONDS,
-    transports_for,
 )
 from outbox_monitor.demo.slack_sink import SlackSink
 from tests.alerting import FakeClock

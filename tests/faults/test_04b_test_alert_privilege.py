@@ -20,8 +20,8 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.alerts.sender import send_test
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
@@ -230,6 +230,7 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
             "005_test_notification_function",
             "006_error_groups_cache",
             "007_error_groups_owner_tables_only",
+            "008_flow_control",
         ]
 
     privileges = (

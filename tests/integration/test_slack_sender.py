@@ -18,8 +18,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due, send_test
+from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
 from outbox_monitor.demo.slack_sink import SlackSink
 from tests.alerting import FakeClock, notifications

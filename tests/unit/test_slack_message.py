@@ -18,18 +18,16 @@ from outbox_monitor.alerts.message import (
     DEFAULT_DASHBOARD_URL,
     MAX_HEADER_CHARS,
     MAX_INSTANCES,
-    MAX_SECTION_CHARS,
     MAX_TEXT_CHARS,
-    clip_mrkdwn,
     dashboard_base_url,
     dashboard_link,
     episode_key,
-    escape_mrkdwn,
-    format_value,
     render_notifications,
     render_test,
     render_thread_update,
 )
+from outbox_monitor.alerts.mrkdwn import clip_mrkdwn, escape_mrkdwn
+from outbox_monitor.alerts.notification_text import MAX_SECTION_CHARS, format_value
 from outbox_monitor.alerts.slack import BotTransport, WebhookTransport
 from outbox_monitor.demo.slack_sink import SlackSink, check_blocks
 

@@ -1,0 +1,157 @@
+"""Queue an alert instance's notification: its payload (the design contract: summary,
+value, offenders, runbook, dashboard path, …) and its row, written in the evaluator's
+transaction under its ``dedupe_key`` (a row already there is not written again).
+"""
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.alerts import measure
+from outbox_monitor.alerts.evaluation_pass import EvaluationPass, Observation
+from outbox_monitor.alerts.links import dashboard_path, instance_event_type
+from outbox_monitor.alerts.rules import Rule
+from outbox_monitor.alerts.state_machine import (
+    ERROR,
+    ERROR_KIND,
+    FIRING_KIND,
+    REPEAT_KIND,
+    RESOLVED_KIND,
+    InstanceState,
+    dedupe_key,
+)
+from outbox_monitor.db import Database
+from outbox_monitor.errors import DatabaseUnavailable
+
+# Logged as the evaluator, as before this module was split from it (log lines unchanged).
+log = logging.getLogger("outbox_monitor.alerts.evaluate")
+
+
+def cached_offenders(
+    db: Database, rule: Rule, event_type: str | None, context: EvaluationPass
+) -> list[dict[str, Any]]:
+    """``measure.offenders`` of a rule (for a ``by`` instance: of its event type), once
+    per pass; a failure only leaves the message without offenders."""
+    cache_key = (rule.name, event_type if rule.by else None)
+    if cache_key not in context.offenders:
+        try:
+            found = measure.offenders(db, rule, event_type=cache_key[1])
+        except DatabaseUnavailable:
+            raise
+        except Exception as error:
+            log.warning("rule %s: no offenders for the message: %s", rule.name, error)
+            found = []
+        context.offenders[cache_key] = list(found)
+    return context.offenders[cache_key]
+
+
+def queue_notification(
+    db: Database,
+    conn: psycopg.Connection,
+    rule: Rule,
+    instance: str,
+    kind: str,
+    seq: int,
+    observation: Observation,
+    context: EvaluationPass,
+    *,
+    silenced: bool,
+    suppressed: bool,
+    state: InstanceState,
+    previous: InstanceState,
+    repeat: int | None = None,
+) -> int | None:
+    """Insert the ``kind`` notification of an instance's episode ``seq`` (``repeat``: the
+    repeat's number) with its payload, ``suppressed`` or pending, in ``conn``'s transaction.
+
+    Returns:
+        The row's id; ``None`` when a row with its dedupe key was already there.
+    """
+    payload = _payload(db, rule, instance, kind, seq, observation, context, state, previous)
+    if repeat is not None:
+        payload["repeat"] = repeat
+    row = conn.execute(
+        db.compose("notification_insert"),
+        {
+            "dedupe_key": dedupe_key(rule.name, instance, seq, kind, repeat),
+            "rule": rule.name,
+            "instance": instance,
+            "kind": kind,
+            "route": rule.route,
+            "evaluation_id": context.evaluation_id,
+            "payload": Jsonb(payload),
+            "silenced": silenced,
+            "status": "suppressed" if suppressed else "pending",
+            "now": context.now,
+        },
+    ).fetchone()
+    return None if row is None else row["id"]
+
+
+def _payload(
+    db: Database,
+    rule: Rule,
+    instance: str,
+    kind: str,
+    seq: int,
+    observation: Observation,
+    context: EvaluationPass,
+    state: InstanceState,
+    previous: InstanceState,
+) -> dict[str, Any]:
+    labels = observation.labels
+    event_type = instance_event_type(rule, instance, labels)
+    offenders = (
+        cached_offenders(db, rule, event_type, context)
+        if kind in (FIRING_KIND, REPEAT_KIND)
+        else []
+    )
+    group = _single_error_group(offenders)
+    if kind == RESOLVED_KIND:
+        since = previous.firing_since or previous.pending_since or context.now
+    elif kind == ERROR_KIND:
+        since = context.now
+    else:
+        since = state.pending_since or state.firing_since or context.now
+    payload: dict[str, Any] = {
+        "rule": rule.name,
+        "instance": instance,
+        "severity": rule.severity,
+        "summary": rule.render_summary(observation.value, event_type),
+        "metric": rule.metric,
+        "op": rule.op,
+        "threshold": rule.threshold,
+        "value": observation.value,
+        "unit": rule.unit,
+        "since": since.isoformat(),
+        "labels": labels,
+        "offenders": offenders,
+        "runbook_url": rule.render_runbook_url(event_type),
+        "dashboard_path": dashboard_path(rule, event_type, group),
+        "kind": kind,
+        "firing_seq": seq,
+        "evaluated_at": context.now.isoformat(),
+    }
+    if kind == ERROR_KIND:
+        payload["error"] = observation.error
+        payload["summary"] = (
+            f"{rule.name}: cannot be evaluated: "
+            + ((observation.error or "").splitlines() or [""])[0]
+        )
+        payload["previous_state"] = previous.state
+    if kind == RESOLVED_KIND:
+        payload["resolved_at"] = context.now.isoformat()
+        if previous.state == ERROR:
+            payload["summary"] = f"{rule.name}: evaluation works again"
+            payload["error"] = previous.error
+        elif observation.vanished:
+            payload["summary"] += " (no longer reported)"
+    return payload
+
+
+def _single_error_group(offenders: Sequence[dict[str, Any]]) -> str | None:
+    groups = {o.get("group_id") for o in offenders if o.get("kind") == "error_group"} - {None}
+    return groups.pop() if len(groups) == 1 else None

@@ -1,0 +1,199 @@
+"""One notification's text in a Slack message: its section (mrkdwn: rule, instance, value
+vs threshold, since, offenders, labels, runbook) and its plain-text fallback line, read from
+the notification row and its payload; everything escaped and clipped per part.
+"""
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from outbox_monitor import units
+from outbox_monitor.alerts.mrkdwn import clip, clip_mrkdwn, escape_mrkdwn, link, plain
+from outbox_monitor.durations import format_duration
+
+MAX_SECTION_CHARS = 3000
+MAX_SUMMARY_CHARS = 500
+MAX_ERROR_CHARS = 600
+MAX_OFFENDERS = 5
+MAX_OFFENDER_CHARS = 160
+MAX_LABELS_CHARS = 300
+MAX_FALLBACK_LINE_CHARS = 300
+
+KIND_LABELS = {
+    "firing": ("🔥", "FIRING"),
+    "repeat": ("🔁", "STILL FIRING"),
+    "resolved": ("✅", "RESOLVED"),
+    "error": ("⚠️", "EVALUATION ERROR"),
+    "test": ("🧪", "TEST"),
+}
+IMPLIED_LABELS = frozenset({"event_type", "rule", "severity"})
+"""Labels already shown on the line (instance, rule, severity) and left out of "Labels"."""
+
+
+def format_value(value: object, unit: object) -> str:
+    """``units.format_value`` as Slack messages write it: ``None`` → ``"no value"``."""
+    return units.format_value(value, unit, none="no value")
+
+
+def _since(payload: Mapping[str, Any], now: datetime | None) -> str:
+    raw = payload.get("since")
+    if not raw:
+        return ""
+    try:
+        since = datetime.fromisoformat(str(raw))
+    except ValueError:
+        return plain(raw, 40)
+    since = since if since.tzinfo else since.replace(tzinfo=UTC)
+    text = since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if now is not None and now >= since:
+        text += f" ({format_duration((now - since).total_seconds())} ago)"
+    return text
+
+
+# ---------------------------------------------------------------------------- rows
+
+
+def row_payload(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row's ``payload`` as a dict (JSON text is parsed; text that is not JSON is the
+    summary); ``{}`` when it has none."""
+    payload = row.get("payload") or {}
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            payload = {"summary": payload}
+    return dict(payload) if isinstance(payload, Mapping) else {}
+
+
+def row_kind(row: Mapping[str, Any]) -> str:
+    """A row's kind (``KIND_LABELS``), from the row or its payload; ``"firing"`` else."""
+    kind = str(row.get("kind") or row_payload(row).get("kind") or "firing")
+    return kind if kind in KIND_LABELS else "firing"
+
+
+def row_rule(row: Mapping[str, Any]) -> str:
+    """A row's rule name, from the row or its payload; ``"alert"`` else."""
+    return str(row.get("rule") or row_payload(row).get("rule") or "alert")
+
+
+def _offender_text(offender: object, unit: object) -> str:
+    """One offender of the payload (``measure.offenders`` shape, or any dict), escaped."""
+    if not isinstance(offender, Mapping):
+        return plain(offender, MAX_OFFENDER_CHARS)
+    label_keys = ("event_type", "group", "error_group", "group_id", "label", "name", "key")
+    detail_keys = ("sample_error", "last_error", "error", "example")
+    label = next((offender[k] for k in label_keys if offender.get(k) not in (None, "")), None)
+    detail = next((offender[k] for k in detail_keys if offender.get(k)), None)
+    if offender.get("failed") is not None:
+        count = f"{format_value(offender['failed'], 'rows')} failed"
+    elif offender.get("value") is not None:
+        count = format_value(offender["value"], unit)
+    elif offender.get("count") is not None:
+        count = format_value(offender["count"], "rows")
+    else:
+        count = None
+    if label is None and count is None and detail is None:
+        label = ", ".join(f"{k}={v}" for k, v in offender.items())
+    text = " — ".join(str(part) for part in (label, count) if part is not None)
+    if detail is not None:
+        text += f': "{" ".join(str(detail).split())}"'
+    return plain(text, MAX_OFFENDER_CHARS)
+
+
+def _offender_lines(offenders: object, unit: object) -> list[str]:
+    """ "Top offenders" (event types) and "Error groups" lines, at most 5 entries each."""
+    if not isinstance(offenders, list | tuple) or not offenders:
+        return []
+    groups = [o for o in offenders if isinstance(o, Mapping) and o.get("kind") == "error_group"]
+    others = [o for o in offenders if not any(o is g for g in groups)]
+    lines = []
+    if others:
+        shown = " · ".join(_offender_text(o, unit) for o in others[:MAX_OFFENDERS])
+        lines.append(f"*Top offenders:* {shown}")
+    if groups:
+        shown = " · ".join(_offender_text(o, unit) for o in groups[:MAX_OFFENDERS])
+        lines.append(f"*Error groups:* {shown}")
+    return lines
+
+
+def _instance_text(row: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
+    instance = row.get("instance")
+    if instance is None:
+        labels = payload.get("labels") or {}
+        instance = labels.get("event_type", "") if isinstance(labels, Mapping) else ""
+    return str(instance or "")
+
+
+def section_text(
+    row: Mapping[str, Any],
+    *,
+    kind: str,
+    now: datetime | None,
+    resolved_payload: Mapping[str, Any] | None = None,
+) -> str:
+    """The mrkdwn of one instance's section (everything escaped, clipped per part)."""
+    payload = row_payload(row)
+    emoji = KIND_LABELS[kind][0]
+    title = f"{emoji} *{plain(row_rule(row), 120)}*"
+    instance = _instance_text(row, payload)
+    if instance:
+        title += f" · `{plain(instance.replace('`', chr(39)), 200)}`"
+    severity = payload.get("severity")
+    if severity and kind != "resolved":
+        title += f" · {plain(severity, 30)}"
+    if kind == "resolved":
+        title += " · resolved"
+    lines = [title]
+    if payload.get("summary"):
+        lines.append(plain(payload["summary"], MAX_SUMMARY_CHARS))
+    unit = payload.get("unit")
+    op = escape_mrkdwn(clip(str(payload.get("op") or ""), 4))
+    threshold = format_value(payload.get("threshold"), unit)
+    source = resolved_payload if resolved_payload is not None else payload
+    value = format_value(source.get("value"), unit)
+    since = _since(payload, now)
+    if kind == "error":
+        error = payload.get("error") or row.get("error") or "the rule's query failed"
+        lines.append(f"*Error:* {plain(error, MAX_ERROR_CHARS)}")
+    elif kind == "test":
+        pass
+    elif kind == "resolved" or resolved_payload is not None:
+        figure = f"*Value now* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
+        lines.append(figure + (f" ({op})" if op else ""))
+        if since:
+            lines.append(f"Was firing since {since}")
+    else:
+        figure = f"*Value* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
+        lines.append(figure + (f" ({op})" if op else "") + (f" · since {since}" if since else ""))
+    if kind in ("firing", "repeat", "error") and resolved_payload is None:
+        lines.extend(_offender_lines(payload.get("offenders"), unit))
+    labels = payload.get("labels")
+    if isinstance(labels, Mapping) and labels:
+        pairs = ", ".join(f"{k}={v}" for k, v in labels.items() if k not in IMPLIED_LABELS)
+        if pairs:
+            lines.append(f"_Labels:_ {plain(pairs, MAX_LABELS_CHARS)}")
+    runbook = link(payload.get("runbook_url"), "Runbook")
+    if runbook:
+        lines.append(runbook)
+    return clip_mrkdwn("\n".join(lines), MAX_SECTION_CHARS)
+
+
+def fallback_line(row: Mapping[str, Any], kind: str) -> str:
+    """One row's line of the plain-text fallback, escaped and clipped."""
+    payload = row_payload(row)
+    _, label = KIND_LABELS[kind]
+    instance = _instance_text(row, payload)
+    text = f"[{label}] {row_rule(row)}" + (f" {instance}" if instance else "")
+    if payload.get("severity") and kind != "resolved":
+        text += f" ({payload['severity']})"
+    unit = payload.get("unit")
+    if kind == "error":
+        text += f": {payload.get('error') or 'evaluation error'}"
+    elif kind != "test":
+        value = format_value(payload.get("value"), unit)
+        threshold = format_value(payload.get("threshold"), unit)
+        text += f": {value} vs threshold {threshold} ({payload.get('op') or '?'})"
+    if payload.get("summary"):
+        text += f" — {payload['summary']}"
+    return plain(text, MAX_FALLBACK_LINE_CHARS)
