@@ -98,7 +98,8 @@ class Database:
 
     Reads run on autocommit connections (never "idle in transaction") with
     ``statement_timeout`` and ``application_name=outbox-monitor``; rows are dicts.
-    ``table`` and ``ledger`` are ``psycopg.sql.Identifier`` of the configured tables.
+    ``table`` and ``ledger`` are ``psycopg.sql.Identifier`` of the configured tables;
+    ``table_regclass`` is the table as quoted SQL text, for a ``%(x)s::regclass`` parameter.
 
     ``purpose`` says which login it uses: ``"read"`` connects with ``settings.dsn``
     (``OUTBOX_MONITOR_DSN``); ``"actions"`` with ``settings.actions_target``
@@ -146,6 +147,7 @@ class Database:
         self.table = sql.Identifier(*settings.table_parts)
         self.ledger = sql.Identifier(*settings.ledger_parts)
         self.table_name = ".".join(settings.table_parts)
+        self.table_regclass = self.table.as_string()
         self._owns_pool = pool is None
         self._pool = pool if pool is not None else _own_pool(settings, max_size)
         self._opened = False

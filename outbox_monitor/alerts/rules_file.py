@@ -6,13 +6,11 @@ the field (``alerts.yml: rules[2] "payment-failed": threshold: expected a number
 duration, got "abc"``), as a ``RulesError``. ``resolve_rules_path`` finds the file.
 """
 
-import difflib
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ValidationError,
@@ -21,6 +19,7 @@ from pydantic import (
 from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
 from outbox_monitor.alerts.rules import Defaults, Route, Rule, RuleSet
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 
 DEFAULT_RULES_PATH = "alerts.yml"
 """The rules file looked for in the current directory when none is named."""
@@ -28,8 +27,6 @@ RULES_ENV = "OUTBOX_MONITOR_RULES"
 """Environment variable naming the rules file (overrides ``alerts.yml`` in the cwd)."""
 SHIPPED_RULES_PATH = Path(__file__).resolve().parents[2] / "alerts.yml"
 """The repository's alerts.yml (SPEC §3 rules), the last fallback."""
-MAX_NESTING = 20
-"""Deepest nesting of alerts.yml (it needs 4: rules, a rule, labels, a value)."""
 MAX_RULES_FILE_BYTES = 256 * 1024
 """The largest alerts.yml read (the shipped one is 2 KB; a thousand rules fit): a larger
 file is refused before it is parsed, so loading stays under ≈ 0.5 s (PyYAML parses
@@ -51,76 +48,6 @@ class RulesError(ConfigError):
         self.path = str(path)
         self.problems = [f"{self.path}: {problem}" for problem in problems]
         super().__init__("\n".join(self.problems))
-
-
-class _Refused(yaml.MarkedYAMLError):
-    """Valid YAML that alerts.yml does not accept (an anchor, an alias, absurd nesting)."""
-
-
-class _RulesLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing duplicate keys (a silent "last one wins" hides
-    typos), anchors and aliases (``&name``/``*name``/``<<: *name``: a recursive alias or a
-    "billion laughs" expansion would hang or crash every reader of the file, and alerts.yml
-    needs no reuse: ``defaults`` covers it, as Alertmanager's config has no anchors either),
-    and nesting deeper than ``MAX_NESTING``."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise _Refused(None, None, f"alias *{event.anchor}: {_NO_ANCHORS}", event.start_mark)
-        if event.anchor is not None:
-            raise _Refused(None, None, f"anchor &{event.anchor}: {_NO_ANCHORS}", event.start_mark)
-        if self._depth >= MAX_NESTING:
-            raise _Refused(None, None, f"nested deeper than {MAX_NESTING} levels", event.start_mark)
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, list | dict):
-                continue  # unhashable: the base class reports it
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {quoted(key)}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-_NO_ANCHORS = "YAML anchors and aliases are not allowed in a rules file; write the value out"
-_RulesLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _RulesLoader.construct_mapping
-)
-
-
-def _parse_yaml(path: str | Path, text: str) -> Any:
-    try:
-        # _RulesLoader is a SafeLoader subclass: safe_load semantics, no arbitrary objects
-        return yaml.load(text, Loader=_RulesLoader)
-    except _Refused as error:
-        mark = error.problem_mark
-        raise RulesError(
-            path, [f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"]
-        ) from None
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = error.problem or error.context or "unreadable"
-        if error.context and error.problem and error.context_mark:
-            line, column = error.context_mark.line + 1, error.context_mark.column + 1
-            problem += f" ({error.context} at line {line}, column {column})"
-        raise RulesError(path, [f"{where}invalid YAML: {problem}"]) from None
-    except yaml.YAMLError as error:
-        raise RulesError(path, [f"invalid YAML: {error}"]) from None
 
 
 def _walk(value: Any, loc: tuple = ()) -> Iterator[tuple[tuple, str]]:
@@ -153,32 +80,7 @@ def _allowed_keys(loc: tuple) -> list[str]:
 
 
 def _describe(error: dict[str, Any]) -> str:
-    kind, value = error["type"], error.get("input")
-    if kind == "missing":
-        return "required"
-    if kind == "extra_forbidden":
-        allowed = _allowed_keys(error["loc"])
-        close = difflib.get_close_matches(str(error["loc"][-1]), allowed, n=1)
-        hint = f'; did you mean "{close[0]}"?' if close else ""
-        return f"unknown key{hint} (allowed: {', '.join(allowed)})"
-    plain = {
-        "string_type": "text",
-        "int_type": "a whole number",
-        "int_parsing": "a whole number",
-        "int_from_float": "a whole number",
-        "float_type": "a number",
-        "float_parsing": "a number",
-        "bool_type": "true or false",
-        "dict_type": "a mapping (key: value)",
-        "model_type": "a mapping (key: value)",
-        "model_attributes_type": "a mapping (key: value)",
-        "list_type": "a list",
-        "tuple_type": "a list",
-    }
-    if kind in plain:
-        return f"expected {plain[kind]}, got {quoted(value)}"
-    message = error["msg"]
-    return message.removeprefix("Value error, ")
+    return describe(error, _allowed_keys(error["loc"]))
 
 
 def _where(loc: tuple, data: Any) -> str:
@@ -193,20 +95,8 @@ def _where(loc: tuple, data: Any) -> str:
         if isinstance(rules, list) and index < len(rules) and isinstance(rules[index], dict):
             name = rules[index].get("name")
         where = f"rules[{index}]" + (f" {quoted(name)}" if isinstance(name, str) else "")
-        return where + (f": {_dotted(rest)}" if rest else "")
-    return _dotted(loc)
-
-
-def _dotted(loc: tuple) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part == "[key]":
-            continue
-        else:
-            text += f".{part}" if text else str(part)
-    return text
+        return where + (f": {dotted(rest)}" if rest else "")
+    return dotted(loc)
 
 
 def _order(loc: tuple, data: Any) -> tuple:
@@ -277,25 +167,14 @@ def load_rules(path: str | Path) -> RuleSet:
             past ``MAX_LISTED_PROBLEMS`` lines, one more counts the rest.
     """
     try:
-        with Path(path).open("rb") as file:
-            raw = file.read(MAX_RULES_FILE_BYTES + 1)
-            size = max(len(raw), os.fstat(file.fileno()).st_size)
-    except OSError as error:
-        raise RulesError(path, [f"cannot read the rules file: {error.strerror or error}"]) from None
-    if size > MAX_RULES_FILE_BYTES:
-        raise RulesError(
+        data = read_yaml(
             path,
-            [
-                f"the rules file is {size:,} bytes, over the limit of "
-                f"{MAX_RULES_FILE_BYTES:,} bytes (MAX_RULES_FILE_BYTES; alerts.yml needs a "
-                "few KB): is it the right file?"
-            ],
+            what="rules file",
+            max_bytes=MAX_RULES_FILE_BYTES,
+            size_note="(MAX_RULES_FILE_BYTES; alerts.yml needs a few KB): is it the right file?",
         )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RulesError(path, ["cannot read the rules file: not UTF-8 text"]) from None
-    data = _parse_yaml(path, text)
+    except YamlProblem as problem:
+        raise RulesError(path, problem.problems) from None
     if data is None:
         raise RulesError(path, ["the file is empty; expected version, defaults, routes, rules"])
     if not isinstance(data, dict):

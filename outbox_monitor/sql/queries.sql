@@ -679,6 +679,101 @@ ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
 
 
+-- ===================================================================== flow control (SPEC section 5)
+
+-- name: control_rows
+-- The control rows of the table (of one filter unless %(event_type_filter)s is null), both layers (file, ui), with whether each is in force by its expiry; {lock} is FOR UPDATE for a change, else empty.
+SELECT c.id, c.event_type_filter, c.layer, c.paused, c.paused_until, c.pause_reason,
+       c.concurrency_limit, c.rate_per_second, c.burst, c.breaker, c.breaker_window_seconds,
+       c.breaker_min_attempts, c.breaker_ratio, c.breaker_cooldown_seconds,
+       c.probe_timeout_seconds, c.expires_at, c.updated_at, c.updated_by,
+       (c.expires_at IS NULL OR c.expires_at > clock_timestamp()) AS unexpired
+FROM outbox_monitor.controls c
+WHERE c.outbox = %(table_regclass)s::regclass
+      AND (%(event_type_filter)s::text IS NULL OR c.event_type_filter = %(event_type_filter)s)
+ORDER BY c.event_type_filter, c.layer
+{lock};
+
+-- name: control_upsert
+-- Write one control row of a layer (insert, or replace its settings).
+INSERT INTO outbox_monitor.controls AS c (
+    outbox, event_type_filter, layer, paused, paused_until, pause_reason, concurrency_limit,
+    rate_per_second, burst, breaker, breaker_window_seconds, breaker_min_attempts,
+    breaker_ratio, breaker_cooldown_seconds, probe_timeout_seconds, expires_at, updated_by)
+VALUES (%(table_regclass)s::regclass, %(event_type_filter)s, %(layer)s, %(paused)s,
+        %(paused_until)s, %(pause_reason)s, %(concurrency_limit)s, %(rate_per_second)s,
+        %(burst)s, %(breaker)s, %(breaker_window_seconds)s, %(breaker_min_attempts)s,
+        %(breaker_ratio)s, %(breaker_cooldown_seconds)s, %(probe_timeout_seconds)s,
+        %(expires_at)s, %(updated_by)s)
+ON CONFLICT (outbox, event_type_filter, layer) DO UPDATE SET
+    paused = EXCLUDED.paused, paused_until = EXCLUDED.paused_until,
+    pause_reason = EXCLUDED.pause_reason, concurrency_limit = EXCLUDED.concurrency_limit,
+    rate_per_second = EXCLUDED.rate_per_second, burst = EXCLUDED.burst,
+    breaker = EXCLUDED.breaker, breaker_window_seconds = EXCLUDED.breaker_window_seconds,
+    breaker_min_attempts = EXCLUDED.breaker_min_attempts,
+    breaker_ratio = EXCLUDED.breaker_ratio,
+    breaker_cooldown_seconds = EXCLUDED.breaker_cooldown_seconds,
+    probe_timeout_seconds = EXCLUDED.probe_timeout_seconds, expires_at = EXCLUDED.expires_at,
+    updated_at = now(), updated_by = EXCLUDED.updated_by
+RETURNING c.id;
+
+-- name: control_delete
+-- Delete the control row of one layer; returns its id.
+DELETE FROM outbox_monitor.controls
+WHERE outbox = %(table_regclass)s::regclass AND event_type_filter = %(event_type_filter)s
+      AND layer = %(layer)s
+RETURNING id;
+
+-- name: control_state_ensure
+-- The state row of a control: a full bucket when new; a bucket cut to a smaller burst; the breaker reset to closed when it is switched off.
+INSERT INTO outbox_monitor.control_state AS s (outbox, event_type_filter, tokens)
+VALUES (%(table_regclass)s::regclass, %(event_type_filter)s, %(burst)s)
+ON CONFLICT (outbox, event_type_filter) DO UPDATE SET
+    tokens = CASE WHEN EXCLUDED.tokens IS NULL THEN NULL
+                  ELSE least(coalesce(s.tokens, EXCLUDED.tokens), EXCLUDED.tokens) END,
+    breaker_state = CASE WHEN %(breaker)s THEN s.breaker_state ELSE 'closed' END,
+    probe_id = CASE WHEN %(breaker)s THEN s.probe_id END,
+    probe_at = CASE WHEN %(breaker)s THEN s.probe_at END;
+
+-- name: control_states
+-- Each control in force with its state now: the pause in force, the bucket refilled to now (not written), the breaker, and the processing rows it matches.
+SELECT e.event_type_filter, e.layer, e.paused, e.paused_until, e.pause_reason,
+       e.concurrency_limit, e.rate_per_second, e.burst, e.breaker, e.breaker_window_seconds,
+       e.breaker_min_attempts, e.breaker_ratio, e.breaker_cooldown_seconds,
+       e.probe_timeout_seconds, e.expires_at, e.updated_at, e.updated_by,
+       e.paused AND (e.paused_until IS NULL OR e.paused_until > clock_timestamp()) AS pause_in_force,
+       CASE WHEN e.rate_per_second IS NOT NULL THEN
+           least(e.burst::float8, coalesce(s.tokens, e.burst) + e.rate_per_second
+                 * greatest(0, extract(epoch FROM clock_timestamp() - s.refilled_at)))
+       END AS tokens,
+       CASE WHEN e.breaker THEN coalesce(s.breaker_state, 'closed') END AS breaker_state,
+       s.since AS breaker_since, s.cooldown_seconds, s.probe_id,
+       CASE WHEN e.concurrency_limit IS NOT NULL THEN
+           (SELECT count(*) FROM {table} o
+             WHERE o.status = 'processing'
+                   AND outbox_monitor.type_matches(o.event_type, e.event_type_filter))
+       END AS processing
+FROM outbox_monitor.effective_controls e
+LEFT JOIN outbox_monitor.control_state s USING (outbox, event_type_filter)
+WHERE e.outbox = %(table_regclass)s::regclass
+ORDER BY e.event_type_filter;
+
+-- name: due_by_event_type
+-- Due rows (queue depth, SPEC section 2) per event type: what a control holds or throttles.
+SELECT event_type, count(*) AS due
+FROM {table}
+WHERE status = 'pending' AND available_at <= now()
+GROUP BY event_type
+ORDER BY event_type;
+
+-- name: breaker_transitions_recent
+-- The newest breaker transitions of the table.
+SELECT id, event_type_filter, transition, at, outcomes, failures, cooldown_seconds
+FROM outbox_monitor.breaker_transitions
+WHERE outbox = %(table_regclass)s::regclass
+ORDER BY id DESC
+LIMIT %(limit)s;
+
 -- ===================================================================== simulator (demo traffic)
 
 -- name: simulate_backoff_schedule
@@ -1107,6 +1202,10 @@ GRANT USAGE ON SEQUENCE outbox_monitor.silences_id_seq TO {operator};
 -- could be posted to Slack or suppress a real alert)
 GRANT EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
     integer, text, text, text) TO {operator};
+-- operator: flow control (SPEC section 5): pause, limits and breakers per event type
+GRANT INSERT, UPDATE, DELETE ON outbox_monitor.controls TO {operator};
+GRANT USAGE ON SEQUENCE outbox_monitor.controls_id_seq TO {operator};
+GRANT INSERT, UPDATE ON outbox_monitor.control_state TO {operator};
 -- Not granted: INSERT on the outbox (your application's) and the idempotency ledger
 -- {ledger} (your workers').
 -- Logins, one per DSN (give them passwords), for example:

@@ -1,0 +1,263 @@
+"""Controls as code: a YAML file of controls (SPEC §5) applied idempotently.
+
+The file, like alerts.yml::
+
+    version: 1
+    controls:
+      - event_type: "crm.%"          # SPEC §2 filter: exact, or LIKE with %
+        concurrency: 5               # at most 5 rows in processing
+        rate: {per_second: 10, burst: 20}
+        breaker: {window: 60s, min_attempts: 20, ratio: 0.9, cooldown: 30s}
+      - event_type: legacy.sync
+        pause: {reason: "decommissioned"}
+
+``load_controls`` validates it and names every problem by entry and field
+(``controls.yml: controls[1] "crm.%": breaker.cooldown: …``); ``apply_controls`` writes the
+file layer of ``outbox_monitor.controls`` to match — rows that changed, rows gone from the file
+deleted — in one audited transaction, and never touches an operator's override.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.alerts.rule_values import positive_duration, quoted
+from outbox_monitor.db import Database
+from outbox_monitor.errors import ConfigError
+from outbox_monitor.flow.model import MAX_COOLDOWN_SECONDS, ControlSettings, default_burst
+from outbox_monitor.flow.rows import delete, key, settings_of, write
+from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
+
+MAX_CONTROLS_FILE_BYTES = 256 * 1024
+"""The largest controls file read; a few KB is normal."""
+
+
+class ControlsError(ConfigError):
+    """The controls file cannot be used. ``problems`` holds one line each:
+    ``<file>: controls[<i>] "<filter>": <field>: <message>``."""
+
+    hint = "Fix the controls file, then check it with `outbox-monitor controls apply --dry-run`."
+
+    def __init__(self, path: str | Path, problems: list[str]) -> None:
+        self.path = str(path)
+        self.problems = [f"{self.path}: {problem}" for problem in problems]
+        super().__init__("\n".join(self.problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Pause(_Strict):
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class _Rate(_Strict):
+    per_second: float = Field(gt=0, allow_inf_nan=False)
+    burst: int | None = Field(default=None, ge=1)
+
+
+class _Breaker(_Strict):
+    window: float = 60.0
+    min_attempts: int = Field(default=20, ge=1)
+    ratio: float = Field(default=0.9, gt=0, le=1)
+    cooldown: float = 30.0
+    probe_timeout: float = 900.0
+
+    _durations = field_validator("window", "cooldown", "probe_timeout", mode="before")(
+        lambda value: positive_duration(value)
+    )
+
+    @field_validator("cooldown")
+    @classmethod
+    def _at_most_15_minutes(cls, value: float) -> float:
+        if value > MAX_COOLDOWN_SECONDS:
+            raise ValueError(f"at most 15m (a failed probe doubles it up to 15m), got {value:g}s")
+        return value
+
+
+class FileControl(_Strict):
+    """One entry of the file."""
+
+    event_type: str = Field(min_length=1)
+    pause: bool | _Pause = False
+    concurrency: int | None = Field(default=None, ge=1)
+    rate: _Rate | None = None
+    breaker: bool | _Breaker = False
+
+    def settings(self) -> ControlSettings:
+        """The entry as the settings of a control row."""
+        pause = self.pause if isinstance(self.pause, _Pause) else None
+        breaker = self.breaker if isinstance(self.breaker, _Breaker) else _Breaker()
+        return ControlSettings(
+            paused=bool(self.pause),
+            pause_reason=pause.reason if pause else None,
+            concurrency_limit=self.concurrency,
+            rate_per_second=self.rate.per_second if self.rate else None,
+            burst=(self.rate.burst or default_burst(self.rate.per_second)) if self.rate else None,
+            breaker=bool(self.breaker),
+            breaker_window_seconds=breaker.window,
+            breaker_min_attempts=breaker.min_attempts,
+            breaker_ratio=breaker.ratio,
+            breaker_cooldown_seconds=breaker.cooldown,
+            probe_timeout_seconds=breaker.probe_timeout,
+        )
+
+
+class ControlsFile(_Strict):
+    """The whole file."""
+
+    version: int = 1
+    controls: list[FileControl] = Field(default_factory=list)
+
+
+_MODELS: dict[str, type[BaseModel]] = {
+    "pause": _Pause,
+    "rate": _Rate,
+    "breaker": _Breaker,
+}
+
+
+def _allowed(loc: tuple) -> list[str]:
+    if len(loc) <= 1:
+        model: type[BaseModel] = ControlsFile
+    elif len(loc) == 3:
+        model = FileControl
+    else:
+        model = _MODELS.get(str(loc[3]), FileControl)
+    return list(model.model_fields)
+
+
+def _where(loc: tuple, data: Any) -> str:
+    if len(loc) >= 2 and loc[0] == "controls" and isinstance(loc[1], int):
+        entries = data.get("controls") if isinstance(data, dict) else None
+        entry = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
+        name = entry.get("event_type") if isinstance(entry, dict) else None
+        head = f"controls[{loc[1]}]" + (f" {quoted(name)}" if isinstance(name, str) else "")
+        # a union's branch name (bool, _Pause) is pydantic's, not the user's
+        rest = tuple(part for part in loc[2:] if part not in ("bool", "_Pause", "_Breaker"))
+        return head + (f": {dotted(rest)}" if rest else "")
+    return dotted(loc)
+
+
+def load_controls(path: str | Path) -> dict[str, ControlSettings]:
+    """Load and validate a controls file.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The controls by event-type filter, in file order.
+
+    Raises:
+        ControlsError: unreadable, over ``MAX_CONTROLS_FILE_BYTES``, not YAML, or invalid;
+            every problem at once, each naming the entry and field.
+    """
+    try:
+        data = read_yaml(
+            path,
+            what="controls file",
+            max_bytes=MAX_CONTROLS_FILE_BYTES,
+            size_note="(MAX_CONTROLS_FILE_BYTES; a controls file needs a few KB)",
+        )
+    except YamlProblem as problem:
+        raise ControlsError(path, problem.problems) from None
+    if data is None:
+        return {}
+    try:
+        parsed = ControlsFile.model_validate(data)
+    except ValidationError as error:
+        lines = dict.fromkeys(
+            f"{_where(tuple(item['loc']), data)}: {describe(item, _allowed(tuple(item['loc'])))}"
+            for item in error.errors()
+        )
+        raise ControlsError(path, list(lines)) from None
+    result: dict[str, ControlSettings] = {}
+    problems = []
+    for index, entry in enumerate(parsed.controls):
+        if entry.event_type in result:
+            problems.append(
+                f"controls[{index}] {quoted(entry.event_type)}: event_type: listed twice; "
+                "one entry per filter"
+            )
+            continue
+        try:
+            result[entry.event_type] = entry.settings()
+        except ValidationError as error:
+            for item in error.errors():
+                problems.append(f"controls[{index}] {quoted(entry.event_type)}: {item['msg']}")
+    if problems:
+        raise ControlsError(path, problems)
+    return result
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What ``apply_controls`` changed: filters written (new or changed), removed, and left
+    as they were; ``audit_id`` is None when nothing changed (nothing is audited then)."""
+
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    audit_id: int | None = None
+
+
+def apply_controls(
+    db: Database,
+    wanted: dict[str, ControlSettings],
+    *,
+    actor: Identity,
+    dry_run: bool = False,
+) -> ApplyReport:
+    """Make the file layer of the table's controls equal ``wanted``; idempotent.
+
+    Operators' overrides (``ui`` rows) are never read or changed: on a filter the file owns
+    they stay in force until they expire; on a filter removed from the file they stand alone.
+
+    Args:
+        db: the Database of actions (operator grants).
+        wanted: the file's controls by filter (``load_controls``).
+        actor: who applies; must hold the operator role.
+        dry_run: compute the report, change nothing.
+
+    Returns:
+        An ``ApplyReport``.
+
+    Raises:
+        AccessDenied: ``actor`` is not an operator.
+        The connector's errors.
+    """
+    require(actor, Role.operator, "apply a controls file")
+    report = ApplyReport()
+    with db.transaction() as conn:
+        rows = conn.execute(
+            db.compose("control_rows", lock=sql.SQL("FOR UPDATE")), key(db, None)
+        ).fetchall()
+        present = {r["event_type_filter"]: settings_of(r) for r in rows if r["layer"] == "file"}
+        for event_type_filter, settings in wanted.items():
+            target = (
+                report.unchanged if present.get(event_type_filter) == settings else report.written
+            )
+            target.append(event_type_filter)
+        report.removed.extend(f for f in present if f not in wanted)
+        if dry_run or not (report.written or report.removed):
+            return report
+        for event_type_filter in report.written:
+            settings = wanted[event_type_filter]
+            write(conn, db, event_type_filter, settings, layer="file", expires_at=None, actor=actor)
+        for event_type_filter in report.removed:
+            delete(conn, db, event_type_filter, layer="file")
+        audit_id = record_audit(
+            conn,
+            db,
+            actor=actor,
+            action="apply controls",
+            details={"written": report.written, "removed": report.removed},
+            ids=[],
+        )
+    return ApplyReport(report.written, report.removed, report.unchanged, audit_id)

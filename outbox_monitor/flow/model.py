@@ -1,0 +1,85 @@
+"""A control's settings (SPEC §5): pause, concurrency limit, rate limit, circuit breaker.
+
+``ControlSettings`` is what one row of ``outbox_monitor.controls`` holds besides its key and
+layer; it validates what the table's checks would refuse, naming the field, so that the CLI,
+the page and a controls file all say the same thing about the same mistake.
+"""
+
+import math
+import re
+from datetime import datetime
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_COOLDOWN_SECONDS = 900.0
+"""A breaker's cool-down doubles after each failed probe, up to 15 min (SPEC §5)."""
+
+DEFAULT_OVERRIDE_SECONDS = 3600.0
+"""How long an operator's change to a control that a controls file owns lasts, unless it
+says (``--for``, a pause's ``until``): then the file's settings are in force again."""
+
+
+class ControlSettings(BaseModel):
+    """The settings of one control (SPEC §5); durations in seconds, rates in rows/s.
+
+    A control with nothing set (``is_empty``) is no control: writing it deletes the row.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    paused: bool = False
+    paused_until: datetime | None = None
+    pause_reason: str | None = Field(default=None, max_length=500)
+    concurrency_limit: int | None = Field(default=None, ge=1)
+    rate_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    burst: int | None = Field(default=None, ge=1)
+    breaker: bool = False
+    breaker_window_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    breaker_min_attempts: int = Field(default=20, ge=1)
+    breaker_ratio: float = Field(default=0.9, gt=0, le=1)
+    breaker_cooldown_seconds: float = Field(default=30.0, gt=0, le=MAX_COOLDOWN_SECONDS)
+    probe_timeout_seconds: float = Field(default=900.0, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.rate_per_second is None) != (self.burst is None):
+            raise ValueError(
+                "rate_per_second and burst go together: a rate needs a burst of at least 1 "
+                "(the rows handed out at once after a quiet spell)"
+            )
+        if not self.paused and (self.paused_until is not None or self.pause_reason):
+            raise ValueError("paused_until and pause_reason describe a pause: set paused")
+        return self
+
+    @property
+    def is_empty(self) -> bool:
+        """No pause, no limit, no breaker: nothing for the claim to obey."""
+        return not (self.paused or self.concurrency_limit or self.rate_per_second or self.breaker)
+
+    def with_changes(self, **changes: Any) -> "ControlSettings":
+        """A validated copy with ``changes`` applied (``ValueError`` naming the field)."""
+        return ControlSettings.model_validate({**self.model_dump(), **changes})
+
+
+SETTING_FIELDS = tuple(ControlSettings.model_fields)
+"""The columns of a control row that hold settings, in the table's order."""
+
+
+def default_burst(rate_per_second: float) -> int:
+    """The burst when only a rate is given: one second's worth of rows, at least 1."""
+    return max(1, math.ceil(rate_per_second))
+
+
+def like_regex(event_type_filter: str) -> re.Pattern[str]:
+    """SPEC §2's filter as a Python regex: with ``%`` a LIKE pattern where ``_`` and ``\\``
+    are literal, else equality — what ``outbox_monitor.type_matches`` computes in SQL."""
+    if "%" not in event_type_filter:
+        return re.compile(re.escape(event_type_filter) + r"\Z", re.S)
+    parts = (re.escape(part) for part in event_type_filter.split("%"))
+    return re.compile(".*".join(parts) + r"\Z", re.S)
+
+
+def matches(event_type_filter: str, event_type: str) -> bool:
+    """Whether ``event_type`` matches the filter (``like_regex``)."""
+    return like_regex(event_type_filter).match(event_type) is not None

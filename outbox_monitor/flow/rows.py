@@ -1,0 +1,56 @@
+"""Rows of ``outbox_monitor.controls`` read into settings and written back, in the caller's
+transaction: the one place that knows the table's columns (``control_*`` queries)."""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from outbox_monitor.access import Identity
+from outbox_monitor.db import Database
+from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
+
+Layer = Literal["file", "ui"]
+"""``file``: written by ``controls apply``; ``ui``: an operator's change (SPEC §5)."""
+
+
+def settings_of(row: dict[str, Any]) -> ControlSettings:
+    """The settings held by a ``control_rows``/``control_states`` row."""
+    return ControlSettings.model_validate({name: row[name] for name in SETTING_FIELDS})
+
+
+def key(db: Database, event_type_filter: str | None) -> dict[str, Any]:
+    """The query parameters naming one control of the table (``None``: all of them)."""
+    return {"table_regclass": db.table_regclass, "event_type_filter": event_type_filter}
+
+
+def write(
+    conn: Any,
+    db: Database,
+    event_type_filter: str,
+    settings: ControlSettings,
+    *,
+    layer: Layer,
+    expires_at: datetime | None,
+    actor: Identity,
+) -> None:
+    """Insert or replace the control row of one layer, and make sure its state row exists
+    (a full bucket when new; cut to a smaller burst; the breaker closed when switched off)."""
+    params = key(db, event_type_filter)
+    conn.execute(
+        db.compose("control_upsert"),
+        {
+            **params,
+            **settings.model_dump(),
+            "layer": layer,
+            "expires_at": expires_at,
+            "updated_by": actor.name,
+        },
+    )
+    conn.execute(
+        db.compose("control_state_ensure"),
+        {**params, "burst": settings.burst, "breaker": settings.breaker},
+    )
+
+
+def delete(conn: Any, db: Database, event_type_filter: str, *, layer: Layer) -> None:
+    """Delete the control row of one layer (its state row stays, unused)."""
+    conn.execute(db.compose("control_delete"), {**key(db, event_type_filter), "layer": layer})

@@ -1,0 +1,177 @@
+"""Reading the product's YAML files (alerts.yml, the controls file) strictly and saying
+exactly what is wrong: PyYAML's safe loader refusing duplicate keys, anchors, aliases and deep
+nesting; a size limit checked before parsing; pydantic errors in plain words.
+
+Callers turn a ``YamlProblem`` into their own error class (``RulesError``, ``ControlsError``),
+which prefixes the file's path to each problem.
+"""
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from outbox_monitor.alerts.rule_values import quoted
+
+MAX_NESTING = 20
+"""Deepest nesting accepted (alerts.yml needs 4: rules, a rule, labels, a value)."""
+
+
+class YamlProblem(Exception):
+    """The file cannot be used; ``problems`` holds one line each, without the path."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that the product's files do not accept (an anchor, an alias, deep nesting)."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (a silent "last one wins" hides typos),
+    anchors and aliases (``&name``/``*name``/``<<: *name``: a recursive alias or a "billion
+    laughs" expansion would hang or crash every reader of the file, and no file of ours needs
+    reuse, as Alertmanager's config has no anchors either), and nesting deeper than
+    ``MAX_NESTING``. ``what`` names the file kind in messages ("rules file")."""
+
+    what = "file"
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        refusal = f"YAML anchors and aliases are not allowed in a {self.what}; write the value out"
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(None, None, f"alias *{event.anchor}: {refusal}", event.start_mark)
+        if event.anchor is not None:
+            raise _Refused(None, None, f"anchor &{event.anchor}: {refusal}", event.start_mark)
+        if self._depth >= MAX_NESTING:
+            raise _Refused(None, None, f"nested deeper than {MAX_NESTING} levels", event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the base class reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {quoted(key)}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, StrictLoader.construct_mapping
+)
+
+
+def read_yaml(path: str | Path, *, what: str, max_bytes: int, size_note: str) -> Any:
+    """Read and parse one YAML file strictly.
+
+    Args:
+        path: the file.
+        what: its kind in messages ("rules file", "controls file").
+        max_bytes: the largest file read; a larger one is refused before parsing.
+        size_note: what follows the limit in that refusal (its name, what is normal).
+
+    Returns:
+        The parsed document (``None`` for an empty file).
+
+    Raises:
+        YamlProblem: unreadable, too large, not UTF-8, not YAML, or refused by
+            ``StrictLoader`` — the line and column named.
+    """
+    try:
+        with Path(path).open("rb") as file:
+            raw = file.read(max_bytes + 1)
+            size = max(len(raw), os.fstat(file.fileno()).st_size)
+    except OSError as error:
+        raise YamlProblem([f"cannot read the {what}: {error.strerror or error}"]) from None
+    if size > max_bytes:
+        raise YamlProblem(
+            [f"the {what} is {size:,} bytes, over the limit of {max_bytes:,} bytes {size_note}"]
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise YamlProblem([f"cannot read the {what}: not UTF-8 text"]) from None
+    loader = type("Loader", (StrictLoader,), {"what": what})
+    try:
+        # a SafeLoader subclass: safe_load semantics, no arbitrary objects
+        return yaml.load(text, Loader=loader)
+    except _Refused as error:
+        mark = error.problem_mark
+        raise YamlProblem(
+            [f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}"]
+        ) from None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = error.problem or error.context or "unreadable"
+        if error.context and error.problem and error.context_mark:
+            line, column = error.context_mark.line + 1, error.context_mark.column + 1
+            problem += f" ({error.context} at line {line}, column {column})"
+        raise YamlProblem([f"{where}invalid YAML: {problem}"]) from None
+    except yaml.YAMLError as error:
+        raise YamlProblem([f"invalid YAML: {error}"]) from None
+
+
+_PLAIN = {
+    "string_type": "text",
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "dict_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)",
+    "list_type": "a list",
+    "tuple_type": "a list",
+}
+
+
+def describe(error: dict[str, Any], allowed: list[str]) -> str:
+    """One pydantic error (an item of ``ValidationError.errors()``) in plain words.
+
+    Args:
+        error: the error item (``type``, ``loc``, ``msg``, ``input``).
+        allowed: the keys allowed where it occurred (for "unknown key; did you mean …").
+    """
+    kind, value = error["type"], error.get("input")
+    if kind == "missing":
+        return "required"
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(error["loc"][-1]), allowed, n=1)
+        hint = f'; did you mean "{close[0]}"?' if close else ""
+        return f"unknown key{hint} (allowed: {', '.join(allowed)})"
+    if kind in _PLAIN:
+        return f"expected {_PLAIN[kind]}, got {quoted(value)}"
+    return error["msg"].removeprefix("Value error, ")
+
+
+def dotted(loc: tuple) -> str:
+    """A pydantic location as ``a.b[2].c`` (dict-key markers dropped)."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part == "[key]":
+            continue
+        else:
+            text += f".{part}" if text else str(part)
+    return text
