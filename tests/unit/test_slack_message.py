@@ -31,7 +31,8 @@ from outbox_monitor.alerts.message import (
     render_thread_update,
 )
 from outbox_monitor.alerts.slack import BotTransport, WebhookTransport
-from outbox_monitor.demo.slack_sink import SlackSink, check_blocks
+from outbox_monitor.demo.slack_limits import check_blocks
+from outbox_monitor.demo.slack_sink import SlackSink
 
 NOW = datetime(2026, 3, 2, 10, 30, tzinfo=UTC)
 MENTION = "<!subteam^S0123>"
