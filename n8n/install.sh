@@ -7,7 +7,7 @@
 #   n8n/install.sh                 # into ${XDG_CACHE_HOME:-~/.cache}/outbox-monitor/n8n-<version>
 #   N8N_VERSION=… n8n/install.sh   # another version (the workflows are proven on the default)
 #
-# outbox_monitor/demo/n8n.py (the demo's --worker n8n and tests/n8n) looks in the same folder;
+# outbox_monitor/demo/n8n_install.py (the demo's --worker n8n and tests/n8n) looks in the same folder;
 # OUTBOX_MONITOR_N8N_HOME points it at an install made elsewhere.
 set -euo pipefail
 

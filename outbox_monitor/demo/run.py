@@ -23,7 +23,8 @@ from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
-from outbox_monitor.demo.n8n import N8N_VERSION, N8n, find_n8n, workflows_folder
+from outbox_monitor.demo.n8n import N8n
+from outbox_monitor.demo.n8n_install import N8N_VERSION, find_n8n, workflows_folder
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.simulate import (
     DEFAULT_CRASH_EVERY,

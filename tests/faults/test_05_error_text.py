@@ -14,7 +14,7 @@ import subprocess
 import psycopg
 
 from outbox_monitor import outbox
-from outbox_monitor.demo.n8n import SHIPPED_FOLDER
+from outbox_monitor.demo.n8n_install import SHIPPED_FOLDER
 from outbox_monitor.errors import clean_error
 
 WORKER = "worker-a@host/wf-1"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from outbox_monitor.demo.downstream import Downstream
-from outbox_monitor.demo.n8n import N8N_VERSION, N8nNotFound, cache_folder, find_n8n
+from outbox_monitor.demo.n8n_install import N8N_VERSION, N8nNotFound, cache_folder, find_n8n
 
 REQUIRE_ENV = "OUTBOX_MONITOR_REQUIRE_N8N"
 TOKEN = "Bearer n8n-e2e-token"

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
-from outbox_monitor.demo.n8n import pg_environment
+from outbox_monitor.demo.n8n_credentials import pg_environment
 from outbox_monitor.demo.pgcluster import free_port
 from tests.alerting import wait_for
 from tests.deploy.deployfiles import compose

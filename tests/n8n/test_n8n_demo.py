@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from outbox_monitor.config import ENV_PREFIX
-from outbox_monitor.demo.n8n import N8N_HOME_ENV
+from outbox_monitor.demo.n8n_install import N8N_HOME_ENV
 from outbox_monitor.demo.pgcluster import free_port
 
 REPO = Path(__file__).resolve().parents[2]

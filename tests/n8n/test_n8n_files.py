@@ -1,4 +1,4 @@
-"""The shipped n8n files and outbox_monitor.demo.n8n without running n8n (fast; always run).
+"""The shipped n8n files and the demo's n8n modules without running n8n (fast; always run).
 
 The workflows' own SQL is run here as a database role holding exactly the grants
 n8n/README.md prints, so a README that forgets a grant, or a query that drifts from the
@@ -19,18 +19,14 @@ import pytest
 
 from outbox_monitor import outbox
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream
-from outbox_monitor.demo.n8n import (
+from outbox_monitor.demo.n8n import NUDGE_ID, POLLER_ID
+from outbox_monitor.demo.n8n_credentials import (
     DOWNSTREAM_CREDENTIAL,
-    N8N_HOME_ENV,
-    NUDGE_ID,
-    POLLER_ID,
     POSTGRES_CREDENTIAL,
-    SHIPPED_FOLDER,
-    N8nNotFound,
-    find_n8n,
     pg_environment,
     postgres_credential,
 )
+from outbox_monitor.demo.n8n_install import N8N_HOME_ENV, SHIPPED_FOLDER, N8nNotFound, find_n8n
 from tests.alerting import subprocess_env
 
 README = (SHIPPED_FOLDER / "README.md").read_text()

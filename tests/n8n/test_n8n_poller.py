@@ -22,6 +22,8 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,9 @@ from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
-from outbox_monitor.demo.n8n import NUDGE_ID, POLLER_ID, SHIPPED_FOLDER, N8n, pg_environment
+from outbox_monitor.demo.n8n import NUDGE_ID, POLLER_ID, N8n
+from outbox_monitor.demo.n8n_credentials import pg_environment
+from outbox_monitor.demo.n8n_install import SHIPPED_FOLDER
 from tests.alerting import subprocess_env, wait_for
 from tests.n8n.conftest import TOKEN
 
@@ -115,6 +119,21 @@ def publish(conn: psycopg.Connection, events: list[tuple[str, str]]) -> None:
             )
 
 
+def nudge(n8n: N8n, event_key: str, timeout: float = 10.0) -> int:
+    """POST ``{"event_key": …}`` to the outbox-nudge webhook; returns the HTTP status."""
+    request = urllib.request.Request(
+        n8n.nudge_url,
+        data=json.dumps({"event_key": event_key}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def requests_for(downstream: Downstream, key: str) -> list:
     return [request for request in downstream.requests if request.event_key == key]
 
@@ -171,7 +190,7 @@ def test_poller_and_nudge_apply_every_effect_once_through_faults_crash_and_repla
         n8n.start()
         downstream.hold()
         publish(conn, first)
-        assert n8n.nudge(first[0][1]) == 202
+        assert nudge(n8n, first[0][1]) == 202
 
         def in_flight_and_every_slot_called() -> bool:
             slots = conn.execute("SELECT count(*) AS n FROM integration_idempotency").fetchone()

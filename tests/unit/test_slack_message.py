@@ -29,7 +29,8 @@ from outbox_monitor.alerts.message import (
 from outbox_monitor.alerts.mrkdwn import clip_mrkdwn, escape_mrkdwn
 from outbox_monitor.alerts.notification_text import MAX_SECTION_CHARS, format_value
 from outbox_monitor.alerts.slack import BotTransport, WebhookTransport
-from outbox_monitor.demo.slack_sink import SlackSink, check_blocks
+from outbox_monitor.demo.slack_limits import check_blocks
+from outbox_monitor.demo.slack_sink import SlackSink
 
 NOW = datetime(2026, 3, 2, 10, 30, tzinfo=UTC)
 MENTION = "<!subteam^S0123>"
