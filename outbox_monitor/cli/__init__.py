@@ -1,4 +1,5 @@
-"""The ``outbox-monitor`` command: init-db, status, reap, replay, prune and the services."""
+"""The ``outbox-monitor`` command: init-db, status, reap, replay, prune, flow control and the
+services."""
 
 import logging
 import sys
@@ -6,7 +7,7 @@ from typing import Any
 
 import click
 
-from outbox_monitor.cli import actions, figures, serving
+from outbox_monitor.cli import actions, figures, flow, serving
 from outbox_monitor.cli.support import EXIT_NOT_CONFIRMED, LazyGroup, emit_json
 from outbox_monitor.logs import configure_logging
 
@@ -65,6 +66,11 @@ for command in (
     actions.reap,
     actions.replay,
     actions.prune,
+    flow.pause,
+    flow.resume,
+    flow.limit,
+    flow.breaker,
+    flow.controls,
     serving.scheduler,
     serving.dashboard,
     serving.demo,

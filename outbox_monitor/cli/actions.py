@@ -14,6 +14,9 @@ from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import APPLIED_NOTHING, apply
 from outbox_monitor.cli.support import (
+    ACTIONS_DSN_OPTION,
+    ACTOR_OPTION,
+    DRY_RUN_OPTION,
     DURATION,
     EXIT_ERROR,
     EXIT_NOT_CONFIRMED,
@@ -21,9 +24,9 @@ from outbox_monitor.cli.support import (
     common_options,
     echo,
     emit_json,
-    open_checked,
+    open_for_actions,
 )
-from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ActionInterrupted
@@ -32,17 +35,10 @@ from outbox_monitor.errors import ActionInterrupted
 def _action_options(command: Callable) -> Callable:
     for decorator in reversed(
         [
-            click.option(
-                "--actions-dsn",
-                help="DSN of the login that acts, previews included (default: --dsn when "
-                "given, else OUTBOX_MONITOR_ACTIONS_DSN, else the read DSN).",
-            ),
-            click.option("--dry-run", is_flag=True, help="Show the preview; change nothing."),
+            ACTIONS_DSN_OPTION,
+            DRY_RUN_OPTION,
             click.option("--yes", "-y", is_flag=True, help="Apply without asking."),
-            click.option(
-                "--actor",
-                help="Who acts, for the audit log (default: OUTBOX_MONITOR_ACTOR or the OS user).",
-            ),
+            ACTOR_OPTION,
             click.option(
                 "--batch-size",
                 type=click.IntRange(1, 100_000),
@@ -52,27 +48,6 @@ def _action_options(command: Callable) -> Callable:
     ):
         command = decorator(command)
     return command
-
-
-def _open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
-    """The ``Database`` of an action command, its outbox table checked: every read and
-    write of the action (preview included) goes through the login that acts.
-
-    ``--actions-dsn`` wins; then ``--dsn`` given on the command line (the whole command
-    on the database the operator named); then ``OUTBOX_MONITOR_ACTIONS_DSN``; then the
-    read DSN (``Settings.actions_target``).
-
-    Raises:
-        ConfigError (an invalid ``--actions-dsn``), TableMissing, ColumnsMissing,
-        SchemaNotInitialised, DatabaseUnavailable, PermissionDenied.
-    """
-    given = click.get_current_context().params
-    option = "--actions-dsn" if actions_dsn else "--dsn" if given.get("dsn") else None
-    if option is not None:
-        settings = load_settings(
-            dsn=given.get("dsn"), table=given.get("table"), actions_dsn=actions_dsn or given["dsn"]
-        )
-    return open_checked(settings, purpose="actions", dsn_setting=option)
 
 
 def _run_action(
@@ -192,7 +167,7 @@ def reap(
 ) -> None:
     """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
     maximum attempts is dead-lettered instead."""
-    with _open_for_actions(settings, actions_dsn) as db:
+    with open_for_actions(settings, actions_dsn) as db:
         preview = preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
         _run_action(db, preview, as_json=as_json, **options)
 
@@ -217,7 +192,7 @@ def replay(
     **options: Any,
 ) -> None:
     """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4)."""
-    with _open_for_actions(settings, actions_dsn) as db:
+    with open_for_actions(settings, actions_dsn) as db:
         now = db.fetch_one("db_now")["now"]
         try:
             bounds = [parse_instant(text, now) if text else None for text in (since, until)]
@@ -263,7 +238,7 @@ def prune(
 ) -> None:
     """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
     processing rows."""
-    with _open_for_actions(settings, actions_dsn) as db:
+    with open_for_actions(settings, actions_dsn) as db:
         preview = preview_prune(
             db,
             done_older_than=done_older_than,

@@ -187,6 +187,27 @@ def open_checked(settings: Settings, **options: Any) -> Database:
     return db
 
 
+def open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
+    """The ``Database`` of an action command, its outbox table checked: every read and
+    write of the action (preview included) goes through the login that acts.
+
+    ``--actions-dsn`` wins; then ``--dsn`` given on the command line (the whole command
+    on the database the operator named); then ``OUTBOX_MONITOR_ACTIONS_DSN``; then the
+    read DSN (``Settings.actions_target``).
+
+    Raises:
+        ConfigError (an invalid ``--actions-dsn``), TableMissing, ColumnsMissing,
+        SchemaNotInitialised, DatabaseUnavailable, PermissionDenied.
+    """
+    given = click.get_current_context().params
+    option = "--actions-dsn" if actions_dsn else "--dsn" if given.get("dsn") else None
+    if option is not None:
+        settings = load_settings(
+            dsn=given.get("dsn"), table=given.get("table"), actions_dsn=actions_dsn or given["dsn"]
+        )
+    return open_checked(settings, purpose="actions", dsn_setting=option)
+
+
 def reports_errors(command: Callable | None = None, *, exit_code: int | None = None) -> Callable:
     """Turn the package errors a command raises into ``fail``'s report and exit: the one
     place a command's error is printed. ``--json`` is read from the command's ``as_json``
@@ -217,6 +238,16 @@ TABLE_OPTION = click.option(
     type=TABLE,
     help="Outbox table, schema.table (default: OUTBOX_MONITOR_TABLE or public.integration_outbox).",
 )
+ACTIONS_DSN_OPTION = click.option(
+    "--actions-dsn",
+    help="DSN of the login that acts, previews included (default: --dsn when "
+    "given, else OUTBOX_MONITOR_ACTIONS_DSN, else the read DSN).",
+)
+ACTOR_OPTION = click.option(
+    "--actor",
+    help="Who acts, for the audit log (default: OUTBOX_MONITOR_ACTOR or the OS user).",
+)
+DRY_RUN_OPTION = click.option("--dry-run", is_flag=True, help="Show the preview; change nothing.")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 
 

@@ -1,0 +1,136 @@
+"""Flow control from the command line (issue 13 item 2): pause --for, resume, limit,
+breaker, controls --json and controls apply, against real rows and the real claim."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from outbox_monitor import outbox
+from outbox_monitor.cli import main
+
+
+@pytest.fixture
+def cli(dsn, monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "cli-tester")
+    runner = CliRunner()
+    return lambda *args: runner.invoke(main, list(args), prog_name="outbox-monitor")
+
+
+def as_json(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_pause_for_30m_holds_the_rows_and_resume_releases_them(cli, conn, rows):
+    rows.add(event_type="crm.contact")
+    rows.add(event_type="crm.contact")
+    rows.add(event_type="order.paid")
+    paused = as_json(cli("pause", "crm.%", "--for", "30m", "--reason", "CRM 503s", "--json"))
+    assert paused["due_rows_matching"] == {"crm.contact": 2}
+    assert paused["after"]["paused"] is True and paused["after"]["pause_reason"] == "CRM 503s"
+    until = conn.execute(
+        "SELECT extract(epoch FROM paused_until - now()) AS s FROM outbox_monitor.controls"
+    ).fetchone()["s"]
+    assert 1790 < until <= 1800
+
+    listed = as_json(cli("controls", "--json"))
+    (control,) = listed["controls"]
+    assert (control["event_type"], control["rows_held"], control["held_by_event_type"]) == (
+        "crm.%",
+        2,
+        {"crm.contact": 2},
+    )
+    assert control["state"].startswith("paused until ")
+    assert "bypasses them" in listed["note"]
+    assert [r["event_type"] for r in outbox.claim(conn, "w1")] == ["order.paid"]
+
+    text = cli("resume", "crm.%")
+    assert text.exit_code == 0 and "no control (rows flow freely)" in text.output
+    assert len(outbox.claim(conn, "w1")) == 2
+    actions = conn.execute("SELECT actor, action FROM outbox_monitor.audit_log ORDER BY id")
+    assert [(a["actor"], a["action"]) for a in actions] == [
+        ("cli-tester", "pause"),
+        ("cli-tester", "resume"),
+    ]
+
+
+def test_dry_run_previews_and_changes_nothing(cli, conn, rows):
+    rows.add(event_type="crm.contact")
+    result = as_json(cli("pause", "crm.contact", "--dry-run", "--json"))
+    assert (result["applied"], result["due_rows_matching"]) == (False, {"crm.contact": 1})
+    assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.controls").fetchone()["n"] == 0
+
+
+def test_limit_and_breaker_combine_on_one_control(cli, conn):
+    as_json(cli("limit", "crm.%", "--concurrency", "3", "--rate", "2.5", "--json"))
+    as_json(cli("breaker", "crm.%", "--on", "--cooldown", "2m", "--json"))
+    (control,) = as_json(cli("controls", "--json"))["controls"]
+    settings = control["settings"]
+    assert (settings["concurrency_limit"], settings["rate_per_second"], settings["burst"]) == (
+        3,
+        2.5,
+        3,
+    )  # burst defaults to one second's worth, rounded up
+    assert (settings["breaker"], settings["breaker_cooldown_seconds"]) == (True, 120)
+    assert control["breaker_state"] == "closed"
+    as_json(cli("limit", "crm.%", "--no-rate", "--json"))
+    (control,) = as_json(cli("controls", "--json"))["controls"]
+    assert control["settings"]["rate_per_second"] is None
+    assert control["settings"]["concurrency_limit"] == 3
+
+
+def test_bad_input_is_refused_with_the_reason(cli):
+    result = cli("limit", "crm.%", "--burst", "5")
+    assert result.exit_code == 2 and "--burst goes with --rate" in result.output
+    result = cli("breaker", "crm.%", "--on", "--cooldown", "1h")
+    assert result.exit_code == 1
+    assert "breaker_cooldown_seconds" in result.output and "900" in result.output
+    result = cli("pause", "crm.%", "--for", "5m", "--until", "10m")
+    assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_controls_apply_reports_and_is_idempotent(cli, conn, tmp_path):
+    path = tmp_path / "controls.yml"
+    path.write_text(
+        "version: 1\n"
+        "controls:\n"
+        '  - event_type: "crm.%"\n'
+        "    concurrency: 5\n"
+        "    breaker: {cooldown: 45s}\n"
+        "  - event_type: legacy.sync\n"
+        "    pause: {reason: decommissioned}\n"
+    )
+    dry = as_json(cli("controls", "apply", str(path), "--dry-run", "--json"))
+    assert (dry["written"], dry["audit_id"]) == (["crm.%", "legacy.sync"], None)
+    assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.controls").fetchone()["n"] == 0
+    first = as_json(cli("controls", "apply", str(path), "--json"))
+    again = as_json(cli("controls", "apply", str(path), "--json"))
+    assert first["written"] == ["crm.%", "legacy.sync"] and first["audit_id"] is not None
+    assert (again["written"], again["unchanged"], again["audit_id"]) == (
+        [],
+        ["crm.%", "legacy.sync"],
+        None,
+    )
+    listed = {c["event_type"]: c for c in as_json(cli("controls", "--json"))["controls"]}
+    assert listed["crm.%"]["settings"]["breaker_cooldown_seconds"] == 45
+    assert listed["legacy.sync"]["state"] == "paused"
+
+
+def test_a_malformed_controls_file_names_the_entry_and_field(cli, tmp_path):
+    path = tmp_path / "controls.yml"
+    path.write_text(
+        "controls:\n"
+        '  - event_type: "crm.%"\n'
+        "    concurency: 5\n"
+        '  - event_type: "sms.%"\n'
+        "    breaker: {cooldown: 1h}\n"
+        '  - event_type: "crm.%"\n'
+    )
+    result = cli("controls", "apply", str(path))
+    assert result.exit_code == 2
+    assert f'{path}: controls[0] "crm.%": concurency: unknown key; did you mean "concurrency"?' in (
+        result.output
+    )
+    assert f'{path}: controls[1] "sms.%": breaker.cooldown: at most 15m' in result.output
