@@ -14,7 +14,9 @@ SAMPLE_SIZE = 20
 @dataclass(frozen=True)
 class Part:
     """One guarded statement of an action: its batch query, filter and id ceiling (exact);
-    ``matched`` is an estimate when ``exact`` is false (a dashboard preview above its cap)."""
+    ``matched`` is an estimate when ``exact`` is false (a dashboard preview above its cap).
+    ``follow_up`` names a query run after each batch in its transaction with the batch's
+    ``%(ids)s`` (a reap's outcomes for the circuit breakers, SPEC §5)."""
 
     batch_query: str
     where: Where
@@ -22,6 +24,7 @@ class Part:
     matched: int
     max_id: int | None
     exact: bool = True
+    follow_up: str | None = None
 
     @property
     def count(self) -> estimates.Count:

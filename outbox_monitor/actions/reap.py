@@ -1,5 +1,7 @@
 """The reap action's preview: ``processing`` rows whose lock expired, or orphans (SPEC §4)."""
 
+from dataclasses import replace
+
 from outbox_monitor.actions.preview import Preview, id_text, preview_part, preview_sample
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
@@ -9,7 +11,8 @@ def preview_reap(
     db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
 ) -> Preview:
     """Preview a reap: ``processing`` rows locked longer than ``lock_timeout`` seconds, or
-    with ``locked_at`` null (orphans, stuck by definition; SPEC §4 reap).
+    with ``locked_at`` null (orphans, stuck by definition; SPEC §4 reap). Each reaped row is
+    a transient failure for the circuit breakers of its event type (SPEC §5).
 
     Returns:
         A ``Preview`` whose sample has id, event_type, event_key, locked_by, locked_at,
@@ -19,7 +22,9 @@ def preview_reap(
     timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     where = Where().event_type(event_type)
     params = {"lock_timeout": timeout, "max_attempts": db.settings.max_attempts}
-    part = preview_part(db, "reap_preview", "reap_batch", where, params)
+    part = replace(
+        preview_part(db, "reap_preview", "reap_batch", where, params), follow_up="reap_outcomes"
+    )
     return Preview(
         action="reap",
         matched=part.matched,

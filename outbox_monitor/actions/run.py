@@ -122,6 +122,9 @@ def apply(
                     after = row["last_picked_id"]
                     if row["ids"]:
                         _audit(conn, db, run_id, actor, preview, row["ids"])
+                        if part.follow_up:
+                            follow = {"ids": row["ids"], "table_regclass": db.table_regclass}
+                            conn.execute(db.compose(part.follow_up), follow)
                 result = replace(
                     result,
                     changed=result.changed + len(row["ids"]),

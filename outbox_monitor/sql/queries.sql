@@ -579,6 +579,14 @@ SELECT (SELECT max(id) FROM picked) AS last_picked_id,
        count(*) FILTER (WHERE status = 'failed') AS dead_lettered
 FROM changed;
 
+-- name: reap_outcomes
+-- After a reap batch, in its transaction: each reaped row is a transient failure for the circuit breakers of its event type (SPEC section 5), when the table has a breaker.
+SELECT outbox_monitor.record_outcome(%(table_regclass)s::regclass, o.id, o.event_type, 'transient')
+FROM {table} o
+WHERE o.id = ANY(%(ids)s::bigint[])
+      AND EXISTS (SELECT FROM outbox_monitor.controls c
+                  WHERE c.outbox = %(table_regclass)s::regclass AND c.breaker);
+
 -- name: replay_preview
 -- How many failed rows match the replay filter, and the largest id.
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}

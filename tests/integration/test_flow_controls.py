@@ -166,3 +166,41 @@ def test_apply_removes_file_controls_no_longer_in_the_file_and_is_idempotent(db,
         ("crm.%", "file"),
         ("sms.%", "ui"),
     ]
+
+
+def test_reaped_rows_are_transient_failures_for_the_breaker_and_a_reaped_probe_reopens_it(
+    db, conn, rows
+):
+    from outbox_monitor.actions.reap import preview_reap
+    from outbox_monitor.actions.run import apply
+
+    flow.change(
+        db,
+        "crm.%",
+        actor=OPERATOR,
+        action="breaker",
+        changes={
+            "breaker": True,
+            "breaker_min_attempts": 3,
+            "breaker_ratio": 1,
+            "breaker_cooldown_seconds": 1,
+        },
+    )
+    for _ in range(3):
+        rows.add(event_type="crm.contact", status="processing", locked_ago=3600)
+    assert apply(db, preview_reap(db), actor=OPERATOR).changed == 3
+    (control,) = flow.controls(db)
+    assert control.breaker_state == "open"  # 3 reaps: 3 transient failures of 3 outcomes
+
+    conn.execute("UPDATE integration_outbox SET available_at = now() - interval '1 s'")
+    time.sleep(1.1)
+    (probe,) = outbox.claim(conn, "w1")
+    conn.execute(
+        "UPDATE integration_outbox SET locked_at = now() - interval '1 hour' WHERE id = %s",
+        (probe["id"],),
+    )
+    assert apply(db, preview_reap(db), actor=OPERATOR).changed == 1
+    state = conn.execute(
+        "SELECT breaker_state, cooldown_seconds FROM outbox_monitor.control_state"
+    ).fetchone()
+    assert state == {"breaker_state": "open", "cooldown_seconds": 2}  # doubled
