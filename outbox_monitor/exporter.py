@@ -61,6 +61,7 @@ from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.figures import FIGURES, by_family
 from outbox_monitor.filters import like_escape
+from outbox_monitor.flow.held import held
 from outbox_monitor.scheduler_status import SchedulerStatus
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,7 @@ class OutboxCollector(Collector):
         for count, rows in metrics.attempts_histogram(db).items():
             attempts.add_metric([str(count)], rows)
         families.append(attempts)
+        families += self._flow_families(pinned)
         families.append(self._alert_states())
         lag = db.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})["lag_seconds"]
         sampler = GaugeMetricFamily(
@@ -309,6 +311,20 @@ class OutboxCollector(Collector):
             sampler.add_metric([], max(lag, 0.0))
         families.append(sampler)
         return families
+
+    def _flow_families(self, pinned: set[str]) -> list[Metric]:
+        """Rows held per event type and control, rows throttled per control (SPEC §5); the
+        event types of one control bounded like the other families'."""
+        flow = held(self.db)
+        rows_held = _family("rows_held", labels=["event_type", "control"])
+        for control, by_type in flow.by_control.items():
+            bounded = bound_event_types(by_type, top=self.top, pinned=pinned, empty_other=None)
+            for event_type, rows in bounded.items():
+                rows_held.add_metric([event_type, control], rows)
+        throttled = _family("rows_throttled", labels=["control"])
+        for control, rows in flow.throttled_by_control.items():
+            throttled.add_metric([control], rows)
+        return [rows_held, throttled]
 
     def _pinned(self, names: list[str]) -> set[str]:
         if not self.pinned_patterns or not names:

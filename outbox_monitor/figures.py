@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
+from outbox_monitor.flow.held import held
 
 Measure = Callable[[Database, float | None, str | None, int], float | None]
 """``(db, window seconds or None for the settings' window, event-type filter, attempts)`` →
@@ -242,9 +243,31 @@ FIGURES: dict[str, Figure] = {
             InstanceRows(open=("pending", "processing", "failed")),
             attempts=True,
         ),
+        Figure(
+            "rows_held",
+            "rows",
+            "rows_held",
+            "outbox_rows_held",
+            "Due rows held by a flow control that grants 0 now (pause, open breaker, spent limit).",
+            lambda db, window, event_type, _: held(db, event_type=event_type).rows_held,
+            _PENDING,
+        ),
+        Figure(
+            "rows_throttled",
+            "rows",
+            "rows_throttled",
+            "outbox_rows_throttled",
+            "Due rows beyond what a limiting flow control hands out now.",
+            lambda db, window, event_type, _: held(db, event_type=event_type).rows_throttled,
+            _PENDING,
+        ),
     )
 }
-"""Every alertable figure by its ``alerts.yml`` metric, in SPEC §2 order."""
+"""Every alertable figure by its ``alerts.yml`` metric: SPEC §2's in its order, then the
+flow-control figures of SPEC §5 (``FLOW_FIGURES``)."""
+
+FLOW_FIGURES = ("rows_held", "rows_throttled")
+"""The figures of SPEC §5 (flow control), which SPEC §2's name table does not list."""
 
 
 def by_family(prometheus: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import Any
 from outbox_monitor import estimates
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
+from outbox_monitor.flow.held import held
 
 DEAD_LETTERS_SAMPLE_PAGES = 1_000
 """Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
@@ -350,8 +351,11 @@ def status(
         "oldest_pending_age_seconds", "processing", "stuck_locks",
         "latency_seconds": {"p50","p95","p99"}, "processed_per_minute",
         "created_per_minute", "failed_in_window", "failed_by_event_type",
-        "attempts_histogram" ({"<attempts>": rows}), "window_seconds",
-        "lock_timeout_seconds", "event_type", "table", "now"}``; with ``count_cap`` also
+        "attempts_histogram" ({"<attempts>": rows}), "rows_held",
+        "rows_held_by_event_type" ({event type: due rows held by a control, SPEC §5}),
+        "rows_throttled", "rows_throttled_by_control" ({control filter: rows}),
+        "window_seconds", "lock_timeout_seconds", "event_type", "table", "now"}``; with
+        ``count_cap`` also
         ``"estimated"``: the keys whose values are estimates (``[]`` or
         ``["attempts_histogram"]``).
     """
@@ -378,6 +382,13 @@ def status(
         "failed_by_event_type": failed,
         "attempts_histogram": {str(attempts): rows for attempts, rows in histogram.items()},
     }
+    flow = held(db, event_type=event_type)
+    figures.update(
+        rows_held=flow.rows_held,
+        rows_held_by_event_type=flow.by_event_type,
+        rows_throttled=flow.rows_throttled,
+        rows_throttled_by_control=flow.throttled_by_control,
+    )
     if count_cap is not None:
         figures["estimated"] = [] if exact else ["attempts_histogram"]
     return figures

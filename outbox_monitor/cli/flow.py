@@ -23,7 +23,6 @@ from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.flow import controls as flow
-from outbox_monitor.flow.controls_file import apply_controls, load_controls
 from outbox_monitor.flow.model import ControlSettings, default_burst
 
 BYPASS_NOTE = (
@@ -340,6 +339,9 @@ def apply_command(
 ) -> None:
     """Make the file-owned controls equal the controls file PATH (idempotent; operators'
     overrides stay until they expire)."""
+    # YAML loads only for this command: `status --json` and `--help` stay light.
+    from outbox_monitor.flow.controls_file import apply_controls, load_controls
+
     wanted = load_controls(path)
     with open_for_actions(settings, actions_dsn) as db:
         identity = local_identity(db.settings, name=actor, source="cli")
