@@ -61,7 +61,8 @@ from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.figures import FIGURES, by_family
 from outbox_monitor.filters import like_escape
-from outbox_monitor.flow.held import held
+from outbox_monitor.flow.controls import controls
+from outbox_monitor.flow.held import OPEN_STATES, held_by
 from outbox_monitor.scheduler_status import SchedulerStatus
 
 log = logging.getLogger(__name__)
@@ -315,7 +316,8 @@ class OutboxCollector(Collector):
     def _flow_families(self, pinned: set[str]) -> list[Metric]:
         """Rows held per event type and control, rows throttled per control (SPEC §5); the
         event types of one control bounded like the other families'."""
-        flow = held(self.db)
+        found = controls(self.db)
+        flow = held_by(found)
         rows_held = _family("rows_held", labels=["event_type", "control"])
         for control, by_type in flow.by_control.items():
             bounded = bound_event_types(by_type, top=self.top, pinned=pinned, empty_other=None)
@@ -324,7 +326,13 @@ class OutboxCollector(Collector):
         throttled = _family("rows_throttled", labels=["control"])
         for control, rows in flow.throttled_by_control.items():
             throttled.add_metric([control], rows)
-        return [rows_held, throttled]
+        breakers = _family("breaker_open", labels=["event_type"])
+        for control in found:
+            if control.settings.breaker:
+                breakers.add_metric(
+                    [control.event_type_filter], float(control.breaker_state in OPEN_STATES)
+                )
+        return [rows_held, throttled, breakers]
 
     def _pinned(self, names: list[str]) -> set[str]:
         if not self.pinned_patterns or not names:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
-from outbox_monitor.flow.held import held
+from outbox_monitor.flow.held import breaker_filters, breakers_open, held
 
 Measure = Callable[[Database, float | None, str | None, int], float | None]
 """``(db, window seconds or None for the settings' window, event-type filter, attempts)`` →
@@ -52,6 +52,9 @@ class Figure:
         attempts: the metric takes ``attempts: n``.
         sample_column: the ``outbox_monitor.samples`` column that records it (``None``:
             not sampled), with its chart label ``sample_label``.
+        candidates: ``(db, filter) → instance values`` when a ``by: [event_type]`` rule's
+            instances are not event types with relevant rows (``instances``) but, as for
+            ``breaker_open``, the filters of the controls it watches.
     """
 
     metric: str
@@ -65,6 +68,7 @@ class Figure:
     attempts: bool = False
     sample_column: str | None = None
     sample_label: str | None = None
+    candidates: Callable[[Database, str | None], list[str]] | None = None
 
     @property
     def is_duration(self) -> bool:
@@ -261,12 +265,23 @@ FIGURES: dict[str, Figure] = {
             lambda db, window, event_type, _: held(db, event_type=event_type).rows_throttled,
             _PENDING,
         ),
+        Figure(
+            "breaker_open",
+            "breakers",
+            "breakers_open",
+            "outbox_breaker_open",
+            "1 while the circuit breaker of an event-type filter (the event_type label) is open "
+            "or half-open, else 0.",
+            lambda db, window, event_type, _: breakers_open(db, event_type),
+            _PENDING,
+            candidates=breaker_filters,
+        ),
     )
 }
 """Every alertable figure by its ``alerts.yml`` metric: SPEC §2's in its order, then the
 flow-control figures of SPEC §5 (``FLOW_FIGURES``)."""
 
-FLOW_FIGURES = ("rows_held", "rows_throttled")
+FLOW_FIGURES = ("rows_held", "rows_throttled", "breaker_open")
 """The figures of SPEC §5 (flow control), which SPEC §2's name table does not list."""
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from outbox_monitor import estimates
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
-from outbox_monitor.flow.held import held
+from outbox_monitor.flow.controls import controls
+from outbox_monitor.flow.held import breakers_open_among, held_by
 
 DEAD_LETTERS_SAMPLE_PAGES = 1_000
 """Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
@@ -354,6 +355,7 @@ def status(
         "attempts_histogram" ({"<attempts>": rows}), "rows_held",
         "rows_held_by_event_type" ({event type: due rows held by a control, SPEC §5}),
         "rows_throttled", "rows_throttled_by_control" ({control filter: rows}),
+        "breakers_open" (circuit breakers open or half-open),
         "window_seconds", "lock_timeout_seconds", "event_type", "table", "now"}``; with
         ``count_cap`` also
         ``"estimated"``: the keys whose values are estimates (``[]`` or
@@ -382,12 +384,14 @@ def status(
         "failed_by_event_type": failed,
         "attempts_histogram": {str(attempts): rows for attempts, rows in histogram.items()},
     }
-    flow = held(db, event_type=event_type)
+    found = controls(db)
+    flow = held_by(found, event_type=event_type)
     figures.update(
         rows_held=flow.rows_held,
         rows_held_by_event_type=flow.by_event_type,
         rows_throttled=flow.rows_throttled,
         rows_throttled_by_control=flow.throttled_by_control,
+        breakers_open=breakers_open_among(found, event_type),
     )
     if count_cap is not None:
         figures["estimated"] = [] if exact else ["attempts_histogram"]

@@ -91,12 +91,16 @@ def candidate_event_types(
     Relevant rows: pending ones for depth-like figures and oldest pending age; processing
     ones for processing / stuck locks; done ones processed in the window for latency;
     failed ones dead-lettered in the window for ``failed_in_window``; rows not done for
-    ``attempts_at_least``; created in the window for ``created_per_minute``.
+    ``attempts_at_least``; created in the window for ``created_per_minute``. A figure with
+    ``candidates`` (``breaker_open``) lists its own: the filters of its controls.
 
     Returns:
         Up to ``limit`` event types in alphabetical order.
     """
-    relevant = FIGURES[rule.metric].instances
+    figure = FIGURES[rule.metric]
+    if figure.candidates is not None:
+        return figure.candidates(db, event_type or rule.event_type)[:limit]
+    relevant = figure.instances
     where = Where().event_type(event_type or rule.event_type)
     rows = db.fetch_all(
         "alert_event_types",

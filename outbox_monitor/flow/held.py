@@ -11,7 +11,8 @@ due rows it matches beyond its positive grant.
 from dataclasses import dataclass, field
 
 from outbox_monitor.db import Database
-from outbox_monitor.flow.controls import controls
+from outbox_monitor.filters import ExactEventType
+from outbox_monitor.flow.controls import Control, controls
 from outbox_monitor.flow.model import matches
 
 
@@ -43,10 +44,15 @@ def held(db: Database, *, event_type: str | None = None) -> Held:
     Raises:
         The connector's errors.
     """
+    return held_by(controls(db), event_type=event_type)
+
+
+def held_by(found: list[Control], *, event_type: str | None = None) -> Held:
+    """``held`` of controls already read (``controls.controls``)."""
     by_event_type: dict[str, int] = {}
     by_control: dict[str, dict[str, int]] = {}
     throttled: dict[str, int] = {}
-    for control in controls(db):
+    for control in found:
         held_here = {
             t: n for t, n in control.held.items() if not event_type or matches(event_type, t)
         }
@@ -56,3 +62,41 @@ def held(db: Database, *, event_type: str | None = None) -> Held:
         if control.throttled and (not event_type or matches(event_type, control.event_type_filter)):
             throttled[control.event_type_filter] = control.throttled
     return Held(dict(sorted(by_event_type.items())), by_control, throttled)
+
+
+OPEN_STATES = ("open", "half_open")
+"""Breaker states that hold rows: open, or half-open (a probe out or about to be)."""
+
+
+def breaker_filters(db: Database, event_type: str | None = None) -> list[str]:
+    """The filters of the table's controls with a circuit breaker, within ``event_type`` (a
+    SPEC §2 filter applied to the control's filter text; ``None``: all): the instances of a
+    ``breaker_open`` rule with ``by: [event_type]``."""
+    return [
+        c.event_type_filter
+        for c in controls(db)
+        if c.settings.breaker and _within(event_type, c.event_type_filter)
+    ]
+
+
+def breakers_open(db: Database, event_type: str | None = None) -> int:
+    """How many circuit breakers are open or half-open now, among the controls whose filter
+    is within ``event_type`` (an ``ExactEventType``: that one control; ``None``: all)."""
+    return breakers_open_among(controls(db), event_type)
+
+
+def breakers_open_among(found: list[Control], event_type: str | None = None) -> int:
+    """``breakers_open`` of controls already read."""
+    return sum(
+        1
+        for c in found
+        if c.breaker_state in OPEN_STATES and _within(event_type, c.event_type_filter)
+    )
+
+
+def _within(event_type: str | None, control_filter: str) -> bool:
+    if not event_type:
+        return True
+    if isinstance(event_type, ExactEventType):
+        return control_filter == event_type
+    return matches(event_type, control_filter)

@@ -64,6 +64,7 @@ def test_check_on_a_healthy_outbox_exits_0_with_every_rule_in_json(cli, rows):
         "payment-failed": [(None, None, False)],  # `by` rule, no payment type failed
         "latency-slo": [("", 10, False)],  # one done row, 10 s
         "stuck-lock": [("", 0, False)],
+        "breaker-open": [(None, None, False)],  # `by` rule, no breaker defined
     }
     backlog = payload["rules"][1]
     assert backlog == {
@@ -168,7 +169,7 @@ def test_validate_prints_a_summary_or_every_error(cli, tmp_path):
     result = cli("alerts", "validate", "--rules", str(SHIPPED_RULES_PATH))
     assert result.exit_code == 0
     assert result.stdout == (
-        f"{SHIPPED_RULES_PATH}: valid — 5 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
+        f"{SHIPPED_RULES_PATH}: valid — 6 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
         "evaluated every 30s\n"
     )
     broken = ONE_RULE.replace('op: ">"', 'op: "=>"').replace("route: oncall", "route: pager")

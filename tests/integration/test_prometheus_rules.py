@@ -51,6 +51,9 @@ PROMETHEUS_NAME = {
     "created_per_minute": "outbox_created_per_minute",
     "failed_in_window": "outbox_failed_in_window",
     "attempts_at_least": "outbox_rows_by_attempts",
+    "rows_held": "outbox_rows_held",
+    "rows_throttled": "outbox_rows_throttled",
+    "breaker_open": "outbox_breaker_open",
 }
 QUANTILE = {"latency_p50": "0.5", "latency_p95": "0.95", "latency_p99": "0.99"}
 RULE_KEYS = {"alert", "expr", "for", "keep_firing_for", "labels", "annotations"}
@@ -278,7 +281,7 @@ def main_rules(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_rules_file_is_well_formed():
     document = load_document()
     assert structure_problems(document) == []
-    assert sum(1 for _ in all_rules(document)) == 8  # 5 from alerts.yml, 3 about the monitor itself
+    assert sum(1 for _ in all_rules(document)) == 9  # 6 from alerts.yml, 3 about the monitor itself
 
 
 def test_structure_check_catches_mistakes():
@@ -378,7 +381,7 @@ def equivalence_problems(document: dict[str, Any], db: Database) -> list[str]:
             problems.append(f"{where}: humanizeDuration only (and always) for seconds")
         plain = re.sub(
             r"\{\{\s*\$value(?:\s*\|\s*humanizeDuration)?\s*\}\}", "{{ value }}", summary
-        )
+        ).replace("{{ $labels.event_type }}", "{{ event_type }}")
         if plain != rule.summary:
             problems.append(f"{where}: summary {summary!r} != alerts.yml {rule.summary!r}")
     return problems
@@ -434,6 +437,10 @@ def exposed(pg_cluster) -> Exposed:
                 "CASE WHEN %(status)s IN ('done', 'failed') THEN now() - interval '1 minute' END)",
                 {"type": event_type, "key": f"{event_type}:{status}", "status": status},
             )
+        conn.execute(  # a breaker (SPEC §5): outbox_breaker_open has a series
+            "INSERT INTO outbox_monitor.controls (outbox, event_type_filter, layer, breaker,"
+            " updated_by) VALUES ('integration_outbox', 'order.%', 'ui', true, 'test')"
+        )
     with Database(load_settings(dsn=dsn, sample_interval=1)) as db:
         ruleset = load_rules(SHIPPED_RULES_PATH)
         status = SchedulerStatus()

@@ -97,6 +97,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "payment-failed": "oncall",
         "latency-slo": "oncall",
         "stuck-lock": "oncall",
+        "breaker-open": "oncall",  # issue 13: SPEC §5 breaker transitions
     }
     route = ruleset.routes["oncall"]
     assert (route.webhook_url_env, route.channel, route.transport) == (
@@ -128,11 +129,15 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     assert shape("latency-slo") == ("latency_p95", None, 3600, ">", 120, 0)
     # stuck lock: stuck_locks > 0
     assert shape("stuck-lock") == ("stuck_locks", None, None, ">", 0, 0)
+    # SPEC §5: a breaker open (or half-open), one instance per breaker's filter
+    assert shape("breaker-open") == ("breaker_open", None, None, ">", 0, 0)
+    assert ruleset.rule("breaker-open").by == ("event_type",)
     assert all(rule.keep_firing_for == 120 for rule in ruleset.rules)
     assert [rule.severity for rule in ruleset.rules] == [
         "critical",
         "warning",
         "critical",
+        "warning",
         "warning",
         "warning",
     ]
