@@ -36,6 +36,7 @@ st.caption(
     + (f", matching {format.md_code(scope)} (sidebar filter)" if scope else "")
     + ". Held: due rows a control hands out none of now."
 )
+st.markdown(controls.held_summary(found))
 event_rows = controls.event_type_rows(found, scope)
 if event_rows:
     st.dataframe(

@@ -103,6 +103,17 @@ def event_type_rows(found: ControlsView, event_type: str | None) -> list[dict[st
     ]
 
 
+def held_summary(found: ControlsView) -> str:
+    """Markdown: the due rows held now, all event types and per type:
+    ``"**4** due rows held now: crm.contact 3, crm.deal 1."``."""
+    held = [t for t in found.event_types if t.held]
+    if not held:
+        return "No due row is held now."
+    total = sum(t.held for t in held)
+    each = ", ".join(f"{format.md_code(t.event_type)} {t.held:,}" for t in held)
+    return f"**{total:,}** due {format.inflect(total, 'row')} held now: {each}."
+
+
 EVENT_TYPE_COLUMNS = ["event_type", "state", "due", "held", "pending", "processing", "controls"]
 
 

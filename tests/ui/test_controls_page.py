@@ -93,6 +93,7 @@ def test_pause_from_the_page_holds_exactly_the_due_rows_and_resume_releases_them
         "crm.deal": (1, "paused"),
         "order.paid": (0, "running"),
     }
+    assert "**4** due rows held now: crm.contact 3, crm.deal 1." in texts(at)
     assert claimed_types(conn) == ["order.paid"]  # the workers' claim hands out nothing else
 
     at.button(key="controls.resume.preview_button").click().run()
@@ -100,6 +101,7 @@ def test_pause_from_the_page_holds_exactly_the_due_rows_and_resume_releases_them
 
     assert any(plain(s.value).startswith("Resumed crm.%: now no control") for s in at.success)
     assert "No controls: every due row is handed out." in texts(at)
+    assert "No due row is held now." in texts(at)
     assert claimed_types(conn) == ["crm.contact", "crm.contact", "crm.contact", "crm.deal"]
     trail = conn.execute(
         "SELECT actor, action FROM outbox_monitor.audit_log ORDER BY id"
