@@ -202,3 +202,51 @@ def test_the_pause_link_of_an_alert_pre_fills_the_form(open_page, rows):
     assert "Pre-filled from the link: pause crm.%. Preview, then confirm." in texts(at)
     at.button(key="controls.pause.preview_button").click().run()
     assert "crm.% matches **4** due rows now, of 2 event types:" in texts(at)
+
+
+def preview_and_confirm(at, flow_key: str) -> None:
+    at.button(key=f"{flow_key}.preview_button").click().run()
+    at.button(key=f"{flow_key}.confirm").click().run()
+    assert not at.exception
+
+
+def test_limits_set_from_the_page_then_cleared(open_page, rows, conn):
+    rows.add(event_type="crm.contact", status="processing", locked_ago=5)
+    for _ in range(5):
+        rows.add(event_type="crm.contact", created_ago=60)
+
+    at = open_page(PAGE)
+    at.text_input(key="controls.limit.filter").set_value("crm.contact").run()
+    at.number_input(key="controls.limit.concurrency").set_value(3).run()
+    at.number_input(key="controls.limit.rate").set_value(2.0).run()
+    preview_and_confirm(at, "controls.limit")
+
+    assert any(
+        plain(s.value) == "Limits set on crm.contact: now at most 3 processing; 2 rows/s (burst 2)."
+        for s in at.success
+    )
+    (control,) = table(at, "controls")
+    # 3 allowed − 1 processing = 2 now (the bucket holds 2 too); 5 due − 2 = 3 throttled
+    assert (control["state"], control["rows_held"], control["throttled"]) == ("limited", 0, 3)
+    assert len(outbox.claim(conn, "w1")) == 2
+
+    at.number_input(key="controls.limit.concurrency").set_value(None).run()
+    at.number_input(key="controls.limit.rate").set_value(None).run()
+    preview_and_confirm(at, "controls.limit")
+    assert "No controls: every due row is handed out." in texts(at)
+
+
+def test_a_breaker_switched_on_with_its_settings_and_a_refused_cool_down(open_page, rows):
+    seed_crm(rows)
+    at = open_page(PAGE)
+    at.text_input(key="controls.breaker.filter").set_value("crm.%").run()
+    at.text_input(key="controls.breaker.cooldown").set_value("20m").run()
+
+    assert "breaker_cooldown_seconds" in texts(at)  # refused before any preview, field named
+    assert at.button(key="controls.breaker.preview_button").disabled
+
+    at.text_input(key="controls.breaker.cooldown").set_value("45s").run()
+    preview_and_confirm(at, "controls.breaker")
+    (control,) = table(at, "controls")
+    assert (control["state"], control["breaker"]) == ("running", "closed")
+    assert control["settings"] == "breaker at 90% of ≥ 20 outcomes in 1m 0s, cool-down 45s"
