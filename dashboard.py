@@ -39,6 +39,8 @@ PAGES = {
         st.Page(
             "pages/alerts.py", title="Alerts", url_path="alerts", icon=":material/notifications:"
         ),
+        # viewers see what holds rows; the forms are disabled for them (operator changes)
+        st.Page("pages/controls.py", title="Controls", url_path="controls", icon=":material/tune:"),
     ],
     Role.operator: [
         st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),

@@ -7,6 +7,11 @@ from urllib.parse import urlencode
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
 
+CONTROLS_PATH = "/controls"
+"""The Controls page (``dashboard.py``'s ``url_path``)."""
+PAUSE_ACTION = "pause"
+"""``action=pause``: the Controls page opens with its pause form pre-filled."""
+
 
 def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None = None) -> str:
     """The dashboard view where the fix is, pre-filtered (issue 3 §3).
@@ -30,6 +35,23 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     else:
         page = "/"
     return f"{page}?{urlencode(params)}" if params else page
+
+
+def pause_path(event_type_filter: str, *, reason: str | None = None) -> str:
+    """The Controls page with its pause form pre-filled for a filter:
+    ``pause_path("crm.%")`` → ``/controls?event_type=crm.%25&action=pause`` (values
+    URL-encoded; ``reason`` pre-fills the reason)."""
+    params = {"event_type": event_type_filter, "action": PAUSE_ACTION}
+    if reason:
+        params["reason"] = reason
+    return f"{CONTROLS_PATH}?{urlencode(params)}"
+
+
+def pause_link(base_url: str, event_type_filter: str, *, reason: str | None = None) -> str:
+    """The absolute URL of ``pause_path`` under the dashboard's base URL (which may carry a
+    path prefix): ``pause_link("https://ops.example.com/outbox/", "crm.%")`` →
+    ``https://ops.example.com/outbox/controls?event_type=crm.%25&action=pause``."""
+    return base_url.rstrip("/") + pause_path(event_type_filter, reason=reason)
 
 
 def instance_labels(rule: Rule, measured: dict[str, str] | None) -> dict[str, str]:

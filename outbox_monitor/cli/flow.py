@@ -21,14 +21,10 @@ from outbox_monitor.cli.support import (
 )
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
-from outbox_monitor.durations import format_duration, parse_instant
+from outbox_monitor.durations import parse_instant
 from outbox_monitor.flow import controls as flow
-from outbox_monitor.flow.model import ControlSettings, default_burst
-
-BYPASS_NOTE = (
-    "Controls bind workers that claim through outbox_monitor.claim (the shipped n8n "
-    "workflows, the Python API); a worker running the SPEC §1 SQL claim itself bypasses them."
-)
+from outbox_monitor.flow.controls import BYPASS_NOTE
+from outbox_monitor.flow.model import default_burst, describe
 
 
 def _change_options(command: Any) -> Any:
@@ -92,27 +88,7 @@ def _report(
             f"  the controls file owns {event_type_filter}: this override lasts until "
             f"{result.expires_at.isoformat(timespec='seconds')}"
         )
-    echo(f"  now: {_describe(result.after)}")
-
-
-def _describe(settings: ControlSettings | None) -> str:
-    if settings is None or settings.is_empty:
-        return "no control (rows flow freely)"
-    parts = []
-    if settings.paused:
-        until = settings.paused_until
-        parts.append(f"paused until {until.isoformat(timespec='seconds')}" if until else "paused")
-    if settings.concurrency_limit:
-        parts.append(f"at most {settings.concurrency_limit} processing")
-    if settings.rate_per_second:
-        parts.append(f"{settings.rate_per_second:g} rows/s (burst {settings.burst})")
-    if settings.breaker:
-        parts.append(
-            f"breaker at {settings.breaker_ratio:.0%} of ≥ {settings.breaker_min_attempts} "
-            f"outcomes in {format_duration(settings.breaker_window_seconds)}, cool-down "
-            f"{format_duration(settings.breaker_cooldown_seconds)}"
-        )
-    return "; ".join(parts)
+    echo(f"  now: {describe(result.after)}")
 
 
 @click.command()
@@ -315,12 +291,12 @@ def controls(ctx: click.Context, settings: Settings, as_json: bool) -> None:
         held = f", {control.rows_held} due row(s) held" if control.rows_held else ""
         throttled = f", {control.throttled} throttled" if control.throttled else ""
         echo(f"{control.event_type_filter}: {control.state}{held}{throttled} ({control.layer})")
-        echo(f"  {_describe(control.settings)}")
+        echo(f"  {describe(control.settings)}")
         if control.file_settings is not None and control.expires_at is not None:
             echo(
                 f"  overrides the controls file until "
                 f"{control.expires_at.isoformat(timespec='seconds')}; the file says: "
-                f"{_describe(control.file_settings)}"
+                f"{describe(control.file_settings)}"
             )
     echo(BYPASS_NOTE)
 
@@ -364,6 +340,6 @@ def apply_command(
         f"unchanged {len(report.unchanged)}"
     )
     for name in report.written:
-        echo(f"  {verb}: {name}: {_describe(wanted[name])}")
+        echo(f"  {verb}: {name}: {describe(wanted[name])}")
     for name in report.removed:
         echo(f"  removed: {name}")

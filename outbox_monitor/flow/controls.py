@@ -24,6 +24,12 @@ from outbox_monitor.flow.rows import Layer, delete, key, settings_of, write
 
 BreakerState = Literal["closed", "open", "half_open"]
 
+BYPASS_NOTE = (
+    "Controls bind workers that claim through outbox_monitor.claim (the shipped n8n "
+    "workflows, the Python API); a worker running the SPEC §1 SQL claim itself bypasses them."
+)
+"""Said wherever controls are shown (SPEC §5)."""
+
 
 @dataclass(frozen=True)
 class Control:

@@ -12,6 +12,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from outbox_monitor.durations import format_duration
+
 MAX_COOLDOWN_SECONDS = 900.0
 """A breaker's cool-down doubles after each failed probe, up to 15 min (SPEC §5)."""
 
@@ -83,3 +85,26 @@ def like_regex(event_type_filter: str) -> re.Pattern[str]:
 def matches(event_type_filter: str, event_type: str) -> bool:
     """Whether ``event_type`` matches the filter (``like_regex``)."""
     return like_regex(event_type_filter).match(event_type) is not None
+
+
+def describe(settings: ControlSettings | None) -> str:
+    """A control's settings in words, as the CLI and the Controls page show them:
+    ``"paused until 2026-11-29T10:00:00+00:00; at most 3 processing"``; no control →
+    ``"no control (rows flow freely)"``."""
+    if settings is None or settings.is_empty:
+        return "no control (rows flow freely)"
+    parts = []
+    if settings.paused:
+        until = settings.paused_until
+        parts.append(f"paused until {until.isoformat(timespec='seconds')}" if until else "paused")
+    if settings.concurrency_limit:
+        parts.append(f"at most {settings.concurrency_limit} processing")
+    if settings.rate_per_second:
+        parts.append(f"{settings.rate_per_second:g} rows/s (burst {settings.burst})")
+    if settings.breaker:
+        parts.append(
+            f"breaker at {settings.breaker_ratio:.0%} of ≥ {settings.breaker_min_attempts} "
+            f"outcomes in {format_duration(settings.breaker_window_seconds)}, cool-down "
+            f"{format_duration(settings.breaker_cooldown_seconds)}"
+        )
+    return "; ".join(parts)

@@ -774,6 +774,17 @@ WHERE status = 'pending' AND available_at <= now()
 GROUP BY event_type
 ORDER BY event_type;
 
+-- name: pending_by_event_type
+-- Every event type with pending or processing rows: pending, due (SPEC section 2 queue depth) and processing rows each; one pass over the claim index's pending and processing rows (the Controls page).
+SELECT event_type,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS due,
+       count(*) FILTER (WHERE status = 'processing') AS processing
+FROM {table}
+WHERE status IN ('pending', 'processing')
+GROUP BY event_type
+ORDER BY event_type;
+
 -- name: breaker_transitions_recent
 -- The newest breaker transitions of the table.
 SELECT id, event_type_filter, transition, at, outcomes, failures, cooldown_seconds

@@ -68,8 +68,9 @@ def test_every_page_renders_its_figures_with_the_read_login(
     dead_letters = open_page("dead_letters")
     alerts = open_page("alerts")
     actions = open_page("actions")
+    controls = open_page("controls")
 
-    for at in (overview, events, dead_letters, alerts, actions):
+    for at in (overview, events, dead_letters, alerts, actions, controls):
         assert not at.exception
         assert not at.error, [e.value for e in at.error]
     tiles = {m.label: m.value for m in overview.metric}

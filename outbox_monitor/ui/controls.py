@@ -1,0 +1,257 @@
+"""The Controls page's reads and texts (SPEC §5): the controls in force, every event type with
+rows waiting, breaker transitions — read together in one cached load — as table rows; who
+may change them; the pause form pre-filled from a link (``alerts.links.pause_link``).
+
+The changes themselves go through ``ui.control_flow`` (preview → confirm → apply).
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import streamlit as st
+
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.alerts.links import PAUSE_ACTION
+from outbox_monitor.db import Database
+from outbox_monitor.events import database_now
+from outbox_monitor.flow import controls as flow
+from outbox_monitor.flow.controls import BYPASS_NOTE, Control
+from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows, pending_by_event_type
+from outbox_monitor.flow.model import describe, matches
+from outbox_monitor.ui import format, inputs, loaders
+from outbox_monitor.ui.cache import cached, db_key
+
+PAUSE_FILTER_KEY = "controls.pause.filter"
+PAUSE_REASON_KEY = "controls.pause.reason"
+_PREFILLED = "controls.prefilled"
+FILE_OWNED = "owned by the controls file"
+BREAKER_WORDS = {"closed": "closed", "open": "open", "half_open": "half-open", None: "off"}
+
+
+@dataclass(frozen=True)
+class ControlsView:
+    """What the page shows, read in one load so that its numbers agree: the ``controls`` in
+    force, the ``event_types`` with rows waiting, the newest breaker ``transitions`` and the
+    database clock ``now``."""
+
+    controls: list[Control]
+    event_types: list[EventTypeFlow]
+    transitions: list[dict[str, Any]]
+    now: datetime
+
+    def control(self, event_type_filter: str) -> Control | None:
+        """The control in force for exactly that filter, if any."""
+        return next((c for c in self.controls if c.event_type_filter == event_type_filter), None)
+
+    def file_owned(self, event_type_filter: str) -> bool:
+        """Whether the controls file owns the filter (its control, or an override of it)."""
+        found = self.control(event_type_filter)
+        return found is not None and (found.layer == "file" or found.file_settings is not None)
+
+
+@cached
+def _view(key: str, _db: Database) -> ControlsView:
+    with _db.session():
+        found = flow.controls(_db)
+        pending = pending_by_event_type(_db)
+        return ControlsView(
+            controls=found,
+            event_types=event_type_flows(pending, found),
+            transitions=flow.recent_transitions(_db, limit=20),
+            now=database_now(_db),
+        )
+
+
+def view(db: Database) -> ControlsView:
+    """The controls, event types and breaker transitions (cached, ``cache.cached``)."""
+    return _view(db_key(db), db)
+
+
+def clear_after_change() -> None:
+    """Forget what a control change makes stale: this page's view and the audit log."""
+    _view.clear()
+    loaders.clear_audit()
+
+
+def refusal(identity: Identity) -> str | None:
+    """Why ``identity`` may not change controls (shown by the disabled forms), or ``None``.
+    ``flow.controls.change`` refuses on the server side as well."""
+    if identity.can(Role.operator):
+        return None
+    return (
+        f"Viewing only: changing controls needs the operator role, and "
+        f"{format.md_code(identity.name)} is a {identity.role.name}."
+    )
+
+
+def event_type_rows(found: ControlsView, event_type: str | None) -> list[dict[str, Any]]:
+    """The event-type table: one row per event type with rows waiting (of the sidebar
+    filter ``event_type``, ``None`` for all)."""
+    return [
+        {
+            "event_type": t.event_type,
+            "state": t.state,
+            "due": t.due,
+            "held": t.held,
+            "pending": t.pending,
+            "processing": t.processing,
+            "controls": ", ".join(t.controls),
+        }
+        for t in found.event_types
+        if event_type is None or matches(event_type, t.event_type)
+    ]
+
+
+def held_summary(found: ControlsView) -> str:
+    """Markdown: the due rows held now, all event types and per type:
+    ``"**4** due rows held now: crm.contact 3, crm.deal 1."``."""
+    held = [t for t in found.event_types if t.held]
+    if not held:
+        return "No due row is held now."
+    total = sum(t.held for t in held)
+    each = ", ".join(f"{format.md_code(t.event_type)} {t.held:,}" for t in held)
+    return f"**{total:,}** due {format.inflect(total, 'row')} held now: {each}."
+
+
+EVENT_TYPE_COLUMNS = ["event_type", "state", "due", "held", "pending", "processing", "controls"]
+
+
+def owner(control: Control) -> str:
+    """Who set the control: the controls file, an operator's override of it, an operator."""
+    if control.layer == "file":
+        return f"{FILE_OWNED} (read-only here)"
+    if control.file_settings is not None:
+        return "operator, overriding the controls file"
+    return f"operator ({control.updated_by})"
+
+
+def control_rows(found: ControlsView) -> list[dict[str, Any]]:
+    """The controls table: state, breaker, rows held and throttled, settings in words,
+    owner, an override's expiry and drift from the file (``the file says …``)."""
+    return [
+        {
+            "filter": c.event_type_filter,
+            "state": c.state,
+            "breaker": BREAKER_WORDS.get(c.breaker_state, str(c.breaker_state)),
+            "rows_held": c.rows_held,
+            "throttled": c.throttled,
+            "settings": describe(c.settings),
+            "reason": c.settings.pause_reason or "",
+            "owner": owner(c),
+            "override_expires": format.instant(c.expires_at) if c.expires_at else "",
+            "drift": f"the file says: {describe(c.file_settings)}" if c.file_settings else "",
+            "updated": f"{format.instant(c.updated_at)} by {c.updated_by}",
+        }
+        for c in found.controls
+    ]
+
+
+CONTROL_COLUMNS = [
+    "filter",
+    "state",
+    "breaker",
+    "rows_held",
+    "throttled",
+    "settings",
+    "reason",
+    "owner",
+    "override_expires",
+    "drift",
+    "updated",
+]
+
+
+def transition_rows(found: ControlsView) -> list[dict[str, Any]]:
+    """The breaker transitions table, newest first."""
+    return [
+        {
+            "at": format.instant(t["at"]),
+            "filter": t["event_type_filter"],
+            "transition": t["transition"],
+            "outcomes": t["outcomes"],
+            "failures": t["failures"],
+            "cooldown": format.duration(t["cooldown_seconds"]),
+        }
+        for t in found.transitions
+    ]
+
+
+def prefill_from_link() -> str | None:
+    """Pre-fill the pause form from ``?event_type=…&action=pause[&reason=…]`` (once per
+    link and session, so typing over it sticks); returns the linked filter, if any.
+
+    Call before the pause form's inputs are rendered.
+    """
+    params = st.query_params
+    if params.get("action") != PAUSE_ACTION:
+        return None
+    try:
+        linked = inputs.parse_text(params.get("event_type"), what="the linked event type")
+        reason = inputs.parse_text(params.get("reason"), what="the linked reason")
+    except ValueError:
+        return None
+    if not linked:
+        return None
+    if st.session_state.get(_PREFILLED) != (linked, reason):
+        st.session_state[_PREFILLED] = (linked, reason)
+        st.session_state[PAUSE_FILTER_KEY] = linked
+        if reason:
+            st.session_state[PAUSE_REASON_KEY] = reason
+    return linked
+
+
+def filter_input(key: str, *, disabled: bool) -> str | None:
+    """A text input for an event-type filter; ``None`` (with the reason shown) when empty
+    or unusable."""
+    text = st.text_input(
+        "Event type or pattern",
+        key=key,
+        placeholder="crm.contact or crm.%",
+        help="An exact event type, or a LIKE pattern with % (in which _ and \\ are literal).",
+        disabled=disabled,
+    )
+    try:
+        value = inputs.parse_text(text, what="the filter")
+    except ValueError as error:
+        st.error(format.md_text(error), icon=":material/error:")
+        return None
+    return value.strip() if value and value.strip() else None
+
+
+def current_settings(found: ControlsView, event_type_filter: str | None) -> None:
+    """A caption: the filter's control now (or none), and whether the file owns it."""
+    if not event_type_filter:
+        return
+    control = found.control(event_type_filter)
+    now = describe(control.settings) if control else "no control of its own"
+    text = f"{format.md_code(event_type_filter)} now: {format.md_text(now)}."
+    if found.file_owned(event_type_filter):
+        text += f" It is {FILE_OWNED}: a change here is an override that expires."
+    st.caption(text)
+
+
+def bypass_note() -> None:
+    """The note that workers running their own SQL claim bypass every control (SPEC §5)."""
+    st.info(format.md_text(BYPASS_NOTE), icon=":material/alt_route:")
+
+
+def override_input(
+    key: str, found: ControlsView, event_type_filter: str | None, *, disabled: bool
+) -> float | None:
+    """On a filter the controls file owns, how long the override lasts (``1h``), in
+    seconds; ``None`` elsewhere or when unusable (the reason shown)."""
+    if not event_type_filter or not found.file_owned(event_type_filter):
+        return None
+    text = st.text_input(
+        "Override lasts",
+        value="1h",
+        key=key,
+        disabled=disabled,
+        help="Then the controls file's settings are in force again.",
+    )
+    try:
+        return inputs.parse_seconds(text)
+    except ValueError as error:
+        st.error(f"Override lasts: {format.md_text(error)}", icon=":material/error:")
+        return None
