@@ -7,7 +7,7 @@ import streamlit as st
 
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.replay import ReplaySelection
-from outbox_monitor.ui import flows, format, inputs, loaders, state
+from outbox_monitor.ui import flows, format, inputs, loaders, replay_flows, state
 
 DAY = 86400.0
 DEFAULT_DONE_DAYS = 30
@@ -73,6 +73,23 @@ with replay:
     until_text = columns[2].text_input(
         "Failed until", key="actions.until", placeholder="empty = now"
     )
+    columns = st.columns(2)
+    rate = columns[0].number_input(
+        "Drip rate (rows/s, 0 = all due at once)",
+        min_value=0.0,
+        max_value=100_000.0,
+        value=0.0,
+        step=1.0,
+        key="actions.rate",
+        help="The rows fall due one after another, oldest first, at this rate (SPEC §5); "
+        "a hard cap on the workers' rate needs a rate-limit control.",
+    )
+    exclude_superseded = columns[1].checkbox(
+        "Exclude rows superseded by a later done event",
+        key="actions.exclude_superseded",
+        help="Leave out rows whose aggregate already has a later event with status done "
+        "(order-safe replay): replaying them would apply an older state after a newer one.",
+    )
     try:
         group = inputs.parse_error_group(error_group)
     except ValueError as error:
@@ -88,6 +105,7 @@ with replay:
             error_group=group,
             since=inputs.parse_time(since_text, now),
             until=inputs.parse_time(until_text, now),
+            exclude_superseded=exclude_superseded,
         )
     except ValueError as error:
         st.error(f"Time range: {format.md_text(error)}", icon=":material/error:")
@@ -98,19 +116,24 @@ with replay:
                 db=ctx.actions_db,
                 actor=ctx.identity,
                 # the typed text, not the parsed times: "24h" means 24 h before the preview
-                signature=("replay", f.event_type, error_group, since_text, until_text),
-                make_preview=lambda: flows.preview_replay(ctx.db, selection),
+                signature=(
+                    "replay",
+                    f.event_type,
+                    error_group,
+                    since_text,
+                    until_text,
+                    rate,
+                    exclude_superseded,
+                ),
+                make_preview=lambda: flows.preview_replay(ctx.db, selection, rate=rate or None),
                 preview_label="Preview replay",
                 noun="replay",
-                sample_columns=[
-                    "id",
-                    "event_type",
-                    "event_key",
-                    "attempts",
-                    "processed_at",
-                    "last_error",
-                ],
+                sample_columns=replay_flows.SAMPLE_COLUMNS,
+                details=replay_flows.preview_details,
+                after_result=lambda result: replay_flows.show_outcome(ctx.db, result),
             )
+    st.markdown("**Recent replays and where their rows are now**")
+    replay_flows.recent_runs(ctx.db)
 
 with prune:
     st.caption(

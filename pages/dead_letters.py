@@ -7,7 +7,7 @@ import streamlit as st
 
 from outbox_monitor.access import Role
 from outbox_monitor.actions.replay import ReplaySelection
-from outbox_monitor.ui import flows, format, inputs, loaders, state
+from outbox_monitor.ui import flows, format, inputs, loaders, replay_flows, state
 
 GROUP_PARAM = "error_group"
 GROUP_KEY = "dead_letters.group"
@@ -182,4 +182,6 @@ else:
         preview_label="Preview replay",
         noun="replay",
         sample_columns=SAMPLE_COLUMNS,
+        details=replay_flows.preview_details,
+        after_result=lambda result: replay_flows.show_outcome(ctx.db, result),
     )

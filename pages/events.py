@@ -9,7 +9,7 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.events import DEFAULT_MAX_PAYLOAD_BYTES, STATUSES
-from outbox_monitor.ui import banners, format, inputs, loaders, state
+from outbox_monitor.ui import banners, format, inputs, loaders, replay_flows, state
 
 PAGE_SIZE = 50
 ANY_STATUS = "any"
@@ -189,6 +189,7 @@ st.dataframe(
     hide_index=True,
     width="stretch",
 )
+replay_flows.replay_event(db=ctx.db, actions_db=ctx.actions_db, identity=ctx.identity, event=detail)
 
 
 def hide_raw() -> None:

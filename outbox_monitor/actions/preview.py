@@ -38,7 +38,8 @@ class Preview:
 
     ``matched`` rows matched the filter at preview time (an estimate when ``exact`` is
     false); ``sample`` shows the first ``SAMPLE_SIZE`` of them; ``filter`` (JSON-able) is
-    what the audit row records.
+    what the audit row records; ``details`` holds what one action adds to its preview
+    (a replay: ``superseded`` per event type, ``drip_seconds``, ``last_replay_refailed``).
     """
 
     action: str
@@ -46,6 +47,7 @@ class Preview:
     sample: list[dict[str, Any]]
     filter: dict[str, Any]
     parts: tuple[Part, ...] = field(repr=False)
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:

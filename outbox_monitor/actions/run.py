@@ -72,14 +72,17 @@ def apply(
     Changes only rows that match the preview's filter, have ``id <=`` the largest id
     seen at preview time, and still pass the guard inside the statement itself (reap:
     still ``processing`` with an expired lock; replay: still ``failed``; prune: still
-    that terminal status and old enough). Each batch is one transaction with its own
-    audit row; a run that changes nothing still writes one audit row. Every run is
-    logged with its run id: INFO when done, ERROR when it failed.
+    that terminal status and old enough). Batches walk ids in order, except a drip replay's
+    (``replay_drip_batch``), which walks ``(created_at, id)`` by keyset and numbers its
+    rows across batches from the first batch's start (SPEC §5). Each batch is one
+    transaction with its own audit row; a run that changes nothing still writes one audit
+    row. Every run is logged with its run id: INFO when done, ERROR when it failed.
 
     Args:
         actor: who acts (the signed-in identity, or ``access.local_identity`` for the CLI);
             must hold the ``operator`` role; its name goes into the audit rows.
-        batch_size: rows per transaction (default 1000; prune 5000).
+        batch_size: rows per transaction (default 1000; prune 5000); a replay's batches hold
+            at most ``MAX_AUDIT_IDS`` rows, so that its audit rows record every id.
         on_progress: called after each batch with (changed so far, matched).
 
     Returns:
@@ -98,18 +101,23 @@ def apply(
     require(actor, Role.operator, f"{preview.action} rows")
     default = DEFAULT_PRUNE_BATCH_SIZE if preview.action == "prune" else DEFAULT_BATCH_SIZE
     size = batch_size or default
+    if preview.action == "replay":  # every replayed id audited: replay outcomes are exact
+        size = min(size, MAX_AUDIT_IDS)
     run_id = str(uuid.uuid4())
     result = ActionResult(preview.action, run_id, preview.matched, 0, 0, 0, 0, [])
+    t0 = None  # a drip replay's start: its first batch's now(), kept for the whole run
     try:
         for part in preview.parts:
             if part.max_id is None:
                 continue
-            after = MIN_ID
+            after: dict = {"after_id": MIN_ID, "after_created_at": None}
             while True:
                 params = {
                     **part.params,
                     **part.where.params,
-                    "after_id": after,
+                    **after,
+                    "t0": t0,
+                    "before": result.changed,
                     "max_id": part.max_id,
                     "batch": size,
                 }
@@ -119,7 +127,11 @@ def apply(
                     ).fetchone()
                     if row["last_picked_id"] is None:
                         break
-                    after = row["last_picked_id"]
+                    after = {
+                        "after_id": row["last_picked_id"],
+                        "after_created_at": row.get("last_picked_created_at"),
+                    }
+                    t0 = row.get("t0", t0)
                     if row["ids"]:
                         _audit(conn, db, run_id, actor, preview, row["ids"])
                         if part.follow_up:

@@ -12,7 +12,8 @@ from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
-from outbox_monitor.actions.run import APPLIED_NOTHING, apply
+from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, apply
+from outbox_monitor.cli import replay_cli
 from outbox_monitor.cli.support import (
     ACTIONS_DSN_OPTION,
     ACTOR_OPTION,
@@ -59,7 +60,10 @@ def _run_action(
     yes: bool,
     actor: str | None,
     batch_size: int | None,
+    follow: Callable[[ActionResult], dict[str, Any]] | None = None,
 ) -> None:
+    """Preview, confirm and apply; ``follow`` (e.g. ``replay --watch``) runs after a run
+    that changed rows and returns fields added to its JSON object."""
     payload: dict[str, Any] = {
         "action": preview.action,
         "dry_run": dry_run,
@@ -67,6 +71,8 @@ def _run_action(
         "filter": preview.filter,
         "sample": [{**row, "id": str(row["id"])} for row in preview.sample],
     }
+    if preview.details:
+        payload["details"] = preview.details
     if not as_json:
         _print_preview(preview)
     if dry_run or preview.matched == 0:
@@ -126,17 +132,19 @@ def _run_action(
     }
     if result.applied_nothing:
         outcome["warning"] = APPLIED_NOTHING
+    if not as_json:
+        echo(
+            f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
+            f"eligible"
+            + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
+            + f" (run {result.run_id})"
+        )
+        if result.applied_nothing:
+            echo(f"warning: {APPLIED_NOTHING}", err=True)
+    if follow is not None and result.changed:
+        outcome.update(follow(result))
     if as_json:
         emit_json({**payload, **outcome})
-        return
-    echo(
-        f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
-        f"eligible"
-        + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
-        + f" (run {result.run_id})"
-    )
-    if result.applied_nothing:
-        echo(f"warning: {APPLIED_NOTHING}", err=True)
 
 
 def _print_preview(preview: Preview) -> None:
@@ -150,6 +158,8 @@ def _print_preview(preview: Preview) -> None:
         echo(f"  #{row['id']}: {details}")
     if preview.matched > len(preview.sample):
         echo(f"  … and {preview.matched - len(preview.sample)} more")
+    for line in replay_cli.detail_lines(preview):
+        echo(line)
 
 
 @click.command()
@@ -178,6 +188,7 @@ def reap(
 @click.option("--error-group", help="Error group id (12 hex digits, see the dashboard).")
 @click.option("--since", help="Failed at or after: a duration back from now (2h) or ISO-8601.")
 @click.option("--until", help="Failed before: a duration back from now or ISO-8601.")
+@replay_cli.replay_options
 @_action_options
 @common_options
 def replay(
@@ -188,10 +199,15 @@ def replay(
     error_group: str | None,
     since: str | None,
     until: str | None,
+    rate: float | None,
+    exclude_superseded: bool,
+    watch: bool,
+    watch_timeout: float,
     actions_dsn: str | None,
     **options: Any,
 ) -> None:
-    """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4)."""
+    """Replay (redrive) dead-lettered rows: failed → pending, attempts 0, due now (SPEC §4);
+    with --rate, due one after another at that many rows/s (SPEC §5 drip)."""
     with open_for_actions(settings, actions_dsn) as db:
         now = db.fetch_one("db_now")["now"]
         try:
@@ -204,9 +220,11 @@ def replay(
             error_group=error_group,
             since=bounds[0],
             until=bounds[1],
+            exclude_superseded=exclude_superseded,
         )
-        preview = preview_replay(db, selection)
-        _run_action(db, preview, as_json=as_json, **options)
+        preview = preview_replay(db, selection, rate=rate)
+        follow = replay_cli.watcher(db, as_json=as_json, timeout=watch_timeout) if watch else None
+        _run_action(db, preview, as_json=as_json, follow=follow, **options)
 
 
 @click.command()

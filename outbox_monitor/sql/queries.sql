@@ -621,6 +621,56 @@ SELECT (SELECT max(id) FROM picked) AS last_picked_id,
        0 AS dead_lettered
 FROM changed;
 
+-- name: replay_drip_batch
+-- Drip replay (SPEC section 5): up to %(batch)s failed rows with id <= max_id after the keyset (after_created_at, after_id), in (created_at, id) order, each locked; the k-th row of the run (k = before + its number here) becomes due at t0 + (k - 1) / rate seconds, t0 the start of the run's first batch.
+WITH picked AS (
+    SELECT id, created_at FROM {table}
+    WHERE status = 'failed' AND id <= %(max_id)s
+          AND (created_at, id) > (coalesce(%(after_created_at)s::timestamptz, '-infinity'),
+                                  %(after_id)s::bigint)
+          {and_filters}
+    ORDER BY created_at, id
+    LIMIT %(batch)s
+    FOR UPDATE
+), numbered AS (
+    SELECT id, row_number() OVER (ORDER BY created_at, id) AS n FROM picked
+), started AS (
+    SELECT coalesce(%(t0)s::timestamptz, now()) AS t0
+), changed AS (
+    UPDATE {table} AS o SET
+        status = 'pending', attempts = 0,
+        available_at = started.t0
+                       + make_interval(secs => (%(before)s + numbered.n - 1) / %(rate)s::float8),
+        processed_at = NULL, locked_at = NULL, locked_by = NULL
+    FROM numbered, started
+    WHERE o.id = numbered.id AND o.status = 'failed'
+    RETURNING o.id
+)
+SELECT (SELECT id FROM picked ORDER BY created_at DESC, id DESC LIMIT 1) AS last_picked_id,
+       (SELECT max(created_at) FROM picked) AS last_picked_created_at,
+       (SELECT t0 FROM started) AS t0,
+       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
+       0 AS dead_lettered
+FROM changed;
+
+-- name: replay_superseded
+-- The condition (used inside a filter on the unaliased outbox table) that a row's aggregate already has a later event, any type, with status done: later created_at, id breaking ties; served by the users' index (aggregate_type, aggregate_id, created_at).
+EXISTS (
+    SELECT 1 FROM {table} AS later
+    WHERE later.aggregate_type = {table}.aggregate_type
+          AND later.aggregate_id = {table}.aggregate_id
+          AND later.created_at >= {table}.created_at
+          AND (later.created_at, later.id) > ({table}.created_at, {table}.id)
+          AND later.status = 'done'
+)
+
+-- name: replay_superseded_by_event_type
+-- Failed rows of the replay filter whose aggregate already has a later done event ({superseded}: replay_superseded), counted per event type.
+SELECT event_type, count(*) AS rows FROM {table}
+WHERE status = 'failed' {and_filters} AND {superseded}
+GROUP BY event_type
+ORDER BY event_type;
+
 -- name: prune_preview
 -- Rows of one terminal status processed before the cutoff, and the largest id.
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}
@@ -686,6 +736,54 @@ FROM outbox_monitor.audit_log
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
 
+
+-- name: replay_outcome
+-- Where the rows of one replay run are now (SPEC section 4 run id): its ids from the audit rows (up to 1,000 per row; a replay batch holds at most that many), counted by current status; gone = no longer in the table (pruned).
+WITH runs AS (
+    SELECT affected_ids, affected_count, at FROM outbox_monitor.audit_log
+    WHERE run_id = %(run_id)s::uuid AND action = 'replay' AND table_name = %(table_name)s
+), replayed AS (
+    SELECT DISTINCT unnest(affected_ids) AS id FROM runs
+)
+SELECT (SELECT coalesce(sum(affected_count), 0) FROM runs)::bigint AS replayed,
+       (SELECT coalesce(sum(cardinality(affected_ids)), 0) FROM runs)::bigint AS recorded,
+       (SELECT min(at) FROM runs) AS at,
+       count(o.id) FILTER (WHERE o.status = 'done') AS done,
+       count(o.id) FILTER (WHERE o.status = 'failed') AS failed,
+       count(o.id) FILTER (WHERE o.status = 'pending') AS pending,
+       count(o.id) FILTER (WHERE o.status = 'processing') AS processing,
+       count(*) FILTER (WHERE r.id IS NOT NULL AND o.id IS NULL) AS gone
+FROM replayed AS r
+LEFT JOIN {table} AS o ON o.id = r.id;
+
+-- name: replay_outcome_groups
+-- The rows of one replay run that failed again, by error group (SPEC section 2), biggest first, with the last_error of the largest id as sample.
+WITH replayed AS (
+    SELECT DISTINCT unnest(affected_ids) AS id FROM outbox_monitor.audit_log
+    WHERE run_id = %(run_id)s::uuid AND action = 'replay' AND table_name = %(table_name)s
+), grouped AS (
+    SELECT outbox_monitor.error_group(o.event_type, o.last_error) AS group_id, o.event_type,
+           count(*) AS rows, max(o.id) AS sample_id
+    FROM replayed AS r JOIN {table} AS o ON o.id = r.id
+    WHERE o.status = 'failed'
+    GROUP BY 1, 2
+)
+SELECT g.group_id, g.event_type, g.rows, left(s.last_error, 200) AS sample_error
+FROM grouped AS g
+LEFT JOIN {table} AS s ON s.id = g.sample_id
+ORDER BY g.rows DESC, g.group_id;
+
+-- name: replay_runs_recent
+-- The newest replay runs of the outbox table: run id, first batch time, actor, filter and rows replayed.
+SELECT run_id::text AS run_id, min(at) AS at, min(actor) AS actor,
+       (array_agg(filter ORDER BY id))[1] AS filter, sum(affected_count)::bigint AS replayed
+FROM outbox_monitor.audit_log
+WHERE action = 'replay' AND table_name = %(table_name)s
+      AND (%(error_group)s::text IS NULL OR filter ->> 'error_group' = %(error_group)s)
+GROUP BY run_id
+HAVING sum(affected_count) > 0
+ORDER BY min(at) DESC
+LIMIT %(limit)s;
 
 -- ===================================================================== flow control (SPEC section 5)
 

@@ -90,6 +90,8 @@ def action_flow(
     sample_durations: Sequence[str] = (),
     auto_preview: bool = False,
     details: Callable[[Preview], None] | None = None,
+    after_result: Callable[[ActionResult], None] | None = None,
+    refused: str | None = None,
 ) -> None:
     """Render one action's preview and confirm buttons and run it when confirmed.
 
@@ -104,6 +106,10 @@ def action_flow(
         sample_columns, sample_durations: how to show the preview's sample rows.
         auto_preview: make the preview on first render (e.g. the list of stuck locks).
         details: optional extra rendering of a preview (e.g. prune counts per status).
+        after_result: optional extra rendering under the last result (a replay's outcome).
+        refused: why this identity may not act (e.g. a viewer): the preview button is shown
+            disabled with that reason and nothing else renders; ``run.apply`` checks the
+            role again whatever the page shows.
 
     A confirmed preview is applied in the run after the click if ``signature`` is still
     the one it was made for, else a warning says that nothing was changed (and a log line).
@@ -112,6 +118,10 @@ def action_flow(
     its hint; the progress bar is removed and the preview dropped, and the rest of the page
     keeps rendering.
     """
+    if refused is not None:
+        st.button(preview_label, key=f"{key}.preview_button", disabled=True, help=refused)
+        st.caption(refused)
+        return
     preview_key, result_key, confirm_key = f"{key}.preview", f"{key}.result", f"{key}.confirmed"
     stored = stored_preview(key)
     if stored is not None and stored.signature != signature:
@@ -147,6 +157,8 @@ def action_flow(
             f"run id {result.run_id} · {format.plural(result.batches, 'batch', 'batches')} · "
             f"audited as {format.md_code(actor.name)}"
         )
+        if after_result is not None:
+            after_result(result)
     if stored is None:
         return
     preview = stored.preview
@@ -241,15 +253,17 @@ def apply(
         loaders.clear_stale()
 
 
-def preview_replay(db: Database, selection: ReplaySelection) -> Preview:
+def preview_replay(
+    db: Database, selection: ReplaySelection, *, rate: float | None = None
+) -> Preview:
     """``replay.preview_replay`` counting up to ``loaders.count_cap()`` rows, an estimate
     above (never cached: a confirm applies what was just previewed; its sample's
-    ``last_error`` comes redacted).
+    ``last_error`` comes redacted); ``rate`` in rows/s makes it a drip replay.
 
     Raises:
-        ActionRefused: an empty selection.
+        ActionRefused: an empty selection, or a rate not above 0.
     """
-    return replay.preview_replay(db, selection, count_cap=loaders.count_cap())
+    return replay.preview_replay(db, selection, rate=rate, count_cap=loaders.count_cap())
 
 
 def preview_reap(db: Database, *, event_type: str | None) -> Preview:

@@ -19,10 +19,7 @@ ACTOR = Identity("oncall@example.com", Role.operator, "oidc")
 
 
 def _failed(rows, **fields):
-    fields.setdefault("processed_ago", 60)
-    fields.setdefault("attempts", 10)
-    fields.setdefault("last_error", "HTTP 500 upstream")
-    return rows.add(status="failed", **fields)
+    return rows.add_failed(**fields)
 
 
 def _audit(conn):
