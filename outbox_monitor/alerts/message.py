@@ -31,6 +31,7 @@ from outbox_monitor.alerts.mrkdwn import (
     clip,
     clip_mrkdwn,
     escape_mrkdwn,
+    link,
     plain,
 )
 from outbox_monitor.alerts.notification_text import (
@@ -124,6 +125,14 @@ def _button(url: str, index: int) -> ButtonElement:
         url=url,
         action_id=f"open-dashboard-{index}",
     )
+
+
+def _pause_line(row: Mapping[str, Any], kind: str, dashboard_url: str) -> str:
+    """A firing failure or breaker alert's link to pause its event type (SPEC §5)."""
+    path = row_payload(row).get("pause_path")
+    if not path or kind not in ("firing", "repeat"):
+        return ""
+    return "\n" + link(dashboard_link(dashboard_url, path), "Pause these events")
 
 
 def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
@@ -226,7 +235,7 @@ def render_notifications(
     shown = list(zip(rows, kinds, strict=True))[:MAX_INSTANCES]
     sections = [
         (
-            section_text(row, kind=kind, now=now),
+            section_text(row, kind=kind, now=now) + _pause_line(row, kind, dashboard_url),
             dashboard_link(dashboard_url, row_payload(row).get("dashboard_path")),
         )
         for row, kind in shown

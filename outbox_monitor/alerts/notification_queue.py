@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.evaluation_pass import EvaluationPass, Observation
-from outbox_monitor.alerts.links import dashboard_path, instance_event_type
+from outbox_monitor.alerts.links import dashboard_path, instance_event_type, pause_path
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.alerts.state_machine import (
     ERROR,
@@ -25,9 +25,15 @@ from outbox_monitor.alerts.state_machine import (
 )
 from outbox_monitor.db import Database
 from outbox_monitor.errors import DatabaseUnavailable
+from outbox_monitor.figures import FIGURES
+from outbox_monitor.filters import ExactEventType
+from outbox_monitor.flow.held import held_note
 
 # Logged as the evaluator, as before this module was split from it (log lines unchanged).
 log = logging.getLogger("outbox_monitor.alerts.evaluate")
+
+PAUSE_LINKED = ("failed_in_window", "breaker_open")
+"""Alerts whose message links to the Controls page's pause form for their event type."""
 
 
 def cached_offenders(
@@ -135,6 +141,8 @@ def _payload(
         "firing_seq": seq,
         "evaluated_at": context.now.isoformat(),
     }
+    if kind in (FIRING_KIND, REPEAT_KIND):
+        payload.update(_flow_notes(db, rule, event_type))
     if kind == ERROR_KIND:
         payload["error"] = observation.error
         payload["summary"] = (
@@ -150,6 +158,22 @@ def _payload(
         elif observation.vanished:
             payload["summary"] += " (no longer reported)"
     return payload
+
+
+def _flow_notes(db: Database, rule: Rule, event_type: str | None) -> dict[str, Any]:
+    """SPEC §5 in a firing message: the rows of an alert about pending rows that a pause or
+    breaker holds (``held_rows``, ``held_by``: an intended pause should not look like an
+    outage), and for failure and breaker alerts the Controls page's pre-filled pause
+    (``pause_path``), as failure alerts carry a replay link."""
+    notes: dict[str, Any] = {}
+    if "pending" in FIGURES[rule.metric].instances.open:
+        scope = ExactEventType(event_type) if event_type and rule.by else event_type
+        rows, by = held_note(db, scope)
+        if rows:
+            notes.update(held_rows=rows, held_by=by)
+    if event_type and rule.metric in PAUSE_LINKED:
+        notes["pause_path"] = pause_path(event_type, reason=f"alert {rule.name}")
+    return notes
 
 
 def _single_error_group(offenders: Sequence[dict[str, Any]]) -> str | None:

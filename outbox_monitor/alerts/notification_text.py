@@ -168,6 +168,10 @@ def section_text(
         lines.append(figure + (f" ({op})" if op else "") + (f" · since {since}" if since else ""))
     if kind in ("firing", "repeat", "error") and resolved_payload is None:
         lines.extend(_offender_lines(payload.get("offenders"), unit))
+        if payload.get("held_rows"):
+            held_by = ", ".join(str(b) for b in payload.get("held_by") or [])
+            held = f"*{format_value(payload['held_rows'], 'rows')} held* by flow control"
+            lines.append(plain(held + (f" ({held_by})" if held_by else ""), MAX_LABELS_CHARS))
     labels = payload.get("labels")
     if isinstance(labels, Mapping) and labels:
         pairs = ", ".join(f"{k}={v}" for k, v in labels.items() if k not in IMPLIED_LABELS)

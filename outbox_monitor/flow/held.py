@@ -100,3 +100,29 @@ def _within(event_type: str | None, control_filter: str) -> bool:
     if isinstance(event_type, ExactEventType):
         return control_filter == event_type
     return matches(event_type, control_filter)
+
+
+def held_note(db: Database, event_type: str | None) -> tuple[int, list[str]]:
+    """What an alert about pending rows says of flow control: the due rows of ``event_type``
+    (a filter, an ``ExactEventType``, or ``None`` for all) held now, and by what
+    (``["pause crm.%", "breaker sms.%"]``); ``(0, [])`` when none is.
+
+    Raises:
+        The connector's errors.
+    """
+    rows: dict[str, int] = {}
+    by: list[str] = []
+    for control in controls(db):
+        within = {t: n for t, n in control.held.items() if not event_type or matches(event_type, t)}
+        if not within:
+            continue
+        rows.update(within)
+        kind = (
+            "pause"
+            if control.pause_in_force
+            else "breaker"
+            if control.breaker_state in OPEN_STATES
+            else "limit"
+        )
+        by.append(f"{kind} {control.event_type_filter}")
+    return sum(rows.values()), by

@@ -2,11 +2,13 @@
 gives one "firing" (opened) and one "resolved" (closed) notification per episode and per
 breaker's filter, re-opening after a failed probe staying one episode."""
 
+import json
 import time
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.message import render_notifications
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.flow import controls as flow
 from tests.alerting import notifications
@@ -68,3 +70,59 @@ def test_one_opened_and_one_closed_message_per_episode(db, conn, rows, fake_cloc
         ("resolved", "crm.%"),
     ]
     assert "Circuit breaker open for crm.%" in sent[0]["payload"]["summary"]
+
+
+RULES = """
+version: 1
+defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
+routes:
+  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h, send_resolved: true}
+rules:
+  - name: backlog
+    metric: queue_depth
+    op: ">"
+    threshold: 2
+    severity: warning
+    route: oncall
+  - name: payment-failed
+    metric: failed_in_window
+    event_type: "payment.%"
+    window: 15m
+    by: [event_type]
+    op: ">"
+    threshold: 0
+    severity: critical
+    route: oncall
+"""
+
+
+def test_an_alert_over_held_rows_says_how_many_a_pause_holds(
+    db, conn, rows, fake_clock, write_rules
+):
+    for _ in range(3):
+        rows.add(event_type="crm.contact")
+    rows.add(event_type="order.paid")
+    flow.pause(db, "crm.%", actor=OPERATOR, reason="planned CRM migration")
+    Evaluator(db, write_rules(RULES), clock=fake_clock).run_once()
+    (firing,) = notifications(conn, "backlog")
+    assert (firing["payload"]["held_rows"], firing["payload"]["held_by"]) == (3, ["pause crm.%"])
+    message = render_notifications([firing], dashboard_url="https://ops.example.com")
+    assert "*3 held* by flow control (pause crm.%)" in json.dumps(message.blocks)
+    assert "pause_path" not in firing["payload"]  # a backlog alert links to the overview
+
+
+def test_failure_and_breaker_alerts_carry_a_pre_filled_pause_link(
+    db, conn, rows, fake_clock, write_rules
+):
+    rows.add(event_type="payment.captured", status="failed", processed_ago=60)
+    Evaluator(db, write_rules(RULES), clock=fake_clock).run_once()
+    (firing,) = notifications(conn, "payment-failed")
+    assert firing["payload"]["pause_path"] == (
+        "/controls?event_type=payment.captured&action=pause&reason=alert+payment-failed"
+    )
+    message = render_notifications([firing], dashboard_url="https://ops.example.com/outbox")
+    assert (
+        "<https://ops.example.com/outbox/controls?event_type=payment.captured&amp;action=pause"
+        "&amp;reason=alert+payment-failed|Pause these events>"
+    ) in json.dumps(message.blocks)
+    assert "held_rows" not in firing["payload"]  # dead letters are not held rows
