@@ -83,8 +83,11 @@ with pause:
     reason = columns[2].text_input(
         "Reason", key=controls.PAUSE_REASON_KEY, placeholder="CRM API down", disabled=disabled
     )
+    silence = controls.silence_offer(pattern, disabled=disabled)
     try:
-        request = control_flow.pause_request(pattern, for_text, until_text, reason, found.now)
+        request = control_flow.pause_request(
+            pattern, for_text, until_text, reason, found.now, silence
+        )
     except ValueError as error:
         st.error(format.md_text(error), icon=":material/error:")
         request = None

@@ -2,7 +2,8 @@
 ``breaker`` per event-type filter, ``controls`` to list them and ``controls apply`` for a
 controls file. Every change is role-checked and audited by ``flow.controls``."""
 
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -26,6 +27,9 @@ from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls import BYPASS_NOTE
 from outbox_monitor.flow.model import default_burst, describe
 
+FollowUp = Callable[[Database], tuple[dict[str, Any], list[str]]]
+"""After a change: ``(JSON keys, lines)`` to add to its outcome."""
+
 
 def _change_options(command: Any) -> Any:
     for decorator in reversed([ACTIONS_DSN_OPTION, ACTOR_OPTION, DRY_RUN_OPTION]):
@@ -44,8 +48,10 @@ def _report(
     changes: dict[str, Any] | None = None,
     clear: bool = False,
     override_seconds: float | None = None,
+    follow_up: FollowUp | None = None,
 ) -> None:
-    """Preview what the filter's rows would be held by, then apply (unless ``dry_run``)."""
+    """Preview what the filter's rows would be held by, then apply (unless ``dry_run``);
+    ``follow_up`` adds to the outcome (the silences of a pause or a resume)."""
     held = flow.preview_hold(db, event_type_filter)
     payload: dict[str, Any] = {
         "action": action,
@@ -78,6 +84,10 @@ def _report(
         "expires_at": result.expires_at,
         "audit_id": result.audit_id,
     }
+    notes: list[str] = []
+    if follow_up is not None:
+        extra, notes = follow_up(db)
+        outcome.update(extra)
     if as_json:
         emit_json({**payload, **outcome})
         return
@@ -89,6 +99,8 @@ def _report(
             f"{result.expires_at.isoformat(timespec='seconds')}"
         )
     echo(f"  now: {describe(result.after)}")
+    for note in notes:
+        echo(f"  {note}")
 
 
 @click.command()
@@ -96,6 +108,12 @@ def _report(
 @click.option("--for", "for_", type=DURATION, help="Pause for this long (30m), then resume.")
 @click.option("--until", help="Pause until this instant (ISO-8601) or a duration from now.")
 @click.option("--reason", help="Why, shown on the dashboard and in the audit log.")
+@click.option(
+    "--silence",
+    is_flag=True,
+    help="Silence the alert rules this pause will trip (backlog, oldest age of these types) "
+    "until it is resumed (at most a day without --for/--until).",
+)
 @_change_options
 @common_options
 def pause(
@@ -105,11 +123,13 @@ def pause(
     for_: float | None,
     until: str | None,
     reason: str | None,
+    silence: bool,
     actions_dsn: str | None,
     **options: Any,
 ) -> None:
     """Stop handing out EVENT_TYPE's rows (exact, or a pattern with %): they stay pending and
-    keep their attempts (SPEC §5)."""
+    keep their attempts (SPEC §5). The alert rules it will trip are listed, and silenced
+    with --silence."""
     if for_ is not None and until is not None:
         raise click.UsageError("give --for or --until, not both")
     with open_for_actions(settings, actions_dsn) as db:
@@ -130,8 +150,51 @@ def pause(
             as_json=as_json,
             action="pause",
             changes={"paused": True, "paused_until": end, "pause_reason": reason},
+            follow_up=lambda db: _silence_for_pause(db, event_type, end, now, silence, options),
             **options,
         )
+
+
+def _silence_for_pause(
+    db: Database,
+    event_type: str,
+    end: datetime | None,
+    now: datetime,
+    silence: bool,
+    options: dict[str, Any],
+) -> tuple[dict[str, Any], list[str]]:
+    # alerts.yml loads only when a pause is applied: `status --json` and `--help` stay light.
+    from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
+    from outbox_monitor.errors import ConfigError
+    from outbox_monitor.flow.silencing import rules_a_pause_trips, silence_for_pause
+
+    try:
+        tripped = rules_a_pause_trips(load_rules(resolve_rules_path()), event_type)
+    except ConfigError as error:
+        return {"rules_tripped": None}, [f"warning: no rules to silence: {error.args[0]}"]
+    names = [item.rule.name for item in tripped]
+    if not tripped:
+        return {"rules_tripped": []}, []
+    if not silence:
+        return {"rules_tripped": names, "silences": []}, [
+            f"this pause will trip: {', '.join(names)} (add --silence to silence them until "
+            "resumed)"
+        ]
+    actor = local_identity(db.settings, name=options.get("actor"), source="cli")
+    ids = silence_for_pause(db, tripped, event_type, until=end, now=now, actor=actor)
+    return {"rules_tripped": names, "silences": ids}, [
+        f"silenced until resumed: {', '.join(names)} (silences {', '.join(map(str, ids))})"
+    ]
+
+
+def _end_silences(db: Database, event_type: str, actor: str | None) -> tuple[dict, list[str]]:
+    from outbox_monitor.flow.silencing import end_pause_silences
+
+    identity = local_identity(db.settings, name=actor, source="cli")
+    now = db.fetch_one("db_now")["now"]
+    ended = end_pause_silences(db, event_type, now=now, actor=identity)
+    lines = [f"ended the pause's silences {', '.join(map(str, ended))}"] if ended else []
+    return {"silences_ended": ended}, lines
 
 
 def _future(text: str, now: Any) -> Any:
@@ -155,7 +218,15 @@ def resume(
     """End EVENT_TYPE's pause; its limits and breaker stay (SPEC §5)."""
     with open_for_actions(settings, actions_dsn) as db:
         changes = {"paused": False, "paused_until": None, "pause_reason": None}
-        _report(db, event_type, as_json=as_json, action="resume", changes=changes, **options)
+        _report(
+            db,
+            event_type,
+            as_json=as_json,
+            action="resume",
+            changes=changes,
+            follow_up=lambda db: _end_silences(db, event_type, options.get("actor")),
+            **options,
+        )
 
 
 @click.command()

@@ -74,7 +74,8 @@ def silences(db: Database) -> list[dict[str, Any]]:
     return _silences(db_key(db), db)
 
 
-def _clear_silence_caches() -> None:
+def clear_silences() -> None:
+    """Forget the cached silences and audit log (a silence was created or expired)."""
     _silences.clear()
     loaders.clear_audit()  # creating and expiring a silence are audited
 
@@ -92,7 +93,7 @@ def create_silence(
     try:
         return alert_silences.create_silence(db, matchers, until, comment, created_by)
     finally:
-        _clear_silence_caches()
+        clear_silences()
 
 
 def expire_silence(db: Database, silence_id: int, *, by: Identity) -> bool:
@@ -104,4 +105,4 @@ def expire_silence(db: Database, silence_id: int, *, by: Identity) -> bool:
     try:
         return alert_silences.expire_silence(db, silence_id, by)
     finally:
-        _clear_silence_caches()
+        clear_silences()

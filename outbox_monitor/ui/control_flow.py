@@ -30,10 +30,15 @@ from outbox_monitor.flow.model import (
     default_burst,
     describe,
 )
+from outbox_monitor.flow.silencing import Tripped, end_pause_silences, silence_for_pause
 from outbox_monitor.ui import banners, controls, format, inputs
+from outbox_monitor.ui.alert_loaders import clear_silences
 from outbox_monitor.ui.state import PageContext
 
 log = logging.getLogger(__name__)
+SILENCED_KEY = "controls.silenced"
+"""Where the silences of the last pause or resume wait to be shown with its result."""
+
 DONE = {
     "pause": "Paused",
     "resume": "Resumed",
@@ -47,7 +52,8 @@ class ControlRequest:
     """One change as a form describes it (``flow.controls.change``'s arguments).
 
     ``pause_for``: seconds from the database clock at apply time for ``paused_until`` (a
-    pause "for 30m" lasts 30 minutes from the confirm, not from the preview).
+    pause "for 30m" lasts 30 minutes from the confirm, not from the preview). ``silence``:
+    the alert rules a pause silences until resumed (``flow.silencing``).
     """
 
     event_type_filter: str
@@ -55,6 +61,7 @@ class ControlRequest:
     changes: dict[str, Any] = field(default_factory=dict)
     override_seconds: float | None = None
     pause_for: float | None = None
+    silence: tuple[Tripped, ...] = ()
 
     def resolved(self, db: Database) -> dict[str, Any]:
         """The changes with ``pause_for`` turned into ``paused_until``."""
@@ -79,9 +86,10 @@ def pause_request(
     until_text: str | None,
     reason: str | None,
     now: datetime,
+    silence: tuple[Tripped, ...] = (),
 ) -> ControlRequest | None:
     """The pause form's request: for a duration (``30m``), or until an instant, or until
-    resumed; ``None`` without a filter.
+    resumed, silencing the rules in ``silence`` until resumed; ``None`` without a filter.
 
     Raises:
         ValueError: both or an unusable duration or instant, an instant not in the future.
@@ -98,7 +106,9 @@ def pause_request(
         raise ValueError(f"Until: {until_text!r} is not in the future (For takes a duration)")
     text = inputs.parse_text(reason, what="the reason")
     changes = {"paused": True, "paused_until": until, "pause_reason": (text or "").strip() or None}
-    return ControlRequest(event_type_filter, "pause", _checked(changes), pause_for=pause_for)
+    return ControlRequest(
+        event_type_filter, "pause", _checked(changes), pause_for=pause_for, silence=silence
+    )
 
 
 def resume_request(event_type_filter: str | None) -> ControlRequest | None:
@@ -300,6 +310,7 @@ def _apply(key: str, db: Database, request: ControlRequest, *, actor: Identity) 
             changes=request.resolved(db),
             override_seconds=request.override_seconds,
         )
+        _silences(db, request, result, actor)
     except OutboxMonitorError as error:
         st.session_state.pop(f"{key}.result", None)
         banners.show(error, stop=False)
@@ -308,6 +319,25 @@ def _apply(key: str, db: Database, request: ControlRequest, *, actor: Identity) 
         controls.clear_after_change()
     st.session_state[f"{key}.result"] = result
     st.rerun()
+
+
+def _silences(
+    db: Database, request: ControlRequest, result: flow.ControlChange, actor: Identity
+) -> None:
+    """A pause's silences of the rules it trips, until resumed; a resume ends them."""
+    now = database_now(db)
+    if request.action == "pause" and request.silence:
+        until = result.after.paused_until if result.after else None
+        ids = silence_for_pause(
+            db, list(request.silence), request.event_type_filter, until=until, now=now, actor=actor
+        )
+        names = ", ".join(item.rule.name for item in request.silence)
+        st.session_state[SILENCED_KEY] = f"Silenced until resumed: {names} ({len(ids)} silences)."
+    elif request.action == "resume":
+        ended = end_pause_silences(db, request.event_type_filter, now=now, actor=actor)
+        if ended:
+            st.session_state[SILENCED_KEY] = f"Ended the pause's {len(ended)} silences."
+    clear_silences()
 
 
 def _show_result(result: flow.ControlChange | None, actor: Identity) -> None:
@@ -326,3 +356,6 @@ def _show_result(result: flow.ControlChange | None, actor: Identity) -> None:
             f"an override of the controls file until {format.instant(result.expires_at)}",
         )
     st.caption(" · ".join(parts))
+    silenced = st.session_state.pop(SILENCED_KEY, None)
+    if silenced:
+        st.caption(silenced)

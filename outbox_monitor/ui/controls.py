@@ -19,7 +19,9 @@ from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls import BYPASS_NOTE, Control
 from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows, pending_by_event_type
 from outbox_monitor.flow.model import describe, matches
+from outbox_monitor.flow.silencing import Tripped, rules_a_pause_trips
 from outbox_monitor.ui import format, inputs, loaders
+from outbox_monitor.ui.alert_rules import load_ruleset
 from outbox_monitor.ui.cache import cached, db_key
 
 PAUSE_FILTER_KEY = "controls.pause.filter"
@@ -255,3 +257,30 @@ def override_input(
     except ValueError as error:
         st.error(f"Override lasts: {format.md_text(error)}", icon=":material/error:")
         return None
+
+
+def silence_offer(event_type_filter: str | None, *, disabled: bool) -> tuple[Tripped, ...]:
+    """The pause form's offer to silence the alert rules a pause of the filter will trip
+    (backlog, oldest age of those types) until resumed: a checkbox naming them (silencing
+    is the operator's choice: a backlog alert may also catch a real outage). Returns the
+    rules to silence."""
+    if not event_type_filter:
+        return ()
+    loaded = load_ruleset()
+    if loaded.ruleset is None:
+        st.caption("The alert rules file is invalid: no rule to silence (see Alerts).")
+        return ()
+    tripped = tuple(rules_a_pause_trips(loaded.ruleset, event_type_filter))
+    if not tripped:
+        st.caption("No alert rule watches the pending rows of these types.")
+        return ()
+    names = ", ".join(format.md_code(item.rule.name) for item in tripped)
+    chosen = st.checkbox(
+        f"Silence the rules this pause will trip until resumed: {names}",
+        value=False,
+        key="controls.pause.silence",
+        disabled=disabled,
+        help="One silence per rule (only the paused types for a per-event-type rule), ending "
+        "with the pause, or after a day at most; resuming ends them.",
+    )
+    return tripped if chosen else ()

@@ -134,3 +134,50 @@ def test_a_malformed_controls_file_names_the_entry_and_field(cli, tmp_path):
         result.output
     )
     assert f'{path}: controls[1] "sms.%": breaker.cooldown: at most 15m' in result.output
+
+
+SILENCE_RULES = """
+version: 1
+defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
+routes:
+  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}
+rules:
+  - {name: backlog, metric: queue_depth, op: ">", threshold: 1000, route: oncall}
+  - {name: notifications-late, metric: oldest_pending_age, event_type: "notification.%",
+     op: ">", threshold: 5m, route: oncall}
+  - {name: crm-late, metric: oldest_pending_age, event_type: "crm.%", by: [event_type],
+     op: ">", threshold: 5m, route: oncall}
+  - {name: crm-failed, metric: failed_in_window, event_type: "crm.%", window: 15m,
+     op: ">", threshold: 0, route: oncall}
+"""
+
+
+def test_a_pause_offers_and_silences_the_rules_it_trips_until_resumed(
+    cli, conn, tmp_path, monkeypatch
+):
+    path = tmp_path / "alerts.yml"
+    path.write_text(SILENCE_RULES)
+    monkeypatch.setenv("OUTBOX_MONITOR_RULES", str(path))
+    offered = cli("pause", "crm.%")
+    assert "this pause will trip: backlog, crm-late (add --silence" in offered.output
+    assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.silences").fetchone()["n"] == 0
+
+    paused = as_json(cli("pause", "crm.%", "--for", "2h", "--silence", "--json"))
+    assert paused["rules_tripped"] == ["backlog", "crm-late"]  # not notification.%, failures
+    silences = conn.execute(
+        "SELECT id, matchers, extract(epoch FROM ends_at - starts_at)::int AS seconds"
+        " FROM outbox_monitor.silences ORDER BY id"
+    ).fetchall()
+    assert [s["id"] for s in silences] == paused["silences"]
+    assert [s["matchers"] for s in silences] == [
+        {"rule": "backlog"},
+        {"rule": "crm-late", "event_type": "crm.%"},  # a by rule: only the paused types
+    ]
+    assert {s["seconds"] for s in silences} == {7200}  # until the pause ends
+
+    resumed = as_json(cli("resume", "crm.%", "--json"))
+    assert resumed["silences_ended"] == paused["silences"]
+    active = conn.execute(
+        "SELECT count(*) AS n FROM outbox_monitor.silences WHERE expired_at IS NULL"
+    ).fetchone()["n"]
+    assert active == 0

@@ -250,3 +250,40 @@ def test_a_breaker_switched_on_with_its_settings_and_a_refused_cool_down(open_pa
     (control,) = table(at, "controls")
     assert (control["state"], control["breaker"]) == ("running", "closed")
     assert control["settings"] == "breaker at 90% of ≥ 20 outcomes in 1m 0s, cool-down 45s"
+
+
+def test_a_pause_offers_to_silence_the_rules_it_trips_and_resume_ends_them(
+    open_page, rows, conn, tmp_path, environment
+):
+    seed_crm(rows)
+    path = tmp_path / "alerts.yml"
+    path.write_text(
+        "version: 1\n"
+        "routes: {oncall: {webhook_url_env: SLACK_WEBHOOK_URL}}\n"
+        "rules:\n"
+        "  - {name: backlog, metric: queue_depth, op: '>', threshold: 1000, route: oncall}\n"
+        "  - {name: sms-late, metric: oldest_pending_age, event_type: 'sms.%', op: '>',\n"
+        "     threshold: 5m, route: oncall}\n"
+    )
+    environment.setenv("OUTBOX_MONITOR_RULES", str(path))
+    at = open_page(PAGE)
+    at.text_input(key="controls.pause.filter").set_value("crm.%").run()
+    offer = at.checkbox(key="controls.pause.silence")
+    assert "backlog" in offer.label and "sms-late" not in offer.label  # sms.% is not paused
+    assert offer.value is False  # silencing is the operator's choice
+    offer.check().run()
+    at.button(key="controls.pause.preview_button").click().run()
+    at.button(key="controls.pause.confirm").click().run()
+    assert not at.exception
+    assert "Silenced until resumed: backlog (1 silences)." in texts(at)
+    (silence,) = conn.execute(
+        "SELECT matchers, ends_at - starts_at AS span FROM outbox_monitor.silences"
+    ).fetchall()
+    assert silence["matchers"] == {"rule": "backlog"}
+    assert silence["span"].total_seconds() == 24 * 3600  # no until: a day at most
+
+    at.button(key="controls.resume.preview_button").click().run()
+    at.button(key="controls.resume.confirm").click().run()
+    assert "Ended the pause's 1 silences." in texts(at)
+    expired = conn.execute("SELECT expired_at FROM outbox_monitor.silences").fetchone()
+    assert expired["expired_at"] is not None
