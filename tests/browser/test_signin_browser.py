@@ -205,7 +205,7 @@ def test_viewer_sees_figures_but_no_action(
     assert metric_value(page, "Oldest pending age") == "2h 30m"
     assert metric_value(page, "Failed (24 h)") == "1"
     assert metric_value(page, "Stuck locks") == "1"
-    assert navigation(page) == ["Overview", "Events", "Dead letters", "Alerts"]
+    assert navigation(page) == ["Overview", "Events", "Dead letters", "Alerts", "Controls"]
     expect(page.get_by_text("Each page under the least role")).to_have_count(0)
 
     open_page(page, "Dead letters")
@@ -261,7 +261,14 @@ def test_operator_from_group_claim_replays_and_is_audited(
     sign_in(page, url, OPERATOR)
     # ops@example.com matches the viewers' domain too: the higher role (groups=oncall) wins
     expect(page.get_by_text(f"Signed in as {OPERATOR} · operator")).to_be_visible()
-    assert navigation(page) == ["Overview", "Events", "Dead letters", "Alerts", "Actions"]
+    assert navigation(page) == [
+        "Overview",
+        "Events",
+        "Dead letters",
+        "Alerts",
+        "Controls",
+        "Actions",
+    ]
 
     show_event_type(page, kind)
     open_page(page, "Dead letters")
