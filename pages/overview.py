@@ -7,6 +7,7 @@ from outbox_monitor.ui import (
     alert_rules,
     banners,
     charts,
+    controls,
     format,
     loaders,
     slo,
@@ -67,6 +68,11 @@ def live_figures() -> None:
             f"Updated at {format.instant(figures['now'])} (database time) · {scope} · "
             f"window {f.window_label} · refreshes every {format.duration_label(f.refresh)}"
         )
+
+        note = controls.flow_note(figures)
+        if note:
+            st.info(note, icon=":material/tune:")
+            st.page_link("pages/controls.py", label="Open controls", icon=":material/tune:")
 
         first = st.columns(4)
         tile(

@@ -116,6 +116,25 @@ def held_summary(found: ControlsView) -> str:
     return f"**{total:,}** due {format.inflect(total, 'row')} held now: {each}."
 
 
+def flow_note(figures: dict[str, Any]) -> str | None:
+    """The overview's line on flow control, from ``status`` figures (SPEC §5): rows held per
+    event type, rows throttled, breakers open; ``None`` when nothing is held or limited."""
+    held = figures.get("rows_held_by_event_type") or {}
+    throttled, breakers = figures.get("rows_throttled") or 0, figures.get("breakers_open") or 0
+    if not (held or throttled or breakers):
+        return None
+    parts = []
+    if held:
+        total = sum(held.values())
+        each = ", ".join(f"{format.md_code(t)} {n:,}" for t, n in held.items())
+        parts.append(f"**{total:,}** due {format.inflect(total, 'row')} held ({each})")
+    if throttled:
+        parts.append(f"**{throttled:,}** throttled by a limit")
+    if breakers:
+        parts.append(f"**{breakers}** circuit {format.inflect(breakers, 'breaker')} open")
+    return "Flow control: " + "; ".join(parts) + ". They count in queue depth and oldest age."
+
+
 EVENT_TYPE_COLUMNS = ["event_type", "state", "due", "held", "pending", "processing", "controls"]
 
 

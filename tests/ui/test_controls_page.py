@@ -287,3 +287,16 @@ def test_a_pause_offers_to_silence_the_rules_it_trips_and_resume_ends_them(
     assert "Ended the pause's 1 silences." in texts(at)
     expired = conn.execute("SELECT expired_at FROM outbox_monitor.silences").fetchone()
     assert expired["expired_at"] is not None
+
+
+def test_the_overview_shows_the_rows_a_pause_holds(open_page, rows, db):
+    seed_crm(rows)
+    flow.pause(db, "crm.%", actor=OPERATOR, reason="CRM down")
+    at = open_page("overview")
+    (note,) = [plain(i.value) for i in at.info if "Flow control:" in plain(i.value)]
+    assert note == (
+        "Flow control: **4** due rows held (crm.contact 3, crm.deal 1). "
+        "They count in queue depth and oldest age."
+    )
+    queue = next(m for m in at.metric if m.label == "Queue depth")
+    assert queue.value == "5"  # held rows are still due (SPEC §5)
