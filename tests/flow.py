@@ -59,3 +59,13 @@ def transitions(conn: psycopg.Connection) -> list[dict[str, Any]]:
         "SELECT event_type_filter, transition, outcomes, failures"
         " FROM outbox_monitor.breaker_transitions ORDER BY id"
     ).fetchall()
+
+
+UNDO_MIGRATION_008 = (
+    "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
+    "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
+    "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
+    "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome; "
+)
+"""SQL taking a database back to before migration 008 (tests of upgrades from older versions;
+claim, ack and fail stay as 008 replaced them, which 008 replaces again)."""

@@ -19,6 +19,7 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.schema import init_db
+from tests.flow import UNDO_MIGRATION_008
 from tests.least_privilege import grant_in
 
 FORGED = datetime(2020, 1, 1, tzinfo=UTC)
@@ -223,12 +224,8 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
             "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
             "outbox_monitor.error_groups_state; "
-            "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
-            "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
-            "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
-            "outbox_monitor.claim_grants, outbox_monitor.claim_consume, "
-            "outbox_monitor.record_outcome; "
-            "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
+            + UNDO_MIGRATION_008
+            + "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
             psycopg.sql.SQL(
