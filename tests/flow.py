@@ -65,6 +65,7 @@ UNDO_MIGRATION_008 = (
     "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
     "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
     "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
+    "outbox_monitor.may_claim, "
     "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome; "
 )
 """SQL taking a database back to before migration 008 (tests of upgrades from older versions;

@@ -9,6 +9,7 @@ import threading
 import time
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
@@ -327,3 +328,47 @@ def test_ack_and_fail_without_breakers_log_no_outcome(conn, rows):
         conn.execute("SELECT count(*) AS n FROM outbox_monitor.control_outcomes").fetchone()["n"]
         == 0
     )
+
+
+# ------------------------------------------------------------------ who may call what
+
+
+def test_a_read_only_login_cannot_hold_the_state_rows_or_drain_a_bucket(dsn, conn, rows, logins):
+    rows.add(event_type="crm.contact")
+    control(conn, "crm.contact", concurrency_limit=5)
+    viewer = logins.dsn(dsn, logins.read)
+    with psycopg.connect(viewer) as reader:  # a transaction kept open, as an attacker would
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="needs UPDATE"):
+            reader.execute("SELECT * FROM outbox_monitor.claim_grants('integration_outbox')")
+        reader.rollback()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="needs UPDATE"):
+            reader.execute(
+                "SELECT outbox_monitor.claim_consume('integration_outbox', ARRAY[1]::bigint[])"
+            )
+        reader.rollback()
+        reader.execute("SELECT 1")  # an open transaction while a worker claims
+        assert claimed_types(outbox.claim(conn, "w1")) == ["crm.contact"]
+
+
+def test_a_worker_login_with_only_the_tables_grants_claims_through_controls(
+    dsn, conn, rows, logins
+):
+    """A worker's login that owns nothing, with UPDATE on the outbox and the schema's
+    USAGE, obeys the controls: the state lives behind the owner's functions."""
+    with psycopg.connect(dsn, autocommit=True) as su:  # roles are cluster-wide
+        su.execute(
+            "DO $$ BEGIN CREATE ROLE flow_worker LOGIN;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        su.execute(
+            "GRANT USAGE ON SCHEMA outbox_monitor TO flow_worker;"
+            " GRANT SELECT, UPDATE ON integration_outbox TO flow_worker"
+        )
+    for _ in range(3):
+        rows.add(event_type="crm.contact")
+    control(conn, "crm.contact", rate_per_second=0.001, burst=2)
+    worker = psycopg.conninfo.make_conninfo(dsn, user="flow_worker")
+    with psycopg.connect(worker, autocommit=True, row_factory=dict_row) as w:
+        first = outbox.claim(w, "w1")
+        assert len(first) == 2 and outbox.claim(w, "w1") == []  # the bucket held
+        assert outbox.ack(w, first[0]["id"], "w1")

@@ -108,6 +108,15 @@ RETURNS boolean LANGUAGE sql STABLE AS $$
                   AND c.relowner = (SELECT r.oid FROM pg_roles AS r WHERE r.rolname = current_user))
 $$;
 
+-- Whether the login calling an owner-run flow-control function may claim from p_table: the
+-- workers' UPDATE on it (the viewer has none). Without this, a read-only login could call
+-- claim_grants in an open transaction and hold every state row, so that every claim of the
+-- controlled event types would be granted 0.
+CREATE FUNCTION outbox_monitor.may_claim(p_table regclass)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT has_table_privilege(session_user, p_table, 'UPDATE')
+$$;
+
 -- The control rows whose state a claim could lock, each with what it grants now. Runs as the
 -- schema's owner (workers need no privilege on the state tables) and returns, per effective
 -- control of p_table: refused (a pause in force, an open breaker, a probe out, or the state
@@ -125,6 +134,10 @@ DECLARE
     s outbox_monitor.control_state;
     clock timestamptz := clock_timestamp();
 BEGIN
+    IF NOT outbox_monitor.may_claim(p_table) THEN
+        RAISE EXCEPTION 'permission denied for table %: claiming needs UPDATE on it', p_table
+              USING ERRCODE = 'insufficient_privilege';
+    END IF;
     FOR c IN SELECT * FROM outbox_monitor.effective_controls e WHERE e.outbox = p_table LOOP
         event_type_filter := c.event_type_filter;
         concurrency_limit := c.concurrency_limit;
@@ -195,6 +208,10 @@ DECLARE
     types text[];
     ids bigint[];
 BEGIN
+    IF NOT outbox_monitor.may_claim(p_table) THEN
+        RAISE EXCEPTION 'permission denied for table %: claiming needs UPDATE on it', p_table
+              USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF NOT outbox_monitor.flow_table_ok(p_table) THEN
         RAISE EXCEPTION 'flow control refused for %: it needs a table with a control, owned by '
                         'the owner of the outbox_monitor schema (run init-db as the table''s owner)',
@@ -240,6 +257,9 @@ DECLARE
     mine xid := (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text::xid;
     changed boolean;
 BEGIN
+    IF NOT outbox_monitor.may_claim(p_table) THEN
+        RETURN;  -- only a login that can change the table's rows has outcomes to report
+    END IF;
     IF NOT outbox_monitor.flow_table_ok(p_table) THEN
         RAISE WARNING 'circuit breakers of % ignore this outcome: the table must be owned by '
                       'the owner of the outbox_monitor schema (run init-db as its owner)', p_table;
