@@ -204,3 +204,59 @@ def test_reaped_rows_are_transient_failures_for_the_breaker_and_a_reaped_probe_r
         "SELECT breaker_state, cooldown_seconds FROM outbox_monitor.control_state"
     ).fetchone()
     assert state == {"breaker_state": "open", "cooldown_seconds": 2}  # doubled
+
+
+def test_a_drip_replay_of_an_old_backlog_with_its_rate_limit_never_exceeds_its_rate(
+    db, dsn, conn, rows
+):
+    """Issue 13's "Done means": 60 dead letters of a day ago replayed at 5 rows/s with a
+    rate-limit control of 5 rows/s (burst 1) on their type; 4 workers race for 8 s. Every
+    interval T of hand-outs holds at most 1 + 5·T rows, and the drip spread them (≈ 41)."""
+    import threading
+
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+    from outbox_monitor.actions.run import apply
+
+    for i in range(60):
+        rows.add_failed(event_type="crm.contact", created_ago=86400 - i, processed_ago=80000)
+    flow.change(
+        db,
+        "crm.contact",
+        actor=OPERATOR,
+        action="limit",
+        changes={"rate_per_second": 5, "burst": 1},
+    )
+    selection = ReplaySelection(event_type="crm.contact")
+    assert apply(db, preview_replay(db, selection, rate=5), actor=OPERATOR).changed == 60
+    handed: list[float] = []
+    lock = threading.Lock()
+    end = time.monotonic() + 8
+
+    def work(name: str) -> None:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
+            while time.monotonic() < end:
+                batch = outbox.claim(worker, name, limit=10)
+                stamp = worker.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+                with lock:
+                    handed.extend([stamp.timestamp()] * len(batch))
+                for row in batch:
+                    outbox.ack(worker, row["id"], name)
+                time.sleep(0.01)
+
+    workers = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    handed.sort()
+    lag = 0.05  # the stamp follows the grant by the claim's own duration
+    worst = max(
+        (j - i + 1) - (1 + 5 * (handed[j] - handed[i] + lag))
+        for i in range(len(handed))
+        for j in range(i, len(handed))
+    )
+    assert worst <= 0, f"{worst:.2f} rows over 1 + 5·T"
+    assert 30 <= len(handed) <= 1 + 5 * 8.5  # throttled, not stalled
