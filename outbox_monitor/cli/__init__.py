@@ -74,6 +74,7 @@ for command in (
     serving.scheduler,
     serving.dashboard,
     serving.demo,
+    serving.demo_downstream,
     serving.simulate,
     serving.healthcheck_command,
 ):

@@ -128,6 +128,36 @@ def demo(port: int, rate: float, workers: int, worker: str) -> None:
     sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
 
 
+@click.command("demo-downstream")
+@click.argument("action", type=click.Choice(["break", "heal", "status"]))
+@click.option(
+    "--event-type",
+    "event_types",
+    multiple=True,
+    help="Event type or pattern with % (repeatable). break: default order.paid; heal: "
+    "default every broken one.",
+)
+@click.option(
+    "--url",
+    envvar="OUTBOX_DEMO_DOWNSTREAM_URL",
+    show_envvar=True,
+    required=True,
+    help="The demo's downstream, as its banner prints it.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the broken filters as JSON.")
+@reports_errors
+def demo_downstream(action: str, event_types: tuple[str, ...], url: str, as_json: bool) -> None:
+    """Break or heal the downstream of a running demo (HTTP 503 for every call of those
+    event types, from n8n or the simulated workers), or say what is broken."""
+    from outbox_monitor.demo.outage import request
+
+    broken = request(url, action, event_types)
+    if as_json:
+        click.echo(json.dumps({"broken": broken}))
+    else:
+        click.echo(f"broken: {', '.join(broken)}" if broken else "no downstream is broken")
+
+
 @click.command()
 @_traffic_options
 @click.option("--duration", type=DURATION, help="Stop after this long (default: until Ctrl-C).")

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from outbox_monitor.demo.outage import CONTROL_PATH, OUTAGE_ERROR, DownstreamOutage
+
 IDEMPOTENT_PATH = "/idempotent"
 LEDGER_PATH = "/ledger"
 
@@ -87,6 +89,9 @@ class Downstream:
         authorization: the required ``Authorization`` header value (``None``: any).
         decide: ``decide(path, body) -> Reply`` for requests without a script (default:
             ``ok``); the demo injects the simulator's faults this way.
+        outage: the broken event types (default: none until ``outage.break_``); their
+            requests get HTTP 503 before any script. ``GET``/``POST`` on ``CONTROL_PATH``
+            read and change it (``outage.DownstreamOutage.control``).
     """
 
     def __init__(
@@ -94,9 +99,11 @@ class Downstream:
         *,
         authorization: str | None = "Bearer outbox-demo",
         decide: Callable[[str, dict[str, Any]], Reply] | None = None,
+        outage: DownstreamOutage | None = None,
     ) -> None:
         self.authorization = authorization
         self.decide = decide
+        self.outage = outage or DownstreamOutage()
         self._state = _State()
         self._release = threading.Event()
         self._stopping = threading.Event()
@@ -123,7 +130,9 @@ class Downstream:
         self._release.set()
 
     def fix(self) -> None:
-        """The downstream is repaired: every script is dropped, every request succeeds."""
+        """The downstream is repaired: every script and outage is dropped, every request
+        succeeds."""
+        self.outage.heal()
         with self._state.lock:
             self._state.scripts.clear()
             self._state.then.clear()
@@ -179,6 +188,8 @@ class Downstream:
         state = self._state
         if self.authorization and handler.headers.get("Authorization") != self.authorization:
             reply = Reply(401, "missing or wrong Authorization", apply=False)
+        elif self.outage.broken(str(body.get("event_type", ""))):
+            reply = Reply(503, OUTAGE_ERROR, apply=False)
         elif path == IDEMPOTENT_PATH and not idempotency_key:
             reply = Reply(400, "Idempotency-Key header required", apply=False)
         else:
@@ -221,9 +232,29 @@ class Downstream:
         downstream = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == CONTROL_PATH:
+                    self._answer(200, {"broken": downstream.outage.broken_filters})
+                else:
+                    self._answer(404, {"status": 404, "message": "not found"})
+
             def do_POST(self) -> None:
+                if self.path == CONTROL_PATH:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    try:
+                        body = json.loads(self.rfile.read(length) or b"{}")
+                    except ValueError:
+                        body = None
+                    if not isinstance(body, dict):
+                        self._answer(400, {"error": "the body must be a JSON object"})
+                        return
+                    self._answer(*downstream.outage.control(body))
+                    return
                 status, message = downstream._handle(self)
-                payload = json.dumps({"status": status, "message": message}).encode()
+                self._answer(status, {"status": status, "message": message})
+
+            def _answer(self, status: int, answer: dict[str, Any]) -> None:
+                payload = json.dumps(answer).encode()
                 with contextlib.suppress(OSError):
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")

@@ -4,7 +4,9 @@ Everything runs in this process (simulator and scheduler in threads) plus one St
 child; Ctrl-C (or SIGTERM) stops all of it and deletes the temporary cluster. With
 ``--worker n8n`` the rows are worked by the real n8n (the shipped workflows, see
 n8n/README.md) calling a local downstream that fails as the simulator's handlers do,
-instead of the simulated worker threads.
+instead of the simulated worker threads. The demo applies its controls file (a circuit
+breaker per downstream, ``demo/controls.yml``); ``outbox-monitor demo-downstream break`` and
+``heal`` (``demo/outage.py``) break and heal a downstream while it runs, for either worker.
 """
 
 import contextlib
@@ -15,8 +17,10 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
@@ -25,6 +29,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
 from outbox_monitor.demo.n8n import N8n
 from outbox_monitor.demo.n8n_install import N8N_VERSION, find_n8n, workflows_folder
+from outbox_monitor.demo.outage import DEFAULT_BROKEN, DownstreamOutage
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.simulate import (
     DEFAULT_CRASH_EVERY,
@@ -35,6 +40,7 @@ from outbox_monitor.demo.simulate import (
 )
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.flow.controls_file import apply_controls, load_controls
 from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
@@ -56,6 +62,9 @@ WORKERS = ("simulator", "n8n")
 DEMO_N8N_POLL_SECONDS = 1
 DEMO_N8N_BATCH_SIZE = 100
 DEMO_DOWNSTREAM_AUTHORIZATION = "Bearer outbox-demo"
+DEMO_CONTROLS = Path(__file__).with_name("controls.yml")
+"""The demo's controls file: a circuit breaker per downstream."""
+DEMO_ACTOR = Identity("demo", Role.operator, "cli")
 
 
 def _check_port_free(port: int) -> None:
@@ -108,6 +117,17 @@ def _worker_lines(rate: float, workers: int, n8n: N8n | None) -> tuple[str, ...]
     )
 
 
+def _outage_lines(downstream: Downstream) -> tuple[str, ...]:
+    url = downstream.url("")
+    return (
+        f"  breakers   {', '.join(load_controls(DEMO_CONTROLS))} ({DEMO_CONTROLS.name}); "
+        "break a downstream and watch one open:",
+        f"             .venv/bin/outbox-monitor demo-downstream break --url {url}"
+        f"  (default --event-type {' '.join(DEFAULT_BROKEN)})",
+        f"             .venv/bin/outbox-monitor demo-downstream heal --url {url}",
+    )
+
+
 def _banner(
     *,
     url: str,
@@ -118,6 +138,7 @@ def _banner(
     workers: int,
     backfilled: dict[str, Any],
     slack: str,
+    downstream: Downstream,
     n8n: N8n | None = None,
 ) -> str:
     traffic, *faults = _worker_lines(rate, workers, n8n)
@@ -133,6 +154,7 @@ def _banner(
             f"  data       {folder} (deleted when the demo stops)",
             f"{traffic}{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
             *faults,
+            *_outage_lines(downstream),
             f"  alerts     {slack}",
             "Ctrl-C to stop.",
             "",
@@ -206,6 +228,7 @@ def run_demo(
     db = scheduler = process = simulator = output = sink = None
     n8n: N8n | None = None
     downstream: Downstream | None = None
+    outage = DownstreamOutage()
     n8n_starter: threading.Thread | None = None
     seed = random.SystemRandom().randrange(2**31)
 
@@ -225,6 +248,7 @@ def run_demo(
                     seed=seed,
                     crash_every=None if n8n is not None else DEFAULT_CRASH_EVERY,
                     on_ready=on_ready,
+                    downstream_outage=outage,
                 )
             )
         except Exception as error:
@@ -241,10 +265,14 @@ def run_demo(
             )
             db = Database(settings)
             init_db(db)
+            apply_controls(db, load_controls(DEMO_CONTROLS), actor=DEMO_ACTOR)
+            # n8n calls it; with simulated workers it only serves the outage switch
+            downstream = Downstream(
+                authorization=DEMO_DOWNSTREAM_AUTHORIZATION,
+                decide=simulated_faults(seed),
+                outage=outage,
+            ).start()
             if n8n_binary is not None:
-                downstream = Downstream(
-                    authorization=DEMO_DOWNSTREAM_AUTHORIZATION, decide=simulated_faults(seed)
-                ).start()
                 n8n = N8n(
                     cluster.dsn,
                     settings=poller_settings(
@@ -293,6 +321,7 @@ def run_demo(
                     workers=workers,
                     backfilled=outcome["backfill"],
                     slack=slack_target,
+                    downstream=downstream,
                     n8n=n8n,
                 ),
                 flush=True,

@@ -9,6 +9,7 @@ from typing import Any
 
 from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
+from outbox_monitor.demo.outage import DownstreamOutage
 from outbox_monitor.demo.simulate.backfill import backfill_history
 from outbox_monitor.demo.simulate.traffic import TrafficGenerator
 from outbox_monitor.demo.simulate.workers import DEFAULT_CRASH_EVERY, Stats, Worker, publish_until
@@ -29,6 +30,7 @@ def run_simulation(
     seed: int | None = None,
     crash_every: float | None = DEFAULT_CRASH_EVERY,
     on_ready: Callable[[dict[str, Any]], None] | None = None,
+    downstream_outage: DownstreamOutage | None = None,
 ) -> dict[str, Any]:
     """Run realistic outbox traffic against ``settings.dsn`` until stopped.
 
@@ -84,7 +86,15 @@ def run_simulation(
     )
     stats = Stats()
     threads = [
-        Worker(index, settings, seed=seed, stop=stop, stats=stats, crash_every=crash_every)
+        Worker(
+            index,
+            settings,
+            seed=seed,
+            stop=stop,
+            stats=stats,
+            crash_every=crash_every,
+            downstream_outage=downstream_outage,
+        )
         for index in range(1, workers + 1)
     ]
     log.info(

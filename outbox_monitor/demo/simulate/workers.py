@@ -13,6 +13,7 @@ import psycopg
 
 from outbox_monitor import outbox
 from outbox_monitor.config import DEFAULT_CLAIM_BATCH, Settings
+from outbox_monitor.demo.outage import OUTAGE_ERROR, DownstreamError, DownstreamOutage
 from outbox_monitor.demo.simulate.traffic import (
     Event,
     TrafficGenerator,
@@ -57,7 +58,11 @@ class Stats:
 
 
 class Worker(threading.Thread):
-    """One simulated n8n worker: poll, process_batch, sometimes crash and restart."""
+    """One simulated n8n worker: poll, process_batch, sometimes crash and restart.
+
+    ``downstream_outage``: the demo's switch; a row whose event type it breaks fails with
+    the broken downstream's transient error (HTTP 503) instead of its own fault.
+    """
 
     def __init__(
         self,
@@ -68,6 +73,7 @@ class Worker(threading.Thread):
         stop: threading.Event,
         stats: Stats,
         crash_every: float | None,
+        downstream_outage: DownstreamOutage | None = None,
     ) -> None:
         super().__init__(name=f"sim-worker-{index}", daemon=True)
         self.id = worker_id(index)
@@ -78,10 +84,13 @@ class Worker(threading.Thread):
         self.crash_every = crash_every
         self.rng = random.Random(f"{seed}:worker:{index}")
         self.outage = _Outage(self.id)
+        self.downstream_outage = downstream_outage
 
     def handle(self, row: dict[str, Any]) -> None:
         """The handler: takes its time, then fails as ``attempt_fault`` says, or succeeds."""
         self.stop.wait(handler_seconds(self.rng, row["event_type"]))
+        if self.downstream_outage is not None and self.downstream_outage.broken(row["event_type"]):
+            raise DownstreamError(OUTAGE_ERROR)
         fault = attempt_fault(self.seed, row["event_type"], row["event_key"], row["attempts"])
         if fault is not None:
             raise fault
