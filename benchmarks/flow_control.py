@@ -653,14 +653,20 @@ def main(argv: list[str] | None = None) -> int:
             init_db(db, create_indexes=True)
             anchor = datetime.now(UTC)
             with db.connection() as conn:
-                conn.execute(db.compose("benchmark_claim_ack_due"))
+                # in this order, so that no row becomes due between the two statements
                 conn.execute(db.compose("benchmark_flow_due_later"))
+                conn.execute(db.compose("benchmark_claim_ack_due"))
                 conn.execute(
                     db.compose("benchmark_claim_backlog"),
                     {"first": 1, "last": args.backlog, "anchor": anchor},
                 )
                 conn.execute(db.compose("benchmark_vacuum_analyze"))
             backlog = db.fetch_one("benchmark_flow_due_range")
+            if (
+                backlog["rows"] != args.backlog
+                or backlog["last_id"] - backlog["first_id"] >= args.backlog
+            ):
+                raise SystemExit(f"the due rows are not the backlog's {args.backlog:,}: {backlog}")
             report.shape.update(shape)
             report.shape["backlog"] = backlog["rows"]
             report.shape["counts"] = {
