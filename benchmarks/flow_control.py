@@ -183,6 +183,7 @@ class Report:
     latency: dict[str, list[float]] = field(default_factory=dict)
     plans: dict[str, list[str]] = field(default_factory=dict)
     shapes: dict[str, list[float]] = field(default_factory=dict)
+    statements: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     shape_plans: dict[str, str] = field(default_factory=dict)
 
 
@@ -297,6 +298,36 @@ def measure_throughput(
         rates = ", ".join(f"{key} {run.rate:,.0f}" for key, run in last.items())
         log(f"  round {round_}{' (warm-up)' if not round_ else ''}: rows/s {rates}")
     set_controls(db, [])
+
+
+def measure_statements(
+    db: RecordingDatabase, backlog: dict[str, int], args: argparse.Namespace, report: Report
+) -> None:
+    """Main's and 008's claim of ``args.batch`` and the ack of each row it returned, with no
+    control, in one rolled-back transaction per schema and round (alternating order): the
+    statements' own ms, without the threads' contention and scheduling noise."""
+    with db.connection() as conn:
+        conn.execute(db.compose("benchmark_flow_reset_backlog"), backlog)
+        conn.execute(db.compose("benchmark_vacuum"))
+    schemas = (BASELINE, PRODUCT)
+    report.statements = {schema: {"claim": [], "acks": []} for schema in schemas}
+    params = {"table_regclass": db.table_name, "worker": WORKER, "batch": args.batch}
+    for round_ in range(args.latency_repeat + 1):
+        for schema in schemas if round_ % 2 else reversed(schemas):
+            claim_query = db.compose("benchmark_flow_claim", schema=sql.Identifier(schema))
+            ack_query = db.compose("benchmark_flow_ack", schema=sql.Identifier(schema))
+            with db.connection() as conn, conn.transaction(force_rollback=True):
+                began = time.perf_counter()
+                rows = conn.execute(claim_query, params).fetchall()
+                claimed = time.perf_counter()
+                for row in rows:
+                    conn.execute(ack_query, {**params, "id": row["id"]}).fetchall()
+                acked = time.perf_counter()
+            if len(rows) != min(args.batch, backlog["rows"]):
+                raise SystemExit(f"{schema}.claim returned {len(rows)} rows")
+            if round_:
+                report.statements[schema]["claim"].append((claimed - began) * 1000)
+                report.statements[schema]["acks"].append((acked - claimed) * 1000)
 
 
 def timed_claim(db: RecordingDatabase, batch: int) -> float:
@@ -553,6 +584,22 @@ def print_report(args: argparse.Namespace, server: dict[str, Any], report: Repor
             f"{statistics.median(values) / statistics.median(bases):.3f} | "
             f"{paired:.3f} [{low:.3f}, {high:.3f}]{mark} |"
         )
+    if report.statements:
+        print(
+            f"\nThe same functions statement by statement, no control: a claim of {args.batch} "
+            f"and the {args.batch} acks of its rows, one rolled-back transaction per round "
+            f"({args.latency_repeat} rounds after one warm-up, alternating order)\n"
+        )
+        print("| statement | main ms, median (min–max) | 008 ms | 008/main by round [95 %] |")
+        print("|---|---:|---:|---:|")
+        for part, label in (("claim", "claim"), ("acks", f"{args.batch} acks")):
+            main_ms = report.statements[BASELINE][part]
+            flow_ms = report.statements[PRODUCT][part]
+            paired, low, high = paired_ratio(flow_ms, main_ms)
+            print(
+                f"| {label} | {spread(main_ms, ',.2f')} | {spread(flow_ms, ',.2f')} | "
+                f"{paired:.3f} [{low:.3f}, {high:.3f}]{verdict(low, high, LATENCY_BOUND)} |"
+            )
     if not report.latency:
         print()
         return
@@ -679,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 log(f"throughput: {args.repeat} rounds of {', '.join(args.variants)}")
                 measure_throughput(db, backlog, args, report)
+                if {"main", "flow"} <= set(args.variants):
+                    log(f"statements: {args.latency_repeat} rounds of main's and 008's")
+                    measure_statements(db, backlog, args, report)
                 report.shape["load_throughput"] = load_average()
                 if held:
                     log(f"latency: {args.latency_repeat} rounds")
