@@ -14,7 +14,9 @@ are a backlog of ``--backlog`` ``order.paid`` rows (default 0.5 % of the table),
    with 10 controls of which one matches the backlog (a concurrency limit of 1,000 that
    never binds), and the users' own SPEC §1 claim SQL and ack without and with the 10
    controls (they never read them). Before every run the backlog is pending again and the
-   table VACUUMed; the variants take turns in alternating order on every round.
+   table VACUUMed; the variants take turns in alternating order on every round. With both
+   ``main`` and ``flow`` among ``--variants``, their claim of ``--batch`` and the acks of its
+   rows are also timed statement by statement, rolled back, without threads.
 2. **Claim latency behind held rows**: two copies of the table get ``--held`` older
    ``crm.contact_updated`` rows in front of the backlog, due and held by a pause on
    ``crm.%`` in one copy, in backoff in the other (which claims the same due rows). One
@@ -28,6 +30,7 @@ Usage (from the repository root, with the package installed; the machine is shar
 
     nice -n 10 .venv/bin/python benchmarks/flow_control.py [--rows 1000000] [--backlog N]
         [--held 200000] [--workers 4] [--batch 50] [--repeat 9] [--latency-repeat 21]
+        [--variants main,flow,...] [--no-latency] [--shapes]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --held 5000
 --repeat 2 --latency-repeat 3`` is a smoke run of under a minute. Every ratio is the median of
