@@ -36,7 +36,6 @@ the rounds cannot tell (more ``--repeat``). The benchmark's SQL is in
 import argparse
 import json
 import platform
-import random
 import statistics
 import sys
 import time
@@ -56,14 +55,13 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     scans,
     seed,
 )
+from paired import paired_ratio, verdict  # paired.py, next to this one
 from scale import preload_stat_statements  # scale.py, next to this one: sets shared_buffers
 
 from outbox_monitor.config import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.schema import RETIRED_INDEXES, init_db
 
-HARM = 1.05
-BOOTSTRAP = 2000  # resamples of the round-by-round ratios for their median's 95 % interval
 WORKER = "benchmark-claim"
 SOURCE = "integration_outbox"
 TABLES = {"without": "outbox_plain", "with": "outbox_recommended", "retired": "outbox_retired"}
@@ -98,18 +96,7 @@ class Result:
     def paired_ratio(self, table: str, statement: str) -> tuple[float, float, float]:
         """The median of the round-by-round ratios table/without (both timed in the same
         round, back to back) and its 95 % bootstrap interval: ``(median, low, high)``."""
-        ratios = [
-            value / base
-            for value, base in zip(
-                self.samples[table][statement], self.samples["without"][statement], strict=True
-            )
-        ]
-        rng = random.Random(0)
-        medians = sorted(
-            statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP)
-        )
-        tail = int(BOOTSTRAP * 0.025)
-        return statistics.median(ratios), medians[tail], medians[-tail - 1]
+        return paired_ratio(self.samples[table][statement], self.samples["without"][statement])
 
 
 def timed(db: RecordingDatabase, statement: str, params: dict[str, Any], rounds: int) -> float:
@@ -220,14 +207,6 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -
             builds[variant] = time.perf_counter() - start
         dbs[variant] = db
     return {"dbs": dbs, "builds": builds}
-
-
-def verdict(low: float, high: float) -> str:
-    """HARM when even the interval's low end is above ``HARM``; ≤ 1.05 when its high end is
-    not; otherwise the rounds cannot tell."""
-    if low > HARM:
-        return " **HARM**"
-    return " ≤ 1.05" if high <= HARM else " (undecided)"
 
 
 def ms(value: float) -> str:

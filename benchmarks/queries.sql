@@ -511,3 +511,129 @@ SELECT pg_stat_statements_reset() IS NULL AS reset;
 -- Benchmark only (pages.py): top-level statements run since the reset, its own left out.
 SELECT coalesce(sum(calls), 0) AS calls FROM pg_stat_statements
 WHERE query NOT LIKE '%%pg_stat_statements%%';
+
+-- name: benchmark_flow_baseline_schema
+-- Benchmark only (flow_control.py): a schema for migration 001's claim, ack and fail ("main before flow control").
+DROP SCHEMA IF EXISTS bench_baseline CASCADE;
+CREATE SCHEMA bench_baseline;
+
+-- name: benchmark_flow_due_later
+-- Benchmark only (flow_control.py): the seed's rows in backoff wait a day more, so that no row but the backlog's becomes due during the run.
+UPDATE {table} SET available_at = available_at + interval '1 day'
+WHERE status = 'pending' AND available_at > now();
+
+-- name: benchmark_flow_due_range
+-- Benchmark only (flow_control.py): the ids of the due pending rows (the backlog, contiguous).
+SELECT min(id) AS first_id, max(id) AS last_id, count(*) AS rows FROM {table}
+WHERE status = 'pending' AND available_at <= now();
+
+-- name: benchmark_flow_reset_backlog
+-- Benchmark only (flow_control.py): the backlog's rows %(first_id)s..%(last_id)s due and pending again, as before a run.
+UPDATE {table} SET status = 'pending', attempts = 0, available_at = created_at,
+                   processed_at = NULL, locked_at = NULL, locked_by = NULL, last_error = NULL
+WHERE id BETWEEN %(first_id)s AND %(last_id)s;
+
+-- name: benchmark_flow_claim
+-- Benchmark only (flow_control.py): the claim function of schema {schema} (outbox_monitor: migration 008; bench_baseline: 001).
+SELECT * FROM {schema}.claim(%(table_regclass)s::regclass, %(worker)s, %(batch)s);
+
+-- name: benchmark_flow_ack
+-- Benchmark only (flow_control.py): the ack function of schema {schema}, one row.
+SELECT {schema}.ack(%(table_regclass)s::regclass, %(id)s, %(worker)s) AS acked;
+
+-- name: benchmark_flow_users_ack
+-- Benchmark only (flow_control.py): the users' ack (SPEC section 1) of one row just claimed.
+UPDATE {table} SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL,
+                   last_error = NULL
+WHERE id = %(id)s AND status = 'processing' AND locked_by = %(worker)s;
+
+-- name: benchmark_flow_controls_clear
+-- Benchmark only (flow_control.py): no control on the table, and no state or outcome of one.
+WITH state AS (
+    DELETE FROM outbox_monitor.control_state WHERE outbox = %(table_regclass)s::regclass),
+outcomes AS (
+    DELETE FROM outbox_monitor.control_outcomes WHERE outbox = %(table_regclass)s::regclass)
+DELETE FROM outbox_monitor.controls WHERE outbox = %(table_regclass)s::regclass;
+
+-- name: benchmark_flow_controls_define
+-- Benchmark only (flow_control.py): operator controls %(controls)s (a JSON array) on the table.
+INSERT INTO outbox_monitor.controls (outbox, event_type_filter, layer, paused, pause_reason,
+                                     concurrency_limit, rate_per_second, burst, breaker,
+                                     updated_by)
+SELECT %(table_regclass)s::regclass, c.event_type_filter, 'ui', c.paused, c.pause_reason,
+       c.concurrency_limit, c.rate_per_second, c.burst, c.breaker, 'benchmark'
+FROM jsonb_to_recordset(%(controls)s) AS c(event_type_filter text, paused boolean,
+                                            pause_reason text, concurrency_limit integer,
+                                            rate_per_second double precision, burst integer,
+                                            breaker boolean);
+
+-- name: benchmark_flow_held_rows
+-- Benchmark only (flow_control.py): %(rows)s pending crm.contact_updated rows created before every backlog row: due when %(due)s (a pause on crm.% holds them), else in backoff for an hour.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, available_at, created_at)
+SELECT 'crm.contact_updated', 'crm', mod(g, 200000)::text, 'flow-held:' || g,
+       jsonb_build_object('id', g, 'email', 'contact' || g || '@example.com',
+                          'note', 'held row ' || g),
+       'pending', 0,
+       CASE WHEN %(due)s
+            THEN %(anchor)s::timestamptz - interval '3 hours' - make_interval(secs => g * 0.01)
+            ELSE now() + interval '1 hour' + make_interval(secs => g * 0.01) END,
+       %(anchor)s::timestamptz - interval '3 hours' - make_interval(secs => g * 0.01)
+FROM generate_series(1, %(rows)s) AS g;
+
+-- name: benchmark_flow_auto_explain
+-- Benchmark only (flow_control.py): this session logs the plan, with buffers, of every statement, nested ones too (those a function runs), to the client.
+LOAD 'auto_explain';
+SET auto_explain.log_min_duration = 0;
+SET auto_explain.log_analyze = on;
+SET auto_explain.log_buffers = on;
+SET auto_explain.log_timing = on;
+SET auto_explain.log_nested_statements = on;
+SET auto_explain.log_format = 'json';
+SET client_min_messages = 'log';
+
+-- name: benchmark_flow_shape_current
+-- Benchmark only (flow_control.py --shapes): the candidate statement of migration 008's claim (one round), as its loop runs it.
+SELECT o.id, o.event_type FROM {table} o
+WHERE o.status = 'pending' AND o.available_at <= now()
+      AND NOT (o.id = ANY(%(taken)s::bigint[]))
+      AND NOT (o.event_type = ANY(%(blocked_exact)s::text[]) OR o.event_type LIKE ANY(%(blocked_like)s::text[]))
+ORDER BY o.created_at
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: benchmark_flow_shape_index
+-- Benchmark only (flow_control.py --shapes): a scratch index {index} of the pending rows by event type, on the benchmark's own copy.
+CREATE INDEX {index} ON {table} (event_type, available_at, created_at) WHERE status = 'pending';
+ANALYZE {table};
+
+-- name: benchmark_flow_shape_per_type
+-- Benchmark only (flow_control.py --shapes): the same candidates per event type through {index}: the pending types by a loose index scan, the held ones left out before any of their rows is read, the oldest due rows of each other type, then locked oldest first.
+WITH RECURSIVE types AS (
+    (SELECT o.event_type FROM {table} o WHERE o.status = 'pending'
+      ORDER BY o.event_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.event_type FROM {table} o
+             WHERE o.status = 'pending' AND o.event_type > types.event_type
+             ORDER BY o.event_type LIMIT 1)
+    FROM types WHERE types.event_type IS NOT NULL),
+candidates AS (
+    SELECT c.id FROM types
+    CROSS JOIN LATERAL (
+        SELECT o.id, o.created_at FROM {table} o
+        WHERE o.status = 'pending' AND o.event_type = types.event_type
+              AND o.available_at <= now() AND NOT (o.id = ANY(%(taken)s::bigint[]))
+        ORDER BY o.created_at LIMIT %(batch)s) AS c
+    WHERE types.event_type IS NOT NULL
+          AND NOT (types.event_type = ANY(%(blocked_exact)s::text[])
+                   OR types.event_type LIKE ANY(%(blocked_like)s::text[]))
+    ORDER BY c.created_at LIMIT %(batch)s)
+SELECT o.id, o.event_type FROM {table} o
+WHERE o.id IN (SELECT candidates.id FROM candidates)
+      AND o.status = 'pending' AND o.available_at <= now()
+ORDER BY o.created_at
+FOR UPDATE SKIP LOCKED;
+
+-- name: benchmark_flow_jit_off
+-- Benchmark only (flow_control.py --shapes): no JIT compilation in this transaction, so that shapes compare by what they read, not by the planner's row estimates crossing jit_above_cost.
+SET LOCAL jit = off;
