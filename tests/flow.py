@@ -70,3 +70,32 @@ UNDO_MIGRATION_008 = (
 )
 """SQL taking a database back to before migration 008 (tests of upgrades from older versions;
 claim, ack and fail stay as 008 replaced them, which 008 replaces again)."""
+
+
+GRANT_SLACK_SECONDS = 0.1
+"""How long after its statement's start (``locked_at = now()``) a claim's bucket grants at
+``clock_timestamp()``: the function's first steps; generous for a loaded machine."""
+
+
+def claim_instants(conn: psycopg.Connection, rows: list[dict[str, Any]]) -> list[float]:
+    """The ``locked_at`` (epoch seconds) of rows just claimed, read before they are acked."""
+    found = conn.execute(
+        "SELECT extract(epoch FROM locked_at)::float8 AS t FROM integration_outbox"
+        " WHERE id = ANY(%s)",
+        ([row["id"] for row in rows],),
+    ).fetchall()
+    return [row["t"] for row in found]
+
+
+def worst_excess(instants: list[float], *, burst: int, rate: float) -> float:
+    """The most rows handed out in any interval beyond the token bucket's bound B + R·T, T
+    widened by ``GRANT_SLACK_SECONDS`` (≤ 0 when the bound held)."""
+    times = sorted(instants)
+    return max(
+        (
+            (j - i + 1) - (burst + rate * (times[j] - times[i] + GRANT_SLACK_SECONDS))
+            for i in range(len(times))
+            for j in range(i, len(times))
+        ),
+        default=0.0,
+    )

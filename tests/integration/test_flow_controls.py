@@ -2,16 +2,23 @@
 through ``flow.controls``, role-checked and audited; what each control holds, read back by
 hand from the rows inserted; file-owned controls overridden only for a while."""
 
+import threading
 import time
 
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.replay import ReplaySelection, preview_replay
+from outbox_monitor.actions.run import apply
 from outbox_monitor.errors import AccessDenied, ActionRefused
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls_file import apply_controls
 from outbox_monitor.flow.model import ControlSettings
+from tests.flow import claim_instants, worst_excess
 
 OPERATOR = Identity("oncall@example.com", Role.operator, "cli")
 VIEWER = Identity("viewer@example.com", Role.viewer, "cli")
@@ -171,8 +178,6 @@ def test_apply_removes_file_controls_no_longer_in_the_file_and_is_idempotent(db,
 def test_reaped_rows_are_transient_failures_for_the_breaker_and_a_reaped_probe_reopens_it(
     db, conn, rows
 ):
-    from outbox_monitor.actions.reap import preview_reap
-    from outbox_monitor.actions.run import apply
 
     flow.change(
         db,
@@ -212,13 +217,6 @@ def test_a_drip_replay_of_an_old_backlog_with_its_rate_limit_never_exceeds_its_r
     """Issue 13's "Done means": 60 dead letters of a day ago replayed at 5 rows/s with a
     rate-limit control of 5 rows/s (burst 1) on their type; 4 workers race for 8 s. Every
     interval T of hand-outs holds at most 1 + 5·T rows, and the drip spread them (≈ 41)."""
-    import threading
-
-    import psycopg
-    from psycopg.rows import dict_row
-
-    from outbox_monitor.actions.replay import ReplaySelection, preview_replay
-    from outbox_monitor.actions.run import apply
 
     for i in range(60):
         rows.add_failed(event_type="crm.contact", created_ago=86400 - i, processed_ago=80000)
@@ -239,9 +237,9 @@ def test_a_drip_replay_of_an_old_backlog_with_its_rate_limit_never_exceeds_its_r
         with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
             while time.monotonic() < end:
                 batch = outbox.claim(worker, name, limit=10)
-                stamp = worker.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+                instants = claim_instants(worker, batch)
                 with lock:
-                    handed.extend([stamp.timestamp()] * len(batch))
+                    handed.extend(instants)
                 for row in batch:
                     outbox.ack(worker, row["id"], name)
                 time.sleep(0.01)
@@ -251,12 +249,6 @@ def test_a_drip_replay_of_an_old_backlog_with_its_rate_limit_never_exceeds_its_r
         thread.start()
     for thread in workers:
         thread.join()
-    handed.sort()
-    lag = 0.05  # the stamp follows the grant by the claim's own duration
-    worst = max(
-        (j - i + 1) - (1 + 5 * (handed[j] - handed[i] + lag))
-        for i in range(len(handed))
-        for j in range(i, len(handed))
-    )
+    worst = worst_excess(handed, burst=1, rate=5)
     assert worst <= 0, f"{worst:.2f} rows over 1 + 5·T"
     assert 30 <= len(handed) <= 1 + 5 * 8.5  # throttled, not stalled

@@ -144,20 +144,33 @@ BEGIN
         tokens := NULL;
         probe := false;
         refused := false;
+        IF c.paused AND (c.paused_until IS NULL OR c.paused_until > clock) THEN
+            refused := true;  -- a pause needs no state
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         SELECT * INTO s FROM outbox_monitor.control_state cs
-         WHERE cs.outbox = p_table AND cs.event_type_filter = c.event_type_filter
-         FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            -- held by another claim (or not created yet: create it, taken next time)
+         WHERE cs.outbox = p_table AND cs.event_type_filter = c.event_type_filter;
+        IF FOUND AND (c.concurrency_limit IS NOT NULL OR c.rate_per_second IS NOT NULL
+                      OR (c.breaker AND s.breaker_state <> 'closed')) THEN
+            -- a limit or a breaker's transition is decided under the state row's lock; a
+            -- closed breaker alone is only read (ack and fail open it)
+            SELECT * INTO s FROM outbox_monitor.control_state cs
+             WHERE cs.outbox = p_table AND cs.event_type_filter = c.event_type_filter
+             FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                refused := true;  -- held by another claim: grant 0, at once
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+        ELSIF NOT FOUND THEN
+            -- not created yet (a control written by hand): create it, used from the next claim
             INSERT INTO outbox_monitor.control_state AS cs (outbox, event_type_filter, tokens)
             VALUES (p_table, c.event_type_filter, c.burst)
             ON CONFLICT DO NOTHING;
             refused := true;
             RETURN NEXT;
             CONTINUE;
-        END IF;
-        IF c.paused AND (c.paused_until IS NULL OR c.paused_until > clock) THEN
-            refused := true;
         END IF;
         IF c.breaker AND s.breaker_state = 'open'
            AND clock >= s.since + make_interval(secs => s.cooldown_seconds) THEN
@@ -234,7 +247,9 @@ BEGIN
              WHERE e.outbox = p_table
                    AND outbox_monitor.type_matches(t.event_type, e.event_type_filter)
              GROUP BY e.event_type_filter) AS m
-     WHERE cs.outbox = p_table AND cs.event_type_filter = m.f;
+     WHERE cs.outbox = p_table AND cs.event_type_filter = m.f
+           -- only the rows this claim locked: a bucket, or a half-open breaker's probe
+           AND (cs.tokens IS NOT NULL OR (cs.breaker_state = 'half_open' AND cs.probe_id IS NULL));
 END
 $$;
 
@@ -355,6 +370,8 @@ DECLARE
     taken bigint[] := '{}';
     cand record;
     processing integer;
+    processing_types text[];
+    processing_counts integer[];
     grant_now integer;
     fits boolean;
     skipped boolean;
@@ -380,9 +397,20 @@ BEGIN
     FOR g IN SELECT * FROM outbox_monitor.claim_grants(p_table) LOOP
         grant_now := CASE WHEN g.refused THEN 0 ELSE g.tokens END;
         IF NOT g.refused AND g.concurrency_limit IS NOT NULL THEN
-            EXECUTE format('SELECT count(*) FROM %s o WHERE o.status = ''processing''
-                                AND outbox_monitor.type_matches(o.event_type, $1)', p_table)
-               INTO processing USING g.event_type_filter;
+            IF processing_types IS NULL THEN  -- once per claim, for every limit
+                EXECUTE format('SELECT coalesce(array_agg(p.event_type), ''{}''),
+                                       coalesce(array_agg(p.n), ''{}'')
+                                  FROM (SELECT o.event_type, count(*)::integer AS n FROM %s o
+                                         WHERE o.status = ''processing''
+                                         GROUP BY o.event_type) AS p', p_table)
+                   INTO processing_types, processing_counts;
+            END IF;
+            processing := 0;
+            FOR j IN 1 .. cardinality(processing_types) LOOP
+                IF outbox_monitor.type_matches(processing_types[j], g.event_type_filter) THEN
+                    processing := processing + processing_counts[j];
+                END IF;
+            END LOOP;
             grant_now := least(grant_now, g.concurrency_limit - processing);
         END IF;
         IF g.probe AND NOT g.refused THEN
@@ -465,18 +493,27 @@ CREATE OR REPLACE FUNCTION outbox_monitor.ack(p_table regclass, p_id bigint, p_w
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     acked_type text;
+    watched boolean;
 BEGIN
+    -- One statement, as in migration 001: the UPDATE also says whether a breaker watches the
+    -- row's event type (an index probe of the few control rows), and only then is the
+    -- outcome recorded.
     EXECUTE format(
-        'UPDATE %s SET status = ''done'', processed_at = now(), locked_at = NULL,
+        'UPDATE %s AS o SET status = ''done'', processed_at = now(), locked_at = NULL,
                 locked_by = NULL, last_error = NULL
-          WHERE id = $1 AND status = ''processing'' AND locked_by = $2
-         RETURNING event_type', p_table)
-    INTO acked_type
-    USING p_id, p_worker;
+          WHERE o.id = $1 AND o.status = ''processing'' AND o.locked_by = $2
+         RETURNING o.event_type,
+                   EXISTS (SELECT FROM outbox_monitor.controls c
+                            WHERE c.outbox = $3 AND c.breaker
+                                  AND outbox_monitor.type_matches(o.event_type,
+                                                                  c.event_type_filter))',
+        p_table)
+    INTO acked_type, watched
+    USING p_id, p_worker, p_table;
     IF acked_type IS NULL THEN
         RETURN false;
     END IF;
-    IF EXISTS (SELECT 1 FROM outbox_monitor.controls c WHERE c.outbox = p_table AND c.breaker) THEN
+    IF watched THEN
         PERFORM outbox_monitor.record_outcome(p_table, p_id, acked_type, 'ack');
     END IF;
     RETURN true;
@@ -484,7 +521,8 @@ END
 $$;
 
 -- fail (SPEC section 1), as in migration 001, and its outcome for the breakers of its event
--- type: transient unless p_permanent (a dead-letter at max attempts is transient).
+-- type: transient unless p_permanent (a dead-letter at max attempts is transient). One
+-- statement, which also says whether a breaker watches the row's event type.
 CREATE OR REPLACE FUNCTION outbox_monitor.fail(
     p_table regclass, p_id bigint, p_worker text, p_error text,
     p_permanent boolean DEFAULT false, p_max_attempts integer DEFAULT 10,
@@ -493,6 +531,7 @@ RETURNS text LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     new_status text;
     failed_type text;
+    watched boolean;
 BEGIN
     EXECUTE format(
         'WITH failed AS (
@@ -507,16 +546,20 @@ BEGIN
               WHERE id = $1 AND status = ''processing'' AND locked_by = $2
               RETURNING status, event_key, event_type)
          %2$s
-         SELECT status, event_type FROM failed',
+         SELECT status, event_type,
+                EXISTS (SELECT FROM outbox_monitor.controls c
+                         WHERE c.outbox = $7 AND c.breaker
+                               AND outbox_monitor.type_matches(failed.event_type,
+                                                               c.event_type_filter))
+           FROM failed',
         p_table,
         CASE WHEN p_ledger IS NULL OR p_ledger_action IS NULL THEN ''
              ELSE format(', forgotten AS (DELETE FROM %s l USING failed
                           WHERE l.event_key = failed.event_key AND l.action = $6)', p_ledger)
         END)
-    INTO new_status, failed_type
-    USING p_id, p_worker, p_error, p_permanent, p_max_attempts, p_ledger_action;
-    IF new_status IS NOT NULL
-       AND EXISTS (SELECT 1 FROM outbox_monitor.controls c WHERE c.outbox = p_table AND c.breaker) THEN
+    INTO new_status, failed_type, watched
+    USING p_id, p_worker, p_error, p_permanent, p_max_attempts, p_ledger_action, p_table;
+    IF watched THEN
         PERFORM outbox_monitor.record_outcome(
             p_table, p_id, failed_type,
             CASE WHEN p_permanent THEN 'permanent' ELSE 'transient' END);
