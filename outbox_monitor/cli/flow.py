@@ -27,7 +27,7 @@ from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls import BYPASS_NOTE
 from outbox_monitor.flow.model import default_burst, describe
 
-FollowUp = Callable[[Database], tuple[dict[str, Any], list[str]]]
+FollowUp = Callable[[Database, flow.ControlChange], tuple[dict[str, Any], list[str]]]
 """After a change: ``(JSON keys, lines)`` to add to its outcome."""
 
 
@@ -86,7 +86,7 @@ def _report(
     }
     notes: list[str] = []
     if follow_up is not None:
-        extra, notes = follow_up(db)
+        extra, notes = follow_up(db, result)
         outcome.update(extra)
     if as_json:
         emit_json({**payload, **outcome})
@@ -150,7 +150,9 @@ def pause(
             as_json=as_json,
             action="pause",
             changes={"paused": True, "paused_until": end, "pause_reason": reason},
-            follow_up=lambda db: _silence_for_pause(db, event_type, end, now, silence, options),
+            follow_up=lambda db, change: _silence_for_pause(
+                db, event_type, change.pause_ends, now, silence, options
+            ),
             **options,
         )
 
@@ -224,7 +226,7 @@ def resume(
             as_json=as_json,
             action="resume",
             changes=changes,
-            follow_up=lambda db: _end_silences(db, event_type, options.get("actor")),
+            follow_up=lambda db, _: _end_silences(db, event_type, options.get("actor")),
             **options,
         )
 
@@ -405,12 +407,12 @@ def apply_command(
             }
         )
         return
-    verb = "would write" if dry_run else "wrote"
+    verb, gone = ("would write", "would remove") if dry_run else ("wrote", "removed")
     echo(
-        f"{path}: {verb} {len(report.written)}, removed {len(report.removed)}, "
+        f"{path}: {verb} {len(report.written)}, {gone} {len(report.removed)}, "
         f"unchanged {len(report.unchanged)}"
     )
     for name in report.written:
         echo(f"  {verb}: {name}: {describe(wanted[name])}")
     for name in report.removed:
-        echo(f"  removed: {name}")
+        echo(f"  {gone}: {name}")

@@ -19,8 +19,13 @@ from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.flow.model import DEFAULT_OVERRIDE_SECONDS, ControlSettings, matches
-from outbox_monitor.flow.rows import Layer, delete, key, settings_of, write
+from outbox_monitor.flow.model import (
+    DEFAULT_OVERRIDE_SECONDS,
+    ControlSettings,
+    check_filter,
+    matches,
+)
+from outbox_monitor.flow.rows import Layer, check_table, delete, key, settings_of, write
 
 BreakerState = Literal["closed", "open", "half_open"]
 
@@ -156,6 +161,18 @@ class ControlChange:
         """Whether the settings in force differ after the change."""
         return self.before != self.after
 
+    @property
+    def pause_ends(self) -> datetime | None:
+        """When the pause in force after the change ends: its ``paused_until``, or the
+        expiry of the override it is on a file-owned filter, whichever comes first; ``None``
+        for "until resumed" (or no pause)."""
+        ends = [
+            end
+            for end in (self.after.paused_until if self.after else None, self.expires_at)
+            if end is not None
+        ]
+        return min(ends) if ends else None
+
 
 def change(
     db: Database,
@@ -190,13 +207,17 @@ def change(
 
     Raises:
         AccessDenied: ``actor`` is not an operator; nothing is changed.
-        ActionRefused: an empty filter, or settings the model refuses (the field named).
+        ActionRefused: an empty filter, settings the model refuses (the field named), or a
+            table the claim could not apply controls to (``rows.check_table``).
         The connector's errors.
     """
     require(actor, Role.operator, f"{action} {event_type_filter!r}")
-    if not event_type_filter:
-        raise ActionRefused("a control needs an event type or a pattern with %")
+    try:
+        check_filter(event_type_filter)
+    except ValueError as error:
+        raise ActionRefused(str(error)) from None
     with db.transaction() as conn:
+        check_table(conn, db)
         locked = db.compose("control_rows", lock=sql.SQL("FOR UPDATE"))
         rows = conn.execute(locked, key(db, event_type_filter)).fetchall()
         layers = {row["layer"]: row for row in rows}

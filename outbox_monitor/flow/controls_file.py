@@ -19,18 +19,33 @@ deleted — in one audited transaction, and never touches an operator's override
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from psycopg import sql
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.alerts.rule_values import positive_duration, quoted
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.flow.model import MAX_COOLDOWN_SECONDS, ControlSettings, default_burst
-from outbox_monitor.flow.rows import delete, key, settings_of, write
+from outbox_monitor.flow.model import (
+    MAX_COOLDOWN_SECONDS,
+    MAX_LIMIT,
+    ControlSettings,
+    check_filter,
+    default_burst,
+)
+from outbox_monitor.flow.rows import check_table, delete, key, settings_of, write
 from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
@@ -58,8 +73,8 @@ class _Pause(_Strict):
 
 
 class _Rate(_Strict):
-    per_second: float = Field(gt=0, allow_inf_nan=False)
-    burst: int | None = Field(default=None, ge=1)
+    per_second: StrictFloat | StrictInt = Field(gt=0, le=MAX_LIMIT, allow_inf_nan=False)
+    burst: StrictInt | None = Field(default=None, ge=1, le=MAX_LIMIT)
 
 
 class _Breaker(_Strict):
@@ -84,11 +99,13 @@ class _Breaker(_Strict):
 class FileControl(_Strict):
     """One entry of the file."""
 
-    event_type: str = Field(min_length=1)
-    pause: bool | _Pause = False
-    concurrency: int | None = Field(default=None, ge=1)
+    event_type: str
+    pause: StrictBool | _Pause = False
+    concurrency: StrictInt | None = Field(default=None, ge=1, le=MAX_LIMIT)
     rate: _Rate | None = None
-    breaker: bool | _Breaker = False
+    breaker: StrictBool | _Breaker = False
+
+    _filter = field_validator("event_type")(lambda value: check_filter(value))
 
     def settings(self) -> ControlSettings:
         """The entry as the settings of a control row."""
@@ -112,7 +129,7 @@ class FileControl(_Strict):
 class ControlsFile(_Strict):
     """The whole file."""
 
-    version: int = 1
+    version: Literal[1] = 1
     controls: list[FileControl] = Field(default_factory=list)
 
 
@@ -133,6 +150,15 @@ def _allowed(loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
+def _branch(part: object) -> bool:
+    """A union branch's name in a pydantic location (``bool``, ``_Pause``, ``function-…``):
+    pydantic's, not a key of the file."""
+    text = str(part)
+    return text in ("bool", "int", "float", "str", "_Pause", "_Rate", "_Breaker") or (
+        text.startswith(("function-", "constrained-"))
+    )
+
+
 def _where(loc: tuple, data: Any) -> str:
     if len(loc) >= 2 and loc[0] == "controls" and isinstance(loc[1], int):
         entries = data.get("controls") if isinstance(data, dict) else None
@@ -140,7 +166,7 @@ def _where(loc: tuple, data: Any) -> str:
         name = entry.get("event_type") if isinstance(entry, dict) else None
         head = f"controls[{loc[1]}]" + (f" {quoted(name)}" if isinstance(name, str) else "")
         # a union's branch name (bool, _Pause) is pydantic's, not the user's
-        rest = tuple(part for part in loc[2:] if part not in ("bool", "_Pause", "_Breaker"))
+        rest = tuple(part for part in loc[2:] if not _branch(part))
         return head + (f": {dotted(rest)}" if rest else "")
     return dotted(loc)
 
@@ -230,11 +256,14 @@ def apply_controls(
 
     Raises:
         AccessDenied: ``actor`` is not an operator.
+        ActionRefused: a table the claim could not apply controls to (``rows.check_table``).
         The connector's errors.
     """
     require(actor, Role.operator, "apply a controls file")
     report = ApplyReport()
     with db.transaction() as conn:
+        if wanted:
+            check_table(conn, db)
         rows = conn.execute(
             db.compose("control_rows", lock=sql.SQL("FOR UPDATE")), key(db, None)
         ).fetchall()

@@ -17,6 +17,13 @@ from outbox_monitor.durations import format_duration
 MAX_COOLDOWN_SECONDS = 900.0
 """A breaker's cool-down doubles after each failed probe, up to 15 min (SPEC §5)."""
 
+MAX_LIMIT = 1_000_000
+"""The largest concurrency limit, rate (rows/s) and burst: far above any outbox's throughput
+(SPEC §1), and within the columns' ranges."""
+
+MAX_FILTER_CHARS = 1000
+"""The longest event-type filter of a control."""
+
 DEFAULT_OVERRIDE_SECONDS = 3600.0
 """How long an operator's change to a control that a controls file owns lasts, unless it
 says (``--for``, a pause's ``until``): then the file's settings are in force again."""
@@ -33,9 +40,9 @@ class ControlSettings(BaseModel):
     paused: bool = False
     paused_until: datetime | None = None
     pause_reason: str | None = Field(default=None, max_length=500)
-    concurrency_limit: int | None = Field(default=None, ge=1)
-    rate_per_second: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    burst: int | None = Field(default=None, ge=1)
+    concurrency_limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    rate_per_second: float | None = Field(default=None, gt=0, le=MAX_LIMIT, allow_inf_nan=False)
+    burst: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
     breaker: bool = False
     breaker_window_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     breaker_min_attempts: int = Field(default=20, ge=1)
@@ -70,7 +77,23 @@ SETTING_FIELDS = tuple(ControlSettings.model_fields)
 
 def default_burst(rate_per_second: float) -> int:
     """The burst when only a rate is given: one second's worth of rows, at least 1."""
-    return max(1, math.ceil(rate_per_second))
+    return min(MAX_LIMIT, max(1, math.ceil(rate_per_second)))
+
+
+def check_filter(event_type_filter: str) -> str:
+    """A control's event-type filter (SPEC §2), returned unchanged.
+
+    Raises:
+        ValueError: empty, longer than ``MAX_FILTER_CHARS``, or holding a NUL or another
+            control character (Postgres text cannot hold a NUL).
+    """
+    if not event_type_filter:
+        raise ValueError("a control needs an event type or a pattern with %")
+    if len(event_type_filter) > MAX_FILTER_CHARS:
+        raise ValueError(f"an event-type filter has at most {MAX_FILTER_CHARS} characters")
+    if any(ord(ch) < 32 or 0xD800 <= ord(ch) <= 0xDFFF for ch in event_type_filter):
+        raise ValueError("an event-type filter cannot hold control characters")
+    return event_type_filter
 
 
 def like_regex(event_type_filter: str) -> re.Pattern[str]:

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from outbox_monitor.access import Identity
 from outbox_monitor.db import Database
+from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
 
 Layer = Literal["file", "ui"]
@@ -20,6 +21,23 @@ def settings_of(row: dict[str, Any]) -> ControlSettings:
 def key(db: Database, event_type_filter: str | None) -> dict[str, Any]:
     """The query parameters naming one control of the table (``None``: all of them)."""
     return {"table_regclass": db.table_regclass, "event_type_filter": event_type_filter}
+
+
+def check_table(conn: Any, db: Database) -> None:
+    """Refuse to write a control the claim could not obey (migration 008's
+    ``flow_table_ok``): the outbox table must be a permanent table owned by the owner of
+    the ``outbox_monitor`` schema.
+
+    Raises:
+        ActionRefused: with the fix (run init-db as the table's owner).
+    """
+    if not conn.execute(db.compose("flow_table_ok"), key(db, None)).fetchone()["ok"]:
+        raise ActionRefused(
+            f"flow control cannot work on {db.table_name}: it is not owned by the owner of the "
+            "outbox_monitor schema, so the claim would ignore its controls",
+            hint="Run `outbox-monitor init-db` as the outbox table's owner (or give the table "
+            "and the schema one owner); nothing was changed.",
+        )
 
 
 def write(

@@ -81,8 +81,8 @@ def silence_for_pause(
     now: datetime,
     actor: Identity,
 ) -> list[int]:
-    """Silence each tripped rule until the pause ends (``until``, else at most
-    ``MAX_PAUSE_SILENCE_SECONDS`` from ``now``).
+    """Silence each tripped rule until the pause ends (``until``, from
+    ``ControlChange.pause_ends``), at most ``MAX_PAUSE_SILENCE_SECONDS`` from ``now``.
 
     Returns:
         The new silences' ids.
@@ -90,7 +90,8 @@ def silence_for_pause(
     Raises:
         AccessDenied: ``actor`` is not an operator; the errors of ``create_silence``.
     """
-    end = until or now + timedelta(seconds=MAX_PAUSE_SILENCE_SECONDS)
+    longest = now + timedelta(seconds=MAX_PAUSE_SILENCE_SECONDS)
+    end = min(until, longest) if until else longest
     return [
         create_silence(db, item.matchers, end, marker(event_type_filter), actor, now=now)
         for item in tripped

@@ -800,6 +800,10 @@ WHERE c.outbox = %(table_regclass)s::regclass
 ORDER BY c.event_type_filter, c.layer
 {lock};
 
+-- name: flow_table_ok
+-- Whether flow control can work on the table: a permanent table owned by the owner of the outbox_monitor schema (migration 008).
+SELECT outbox_monitor.flow_table_ok(%(table_regclass)s::regclass) AS ok;
+
 -- name: control_upsert
 -- Write one control row of a layer (insert, or replace its settings).
 INSERT INTO outbox_monitor.controls AS c (

@@ -30,7 +30,11 @@ from outbox_monitor.flow.model import (
     default_burst,
     describe,
 )
-from outbox_monitor.flow.silencing import Tripped, end_pause_silences, silence_for_pause
+from outbox_monitor.flow.silencing import (
+    Tripped,
+    end_pause_silences,
+    silence_for_pause,
+)
 from outbox_monitor.ui import banners, controls, format, inputs
 from outbox_monitor.ui.alert_loaders import clear_silences
 from outbox_monitor.ui.state import PageContext
@@ -327,7 +331,7 @@ def _silences(
     """A pause's silences of the rules it trips, until resumed; a resume ends them."""
     now = database_now(db)
     if request.action == "pause" and request.silence:
-        until = result.after.paused_until if result.after else None
+        until = result.pause_ends
         ids = silence_for_pause(
             db, list(request.silence), request.event_type_filter, until=until, now=now, actor=actor
         )

@@ -181,3 +181,44 @@ def test_a_pause_offers_and_silences_the_rules_it_trips_until_resumed(
         "SELECT count(*) AS n FROM outbox_monitor.silences WHERE expired_at IS NULL"
     ).fetchone()["n"]
     assert active == 0
+
+
+def test_a_controls_file_with_out_of_range_or_loose_values_is_refused_by_field(cli, tmp_path):
+    path = tmp_path / "controls.yml"
+    path.write_text(
+        "version: 2\n"
+        "controls:\n"
+        '  - event_type: "crm.%"\n'
+        "    concurrency: 3000000000\n"
+        '  - event_type: "sms.%"\n'
+        "    concurrency: true\n"
+        '  - event_type: "mail.%"\n'
+        "    rate: {per_second: 1.0e12}\n"
+        '  - event_type: "a\\0b"\n'
+    )
+    result = cli("controls", "apply", str(path), "--dry-run")
+    assert result.exit_code == 2, result.output
+    out = result.output
+    assert f"{path}: version: " in out
+    assert 'controls[0] "crm.%": concurrency: ' in out and "1000000" in out
+    assert 'controls[1] "sms.%": concurrency: ' in out
+    assert 'controls[2] "mail.%": rate.per_second: ' in out
+    assert "controls[3]" in out and "control characters" in out
+
+
+def test_a_pause_of_a_file_control_silences_no_longer_than_its_override(
+    cli, conn, tmp_path, monkeypatch
+):
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(SILENCE_RULES)
+    monkeypatch.setenv("OUTBOX_MONITOR_RULES", str(rules))
+    controls = tmp_path / "controls.yml"
+    controls.write_text('controls:\n  - {event_type: "crm.%", concurrency: 5}\n')
+    as_json(cli("controls", "apply", str(controls), "--json"))
+    paused = as_json(cli("pause", "crm.%", "--silence", "--json"))  # no until: the override's
+    spans = conn.execute(
+        "SELECT DISTINCT extract(epoch FROM ends_at - now())::int / 60 AS minutes"
+        " FROM outbox_monitor.silences"
+    ).fetchall()
+    assert paused["expires_at"] is not None
+    assert [s["minutes"] for s in spans] == [60]  # the override's hour, not a day

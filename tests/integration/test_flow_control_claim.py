@@ -363,3 +363,83 @@ def test_a_worker_login_with_only_the_tables_grants_claims_through_controls(
         first = outbox.claim(w, "w1")
         assert len(first) == 2 and outbox.claim(w, "w1") == []  # the bucket held
         assert outbox.ack(w, first[0]["id"], "w1")
+
+
+# ------------------------------------------------------------------ the hostile tester's findings
+
+
+def test_outcomes_written_inside_savepoints_count_and_a_probe_acked_there_closes(dsn, conn, rows):
+    """A worker's ack or fail inside a savepoint (``process_batch`` in a caller's
+    transaction) is this transaction's own: it opens and closes the breaker like any other."""
+    control(conn, "crm.%", **BREAKER)
+    for _ in range(4):
+        rows.add(event_type="crm.contact")
+    with psycopg.connect(dsn, row_factory=dict_row) as worker, worker.transaction():
+        for row in outbox.claim(worker, "w1", limit=4):
+            with worker.transaction():  # a savepoint per row
+                outbox.fail(worker, row["id"], "w1", "503 upstream")
+    assert breaker_state(conn, "crm.%") == "open"
+    conn.execute("UPDATE integration_outbox SET available_at = now() WHERE status = 'pending'")
+    time.sleep(1.1)
+    with psycopg.connect(dsn, row_factory=dict_row) as worker, worker.transaction():
+        (probe,) = outbox.claim(worker, "w1")
+        with worker.transaction():
+            assert outbox.ack(worker, probe["id"], "w1")
+    assert breaker_state(conn, "crm.%") == "closed"
+
+
+def test_a_state_that_would_stop_every_claim_cannot_be_written(conn):
+    control(conn, "crm.%", rate_per_second=5, burst=3)
+    for value in ("'-Infinity'", "-1e15"):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(f"UPDATE outbox_monitor.control_state SET tokens = {value}")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("UPDATE outbox_monitor.control_state SET refilled_at = 'infinity'")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute(
+            "UPDATE outbox_monitor.control_state"
+            " SET breaker_state = 'open', cooldown_seconds = NULL"
+        )
+
+
+def test_a_worker_with_column_grants_claims_through_controls(dsn, conn, rows):
+    with psycopg.connect(dsn, autocommit=True) as su:
+        su.execute(
+            "DO $$ BEGIN CREATE ROLE flow_col_worker LOGIN;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        su.execute(
+            "GRANT USAGE ON SCHEMA outbox_monitor TO flow_col_worker;"
+            " GRANT SELECT ON integration_outbox TO flow_col_worker;"
+            " GRANT UPDATE (status, locked_at, locked_by, attempts, available_at, processed_at,"
+            " last_error) ON integration_outbox TO flow_col_worker"
+        )
+    rows.add(event_type="crm.contact")
+    rows.add(event_type="order.paid")
+    control(conn, "crm.%", concurrency_limit=5)
+    worker = psycopg.conninfo.make_conninfo(dsn, user="flow_col_worker")
+    with psycopg.connect(worker, autocommit=True, row_factory=dict_row) as w:
+        assert claimed_types(outbox.claim(w, "w1")) == ["crm.contact", "order.paid"]
+
+
+def test_controls_on_a_table_of_another_owner_are_refused_and_never_stop_the_claim(
+    db, dsn, conn, rows
+):
+    from outbox_monitor.access import Identity, Role
+    from outbox_monitor.errors import ActionRefused
+    from outbox_monitor.flow import controls as flow
+
+    with psycopg.connect(dsn, autocommit=True) as su:
+        su.execute(
+            "DO $$ BEGIN CREATE ROLE flow_app_owner;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        su.execute("ALTER TABLE integration_outbox OWNER TO flow_app_owner")
+    operator = Identity("oncall@example.com", Role.operator, "cli")
+    with pytest.raises(ActionRefused, match="not owned by the owner of the outbox_monitor"):
+        flow.change(db, "crm.%", actor=operator, action="limit", changes={"concurrency_limit": 1})
+    rows.add(event_type="crm.contact")
+    rows.add(event_type="billing.x")
+    control(conn, "crm.%", concurrency_limit=1)  # written by hand, past the product's check
+    # the claim ignores controls it cannot apply (a WARNING) rather than stop every type
+    assert claimed_types(outbox.claim(conn, "w1")) == ["billing.x", "crm.contact"]

@@ -20,14 +20,16 @@
 CREATE TABLE outbox_monitor.controls (
     id                       bigserial PRIMARY KEY,
     outbox                   regclass NOT NULL,
-    event_type_filter        text NOT NULL CHECK (event_type_filter <> ''),
+    event_type_filter        text NOT NULL
+                             CHECK (event_type_filter <> '' AND length(event_type_filter) <= 1000),
     layer                    text NOT NULL CHECK (layer IN ('file', 'ui')),
     paused                   boolean NOT NULL DEFAULT false,
     paused_until             timestamptz,
     pause_reason             text,
     concurrency_limit        integer CHECK (concurrency_limit >= 1),
-    rate_per_second          double precision CHECK (rate_per_second > 0),
-    burst                    integer CHECK (burst >= 1),
+    rate_per_second          double precision
+                             CHECK (rate_per_second > 0 AND rate_per_second <= 1000000),
+    burst                    integer CHECK (burst >= 1 AND burst <= 1000000),
     breaker                  boolean NOT NULL DEFAULT false,
     breaker_window_seconds   double precision NOT NULL DEFAULT 60 CHECK (breaker_window_seconds > 0),
     breaker_min_attempts     integer NOT NULL DEFAULT 20 CHECK (breaker_min_attempts >= 1),
@@ -61,7 +63,15 @@ CREATE TABLE outbox_monitor.control_state (
     cooldown_seconds  double precision,
     probe_id          bigint,
     probe_at          timestamptz,
-    PRIMARY KEY (outbox, event_type_filter)
+    PRIMARY KEY (outbox, event_type_filter),
+    -- a state that would stop every claim or hold a breaker for ever cannot be written
+    CHECK (tokens IS NULL OR (tokens > -2147483648 AND tokens < 2147483648)),
+    CHECK (refilled_at > '-infinity' AND refilled_at < 'infinity'),
+    CHECK (since > '-infinity' AND since < 'infinity'),
+    CHECK (breaker_state <> 'open'
+           OR (cooldown_seconds IS NOT NULL AND cooldown_seconds BETWEEN 0 AND 900)),
+    CHECK (probe_id IS NULL
+           OR (probe_at IS NOT NULL AND probe_at > '-infinity' AND probe_at < 'infinity'))
 );
 
 CREATE TABLE outbox_monitor.control_outcomes (
@@ -96,25 +106,26 @@ $$;
 
 -- Whether the owner-run flow-control functions may read p_table: reading a relation runs code
 -- its owner chose (a view's expressions, row security policies, casts), so, as in migration 007,
--- only an ordinary or partitioned permanent table of the functions' own owner (current_user
--- inside them) that has a control. Flow control on an outbox table owned by another role is
--- refused (init-db runs as the table's owner).
+-- only an ordinary or partitioned permanent table owned by the owner of the outbox_monitor
+-- schema (who owns these functions: init-db runs as the table's owner). The product refuses
+-- to write a control on any other table; a claim there ignores controls with a WARNING.
 CREATE FUNCTION outbox_monitor.flow_table_ok(p_table regclass)
 RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (SELECT FROM outbox_monitor.controls c WHERE c.outbox = p_table)
-       AND EXISTS (
+    SELECT EXISTS (
            SELECT FROM pg_class AS c
             WHERE c.oid = p_table AND c.relkind IN ('r', 'p') AND c.relpersistence <> 't'
-                  AND c.relowner = (SELECT r.oid FROM pg_roles AS r WHERE r.rolname = current_user))
+                  AND c.relowner = (SELECT n.nspowner FROM pg_namespace AS n
+                                     WHERE n.nspname = 'outbox_monitor'))
 $$;
 
 -- Whether the login calling an owner-run flow-control function may claim from p_table: the
--- workers' UPDATE on it (the viewer has none). Without this, a read-only login could call
+-- workers' UPDATE on it, or on its status column (a column grant; the viewer has neither). Without this, a read-only login could call
 -- claim_grants in an open transaction and hold every state row, so that every claim of the
 -- controlled event types would be granted 0.
 CREATE FUNCTION outbox_monitor.may_claim(p_table regclass)
 RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT has_table_privilege(session_user, p_table, 'UPDATE')
+        OR has_column_privilege(session_user, p_table, 'status', 'UPDATE')
 $$;
 
 -- The control rows whose state a claim could lock, each with what it grants now. Runs as the
@@ -137,6 +148,11 @@ BEGIN
     IF NOT outbox_monitor.may_claim(p_table) THEN
         RAISE EXCEPTION 'permission denied for table %: claiming needs UPDATE on it', p_table
               USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF NOT outbox_monitor.flow_table_ok(p_table) THEN
+        RAISE WARNING 'flow control ignored on %: the table must be owned by the owner of the '
+                      'outbox_monitor schema (run init-db as its owner)', p_table;
+        RETURN;  -- the claim hands out rows as with no control rather than stop every type
     END IF;
     FOR c IN SELECT * FROM outbox_monitor.effective_controls e WHERE e.outbox = p_table LOOP
         event_type_filter := c.event_type_filter;
@@ -226,10 +242,7 @@ BEGIN
               USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF NOT outbox_monitor.flow_table_ok(p_table) THEN
-        RAISE EXCEPTION 'flow control refused for %: it needs a table with a control, owned by '
-                        'the owner of the outbox_monitor schema (run init-db as the table''s owner)',
-                        p_table
-              USING ERRCODE = 'insufficient_privilege';
+        RETURN;  -- claim_grants granted nothing there (and said so)
     END IF;
     EXECUTE format('SELECT array_agg(o.event_type ORDER BY o.id), array_agg(o.id ORDER BY o.id)
                       FROM %s o
@@ -269,8 +282,9 @@ DECLARE
     clock timestamptz := clock_timestamp();
     n integer;
     f integer;
-    mine xid := (pg_current_xact_id_if_assigned()::text::bigint % 4294967296)::text::xid;
-    changed boolean;
+    current bigint;
+    row_xmin bigint;
+    full_xmin bigint;
 BEGIN
     IF NOT outbox_monitor.may_claim(p_table) THEN
         RETURN;  -- only a login that can change the table's rows has outcomes to report
@@ -282,10 +296,25 @@ BEGIN
     END IF;
     -- Only an outcome this transaction wrote counts (ack, fail and reap call this right after
     -- their UPDATE), so no caller can open or close a breaker with rows it did not change.
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s o WHERE o.id = $1 AND o.xmin = $2
-                                      AND o.event_type = $3)', p_table)
-       INTO changed USING p_id, mine, p_event_type;
-    IF NOT coalesce(changed, false) THEN
+    -- A row version we see whose xmin is still in progress can only be this transaction's
+    -- (its savepoints included: a worker's ack inside one counts too).
+    current := pg_current_xact_id_if_assigned()::text::bigint;
+    IF current IS NULL THEN
+        RETURN;  -- this transaction changed nothing
+    END IF;
+    EXECUTE format('SELECT o.xmin::text::bigint FROM %s o WHERE o.id = $1 AND o.event_type = $2',
+                   p_table)
+       INTO row_xmin USING p_id, p_event_type;
+    IF row_xmin IS NULL THEN
+        RETURN;
+    END IF;
+    -- the epoch of now, or the one before when that puts it far (over 2^31) past this
+    -- transaction's id; a savepoint's id is a little newer than its transaction's
+    full_xmin := (current >> 32 << 32) | row_xmin;
+    IF full_xmin - current > 2147483648 THEN
+        full_xmin := full_xmin - 4294967296;
+    END IF;
+    IF full_xmin < 3 OR pg_xact_status(full_xmin::text::xid8) IS DISTINCT FROM 'in progress' THEN
         RETURN;
     END IF;
     FOR c IN SELECT * FROM outbox_monitor.effective_controls e
