@@ -97,7 +97,7 @@ def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tm
                 "SELECT count(*) FROM integration_outbox WHERE event_type = %s AND last_error = %s",
                 (BROKEN, f"DownstreamError: {OUTAGE_ERROR}"),
             ).fetchone()[0]
-        assert failed_by_outage >= 20  # the simulated workers met the outage
+        assert failed_by_outage >= 18  # met the outage: 90 % of the 20 outcomes that open it
         # the shipped rule, evaluated every 30 s in the demo
         wait(lambda: breaker_messages(sink), 45, "no breaker-open message")
         [opened] = breaker_messages(sink)
