@@ -65,7 +65,7 @@ UNDO_MIGRATION_008 = (
     "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
     "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
     "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
-    "outbox_monitor.may_claim, "
+    "outbox_monitor.may_claim, outbox_monitor.require_claimer, "
     "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome; "
 )
 """SQL taking a database back to before migration 008 (tests of upgrades from older versions;
@@ -77,7 +77,7 @@ GRANT_SLACK_SECONDS = 0.1
 ``clock_timestamp()``: the function's first steps; generous for a loaded machine."""
 
 
-def claim_instants(conn: psycopg.Connection, rows: list[dict[str, Any]]) -> list[float]:
+def _claim_instants(conn: psycopg.Connection, rows: list[dict[str, Any]]) -> list[float]:
     """The ``locked_at`` (epoch seconds) of rows just claimed, read before they are acked."""
     found = conn.execute(
         "SELECT extract(epoch FROM locked_at)::float8 AS t FROM integration_outbox"
@@ -99,3 +99,36 @@ def worst_excess(instants: list[float], *, burst: int, rate: float) -> float:
         ),
         default=0.0,
     )
+
+
+def race_claims(dsn: str, seconds: float, *, workers: int = 4, limit: int = 10) -> list[float]:
+    """``workers`` threads claiming up to ``limit`` rows and acking each, for ``seconds``;
+    returns the ``locked_at`` (epoch seconds) of every row handed out."""
+    import threading
+    import time
+
+    from psycopg.rows import dict_row
+
+    from outbox_monitor import outbox
+
+    handed: list[float] = []
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def work(name: str) -> None:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
+            while time.monotonic() < end:
+                batch = outbox.claim(worker, name, limit=limit)
+                instants = _claim_instants(worker, batch)
+                with lock:
+                    handed.extend(instants)
+                for row in batch:
+                    outbox.ack(worker, row["id"], name)
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return handed

@@ -13,7 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
-from tests.flow import breaker_state, claim_instants, control, transitions, worst_excess
+from tests.flow import breaker_state, control, race_claims, transitions, worst_excess
 
 TABLE = "public.integration_outbox"
 
@@ -128,26 +128,7 @@ def test_a_rate_of_5_per_s_with_burst_3_never_exceeds_b_plus_r_t_with_4_racing_w
     for i in range(200):
         rows.add(event_type="crm.contact", created_ago=1000 - i)
     control(conn, "crm.%", rate_per_second=5, burst=3)
-    handed: list[float] = []
-    lock = threading.Lock()
-    t_end = time.monotonic() + 10
-
-    def work(name: str) -> None:
-        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
-            while time.monotonic() < t_end:
-                batch = outbox.claim(worker, name, limit=10)
-                instants = claim_instants(worker, batch)
-                with lock:
-                    handed.extend(instants)
-                for row in batch:
-                    outbox.ack(worker, row["id"], name)
-                time.sleep(0.01)
-
-    workers = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
+    handed = race_claims(dsn, 10)
     worst = worst_excess(handed, burst=3, rate=5)
     assert worst <= 0, f"handed out {worst:.2f} rows over B + R·T"
     # ≈ B + R·10 s = 53 were handed out over 10 s: the limit throttled, it did not stall

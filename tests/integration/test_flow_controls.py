@@ -2,12 +2,9 @@
 through ``flow.controls``, role-checked and audited; what each control holds, read back by
 hand from the rows inserted; file-owned controls overridden only for a while."""
 
-import threading
 import time
 
-import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
@@ -18,7 +15,7 @@ from outbox_monitor.errors import AccessDenied, ActionRefused
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls_file import apply_controls
 from outbox_monitor.flow.model import ControlSettings
-from tests.flow import claim_instants, worst_excess
+from tests.flow import race_claims, worst_excess
 
 OPERATOR = Identity("oncall@example.com", Role.operator, "cli")
 VIEWER = Identity("viewer@example.com", Role.viewer, "cli")
@@ -229,26 +226,7 @@ def test_a_drip_replay_of_an_old_backlog_with_its_rate_limit_never_exceeds_its_r
     )
     selection = ReplaySelection(event_type="crm.contact")
     assert apply(db, preview_replay(db, selection, rate=5), actor=OPERATOR).changed == 60
-    handed: list[float] = []
-    lock = threading.Lock()
-    end = time.monotonic() + 8
-
-    def work(name: str) -> None:
-        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as worker:
-            while time.monotonic() < end:
-                batch = outbox.claim(worker, name, limit=10)
-                instants = claim_instants(worker, batch)
-                with lock:
-                    handed.extend(instants)
-                for row in batch:
-                    outbox.ack(worker, row["id"], name)
-                time.sleep(0.01)
-
-    workers = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(4)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
+    handed = race_claims(dsn, 8)
     worst = worst_excess(handed, burst=1, rate=5)
     assert worst <= 0, f"{worst:.2f} rows over 1 + 5·T"
     assert 30 <= len(handed) <= 1 + 5 * 8.5  # throttled, not stalled

@@ -128,6 +128,17 @@ RETURNS boolean LANGUAGE sql STABLE AS $$
         OR has_column_privilege(session_user, p_table, 'status', 'UPDATE')
 $$;
 
+-- Refuse (insufficient_privilege) a login that may not claim from p_table (may_claim).
+CREATE FUNCTION outbox_monitor.require_claimer(p_table regclass)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT outbox_monitor.may_claim(p_table) THEN
+        RAISE EXCEPTION 'permission denied for table %: claiming needs UPDATE on it', p_table
+              USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+
 -- The control rows whose state a claim could lock, each with what it grants now. Runs as the
 -- schema's owner (workers need no privilege on the state tables) and returns, per effective
 -- control of p_table: refused (a pause in force, an open breaker, a probe out, or the state
@@ -145,10 +156,7 @@ DECLARE
     s outbox_monitor.control_state;
     clock timestamptz := clock_timestamp();
 BEGIN
-    IF NOT outbox_monitor.may_claim(p_table) THEN
-        RAISE EXCEPTION 'permission denied for table %: claiming needs UPDATE on it', p_table
-              USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM outbox_monitor.require_claimer(p_table);
     IF NOT outbox_monitor.flow_table_ok(p_table) THEN
         RAISE WARNING 'flow control ignored on %: the table must be owned by the owner of the '
                       'outbox_monitor schema (run init-db as its owner)', p_table;
@@ -237,10 +245,7 @@ DECLARE
     types text[];
     ids bigint[];
 BEGIN
-    IF NOT outbox_monitor.may_claim(p_table) THEN
-        RAISE EXCEPTION 'permission denied for table %: claiming needs UPDATE on it', p_table
-              USING ERRCODE = 'insufficient_privilege';
-    END IF;
+    PERFORM outbox_monitor.require_claimer(p_table);
     IF NOT outbox_monitor.flow_table_ok(p_table) THEN
         RETURN;  -- claim_grants granted nothing there (and said so)
     END IF;
