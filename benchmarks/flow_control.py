@@ -17,12 +17,13 @@ are a backlog of ``--backlog`` ``order.paid`` rows (default 0.5 % of the table),
    table VACUUMed; the variants take turns in alternating order on every round. With both
    ``main`` and ``flow`` among ``--variants``, their claim of ``--batch`` and the acks of its
    rows are also timed statement by statement, rolled back, without threads.
-2. **Claim latency behind held rows**: two copies of the table get ``--held`` older
+2. **Claim latency behind held rows**: three copies of the table get ``--held`` older
    ``crm.contact_updated`` rows in front of the backlog, due and held by a pause on
-   ``crm.%`` in one copy, in backoff in the other (which claims the same due rows). One
+   ``crm.%`` in two copies (one without the recommended ``pending_by_type`` index, as after
+   ``init-db --no-indexes``), in backoff in the third (which claims the same due rows). One
    claim of ``--batch`` in a rolled-back transaction, only the statement timed, per round:
-   the other copy without a control, the other copy with the same pause (holding nothing:
-   the control path), the copy whose pause holds the rows. Each claim's nested statements
+   the third copy without a control, the third copy with the same pause (holding nothing:
+   the control path), each copy whose pause holds the rows. Each claim's nested statements
    are EXPLAINed (ANALYZE, BUFFERS) once through ``auto_explain``: scans, rows the scan
    read, rows removed by filter, pages.
 
@@ -30,7 +31,7 @@ Usage (from the repository root, with the package installed; the machine is shar
 
     nice -n 10 .venv/bin/python benchmarks/flow_control.py [--rows 1000000] [--backlog N]
         [--held 200000] [--workers 4] [--batch 50] [--repeat 9] [--latency-repeat 21]
-        [--variants main,flow,...] [--no-latency] [--shapes]
+        [--variants main,flow,...] [--no-latency]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --held 5000
 --repeat 2 --latency-repeat 3`` is a smoke run of under a minute. Every ratio is the median of
@@ -81,7 +82,7 @@ PLAIN_TABLE = "outbox_unheld"
 HOLD_FILTER = "crm.%"
 THROUGHPUT_BOUND = 0.95
 LATENCY_BOUND = 1.05
-SCRATCH_INDEX = "outbox_held_pending_by_type_scratch_idx"
+HELD_NO_INDEX_TABLE = "outbox_held_no_index"
 
 
 def control(event_type_filter: str, **settings: Any) -> dict[str, Any]:
@@ -157,13 +158,10 @@ LATENCY_CELLS = (
     ("unheld", f"{PLAIN_TABLE}: no control (the same due rows; held rows in backoff)"),
     ("unheld+pause", f"{PLAIN_TABLE}: pause {HOLD_FILTER} defined, holding no row"),
     ("held", f"{HELD_TABLE}: pause {HOLD_FILTER} holding the older rows"),
-)
-
-
-SHAPE_CELLS = (
-    ("current, unheld", f"008's candidate statement on {PLAIN_TABLE} (nothing held)", False),
-    ("current, held", f"008's candidate statement on {HELD_TABLE} ({HOLD_FILTER} blocked)", True),
-    ("per type, held", f"per event type through a scratch index, on {HELD_TABLE}", True),
+    (
+        "held, no index",
+        f"{HELD_NO_INDEX_TABLE}: the same, without the recommended pending_by_type index",
+    ),
 )
 
 
@@ -185,9 +183,7 @@ class Report:
     runs: dict[str, list[Run]] = field(default_factory=dict)
     latency: dict[str, list[float]] = field(default_factory=dict)
     plans: dict[str, list[str]] = field(default_factory=dict)
-    shapes: dict[str, list[float]] = field(default_factory=dict)
     statements: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    shape_plans: dict[str, str] = field(default_factory=dict)
 
 
 def load_average() -> str:
@@ -392,10 +388,11 @@ def scan_nodes(node: dict[str, Any], table: str) -> Iterator[str]:
 def prepare_held_tables(
     source: RecordingDatabase, args: argparse.Namespace, anchor: datetime
 ) -> dict[str, RecordingDatabase]:
-    """Two copies of the table with ``args.held`` older crm rows: due and held by a pause in
-    one, in backoff (not due) in the other."""
+    """Three copies of the table with ``args.held`` older crm rows: due and held by a pause in
+    two, one of them without the recommended ``pending_by_type`` index (as after ``init-db
+    --no-indexes``); in backoff (not due) in the third."""
     dbs = {}
-    for name, due in ((HELD_TABLE, True), (PLAIN_TABLE, False)):
+    for name, due in ((HELD_TABLE, True), (HELD_NO_INDEX_TABLE, True), (PLAIN_TABLE, False)):
         settings = load_settings(
             dsn=args.dsn, table=f"public.{name}", statement_timeout=STATEMENT_TIMEOUT_SECONDS
         )
@@ -409,23 +406,33 @@ def prepare_held_tables(
                 db.compose("benchmark_flow_held_rows"),
                 {"rows": args.held, "due": due, "anchor": anchor},
             )
+            if name == HELD_NO_INDEX_TABLE:
+                found = db.fetch_one(
+                    "benchmark_flow_pending_by_type_index", {"table_regclass": db.table_name}
+                )
+                conn.execute(
+                    sql.SQL("DROP INDEX {}").format(sql.Identifier("public", found["name"]))
+                )
             conn.execute(db.compose("benchmark_vacuum_analyze"))
         dbs[name] = db
-    set_controls(dbs[HELD_TABLE], [control(HOLD_FILTER, paused=True, pause_reason="benchmark")])
+    for name in (HELD_TABLE, HELD_NO_INDEX_TABLE):
+        set_controls(dbs[name], [control(HOLD_FILTER, paused=True, pause_reason="benchmark")])
     return dbs
 
 
 def measure_latency(
     dbs: dict[str, RecordingDatabase], args: argparse.Namespace, report: Report
 ) -> None:
-    """One warm-up round, then ``args.latency_repeat`` rounds of the three cells in
-    alternating order; then each cell's plans."""
-    held, plain = dbs[HELD_TABLE], dbs[PLAIN_TABLE]
+    """One warm-up round, then ``args.latency_repeat`` rounds of the cells in alternating
+    order; then each cell's plans."""
+    held, held_no_index, plain = dbs[HELD_TABLE], dbs[HELD_NO_INDEX_TABLE], dbs[PLAIN_TABLE]
     pause = [control(HOLD_FILTER, paused=True, pause_reason="benchmark")]
 
     def cell(key: str) -> float:
         if key == "held":
             return timed_claim(held, args.batch)
+        if key == "held, no index":
+            return timed_claim(held_no_index, args.batch)
         if key == "unheld":
             return timed_claim(plain, args.batch)
         set_controls(plain, pause)
@@ -446,60 +453,7 @@ def measure_latency(
     report.plans["unheld+pause"] = nested_plans(plain, args.batch)
     set_controls(plain, [])
     report.plans["held"] = nested_plans(held, args.batch)
-
-
-def shape_query(db: RecordingDatabase, key: str) -> tuple[sql.Composed, dict[str, Any]]:
-    """A candidate statement of ``SHAPE_CELLS`` with the parameters the claim's loop binds."""
-    name = "benchmark_flow_shape_per_type" if key.startswith("per type") else None
-    query = db.compose(name or "benchmark_flow_shape_current", index=sql.Identifier(SCRATCH_INDEX))
-    held = key.endswith(", held")
-    return query, {"taken": [], "blocked_exact": [], "blocked_like": [HOLD_FILTER] if held else []}
-
-
-def measure_shapes(
-    dbs: dict[str, RecordingDatabase], args: argparse.Namespace, report: Report
-) -> None:
-    """``--shapes``: the claim's candidate statement as migration 008 writes it, against the
-    same candidates found per event type through a scratch partial index on the held copy
-    (``benchmark_flow_shape_*``), each in a rolled-back transaction with JIT off (the
-    per-type shape's row estimates would cross ``jit_above_cost``); then their plans."""
-    held = dbs[HELD_TABLE]
-    with held.direct_connection(statement_timeout=None) as conn:
-        conn.execute(
-            held.compose("benchmark_flow_shape_index", index=sql.Identifier(SCRATCH_INDEX))
-        )
-    report.shapes = {key: [] for key, _, _ in SHAPE_CELLS}
-    for round_ in range(args.latency_repeat + 1):
-        for key, _, on_held in SHAPE_CELLS if round_ % 2 else reversed(SHAPE_CELLS):
-            db = held if on_held else dbs[PLAIN_TABLE]
-            query, params = shape_query(db, key)
-            with db.connection() as conn, conn.transaction(force_rollback=True):
-                conn.execute(db.compose("benchmark_flow_jit_off"))
-                began = time.perf_counter()
-                found = conn.execute(query, {**params, "batch": args.batch}).fetchall()
-                elapsed = (time.perf_counter() - began) * 1000
-            if len(found) != min(args.batch, report.shape["backlog"]):
-                raise SystemExit(f"{key}: {len(found)} candidates, not {args.batch}")
-            if round_:
-                report.shapes[key].append(elapsed)
-    for key, _, on_held in SHAPE_CELLS:
-        db = held if on_held else dbs[PLAIN_TABLE]
-        query, params = shape_query(db, key)
-        with db.connection() as conn, conn.transaction(force_rollback=True):
-            conn.execute(db.compose("benchmark_flow_jit_off"))
-            explained = db.compose("benchmark_explain", query=query)
-            document = conn.execute(explained, {**params, "batch": args.batch}).fetchone()
-        top = (
-            json.loads(document["QUERY PLAN"])
-            if isinstance(document["QUERY PLAN"], str)
-            else document["QUERY PLAN"]
-        )
-        plan = top[0]["Plan"]
-        pages = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
-        scans = "; ".join(dict.fromkeys(scan_nodes(plan, db.settings.table_parts[1])))
-        report.shape_plans[key] = (
-            f"{scans}; {removed_by_filter(plan):,} removed by filter; {pages:,} pages"
-        )
+    report.plans["held, no index"] = nested_plans(held_no_index, args.batch)
 
 
 def commit() -> str:
@@ -626,23 +580,6 @@ def print_report(args: argparse.Namespace, server: dict[str, Any], report: Repor
         print(f"- {label}:")
         for line in report.plans.get(key, []) or ["no statement read the table"]:
             print(f"  - {line}")
-    if report.shapes:
-        print(
-            "\n### Query shapes (`--shapes`): the claim's candidate statement, rolled back, "
-            "JIT off\n\n"
-            f"The scratch index: `(event_type, available_at, created_at) WHERE status = "
-            f"'pending'` on {HELD_TABLE} only.\n"
-        )
-        print("| statement | ms, median (min–max) | ratio to the first, by round [95 %] | plan |")
-        print("|---|---:|---:|---|")
-        first = report.shapes[SHAPE_CELLS[0][0]]
-        for key, label, _ in SHAPE_CELLS:
-            values = report.shapes[key]
-            paired, low, high = paired_ratio(values, first)
-            print(
-                f"| {label} | {spread(values, ',.2f')} | {paired:.2f} [{low:.2f}, {high:.2f}] "
-                f"| {report.shape_plans[key]} |"
-            )
     print()
 
 
@@ -666,11 +603,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-latency", action="store_true", help="throughput only (no held copies)"
-    )
-    parser.add_argument(
-        "--shapes",
-        action="store_true",
-        help="also time the claim's candidate statement per event type on a scratch index",
     )
     args = parser.parse_args(argv)
     if args.backlog is None:
@@ -736,9 +668,6 @@ def main(argv: list[str] | None = None) -> int:
                 if held:
                     log(f"latency: {args.latency_repeat} rounds")
                     measure_latency(held, args, report)
-                if held and args.shapes:
-                    log("query shapes on a scratch index")
-                    measure_shapes(held, args, report)
             finally:
                 for other in held.values():
                     other.__exit__(None, None, None)

@@ -592,48 +592,9 @@ SET auto_explain.log_nested_statements = on;
 SET auto_explain.log_format = 'json';
 SET client_min_messages = 'log';
 
--- name: benchmark_flow_shape_current
--- Benchmark only (flow_control.py --shapes): the candidate statement of migration 008's claim (one round), as its loop runs it.
-SELECT o.id, o.event_type FROM {table} o
-WHERE o.status = 'pending' AND o.available_at <= now()
-      AND NOT (o.id = ANY(%(taken)s::bigint[]))
-      AND NOT (o.event_type = ANY(%(blocked_exact)s::text[]) OR o.event_type LIKE ANY(%(blocked_like)s::text[]))
-ORDER BY o.created_at
-LIMIT %(batch)s
-FOR UPDATE SKIP LOCKED;
-
--- name: benchmark_flow_shape_index
--- Benchmark only (flow_control.py --shapes): a scratch index {index} of the pending rows by event type, on the benchmark's own copy.
-CREATE INDEX {index} ON {table} (event_type, available_at, created_at) WHERE status = 'pending';
-ANALYZE {table};
-
--- name: benchmark_flow_shape_per_type
--- Benchmark only (flow_control.py --shapes): the same candidates per event type through {index}: the pending types by a loose index scan, the held ones left out before any of their rows is read, the oldest due rows of each other type, then locked oldest first.
-WITH RECURSIVE types AS (
-    (SELECT o.event_type FROM {table} o WHERE o.status = 'pending'
-      ORDER BY o.event_type LIMIT 1)
-    UNION ALL
-    SELECT (SELECT o.event_type FROM {table} o
-             WHERE o.status = 'pending' AND o.event_type > types.event_type
-             ORDER BY o.event_type LIMIT 1)
-    FROM types WHERE types.event_type IS NOT NULL),
-candidates AS (
-    SELECT c.id FROM types
-    CROSS JOIN LATERAL (
-        SELECT o.id, o.created_at FROM {table} o
-        WHERE o.status = 'pending' AND o.event_type = types.event_type
-              AND o.available_at <= now() AND NOT (o.id = ANY(%(taken)s::bigint[]))
-        ORDER BY o.created_at LIMIT %(batch)s) AS c
-    WHERE types.event_type IS NOT NULL
-          AND NOT (types.event_type = ANY(%(blocked_exact)s::text[])
-                   OR types.event_type LIKE ANY(%(blocked_like)s::text[]))
-    ORDER BY c.created_at LIMIT %(batch)s)
-SELECT o.id, o.event_type FROM {table} o
-WHERE o.id IN (SELECT candidates.id FROM candidates)
-      AND o.status = 'pending' AND o.available_at <= now()
-ORDER BY o.created_at
-FOR UPDATE SKIP LOCKED;
-
--- name: benchmark_flow_jit_off
--- Benchmark only (flow_control.py --shapes): no JIT compilation in this transaction, so that shapes compare by what they read, not by the planner's row estimates crossing jit_above_cost.
-SET LOCAL jit = off;
+-- name: benchmark_flow_pending_by_type_index
+-- Benchmark only (flow_control.py): the name of the outbox table's copy of init-db's pending_by_type index (CREATE TABLE … LIKE … INCLUDING ALL names it by its columns).
+SELECT c.relname AS name
+FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+WHERE i.indrelid = %(table_regclass)s::regclass
+      AND pg_get_expr(i.indpred, i.indrelid) = '((status = ''pending''::text) AND (event_type IS NOT NULL))';

@@ -48,9 +48,9 @@ class RecommendedIndex:
         return _index_name(table, self.purpose)
 
 
-# The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
-# can serve the workers' claim (no created_at order, no predicate that status = 'pending'
-# implies) and the claim's UPDATE to 'processing' writes an entry in none of them.
+# The recommended indexes (SPEC §1, chosen by benchmarks/claim.py, figures.py and
+# flow_control.py). None of them can serve the users' claim (no created_at order, no predicate
+# its clauses imply) and the claim's UPDATE to 'processing' writes an entry in none of them.
 RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
     RecommendedIndex(
         "finished",
@@ -66,6 +66,11 @@ RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
         "clock_skew",
         "create_index_clock_skew",
         "(created_at) of rows processed before they were created: created per minute",
+    ),
+    RecommendedIndex(
+        "pending_by_type",
+        "create_index_pending_by_type",
+        "(event_type, available_at, created_at) of pending rows: claims skip held rows unread",
     ),
 )
 # Indexes an earlier init-db created, by name suffix and key columns. (created_at) let the

@@ -61,15 +61,17 @@ def transitions(conn: psycopg.Connection) -> list[dict[str, Any]]:
     ).fetchall()
 
 
-UNDO_MIGRATION_008 = (
+UNDO_FLOW_CONTROL = (
     "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
     "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
     "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
     "outbox_monitor.may_claim, outbox_monitor.require_claimer, "
-    "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome; "
+    "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome, "
+    "outbox_monitor.pending_types_index; "
 )
-"""SQL taking a database back to before migration 008 (tests of upgrades from older versions;
-claim, ack and fail stay as 008 replaced them, which 008 replaces again)."""
+"""SQL taking a database back to before migration 008, the first of flow control (tests of
+upgrades from older versions; claim, ack and fail stay as the flow-control migrations replaced
+them, which they replace again)."""
 
 
 GRANT_SLACK_SECONDS = 0.1

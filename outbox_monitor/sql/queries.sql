@@ -50,6 +50,16 @@ INCLUDE (created_at) WHERE status IN ('done', 'failed');
 CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, attempts)
 WHERE status = 'failed';
 
+-- name: create_index_pending_by_type
+-- Recommended: pending rows by event_type, so that a claim under flow control (migration 009)
+-- reads no row a pause or an open breaker holds (SPEC section 5). Partial to status =
+-- 'pending': the claim's UPDATE to 'processing' and the ack write no entry; a publish and a
+-- retry write one. event_type IS NOT NULL holds for every row (a NOT NULL column) but no
+-- users' claim states it, so the planner cannot give the users' claim this index; the shared
+-- claim's clauses on event_type imply it. Outside a transaction.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, available_at, created_at)
+WHERE status = 'pending' AND event_type IS NOT NULL;
+
 -- name: create_index_clock_skew
 -- Recommended: the rare done/failed rows whose processed_at is missing or before created_at
 -- (clock skew), so that "created in window" stays exact without an index on created_at over

@@ -19,7 +19,7 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.schema import init_db
-from tests.flow import UNDO_MIGRATION_008
+from tests.flow import UNDO_FLOW_CONTROL
 from tests.least_privilege import grant_in
 
 FORGED = datetime(2020, 1, 1, tzinfo=UTC)
@@ -224,7 +224,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
             "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
             "outbox_monitor.error_groups_state; "
-            + UNDO_MIGRATION_008
+            + UNDO_FLOW_CONTROL
             + "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
@@ -243,6 +243,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "006_error_groups_cache",
             "007_error_groups_owner_tables_only",
             "008_flow_control",
+            "009_claim_skips_held_rows",
         ]
 
     privileges = (

@@ -54,6 +54,48 @@ def test_a_pause_until_later_holds_until_then(conn, rows):
     assert claimed_types(outbox.claim(conn, "w1")) == ["crm.contact"]
 
 
+HELD = 3000
+
+
+def _claim_reading(conn: psycopg.Connection, limit: int) -> tuple[list[dict], int]:
+    """One claim in a rolled-back transaction: the rows it handed out and how many heap rows
+    of the outbox it read (fetched by an index or bitmap scan, or read by a sequential one)."""
+    read = (
+        "SELECT pg_stat_get_xact_tuples_fetched('integration_outbox'::regclass)"
+        " + pg_stat_get_xact_tuples_returned('integration_outbox'::regclass) AS n"
+    )
+    with conn.transaction(force_rollback=True):
+        before = conn.execute(read).fetchone()["n"]
+        got = outbox.claim(conn, "w1", limit=limit)
+        return got, conn.execute(read).fetchone()["n"] - before
+
+
+def test_a_claim_reads_no_row_a_pause_holds(conn, rows):
+    # 3,000 due crm.contact rows, older than the 3 order.paid ones, held by a pause
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, created_at, available_at)"
+        " SELECT 'crm.contact', 'contact', g::text, 'held:' || g, '{}',"
+        " now() - interval '1 hour', now() - interval '1 hour'"
+        " FROM generate_series(1, %s) AS g",
+        (HELD,),
+    )
+    due = [rows.add(event_type="order.paid", created_ago=30 - i) for i in range(3)]
+    control(conn, "crm.%", paused=True)
+    conn.execute("ANALYZE integration_outbox")
+
+    got, read = _claim_reading(conn, 50)
+    assert sorted(row["id"] for row in got) == due
+    # the 3 handed out, and one row per pending type from the type scan at most
+    assert read <= 3 + 2
+
+    # the same claim without the recommended index reads every held row (migration 008)
+    conn.execute("DROP INDEX integration_outbox_pending_by_type_idx")
+    got, read = _claim_reading(conn, 50)
+    assert sorted(row["id"] for row in got) == due
+    assert read >= HELD
+
+
 def test_with_no_control_the_claim_takes_the_oldest_rows_first(conn, rows):
     ids = [rows.add(created_ago=100 - i) for i in range(5)]
     got = outbox.claim(conn, "w1", limit=3)
