@@ -6,15 +6,19 @@ users already have and seeds ``--rows`` rows of history exactly as ``figures.py`
 so that each backlog is exact. The table is then copied once per variant, so that every
 variant starts from the same compact heap: ``without`` keeps the users' indexes only, ``with``
 also gets the product's recommended indexes (``schema.init_db``, CONCURRENTLY) and, with
-``--retired``, ``retired`` gets the indexes init-db created before issue 11.
+``--retired``, ``retired`` gets the indexes init-db created before issue 11. With
+``--marginal PURPOSE`` the two tables are ``before`` (every index ``init-db --flow-control``
+creates but that one) and ``with`` (all of them), so that the ratios are that one index's
+cost.
 
 For each scenario (``--backlogs``: due pending rows; ``--storms``: due rows plus rows waiting
 in backoff, created before them, as in a retry storm of one event type) every table is brought
-to the same rows and four statements of the workers are timed, the tables interleaved in
+to the same rows and five statements of the workers are timed, the tables interleaved in
 alternating order on every round so that they share the machine's state: the SPEC §1 claim as
 users write it (``… order by created_at limit N for update skip locked``, then the UPDATE to
 ``processing``), the shared function ``outbox_monitor.claim``, the users' ack of the rows just
-claimed, and a publish of ``--batch`` events. Each runs in a transaction that is rolled back,
+claimed, their retry (a transient failure: back to pending after the backoff), and a publish
+of ``--batch`` events. Each runs in a transaction that is rolled back,
 so every round sees the same data; only the statement is timed. Median and min of
 ``--repeat`` rounds after one warm-up; the users' claim is EXPLAINed (ANALYZE, BUFFERS) once
 per table: scans, rows removed by filter, pages.
@@ -22,7 +26,8 @@ per table: scans, rows removed by filter, pages.
 Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/claim.py [--rows 1000000] [--backlogs 1000,3000,50000,200000]
-        [--storms 1000:200000,50000:200000] [--batch 50] [--repeat 15] [--retired]
+        [--storms 1000:200000,50000:200000] [--batch 50] [--repeat 15]
+        [--retired | --marginal PURPOSE]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --backlogs
 1000 --storms 1000:5000 --repeat 3`` is a smoke run of well under 30 s. Besides the ratio of
@@ -60,12 +65,29 @@ from scale import preload_stat_statements  # scale.py, next to this one: sets sh
 
 from outbox_monitor.config import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.schema import RETIRED_INDEXES, init_db
+from outbox_monitor.schema import (
+    FLOW_CONTROL_INDEX,
+    RECOMMENDED_INDEXES,
+    RETIRED_INDEXES,
+    init_db,
+)
 
 WORKER = "benchmark-claim"
 SOURCE = "integration_outbox"
-TABLES = {"without": "outbox_plain", "with": "outbox_recommended", "retired": "outbox_retired"}
-STATEMENTS = ("users' claim (SPEC §1 SQL)", "outbox_monitor.claim()", "users' ack", "publish")
+TABLES = {
+    "without": "outbox_plain",
+    "before": "outbox_before",
+    "with": "outbox_recommended",
+    "retired": "outbox_retired",
+}
+STATEMENTS = (
+    "users' claim (SPEC §1 SQL)",
+    "outbox_monitor.claim()",
+    "users' ack",
+    "users' retry",
+    "publish",
+)
+CLAIMED_THEN = {"users' ack": "benchmark_ack_claimed", "users' retry": "benchmark_retry_claimed"}
 
 
 @dataclass
@@ -84,6 +106,7 @@ class Result:
     """One scenario: per table, per statement, the samples in ms; per table the claim plan."""
 
     scenario: Scenario
+    base: str
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     plans: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
@@ -94,17 +117,17 @@ class Result:
         return min(self.samples[table][statement])
 
     def paired_ratio(self, table: str, statement: str) -> tuple[float, float, float]:
-        """The median of the round-by-round ratios table/without (both timed in the same
-        round, back to back) and its 95 % bootstrap interval: ``(median, low, high)``."""
-        return paired_ratio(self.samples[table][statement], self.samples["without"][statement])
+        """The median of the round-by-round ratios table/base (both timed in the same round,
+        back to back) and its 95 % bootstrap interval: ``(median, low, high)``."""
+        return paired_ratio(self.samples[table][statement], self.samples[self.base][statement])
 
 
 def timed(db: RecordingDatabase, statement: str, params: dict[str, Any], rounds: int) -> float:
     """Run one statement in a rolled-back transaction; the statement's own milliseconds."""
     with db.connection() as conn, conn.transaction(force_rollback=True):
-        if statement == "users' ack":
+        if statement in CLAIMED_THEN:
             claimed = conn.execute(db.compose("benchmark_claim_users"), params).fetchall()
-            name, params = "benchmark_ack_claimed", {**params, "ids": [r["id"] for r in claimed]}
+            name, params = CLAIMED_THEN[statement], {**params, "ids": [r["id"] for r in claimed]}
         elif statement == "publish":
             name, params = "benchmark_publish", {**params, "tag": rounds}
         elif statement.startswith("users'"):
@@ -155,9 +178,9 @@ def measure(dbs: dict[str, RecordingDatabase], args: argparse.Namespace, result:
         with db.connection() as conn:
             conn.execute(db.compose("benchmark_vacuum"))
     ratios = ", ".join(
-        f"{s}: {result.median('with', s) / result.median('without', s):.2f}" for s in STATEMENTS
+        f"{s}: {result.median('with', s) / result.median(result.base, s):.2f}" for s in STATEMENTS
     )
-    log(f"  {result.scenario.label}: with/without {ratios}")
+    log(f"  {result.scenario.label}: with/{result.base} {ratios}")
 
 
 def bring_to(
@@ -177,11 +200,19 @@ def bring_to(
         conn.execute(db.compose("benchmark_vacuum_analyze"))
 
 
-def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -> dict:
+def variants(args: argparse.Namespace) -> tuple[str, ...]:
+    """The tables timed, the base of the ratios first: ``before`` and ``with`` for
+    ``--marginal``, else ``without``, ``with`` and, for ``--retired``, ``retired``."""
+    if args.marginal:
+        return ("before", "with")
+    return ("without", "with", "retired") if args.retired else ("without", "with")
+
+
+def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.Namespace) -> dict:
     """Copy the seeded table for every variant; returns the connectors and build seconds."""
     dbs = {}
     builds = {}
-    for variant in ("without", "with", "retired") if retired else ("without", "with"):
+    for variant in variants(args):
         settings = load_settings(
             dsn=cluster_dsn,
             table=f"public.{TABLES[variant]}",
@@ -193,9 +224,14 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -
             conn.execute(source.compose("benchmark_copy_table", target=db.table))
             conn.execute(db.compose("benchmark_autovacuum_off"))
         start = time.perf_counter()
-        if variant == "with":
-            created = init_db(db, create_indexes=True).created_indexes
+        if variant in ("with", "before"):
+            created = init_db(db, flow_control=bool(args.marginal)).created_indexes
             log(f"  init-db created {', '.join(created)}")
+        if variant == "before":
+            left_out = args.marginal.name(TABLES[variant])
+            with db.direct_connection(statement_timeout=None) as conn:
+                conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("public", left_out)))
+            log(f"  and {left_out} dropped")
         elif variant == "retired":
             names = {
                 purpose: sql.Identifier(f"{TABLES[variant]}_{purpose}_idx")
@@ -203,7 +239,7 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, retired: bool) -
             }
             with db.direct_connection(statement_timeout=None) as conn:
                 conn.execute(db.compose("benchmark_retired_indexes", **names))
-        if variant != "without":
+        if variant in ("before", "with", "retired"):
             builds[variant] = time.perf_counter() - start
         dbs[variant] = db
     return {"dbs": dbs, "builds": builds}
@@ -244,14 +280,14 @@ def print_report(
         "VACUUM after each scenario\n"
     )
     variants = shape["variants"]
-    others = [v for v in variants if v != "without"]
-    head = " | ".join(f"{v} ms | {v}/without | by round [95 %]" for v in others)
-    print(f"| scenario | statement | without ms | {head} |")
+    base_variant, *others = variants
+    head = " | ".join(f"{v} ms | {v}/{base_variant} | by round [95 %]" for v in others)
+    print(f"| scenario | statement | {base_variant} ms | {head} |")
     print("|---|---|---:|" + "---:|---:|---:|" * len(others))
     for result in results:
         for statement in STATEMENTS:
-            base = result.median("without", statement)
-            cells = [f"{ms(base)} ({ms(result.minimum('without', statement))})"]
+            base = result.median(base_variant, statement)
+            cells = [f"{ms(base)} ({ms(result.minimum(base_variant, statement))})"]
             for variant in others:
                 value = result.median(variant, statement)
                 paired, low, high = result.paired_ratio(variant, statement)
@@ -291,6 +327,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--retired", action="store_true", help="also time the indexes of before issue 11"
     )
     parser.add_argument(
+        "--marginal",
+        metavar="PURPOSE",
+        help="time one index alone: 'before' (every other index of init-db --flow-control) "
+        "against 'with' (all of them), e.g. pending_by_type",
+    )
+    parser.add_argument(
         "--shared-buffers",
         default="4GB",
         help="the cluster's shared_buffers: every copy's backlog pages must fit, or the copies"
@@ -309,6 +351,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if any(len(pair) != 2 for pair in storms):
         parser.error("--storms takes due:in-backoff pairs")
     args.scenarios = [Scenario(due, 0) for due in backlogs] + [Scenario(*p) for p in storms]
+    if args.marginal:
+        by_purpose = {i.purpose: i for i in (*RECOMMENDED_INDEXES, FLOW_CONTROL_INDEX)}
+        if args.marginal not in by_purpose or args.retired:
+            parser.error(f"--marginal takes one of {', '.join(by_purpose)}, without --retired")
+        args.marginal = by_purpose[args.marginal]
     if args.rows < 1000 or args.repeat < 1 or args.batch < 1 or min(backlogs) < 1:
         parser.error("need --rows >= 1000, --repeat >= 1, --batch >= 1, backlogs >= 1")
     return args
@@ -334,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             shape["total"] = sum(shape["counts"].values())
             server = source.fetch_one("benchmark_server")
-            prepared = prepare_tables(source, cluster.dsn, args.retired)
+            prepared = prepare_tables(source, cluster.dsn, args)
             dbs = prepared["dbs"]
             shape["builds"] = prepared["builds"]
             shape["variants"] = list(dbs)
@@ -346,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     for db in dbs.values():
                         bring_to(db, scenario, current, anchor)
                     current = scenario
-                    result = Result(scenario)
+                    result = Result(scenario, shape["variants"][0])
                     measure(dbs, args, result)
                     results.append(result)
             finally:

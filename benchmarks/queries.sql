@@ -233,6 +233,13 @@ UPDATE {table} SET status = 'done', processed_at = now(), locked_at = NULL, lock
                    last_error = NULL
 WHERE id = ANY(%(ids)s) AND status = 'processing' AND locked_by = %(worker)s;
 
+-- name: benchmark_retry_claimed
+-- Benchmark only (claim.py): the users' fail (SPEC section 1) of the rows %(ids)s just claimed, a transient error: back to pending after the backoff.
+UPDATE {table} SET attempts = attempts + 1, status = 'pending',
+                   available_at = now() + make_interval(secs => 2 ^ least(attempts + 1, 10)),
+                   last_error = 'HTTP 503 from the downstream', locked_at = NULL, locked_by = NULL
+WHERE id = ANY(%(ids)s) AND status = 'processing' AND locked_by = %(worker)s;
+
 -- name: benchmark_publish
 -- Benchmark only (claim.py): a producer publishes %(batch)s events (keys tagged %(tag)s).
 INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload)

@@ -48,9 +48,9 @@ class RecommendedIndex:
         return _index_name(table, self.purpose)
 
 
-# The recommended indexes (SPEC §1, chosen by benchmarks/claim.py, figures.py and
-# flow_control.py). None of them can serve the users' claim (no created_at order, no predicate
-# its clauses imply) and the claim's UPDATE to 'processing' writes an entry in none of them.
+# The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
+# can serve the users' claim (no created_at order, no predicate its clauses imply) and the
+# claim's UPDATE to 'processing' writes an entry in none of them.
 RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
     RecommendedIndex(
         "finished",
@@ -67,11 +67,16 @@ RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
         "create_index_clock_skew",
         "(created_at) of rows processed before they were created: created per minute",
     ),
-    RecommendedIndex(
-        "pending_by_type",
-        "create_index_pending_by_type",
-        "(event_type, available_at, created_at) of pending rows: claims skip held rows unread",
-    ),
+)
+# The index through which a claim under flow control skips the rows a pause or an open breaker
+# holds without reading them (migration 009). Only for a team using flow control (`init-db
+# --flow-control`): every publish and retry writes an entry in it, +2 to +18 % per statement
+# at 1 M rows (benchmarks/RESULTS.md), a cost the others need not pay. Without it a claim reads
+# every held row, and the product says so wherever controls are shown.
+FLOW_CONTROL_INDEX = RecommendedIndex(
+    "pending_by_type",
+    "create_index_pending_by_type",
+    "(event_type, available_at, created_at) of pending rows: claims skip held rows unread",
 )
 # Indexes an earlier init-db created, by name suffix and key columns. (created_at) let the
 # users' claim walk the whole history in created_at order once a backlog formed, and
@@ -117,7 +122,7 @@ def _retired_index_name(table: str, purpose: str) -> str:
     return f"{table}_{purpose}_idx".encode()[:MAX_IDENTIFIER_LENGTH].decode(errors="ignore")
 
 
-def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
+def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = False) -> InitReport:
     """Create what is absent; never change a user table's columns or data (SPEC §1).
 
     Creates the outbox table and the idempotency ledger only if absent, applies the
@@ -132,6 +137,7 @@ def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
     Args:
         db: the connector of the target database.
         create_indexes: ``False`` for ``--no-indexes`` (creates and drops no index).
+        flow_control: ``True`` for ``--flow-control``: also ``FLOW_CONTROL_INDEX``.
 
     Returns:
         An ``InitReport``; a retired index that could not be dropped (lock timeout) is in
@@ -174,7 +180,8 @@ def init_db(db: Database, *, create_indexes: bool = True) -> InitReport:
             report.schema_version = current
         if create_indexes:
             with _index_builder_lock(conn):
-                report.created_indexes = _create_recommended_indexes(db, conn)
+                wanted = RECOMMENDED_INDEXES + ((FLOW_CONTROL_INDEX,) if flow_control else ())
+                report.created_indexes = _create_indexes(db, conn, wanted)
                 _drop_retired_indexes(db, conn, report)
     return report
 
@@ -209,11 +216,11 @@ def _present_indexes(db: Database, conn) -> set[str]:
     return {row["index_name"] for row in rows}
 
 
-def _create_recommended_indexes(db: Database, conn) -> list[str]:
+def _create_indexes(db: Database, conn, indexes: tuple[RecommendedIndex, ...]) -> list[str]:
     schema, table = db.settings.table_parts
     present = _present_indexes(db, conn)
     created = []
-    for index in RECOMMENDED_INDEXES:
+    for index in indexes:
         name = index.name(table)
         if name in present:
             continue

@@ -21,6 +21,7 @@ st.caption(
     f"audited as {format.md_code(ctx.identity.name)}."
 )
 controls.bypass_note()
+controls.held_rows_read_note(found)
 if refusal:
     st.warning(refusal, icon=":material/lock:")
 if linked:

@@ -42,6 +42,13 @@ def _role_option(kind: str, default: str) -> Callable:
 @click.command("init-db")
 @click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
 @click.option(
+    "--flow-control",
+    is_flag=True,
+    help="Also create the index through which a claim skips the rows flow control holds "
+    "(pending rows by event type): for teams that pause, limit or break event types. Each "
+    "publish and retry then writes one more index entry (README, Flow control).",
+)
+@click.option(
     "--print-grants",
     is_flag=True,
     help="Print the SQL that creates the viewer, scheduler and operator roles and grants "
@@ -56,6 +63,7 @@ def init_db_command(
     settings: Settings,
     as_json: bool,
     no_indexes: bool,
+    flow_control: bool,
     print_grants: bool,
     viewer_role: str,
     scheduler_role: str,
@@ -88,7 +96,7 @@ def init_db_command(
             click.echo(script)
         return
     with Database(settings) as db:
-        report = schema.init_db(db, create_indexes=not no_indexes)
+        report = schema.init_db(db, create_indexes=not no_indexes, flow_control=flow_control)
     payload = {
         "database": describe_target(settings.dsn),
         "created_tables": report.created_tables,

@@ -24,7 +24,7 @@ from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_instant
 from outbox_monitor.flow import controls as flow
-from outbox_monitor.flow.controls import BYPASS_NOTE
+from outbox_monitor.flow.controls import BYPASS_NOTE, HELD_ROWS_READ_NOTE
 from outbox_monitor.flow.model import default_burst, describe
 
 FollowUp = Callable[[Database, flow.ControlChange], tuple[dict[str, Any], list[str]]]
@@ -88,6 +88,9 @@ def _report(
     if follow_up is not None:
         extra, notes = follow_up(db, result)
         outcome.update(extra)
+    outcome["claims_read_held_rows"] = flow.claims_read_held_rows(db)
+    if outcome["claims_read_held_rows"] and result.after is not None:
+        notes.append(HELD_ROWS_READ_NOTE)
     if as_json:
         emit_json({**payload, **outcome})
         return
@@ -355,8 +358,15 @@ def controls(ctx: click.Context, settings: Settings, as_json: bool) -> None:
         return
     with open_checked(settings) as db:
         found = flow.controls(db)
+        reads_held = flow.claims_read_held_rows(db)
     if as_json:
-        emit_json({"controls": [control_json(c) for c in found], "note": BYPASS_NOTE})
+        emit_json(
+            {
+                "controls": [control_json(c) for c in found],
+                "claims_read_held_rows": reads_held,
+                "note": BYPASS_NOTE,
+            }
+        )
         return
     if not found:
         echo("No controls: every due row is handed out.")
@@ -371,6 +381,8 @@ def controls(ctx: click.Context, settings: Settings, as_json: bool) -> None:
                 f"{control.expires_at.isoformat(timespec='seconds')}; the file says: "
                 f"{describe(control.file_settings)}"
             )
+    if found and reads_held:
+        echo(HELD_ROWS_READ_NOTE)
     echo(BYPASS_NOTE)
 
 
@@ -395,6 +407,7 @@ def apply_command(
     with open_for_actions(settings, actions_dsn) as db:
         identity = local_identity(db.settings, name=actor, source="cli")
         report = apply_controls(db, wanted, actor=identity, dry_run=dry_run)
+        reads_held = flow.claims_read_held_rows(db)
     if as_json:
         emit_json(
             {
@@ -404,6 +417,7 @@ def apply_command(
                 "removed": report.removed,
                 "unchanged": report.unchanged,
                 "audit_id": report.audit_id,
+                "claims_read_held_rows": reads_held,
             }
         )
         return
@@ -416,3 +430,5 @@ def apply_command(
         echo(f"  {verb}: {name}: {describe(wanted[name])}")
     for name in report.removed:
         echo(f"  {gone}: {name}")
+    if wanted and reads_held:
+        echo(HELD_ROWS_READ_NOTE)

@@ -264,7 +264,7 @@ def run_demo(
                 lock_timeout=DEMO_LOCK_TIMEOUT,
             )
             db = Database(settings)
-            init_db(db)
+            init_db(db, flow_control=True)  # the demo breaks and pauses downstreams
             apply_controls(db, load_controls(DEMO_CONTROLS), actor=DEMO_ACTOR)
             # n8n calls it; with simulated workers it only serves the outage switch
             downstream = Downstream(

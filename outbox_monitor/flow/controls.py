@@ -35,6 +35,13 @@ BYPASS_NOTE = (
 )
 """Said wherever controls are shown (SPEC §5)."""
 
+HELD_ROWS_READ_NOTE = (
+    "Every claim reads every row a pause or an open breaker holds: this table lacks the index "
+    "that lets the claim skip them. Run outbox-monitor init-db --flow-control (it builds "
+    "the index CONCURRENTLY; each publish and retry then writes one more index entry)."
+)
+"""Said wherever controls are shown while ``claims_read_held_rows`` (migration 009)."""
+
 
 @dataclass(frozen=True)
 class Control:
@@ -96,6 +103,17 @@ def _grant(row: dict[str, Any]) -> int | None:
     if row["concurrency_limit"] is not None:
         limits.append(max(0, row["concurrency_limit"] - row["processing"]))
     return min(limits) if limits else None
+
+
+def claims_read_held_rows(db: Database) -> bool:
+    """Whether a claim reads every row flow control holds, for want of an index led by
+    ``event_type`` over the pending rows (migration 009's ``pending_types_index``; created by
+    ``init-db --flow-control``): then a claim behind N held rows costs O(N).
+
+    Raises:
+        The connector's errors (``DatabaseUnavailable``, ``PermissionDenied`` …).
+    """
+    return db.fetch_one("claims_read_held_rows", key(db, None))["reads"]
 
 
 def controls(db: Database) -> list[Control]:

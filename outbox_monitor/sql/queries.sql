@@ -51,10 +51,10 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, attempts
 WHERE status = 'failed';
 
 -- name: create_index_pending_by_type
--- Recommended: pending rows by event_type, so that a claim under flow control (migration 009)
--- reads no row a pause or an open breaker holds (SPEC section 5). Partial to status =
--- 'pending': the claim's UPDATE to 'processing' and the ack write no entry; a publish and a
--- retry write one. event_type IS NOT NULL holds for every row (a NOT NULL column) but no
+-- With init-db --flow-control: pending rows by event_type, so that a claim under flow control
+-- (migration 009) reads no row a pause or an open breaker holds (SPEC section 5). Partial to
+-- status = 'pending': the claim's UPDATE to 'processing' and the ack write no entry; a publish
+-- and a retry write one. event_type IS NOT NULL holds for every row (a NOT NULL column) but no
 -- users' claim states it, so the planner cannot give the users' claim this index; the shared
 -- claim's clauses on event_type imply it. Outside a transaction.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, available_at, created_at)
@@ -854,6 +854,10 @@ ON CONFLICT (outbox, event_type_filter) DO UPDATE SET
     breaker_state = CASE WHEN %(breaker)s THEN s.breaker_state ELSE 'closed' END,
     probe_id = CASE WHEN %(breaker)s THEN s.probe_id END,
     probe_at = CASE WHEN %(breaker)s THEN s.probe_at END;
+
+-- name: claims_read_held_rows
+-- Whether a claim of the table reads every row flow control holds: no index of the table lets it skip them (migration 009's pending_types_index; init-db --flow-control creates one).
+SELECT NOT outbox_monitor.pending_types_index(%(table_regclass)s::regclass) AS reads;
 
 -- name: control_states
 -- Each control in force with its state now: the pause in force, the bucket refilled to now (not written), the breaker, and the processing rows it matches.

@@ -16,7 +16,7 @@ from outbox_monitor.alerts.links import PAUSE_ACTION
 from outbox_monitor.db import Database
 from outbox_monitor.events import database_now
 from outbox_monitor.flow import controls as flow
-from outbox_monitor.flow.controls import BYPASS_NOTE, Control
+from outbox_monitor.flow.controls import BYPASS_NOTE, HELD_ROWS_READ_NOTE, Control
 from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows, pending_by_event_type
 from outbox_monitor.flow.model import describe, matches
 from outbox_monitor.flow.silencing import Tripped, rules_a_pause_trips
@@ -41,6 +41,7 @@ class ControlsView:
     event_types: list[EventTypeFlow]
     transitions: list[dict[str, Any]]
     now: datetime
+    claims_read_held_rows: bool
 
     def control(self, event_type_filter: str) -> Control | None:
         """The control in force for exactly that filter, if any."""
@@ -62,11 +63,13 @@ def _view(key: str, _db: Database) -> ControlsView:
             event_types=event_type_flows(pending, found),
             transitions=flow.recent_transitions(_db, limit=20),
             now=database_now(_db),
+            claims_read_held_rows=flow.claims_read_held_rows(_db),
         )
 
 
 def view(db: Database) -> ControlsView:
-    """The controls, event types and breaker transitions (cached, ``cache.cached``)."""
+    """The controls, event types, breaker transitions and whether claims read held rows
+    (cached, ``cache.cached``)."""
     return _view(db_key(db), db)
 
 
@@ -255,6 +258,13 @@ def current_settings(found: ControlsView, event_type_filter: str | None) -> None
 def bypass_note() -> None:
     """The note that workers running their own SQL claim bypass every control (SPEC §5)."""
     st.info(format.md_text(BYPASS_NOTE), icon=":material/alt_route:")
+
+
+def held_rows_read_note(found: ControlsView) -> None:
+    """While controls exist on a table without the flow-control index, the warning that every
+    claim reads every held row (``flow.claims_read_held_rows``), with the command to fix it."""
+    if found.controls and found.claims_read_held_rows:
+        st.warning(format.md_text(HELD_ROWS_READ_NOTE), icon=":material/speed:")
 
 
 def override_input(

@@ -56,6 +56,27 @@ def test_pause_for_30m_holds_the_rows_and_resume_releases_them(cli, conn, rows):
     ]
 
 
+def test_without_the_flow_control_index_every_listing_and_change_says_claims_read_held_rows(
+    cli, rows
+):
+    rows.add(event_type="crm.contact")
+    assert as_json(cli("controls", "--json"))["claims_read_held_rows"] is True
+    assert "init-db --flow-control" not in cli("controls").output  # no control: nothing held
+
+    paused = cli("pause", "crm.%")
+    assert paused.exit_code == 0 and "init-db --flow-control" in paused.output
+    assert "init-db --flow-control" in cli("controls").output
+
+    made = as_json(cli("init-db", "--flow-control", "--json"))
+    assert made["created_indexes"] == ["integration_outbox_pending_by_type_idx"]
+    assert as_json(cli("controls", "--json"))["claims_read_held_rows"] is False
+    assert "init-db --flow-control" not in cli("controls").output
+    assert (
+        as_json(cli("limit", "order.%", "--concurrency", "2", "--json"))["claims_read_held_rows"]
+        is False
+    )
+
+
 def test_dry_run_previews_and_changes_nothing(cli, conn, rows):
     rows.add(event_type="crm.contact")
     result = as_json(cli("pause", "crm.contact", "--dry-run", "--json"))

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from outbox_monitor import outbox
+from outbox_monitor import outbox, schema
 from tests.flow import breaker_state, control, race_claims, transitions, worst_excess
 
 TABLE = "public.integration_outbox"
@@ -70,7 +70,8 @@ def _claim_reading(conn: psycopg.Connection, limit: int) -> tuple[list[dict], in
         return got, conn.execute(read).fetchone()["n"] - before
 
 
-def test_a_claim_reads_no_row_a_pause_holds(conn, rows):
+def test_a_claim_reads_no_row_a_pause_holds(db, conn, rows):
+    schema.init_db(db, flow_control=True)
     # 3,000 due crm.contact rows, older than the 3 order.paid ones, held by a pause
     conn.execute(
         "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
@@ -89,11 +90,36 @@ def test_a_claim_reads_no_row_a_pause_holds(conn, rows):
     # the 3 handed out, and one row per pending type from the type scan at most
     assert read <= 3 + 2
 
-    # the same claim without the recommended index reads every held row (migration 008)
+    # the same claim without the flow-control index reads every held row (migration 008)
     conn.execute("DROP INDEX integration_outbox_pending_by_type_idx")
     got, read = _claim_reading(conn, 50)
     assert sorted(row["id"] for row in got) == due
     assert read >= HELD
+
+
+def test_over_1000_pending_types_the_claim_reads_held_rows_and_still_skips_them(db, conn, rows):
+    schema.init_db(db, flow_control=True)
+    # 1,001 pending types besides the held one: probing each type is no longer cheaper
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, available_at)"
+        " SELECT 'type.' || g, 'a', g::text, 'many:' || g, '{}', now() + interval '1 hour'"
+        " FROM generate_series(1, 1001) AS g"
+    )
+    for i in range(3):
+        rows.add(event_type="crm.contact", created_ago=100 + i)
+    due = rows.add(event_type="order.paid", created_ago=10)
+    control(conn, "crm.%", paused=True)
+
+    scans = (
+        "SELECT pg_stat_get_xact_numscans('integration_outbox_pending_by_type_idx'::regclass) AS n"
+    )
+    with conn.transaction(force_rollback=True):
+        got = outbox.claim(conn, "w1", limit=50)
+        probes = conn.execute(scans).fetchone()["n"]
+    assert [row["id"] for row in got] == [due]
+    # the type scan stopped at its cap (1,001 of the 1,003 pending types), then 008's scan
+    assert probes in (1001, 1002)
 
 
 def test_with_no_control_the_claim_takes_the_oldest_rows_first(conn, rows):

@@ -63,6 +63,7 @@ def test_pause_from_the_page_holds_exactly_the_due_rows_and_resume_releases_them
     at = open_page(PAGE)
     assert not at.exception
     assert "bypasses them" in texts(at)  # the bypass note
+    assert "init-db --flow-control" not in texts(at)  # no control yet: nothing is held
     types = by(table(at, "event_types"), "event_type")
     assert {t: (r["due"], r["pending"], r["held"]) for t, r in types.items()} == {
         "crm.contact": (3, 3, 0),
@@ -95,6 +96,8 @@ def test_pause_from_the_page_holds_exactly_the_due_rows_and_resume_releases_them
     }
     assert "**4** due rows held now: crm.contact 3, crm.deal 1." in texts(at)
     assert claimed_types(conn) == ["order.paid"]  # the workers' claim hands out nothing else
+    # this table lacks the flow-control index: every claim reads the held rows, said once
+    assert [w for w in at.warning if "init-db --flow-control" in plain(w.value)]
 
     at.button(key="controls.resume.preview_button").click().run()
     at.button(key="controls.resume.confirm").click().run()

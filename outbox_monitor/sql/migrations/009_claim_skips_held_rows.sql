@@ -7,7 +7,8 @@
 -- claim, ack and publish). When a claim has a filter that grants 0 and the table has such an
 -- index, it lists the pending event types by a loose index scan (one index probe per type),
 -- drops the blocked ones, and reads due rows of the other types only: O(types + due rows it
--- may hand out), not O(held). Without the index the claim is 008's.
+-- may hand out), not O(held). Without the index, or with over 1,000 pending types, the claim
+-- is 008's.
 --
 -- outbox_monitor.pending_types_index(p_table): whether p_table has a valid index led by
 --                     event_type that holds its pending rows (no predicate, or init-db's
@@ -126,9 +127,16 @@ BEGIN
                                   WHERE o.status = ''pending'' AND o.event_type > types.event_type
                                   ORDER BY o.event_type LIMIT 1)
                            FROM types WHERE types.event_type IS NOT NULL)
-                     SELECT coalesce(array_agg(types.event_type), ''{}'') FROM types
-                      WHERE types.event_type IS NOT NULL', p_table)
+                     SELECT coalesce(array_agg(t.event_type), ''{}'')
+                       FROM (SELECT types.event_type FROM types
+                              WHERE types.event_type IS NOT NULL LIMIT 1001) AS t', p_table)
                    INTO pending_types;
+                IF cardinality(pending_types) > 1000 THEN
+                    -- so many types that probing each could cost more than the held rows:
+                    -- 008's scan (the recursion stopped at the 1,001st)
+                    by_type := false;
+                    pending_types := NULL;
+                END IF;
             END IF;
         END IF;
         IF pending_types IS NOT NULL THEN
