@@ -233,6 +233,7 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
             "006_error_groups_cache",
             "007_error_groups_owner_tables_only",
             "008_flow_control",
+            "010_outcomes_only_with_breakers",
         ]
 
     privileges = (

@@ -162,6 +162,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "006_error_groups_cache",
         "007_error_groups_owner_tables_only",
         "008_flow_control",
+        "010_outcomes_only_with_breakers",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []
