@@ -234,6 +234,7 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
             "007_error_groups_owner_tables_only",
             "008_flow_control",
             "009_claim_skips_held_rows",
+            "010_outcomes_only_with_breakers",
         ]
 
     privileges = (

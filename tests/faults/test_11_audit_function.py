@@ -244,6 +244,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "007_error_groups_owner_tables_only",
             "008_flow_control",
             "009_claim_skips_held_rows",
+            "010_outcomes_only_with_breakers",
         ]
 
     privileges = (

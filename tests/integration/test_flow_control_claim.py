@@ -13,7 +13,17 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox, schema
-from tests.flow import breaker_state, control, race_claims, transitions, worst_excess
+from tests.flow import (
+    BREAKER,
+    ack_n,
+    breaker_state,
+    control,
+    fail_n,
+    race_claims,
+    transitions,
+    worker_login,
+    worst_excess,
+)
 
 TABLE = "public.integration_outbox"
 
@@ -232,28 +242,6 @@ def test_a_state_row_held_by_another_claim_grants_zero_at_once(dsn, conn, rows):
 # ------------------------------------------------------------------ the circuit breaker
 
 
-def fail_n(conn, rows, n: int, *, permanent: bool = False, event_type: str = "crm.contact"):
-    for _ in range(n):
-        rows.add(event_type=event_type)
-    for row in outbox.claim(conn, "w1", limit=n):
-        outbox.fail(conn, row["id"], "w1", "503 upstream", permanent=permanent)
-
-
-def ack_n(conn, rows, n: int, event_type: str = "crm.contact") -> None:
-    for _ in range(n):
-        rows.add(event_type=event_type)
-    for row in outbox.claim(conn, "w1", limit=n):
-        assert outbox.ack(conn, row["id"], "w1")
-
-
-BREAKER = {
-    "breaker": True,
-    "breaker_min_attempts": 4,
-    "breaker_ratio": 0.75,
-    "breaker_cooldown_seconds": 1,
-}
-
-
 def test_the_breaker_opens_after_the_configured_failures_and_not_before(conn, rows):
     control(conn, "crm.%", **BREAKER)
     ack_n(conn, rows, 1)
@@ -395,19 +383,10 @@ def test_a_worker_login_with_only_the_tables_grants_claims_through_controls(
 ):
     """A worker's login that owns nothing, with UPDATE on the outbox and the schema's
     USAGE, obeys the controls: the state lives behind the owner's functions."""
-    with psycopg.connect(dsn, autocommit=True) as su:  # roles are cluster-wide
-        su.execute(
-            "DO $$ BEGIN CREATE ROLE flow_worker LOGIN;"
-            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-        )
-        su.execute(
-            "GRANT USAGE ON SCHEMA outbox_monitor TO flow_worker;"
-            " GRANT SELECT, UPDATE ON integration_outbox TO flow_worker"
-        )
+    worker = worker_login(dsn)
     for _ in range(3):
         rows.add(event_type="crm.contact")
     control(conn, "crm.contact", rate_per_second=0.001, burst=2)
-    worker = psycopg.conninfo.make_conninfo(dsn, user="flow_worker")
     with psycopg.connect(worker, autocommit=True, row_factory=dict_row) as w:
         first = outbox.claim(w, "w1")
         assert len(first) == 2 and outbox.claim(w, "w1") == []  # the bucket held
