@@ -664,9 +664,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"throughput: {args.repeat} rounds of {', '.join(args.variants)}")
                 measure_throughput(db, backlog, args, report)
                 if {"main", "flow"} <= set(args.variants):
-                    log(
-                        f"statements: {args.latency_repeat} rounds of main's and the current functions'"
-                    )
+                    log(f"statements: {args.latency_repeat} rounds of main's and the current ones")
                     measure_statements(db, backlog, args, report)
                 report.shape["load_throughput"] = load_average()
                 if held:
