@@ -160,7 +160,7 @@ LATENCY_CELLS = (
     ("held", f"{HELD_TABLE}: pause {HOLD_FILTER} holding the older rows"),
     (
         "held, no index",
-        f"{HELD_NO_INDEX_TABLE}: the same, without the recommended pending_by_type index",
+        f"{HELD_NO_INDEX_TABLE}: the same, without the flow-control index pending_by_type",
     ),
 )
 
