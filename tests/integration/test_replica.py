@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg.rows import dict_row
 
+from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.cli import main
@@ -309,3 +310,32 @@ def test_a_write_reaching_a_standby_names_the_setting_to_change(replica_db, purp
     }[purpose]
     assert "accepts no writes" in str(caught.value)
     assert wanted in caught.value.hint
+
+
+def test_a_leader_taking_over_during_an_episode_sends_nothing_more_and_resolves_it(
+    replica_db, tmp_path
+):
+    """The episode lives in the notification outbox on the primary: a new leader (a new
+    watch, or a new lease term) finds it open, queues no second message, and queues its
+    one resolve when the standby has caught up."""
+    (tmp_path / "alerts.yml").write_text(RULES)
+    ruleset = load_rules(tmp_path / "alerts.yml")
+    config = load_settings(dsn=replica_db.standby, primary_dsn=replica_db.primary)
+    with Database(config) as db, Database(config, purpose="primary") as primary:
+
+        def watch() -> ReplicaLagWatch:
+            return ReplicaLagWatch(db, primary, max_lag=1.0, ruleset=ruleset, confirm_seconds=0)
+
+        first, second = watch(), watch()
+        _lag_after_write(replica_db, 1.5)
+        assert first.check(term=1).exceeds(1.0)
+        assert second.check(term=2).exceeds(1.0)  # the next leader, same episode
+        assert first.check(term=3).exceeds(1.0)  # the first again, under a new term
+        replica_db.standby_server.resume_replay()
+        assert wait_for(lambda: not second.check(term=2).exceeds(1.0), timeout=10)
+        assert not first.check(term=4).exceeds(1.0)
+    with _connect(replica_db.primary) as conn:
+        kinds = conn.execute(
+            "SELECT kind FROM outbox_monitor.notifications WHERE rule = 'replica-lag' ORDER BY id"
+        ).fetchall()
+    assert [row["kind"] for row in kinds] == ["error", "resolved"]
