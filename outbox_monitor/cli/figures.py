@@ -20,6 +20,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration
 from outbox_monitor.logs import escape_controls
+from outbox_monitor.replica import replica_status
 from outbox_monitor.units import per_minute
 
 
@@ -140,11 +141,14 @@ def status(
     lock_timeout: float | None,
     event_type: str | None,
 ) -> None:
-    """Every SPEC §2 figure, exact (seconds as floats, null where none)."""
+    """Every SPEC §2 figure, exact (seconds as floats, null where none), and whether the
+    database is a read replica with its replay lag (``replica``)."""
     with open_checked(settings) as db:
         figures = metrics.status(
             db, window=window, lock_timeout=lock_timeout, event_type=event_type
         )
+        reading = replica_status(db)
+    figures["replica"] = reading.as_json()
     if as_json:
         emit_json(figures)
         return
@@ -171,3 +175,5 @@ def status(
         echo(f"    failed {escape_controls(event):<19} {count}")  # escaped, then aligned
     histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
     echo(f"  {'rows by attempts':<26} {histogram or '–'}")
+    if reading.in_recovery:
+        echo(f"  {'read from':<26} {reading.describe()}")

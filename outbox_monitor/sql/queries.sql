@@ -457,6 +457,21 @@ GROUP BY 1
 ORDER BY 1;
 
 
+-- ===================================================================== read replicas
+
+-- name: replica_status
+-- Whether the server is a hot standby in recovery, and its replay lag in seconds: 0 on a primary and when everything received is replayed (an idle primary is no lag), else the age of the last replayed transaction; NULL when none was replayed yet.
+SELECT pg_is_in_recovery() AS in_recovery,
+       pg_last_wal_receive_lsn()::text AS receive_lsn,
+       pg_last_wal_replay_lsn()::text AS replay_lsn,
+       pg_last_xact_replay_timestamp() AS replayed_at,
+       CASE
+           WHEN NOT pg_is_in_recovery() THEN 0.0
+           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+           ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))
+       END::float8 AS lag_seconds;
+
+
 -- ===================================================================== samples (sampler)
 
 -- name: sample_insert
@@ -1147,11 +1162,11 @@ SELECT now() AS now, l.holder, l.holder_pid, l.term, l.acquired_at, l.renewed_at
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_monitor.leader_leases AS l ON l.table_name = %(table_name)s;
 
--- name: stall_open_notifications
--- "Alerting is stalled" notifications (one per route and episode) whose resolve is not queued yet.
+-- name: open_error_notifications
+-- A scheduler alert's notifications (alerting-stalled, replica-lag: one per route and episode) whose resolve is not queued yet.
 SELECT e.id, e.dedupe_key, e.route, e.payload
 FROM outbox_monitor.notifications AS e
-WHERE e.rule = 'alerting-stalled' AND e.instance = %(instance)s AND e.kind = 'error'
+WHERE e.rule = %(rule)s AND e.instance = %(instance)s AND e.kind = 'error'
   AND NOT EXISTS (
       SELECT 1 FROM outbox_monitor.notifications AS r
       WHERE r.dedupe_key = left(e.dedupe_key, -length('error')) || 'resolved')
