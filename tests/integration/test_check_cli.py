@@ -65,6 +65,7 @@ def test_check_on_a_healthy_outbox_exits_0_with_every_rule_in_json(cli, rows):
         "latency-slo": [("", 10, False)],  # one done row, 10 s
         "stuck-lock": [("", 0, False)],
         "breaker-open": [(None, None, False)],  # `by` rule, no breaker defined
+        "claim-plan-degraded": [("", 0, False)],  # a small table: never degraded
     }
     backlog = payload["rules"][1]
     assert backlog == {

@@ -54,6 +54,8 @@ PROMETHEUS_NAME = {
     "rows_held": "outbox_rows_held",
     "rows_throttled": "outbox_rows_throttled",
     "breaker_open": "outbox_breaker_open",
+    "claim_plan_degraded": "outbox_claim_plan_degraded",
+    "claim_plan_cost": "outbox_claim_plan_cost",
 }
 QUANTILE = {"latency_p50": "0.5", "latency_p95": "0.95", "latency_p99": "0.99"}
 RULE_KEYS = {"alert", "expr", "for", "keep_firing_for", "labels", "annotations"}
