@@ -12,7 +12,9 @@ counted twice):
 - ``users_claim``: the users' own claim SQL (SPEC §1): ``FOR UPDATE SKIP LOCKED`` naming the
   outbox table (as a word: ``integration_outbox``, quoted or schema-qualified);
 - ``users_ack``: the users' own ack SQL: an ``UPDATE`` of the outbox table that sets
-  ``processed_at = now()`` and ``last_error = NULL`` (a retry or a dead-letter sets an error).
+  ``processed_at = now()`` and does not touch ``attempts`` (a dead-letter sets
+  ``processed_at`` too, but counts an attempt; ``pg_stat_statements`` has replaced every
+  constant, ``'done'`` and ``NULL`` alike, by ``$n``).
 
 Statements of the product's schema other than those calls are never the users'. Figures are
 cumulative since ``pg_stat_statements_reset()`` (mean and max), except calls per minute,
@@ -141,9 +143,9 @@ def _patterns(db: Database) -> dict[str, str]:
         "own_schema": "%outbox_monitor.%",
         "table_pattern": name,
         "users_claim": r"for\s+update\s+skip\s+locked",
-        "users_ack": (
-            rf"^\s*update\s+\S*{name}.*\mprocessed_at\s*=\s*now\(\).*\mlast_error\s*=\s*null\M"
-        ),
+        "users_ack": rf"^\s*update\s+\S*{name}.*\mprocessed_at\s*=\s*now\(\)",
+        # a dead-letter also sets processed_at, but counts an attempt (SPEC §1)
+        "not_ack": r"\mattempts\M",
     }
 
 

@@ -1039,7 +1039,7 @@ FROM (SELECT s.calls, s.total_exec_time, s.max_exec_time,
                  WHEN s.query ILIKE %(own_schema)s THEN NULL
                  WHEN s.query ~* %(users_claim)s AND s.query ~* %(table_pattern)s
                       THEN 'users_claim'
-                 WHEN s.query ~* %(users_ack)s THEN 'users_ack'
+                 WHEN s.query ~* %(users_ack)s AND s.query !~* %(not_ack)s THEN 'users_ack'
              END AS kind
         FROM {statements} s
        WHERE s.toplevel
