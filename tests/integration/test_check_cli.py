@@ -170,7 +170,7 @@ def test_validate_prints_a_summary_or_every_error(cli, tmp_path):
     result = cli("alerts", "validate", "--rules", str(SHIPPED_RULES_PATH))
     assert result.exit_code == 0
     assert result.stdout == (
-        f"{SHIPPED_RULES_PATH}: valid — 6 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
+        f"{SHIPPED_RULES_PATH}: valid — 7 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
         "evaluated every 30s\n"
     )
     broken = ONE_RULE.replace('op: ">"', 'op: "=>"').replace("route: oncall", "route: pager")

@@ -15,7 +15,7 @@ from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.errors import SchemaNotInitialised
+from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
 from outbox_monitor.figures import FIGURES
 from outbox_monitor.health.claim_plan import (
     MIN_JUMPED_COST,
@@ -189,3 +189,17 @@ def test_without_migration_011_the_error_says_run_init_db(dsn, conn):
     conn.execute("DROP TABLE outbox_monitor.claim_plans")
     with Database(load_settings(dsn=dsn)) as db, pytest.raises(SchemaNotInitialised):
         claim_health(db)
+
+
+def test_the_read_login_plans_and_the_scheduler_login_records(dsn, logins, conn):
+    """The printed grants suffice: EXPLAIN needs only SELECT on the outbox (the viewer's),
+    recording needs INSERT and DELETE on migration 011's tables (the scheduler's)."""
+    with Database(load_settings(dsn=logins.dsn(dsn, logins.read))) as viewer:
+        assert claim_health(viewer).degraded == 0
+        with pytest.raises(PermissionDenied):
+            record_claim_plans(viewer)
+    with Database(load_settings(dsn=logins.dsn(dsn, logins.scheduler))) as scheduler:
+        recorded = record_claim_plans(scheduler)
+    assert recorded["statements"].note is not None  # said plainly, whatever the login
+    count = "SELECT count(*) AS n FROM outbox_monitor.claim_plans"
+    assert conn.execute(count).fetchone()["n"] == 2
