@@ -327,9 +327,14 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
 
 def recent_costs(db: Database) -> dict[str, list[float]]:
     """The newest ``COST_BASELINE_SAMPLES`` recorded costs of each statement of this table,
-    newest first (query ``claim_plans_recent_costs``); ``{}`` before the first record."""
+    newest first (query ``claim_plans_recent_costs``); empty lists before the first record."""
     rows = db.fetch_all(
-        "claim_plans_recent_costs", {"table_name": db.table_name, "limit": COST_BASELINE_SAMPLES}
+        "claim_plans_recent_costs",
+        {
+            "table_name": db.table_name,
+            "statements": list(STATEMENTS),
+            "limit": COST_BASELINE_SAMPLES,
+        },
     )
     return {row["statement"]: [float(cost) for cost in row["costs"]] for row in rows}
 

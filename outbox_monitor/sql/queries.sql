@@ -966,17 +966,19 @@ FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
 LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 WHERE i.indisvalid
-  AND (i.indrelid = %(table_regclass)s::regclass
-       OR i.indrelid IN (SELECT h.inhrelid FROM pg_inherits h
-                          WHERE h.inhparent = %(table_regclass)s::regclass))
+  AND i.indrelid IN (SELECT %(table_regclass)s::regclass::oid
+                     UNION ALL
+                     SELECT h.inhrelid FROM pg_inherits h
+                      WHERE h.inhparent = %(table_regclass)s::regclass)
 ORDER BY c.relname;
 
 -- name: claim_plan_table_rows
 -- The planner's row count of the outbox table (pg_class.reltuples, its partitions summed; 0 before the first ANALYZE).
 SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS table_rows
 FROM pg_class c
-WHERE c.oid = %(table_regclass)s::regclass
-   OR c.oid IN (SELECT h.inhrelid FROM pg_inherits h
+WHERE c.oid IN (SELECT %(table_regclass)s::regclass::oid
+                UNION ALL
+                SELECT h.inhrelid FROM pg_inherits h
                  WHERE h.inhparent = %(table_regclass)s::regclass);
 
 -- name: claim_plan_insert
@@ -988,14 +990,13 @@ VALUES (%(table_name)s, %(statement)s, %(shape)s, %(total_cost)s, %(plan_rows)s,
 RETURNING sampled_at;
 
 -- name: claim_plans_recent_costs
--- The estimated total costs of the newest %(limit)s recorded plans of each statement of a table, newest first (the cost-jump baseline).
-SELECT p.statement, array_agg(p.total_cost ORDER BY p.sampled_at DESC) AS costs
-FROM (SELECT statement, sampled_at, total_cost,
-             row_number() OVER (PARTITION BY statement ORDER BY sampled_at DESC) AS n
-        FROM outbox_monitor.claim_plans
-       WHERE table_name = %(table_name)s) AS p
-WHERE p.n <= %(limit)s
-GROUP BY p.statement;
+-- The estimated total costs of the newest %(limit)s recorded plans of each of %(statements)s of a table, newest first (the cost-jump baseline; a backward walk of the primary key per statement).
+SELECT s.statement,
+       ARRAY(SELECT p.total_cost FROM outbox_monitor.claim_plans p
+              WHERE p.table_name = %(table_name)s AND p.statement = s.statement
+              ORDER BY p.sampled_at DESC
+              LIMIT %(limit)s) AS costs
+FROM unnest(%(statements)s::text[]) AS s(statement);
 
 -- name: claim_plans_series
 -- Recorded claim plans of a table over the window, oldest first (the Health page's chart and table).
