@@ -2,6 +2,8 @@
 
 import pytest
 
+from outbox_monitor.config import DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, load_settings
+from outbox_monitor.errors import ConfigError
 from outbox_monitor.health.claim_plan import (
     MIN_TABLE_ROWS,
     IndexInfo,
@@ -125,3 +127,13 @@ def test_judge_calls_a_plan_degraded_only_on_a_table_big_enough(table_rows, walk
     assert (shared.baseline_cost, shared.cost_jumped) == (10.0, False)
     assert health.cost == 100.0
     assert health.as_json()["plans"][0]["walks_non_pending"] is walks
+
+
+def test_a_claim_plan_interval_that_cannot_be_read_names_its_variable(monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL", "often")
+    with pytest.raises(ConfigError, match="OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL"):
+        load_settings()
+    monkeypatch.setenv("OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL", "10m")
+    assert load_settings().claim_plan_interval == 600
+    monkeypatch.delenv("OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL")
+    assert load_settings().claim_plan_interval == DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS == 300
