@@ -41,6 +41,9 @@ PAGES = {
         ),
         # viewers see what holds rows; the forms are disabled for them (operator changes)
         st.Page("pages/controls.py", title="Controls", url_path="controls", icon=":material/tune:"),
+        st.Page(
+            "pages/health.py", title="Health", url_path="health", icon=":material/monitor_heart:"
+        ),
     ],
     Role.operator: [
         st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),

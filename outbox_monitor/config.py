@@ -42,6 +42,9 @@ DEFAULT_MAX_REPLICA_LAG_SECONDS = 60.0
 """The scheduler evaluates no rule (and records no sample) from a read DSN that is a hot
 standby lagging more than this (``OUTBOX_MONITOR_MAX_REPLICA_LAG``); it alerts that instead."""
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
+DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS = 300.0
+"""How often the scheduler EXPLAINs the workers' claim (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``):
+planning only, ≈ 1 ms per statement (``health.claim_plan``)."""
 DEFAULT_REFRESH_SECONDS = 10.0
 DEFAULT_CLAIM_BATCH = 50
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
@@ -218,6 +221,7 @@ class Settings(BaseSettings):
     sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
     max_replica_lag: Seconds = Field(default=DEFAULT_MAX_REPLICA_LAG_SECONDS, gt=0)
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
+    claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
     actor: str | None = None
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)

@@ -15,7 +15,9 @@ the same predicates as the ``metrics`` blocks) instead of six queries:
   ``outbox_failed_in_window{event_type, window}``: ``window`` is ``duration_label`` of
   ``OUTBOX_MONITOR_WINDOW`` (``"1h"``) plus every window an alerts.yml rule uses for that
   figure (``"15m"`` of payment-failed), so Prometheus rules can match alerts.yml;
-- ``outbox_rows_by_attempts{attempts}``: rows not yet done, by attempts.
+- ``outbox_rows_by_attempts{attempts}``: rows not yet done, by attempts;
+- the workers' claim planned now (issue 14 item 2, ``health.claim_plan``; EXPLAIN, never
+  run), unlabelled: ``outbox_claim_plan_degraded`` (0/1) and ``outbox_claim_plan_cost``.
 
 ``event_type`` has bounded cardinality: the ``top`` (default 10) event types by value are
 labelled one by one, event types matching an alerts.yml rule's ``event_type`` filter first
@@ -69,6 +71,7 @@ from outbox_monitor.figures import FIGURES, by_family
 from outbox_monitor.filters import like_escape
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import OPEN_STATES, held_by
+from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.replica import ReplicaStatus, replica_status
 from outbox_monitor.scheduler_status import SchedulerStatus
 
@@ -315,6 +318,7 @@ class OutboxCollector(Collector):
         families += self._flow_families(pinned)
         families.append(self._alert_states())
         families += _replica_families(replica_status(db))
+        families += _claim_plan_families(db)
         lag = self.primary.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})[
             "lag_seconds"
         ]
@@ -434,6 +438,17 @@ class OutboxCollector(Collector):
         for outcome, count in self.status.notification_counts().items():
             counter.add_metric([outcome], count)
         yield counter
+
+
+def _claim_plan_families(db: Database) -> list[Metric]:
+    """``outbox_claim_plan_degraded`` and ``outbox_claim_plan_cost`` (issue 14 item 2): the
+    workers' claim planned now (``health.claim_plan.claim_health``, EXPLAIN only)."""
+    health = claim_health(db)
+    degraded = _family("claim_plan_degraded", labels=[])
+    degraded.add_metric([], float(health.degraded))
+    cost = _family("claim_plan_cost", labels=[])
+    cost.add_metric([], health.cost)
+    return [degraded, cost]
 
 
 def _replica_families(reading: ReplicaStatus) -> list[Metric]:

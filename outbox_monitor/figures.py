@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
 from outbox_monitor.flow.held import breaker_filters, breakers_open, held
+from outbox_monitor.health.claim_plan import claim_health
 
 Measure = Callable[[Database, float | None, str | None, int], float | None]
 """``(db, window seconds or None for the settings' window, event-type filter, attempts)`` →
@@ -39,7 +40,8 @@ class Figure:
 
     Attributes:
         metric: its ``alerts.yml`` metric (the registry's key).
-        unit: ``"rows"``, ``"seconds"`` or ``"rows/min"`` (values and thresholds).
+        unit: ``"rows"``, ``"seconds"``, ``"rows/min"``, ``"breakers"``, ``"flag"`` (0 or 1)
+            or ``"cost"`` (the planner's units) (values and thresholds).
         status_key: where ``status --json`` holds it (``"latency_seconds.p95"``: a key of
             a nested object).
         prometheus: its ``/metrics`` family (``outbox_latency_seconds`` for the three
@@ -276,13 +278,39 @@ FIGURES: dict[str, Figure] = {
             _PENDING,
             candidates=breaker_filters,
         ),
+        # issue 14 item 2: the workers' claim plan (health.claim_plan), not SPEC §2's
+        Figure(
+            "claim_plan_degraded",
+            "flag",
+            "health.claim_plan.degraded",
+            "outbox_claim_plan_degraded",
+            "1 when the planned claim (users' SPEC section 1 SQL or outbox_monitor.claim) walks "
+            "rows that are not pending (an index not led by status, a status filter, a "
+            "sequential scan) or its estimated cost jumped 10x over its recent median, else 0.",
+            lambda db, window, event_type, _: claim_health(db).degraded,
+            InstanceRows(),
+        ),
+        Figure(
+            "claim_plan_cost",
+            "cost",
+            "health.claim_plan.cost",
+            "outbox_claim_plan_cost",
+            "Estimated total cost (planner units, not time) of the costlier planned claim "
+            "statement.",
+            lambda db, window, event_type, _: claim_health(db).cost,
+            InstanceRows(),
+        ),
     )
 }
 """Every alertable figure by its ``alerts.yml`` metric: SPEC §2's in its order, then the
-flow-control figures of SPEC §5 (``FLOW_FIGURES``)."""
+flow-control figures of SPEC §5 (``FLOW_FIGURES``), then the claim's plan (``CLAIM_FIGURES``)."""
 
 FLOW_FIGURES = ("rows_held", "rows_throttled", "breaker_open")
 """The figures of SPEC §5 (flow control), which SPEC §2's name table does not list."""
+
+CLAIM_FIGURES = ("claim_plan_degraded", "claim_plan_cost")
+"""The claim's plan (issue 14 item 2, ``health.claim_plan``), which SPEC §2's name table does
+not list: figures of the whole table, the same whatever the event-type filter."""
 
 
 def by_family(prometheus: str) -> tuple[str, ...]:

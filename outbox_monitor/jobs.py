@@ -1,5 +1,5 @@
-"""The scheduler's jobs: sampler, alert evaluator, notification sender, watchdog, and the
-optional reaper and pruner, each added to an APScheduler with its interval.
+"""The scheduler's jobs: sampler, claim-health plans, alert evaluator, notification sender,
+watchdog, and the optional reaper and pruner, each added to an APScheduler with its interval.
 
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval; a background loop never dies on one error. Every
@@ -39,6 +39,7 @@ from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.health.claim_plan import record_claim_plans
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.scheduler_status import SchedulerStatus
 
@@ -52,6 +53,7 @@ SENDER_JOB_ID = "sender"
 REAPER_JOB_ID = "reaper"
 PRUNER_JOB_ID = "pruner"
 WATCHDOG_JOB_ID = "watchdog"
+CLAIM_PLAN_JOB_ID = "claim_plan"
 SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
 """Seconds between sender passes (due notifications wait at most this long; a message that
 failed transiently is tried again at the next pass)."""
@@ -136,6 +138,29 @@ def add_sampler_job(
         guarded(SAMPLER_JOB_ID, wrap(sample) if wrap else sample, target=target),
         seconds=db.settings.sample_interval,
         name="record headline sample",
+    )
+
+
+def add_claim_plan_job(scheduler: BaseScheduler, runtime: "JobRuntime", *, target: str) -> None:
+    """Add the claim-health job (``health.claim_plan.record_claim_plans``) every
+    ``settings.claim_plan_interval`` s (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``, default
+    5 min), leader only: EXPLAIN (never ANALYZE) the claim's inner selection through
+    ``runtime.db``, record the plans and the workers' ``pg_stat_statements`` costs through
+    ``runtime.primary``, prune past the samples' retention. A pass is skipped while the read
+    replica lags (``JobRuntime.replica_lags``). A failure is logged by ``guarded`` and shows
+    as ``/healthz``'s ``last_error``, like the sampler's."""
+
+    def record() -> None:
+        if runtime.replica_lags():
+            return
+        record_claim_plans(runtime.db, primary=runtime.primary)
+
+    add_interval_job(
+        scheduler,
+        CLAIM_PLAN_JOB_ID,
+        guarded(CLAIM_PLAN_JOB_ID, runtime.as_leader(record), target=target),
+        seconds=runtime.db.settings.claim_plan_interval,
+        name="explain the workers' claim",
     )
 
 

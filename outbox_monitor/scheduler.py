@@ -41,6 +41,7 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.jobs import (
     SENDER_INTERVAL_SECONDS,
     JobRuntime,
+    add_claim_plan_job,
     add_evaluator_job,
     add_maintenance_jobs,
     add_sampler_job,
@@ -83,6 +84,8 @@ def build_scheduler(
     - ``sampler`` every ``settings.sample_interval`` s. Leader only: samples describe one
       table, and N replicas sampling it would write N interleaved series (N× the load,
       a chart whose density depends on the replica count);
+    - ``claim_plan`` every ``settings.claim_plan_interval`` s, leader only: EXPLAIN the
+      workers' claim and record its plan (``health.claim_plan``, issue 14 item 2);
     - with a ``ruleset``: ``evaluator`` every ``ruleset.defaults.interval`` s;
     - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s;
     - with ``settings.auto_reap`` / ``auto_prune_*``: ``reaper`` / ``pruner``
@@ -173,6 +176,7 @@ def build_scheduler(
     add_sampler_job(
         scheduler, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags
     )
+    add_claim_plan_job(scheduler, runtime, target=target)
     add_maintenance_jobs(scheduler, runtime, target=target)
     if ruleset is not None:
         add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)

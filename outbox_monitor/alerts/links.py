@@ -6,7 +6,10 @@ from urllib.parse import urlencode
 
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
+from outbox_monitor.figures import CLAIM_FIGURES
 
+HEALTH_PATH = "/health"
+"""The Health page (``dashboard.py``'s ``url_path``): where the claim's plan is shown."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 PAUSE_ACTION = "pause"
@@ -17,10 +20,12 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     """The dashboard view where the fix is, pre-filtered (issue 3 §3).
 
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
-    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), others → the
-    overview ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
-    ``payment.%25``).
+    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), the claim's plan
+    (``figures.CLAIM_FIGURES``) → ``/health``, others → the overview
+    ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
     """
+    if rule.metric in CLAIM_FIGURES:
+        return HEALTH_PATH
     params: dict[str, str] = {}
     if event_type:
         params["event_type"] = event_type

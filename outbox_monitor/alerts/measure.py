@@ -17,8 +17,9 @@ from typing import Any
 from outbox_monitor import error_grouping, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures import CLAIM_FIGURES, FIGURES
 from outbox_monitor.filters import ExactEventType, Where
+from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.redaction import redactor_for
 
 MAX_INSTANCES = 200
@@ -171,7 +172,11 @@ def offenders(
         ``sample_error`` and ``fingerprint`` are redacted by the database's settings
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
         Slack message and the Alerts page never carry the raw error.
+        The claim's plan (``figures.CLAIM_FIGURES``) has no event types: its statements'
+        plans instead (``_claim_plans``).
     """
+    if rule.metric in CLAIM_FIGURES:
+        return _claim_plans(db, limit)
     scope = ExactEventType(event_type) if event_type else rule.event_type
     if rule.metric == "failed_in_window":
         failed = metrics.failed_by_event_type(db, window=rule.window, event_type=scope)
@@ -201,6 +206,26 @@ def offenders(
     smallest_first = rule.op in ("<", "<=")
     values.sort(key=lambda item: item["value"] if smallest_first else -item["value"])
     return values[:limit]
+
+
+def _claim_plans(db: Database, limit: int) -> list[dict[str, Any]]:
+    """The claim's plans now as offenders (a figure of the whole table has no event types):
+    the degraded ones first, each ``{"kind": "claim_plan", "label": "<statement>: <shape>",
+    "error": <why it is degraded>}``."""
+    plans = sorted(claim_health(db).plans, key=lambda plan: not plan.degraded)
+    found = []
+    for plan in plans[:limit]:
+        why = list(plan.reasons) if plan.walks_non_pending else []
+        if plan.cost_jumped:
+            why.append(f"cost {plan.total_cost:,.0f}, recent median {plan.baseline_cost:,.0f}")
+        found.append(
+            {
+                "kind": "claim_plan",
+                "label": f"{plan.label}: {plan.shape}",
+                "error": "; ".join(why) or None,
+            }
+        )
+    return found
 
 
 def _iso(value: Any) -> Any:

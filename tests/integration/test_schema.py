@@ -39,6 +39,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "008_flow_control",
             "009_claim_skips_held_rows",
             "010_outcomes_only_with_breakers",
+            "011_claim_plans",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

@@ -98,6 +98,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "latency-slo": "oncall",
         "stuck-lock": "oncall",
         "breaker-open": "oncall",  # issue 13: SPEC §5 breaker transitions
+        "claim-plan-degraded": "oncall",  # issue 14: the workers' claim plan
     }
     route = ruleset.routes["oncall"]
     assert (route.webhook_url_env, route.channel, route.transport) == (
@@ -132,11 +133,14 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     # SPEC §5: a breaker open (or half-open), one instance per breaker's filter
     assert shape("breaker-open") == ("breaker_open", None, None, ">", 0, 0)
     assert ruleset.rule("breaker-open").by == ("event_type",)
+    # issue 14: the claim's plan walks non-pending rows or its cost jumped, for 5 min
+    assert shape("claim-plan-degraded") == ("claim_plan_degraded", None, None, ">", 0, 300)
     assert all(rule.keep_firing_for == 120 for rule in ruleset.rules)
     assert [rule.severity for rule in ruleset.rules] == [
         "critical",
         "warning",
         "critical",
+        "warning",
         "warning",
         "warning",
         "warning",
