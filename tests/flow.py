@@ -114,7 +114,8 @@ def transitions(conn: psycopg.Connection) -> list[dict[str, Any]]:
 
 UNDO_FLOW_CONTROL = (
     "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
-    "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
+    "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions, "
+    "outbox_monitor.outcome_logging_lock CASCADE; "
     "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
     "outbox_monitor.may_claim, outbox_monitor.require_claimer, "
     "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome, "

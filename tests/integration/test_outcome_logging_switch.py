@@ -248,11 +248,11 @@ def test_a_workers_session_uses_the_new_body_from_its_next_statement(conn, rows,
 
 
 def wait_for_the_switch_lock(conn: psycopg.Connection, pid: int) -> None:
-    """Until the backend ``pid`` waits for an advisory lock (the switch's)."""
+    """Until the backend ``pid`` waits for a table lock (the switch's)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         waiting = conn.execute(
-            "SELECT wait_event_type = 'Lock' AND wait_event = 'advisory' AS waits"
+            "SELECT wait_event_type = 'Lock' AND wait_event = 'relation' AS waits"
             " FROM pg_stat_activity WHERE pid = %s",
             (pid,),
         ).fetchone()["waits"]
@@ -425,3 +425,90 @@ def test_the_templates_are_the_bodies_of_migrations_001_and_008_verbatim():
     for name in ("ack", "fail"):
         assert body(10, f"{name}_plain") == body(1, name)
         assert body(10, f"{name}_logging_outcomes") == body(8, name)
+
+
+# ------------------------------------------------------------------ the switch's lock
+
+
+def test_no_login_can_stop_control_changes_by_holding_the_switchs_lock(dsn, conn, logins):
+    """Any login may take any advisory lock: a login without a single grant, holding the one
+    the switch used, stopped every control change (a pause among them) for as long as it
+    liked. The switch's lock is now one that only the owner can take."""
+    nobody = logins.dsn(dsn, logins.nothing)
+    viewer = logins.dsn(dsn, logins.read)
+    with psycopg.connect(nobody, autocommit=True) as stranger, psycopg.connect(viewer) as reader:
+        stranger.execute(
+            "SELECT pg_advisory_lock(hashtextextended('outbox_monitor.outcome_logging', 0))"
+        )
+        for mode in ("ROW SHARE", "SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                reader.execute(f"LOCK TABLE outbox_monitor.outcome_logging_lock IN {mode} MODE")
+            reader.rollback()
+        reader.execute("SELECT FROM outbox_monitor.outcome_logging_lock")  # ACCESS SHARE, held
+        conn.execute("SET lock_timeout = '2s'")
+        conn.execute(BREAKER_ROW.format("crm.%"))
+        assert bodies(conn) == "logging"
+
+
+def test_a_viewer_cannot_fire_the_switch_from_a_table_of_its_own(dsn, logins):
+    """The viewer's grants give EXECUTE on every function of the schema: it may attach the
+    switch's function to a temporary table of its own, but firing it there is refused (it
+    would run as the owner and take the switch's lock)."""
+    viewer = logins.dsn(dsn, logins.read)
+    with psycopg.connect(viewer, autocommit=True) as reader:
+        reader.execute("CREATE TEMP TABLE mine (x int)")
+        reader.execute(
+            "CREATE TRIGGER mine_switch BEFORE INSERT ON mine FOR EACH STATEMENT"
+            " EXECUTE FUNCTION outbox_monitor.sync_outcome_logging()"
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="controls only"):
+            reader.execute("INSERT INTO mine VALUES (1)")
+
+
+def test_two_writers_updating_two_controls_in_opposite_orders_do_not_deadlock(dsn, conn):
+    """T1 updates a, T2 updates b, T1 updates b: T1 waits for T2's row, T2 must not wait for
+    anything T1 holds (the switch's lock is taken before the statement locks a row)."""
+    for event_type_filter in ("a.x", "b.x"):
+        write_control(conn, event_type_filter, paused=True)
+    update = "UPDATE outbox_monitor.controls SET pause_reason = %s WHERE event_type_filter = %s"
+    errors: list[BaseException] = []
+    with psycopg.connect(dsn) as one, psycopg.connect(dsn) as two:
+        for each in (one, two):  # nothing may wait for ever, whatever the outcome
+            each.execute("SET lock_timeout = '5s'")
+            each.commit()
+        one.execute(update, ("one", "a.x"))
+
+        def run_two() -> None:
+            try:
+                two.execute(update, ("two", "b.x"))
+                two.commit()
+            except BaseException as error:  # reported by the test, not the thread
+                errors.append(error)
+                two.rollback()
+
+        thread = threading.Thread(target=run_two)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not conn.execute(
+                "SELECT wait_event_type = 'Lock' AS waits FROM pg_stat_activity WHERE pid = %s",
+                (two.info.backend_pid,),
+            ).fetchone()["waits"]:
+                assert time.monotonic() < deadline, "the second writer never waited"
+                time.sleep(0.01)
+            one.execute(update, ("one", "b.x"))
+            one.commit()
+        except psycopg.Error as error:
+            errors.append(error)
+            one.rollback()
+        finally:
+            thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert errors == []
+    reasons = conn.execute(
+        "SELECT event_type_filter, pause_reason FROM outbox_monitor.controls ORDER BY 1"
+    ).fetchall()
+    assert reasons == [
+        {"event_type_filter": "a.x", "pause_reason": "one"},
+        {"event_type_filter": "b.x", "pause_reason": "two"},
+    ]

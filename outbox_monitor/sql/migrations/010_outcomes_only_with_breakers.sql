@@ -21,17 +21,25 @@
 --                   shows them where a reader looks. A later migration that changes ack or
 --                   fail replaces its templates, then fires the switch (as the end of this one
 --                   does).
--- The switch        a statement trigger on controls (insert, update, delete, truncate), so
+-- The switch        statement triggers on controls (insert, update, delete, truncate), so
 --                   that every writer moves it: the product, `controls apply` and an
---                   operator's plain SQL. Its function runs as the schema's owner, who owns
+--                   operator's plain SQL. Their function runs as the schema's owner, who owns
 --                   ack and fail; CREATE OR REPLACE keeps their signature, defaults, owner and
 --                   grants (the statement is built from ack's and fail's own arguments and
 --                   result, pg_get_function_arguments and pg_get_function_result). It
---                   1. takes a transaction advisory lock (key 'outbox_monitor.outcome_logging'),
---                      so that two transactions never replace one function at once ("tuple
---                      concurrently updated") and each decides after the previous one
---                      committed: without it, one deleting the last breaker while another
---                      writes one could leave the plain bodies behind both;
+--                   1. locks outbox_monitor.outcome_logging_lock in EXCLUSIVE mode until the
+--                      transaction ends, so that two transactions never replace one function
+--                      at once ("tuple concurrently updated") and each decides after the
+--                      previous one committed: without it, one deleting the last breaker while
+--                      another writes one could leave the plain bodies behind both. A table
+--                      lock, not an advisory one: any login may take any advisory lock and
+--                      hold it, and so stop every control change (a pause among them); that
+--                      table grants no privilege that can take a lock conflicting with
+--                      EXCLUSIVE (SELECT takes ACCESS SHARE only). The BEFORE trigger takes it
+--                      before the statement locks any controls row, so that a writer waiting
+--                      for it holds no row another writer may need next (two writers updating
+--                      two rows in opposite orders would otherwise deadlock, where without
+--                      the switch the second would simply wait for the first);
 --                   2. then reads whether a breaker exists. Under READ COMMITTED that statement
 --                      sees every transaction that committed before it and this one's own rows;
 --                      a breaker written by a transaction still open is that transaction's to
@@ -174,9 +182,16 @@ REVOKE ALL ON FUNCTION outbox_monitor.ack_plain(regclass, bigint, text),
                                          regclass, text)
     FROM PUBLIC;
 
+-- The switch's lock (see the top of this file): no row, no privilege granted on it.
+CREATE TABLE outbox_monitor.outcome_logging_lock ();
+REVOKE ALL ON outbox_monitor.outcome_logging_lock FROM PUBLIC;
+
 -- The switch (see the top of this file): ack and fail get the logging bodies while a breaker
 -- exists or the transaction is not READ COMMITTED, else the plain ones; each is replaced only
--- when its source is not the one wanted.
+-- when its source is not the one wanted. Before the statement, only the lock. It refuses to
+-- run as a trigger of any other table: a login with EXECUTE on every function of the schema
+-- (the viewer's grants) could otherwise fire it from a temporary table of its own and hold
+-- the lock.
 CREATE FUNCTION outbox_monitor.sync_outcome_logging()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -186,7 +201,14 @@ DECLARE
     logging boolean;
     f record;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('outbox_monitor.outcome_logging', 0));
+    IF TG_RELID IS DISTINCT FROM 'outbox_monitor.controls'::regclass THEN
+        RAISE EXCEPTION 'sync_outcome_logging is a trigger of outbox_monitor.controls only'
+              USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    LOCK TABLE outbox_monitor.outcome_logging_lock IN EXCLUSIVE MODE;
+    IF TG_WHEN = 'BEFORE' THEN
+        RETURN NULL;
+    END IF;
     logging := NOT fresh OR EXISTS (SELECT FROM outbox_monitor.controls c WHERE c.breaker);
     FOR f IN
         SELECT target.oid, target.proname, template.prosrc
@@ -211,8 +233,13 @@ BEGIN
 END
 $$;
 
--- Called only by the trigger (a trigger fires whatever the writer's EXECUTE privileges).
+-- Called only by the triggers (a trigger fires whatever the writer's EXECUTE privileges). The
+-- viewer's grants give EXECUTE on every function of the schema back: hence its TG_RELID check.
 REVOKE ALL ON FUNCTION outbox_monitor.sync_outcome_logging() FROM PUBLIC;
+
+CREATE TRIGGER controls_lock_outcome_logging
+BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox_monitor.controls
+FOR EACH STATEMENT EXECUTE FUNCTION outbox_monitor.sync_outcome_logging();
 
 CREATE TRIGGER controls_sync_outcome_logging
 AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON outbox_monitor.controls
