@@ -112,23 +112,6 @@ def transitions(conn: psycopg.Connection) -> list[dict[str, Any]]:
     ).fetchall()
 
 
-UNDO_FLOW_CONTROL = (
-    "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
-    "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions, "
-    "outbox_monitor.outcome_logging_lock CASCADE; "
-    "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
-    "outbox_monitor.may_claim, outbox_monitor.require_claimer, "
-    "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome, "
-    "outbox_monitor.pending_types_index, "
-    "outbox_monitor.sync_outcome_logging, outbox_monitor.ack_plain, outbox_monitor.fail_plain, "
-    "outbox_monitor.ack_logging_outcomes, outbox_monitor.fail_logging_outcomes; "
-)
-"""SQL taking a database back to before migration 008, the first of flow control, and so
-before 009 and 010, which switches ack's and fail's bodies on the controls table (tests of
-upgrades from older versions; claim, ack and fail stay as the flow-control migrations left
-them, which 008 replaces again)."""
-
-
 GRANT_SLACK_SECONDS = 0.1
 """How long after its statement's start (``locked_at = now()``) a claim's bucket grants at
 ``clock_timestamp()``: the function's first steps; generous for a loaded machine."""

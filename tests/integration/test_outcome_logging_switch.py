@@ -408,7 +408,7 @@ def test_the_migration_keeps_logging_where_breakers_exist(empty_dsn, monkeypatch
                 write_control(conn, "crm.%", **existing)
             monkeypatch.undo()
             applied = schema.init_db(db, create_indexes=False).applied_migrations
-            assert applied[-1] == "010_outcomes_only_with_breakers"
+            assert "010_outcomes_only_with_breakers" in applied
             assert bodies(conn) == wanted
 
 
