@@ -1,7 +1,7 @@
 """The prune action's preview: ``done`` and ``failed`` rows past their retention (SPEC §4), and
 on a partitioned outbox the partitions detached whole (``actions.partitions``)."""
 
-from outbox_monitor.actions.partitions import detachable_partitions
+from outbox_monitor.actions.partitions import Candidates, detachable_partitions
 from outbox_monitor.actions.preview import (
     SAMPLE_SIZE,
     Preview,
@@ -47,9 +47,10 @@ def preview_prune(
         schema, name, rows, done, failed, max_id, detach_pending, oldest first) and
         ``details["detach"]`` says how: ``"concurrently"``, or ``"exclusive lock"`` when the
         outbox has a default partition; ``filter["detach_partitions"]`` names them for the
-        audit rows. ``matched`` counts their rows (it counts them anyway, but for those of a
-        partition whose detach an earlier prune left pending, which the outbox's queries no
-        longer read).
+        audit rows; ``details["uncounted_partitions"]`` names the candidates that could not
+        be counted within the statement timeout, with why. ``matched`` counts their rows
+        (it counts them anyway, but for those of a partition whose detach an earlier prune
+        left pending, which the outbox's queries no longer read).
 
     Raises:
         ActionRefused: both ages are ``None``, or an age under one day (a typo such as
@@ -65,14 +66,15 @@ def preview_prune(
                 hint="Retention is written in days, e.g. 30d for done and 90d for failed.",
             )
     parts, sample = [], []
-    partitions = []
+    candidates = Candidates()
     if detach_partitions:
-        partitions = detachable_partitions(
+        candidates = detachable_partitions(
             db,
             done_older_than=done_older_than,
             failed_older_than=failed_older_than,
             where=Where().event_type(event_type),
         )
+    partitions = candidates.partitions
     for status, age in ages.items():
         if age is None:
             continue
@@ -98,6 +100,8 @@ def preview_prune(
         "failed_older_than_seconds": failed_older_than,
         "max_ids": {p.params["status"]: id_text(p.max_id) for p in parts},
     }
+    if candidates.uncounted:
+        details["uncounted_partitions"] = candidates.uncounted
     if partitions:
         shape = table_shape(db)
         details["partitions"] = [p.as_detail() for p in partitions]

@@ -320,26 +320,37 @@ def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
 
 
 def _index_state(conn, purpose: str) -> tuple[bool, dict[str, bool]]:
-    """The parent's recommended index: valid?, and per leaf partition whether an index attached
-    to it is valid."""
+    """The parent's recommended index: valid?, and per leaf partition whether the index tree
+    under it holds a valid index of that leaf."""
     name = schema._index_name("integration_outbox", purpose)
     parent = conn.execute(
         "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass", (name,)
     ).fetchone()
     leaves = conn.execute(
-        """SELECT t.relid::regclass::text AS partition, bool_and(x.indisvalid) AS valid
+        """SELECT t.relid::regclass::text AS partition, coalesce(i.valid, false) AS valid
            FROM pg_partition_tree('integration_outbox') t
-           LEFT JOIN pg_inherits i ON i.inhparent = %s::regclass
-           LEFT JOIN pg_index x ON x.indexrelid = i.inhrelid AND x.indrelid = t.relid
-           WHERE t.isleaf GROUP BY 1""",
+           LEFT JOIN (SELECT x.indrelid, x.indisvalid AS valid
+                      FROM pg_partition_tree(%s::regclass) it
+                      JOIN pg_index x ON x.indexrelid = it.relid
+                      WHERE it.isleaf) AS i ON i.indrelid = t.relid
+           WHERE t.isleaf""",
         (name,),
     ).fetchall()
-    return parent["indisvalid"], {row["partition"]: bool(row["valid"]) for row in leaves}
+    return parent["indisvalid"], {row["partition"]: row["valid"] for row in leaves}
 
 
 def test_init_db_builds_every_recommended_index_partition_by_partition(empty_dsn):
     with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
         create_partitioned_outbox(conn, "public", "integration_outbox", _bounds(conn))
+        # a sub-partitioned range: its index is built ON ONLY too, its leaves CONCURRENTLY
+        conn.execute(
+            "CREATE TABLE integration_outbox_2100 PARTITION OF integration_outbox "
+            "FOR VALUES FROM ('2100-01-01') TO ('2100-03-01') PARTITION BY RANGE (created_at);"
+            "CREATE TABLE integration_outbox_2100_01 PARTITION OF integration_outbox_2100 "
+            "FOR VALUES FROM ('2100-01-01') TO ('2100-02-01');"
+            "CREATE TABLE integration_outbox_2100_02 PARTITION OF integration_outbox_2100 "
+            "FOR VALUES FROM ('2100-02-01') TO ('2100-03-01')"
+        )
         conn.execute(
             "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, "
             "event_key, payload, status, created_at, processed_at) "
@@ -358,11 +369,11 @@ def test_init_db_builds_every_recommended_index_partition_by_partition(empty_dsn
         assert (first.unfinished_indexes, second.created_indexes) == ({}, [])
         for purpose in [*RECOMMENDED, schema.FLOW_CONTROL_INDEX.purpose]:
             valid, leaves = _index_state(conn, purpose)
-            assert valid and len(leaves) == 5 and all(leaves.values()), (purpose, leaves)
+            assert valid and len(leaves) == 7 and all(leaves.values()), (purpose, leaves)
         # a partition made later (as pg_partman premakes them) gets every index from the parent
         conn.execute(
             "CREATE TABLE integration_outbox_next PARTITION OF integration_outbox "
-            "FOR VALUES FROM ('2100-01-01') TO ('2100-02-01')"
+            "FOR VALUES FROM ('2101-01-01') TO ('2101-02-01')"
         )
         for purpose in RECOMMENDED:
             assert _index_state(conn, purpose)[1]["integration_outbox_next"]
@@ -497,6 +508,26 @@ def test_a_partition_holding_a_pending_row_is_not_detached(db, rows, conn):
         "pending",
         "processing",
     }
+
+
+def test_a_partition_not_counted_within_the_statement_timeout_is_left_to_the_batches(
+    dsn, rows, monkeypatch
+):
+    rows.add(status="done", created_ago=100 * DAY, processed_ago=99 * DAY)
+    count = partitions._count
+
+    def slow(conn, *args, **kwargs):  # as a count of a huge partition
+        conn.execute("SELECT pg_sleep(1)")
+        return count(conn, *args, **kwargs)
+
+    monkeypatch.setattr(partitions, "_count", slow)
+    with Database(load_settings(dsn=dsn, statement_timeout=0.3)) as db:
+        preview = preview_prune(db, done_older_than=30 * DAY, failed_older_than=None)
+    assert "partitions" not in preview.details and preview.matched == 1
+    (name, why), *_ = preview.details["uncounted_partitions"].items()
+    assert name.startswith("public.integration_outbox_p")
+    assert "not counted within the statement timeout (0.3 s)" in why
+    assert partitions.preview_lines(preview.details)[0] == "partitions left to the batches:"
 
 
 def test_a_row_replayed_after_the_preview_keeps_its_partition(db, rows, conn):
