@@ -605,3 +605,49 @@ SELECT c.relname AS name
 FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
 WHERE i.indrelid = %(table_regclass)s::regclass
       AND pg_get_expr(i.indpred, i.indrelid) = '((status = ''pending''::text) AND (event_type IS NOT NULL))';
+
+-- ===================================================================== prune_partitions.py
+
+-- name: benchmark_prune_seed_old
+-- Benchmark only (prune_partitions.py): %(rows)s rows past retention, created evenly from %(lower)s to %(upper)s (the old partitions), 1 % dead-lettered, each processed a few seconds after its creation.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, last_error, created_at, processed_at)
+SELECT CASE WHEN mod(g, 3) = 0 THEN 'order.paid' WHEN mod(g, 3) = 1 THEN 'invoice.sent'
+            ELSE 'notification.email' END,
+       'order', mod(g, 200000)::text, 'old:' || g,
+       jsonb_build_object('id', g, 'customer_id', mod(g, 50000), 'amount_cents', mod(g, 99999),
+                          'currency', 'EUR', 'source', 'checkout', 'note', 'benchmark row ' || g),
+       CASE WHEN mod(g, 100) = 0 THEN 'failed' ELSE 'done' END,
+       CASE WHEN mod(g, 100) = 0 THEN 10 ELSE 0 END,
+       CASE WHEN mod(g, 100) = 0 THEN 'HTTP 500 Internal Server Error from api.crm.example' END,
+       created_at, created_at + make_interval(secs => 2 + mod(g, 20))
+FROM (SELECT g, %(lower)s::timestamptz + (%(upper)s::timestamptz - %(lower)s::timestamptz)
+                * ((g - 1)::float8 / %(rows)s) AS created_at
+      FROM generate_series(1, %(rows)s) AS g) AS s;
+
+-- name: benchmark_prune_seed_live
+-- Benchmark only (prune_partitions.py): %(rows)s rows of the last two days (the current partition), 90 % done, 10 % pending and due.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     created_at, available_at, processed_at)
+SELECT 'order.paid', 'order', mod(g, 200000)::text, 'live:' || g,
+       jsonb_build_object('id', g, 'note', 'live row ' || g),
+       CASE WHEN mod(g, 10) = 0 THEN 'pending' ELSE 'done' END,
+       now() - make_interval(secs => 172800 * (g::float8 / %(rows)s)),
+       now() - make_interval(secs => 172800 * (g::float8 / %(rows)s)),
+       CASE WHEN mod(g, 10) = 0 THEN NULL
+            ELSE now() - make_interval(secs => 172800 * (g::float8 / %(rows)s)) + interval '3 s'
+       END
+FROM generate_series(1, %(rows)s) AS g;
+
+-- name: benchmark_wal_lsn
+-- Benchmark only: the server's current WAL position.
+SELECT pg_current_wal_lsn() AS lsn;
+
+-- name: benchmark_wal_since
+-- Benchmark only: WAL bytes written since %(lsn)s.
+SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(lsn)s::pg_lsn)::bigint AS bytes;
+
+-- name: benchmark_tree_size
+-- Benchmark only: bytes on disk of the outbox and all its partitions, indexes included (a delete leaves them until a VACUUM reuses them; a dropped partition returns them).
+SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint AS bytes
+FROM pg_partition_tree(%(table_regclass)s::regclass) AS t;

@@ -69,6 +69,11 @@ class ColumnsMissing(OutboxMonitorError):
     """The outbox table exists but lacks SPEC §1 columns or has other types."""
 
 
+class PartitioningUnsupported(ColumnsMissing):
+    """The outbox table is partitioned in a way the product cannot work on: not by range of
+    ``created_at``, or without a unique index on ``(event_key, created_at)`` (SPEC §1)."""
+
+
 class SchemaNotInitialised(OutboxMonitorError):
     """The ``outbox_monitor`` schema (audit log, samples, functions) is absent or old."""
 

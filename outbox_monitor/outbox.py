@@ -6,6 +6,8 @@ All functions take the caller's ``psycopg.Connection`` and run in its transactio
 """
 
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +53,39 @@ def _ledger_of(table: str) -> str:
     return f"{split_table_name(table)[0]}.{DEFAULT_LEDGER_TABLE_NAME}"
 
 
+# Per connection and table: whether the table is partitioned, looked up on the first publish.
+_partitioned: "weakref.WeakKeyDictionary[psycopg.Connection, dict[str, bool]]" = (
+    weakref.WeakKeyDictionary()
+)
+_partitioned_lock = threading.Lock()
+
+CONFLICT_ON_EVENT_KEY = sql.SQL("(event_key)")
+CONFLICT_ON_ANY = sql.SQL("")
+
+
+def conflict_target(conn: psycopg.Connection, table: str = DEFAULT_TABLE) -> sql.Composable:
+    """Publish's ``ON CONFLICT`` target for ``table`` (SPEC §1): ``(event_key)`` on an ordinary
+    table; nothing on a partitioned one, whose unique index must hold the partition key
+    (``(event_key, created_at)``), so that any unique violation — a duplicate event_key at the
+    same ``created_at`` — inserts nothing. Looked up once per connection and table (one catalog
+    read in the caller's transaction); a table turned into a partitioned one is seen by new
+    connections.
+
+    Raises:
+        psycopg.Error: the table does not exist (``UndefinedTable``) or may not be read.
+    """
+    with _partitioned_lock:
+        known = _partitioned.setdefault(conn, {})
+        partitioned = known.get(table)
+    if partitioned is None:
+        partitioned = bool(
+            _scalar(conn, compose("table_partitioned"), {"table_regclass": _regclass(table)})
+        )
+        with _partitioned_lock:
+            known[table] = partitioned
+    return CONFLICT_ON_ANY if partitioned else CONFLICT_ON_EVENT_KEY
+
+
 def publish(
     conn: psycopg.Connection,
     *,
@@ -74,7 +109,11 @@ def publish(
 
     Returns:
         The new row's id, or ``None`` when ``event_key`` already existed
-        (``ON CONFLICT (event_key) DO NOTHING``).
+        (``ON CONFLICT (event_key) DO NOTHING``). On a table partitioned by ``created_at``
+        (``ON CONFLICT DO NOTHING``, ``conflict_target``) only a duplicate with the same
+        ``created_at`` — published in the same transaction, whose ``now()`` it is —
+        inserts nothing: one intent published twice at different instants makes two rows,
+        and the idempotency ledger (``take_ledger_slot``) is the guard (SPEC §1).
 
     Raises:
         psycopg.Error: database errors, unchanged (the caller owns the transaction).
@@ -82,7 +121,7 @@ def publish(
     """
     return _scalar(
         conn,
-        compose("publish", table=_identifier(table)),
+        compose("publish", table=_identifier(table), conflict_target=conflict_target(conn, table)),
         {
             "event_type": event_type,
             "aggregate_type": aggregate_type,

@@ -163,6 +163,14 @@ with prune:
     )
     done_age = done_days * DAY if prune_done else None
     failed_age = failed_days * DAY if prune_failed else None
+    detach = st.checkbox(
+        "Detach whole partitions",
+        value=True,
+        key="actions.prune_detach",
+        help="On an outbox partitioned by created_at: a partition whose every row is past "
+        "retention is detached and dropped whole (checked again before and after, audited) "
+        "instead of deleted row by row.",
+    )
 
     def prune_counts(preview: Preview) -> None:
         ages = {"done": done_days, "failed": failed_days}
@@ -173,14 +181,21 @@ with prune:
                 for part in preview.parts
             )
         )
+        lines = flows.partition_lines(preview)
+        if lines:
+            st.markdown(lines[0] + "\n\n" + "\n".join(f"- {line}" for line in lines[1:]))
 
     flows.action_flow(
         "actions.prune",
         db=ctx.actions_db,
         actor=ctx.identity,
-        signature=("prune", done_age, failed_age, f.event_type),
+        signature=("prune", done_age, failed_age, f.event_type, detach),
         make_preview=lambda: flows.preview_prune(
-            ctx.db, done_older_than=done_age, failed_older_than=failed_age, event_type=f.event_type
+            ctx.db,
+            done_older_than=done_age,
+            failed_older_than=failed_age,
+            event_type=f.event_type,
+            detach_partitions=detach,
         ),
         preview_label="Preview prune",
         noun="prune",

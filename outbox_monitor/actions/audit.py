@@ -22,6 +22,7 @@ def record_audit(
     details: dict[str, Any],
     ids: list[int],
     run_id: str | None = None,
+    count: int | None = None,
 ) -> int:
     """Write one audit row in the caller's transaction (every audited change: actions,
     silences, payload reveals), through the SQL function ``outbox_monitor.record_audit``,
@@ -37,6 +38,8 @@ def record_audit(
         details: the filter or details (JSON-able; datetimes are written in ISO 8601).
         ids: the rows changed; the first ``MAX_AUDIT_IDS`` are kept, all are counted.
         run_id: ties the batches of one action together; default a new one.
+        count: how many rows changed when ``ids`` holds only the first of them (a partition
+            a prune dropped whole); default ``len(ids)``.
 
     Returns:
         The audit row's id.
@@ -55,7 +58,7 @@ def record_audit(
             "filter": Jsonb(
                 {k: v.isoformat() if isinstance(v, datetime) else v for k, v in details.items()}
             ),
-            "affected_count": len(ids),
+            "affected_count": len(ids) if count is None else count,
             "affected_ids": ids[:MAX_AUDIT_IDS],
         },
     ).fetchone()

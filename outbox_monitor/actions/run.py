@@ -4,16 +4,18 @@ stayed committed (SPEC §4)."""
 
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 import psycopg
 
 from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.actions import partitions
 from outbox_monitor.actions.audit import MAX_AUDIT_IDS, record_audit
 from outbox_monitor.actions.preview import Preview, previewed
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
+from outbox_monitor.filters import Where
 
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_PRUNE_BATCH_SIZE = 5000
@@ -41,7 +43,10 @@ class ActionResult:
     ``changed`` rows were changed (or deleted); ``skipped`` = matched at preview but no
     longer eligible (acked, re-claimed, already replayed), ``None`` when the preview's count
     was an estimate (``matched`` is then that estimate); ``dead_lettered`` counts reaped
-    rows that reached the maximum attempts; ``ids`` are the first ``MAX_AUDIT_IDS``.
+    rows that reached the maximum attempts; ``ids`` are the first ``MAX_AUDIT_IDS``. A prune
+    of a partitioned outbox names the partitions it ``detached`` (and dropped: their rows are
+    in ``changed``, each one counts as a batch) and those of its preview it ``kept``, with why
+    (their rows were pruned row by row, or, detach pending, will be by the next prune).
     """
 
     action: str
@@ -52,6 +57,8 @@ class ActionResult:
     dead_lettered: int
     batches: int
     ids: list[int]
+    detached: tuple[str, ...] = ()
+    kept: dict[str, str] = field(default_factory=dict)
 
     @property
     def applied_nothing(self) -> bool:
@@ -76,7 +83,9 @@ def apply(
     (``replay_drip_batch``), which walks ``(created_at, id)`` by keyset and numbers its
     rows across batches from the first batch's start (SPEC §5). Each batch is one
     transaction with its own audit row; a run that changes nothing still writes one audit
-    row. Every run is logged with its run id: INFO when done, ERROR when it failed.
+    row. Every run is logged with its run id: INFO when done, ERROR when it failed. A prune
+    first detaches and drops the partitions its preview listed (``actions.partitions``,
+    each re-checked and audited; one it cannot is left to the batches).
 
     Args:
         actor: who acts (the signed-in identity, or ``access.local_identity`` for the CLI);
@@ -107,6 +116,19 @@ def apply(
     result = ActionResult(preview.action, run_id, preview.matched, 0, 0, 0, 0, [])
     t0 = None  # a drip replay's start: its first batch's now(), kept for the whole run
     try:
+        for step in _detach_partitions(db, preview, actor=actor, run_id=run_id):
+            if step.kept is None:
+                result = replace(
+                    result,
+                    changed=result.changed + step.rows,
+                    batches=result.batches + 1,
+                    ids=(result.ids + list(step.ids))[:MAX_AUDIT_IDS],
+                    detached=(*result.detached, step.partition),
+                )
+            else:
+                result = replace(result, kept={**result.kept, step.partition: step.kept})
+            if on_progress:
+                on_progress(result.changed, preview.matched)
         for part in preview.parts:
             if part.max_id is None:
                 continue
@@ -170,6 +192,26 @@ def apply(
         f"; {APPLIED_NOTHING}" if result.applied_nothing else "",
     )
     return result
+
+
+def _detach_partitions(
+    db: Database, preview: Preview, *, actor: Identity, run_id: str
+) -> Iterator[partitions.Step]:
+    """The partitions a prune's preview listed, detached one by one (none for another action
+    or an ordinary table)."""
+    listed = preview.details.get("partitions") if preview.action == "prune" else None
+    if not listed:
+        return iter(())
+    return partitions.detach(
+        db,
+        [partitions.Partition.from_detail(detail) for detail in listed],
+        done_older_than=preview.filter["done_older_than_seconds"],
+        failed_older_than=preview.filter["failed_older_than_seconds"],
+        where=Where().event_type(preview.filter["event_type"]),
+        actor=actor,
+        run_id=run_id,
+        audit_details=preview.filter,
+    )
 
 
 def _interrupted(

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from outbox_monitor.access import local_identity
+from outbox_monitor.actions.partitions import outcome_lines, preview_lines
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap
@@ -132,6 +133,9 @@ def _run_action(
     }
     if result.applied_nothing:
         outcome["warning"] = APPLIED_NOTHING
+    if result.detached or result.kept:
+        outcome["partitions_detached"] = list(result.detached)
+        outcome["partitions_kept"] = result.kept
     if not as_json:
         echo(
             f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
@@ -139,6 +143,8 @@ def _run_action(
             + (f", {result.dead_lettered} dead-lettered" if result.dead_lettered else "")
             + f" (run {result.run_id})"
         )
+        for line in outcome_lines(result.detached, result.kept):
+            echo(f"  {line}")
         if result.applied_nothing:
             echo(f"warning: {APPLIED_NOTHING}", err=True)
     if follow is not None and result.changed:
@@ -158,7 +164,7 @@ def _print_preview(preview: Preview) -> None:
         echo(f"  #{row['id']}: {details}")
     if preview.matched > len(preview.sample):
         echo(f"  … and {preview.matched - len(preview.sample)} more")
-    for line in replay_cli.detail_lines(preview):
+    for line in replay_cli.detail_lines(preview) + preview_lines(preview.details):
         echo(line)
 
 
@@ -243,6 +249,12 @@ def replay(
     help="Delete failed rows dead-lettered longer ago than this.",
 )
 @click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@click.option(
+    "--no-detach",
+    is_flag=True,
+    help="On a partitioned outbox, delete in batches even the partitions whose every row "
+    "is past retention (by default detached whole and dropped).",
+)
 @_action_options
 @common_options
 def prune(
@@ -251,16 +263,19 @@ def prune(
     done_older_than: float,
     failed_older_than: float,
     event_type: str | None,
+    no_detach: bool,
     actions_dsn: str | None,
     **options: Any,
 ) -> None:
     """Delete old done and failed rows in batches (SPEC §1 retention); never pending or
-    processing rows."""
+    processing rows. On an outbox partitioned by created_at, a partition whose every row is
+    past retention is detached and dropped whole (re-checked, audited)."""
     with open_for_actions(settings, actions_dsn) as db:
         preview = preview_prune(
             db,
             done_older_than=done_older_than,
             failed_older_than=failed_older_than,
             event_type=event_type,
+            detach_partitions=not no_detach,
         )
         _run_action(db, preview, as_json=as_json, **options)

@@ -73,7 +73,8 @@ def init_db_command(
     operator_role: str,
 ) -> None:
     """Create the outbox table and ledger if absent, the outbox_monitor schema, and the
-    recommended indexes (CREATE INDEX CONCURRENTLY). Idempotent; never alters your table.
+    recommended indexes (CREATE INDEX CONCURRENTLY; partition by partition on a partitioned
+    table). Idempotent; never alters your table.
     With --print-grants: print the roles' GRANT statements instead (README, Security)."""
     if print_grants:
         try:
@@ -107,6 +108,7 @@ def init_db_command(
         "created_indexes": report.created_indexes,
         "dropped_indexes": report.dropped_indexes,
         "undropped_indexes": report.undropped_indexes,
+        "unfinished_indexes": report.unfinished_indexes,
         "schema_version": report.schema_version,
     }
     if as_json:
@@ -127,7 +129,13 @@ def init_db_command(
                 "Everything else is done; run `outbox-monitor init-db` again.",
                 err=True,
             )
-    if report.undropped_indexes:
+        for name, reason in report.unfinished_indexes.items():
+            echo(
+                f"error: the recommended index {name} is not finished on the partitioned "
+                f"table: {reason}. Everything else is done.",
+                err=True,
+            )
+    if report.undropped_indexes or report.unfinished_indexes:
         sys.exit(EXIT_ERROR)
 
 

@@ -7,13 +7,13 @@
 -- ===================================================================== schema, init-db
 
 -- name: create_outbox_table
--- SPEC section 1 outbox table with the indexes users have; run only when the table is absent.
+-- SPEC section 1 outbox table with the indexes users have; run only when the table is absent. {keys} are PRIMARY KEY (id), UNIQUE (event_key) and {partitioning} empty; or, for an outbox partitioned by range of created_at (demo/partitioned.py: tests and benchmarks), keys holding created_at and PARTITION BY RANGE (created_at).
 CREATE TABLE IF NOT EXISTS {table} (
-    id             bigserial PRIMARY KEY,
+    id             bigserial,
     event_type     text NOT NULL,
     aggregate_type text NOT NULL,
     aggregate_id   text NOT NULL,
-    event_key      text NOT NULL UNIQUE,
+    event_key      text NOT NULL,
     payload        jsonb NOT NULL,
     status         text NOT NULL DEFAULT 'pending',
     attempts       integer NOT NULL DEFAULT 0,
@@ -22,8 +22,9 @@ CREATE TABLE IF NOT EXISTS {table} (
     locked_by      text,
     last_error     text,
     created_at     timestamptz NOT NULL DEFAULT now(),
-    processed_at   timestamptz
-);
+    processed_at   timestamptz,
+    {keys}
+) {partitioning};
 CREATE INDEX IF NOT EXISTS {claim_index} ON {table} (status, available_at, created_at);
 CREATE INDEX IF NOT EXISTS {aggregate_index} ON {table} (aggregate_type, aggregate_id, created_at);
 
@@ -41,13 +42,16 @@ CREATE TABLE IF NOT EXISTS {ledger} (
 -- Recommended: done/failed rows by processed_at, created_at included (latency, throughput,
 -- failures in window, prune). Partial, so the claim (status = 'pending') can never use it
 -- and its UPDATE to 'processing' writes no entry (benchmarks/claim.py). Outside a transaction.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (status, processed_at)
+-- Every create_index_* block: {concurrently} is CONCURRENTLY on an ordinary table (or one
+-- partition), and empty with {only} ONLY on a partitioned table, whose index is then built
+-- partition by partition (schema._create_partitioned_index); elsewhere {only} is empty.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (status, processed_at)
 INCLUDE (created_at) WHERE status IN ('done', 'failed');
 
 -- name: create_index_dead_letters
 -- Recommended: dead letters by event_type and attempts, for retry pressure without reading
 -- the heap of every dead letter. Partial to status = 'failed'. Outside a transaction.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, attempts)
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (event_type, attempts)
 WHERE status = 'failed';
 
 -- name: create_index_pending_by_type
@@ -57,14 +61,14 @@ WHERE status = 'failed';
 -- and a retry write one. event_type IS NOT NULL holds for every row (a NOT NULL column) but no
 -- users' claim states it, so the planner cannot give the users' claim this index; the shared
 -- claim's clauses on event_type imply it. Outside a transaction.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (event_type, available_at, created_at)
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (event_type, available_at, created_at)
 WHERE status = 'pending' AND event_type IS NOT NULL;
 
 -- name: create_index_clock_skew
 -- Recommended: the rare done/failed rows whose processed_at is missing or before created_at
 -- (clock skew), so that "created in window" stays exact without an index on created_at over
 -- every row (which the claim would walk: benchmarks/RESULTS.md). Outside a transaction.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {table} (created_at)
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (created_at)
 WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at);
 
 -- name: comment_recommended_index
@@ -100,13 +104,70 @@ SELECT EXISTS (
 ) AS present;
 
 -- name: set_lock_timeout
--- The lock timeout of this session, in milliseconds (DROP INDEX CONCURRENTLY waits for it).
-SELECT set_config('lock_timeout', %(milliseconds)s, false);
+-- The lock timeout in milliseconds ('0': none) of this session, or with %(local)s of this transaction only: DDL on the outbox waits at most that long for its lock (schema.lock_timeout).
+SELECT set_config('lock_timeout', %(milliseconds)s, %(local)s);
 
--- name: drop_retired_index
--- Drops one index an earlier init-db created ({index} is schema-qualified). Outside a
--- transaction; CONCURRENTLY takes no lock that the workers' claims or acks would queue behind.
+-- name: drop_index
+-- Drops one index ({index} is schema-qualified): one an earlier init-db created, or a
+-- partition's index left invalid by an interrupted init-db. Outside a transaction;
+-- CONCURRENTLY takes no lock that the workers' claims or acks would queue behind.
 DROP INDEX CONCURRENTLY IF EXISTS {index};
+
+-- name: outbox_shape
+-- The outbox table's shape (schema.TableShape): whether it is partitioned; for a partitioned table its strategy (r range, l list, h hash), its partition key's columns (NULL when the key holds an expression) and whether it has a default partition; and whether a valid unique index has exactly event_key and created_at as its key columns (publish's arbiter on a partitioned table, SPEC section 1).
+SELECT c.relkind = 'p' AS partitioned,
+       p.partstrat::text AS strategy,
+       CASE WHEN p.partrelid IS NOT NULL AND p.partexprs IS NULL THEN ARRAY(
+           SELECT a.attname::text
+           FROM unnest(p.partattrs::int2[]) WITH ORDINALITY AS k(attnum, ord)
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+           ORDER BY k.ord) END AS key_columns,
+       coalesce(p.partdefid, 0) <> 0 AS has_default,
+       EXISTS (
+           SELECT FROM pg_index ix
+           WHERE ix.indrelid = c.oid AND ix.indisunique AND ix.indisvalid
+                 AND ix.indpred IS NULL AND ix.indexprs IS NULL AND ix.indnkeyatts = 2
+                 AND ARRAY(SELECT a.attname::text
+                           FROM unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+                           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+                           WHERE k.ord <= ix.indnkeyatts
+                           ORDER BY a.attname) = ARRAY['created_at', 'event_key']
+       ) AS event_key_unique
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid
+WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p');
+
+-- name: partition_tree
+-- The tables under a partitioned table (%(table_regclass)s), parents before their children: each one's schema and name, whether it is a leaf, and its parent's schema and name.
+SELECT n.nspname AS schema, c.relname AS name, t.isleaf AS leaf,
+       pn.nspname AS parent_schema, pc.relname AS parent_name
+FROM pg_partition_tree(%(table_regclass)s::regclass) AS t
+JOIN pg_class c ON c.oid = t.relid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_class pc ON pc.oid = t.parentrelid
+JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+WHERE t.level > 0 AND c.relkind IN ('r', 'p')
+ORDER BY t.level, n.nspname, c.relname;
+
+-- name: partition_index
+-- One partition's part of a partitioned index: the name of its index attached to %(parent_index)s (a regclass text), if any, and whether that one is valid; else whether an index named %(name)s exists on the partition (an interrupted init-db's) and whether it is valid.
+SELECT (SELECT ci.relname FROM pg_inherits i
+        JOIN pg_index x ON x.indexrelid = i.inhrelid
+        JOIN pg_class ci ON ci.oid = i.inhrelid
+        WHERE i.inhparent = %(parent_index)s::regclass
+              AND x.indrelid = %(partition)s::regclass) AS attached,
+       (SELECT x.indisvalid FROM pg_inherits i
+        JOIN pg_index x ON x.indexrelid = i.inhrelid
+        WHERE i.inhparent = %(parent_index)s::regclass
+              AND x.indrelid = %(partition)s::regclass) AS attached_valid,
+       (SELECT x.indisvalid FROM pg_index x
+        JOIN pg_class ci ON ci.oid = x.indexrelid
+        WHERE x.indrelid = %(partition)s::regclass AND ci.relname = %(name)s) AS named_valid;
+
+-- name: attach_index
+-- Attaches a partition's index to its parent's index ({child_index}, {parent_index}: schema-qualified); a no-op when it is attached already. The parent's index becomes valid when its last partition's index is attached. Locks the partition's index and table briefly: under a lock timeout.
+ALTER INDEX {parent_index} ATTACH PARTITION {child_index};
 
 -- name: table_exists
 -- Whether a relation of this schema and name exists.
@@ -167,12 +228,16 @@ INSERT INTO outbox_monitor.schema_migrations (version, name) VALUES (%(version)s
 -- ===================================================================== worker API (SPEC section 1)
 
 -- name: publish
--- Insert one event; a duplicate event_key inserts nothing and returns no row.
+-- Insert one event; a duplicate event_key inserts nothing and returns no row. {conflict_target} is (event_key), or empty on a partitioned table, whose unique index is (event_key, created_at) (SPEC section 1).
 INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, available_at)
 VALUES (%(event_type)s, %(aggregate_type)s, %(aggregate_id)s, %(event_key)s, %(payload)s,
         coalesce(%(available_at)s::timestamptz, now()))
-ON CONFLICT (event_key) DO NOTHING
+ON CONFLICT {conflict_target} DO NOTHING
 RETURNING id;
+
+-- name: table_partitioned
+-- Whether the table %(table_regclass)s is partitioned (publish's conflict target).
+SELECT relkind = 'p' AS partitioned FROM pg_class WHERE oid = %(table_regclass)s::regclass;
 
 -- name: claim
 -- Claim up to %(limit)s due rows for one worker (the shared SQL function).
@@ -356,8 +421,10 @@ GROUP BY attempts
 ORDER BY attempts;
 
 -- name: table_pages
--- Pages of 8 kB (block_size) the outbox table has now, at least 1.
-SELECT greatest(pg_relation_size(%(table_regclass)s::regclass)
+-- Pages of 8 kB (block_size) the outbox table has now, those of all its partitions for a partitioned table, at least 1.
+SELECT greatest(coalesce((SELECT sum(pg_relation_size(t.relid))::bigint
+                          FROM pg_partition_tree(%(table_regclass)s::regclass) AS t),
+                         pg_relation_size(%(table_regclass)s::regclass))
                 / current_setting('block_size')::bigint, 1) AS pages;
 
 -- name: error_groups_refresh
@@ -746,6 +813,80 @@ SELECT (SELECT max(id) FROM picked) AS last_picked_id,
        0 AS dead_lettered
 FROM changed;
 
+-- name: prune_partitions
+-- The partitions a prune may detach whole (actions/partitions.py): the ordinary tables attached directly to the partitioned outbox, not its default partition, whose range on created_at ends at least %(older_than)s seconds ago (the shortest retention), or whose detach an earlier prune left pending; each with its bounds (NULL for MINVALUE or MAXVALUE) and whether this login owns it and the outbox (DETACH and DROP need the owner).
+SELECT schema, name, detach_pending, lower, upper, owned
+FROM (
+    SELECT n.nspname AS schema, c.relname AS name, i.inhdetachpending AS detach_pending,
+           substring(b.bound FROM '^FOR VALUES FROM \((?:''([^'']*)''|MINVALUE)\) TO ')::timestamptz
+               AS lower,
+           substring(b.bound FROM ' TO \((?:''([^'']*)''|MAXVALUE)\)$')::timestamptz AS upper,
+           pg_has_role(current_user, c.relowner, 'USAGE')
+               AND pg_has_role(current_user, parent.relowner, 'USAGE') AS owned
+    FROM pg_inherits i
+    JOIN pg_class parent ON parent.oid = i.inhparent
+    JOIN pg_class c ON c.oid = i.inhrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) AS b
+    WHERE i.inhparent = %(table_regclass)s::regclass AND c.relkind = 'r'
+          AND b.bound <> 'DEFAULT'
+) AS partitions
+WHERE detach_pending OR upper <= now() - make_interval(secs => %(older_than)s)
+ORDER BY lower NULLS FIRST, name;
+
+-- name: prune_partition_rows
+-- The rows of one partition: all of them, those a prune deletes (done processed before now() - %(done_older_than)s s, failed before now() - %(failed_older_than)s s, under the filter {and_filters}; a NULL age deletes none of that status), the largest id and the first %(limit)s ids. {source} is the outbox with {in_range} the partition's range on created_at (partition pruning reads that partition only, with the outbox's privileges), or the partition itself with {in_range} empty. Each count is index-only on a partition of the recommended indexes with all-visible pages.
+SELECT (SELECT count(*) FROM {source} WHERE true {in_range}) AS rows,
+       (SELECT count(*) FROM {source}
+        WHERE status = 'done'
+              AND processed_at < now() - make_interval(secs => %(done_older_than)s)
+              {in_range} {and_filters}) AS done,
+       (SELECT count(*) FROM {source}
+        WHERE status = 'failed'
+              AND processed_at < now() - make_interval(secs => %(failed_older_than)s)
+              {in_range} {and_filters}) AS failed,
+       (SELECT max(id) FROM {source} WHERE true {in_range}) AS max_id,
+       ARRAY(SELECT id FROM {source} WHERE true {in_range} ORDER BY id LIMIT %(limit)s)
+           AS first_ids;
+
+-- name: detach_partition
+-- Detaches one partition ({partition}) from the outbox; {concurrently} is CONCURRENTLY (outside a transaction, two of its own; Postgres refuses it while the outbox has a default partition) or empty (ACCESS EXCLUSIVE on the outbox for the moment of the catalog change). Under a lock timeout.
+ALTER TABLE {table} DETACH PARTITION {partition} {concurrently};
+
+-- name: finalize_detach
+-- Completes a DETACH CONCURRENTLY whose second transaction was interrupted (the partition is detach-pending: queries of the outbox no longer read it). Outside a transaction, under a lock timeout.
+ALTER TABLE {table} DETACH PARTITION {partition} FINALIZE;
+
+-- name: detach_pending
+-- Whether the partition %(partition)s (a regclass text) of the outbox is being detached (a DETACH CONCURRENTLY interrupted after its first transaction); NULL when it is attached to no table.
+SELECT (SELECT i.inhdetachpending FROM pg_inherits i
+        WHERE i.inhrelid = %(partition)s::regclass
+              AND i.inhparent = %(table_regclass)s::regclass) AS pending;
+
+-- name: attach_partition
+-- Attaches a detached partition back, with the range it had ({lower}, {upper}: literals, or MINVALUE and MAXVALUE): a prune whose final check found rows changed since its first. Under a lock timeout.
+ALTER TABLE {table} ATTACH PARTITION {partition} FOR VALUES FROM ({lower}) TO ({upper});
+
+-- name: lock_detached_partition
+-- Locks a detached partition for its final check, its audit row and its drop, in one transaction (no statement of the outbox reads it any more).
+LOCK TABLE {partition} IN ACCESS EXCLUSIVE MODE;
+
+-- name: drop_detached_partition
+-- Drops a detached partition whose every row the prune deletes, in the transaction of its audit row.
+DROP TABLE {partition};
+
+-- name: try_lock_partition_pruner
+-- Session lock so that one prune at a time detaches partitions of this outbox; true when taken.
+SELECT pg_try_advisory_lock(
+    hashtextextended('outbox_monitor.prune_partitions:' || %(table_regclass)s::regclass::oid, 0)
+) AS locked;
+
+-- name: unlock_partition_pruner
+-- Releases the partition pruner's session lock.
+SELECT pg_advisory_unlock(
+    hashtextextended('outbox_monitor.prune_partitions:' || %(table_regclass)s::regclass::oid, 0)
+) AS unlocked;
+
 -- name: audit_record
 -- One audit row per audited change, through the only writer of the audit log (migration 003: it stamps now() and checks the fields); returns its id.
 SELECT outbox_monitor.record_audit(
@@ -1062,6 +1203,16 @@ SELECT DISTINCT ON (kind) kind, calls, total_exec_ms,
 FROM outbox_monitor.claim_statement_samples
 WHERE table_name = %(table_name)s
 ORDER BY kind, sampled_at DESC;
+
+-- ===================================================================== a partitioned outbox (demo/partitioned.py: tests, benchmarks)
+
+-- name: partitioned_outbox_partition
+-- One range partition {partition} of {table}: created_at from {lower} up to {upper} (literals).
+CREATE TABLE {partition} PARTITION OF {table} FOR VALUES FROM ({lower}) TO ({upper});
+
+-- name: partitioned_outbox_default
+-- The default partition {partition} of {table}: every row no range holds.
+CREATE TABLE {partition} PARTITION OF {table} DEFAULT;
 
 
 -- ===================================================================== simulator (demo traffic)

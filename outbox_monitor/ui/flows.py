@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions import prune, reap, replay, run
+from outbox_monitor.actions import partitions, prune, reap, replay, run
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, Progress
@@ -64,7 +64,11 @@ def describe_result(result: ActionResult) -> str:
     skipped = NO_LONGER.get(result.action, "{was} skipped").format(
         was=format.inflect(result.skipped, "was", "were")
     )
-    return f"{text}; {result.skipped:,} {skipped}."
+    text = f"{text}; {result.skipped:,} {skipped}."
+    if result.detached or result.kept:
+        lines = partitions.outcome_lines(result.detached, result.kept)
+        text += " " + format.md_text("; ".join(lines) + ".")
+    return text
 
 
 def stored_preview(key: str) -> StoredPreview | None:
@@ -277,9 +281,11 @@ def preview_prune(
     done_older_than: float | None,
     failed_older_than: float | None,
     event_type: str | None,
+    detach_partitions: bool = True,
 ) -> Preview:
     """``prune.preview_prune`` counting up to ``loaders.count_cap()`` rows per status, an
-    estimate above (never cached); ages in seconds, ``None`` skips a status.
+    estimate above (never cached); ages in seconds, ``None`` skips a status; on a partitioned
+    outbox the partitions detached whole unless ``detach_partitions`` is false.
 
     Raises:
         ActionRefused: no status chosen, or an age under one day.
@@ -290,4 +296,11 @@ def preview_prune(
         failed_older_than=failed_older_than,
         event_type=event_type,
         count_cap=loaders.count_cap(),
+        detach_partitions=detach_partitions,
     )
+
+
+def partition_lines(preview: Preview) -> list[str]:
+    """The lines a prune's preview shows about the partitions it detaches whole (none for an
+    ordinary outbox): ``partitions.preview_lines``, as markdown that shows them literally."""
+    return [format.md_text(line.strip()) for line in partitions.preview_lines(preview.details)]

@@ -4,7 +4,6 @@ normalises every failed row."""
 
 import hashlib
 import logging
-import threading
 
 import psycopg
 import pytest
@@ -18,6 +17,7 @@ from outbox_monitor.actions.run import apply
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
+from tests.at_once import run_at_once
 
 OPERATOR = Identity("ops@example.com", Role.operator, "cli")
 AUTH = "HTTP 401 invalid API key for account <n>"
@@ -205,23 +205,12 @@ def test_two_refreshes_at_once_neither_fail_nor_double_count(make_dsn):
             "'HTTP 401 invalid API key for account ' || (10000 + g), now() "
             "FROM generate_series(1, 3000) AS g"
         )
-    results, errors = [], []
 
-    def refresh() -> None:
-        try:
-            with Database(load_settings(dsn=dsn)) as db:
-                results.append(
-                    {g["group_id"]: g["failed"] for g in error_grouping.error_groups(db)}
-                )
-        except Exception as error:  # collected and asserted below
-            errors.append(error)
+    def refresh() -> dict:
+        with Database(load_settings(dsn=dsn)) as db:
+            return {g["group_id"]: g["failed"] for g in error_grouping.error_groups(db)}
 
-    threads = [threading.Thread(target=refresh) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    results = run_at_once(refresh, times=3)
     assert results == [{group_id("crm.upsert", AUTH): 3000}] * 3
     with psycopg.connect(dsn) as conn:
         cached = conn.execute("SELECT count(*) FROM outbox_monitor.error_fingerprints")

@@ -1,7 +1,5 @@
 """init-db and the start-up table check (SPEC §1: never change a user's table)."""
 
-import threading
-
 import psycopg
 import pytest
 
@@ -10,6 +8,7 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
 from outbox_monitor.queries import migration_files
+from tests.at_once import run_at_once
 
 
 def _columns(conn, table="integration_outbox"):
@@ -104,22 +103,13 @@ def test_init_db_never_alters_an_existing_user_table(empty_dsn):
     assert before == after
 
 
+def _init_db(dsn):
+    with Database(load_settings(dsn=dsn)) as db:
+        return schema.init_db(db)
+
+
 def test_two_init_db_at_once_are_safe(empty_dsn):
-    errors = []
-
-    def run():
-        try:
-            with Database(load_settings(dsn=empty_dsn)) as db:
-                schema.init_db(db)
-        except Exception as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    run_at_once(lambda: _init_db(empty_dsn))
     with psycopg.connect(empty_dsn) as conn:
         applied = conn.execute("SELECT version FROM outbox_monitor.schema_migrations").fetchall()
     versions = [(version,) for version, _, _ in migration_files()]
