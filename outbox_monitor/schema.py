@@ -332,6 +332,11 @@ def _create_indexes(
                 report.unfinished_indexes[name] = unfinished
                 continue
         else:
+            valid = conn.execute(
+                compose("index_valid"), {"table_regclass": db.table_regclass, "name": name}
+            ).fetchone()["valid"]
+            if valid is False:  # an interrupted CONCURRENTLY build: built again
+                conn.execute(compose("drop_index", index=sql.Identifier(schema, name)))
             conn.execute(_build(index, name, db.table, leaf=True))
         conn.execute(compose("comment_recommended_index", index=sql.Identifier(schema, name)))
         report.created_indexes.append(name)

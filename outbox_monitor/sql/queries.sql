@@ -150,6 +150,12 @@ JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 WHERE t.level > 0 AND c.relkind IN ('r', 'p')
 ORDER BY t.level, n.nspname, c.relname;
 
+-- name: index_valid
+-- Whether the index named %(name)s on the outbox table is valid (NULL: there is none); an interrupted CREATE INDEX CONCURRENTLY leaves an invalid one, which IF NOT EXISTS would keep for ever.
+SELECT (SELECT x.indisvalid FROM pg_index x
+        JOIN pg_class ci ON ci.oid = x.indexrelid
+        WHERE x.indrelid = %(table_regclass)s::regclass AND ci.relname = %(name)s) AS valid;
+
 -- name: partition_index
 -- One partition's part of a partitioned index: the name of its index attached to %(parent_index)s (a regclass text), if any, and whether that one is valid; else whether an index named %(name)s exists on the partition (an interrupted init-db's) and whether it is valid.
 SELECT (SELECT ci.relname FROM pg_inherits i

@@ -86,6 +86,32 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
         ]
 
 
+def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
+    with Database(load_settings(dsn=empty_dsn)) as db:
+        schema.init_db(db, create_indexes=False)
+        with psycopg.connect(empty_dsn, autocommit=True) as conn:
+            # two rows of one aggregate: a unique build on it fails and leaves its index invalid
+            conn.execute(
+                "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,"
+                " event_key, payload, status)"
+                " SELECT 't', 'a', 'same', 'k' || g, '{}', 'done' FROM generate_series(1, 2) g"
+            )
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                conn.execute(
+                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_finished_idx"
+                    " ON integration_outbox (aggregate_id)"
+                )
+            assert schema.missing_recommended_indexes(db)[0].startswith(
+                "integration_outbox_finished_idx"
+            )
+            assert "integration_outbox_finished_idx" in schema.init_db(db).created_indexes
+            assert schema.missing_recommended_indexes(db) == []
+            definition = conn.execute(
+                "SELECT pg_get_indexdef('integration_outbox_finished_idx'::regclass)"
+            ).fetchone()[0]
+            assert "(status, processed_at)" in definition
+
+
 def test_init_db_never_alters_an_existing_user_table(empty_dsn):
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         with Database(load_settings(dsn=empty_dsn)) as db:
