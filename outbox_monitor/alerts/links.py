@@ -7,6 +7,8 @@ from urllib.parse import urlencode
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
 
+HEALTH_PATH = "/health"
+"""The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 PAUSE_ACTION = "pause"
@@ -17,10 +19,13 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     """The dashboard view where the fix is, pre-filtered (issue 3 §3).
 
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
-    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), others → the
+    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
+    whole table (its health: the xmin horizon, dead tuples) → ``/health``, others → the
     overview ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
     ``payment.%25``).
     """
+    if rule.spec.scope == "table":
+        return HEALTH_PATH
     params: dict[str, str] = {}
     if event_type:
         params["event_type"] = event_type

@@ -3,6 +3,7 @@
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -20,7 +21,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration
 from outbox_monitor.logs import escape_controls
-from outbox_monitor.units import per_minute
+from outbox_monitor.units import format_bytes, format_value, per_minute
 
 
 def _role_option(kind: str, default: str) -> Callable:
@@ -171,3 +172,32 @@ def status(
         echo(f"    failed {escape_controls(event):<19} {count}")  # escaped, then aligned
     histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
     echo(f"  {'rows by attempts':<26} {histogram or '–'}")
+    for label, value in health_lines(figures["health"]):
+        echo(f"  {label:<26} {value}")
+
+
+def health_lines(health: dict[str, Any]) -> list[tuple[str, str]]:
+    """``status``'s lines of the table's health (``metrics.status``'s ``health``): tuples,
+    last autovacuum, sizes, the xmin horizon's holders with the command that ends each, and
+    what this login cannot see."""
+    fraction = format_value(health["dead_tuple_fraction"], "fraction")
+    autovacuum = health["last_autovacuum"] or "never"
+    if not health["autovacuum_enabled"]:
+        autovacuum += " (autovacuum is off for this table)"
+    lines = [
+        ("dead / live tuples", f"{health['dead_tuples']:,} / {health['live_tuples']:,}"),
+        ("dead tuple fraction", fraction),
+        ("last autovacuum", autovacuum),
+        (
+            "table / indexes size",
+            f"{format_bytes(health['table_bytes'])} / {format_bytes(health['indexes_bytes'])}",
+        ),
+        ("xmin horizon held", format_duration(health["xmin_horizon_age_seconds"])),
+    ]
+    for holder in health["xmin_horizon_holders"]:
+        if holder["holds_horizon"]:
+            held = format_duration(holder["held_seconds"])
+            action = holder["command"] or holder["advice"]
+            lines.append(("  held by", f"{holder['summary']} for {held}: {action}"))
+    lines += [("hidden", note) for note in health["hidden"]]
+    return lines

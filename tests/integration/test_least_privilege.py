@@ -137,6 +137,13 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             )
         }
         assert list(executes.values()) == [{read: False, sched: False, ops: True}] * 2
+        # issue 14: the Health page sees every session's horizon (pg_read_all_stats)
+        monitors = "SELECT pg_has_role(%s, 'pg_monitor', 'USAGE')"
+        assert [su.execute(monitors, (role,)).fetchone()[0] for role in (read, sched, ops)] == [
+            True,
+            True,
+            True,
+        ]
 
 
 def test_the_scheduler_login_samples_evaluates_and_delivers_but_never_acts(

@@ -98,6 +98,8 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "latency-slo": "oncall",
         "stuck-lock": "oncall",
         "breaker-open": "oncall",  # issue 13: SPEC §5 breaker transitions
+        "xmin-horizon-held": "oncall",  # issue 14: the table's health
+        "vacuum-overdue": "oncall",
     }
     route = ruleset.routes["oncall"]
     assert (route.webhook_url_env, route.channel, route.transport) == (
@@ -132,7 +134,14 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     # SPEC §5: a breaker open (or half-open), one instance per breaker's filter
     assert shape("breaker-open") == ("breaker_open", None, None, ">", 0, 0)
     assert ruleset.rule("breaker-open").by == ("event_type",)
-    assert all(rule.keep_firing_for == 120 for rule in ruleset.rules)
+    # issue 14: the xmin horizon held 10 min; dead > live tuples, no vacuum for 1 h
+    assert shape("xmin-horizon-held") == ("xmin_horizon_age", None, None, ">", 600, 0)
+    assert shape("vacuum-overdue") == ("vacuum_overdue", None, None, ">", 3600, 0)
+    released_at_once = {"xmin-horizon-held"}  # its age drops to 0 when the holder ends
+    assert all(rule.keep_firing_for == 0 for rule in ruleset.rules if rule.name in released_at_once)
+    assert all(
+        rule.keep_firing_for == 120 for rule in ruleset.rules if rule.name not in released_at_once
+    )
     assert [rule.severity for rule in ruleset.rules] == [
         "critical",
         "warning",
@@ -140,7 +149,28 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "warning",
         "warning",
         "warning",
+        "warning",
+        "warning",
     ]
+
+
+def test_a_metric_of_the_whole_table_takes_no_event_type_and_no_by(write_rules):
+    def rules(**extra: Any) -> dict[str, Any]:
+        rule = {"name": "horizon", "metric": "xmin_horizon_age", "op": ">", "threshold": "10m"}
+        return {
+            "version": 1,
+            "routes": {"oncall": {}},
+            "rules": [{**rule, **extra, "route": "oncall"}],
+        }
+
+    for field, value in (("event_type", "order.%"), ("by", ["event_type"])):
+        with pytest.raises(RulesError) as caught:
+            write_rules(rules(**{field: value}))
+        assert (
+            f'"horizon": {field}: xmin_horizon_age describes the whole outbox table, not event '
+            f"types; remove {field}" in str(caught.value)
+        )
+    assert write_rules(rules()).rules[0].threshold == 600
 
 
 def test_valid_file_resolves_defaults_routes_and_templates(tmp_path, write_rules):
