@@ -32,7 +32,7 @@ HOLDER_COLUMNS = [
     "command",
     "query",
 ]
-INDEX_COLUMNS = ["index", "size", "scans", "is_unique", "is_valid"]
+INDEX_COLUMNS = ["index", "size", "scans", "unique", "valid"]
 MIB = 1024 * 1024
 NOT_RUN = (
     "Run it yourself (psql, as a superuser or the holder's role): outbox-monitor shows "
@@ -155,9 +155,10 @@ def table_section(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]
     for line in vacuum_lines(health):
         st.info(format.md_text(line), icon=":material/cleaning_services:")
     if not health["vacuums"]:
+        analyzed = health["last_autoanalyze"] or health["last_analyze"]
         st.caption(
-            f"No vacuum of the outbox is running. Last analyze: "
-            f"{format.instant(health['last_autoanalyze'] or health['last_analyze'])}."
+            "No vacuum of the outbox is running. Last analyze: "
+            f"{format.instant(analyzed) if analyzed else 'never'}."
         )
     if any(s.get("dead_tuples") is not None for s in samples):
         st.altair_chart(
@@ -227,7 +228,16 @@ def size_section(
 
 def index_rows(health: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The indexes as table rows, largest first, their sizes for people."""
-    return [{**index, "size": format.size(index["bytes"])} for index in health["indexes"]]
+    return [
+        {
+            "index": index["index"],
+            "size": format.size(index["bytes"]),
+            "scans": index["scans"],
+            "unique": index["is_unique"],
+            "valid": index["is_valid"],
+        }
+        for index in health["indexes"]
+    ]
 
 
 def size_growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, int]:
