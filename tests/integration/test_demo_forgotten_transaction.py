@@ -8,10 +8,8 @@ names the session (application, age, how to end it), the demo's Slack sink gets 
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
@@ -19,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_monitor.cli import main
-from outbox_monitor.config import ENV_PREFIX
 from outbox_monitor.demo.downstream import Downstream
 from outbox_monitor.demo.forgotten_transaction import (
     APPLICATION_NAME,
@@ -27,12 +24,11 @@ from outbox_monitor.demo.forgotten_transaction import (
     ForgottenTransaction,
     request,
 )
-from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.switches import URL_ENV
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.health.horizon import horizon
 from tests.health import wait_until
-from tests.integration.test_demo import REPO, _read_lines, _wait_for
+from tests.integration.test_demo import REPO, running_demo
 
 RULE = "xmin-horizon-held"
 
@@ -107,23 +103,7 @@ def status_json(dsn: str) -> dict:
 
 
 def test_the_demos_forgotten_transaction_is_seen_alerted_once_and_resolved(tmp_path):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["HOME"] = str(tmp_path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "outbox_monitor", "demo", "--port", str(port), "--rate", "10"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
-    reader.start()
-    try:
-        output = _wait_for(lines, "Ctrl-C to stop", process, timeout=120)
+    with running_demo(tmp_path, timeout=120) as output:
         dsn = re.search(r"database\s+(postgresql://\S+)", output).group(1)
         url = re.search(r"demo-forgotten-transaction start --url (\S+)", output).group(1)
         sink = re.search(r"local Slack sink (http://\S+)", output).group(1)
@@ -167,9 +147,3 @@ def test_the_demos_forgotten_transaction_is_seen_alerted_once_and_resolved(tmp_p
         assert f"[RESOLVED] {RULE}" in messages[1]
         assert status_json(dsn)["xmin_horizon_age_seconds"] < 60
         print(f"\ndemo horizon alerted {alerted_after:.0f} s after the transaction began")
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        code = process.wait(60)
-        reader.join(5)
-        process.stdout.close()
-    assert code == 0, "".join(lines)
