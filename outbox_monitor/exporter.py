@@ -17,9 +17,10 @@ the same predicates as the ``metrics`` blocks) instead of six queries:
   figure (``"15m"`` of payment-failed), so Prometheus rules can match alerts.yml;
 - ``outbox_rows_by_attempts{attempts}``: rows not yet done, by attempts;
 - the table's health (issue 14), unlabelled: ``outbox_xmin_horizon_age_seconds``,
-  ``outbox_dead_tuples``, ``outbox_live_tuples``, ``outbox_dead_tuple_fraction``,
-  ``outbox_time_since_autovacuum_seconds`` (absent when never), ``outbox_vacuum_overdue_seconds``,
-  ``outbox_table_bytes``, ``outbox_indexes_bytes``; and ``outbox_index_bytes{index}``.
+  ``outbox_inactive_slots_holding_horizon``, ``outbox_dead_tuples``, ``outbox_live_tuples``,
+  ``outbox_dead_tuple_fraction``, ``outbox_time_since_autovacuum_seconds`` (absent when never),
+  ``outbox_vacuum_overdue_seconds``, ``outbox_table_bytes``, ``outbox_indexes_bytes``; and
+  ``outbox_index_bytes{index}``.
 
 ``event_type`` has bounded cardinality: the ``top`` (default 10) event types by value are
 labelled one by one, event types matching an alerts.yml rule's ``event_type`` filter first

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
 from outbox_monitor.flow.held import breaker_filters, breakers_open, held
-from outbox_monitor.health.horizon import xmin_horizon_age
+from outbox_monitor.health.horizon import inactive_slots_holding_horizon, xmin_horizon_age
 from outbox_monitor.health.table import table_health
 
 Measure = Callable[[Database, float | None, str | None, int], float | None]
@@ -42,8 +42,9 @@ class Figure:
 
     Attributes:
         metric: its ``alerts.yml`` metric (the registry's key).
-        unit: ``"rows"``, ``"seconds"``, ``"rows/min"``, ``"breakers"``, ``"bytes"`` or
-            ``"fraction"`` (0–1) (values and thresholds; ``units.format_value``).
+        unit: ``"rows"``, ``"seconds"``, ``"rows/min"``, ``"breakers"``, ``"slots"``,
+            ``"bytes"`` or ``"fraction"`` (0–1) (values and thresholds;
+            ``units.format_value``).
         status_key: where ``status --json`` holds it (``"latency_seconds.p95"``: a key of
             a nested object).
         prometheus: its ``/metrics`` family (``outbox_latency_seconds`` for the three
@@ -310,6 +311,17 @@ FIGURES: dict[str, Figure] = {
             scope="table",
         ),
         Figure(
+            "inactive_slots_holding_horizon",
+            "slots",
+            "health.inactive_slots_holding_horizon",
+            "outbox_inactive_slots_holding_horizon",
+            "Replication slots holding the xmin horizon with no consumer connected (a standby "
+            "gone): PostgreSQL keeps no time for them, so alert on how long this stays above 0.",
+            lambda db, window, event_type, _: inactive_slots_holding_horizon(db),
+            _TABLE,
+            scope="table",
+        ),
+        Figure(
             "dead_tuples",
             "rows",
             "health.dead_tuples",
@@ -401,6 +413,7 @@ FLOW_FIGURES = ("rows_held", "rows_throttled", "breaker_open")
 
 HEALTH_FIGURES = (
     "xmin_horizon_age",
+    "inactive_slots_holding_horizon",
     "dead_tuples",
     "live_tuples",
     "dead_tuple_fraction",

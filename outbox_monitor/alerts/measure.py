@@ -19,7 +19,7 @@ from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES
 from outbox_monitor.filters import ExactEventType, Where
-from outbox_monitor.health.horizon import horizon
+from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
 
 MAX_INSTANCES = 200
@@ -172,12 +172,14 @@ def offenders(
         ``sample_error`` and ``fingerprint`` are redacted by the database's settings
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
         Slack message and the Alerts page never carry the raw error.
-        A figure of the whole table (``scope="table"``) has no event types: the xmin
-        horizon's holders, longest held first (``{"kind": "holder", "label", "value"
-        (seconds held, ``None`` when unknown), "command"}``), and nothing for the others.
+        A figure of the whole table (``scope="table"``) has no event types: for the xmin
+        horizon's figures its holders (the inactive slots for
+        ``inactive_slots_holding_horizon``), longest held first (``{"kind": "holder",
+        "label", "value" (seconds held, ``None`` when unknown), "command"}``), and nothing
+        for the others.
     """
     if rule.spec.scope == "table":
-        return _holders(db, limit) if rule.metric == "xmin_horizon_age" else []
+        return _holders(db, rule.metric, limit)
     scope = ExactEventType(event_type) if event_type else rule.event_type
     if rule.metric == "failed_in_window":
         failed = metrics.failed_by_event_type(db, window=rule.window, event_type=scope)
@@ -209,12 +211,25 @@ def offenders(
     return values[:limit]
 
 
-def _holders(db: Database, limit: int) -> list[dict[str, Any]]:
-    """The holders of the xmin horizon as offenders: what holds it and the command that ends
-    it (to run by hand)."""
+HOLDERS_NAMED = {
+    "xmin_horizon_age": lambda holder: True,
+    "inactive_slots_holding_horizon": lambda holder: (
+        holder.kind == SLOT and holder.state == "inactive"
+    ),
+}
+"""The figures whose alerts name the horizon's holders (which of them)."""
+
+
+def _holders(db: Database, metric: str, limit: int) -> list[dict[str, Any]]:
+    """The holders of the xmin horizon a rule on ``metric`` is about, as offenders: what holds
+    it and the command that ends it (to run by hand); none for other table-wide figures."""
+    named = HOLDERS_NAMED.get(metric)
+    if named is None:
+        return []
+    holders = [h for h in horizon(db).holding if named(h)]
     return [
         {"kind": "holder", "label": h.summary, "value": h.held_seconds, "command": h.command}
-        for h in horizon(db).holding[:limit]
+        for h in holders[:limit]
     ]
 
 

@@ -131,6 +131,12 @@ class Horizon:
         return [h for h in self.holders if h.holds_horizon]
 
     @property
+    def inactive_slots_holding(self) -> int:
+        """Replication slots holding the horizon with no consumer connected (a standby gone
+        away): no time is kept for them, so a rule watches how long this stays above 0."""
+        return sum(1 for h in self.holding if h.kind == SLOT and h.state == "inactive")
+
+    @property
     def oldest(self) -> Holder | None:
         """The holder holding it longest (of known age), else the one with the oldest xid;
         ``None`` when nothing holds it."""
@@ -182,6 +188,12 @@ def xmin_horizon_age(db: Database) -> float:
     return horizon(db).age_seconds
 
 
+def inactive_slots_holding_horizon(db: Database) -> int:
+    """Inactive replication slots holding the xmin horizon (``Horizon.inactive_slots_holding``):
+    the ``inactive_slots_holding_horizon`` figure."""
+    return horizon(db).inactive_slots_holding
+
+
 def sessions(db: Database, *, limit: int = SESSIONS_LIMIT) -> list[Holder]:
     """Sessions holding the horizon or idle in a transaction (named query
     ``horizon_sessions``), each with ``SELECT pg_terminate_backend(<pid>);``; their queries
@@ -199,7 +211,7 @@ def sessions(db: Database, *, limit: int = SESSIONS_LIMIT) -> list[Holder]:
                 SESSION,
                 f"pid {row['pid']}",
                 holds,
-                None if row["hidden"] else row["held_seconds"],
+                row["held_seconds"],
                 row["xid_age"],
                 since=row["since"],
                 application=row["application"] or None,

@@ -21,9 +21,12 @@ def health_status(db: Database) -> dict[str, Any]:
         "time_since_autovacuum_seconds" (null: never), "vacuum_overdue_seconds",
         "autovacuum_enabled", "autovacuum_threshold" (dead tuples that trigger it),
         "table_bytes", "indexes_bytes", "indexes" ([{"index", "bytes", "scans", …}]),
-        "partitions", "vacuums" ([running vacuums of the outbox: pid, phase, progress]),
+        "partitions", "vacuums" ([running vacuums of the outbox: pid, phase, progress,
+        "scanned_fraction"]),
         "hidden_vacuums" (vacuums of this database whose table this role cannot see),
-        "xmin_horizon_age_seconds" (0 when nothing holds it), "xmin_horizon_holders"
+        "xmin_horizon_age_seconds" (0 when nothing holds it),
+        "inactive_slots_holding_horizon" (replication slots of a consumer gone holding it),
+        "xmin_horizon_holders"
         ([``Holder.as_json``], longest held first), "hidden" ([what this role cannot see,
         with how to see it]), "statistics_since"}``.
 
@@ -38,9 +41,12 @@ def health_status(db: Database) -> dict[str, Any]:
     return {
         **table_figures(table),
         "indexes": indexes,
-        "vacuums": [asdict(v) for v in vacuums if v.on_outbox],
+        "vacuums": [
+            {**asdict(v), "scanned_fraction": v.scanned_fraction} for v in vacuums if v.on_outbox
+        ],
         "hidden_vacuums": sum(1 for v in vacuums if v.hidden),
         "xmin_horizon_age_seconds": holders.age_seconds,
+        "inactive_slots_holding_horizon": holders.inactive_slots_holding,
         "xmin_horizon_holders": [h.as_json() for h in holders.holders],
         "hidden": hidden(holders, vacuums),
     }

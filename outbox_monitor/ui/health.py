@@ -65,11 +65,15 @@ def horizon_section(health: Mapping[str, Any]) -> None:
     holding = [h for h in health["xmin_horizon_holders"] if h["holds_horizon"]]
     if holding:
         oldest = holding[0]
-        held = format.duration(oldest["held_seconds"]) if oldest["held_seconds"] else "?"
+        held = (
+            f"has been held for **{format.duration(oldest['held_seconds'])}**"
+            if oldest["held_seconds"] is not None
+            else "is held (for how long PostgreSQL does not record)"
+        )
         st.error(
-            f"The xmin horizon has been held for **{held}** by "
-            f"{format.md_text(oldest['summary'])}: vacuum cannot remove a tuple that died "
-            "after it began, so every row the workers ack stays in the table and its indexes.",
+            f"The xmin horizon {held} by {format.md_text(oldest['summary'])}: vacuum cannot "
+            "remove a tuple that died after it began, so every row the workers ack stays in "
+            "the table and its indexes.",
             icon=":material/hourglass_top:",
         )
         if oldest["command"]:
@@ -175,9 +179,11 @@ def vacuum_lines(health: Mapping[str, Any]) -> list[str]:
     for run in health["vacuums"]:
         who = "autovacuum" if run["automatic"] else "a VACUUM by hand"
         text = f"Vacuum running on {run['relation']} ({who}, pid {run['pid']}): {run['phase']}"
-        if run["heap_blks_total"]:
-            share = run["heap_blks_scanned"] / run["heap_blks_total"]
-            text += f", {share:.0%} of {format.count(run['heap_blks_total'])} pages scanned"
+        if run["scanned_fraction"] is not None:
+            text += (
+                f", {run['scanned_fraction']:.0%} of {format.count(run['heap_blks_total'])} "
+                "pages scanned"
+            )
         if run["index_vacuum_count"]:
             text += f", {format.plural(run['index_vacuum_count'], 'index pass', 'index passes')}"
         if run["running_seconds"] is not None:
@@ -310,6 +316,14 @@ def overview_tiles(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any
         else "Autovacuum is OFF for this table.",
         border=True,
     )
+    for holder in holding:
+        if holder["held_seconds"] is None:  # a slot, a hidden session: not in the tile
+            st.caption(
+                format.md_text(
+                    f"The xmin horizon is also held by {holder['summary']}, for how long "
+                    "PostgreSQL does not record."
+                )
+            )
     for note in health["hidden"]:
         st.caption(format.md_text(note))
     st.page_link("pages/health.py", label="Open health", icon=":material/monitor_heart:")

@@ -17,8 +17,11 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
 
 from outbox_monitor import metrics
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
@@ -28,6 +31,7 @@ from outbox_monitor.health.table import index_sizes, table_health
 from outbox_monitor.health.vacuum import vacuums_running
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.schema import init_db
+from tests.alerting import notifications
 from tests.health import (
     ack_all,
     autovacuum_off,
@@ -197,12 +201,16 @@ def _server(cluster: TemporaryCluster, *args: str) -> None:
     cluster._run(*args)  # the cluster's binaries, as its server user
 
 
-def test_a_gone_standbys_slot_holds_the_horizon_of_every_database():
+def test_a_gone_standbys_slot_holds_the_horizon_of_every_database(fake_clock, write_rules):
     """A physical slot gets an xmin from a standby with hot_standby_feedback; when the standby
     goes away for good the slot keeps it: every database's dead tuples stay."""
     with TemporaryCluster() as primary:
         settings = load_settings(dsn=primary.dsn)
-        with Database(settings) as db, psycopg.connect(primary.dsn, autocommit=True) as su:
+        with (
+            Database(settings) as db,
+            psycopg.connect(primary.dsn, autocommit=True) as su,
+            psycopg.connect(primary.dsn, autocommit=True, row_factory=dict_row) as su_rows,
+        ):
             init_db(db, create_indexes=False)
             su.execute("SELECT pg_create_physical_replication_slot('standby_1', true)")
             standby = primary.root / "standby"
@@ -242,7 +250,23 @@ def test_a_gone_standbys_slot_holds_the_horizon_of_every_database():
             assert slot.held_seconds is None and slot.xid_age >= 1  # no time kept for a slot
             assert "every database" in slot.advice
             assert found.oldest == slot and found.age_seconds == 0  # of known age: none
+            assert found.inactive_slots_holding == 1
             assert table_health(db).dead_tuples == 10  # the vacuum could remove none
+
+            # the shipped rule: the slot seen holding it for `for` (10 min on the fake clock)
+            rule = load_rules(SHIPPED_RULES_PATH).rule("slot-holds-horizon")
+            ruleset = write_rules(
+                {"version": 1, "routes": {"oncall": {}}, "rules": [rule.model_dump(by_alias=True)]}
+            )
+            evaluator = Evaluator(db, ruleset, clock=fake_clock)
+            assert evaluator.run_once().instance(rule.name).state == "pending"
+            fake_clock.advance(rule.for_)
+            assert evaluator.run_once().instance(rule.name).state == "firing"
+            [firing] = notifications(su_rows, rule.name)
+            [named] = firing["payload"]["offenders"]
+            assert named["label"].startswith("replication slot 'standby_1' (physical slot")
+            assert named["command"] == "SELECT pg_drop_replication_slot('standby_1');"
+
             su.execute(slot.command)
             su.execute("VACUUM integration_outbox")
             assert table_health(db).dead_tuples == 0

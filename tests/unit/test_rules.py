@@ -99,6 +99,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "stuck-lock": "oncall",
         "breaker-open": "oncall",  # issue 13: SPEC §5 breaker transitions
         "xmin-horizon-held": "oncall",  # issue 14: the table's health
+        "slot-holds-horizon": "oncall",
         "vacuum-overdue": "oncall",
     }
     route = ruleset.routes["oncall"]
@@ -136,8 +137,16 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     assert ruleset.rule("breaker-open").by == ("event_type",)
     # issue 14: the xmin horizon held 10 min; dead > live tuples, no vacuum for 1 h
     assert shape("xmin-horizon-held") == ("xmin_horizon_age", None, None, ">", 600, 0)
+    assert shape("slot-holds-horizon") == (
+        "inactive_slots_holding_horizon",
+        None,
+        None,
+        ">",
+        0,
+        600,
+    )
     assert shape("vacuum-overdue") == ("vacuum_overdue", None, None, ">", 3600, 0)
-    released_at_once = {"xmin-horizon-held"}  # its age drops to 0 when the holder ends
+    released_at_once = {"xmin-horizon-held", "slot-holds-horizon"}  # 0 when the holder ends
     assert all(rule.keep_firing_for == 0 for rule in ruleset.rules if rule.name in released_at_once)
     assert all(
         rule.keep_firing_for == 120 for rule in ruleset.rules if rule.name not in released_at_once
@@ -146,6 +155,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "critical",
         "warning",
         "critical",
+        "warning",
         "warning",
         "warning",
         "warning",
