@@ -34,6 +34,10 @@ HOLDER_COLUMNS = [
 ]
 INDEX_COLUMNS = ["index", "size", "scans", "unique", "valid"]
 MIB = 1024 * 1024
+NOTABLE_HOLD = 1.0
+"""Seconds: a shorter hold is a statement running now (every query holds the horizon while
+it runs), shown as normal; a longer one is named, in red past the ``xmin-horizon-held``
+rule's threshold (and for a holder of unknown age: a slot)."""
 NOT_RUN = (
     "Run it yourself (psql, as a superuser or the holder's role): outbox-monitor shows "
     "commands, it never runs them."
@@ -63,14 +67,23 @@ def horizon_section(health: Mapping[str, Any]) -> None:
     session, prepared transaction and replication slot that holds (or may hold) it."""
     st.subheader("xmin horizon")
     holding = [h for h in health["xmin_horizon_holders"] if h["holds_horizon"]]
-    if holding:
-        oldest = holding[0]
+    oldest = holding[0] if holding else None
+    if oldest and oldest["held_seconds"] is not None and oldest["held_seconds"] < NOTABLE_HOLD:
+        st.success(
+            "Only statements running now hold it (the oldest for "
+            f"{format.duration(oldest['held_seconds'])}): vacuum can remove every tuple that "
+            "died before them.",
+            icon=":material/check_circle:",
+        )
+    elif oldest:
         held = (
             f"has been held for **{format.duration(oldest['held_seconds'])}**"
             if oldest["held_seconds"] is not None
             else "is held (for how long PostgreSQL does not record)"
         )
-        st.error(
+        alert_level = slo.judge(slo.XMIN_HORIZON_AGE, oldest["held_seconds"])
+        banner = st.warning if oldest["held_seconds"] and not alert_level.breached else st.error
+        banner(
             f"The xmin horizon {held} by {format.md_text(oldest['summary'])}: vacuum cannot "
             "remove a tuple that died after it began, so every row the workers ack stays in "
             "the table and its indexes.",
