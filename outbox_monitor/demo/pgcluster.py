@@ -119,8 +119,8 @@ class TemporaryCluster:
         return self
 
     def _options(self) -> str:
-        # Prepared transactions and logical slots exist only for the health tests and the
-        # demo (xmin horizon holders): a throwaway cluster may hold them, a user's need not.
+        # The health tests hold the xmin horizon with prepared transactions and logical
+        # slots: this throwaway cluster allows both (the product needs neither).
         return (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
