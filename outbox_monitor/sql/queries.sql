@@ -1463,9 +1463,9 @@ REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, 
     integer, text, text, text) FROM {viewer};
 -- viewer: the Health page (xmin horizon holders, running vacuums) sees another role's session
 -- only as pid, role, application and xids without pg_read_all_stats, which pg_monitor holds
--- (read-only statistics). Granting it takes a superuser (or, from PostgreSQL 16, ADMIN OPTION
--- on pg_monitor): refused, this says so in a WARNING and the rest runs; the page and
--- `status` then say what is hidden.
+-- (read-only statistics). Granting it takes CREATEROLE up to PostgreSQL 15, from 16 a
+-- superuser or ADMIN OPTION on pg_monitor: refused, this says so in a WARNING and the rest
+-- runs; the page and `status` then say what is hidden.
 DO $$ BEGIN GRANT pg_monitor TO {viewer};
 EXCEPTION WHEN insufficient_privilege THEN RAISE WARNING 'pg_monitor not granted (%): as a superuser, run GRANT pg_monitor TO {viewer};', SQLERRM;
 END $$;
