@@ -58,7 +58,7 @@ except ConfigError as error:
     banners.stop_on_config_error(error)
 identity = access.identity(settings)
 page = st.navigation(access.pages_for(identity, PAGES))
-state.sidebar(
+chosen = state.sidebar(
     settings.window,
     settings.refresh,
     tuple(alert_rules.rule_windows(alert_rules.load_ruleset().ruleset)),
@@ -72,5 +72,11 @@ with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
     db = state.database(settings)
     st.sidebar.caption(f"Outbox {format.md_code(db.table_name)}")
     state.check_table_once(db)
+    banners.replica_banner(
+        db,
+        state.actions_database(settings),
+        max_lag=settings.max_replica_lag,
+        refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
+    )
     with state.dashboard_run(identity):
         page.run()

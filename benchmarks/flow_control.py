@@ -9,7 +9,7 @@ are a backlog of ``--backlog`` ``order.paid`` rows (default 0.5 % of the table),
    of ``--batch`` and ack every row with its own statement until the backlog is drained;
    rows/s from the start of the workers to the last ack. Variants: "main" (migration 001's
    claim and ack, installed verbatim from ``001_core.sql`` as ``bench_baseline.claim``/
-   ``ack``, on the same table and server), the current functions (migration 008) with no
+   ``ack``, on the same table and server), the current functions (migrations 008–010) with no
    control, with 10 controls on other event types (pauses, limits, rate limits, breakers),
    with 10 controls of which one matches the backlog (a concurrency limit of 1,000 that
    never binds), and the users' own SPEC §1 claim SQL and ack without and with the 10
@@ -133,21 +133,21 @@ class Variant:
 
 VARIANTS = (
     Variant("main", "main before flow control (001), no control", BASELINE, []),
-    Variant("flow", "flow control (008), no control", PRODUCT, []),
-    Variant("flow+10", "008, 10 controls on other types", PRODUCT, OTHER_CONTROLS),
+    Variant("flow", "flow control (008–010), no control", PRODUCT, []),
+    Variant("flow+10", "008–010, 10 controls on other types", PRODUCT, OTHER_CONTROLS),
     Variant(
         "flow+1",
-        "008, 10 controls, 1 matching (limit 1,000 on order.%)",
+        "008–010, 10 controls, 1 matching (limit 1,000 on order.%)",
         PRODUCT,
         [*OTHER_CONTROLS[:9], MATCHING_CONTROL],
     ),
-    Variant("flow+10nb", "008, the 10 controls without breakers", PRODUCT, NO_BREAKER_CONTROLS),
+    Variant("flow+10nb", "008–010, the 10 controls without breakers", PRODUCT, NO_BREAKER_CONTROLS),
     Variant("users", "users' SPEC §1 SQL, no control", None, []),
     Variant("users+10", "users' SPEC §1 SQL, 10 controls", None, OTHER_CONTROLS),
 )
 # (variant, against, what the ratio checks)
 THROUGHPUT_RATIOS = (
-    ("flow", "main", "no control: 008 vs main (gate: ≥ 0.95)"),
+    ("flow", "main", "no control: 008–010 vs main (gate: ≥ 0.95)"),
     ("flow+10", "flow", "10 controls on other types vs none"),
     ("flow+1", "flow", "10 controls, 1 matching vs none"),
     ("flow+10nb", "flow", "the 10 without breakers vs none"),
@@ -160,7 +160,7 @@ LATENCY_CELLS = (
     ("held", f"{HELD_TABLE}: pause {HOLD_FILTER} holding the older rows"),
     (
         "held, no index",
-        f"{HELD_NO_INDEX_TABLE}: the same, without the recommended pending_by_type index",
+        f"{HELD_NO_INDEX_TABLE}: the same, without the flow-control index pending_by_type",
     ),
 )
 
@@ -302,8 +302,8 @@ def measure_throughput(
 def measure_statements(
     db: RecordingDatabase, backlog: dict[str, int], args: argparse.Namespace, report: Report
 ) -> None:
-    """Main's and 008's claim of ``args.batch`` and the ack of each row it returned, with no
-    control, in one rolled-back transaction per schema and round (alternating order): the
+    """Main's and the current claim of ``args.batch`` and the ack of each row it returned,
+    with no control, in one rolled-back transaction per schema and round (alternating order): the
     statements' own ms, without the threads' contention and scheduling noise."""
     with db.connection() as conn:
         conn.execute(db.compose("benchmark_flow_reset_backlog"), backlog)
@@ -547,7 +547,9 @@ def print_report(args: argparse.Namespace, server: dict[str, Any], report: Repor
             f"and the {args.batch} acks of its rows, one rolled-back transaction per round "
             f"({args.latency_repeat} rounds after one warm-up, alternating order)\n"
         )
-        print("| statement | main ms, median (min–max) | 008 ms | 008/main by round [95 %] |")
+        print(
+            "| statement | main ms, median (min–max) | 008–010 ms | 008–010/main by round [95 %] |"
+        )
         print("|---|---:|---:|---:|")
         for part, label in (("claim", "claim"), ("acks", f"{args.batch} acks")):
             main_ms = report.statements[BASELINE][part]
@@ -662,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"throughput: {args.repeat} rounds of {', '.join(args.variants)}")
                 measure_throughput(db, backlog, args, report)
                 if {"main", "flow"} <= set(args.variants):
-                    log(f"statements: {args.latency_repeat} rounds of main's and 008's")
+                    log(f"statements: {args.latency_repeat} rounds of main's and the current ones")
                     measure_statements(db, backlog, args, report)
                 report.shape["load_throughput"] = load_average()
                 if held:

@@ -38,7 +38,13 @@ MAX_STATEMENT_TIMEOUT_SECONDS = 2_147_483.0
 """Postgres' largest statement_timeout (2^31 - 1 ms, ≈ 24.8 days); a value under 1 ms is
 sent as 1 ms (``db._connection_kwargs``), never as 0, which means no timeout."""
 DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
+DEFAULT_MAX_REPLICA_LAG_SECONDS = 60.0
+"""The scheduler evaluates no rule (and records no sample) from a read DSN that is a hot
+standby lagging more than this (``OUTBOX_MONITOR_MAX_REPLICA_LAG``); it alerts that instead."""
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
+DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS = 300.0
+"""How often the scheduler EXPLAINs the workers' claim (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``):
+planning only, ≈ 1 ms per statement (``health.claim_plan``)."""
 DEFAULT_REFRESH_SECONDS = 10.0
 DEFAULT_CLAIM_BATCH = 50
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
@@ -203,6 +209,7 @@ class Settings(BaseSettings):
         repr=False,
     )
     actions_dsn: str | None = Field(default=None, repr=False)
+    primary_dsn: str | None = Field(default=None, repr=False)
     table: str = DEFAULT_TABLE
     ledger_table: str | None = None
     lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
@@ -212,7 +219,9 @@ class Settings(BaseSettings):
         default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0, le=MAX_STATEMENT_TIMEOUT_SECONDS
     )
     sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
+    max_replica_lag: Seconds = Field(default=DEFAULT_MAX_REPLICA_LAG_SECONDS, gt=0)
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
+    claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
     actor: str | None = None
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
@@ -241,7 +250,7 @@ class Settings(BaseSettings):
     redact_keys: CommaList = DEFAULT_REDACT_KEYS
     redact_values: CommaList = DEFAULT_REDACT_VALUES
 
-    @field_validator("dsn", "actions_dsn")
+    @field_validator("dsn", "actions_dsn", "primary_dsn")
     @classmethod
     def _check_dsn(cls, value: str | None) -> str | None:
         if value:
@@ -369,6 +378,13 @@ class Settings(BaseSettings):
     def actions_target(self) -> str | None:
         """The DSN of operator actions: ``actions_dsn``, else ``dsn`` (least privilege)."""
         return self.actions_dsn or self.dsn
+
+    @property
+    def primary_target(self) -> str | None:
+        """The DSN every write of the scheduler goes through (its lease, samples, alert
+        state, notifications, automatic reap and prune): ``primary_dsn``, else ``dsn``.
+        ``dsn`` may then be a hot standby that serves the figures (``replica``)."""
+        return self.primary_dsn or self.dsn
 
     @field_validator("table", "ledger_table")
     @classmethod

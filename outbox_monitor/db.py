@@ -16,6 +16,7 @@ from outbox_monitor.borrowed_pool import borrowed, pool_conninfo
 from outbox_monitor.config import Settings
 from outbox_monitor.db_errors import (
     ACTIONS_DSN_SETTING,
+    PRIMARY_DSN_SETTING,
     READ_DSN_SETTING,
     connect_error,
     describe_target,
@@ -32,9 +33,10 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME = "outbox-monitor"
 CONNECT_TIMEOUT_SECONDS = 5
 POOL_MAX_SIZE = 4
-Purpose = Literal["read", "actions"]
-"""What a ``Database`` is for: reads (``OUTBOX_MONITOR_DSN``) or operator actions
-(``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN)."""
+Purpose = Literal["read", "actions", "primary"]
+"""What a ``Database`` is for: reads (``OUTBOX_MONITOR_DSN``, possibly a hot standby),
+operator actions (``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN) or the scheduler's
+writes (``OUTBOX_MONITOR_PRIMARY_DSN``, else the read DSN)."""
 
 
 class MonitorConnection(psycopg.Connection):
@@ -103,9 +105,11 @@ class Database:
 
     ``purpose`` says which login it uses: ``"read"`` connects with ``settings.dsn``
     (``OUTBOX_MONITOR_DSN``); ``"actions"`` with ``settings.actions_target``
-    (``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN), and ``db.settings.dsn`` is then
-    that DSN. Left out, it is ``"actions"`` for settings whose ``dsn`` is their
-    ``actions_dsn`` (as ``ui.state.actions_database`` makes them), else ``"read"``.
+    (``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN); ``"primary"`` with
+    ``settings.primary_target`` (``OUTBOX_MONITOR_PRIMARY_DSN``, else the read DSN: the
+    scheduler's writes); ``db.settings.dsn`` is then that DSN. Left out, it is
+    ``"actions"`` for settings whose ``dsn`` is their ``actions_dsn`` (as
+    ``ui.state.actions_database`` makes them), else ``"read"``.
     ``dsn_setting`` is the setting named in hints (a missing privilege, a wrong DSN).
 
     ``pool``: a ``psycopg_pool.ConnectionPool`` of the caller's, opened and closed by the
@@ -133,8 +137,9 @@ class Database:
         if purpose is None:
             same = settings.actions_dsn is not None and settings.actions_dsn == settings.dsn
             purpose = "actions" if same else "read"
-        if purpose == "actions" and settings.dsn != settings.actions_target:
-            settings = settings.model_copy(update={"dsn": settings.actions_target})
+        target = {"actions": settings.actions_target, "primary": settings.primary_target}
+        if purpose in target and settings.dsn != target[purpose]:
+            settings = settings.model_copy(update={"dsn": target[purpose]})
         if pool is not None and settings.dsn is None:
             settings = settings.model_copy(update={"dsn": pool_conninfo(pool)})
         self.settings = settings
@@ -142,6 +147,8 @@ class Database:
         self.dsn_setting = dsn_setting or (
             ACTIONS_DSN_SETTING
             if purpose == "actions" and settings.actions_dsn
+            else PRIMARY_DSN_SETTING
+            if purpose == "primary" and settings.primary_dsn
             else READ_DSN_SETTING
         )
         self.table = sql.Identifier(*settings.table_parts)

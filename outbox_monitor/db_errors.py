@@ -21,6 +21,7 @@ from outbox_monitor.errors import (
     LoginRefused,
     PermissionDenied,
     QueryTimeout,
+    ReadOnlyDatabase,
     SchemaNotInitialised,
     TableMissing,
 )
@@ -28,6 +29,7 @@ from outbox_monitor.queries import compose
 
 READ_DSN_SETTING = "OUTBOX_MONITOR_DSN"
 ACTIONS_DSN_SETTING = "OUTBOX_MONITOR_ACTIONS_DSN"
+PRIMARY_DSN_SETTING = "OUTBOX_MONITOR_PRIMARY_DSN"
 
 PRINT_GRANTS = "outbox-monitor init-db --print-grants"
 
@@ -119,8 +121,8 @@ def mapped_errors(
 
     Raises:
         QueryTimeout, TableMissing, SchemaNotInitialised, PermissionDenied,
-        DatabaseUnavailable: with a message that says what to do. Other psycopg errors
-        pass through unchanged.
+        ReadOnlyDatabase, DatabaseUnavailable: with a message that says what to do. Other
+        psycopg errors pass through unchanged.
     """
     try:
         yield
@@ -152,6 +154,8 @@ def mapped_errors(
         raise permission_denied(
             error, settings, conn=conn, dsn_setting=dsn_setting, acting=acting
         ) from error
+    except pg_errors.ReadOnlySqlTransaction as error:
+        raise read_only(error, settings, dsn_setting=dsn_setting, acting=acting) from error
     except psycopg.OperationalError as error:
         # Only connection loss and server shutdown (SQLSTATE 08xxx, 57P0x, or none at all);
         # deadlocks, lock timeouts and the like pass through unchanged.
@@ -162,6 +166,39 @@ def mapped_errors(
             hint="Is the database server up and reachable from here? The monitor "
             f"reconnects by itself once it is; check {dsn_setting} only if it changed.",
         ) from error
+
+
+def writing_setting(dsn_setting: str, *, acting: bool) -> str:
+    """The setting (or option) to point at the primary when a write met a read-only server:
+    ``dsn_setting`` itself, except the read DSN, which may stay on a standby: then
+    ``OUTBOX_MONITOR_ACTIONS_DSN`` for operator actions, else ``OUTBOX_MONITOR_PRIMARY_DSN``
+    (the scheduler's writes)."""
+    if dsn_setting != READ_DSN_SETTING:
+        return dsn_setting
+    return ACTIONS_DSN_SETTING if acting else PRIMARY_DSN_SETTING
+
+
+def read_only(
+    error: psycopg.Error, settings: Settings, *, dsn_setting: str, acting: bool
+) -> ReadOnlyDatabase:
+    """The ``ReadOnlyDatabase`` of a write refused with SQLSTATE 25006 (``cannot execute
+    UPDATE in a read-only transaction``): the server, what it refused, and the setting to
+    point at the primary (``writing_setting``; through the read DSN, which serves both
+    while they are unset: the actions and the primary DSN)."""
+    if dsn_setting == READ_DSN_SETTING and not acting:
+        fix = (
+            f"Set {ACTIONS_DSN_SETTING} (operator actions) and {PRIMARY_DSN_SETTING} (the "
+            "scheduler's writes) to the primary"
+        )
+    else:
+        fix = f"Set {writing_setting(dsn_setting, acting=acting)} to the primary"
+    return ReadOnlyDatabase(
+        f"{describe_target(settings.dsn)} accepts no writes "
+        f"({error.diag.message_primary or first_line(error)}): it is a hot standby in "
+        "recovery, or its transactions are read-only by default",
+        hint=f"{fix}; a read replica can serve {READ_DSN_SETTING} only (README, "
+        "Configuration: read replicas).",
+    )
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,8 @@ read from the cache the SQL function ``outbox_monitor.refresh_error_groups`` kee
 import logging
 from typing import Any
 
-from psycopg.errors import ReadOnlySqlTransaction
-
 from outbox_monitor.db import Database
-from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
+from outbox_monitor.errors import PermissionDenied, ReadOnlyDatabase, SchemaNotInitialised
 from outbox_monitor.filters import Where
 
 ERROR_GROUPS_BATCH = 10_000
@@ -47,7 +45,7 @@ def error_groups(
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
     try:
         refresh_error_groups(db)
-    except (PermissionDenied, SchemaNotInitialised, ReadOnlySqlTransaction) as error:
+    except (PermissionDenied, SchemaNotInitialised, ReadOnlyDatabase) as error:
         if db.table_name not in _warned_exact_error_groups:
             _warned_exact_error_groups.add(db.table_name)
             log.warning(

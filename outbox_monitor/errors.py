@@ -81,6 +81,11 @@ class PermissionDenied(OutboxMonitorError):
     """The database role lacks a privilege the operation needs."""
 
 
+class ReadOnlyDatabase(OutboxMonitorError):
+    """A write reached a server that accepts none: a hot standby in recovery (a read
+    replica), or a login whose transactions are read-only by default."""
+
+
 class ActionRefused(OutboxMonitorError):
     """An operator action was refused before it changed anything (bad filter, no rows)."""
 

@@ -20,7 +20,9 @@ the same predicates as the ``metrics`` blocks) instead of six queries:
   ``outbox_inactive_slots_holding_horizon``, ``outbox_dead_tuples``, ``outbox_live_tuples``,
   ``outbox_dead_tuple_fraction``, ``outbox_time_since_autovacuum_seconds`` (absent when never),
   ``outbox_vacuum_overdue_seconds``, ``outbox_table_bytes``, ``outbox_indexes_bytes``; and
-  ``outbox_index_bytes{index}``.
+  ``outbox_index_bytes{index}``;
+- the workers' claim planned now (issue 14 item 2, ``health.claim_plan``; EXPLAIN, never
+  run), unlabelled: ``outbox_claim_plan_degraded`` (0/1) and ``outbox_claim_plan_cost``.
 
 ``event_type`` has bounded cardinality: the ``top`` (default 10) event types by value are
 labelled one by one, event types matching an alerts.yml rule's ``event_type`` filter first
@@ -39,6 +41,12 @@ table, whoever sampled it), ``outbox_monitor_figures_duration_seconds``, and fro
 process's stall watch (``alerts.stall``, every tick): ``outbox_monitor_last_evaluation_age_seconds``
 (now − the last completed evaluation of the table, by any scheduler; database clock) and
 ``outbox_monitor_alerting_stalled`` (1 when none completed for more than 3 intervals).
+Read replicas (``replica``): ``outbox_monitor_replica_in_recovery`` (1 when
+``OUTBOX_MONITOR_DSN`` is a hot standby) and ``outbox_monitor_replica_lag_seconds`` (its
+replay lag; 0 on a primary; absent when unknown), read at each refresh by every process, and
+``outbox_monitor_evaluation_skipped`` (1 while this process, the leader, evaluates no rule
+because that lag is over ``OUTBOX_MONITOR_MAX_REPLICA_LAG``; ``alerts.replica_lag``). Alert
+states and the sampler lag are read where the scheduler writes them (``primary``).
 
 A scrape never hurts the database: figures are cached ``OUTBOX_MONITOR_METRICS_CACHE``
 seconds (default 5) and concurrent scrapes share one refresh. A database failure answers
@@ -68,7 +76,9 @@ from outbox_monitor.figures import FIGURES, HEALTH_FIGURES, by_family
 from outbox_monitor.filters import like_escape
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import OPEN_STATES, held_by
+from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.status import health_status
+from outbox_monitor.replica import ReplicaStatus, replica_status
 from outbox_monitor.scheduler_status import SchedulerStatus
 
 log = logging.getLogger(__name__)
@@ -192,6 +202,8 @@ class OutboxCollector(Collector):
     Args:
         db: the connector (the scheduler's pool; a scrape takes one connection at a time).
         status: the scheduler's ``SchedulerStatus`` (leader, evaluation, notifications).
+        primary: where the scheduler writes (alert states, samples): its
+            ``OUTBOX_MONITOR_PRIMARY_DSN`` Database; default ``db``.
         ruleset: the loaded alerts.yml (rule windows and pinned event types), or ``None``.
         top_event_types: event types labelled one by one (default: settings, 10).
         cache_seconds: figures are reused this long (default: settings, 5 s; 0: never).
@@ -203,6 +215,7 @@ class OutboxCollector(Collector):
         db: Database,
         status: SchedulerStatus,
         *,
+        primary: Database | None = None,
         ruleset: Any = None,
         top_event_types: int | None = None,
         cache_seconds: float | None = None,
@@ -210,6 +223,7 @@ class OutboxCollector(Collector):
     ) -> None:
         settings = db.settings
         self.db = db
+        self.primary = primary or db
         self.status = status
         self.top = settings.metrics_top_event_types if top_event_types is None else top_event_types
         self.cache_seconds = settings.metrics_cache if cache_seconds is None else cache_seconds
@@ -310,7 +324,11 @@ class OutboxCollector(Collector):
         families += self._flow_families(pinned)
         families += self._health_families()
         families.append(self._alert_states())
-        lag = db.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})["lag_seconds"]
+        families += _replica_families(replica_status(db))
+        families += _claim_plan_families(db)
+        lag = self.primary.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})[
+            "lag_seconds"
+        ]
         sampler = GaugeMetricFamily(
             "outbox_monitor_sampler_lag_seconds",
             "Seconds since the newest sample of this outbox table (absent before the first).",
@@ -400,7 +418,7 @@ class OutboxCollector(Collector):
             "1 for the state each alert instance is in, 0 for the other states.",
             labels=["rule", "alert_instance", "state"],
         )
-        for row in list_instances(self.db):
+        for row in list_instances(self.primary):
             for state in ALERT_STATES:
                 family.add_metric(
                     [row["rule"], row["instance"], state], 1.0 if row["state"] == state else 0.0
@@ -433,6 +451,13 @@ class OutboxCollector(Collector):
             "1 when no alert evaluation completed for more than 3 intervals (Slack is told).",
             value=1.0 if self.status.stalled else 0.0,
         )
+        replica = self.status.replica_reading
+        yield GaugeMetricFamily(
+            "outbox_monitor_evaluation_skipped",
+            "1 while this process (the leader) evaluates no rule because the read replica "
+            "lags more than OUTBOX_MONITOR_MAX_REPLICA_LAG (Slack is told).",
+            value=1.0 if replica is not None and replica[1] else 0.0,
+        )
         counter = CounterMetricFamily(
             "outbox_monitor_notifications",
             "Notifications handled by this process's sender, by outcome.",
@@ -441,3 +466,32 @@ class OutboxCollector(Collector):
         for outcome, count in self.status.notification_counts().items():
             counter.add_metric([outcome], count)
         yield counter
+
+
+def _claim_plan_families(db: Database) -> list[Metric]:
+    """``outbox_claim_plan_degraded`` and ``outbox_claim_plan_cost`` (issue 14 item 2): the
+    workers' claim planned now (``health.claim_plan.claim_health``, EXPLAIN only)."""
+    health = claim_health(db)
+    degraded = _family("claim_plan_degraded", labels=[])
+    degraded.add_metric([], float(health.degraded))
+    cost = _family("claim_plan_cost", labels=[])
+    cost.add_metric([], health.cost)
+    return [degraded, cost]
+
+
+def _replica_families(reading: ReplicaStatus) -> list[Metric]:
+    """``outbox_monitor_replica_in_recovery`` and ``outbox_monitor_replica_lag_seconds``
+    (no sample while the lag is unknown) of the read DSN."""
+    recovery = GaugeMetricFamily(
+        "outbox_monitor_replica_in_recovery",
+        "1 when OUTBOX_MONITOR_DSN is a hot standby (figures come from a read replica).",
+        value=1.0 if reading.in_recovery else 0.0,
+    )
+    lag = GaugeMetricFamily(
+        "outbox_monitor_replica_lag_seconds",
+        "Replay lag of the read DSN: 0 on a primary or when everything received is "
+        "replayed, else now - the newest replayed commit (absent when unknown).",
+    )
+    if reading.lag_seconds is not None:
+        lag.add_metric([], reading.lag_seconds)
+    return [recovery, lag]

@@ -1,5 +1,6 @@
 """The figure registry: every alertable figure once, under each of its names — SPEC §2's,
-SPEC §5's flow control (``FLOW_FIGURES``) and the table's health (``HEALTH_FIGURES``, issue 14).
+SPEC §5's flow control (``FLOW_FIGURES``), the table's health (``HEALTH_FIGURES``) and the
+claim's plan (``CLAIM_FIGURES``), both issue 14.
 
 One entry per ``alerts.yml`` metric (SPEC §2 "One name per figure"): its unit, its window
 kind, the function of ``metrics`` that computes it for one event-type filter, its
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
 from outbox_monitor.flow.held import breaker_filters, breakers_open, held
+from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import inactive_slots_holding_horizon, xmin_horizon_age
 from outbox_monitor.health.table import table_health
 
@@ -43,8 +45,8 @@ class Figure:
     Attributes:
         metric: its ``alerts.yml`` metric (the registry's key).
         unit: ``"rows"``, ``"seconds"``, ``"rows/min"``, ``"breakers"``, ``"slots"``,
-            ``"bytes"`` or ``"fraction"`` (0–1) (values and thresholds;
-            ``units.format_value``).
+            ``"bytes"``, ``"fraction"`` (0–1), ``"flag"`` (0 or 1) or ``"cost"`` (the
+            planner's units) (values and thresholds; ``units.format_value``).
         status_key: where ``status --json`` holds it (``"latency_seconds.p95"``: a key of
             a nested object).
         prometheus: its ``/metrics`` family (``outbox_latency_seconds`` for the three
@@ -402,11 +404,35 @@ FIGURES: dict[str, Figure] = {
             sample_label="Indexes size (bytes)",
             scope="table",
         ),
+        # issue 14 item 2: the workers' claim plan (health.claim_plan), not SPEC §2's
+        Figure(
+            "claim_plan_degraded",
+            "flag",
+            "health.claim_plan.degraded",
+            "outbox_claim_plan_degraded",
+            "1 when the planned claim (users' SPEC section 1 SQL or outbox_monitor.claim) walks "
+            "rows that are not pending (an index not led by status, a status filter, a "
+            "sequential scan) or its estimated cost jumped 10x over its recent median, else 0.",
+            lambda db, window, event_type, _: claim_health(db).degraded,
+            _TABLE,
+            scope="table",
+        ),
+        Figure(
+            "claim_plan_cost",
+            "cost",
+            "health.claim_plan.cost",
+            "outbox_claim_plan_cost",
+            "Estimated total cost (planner units, not time) of the costlier planned claim "
+            "statement.",
+            lambda db, window, event_type, _: claim_health(db).cost,
+            _TABLE,
+            scope="table",
+        ),
     )
 }
 """Every alertable figure by its ``alerts.yml`` metric: SPEC §2's in its order, then the
 flow-control figures of SPEC §5 (``FLOW_FIGURES``), then the table's health
-(``HEALTH_FIGURES``)."""
+(``HEALTH_FIGURES``), then the claim's plan (``CLAIM_FIGURES``)."""
 
 FLOW_FIGURES = ("rows_held", "rows_throttled", "breaker_open")
 """The figures of SPEC §5 (flow control), which SPEC §2's name table does not list."""
@@ -425,6 +451,11 @@ HEALTH_FIGURES = (
 """The table's health (issue 14; README, "Table health"), which SPEC §2's name table does not
 list: each describes the table or its database as a whole (``scope="table"``), and
 ``status --json`` holds it under ``health``."""
+
+CLAIM_FIGURES = ("claim_plan_degraded", "claim_plan_cost")
+"""The claim's plan (issue 14 item 2, ``health.claim_plan``), which SPEC §2's name table does
+not list: figures of the whole table (``scope="table"``), the same whatever the event-type
+filter."""
 
 
 def by_family(prometheus: str) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
-"""The scheduler's jobs: sampler, alert evaluator, notification sender, watchdog, and the
-optional reaper and pruner, each added to an APScheduler with its interval.
+"""The scheduler's jobs: sampler, claim-health plans, alert evaluator, notification sender,
+watchdog, and the optional reaper and pruner, each added to an APScheduler with its interval.
 
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval; a background loop never dies on one error. Every
@@ -8,6 +8,13 @@ of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2,
 except the ``watchdog``, which runs in every process: it renews or takes over the lease
 and watches for a stalled evaluation (``alerts.stall``; issue 10 §2). ``scheduler`` builds
 and runs the process around them.
+
+Reads and writes apart (issue 14 item 4): the figures are measured through ``runtime.db``
+(``OUTBOX_MONITOR_DSN``, possibly a hot standby); everything the jobs write — the lease,
+samples, alert state and transitions, notifications, the reaper's and pruner's changes —
+goes through ``runtime.primary`` (``OUTBOX_MONITOR_PRIMARY_DSN``, else the same Database).
+While the standby lags more than ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` the evaluator and the
+sampler skip their pass (``alerts.replica_lag``).
 """
 
 import logging
@@ -25,12 +32,14 @@ from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
 from outbox_monitor.alerts.outage import DatabaseHealth
+from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.health.claim_plan import record_claim_plans
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.scheduler_status import SchedulerStatus
 
@@ -44,6 +53,7 @@ SENDER_JOB_ID = "sender"
 REAPER_JOB_ID = "reaper"
 PRUNER_JOB_ID = "pruner"
 WATCHDOG_JOB_ID = "watchdog"
+CLAIM_PLAN_JOB_ID = "claim_plan"
 SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
 """Seconds between sender passes (due notifications wait at most this long; a message that
 failed transiently is tried again at the next pass)."""
@@ -105,16 +115,22 @@ def add_sampler_job(
     db: Database,
     *,
     wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+    primary: Database | None = None,
+    skip: Callable[[], bool] | None = None,
 ) -> None:
     """Add the sampler (``sampler.record_sample``) every ``settings.sample_interval`` s.
 
     One instance at a time, missed runs coalesced, first run immediately. ``wrap``
-    (``build_scheduler`` passes its leader-only wrapper) goes inside ``guarded``.
+    (``build_scheduler`` passes its leader-only wrapper) goes inside ``guarded``. Figures
+    are read through ``db`` and samples written through ``primary`` (default ``db``); a
+    pass is skipped when ``skip()`` says so (``JobRuntime.replica_lags``: stale figures).
     """
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
 
     def sample() -> None:
-        record_sample(db)
+        if skip is not None and skip():
+            return
+        record_sample(db, primary=primary)
 
     add_interval_job(
         scheduler,
@@ -125,9 +141,34 @@ def add_sampler_job(
     )
 
 
+def add_claim_plan_job(scheduler: BaseScheduler, runtime: "JobRuntime", *, target: str) -> None:
+    """Add the claim-health job (``health.claim_plan.record_claim_plans``) every
+    ``settings.claim_plan_interval`` s (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``, default
+    5 min), leader only: EXPLAIN (never ANALYZE) the claim's inner selection through
+    ``runtime.db``, record the plans and the workers' ``pg_stat_statements`` costs through
+    ``runtime.primary``, prune past the samples' retention. A pass is skipped while the read
+    replica lags (``JobRuntime.replica_lags``). A failure is logged by ``guarded`` and shows
+    as ``/healthz``'s ``last_error``, like the sampler's."""
+
+    def record() -> None:
+        if runtime.replica_lags():
+            return
+        record_claim_plans(runtime.db, primary=runtime.primary)
+
+    add_interval_job(
+        scheduler,
+        CLAIM_PLAN_JOB_ID,
+        guarded(CLAIM_PLAN_JOB_ID, runtime.as_leader(record), target=target),
+        seconds=runtime.db.settings.claim_plan_interval,
+        name="explain the workers' claim",
+    )
+
+
 class JobRuntime:
-    """What the jobs of one scheduler share: the evaluator lease, the database health and
-    the status the exporter reads (``SchedulerStatus``)."""
+    """What the jobs of one scheduler share: the Database of the figures (``db``) and of
+    the writes (``primary``, default ``db``), the evaluator lease, the database health,
+    the status the exporter reads (``SchedulerStatus``) and the read replica's lag watch
+    (``replica``; ``None``: no check)."""
 
     def __init__(
         self,
@@ -135,11 +176,23 @@ class JobRuntime:
         leadership: Leadership,
         health: DatabaseHealth,
         status: SchedulerStatus,
+        *,
+        primary: Database | None = None,
+        replica: ReplicaLagWatch | None = None,
     ) -> None:
         self.db = db
+        self.primary = primary or db
         self.leadership = leadership
         self.health = health
         self.status = status
+        self.replica = replica
+
+    def replica_lags(self) -> bool:
+        """Check the read replica (``ReplicaLagWatch.check``, under this lease term):
+        whether its lag is over the setting, so that a leader's pass must be skipped."""
+        if self.replica is None:
+            return False
+        return self.replica.check(self.leadership.term).exceeds(self.replica.max_lag)
 
     def as_leader(self, job: Callable[[], Any]) -> Callable[[], None]:
         """Run ``job`` only while this process is the leader (renewing or taking the lease
@@ -181,10 +234,24 @@ def add_evaluator_job(
 ) -> None:
     """Add the rule evaluator (``Evaluator.run_once``) every ``ruleset.defaults.interval`` s,
     on the leader only, fenced by its lease term; the first pass runs at once. A completed
-    pass is stamped in the lease (``Leadership.record_evaluation``) for the stall watch."""
-    evaluator = Evaluator(runtime.db, ruleset, clock=clock, fence=runtime.leadership.fence)
+    pass is stamped in the lease (``Leadership.record_evaluation``) for the stall watch.
+
+    The rules' figures are measured through ``runtime.db`` and the state written through
+    ``runtime.primary``. A pass skipped because the read replica lags
+    (``JobRuntime.replica_lags``) is stamped too: the replica-lag alert says why no rule is
+    evaluated, and the stall alert would say it twice."""
+    evaluator = Evaluator(
+        runtime.primary,
+        ruleset,
+        clock=clock,
+        fence=runtime.leadership.fence,
+        figures_db=runtime.db,
+    )
 
     def evaluate() -> None:
+        if runtime.replica_lags():
+            runtime.leadership.record_evaluation()
+            return
         report = evaluator.run_once()
         runtime.leadership.record_evaluation()
         runtime.status.evaluated(report.duration_seconds)
@@ -223,7 +290,7 @@ def add_sender_job(
 
     def send() -> None:
         counts = deliver_due(
-            runtime.db,
+            runtime.primary,
             ruleset,
             clock=clock,
             transports=transports,
@@ -351,7 +418,7 @@ def add_maintenance_jobs(scheduler: BaseScheduler, runtime: JobRuntime, *, targe
             REAPER_JOB_ID,
             guarded(
                 REAPER_JOB_ID,
-                runtime.as_leader(lambda: reap_stuck_locks(runtime.db)),
+                runtime.as_leader(lambda: reap_stuck_locks(runtime.primary)),
                 target=target,
             ),
             seconds=max(MIN_REAP_INTERVAL_SECONDS, settings.lock_timeout / 3),
@@ -363,7 +430,7 @@ def add_maintenance_jobs(scheduler: BaseScheduler, runtime: JobRuntime, *, targe
             PRUNER_JOB_ID,
             guarded(
                 PRUNER_JOB_ID,
-                runtime.as_leader(lambda: prune_retention(runtime.db)),
+                runtime.as_leader(lambda: prune_retention(runtime.primary)),
                 target=target,
             ),
             seconds=PRUNE_INTERVAL_SECONDS,

@@ -40,7 +40,8 @@ class _ThreadingServer6(_ThreadingServer):
 def make_app(registry: CollectorRegistry, status: SchedulerStatus) -> Callable:
     """The WSGI app: ``/metrics`` (prometheus_client), ``/healthz``, 404 elsewhere.
 
-    ``/healthz``: 200 ``ok`` (text) when ``status.health()`` is good, else 503 with its
+    ``/healthz``: 200 ``ok`` (text) when ``status.health()`` is good — ``ok: <notice>``
+    while it has a notice (rules not evaluated: the read replica lags) — else 503 with its
     details as JSON (``reason`` says why).
     """
     metrics_app = make_wsgi_app(registry)
@@ -53,7 +54,8 @@ def make_app(registry: CollectorRegistry, status: SchedulerStatus) -> Callable:
             healthy, details = status.health()
             if healthy:
                 start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
-                return [b"ok"]
+                notice = details.get("notice")
+                return [f"ok: {notice}".encode() if notice else b"ok"]
             body = json.dumps(details).encode()
             start_response("503 Service Unavailable", [("Content-Type", "application/json")])
             return [body]
@@ -72,6 +74,8 @@ class MetricsServer:
     Args:
         db: the connector the figures are read through.
         status: the scheduler's ``SchedulerStatus``.
+        primary: the connector of the scheduler's writes (alert states and samples are
+            read there); default ``db``.
         ruleset: the loaded alerts.yml, or ``None``.
         address: interface (``127.0.0.1``; ``0.0.0.0`` or ``::`` to expose it).
         port: TCP port; ``0`` binds a free one (see ``port`` after ``start``).
@@ -83,6 +87,7 @@ class MetricsServer:
         db: Database,
         status: SchedulerStatus,
         *,
+        primary: Database | None = None,
         ruleset: Any = None,
         address: str = "127.0.0.1",
         port: int = 0,
@@ -95,6 +100,7 @@ class MetricsServer:
         self.collector = OutboxCollector(
             db,
             status,
+            primary=primary,
             ruleset=ruleset,
             top_event_types=top_event_types,
             cache_seconds=cache_seconds,

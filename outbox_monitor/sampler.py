@@ -50,15 +50,18 @@ def measure_headline(db: Database) -> dict[str, Any]:
     return values
 
 
-def record_sample(db: Database) -> dict[str, Any]:
+def record_sample(db: Database, *, primary: Database | None = None) -> dict[str, Any]:
     """Record one sample of the headline figures, then drop samples past the retention.
 
-    Inserts one row with the named query ``sample_insert`` (``sampled_at`` is the
-    database's ``now()``) and deletes this table's samples older than
-    ``settings.sample_retention`` seconds (``samples_prune``).
+    Measures through ``db``, inserts one row with the named query ``sample_insert``
+    (``sampled_at`` is the writing database's ``now()``) and deletes this table's samples
+    older than ``settings.sample_retention`` seconds (``samples_prune``) through
+    ``primary``.
 
     Args:
-        db: the connector of the monitored database.
+        db: the connector of the monitored database (a hot standby may serve it).
+        primary: the connector the scheduler writes through (``OUTBOX_MONITOR_PRIMARY_DSN``);
+            default ``db``.
 
     Returns:
         ``{"table_name", "sampled_at" (datetime), <every HEADLINE column>,
@@ -69,11 +72,12 @@ def record_sample(db: Database) -> dict[str, Any]:
         ``init-db``) and the other errors of the connector. Nothing is recorded then.
     """
     figures = measure_headline(db)
+    writes = primary or db
     params = {"table_name": db.table_name, **figures}
-    inserted = db.fetch_one("sample_insert", params)
-    with db.connection() as conn:
+    inserted = writes.fetch_one("sample_insert", params)
+    with writes.connection() as conn:
         pruned = conn.execute(
-            db.compose("samples_prune"),
+            writes.compose("samples_prune"),
             {"table_name": db.table_name, "retention": db.settings.sample_retention},
         ).rowcount
     log.debug("sample of %s: %s (pruned %d)", db.table_name, figures, pruned)

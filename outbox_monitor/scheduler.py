@@ -2,7 +2,9 @@
 evaluator, notification sender, watchdog, optional reaper and pruner), the rules and Slack
 routes they use (``load_alerting``), and ``/metrics`` and ``/healthz`` (``metrics_server``).
 ``build_scheduler`` assembles it (tests and the demo run it in a thread); ``run_scheduler`` is
-the ``outbox-monitor scheduler`` command.
+the ``outbox-monitor scheduler`` command; ``scheduler_databases`` opens its Database of
+figures (``OUTBOX_MONITOR_DSN``, possibly a hot standby) and of writes
+(``OUTBOX_MONITOR_PRIMARY_DSN``), refusing to start when the writes would reach a standby.
 """
 
 import logging
@@ -10,7 +12,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.leader import Leadership, lease_ttl
 from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
+from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import (
@@ -38,6 +41,7 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.jobs import (
     SENDER_INTERVAL_SECONDS,
     JobRuntime,
+    add_claim_plan_job,
     add_evaluator_job,
     add_maintenance_jobs,
     add_sampler_job,
@@ -45,6 +49,7 @@ from outbox_monitor.jobs import (
     add_watchdog_job,
 )
 from outbox_monitor.metrics_server import MetricsServer
+from outbox_monitor.replica import check_write_target
 from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import check_outbox_table
 
@@ -62,6 +67,7 @@ def build_scheduler(
     sender_interval: float = SENDER_INTERVAL_SECONDS,
     outage_alert_after: float | None = None,
     status: SchedulerStatus | None = None,
+    primary: Database | None = None,
 ) -> BaseScheduler:
     """Assemble the scheduler with every background job of the product.
 
@@ -78,6 +84,8 @@ def build_scheduler(
     - ``sampler`` every ``settings.sample_interval`` s. Leader only: samples describe one
       table, and N replicas sampling it would write N interleaved series (N× the load,
       a chart whose density depends on the replica count);
+    - ``claim_plan`` every ``settings.claim_plan_interval`` s, leader only: EXPLAIN the
+      workers' claim and record its plan (``health.claim_plan``, issue 14 item 2);
     - with a ``ruleset``: ``evaluator`` every ``ruleset.defaults.interval`` s;
     - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s;
     - with ``settings.auto_reap`` / ``auto_prune_*``: ``reaper`` / ``pruner``
@@ -88,8 +96,14 @@ def build_scheduler(
     "cannot reach the database" alert (``alerts.outage``). The lease is released when
     the scheduler shuts down.
 
+    The leader checks the replay lag of ``db`` before each evaluation and sample
+    (``alerts.replica_lag``): while a hot standby lags more than
+    ``settings.max_replica_lag`` both are skipped and one "rules not evaluated" message
+    per route is queued, then its resolve.
+
     Args:
-        db: the connector the jobs use (one pool for the process).
+        db: the connector the figures are measured through (one pool for the process;
+            ``OUTBOX_MONITOR_DSN``, which may be a hot standby).
         blocking: ``True`` for a ``BlockingScheduler`` (``outbox-monitor scheduler``),
             ``False`` for a ``BackgroundScheduler`` running in threads beside other work
             (dashboard ``--with-scheduler``, demo, tests).
@@ -105,6 +119,9 @@ def build_scheduler(
         status: where the jobs report for ``/metrics`` and ``/healthz`` (``exporter``);
             it is attached to this scheduler, its leadership and interval. Default: a
             new one nobody reads.
+        primary: the connector of every write (the lease — ``Leadership`` connects with
+            its ``settings.dsn`` —, samples, alert state, notifications, reap, prune):
+            ``scheduler_databases``; default ``db``.
 
     Returns:
         The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
@@ -117,9 +134,10 @@ def build_scheduler(
     scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
     scheduler = scheduler_class(timezone=UTC)
     interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
-    leadership = leadership or Leadership(db.settings, ttl=lease_ttl(interval))
+    primary = primary or db
+    leadership = leadership or Leadership(primary.settings, ttl=lease_ttl(interval))
     health = DatabaseHealth(
-        db,
+        primary,
         identity=leadership.identity,
         ruleset=ruleset,
         transports=transports,
@@ -129,11 +147,21 @@ def build_scheduler(
     )
     status = status or SchedulerStatus()
     status.attach(scheduler, leadership, interval)
-    runtime = JobRuntime(db, leadership, health, status)
+    replica = ReplicaLagWatch(
+        db,
+        primary,
+        max_lag=db.settings.max_replica_lag,
+        ruleset=ruleset,
+        transports=transports,
+        clock=clock,
+        status=status,
+        fence=leadership.fence,
+    )
+    runtime = JobRuntime(db, leadership, health, status, primary=primary, replica=replica)
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
     watch = (
         StallWatch(
-            db,
+            primary,
             ruleset,
             identity=leadership.identity,
             transports=transports,
@@ -145,7 +173,10 @@ def build_scheduler(
         else None
     )
     add_watchdog_job(scheduler, runtime, watch, tick=min(interval, sender_interval), target=target)
-    add_sampler_job(scheduler, db, wrap=runtime.as_leader)
+    add_sampler_job(
+        scheduler, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags
+    )
+    add_claim_plan_job(scheduler, runtime, target=target)
     add_maintenance_jobs(scheduler, runtime, target=target)
     if ruleset is not None:
         add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)
@@ -245,12 +276,19 @@ def load_alerting(
 
 
 def start_metrics_server(
-    db: Database, status: SchedulerStatus, ruleset: RuleSet | None, *, address: str, port: int
+    db: Database,
+    status: SchedulerStatus,
+    ruleset: RuleSet | None,
+    *,
+    address: str,
+    port: int,
+    primary: Database | None = None,
 ) -> MetricsServer | None:
     """Start the scheduler's ``/metrics`` and ``/healthz`` (``metrics_server.MetricsServer``).
 
     Args:
         db, status, ruleset: what the server reports on.
+        primary: where the scheduler writes (alert states, samples); default ``db``.
         address, port: where it listens; port 0 starts nothing.
 
     Returns:
@@ -264,7 +302,72 @@ def start_metrics_server(
     """
     if not port:
         return None
-    return MetricsServer(db, status, ruleset=ruleset, address=address, port=port).start()
+    return MetricsServer(
+        db, status, primary=primary, ruleset=ruleset, address=address, port=port
+    ).start()
+
+
+def build_served_scheduler(
+    db: Database,
+    primary: Database,
+    ruleset: RuleSet | None,
+    transports: Mapping[str, Any] | None,
+    *,
+    blocking: bool,
+    address: str,
+    port: int,
+) -> tuple[BaseScheduler, MetricsServer | None]:
+    """``build_scheduler`` (not started) with a new ``SchedulerStatus``, and its ``/metrics``
+    and ``/healthz`` started (``start_metrics_server``): what ``outbox-monitor scheduler``
+    and ``dashboard --with-scheduler`` run, on the Databases of ``scheduler_databases``.
+
+    Raises:
+        ConfigError: the address or port cannot be served (nothing was started).
+    """
+    status = SchedulerStatus()
+    scheduler = build_scheduler(
+        db,
+        blocking=blocking,
+        ruleset=ruleset,
+        transports=transports,
+        status=status,
+        primary=primary,
+    )
+    server = start_metrics_server(db, status, ruleset, address=address, port=port, primary=primary)
+    return scheduler, server
+
+
+@contextmanager
+def scheduler_databases(
+    settings: Settings, *, fallback_dsn: str | None = None
+) -> Iterator[tuple[Database, Database]]:
+    """The scheduler's two Databases, checked: ``(figures, writes)``, closed at the end.
+
+    Figures through ``settings.dsn`` (``OUTBOX_MONITOR_DSN``; a hot standby is fine);
+    writes through ``settings.primary_dsn``, else ``fallback_dsn`` (``dashboard
+    --with-scheduler`` passes the actions DSN, whose login it always wrote with), else
+    the same Database (one pool). ``replica.check_write_target`` runs first.
+
+    Raises:
+        ConfigError: the writes would reach a hot standby (names
+            ``OUTBOX_MONITOR_PRIMARY_DSN``): the process stops at start with exit 2.
+        DatabaseUnavailable and the connector's other errors.
+    """
+    writes = settings.primary_dsn or fallback_dsn
+    with ExitStack() as stack:
+        db = stack.enter_context(Database(settings))
+        primary = db
+        if writes is not None and writes != settings.dsn:
+            target = settings.model_copy(update={"primary_dsn": writes})
+            primary = stack.enter_context(Database(target, purpose="primary"))
+        found = check_write_target(db, primary)
+        if found.in_recovery:
+            log.info(
+                "figures come from the %s; the scheduler writes to %s",
+                found.describe(),
+                describe_target(primary.settings.dsn),
+            )
+        yield db, primary
 
 
 def run_scheduler(
@@ -292,6 +395,9 @@ def run_scheduler(
     Raises:
         DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
             the start-up check, with the fix in the message.
+        ConfigError: ``OUTBOX_MONITOR_DSN`` is a hot standby and no
+            ``OUTBOX_MONITOR_PRIMARY_DSN`` is set, or that DSN is a standby too
+            (``scheduler_databases``): the scheduler never tries to write to one.
         RulesError: the rules file is invalid.
         TransportConfigError: a Slack variable is set but invalid.
         ConfigError: ``--metrics-address`` is not an address, or the address or port
@@ -303,13 +409,11 @@ def run_scheduler(
         address = interface_address(metrics_address or settings.metrics_address)
     except ValueError as error:
         raise ConfigError(f"--metrics-address: {error}") from None
-    with Database(settings) as db:
+    with scheduler_databases(settings) as (db, primary):
         check_outbox_table(db)
-        status = SchedulerStatus()
-        scheduler = build_scheduler(
-            db, blocking=True, ruleset=ruleset, transports=transports, status=status
+        scheduler, server = build_served_scheduler(
+            db, primary, ruleset, transports, blocking=True, address=address, port=port
         )
-        server = start_metrics_server(db, status, ruleset, address=address, port=port)
         log.info(
             "scheduler started: sampling %s every %g s (retention %g s)%s; Ctrl-C to stop",
             db.table_name,

@@ -1,12 +1,14 @@
 """What the scheduler process reports about itself (thread-safe): the jobs' database contact,
-the last evaluation, the stall watch and the sender's notification counts, for ``/metrics``
-(``exporter.OutboxCollector``) and ``/healthz`` (``metrics_server``)."""
+the last evaluation, the stall watch, the read replica's lag and the sender's notification
+counts, for ``/metrics`` (``exporter.OutboxCollector``) and ``/healthz`` (``metrics_server``)."""
 
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from outbox_monitor.replica import skip_reason
 
 NOTIFICATION_OUTCOMES = ("sent", "failed", "suppressed", "rate_limited", "retrying")
 """Outcomes of ``sender.deliver_due`` counted by ``outbox_monitor_notifications_total``."""
@@ -34,6 +36,7 @@ class SchedulerStatus:
         self._evaluation_seconds: float | None = None
         self._evaluation_age: tuple[float, float] | None = None
         self._stalled = False
+        self._replica: tuple[Any, bool, float] | None = None
         self._notifications: Counter[str] = Counter(
             {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
         )
@@ -80,6 +83,19 @@ class SchedulerStatus:
         with self._lock:
             return self._stalled
 
+    def replica(self, reading: Any, *, skipping: bool, max_lag: float) -> None:
+        """The leader read the read DSN's replay lag: ``reading`` (``replica.ReplicaStatus``),
+        whether rules and samples are ``skipping`` it (lag over ``max_lag`` seconds)."""
+        with self._lock:
+            self._replica = (reading, skipping, max_lag)
+
+    @property
+    def replica_reading(self) -> tuple[Any, bool, float] | None:
+        """``(ReplicaStatus, skipping, max_lag)`` of the last replica check; ``None`` before
+        one (followers never check: the leader evaluates)."""
+        with self._lock:
+            return self._replica
+
     def delivered(self, counts: Mapping[str, int]) -> None:
         """Add one sender pass's counts (``sender.deliver_due``) to the outcome counters."""
         with self._lock:
@@ -115,14 +131,20 @@ class SchedulerStatus:
         ``/metrics`` (``outbox_monitor_up``, ``outbox_monitor_notifications_total``),
         on the dashboard and in Slack.
 
+        A read replica lagging over ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` is not this
+        process's fault either: ``/healthz`` stays 200 and says it (``notice``).
+
         Returns:
             ``(healthy, {"status": "ok"|"unavailable", "reason" (``None`` when ok),
+            "notice" (``None``, or why rules are not evaluated: the read replica lags),
             "scheduler_running", "jobs" (id → next run, ISO, or ``None`` when it has none),
-            "seconds_since_database_contact" (``None``: never), "last_error"})``; the
-            last two are information only.
+            "seconds_since_database_contact" (``None``: never), "last_error",
+            "replica" (``None`` before a check, else ``{"in_recovery", "lag_seconds",
+            "max_lag_seconds", "evaluating"}``)})``; the last four are information only.
         """
         with self._lock:
             last_ok, last_error = self._last_ok, self._last_error
+            replica = self._replica
         running = bool(self.scheduler is not None and self.scheduler.running)
         since = None if last_ok is None else self.clock() - last_ok
         jobs = {
@@ -139,9 +161,24 @@ class SchedulerStatus:
         details = {
             "status": "ok" if reason is None else "unavailable",
             "reason": reason,
+            "notice": _replica_notice(replica),
             "scheduler_running": running,
             "jobs": jobs,
             "seconds_since_database_contact": None if since is None else round(since, 3),
             "last_error": last_error,
+            "replica": None
+            if replica is None
+            else {
+                **replica[0].as_json(),
+                "max_lag_seconds": replica[2],
+                "evaluating": not replica[1],
+            },
         }
         return reason is None, details
+
+
+def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:
+    """``/healthz``'s notice while rules are skipped (``alerts.replica_lag.skip_reason``)."""
+    if replica is None or not replica[1]:
+        return None
+    return skip_reason(replica[0], replica[2])

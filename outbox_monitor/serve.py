@@ -14,6 +14,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
@@ -21,15 +22,13 @@ from pydantic import SecretStr
 
 from outbox_monitor.access import is_loopback
 from outbox_monitor.config import ENV_PREFIX, Settings
-from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.scheduler import (
-    build_scheduler,
+    build_served_scheduler,
     interrupt_on_sigterm,
     load_alerting,
-    start_metrics_server,
+    scheduler_databases,
 )
-from outbox_monitor.scheduler_status import SchedulerStatus
 
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0
@@ -364,8 +363,10 @@ def run_dashboard(
         with_scheduler: also run the scheduler (sampler, alert evaluator and Slack sender
             with the rules of ``load_alerting``, and its ``/metrics`` and ``/healthz`` on
             ``settings.metrics_address``/``metrics_port``) in this process, in background
-            threads, started with the server, not on a first page view. It writes through
-            ``OUTBOX_MONITOR_ACTIONS_DSN`` when set (the read DSN may be a viewer role).
+            threads, started with the server, not on a first page view. It measures
+            through ``OUTBOX_MONITOR_DSN`` and writes through ``OUTBOX_MONITOR_PRIMARY_DSN``,
+            else ``OUTBOX_MONITOR_ACTIONS_DSN`` when set (the read DSN may be a viewer role
+            or a hot standby; ``scheduler.scheduler_databases``).
         insecure_no_auth: serve a ``local``-mode dashboard on a non-loopback address
             anyway (a warning is printed on every start; see ``check_exposure``).
 
@@ -378,14 +379,16 @@ def run_dashboard(
         RulesError: ``with_scheduler`` and the rules file is invalid.
         TransportConfigError: ``with_scheduler`` and a Slack variable is set but invalid.
         ConfigError: ``with_scheduler`` and the metrics address or port cannot be served
-            (``scheduler.start_metrics_server``).
+            (``scheduler.start_metrics_server``), or its writes would reach a hot standby
+            (naming ``OUTBOX_MONITOR_PRIMARY_DSN``).
     """
     warnings = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
     for warning in warnings:
         print(warning, file=sys.stderr, flush=True)
     if insecure_no_auth:
         settings = settings.model_copy(update={"insecure_no_auth": True})
-    db = scheduler = server = process = None
+    scheduler = server = process = None
+    databases = ExitStack()
     secrets_text = oidc_secrets(settings)  # sign-in only: no folder to leave behind otherwise
     secrets_dir = (
         tempfile.TemporaryDirectory(prefix="outbox-monitor-secrets-") if secrets_text else None
@@ -394,15 +397,15 @@ def run_dashboard(
         secrets_file = _write_secrets(secrets_text, Path(secrets_dir.name)) if secrets_dir else None
         if with_scheduler:
             ruleset, transports = load_alerting(None, settings)
-            db = Database(settings.model_copy(update={"dsn": settings.actions_target}))
-            status = SchedulerStatus()
-            scheduler = build_scheduler(
-                db, blocking=False, ruleset=ruleset, transports=transports, status=status
+            db, primary = databases.enter_context(
+                scheduler_databases(settings, fallback_dsn=settings.actions_dsn)
             )
-            server = start_metrics_server(
+            scheduler, server = build_served_scheduler(
                 db,
-                status,
+                primary,
                 ruleset,
+                transports,
+                blocking=False,
                 address=settings.metrics_address,
                 port=settings.metrics_port,
             )
@@ -418,8 +421,7 @@ def run_dashboard(
             scheduler.shutdown(wait=True)
         if server is not None:
             server.stop()
-        if db is not None:
-            db.close()
+        databases.close()
         if secrets_dir is not None:
             secrets_dir.cleanup()
 

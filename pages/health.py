@@ -1,12 +1,14 @@
 """Health: who holds the xmin horizon and the command that ends each holder, the outbox
-table's dead tuples and vacuums, its sizes and their growth (issue 14), refreshed live.
+table's dead tuples and vacuums, its sizes and their growth, and the claim's plan (issue 14),
+refreshed live.
 
-Each section is a function of ``ui.health`` taking the one cached reading; a further health
-concern adds its own section (from its own ``ui`` module) to ``live_health`` below."""
+Each table-health section is a function of ``ui.health`` taking the one cached reading; a
+further health concern adds its own section (from its own ``ui`` module, like
+``ui.claim_health``) to ``live_health`` below."""
 
 import streamlit as st
 
-from outbox_monitor.ui import banners, format, health, loaders, state
+from outbox_monitor.ui import banners, claim_health, format, health, loaders, state
 
 ctx = state.context()
 
@@ -26,6 +28,7 @@ def live_health() -> None:
         health.horizon_section(found)
         health.table_section(found, samples)
         health.size_section(found, samples, f)
+        claim_health.section(ctx.db, window=f.window, window_label=f.window_label)
 
 
 live_health()

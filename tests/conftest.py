@@ -25,7 +25,7 @@ from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.schema import init_db
 from tests.alerting import FakeClock, rules_file
 
-pytest_plugins = ["tests.browser_fixtures"]
+pytest_plugins = ["tests.browser_fixtures", "tests.replication", "tests.claim_health"]
 
 TEMPLATE = "outbox_template"
 _counter = itertools.count()

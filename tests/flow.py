@@ -1,9 +1,13 @@
 """Flow-control rows for the claim tests (SPEC §5): a control written as the operator's API
-writes it, and the breaker's state and transitions read back."""
+writes it, outcomes written through ack and fail, a worker's login, and the breaker's state
+and transitions read back."""
 
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
+
+from outbox_monitor import outbox
 
 TABLE = "integration_outbox"
 
@@ -45,6 +49,53 @@ def control(
     )
 
 
+def worker_login(dsn: str, name: str = "flow_worker") -> str:
+    """``dsn`` as a worker's login that owns nothing: USAGE on the outbox_monitor schema and
+    SELECT, UPDATE on the outbox (created once per cluster; roles are cluster-wide)."""
+    with psycopg.connect(dsn, autocommit=True) as su:
+        su.execute(
+            f"DO $$ BEGIN CREATE ROLE {name} LOGIN;"
+            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        su.execute(
+            f"GRANT USAGE ON SCHEMA outbox_monitor TO {name};"
+            f" GRANT SELECT, UPDATE ON {TABLE} TO {name}"
+        )
+    return make_conninfo(dsn, user=name)
+
+
+BREAKER = {
+    "breaker": True,
+    "breaker_min_attempts": 4,
+    "breaker_ratio": 0.75,
+    "breaker_cooldown_seconds": 1,
+}
+"""A breaker that opens on 3 transient failures of 4 outcomes and probes after 1 s."""
+
+
+def fail_n(
+    conn: psycopg.Connection,
+    rows: Any,
+    n: int,
+    *,
+    permanent: bool = False,
+    event_type: str = "crm.contact",
+) -> None:
+    """``n`` new rows of ``event_type`` (``rows``: the ``Rows`` fixture), claimed and failed."""
+    for _ in range(n):
+        rows.add(event_type=event_type)
+    for row in outbox.claim(conn, "w1", limit=n):
+        outbox.fail(conn, row["id"], "w1", "503 upstream", permanent=permanent)
+
+
+def ack_n(conn: psycopg.Connection, rows: Any, n: int, event_type: str = "crm.contact") -> None:
+    """``n`` new rows of ``event_type``, claimed and acked."""
+    for _ in range(n):
+        rows.add(event_type=event_type)
+    for row in outbox.claim(conn, "w1", limit=n):
+        assert outbox.ack(conn, row["id"], "w1")
+
+
 def breaker_state(conn: psycopg.Connection, event_type_filter: str) -> str:
     """The breaker state ('closed', 'open', 'half_open') of one control."""
     return conn.execute(
@@ -59,19 +110,6 @@ def transitions(conn: psycopg.Connection) -> list[dict[str, Any]]:
         "SELECT event_type_filter, transition, outcomes, failures"
         " FROM outbox_monitor.breaker_transitions ORDER BY id"
     ).fetchall()
-
-
-UNDO_FLOW_CONTROL = (
-    "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
-    "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions CASCADE; "
-    "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
-    "outbox_monitor.may_claim, outbox_monitor.require_claimer, "
-    "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome, "
-    "outbox_monitor.pending_types_index; "
-)
-"""SQL taking a database back to before migration 008, the first of flow control (tests of
-upgrades from older versions; claim, ack and fail stay as the flow-control migrations replaced
-them, which they replace again)."""
 
 
 GRANT_SLACK_SECONDS = 0.1
@@ -110,8 +148,6 @@ def race_claims(dsn: str, seconds: float, *, workers: int = 4, limit: int = 10) 
     import time
 
     from psycopg.rows import dict_row
-
-    from outbox_monitor import outbox
 
     handed: list[float] = []
     lock = threading.Lock()

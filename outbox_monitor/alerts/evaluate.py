@@ -89,12 +89,15 @@ class Evaluator:
     """Evaluates a ``RuleSet`` against the database and persists every instance's state.
 
     Args:
-        db: the connector (state, notifications and the figures all live behind it).
+        db: the connector of alert state, silences and notifications (the scheduler's
+            writes: ``OUTBOX_MONITOR_PRIMARY_DSN``).
         ruleset: the loaded alerts.yml.
         clock: the instant of each pass (tests pass a fake clock; ``for``,
             ``keep_firing_for`` and ``repeat_interval`` are measured on it).
         fence: called first in each write transaction (``Leadership.fence``: raises
             ``LeadershipLost`` once the lease was taken over, and the pass stops).
+        figures_db: the connector the rules' figures and offenders are measured through
+            (``OUTBOX_MONITOR_DSN``, possibly a hot standby); default ``db``.
     """
 
     def __init__(
@@ -104,8 +107,10 @@ class Evaluator:
         *,
         clock: Clock = system_clock,
         fence: Callable[[psycopg.Connection], None] | None = None,
+        figures_db: Database | None = None,
     ) -> None:
         self.db = db
+        self.figures_db = figures_db or db
         self.ruleset = ruleset
         self.clock = clock
         self.fence = fence
@@ -137,7 +142,7 @@ class Evaluator:
 
     def _evaluate_rule(self, rule: Rule, context: EvaluationPass) -> list[InstanceReport]:
         try:
-            measurements = measure.measure(self.db, rule)
+            measurements = measure.measure(self.figures_db, rule)
         except DatabaseUnavailable:
             raise
         except Exception as error:  # a rule error never stops the other rules
@@ -176,7 +181,10 @@ class Evaluator:
             before, observation.breached, context.now, params, route
         ):
             cached_offenders(
-                self.db, rule, instance_event_type(rule, instance, observation.labels), context
+                self.figures_db,
+                rule,
+                instance_event_type(rule, instance, observation.labels),
+                context,
             )
 
         labels = observation.labels
@@ -231,6 +239,7 @@ class Evaluator:
                     suppressed=suppressed,
                     state=new,
                     previous=current,
+                    figures_db=self.figures_db,
                 )
                 if sent is not None:
                     kinds.append(step.kind)
@@ -266,6 +275,7 @@ class Evaluator:
                         state=new,
                         previous=current,
                         repeat=repeats + 1,
+                        figures_db=self.figures_db,
                     )
                     is not None
                 ):

@@ -8,7 +8,8 @@ from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
 
 HEALTH_PATH = "/health"
-"""The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is."""
+"""The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is
+(the table's health, the claim's plan)."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 PAUSE_ACTION = "pause"
@@ -20,9 +21,9 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
 
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
     when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
-    whole table (its health: the xmin horizon, dead tuples) → ``/health``, others → the
-    overview ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
-    ``payment.%25``).
+    whole table (``scope="table"``: its health — the xmin horizon, dead tuples — and the
+    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, others → the overview
+    ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
     """
     if rule.spec.scope == "table":
         return HEALTH_PATH

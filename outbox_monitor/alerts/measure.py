@@ -17,8 +17,9 @@ from typing import Any
 from outbox_monitor import error_grouping, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures import CLAIM_FIGURES, FIGURES
 from outbox_monitor.filters import ExactEventType, Where
+from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
 
@@ -172,12 +173,15 @@ def offenders(
         ``sample_error`` and ``fingerprint`` are redacted by the database's settings
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
         Slack message and the Alerts page never carry the raw error.
-        A figure of the whole table (``scope="table"``) has no event types: for the xmin
-        horizon's figures its holders (the inactive slots for
-        ``inactive_slots_holding_horizon``), longest held first (``{"kind": "holder",
-        "label", "value" (seconds held, ``None`` when unknown), "command"}``), and nothing
-        for the others.
+        The claim's plan (``figures.CLAIM_FIGURES``) has no event types: its statements'
+        plans instead (``_claim_plans``). Another figure of the whole table
+        (``scope="table"``) has none either: for the xmin horizon's figures its holders (the
+        inactive slots for ``inactive_slots_holding_horizon``), longest held first
+        (``{"kind": "holder", "label", "value" (seconds held, ``None`` when unknown),
+        "command"}``), and nothing for the others.
     """
+    if rule.metric in CLAIM_FIGURES:
+        return _claim_plans(db, limit)
     if rule.spec.scope == "table":
         return _holders(db, rule.metric, limit)
     scope = ExactEventType(event_type) if event_type else rule.event_type
@@ -231,6 +235,26 @@ def _holders(db: Database, metric: str, limit: int) -> list[dict[str, Any]]:
         {"kind": "holder", "label": h.summary, "value": h.held_seconds, "command": h.command}
         for h in holders[:limit]
     ]
+
+
+def _claim_plans(db: Database, limit: int) -> list[dict[str, Any]]:
+    """The claim's plans now as offenders (a figure of the whole table has no event types):
+    the degraded ones first, each ``{"kind": "claim_plan", "label": "<statement>: <shape>",
+    "error": <why it is degraded>}``."""
+    plans = sorted(claim_health(db).plans, key=lambda plan: not plan.degraded)
+    found = []
+    for plan in plans[:limit]:
+        why = list(plan.reasons) if plan.walks_non_pending else []
+        if plan.cost_jumped:
+            why.append(f"cost {plan.total_cost:,.0f}, recent median {plan.baseline_cost:,.0f}")
+        found.append(
+            {
+                "kind": "claim_plan",
+                "label": f"{plan.label}: {plan.shape}",
+                "error": "; ".join(why) or None,
+            }
+        )
+    return found
 
 
 def _iso(value: Any) -> Any:

@@ -69,14 +69,19 @@ def queue_notification(
     state: InstanceState,
     previous: InstanceState,
     repeat: int | None = None,
+    figures_db: Database | None = None,
 ) -> int | None:
     """Insert the ``kind`` notification of an instance's episode ``seq`` (``repeat``: the
-    repeat's number) with its payload, ``suppressed`` or pending, in ``conn``'s transaction.
+    repeat's number) with its payload, ``suppressed`` or pending, in ``conn``'s transaction
+    (a connection of ``db``). The payload's figures (offenders, rows held) are read through
+    ``figures_db`` (default ``db``).
 
     Returns:
         The row's id; ``None`` when a row with its dedupe key was already there.
     """
-    payload = _payload(db, rule, instance, kind, seq, observation, context, state, previous)
+    payload = _payload(
+        figures_db or db, rule, instance, kind, seq, observation, context, state, previous
+    )
     if repeat is not None:
         payload["repeat"] = repeat
     row = conn.execute(

@@ -373,7 +373,7 @@ class Rule(_Model):
 
 def _check_not_table_wide(field: str, value: Any, info: ValidationInfo) -> None:
     """Refuse ``field`` (``event_type``, ``by``) on a metric of the whole table (a figure with
-    ``scope="table"``: the table's health), which no event type divides."""
+    ``scope="table"``: the table's health, the claim's plan), which no event type divides."""
     metric = FIGURES.get(info.data.get("metric", ""))
     if metric and metric.scope == "table" and value not in (None, [], ()):
         raise fail(

@@ -40,9 +40,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
 from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.own_alerts import (
+    insert_all,
+    insert_transition,
+    notification_params,
+    open_alerts,
+    resolve_params,
+)
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.db import CONNECT_TIMEOUT_SECONDS, Database
 from outbox_monitor.durations import format_duration
@@ -292,15 +297,9 @@ class StallWatch:
             )
         if self._queued == episode:
             return
-        queued = []
         with self.db.transaction() as conn:
-            for route in self.ruleset.routes:
-                row = conn.execute(
-                    self.db.compose("notification_insert"),
-                    self._row(lease, episode, route, "error"),
-                ).fetchone()
-                if row is not None:
-                    queued.append(route)
+            rows = [self._row(lease, episode, route, "error") for route in self.ruleset.routes]
+            queued = insert_all(self.db, conn, rows)
             if queued:
                 self._transition(conn, "inactive", "error", age, lease.explain())
         self._queued = episode
@@ -323,16 +322,12 @@ class StallWatch:
             self._logged = None
         if age is None or age > self.threshold:
             return
-        open_rows = self.db.fetch_all("stall_open_notifications", {"instance": self.db.table_name})
+        open_rows = open_alerts(self.db, RULE_NAME, self.db.table_name)
         ended = [row for row in open_rows if self._resumed_since(row["payload"], lease)]
         if not ended:
             return
-        resolved = []
         with self.db.transaction() as conn:
-            for row in ended:
-                resolve = self._resolve_row(row, lease)
-                if conn.execute(self.db.compose("notification_insert"), resolve).fetchone():
-                    resolved.append(row["route"])
+            resolved = insert_all(self.db, conn, [self._resolve_row(row, lease) for row in ended])
             if resolved:
                 detail = (
                     f"evaluations resumed: the last one ended {format_duration(age)} ago "
@@ -356,17 +351,16 @@ class StallWatch:
         return episode == NEVER or lease.evaluated_at > datetime.fromisoformat(str(episode))
 
     def _transition(self, conn: Any, from_state: str, to_state: str, age: Any, detail: str) -> None:
-        conn.execute(
-            self.db.compose("alert_transition_insert"),
-            {
-                "rule": RULE_NAME,
-                "instance": self.db.table_name,
-                "from_state": from_state,
-                "to_state": to_state,
-                "value": age,
-                "at": self.clock(),
-                "detail": detail,
-            },
+        insert_transition(
+            self.db,
+            conn,
+            rule=RULE_NAME,
+            instance=self.db.table_name,
+            from_state=from_state,
+            to_state=to_state,
+            value=age,
+            at=self.clock(),
+            detail=detail,
         )
 
     def _row(self, lease: LeaseStatus, episode: str, route: str, kind: str) -> dict[str, Any]:
@@ -403,40 +397,24 @@ class StallWatch:
             "kind": kind,
             "episode": episode,
         }
-        return {
-            "dedupe_key": f"{RULE_NAME}|{table}|{episode}/{route}|{kind}",
-            "rule": RULE_NAME,
-            "instance": table,
-            "kind": kind,
-            "route": route,
-            "evaluation_id": None,
-            "payload": Jsonb(payload),
-            "silenced": False,
-            "status": "pending",
-            "now": self.clock(),
-        }
+        return notification_params(
+            rule=RULE_NAME,
+            instance=table,
+            route=route,
+            kind=kind,
+            episode=episode,
+            payload=payload,
+            now=self.clock(),
+        )
 
     def _resolve_row(self, row: Mapping[str, Any], lease: LeaseStatus) -> dict[str, Any]:
         """``notification_insert`` parameters of the resolve of one open alert row."""
-        payload = dict(row["payload"])
-        payload.update(
-            kind="resolved",
+        return resolve_params(
+            row,
+            now=self.clock(),
             value=lease.evaluation_age,
-            resolved_at=self.clock().isoformat(),
             summary=(
                 f"Alert evaluation of {self.db.table_name} has resumed ({lease.holder}, "
                 f"lease term {lease.term})."
             ),
         )
-        return {
-            "dedupe_key": row["dedupe_key"].removesuffix("error") + "resolved",
-            "rule": RULE_NAME,
-            "instance": self.db.table_name,
-            "kind": "resolved",
-            "route": row["route"],
-            "evaluation_id": None,
-            "payload": Jsonb(payload),
-            "silenced": False,
-            "status": "pending",
-            "now": self.clock(),
-        }

@@ -20,7 +20,9 @@ from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration
+from outbox_monitor.health.claim_plan import claim_plan_status
 from outbox_monitor.logs import escape_controls
+from outbox_monitor.replica import replica_status
 from outbox_monitor.units import format_bytes, format_value, per_minute
 
 
@@ -141,11 +143,18 @@ def status(
     lock_timeout: float | None,
     event_type: str | None,
 ) -> None:
-    """Every SPEC §2 figure, exact (seconds as floats, null where none)."""
+    """Every SPEC §2 figure, exact (seconds as floats, null where none), whether the
+    database is a read replica with its replay lag (``replica``), the table's health
+    (``health``, issue 14 item 1) and the workers' claim plan (``health.claim_plan``, issue 14
+    item 2)."""
     with open_checked(settings) as db:
         figures = metrics.status(
             db, window=window, lock_timeout=lock_timeout, event_type=event_type
         )
+        reading = replica_status(db)
+        claim_plan = claim_plan_status(db)
+    figures["replica"] = reading.as_json()
+    figures.setdefault("health", {})["claim_plan"] = claim_plan
     if as_json:
         emit_json(figures)
         return
@@ -174,6 +183,10 @@ def status(
     echo(f"  {'rows by attempts':<26} {histogram or '–'}")
     for label, value in health_lines(figures["health"]):
         echo(f"  {label:<26} {value}")
+    if reading.in_recovery:
+        echo(f"  {'read from':<26} {reading.describe()}")
+    for label, value in claim_plan_lines(claim_plan):
+        echo(f"  {label:<26} {value}")
 
 
 def health_lines(health: dict[str, Any]) -> list[tuple[str, str]]:
@@ -200,4 +213,35 @@ def health_lines(health: dict[str, Any]) -> list[tuple[str, str]]:
             action = holder["command"] or holder["advice"]
             lines.append(("  held by", f"{holder['summary']} for {held}: {action}"))
     lines += [("hidden", note) for note in health["hidden"]]
+    return lines
+
+
+def claim_plan_lines(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """``status``'s lines of the claim's plan (``health.claim_plan.claim_plan_status``):
+    each statement's shape and cost, what is wrong with it, and the workers' statements
+    from ``pg_stat_statements`` (or why they are not shown)."""
+    lines = []
+    for plan in found["plans"]:
+        verdict = "DEGRADED" if plan["degraded"] else "ok"
+        lines.append(
+            (
+                f"claim plan ({plan['statement']})",
+                f"{verdict}: {plan['shape']}, cost {plan['total_cost']:,.0f}",
+            )
+        )
+        lines += [("  walks non-pending rows", reason) for reason in plan["reasons"]]
+        if plan["cost_jumped"]:
+            lines.append(("  cost jumped", f"from a median of {plan['baseline_cost']:,.0f}"))
+    statements = found["statements"]
+    if not statements["available"]:
+        lines.append(("workers' statements", statements["note"]))
+    for kind in statements["kinds"]:
+        mean = kind["mean_exec_ms"]
+        lines.append(
+            (
+                kind["label"],
+                f"{per_minute(kind['calls_per_minute'])}, mean "
+                f"{'–' if mean is None else f'{mean:.2f} ms'}, max {kind['max_exec_ms']:.2f} ms",
+            )
+        )
     return lines

@@ -373,7 +373,8 @@ def controls(ctx: click.Context, settings: Settings, as_json: bool) -> None:
     for control in found:
         held = f", {control.rows_held} due row(s) held" if control.rows_held else ""
         throttled = f", {control.throttled} throttled" if control.throttled else ""
-        echo(f"{control.event_type_filter}: {control.state}{held}{throttled} ({control.layer})")
+        who = "controls file" if control.layer == "file" else f"operator {control.updated_by}"
+        echo(f"{control.event_type_filter}: {control.state}{held}{throttled} (set by {who})")
         echo(f"  {describe(control.settings)}")
         if control.file_settings is not None and control.expires_at is not None:
             echo(

@@ -149,18 +149,27 @@ _demo_url = click.option(
     "default every broken one.",
 )
 @_demo_url
-@click.option("--json", "as_json", is_flag=True, help="Print the broken filters as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the broken (and healed) filters as JSON."
+)
 @reports_errors
 def demo_downstream(action: str, event_types: tuple[str, ...], url: str, as_json: bool) -> None:
     """Break or heal the downstream of a running demo (HTTP 503 for every call of those
-    event types, from n8n or the simulated workers), or say what is broken."""
+    event types, from n8n or the simulated workers), or say what is broken; heal names what
+    it healed."""
     from outbox_monitor.demo.outage import request
 
+    before = request(url, "status", ()) if action == "heal" else []
     broken = request(url, action, event_types)
+    healed = [f for f in before if f not in broken]
     if as_json:
-        click.echo(json.dumps({"broken": broken}))
-    else:
-        click.echo(f"broken: {', '.join(broken)}" if broken else "no downstream is broken")
+        click.echo(
+            json.dumps({"broken": broken, **({"healed": healed} if action == "heal" else {})})
+        )
+        return
+    if action == "heal":
+        click.echo(f"healed: {', '.join(healed)}" if healed else "healed nothing: none matched")
+    click.echo(f"broken: {', '.join(broken)}" if broken else "no downstream is broken")
 
 
 @click.command("demo-forgotten-transaction")

@@ -14,9 +14,11 @@ import click
 from outbox_monitor import schema
 from outbox_monitor.config import Settings, load_settings, split_table_name
 from outbox_monitor.db import Database
+from outbox_monitor.db_errors import READ_DSN_SETTING, writing_setting
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.logs import escape_controls
+from outbox_monitor.replica import refuse_standby
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -193,10 +195,12 @@ def open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
 
     ``--actions-dsn`` wins; then ``--dsn`` given on the command line (the whole command
     on the database the operator named); then ``OUTBOX_MONITOR_ACTIONS_DSN``; then the
-    read DSN (``Settings.actions_target``).
+    read DSN (``Settings.actions_target``). A hot standby there is refused before anything
+    runs (``replica.refuse_standby``).
 
     Raises:
-        ConfigError (an invalid ``--actions-dsn``), TableMissing, ColumnsMissing,
+        ConfigError (an invalid ``--actions-dsn``; a DSN that is a hot standby, naming the
+        setting or option to point at the primary), TableMissing, ColumnsMissing,
         SchemaNotInitialised, DatabaseUnavailable, PermissionDenied.
     """
     given = click.get_current_context().params
@@ -205,7 +209,18 @@ def open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
         settings = load_settings(
             dsn=given.get("dsn"), table=given.get("table"), actions_dsn=actions_dsn or given["dsn"]
         )
-    return open_checked(settings, purpose="actions", dsn_setting=option)
+    db = open_checked(settings, purpose="actions", dsn_setting=option)
+    try:
+        refuse_standby(
+            db,
+            setting=writing_setting(db.dsn_setting, acting=True),
+            fallback_of=READ_DSN_SETTING if db.dsn_setting == READ_DSN_SETTING else None,
+            needs="operator actions (their previews included)",
+        )
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 def reports_errors(command: Callable | None = None, *, exit_code: int | None = None) -> Callable:

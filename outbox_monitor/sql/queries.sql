@@ -457,6 +457,21 @@ GROUP BY 1
 ORDER BY 1;
 
 
+-- ===================================================================== read replicas
+
+-- name: replica_status
+-- Whether the server is a hot standby in recovery, and its replay lag in seconds: 0 on a primary and when everything received is replayed (an idle primary is no lag), else the age of the last replayed transaction; NULL when none was replayed yet.
+SELECT pg_is_in_recovery() AS in_recovery,
+       pg_last_wal_receive_lsn()::text AS receive_lsn,
+       pg_last_wal_replay_lsn()::text AS replay_lsn,
+       pg_last_xact_replay_timestamp() AS replayed_at,
+       CASE
+           WHEN NOT pg_is_in_recovery() THEN 0.0
+           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+           ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))
+       END::float8 AS lag_seconds;
+
+
 -- ===================================================================== samples (sampler)
 
 -- name: sample_insert
@@ -1058,6 +1073,146 @@ WHERE outbox = %(table_regclass)s::regclass
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- ===================================================================== claim health (issue 14 item 2)
+
+-- name: claim_plan_users_claim
+-- The plan of the claim's inner selection as users write it (SPEC section 1), without FOR UPDATE so a read role may plan it; planned, never run (no ANALYZE).
+EXPLAIN (FORMAT JSON)
+SELECT id FROM {table}
+WHERE status = 'pending' AND available_at <= now()
+ORDER BY created_at
+LIMIT %(limit)s;
+
+-- name: claim_plan_shared_claim
+-- The plan of outbox_monitor.claim's candidate selection with no control on the table (migration 001's statement, run by EXECUTE with the limit bound), without FOR UPDATE; planned, never run.
+EXPLAIN (FORMAT JSON)
+SELECT o.id FROM {table} o
+WHERE o.status = 'pending' AND o.available_at <= now()
+ORDER BY o.created_at
+LIMIT %(limit)s;
+
+-- name: claim_plan_shared_claim_controlled
+-- The plan of outbox_monitor.claim's candidate selection when the table has controls (migration 009's statement, first round, nothing taken or blocked yet), without FOR UPDATE; planned, never run.
+EXPLAIN (FORMAT JSON)
+SELECT o.id, o.event_type FROM {table} o
+WHERE o.status = 'pending' AND o.available_at <= now()
+      AND NOT (o.id = ANY(%(taken)s::bigint[]))
+      AND NOT (o.event_type = ANY(%(blocked_exact)s::text[])
+               OR o.event_type LIKE ANY(%(blocked_like)s::text[]))
+ORDER BY o.created_at
+LIMIT %(limit)s;
+
+-- name: claim_plan_has_controls
+-- Whether a flow control names this outbox table (then outbox_monitor.claim runs migration 009's candidate selection).
+SELECT EXISTS (SELECT FROM outbox_monitor.controls c
+               WHERE c.outbox = %(table_regclass)s::regclass) AS controlled;
+
+-- name: claim_plan_indexes
+-- The valid indexes of the outbox table and of its partitions: name, leading key column (NULL for an expression) and predicate, to tell an index of pending rows from one over every row.
+SELECT c.relname AS index_name, a.attname AS leading_column,
+       pg_get_expr(i.indpred, i.indrelid) AS predicate
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+WHERE i.indisvalid
+  AND i.indrelid IN (SELECT %(table_regclass)s::regclass::oid
+                     UNION ALL
+                     SELECT h.inhrelid FROM pg_inherits h
+                      WHERE h.inhparent = %(table_regclass)s::regclass)
+ORDER BY c.relname;
+
+-- name: claim_plan_table_rows
+-- The planner's row count of the outbox table (pg_class.reltuples, its partitions summed; 0 before the first ANALYZE).
+SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS table_rows
+FROM pg_class c
+WHERE c.oid IN (SELECT %(table_regclass)s::regclass::oid
+                UNION ALL
+                SELECT h.inhrelid FROM pg_inherits h
+                 WHERE h.inhparent = %(table_regclass)s::regclass);
+
+-- name: claim_plan_insert
+-- Record one claim plan (the scheduler's claim-health job); sampled_at is the database's now().
+INSERT INTO outbox_monitor.claim_plans (table_name, statement, shape, total_cost, plan_rows,
+                                        walks_non_pending, reasons)
+VALUES (%(table_name)s, %(statement)s, %(shape)s, %(total_cost)s, %(plan_rows)s,
+        %(walks_non_pending)s, %(reasons)s)
+RETURNING sampled_at;
+
+-- name: claim_plans_recent_costs
+-- The estimated total costs of the newest %(limit)s recorded plans of each of %(statements)s of a table, newest first (the cost-jump baseline; a backward walk of the primary key per statement).
+SELECT s.statement,
+       ARRAY(SELECT p.total_cost FROM outbox_monitor.claim_plans p
+              WHERE p.table_name = %(table_name)s AND p.statement = s.statement
+              ORDER BY p.sampled_at DESC
+              LIMIT %(limit)s) AS costs
+FROM unnest(%(statements)s::text[]) AS s(statement);
+
+-- name: claim_plans_series
+-- Recorded claim plans of a table over the window, oldest first (the Health page's chart and table).
+SELECT sampled_at, statement, shape, total_cost, plan_rows, walks_non_pending, reasons
+FROM outbox_monitor.claim_plans
+WHERE table_name = %(table_name)s
+  AND sampled_at > now() - make_interval(secs => %(window)s)
+ORDER BY sampled_at, statement;
+
+-- name: claim_plans_prune
+-- Delete recorded claim plans and statement samples of a table older than the retention.
+WITH plans AS (
+    DELETE FROM outbox_monitor.claim_plans
+    WHERE table_name = %(table_name)s
+      AND sampled_at < now() - make_interval(secs => %(retention)s)
+    RETURNING 1),
+statements AS (
+    DELETE FROM outbox_monitor.claim_statement_samples
+    WHERE table_name = %(table_name)s
+      AND sampled_at < now() - make_interval(secs => %(retention)s)
+    RETURNING 1)
+SELECT (SELECT count(*) FROM plans) + (SELECT count(*) FROM statements) AS pruned;
+
+-- name: claim_statements_extension
+-- Whether pg_stat_statements is installed in this database (its schema), whether this login may read other roles' statements (pg_read_all_stats), and the server version.
+SELECT n.nspname AS schema,
+       current_setting('server_version_num')::integer AS server_version,
+       (pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+        OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user)) AS readable
+FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+WHERE e.extname = 'pg_stat_statements';
+
+-- name: claim_statements_read
+-- The claim's and ack's top-level statements of this database in pg_stat_statements ({statements}), summed by kind: the shared functions' calls and the users' SQL shapes (SPEC section 1) on this table.
+SELECT m.kind, sum(m.calls)::bigint AS calls, sum(m.total_exec_time) AS total_exec_ms,
+       max(m.max_exec_time) AS max_exec_ms, count(*)::integer AS statements
+FROM (SELECT s.calls, s.total_exec_time, s.max_exec_time,
+             CASE
+                 WHEN s.query ILIKE %(shared_claim)s THEN 'shared_claim'
+                 WHEN s.query ILIKE %(shared_ack)s THEN 'shared_ack'
+                 WHEN s.query ILIKE %(own_schema)s THEN NULL
+                 WHEN s.query ~* %(users_claim)s AND s.query ~* %(table_pattern)s
+                      THEN 'users_claim'
+                 WHEN s.query ~* %(users_ack)s AND s.query !~* %(not_ack)s THEN 'users_ack'
+             END AS kind
+        FROM {statements} s
+       WHERE s.toplevel
+         AND s.dbid = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+     ) AS m
+WHERE m.kind IS NOT NULL
+GROUP BY m.kind
+ORDER BY m.kind;
+
+-- name: claim_statement_insert
+-- Record one pg_stat_statements reading of one kind of statement (cumulative calls and execution time).
+INSERT INTO outbox_monitor.claim_statement_samples (table_name, kind, calls, total_exec_ms)
+VALUES (%(table_name)s, %(kind)s, %(calls)s, %(total_exec_ms)s);
+
+-- name: claim_statements_previous
+-- The newest recorded reading of each kind of statement of a table, with its age in seconds (the baseline of calls per minute).
+SELECT DISTINCT ON (kind) kind, calls, total_exec_ms,
+       extract(epoch FROM now() - sampled_at)::double precision AS age_seconds
+FROM outbox_monitor.claim_statement_samples
+WHERE table_name = %(table_name)s
+ORDER BY kind, sampled_at DESC;
+
+
 -- ===================================================================== simulator (demo traffic)
 
 -- name: simulate_backoff_schedule
@@ -1296,11 +1451,11 @@ SELECT now() AS now, l.holder, l.holder_pid, l.term, l.acquired_at, l.renewed_at
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_monitor.leader_leases AS l ON l.table_name = %(table_name)s;
 
--- name: stall_open_notifications
--- "Alerting is stalled" notifications (one per route and episode) whose resolve is not queued yet.
+-- name: open_error_notifications
+-- A scheduler alert's notifications (alerting-stalled, replica-lag: one per route and episode) whose resolve is not queued yet.
 SELECT e.id, e.dedupe_key, e.route, e.payload
 FROM outbox_monitor.notifications AS e
-WHERE e.rule = 'alerting-stalled' AND e.instance = %(instance)s AND e.kind = 'error'
+WHERE e.rule = %(rule)s AND e.instance = %(instance)s AND e.kind = 'error'
   AND NOT EXISTS (
       SELECT 1 FROM outbox_monitor.notifications AS r
       WHERE r.dedupe_key = left(e.dedupe_key, -length('error')) || 'resolved')
@@ -1474,6 +1629,11 @@ END $$;
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {scheduler};
 GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
+-- the claim's recorded plans and the workers' statement costs (issue 14, migration 011);
+-- those costs need pg_stat_statements and, to see the workers' statements, membership in
+-- pg_read_all_stats: GRANT pg_read_all_stats TO <the scheduler's and viewer's logins>
+GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_statement_samples
+    TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};

@@ -13,6 +13,9 @@ at once.
 Any other exception of a page or a live fragment is shown as a short "Unexpected error"
 with an error id, never a traceback or a server path; the log line with the traceback
 carries the same id (``show_unexpected``).
+
+When ``OUTBOX_MONITOR_DSN`` is a hot standby, every page says so with its replay lag, live
+(``replica_banner``), and whether operator actions are refused there.
 """
 
 import logging
@@ -26,6 +29,8 @@ from typing import NoReturn
 
 import streamlit as st
 
+from outbox_monitor.db import Database
+from outbox_monitor.db_errors import ACTIONS_DSN_SETTING
 from outbox_monitor.errors import (
     AccessDenied,
     ActionInterrupted,
@@ -37,10 +42,12 @@ from outbox_monitor.errors import (
     OutboxMonitorError,
     PermissionDenied,
     QueryTimeout,
+    ReadOnlyDatabase,
     SchemaNotInitialised,
     TableMissing,
 )
-from outbox_monitor.ui import format
+from outbox_monitor.replica import MAX_LAG_SETTING, ReplicaStatus, lag_text
+from outbox_monitor.ui import format, loaders
 
 TITLES: dict[type[OutboxMonitorError], str] = {
     DatabaseUnavailable: "Database unreachable",
@@ -50,6 +57,7 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     QueryTimeout: "Statement timeout",
     SchemaNotInitialised: "Schema not initialised",
     PermissionDenied: "Permission denied",
+    ReadOnlyDatabase: "Read-only database",
     ConfigError: "Invalid configuration",
     ActionRefused: "Action refused",
     ActionInterrupted: "Action stopped part-way",
@@ -208,3 +216,69 @@ def guarded(*, wait_out_outage: bool = False, retry_key: str | None = None) -> I
         show_unexpected(error)
     else:
         forget_outage()
+
+
+def describe_replica(
+    reading: ReplicaStatus, *, max_lag: float, actions: ReplicaStatus | None
+) -> tuple[str, str] | None:
+    """The read-replica banner's level and markdown, or ``None`` on a primary.
+
+    Args:
+        reading: the read DSN's ``ReplicaStatus``.
+        max_lag: ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` in seconds.
+        actions: the actions DSN's ``ReplicaStatus`` (``reading`` when it is the same
+            database), or ``None`` when it could not be read.
+
+    Returns:
+        ``("info" | "warning", text)``: ``warning`` when the lag is over ``max_lag`` (or
+        unknown) — no rule is evaluated then —, else ``info``.
+    """
+    if not reading.in_recovery:
+        return None
+    target = format.md_code(reading.target)
+    limit = f"{format.md_code(MAX_LAG_SETTING)} ({format.duration(max_lag)})"
+    if reading.exceeds(max_lag):
+        level = "warning"
+        text = (
+            f"**Read replica lagging** — these figures come from the hot standby {target}, "
+            f"whose replay lags **{lag_text(reading)}**: they are that old. While the lag is "
+            f"over {limit}, the scheduler evaluates no alert rule and alerts that instead."
+        )
+    else:
+        level = "info"
+        text = (
+            f"**Read replica** — these figures come from the hot standby {target}, replay "
+            f"lag **{lag_text(reading)}** (alert rules are evaluated while it stays under "
+            f"{limit})."
+        )
+    if actions is not None and actions.in_recovery:
+        text += (
+            f" Operator actions are refused here: {format.md_code(ACTIONS_DSN_SETTING)} "
+            + ("is a hot standby too" if actions is not reading else "is not set")
+            + "; set it to the primary."
+        )
+    return level, text
+
+
+def replica_banner(db: Database, actions_db: Database, *, max_lag: float, refresh: float) -> None:
+    """On every page (``dashboard.py``): the read-replica banner (``describe_replica``),
+    refreshed every ``refresh`` seconds like the live figures; nothing on a primary. A
+    database error shows nothing here: the page itself reports it."""
+
+    @st.fragment(run_every=refresh)
+    def live() -> None:
+        try:
+            reading = loaders.replica_status(db)
+        except OutboxMonitorError:
+            return
+        try:
+            actions = reading if actions_db is db else loaders.replica_status(actions_db)
+        except OutboxMonitorError:
+            actions = None
+        found = describe_replica(reading, max_lag=max_lag, actions=actions)
+        if found is not None:
+            level, text = found
+            show_level = st.warning if level == "warning" else st.info
+            show_level(text, icon=":material/dns:")
+
+    live()

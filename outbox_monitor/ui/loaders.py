@@ -15,6 +15,8 @@ from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.db import Database
 from outbox_monitor.events import EventFilter, RevealedPayload
 from outbox_monitor.redaction import Redactor, redactor_for
+from outbox_monitor.replica import ReplicaStatus
+from outbox_monitor.replica import replica_status as replica_status_of
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
 
@@ -118,6 +120,17 @@ def retired_indexes(db: Database) -> list[str]:
     """``schema.retired_indexes_present``: names of indexes an earlier init-db created that
     slow the workers' claim."""
     return _retired_indexes(db_key(db), db)
+
+
+@cached
+def _replica(key: str, _db: Database) -> ReplicaStatus:
+    return replica_status_of(_db)
+
+
+def replica_status(db: Database) -> ReplicaStatus:
+    """``replica.replica_status``: whether the database is a hot standby and its replay lag
+    (the banner on every page)."""
+    return _replica(db_key(db), db)
 
 
 @dataclass(frozen=True)

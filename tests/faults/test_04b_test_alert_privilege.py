@@ -27,10 +27,10 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.schema import init_db
 from tests.alerting import rules_file
-from tests.flow import UNDO_FLOW_CONTROL
 from tests.least_privilege import grant_in
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (AppTest)
 from tests.ui.rendered import plain
+from tests.upgrades import UNDO_SINCE_008, since
 
 RULES = """
 version: 1
@@ -218,7 +218,7 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
             "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
             "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
             "outbox_monitor.error_groups_state; "
-            + UNDO_FLOW_CONTROL
+            + UNDO_SINCE_008
             + "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 5"
         )
         su.execute(
@@ -228,13 +228,7 @@ def test_upgrading_takes_back_the_operators_insert_on_notifications(dsn, logins,
             ).format(psycopg.sql.Identifier(ops))
         )
     with Database(load_settings(dsn=dsn)) as db:
-        assert init_db(db, create_indexes=False).applied_migrations == [
-            "005_test_notification_function",
-            "006_error_groups_cache",
-            "007_error_groups_owner_tables_only",
-            "008_flow_control",
-            "009_claim_skips_held_rows",
-        ]
+        assert init_db(db, create_indexes=False).applied_migrations == since(5)
 
     privileges = (
         "SELECT has_table_privilege(%(role)s, 'outbox_monitor.notifications', 'INSERT') "

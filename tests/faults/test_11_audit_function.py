@@ -19,8 +19,8 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.schema import init_db
-from tests.flow import UNDO_FLOW_CONTROL
 from tests.least_privilege import grant_in
+from tests.upgrades import UNDO_SINCE_008, since
 
 FORGED = datetime(2020, 1, 1, tzinfo=UTC)
 RECORD = (
@@ -224,7 +224,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             "DROP FUNCTION outbox_monitor.refresh_error_groups(regclass, integer); "
             "DROP TABLE outbox_monitor.error_fingerprints, outbox_monitor.error_groups, "
             "outbox_monitor.error_groups_state; "
-            + UNDO_FLOW_CONTROL
+            + UNDO_SINCE_008
             + "DELETE FROM outbox_monitor.schema_migrations WHERE version >= 3"
         )
         su.execute(
@@ -236,15 +236,7 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
             ).format(psycopg.sql.Identifier(ops), psycopg.sql.Identifier(viewer))
         )
     with Database(load_settings(dsn=dsn)) as db:
-        assert init_db(db, create_indexes=False).applied_migrations == [
-            "003_audit_function",
-            "004_leadership",
-            "005_test_notification_function",
-            "006_error_groups_cache",
-            "007_error_groups_owner_tables_only",
-            "008_flow_control",
-            "009_claim_skips_held_rows",
-        ]
+        assert init_db(db, create_indexes=False).applied_migrations == since(3)
 
     privileges = (
         "SELECT has_table_privilege(%(role)s, 'outbox_monitor.audit_log', 'INSERT') AS insert, "

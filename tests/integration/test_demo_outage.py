@@ -80,7 +80,7 @@ def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tm
         [opened] = breaker_messages(sink)
         assert f"[FIRING] breaker-open event_type={BROKEN}" in opened
 
-        assert demo_downstream(url, "heal") == {"broken": []}
+        assert demo_downstream(url, "heal") == {"broken": [], "healed": [BROKEN]}
         # the next probe: after the cool-down (30 s, doubled by each failed probe)
         wait(lambda: len(transitions(dsn)) == 2, 150, "the breaker did not close")
         assert transitions(dsn) == [(BROKEN, "opened"), (BROKEN, "closed")]

@@ -13,7 +13,17 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox, schema
-from tests.flow import breaker_state, control, race_claims, transitions, worst_excess
+from tests.flow import (
+    BREAKER,
+    ack_n,
+    breaker_state,
+    control,
+    fail_n,
+    race_claims,
+    transitions,
+    worker_login,
+    worst_excess,
+)
 
 TABLE = "public.integration_outbox"
 
@@ -95,6 +105,58 @@ def test_a_claim_reads_no_row_a_pause_holds(db, conn, rows):
     got, read = _claim_reading(conn, 50)
     assert sorted(row["id"] for row in got) == due
     assert read >= HELD
+
+
+def _hold_3000_behind_3_due(conn: psycopg.Connection, rows) -> list[int]:
+    """3,000 due crm.contact rows held by a pause of crm.%, older than 3 due order.paid rows
+    (returned)."""
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, created_at, available_at)"
+        " SELECT 'crm.contact', 'contact', g::text, 'held:' || g, '{}',"
+        " now() - interval '1 hour', now() - interval '1 hour'"
+        " FROM generate_series(1, %s) AS g",
+        (HELD,),
+    )
+    due = [rows.add(event_type="order.paid", created_ago=30 - i) for i in range(3)]
+    control(conn, "crm.%", paused=True)
+    conn.execute("ANALYZE integration_outbox")
+    return due
+
+
+def test_init_dbs_index_lets_the_claim_skip_held_rows_on_a_varchar_status_column(db, conn, rows):
+    """SPEC §1 columns may be varchar: Postgres prints the index predicate with a cast then,
+    and the claim read every held row while the product told the operator to run the
+    init-db --flow-control that had built the index."""
+    conn.execute("ALTER TABLE integration_outbox ALTER COLUMN status TYPE varchar(20)")
+    schema.init_db(db, flow_control=True)
+    due = _hold_3000_behind_3_due(conn, rows)
+    index = "SELECT outbox_monitor.pending_types_index('integration_outbox') AS found"
+    assert conn.execute(index).fetchone()["found"] is True
+    got, read = _claim_reading(conn, 50)
+    assert sorted(row["id"] for row in got) == due
+    assert read <= 3 + 2
+
+
+@pytest.mark.parametrize(
+    "users_index",
+    [
+        "USING hash (event_type)",
+        "(event_type text_pattern_ops, available_at, created_at)",
+    ],
+)
+def test_an_index_led_by_event_type_that_cannot_serve_the_type_scan_is_not_taken_for_one(
+    conn, rows, users_index
+):
+    """A hash index or one of another operator class cannot give event_type in order: each
+    probe of the type scan then read every pending row (50,000 held: 25 times as long as
+    008's claim), and the product said nothing. Such an index is not the flow-control one."""
+    conn.execute(f"CREATE INDEX users_type_idx ON integration_outbox {users_index}")
+    due = _hold_3000_behind_3_due(conn, rows)
+    index = "SELECT outbox_monitor.pending_types_index('integration_outbox') AS found"
+    assert conn.execute(index).fetchone()["found"] is False
+    got, _ = _claim_reading(conn, 50)
+    assert sorted(row["id"] for row in got) == due
 
 
 def test_over_1000_pending_types_the_claim_reads_held_rows_and_still_skips_them(db, conn, rows):
@@ -230,28 +292,6 @@ def test_a_state_row_held_by_another_claim_grants_zero_at_once(dsn, conn, rows):
 
 
 # ------------------------------------------------------------------ the circuit breaker
-
-
-def fail_n(conn, rows, n: int, *, permanent: bool = False, event_type: str = "crm.contact"):
-    for _ in range(n):
-        rows.add(event_type=event_type)
-    for row in outbox.claim(conn, "w1", limit=n):
-        outbox.fail(conn, row["id"], "w1", "503 upstream", permanent=permanent)
-
-
-def ack_n(conn, rows, n: int, event_type: str = "crm.contact") -> None:
-    for _ in range(n):
-        rows.add(event_type=event_type)
-    for row in outbox.claim(conn, "w1", limit=n):
-        assert outbox.ack(conn, row["id"], "w1")
-
-
-BREAKER = {
-    "breaker": True,
-    "breaker_min_attempts": 4,
-    "breaker_ratio": 0.75,
-    "breaker_cooldown_seconds": 1,
-}
 
 
 def test_the_breaker_opens_after_the_configured_failures_and_not_before(conn, rows):
@@ -395,19 +435,10 @@ def test_a_worker_login_with_only_the_tables_grants_claims_through_controls(
 ):
     """A worker's login that owns nothing, with UPDATE on the outbox and the schema's
     USAGE, obeys the controls: the state lives behind the owner's functions."""
-    with psycopg.connect(dsn, autocommit=True) as su:  # roles are cluster-wide
-        su.execute(
-            "DO $$ BEGIN CREATE ROLE flow_worker LOGIN;"
-            " EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-        )
-        su.execute(
-            "GRANT USAGE ON SCHEMA outbox_monitor TO flow_worker;"
-            " GRANT SELECT, UPDATE ON integration_outbox TO flow_worker"
-        )
+    worker = worker_login(dsn)
     for _ in range(3):
         rows.add(event_type="crm.contact")
     control(conn, "crm.contact", rate_per_second=0.001, burst=2)
-    worker = psycopg.conninfo.make_conninfo(dsn, user="flow_worker")
     with psycopg.connect(worker, autocommit=True, row_factory=dict_row) as w:
         first = outbox.claim(w, "w1")
         assert len(first) == 2 and outbox.claim(w, "w1") == []  # the bucket held

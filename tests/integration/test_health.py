@@ -24,7 +24,8 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
-from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgstandby import TemporaryStandby
 from outbox_monitor.health.horizon import PREPARED, SESSION, SLOT, horizon, xmin_horizon_age
 from outbox_monitor.health.status import health_status
 from outbox_monitor.health.table import index_sizes, table_health
@@ -197,8 +198,15 @@ def test_replication_slots_say_what_they_hold_and_are_dropped_by_their_command(d
         )
 
 
-def _server(cluster: TemporaryCluster, *args: str) -> None:
-    cluster._run(*args)  # the cluster's binaries, as its server user
+class FeedbackStandby(TemporaryStandby):
+    """A hot standby streaming through the primary's slot ``standby_1`` with
+    hot_standby_feedback: the slot takes the standby's xmin."""
+
+    def _options(self) -> str:
+        return (
+            f"{super()._options()} -c primary_slot_name=standby_1 -c hot_standby_feedback=on "
+            "-c wal_receiver_status_interval=1"
+        )
 
 
 def test_a_gone_standbys_slot_holds_the_horizon_of_every_database(fake_clock, write_rules):
@@ -213,19 +221,7 @@ def test_a_gone_standbys_slot_holds_the_horizon_of_every_database(fake_clock, wr
         ):
             init_db(db, create_indexes=False)
             su.execute("SELECT pg_create_physical_replication_slot('standby_1', true)")
-            standby = primary.root / "standby"
-            port = free_port()
-            _server(
-                primary,
-                *("pg_basebackup", "-D", str(standby), "-R", "-S", "standby_1", "-c", "fast"),
-                *("-h", str(primary.root), "-p", str(primary.port), "-U", "postgres"),
-            )
-            # a hot standby needs the primary's max_connections, max_prepared_transactions…
-            options = primary._options().replace(f"-p {primary.port} ", f"-p {port} ") + (
-                " -c hot_standby_feedback=on -c wal_receiver_status_interval=1"
-            )
-            log = primary.root / "standby.log"
-            _server(primary, "pg_ctl", "-D", str(standby), "-l", str(log), "-o", options, "start")
+            standby = FeedbackStandby(primary).start()
             try:
                 wait_until(
                     lambda: su.execute(
@@ -235,7 +231,7 @@ def test_a_gone_standbys_slot_holds_the_horizon_of_every_database(fake_clock, wr
                     "the standby's feedback to give the slot an xmin",
                 )
             finally:
-                _server(primary, "pg_ctl", "-D", str(standby), "-m", "fast", "-w", "stop")
+                standby.stop()  # gone for good: its slot stays
             su.execute(
                 "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, "
                 "event_key, payload) SELECT 'order.paid', 'order', g::text, 'k' || g, '{}' "

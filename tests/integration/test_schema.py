@@ -9,6 +9,7 @@ from outbox_monitor import metrics, schema
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
+from outbox_monitor.queries import migration_files
 
 
 def _columns(conn, table="integration_outbox"):
@@ -37,7 +38,9 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "007_error_groups_owner_tables_only",
             "008_flow_control",
             "009_claim_skips_held_rows",
-            "010_health_samples",
+            "010_outcomes_only_with_breakers",
+            "011_claim_plans",
+            "012_health_samples",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",
@@ -120,7 +123,8 @@ def test_two_init_db_at_once_are_safe(empty_dsn):
     assert errors == []
     with psycopg.connect(empty_dsn) as conn:
         applied = conn.execute("SELECT version FROM outbox_monitor.schema_migrations").fetchall()
-    assert sorted(applied) == [(v,) for v in range(1, 11)]  # each migration once
+    versions = [(version,) for version, _, _ in migration_files()]
+    assert sorted(applied) == versions  # each migration once
 
 
 def test_missing_table_says_how_to_fix(empty_dsn):

@@ -260,7 +260,7 @@ def test_every_event_type_bar_has_room_for_its_label():
 
 def test_health_helpers_size_growth_and_values_by_unit():
     samples = [
-        {"sampled_at": NOW, "table_bytes": None, "indexes_bytes": None},  # before migration 010
+        {"sampled_at": NOW, "table_bytes": None, "indexes_bytes": None},  # before migration 012
         {"sampled_at": NOW, "table_bytes": 8192, "indexes_bytes": 57344},
         {"sampled_at": NOW, "table_bytes": 2 * 2**20, "indexes_bytes": 57344 - 8192},
     ]

@@ -65,3 +65,21 @@ def test_overrides_win_and_none_is_ignored(monkeypatch):
     monkeypatch.setenv("OUTBOX_MONITOR_TABLE", "app.events")
     assert load_settings(table=None).table == "app.events"
     assert load_settings(table="ops.outbox").table_parts == ("ops", "outbox")
+
+
+def test_read_replica_settings_default_and_name_their_variable(monkeypatch):
+    settings = load_settings(dsn="postgresql://viewer@standby/app")
+    assert settings.primary_dsn is None and settings.max_replica_lag == 60.0
+    assert settings.primary_target == "postgresql://viewer@standby/app"
+    monkeypatch.setenv("OUTBOX_MONITOR_PRIMARY_DSN", "postgresql://scheduler@primary/app")
+    monkeypatch.setenv("OUTBOX_MONITOR_MAX_REPLICA_LAG", "2m")
+    settings = load_settings(dsn="postgresql://viewer@standby/app")
+    assert settings.primary_target == "postgresql://scheduler@primary/app"
+    assert settings.max_replica_lag == 120.0
+    monkeypatch.setenv("OUTBOX_MONITOR_MAX_REPLICA_LAG", "soon")
+    monkeypatch.setenv("OUTBOX_MONITOR_PRIMARY_DSN", "not a dsn")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "OUTBOX_MONITOR_MAX_REPLICA_LAG: expected a duration" in message
+    assert "OUTBOX_MONITOR_PRIMARY_DSN: not a connection string" in message

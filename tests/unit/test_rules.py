@@ -101,6 +101,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "xmin-horizon-held": "oncall",  # issue 14: the table's health
         "slot-holds-horizon": "oncall",
         "vacuum-overdue": "oncall",
+        "claim-plan-degraded": "oncall",  # issue 14: the workers' claim plan
     }
     route = ruleset.routes["oncall"]
     assert (route.webhook_url_env, route.channel, route.transport) == (
@@ -146,6 +147,8 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         600,
     )
     assert shape("vacuum-overdue") == ("vacuum_overdue", None, None, ">", 3600, 0)
+    # issue 14: the claim's plan walks non-pending rows or its cost jumped, for 5 min
+    assert shape("claim-plan-degraded") == ("claim_plan_degraded", None, None, ">", 0, 300)
     released_at_once = {"xmin-horizon-held", "slot-holds-horizon"}  # 0 when the holder ends
     assert all(rule.keep_firing_for == 0 for rule in ruleset.rules if rule.name in released_at_once)
     assert all(
@@ -155,6 +158,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "critical",
         "warning",
         "critical",
+        "warning",
         "warning",
         "warning",
         "warning",
@@ -181,6 +185,13 @@ def test_a_metric_of_the_whole_table_takes_no_event_type_and_no_by(write_rules):
             f"types; remove {field}" in str(caught.value)
         )
     assert write_rules(rules()).rules[0].threshold == 600
+    # the claim's plan (issue 14 item 2) is a figure of the whole table too
+    claim = {"metric": "claim_plan_degraded", "threshold": 0}
+    for field, value in (("event_type", "order.%"), ("by", ["event_type"])):
+        with pytest.raises(RulesError) as caught:
+            write_rules(rules(**claim, **{field: value}))
+        assert "claim_plan_degraded describes the whole outbox table" in str(caught.value)
+    assert write_rules(rules(**claim)).rules[0].metric == "claim_plan_degraded"
 
 
 def test_valid_file_resolves_defaults_routes_and_templates(tmp_path, write_rules):

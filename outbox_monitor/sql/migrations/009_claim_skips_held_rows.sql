@@ -10,20 +10,30 @@
 -- may hand out), not O(held). Without the index, or with over 1,000 pending types, the claim
 -- is 008's.
 --
--- outbox_monitor.pending_types_index(p_table): whether p_table has a valid index led by
---                     event_type that holds its pending rows (no predicate, or init-db's
---                     status = 'pending' AND event_type IS NOT NULL), so that the loose scan
---                     reads index entries only.
+-- outbox_monitor.pending_types_index(p_table): whether p_table has a valid btree led by
+--                     event_type, in the column's collation and the default operator class
+--                     (so that it serves the loose scan's ORDER BY event_type and its
+--                     event_type > probes: a hash index, a text_pattern_ops or COLLATE "C"
+--                     one cannot, and each probe would then read every pending row), that
+--                     holds its pending rows (no predicate, or init-db's status = 'pending'
+--                     AND event_type IS NOT NULL, as Postgres prints it for a text or a
+--                     varchar status column).
 
 CREATE FUNCTION outbox_monitor.pending_types_index(p_table regclass)
 RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
            SELECT FROM pg_index AS i
+             JOIN pg_class AS ic ON ic.oid = i.indexrelid
+             JOIN pg_am AS am ON am.oid = ic.relam
              JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+             JOIN pg_opclass AS opc ON opc.oid = i.indclass[0]
             WHERE i.indrelid = p_table AND i.indisvalid AND a.attname = 'event_type'
+                  AND am.amname = 'btree' AND opc.opcdefault
+                  AND i.indcollation[0] = a.attcollation
                   AND (i.indpred IS NULL
-                       OR pg_get_expr(i.indpred, i.indrelid)
-                          = '((status = ''pending''::text) AND (event_type IS NOT NULL))'))
+                       OR pg_get_expr(i.indpred, i.indrelid) IN (
+                          '((status = ''pending''::text) AND (event_type IS NOT NULL))',
+                          '(((status)::text = ''pending''::text) AND (event_type IS NOT NULL))')))
 $$;
 
 -- claim (SPEC sections 1 and 5): up to p_limit due rows, oldest first, FOR UPDATE SKIP LOCKED,

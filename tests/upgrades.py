@@ -1,0 +1,30 @@
+"""SQL taking a test database back to an older schema version, for the tests of upgrades."""
+
+from outbox_monitor.queries import migration_files
+
+
+def since(version: int) -> list[str]:
+    """The names (``NNN_name``) of every migration from ``version`` on, as init-db reports
+    the ones it applied."""
+    return [f"{v:03d}_{name}" for v, name, _ in migration_files() if v >= version]
+
+
+UNDO_SINCE_008 = (
+    # 008–010: flow control, its claim and the switch of ack's and fail's bodies
+    "DROP TABLE outbox_monitor.controls, outbox_monitor.control_state, "
+    "outbox_monitor.control_outcomes, outbox_monitor.breaker_transitions, "
+    "outbox_monitor.outcome_logging_lock CASCADE; "
+    "DROP FUNCTION outbox_monitor.type_matches, outbox_monitor.flow_table_ok, "
+    "outbox_monitor.may_claim, outbox_monitor.require_claimer, "
+    "outbox_monitor.claim_grants, outbox_monitor.claim_consume, outbox_monitor.record_outcome, "
+    "outbox_monitor.pending_types_index, "
+    "outbox_monitor.sync_outcome_logging, outbox_monitor.ack_plain, outbox_monitor.fail_plain, "
+    "outbox_monitor.ack_logging_outcomes, outbox_monitor.fail_logging_outcomes; "
+    # 011: claim health
+    "DROP TABLE outbox_monitor.claim_plans, outbox_monitor.claim_statement_samples; "
+    # 012: the table's health in the samples
+    "ALTER TABLE outbox_monitor.samples DROP COLUMN dead_tuples, DROP COLUMN live_tuples, "
+    "DROP COLUMN table_bytes, DROP COLUMN indexes_bytes, DROP COLUMN xmin_horizon_age_seconds; "
+)
+"""SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
+migrations left them, which 008 replaces again). Extend it with every later migration."""
