@@ -41,6 +41,7 @@ PAGES = {
         ),
         # viewers see what holds rows; the forms are disabled for them (operator changes)
         st.Page("pages/controls.py", title="Controls", url_path="controls", icon=":material/tune:"),
+        # commands to end a horizon holder are shown, never run: a viewer may read them
         st.Page(
             "pages/health.py", title="Health", url_path="health", icon=":material/monitor_heart:"
         ),

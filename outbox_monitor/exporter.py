@@ -16,6 +16,11 @@ the same predicates as the ``metrics`` blocks) instead of six queries:
   ``OUTBOX_MONITOR_WINDOW`` (``"1h"``) plus every window an alerts.yml rule uses for that
   figure (``"15m"`` of payment-failed), so Prometheus rules can match alerts.yml;
 - ``outbox_rows_by_attempts{attempts}``: rows not yet done, by attempts;
+- the table's health (issue 14), unlabelled: ``outbox_xmin_horizon_age_seconds``,
+  ``outbox_inactive_slots_holding_horizon``, ``outbox_dead_tuples``, ``outbox_live_tuples``,
+  ``outbox_dead_tuple_fraction``, ``outbox_time_since_autovacuum_seconds`` (absent when never),
+  ``outbox_vacuum_overdue_seconds``, ``outbox_table_bytes``, ``outbox_indexes_bytes``; and
+  ``outbox_index_bytes{index}``;
 - the workers' claim planned now (issue 14 item 2, ``health.claim_plan``; EXPLAIN, never
   run), unlabelled: ``outbox_claim_plan_degraded`` (0/1) and ``outbox_claim_plan_cost``.
 
@@ -67,11 +72,12 @@ from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.figures import FIGURES, by_family
+from outbox_monitor.figures import FIGURES, HEALTH_FIGURES, by_family
 from outbox_monitor.filters import like_escape
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import OPEN_STATES, held_by
 from outbox_monitor.health.claim_plan import claim_health
+from outbox_monitor.health.status import health_status
 from outbox_monitor.replica import ReplicaStatus, replica_status
 from outbox_monitor.scheduler_status import SchedulerStatus
 
@@ -316,6 +322,7 @@ class OutboxCollector(Collector):
             attempts.add_metric([str(count)], rows)
         families.append(attempts)
         families += self._flow_families(pinned)
+        families += self._health_families()
         families.append(self._alert_states())
         families += _replica_families(replica_status(db))
         families += _claim_plan_families(db)
@@ -351,6 +358,27 @@ class OutboxCollector(Collector):
                     [control.event_type_filter], float(control.breaker_state in OPEN_STATES)
                 )
         return [rows_held, throttled, breakers]
+
+    def _health_families(self) -> list[Metric]:
+        """The table's health (issue 14), one unlabelled gauge per figure of
+        ``HEALTH_FIGURES`` (none for a figure without a value, as a table never
+        autovacuumed), read from one ``health_status`` as ``status --json`` shows it; and
+        ``outbox_index_bytes{index}``, each index's size."""
+        health = health_status(self.db)
+        families: list[Metric] = []
+        for name in HEALTH_FIGURES:
+            family = _family(name, labels=[])
+            value = health[FIGURES[name].status_key.partition(".")[2]]
+            if value is not None:
+                family.add_metric([], float(value))
+            families.append(family)
+        indexes = GaugeMetricFamily(
+            "outbox_index_bytes", "Size of each index of the outbox table, bytes.", labels=["index"]
+        )
+        for index in health["indexes"]:
+            indexes.add_metric([index["index"]], float(index["bytes"]))
+        families.append(indexes)
+        return families
 
     def _pinned(self, names: list[str]) -> set[str]:
         if not self.pinned_patterns or not names:

@@ -1,4 +1,6 @@
-"""The figure registry: every alertable SPEC §2 figure once, under each of its names.
+"""The figure registry: every alertable figure once, under each of its names — SPEC §2's,
+SPEC §5's flow control (``FLOW_FIGURES``), the table's health (``HEALTH_FIGURES``) and the
+claim's plan (``CLAIM_FIGURES``), both issue 14.
 
 One entry per ``alerts.yml`` metric (SPEC §2 "One name per figure"): its unit, its window
 kind, the function of ``metrics`` that computes it for one event-type filter, its
@@ -17,6 +19,8 @@ from outbox_monitor import metrics
 from outbox_monitor.db import Database
 from outbox_monitor.flow.held import breaker_filters, breakers_open, held
 from outbox_monitor.health.claim_plan import claim_health
+from outbox_monitor.health.horizon import inactive_slots_holding_horizon, xmin_horizon_age
+from outbox_monitor.health.table import table_health
 
 Measure = Callable[[Database, float | None, str | None, int], float | None]
 """``(db, window seconds or None for the settings' window, event-type filter, attempts)`` →
@@ -40,8 +44,9 @@ class Figure:
 
     Attributes:
         metric: its ``alerts.yml`` metric (the registry's key).
-        unit: ``"rows"``, ``"seconds"``, ``"rows/min"``, ``"breakers"``, ``"flag"`` (0 or 1)
-            or ``"cost"`` (the planner's units) (values and thresholds).
+        unit: ``"rows"``, ``"seconds"``, ``"rows/min"``, ``"breakers"``, ``"slots"``,
+            ``"bytes"``, ``"fraction"`` (0–1), ``"flag"`` (0 or 1) or ``"cost"`` (the
+            planner's units) (values and thresholds; ``units.format_value``).
         status_key: where ``status --json`` holds it (``"latency_seconds.p95"``: a key of
             a nested object).
         prometheus: its ``/metrics`` family (``outbox_latency_seconds`` for the three
@@ -57,6 +62,9 @@ class Figure:
         candidates: ``(db, filter) → instance values`` when a ``by: [event_type]`` rule's
             instances are not event types with relevant rows (``instances``) but, as for
             ``breaker_open``, the filters of the controls it watches.
+        scope: ``"event_type"`` (rows of the outbox, filtered by event type) or ``"table"``
+            (the table or its database as a whole: a rule takes no ``event_type`` and no
+            ``by``, and its alert links to the Health page).
     """
 
     metric: str
@@ -71,6 +79,7 @@ class Figure:
     sample_column: str | None = None
     sample_label: str | None = None
     candidates: Callable[[Database, str | None], list[str]] | None = None
+    scope: str = "event_type"
 
     @property
     def is_duration(self) -> bool:
@@ -99,6 +108,18 @@ def _throughput(key: str) -> Measure:
 
 def _failed_in_window(db: Database, window: float | None, event_type: str | None, _: int) -> float:
     return sum(metrics.failed_by_event_type(db, window=window, event_type=event_type).values())
+
+
+def _table(attribute: str) -> Measure:
+    """A figure of ``health.table.TableHealth`` (the event-type filter does not apply)."""
+
+    def measure(db: Database, window: float | None, event_type: str | None, _: int) -> object:
+        return getattr(table_health(db), attribute)
+
+    return measure  # type: ignore[return-value]
+
+
+_TABLE = InstanceRows()
 
 
 FIGURES: dict[str, Figure] = {
@@ -278,6 +299,111 @@ FIGURES: dict[str, Figure] = {
             _PENDING,
             candidates=breaker_filters,
         ),
+        Figure(
+            "xmin_horizon_age",
+            "seconds",
+            "health.xmin_horizon_age_seconds",
+            "outbox_xmin_horizon_age_seconds",
+            "Seconds the xmin horizon of the outbox's database has been held by its oldest "
+            "holder of known age (a session's transaction, a prepared transaction); 0 when none.",
+            lambda db, window, event_type, _: xmin_horizon_age(db),
+            _TABLE,
+            sample_column="xmin_horizon_age_seconds",
+            sample_label="xmin horizon held (s)",
+            scope="table",
+        ),
+        Figure(
+            "inactive_slots_holding_horizon",
+            "slots",
+            "health.inactive_slots_holding_horizon",
+            "outbox_inactive_slots_holding_horizon",
+            "Replication slots holding the xmin horizon with no consumer connected (a standby "
+            "gone): PostgreSQL keeps no time for them, so alert on how long this stays above 0.",
+            lambda db, window, event_type, _: inactive_slots_holding_horizon(db),
+            _TABLE,
+            scope="table",
+        ),
+        Figure(
+            "dead_tuples",
+            "rows",
+            "health.dead_tuples",
+            "outbox_dead_tuples",
+            "Dead tuples of the outbox table (n_dead_tup; summed over partitions): row versions "
+            "vacuum has not removed.",
+            _table("dead_tuples"),
+            _TABLE,
+            sample_column="dead_tuples",
+            sample_label="Dead tuples",
+            scope="table",
+        ),
+        Figure(
+            "live_tuples",
+            "rows",
+            "health.live_tuples",
+            "outbox_live_tuples",
+            "Live tuples of the outbox table (n_live_tup; summed over partitions).",
+            _table("live_tuples"),
+            _TABLE,
+            sample_column="live_tuples",
+            sample_label="Live tuples",
+            scope="table",
+        ),
+        Figure(
+            "dead_tuple_fraction",
+            "fraction",
+            "health.dead_tuple_fraction",
+            "outbox_dead_tuple_fraction",
+            "Dead over all tuples of the outbox table, 0-1 (above 0.5 dead ones outnumber live).",
+            _table("dead_tuple_fraction"),
+            _TABLE,
+            scope="table",
+        ),
+        Figure(
+            "time_since_autovacuum",
+            "seconds",
+            "health.time_since_autovacuum_seconds",
+            "outbox_time_since_autovacuum_seconds",
+            "Seconds since autovacuum last vacuumed the outbox table (absent when it never did "
+            "since statistics began).",
+            _table("time_since_autovacuum"),
+            _TABLE,
+            scope="table",
+        ),
+        Figure(
+            "vacuum_overdue",
+            "seconds",
+            "health.vacuum_overdue_seconds",
+            "outbox_vacuum_overdue_seconds",
+            "While dead tuples of the outbox table outnumber live ones, seconds since it was "
+            "last vacuumed (by autovacuum or by hand); 0 otherwise.",
+            _table("vacuum_overdue"),
+            _TABLE,
+            scope="table",
+        ),
+        Figure(
+            "table_bytes",
+            "bytes",
+            "health.table_bytes",
+            "outbox_table_bytes",
+            "Size of the outbox table in bytes (heap, TOAST, free space and visibility maps).",
+            _table("table_bytes"),
+            _TABLE,
+            sample_column="table_bytes",
+            sample_label="Table size (bytes)",
+            scope="table",
+        ),
+        Figure(
+            "indexes_bytes",
+            "bytes",
+            "health.indexes_bytes",
+            "outbox_indexes_bytes",
+            "Size of every index of the outbox table together, in bytes.",
+            _table("indexes_bytes"),
+            _TABLE,
+            sample_column="indexes_bytes",
+            sample_label="Indexes size (bytes)",
+            scope="table",
+        ),
         # issue 14 item 2: the workers' claim plan (health.claim_plan), not SPEC §2's
         Figure(
             "claim_plan_degraded",
@@ -288,7 +414,8 @@ FIGURES: dict[str, Figure] = {
             "rows that are not pending (an index not led by status, a status filter, a "
             "sequential scan) or its estimated cost jumped 10x over its recent median, else 0.",
             lambda db, window, event_type, _: claim_health(db).degraded,
-            InstanceRows(),
+            _TABLE,
+            scope="table",
         ),
         Figure(
             "claim_plan_cost",
@@ -298,19 +425,37 @@ FIGURES: dict[str, Figure] = {
             "Estimated total cost (planner units, not time) of the costlier planned claim "
             "statement.",
             lambda db, window, event_type, _: claim_health(db).cost,
-            InstanceRows(),
+            _TABLE,
+            scope="table",
         ),
     )
 }
 """Every alertable figure by its ``alerts.yml`` metric: SPEC §2's in its order, then the
-flow-control figures of SPEC §5 (``FLOW_FIGURES``), then the claim's plan (``CLAIM_FIGURES``)."""
+flow-control figures of SPEC §5 (``FLOW_FIGURES``), then the table's health
+(``HEALTH_FIGURES``), then the claim's plan (``CLAIM_FIGURES``)."""
 
 FLOW_FIGURES = ("rows_held", "rows_throttled", "breaker_open")
 """The figures of SPEC §5 (flow control), which SPEC §2's name table does not list."""
 
+HEALTH_FIGURES = (
+    "xmin_horizon_age",
+    "inactive_slots_holding_horizon",
+    "dead_tuples",
+    "live_tuples",
+    "dead_tuple_fraction",
+    "time_since_autovacuum",
+    "vacuum_overdue",
+    "table_bytes",
+    "indexes_bytes",
+)
+"""The table's health (issue 14; README, "Table health"), which SPEC §2's name table does not
+list: each describes the table or its database as a whole (``scope="table"``), and
+``status --json`` holds it under ``health``."""
+
 CLAIM_FIGURES = ("claim_plan_degraded", "claim_plan_cost")
 """The claim's plan (issue 14 item 2, ``health.claim_plan``), which SPEC §2's name table does
-not list: figures of the whole table, the same whatever the event-type filter."""
+not list: figures of the whole table (``scope="table"``), the same whatever the event-type
+filter."""
 
 
 def by_family(prometheus: str) -> tuple[str, ...]:

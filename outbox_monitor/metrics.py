@@ -14,6 +14,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import breakers_open_among, held_by
+from outbox_monitor.health.status import health_status
 
 DEAD_LETTERS_SAMPLE_PAGES = 1_000
 """Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
@@ -356,6 +357,8 @@ def status(
         "rows_held_by_event_type" ({event type: due rows held by a control, SPEC §5}),
         "rows_throttled", "rows_throttled_by_control" ({control filter: rows}),
         "breakers_open" (circuit breakers open or half-open),
+        "health" (the table's health, ``health.status.health_status``: tuples, vacuum,
+        sizes, the xmin horizon's holders; whatever the event-type filter),
         "window_seconds", "lock_timeout_seconds", "event_type", "table", "now"}``; with
         ``count_cap`` also
         ``"estimated"``: the keys whose values are estimates (``[]`` or
@@ -392,6 +395,7 @@ def status(
         rows_throttled=flow.rows_throttled,
         rows_throttled_by_control=flow.throttled_by_control,
         breakers_open=breakers_open_among(found, event_type),
+        health=health_status(db),
     )
     if count_cap is not None:
         figures["estimated"] = [] if exact else ["attempts_histogram"]

@@ -1,8 +1,9 @@
 """The sampler: record the headline figures into ``outbox_monitor.samples`` (issue 2 §1).
 
 Samples give every headline figure a chart over time (queue depth over time can only come
-from samples: the table keeps no history of its own state). The scheduler calls
-``record_sample`` every ``settings.sample_interval`` seconds.
+from samples: the table keeps no history of its own state), and so the table's health: its
+dead and live tuples, its size and its indexes' (their growth), the xmin horizon's age (issue
+14). The scheduler calls ``record_sample`` every ``settings.sample_interval`` seconds.
 """
 
 import logging
@@ -27,23 +28,25 @@ def measure_headline(db: Database) -> dict[str, Any]:
             ``lock_timeout`` (stuck locks).
 
     Returns:
-        ``{column: value}`` for every key of ``HEADLINE``: counts as ``int``, durations
-        as seconds (``float``) or ``None`` (no pending row, no done row in the window).
+        ``{column: value}`` for every key of ``HEADLINE``: counts (rows, tuples) and sizes
+        (bytes) as ``int``, durations as seconds (``float``) or ``None`` (no pending row, no
+        done row in the window).
 
     Raises:
         DatabaseUnavailable, QueryTimeout and the other errors of the connector.
     """
     window = db.settings.window
-    # the latency quantiles come from one percentile query, not one query per quantile
-    latency = metrics.latency_percentiles(db, window=window)
     values = {}
-    for figure in FIGURES.values():
-        if figure.sample_column:
-            key, _, quantile = figure.status_key.partition(".")
-            if key == "latency_seconds":
-                values[figure.sample_column] = latency[quantile]
-            else:
-                values[figure.sample_column] = figure.measure(db, window, None, 1)
+    with db.session():  # one connection checkout for the dozen statements
+        # the latency quantiles come from one percentile query, not one query per quantile
+        latency = metrics.latency_percentiles(db, window=window)
+        for figure in FIGURES.values():
+            if figure.sample_column:
+                key, _, quantile = figure.status_key.partition(".")
+                if key == "latency_seconds":
+                    values[figure.sample_column] = latency[quantile]
+                else:
+                    values[figure.sample_column] = figure.measure(db, window, None, 1)
     return values
 
 

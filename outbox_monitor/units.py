@@ -25,14 +25,30 @@ def per_minute(value: float | None) -> str:
     return f"{value:.2f}/min"
 
 
+def format_bytes(num_bytes: float | None) -> str:
+    """A size for people, in powers of 1,024: ``900`` → ``"900 B"``, ``300_012`` →
+    ``"293.0 KiB"``, ``5 * 2**30`` → ``"5.0 GiB"``; ``None`` → ``"–"``."""
+    if num_bytes is None:
+        return NO_VALUE
+    if num_bytes < 1024:
+        return f"{num_bytes:.0f} B"
+    size = float(num_bytes)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
 def format_value(value: object, unit: object, *, none: str = NO_VALUE) -> str:
     """A figure's value (or a rule's threshold) for people, by its unit.
 
     Args:
         value: a number, or ``None`` for "no value" (written ``none``).
         unit: ``"seconds"`` (``format_duration``: ``"1h 30m"``), ``"rows"`` (``"1,234"``,
-            ``"2.50"`` when not whole), ``"rows/min"`` (``per_minute``: ``"12.5/min"``), or
-            anything else (``"%g"``).
+            ``"2.50"`` when not whole), ``"rows/min"`` (``per_minute``: ``"12.5/min"``),
+            ``"bytes"`` (``format_bytes``: ``"3.4 MiB"``), ``"fraction"`` (0–1 as a
+            percentage: ``"62.5 %"``), or anything else (``"%g"``).
         none: the text of ``None`` (``"–"``; Slack messages say ``"no value"``).
 
     Returns:
@@ -52,4 +68,8 @@ def format_value(value: object, unit: object, *, none: str = NO_VALUE) -> str:
         return f"{number:,.0f}" if number.is_integer() else f"{number:,.2f}"
     if unit == "rows/min":
         return per_minute(number)
+    if unit == "bytes":
+        return format_bytes(number)
+    if unit == "fraction":
+        return f"{number * 100:.1f} %"
     return f"{number:g}"

@@ -9,6 +9,7 @@ from outbox_monitor.ui import (
     charts,
     controls,
     format,
+    health,
     loaders,
     slo,
     state,
@@ -137,10 +138,12 @@ def live_figures() -> None:
             f"Rows dead-lettered in the last {f.window_label}.",
         )
 
+        samples = loaders.samples(ctx.db, window=f.window)
+        health.overview_tiles(figures["health"], samples)
+
         left, right = st.columns(2)
         with left:
             st.subheader("Queue depth over time")
-            samples = loaders.samples(ctx.db, window=f.window)
             if samples:
                 st.altair_chart(charts.queue_depth(samples), width="stretch")
             else:

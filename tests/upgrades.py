@@ -22,6 +22,9 @@ UNDO_SINCE_008 = (
     "outbox_monitor.ack_logging_outcomes, outbox_monitor.fail_logging_outcomes; "
     # 011: claim health
     "DROP TABLE outbox_monitor.claim_plans, outbox_monitor.claim_statement_samples; "
+    # 012: the table's health in the samples
+    "ALTER TABLE outbox_monitor.samples DROP COLUMN dead_tuples, DROP COLUMN live_tuples, "
+    "DROP COLUMN table_bytes, DROP COLUMN indexes_bytes, DROP COLUMN xmin_horizon_age_seconds; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

@@ -6,10 +6,10 @@ from urllib.parse import urlencode
 
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
-from outbox_monitor.figures import CLAIM_FIGURES
 
 HEALTH_PATH = "/health"
-"""The Health page (``dashboard.py``'s ``url_path``): where the claim's plan is shown."""
+"""The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is
+(the table's health, the claim's plan)."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 PAUSE_ACTION = "pause"
@@ -20,11 +20,12 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     """The dashboard view where the fix is, pre-filtered (issue 3 §3).
 
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
-    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), the claim's plan
-    (``figures.CLAIM_FIGURES``) → ``/health``, others → the overview
+    when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
+    whole table (``scope="table"``: its health — the xmin horizon, dead tuples — and the
+    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, others → the overview
     ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
     """
-    if rule.metric in CLAIM_FIGURES:
+    if rule.spec.scope == "table":
         return HEALTH_PATH
     params: dict[str, str] = {}
     if event_type:

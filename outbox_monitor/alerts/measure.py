@@ -20,6 +20,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.figures import CLAIM_FIGURES, FIGURES
 from outbox_monitor.filters import ExactEventType, Where
 from outbox_monitor.health.claim_plan import claim_health
+from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
 
 MAX_INSTANCES = 200
@@ -173,10 +174,16 @@ def offenders(
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
         Slack message and the Alerts page never carry the raw error.
         The claim's plan (``figures.CLAIM_FIGURES``) has no event types: its statements'
-        plans instead (``_claim_plans``).
+        plans instead (``_claim_plans``). Another figure of the whole table
+        (``scope="table"``) has none either: for the xmin horizon's figures its holders (the
+        inactive slots for ``inactive_slots_holding_horizon``), longest held first
+        (``{"kind": "holder", "label", "value" (seconds held, ``None`` when unknown),
+        "command"}``), and nothing for the others.
     """
     if rule.metric in CLAIM_FIGURES:
         return _claim_plans(db, limit)
+    if rule.spec.scope == "table":
+        return _holders(db, rule.metric, limit)
     scope = ExactEventType(event_type) if event_type else rule.event_type
     if rule.metric == "failed_in_window":
         failed = metrics.failed_by_event_type(db, window=rule.window, event_type=scope)
@@ -206,6 +213,28 @@ def offenders(
     smallest_first = rule.op in ("<", "<=")
     values.sort(key=lambda item: item["value"] if smallest_first else -item["value"])
     return values[:limit]
+
+
+HOLDERS_NAMED = {
+    "xmin_horizon_age": lambda holder: True,
+    "inactive_slots_holding_horizon": lambda holder: (
+        holder.kind == SLOT and holder.state == "inactive"
+    ),
+}
+"""The figures whose alerts name the horizon's holders (which of them)."""
+
+
+def _holders(db: Database, metric: str, limit: int) -> list[dict[str, Any]]:
+    """The holders of the xmin horizon a rule on ``metric`` is about, as offenders: what holds
+    it and the command that ends it (to run by hand); none for other table-wide figures."""
+    named = HOLDERS_NAMED.get(metric)
+    if named is None:
+        return []
+    holders = [h for h in horizon(db).holding if named(h)]
+    return [
+        {"kind": "holder", "label": h.summary, "value": h.held_seconds, "command": h.command}
+        for h in holders[:limit]
+    ]
 
 
 def _claim_plans(db: Database, limit: int) -> list[dict[str, Any]]:

@@ -82,7 +82,7 @@ def _offender_text(offender: object, unit: object) -> str:
     if not isinstance(offender, Mapping):
         return plain(offender, MAX_OFFENDER_CHARS)
     label_keys = ("event_type", "group", "error_group", "group_id", "label", "name", "key")
-    detail_keys = ("sample_error", "last_error", "error", "example")
+    detail_keys = ("sample_error", "last_error", "error", "example", "command")
     label = next((offender[k] for k in label_keys if offender.get(k) not in (None, "")), None)
     detail = next((offender[k] for k in detail_keys if offender.get(k)), None)
     if offender.get("failed") is not None:
@@ -102,18 +102,24 @@ def _offender_text(offender: object, unit: object) -> str:
 
 
 def _offender_lines(offenders: object, unit: object) -> list[str]:
-    """ "Top offenders" (event types) and "Error groups" lines, at most 5 entries each."""
+    """ "Top offenders" (event types), "Error groups" and "Held by" (the xmin horizon's
+    holders, each with the command that ends it) lines, at most 5 entries each."""
     if not isinstance(offenders, list | tuple) or not offenders:
         return []
-    groups = [o for o in offenders if isinstance(o, Mapping) and o.get("kind") == "error_group"]
-    others = [o for o in offenders if not any(o is g for g in groups)]
+    kinds: dict[str, list[Any]] = {"error_group": [], "holder": []}
+    others: list[Any] = []
+    for offender in offenders:
+        kind = offender.get("kind") if isinstance(offender, Mapping) else None
+        kinds.get(str(kind), others).append(offender)
     lines = []
-    if others:
-        shown = " · ".join(_offender_text(o, unit) for o in others[:MAX_OFFENDERS])
-        lines.append(f"*Top offenders:* {shown}")
-    if groups:
-        shown = " · ".join(_offender_text(o, unit) for o in groups[:MAX_OFFENDERS])
-        lines.append(f"*Error groups:* {shown}")
+    for title, found in (
+        ("Top offenders", others),
+        ("Error groups", kinds["error_group"]),
+        ("Held by", kinds["holder"]),
+    ):
+        if found:
+            shown = " · ".join(_offender_text(o, unit) for o in found[:MAX_OFFENDERS])
+            lines.append(f"*{title}:* {shown}")
     return lines
 
 

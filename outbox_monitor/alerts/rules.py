@@ -221,7 +221,8 @@ class Rule(_Model):
 
     @field_validator("event_type", mode="before")
     @classmethod
-    def _check_event_type(cls, value: Any) -> Any:
+    def _check_event_type(cls, value: Any, info: ValidationInfo) -> Any:
+        _check_not_table_wide("event_type", value, info)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise fail(
                 "event_type",
@@ -232,7 +233,8 @@ class Rule(_Model):
 
     @field_validator("by", mode="before")
     @classmethod
-    def _check_by(cls, value: Any) -> Any:
+    def _check_by(cls, value: Any, info: ValidationInfo) -> Any:
+        _check_not_table_wide("by", value, info)
         if value is None:
             return ()
         if not isinstance(value, list) or any(item != "event_type" for item in value):
@@ -367,6 +369,17 @@ class Rule(_Model):
             if key != "value"
         }
         return render_template(self.runbook_url, variables)
+
+
+def _check_not_table_wide(field: str, value: Any, info: ValidationInfo) -> None:
+    """Refuse ``field`` (``event_type``, ``by``) on a metric of the whole table (a figure with
+    ``scope="table"``: the table's health, the claim's plan), which no event type divides."""
+    metric = FIGURES.get(info.data.get("metric", ""))
+    if metric and metric.scope == "table" and value not in (None, [], ()):
+        raise fail(
+            field,
+            f"{metric.metric} describes the whole outbox table, not event types; remove {field}",
+        )
 
 
 class RuleSet(_Model):

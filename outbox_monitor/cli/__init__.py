@@ -75,6 +75,7 @@ for command in (
     serving.dashboard,
     serving.demo,
     serving.demo_downstream,
+    serving.demo_forgotten_transaction,
     serving.simulate,
     serving.healthcheck_command,
 ):

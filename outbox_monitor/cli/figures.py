@@ -23,7 +23,7 @@ from outbox_monitor.durations import format_duration
 from outbox_monitor.health.claim_plan import claim_plan_status
 from outbox_monitor.logs import escape_controls
 from outbox_monitor.replica import replica_status
-from outbox_monitor.units import per_minute
+from outbox_monitor.units import format_bytes, format_value, per_minute
 
 
 def _role_option(kind: str, default: str) -> Callable:
@@ -152,8 +152,9 @@ def status(
     event_type: str | None,
 ) -> None:
     """Every SPEC §2 figure, exact (seconds as floats, null where none), whether the
-    database is a read replica with its replay lag (``replica``), and the workers' claim
-    plan (``health.claim_plan``, issue 14 item 2)."""
+    database is a read replica with its replay lag (``replica``), the table's health
+    (``health``, issue 14 item 1) and the workers' claim plan (``health.claim_plan``, issue 14
+    item 2)."""
     with open_checked(settings) as db:
         figures = metrics.status(
             db, window=window, lock_timeout=lock_timeout, event_type=event_type
@@ -188,10 +189,39 @@ def status(
         echo(f"    failed {escape_controls(event):<19} {count}")  # escaped, then aligned
     histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
     echo(f"  {'rows by attempts':<26} {histogram or '–'}")
+    for label, value in health_lines(figures["health"]):
+        echo(f"  {label:<26} {value}")
     if reading.in_recovery:
         echo(f"  {'read from':<26} {reading.describe()}")
     for label, value in claim_plan_lines(claim_plan):
         echo(f"  {label:<26} {value}")
+
+
+def health_lines(health: dict[str, Any]) -> list[tuple[str, str]]:
+    """``status``'s lines of the table's health (``metrics.status``'s ``health``): tuples,
+    last autovacuum, sizes, the xmin horizon's holders with the command that ends each, and
+    what this login cannot see."""
+    fraction = format_value(health["dead_tuple_fraction"], "fraction")
+    autovacuum = health["last_autovacuum"] or "never"
+    if not health["autovacuum_enabled"]:
+        autovacuum += " (autovacuum is off for this table)"
+    lines = [
+        ("dead / live tuples", f"{health['dead_tuples']:,} / {health['live_tuples']:,}"),
+        ("dead tuple fraction", fraction),
+        ("last autovacuum", autovacuum),
+        (
+            "table / indexes size",
+            f"{format_bytes(health['table_bytes'])} / {format_bytes(health['indexes_bytes'])}",
+        ),
+        ("xmin horizon held", format_duration(health["xmin_horizon_age_seconds"])),
+    ]
+    for holder in health["xmin_horizon_holders"]:
+        if holder["holds_horizon"]:
+            held = format_duration(holder["held_seconds"])
+            action = holder["command"] or holder["advice"]
+            lines.append(("  held by", f"{holder['summary']} for {held}: {action}"))
+    lines += [("hidden", note) for note in health["hidden"]]
+    return lines
 
 
 def claim_plan_lines(found: dict[str, Any]) -> list[tuple[str, str]]:

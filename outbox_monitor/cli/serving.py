@@ -1,6 +1,7 @@
-"""The long-running commands and their probe: ``dashboard``, ``scheduler``, ``demo``,
-``simulate`` and the container's ``healthcheck``. Each imports what it serves (Streamlit,
-APScheduler, the demo) only when it runs."""
+"""The long-running commands and their probe: ``dashboard``, ``scheduler``, ``demo`` (and its
+switches ``demo-downstream``, ``demo-forgotten-transaction``), ``simulate`` and the
+container's ``healthcheck``. Each imports what it serves (Streamlit, APScheduler, the demo)
+only when it runs."""
 
 import json
 import sys
@@ -128,6 +129,16 @@ def demo(port: int, rate: float, workers: int, worker: str) -> None:
     sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
 
 
+_demo_url = click.option(
+    "--url",
+    envvar="OUTBOX_DEMO_DOWNSTREAM_URL",
+    show_envvar=True,
+    required=True,
+    help="The demo's downstream, as its banner prints it.",
+)
+"""``--url`` of the demo's switches (``demo-downstream``, ``demo-forgotten-transaction``)."""
+
+
 @click.command("demo-downstream")
 @click.argument("action", type=click.Choice(["break", "heal", "status"]))
 @click.option(
@@ -137,13 +148,7 @@ def demo(port: int, rate: float, workers: int, worker: str) -> None:
     help="Event type or pattern with % (repeatable). break: default order.paid; heal: "
     "default every broken one.",
 )
-@click.option(
-    "--url",
-    envvar="OUTBOX_DEMO_DOWNSTREAM_URL",
-    show_envvar=True,
-    required=True,
-    help="The demo's downstream, as its banner prints it.",
-)
+@_demo_url
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the broken (and healed) filters as JSON."
 )
@@ -165,6 +170,31 @@ def demo_downstream(action: str, event_types: tuple[str, ...], url: str, as_json
     if action == "heal":
         click.echo(f"healed: {', '.join(healed)}" if healed else "healed nothing: none matched")
     click.echo(f"broken: {', '.join(broken)}" if broken else "no downstream is broken")
+
+
+@click.command("demo-forgotten-transaction")
+@click.argument("action", type=click.Choice(["start", "end", "status"]))
+@_demo_url
+@click.option("--json", "as_json", is_flag=True, help="Print the transaction's state as JSON.")
+@reports_errors
+def demo_forgotten_transaction(action: str, url: str, as_json: bool) -> None:
+    """Start or end a forgotten transaction in a running demo (a session idle in a
+    transaction, holding the xmin horizon: dead tuples pile up, the Health page names it,
+    one alert follows), or say whether one is open."""
+    from outbox_monitor.demo.forgotten_transaction import request
+
+    state = request(url, action)
+    if as_json:
+        click.echo(json.dumps(state))
+    elif state["open"]:
+        click.echo(
+            f"forgotten transaction open: pid {state['pid']}, application "
+            f"{state['application']}, since {state['since']}; end it with "
+            f"`demo-forgotten-transaction end` or SELECT pg_terminate_backend({state['pid']});"
+        )
+    else:
+        ended = " (it was ended from outside)" if state["ended_outside"] else ""
+        click.echo(f"no forgotten transaction is open{ended}")
 
 
 @click.command()

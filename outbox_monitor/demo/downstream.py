@@ -13,12 +13,13 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from outbox_monitor.demo.outage import CONTROL_PATH, OUTAGE_ERROR, DownstreamOutage
+from outbox_monitor.demo.switches import Switch
 
 IDEMPOTENT_PATH = "/idempotent"
 LEDGER_PATH = "/ledger"
@@ -92,6 +93,8 @@ class Downstream:
         outage: the broken event types (default: none until ``outage.break_``); their
             requests get HTTP 503 before any script. ``GET``/``POST`` on ``CONTROL_PATH``
             read and change it (``outage.DownstreamOutage.control``).
+        switches: more of the demo's switches by path (``switches.Switch``; the forgotten
+            transaction's), served the same way.
     """
 
     def __init__(
@@ -100,10 +103,12 @@ class Downstream:
         authorization: str | None = "Bearer outbox-demo",
         decide: Callable[[str, dict[str, Any]], Reply] | None = None,
         outage: DownstreamOutage | None = None,
+        switches: Mapping[str, Switch] | None = None,
     ) -> None:
         self.authorization = authorization
         self.decide = decide
         self.outage = outage or DownstreamOutage()
+        self.switches: dict[str, Switch] = {CONTROL_PATH: self.outage, **(switches or {})}
         self._state = _State()
         self._release = threading.Event()
         self._stopping = threading.Event()
@@ -233,13 +238,15 @@ class Downstream:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == CONTROL_PATH:
-                    self._answer(200, {"broken": downstream.outage.broken_filters})
+                switch = downstream.switches.get(self.path)
+                if switch is not None:
+                    self._answer(200, switch.state())
                 else:
                     self._answer(404, {"status": 404, "message": "not found"})
 
             def do_POST(self) -> None:
-                if self.path == CONTROL_PATH:
+                switch = downstream.switches.get(self.path)
+                if switch is not None:
                     length = int(self.headers.get("Content-Length") or 0)
                     try:
                         body = json.loads(self.rfile.read(length) or b"{}")
@@ -248,7 +255,7 @@ class Downstream:
                     if not isinstance(body, dict):
                         self._answer(400, {"error": "the body must be a JSON object"})
                         return
-                    self._answer(*downstream.outage.control(body))
+                    self._answer(*switch.control(body))
                     return
                 status, message = downstream._handle(self)
                 self._answer(status, {"status": status, "message": message})

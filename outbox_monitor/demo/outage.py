@@ -9,21 +9,17 @@ backoff) and the demo's circuit breakers see the outage. The downstream serves t
 on ``CONTROL_PATH``; ``request`` is its client (the CLI command).
 """
 
-import json
 import threading
-import urllib.error
-import urllib.request
 from typing import Any
 
+from outbox_monitor.demo.switches import URL_ENV as URL_ENV  # re-exported: the CLI's variable
+from outbox_monitor.demo.switches import call
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow.model import matches
 
 CONTROL_PATH = "/control/outage"
 """``GET``: the broken filters; ``POST {"action": "break"|"heal", "event_types": [...]}``:
 break them, or heal them (no ``event_types``: heal all); answers the broken filters."""
-
-URL_ENV = "OUTBOX_DEMO_DOWNSTREAM_URL"
-"""The demo's downstream URL for ``outbox-monitor demo-downstream`` (the banner prints it)."""
 
 DEFAULT_BROKEN = ("order.paid",)
 """What ``demo-downstream break`` breaks without ``--event-type``: the ERP that order.paid
@@ -67,6 +63,10 @@ class DownstreamOutage:
         with self._lock:
             return any(matches(f, event_type) for f in self._broken)
 
+    def state(self) -> dict[str, Any]:
+        """Serve one ``GET`` of ``CONTROL_PATH``: ``{"broken": [filters]}``."""
+        return {"broken": self.broken_filters}
+
     def control(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Serve one ``POST`` to ``CONTROL_PATH``: (HTTP status, JSON answer)."""
         action, event_types = body.get("action"), body.get("event_types") or []
@@ -92,20 +92,8 @@ def request(
     Raises:
         OutboxMonitorError: the downstream cannot be reached or refused the request.
     """
-    endpoint = url.rstrip("/") + CONTROL_PATH
-    data = None
-    if action != "status":
-        data = json.dumps({"action": action, "event_types": list(event_types)}).encode()
-    call = urllib.request.Request(endpoint, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(call, timeout=timeout) as response:
-            return list(json.loads(response.read())["broken"])
-    except urllib.error.HTTPError as error:
-        detail = json.loads(error.read() or b"{}").get("error", error.reason)
-        raise OutboxMonitorError(f"the demo downstream refused: {detail}") from None
-    except (OSError, ValueError, KeyError) as error:
-        raise OutboxMonitorError(
-            f"cannot reach the demo's downstream at {endpoint}: {error}",
-            hint="Start `outbox-monitor demo` and pass the URL its banner prints "
-            f"(`--url`, or {URL_ENV}).",
-        ) from None
+    body = None if action == "status" else {"action": action, "event_types": list(event_types)}
+    answer = call(url, CONTROL_PATH, body, timeout)
+    if not isinstance(answer.get("broken"), list):
+        raise OutboxMonitorError(f"the demo downstream answered {answer!r} without the broken")
+    return list(answer["broken"])

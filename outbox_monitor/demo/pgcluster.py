@@ -115,19 +115,16 @@ class TemporaryCluster:
             "--no-sync",
             "--locale=C",
         )
-        options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200"
-        )
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-o", options, "start")
+        self.resume()
         return self
 
     def _options(self) -> str:
+        # The health tests hold the xmin horizon with prepared transactions and logical
+        # slots: this throwaway cluster allows both (the product needs neither).
         return (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200"
+            "-c max_connections=200 -c max_prepared_transactions=10 -c wal_level=logical"
         )
 
     def pause(self) -> None:

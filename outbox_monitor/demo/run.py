@@ -6,7 +6,10 @@ child; Ctrl-C (or SIGTERM) stops all of it and deletes the temporary cluster. Wi
 n8n/README.md) calling a local downstream that fails as the simulator's handlers do,
 instead of the simulated worker threads. The demo applies its controls file (a circuit
 breaker per downstream, ``demo/controls.yml``); ``outbox-monitor demo-downstream break`` and
-``heal`` (``demo/outage.py``) break and heal a downstream while it runs, for either worker.
+``heal`` (``demo/outage.py``) break and heal a downstream while it runs, for either worker, and
+``outbox-monitor demo-forgotten-transaction start`` and ``end`` (``demo/forgotten_transaction.py``)
+hold the xmin horizon with a session idle in a transaction (its alert after 1 minute in the
+demo: ``demo/rules.py``).
 """
 
 import contextlib
@@ -27,10 +30,16 @@ from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
+from outbox_monitor.demo.forgotten_transaction import (
+    APPLICATION_NAME,
+    ForgottenTransaction,
+)
+from outbox_monitor.demo.forgotten_transaction import CONTROL_PATH as FORGOTTEN_PATH
 from outbox_monitor.demo.n8n import N8n
 from outbox_monitor.demo.n8n_install import N8N_VERSION, find_n8n, workflows_folder
 from outbox_monitor.demo.outage import DEFAULT_BROKEN, DownstreamOutage
 from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.demo.rules import HORIZON_RULE, use_demo_rules
 from outbox_monitor.demo.simulate import (
     DEFAULT_CRASH_EVERY,
     PERMANENT_EVENT_TYPE,
@@ -128,6 +137,22 @@ def _outage_lines(downstream: Downstream) -> tuple[str, ...]:
     )
 
 
+def _horizon_lines(downstream: Downstream, threshold: str | None) -> tuple[str, ...]:
+    url = downstream.url("")
+    alert = (
+        f"{HORIZON_RULE} alerts after {threshold} in the demo (10m shipped)"
+        if threshold
+        else f"your rules decide the alert ({HORIZON_RULE} shipped: 10m)"
+    )
+    return (
+        f"  horizon    a forgotten transaction ({APPLICATION_NAME}, idle in transaction) holds "
+        "the xmin horizon: dead tuples pile up (Health page);",
+        f"             .venv/bin/outbox-monitor demo-forgotten-transaction start --url {url}",
+        f"             .venv/bin/outbox-monitor demo-forgotten-transaction end --url {url}"
+        f"  ({alert})",
+    )
+
+
 def _banner(
     *,
     url: str,
@@ -139,6 +164,7 @@ def _banner(
     backfilled: dict[str, Any],
     slack: str,
     downstream: Downstream,
+    horizon_threshold: str | None = None,
     n8n: N8n | None = None,
 ) -> str:
     traffic, *faults = _worker_lines(rate, workers, n8n)
@@ -155,6 +181,7 @@ def _banner(
             f"{traffic}{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
             *faults,
             *_outage_lines(downstream),
+            *_horizon_lines(downstream, horizon_threshold),
             f"  alerts     {slack}",
             "Ctrl-C to stop.",
             "",
@@ -228,6 +255,7 @@ def run_demo(
     db = scheduler = process = simulator = output = sink = None
     n8n: N8n | None = None
     downstream: Downstream | None = None
+    forgotten: ForgottenTransaction | None = None
     outage = DownstreamOutage()
     n8n_starter: threading.Thread | None = None
     seed = random.SystemRandom().randrange(2**31)
@@ -266,11 +294,13 @@ def run_demo(
             db = Database(settings)
             init_db(db, flow_control=True)  # the demo breaks and pauses downstreams
             apply_controls(db, load_controls(DEMO_CONTROLS), actor=DEMO_ACTOR)
-            # n8n calls it; with simulated workers it only serves the outage switch
+            forgotten = ForgottenTransaction(cluster.dsn)
+            # n8n calls it; with simulated workers it only serves the demo's switches
             downstream = Downstream(
                 authorization=DEMO_DOWNSTREAM_AUTHORIZATION,
                 decide=simulated_faults(seed),
                 outage=outage,
+                switches={FORGOTTEN_PATH: forgotten},
             ).start()
             if n8n_binary is not None:
                 n8n = N8n(
@@ -290,6 +320,7 @@ def run_demo(
                 )
                 n8n_starter.start()
             os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
+            horizon_threshold = use_demo_rules(cluster.root)  # before the rules are read
             slack_target = "Slack, per the routes of alerts.yml and the SLACK_* variables"
             if not any(os.environ.get(name) for name in SLACK_VARIABLES):
                 sink = SlackSink().start()
@@ -322,6 +353,7 @@ def run_demo(
                     backfilled=outcome["backfill"],
                     slack=slack_target,
                     downstream=downstream,
+                    horizon_threshold=horizon_threshold,
                     n8n=n8n,
                 ),
                 flush=True,
@@ -351,6 +383,8 @@ def run_demo(
                 n8n_starter.join()
             if downstream is not None:
                 downstream.stop()
+            if forgotten is not None:
+                forgotten.close()
             if scheduler is not None and scheduler.running:
                 scheduler.shutdown(wait=True)
             if simulator is not None:

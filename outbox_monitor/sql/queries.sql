@@ -548,13 +548,16 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- ===================================================================== samples (sampler)
 
 -- name: sample_insert
--- Record one sample of the headline figures.
+-- Record one sample of the headline figures and of the table's health.
 INSERT INTO outbox_monitor.samples (
     table_name, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
-    failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds)
+    failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds,
+    dead_tuples, live_tuples, table_bytes, indexes_bytes, xmin_horizon_age_seconds)
 VALUES (%(table_name)s, %(queue_depth)s, %(pending_total)s, %(scheduled_retries)s,
         %(processing)s, %(stuck_locks)s, %(failed_in_window)s,
-        %(oldest_pending_age_seconds)s, %(latency_p50_seconds)s, %(latency_p95_seconds)s)
+        %(oldest_pending_age_seconds)s, %(latency_p50_seconds)s, %(latency_p95_seconds)s,
+        %(dead_tuples)s, %(live_tuples)s, %(table_bytes)s, %(indexes_bytes)s,
+        %(xmin_horizon_age_seconds)s)
 RETURNING sampled_at;
 
 -- name: samples_prune
@@ -566,11 +569,157 @@ WHERE table_name = %(table_name)s
 -- name: samples_series
 -- Samples of one table over the window, oldest first.
 SELECT sampled_at, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
-       failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds
+       failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds,
+       dead_tuples, live_tuples, table_bytes, indexes_bytes, xmin_horizon_age_seconds
 FROM outbox_monitor.samples
 WHERE table_name = %(table_name)s
   AND sampled_at > now() - make_interval(secs => %(window)s)
 ORDER BY sampled_at;
+
+
+-- ===================================================================== table health (issue 14)
+-- Catalog and statistics views only: none of these reads a row of the outbox table.
+
+-- name: health_table
+-- The outbox table's live and dead tuples, last (auto)vacuum and (auto)analyze, autovacuum setting and threshold and sizes, summed over its partitions when it is partitioned (the leaves of pg_partition_tree, which lists no plain table).
+WITH leaves AS (
+    SELECT t.relid, greatest(c.reltuples, 0) AS reltuples,
+           (SELECT o.option_value FROM pg_options_to_table(c.reloptions) AS o
+            WHERE o.option_name = 'autovacuum_enabled') AS enabled,
+           (SELECT o.option_value FROM pg_options_to_table(c.reloptions) AS o
+            WHERE o.option_name = 'autovacuum_vacuum_threshold') AS vacuum_threshold,
+           (SELECT o.option_value FROM pg_options_to_table(c.reloptions) AS o
+            WHERE o.option_name = 'autovacuum_vacuum_scale_factor') AS vacuum_scale_factor
+    FROM (SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p
+          WHERE p.isleaf
+          UNION
+          SELECT %(table_regclass)s::regclass::oid) AS t
+    JOIN pg_class AS c ON c.oid = t.relid
+    WHERE c.relkind <> 'p'
+)
+SELECT now() AS now,
+       count(*) AS partitions,
+       count(s.relid) AS with_statistics,
+       coalesce(sum(s.n_live_tup), 0)::bigint AS live_tuples,
+       coalesce(sum(s.n_dead_tup), 0)::bigint AS dead_tuples,
+       coalesce(sum(s.n_mod_since_analyze), 0)::bigint AS modified_since_analyze,
+       max(s.last_vacuum) AS last_vacuum,
+       max(s.last_autovacuum) AS last_autovacuum,
+       max(s.last_analyze) AS last_analyze,
+       max(s.last_autoanalyze) AS last_autoanalyze,
+       coalesce(sum(s.vacuum_count), 0)::bigint AS vacuum_count,
+       coalesce(sum(s.autovacuum_count), 0)::bigint AS autovacuum_count,
+       coalesce(bool_and(current_setting('autovacuum')::boolean
+                         AND coalesce(l.enabled::boolean, true)), true) AS autovacuum_enabled,
+       coalesce(sum(coalesce(l.vacuum_threshold::float8,
+                             current_setting('autovacuum_vacuum_threshold')::float8)
+                    + coalesce(l.vacuum_scale_factor::float8,
+                               current_setting('autovacuum_vacuum_scale_factor')::float8)
+                      * l.reltuples), 0)::bigint AS autovacuum_threshold,
+       coalesce(sum(pg_table_size(l.relid)), 0)::bigint AS table_bytes,
+       coalesce(sum(pg_indexes_size(l.relid)), 0)::bigint AS indexes_bytes,
+       (SELECT greatest(d.stats_reset, pg_postmaster_start_time()) FROM pg_stat_database AS d
+        WHERE d.datname = current_database()) AS statistics_since
+FROM leaves AS l
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = l.relid;
+
+-- name: health_indexes
+-- The outbox table's indexes, largest first: size (of every partition's part when partitioned) and index scans since statistics began (NULL for a partitioned index).
+SELECT c.relname AS index,
+       CASE WHEN c.relkind = 'I'
+            THEN (SELECT coalesce(sum(pg_relation_size(t.relid)), 0)
+                  FROM pg_partition_tree(i.indexrelid) AS t)
+            ELSE pg_relation_size(i.indexrelid) END::bigint AS bytes,
+       s.idx_scan AS scans,
+       i.indisunique AS is_unique,
+       i.indisvalid AS is_valid
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+LEFT JOIN pg_stat_user_indexes AS s ON s.indexrelid = i.indexrelid
+WHERE i.indrelid = %(table_regclass)s::regclass
+ORDER BY bytes DESC, c.relname;
+
+-- name: health_vacuum_progress
+-- Vacuums running in this database now (pg_stat_progress_vacuum), the outbox's first; relid and phase are NULL for a vacuum this role may not see (another role's, without pg_read_all_stats).
+SELECT p.pid,
+       p.relid IS NULL AS hidden,
+       p.relid = %(table_regclass)s::regclass
+           OR p.relid IN (SELECT t.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS t)
+           AS on_outbox,
+       p.relid::regclass::text AS relation,
+       p.phase,
+       p.heap_blks_total, p.heap_blks_scanned, p.heap_blks_vacuumed, p.index_vacuum_count,
+       a.backend_type = 'autovacuum worker' AS automatic,
+       extract(epoch FROM now() - a.xact_start)::float8 AS running_seconds
+FROM pg_stat_progress_vacuum AS p
+LEFT JOIN pg_stat_activity AS a ON a.pid = p.pid
+WHERE p.datname = current_database()
+ORDER BY on_outbox DESC NULLS LAST, p.pid;
+
+-- name: horizon_visibility
+-- Whether this role sees every session's state, start and query (a member of pg_read_all_stats, which pg_monitor holds), its name, and how many sessions of this database it cannot see.
+SELECT pg_has_role('pg_read_all_stats', 'USAGE') AS sees_all,
+       current_user AS role,
+       (SELECT count(*) FROM pg_stat_activity AS a
+        WHERE a.datname = current_database() AND a.backend_type IS NULL) AS hidden_sessions;
+
+-- name: horizon_sessions
+-- Up to %(limit)s sessions that hold this database's xmin horizon (backend_xid or backend_xmin set) or sit idle in a transaction, oldest xid first; vacuums (ignored by the horizon) and this session left out. Since PostgreSQL 14 a session of another database holds no horizon here, a walsender (no database) may. Another role's session without pg_read_all_stats shows only its pid, role, application and xids (hidden).
+SELECT a.pid,
+       a.usename AS role,
+       a.application_name AS application,
+       host(a.client_addr) AS client,
+       a.state,
+       a.backend_type IS NULL AS hidden,
+       CASE WHEN a.backend_type IS NOT NULL THEN left(a.query, 1000) END AS query,
+       a.backend_xid::text AS xid,
+       a.backend_xmin::text AS xmin,
+       greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age,
+       a.xact_start AS since,
+       extract(epoch FROM now() - a.xact_start)::float8 AS held_seconds,
+       format('SELECT pg_terminate_backend(%%s);', a.pid) AS command
+FROM pg_stat_activity AS a
+WHERE a.pid <> pg_backend_pid()
+  AND (a.datname = current_database() OR (a.datid IS NULL AND a.backend_xmin IS NOT NULL))
+  AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL
+       OR a.state IN ('idle in transaction', 'idle in transaction (aborted)'))
+  AND coalesce(a.backend_type, '') <> 'autovacuum worker'
+  AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum AS v)
+ORDER BY xid_age DESC NULLS LAST, a.xact_start NULLS LAST, a.pid
+LIMIT %(limit)s;
+
+-- name: horizon_prepared_transactions
+-- Prepared transactions (two-phase commit) of this database, oldest first: each holds the xmin horizon until COMMIT PREPARED or ROLLBACK PREPARED.
+SELECT p.gid,
+       p.owner AS role,
+       p.transaction::text AS xid,
+       age(p.transaction) AS xid_age,
+       p.prepared AS since,
+       extract(epoch FROM now() - p.prepared)::float8 AS held_seconds,
+       format('ROLLBACK PREPARED %%L;', p.gid) AS command
+FROM pg_prepared_xacts AS p
+WHERE p.database = current_database()
+ORDER BY p.prepared, p.gid;
+
+-- name: horizon_replication_slots
+-- Replication slots, oldest xmin first: xmin holds back vacuum in every database, catalog_xmin only the system catalogs'; each keeps the WAL from its restart_lsn. An active slot is dropped once its consumer stops.
+SELECT s.slot_name AS slot,
+       s.slot_type AS type,
+       s.database,
+       s.active,
+       s.active_pid,
+       s.xmin::text AS xmin,
+       age(s.xmin) AS xid_age,
+       s.catalog_xmin::text AS catalog_xmin,
+       age(s.catalog_xmin) AS catalog_xid_age,
+       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                            ELSE pg_current_wal_lsn() END, s.restart_lsn)::bigint
+           AS retained_wal_bytes,
+       s.wal_status,
+       CASE WHEN NOT s.active THEN format('SELECT pg_drop_replication_slot(%%L);', s.slot_name)
+       END AS command
+FROM pg_replication_slots AS s
+ORDER BY age(s.xmin) DESC NULLS LAST, age(s.catalog_xmin) DESC NULLS LAST, s.slot_name;
 
 
 -- ===================================================================== events (browsing)
@@ -1624,6 +1773,14 @@ REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, j
     integer, bigint[]) FROM {viewer};
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
     integer, text, text, text) FROM {viewer};
+-- viewer: the Health page (xmin horizon holders, running vacuums) sees another role's session
+-- only as pid, role, application and xids without pg_read_all_stats, which pg_monitor holds
+-- (read-only statistics). Granting it takes CREATEROLE up to PostgreSQL 15, from 16 a
+-- superuser or ADMIN OPTION on pg_monitor: refused, this says so in a WARNING and the rest
+-- runs; the page and `status` then say what is hidden.
+DO $$ BEGIN GRANT pg_monitor TO {viewer};
+EXCEPTION WHEN insufficient_privilege THEN RAISE WARNING 'pg_monitor not granted (%): as a superuser, run GRANT pg_monitor TO {viewer};', SQLERRM;
+END $$;
 -- scheduler: samples, alert state and notifications; never the outbox (its optional
 -- auto-reap and auto-prune act as an operator: grant its login both roles)
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;

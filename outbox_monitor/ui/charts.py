@@ -87,21 +87,34 @@ def _time_tooltip() -> alt.Tooltip:
 
 def queue_depth(samples: Sequence[Mapping[str, Any]]) -> alt.Chart:
     """Queue depth (due now) and pending total per sample, from ``metrics.samples_series``."""
-    frame = pd.DataFrame(list(samples), columns=["sampled_at", "queue_depth", "pending_total"])
-    long = _with_tooltip_time(
-        frame.melt("sampled_at", var_name="figure", value_name="rows").replace(
-            {"figure": {"queue_depth": "queue depth", "pending_total": "pending total"}}
-        ),
-        "sampled_at",
+    return sampled_lines(
+        samples, {"queue_depth": "queue depth", "pending_total": "pending total"}, "rows"
     )
+
+
+def sampled_lines(
+    samples: Sequence[Mapping[str, Any]], figures: Mapping[str, str], unit: str
+) -> alt.Chart:
+    """One line per sampled figure over time, from ``metrics.samples_series``.
+
+    Args:
+        samples: the sampler's rows (``sampled_at`` and the columns of ``figures``); a
+            sample without a value of a figure (``None``: taken before it was recorded)
+            leaves that line out there.
+        figures: ``{samples column: legend label}``, all in one ``unit``.
+        unit: the y axis title (``"rows"``, ``"tuples"``, ``"MiB"``).
+    """
+    frame = pd.DataFrame(list(samples), columns=["sampled_at", *figures])
+    long = frame.melt("sampled_at", var_name="figure", value_name=unit).dropna(subset=[unit])
+    long = _with_tooltip_time(long.replace({"figure": dict(figures)}), "sampled_at")
     line = (
         alt.Chart(long)
         .mark_line(point=len(frame) < 60)
         .encode(
             x=_time_axis("sampled_at", frame["sampled_at"]),
-            y=alt.Y("rows:Q", title="rows"),
+            y=alt.Y(f"{unit}:Q", title=unit),
             color=alt.Color("figure:N", title=None, legend=alt.Legend(orient="bottom")),
-            tooltip=[_time_tooltip(), "figure:N", "rows:Q"],
+            tooltip=[_time_tooltip(), "figure:N", f"{unit}:Q"],
         )
     )
     return line.properties(height=HEIGHT)

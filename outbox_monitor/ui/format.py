@@ -12,6 +12,7 @@ import pandas as pd
 from outbox_monitor.durations import duration_label as duration_label  # re-exported for pages
 from outbox_monitor.durations import format_duration
 from outbox_monitor.estimates import Count
+from outbox_monitor.units import format_bytes
 from outbox_monitor.units import per_minute as per_minute  # re-exported for pages
 
 NO_VALUE = "–"
@@ -155,14 +156,9 @@ def instant(value: datetime | str | None) -> str:
 
 
 def size(num_bytes: int | None) -> str:
-    """A size in bytes for people: ``"900 B"``, ``"256.0 KiB"``, ``"3.4 MiB"``."""
-    if num_bytes is None:
-        return NO_VALUE
-    if num_bytes < 1024:
-        return f"{num_bytes} B"
-    if num_bytes < 1024 * 1024:
-        return f"{num_bytes / 1024:.1f} KiB"
-    return f"{num_bytes / 1024 / 1024:.1f} MiB"
+    """A size in bytes for people: ``"900 B"``, ``"256.0 KiB"``, ``"3.4 MiB"``,
+    ``"5.0 GiB"`` (``units.format_bytes``)."""
+    return format_bytes(num_bytes)
 
 
 def table(

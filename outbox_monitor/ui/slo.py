@@ -4,7 +4,9 @@ Each tile takes its threshold from the matching SPEC §3 rule of the loaded rule
 (``rules_file.resolve_rules_path()``: ``OUTBOX_MONITOR_RULES``, else ``alerts.yml`` in the
 current directory, else the shipped one): ``notifications-late`` (oldest pending age),
 ``backlog`` (queue depth), ``payment-failed`` (failures), ``latency-slo`` (P95 latency),
-``stuck-lock`` (stuck locks); a rule renamed in the file is found by its metric. When the
+``stuck-lock`` (stuck locks), and the health tile's ``xmin-horizon-held`` (issue 14; not a
+SPEC §3 rule: its default is the shipped 10 min); a rule renamed in the file is found by its
+metric. When the
 file is missing or invalid the SPEC §3 constants below apply and ``show_rules_problem()``
 says so with the error. ``slo.QUEUE_DEPTH`` etc. always give the current thresholds.
 """
@@ -60,6 +62,7 @@ DEFAULTS: dict[str, Slo] = {
     "latency_p95": Slo("latency_p95", 2 * 60.0, "duration"),
     "failed_in_window": Slo("failed_in_window", 0),
     "stuck_locks": Slo("stuck_locks", 0),
+    "xmin_horizon_age": Slo("xmin_horizon_age", 10 * 60.0, "duration"),  # issue 14
 }
 # Tile constant → (metric, SPEC §3 rule name in the shipped alerts.yml).
 TILES: dict[str, tuple[str, str]] = {
@@ -68,6 +71,7 @@ TILES: dict[str, tuple[str, str]] = {
     "LATENCY_P95": ("latency_p95", "latency-slo"),
     "FAILED_IN_WINDOW": ("failed_in_window", "payment-failed"),
     "STUCK_LOCKS": ("stuck_locks", "stuck-lock"),
+    "XMIN_HORIZON_AGE": ("xmin_horizon_age", "xmin-horizon-held"),
 }
 
 
@@ -137,7 +141,8 @@ def show_rules_problem() -> None:
 
 def __getattr__(name: str) -> Slo:
     """``slo.QUEUE_DEPTH``, ``slo.OLDEST_PENDING_AGE``, ``slo.LATENCY_P95``,
-    ``slo.FAILED_IN_WINDOW``, ``slo.STUCK_LOCKS``: the current threshold of that tile."""
+    ``slo.FAILED_IN_WINDOW``, ``slo.STUCK_LOCKS``, ``slo.XMIN_HORIZON_AGE``: the current
+    threshold of that tile."""
     if name in TILES:
         return thresholds().slos[TILES[name][0]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ from outbox_monitor.ui import inputs
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (fixtures)
 from tests.ui.rendered import plain
 
-PAGES = ["overview", "events", "dead_letters", "actions", "alerts"]
+PAGES = ["overview", "events", "dead_letters", "actions", "alerts", "health"]
 NUL_MESSAGE = (
     "The event-type filter contains a NUL character (U+0000), which Postgres text cannot hold"
 )

@@ -165,6 +165,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "009_claim_skips_held_rows",
         "010_outcomes_only_with_breakers",
         "011_claim_plans",
+        "012_health_samples",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

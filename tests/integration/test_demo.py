@@ -1,5 +1,6 @@
 """The demo end to end (throwaway cluster, traffic, scheduler, dashboard) and serve.py."""
 
+import contextlib
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -115,6 +117,44 @@ def _wait_for(lines: list[str], text: str, process, timeout: float) -> str:
             break
         time.sleep(0.2)
     raise AssertionError(f"no {text!r} in the demo's output:\n{''.join(lines)}")
+
+
+@contextlib.contextmanager
+def running_demo(tmp_path: Path, *, timeout: float = 90) -> Iterator[str]:
+    """``outbox-monitor demo --rate 10`` in its own process group, as a terminal runs it;
+    yields its banner once it is up, then stops it with Ctrl-C (SIGINT) and checks that it
+    exits 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env["HOME"] = str(tmp_path)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "outbox_monitor",
+            "demo",
+            "--port",
+            str(free_port()),
+            "--rate",
+            "10",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
+    reader.start()
+    try:
+        yield _wait_for(lines, "Ctrl-C to stop", process, timeout=timeout)
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(60)
+        reader.join(5)
+        process.stdout.close()
+    assert code == 0, "".join(lines)
 
 
 def _count(dsn: str, query: str) -> int:

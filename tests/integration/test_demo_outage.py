@@ -7,12 +7,7 @@ keep_firing_for; tests/n8n/test_n8n_outage.py checks both messages with a short 
 """
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,12 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_monitor.cli import main
-from outbox_monitor.config import ENV_PREFIX
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, Downstream
 from outbox_monitor.demo.outage import DEFAULT_BROKEN, OUTAGE_ERROR, URL_ENV, request
-from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.errors import OutboxMonitorError
-from tests.integration.test_demo import REPO, _read_lines, _wait_for
+from tests.integration.test_demo import running_demo
 
 BROKEN = "order.paid"
 
@@ -63,23 +56,7 @@ def wait(predicate, timeout: float, what: str) -> None:
 
 
 def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tmp_path):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env["HOME"] = str(tmp_path)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "outbox_monitor", "demo", "--port", str(port), "--rate", "10"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
-    reader.start()
-    try:
-        output = _wait_for(lines, "Ctrl-C to stop", process, timeout=90)
+    with running_demo(tmp_path) as output:
         dsn = re.search(r"database\s+(postgresql://\S+)", output).group(1)
         url = re.search(r"demo-downstream break --url (\S+)", output).group(1)
         sink = re.search(r"local Slack sink (http://\S+)", output).group(1)
@@ -118,12 +95,6 @@ def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tm
 
         wait(drained, 30, "the held order.paid rows did not drain")
         print(f"\ndemo breaker opened {opened_after:.1f} s after the break")
-    finally:
-        os.killpg(process.pid, signal.SIGINT)
-        code = process.wait(60)
-        reader.join(5)
-        process.stdout.close()
-    assert code == 0, "".join(lines)
 
 
 def call(downstream: Downstream, event_type: str, key: str) -> int:

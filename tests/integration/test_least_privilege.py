@@ -5,6 +5,7 @@ acts through OUTBOX_MONITOR_ACTIONS_DSN."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -27,7 +28,7 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import mapped_errors
 from outbox_monitor.errors import PermissionDenied
-from outbox_monitor.grants import Roles
+from outbox_monitor.grants import Roles, grant_statements
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.schema import check_outbox_table, init_db
 from tests.alerting import notifications, rules_file
@@ -137,6 +138,13 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             )
         }
         assert list(executes.values()) == [{read: False, sched: False, ops: True}] * 2
+        # issue 14: the Health page sees every session's horizon (pg_read_all_stats)
+        monitors = "SELECT pg_has_role(%s, 'pg_monitor', 'USAGE')"
+        assert [su.execute(monitors, (role,)).fetchone()[0] for role in (read, sched, ops)] == [
+            True,
+            True,
+            True,
+        ]
 
 
 def test_the_scheduler_login_samples_evaluates_and_delivers_but_never_acts(
@@ -229,6 +237,24 @@ def test_a_login_without_any_grant_is_told_to_join_the_viewer_role(dsn, logins):
         "Make the role that OUTBOX_MONITOR_DSN logs in as a member of outbox_viewer"
     )
     assert "outbox-monitor init-db --print-grants" in caught.value.hint
+
+
+def test_a_runner_who_may_not_grant_pg_monitor_is_warned_and_the_script_goes_on(dsn, logins):
+    """From PostgreSQL 16 CREATEROLE no longer grants pg_monitor: the printed statement then
+    warns (with the GRANT to run as a superuser) instead of failing the whole script."""
+    script = grant_statements(load_settings(dsn=dsn), logins.roles)
+    [statement] = re.findall(
+        r"^DO \$\$ BEGIN GRANT pg_monitor TO .*?END \$\$;", script, re.M | re.S
+    )
+    warnings: list[str] = []
+    with psycopg.connect(logins.dsn(dsn, logins.nothing), autocommit=True) as nobody:
+        nobody.add_notice_handler(lambda notice: warnings.append(notice.message_primary))
+        nobody.execute(statement)  # no error
+    [warning] = warnings
+    assert warning.startswith(
+        'pg_monitor not granted (must have admin option on role "pg_monitor")'
+    )
+    assert warning.endswith(f'as a superuser, run GRANT pg_monitor TO "{logins.roles.viewer}";')
 
 
 def test_without_a_connection_the_object_and_the_kind_privilege_are_still_named(dsn, logins):

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from rendered import plain, unprotected
 
-from outbox_monitor.ui import charts, format, inputs, slo
+from outbox_monitor.ui import charts, format, health, inputs, slo
+from outbox_monitor.units import format_value
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -65,6 +66,8 @@ def test_formats():
     assert format.rows(1200) == "1,200 rows"
     assert format.size(300_012) == "293.0 KiB"
     assert format.size(900) == "900 B"
+    assert format.size(5 * 2**30) == "5.0 GiB"
+    assert format.size(3 * 2**40 + 1) == "3.0 TiB"
     assert format.instant("2026-11-29T13:00:00+01:00") == "2026-11-29 12:00:00 UTC"
 
 
@@ -253,3 +256,32 @@ def test_every_event_type_bar_has_room_for_its_label():
         charts.attempts_histogram({1: 3}).to_dict()["encoding"]["x"]["axis"]["labelOverlap"]
         is False
     )
+
+
+def test_health_helpers_size_growth_and_values_by_unit():
+    samples = [
+        {"sampled_at": NOW, "table_bytes": None, "indexes_bytes": None},  # before migration 012
+        {"sampled_at": NOW, "table_bytes": 8192, "indexes_bytes": 57344},
+        {"sampled_at": NOW, "table_bytes": 2 * 2**20, "indexes_bytes": 57344 - 8192},
+    ]
+    assert health.size_growth(samples) == {
+        "table_bytes": 2 * 2**20 - 8192,
+        "indexes_bytes": -8192,
+    }
+    assert health.size_growth(samples[:2]) == {}  # one sample with sizes: no growth yet
+    assert health.signed_size(2 * 2**20 - 8192) == "+2.0 MiB"
+    assert health.signed_size(-8192) == "-8.0 KiB"
+    assert health.ago(None) == "never" and health.ago(65) == "1m 5s ago"
+    assert format_value(0.4286, "fraction") == "42.9 %"
+    assert format_value(57344, "bytes") == "56.0 KiB"
+    assert format_value(2, "slots") == "2"
+
+
+def test_a_sampled_chart_leaves_out_samples_without_the_figure():
+    samples = [
+        {"sampled_at": NOW, "dead_tuples": None, "live_tuples": None},
+        {"sampled_at": NOW + timedelta(seconds=15), "dead_tuples": 3, "live_tuples": 10},
+    ]
+    chart = charts.sampled_lines(samples, {"dead_tuples": "dead", "live_tuples": "live"}, "tuples")
+    drawn = chart.data[["figure", "tuples"]].to_dict("records")
+    assert drawn == [{"figure": "dead", "tuples": 3.0}, {"figure": "live", "tuples": 10.0}]

@@ -53,6 +53,7 @@ def test_shipped_rules_give_the_spec_section_3_thresholds():
         "latency_p95": (120, ">", "latency-slo"),
         "failed_in_window": (0, ">", "payment-failed"),
         "stuck_locks": (0, ">", "stuck-lock"),
+        "xmin_horizon_age": (600, ">", "xmin-horizon-held"),  # the health tile (issue 14)
     }
 
 

@@ -98,6 +98,9 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "latency-slo": "oncall",
         "stuck-lock": "oncall",
         "breaker-open": "oncall",  # issue 13: SPEC §5 breaker transitions
+        "xmin-horizon-held": "oncall",  # issue 14: the table's health
+        "slot-holds-horizon": "oncall",
+        "vacuum-overdue": "oncall",
         "claim-plan-degraded": "oncall",  # issue 14: the workers' claim plan
     }
     route = ruleset.routes["oncall"]
@@ -133,9 +136,24 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     # SPEC §5: a breaker open (or half-open), one instance per breaker's filter
     assert shape("breaker-open") == ("breaker_open", None, None, ">", 0, 0)
     assert ruleset.rule("breaker-open").by == ("event_type",)
+    # issue 14: the xmin horizon held 10 min; dead > live tuples, no vacuum for 1 h
+    assert shape("xmin-horizon-held") == ("xmin_horizon_age", None, None, ">", 600, 0)
+    assert shape("slot-holds-horizon") == (
+        "inactive_slots_holding_horizon",
+        None,
+        None,
+        ">",
+        0,
+        600,
+    )
+    assert shape("vacuum-overdue") == ("vacuum_overdue", None, None, ">", 3600, 0)
     # issue 14: the claim's plan walks non-pending rows or its cost jumped, for 5 min
     assert shape("claim-plan-degraded") == ("claim_plan_degraded", None, None, ">", 0, 300)
-    assert all(rule.keep_firing_for == 120 for rule in ruleset.rules)
+    released_at_once = {"xmin-horizon-held", "slot-holds-horizon"}  # 0 when the holder ends
+    assert all(rule.keep_firing_for == 0 for rule in ruleset.rules if rule.name in released_at_once)
+    assert all(
+        rule.keep_firing_for == 120 for rule in ruleset.rules if rule.name not in released_at_once
+    )
     assert [rule.severity for rule in ruleset.rules] == [
         "critical",
         "warning",
@@ -144,7 +162,36 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "warning",
         "warning",
         "warning",
+        "warning",
+        "warning",
+        "warning",
     ]
+
+
+def test_a_metric_of_the_whole_table_takes_no_event_type_and_no_by(write_rules):
+    def rules(**extra: Any) -> dict[str, Any]:
+        rule = {"name": "horizon", "metric": "xmin_horizon_age", "op": ">", "threshold": "10m"}
+        return {
+            "version": 1,
+            "routes": {"oncall": {}},
+            "rules": [{**rule, **extra, "route": "oncall"}],
+        }
+
+    for field, value in (("event_type", "order.%"), ("by", ["event_type"])):
+        with pytest.raises(RulesError) as caught:
+            write_rules(rules(**{field: value}))
+        assert (
+            f'"horizon": {field}: xmin_horizon_age describes the whole outbox table, not event '
+            f"types; remove {field}" in str(caught.value)
+        )
+    assert write_rules(rules()).rules[0].threshold == 600
+    # the claim's plan (issue 14 item 2) is a figure of the whole table too
+    claim = {"metric": "claim_plan_degraded", "threshold": 0}
+    for field, value in (("event_type", "order.%"), ("by", ["event_type"])):
+        with pytest.raises(RulesError) as caught:
+            write_rules(rules(**claim, **{field: value}))
+        assert "claim_plan_degraded describes the whole outbox table" in str(caught.value)
+    assert write_rules(rules(**claim)).rules[0].metric == "claim_plan_degraded"
 
 
 def test_valid_file_resolves_defaults_routes_and_templates(tmp_path, write_rules):

@@ -1,0 +1,38 @@
+"""The demo's alert rules: the shipped alerts.yml with the ``xmin-horizon-held`` rule's
+threshold at 1 minute instead of 10, so that a forgotten transaction started in the demo
+(``demo-forgotten-transaction start``) is alerted while you watch, as the demo's 5-minute lock
+timeout does for stuck locks. Rules of your own (``OUTBOX_MONITOR_RULES``, an ``alerts.yml``
+of your own in the current directory) are used as they are."""
+
+import os
+from pathlib import Path
+
+import yaml
+
+from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH, resolve_rules_path
+
+HORIZON_RULE = "xmin-horizon-held"
+DEMO_HORIZON_THRESHOLD = "1m"
+"""The ``xmin-horizon-held`` threshold in the demo (shipped: 10m)."""
+
+
+def use_demo_rules(folder: Path) -> str | None:
+    """When the rules in force are the shipped ones, write the demo's copy into ``folder`` and
+    point ``OUTBOX_MONITOR_RULES`` at it (in this process's environment, which the dashboard
+    inherits).
+
+    Returns:
+        The demo's threshold of ``xmin-horizon-held`` (``"1m"``), or ``None`` when your own
+        rules are in force (left as they are).
+    """
+    current = resolve_rules_path(None)
+    if not current.is_file() or current.resolve() != SHIPPED_RULES_PATH.resolve():
+        return None
+    document = yaml.safe_load(current.read_text())
+    for rule in document["rules"]:
+        if rule["name"] == HORIZON_RULE:
+            rule["threshold"] = DEMO_HORIZON_THRESHOLD
+    path = folder / "demo-alerts.yml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    os.environ[RULES_ENV] = str(path)
+    return DEMO_HORIZON_THRESHOLD
