@@ -1255,27 +1255,37 @@ SELECT EXISTS (SELECT FROM outbox_monitor.controls c
                WHERE c.outbox = %(table_regclass)s::regclass) AS controlled;
 
 -- name: claim_plan_indexes
--- The valid indexes of the outbox table and of its partitions: name, leading key column (NULL for an expression) and predicate, to tell an index of pending rows from one over every row.
+-- The valid indexes of the outbox table and of its partitions (at any depth): name, leading key column (NULL for an expression), predicate, to tell an index of pending rows from one over every row, and the table it indexes.
 SELECT c.relname AS index_name, a.attname AS leading_column,
-       pg_get_expr(i.indpred, i.indrelid) AS predicate
+       pg_get_expr(i.indpred, i.indrelid) AS predicate,
+       t.relname AS relation
 FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_class t ON t.oid = i.indrelid
 LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 WHERE i.indisvalid
   AND i.indrelid IN (SELECT %(table_regclass)s::regclass::oid
                      UNION ALL
-                     SELECT h.inhrelid FROM pg_inherits h
-                      WHERE h.inhparent = %(table_regclass)s::regclass)
+                     SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p)
 ORDER BY c.relname;
 
 -- name: claim_plan_table_rows
--- The planner's row count of the outbox table (pg_class.reltuples, its partitions summed; 0 before the first ANALYZE).
+-- The planner's row count of the outbox table (pg_class.reltuples; of its leaf partitions, summed, when partitioned: ANALYZE of the parent also sets the parent's reltuples to the total, which must not count twice; 0 before the first ANALYZE).
 SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS table_rows
 FROM pg_class c
-WHERE c.oid IN (SELECT %(table_regclass)s::regclass::oid
+WHERE c.relkind <> 'p'
+  AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
                 UNION ALL
-                SELECT h.inhrelid FROM pg_inherits h
-                 WHERE h.inhparent = %(table_regclass)s::regclass);
+                SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p);
+
+-- name: claim_plan_relation_rows
+-- The planner's row count (pg_class.reltuples, 0 before the first ANALYZE) of the outbox table and of each of its leaf partitions, by name as EXPLAIN's Relation Name shows it: a scan of a small partition is no walk of the history.
+SELECT c.relname AS relation, greatest(c.reltuples, 0)::bigint AS table_rows
+FROM pg_class c
+WHERE c.relkind <> 'p'
+  AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
+                UNION
+                SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p);
 
 -- name: claim_plan_insert
 -- Record one claim plan (the scheduler's claim-health job); sampled_at is the database's now().
