@@ -1,4 +1,5 @@
 """Attack: claim health on a healthy partitioned outbox with empty future partitions."""
+
 from datetime import timedelta
 
 import psycopg
@@ -35,13 +36,15 @@ def test_partitioned_healthy_plan_not_degraded(pg_cluster):
                       now() - interval '100 days' + g * interval '60 seconds',
                       now() - interval '100 days' + g * interval '60 seconds',
                       now() - interval '100 days' + g * interval '60 seconds' + interval '5 s'
-               FROM generate_series(1, 140000) g""")
+               FROM generate_series(1, 140000) g"""
+        )
         conn.execute(
             """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
                    payload, status, created_at, available_at)
                SELECT 'order.paid', 'order', g::text, 'b:' || g, '{}', 'pending',
                       now() - interval '1 minute', now() - interval '1 minute'
-               FROM generate_series(1, 500) g""")
+               FROM generate_series(1, 500) g"""
+        )
         conn.execute("ANALYZE integration_outbox")
     with Database(load_settings(dsn=dsn)) as db:
         health = claim_plan.claim_health(db)
