@@ -533,14 +533,16 @@ ORDER BY 1;
 -- ===================================================================== read replicas
 
 -- name: replica_status
--- Whether the server is a hot standby in recovery, and its replay lag in seconds: 0 on a primary and when everything received is replayed (an idle primary is no lag), else the age of the last replayed transaction; NULL when none was replayed yet.
+-- Whether the server is a hot standby in recovery, and its replay lag in seconds: 0 on a primary and when everything received is replayed while the WAL receiver streams (an idle primary is no lag; a standby cut off from its primary has replayed all it received too, but what it shows grows stale: no WAL receiver, or one not streaming, is not 0; a status hidden from a role without pg_read_all_stats counts as streaming), else the age of the last replayed transaction; NULL when none was replayed yet.
 SELECT pg_is_in_recovery() AS in_recovery,
        pg_last_wal_receive_lsn()::text AS receive_lsn,
        pg_last_wal_replay_lsn()::text AS replay_lsn,
        pg_last_xact_replay_timestamp() AS replayed_at,
        CASE
            WHEN NOT pg_is_in_recovery() THEN 0.0
-           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+                AND EXISTS (SELECT FROM pg_stat_wal_receiver AS w
+                            WHERE coalesce(w.status, 'streaming') = 'streaming') THEN 0.0
            ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))
        END::float8 AS lag_seconds;
 
