@@ -40,10 +40,7 @@ def test_a_disconnected_standby_is_not_reported_as_lag_0(replica_db):
         assert found.exceeds(2.0)
     finally:
         with psycopg.connect(standby_server_dsn, autocommit=True) as conn:
-            conn.execute(
-                "ALTER SYSTEM SET primary_conninfo = %s"
-                if False
-                else f"ALTER SYSTEM SET primary_conninfo = '{original.replace(chr(39), chr(39) * 2)}'"
-            )
+            quoted = conn.execute("SELECT quote_literal(%s)", (original,)).fetchone()[0]
+            conn.execute(f"ALTER SYSTEM SET primary_conninfo = {quoted}")
             conn.execute("SELECT pg_reload_conf()")
         replica_db.standby_server.wait_for_database(replica_db.name)
