@@ -12,9 +12,9 @@ standby that has replayed everything it received (``pg_last_wal_receive_lsn() =
 pg_last_wal_replay_lsn()``) while its WAL receiver streams, so an idle primary does not look
 like lag (a standby cut off from its primary — no WAL receiver, or one not streaming — has
 replayed all it received too, yet falls behind: it is not 0; a role without
-``pg_read_all_stats`` cannot see the receiver's status, and it then counts as streaming); otherwise it is
-``now() - pg_last_xact_replay_timestamp()``, the age of the newest transaction the standby
-shows. It is unknown (``None``) on a standby that has received WAL but replayed no
+``pg_read_all_stats`` cannot see the receiver's status, and it then counts as streaming);
+otherwise it is ``now() - pg_last_xact_replay_timestamp()``, the age of the newest transaction
+the standby shows. It is unknown (``None``) on a standby that has received WAL but replayed no
 transaction since it started.
 """
 
