@@ -9,9 +9,12 @@ through ``OUTBOX_MONITOR_ACTIONS_DSN``.
 
 The replay lag (``replica_status``, query ``replica_status``) is 0 on a primary, and 0 on a
 standby that has replayed everything it received (``pg_last_wal_receive_lsn() =
-pg_last_wal_replay_lsn()``), so an idle primary does not look like lag; otherwise it is
-``now() - pg_last_xact_replay_timestamp()``, the age of the newest transaction the standby
-shows. It is unknown (``None``) on a standby that has received WAL but replayed no
+pg_last_wal_replay_lsn()``) while its WAL receiver streams, so an idle primary does not look
+like lag (a standby cut off from its primary — no WAL receiver, or one not streaming — has
+replayed all it received too, yet falls behind: it is not 0; a role without
+``pg_read_all_stats`` cannot see the receiver's status, and it then counts as streaming);
+otherwise it is ``now() - pg_last_xact_replay_timestamp()``, the age of the newest transaction
+the standby shows. It is unknown (``None``) on a standby that has received WAL but replayed no
 transaction since it started.
 """
 

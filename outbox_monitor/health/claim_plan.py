@@ -78,11 +78,14 @@ class IndexInfo:
         name: the index's name, as EXPLAIN's ``Index Name`` shows it.
         leading_column: its first key column (``None`` for an expression).
         predicate: its ``WHERE`` clause as Postgres prints it (``None``: not partial).
+        relation: the name of the table (or partition) it indexes, as EXPLAIN's
+            ``Relation Name`` shows it (``None`` when unknown).
     """
 
     name: str
     leading_column: str | None
     predicate: str | None
+    relation: str | None = None
 
     @property
     def pending_only(self) -> bool:
@@ -103,7 +106,8 @@ class ClaimPlan:
         plan_rows: the root node's estimated rows.
         reasons: why the plan reads rows of other statuses (``non_pending_reasons``);
             empty when it does not. Listed even on a small table.
-        walks_non_pending: ``reasons`` on a table of at least ``MIN_TABLE_ROWS`` rows.
+        walks_non_pending: ``reasons`` on a table of at least ``MIN_TABLE_ROWS`` rows, from
+            a node reading a relation (the table, or one partition) of at least that many.
         baseline_cost: the median of the newest recorded costs, ``None`` with fewer than
             ``MIN_BASELINE_SAMPLES`` of them.
         cost_jumped: ``total_cost`` jumped above the baseline (``cost_jumped``).
@@ -217,7 +221,11 @@ def plan_shape(node: Mapping[str, Any]) -> str:
     return f"{label} > [{', '.join(plan_shape(child) for child in children)}]"
 
 
-def non_pending_reasons(node: Mapping[str, Any], indexes: Mapping[str, IndexInfo]) -> list[str]:
+def non_pending_reasons(
+    node: Mapping[str, Any],
+    indexes: Mapping[str, IndexInfo],
+    relation_rows: Mapping[str, int] | None = None,
+) -> list[str]:
     """Why a claim plan reads rows of other statuses than ``pending``, one sentence each.
 
     - an Index Scan, Index Only Scan or Bitmap Index Scan of an index that is not
@@ -228,6 +236,10 @@ def non_pending_reasons(node: Mapping[str, Any], indexes: Mapping[str, IndexInfo
     Args:
         node: the root plan node (``EXPLAIN (FORMAT JSON)``'s ``[0]["Plan"]``).
         indexes: the table's indexes by name (``table_indexes``).
+        relation_rows: when given, the planner's row count of the table and of each of its
+            partitions by name (``relation_rows``): a node reading a relation of fewer than
+            ``MIN_TABLE_ROWS`` rows gives no reason (an empty future or default partition is
+            read whole cheaply; its scan is no walk of the history).
 
     Returns:
         Sentences in plan order, without repeats; empty for a plan that reads pending rows
@@ -237,6 +249,10 @@ def non_pending_reasons(node: Mapping[str, Any], indexes: Mapping[str, IndexInfo
     for each in _nodes(node):
         kind = each.get("Node Type")
         index = indexes.get(str(each.get("Index Name")))
+        if relation_rows is not None:
+            relation = each.get("Relation Name") or (index.relation if index else None)
+            if relation in relation_rows and relation_rows[relation] < MIN_TABLE_ROWS:
+                continue
         if kind in _INDEX_SCANS and index is not None and not index.pending_only:
             leading = index.leading_column or "an expression"
             reasons.append(
@@ -277,7 +293,9 @@ def table_indexes(db: Database) -> dict[str, IndexInfo]:
     ``claim_plan_indexes``)."""
     rows = db.fetch_all("claim_plan_indexes", {"table_regclass": db.table_regclass})
     return {
-        row["index_name"]: IndexInfo(row["index_name"], row["leading_column"], row["predicate"])
+        row["index_name"]: IndexInfo(
+            row["index_name"], row["leading_column"], row["predicate"], row.get("relation")
+        )
         for row in rows
     }
 
@@ -295,7 +313,7 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
 
     Returns:
         ``{"plans": {statement: root plan node}, "flow_control": bool,
-        "indexes": table_indexes, "table_rows": int}``.
+        "indexes": table_indexes, "table_rows": int, "relation_rows": {name: int}}``.
 
     Raises:
         QueryTimeout (``statement_timeout``), SchemaNotInitialised, PermissionDenied and
@@ -314,6 +332,7 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
             shared = db.fetch_one("claim_plan_shared_claim", {"limit": limit})
         indexes = table_indexes(db)
         size = db.fetch_one("claim_plan_table_rows", {"table_regclass": db.table_regclass})
+        relations = db.fetch_all("claim_plan_relation_rows", {"table_regclass": db.table_regclass})
     return {
         "plans": {
             "users_claim": _root(users["QUERY PLAN"]),
@@ -322,6 +341,7 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
         "flow_control": flow_control,
         "indexes": indexes,
         "table_rows": int(size["table_rows"]) if size else 0,
+        "relation_rows": {row["relation"]: int(row["table_rows"]) for row in relations},
     }
 
 
@@ -349,6 +369,12 @@ def judge(explained: Mapping[str, Any], history: Mapping[str, Sequence[float]]) 
     for statement in STATEMENTS:
         root = explained["plans"][statement]
         reasons = tuple(non_pending_reasons(root, explained["indexes"]))
+        relation_rows = explained.get("relation_rows")
+        harmful = (
+            reasons
+            if relation_rows is None
+            else non_pending_reasons(root, explained["indexes"], relation_rows)
+        )
         cost = float(root["Total Cost"])
         baseline, jumped = cost_jumped(cost, history.get(statement, ()))
         plans.append(
@@ -358,7 +384,7 @@ def judge(explained: Mapping[str, Any], history: Mapping[str, Sequence[float]]) 
                 total_cost=cost,
                 plan_rows=float(root["Plan Rows"]),
                 reasons=reasons,
-                walks_non_pending=bool(reasons) and table_rows >= MIN_TABLE_ROWS,
+                walks_non_pending=bool(harmful) and table_rows >= MIN_TABLE_ROWS,
                 baseline_cost=baseline,
                 cost_jumped=jumped,
                 flow_control=statement == "shared_claim" and bool(explained["flow_control"]),

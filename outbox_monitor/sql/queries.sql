@@ -533,14 +533,16 @@ ORDER BY 1;
 -- ===================================================================== read replicas
 
 -- name: replica_status
--- Whether the server is a hot standby in recovery, and its replay lag in seconds: 0 on a primary and when everything received is replayed (an idle primary is no lag), else the age of the last replayed transaction; NULL when none was replayed yet.
+-- Whether the server is a hot standby in recovery, and its replay lag in seconds: 0 on a primary and when everything received is replayed while the WAL receiver streams (an idle primary is no lag; a standby cut off from its primary has replayed all it received too, but what it shows grows stale: no WAL receiver, or one not streaming, is not 0; a status hidden from a role without pg_read_all_stats counts as streaming), else the age of the last replayed transaction; NULL when none was replayed yet.
 SELECT pg_is_in_recovery() AS in_recovery,
        pg_last_wal_receive_lsn()::text AS receive_lsn,
        pg_last_wal_replay_lsn()::text AS replay_lsn,
        pg_last_xact_replay_timestamp() AS replayed_at,
        CASE
            WHEN NOT pg_is_in_recovery() THEN 0.0
-           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+           WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+                AND EXISTS (SELECT FROM pg_stat_wal_receiver AS w
+                            WHERE coalesce(w.status, 'streaming') = 'streaming') THEN 0.0
            ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))
        END::float8 AS lag_seconds;
 
@@ -1255,27 +1257,37 @@ SELECT EXISTS (SELECT FROM outbox_monitor.controls c
                WHERE c.outbox = %(table_regclass)s::regclass) AS controlled;
 
 -- name: claim_plan_indexes
--- The valid indexes of the outbox table and of its partitions: name, leading key column (NULL for an expression) and predicate, to tell an index of pending rows from one over every row.
+-- The valid indexes of the outbox table and of its partitions (at any depth): name, leading key column (NULL for an expression), predicate, to tell an index of pending rows from one over every row, and the table it indexes.
 SELECT c.relname AS index_name, a.attname AS leading_column,
-       pg_get_expr(i.indpred, i.indrelid) AS predicate
+       pg_get_expr(i.indpred, i.indrelid) AS predicate,
+       t.relname AS relation
 FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_class t ON t.oid = i.indrelid
 LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
 WHERE i.indisvalid
   AND i.indrelid IN (SELECT %(table_regclass)s::regclass::oid
                      UNION ALL
-                     SELECT h.inhrelid FROM pg_inherits h
-                      WHERE h.inhparent = %(table_regclass)s::regclass)
+                     SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p)
 ORDER BY c.relname;
 
 -- name: claim_plan_table_rows
--- The planner's row count of the outbox table (pg_class.reltuples, its partitions summed; 0 before the first ANALYZE).
+-- The planner's row count of the outbox table (pg_class.reltuples; of its leaf partitions, summed, when partitioned: ANALYZE of the parent also sets the parent's reltuples to the total, which must not count twice; 0 before the first ANALYZE).
 SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS table_rows
 FROM pg_class c
-WHERE c.oid IN (SELECT %(table_regclass)s::regclass::oid
+WHERE c.relkind <> 'p'
+  AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
                 UNION ALL
-                SELECT h.inhrelid FROM pg_inherits h
-                 WHERE h.inhparent = %(table_regclass)s::regclass);
+                SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p);
+
+-- name: claim_plan_relation_rows
+-- The planner's row count (pg_class.reltuples, 0 before the first ANALYZE) of the outbox table and of each of its leaf partitions, by name as EXPLAIN's Relation Name shows it: a scan of a small partition is no walk of the history.
+SELECT c.relname AS relation, greatest(c.reltuples, 0)::bigint AS table_rows
+FROM pg_class c
+WHERE c.relkind <> 'p'
+  AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
+                UNION
+                SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p);
 
 -- name: claim_plan_insert
 -- Record one claim plan (the scheduler's claim-health job); sampled_at is the database's now().
