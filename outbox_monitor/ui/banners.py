@@ -265,12 +265,18 @@ def describe_replica(
 def replica_banner(db: Database, actions_db: Database, *, max_lag: float, refresh: float) -> None:
     """On every page (``dashboard.py``): the read-replica banner (``describe_replica``),
     refreshed every ``refresh`` seconds like the live figures; nothing on a primary. A
-    database error shows nothing here: the page itself reports it."""
+    database error shows nothing here: the page itself reports it, and while it waits out an
+    outage (``recent_outage``) the banner does not connect either."""
 
     @st.fragment(run_every=refresh)
     def live() -> None:
+        if recent_outage() is not None:
+            return  # the page waits out the outage: no connection attempt per refresh here
         try:
             reading = loaders.replica_status(db)
+        except DatabaseUnavailable as error:
+            _remember_outage(error)
+            return
         except OutboxMonitorError:
             return
         try:

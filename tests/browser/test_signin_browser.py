@@ -205,7 +205,14 @@ def test_viewer_sees_figures_but_no_action(
     assert metric_value(page, "Oldest pending age") == "2h 30m"
     assert metric_value(page, "Failed (24 h)") == "1"
     assert metric_value(page, "Stuck locks") == "1"
-    assert navigation(page) == ["Overview", "Events", "Dead letters", "Alerts", "Controls"]
+    assert navigation(page) == [
+        "Overview",
+        "Events",
+        "Dead letters",
+        "Alerts",
+        "Controls",
+        "Health",
+    ]
     expect(page.get_by_text("Each page under the least role")).to_have_count(0)
 
     open_page(page, "Dead letters")
@@ -267,6 +274,7 @@ def test_operator_from_group_claim_replays_and_is_audited(
         "Dead letters",
         "Alerts",
         "Controls",
+        "Health",
         "Actions",
     ]
 

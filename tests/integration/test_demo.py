@@ -44,6 +44,9 @@ def test_streamlit_command_serves_the_repo_dashboard_headless():
 EVERY_SETTING = {
     "dsn": "postgresql://u:p@h:5/d",
     "actions_dsn": "postgresql://op:secret@h:5/d",
+    "primary_dsn": "postgresql://w:secret@primary:5/d",
+    "max_replica_lag": "2m",
+    "claim_plan_interval": "10m",
     "table": "ops.outbox",
     "ledger_table": "ops.ledger",
     "lock_timeout": "5m",
