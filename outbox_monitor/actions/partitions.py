@@ -44,10 +44,10 @@ from psycopg import sql
 
 from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import MAX_AUDIT_IDS, record_audit
-from outbox_monitor.db import Database
+from outbox_monitor.db import Database, lock_timeout
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.filters import Where
-from outbox_monitor.schema import lock_timeout, table_shape
+from outbox_monitor.partitioning import table_shape
 
 DETACH_LOCK_TIMEOUT_SECONDS = 1.0
 """How long a plain ``DETACH PARTITION`` (and the lock of the detached table) waits for its lock:
