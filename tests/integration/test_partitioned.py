@@ -20,7 +20,8 @@ from psycopg.rows import dict_row
 
 from outbox_monitor import outbox, partitioned_indexes, partitioning, schema
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions import partitions
+from outbox_monitor.actions import partition_detach, partitions
+from outbox_monitor.actions.partition_lines import preview_lines
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.run import apply
 from outbox_monitor.cli import main
@@ -475,7 +476,7 @@ def test_prune_detaches_a_partition_past_retention_and_prunes_the_rest_row_by_ro
     assert [(p["name"], p["rows"], p["done"], p["failed"]) for p in listed] == [(first, 3, 2, 1)]
     assert preview.details["detach"] == "exclusive lock"  # a default partition: no CONCURRENTLY
     assert preview.filter["detach_partitions"] == [f"public.{first}"]
-    assert "1 partition(s) detached whole" in partitions.preview_lines(preview.details)[0]
+    assert "1 partition(s) detached whole" in preview_lines(preview.details)[0]
     result = apply(db, preview, actor=ACTOR, batch_size=2)
     assert (result.detached, result.kept) == ((f"public.{first}",), {})
     assert (result.changed, result.skipped) == (6, 0)
@@ -518,20 +519,20 @@ def test_a_partition_not_counted_within_the_statement_timeout_is_left_to_the_bat
     dsn, rows, monkeypatch
 ):
     rows.add(status="done", created_ago=100 * DAY, processed_ago=99 * DAY)
-    count = partitions._count
+    count = partitions.count_rows
 
     def slow(conn, *args, **kwargs):  # as a count of a huge partition
         conn.execute("SELECT pg_sleep(1)")
         return count(conn, *args, **kwargs)
 
-    monkeypatch.setattr(partitions, "_count", slow)
+    monkeypatch.setattr(partitions, "count_rows", slow)
     with Database(load_settings(dsn=dsn, statement_timeout=0.3)) as db:
         preview = preview_prune(db, done_older_than=30 * DAY, failed_older_than=None)
     assert "partitions" not in preview.details and preview.matched == 1
     (name, why), *_ = preview.details["uncounted_partitions"].items()
     assert name.startswith("public.integration_outbox_p")
     assert "not counted within the statement timeout (0.3 s)" in why
-    assert partitions.preview_lines(preview.details)[0] == "partitions left to the batches:"
+    assert preview_lines(preview.details)[0] == "partitions left to the batches:"
 
 
 def test_a_row_replayed_after_the_preview_keeps_its_partition(db, rows, conn):
@@ -555,13 +556,13 @@ def test_a_row_changed_during_the_detach_brings_the_partition_back(db, rows, con
     dead = rows.add_failed(created_ago=100 * DAY, processed_ago=95 * DAY)
     first = _partitions(conn)[0]
     preview = preview_prune(db, done_older_than=30 * DAY, failed_older_than=90 * DAY)
-    detach = partitions._detach_partition
+    detach = partition_detach._detach_partition
 
     def replay_then_detach(*args, **kwargs):  # a replay between the check and the detach
         conn.execute("UPDATE integration_outbox SET status = 'pending' WHERE id = %s", (dead,))
         return detach(*args, **kwargs)
 
-    monkeypatch.setattr(partitions, "_detach_partition", replay_then_detach)
+    monkeypatch.setattr(partition_detach, "_detach_partition", replay_then_detach)
     result = apply(db, preview, actor=ACTOR)
     assert result.detached == ()
     assert "attached back" in result.kept[f"public.{first}"]
@@ -587,7 +588,7 @@ def test_prune_detaches_concurrently_without_a_default_partition(dsn_without_def
 def test_an_interrupted_concurrent_detach_is_finished_by_the_next_prune(
     dsn_without_default, monkeypatch
 ):
-    monkeypatch.setattr(partitions, "DETACH_CONCURRENTLY_LOCK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(partition_detach, "DETACH_CONCURRENTLY_LOCK_TIMEOUT_SECONDS", 0.3)
     with psycopg.connect(dsn_without_default, autocommit=True, row_factory=dict_row) as conn:
         Rows(conn).add(status="done", created_ago=100 * DAY, processed_ago=99 * DAY)
         first = _partitions(conn)[0]
