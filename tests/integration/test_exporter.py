@@ -29,7 +29,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.exporter import OTHER, bound_event_types
+from outbox_monitor.exporter_labels import OTHER, bound_event_types
 from outbox_monitor.jobs import PRUNER_JOB_ID, REAPER_JOB_ID
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler import build_scheduler
