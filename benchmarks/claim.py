@@ -65,12 +65,8 @@ from scale import preload_stat_statements  # scale.py, next to this one: sets sh
 
 from outbox_monitor.config import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.schema import (
-    FLOW_CONTROL_INDEX,
-    RECOMMENDED_INDEXES,
-    RETIRED_INDEXES,
-    init_db,
-)
+from outbox_monitor.indexes import FLOW_CONTROL_INDEX, RECOMMENDED_INDEXES, RETIRED_INDEXES
+from outbox_monitor.schema import init_db
 
 WORKER = "benchmark-claim"
 SOURCE = "integration_outbox"

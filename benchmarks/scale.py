@@ -62,7 +62,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor import error_grouping, estimates, metrics, schema
+from outbox_monitor import error_grouping, estimates, indexes, metrics, schema
 from outbox_monitor.alerts import stall
 from outbox_monitor.config import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
@@ -574,7 +574,7 @@ def set_backlog(db: RecordingDatabase, size: Size, backlog: int) -> None:
 
 def drop_recommended_indexes(db: RecordingDatabase) -> None:
     table = db.settings.table_parts[1]
-    for index in schema.RECOMMENDED_INDEXES:
+    for index in indexes.RECOMMENDED_INDEXES:
         drop_index(db, index.name(table))
 
 

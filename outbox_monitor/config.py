@@ -1,16 +1,10 @@
 """Settings from the environment, validated at start; every default is a named constant."""
 
-import ipaddress
-import json
-import re
-from typing import Annotated, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from pydantic import (
     AliasChoices,
-    BeforeValidator,
     Field,
     SecretStr,
     ValidationError,
@@ -18,10 +12,21 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.setting_values import (
+    CommaList,
+    OptionalSeconds,
+    Seconds,
+    check_dsn,
+    check_header_name,
+    check_oidc_secret,
+    check_oidc_url,
+    check_role_entries,
+    interface_address,
+    split_table_name,
+)
 from outbox_monitor.value_detectors import check_value_detector
 
 ENV_PREFIX = "OUTBOX_MONITOR_"
@@ -64,7 +69,6 @@ DEFAULT_SLACK_TIMEOUT_SECONDS = 10.0
 """Timeout of each Slack request (connect, then each read), seconds."""
 MIN_AUTO_PRUNE_SECONDS = 86400.0
 """Automatic prune refuses retentions under one day (as ``actions.prune.preview_prune`` does)."""
-_OFF = ("", "off", "none", "false", "no")
 DEFAULT_PROXY_HEADER = "X-Forwarded-Email"
 DEFAULT_REDACT_KEYS = (
     "*email*",
@@ -85,14 +89,6 @@ DEFAULT_REDACT_KEYS = (
 DEFAULT_REDACT_VALUES = ("card", "email")
 """Value detectors: ``card`` (Luhn-valid 13–19 digit numbers), ``email``, or a regex."""
 
-_EMAIL_ENTRY = re.compile(r"(\*|[^\s,;@*]+)?@[^\s,;@*]+")
-"""A role entry naming an e-mail (``alice@example.com``), a domain (``@example.com``,
-``*@example.com``)."""
-_CLAIM_ENTRY = re.compile(r"[A-Za-z_][\w.:-]*=[^\s,;]+")
-"""A role entry matching an ID-token claim (``groups=oncall``)."""
-MIN_COOKIE_SECRET_CHARS = 32
-_NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
-_QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
 
 OIDC_FIELDS = (
     "oidc_metadata_url",
@@ -102,88 +98,6 @@ OIDC_FIELDS = (
     "oidc_redirect_url",
 )
 """Settings of OIDC sign-in, written into Streamlit's ``[auth]`` secrets at start."""
-
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
-
-
-def _optional_duration(value: object) -> float | None:
-    """A duration, or ``None`` for unset/empty/``off`` (a feature that is off)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF):
-        return None
-    return parse_duration(value)
-
-
-OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_duration)]
-
-
-def _comma_list(value: object) -> object:
-    """``"a, b,,c"`` → ``("a", "b", "c")``; a JSON array (``'["\\d{3,4}", "card"]'``, for
-    entries that contain a comma) is read as JSON; a list or tuple is kept; ``off``/empty
-    → ``()``."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in _OFF:
-            return ()
-        if text.startswith("["):
-            try:
-                items = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"not a JSON array of strings: {error}") from None
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                raise ValueError("expected a JSON array of strings")
-            return tuple(item.strip() for item in items if item.strip())
-        return tuple(part.strip() for part in text.split(",") if part.strip())
-    return value
-
-
-CommaList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)]
-
-
-def split_table_name(name: str) -> tuple[str, str]:
-    """Split ``schema.table`` (or ``table``, meaning ``public.table``) into its two parts.
-
-    Args:
-        name: an unquoted Postgres name, optionally schema-qualified.
-
-    Returns:
-        ``(schema, table)``; each part later enters SQL only as ``psycopg.sql.Identifier``.
-
-    Raises:
-        ValueError: the name is not ``table`` or ``schema.table`` of letters, digits, ``_``.
-    """
-    match = _QUALIFIED.match(name.strip())
-    if not match:
-        raise ValueError(f"expected schema.table (letters, digits, _), got {name!r}")
-    return match.group(1) or "public", match.group(2)
-
-
-_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-
-
-def interface_address(value: str) -> str:
-    """``value`` stripped when it is an IP literal (``127.0.0.1``, ``0.0.0.0``, ``::``) or
-    a host name of RFC 1123's form (``localhost``, ``monitor.internal``); whether it can
-    be bound is known only when the server starts (``metrics_server.MetricsServer.start``).
-
-    Raises:
-        ValueError: anything else (``1.2.3.999``, ``a_b``, ``http://x``), with an example.
-    """
-    address = value.strip()
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        pass
-    labels = address.removesuffix(".").split(".")
-    if (
-        len(address) > 253
-        or not all(_HOST_LABEL.fullmatch(label) for label in labels)
-        or labels[-1].isdigit()  # 1.2.3.999 is a bad IP, not a host name
-    ):
-        raise ValueError(
-            f"expected an interface address (an IP such as 127.0.0.1, 0.0.0.0 or ::, or a "
-            f"host name), got {value[:60]!r}"
-        )
-    return address
 
 
 class Settings(BaseSettings):
@@ -253,19 +167,7 @@ class Settings(BaseSettings):
     @field_validator("dsn", "actions_dsn", "primary_dsn")
     @classmethod
     def _check_dsn(cls, value: str | None) -> str | None:
-        if value:
-            try:
-                parts = conninfo_to_dict(value)
-            except psycopg.ProgrammingError as error:
-                raise ValueError(
-                    "not a connection string or URI "
-                    f"(e.g. postgresql://user:password@host:5432/dbname): {_without_secrets(error)}"
-                ) from None
-            if "@" in str(parts.get("host") or ""):
-                raise ValueError(
-                    "the user or password contains '@': percent-encode it as %40 in a URI"
-                )
-        return value
+        return check_dsn(value)
 
     @field_validator("metrics_address")
     @classmethod
@@ -309,13 +211,7 @@ class Settings(BaseSettings):
     @field_validator("admins", "operators", "viewers")
     @classmethod
     def _check_role_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for entry in value:
-            if not (_EMAIL_ENTRY.fullmatch(entry) or _CLAIM_ENTRY.fullmatch(entry)):
-                raise ValueError(
-                    f"{entry!r} is not an e-mail (alice@example.com), a domain (@example.com) "
-                    "or a claim match (groups=oncall)"
-                )
-        return tuple(entry.lower() if "@" in entry else entry for entry in value)
+        return check_role_entries(value)
 
     @field_validator("redact_values")
     @classmethod
@@ -327,41 +223,17 @@ class Settings(BaseSettings):
     @field_validator("proxy_header", "proxy_groups_header")
     @classmethod
     def _check_header(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9-]+", value):
-            raise ValueError(
-                f"expected an HTTP header name such as X-Forwarded-Email, got {value!r}"
-            )
-        return value
+        return check_header_name(value)
 
     @field_validator("oidc_metadata_url", "oidc_redirect_url")
     @classmethod
     def _check_oidc_url(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return value
-        parts = urlsplit(value.strip())
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"expected an http(s) URL, got {value!r}")
-        if info.field_name == "oidc_redirect_url" and not parts.path.endswith("/oauth2callback"):
-            raise ValueError(
-                "Streamlit receives the sign-in at /oauth2callback: expected "
-                f"https://<dashboard>/oauth2callback, got {value!r}"
-            )
-        return value.strip()
+        return check_oidc_url(value, info.field_name)
 
     @field_validator("oidc_cookie_secret", "oidc_client_secret")
     @classmethod
     def _check_oidc_secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
-        if value is None:
-            return value
-        length = len(value.get_secret_value().strip())
-        if info.field_name == "oidc_cookie_secret" and length < MIN_COOKIE_SECRET_CHARS:
-            raise ValueError(
-                f"at least {MIN_COOKIE_SECRET_CHARS} random characters (it signs the session "
-                f"cookie), got {length}; e.g. `openssl rand -hex 32`"
-            )
-        if length == 0:
-            raise ValueError("empty")
-        return value
+        return check_oidc_secret(value, info.field_name)
 
     @model_validator(mode="after")
     def _check_oidc(self) -> "Settings":
@@ -404,16 +276,6 @@ class Settings(BaseSettings):
         if self.ledger_table:
             return split_table_name(self.ledger_table)
         return self.table_parts[0], DEFAULT_LEDGER_TABLE_NAME
-
-
-def _without_secrets(error: psycopg.ProgrammingError) -> str:
-    """libpq's reason why a DSN does not parse, with every quoted fragment of the DSN that
-    is not a connection keyword replaced by "…" (libpq quotes the offending text, which may
-    be a password: ``unexpected spaces found in "pass word"``)."""
-    keywords = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
-    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    kept = keywords | {"=", ""}
-    return re.sub(r'"([^"]*)"', lambda m: m.group(0) if m.group(1) in kept else '"…"', reason)
 
 
 def _variable_name(loc: tuple, overridden: set[str]) -> str:

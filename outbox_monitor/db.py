@@ -332,3 +332,20 @@ class Database:
         """Like ``fetch_all`` but returns the first row, or ``None`` when there is none."""
         with self.connection() as conn:
             return conn.execute(self.compose(name, **fragments), params or {}).fetchone()
+
+
+@contextmanager
+def lock_timeout(
+    conn: psycopg.Connection, seconds: float, *, local: bool = False
+) -> Iterator[None]:
+    """Run the block with a ``lock_timeout`` of ``seconds``: DDL on the outbox then waits at
+    most that long for its lock and fails with ``psycopg.errors.LockNotAvailable`` rather than
+    queue the workers' statements behind it. For the session (none again after the block) or,
+    with ``local``, for the rest of the caller's transaction."""
+    milliseconds = str(max(1, round(seconds * 1000)))
+    conn.execute(compose("set_lock_timeout"), {"milliseconds": milliseconds, "local": local})
+    try:
+        yield
+    finally:
+        if not local and not conn.closed:
+            conn.execute(compose("set_lock_timeout"), {"milliseconds": "0", "local": False})

@@ -1,5 +1,6 @@
 """Prometheus exporter of the scheduler process: the SPEC §2 figures of ``/metrics`` (served
-by ``metrics_server``; the process's own state comes from ``scheduler_status``).
+by ``metrics_server``; the process's own state comes from ``scheduler_status``). Its bounded
+labels are ``exporter_labels``'s, its families without event types ``exporter_families``'.
 
 ``OutboxCollector`` computes, on a scrape, every SPEC §2 figure under its Prometheus name
 (SPEC §2 "One name per figure") — through ``metrics.py``, except the six figures of open
@@ -60,35 +61,36 @@ before summing across replicas (``deploy/prometheus/rules.yml`` does).
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from outbox_monitor import metrics
-from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.db import Database
 from outbox_monitor.durations import duration_label
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.figures import FIGURES, HEALTH_FIGURES, by_family
+from outbox_monitor.exporter_families import (
+    alert_state_family,
+    claim_plan_families,
+    figure_family,
+    health_families,
+    process_families,
+    replica_families,
+)
+from outbox_monitor.exporter_labels import Combine, bound_event_types, figure_windows
+from outbox_monitor.figures import FIGURES
 from outbox_monitor.filters import like_escape
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import OPEN_STATES, held_by
-from outbox_monitor.health.claim_plan import claim_health
-from outbox_monitor.health.status import health_status
-from outbox_monitor.replica import ReplicaStatus, replica_status
+from outbox_monitor.replica import replica_status
 from outbox_monitor.scheduler_status import SchedulerStatus
 
 log = logging.getLogger(__name__)
 
-OTHER = "other"
-"""The ``event_type`` label of every event type past the top N."""
-ALERT_STATES = ("inactive", "pending", "firing", "error")
 QUANTILES = (("0.5", "p50"), ("0.95", "p95"), ("0.99", "p99"))
-
-Combine = Callable[[Iterable[float]], float]
 
 
 @dataclass(frozen=True)
@@ -119,73 +121,6 @@ OPEN_FAMILIES = tuple(
         "stuck_locks",
     )
 )
-
-# Which alerts.yml metrics read which windowed family (their rules add windows to it).
-WINDOWED_METRICS = {
-    "latency": by_family("outbox_latency_seconds"),
-    "throughput": by_family("outbox_processed_per_minute") + by_family("outbox_created_per_minute"),
-    "failed": by_family("outbox_failed_in_window"),
-}
-
-
-def bound_event_types(
-    values: Mapping[str, float | None],
-    *,
-    top: int,
-    pinned: Collection[str] = (),
-    combine: Combine = sum,
-    empty_other: float | None = 0.0,
-) -> dict[str, float]:
-    """Keep ``top`` event types and fold the rest into ``OTHER`` (bounded cardinality).
-
-    Args:
-        values: ``{event_type: value}``; ``None`` values (no figure) are left out.
-        top: how many event types keep their own label.
-        pinned: event types ranked first (those an alerts.yml filter matches).
-        combine: how the rest become one value (``sum`` for counts, ``max`` for ages).
-        empty_other: the ``OTHER`` value when nothing is folded (``None``: no ``OTHER``).
-
-    Returns:
-        ``{event_type: value}``: pinned first, then by value (largest first), ties by
-        name; at most ``top`` entries plus ``OTHER``.
-    """
-    known = {name: value for name, value in values.items() if value is not None}
-    named = [name for name in known if name != OTHER]
-    ranked = sorted(named, key=lambda name: (name not in pinned, -known[name], name))
-    kept = {name: float(known[name]) for name in ranked[:top]}
-    rest = [known[name] for name in ranked[top:]]
-    if OTHER in known:
-        rest.append(known[OTHER])
-    if rest:
-        kept[OTHER] = float(combine(rest))
-    elif empty_other is not None:
-        kept[OTHER] = empty_other
-    return kept
-
-
-def _family(metric: str, *, labels: list[str]) -> GaugeMetricFamily:
-    """The empty family of a figure, named and described by the figure registry."""
-    figure = FIGURES[metric]
-    return GaugeMetricFamily(figure.prometheus, figure.help, labels=labels)
-
-
-def figure_windows(settings_window: float, ruleset: Any = None) -> dict[str, tuple[float, ...]]:
-    """The windows (seconds) each windowed family is computed for.
-
-    Args:
-        settings_window: ``OUTBOX_MONITOR_WINDOW`` (always exported).
-        ruleset: the loaded alerts.yml (``None``: none); each rule on a windowed metric
-            adds its ``window`` (or the settings window when it has none).
-
-    Returns:
-        ``{"latency"|"throughput"|"failed": (seconds, ...)}``, ascending.
-    """
-    windows = {kind: {settings_window} for kind in WINDOWED_METRICS}
-    for rule in getattr(ruleset, "rules", ()) or ():
-        for kind, names in WINDOWED_METRICS.items():
-            if rule.metric in names:
-                windows[kind].add(rule.window or settings_window)
-    return {kind: tuple(sorted(found)) for kind, found in windows.items()}
 
 
 @dataclass
@@ -249,7 +184,7 @@ class OutboxCollector(Collector):
             value=snapshot.seconds,
         )
         yield from snapshot.families
-        yield from self._process_families()
+        yield from process_families(self.status)
 
     def snapshot(self) -> _Snapshot:
         """The cached figures, refreshed when older than ``cache_seconds``; never raises."""
@@ -317,15 +252,15 @@ class OutboxCollector(Collector):
                 family.add_metric([event_type], value)
             families.append(family)
         families += self._windowed(failed, pinned)
-        attempts = _family("attempts_at_least", labels=["attempts"])
+        attempts = figure_family("attempts_at_least", labels=["attempts"])
         for count, rows in metrics.attempts_histogram(db).items():
             attempts.add_metric([str(count)], rows)
         families.append(attempts)
         families += self._flow_families(pinned)
-        families += self._health_families()
-        families.append(self._alert_states())
-        families += _replica_families(replica_status(db))
-        families += _claim_plan_families(db)
+        families += health_families(self.db)
+        families.append(alert_state_family(self.primary))
+        families += replica_families(replica_status(db))
+        families += claim_plan_families(db)
         lag = self.primary.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})[
             "lag_seconds"
         ]
@@ -343,42 +278,21 @@ class OutboxCollector(Collector):
         event types of one control bounded like the other families'."""
         found = controls(self.db)
         flow = held_by(found)
-        rows_held = _family("rows_held", labels=["event_type", "control"])
+        rows_held = figure_family("rows_held", labels=["event_type", "control"])
         for control, by_type in flow.by_control.items():
             bounded = bound_event_types(by_type, top=self.top, pinned=pinned, empty_other=None)
             for event_type, rows in bounded.items():
                 rows_held.add_metric([event_type, control], rows)
-        throttled = _family("rows_throttled", labels=["control"])
+        throttled = figure_family("rows_throttled", labels=["control"])
         for control, rows in flow.throttled_by_control.items():
             throttled.add_metric([control], rows)
-        breakers = _family("breaker_open", labels=["event_type"])
+        breakers = figure_family("breaker_open", labels=["event_type"])
         for control in found:
             if control.settings.breaker:
                 breakers.add_metric(
                     [control.event_type_filter], float(control.breaker_state in OPEN_STATES)
                 )
         return [rows_held, throttled, breakers]
-
-    def _health_families(self) -> list[Metric]:
-        """The table's health (issue 14), one unlabelled gauge per figure of
-        ``HEALTH_FIGURES`` (none for a figure without a value, as a table never
-        autovacuumed), read from one ``health_status`` as ``status --json`` shows it; and
-        ``outbox_index_bytes{index}``, each index's size."""
-        health = health_status(self.db)
-        families: list[Metric] = []
-        for name in HEALTH_FIGURES:
-            family = _family(name, labels=[])
-            value = health[FIGURES[name].status_key.partition(".")[2]]
-            if value is not None:
-                family.add_metric([], float(value))
-            families.append(family)
-        indexes = GaugeMetricFamily(
-            "outbox_index_bytes", "Size of each index of the outbox table, bytes.", labels=["index"]
-        )
-        for index in health["indexes"]:
-            indexes.add_metric([index["index"]], float(index["bytes"]))
-        families.append(indexes)
-        return families
 
     def _pinned(self, names: list[str]) -> set[str]:
         if not self.pinned_patterns or not names:
@@ -392,106 +306,22 @@ class OutboxCollector(Collector):
         self, failed: Mapping[float, Mapping[str, int]], pinned: set[str]
     ) -> list[Metric]:
         db = self.db
-        latency = _family("latency_p50", labels=["quantile", "window"])
+        latency = figure_family("latency_p50", labels=["quantile", "window"])
         for window in self.windows["latency"]:
             percentiles = metrics.latency_percentiles(db, window=window)
             for quantile, key in QUANTILES:
                 if percentiles[key] is not None:
                     latency.add_metric([quantile, duration_label(window)], percentiles[key])
-        processed = _family("processed_per_minute", labels=["window"])
-        created = _family("created_per_minute", labels=["window"])
+        processed = figure_family("processed_per_minute", labels=["window"])
+        created = figure_family("created_per_minute", labels=["window"])
         for window in self.windows["throughput"]:
             rates = metrics.throughput(db, window=window)
             processed.add_metric([duration_label(window)], rates["processed_per_minute"])
             created.add_metric([duration_label(window)], rates["created_per_minute"])
-        dead = _family("failed_in_window", labels=["event_type", "window"])
+        dead = figure_family("failed_in_window", labels=["event_type", "window"])
         for window, by_type in failed.items():
             for event_type, value in bound_event_types(
                 by_type, top=self.top, pinned=pinned
             ).items():
                 dead.add_metric([event_type, duration_label(window)], value)
         return [latency, processed, created, dead]
-
-    def _alert_states(self) -> Metric:
-        family = GaugeMetricFamily(
-            "outbox_monitor_alert_state",
-            "1 for the state each alert instance is in, 0 for the other states.",
-            labels=["rule", "alert_instance", "state"],
-        )
-        for row in list_instances(self.primary):
-            for state in ALERT_STATES:
-                family.add_metric(
-                    [row["rule"], row["instance"], state], 1.0 if row["state"] == state else 0.0
-                )
-        return family
-
-    def _process_families(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "outbox_monitor_leader",
-            "1 while this process holds the evaluator lease (samples, evaluates, sends).",
-            value=1.0 if self.status.is_leader else 0.0,
-        )
-        duration = GaugeMetricFamily(
-            "outbox_monitor_evaluation_duration_seconds",
-            "Wall time of this process's last alert evaluation pass (leader only).",
-        )
-        if self.status.evaluation_seconds is not None:
-            duration.add_metric([], self.status.evaluation_seconds)
-        yield duration
-        age = GaugeMetricFamily(
-            "outbox_monitor_last_evaluation_age_seconds",
-            "Seconds since the last completed alert evaluation of the table by any scheduler "
-            "(database clock; absent before the first).",
-        )
-        if self.status.evaluation_age is not None:
-            age.add_metric([], self.status.evaluation_age)
-        yield age
-        yield GaugeMetricFamily(
-            "outbox_monitor_alerting_stalled",
-            "1 when no alert evaluation completed for more than 3 intervals (Slack is told).",
-            value=1.0 if self.status.stalled else 0.0,
-        )
-        replica = self.status.replica_reading
-        yield GaugeMetricFamily(
-            "outbox_monitor_evaluation_skipped",
-            "1 while this process (the leader) evaluates no rule because the read replica "
-            "lags more than OUTBOX_MONITOR_MAX_REPLICA_LAG (Slack is told).",
-            value=1.0 if replica is not None and replica[1] else 0.0,
-        )
-        counter = CounterMetricFamily(
-            "outbox_monitor_notifications",
-            "Notifications handled by this process's sender, by outcome.",
-            labels=["outcome"],
-        )
-        for outcome, count in self.status.notification_counts().items():
-            counter.add_metric([outcome], count)
-        yield counter
-
-
-def _claim_plan_families(db: Database) -> list[Metric]:
-    """``outbox_claim_plan_degraded`` and ``outbox_claim_plan_cost`` (issue 14 item 2): the
-    workers' claim planned now (``health.claim_plan.claim_health``, EXPLAIN only)."""
-    health = claim_health(db)
-    degraded = _family("claim_plan_degraded", labels=[])
-    degraded.add_metric([], float(health.degraded))
-    cost = _family("claim_plan_cost", labels=[])
-    cost.add_metric([], health.cost)
-    return [degraded, cost]
-
-
-def _replica_families(reading: ReplicaStatus) -> list[Metric]:
-    """``outbox_monitor_replica_in_recovery`` and ``outbox_monitor_replica_lag_seconds``
-    (no sample while the lag is unknown) of the read DSN."""
-    recovery = GaugeMetricFamily(
-        "outbox_monitor_replica_in_recovery",
-        "1 when OUTBOX_MONITOR_DSN is a hot standby (figures come from a read replica).",
-        value=1.0 if reading.in_recovery else 0.0,
-    )
-    lag = GaugeMetricFamily(
-        "outbox_monitor_replica_lag_seconds",
-        "Replay lag of the read DSN: 0 on a primary or when everything received is "
-        "replayed, else now - the newest replayed commit (absent when unknown).",
-    )
-    if reading.lag_seconds is not None:
-        lag.add_metric([], reading.lag_seconds)
-    return [recovery, lag]

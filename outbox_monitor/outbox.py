@@ -21,10 +21,10 @@ from outbox_monitor.config import (
     DEFAULT_LEDGER_TABLE_NAME,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TABLE,
-    split_table_name,
 )
 from outbox_monitor.errors import clean_error
 from outbox_monitor.queries import compose
+from outbox_monitor.setting_values import split_table_name
 
 log = logging.getLogger(__name__)
 

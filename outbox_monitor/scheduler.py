@@ -34,7 +34,7 @@ from outbox_monitor.alerts.slack import (
     transport_for_route,
 )
 from outbox_monitor.alerts.stall import StallWatch
-from outbox_monitor.config import Settings, interface_address, load_settings
+from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError
@@ -52,6 +52,7 @@ from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.replica import check_write_target
 from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import check_outbox_table
+from outbox_monitor.setting_values import interface_address
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,5 @@
 """init-db (tables, recommended indexes, migrations) and the start-up table check."""
 
-import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,13 +8,20 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from outbox_monitor.db import Database
-from outbox_monitor.errors import (
-    ColumnsMissing,
-    PartitioningUnsupported,
-    SchemaNotInitialised,
-    TableMissing,
+from outbox_monitor.db import Database, lock_timeout
+from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
+from outbox_monitor.indexes import (
+    FLOW_CONTROL_INDEX,
+    RECOMMENDED_INDEXES,
+    RETIRED_INDEXES,
+    RecommendedIndex,
+    build_index,
+    index_name,
+    present_indexes,
+    retired_index_name,
 )
+from outbox_monitor.partitioned_indexes import create_partitioned_index
+from outbox_monitor.partitioning import check_partitioning, table_shape
 from outbox_monitor.queries import compose, migration_files
 
 TEXT_TYPES = ("text", "character varying")
@@ -37,131 +43,8 @@ OUTBOX_COLUMNS: dict[str, tuple[str, ...]] = {
     "created_at": TIMESTAMPTZ,
     "processed_at": TIMESTAMPTZ,
 }
-
-
-@dataclass(frozen=True)
-class RecommendedIndex:
-    """One recommended index (SPEC §1): its name suffix, its ``queries.sql`` block, and what
-    it serves (for the "missing index" warning)."""
-
-    purpose: str
-    block: str
-    serves: str
-
-    def name(self, table: str) -> str:
-        """The index name on ``table``: ``<table>_<purpose>_idx`` (``_index_name``)."""
-        return _index_name(table, self.purpose)
-
-
-# The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
-# can serve the users' claim (no created_at order, no predicate its clauses imply) and the
-# claim's UPDATE to 'processing' writes an entry in none of them.
-RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
-    RecommendedIndex(
-        "finished",
-        "create_index_finished",
-        "(status, processed_at) of done/failed rows: latency, throughput, failures, prune",
-    ),
-    RecommendedIndex(
-        "dead_letters",
-        "create_index_dead_letters",
-        "(event_type, attempts) of failed rows: retry pressure",
-    ),
-    RecommendedIndex(
-        "clock_skew",
-        "create_index_clock_skew",
-        "(created_at) of rows processed before they were created: created per minute",
-    ),
-)
-# The index through which a claim under flow control skips the rows a pause or an open breaker
-# holds without reading them (migration 009). Only for a team using flow control (`init-db
-# --flow-control`): every publish and retry writes an entry in it, +2 to +18 % per statement
-# at 1 M rows (benchmarks/RESULTS.md), a cost the others need not pay. Without it a claim reads
-# every held row, and the product says so wherever controls are shown.
-FLOW_CONTROL_INDEX = RecommendedIndex(
-    "pending_by_type",
-    "create_index_pending_by_type",
-    "(event_type, available_at, created_at) of pending rows: claims skip held rows unread",
-)
-# Indexes an earlier init-db created, by name suffix and key columns. (created_at) let the
-# users' claim walk the whole history in created_at order once a backlog formed, and
-# (status, processed_at) let it read every pending row in a retry storm (benchmarks/RESULTS.md).
-RETIRED_INDEXES: dict[str, tuple[str, ...]] = {
-    "created_at": ("created_at",),
-    "status_processed_at": ("status", "processed_at"),
-}
 DROP_LOCK_TIMEOUT_SECONDS = 5.0
-PARTITION_DDL_LOCK_TIMEOUT_SECONDS = 2.0
-"""How long init-db's DDL on a partitioned outbox waits for its lock: ``CREATE INDEX … ON ONLY``
-the parent (a SHARE lock, which the workers' writes queue behind while it waits) and the
-``ATTACH`` of each partition's index. It then gives up, and the index is reported unfinished
-(``InitReport.unfinished_indexes``): run init-db again."""
-MAX_IDENTIFIER_LENGTH = 63
 INDEX_LOCK_POLL_SECONDS = 0.2
-PARTITION_KEY = ("created_at",)
-"""The partition key the product supports: range partitions of ``created_at`` (SPEC §1)."""
-STRATEGIES = {"r": "range", "l": "list", "h": "hash"}
-
-
-@dataclass(frozen=True)
-class TableShape:
-    """How the outbox table is built (SPEC §1): ``partitioned`` (declarative partitioning),
-    its ``strategy`` (``"r"`` range, ``"l"`` list, ``"h"`` hash) and ``key_columns`` (``None``
-    when the key holds an expression), whether it has a default partition, and whether a valid
-    unique index has exactly ``event_key`` and ``created_at`` as its key columns (the arbiter
-    of publish's ``ON CONFLICT DO NOTHING`` on a partitioned table)."""
-
-    partitioned: bool
-    strategy: str | None = None
-    key_columns: tuple[str, ...] | None = None
-    has_default: bool = False
-    event_key_unique: bool = False
-
-    @property
-    def by_created_at(self) -> bool:
-        """Partitioned by range of ``created_at``: the shape the product supports."""
-        return self.partitioned and self.strategy == "r" and self.key_columns == PARTITION_KEY
-
-
-def table_shape(db: Database) -> TableShape | None:
-    """The configured outbox table's shape, read from the catalog (one statement).
-
-    Returns:
-        A ``TableShape``, or ``None`` when the table (ordinary or partitioned) does not
-        exist.
-
-    Raises:
-        The errors of ``Database.fetch_one``.
-    """
-    schema, table = db.settings.table_parts
-    row = db.fetch_one("outbox_shape", {"schema": schema, "name": table})
-    if row is None:
-        return None
-    keys = row["key_columns"]
-    return TableShape(
-        partitioned=row["partitioned"],
-        strategy=row["strategy"],
-        key_columns=None if keys is None else tuple(keys),
-        has_default=row["has_default"],
-        event_key_unique=row["event_key_unique"],
-    )
-
-
-@contextmanager
-def lock_timeout(
-    conn: psycopg.Connection, seconds: float, *, local: bool = False
-) -> Iterator[None]:
-    """Run the block with a ``lock_timeout`` of ``seconds``: DDL on the outbox then waits at
-    most that long for its lock and fails with ``psycopg.errors.LockNotAvailable`` rather than
-    queue the workers' statements behind it. For the session (none again after the block) or,
-    with ``local``, for the rest of the caller's transaction."""
-    milliseconds = str(max(1, round(seconds * 1000)))
-    conn.execute(compose("set_lock_timeout"), {"milliseconds": milliseconds, "local": local})
-    try:
-        yield
-    finally:
-        if not local and not conn.closed:
-            conn.execute(compose("set_lock_timeout"), {"milliseconds": "0", "local": False})
 
 
 @dataclass
@@ -178,19 +61,6 @@ class InitReport:
     schema_version: int = 0
     undropped_indexes: dict[str, str] = field(default_factory=dict)
     unfinished_indexes: dict[str, str] = field(default_factory=dict)
-
-
-def _index_name(table: str, purpose: str) -> str:
-    """``<table>_<purpose>_idx``; when that is longer than Postgres' 63 bytes, the table part
-    is cut and followed by 8 hex digits of its md5, so that two purposes never share a name
-    (a plain cut would give one name to ``claim``, ``clock_skew`` and ``created_at`` of a
-    61-character table, and init-db would take one index for another)."""
-    name = f"{table}_{purpose}_idx"
-    if len(name.encode()) <= MAX_IDENTIFIER_LENGTH:
-        return name
-    suffix = f"_{hashlib.md5(table.encode()).hexdigest()[:8]}_{purpose}_idx"
-    room = MAX_IDENTIFIER_LENGTH - len(suffix.encode())
-    return table.encode()[:room].decode(errors="ignore") + suffix
 
 
 OUTBOX_KEYS = sql.SQL("PRIMARY KEY (id), UNIQUE (event_key)")
@@ -213,15 +83,9 @@ def create_outbox_table(
         table=table,
         keys=keys,
         partitioning=partitioning,
-        claim_index=sql.Identifier(_index_name(name, "claim")),
-        aggregate_index=sql.Identifier(_index_name(name, "aggregate")),
+        claim_index=sql.Identifier(index_name(name, "claim")),
+        aggregate_index=sql.Identifier(index_name(name, "aggregate")),
     )
-
-
-def _retired_index_name(table: str, purpose: str) -> str:
-    """The name an earlier release gave an index: ``<table>_<purpose>_idx`` cut to 63 bytes,
-    as Postgres cuts a longer one."""
-    return f"{table}_{purpose}_idx".encode()[:MAX_IDENTIFIER_LENGTH].decode(errors="ignore")
 
 
 def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = False) -> InitReport:
@@ -310,24 +174,18 @@ def _exists(conn, schema: str, name: str) -> bool:
     ]
 
 
-def _present_indexes(db: Database, conn) -> set[str]:
-    schema, table = db.settings.table_parts
-    rows = conn.execute(compose("table_indexes"), {"schema": schema, "name": table})
-    return {row["index_name"] for row in rows}
-
-
 def _create_indexes(
     db: Database, conn, indexes: tuple[RecommendedIndex, ...], report: InitReport
 ) -> None:
     schema, table = db.settings.table_parts
-    present = _present_indexes(db, conn)
+    present = present_indexes(db, conn)
     partitioned = _is_partitioned(conn, schema, table)
     for index in indexes:
         name = index.name(table)
         if name in present:
             continue
         if partitioned:
-            unfinished = _create_partitioned_index(db, conn, index)
+            unfinished = create_partitioned_index(db, conn, index)
             if unfinished:
                 report.unfinished_indexes[name] = unfinished
                 continue
@@ -337,7 +195,7 @@ def _create_indexes(
             ).fetchone()["valid"]
             if valid is False:  # an interrupted CONCURRENTLY build: built again
                 conn.execute(compose("drop_index", index=sql.Identifier(schema, name)))
-            conn.execute(_build(index, name, db.table, leaf=True))
+            conn.execute(build_index(index, name, db.table, leaf=True))
         conn.execute(compose("comment_recommended_index", index=sql.Identifier(schema, name)))
         report.created_indexes.append(name)
 
@@ -347,93 +205,12 @@ def _is_partitioned(conn, schema: str, table: str) -> bool:
     return bool(row and row["partitioned"])
 
 
-def _build(
-    index: RecommendedIndex, name: str, table: sql.Identifier, *, leaf: bool
-) -> sql.Composed:
-    """The statement building ``index`` as ``name`` on ``table``: ``CONCURRENTLY`` on an
-    ordinary table (a leaf partition too), ``ON ONLY`` a partitioned one (invalid until the
-    index of each of its partitions is attached)."""
-    return compose(
-        index.block,
-        index=sql.Identifier(name),
-        table=table,
-        concurrently=sql.SQL("CONCURRENTLY" if leaf else ""),
-        only=sql.SQL("" if leaf else "ONLY"),
-    )
-
-
-def _create_partitioned_index(db: Database, conn, index: RecommendedIndex) -> str | None:
-    """Build ``index`` on a partitioned outbox without holding up its writes: ``ON ONLY`` each
-    partitioned table of the tree, ``CONCURRENTLY`` on each leaf, each partition's index
-    attached to its parent's as soon as it is built (the parent's becomes valid with the
-    last). What an earlier run left is reused: an index attached already, a valid index of
-    the partition's name (attached now), an invalid one (dropped and built again).
-
-    Returns:
-        ``None`` when the index is valid on the outbox, else why it is not (a lock timeout,
-        a partition's invalid index); a next run goes on from there.
-    """
-    schema, table = db.settings.table_parts
-    root = index.name(table)
-    index_of = {(schema, table): root}
-    try:
-        with lock_timeout(conn, PARTITION_DDL_LOCK_TIMEOUT_SECONDS):
-            conn.execute(_build(index, root, db.table, leaf=False))
-        tree = conn.execute(compose("partition_tree"), {"table_regclass": db.table_regclass})
-        for part in tree.fetchall():
-            here = (part["schema"], part["name"])
-            parent = sql.Identifier(
-                part["parent_schema"], index_of[(part["parent_schema"], part["parent_name"])]
-            )
-            own = _index_name(part["name"], index.purpose)
-            state = conn.execute(
-                compose("partition_index"),
-                {
-                    "parent_index": parent.as_string(conn),
-                    "partition": sql.Identifier(*here).as_string(conn),
-                    "name": own,
-                },
-            ).fetchone()
-            if state["attached"] is not None:
-                index_of[here] = state["attached"]
-                if state["attached_valid"] or not part["leaf"]:
-                    continue
-                return (
-                    f"the index {state['attached']} of partition {'.'.join(here)} is invalid: "
-                    "drop it (DROP INDEX CONCURRENTLY) and run init-db again"
-                )
-            index_of[here] = own
-            if not part["leaf"]:
-                with lock_timeout(conn, PARTITION_DDL_LOCK_TIMEOUT_SECONDS):
-                    conn.execute(_build(index, own, sql.Identifier(*here), leaf=False))
-            else:
-                if state["named_valid"] is False:  # an interrupted CONCURRENTLY build
-                    conn.execute(compose("drop_index", index=sql.Identifier(part["schema"], own)))
-                conn.execute(_build(index, own, sql.Identifier(*here), leaf=True))
-            with lock_timeout(conn, PARTITION_DDL_LOCK_TIMEOUT_SECONDS):
-                conn.execute(
-                    compose(
-                        "attach_index",
-                        parent_index=parent,
-                        child_index=sql.Identifier(part["schema"], own),
-                    )
-                )
-    except psycopg.errors.LockNotAvailable:
-        return (
-            f"lock timeout ({PARTITION_DDL_LOCK_TIMEOUT_SECONDS:g} s): a long transaction or "
-            "another DDL holds the table; run init-db again to finish it"
-        )
-    if root not in _present_indexes(db, conn):
-        return "not valid yet: a partition's index is missing; run init-db again"
-    return None
-
-
 def _drop_retired_indexes(db: Database, conn, report: InitReport) -> None:
     schema, table = db.settings.table_parts
     partitioned = _is_partitioned(conn, schema, table)
     with lock_timeout(conn, DROP_LOCK_TIMEOUT_SECONDS):
         for purpose, columns in RETIRED_INDEXES.items():
-            name = _retired_index_name(table, purpose)
+            name = retired_index_name(table, purpose)
             params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
             if not conn.execute(compose("retired_index_present"), params).fetchone()["present"]:
                 continue
@@ -452,43 +229,6 @@ def _drop_retired_indexes(db: Database, conn, report: InitReport) -> None:
                 )
                 continue
             report.dropped_indexes.append(name)
-
-
-def missing_recommended_indexes(db: Database) -> list[str]:
-    """Recommended indexes (SPEC §1) that the outbox table lacks, looked up by the name
-    ``init-db`` gives them (``<table>_<purpose>_idx``).
-
-    Returns:
-        Human-readable descriptions, e.g. ``["integration_outbox_finished_idx: (status,
-        processed_at) of done/failed rows: ..."]``; empty when all are present.
-    """
-    schema, table = db.settings.table_parts
-    present = {
-        row["index_name"]
-        for row in db.fetch_all("table_indexes", {"schema": schema, "name": table})
-    }
-    return [
-        f"{index.name(table)}: {index.serves}"
-        for index in RECOMMENDED_INDEXES
-        if index.name(table) not in present
-    ]
-
-
-def retired_indexes_present(db: Database) -> list[str]:
-    """Indexes an earlier ``init-db`` created that slow the users' claim (``RETIRED_INDEXES``),
-    still on the outbox table: ``init-db`` drops them.
-
-    Returns:
-        Their names; empty when none is left.
-    """
-    schema, table = db.settings.table_parts
-    found = []
-    for purpose, columns in RETIRED_INDEXES.items():
-        name = _retired_index_name(table, purpose)
-        params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
-        if db.fetch_one("retired_index_present", params)["present"]:
-            found.append(name)
-    return found
 
 
 def _one_of(types: tuple[str, ...]) -> str:
@@ -556,42 +296,4 @@ def check_outbox_table(db: Database) -> None:
         raise SchemaNotInitialised(
             f"outbox-monitor's schema is at version {version}, this release needs {latest}",
             hint="Run `outbox-monitor init-db` (idempotent; it only adds what is missing).",
-        )
-
-
-def check_partitioning(table: str, shape: TableShape) -> None:
-    """Check that a partitioned outbox has the shape the product works on (SPEC §1): range
-    partitions of ``created_at`` and a valid unique index on ``(event_key, created_at)``;
-    an ordinary table passes.
-
-    Args:
-        table: ``schema.table``, for the messages.
-        shape: its ``table_shape``.
-
-    Raises:
-        PartitioningUnsupported: the message says what is wrong, the hint how to fix it.
-    """
-    if not shape.partitioned:
-        return
-    if not shape.by_created_at:
-        key = "an expression" if shape.key_columns is None else ", ".join(shape.key_columns)
-        strategy = STRATEGIES.get(shape.strategy or "", "?")
-        raise PartitioningUnsupported(
-            f"the outbox table {table} is partitioned by {strategy} of {key}; outbox-monitor "
-            "works on an outbox partitioned by range of created_at",
-            hint="Partition it by RANGE (created_at) (pg_partman's time-based partitioning "
-            "does), or point OUTBOX_MONITOR_TABLE at an ordinary table (see README, "
-            "'A partitioned outbox').",
-        )
-    if not shape.event_key_unique:
-        raise PartitioningUnsupported(
-            f"the partitioned outbox table {table} has no valid unique index on "
-            "(event_key, created_at): publish's ON CONFLICT DO NOTHING would not skip a "
-            "duplicate event_key",
-            hint=f"Create it: CREATE UNIQUE INDEX ON {table} (event_key, created_at) "
-            "(Postgres needs the partition key in every unique index of a partitioned table; "
-            "on a busy table build it without blocking writes: ON ONLY the parent, "
-            "CONCURRENTLY on each partition, then ALTER INDEX … ATTACH PARTITION). The "
-            "trade-off (SPEC §1): one intent published twice at different instants makes "
-            "two rows, so the idempotency ledger is the guard (README, 'A partitioned outbox').",
         )

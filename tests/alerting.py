@@ -7,16 +7,25 @@ injectable clock the evaluator and sender take, the queries read the real alerti
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import yaml
+from apscheduler.schedulers.base import BaseScheduler
 
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import ENV_PREFIX
+from outbox_monitor.db import Database
 from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.scheduler import build_scheduler
+
+SENDER_INTERVAL = 0.2
+"""Seconds between the sender's passes in a test's scheduler (the product's default is longer)."""
 
 
 class FakeClock:
@@ -48,6 +57,63 @@ def rules_file(directory: Path, rules: Any, name: str = "alerts.yml") -> Path:
     path = directory / name
     path.write_text(rules if isinstance(rules, str) else yaml.safe_dump(rules, sort_keys=False))
     return path
+
+
+def stuck_lock_rules(interval: str, more: str = "") -> str:
+    """alerts.yml text: rules evaluated every ``interval`` (``for`` and ``keep_firing_for``
+    0 s), routed to ``oncall`` (Slack at ``SLACK_WEBHOOK_URL``, repeated hourly):
+    ``stuck-lock`` (``stuck_locks > 0``), then ``more`` (rule items of the same list, as YAML
+    indented by two spaces)."""
+    return f"""
+version: 1
+defaults: {{interval: {interval}, for: 0s, keep_firing_for: 0s}}
+routes:
+  oncall: {{webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}}
+rules:
+  - name: stuck-lock
+    metric: stuck_locks
+    op: ">"
+    threshold: 0
+    route: oncall
+{more}"""
+
+
+def start_scheduler(
+    db: Database, *, ruleset: RuleSet | None = None, sink: SlackSink | None = None, **options: Any
+) -> BaseScheduler:
+    """``build_scheduler``'s background scheduler, started: ``ruleset``'s alerts posted to
+    ``sink`` (its routes' ``SLACK_WEBHOOK_URL``; no transport without a sink), the sender
+    every ``SENDER_INTERVAL``; ``options`` as ``build_scheduler`` takes them (``status``,
+    ``primary``, ``leadership``, ``outage_alert_after``). End it with ``stop_scheduler``."""
+    transports = (
+        None if sink is None else transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
+    )
+    scheduler = build_scheduler(
+        db,
+        blocking=False,
+        ruleset=ruleset,
+        transports=transports,
+        sender_interval=SENDER_INTERVAL,
+        **options,
+    )
+    scheduler.start()
+    return scheduler
+
+
+def stop_scheduler(scheduler: BaseScheduler) -> None:
+    """Shuts a ``start_scheduler`` scheduler down, waiting for its jobs (once)."""
+    if scheduler.running:
+        scheduler.shutdown(wait=True)
+
+
+@contextmanager
+def running_scheduler(db: Database, **options: Any) -> Iterator[BaseScheduler]:
+    """``start_scheduler(db, **options)`` for the block, then ``stop_scheduler``."""
+    scheduler = start_scheduler(db, **options)
+    try:
+        yield scheduler
+    finally:
+        stop_scheduler(scheduler)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, step: float = 0.05) -> Any:

@@ -12,7 +12,7 @@ from outbox_monitor.actions.preview import (
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.filters import Where
-from outbox_monitor.schema import table_shape
+from outbox_monitor.partitioning import table_shape
 
 
 def preview_prune(

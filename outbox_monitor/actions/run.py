@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, replace
 import psycopg
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions import partitions
+from outbox_monitor.actions import partition_detach
 from outbox_monitor.actions.audit import MAX_AUDIT_IDS, record_audit
+from outbox_monitor.actions.partitions import Partition
 from outbox_monitor.actions.preview import Preview, previewed
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
@@ -84,7 +85,7 @@ def apply(
     rows across batches from the first batch's start (SPEC §5). Each batch is one
     transaction with its own audit row; a run that changes nothing still writes one audit
     row. Every run is logged with its run id: INFO when done, ERROR when it failed. A prune
-    first detaches and drops the partitions its preview listed (``actions.partitions``,
+    first detaches and drops the partitions its preview listed (``actions.partition_detach``,
     each re-checked and audited; one it cannot is left to the batches).
 
     Args:
@@ -196,15 +197,15 @@ def apply(
 
 def _detach_partitions(
     db: Database, preview: Preview, *, actor: Identity, run_id: str
-) -> Iterator[partitions.Step]:
+) -> Iterator[partition_detach.Step]:
     """The partitions a prune's preview listed, detached one by one (none for another action
     or an ordinary table)."""
     listed = preview.details.get("partitions") if preview.action == "prune" else None
     if not listed:
         return iter(())
-    return partitions.detach(
+    return partition_detach.detach(
         db,
-        [partitions.Partition.from_detail(detail) for detail in listed],
+        [Partition.from_detail(detail) for detail in listed],
         done_older_than=preview.filter["done_older_than_seconds"],
         failed_older_than=preview.filter["failed_older_than_seconds"],
         where=Where().event_type(preview.filter["event_type"]),

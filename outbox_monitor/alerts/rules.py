@@ -47,7 +47,8 @@ from outbox_monitor.alerts.rule_values import (
     to_duration,
 )
 from outbox_monitor.durations import parse_duration
-from outbox_monitor.figures import FIGURES, Figure
+from outbox_monitor.figure_model import Figure
+from outbox_monitor.figures import FIGURES
 from outbox_monitor.units import format_value
 
 DEFAULT_WEBHOOK_ENV = "SLACK_WEBHOOK_URL"

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from outbox_monitor.access import local_identity
-from outbox_monitor.actions.partitions import outcome_lines, preview_lines
+from outbox_monitor.actions.partition_lines import outcome_lines, preview_lines
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap

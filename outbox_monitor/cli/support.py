@@ -12,13 +12,14 @@ from typing import Any
 import click
 
 from outbox_monitor import schema
-from outbox_monitor.config import Settings, load_settings, split_table_name
+from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import READ_DSN_SETTING, writing_setting
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.logs import escape_controls
 from outbox_monitor.replica import refuse_standby
+from outbox_monitor.setting_values import split_table_name
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -87,7 +88,7 @@ class RowIdType(click.ParamType):
 
 
 class TableNameType(click.ParamType):
-    """``--table``: ``schema.table`` or ``table`` (``config.split_table_name``); a bad name
+    """``--table``: ``schema.table`` or ``table`` (``setting_values.split_table_name``); a bad name
     is a usage error (exit 2) naming the option, as a bad duration is."""
 
     name = "schema.table"

@@ -104,7 +104,7 @@ SELECT EXISTS (
 ) AS present;
 
 -- name: set_lock_timeout
--- The lock timeout in milliseconds ('0': none) of this session, or with %(local)s of this transaction only: DDL on the outbox waits at most that long for its lock (schema.lock_timeout).
+-- The lock timeout in milliseconds ('0': none) of this session, or with %(local)s of this transaction only: DDL on the outbox waits at most that long for its lock (db.lock_timeout).
 SELECT set_config('lock_timeout', %(milliseconds)s, %(local)s);
 
 -- name: drop_index

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions import partitions, prune, reap, replay, run
+from outbox_monitor.actions import prune, reap, replay, run
+from outbox_monitor.actions.partition_lines import outcome_lines, preview_lines
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, Progress
@@ -66,7 +67,7 @@ def describe_result(result: ActionResult) -> str:
     )
     text = f"{text}; {result.skipped:,} {skipped}."
     if result.detached or result.kept:
-        lines = partitions.outcome_lines(result.detached, result.kept)
+        lines = outcome_lines(result.detached, result.kept)
         text += " " + format.md_text("; ".join(lines) + ".")
     return text
 
@@ -302,5 +303,5 @@ def preview_prune(
 
 def partition_lines(preview: Preview) -> list[str]:
     """The lines a prune's preview shows about the partitions it detaches whole (none for an
-    ordinary outbox): ``partitions.preview_lines``, as markdown that shows them literally."""
-    return [format.md_text(line.strip()) for line in partitions.preview_lines(preview.details)]
+    ordinary outbox): ``preview_lines``, as markdown that shows them literally."""
+    return [format.md_text(line.strip()) for line in preview_lines(preview.details)]

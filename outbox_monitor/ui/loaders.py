@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor import error_grouping, estimates, events, metrics, schema
+from outbox_monitor import error_grouping, estimates, events, indexes, metrics
 from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.db import Database
@@ -103,21 +103,21 @@ def throughput_series(
 
 @cached
 def _missing_indexes(key: str, _db: Database) -> list[str]:
-    return schema.missing_recommended_indexes(_db)
+    return indexes.missing_recommended_indexes(_db)
 
 
 def missing_indexes(db: Database) -> list[str]:
-    """``schema.missing_recommended_indexes``: descriptions of absent recommended indexes."""
+    """``indexes.missing_recommended_indexes``: descriptions of absent recommended indexes."""
     return _missing_indexes(db_key(db), db)
 
 
 @cached
 def _retired_indexes(key: str, _db: Database) -> list[str]:
-    return schema.retired_indexes_present(_db)
+    return indexes.retired_indexes_present(_db)
 
 
 def retired_indexes(db: Database) -> list[str]:
-    """``schema.retired_indexes_present``: names of indexes an earlier init-db created that
+    """``indexes.retired_indexes_present``: names of indexes an earlier init-db created that
     slow the workers' claim."""
     return _retired_indexes(db_key(db), db)
 

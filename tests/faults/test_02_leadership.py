@@ -35,24 +35,12 @@ from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.demo.pgcluster import free_port
-from tests.alerting import notifications, rules_file, subprocess_env, wait_for
+from tests.alerting import notifications, rules_file, stuck_lock_rules, subprocess_env, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 0.3
 """Evaluation interval of these tests: alerting is stalled after 3 × 0.3 s."""
-RULES = f"""
-version: 1
-defaults: {{interval: {INTERVAL}s, for: 0s, keep_firing_for: 0s}}
-routes:
-  oncall: {{webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}}
-rules:
-  - name: stuck-lock
-    metric: stuck_locks
-    op: ">"
-    threshold: 0
-    severity: warning
-    route: oncall
-"""
+RULES = stuck_lock_rules(f"{INTERVAL}s")
 OLD_LOCK = "outbox_monitor.evaluator:public.integration_outbox"
 """The advisory-lock name by which earlier versions elected the leader."""
 STALLED = "alerting is stalled"

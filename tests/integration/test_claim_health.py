@@ -17,12 +17,8 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
 from outbox_monitor.figures import FIGURES
-from outbox_monitor.health.claim_plan import (
-    MIN_JUMPED_COST,
-    claim_health,
-    plan_series,
-    record_claim_plans,
-)
+from outbox_monitor.health.claim_plan import claim_health, plan_series, record_claim_plans
+from outbox_monitor.health.claim_verdicts import MIN_JUMPED_COST
 from outbox_monitor.jobs import CLAIM_PLAN_JOB_ID
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.scheduler_status import SchedulerStatus

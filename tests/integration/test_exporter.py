@@ -23,40 +23,32 @@ from outbox_monitor import metrics
 from outbox_monitor.alerts.leader import Leadership
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.exporter import OTHER, bound_event_types
+from outbox_monitor.exporter_labels import OTHER, bound_event_types
 from outbox_monitor.jobs import PRUNER_JOB_ID, REAPER_JOB_ID
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import init_db
-from tests.alerting import wait_for
+from tests.alerting import running_scheduler, stuck_lock_rules, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
-RULES = """
-version: 1
-defaults: {interval: 0.5s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}
-rules:
-  - name: stuck-lock
-    metric: stuck_locks
-    op: ">"
-    threshold: 0
-    route: oncall
+RULES = stuck_lock_rules(
+    "0.5s",
+    """\
   - name: recent-failures
     metric: failed_in_window
     window: 15m
     op: ">"
     threshold: 100
     route: oncall
-"""
+""",
+)
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -113,33 +105,23 @@ def running_exporter(
     db: Database,
     *,
     ruleset: RuleSet | None = None,
-    transports: Any = None,
+    sink: SlackSink | None = None,
     top: int = 2,
     cache: float = 0.0,
     **options: Any,
 ) -> Iterator[Running]:
-    """A started BackgroundScheduler (build_scheduler) and its HTTP server on a free port."""
+    """A started BackgroundScheduler (``tests.alerting.running_scheduler``: Slack to ``sink``)
+    and its HTTP server on a free port."""
     status = SchedulerStatus()
-    scheduler = build_scheduler(
-        db,
-        blocking=False,
-        ruleset=ruleset,
-        transports=transports,
-        status=status,
-        sender_interval=0.2,
-        **options,
-    )
-    server = MetricsServer(
-        db, status, ruleset=ruleset, port=0, top_event_types=top, cache_seconds=cache
-    )
-    scheduler.start()
-    server.start()
-    try:
-        yield Running(scheduler, status, server)
-    finally:
-        server.stop()
-        if scheduler.running:
-            scheduler.shutdown(wait=True)
+    with running_scheduler(db, ruleset=ruleset, sink=sink, status=status, **options) as scheduler:
+        server = MetricsServer(
+            db, status, ruleset=ruleset, port=0, top_event_types=top, cache_seconds=cache
+        )
+        server.start()
+        try:
+            yield Running(scheduler, status, server)
+        finally:
+            server.stop()
 
 
 def seed(rows) -> None:
@@ -190,25 +172,21 @@ def assert_age(value: float, age: float, seeded_at: float) -> None:
     assert age <= value <= age + elapsed + 1.0, (value, age, elapsed)
 
 
-def test_metrics_are_the_hand_computed_figures(db, rows, tmp_path):
+def test_metrics_are_the_hand_computed_figures(db, rows, write_rules, slack_sink):
     seed(rows)
     seeded_at = time.monotonic()
-    (tmp_path / "alerts.yml").write_text(RULES)
-    ruleset = load_rules(tmp_path / "alerts.yml")
-    with SlackSink(port=0) as sink:
-        transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
-        with running_exporter(db, ruleset=ruleset, transports=transports) as run:
-            assert wait_for(lambda: sink.messages(), timeout=10), "stuck-lock never fired"
-            found = wait_for(
-                lambda: (
-                    (s := scrape(run.url))
-                    and s["outbox_monitor_sampler_lag_seconds"]
-                    and by(s, "outbox_monitor_notifications_total", "outcome").get("sent")
-                    and s
-                ),
-                timeout=10,
-            )
-            status_now = metrics.status(db)
+    with running_exporter(db, ruleset=write_rules(RULES), sink=slack_sink) as run:
+        assert wait_for(lambda: slack_sink.messages(), timeout=10), "stuck-lock never fired"
+        found = wait_for(
+            lambda: (
+                (s := scrape(run.url))
+                and s["outbox_monitor_sampler_lag_seconds"]
+                and by(s, "outbox_monitor_notifications_total", "outcome").get("sent")
+                and s
+            ),
+            timeout=10,
+        )
+        status_now = metrics.status(db)
 
     assert single(found, "outbox_monitor_up") == 1
     assert single(found, "outbox_monitor_leader") == 1

@@ -80,33 +80,6 @@ def _claim_reading(conn: psycopg.Connection, limit: int) -> tuple[list[dict], in
         return got, conn.execute(read).fetchone()["n"] - before
 
 
-def test_a_claim_reads_no_row_a_pause_holds(db, conn, rows):
-    schema.init_db(db, flow_control=True)
-    # 3,000 due crm.contact rows, older than the 3 order.paid ones, held by a pause
-    conn.execute(
-        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
-        " payload, created_at, available_at)"
-        " SELECT 'crm.contact', 'contact', g::text, 'held:' || g, '{}',"
-        " now() - interval '1 hour', now() - interval '1 hour'"
-        " FROM generate_series(1, %s) AS g",
-        (HELD,),
-    )
-    due = [rows.add(event_type="order.paid", created_ago=30 - i) for i in range(3)]
-    control(conn, "crm.%", paused=True)
-    conn.execute("ANALYZE integration_outbox")
-
-    got, read = _claim_reading(conn, 50)
-    assert sorted(row["id"] for row in got) == due
-    # the 3 handed out, and one row per pending type from the type scan at most
-    assert read <= 3 + 2
-
-    # the same claim without the flow-control index reads every held row (migration 008)
-    conn.execute("DROP INDEX integration_outbox_pending_by_type_idx")
-    got, read = _claim_reading(conn, 50)
-    assert sorted(row["id"] for row in got) == due
-    assert read >= HELD
-
-
 def _hold_3000_behind_3_due(conn: psycopg.Connection, rows) -> list[int]:
     """3,000 due crm.contact rows held by a pause of crm.%, older than 3 due order.paid rows
     (returned)."""
@@ -122,6 +95,22 @@ def _hold_3000_behind_3_due(conn: psycopg.Connection, rows) -> list[int]:
     control(conn, "crm.%", paused=True)
     conn.execute("ANALYZE integration_outbox")
     return due
+
+
+def test_a_claim_reads_no_row_a_pause_holds(db, conn, rows):
+    schema.init_db(db, flow_control=True)
+    due = _hold_3000_behind_3_due(conn, rows)
+
+    got, read = _claim_reading(conn, 50)
+    assert sorted(row["id"] for row in got) == due
+    # the 3 handed out, and one row per pending type from the type scan at most
+    assert read <= 3 + 2
+
+    # the same claim without the flow-control index reads every held row (migration 008)
+    conn.execute("DROP INDEX integration_outbox_pending_by_type_idx")
+    got, read = _claim_reading(conn, 50)
+    assert sorted(row["id"] for row in got) == due
+    assert read >= HELD
 
 
 def test_init_dbs_index_lets_the_claim_skip_held_rows_on_a_varchar_status_column(db, conn, rows):

@@ -13,11 +13,9 @@ from psycopg.rows import dict_row
 
 from outbox_monitor.alerts.leader import Leadership
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.schema import init_db
 from tests.alerting import (
     drain,
@@ -25,6 +23,9 @@ from tests.alerting import (
     messages_after,
     notifications,
     rules_file,
+    start_scheduler,
+    stop_scheduler,
+    stuck_lock_rules,
     subprocess_env,
     transitions,
     wait_for,
@@ -32,19 +33,7 @@ from tests.alerting import (
 
 REPO = Path(__file__).resolve().parents[2]
 
-RULES = """
-version: 1
-defaults: {interval: 0.3s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}
-rules:
-  - name: stuck-lock
-    metric: stuck_locks
-    op: ">"
-    threshold: 0
-    severity: warning
-    route: oncall
-"""
+RULES = stuck_lock_rules("0.3s")
 
 
 @pytest.fixture
@@ -123,31 +112,26 @@ def test_a_killed_leader_process_frees_the_lock(settings, dsn):
 class Replica:
     """One scheduler process's worth: its own pool, leadership and BackgroundScheduler."""
 
-    def __init__(self, settings, ruleset, transports, *, alert_after: float | None = None):
+    def __init__(self, settings, ruleset, sink, *, alert_after: float | None = None):
         self.db = Database(settings)
         self.leadership = Leadership(settings)
-        self.scheduler = build_scheduler(
+        self.scheduler = start_scheduler(
             self.db,
-            blocking=False,
             ruleset=ruleset,
-            transports=transports,
+            sink=sink,
             leadership=self.leadership,
-            sender_interval=0.2,
             outage_alert_after=alert_after,
         )
-        self.scheduler.start()
 
     def stop(self) -> None:
-        if self.scheduler.running:
-            self.scheduler.shutdown(wait=True)
+        stop_scheduler(self.scheduler)
         self.db.close()
 
 
 def test_two_schedulers_send_one_message_per_transition_and_fail_over(
     settings, dsn, conn, rows, ruleset, slack_sink
 ):
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
-    replicas = [Replica(settings, ruleset, transports) for _ in range(2)]
+    replicas = [Replica(settings, ruleset, slack_sink) for _ in range(2)]
     try:
         assert wait_for(lambda: any(r.leadership.held for r in replicas), timeout=5)
         [leader] = [r for r in replicas if r.leadership.held]
@@ -194,8 +178,7 @@ def test_database_outage_alerts_once_from_the_former_leader_and_resolves(
 ):
     cluster, dsn = outage_cluster
     settings = load_settings(dsn=dsn, sample_interval=1)
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
-    replicas = [Replica(settings, ruleset, transports, alert_after=1.0) for _ in range(2)]
+    replicas = [Replica(settings, ruleset, slack_sink, alert_after=1.0) for _ in range(2)]
     try:
         assert wait_for(lambda: any(r.leadership.held for r in replicas), timeout=5)
         [leader] = [r for r in replicas if r.leadership.held]
@@ -242,8 +225,7 @@ def test_database_outage_alerts_once_from_the_former_leader_and_resolves(
 def test_a_short_database_blip_alerts_nobody(outage_cluster, ruleset, slack_sink):
     cluster, dsn = outage_cluster
     settings = load_settings(dsn=dsn, sample_interval=1)
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
-    replica = Replica(settings, ruleset, transports, alert_after=30.0)
+    replica = Replica(settings, ruleset, slack_sink, alert_after=30.0)
     try:
         assert wait_for(lambda: replica.leadership.held, timeout=5)
         cluster.pause()

@@ -18,9 +18,10 @@ import pytest
 from click.testing import CliRunner
 from psycopg.rows import dict_row
 
-from outbox_monitor import outbox, schema
+from outbox_monitor import outbox, partitioned_indexes, partitioning, schema
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions import partitions
+from outbox_monitor.actions import partition_detach, partitions
+from outbox_monitor.actions.partition_lines import preview_lines
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.run import apply
 from outbox_monitor.cli import main
@@ -28,6 +29,12 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.partitioned import create_partitioned_outbox
 from outbox_monitor.errors import PartitioningUnsupported
+from outbox_monitor.indexes import (
+    FLOW_CONTROL_INDEX,
+    RECOMMENDED_INDEXES,
+    index_name,
+    missing_recommended_indexes,
+)
 from tests.at_once import run_at_once
 from tests.conftest import TEMPLATE, Rows
 
@@ -36,7 +43,7 @@ TEMPLATE_WITHOUT_DEFAULT = "outbox_partitioned_nodefault_template"
 DAY = 86400
 ACTOR = Identity("oncall@example.com", Role.operator, "oidc")
 SLACK_SECONDS = 5
-RECOMMENDED = [index.purpose for index in schema.RECOMMENDED_INDEXES]
+RECOMMENDED = [index.purpose for index in RECOMMENDED_INDEXES]
 _databases = itertools.count()
 
 
@@ -123,7 +130,7 @@ def test_the_table_check_accepts_a_partitioned_outbox(db, conn, rows):
         rows.add(created_ago=200 * DAY),
     )
     schema.check_outbox_table(db)
-    shape = schema.table_shape(db)
+    shape = partitioning.table_shape(db)
     assert (shape.partitioned, shape.by_created_at, shape.has_default) == (True, True, True)
     assert shape.event_key_unique
     first, *_, last, default = _partitions(conn)
@@ -295,7 +302,7 @@ def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
     row's xmin through the outbox)."""
     if pending_by_type:
         assert schema.init_db(db, flow_control=True).created_indexes == [
-            schema._index_name("integration_outbox", "pending_by_type")
+            index_name("integration_outbox", "pending_by_type")
         ]
     rows.add(event_type="crm.sync", created_ago=100 * DAY)
     wanted = rows.add(event_type="order.paid", created_ago=45 * DAY)
@@ -322,7 +329,7 @@ def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
 def _index_state(conn, purpose: str) -> tuple[bool, dict[str, bool]]:
     """The parent's recommended index: valid?, and per leaf partition whether the index tree
     under it holds a valid index of that leaf."""
-    name = schema._index_name("integration_outbox", purpose)
+    name = index_name("integration_outbox", purpose)
     parent = conn.execute(
         "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass", (name,)
     ).fetchone()
@@ -360,14 +367,14 @@ def test_init_db_builds_every_recommended_index_partition_by_partition(empty_dsn
         with Database(load_settings(dsn=empty_dsn)) as db:
             first = schema.init_db(db, flow_control=True)
             second = schema.init_db(db, flow_control=True)
-            assert schema.missing_recommended_indexes(db) == []
+            assert missing_recommended_indexes(db) == []
         assert first.created_tables == ["public.integration_idempotency"]
         assert first.created_indexes == [
-            schema._index_name("integration_outbox", purpose)
-            for purpose in [*RECOMMENDED, schema.FLOW_CONTROL_INDEX.purpose]
+            index_name("integration_outbox", purpose)
+            for purpose in [*RECOMMENDED, FLOW_CONTROL_INDEX.purpose]
         ]
         assert (first.unfinished_indexes, second.created_indexes) == ({}, [])
-        for purpose in [*RECOMMENDED, schema.FLOW_CONTROL_INDEX.purpose]:
+        for purpose in [*RECOMMENDED, FLOW_CONTROL_INDEX.purpose]:
             valid, leaves = _index_state(conn, purpose)
             assert valid and len(leaves) == 7 and all(leaves.values()), (purpose, leaves)
         # a partition made later (as pg_partman premakes them) gets every index from the parent
@@ -380,7 +387,7 @@ def test_init_db_builds_every_recommended_index_partition_by_partition(empty_dsn
 
 
 def test_init_db_finishes_what_an_interrupted_run_left(empty_dsn, monkeypatch):
-    monkeypatch.setattr(schema, "PARTITION_DDL_LOCK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(partitioned_indexes, "PARTITION_DDL_LOCK_TIMEOUT_SECONDS", 0.3)
     with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
         names = create_partitioned_outbox(conn, "public", "integration_outbox", _bounds(conn))
         with Database(load_settings(dsn=empty_dsn)) as db:
@@ -395,17 +402,17 @@ def test_init_db_finishes_what_an_interrupted_run_left(empty_dsn, monkeypatch):
                 writer.rollback()
             assert stopped.created_indexes == []
             assert set(stopped.unfinished_indexes) == {
-                schema._index_name("integration_outbox", purpose) for purpose in RECOMMENDED
+                index_name("integration_outbox", purpose) for purpose in RECOMMENDED
             }
             assert all("lock timeout (0.3 s)" in why for why in stopped.unfinished_indexes.values())
             # what a run cut short after its first partition leaves: the parent's index
             # invalid, one partition's index built and not attached yet
-            finished = schema._index_name("integration_outbox", "finished")
+            finished = index_name("integration_outbox", "finished")
             conn.execute(
                 f"CREATE INDEX {finished} ON ONLY integration_outbox (status, processed_at) "
                 "INCLUDE (created_at) WHERE status IN ('done', 'failed')"
             )
-            own = schema._index_name(names[0], "finished")
+            own = index_name(names[0], "finished")
             conn.execute(
                 f"CREATE INDEX {own} ON {names[0]} (status, processed_at) "
                 "INCLUDE (created_at) WHERE status IN ('done', 'failed')"
@@ -414,7 +421,7 @@ def test_init_db_finishes_what_an_interrupted_run_left(empty_dsn, monkeypatch):
             resumed = schema.init_db(db)
             assert resumed.unfinished_indexes == {}
             assert finished in resumed.created_indexes
-            assert schema.missing_recommended_indexes(db) == []
+            assert missing_recommended_indexes(db) == []
         valid, leaves = _index_state(conn, "finished")
         assert valid and all(leaves.values())
         indexes = conn.execute(
@@ -433,9 +440,7 @@ def test_two_init_db_at_once_on_a_partitioned_outbox(empty_dsn):
 
     reports = run_at_once(init_db)
     created = sorted(name for report in reports for name in report.created_indexes)
-    assert created == sorted(
-        schema._index_name("integration_outbox", purpose) for purpose in RECOMMENDED
-    )
+    assert created == sorted(index_name("integration_outbox", purpose) for purpose in RECOMMENDED)
 
 
 # ---------------------------------------------------------------------- prune by partition
@@ -471,7 +476,7 @@ def test_prune_detaches_a_partition_past_retention_and_prunes_the_rest_row_by_ro
     assert [(p["name"], p["rows"], p["done"], p["failed"]) for p in listed] == [(first, 3, 2, 1)]
     assert preview.details["detach"] == "exclusive lock"  # a default partition: no CONCURRENTLY
     assert preview.filter["detach_partitions"] == [f"public.{first}"]
-    assert "1 partition(s) detached whole" in partitions.preview_lines(preview.details)[0]
+    assert "1 partition(s) detached whole" in preview_lines(preview.details)[0]
     result = apply(db, preview, actor=ACTOR, batch_size=2)
     assert (result.detached, result.kept) == ((f"public.{first}",), {})
     assert (result.changed, result.skipped) == (6, 0)
@@ -514,20 +519,20 @@ def test_a_partition_not_counted_within_the_statement_timeout_is_left_to_the_bat
     dsn, rows, monkeypatch
 ):
     rows.add(status="done", created_ago=100 * DAY, processed_ago=99 * DAY)
-    count = partitions._count
+    count = partitions.count_rows
 
     def slow(conn, *args, **kwargs):  # as a count of a huge partition
         conn.execute("SELECT pg_sleep(1)")
         return count(conn, *args, **kwargs)
 
-    monkeypatch.setattr(partitions, "_count", slow)
+    monkeypatch.setattr(partitions, "count_rows", slow)
     with Database(load_settings(dsn=dsn, statement_timeout=0.3)) as db:
         preview = preview_prune(db, done_older_than=30 * DAY, failed_older_than=None)
     assert "partitions" not in preview.details and preview.matched == 1
     (name, why), *_ = preview.details["uncounted_partitions"].items()
     assert name.startswith("public.integration_outbox_p")
     assert "not counted within the statement timeout (0.3 s)" in why
-    assert partitions.preview_lines(preview.details)[0] == "partitions left to the batches:"
+    assert preview_lines(preview.details)[0] == "partitions left to the batches:"
 
 
 def test_a_row_replayed_after_the_preview_keeps_its_partition(db, rows, conn):
@@ -551,13 +556,13 @@ def test_a_row_changed_during_the_detach_brings_the_partition_back(db, rows, con
     dead = rows.add_failed(created_ago=100 * DAY, processed_ago=95 * DAY)
     first = _partitions(conn)[0]
     preview = preview_prune(db, done_older_than=30 * DAY, failed_older_than=90 * DAY)
-    detach = partitions._detach_partition
+    detach = partition_detach._detach_partition
 
     def replay_then_detach(*args, **kwargs):  # a replay between the check and the detach
         conn.execute("UPDATE integration_outbox SET status = 'pending' WHERE id = %s", (dead,))
         return detach(*args, **kwargs)
 
-    monkeypatch.setattr(partitions, "_detach_partition", replay_then_detach)
+    monkeypatch.setattr(partition_detach, "_detach_partition", replay_then_detach)
     result = apply(db, preview, actor=ACTOR)
     assert result.detached == ()
     assert "attached back" in result.kept[f"public.{first}"]
@@ -583,7 +588,7 @@ def test_prune_detaches_concurrently_without_a_default_partition(dsn_without_def
 def test_an_interrupted_concurrent_detach_is_finished_by_the_next_prune(
     dsn_without_default, monkeypatch
 ):
-    monkeypatch.setattr(partitions, "DETACH_CONCURRENTLY_LOCK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(partition_detach, "DETACH_CONCURRENTLY_LOCK_TIMEOUT_SECONDS", 0.3)
     with psycopg.connect(dsn_without_default, autocommit=True, row_factory=dict_row) as conn:
         Rows(conn).add(status="done", created_ago=100 * DAY, processed_ago=99 * DAY)
         first = _partitions(conn)[0]

@@ -21,8 +21,7 @@ from click.testing import CliRunner
 from psycopg.rows import dict_row
 
 from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
-from outbox_monitor.alerts.rules_file import load_rules
-from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.cli import main
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
@@ -30,25 +29,13 @@ from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ReadOnlyDatabase
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.replica import replica_status
-from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.scheduler_status import SchedulerStatus
-from tests.alerting import subprocess_env, wait_for
+from tests.alerting import running_scheduler, stuck_lock_rules, subprocess_env, wait_for
 from tests.conftest import Rows
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_LAG = 2.0
-RULES = """
-version: 1
-defaults: {interval: 1s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h}
-rules:
-  - name: stuck-lock
-    metric: stuck_locks
-    op: ">"
-    threshold: 0
-    route: oncall
-"""
+RULES = stuck_lock_rules("1s")
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -113,36 +100,26 @@ def test_the_lag_is_measured_while_replay_is_paused(replica_db):
 
 
 @contextmanager
-def running_scheduler(
-    replica_db: Any, sink: SlackSink, tmp_path: Path, **settings: Any
+def standby_scheduler(
+    replica_db: Any, ruleset: RuleSet, sink: SlackSink, **settings: Any
 ) -> Iterator[tuple[Database, Database, MetricsServer]]:
     """The scheduler of ``build_scheduler`` reading the standby and writing the primary,
-    with /metrics and /healthz on a free port; the rules above, Slack to ``sink``."""
-    (tmp_path / "alerts.yml").write_text(RULES)
-    ruleset = load_rules(tmp_path / "alerts.yml")
-    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
+    with /metrics and /healthz on a free port; ``ruleset``'s alerts posted to ``sink``."""
     config = load_settings(
         dsn=replica_db.standby, primary_dsn=replica_db.primary, sample_interval=1, **settings
     )
     status = SchedulerStatus()
-    with Database(config) as db, Database(config, purpose="primary") as primary:
-        scheduler = build_scheduler(
-            db,
-            blocking=False,
-            ruleset=ruleset,
-            transports=transports,
-            status=status,
-            primary=primary,
-            sender_interval=0.2,
-        )
+    with (
+        Database(config) as db,
+        Database(config, purpose="primary") as primary,
+        running_scheduler(db, ruleset=ruleset, sink=sink, status=status, primary=primary),
+    ):
         server = MetricsServer(db, status, primary=primary, ruleset=ruleset, cache_seconds=0)
-        scheduler.start()
         server.start()
         try:
             yield db, primary, server
         finally:
             server.stop()
-            scheduler.shutdown(wait=True)
 
 
 def _stuck_lock(dsn: str) -> int:
@@ -150,12 +127,14 @@ def _stuck_lock(dsn: str) -> int:
         return Rows(conn).add(status="processing", created_ago=3000, locked_ago=2000)
 
 
-def test_the_scheduler_reads_the_standby_and_writes_the_primary(replica_db, tmp_path):
+def test_the_scheduler_reads_the_standby_and_writes_the_primary(
+    replica_db, write_rules, slack_sink
+):
     _stuck_lock(replica_db.primary)
     replica_db.standby_server.wait_for_database(replica_db.name)
-    with SlackSink(port=0) as sink, running_scheduler(replica_db, sink, tmp_path):
-        assert wait_for(lambda: sink.messages(), timeout=20), "no firing message"
-        assert "[FIRING] stuck-lock" in sink.messages()[0]["text"]
+    with standby_scheduler(replica_db, write_rules(RULES), slack_sink):
+        assert wait_for(lambda: slack_sink.messages(), timeout=20), "no firing message"
+        assert "[FIRING] stuck-lock" in slack_sink.messages()[0]["text"]
         with _connect(replica_db.standby) as standby:
             readers = standby.execute(
                 "SELECT count(*) AS n FROM pg_stat_activity "
@@ -183,18 +162,17 @@ def _last_evaluated(dsn: str) -> Any:
         ).fetchone()["last_evaluated_at"]
 
 
-def test_a_lagging_standby_skips_evaluation_and_alerts_once_then_resolves(replica_db, tmp_path):
+def test_a_lagging_standby_skips_evaluation_and_alerts_once_then_resolves(
+    replica_db, write_rules, slack_sink
+):
     row_id = _stuck_lock(replica_db.primary)
     replica_db.standby_server.wait_for_database(replica_db.name)
-    with (
-        SlackSink(port=0) as sink,
-        running_scheduler(replica_db, sink, tmp_path, max_replica_lag=MAX_LAG) as (
-            db,
-            _,
-            server,
-        ),
+    with standby_scheduler(replica_db, write_rules(RULES), slack_sink, max_replica_lag=MAX_LAG) as (
+        db,
+        _,
+        server,
     ):
-        assert wait_for(lambda: sink.messages(), timeout=20), "no firing message"
+        assert wait_for(lambda: slack_sink.messages(), timeout=20), "no firing message"
         assert _get(server.url + "/healthz") == (200, "ok")
         # the standby stops replaying; the primary reaps the stuck lock meanwhile
         replica_db.standby_server.pause_replay()
@@ -204,7 +182,7 @@ def test_a_lagging_standby_skips_evaluation_and_alerts_once_then_resolves(replic
         over_at = replayed_at + timedelta(seconds=MAX_LAG)  # the lag crosses the setting
 
         def lag_alerts() -> list[Any]:
-            return [r for r in sink.requests if "replica-lag" in json.dumps(r.body)]
+            return [r for r in slack_sink.requests if "replica-lag" in json.dumps(r.body)]
 
         assert wait_for(lag_alerts, timeout=20), "no replica-lag message"
         [alert] = lag_alerts()
@@ -220,19 +198,21 @@ def test_a_lagging_standby_skips_evaluation_and_alerts_once_then_resolves(replic
         time.sleep(3)  # three evaluation intervals: no rule is evaluated, no second message
         assert _last_evaluated(replica_db.primary) == frozen
         assert len(lag_alerts()) == 1
-        assert [m["text"] for m in sink.messages()].count(sink.messages()[0]["text"]) == 1
+        assert [m["text"] for m in slack_sink.messages()].count(
+            slack_sink.messages()[0]["text"]
+        ) == 1
 
         replica_db.standby_server.resume_replay()
         assert wait_for(lambda: len(lag_alerts()) == 2, timeout=20), "no resolve"
         assert "RESOLVED" in json.dumps(lag_alerts()[1].body)
         # evaluation resumes on fresh figures: the stuck lock reaped on the primary resolves
         assert wait_for(
-            lambda: any("[RESOLVED] stuck-lock" in m["text"] for m in sink.messages()), 20
+            lambda: any("[RESOLVED] stuck-lock" in m["text"] for m in slack_sink.messages()), 20
         )
         assert _get(server.url + "/healthz") == (200, "ok")
         time.sleep(2)
         assert len(lag_alerts()) == 2
-        texts = [m["text"] for m in sink.messages()]
+        texts = [m["text"] for m in slack_sink.messages()]
         assert len(texts) == 4, texts  # firing, replica-lag, its resolve, resolved
     with _connect(replica_db.primary) as conn:
         history = conn.execute(
@@ -313,13 +293,12 @@ def test_a_write_reaching_a_standby_names_the_setting_to_change(replica_db, purp
 
 
 def test_a_leader_taking_over_during_an_episode_sends_nothing_more_and_resolves_it(
-    replica_db, tmp_path
+    replica_db, write_rules
 ):
     """The episode lives in the notification outbox on the primary: a new leader (a new
     watch, or a new lease term) finds it open, queues no second message, and queues its
     one resolve when the standby has caught up."""
-    (tmp_path / "alerts.yml").write_text(RULES)
-    ruleset = load_rules(tmp_path / "alerts.yml")
+    ruleset = write_rules(RULES)
     config = load_settings(dsn=replica_db.standby, primary_dsn=replica_db.primary)
     with Database(config) as db, Database(config, purpose="primary") as primary:
 

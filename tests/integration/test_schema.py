@@ -3,7 +3,7 @@
 import psycopg
 import pytest
 
-from outbox_monitor import metrics, schema
+from outbox_monitor import indexes, metrics, schema
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
@@ -52,7 +52,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             [],
             [],
         )
-        assert schema.missing_recommended_indexes(db) == []
+        assert indexes.missing_recommended_indexes(db) == []
         schema.check_outbox_table(db)
 
 
@@ -64,7 +64,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
         # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
         assert len(set(created)) == 4 and all(len(name) <= 63 for name in created)
         assert created[3].startswith(cut) and created[3].endswith("_pending_by_type_idx")
-        assert schema.missing_recommended_indexes(db) == []
+        assert indexes.missing_recommended_indexes(db) == []
         assert schema.init_db(db, flow_control=True).created_indexes == []
     with psycopg.connect(empty_dsn) as conn:
         names = {
@@ -79,7 +79,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
 def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
     with Database(load_settings(dsn=empty_dsn)) as db:
         assert schema.init_db(db, create_indexes=False).created_indexes == []
-        missing = schema.missing_recommended_indexes(db)
+        missing = indexes.missing_recommended_indexes(db)
         assert [m.split(":")[0] for m in missing] == [
             "integration_outbox_finished_idx",
             "integration_outbox_dead_letters_idx",
@@ -102,11 +102,11 @@ def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
                     "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_finished_idx"
                     " ON integration_outbox (aggregate_id)"
                 )
-            assert schema.missing_recommended_indexes(db)[0].startswith(
+            assert indexes.missing_recommended_indexes(db)[0].startswith(
                 "integration_outbox_finished_idx"
             )
             assert "integration_outbox_finished_idx" in schema.init_db(db).created_indexes
-            assert schema.missing_recommended_indexes(db) == []
+            assert indexes.missing_recommended_indexes(db) == []
             definition = conn.execute(
                 "SELECT pg_get_indexdef('integration_outbox_finished_idx'::regclass)"
             ).fetchone()[0]
@@ -193,10 +193,10 @@ def test_custom_schema_and_mixed_case_table_name(dsn):
             )
         schema.check_outbox_table(db)
         assert metrics.queue_depth(db) == 1
-        assert schema.missing_recommended_indexes(db) == []
+        assert indexes.missing_recommended_indexes(db) == []
 
 
-# Indexes an earlier init-db created, and their key columns (schema.RETIRED_INDEXES).
+# Indexes an earlier init-db created, and their key columns (indexes.RETIRED_INDEXES).
 RETIRED = {
     "integration_outbox_created_at_idx": "(created_at)",
     "integration_outbox_status_processed_at_idx": "(status, processed_at)",
@@ -229,14 +229,14 @@ def _create_retired(conn) -> None:
 
 def test_init_db_drops_the_indexes_of_earlier_releases_that_slow_the_claim(db, conn):
     _create_retired(conn)
-    assert schema.retired_indexes_present(db) == list(RETIRED)
+    assert indexes.retired_indexes_present(db) == list(RETIRED)
 
     report = schema.init_db(db)
 
     assert report.dropped_indexes == list(RETIRED)
     assert report.undropped_indexes == {}
     assert not set(RETIRED) & _index_names(conn)
-    assert schema.retired_indexes_present(db) == []
+    assert indexes.retired_indexes_present(db) == []
     assert schema.init_db(db).dropped_indexes == []
 
 
@@ -251,7 +251,7 @@ def test_a_users_index_of_that_name_but_another_definition_stays(db, conn):
 
     assert schema.init_db(db).dropped_indexes == []
     assert set(RETIRED) <= _index_names(conn)
-    assert schema.retired_indexes_present(db) == []
+    assert indexes.retired_indexes_present(db) == []
 
 
 def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(empty_dsn, conn):
@@ -274,7 +274,7 @@ def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(e
         with Database(load_settings(dsn=empty_dsn)) as fresh:
             first = schema.init_db(fresh)
             again = schema.init_db(fresh)
-            present = schema.retired_indexes_present(fresh)
+            present = indexes.retired_indexes_present(fresh)
         names = {
             row[0]
             for row in users.execute(
@@ -312,7 +312,7 @@ def test_the_workers_claim_can_use_no_recommended_index(db, conn, rows):
     (pending_by_type's also needs event_type IS NOT NULL, which holds but which the users'
     claim never states)."""
     assert schema.init_db(db, flow_control=True).created_indexes == [
-        schema.FLOW_CONTROL_INDEX.name("integration_outbox")
+        indexes.FLOW_CONTROL_INDEX.name("integration_outbox")
     ]
     for n in range(200):
         rows.add(status="pending" if n % 2 else "done", created_ago=n, processed_ago=0)
@@ -325,6 +325,6 @@ def test_the_workers_claim_can_use_no_recommended_index(db, conn, rows):
         )
     ours = [
         index.name("integration_outbox")
-        for index in (*schema.RECOMMENDED_INDEXES, schema.FLOW_CONTROL_INDEX)
+        for index in (*indexes.RECOMMENDED_INDEXES, indexes.FLOW_CONTROL_INDEX)
     ]
     assert not [name for name in ours if name in plan], plan

@@ -4,7 +4,7 @@ import pytest
 
 from outbox_monitor.config import DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, load_settings
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.health.claim_plan import (
+from outbox_monitor.health.claim_verdicts import (
     MIN_TABLE_ROWS,
     IndexInfo,
     cost_jumped,

@@ -1,7 +1,8 @@
 import pytest
 
-from outbox_monitor.config import load_settings, split_table_name
+from outbox_monitor.config import load_settings
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.setting_values import split_table_name
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,8 @@ import re
 from pathlib import Path
 
 from outbox_monitor.alerts.rules import FIGURES as RULE_METRICS
-from outbox_monitor.exporter import OPEN_FAMILIES, WINDOWED_METRICS
+from outbox_monitor.exporter import OPEN_FAMILIES
+from outbox_monitor.exporter_labels import WINDOWED_METRICS
 from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, FLOW_FIGURES, HEALTH_FIGURES, SAMPLED
 from outbox_monitor.sampler import HEADLINE
 
