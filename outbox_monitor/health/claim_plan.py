@@ -38,6 +38,7 @@ recorded.
 
 import json
 import logging
+import re
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,10 @@ MIN_TABLE_ROWS = 10_000
 """A table with fewer rows than this (``pg_class.reltuples``, partitions summed) is read
 whole cheaply: its plan is shown but never called degraded."""
 _INDEX_SCANS = ("Index Scan", "Index Only Scan", "Bitmap Index Scan")
-_PENDING_PREDICATE = "status = 'pending'::text"
+_PENDING_PREDICATE = re.compile(r"\bstatus\)?(?:::[\w ]+)? = 'pending'::")
+"""A predicate's test of ``status = 'pending'`` as Postgres prints it for a ``text`` column
+(``status = 'pending'::text``) or one it casts, such as ``varchar``
+(``(status)::text = 'pending'::text``)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,11 @@ class IndexInfo:
     @property
     def pending_only(self) -> bool:
         """Whether it holds pending rows only: led by ``status`` (the claim's condition
-        bounds the walk to pending rows) or partial on ``status = 'pending'``."""
-        return self.leading_column == "status" or _PENDING_PREDICATE in (self.predicate or "")
+        bounds the walk to pending rows) or partial on ``status = 'pending'`` (of a ``text``
+        or ``varchar`` column)."""
+        return self.leading_column == "status" or bool(
+            _PENDING_PREDICATE.search(self.predicate or "")
+        )
 
 
 @dataclass(frozen=True)
