@@ -1,6 +1,7 @@
 """The claim plan's verdicts, from EXPLAIN documents and recorded costs (pure: no database): its
 shape, why it walks non-pending rows, whether its cost jumped (``health.claim_plan``)."""
 
+import re
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,10 @@ MIN_TABLE_ROWS = 10_000
 """A table with fewer rows than this (``pg_class.reltuples``, partitions summed) is read
 whole cheaply: its plan is shown but never called degraded."""
 _INDEX_SCANS = ("Index Scan", "Index Only Scan", "Bitmap Index Scan")
-_PENDING_PREDICATE = "status = 'pending'::text"
+_PENDING_PREDICATE = re.compile(r"\bstatus\)?(?:::[\w ]+)? = 'pending'::")
+"""A predicate's test of ``status = 'pending'`` as Postgres prints it for a ``text`` column
+(``status = 'pending'::text``) or one it casts, such as ``varchar``
+(``(status)::text = 'pending'::text``)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,9 @@ class IndexInfo:
     def pending_only(self) -> bool:
         """Whether it holds pending rows only: led by ``status`` (the claim's condition
         bounds the walk to pending rows) or partial on ``status = 'pending'``."""
-        return self.leading_column == "status" or _PENDING_PREDICATE in (self.predicate or "")
+        return self.leading_column == "status" or bool(
+            _PENDING_PREDICATE.search(self.predicate or "")
+        )
 
 
 @dataclass(frozen=True)

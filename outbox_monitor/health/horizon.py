@@ -7,9 +7,15 @@ rows the workers ack stay in the table and its indexes as dead tuples, and every
 them. Each ``Holder`` names what it is, how long it has held the horizon, and the command
 that ends it — shown to a person, never run by the product.
 
+How long a session has held it is counted from its transaction's start unless readings
+remembered for the same ``Database`` show its snapshots are per statement
+(``horizon_memory``: one reading cannot tell READ COMMITTED from REPEATABLE READ).
+
 A role without ``pg_read_all_stats`` (``pg_monitor`` holds it; ``init-db --print-grants``
-grants it) sees another role's sessions only as pid, role, application and xids: how long
-they have held the horizon, their state and query are hidden, and ``Horizon`` says so.
+grants it) sees another role's sessions only as pid, role, application and xids: their
+start, state and query are hidden, and ``Horizon`` says so. Such a session counts from the
+first reading that showed its current xid (a lower bound, from the second reading on), so
+the ``xmin_horizon_age`` figure still grows while one stays open.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -17,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.db import Database
+from outbox_monitor.health.horizon_memory import FROM_XID, held_since, memory_of
 from outbox_monitor.redaction import redactor_for
 
 SESSION = "session"
@@ -42,9 +49,12 @@ class Holder:
             prepared transaction, a slot's ``xmin``); false for a session idle in a
             transaction without a snapshot or xid, and a slot with only ``catalog_xmin``
             (it holds back vacuum of the system catalogs only) or none.
-        held_seconds: how long it has held it — a session's transaction age, a prepared
-            transaction's age since PREPARE; ``None`` when unknown (a slot: PostgreSQL keeps
-            no time for its xmin; a hidden session).
+        held_seconds: how long it has held it — a session's transaction age (or its
+            statement's, its snapshots known to be per statement; a hidden session's age
+            since first seen, a lower bound), a prepared transaction's age since PREPARE;
+            ``None`` when unknown (a slot: PostgreSQL keeps no time for its xmin; a hidden
+            session's first reading). A session holding nothing: how long its transaction
+            has been open.
         xid_age: transactions since its xid or xmin (``age()``), or the slot's; ``None``
             when it has none.
         since: when it began holding (the transaction's start, the PREPARE), or ``None``.
@@ -57,6 +67,9 @@ class Holder:
             an active slot's consumer must stop first).
         advice: what the command does, or what to do instead.
         retained_wal_bytes: WAL a slot keeps from its ``restart_lsn`` (``None`` otherwise).
+        held_from: how a session's ``held_seconds`` is counted (``horizon_memory.FROM_*``:
+            from its transaction's start, isolation unknown from one reading; from its
+            statement's; from when first seen, hidden); ``None`` for other holders.
     """
 
     kind: str
@@ -74,6 +87,7 @@ class Holder:
     command: str | None = None
     advice: str = ""
     retained_wal_bytes: int | None = None
+    held_from: str | None = None
 
     @property
     def summary(self) -> str:
@@ -89,6 +103,8 @@ class Holder:
             details.append("details hidden")
         if self.held_seconds is None and self.xid_age is not None:
             details.append(f"xid age {self.xid_age:,}")
+        if self.held_from and self.held_from != FROM_XID:
+            details.append(f"held since {self.held_from}")
         return f"{name} ({', '.join(details)})" if details else name
 
     def as_json(self) -> dict[str, Any]:
@@ -120,8 +136,8 @@ class Horizon:
     @property
     def age_seconds(self) -> float:
         """How long the horizon has been held: the longest ``held_seconds`` of the holders
-        that hold it (0 when none does; holders of unknown age — slots, hidden sessions —
-        cannot count: ``hidden_note`` and their ``xid_age`` say so)."""
+        that hold it (0 when none does; holders of unknown age — slots, a hidden session on
+        its first reading — cannot count: ``hidden_note`` and their ``xid_age`` say so)."""
         ages = [h.held_seconds for h in self.holding if h.held_seconds is not None]
         return max(ages, default=0.0)
 
@@ -148,9 +164,9 @@ class Horizon:
         if self.sees_all or not self.hidden_sessions:
             return None
         return (
-            f"{self.hidden_sessions} session(s) of other roles are hidden: how long they have "
-            f"held the horizon, their state and query. To see them, "
-            + GRANT_HINT.format(role=self.role)
+            f"{self.hidden_sessions} session(s) of other roles are hidden: their start, state "
+            f"and query. One holding the horizon counts only from when this monitor first saw "
+            f"it (a lower bound). To see them, " + GRANT_HINT.format(role=self.role)
         )
 
 
@@ -197,23 +213,26 @@ def inactive_slots_holding_horizon(db: Database) -> int:
 def sessions(db: Database, *, limit: int = SESSIONS_LIMIT) -> list[Holder]:
     """Sessions holding the horizon or idle in a transaction (named query
     ``horizon_sessions``), each with ``SELECT pg_terminate_backend(<pid>);``; their queries
-    redacted.
+    redacted; each held since ``horizon_memory.held_since``, the reading recorded in
+    ``db``'s memory (``memory_of``).
 
     Raises:
         The connector's errors.
     """
     redactor = redactor_for(db.settings)
+    rows = db.fetch_all("horizon_sessions", {"limit": limit})
     found = []
-    for row in db.fetch_all("horizon_sessions", {"limit": limit}):
+    for row, seen in zip(rows, memory_of(db).observe(rows), strict=True):
         holds = row["xid"] is not None or row["xmin"] is not None
+        since, held_from = held_since(row, seen)
         found.append(
             Holder(
                 SESSION,
                 f"pid {row['pid']}",
                 holds,
-                row["held_seconds"],
+                _seconds(row["now"], since),
                 row["xid_age"],
-                since=row["since"],
+                since=since,
                 application=row["application"] or None,
                 role=row["role"],
                 client=row["client"],
@@ -222,9 +241,14 @@ def sessions(db: Database, *, limit: int = SESSIONS_LIMIT) -> list[Holder]:
                 hidden=row["hidden"],
                 command=row["command"],
                 advice=_session_advice(row["state"], holds, row["hidden"]),
+                held_from=held_from,
             )
         )
     return found
+
+
+def _seconds(now: datetime, since: datetime | None) -> float | None:
+    return max(0.0, (now - since).total_seconds()) if since is not None else None
 
 
 def _session_advice(state: str | None, holds: bool, hidden: bool) -> str:

@@ -659,14 +659,15 @@ WHERE p.datname = current_database()
 ORDER BY on_outbox DESC NULLS LAST, p.pid;
 
 -- name: horizon_visibility
--- Whether this role sees every session's state, start and query (a member of pg_read_all_stats, which pg_monitor holds), its name, and how many sessions of this database it cannot see.
+-- Whether this role sees every session's state, start and query (a member of pg_read_all_stats, which pg_monitor holds), its name, and how many sessions of other roles in this database it cannot see (the server's own processes, autovacuum's, have no role: not counted).
 SELECT pg_has_role('pg_read_all_stats', 'USAGE') AS sees_all,
        current_user AS role,
        (SELECT count(*) FROM pg_stat_activity AS a
-        WHERE a.datname = current_database() AND a.backend_type IS NULL) AS hidden_sessions;
+        WHERE a.datname = current_database() AND a.backend_type IS NULL
+          AND a.usesysid IS NOT NULL) AS hidden_sessions;
 
 -- name: horizon_sessions
--- Up to %(limit)s sessions that hold this database's xmin horizon (backend_xid or backend_xmin set) or sit idle in a transaction, oldest xid first; vacuums (ignored by the horizon) and this session left out. Since PostgreSQL 14 a session of another database holds no horizon here, a walsender (no database) may. Another role's session without pg_read_all_stats shows only its pid, role, application and xids (hidden).
+-- Up to %(limit)s sessions that hold this database's xmin horizon (backend_xid or backend_xmin set) or sit idle in a transaction, oldest xid first, with the reading's now(); vacuums (ignored by the horizon), this session, parallel workers (their leader is listed) and the server's own processes (no role: autovacuum's workers and launcher, whose backend_type a role without pg_read_all_stats cannot see) left out. Since PostgreSQL 14 a session of another database holds no horizon here, a walsender (no database) may. Another role's session without pg_read_all_stats shows only its pid, role, application and xids (hidden).
 SELECT a.pid,
        a.usename AS role,
        a.application_name AS application,
@@ -677,15 +678,18 @@ SELECT a.pid,
        a.backend_xid::text AS xid,
        a.backend_xmin::text AS xmin,
        greatest(age(a.backend_xid), age(a.backend_xmin)) AS xid_age,
-       a.xact_start AS since,
-       extract(epoch FROM now() - a.xact_start)::float8 AS held_seconds,
+       a.backend_start,
+       a.xact_start,
+       a.query_start,
+       now() AS now,
        format('SELECT pg_terminate_backend(%%s);', a.pid) AS command
 FROM pg_stat_activity AS a
 WHERE a.pid <> pg_backend_pid()
   AND (a.datname = current_database() OR (a.datid IS NULL AND a.backend_xmin IS NOT NULL))
   AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL
        OR a.state IN ('idle in transaction', 'idle in transaction (aborted)'))
-  AND coalesce(a.backend_type, '') <> 'autovacuum worker'
+  AND a.usesysid IS NOT NULL
+  AND a.leader_pid IS NULL
   AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum AS v)
 ORDER BY xid_age DESC NULLS LAST, a.xact_start NULLS LAST, a.pid
 LIMIT %(limit)s;

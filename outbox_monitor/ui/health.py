@@ -28,6 +28,7 @@ HOLDER_COLUMNS = [
     "client",
     "state",
     "held_seconds",
+    "held_from",
     "xid_age",
     "command",
     "query",
@@ -330,7 +331,7 @@ def overview_tiles(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any
         border=True,
     )
     for holder in holding:
-        if holder["held_seconds"] is None:  # a slot, a hidden session: not in the tile
+        if holder["held_seconds"] is None:  # a slot, a hidden session read once: not in the tile
             st.caption(
                 format.md_text(
                     f"The xmin horizon is also held by {holder['summary']}, for how long "

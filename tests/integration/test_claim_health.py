@@ -80,6 +80,31 @@ def test_the_created_at_index_degrades_the_plan_and_dropping_it_clears(history_d
         assert status_json(history_dsn, monkeypatch)["health"]["claim_plan"]["degraded"] == 0
 
 
+def test_a_pending_only_partial_index_on_a_varchar_status_is_not_degraded(history_dsn):
+    """Postgres prints a varchar column's predicate with casts, ``((status)::text =
+    'pending'::text)``: the partial index still holds pending rows only."""
+    with psycopg.connect(history_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE integration_outbox ALTER COLUMN status TYPE varchar(16)")
+        conn.execute("DROP INDEX integration_outbox_claim_idx")  # the index led by status
+        conn.execute(
+            "CREATE INDEX pending_due_idx ON integration_outbox (available_at, created_at) "
+            "WHERE status = 'pending'"
+        )
+        conn.execute("ANALYZE integration_outbox")
+        [predicate] = conn.execute(
+            "SELECT pg_get_expr(indpred, indrelid) FROM pg_index "
+            "WHERE indexrelid = 'pending_due_idx'::regclass"
+        ).fetchone()
+    assert predicate == "((status)::text = 'pending'::text)"
+    with Database(load_settings(dsn=history_dsn)) as db:
+        health = claim_health(db)
+    assert health.table_rows >= 100_000
+    for plan in health.plans:
+        assert "pending_due_idx" in plan.shape, plan.shape
+        assert plan.reasons == () and not plan.walks_non_pending
+    assert health.degraded == 0
+
+
 def test_a_small_table_shows_the_walk_but_is_never_degraded(db, rows, dsn):
     for ago in range(20):
         rows.add(status="done", created_ago=1000 + ago, processed_ago=900)

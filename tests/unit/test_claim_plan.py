@@ -80,6 +80,20 @@ def test_a_partial_index_of_pending_rows_is_fine_whatever_its_leading_column():
     assert non_pending_reasons(plan, INDEXES) == []
 
 
+@pytest.mark.parametrize(
+    ("predicate", "pending_only"),
+    [
+        ("(status = 'pending'::text)", True),
+        ("((status)::text = 'pending'::text)", True),  # a varchar column, as Postgres prints it
+        ("((status = 'pending'::text) AND (attempts < 5))", True),
+        ("(status = 'done'::text)", False),
+        ("((old_status)::text = 'pending'::text)", False),
+    ],
+)
+def test_a_partial_index_is_pending_only_by_its_printed_predicate(predicate, pending_only):
+    assert IndexInfo("partial_idx", "created_at", predicate).pending_only is pending_only
+
+
 def test_a_sequential_scan_reads_every_row():
     plan = limit_over(
         {

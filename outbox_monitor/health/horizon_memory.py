@@ -1,0 +1,142 @@
+"""Since when a session holds the xmin horizon, from one reading of ``pg_stat_activity`` and
+what a long-lived monitor remembers of the readings before.
+
+A session holds the horizon through its transaction id (``backend_xid``: from when it got
+one, at most since its transaction began) or through its snapshot's ``backend_xmin``. A
+REPEATABLE READ or SERIALIZABLE transaction keeps one snapshot from its first statement
+to its end; a READ COMMITTED one takes a snapshot per statement and, without a transaction
+id, holds the horizon only while a statement runs (between statements its ``backend_xmin``
+is empty). ``pg_stat_activity`` does not show the isolation level, so one reading counts
+from the transaction's start — never less than the truth — and says that the isolation is
+unknown. A caller that reads again (the scheduler's ``Database``, the dashboard's, both
+long-lived; not a one-shot CLI command) remembers each transaction by
+``(pid, backend_start, xact_start)``: once the same transaction shows another
+``backend_xmin``, or none after one, its snapshots are per statement, and from then on a
+running statement counts from its start (``query_start``).
+
+Another role's session, to a login without ``pg_read_all_stats``, shows no start at all,
+only its xids: it is remembered by pid and role, and counted — at least — from the first
+reading that showed its current transaction id (or, without one, its current
+``backend_xmin``); on that first reading its age is unknown.
+"""
+
+import threading
+import weakref
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from outbox_monitor.db import Database
+
+FROM_XID = "transaction start (it has a transaction id)"
+FROM_BEGIN = "transaction start (isolation unknown from one reading)"
+FROM_STATEMENT = "statement start (its snapshots are per statement)"
+FROM_KEPT_SNAPSHOT = "transaction start (a snapshot kept between statements)"
+FROM_FIRST_SEEN = "first seen by this monitor (at least: its start is hidden)"
+UNKNOWN_HIDDEN = "unknown (hidden: counted from the next reading on)"
+"""How a session's hold is counted (``Holder.held_from``)."""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the readings so far showed of one transaction (or, hidden, one session).
+
+    Attributes:
+        xid, xmin: its ``backend_xid`` and ``backend_xmin`` in the newest reading.
+        xid_since, xmin_since: the first reading (the database's ``now()``) that showed
+            the current value.
+        per_statement: some reading showed another ``backend_xmin`` than the one before
+            (or none after one): its snapshots are per statement (READ COMMITTED).
+        readings: how many readings showed it.
+    """
+
+    xid: str | None
+    xmin: str | None
+    xid_since: datetime
+    xmin_since: datetime
+    per_statement: bool = False
+    readings: int = 1
+
+
+class HorizonMemory:
+    """Each session's ``Seen``, kept between readings; thread-safe (the scheduler's
+    sampler, evaluator and exporter read through one ``Database``)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], Seen] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, rows: list[dict[str, Any]]) -> list[Seen]:
+        """Record one reading of ``horizon_sessions``'s rows (each with the reading's
+        ``now``), and forget every transaction it does not show (ended, or no longer holding
+        anything).
+
+        Returns:
+            Each row's ``Seen``, in the rows' order.
+        """
+        found = []
+        with self._lock:
+            current = {}
+            for row in rows:
+                key = (row["pid"], row["role"], row["backend_start"], row["xact_start"])
+                seen = _next(self._seen.get(key), row["xid"], row["xmin"], row["now"])
+                current[key] = seen
+                found.append(seen)
+            self._seen = current
+        return found
+
+
+def _next(before: Seen | None, xid: str | None, xmin: str | None, now: datetime) -> Seen:
+    if before is None:
+        return Seen(xid, xmin, now, now)
+    return replace(
+        before,
+        xid=xid,
+        xmin=xmin,
+        xid_since=before.xid_since if xid == before.xid else now,
+        xmin_since=before.xmin_since if xmin == before.xmin else now,
+        per_statement=before.per_statement or (before.xmin is not None and xmin != before.xmin),
+        readings=before.readings + 1,
+    )
+
+
+def held_since(row: dict[str, Any], seen: Seen) -> tuple[datetime | None, str | None]:
+    """Since when one session (a row of ``horizon_sessions``) holds the horizon, and how
+    that was counted (``FROM_*``).
+
+    Returns:
+        ``(since, held_from)``: for a session in full view, its transaction's start — or,
+        once its snapshots are known to be per statement and it runs one without a
+        transaction id, the earlier of its statement's start and the first reading of its
+        current ``backend_xmin``; for a hidden session, the first
+        reading of its current xid (or xmin) from its second reading on, else
+        ``(None, UNKNOWN_HIDDEN)``; ``(xact_start, None)`` for a session holding nothing.
+    """
+    if row["xid"] is None and row["xmin"] is None:
+        return row["xact_start"], None
+    if row["hidden"]:
+        if seen.readings < 2:
+            return None, UNKNOWN_HIDDEN
+        return (seen.xid_since if row["xid"] is not None else seen.xmin_since), FROM_FIRST_SEEN
+    if row["xid"] is not None:
+        return row["xact_start"], FROM_XID
+    if not seen.per_statement:
+        return row["xact_start"], FROM_BEGIN
+    if row["state"] != "active" or row["query_start"] is None:
+        return row["xact_start"], FROM_KEPT_SNAPSHOT
+    return min(row["query_start"], seen.xmin_since), FROM_STATEMENT
+
+
+_memories: "weakref.WeakKeyDictionary[Database, HorizonMemory]" = weakref.WeakKeyDictionary()
+_memories_lock = threading.Lock()
+
+
+def memory_of(db: Database) -> HorizonMemory:
+    """The readings remembered for ``db`` for as long as it lives: a long-lived caller's
+    ``Database`` (the scheduler's, the dashboard's ``st.cache_resource`` one) remembers,
+    a one-shot command's starts with nothing."""
+    with _memories_lock:
+        memory = _memories.get(db)
+        if memory is None:
+            memory = _memories[db] = HorizonMemory()
+        return memory
