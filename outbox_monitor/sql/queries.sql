@@ -1173,7 +1173,7 @@ ON CONFLICT (outbox, event_type_filter) DO UPDATE SET
 SELECT NOT outbox_monitor.pending_types_index(%(table_regclass)s::regclass) AS reads;
 
 -- name: control_states
--- Each control in force with its state now: the pause in force, the bucket refilled to now (not written), the breaker, and the processing rows it matches.
+-- Each control in force with its state now: the pause in force, the bucket refilled to now (not written), the breaker (an open one's next probe: its opening plus its current cool-down, and the seconds until then), and the processing rows it matches.
 SELECT e.event_type_filter, e.layer, e.paused, e.paused_until, e.pause_reason,
        e.concurrency_limit, e.rate_per_second, e.burst, e.breaker, e.breaker_window_seconds,
        e.breaker_min_attempts, e.breaker_ratio, e.breaker_cooldown_seconds,
@@ -1184,7 +1184,16 @@ SELECT e.event_type_filter, e.layer, e.paused, e.paused_until, e.pause_reason,
                  * greatest(0, extract(epoch FROM clock_timestamp() - s.refilled_at)))
        END AS tokens,
        CASE WHEN e.breaker THEN coalesce(s.breaker_state, 'closed') END AS breaker_state,
-       s.since AS breaker_since, s.cooldown_seconds, s.probe_id,
+       s.since AS breaker_since, s.probe_id, s.probe_at,
+       CASE WHEN e.breaker AND s.breaker_state <> 'closed' THEN s.cooldown_seconds
+       END AS cooldown_seconds,
+       CASE WHEN e.breaker AND s.breaker_state = 'open' THEN
+           s.since + make_interval(secs => s.cooldown_seconds)
+       END AS next_probe_at,
+       CASE WHEN e.breaker AND s.breaker_state = 'open' THEN
+           extract(epoch FROM s.since + make_interval(secs => s.cooldown_seconds)
+                              - clock_timestamp())::float8
+       END AS next_probe_in_seconds,
        CASE WHEN e.concurrency_limit IS NOT NULL THEN
            (SELECT count(*) FROM {table} o
              WHERE o.status = 'processing'
