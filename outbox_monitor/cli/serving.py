@@ -39,10 +39,9 @@ from outbox_monitor.durations import format_duration
     help="Interface of /metrics and /healthz; 0.0.0.0 in a container "
     "(default: OUTBOX_MONITOR_METRICS_ADDRESS or 127.0.0.1).",
 )
-@common_options
+@common_options(json_output=False)
 def scheduler(
     settings: Settings,
-    as_json: bool,
     rules_path: str | None,
     metrics_port: int | None,
     metrics_address: str | None,
@@ -70,10 +69,9 @@ def scheduler(
     help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
     "prints a warning on every start.",
 )
-@common_options
+@common_options(json_output=False)
 def dashboard(
     settings: Settings,
-    as_json: bool,
     address: str,
     port: int,
     with_scheduler: bool,
