@@ -156,10 +156,10 @@ def status(
     lock_timeout: float | None,
     event_type: str | None,
 ) -> None:
-    """Every SPEC §2 figure, exact (seconds as floats, null where none), whether the
-    database is a read replica with its replay lag (``replica``), the table's health
-    (``health``, issue 14 item 1) and the workers' claim plan (``health.claim_plan``, issue 14
-    item 2)."""
+    """Every SPEC §2 figure, exact (seconds as floats, null where none); whether the
+    database is a read replica, with its replay lag (key replica); the table's health: dead
+    tuples, vacuums, sizes, who holds the xmin horizon (key health); and how Postgres plans
+    the workers' claim (key health.claim_plan)."""
     with open_checked(settings) as db:
         figures = metrics.status(
             db, window=window, lock_timeout=lock_timeout, event_type=event_type

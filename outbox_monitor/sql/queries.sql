@@ -1807,7 +1807,7 @@ END $$;
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {scheduler};
 GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
--- the claim's recorded plans and the workers' statement costs (issue 14, migration 011);
+-- the claim's recorded plans and the workers' statement costs (migration 011);
 -- those costs need pg_stat_statements and, to see the workers' statements, membership in
 -- pg_read_all_stats: GRANT pg_read_all_stats TO <the scheduler's and viewer's logins>
 GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_statement_samples
