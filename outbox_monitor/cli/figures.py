@@ -42,7 +42,11 @@ def _role_option(kind: str, default: str) -> Callable:
     )
 
 
-@click.command("init-db")
+@click.command(
+    "init-db",
+    short_help="Create the schema and the recommended indexes; with --print-grants, print "
+    "the database roles' GRANT statements instead.",
+)
 @click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
 @click.option(
     "--flow-control",

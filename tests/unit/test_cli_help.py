@@ -49,3 +49,21 @@ def test_no_help_text_nor_shipped_file_cites_our_issue_tracker():
     assert "who holds the xmin horizon (key health); and how Postgres plans the" in " ".join(
         texts["status"].split()
     )
+
+
+def test_the_synopsis_names_every_command_init_db_print_grants_and_healthcheck():
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## CLI\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    listed = {line.split()[1] for line in block if line.startswith("outbox-monitor ")}
+    assert listed == set(main.list_commands(click.Context(main)))
+    assert (
+        "outbox-monitor init-db  --print-grants [--viewer-role R] [--scheduler-role R] "
+        "[--operator-role R] [--json]"
+    ) in block
+    assert "outbox-monitor healthcheck [--pid PID] [--timeout 5]" in block
+    top = " ".join(help_text().split())
+    assert (
+        "init-db Create the schema and the recommended indexes; with --print-grants, print the "
+        "database roles' GRANT statements instead. limit"
+    ) in top
+    assert "healthcheck Container HEALTHCHECK: probe what the" in top
