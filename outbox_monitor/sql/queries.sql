@@ -1281,18 +1281,24 @@ WHERE i.indisvalid
 ORDER BY c.relname;
 
 -- name: claim_plan_table_rows
--- The planner's row count of the outbox table (pg_class.reltuples; of its leaf partitions, summed, when partitioned: ANALYZE of the parent also sets the parent's reltuples to the total, which must not count twice; 0 before the first ANALYZE).
-SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS table_rows
+-- The planner's row count of the outbox table (pg_class.reltuples; of its leaf partitions, summed, when partitioned: ANALYZE of the parent also sets the parent's reltuples to the total, which must not count twice). A relation never analyzed nor vacuumed (reltuples -1) counts its live rows by the statistics (pg_stat_all_tables.n_live_tup: inserts less deletes) instead of 0; analyzed is false then.
+SELECT coalesce(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
+                         ELSE coalesce(s.n_live_tup, 0) END), 0)::bigint AS table_rows,
+       coalesce(bool_and(c.reltuples >= 0), true) AS analyzed
 FROM pg_class c
+LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
 WHERE c.relkind <> 'p'
   AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
                 UNION ALL
                 SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p);
 
 -- name: claim_plan_relation_rows
--- The planner's row count (pg_class.reltuples, 0 before the first ANALYZE) of the outbox table and of each of its leaf partitions, by name as EXPLAIN's Relation Name shows it: a scan of a small partition is no walk of the history.
-SELECT c.relname AS relation, greatest(c.reltuples, 0)::bigint AS table_rows
+-- The planner's row count (pg_class.reltuples; before the first ANALYZE or VACUUM the live rows by the statistics, as claim_plan_table_rows) of the outbox table and of each of its leaf partitions, by name as EXPLAIN's Relation Name shows it: a scan of a small partition is no walk of the history.
+SELECT c.relname AS relation,
+       (CASE WHEN c.reltuples >= 0 THEN c.reltuples
+             ELSE coalesce(s.n_live_tup, 0) END)::bigint AS table_rows
 FROM pg_class c
+LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
 WHERE c.relkind <> 'p'
   AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
                 UNION
