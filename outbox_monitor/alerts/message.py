@@ -301,8 +301,10 @@ def render_thread_update(
     sections, fallback = [], []
     for episode, row in shown:
         event = latest.get(episode)
+        resolved = None
         if event is not None and row_kind(event) == "resolved":
-            text = section_text(row, kind="resolved", now=now, resolved_payload=row_payload(event))
+            resolved = row_payload(event)
+            text = section_text(row, kind="resolved", now=now, resolved_payload=resolved)
             kind = "resolved"
         else:
             source = event if event is not None else row
@@ -310,7 +312,7 @@ def render_thread_update(
             text = section_text(source, kind=kind, now=now)
         url = dashboard_link(dashboard_url, row_payload(row).get("dashboard_path"))
         sections.append((text, url))
-        fallback.append(fallback_line(row, kind))
+        fallback.append(fallback_line(row, kind, resolved))
     done = sum(1 for e in latest.values() if row_kind(e) == "resolved")
     rules = ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))
     if done == len(lines):

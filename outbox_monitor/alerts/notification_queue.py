@@ -160,9 +160,24 @@ def _payload(
         if previous.state == ERROR:
             payload["summary"] = f"{rule.name}: evaluation works again"
             payload["error"] = previous.error
-        elif observation.vanished:
-            payload["summary"] += " (no longer reported)"
+        else:
+            payload["summary"] = _resolved_summary(rule, previous, observation)
     return payload
+
+
+def _resolved_summary(rule: Rule, previous: InstanceState, observation: Observation) -> str:
+    """A resolve's summary: what the figure was at the last check while it fired (the
+    message shows its value now). The rule's ``summary`` describes the breach and asks for
+    action, which a resolve must not repeat with the value now ("held for 0.0s: vacuum
+    cannot remove…")."""
+    parts = []
+    if observation.vanished:
+        parts.append("No longer reported")
+    if measure.breached(rule, previous.value):
+        parts.append(
+            f"{rule.metric} was {rule.format(previous.value)} at the last check while firing"
+        )
+    return "; ".join(parts)
 
 
 def _flow_notes(db: Database, rule: Rule, event_type: str | None) -> dict[str, Any]:

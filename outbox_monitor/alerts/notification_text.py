@@ -151,12 +151,12 @@ def section_text(
     if kind == "resolved":
         title += " · resolved"
     lines = [title]
-    if payload.get("summary"):
-        lines.append(plain(payload["summary"], MAX_SUMMARY_CHARS))
+    source = resolved_payload if resolved_payload is not None else payload
+    if source.get("summary"):
+        lines.append(plain(source["summary"], MAX_SUMMARY_CHARS))
     unit = payload.get("unit")
     op = escape_mrkdwn(clip(str(payload.get("op") or ""), 4))
     threshold = format_value(payload.get("threshold"), unit)
-    source = resolved_payload if resolved_payload is not None else payload
     value = format_value(source.get("value"), unit)
     since = _since(payload, now)
     if kind == "error":
@@ -189,9 +189,34 @@ def section_text(
     return clip_mrkdwn("\n".join(lines), MAX_SECTION_CHARS)
 
 
-def fallback_line(row: Mapping[str, Any], kind: str) -> str:
-    """One row's line of the plain-text fallback, escaped and clipped."""
+def _holder_lines(offenders: object) -> list[str]:
+    """The plain-text lines of the xmin horizon's holders among ``offenders`` (at most 5):
+    ``"Held by session pid 4242 (nightly-report, idle in transaction, role app) for 12m 3s;
+    end it with: SELECT pg_terminate_backend(4242);"``, each escaped and clipped."""
+    if not isinstance(offenders, list | tuple):
+        return []
+    holders = [o for o in offenders if isinstance(o, Mapping) and o.get("kind") == "holder"]
+    lines = []
+    for holder in holders[:MAX_OFFENDERS]:
+        text = f"Held by {holder.get('label')}"
+        if holder.get("value") is not None:
+            text += f" for {format_value(holder['value'], 'seconds')}"
+        if holder.get("command"):
+            text += f"; end it with: {holder['command']}"
+        lines.append(plain(text, MAX_FALLBACK_LINE_CHARS))
+    return lines
+
+
+def fallback_line(
+    row: Mapping[str, Any], kind: str, resolved_payload: Mapping[str, Any] | None = None
+) -> str:
+    """One row's text in the plain-text fallback (what notifications and screen readers
+    show), escaped and clipped: ``[KIND] rule instance (severity): value vs threshold (op) —
+    summary``; a resolve's value is the value now (``resolved_payload``'s when a thread
+    update shows the original row as resolved); a firing or repeat message adds a line per
+    holder of the xmin horizon (its application, pid, age and the command that ends it)."""
     payload = row_payload(row)
+    source = resolved_payload if resolved_payload is not None else payload
     _, label = KIND_LABELS[kind]
     instance = _instance_text(row, payload)
     text = f"[{label}] {row_rule(row)}" + (f" {instance}" if instance else "")
@@ -201,9 +226,13 @@ def fallback_line(row: Mapping[str, Any], kind: str) -> str:
     if kind == "error":
         text += f": {payload.get('error') or 'evaluation error'}"
     elif kind != "test":
-        value = format_value(payload.get("value"), unit)
+        value = format_value(source.get("value"), unit)
+        now = " now" if kind == "resolved" else ""
         threshold = format_value(payload.get("threshold"), unit)
-        text += f": {value} vs threshold {threshold} ({payload.get('op') or '?'})"
-    if payload.get("summary"):
-        text += f" — {payload['summary']}"
-    return plain(text, MAX_FALLBACK_LINE_CHARS)
+        text += f": {value}{now} vs threshold {threshold} ({payload.get('op') or '?'})"
+    if source.get("summary"):
+        text += f" — {source['summary']}"
+    lines = [plain(text, MAX_FALLBACK_LINE_CHARS)]
+    if kind in ("firing", "repeat"):
+        lines.extend(_holder_lines(payload.get("offenders")))
+    return "\n".join(lines)

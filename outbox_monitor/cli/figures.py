@@ -42,7 +42,11 @@ def _role_option(kind: str, default: str) -> Callable:
     )
 
 
-@click.command("init-db")
+@click.command(
+    "init-db",
+    short_help="Create the schema and the recommended indexes; with --print-grants, print "
+    "the database roles' GRANT statements instead.",
+)
 @click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
 @click.option(
     "--flow-control",
@@ -139,6 +143,11 @@ def init_db_command(
         sys.exit(EXIT_ERROR)
 
 
+def _rows(count: int) -> str:
+    """A count as the text output writes every count: ``3852`` → ``"3,852"``."""
+    return format_value(count, "rows")
+
+
 @click.command()
 @click.option("--window", type=DURATION, help="Window of latency, throughput, failures (1h).")
 @click.option("--lock-timeout", type=DURATION, help="Age after which a lock is stuck (15m).")
@@ -151,10 +160,10 @@ def status(
     lock_timeout: float | None,
     event_type: str | None,
 ) -> None:
-    """Every SPEC §2 figure, exact (seconds as floats, null where none), whether the
-    database is a read replica with its replay lag (``replica``), the table's health
-    (``health``, issue 14 item 1) and the workers' claim plan (``health.claim_plan``, issue 14
-    item 2)."""
+    """Every SPEC §2 figure, exact (seconds as floats, null where none); whether the
+    database is a read replica, with its replay lag (key replica); the table's health: dead
+    tuples, vacuums, sizes, who holds the xmin horizon (key health); and how Postgres plans
+    the workers' claim (key health.claim_plan)."""
     with open_checked(settings) as db:
         figures = metrics.status(
             db, window=window, lock_timeout=lock_timeout, event_type=event_type
@@ -168,16 +177,16 @@ def status(
         return
     latency = figures["latency_seconds"]
     lines = [
-        ("queue depth (due now)", figures["queue_depth"]),
-        ("pending total", figures["pending_total"]),
-        ("scheduled retries", figures["scheduled_retries"]),
+        ("queue depth (due now)", _rows(figures["queue_depth"])),
+        ("pending total", _rows(figures["pending_total"])),
+        ("scheduled retries", _rows(figures["scheduled_retries"])),
         ("oldest pending age", format_duration(figures["oldest_pending_age_seconds"])),
-        ("processing", figures["processing"]),
-        ("stuck locks", figures["stuck_locks"]),
+        ("processing", _rows(figures["processing"])),
+        ("stuck locks", _rows(figures["stuck_locks"])),
         ("latency p50 / p95 / p99", " / ".join(format_duration(latency[k]) for k in latency)),
         ("processed", per_minute(figures["processed_per_minute"])),
         ("created", per_minute(figures["created_per_minute"])),
-        ("failed in window", figures["failed_in_window"]),
+        ("failed in window", _rows(figures["failed_in_window"])),
     ]
     echo(
         f"{figures['table']} at {figures['now']} "
@@ -186,8 +195,8 @@ def status(
     for label, value in lines:
         echo(f"  {label:<26} {value}")
     for event, count in figures["failed_by_event_type"].items():
-        echo(f"    failed {escape_controls(event):<19} {count}")  # escaped, then aligned
-    histogram = ", ".join(f"{k}: {v}" for k, v in figures["attempts_histogram"].items())
+        echo(f"    failed {escape_controls(event):<19} {_rows(count)}")  # escaped, then aligned
+    histogram = "; ".join(f"{k}: {_rows(v)}" for k, v in figures["attempts_histogram"].items())
     echo(f"  {'rows by attempts':<26} {histogram or '–'}")
     for label, value in health_lines(figures["health"]):
         echo(f"  {label:<26} {value}")

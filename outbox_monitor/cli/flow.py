@@ -337,6 +337,8 @@ def control_json(control: flow.Control) -> dict[str, Any]:
         "processing": control.processing,
         "tokens": control.tokens,
         "breaker_state": control.breaker_state,
+        "breaker_cooldown_seconds_now": control.cooldown_seconds,
+        "breaker_next_probe_at": control.next_probe_at,
         "rows_held": control.rows_held,
         "held_by_event_type": control.held,
         "rows_throttled": control.throttled,
@@ -376,6 +378,8 @@ def controls(ctx: click.Context, settings: Settings, as_json: bool) -> None:
         who = "controls file" if control.layer == "file" else f"operator {control.updated_by}"
         echo(f"{control.event_type_filter}: {control.state}{held}{throttled} (set by {who})")
         echo(f"  {describe(control.settings)}")
+        if control.breaker_note:
+            echo(f"  breaker: {control.breaker_note}")
         if control.file_settings is not None and control.expires_at is not None:
             echo(
                 f"  overrides the controls file until "

@@ -18,6 +18,7 @@ from outbox_monitor.cli.support import (
     to_jsonable,
 )
 from outbox_monitor.config import Settings
+from outbox_monitor.durations import format_duration
 
 
 @click.command()
@@ -38,10 +39,9 @@ from outbox_monitor.config import Settings
     help="Interface of /metrics and /healthz; 0.0.0.0 in a container "
     "(default: OUTBOX_MONITOR_METRICS_ADDRESS or 127.0.0.1).",
 )
-@common_options
+@common_options(json_output=False)
 def scheduler(
     settings: Settings,
-    as_json: bool,
     rules_path: str | None,
     metrics_port: int | None,
     metrics_address: str | None,
@@ -69,10 +69,9 @@ def scheduler(
     help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
     "prints a warning on every start.",
 )
-@common_options
+@common_options(json_output=False)
 def dashboard(
     settings: Settings,
-    as_json: bool,
     address: str,
     port: int,
     with_scheduler: bool,
@@ -180,12 +179,19 @@ def demo_downstream(action: str, event_types: tuple[str, ...], url: str, as_json
 def demo_forgotten_transaction(action: str, url: str, as_json: bool) -> None:
     """Start or end a forgotten transaction in a running demo (a session idle in a
     transaction, holding the xmin horizon: dead tuples pile up, the Health page names it,
-    one alert follows), or say whether one is open."""
+    one alert follows), or say whether one is open; end names what it ended."""
     from outbox_monitor.demo.forgotten_transaction import request
 
     state = request(url, action)
+    ended = state.get("ended")
     if as_json:
         click.echo(json.dumps(state))
+    elif ended:
+        click.echo(
+            f"ended the forgotten transaction: pid {ended['pid']}, application "
+            f"{ended['application']}; it held the xmin horizon for "
+            f"{format_duration(ended['held_seconds'])}"
+        )
     elif state["open"]:
         click.echo(
             f"forgotten transaction open: pid {state['pid']}, application "

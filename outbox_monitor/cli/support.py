@@ -267,22 +267,25 @@ DRY_RUN_OPTION = click.option("--dry-run", is_flag=True, help="Show the preview;
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 
 
-def common_options(command: Callable) -> Callable:
-    """Add ``--dsn``, ``--table`` and ``--json``, pass the command its ``settings`` and
-    turn package errors into messages (``reports_errors``).
+def common_options(command: Callable | None = None, *, json_output: bool = True) -> Callable:
+    """Add ``--dsn``, ``--table`` and ``--json``, pass the command its ``settings`` (and
+    ``as_json``) and turn package errors into messages (``reports_errors``).
+
+    Use as ``@common_options``, or ``@common_options(json_output=False)`` for a command that
+    prints no JSON (the services ``scheduler`` and ``dashboard``): no ``--json`` option then,
+    and no ``as_json`` argument.
 
     Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
     ``error`` and ``hint`` under ``--json``) and exit 1; an invalid setting (an
     ``OUTBOX_MONITOR_*`` variable, named) exits 2, as a bad option does.
     """
+    if command is None:
+        return lambda command: common_options(command, json_output=json_output)
 
-    @DSN_OPTION
-    @TABLE_OPTION
-    @JSON_OPTION
     @reports_errors
     @wraps(command)
-    def wrapper(*args: Any, dsn: str | None, table: str | None, as_json: bool, **kwargs: Any):
+    def wrapper(*args: Any, dsn: str | None, table: str | None, **kwargs: Any):
         settings = load_settings(dsn=dsn, table=table)
-        return command(*args, settings=settings, as_json=as_json, **kwargs)
+        return command(*args, settings=settings, **kwargs)
 
-    return wrapper
+    return DSN_OPTION(TABLE_OPTION(JSON_OPTION(wrapper) if json_output else wrapper))

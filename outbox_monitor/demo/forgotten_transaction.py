@@ -11,6 +11,7 @@ hand) ends it and the alert resolves. The demo's downstream serves it on ``CONTR
 """
 
 import contextlib
+import select
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +24,8 @@ from outbox_monitor.errors import OutboxMonitorError
 
 CONTROL_PATH = "/control/forgotten-transaction"
 """``GET``: its state; ``POST {"action": "start"|"end"}``: open or end it; both answer its
-state (``ForgottenTransaction.state``)."""
+state (``ForgottenTransaction.state``), ``end`` with what it ended
+(``ForgottenTransaction.end``)."""
 APPLICATION_NAME = "nightly-report"
 """The ``application_name`` the Health page and the alert name it by: what a forgotten
 report looks like."""
@@ -65,11 +67,20 @@ class ForgottenTransaction:
         """Roll it back and close its session (nothing when none is open).
 
         Returns:
-            ``state()``.
+            ``state()`` and ``"ended"``: what this call ended — ``{"pid": backend pid,
+            "application": APPLICATION_NAME, "held_seconds": how long it held the horizon
+            (seconds since ``start``, the host's clock)}`` — or ``None`` when none was open.
         """
         with self._lock:
+            ended = None
+            if self._open() and self._conn is not None and self._since is not None:
+                ended = {
+                    "pid": self._conn.info.backend_pid,
+                    "application": APPLICATION_NAME,
+                    "held_seconds": (datetime.now(UTC) - self._since).total_seconds(),
+                }
             self._close()
-        return self.state()
+        return {**self.state(), "ended": ended}
 
     def state(self) -> dict[str, Any]:
         """``{"open": bool, "pid": backend pid or None, "application": APPLICATION_NAME,
@@ -100,12 +111,15 @@ class ForgottenTransaction:
         self.end()
 
     def _open(self) -> bool:
-        """Whether the session is still there: a session ended from outside is noticed here
-        (reading its socket), and forgotten."""
+        """Whether the session is still there: a session ended from outside is noticed here,
+        and forgotten. Its socket is read for as long as it has something to read: a
+        terminated backend sends its FATAL message and then closes, and only the read after
+        the message meets the end of the connection."""
         if self._conn is None:
             return False
         try:
-            self._conn.pgconn.consume_input()
+            while select.select([self._conn.pgconn.socket], [], [], 0)[0]:
+                self._conn.pgconn.consume_input()
         except psycopg.OperationalError:
             self._close()
             self._ended_outside = True

@@ -50,7 +50,9 @@ from outbox_monitor.demo.simulate import (
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
+from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
+from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
 
@@ -164,6 +166,7 @@ def _banner(
     backfilled: dict[str, Any],
     slack: str,
     downstream: Downstream,
+    metrics_url: str,
     horizon_threshold: str | None = None,
     n8n: N8n | None = None,
 ) -> str:
@@ -178,6 +181,7 @@ def _banner(
             f"  CLI        OUTBOX_MONITOR_DSN='{dsn}' OUTBOX_MONITOR_LOCK_TIMEOUT="
             f"{DEMO_LOCK_TIMEOUT / 60:g}m .venv/bin/outbox-monitor status",
             f"  data       {folder} (deleted when the demo stops)",
+            f"  scheduler  {metrics_url}/healthz and {metrics_url}/metrics (a free port)",
             f"{traffic}{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
             *faults,
             *_outage_lines(downstream),
@@ -218,8 +222,9 @@ def run_demo(
 
     Starts a ``TemporaryCluster``, runs ``init_db``, the traffic simulator (background
     thread, with one hour of backfilled history), the scheduler (background, a sample
-    every 5 s) and the dashboard on ``127.0.0.1:port``; prints a banner with the URL, the
-    DSN and the start-up time (from the call to the dashboard answering its health check).
+    every 5 s; its ``/healthz`` and ``/metrics`` on a free port of 127.0.0.1) and the
+    dashboard on ``127.0.0.1:port``; prints a banner with the URLs, the DSN and the start-up
+    time (from the call to the dashboard answering its health check).
 
     Args:
         port: the dashboard's port.
@@ -252,7 +257,7 @@ def run_demo(
     cluster = TemporaryCluster()
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
-    db = scheduler = process = simulator = output = sink = None
+    db = scheduler = process = simulator = output = sink = metrics = None
     n8n: N8n | None = None
     downstream: Downstream | None = None
     forgotten: ForgottenTransaction | None = None
@@ -335,7 +340,11 @@ def run_demo(
                     f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
                 )
             ruleset, transports = load_alerting(None, settings)
-            scheduler = build_scheduler(db, blocking=False, ruleset=ruleset, transports=transports)
+            status = SchedulerStatus()
+            scheduler = build_scheduler(
+                db, blocking=False, ruleset=ruleset, transports=transports, status=status
+            )
+            metrics = MetricsServer(db, status, ruleset=ruleset, address=DEMO_ADDRESS).start()
             scheduler.start()
             wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)
             if n8n_starter is not None:
@@ -353,6 +362,7 @@ def run_demo(
                     backfilled=outcome["backfill"],
                     slack=slack_target,
                     downstream=downstream,
+                    metrics_url=metrics.url,
                     horizon_threshold=horizon_threshold,
                     n8n=n8n,
                 ),
@@ -387,6 +397,8 @@ def run_demo(
                 forgotten.close()
             if scheduler is not None and scheduler.running:
                 scheduler.shutdown(wait=True)
+            if metrics is not None:
+                metrics.stop()
             if simulator is not None:
                 simulator.join(30)
             if db is not None:

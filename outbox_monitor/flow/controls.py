@@ -18,6 +18,7 @@ from psycopg import sql
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.db import Database
+from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
     DEFAULT_OVERRIDE_SECONDS,
@@ -51,6 +52,11 @@ class Control:
     ``held`` the due rows it holds per event type (it grants 0); ``throttled`` the due rows
     beyond a positive grant. ``file_settings`` is set when an operator's override of a
     file-owned control is in force (drift from the file) until ``expires_at``.
+    ``cooldown_seconds`` is an open breaker's cool-down now (its setting, doubled by each
+    failed probe, at most 15 min); ``next_probe_at`` when it ends (the next claim after it
+    hands out the probe) and ``next_probe_in_seconds`` how long until then (negative: due,
+    no claim since), ``None`` unless open; ``probe_at`` when a half-open breaker's probe was
+    handed out (``None``: the next claim hands it out).
     """
 
     event_type_filter: str
@@ -64,6 +70,9 @@ class Control:
     breaker_state: BreakerState | None
     breaker_since: datetime | None
     cooldown_seconds: float | None
+    next_probe_at: datetime | None
+    next_probe_in_seconds: float | None
+    probe_at: datetime | None
     tokens: float | None
     processing: int | None
     grant: int | None
@@ -84,6 +93,27 @@ class Control:
         if self.grant is not None and (self.grant == 0 or self.throttled):
             return "limited"
         return "running"
+
+    @property
+    def breaker_note(self) -> str | None:
+        """An open or half-open breaker's probe in words, for the CLI: ``"open, cool-down
+        2m 0s now (set: 30s; each failed probe doubles it); next probe at
+        2026-11-29T10:00:30+00:00 (in 1m 30s)"``, ``"half-open, probe handed out at …"``,
+        ``"half-open, the next claim hands out a probe"``; ``None`` when closed or off."""
+        if self.breaker_state == "half_open":
+            if self.probe_at is None:
+                return "half-open, the next claim hands out a probe"
+            return f"half-open, probe handed out at {self.probe_at.isoformat(timespec='seconds')}"
+        if self.breaker_state != "open" or self.next_probe_at is None:
+            return None
+        cooldown = format_duration(self.cooldown_seconds)
+        configured = format_duration(self.settings.breaker_cooldown_seconds)
+        seconds = self.next_probe_in_seconds or 0.0
+        when = f"in {format_duration(seconds)}" if seconds > 0 else "due: at the next claim"
+        return (
+            f"open, cool-down {cooldown} now (set: {configured}; each failed probe doubles "
+            f"it); next probe at {self.next_probe_at.isoformat(timespec='seconds')} ({when})"
+        )
 
     @property
     def rows_held(self) -> int:
@@ -151,6 +181,9 @@ def controls(db: Database) -> list[Control]:
                 breaker_state=row["breaker_state"],
                 breaker_since=row["breaker_since"],
                 cooldown_seconds=row["cooldown_seconds"],
+                next_probe_at=row["next_probe_at"],
+                next_probe_in_seconds=row["next_probe_in_seconds"],
+                probe_at=row["probe_at"],
                 tokens=row["tokens"],
                 processing=row["processing"],
                 grant=grant,

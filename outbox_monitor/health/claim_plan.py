@@ -82,7 +82,8 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
 
     Returns:
         ``{"plans": {statement: root plan node}, "flow_control": bool,
-        "indexes": table_indexes, "table_rows": int, "relation_rows": {name: int}}``.
+        "indexes": table_indexes, "table_rows": int, "table_analyzed": bool,
+        "relation_rows": {name: int}}``.
 
     Raises:
         QueryTimeout (``statement_timeout``), SchemaNotInitialised, PermissionDenied and
@@ -110,6 +111,7 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
         "flow_control": flow_control,
         "indexes": indexes,
         "table_rows": int(size["table_rows"]) if size else 0,
+        "table_analyzed": bool(size["analyzed"]) if size else True,
         "relation_rows": {row["relation"]: int(row["table_rows"]) for row in relations},
     }
 

@@ -122,11 +122,14 @@ class ClaimHealth:
     Attributes:
         plans: one ``ClaimPlan`` per ``STATEMENTS`` key, in its order.
         table_rows: the planner's row count of the table (``reltuples``, partitions
-            summed; 0 before the first ANALYZE).
+            summed; before the first ANALYZE, the live rows the statistics count).
+        table_analyzed: false while the table (or a partition) was never analyzed: then
+            ``table_rows`` is the statistics' count, not the planner's.
     """
 
     plans: tuple[ClaimPlan, ...]
     table_rows: int = 0
+    table_analyzed: bool = True
 
     @property
     def degraded(self) -> int:
@@ -140,11 +143,13 @@ class ClaimHealth:
         return max((plan.total_cost for plan in self.plans), default=0.0)
 
     def as_json(self) -> dict[str, Any]:
-        """``{"degraded" (0/1), "cost", "table_rows", "plans": [ClaimPlan.as_json, …]}``."""
+        """``{"degraded" (0/1), "cost", "table_rows", "table_analyzed", "plans":
+        [ClaimPlan.as_json, …]}``."""
         return {
             "degraded": self.degraded,
             "cost": self.cost,
             "table_rows": self.table_rows,
+            "table_analyzed": self.table_analyzed,
             "plans": [plan.as_json() for plan in self.plans],
         }
 
@@ -282,4 +287,4 @@ def judge(explained: Mapping[str, Any], history: Mapping[str, Sequence[float]]) 
                 flow_control=statement == "shared_claim" and bool(explained["flow_control"]),
             )
         )
-    return ClaimHealth(tuple(plans), table_rows)
+    return ClaimHealth(tuple(plans), table_rows, bool(explained.get("table_analyzed", True)))

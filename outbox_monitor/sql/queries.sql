@@ -1177,7 +1177,7 @@ ON CONFLICT (outbox, event_type_filter) DO UPDATE SET
 SELECT NOT outbox_monitor.pending_types_index(%(table_regclass)s::regclass) AS reads;
 
 -- name: control_states
--- Each control in force with its state now: the pause in force, the bucket refilled to now (not written), the breaker, and the processing rows it matches.
+-- Each control in force with its state now: the pause in force, the bucket refilled to now (not written), the breaker (an open one's next probe: its opening plus its current cool-down, and the seconds until then), and the processing rows it matches.
 SELECT e.event_type_filter, e.layer, e.paused, e.paused_until, e.pause_reason,
        e.concurrency_limit, e.rate_per_second, e.burst, e.breaker, e.breaker_window_seconds,
        e.breaker_min_attempts, e.breaker_ratio, e.breaker_cooldown_seconds,
@@ -1188,7 +1188,16 @@ SELECT e.event_type_filter, e.layer, e.paused, e.paused_until, e.pause_reason,
                  * greatest(0, extract(epoch FROM clock_timestamp() - s.refilled_at)))
        END AS tokens,
        CASE WHEN e.breaker THEN coalesce(s.breaker_state, 'closed') END AS breaker_state,
-       s.since AS breaker_since, s.cooldown_seconds, s.probe_id,
+       s.since AS breaker_since, s.probe_id, s.probe_at,
+       CASE WHEN e.breaker AND s.breaker_state <> 'closed' THEN s.cooldown_seconds
+       END AS cooldown_seconds,
+       CASE WHEN e.breaker AND s.breaker_state = 'open' THEN
+           s.since + make_interval(secs => s.cooldown_seconds)
+       END AS next_probe_at,
+       CASE WHEN e.breaker AND s.breaker_state = 'open' THEN
+           extract(epoch FROM s.since + make_interval(secs => s.cooldown_seconds)
+                              - clock_timestamp())::float8
+       END AS next_probe_in_seconds,
        CASE WHEN e.concurrency_limit IS NOT NULL THEN
            (SELECT count(*) FROM {table} o
              WHERE o.status = 'processing'
@@ -1276,18 +1285,24 @@ WHERE i.indisvalid
 ORDER BY c.relname;
 
 -- name: claim_plan_table_rows
--- The planner's row count of the outbox table (pg_class.reltuples; of its leaf partitions, summed, when partitioned: ANALYZE of the parent also sets the parent's reltuples to the total, which must not count twice; 0 before the first ANALYZE).
-SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint AS table_rows
+-- The planner's row count of the outbox table (pg_class.reltuples; of its leaf partitions, summed, when partitioned: ANALYZE of the parent also sets the parent's reltuples to the total, which must not count twice). A relation never analyzed nor vacuumed (reltuples -1) counts its live rows by the statistics (pg_stat_all_tables.n_live_tup: inserts less deletes) instead of 0; analyzed is false then.
+SELECT coalesce(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples
+                         ELSE coalesce(s.n_live_tup, 0) END), 0)::bigint AS table_rows,
+       coalesce(bool_and(c.reltuples >= 0), true) AS analyzed
 FROM pg_class c
+LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
 WHERE c.relkind <> 'p'
   AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
                 UNION ALL
                 SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p);
 
 -- name: claim_plan_relation_rows
--- The planner's row count (pg_class.reltuples, 0 before the first ANALYZE) of the outbox table and of each of its leaf partitions, by name as EXPLAIN's Relation Name shows it: a scan of a small partition is no walk of the history.
-SELECT c.relname AS relation, greatest(c.reltuples, 0)::bigint AS table_rows
+-- The planner's row count (pg_class.reltuples; before the first ANALYZE or VACUUM the live rows by the statistics, as claim_plan_table_rows) of the outbox table and of each of its leaf partitions, by name as EXPLAIN's Relation Name shows it: a scan of a small partition is no walk of the history.
+SELECT c.relname AS relation,
+       (CASE WHEN c.reltuples >= 0 THEN c.reltuples
+             ELSE coalesce(s.n_live_tup, 0) END)::bigint AS table_rows
 FROM pg_class c
+LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
 WHERE c.relkind <> 'p'
   AND c.oid IN (SELECT %(table_regclass)s::regclass::oid
                 UNION
@@ -1802,7 +1817,7 @@ END $$;
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {scheduler};
 GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
--- the claim's recorded plans and the workers' statement costs (issue 14, migration 011);
+-- the claim's recorded plans and the workers' statement costs (migration 011);
 -- those costs need pg_stat_statements and, to see the workers' statements, membership in
 -- pg_read_all_stats: GRANT pg_read_all_stats TO <the scheduler's and viewer's logins>
 GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_statement_samples

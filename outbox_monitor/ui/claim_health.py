@@ -142,9 +142,14 @@ def _verdicts(health: ClaimHealth) -> None:
         )
     if not walking and not jumped:
         small = [plan for plan in health.plans if plan.reasons]
+        source = (
+            "rows by the planner's statistics"
+            if health.table_analyzed
+            else "live rows by the statistics, not analyzed yet"
+        )
         note = (
-            f" (the table holds {format.count(health.table_rows)} rows by the planner's "
-            "statistics: too few for the scan to matter)"
+            f" (the table holds {format.count(health.table_rows)} {source}: too few for the "
+            "scan to matter)"
             if small
             else ""
         )

@@ -24,6 +24,7 @@ from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.scheduler_status import SchedulerStatus
 from tests.alerting import wait_for
 from tests.claim_health import HARMFUL_INDEX, create_harmful_index, drop_harmful_index
+from tests.health import autovacuum_off, flush_statistics
 
 
 def status_json(dsn: str, monkeypatch: pytest.MonkeyPatch) -> dict:
@@ -224,3 +225,30 @@ def test_the_read_login_plans_and_the_scheduler_login_records(dsn, logins, conn)
     assert recorded["statements"].note is not None  # said plainly, whatever the login
     count = "SELECT count(*) AS n FROM outbox_monitor.claim_plans"
     assert conn.execute(count).fetchone()["n"] == 2
+
+
+def test_a_never_analyzed_table_counts_its_live_rows_not_0(db, dsn, conn, monkeypatch):
+    autovacuum_off(conn)  # no autoanalyze meanwhile: the table stays never analyzed
+    assert (
+        conn.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = 'integration_outbox'::regclass"
+        ).fetchone()["reltuples"]
+        == -1
+    )  # PostgreSQL 14+: never analyzed nor vacuumed
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, status, processed_at) SELECT 'order.paid', 'order', g::text, 'k:' || g,"
+        " '{}', 'done', now() FROM generate_series(1, 12000) AS g"
+    )
+    conn.execute("DELETE FROM integration_outbox WHERE id <= 500")
+    flush_statistics(conn)
+
+    health = claim_health(db)
+    assert health.table_rows == 11_500  # inserted less deleted, not 0
+    assert health.table_analyzed is False
+    found = status_json(dsn, monkeypatch)["health"]["claim_plan"]
+    assert (found["table_rows"], found["table_analyzed"]) == (11_500, False)
+
+    conn.execute("ANALYZE integration_outbox")
+    health = claim_health(db)
+    assert (health.table_rows, health.table_analyzed) == (11_500, True)

@@ -66,6 +66,21 @@ def test_status_event_type_pattern_and_human_output(cli, rows):
     assert "queue depth (due now)" in text and "15m" in text
 
 
+def test_status_text_separates_thousands_in_every_count(cli, rows, conn):
+    rows.add_dead_letters(3852)  # order.paid, failed 30 min ago at 10 attempts
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, created_at) SELECT 'crm.upsert', 'contact', g::text, 'due:' || g, '{}',"
+        " now() - interval '1 minute' FROM generate_series(1, 1500) AS g"
+    )
+    text = cli("status").stdout
+    assert "  queue depth (due now)      1,500\n" in text
+    assert "  pending total              1,500\n" in text
+    assert "  failed in window           3,852\n" in text
+    assert "    failed order.paid          3,852\n" in text
+    assert "  rows by attempts           0: 1,500; 10: 3,852\n" in text
+
+
 def test_replay_without_terminal_or_yes_changes_nothing_and_exits_2(cli, rows):
     row_id = rows.add(status="failed", processed_ago=60)
     result = cli("replay", "--event-type", "order.paid", "--json")

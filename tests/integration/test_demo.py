@@ -198,6 +198,15 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         url = f"http://127.0.0.1:{port}/_stcore/health"
         with urllib.request.urlopen(url, timeout=5) as response:
             assert response.read().decode() == "ok"
+        # the scheduler's /healthz and /metrics, on the port the banner names
+        scheduler = re.search(
+            r"scheduler\s+(http://127\.0\.0\.1:\d+)/healthz and \1/metrics \(a free port\)",
+            output,
+        ).group(1)
+        with urllib.request.urlopen(f"{scheduler}/healthz", timeout=5) as response:
+            assert response.read().decode() == "ok"
+        with urllib.request.urlopen(f"{scheduler}/metrics", timeout=30) as response:
+            assert "\noutbox_monitor_up 1.0\n" in response.read().decode()
 
         # one hour of history at 10 events/s, then live traffic keeps coming
         history = _count(dsn, "SELECT count(*) FROM integration_outbox")

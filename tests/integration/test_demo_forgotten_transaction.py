@@ -62,7 +62,11 @@ def test_the_forgotten_transaction_starts_and_ends_over_the_demos_switch(db, dsn
 
         ended = forgotten_transaction(url, "end")
         assert ended["open"] is False and ended["ended_outside"] is False
+        assert ended["ended"]["pid"] == started["pid"]
+        assert ended["ended"]["application"] == APPLICATION_NAME
+        assert ended["ended"]["held_seconds"] > 0
         assert holders_named(db, APPLICATION_NAME) == []
+        assert forgotten_transaction(url, "end")["ended"] is None  # nothing left to end
 
         again = request(url, "start")
         conn.execute(f"SELECT pg_terminate_backend({again['pid']})")  # as the page says
@@ -81,6 +85,48 @@ def test_the_forgotten_transaction_starts_and_ends_over_the_demos_switch(db, dsn
     with pytest.raises(OutboxMonitorError, match="cannot reach the demo's downstream") as caught:
         request(url, "status")
     assert URL_ENV in caught.value.hint
+
+
+def cli_text(url: str, action: str) -> str:
+    """``outbox-monitor demo-forgotten-transaction <action> --url URL``, its text."""
+    result = CliRunner().invoke(main, ["demo-forgotten-transaction", action, "--url", url])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_status_is_closed_at_once_after_the_session_is_terminated(dsn, conn):
+    forgotten = ForgottenTransaction(dsn)
+    with Downstream(authorization=None, switches={CONTROL_PATH: forgotten}) as downstream:
+        url = downstream.url("")
+        pid = request(url, "start")["pid"]
+        # the timeout makes pg_terminate_backend return once the backend has exited
+        [row] = conn.execute("SELECT pg_terminate_backend(%s, 5000) AS gone", (pid,))
+        assert row["gone"] is True
+        # the very next status, with no wait: the session's FATAL message and then its end
+        assert cli_text(url, "status") == (
+            "no forgotten transaction is open (it was ended from outside)\n"
+        )
+        forgotten.close()
+
+
+def test_end_names_the_session_it_ended_and_how_long_it_held_the_horizon(dsn):
+    forgotten = ForgottenTransaction(dsn)
+    with Downstream(authorization=None, switches={CONTROL_PATH: forgotten}) as downstream:
+        url = downstream.url("")
+        begun = time.monotonic()
+        pid = request(url, "start")["pid"]
+        time.sleep(1.2)
+        text = cli_text(url, "end")
+        elapsed = time.monotonic() - begun
+        match = re.fullmatch(
+            rf"ended the forgotten transaction: pid {pid}, application nightly-report; it "
+            r"held the xmin horizon for (\d\.\d)s\n",
+            text,
+        )
+        assert match, text
+        assert 1.1 <= float(match.group(1)) <= elapsed + 0.1
+        assert cli_text(url, "end") == "no forgotten transaction is open\n"
+        forgotten.close()
 
 
 def sink_messages(sink: str) -> list[str]:

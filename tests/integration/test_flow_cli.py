@@ -2,6 +2,7 @@
 breaker, controls --json and controls apply, against real rows and the real claim."""
 
 import json
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -100,6 +101,31 @@ def test_limit_and_breaker_combine_on_one_control(cli, conn):
     (control,) = as_json(cli("controls", "--json"))["controls"]
     assert control["settings"]["rate_per_second"] is None
     assert control["settings"]["concurrency_limit"] == 3
+
+
+def test_controls_shows_an_open_breakers_cool_down_now_and_its_next_probe(cli, conn):
+    as_json(cli("breaker", "crm.%", "--on", "--cooldown", "30s", "--json"))
+    # opened ≈ 30 s ago after two failed probes: its 30 s cool-down doubled twice, to 120 s;
+    # 29.5 s ago, so that the command, within a second, sees 90.5 s less its delay: "1m 30s"
+    since = conn.execute(
+        "UPDATE outbox_monitor.control_state SET breaker_state = 'open', cooldown_seconds = 120,"
+        " since = now() - interval '29.5 seconds' RETURNING since"
+    ).fetchone()["since"]
+    next_probe = (since + timedelta(seconds=120)).isoformat(timespec="seconds")
+
+    text = cli("controls")
+    assert text.exit_code == 0, text.output
+    assert (
+        "  breaker: open, cool-down 2m 0s now (set: 30s; each failed probe doubles it); next "
+        f"probe at {next_probe} (in 1m 30s)\n"
+    ) in text.output
+    (control,) = as_json(cli("controls", "--json"))["controls"]
+    assert control["settings"]["breaker_cooldown_seconds"] == 30
+    assert control["breaker_cooldown_seconds_now"] == 120
+    assert control["breaker_next_probe_at"] == (since + timedelta(seconds=120)).isoformat()
+
+    conn.execute("UPDATE outbox_monitor.control_state SET breaker_state = 'half_open'")
+    assert "  breaker: half-open, the next claim hands out a probe\n" in cli("controls").output
 
 
 def test_bad_input_is_refused_with_the_reason(cli):

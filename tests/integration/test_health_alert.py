@@ -4,6 +4,7 @@ clock) with exactly one Slack message naming the session, its application and th
 that ends it, linking to the Health page; ending the session resolves it."""
 
 import json
+import re
 import time
 
 from outbox_monitor.alerts.evaluate import Evaluator
@@ -65,6 +66,16 @@ def test_a_held_horizon_fires_after_for_names_its_holder_and_resolves_when_it_en
         [message] = slack_sink.messages()
         text = json.dumps(message["blocks"])
         assert "[FIRING] xmin-horizon-held" in message["text"]
+        # the plain text (notifications, screen readers) names the holder and its command
+        role = conn.execute("SELECT current_user AS role").fetchone()["role"]
+        held_by = re.search(
+            rf"^Held by session pid {pid} \(forgotten-report, idle in transaction, role "
+            rf"{role}\) for (\d\.\d)s; end it with: SELECT pg_terminate_backend\({pid}\);$",
+            message["text"],
+            re.MULTILINE,
+        )
+        assert held_by, message["text"]
+        assert float(held_by.group(1)) == round(holder["value"], 1)
         assert "*Held by:*" in text and "forgotten-report" in text
         assert f"SELECT pg_terminate_backend({pid});" in text
         assert "/health" in text  # the button opens the Health page
@@ -77,7 +88,17 @@ def test_a_held_horizon_fires_after_for_names_its_holder_and_resolves_when_it_en
     assert report.instance("xmin-horizon-held").transitions == ("firing→inactive",)
     assert deliver()["sent"] == 1
     messages = slack_sink.messages()
-    assert len(messages) == 2 and "[RESOLVED] xmin-horizon-held" in messages[1]["text"]
+    assert len(messages) == 2
+    # the value now, what it was while firing; not the firing summary's "held for 0.0s"
+    resolved = re.fullmatch(
+        r"✅ RESOLVED · xmin-horizon-held\n\[RESOLVED\] xmin-horizon-held: 0\.0s now vs "
+        r"threshold 1\.0s \(&gt;\) — xmin_horizon_age was (\d\.\d)s at the last check while "
+        r"firing\nDashboard: http://\S+/health",
+        messages[1]["text"],
+    )
+    assert resolved, messages[1]["text"]
+    assert float(resolved.group(1)) >= WAIT_SECONDS
+    assert "has been held for" not in json.dumps(messages[1]["blocks"])
     assert [n["kind"] for n in notifications(conn, "xmin-horizon-held")] == [
         "firing",
         "resolved",

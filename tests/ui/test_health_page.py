@@ -77,3 +77,17 @@ def test_the_overview_shows_the_health_tiles_and_links_to_the_page(open_page, ds
         assert metrics["Last autovacuum"].value == "never"
         links = {link.proto.label: link.proto.page for link in at.get("page_link")}
         assert "health" in links["Open health"], links
+
+
+def test_a_small_never_analyzed_table_is_said_so_with_its_live_rows(open_page, conn, rows):
+    autovacuum_off(conn)  # no autoanalyze meanwhile
+    for ago in range(20):
+        rows.add(status="done", created_ago=1000 + ago, processed_ago=900)
+    conn.execute("DROP INDEX integration_outbox_claim_idx")  # the claim scans: a small table
+    flush_statistics(conn)
+    at = open_page(PAGE)
+    assert not at.exception
+    assert (
+        "The claim reads pending rows only and its cost is steady (the table holds 20 live "
+        "rows by the statistics, not analyzed yet: too few for the scan to matter)."
+    ) in [plain(s.value) for s in at.success]
