@@ -49,8 +49,8 @@ class RecommendedIndex:
     serves: str
 
     def name(self, table: str) -> str:
-        """The index name on ``table``: ``<table>_<purpose>_idx`` (``_index_name``)."""
-        return _index_name(table, self.purpose)
+        """The index name on ``table``: ``<table>_<purpose>_idx`` (``index_name``)."""
+        return index_name(table, self.purpose)
 
 
 # The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
@@ -180,7 +180,7 @@ class InitReport:
     unfinished_indexes: dict[str, str] = field(default_factory=dict)
 
 
-def _index_name(table: str, purpose: str) -> str:
+def index_name(table: str, purpose: str) -> str:
     """``<table>_<purpose>_idx``; when that is longer than Postgres' 63 bytes, the table part
     is cut and followed by 8 hex digits of its md5, so that two purposes never share a name
     (a plain cut would give one name to ``claim``, ``clock_skew`` and ``created_at`` of a
@@ -213,8 +213,8 @@ def create_outbox_table(
         table=table,
         keys=keys,
         partitioning=partitioning,
-        claim_index=sql.Identifier(_index_name(name, "claim")),
-        aggregate_index=sql.Identifier(_index_name(name, "aggregate")),
+        claim_index=sql.Identifier(index_name(name, "claim")),
+        aggregate_index=sql.Identifier(index_name(name, "aggregate")),
     )
 
 
@@ -385,7 +385,7 @@ def _create_partitioned_index(db: Database, conn, index: RecommendedIndex) -> st
             parent = sql.Identifier(
                 part["parent_schema"], index_of[(part["parent_schema"], part["parent_name"])]
             )
-            own = _index_name(part["name"], index.purpose)
+            own = index_name(part["name"], index.purpose)
             state = conn.execute(
                 compose("partition_index"),
                 {

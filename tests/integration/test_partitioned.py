@@ -295,7 +295,7 @@ def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
     row's xmin through the outbox)."""
     if pending_by_type:
         assert schema.init_db(db, flow_control=True).created_indexes == [
-            schema._index_name("integration_outbox", "pending_by_type")
+            schema.index_name("integration_outbox", "pending_by_type")
         ]
     rows.add(event_type="crm.sync", created_ago=100 * DAY)
     wanted = rows.add(event_type="order.paid", created_ago=45 * DAY)
@@ -322,7 +322,7 @@ def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
 def _index_state(conn, purpose: str) -> tuple[bool, dict[str, bool]]:
     """The parent's recommended index: valid?, and per leaf partition whether the index tree
     under it holds a valid index of that leaf."""
-    name = schema._index_name("integration_outbox", purpose)
+    name = schema.index_name("integration_outbox", purpose)
     parent = conn.execute(
         "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass", (name,)
     ).fetchone()
@@ -363,7 +363,7 @@ def test_init_db_builds_every_recommended_index_partition_by_partition(empty_dsn
             assert schema.missing_recommended_indexes(db) == []
         assert first.created_tables == ["public.integration_idempotency"]
         assert first.created_indexes == [
-            schema._index_name("integration_outbox", purpose)
+            schema.index_name("integration_outbox", purpose)
             for purpose in [*RECOMMENDED, schema.FLOW_CONTROL_INDEX.purpose]
         ]
         assert (first.unfinished_indexes, second.created_indexes) == ({}, [])
@@ -395,17 +395,17 @@ def test_init_db_finishes_what_an_interrupted_run_left(empty_dsn, monkeypatch):
                 writer.rollback()
             assert stopped.created_indexes == []
             assert set(stopped.unfinished_indexes) == {
-                schema._index_name("integration_outbox", purpose) for purpose in RECOMMENDED
+                schema.index_name("integration_outbox", purpose) for purpose in RECOMMENDED
             }
             assert all("lock timeout (0.3 s)" in why for why in stopped.unfinished_indexes.values())
             # what a run cut short after its first partition leaves: the parent's index
             # invalid, one partition's index built and not attached yet
-            finished = schema._index_name("integration_outbox", "finished")
+            finished = schema.index_name("integration_outbox", "finished")
             conn.execute(
                 f"CREATE INDEX {finished} ON ONLY integration_outbox (status, processed_at) "
                 "INCLUDE (created_at) WHERE status IN ('done', 'failed')"
             )
-            own = schema._index_name(names[0], "finished")
+            own = schema.index_name(names[0], "finished")
             conn.execute(
                 f"CREATE INDEX {own} ON {names[0]} (status, processed_at) "
                 "INCLUDE (created_at) WHERE status IN ('done', 'failed')"
@@ -434,7 +434,7 @@ def test_two_init_db_at_once_on_a_partitioned_outbox(empty_dsn):
     reports = run_at_once(init_db)
     created = sorted(name for report in reports for name in report.created_indexes)
     assert created == sorted(
-        schema._index_name("integration_outbox", purpose) for purpose in RECOMMENDED
+        schema.index_name("integration_outbox", purpose) for purpose in RECOMMENDED
     )
 
 
