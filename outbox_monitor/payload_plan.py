@@ -105,6 +105,8 @@ def explain_search(
     A containment search is served by a GIN index on ``payload`` (``jsonb_ops`` or
     ``jsonb_path_ops``); a key-path search by a btree whose leading key is that path's
     ``#>>`` expression. Without one, Postgres tests the payload of every row it scans.
+    Call ``payload_search.check_access`` first: the planner's estimates come from the
+    statistics of the values searched.
 
     Returns:
         A ``SearchPlan``; ``advice`` is set when no valid index could serve the search.
@@ -159,10 +161,11 @@ def describe_plan(plan: SearchPlan, search: PayloadSearch, table: str) -> str:
         )
     what = "GIN index on payload" if search.kind == "containment" else "index on this key path"
     if "Seq Scan" in plan.shape:
+        count = f"≈ {plan.table_rows:,} by the planner's count; " if plan.table_rows else ""
         read = (
-            f"every row of {table} (≈ {plan.table_rows:,} by the planner's count; "
-            f"{plan.shape}) and tests each payload: the time range only filters them, since "
-            "no index on created_at covers every row (the workers' claim would walk one)"
+            f"every row of {table} ({count}{plan.shape}) and tests each payload: the time "
+            "range only filters them, since no index on created_at covers every row (the "
+            "workers' claim would walk one)"
         )
     else:
         read = f"the rows of the time range ({plan.shape}) and tests each payload"

@@ -235,8 +235,9 @@ def payload_search(
     value: str | None = None,
     event_type: str | None = None,
 ) -> PayloadSearch:
-    """Validate typed inputs into a ``PayloadSearch``: a ``document``, or a ``path`` and a
-    ``value``; a time range is required (``until`` is "now" when the user left it empty).
+    """Validate typed inputs into a ``PayloadSearch``: a ``document`` (``None``: not a
+    containment search), else a ``path`` and a ``value``; a time range is required
+    (``until`` is "now" when the user left it empty).
 
     Raises:
         SearchInputError: the field at fault (see ``parse_document``, ``parse_path``,
@@ -248,10 +249,10 @@ def payload_search(
         )
     if since >= until:
         raise SearchInputError("created since", "must be before created until")
-    if document is not None and document.strip():
+    if document is not None:
         parse_document(document)
         return PayloadSearch(since, until, document=document, event_type=event_type)
-    if path is None or not path.strip():
+    if path is None:
         raise SearchInputError("document", "give a JSON document, or a key path and a value")
     return PayloadSearch(
         since, until, path=parse_path(path), value=parse_value(value), event_type=event_type
@@ -279,6 +280,27 @@ def secret_terms(search: PayloadSearch, redactor: Redactor) -> list[str]:
         if redactor.redact_text(text) != text or redactor.redact_json_text(text) != text:
             terms.append("a value redaction hides")
     return list(dict.fromkeys(terms))
+
+
+def check_access(search: PayloadSearch, redactor: Redactor, identity: Identity) -> list[str]:
+    """Refuse a viewer's search by what redaction hides (a search is an oracle for the
+    values it names); call it before planning too (the planner's estimates come from the
+    values' statistics).
+
+    Returns:
+        ``secret_terms``: empty for a search anyone may run; else the search is allowed to
+        ``identity`` (an operator) and must be audited.
+
+    Raises:
+        AccessDenied: ``identity`` may not reveal payloads and the search touches what
+            redaction hides; the message names the keys, never the values.
+    """
+    terms = secret_terms(search, redactor)
+    if terms:
+        require(
+            identity, Role.operator, f"search payloads by what redaction hides ({', '.join(terms)})"
+        )
+    return terms
 
 
 @dataclass(frozen=True)
@@ -361,11 +383,7 @@ def search_payloads(
     """
     if not 1 <= limit <= MAX_PAGE_SIZE:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
-    terms = secret_terms(search, redactor)
-    if terms:
-        require(
-            identity, Role.operator, f"search payloads by what redaction hides ({', '.join(terms)})"
-        )
+    terms = check_access(search, redactor, identity)
     where = search.where()
     if before is not None:
         where.add(
