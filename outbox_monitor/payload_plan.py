@@ -156,8 +156,8 @@ def describe_plan(plan: SearchPlan, search: PayloadSearch, table: str) -> str:
     if plan.usable:
         return (
             f"The index {plan.usable[0]} could serve this search, but the planner chose "
-            f"{plan.shape} for these values (it expects most rows to match): expect it to "
-            "read the whole time range."
+            f"{plan.shape} for these values (cheaper by its estimate: a small table, or many "
+            "rows matching): expect it to read the whole time range."
         )
     what = "GIN index on payload" if search.kind == "containment" else "index on this key path"
     if "Seq Scan" in plan.shape:

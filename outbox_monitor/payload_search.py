@@ -37,6 +37,10 @@ MAX_DEPTH = 32
 MAX_PATH_SEGMENTS = 32
 MAX_TEXT_CHARS = 1000
 """Longest path (as typed) and longest value, in characters."""
+MAX_NUMERIC_EXPONENT = 131_071
+MAX_NUMERIC_SCALE = 16_383
+"""Postgres' ``numeric`` (and so jsonb's numbers): at most 131,072 digits before the decimal
+point and 16,383 after it; a number past them would fail in the database, not here."""
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 AUDIT_ACTION = "payload search"
@@ -64,6 +68,16 @@ def _check_text(text: str, field: str) -> None:
         raise SearchInputError(
             field, f"contains an unpaired surrogate (U+{ord(text[error.start]):04X})"
         ) from None
+
+
+def _number(text: str) -> Decimal:
+    """A JSON number as typed, within what Postgres' ``numeric`` (hence jsonb) holds."""
+    number = Decimal(text)
+    if number.adjusted() > MAX_NUMERIC_EXPONENT or -number.as_tuple().exponent > MAX_NUMERIC_SCALE:
+        raise ValueError(
+            f"the number {text[:20]}{'…' if len(text) > 20 else ''} is out of jsonb's range"
+        )
+    return number
 
 
 def _no_constant(name: str) -> Any:
@@ -112,8 +126,8 @@ def parse_document(text: str | None) -> dict[str, Any]:
 
     Raises:
         SearchInputError: (field ``document``) empty, too long, not JSON (with the line and
-            column), not an object, nested deeper than ``MAX_DEPTH``, NaN/Infinity, or text
-            jsonb cannot hold (NUL, a lone surrogate).
+            column), not an object, nested deeper than ``MAX_DEPTH``, NaN/Infinity, a number
+            or text jsonb cannot hold (past ``numeric``'s range; NUL, a lone surrogate).
     """
     if text is None or not text.strip():
         raise SearchInputError(
@@ -126,14 +140,17 @@ def parse_document(text: str | None) -> dict[str, Any]:
             "keep only the keys to match",
         )
     try:
-        document = json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+        document = json.loads(
+            text, parse_float=_number, parse_int=_number, parse_constant=_no_constant
+        )
     except json.JSONDecodeError as error:
         raise SearchInputError(
             "document", f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
         ) from None
     except (ValueError, RecursionError) as error:
-        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
-        raise SearchInputError("document", f"not valid JSON ({reason})") from None
+        # NaN/Infinity, a number past numeric's range, or nesting deeper than Python parses
+        reason = f"nested deeper than {MAX_DEPTH}" if isinstance(error, RecursionError) else error
+        raise SearchInputError("document", str(reason)) from None
     if not isinstance(document, dict):
         raise SearchInputError(
             "document",
