@@ -1,4 +1,5 @@
-"""Events: search the outbox, page through it by keyset, open one event and its aggregate.
+"""Events: search the outbox (by key, aggregate or payload), page through it by keyset, open
+one event and its aggregate.
 
 Payloads and errors are shown redacted (README, Security); an operator may reveal one
 event's raw payload, and each reveal is audited.
@@ -9,7 +10,7 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.events import DEFAULT_MAX_PAYLOAD_BYTES, STATUSES
-from outbox_monitor.ui import banners, format, inputs, loaders, replay_flows, state
+from outbox_monitor.ui import banners, format, inputs, loaders, payload_search, replay_flows, state
 
 PAGE_SIZE = 50
 ANY_STATUS = "any"
@@ -148,6 +149,9 @@ if searchable:
     )
 
 st.divider()
+found_id = payload_search.section(ctx, LIST_COLUMNS)
+
+st.divider()
 st.subheader("Event detail")
 typed_id = st.text_input(
     "Event id",
@@ -157,7 +161,10 @@ typed_id = st.text_input(
 )
 selected_rows = [i for i in (selection.selection.rows if selection else []) if i < len(page_rows)]
 try:
-    detail_id = page_rows[selected_rows[0]]["id"] if selected_rows else inputs.parse_id(typed_id)
+    if selected_rows:
+        detail_id = page_rows[selected_rows[0]]["id"]
+    else:
+        detail_id = found_id if found_id is not None else inputs.parse_id(typed_id)
 except ValueError as error:
     st.error(format.md_text(error), icon=":material/error:")
     st.stop()

@@ -777,6 +777,37 @@ WHERE status = 'failed' {and_filters}
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: payload_search_page
+-- One keyset page of the events created in [since, until) whose payload matches {and_filters} (containment or a key path, payload_search.py), newest first by (created_at, id); no payload selected, no trailing semicolon (EXPLAINed as count_estimate's {rows}).
+SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
+       available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
+       created_at, processed_at
+FROM {table}
+WHERE created_at >= %(since)s AND created_at < %(until)s {and_filters}
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: payload_search_indexes
+-- The valid indexes without predicate of the outbox table and of its partitions (at any depth): name, access method and leading key as Postgres prints it ("payload" for a column, "(payload #>> '{a,b}'::text[])" for an expression): which of them can serve a payload search.
+SELECT c.relname AS index_name, am.amname AS method,
+       pg_get_indexdef(i.indexrelid, 1, true) AS leading_key
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam
+WHERE i.indisvalid AND i.indpred IS NULL
+  AND i.indrelid IN (SELECT %(table_regclass)s::regclass::oid
+                     UNION ALL
+                     SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p)
+ORDER BY c.relname;
+
+-- name: payload_index_containment
+-- Advice only, shown and never run (payload_search.py): a GIN index with jsonb_path_ops (smaller than jsonb_ops; serves @> only) for containment searches.
+CREATE INDEX CONCURRENTLY {index} ON {table} USING gin (payload jsonb_path_ops);
+
+-- name: payload_index_path
+-- Advice only, shown and never run (payload_search.py): a btree on one key path's text, then created_at, for equality on that path within a time range.
+CREATE INDEX CONCURRENTLY {index} ON {table} ((payload #>> {path}), created_at);
+
 
 -- ===================================================================== actions (SPEC section 4)
 
