@@ -151,13 +151,14 @@ def owner(control: Control) -> str:
 
 
 def control_rows(found: ControlsView) -> list[dict[str, Any]]:
-    """The controls table: state, breaker, rows held and throttled, settings in words,
+    """The controls table: state, breaker (an open one's cool-down now and next probe, as
+    ``Control.breaker_note``), rows held and throttled, settings in words,
     owner, an override's expiry and drift from the file (``the file says …``)."""
     return [
         {
             "filter": c.event_type_filter,
             "state": c.state,
-            "breaker": BREAKER_WORDS.get(c.breaker_state, str(c.breaker_state)),
+            "breaker": c.breaker_note or BREAKER_WORDS.get(c.breaker_state, str(c.breaker_state)),
             "rows_held": c.rows_held,
             "throttled": c.throttled,
             "settings": describe(c.settings),

@@ -303,3 +303,24 @@ def test_the_overview_shows_the_rows_a_pause_holds(open_page, rows, db):
     )
     queue = next(m for m in at.metric if m.label == "Queue depth")
     assert queue.value == "5"  # held rows are still due (SPEC §5)
+
+
+def test_an_open_breaker_shows_its_cool_down_now_and_next_probe(open_page, rows, conn, db):
+    """The breaker column says the cool-down now (30 s doubled twice: 2m 0s), the setting and
+    when the next probe is due — not the setting alone."""
+    seed_crm(rows)
+    flow.change(
+        db,
+        "crm.%",
+        actor=OPERATOR,
+        action="breaker",
+        changes={"breaker": True, "breaker_cooldown_seconds": 30},
+    )
+    conn.execute(
+        "UPDATE outbox_monitor.control_state SET breaker_state = 'open', cooldown_seconds = 120,"
+        " since = now() - interval '30 seconds'"
+    )
+    at = open_page(PAGE)
+    breaker = by(table(at, "controls"), "filter")["crm.%"]["breaker"]
+    assert breaker.startswith("open, cool-down 2m 0s now (set: 30s; each failed probe doubles it)")
+    assert "next probe at" in breaker
