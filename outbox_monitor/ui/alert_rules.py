@@ -197,6 +197,20 @@ def state_rows(
     return table
 
 
+def focus_rows(
+    rows: Sequence[Mapping[str, Any]], rule: str | None, instance: str | None
+) -> list[Mapping[str, Any]]:
+    """The state table's rows of one rule (and instance: ``""`` or ``"all"`` for a rule
+    without ``by``), as a link from the Overview's firing alerts asks
+    (``?rule=…&instance=…``); every row when ``rule`` is ``None``."""
+    if not rule:
+        return list(rows)
+    wanted = None if instance is None else (instance or "all")
+    return [
+        row for row in rows if row["rule"] == rule and (wanted is None or row["instance"] == wanted)
+    ]
+
+
 def state_counts(instances: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """How many instances are firing, pending, in error and ok (``inactive``)."""
     counts = dict.fromkeys(("firing", "pending", "error", "inactive"), 0)
