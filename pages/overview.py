@@ -1,5 +1,7 @@
 """Overview: SLO-coloured tiles and charts of the outbox, refreshed live."""
 
+from datetime import datetime
+
 import streamlit as st
 
 from outbox_monitor.ui import (
@@ -57,7 +59,7 @@ def tile(column, label: str, value: str, badge: rule_state.Badge | None, help: s
         )
 
 
-def alerting(figures: dict) -> tuple:
+def alerting(now: datetime) -> tuple:
     """The rules, their persisted states and why they cannot be trusted (``None`` when a
     scheduler evaluates); renders the stall banner and the firing alerts section."""
     loaded = alert_rules.load_ruleset()
@@ -65,7 +67,7 @@ def alerting(figures: dict) -> tuple:
     alert_rules.show_stall(lease, loaded.ruleset)
     instances = alert_loaders.alert_instances(ctx.db)
     down = rule_state.alerting_down(lease, loaded.ruleset)
-    rule_state.firing_section(loaded.ruleset, instances, down=down, now=figures["now"])
+    rule_state.firing_section(loaded.ruleset, instances, down=down, now=now)
     return loaded.ruleset, instances, down
 
 
@@ -95,10 +97,11 @@ def live_figures() -> None:
             st.info(note, icon=":material/tune:")
             st.page_link("pages/controls.py", label="Open controls", icon=":material/tune:")
 
-        ruleset, instances, down = alerting(figures)
+        now = datetime.fromisoformat(figures["now"])
+        ruleset, instances, down = alerting(now)
 
         def badge(metric: str) -> rule_state.Badge:
-            return rule_state.badge(metric, ruleset, instances, down=down, now=figures["now"])
+            return rule_state.badge(metric, ruleset, instances, down=down, now=now)
 
         first = st.columns(4)
         tile(
@@ -116,8 +119,8 @@ def live_figures() -> None:
             badge("oldest_pending_age"),
             "Since the oldest pending row was created, including rows waiting in backoff.",
         )
-        forecasts(first[0], ruleset, "queue_depth", figures["now"], figures)
-        forecasts(first[1], ruleset, "oldest_pending_age", figures["now"])
+        forecasts(first[0], ruleset, "queue_depth", now, figures)
+        forecasts(first[1], ruleset, "oldest_pending_age", now)
         tile(
             first[2],
             "P95 latency",

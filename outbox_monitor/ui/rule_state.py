@@ -26,6 +26,7 @@ COLORS = {"firing": "red", "error": "orange", "pending": "orange", "inactive": "
 LABELS = {"firing": "FIRING", "error": "ERROR", "pending": "pending", "inactive": "ok"}
 SHOWN_FIRING = 20
 """Firing instances listed on the Overview; the rest are counted and on the Alerts page."""
+NEVER_EVALUATED = "no scheduler has evaluated the rules yet"
 RULE_PARAM, INSTANCE_PARAM = "rule", "instance"
 """The Alerts page's URL parameters that focus its state table on one rule instance."""
 
@@ -48,7 +49,7 @@ def alerting_down(lease: LeaseStatus, ruleset: RuleSet | None) -> str | None:
         return None
     if not lease.exists:
         return (
-            "no scheduler has evaluated the rules yet: start `outbox-monitor scheduler` "
+            f"{NEVER_EVALUATED}: start `outbox-monitor scheduler` "
             "(or `outbox-monitor dashboard --with-scheduler`)"
         )
     return describe_stall(lease, ruleset.defaults.interval)
@@ -194,7 +195,9 @@ def firing_section(
         st.caption("The rules file is invalid: no rule is evaluated (see the banner above).")
         return
     if down is not None:
-        st.warning(f"**Alert states unknown** — {format.md_text(down)}.", icon=":material/help:")
+        # never started: a note; stalled (a scheduler stopped evaluating): a warning
+        shout = st.info if down.startswith(NEVER_EVALUATED) else st.warning
+        shout(f"**Alert states unknown** — {format.md_text(down)}.", icon=":material/help:")
         return
     rows = firing_rows(ruleset, instances, now)
     pending = sum(1 for row in instances if row["state"] == "pending")
