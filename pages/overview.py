@@ -54,9 +54,10 @@ def tile(column, label: str, value: str, badge: rule_state.Badge | None, help: s
             delta=badge.text,
             delta_color=badge.color,
             delta_arrow="off",
-            help=f"{help}\n\nRules: {badge.detail}",
+            help=f"{help}\n\nRules: {badge.detail}" if badge.detail else help,
             border=True,
         )
+        column.caption(format.md_text(badge.line))
 
 
 def alerting(now: datetime) -> tuple:

@@ -316,6 +316,7 @@ def overview_tiles(
         + f"\n\nRules: {horizon_badge.detail}",
         border=True,
     )
+    columns[1].caption(format.md_text(horizon_badge.line))
     columns[2].metric(
         "Table + indexes",
         format.size(health["table_bytes"] + health["indexes_bytes"]),

@@ -33,11 +33,14 @@ RULE_PARAM, INSTANCE_PARAM = "rule", "instance"
 
 @dataclass(frozen=True)
 class Badge:
-    """A tile's badge: ``text`` under the value, ``color`` of ``st.metric(delta_color=…)``
-    and ``detail`` (one line per rule, for the tile's help)."""
+    """A tile's badge: ``text`` under the value (short: the state and the rule, so that it
+    fits the tile), ``color`` of ``st.metric(delta_color=…)``, ``line`` (the rule's scope,
+    value vs condition, or why there is no state: a caption under the tile) and ``detail``
+    (one line per rule, for the tile's help)."""
 
     text: str
     color: str
+    line: str
     detail: str
 
 
@@ -113,41 +116,43 @@ def badge(
         now: the database clock (for "clear for 40s").
 
     Returns:
-        ``"no rule covers this figure"`` (gray) when none watches it; a gray "state unknown"
-        when the file is invalid or alerting is down; ``"not evaluated yet"`` for a rule
-        without state; ``"ok · payment-failed [payment.%, per event type]: no instance"`` for
-        a ``by`` rule with no instance.
+        ``"no rule"`` (gray; line "No rule covers this figure.") when none watches it; a
+        gray ``"state unknown"`` when the file is invalid or alerting is down (the line says
+        which); ``"not evaluated yet"`` for a rule without state; ``"ok · payment-failed"``
+        with the line ``"payment-failed [payment.%, per event type]: no instance"`` for a
+        ``by`` rule with no instance.
     """
     if ruleset is None:
-        return Badge("rule state unknown: rules file invalid", "gray", "See the banner above.")
+        return Badge("state unknown", "gray", "Rules file invalid: see above.", "")
     rules = [rule for rule in ruleset.rules if rule.metric == metric]
     if not rules:
         return Badge(
-            "no rule covers this figure",
+            "no rule",
             "gray",
+            "No rule covers this figure.",
             f"No rule of {ruleset.path or 'the rules file'} watches {metric}.",
         )
     if down is not None:
-        return Badge("rule state unknown: alerting is not running", "gray", down)
-    found: list[tuple[int, str, str]] = []  # (rank, state, line) per rule's worst instance
+        return Badge("state unknown", "gray", "Alerting is not running: see above.", down)
+    found: list[tuple[int, str, str, str]] = []  # (rank, state, rule, line) per rule
     for rule in rules:
         rows = [row for row in instances if row["rule"] == rule.name]
         if not rows:
             state = "inactive" if rule.by else "not evaluated yet"
             line = f"{rule.name}{_scope(rule)}" + (": no instance" if rule.by else "")
-            found.append((SEVERITY.index(state) if rule.by else len(SEVERITY), state, line))
+            rank = SEVERITY.index(state) if rule.by else len(SEVERITY)
+            found.append((rank, state, rule.name, line))
             continue
         worst = min(rows, key=lambda row: SEVERITY.index(row["state"]))
         same = sum(1 for row in rows if row["state"] == worst["state"])
         line = instance_line(rule, worst, now)
         if same > 1 and worst["state"] != "inactive":
             line = f"{rule.name}{_scope(rule)}: {same} instances"
-        found.append((SEVERITY.index(worst["state"]), worst["state"], line))
+        found.append((SEVERITY.index(worst["state"]), worst["state"], rule.name, line))
     found.sort(key=lambda item: item[0])
-    _, state, line = found[0]
-    label = LABELS.get(state, state)
-    detail = "\n".join(f"{LABELS.get(s, s)} · {text}" for _, s, text in found)
-    return Badge(f"{label} · {line}", COLORS.get(state, "gray"), detail)
+    _, state, name, line = found[0]
+    detail = "\n".join(f"{LABELS.get(s, s)} · {text}" for _, s, _, text in found)
+    return Badge(f"{LABELS.get(state, state)} · {name}", COLORS.get(state, "gray"), line, detail)
 
 
 def firing_rows(
@@ -209,7 +214,9 @@ def firing_section(
         )
         return
     for row in rows[:SHOWN_FIRING]:
-        icon = "🔥" if row["state"] == "firing" else "⚠️"
+        icon = (
+            ":material/local_fire_department:" if row["state"] == "firing" else ":material/error:"
+        )
         since = f"since {format.instant(row['since'])} ({row['ago']} ago)" if row["since"] else ""
         with st.container(border=True):
             text, link = st.columns([5, 1], vertical_alignment="center")

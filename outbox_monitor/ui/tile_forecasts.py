@@ -31,7 +31,8 @@ def rule_forecast_text(db: Database, rule: Rule, now: datetime) -> str:
     ``predict`` (else the last 15 min); a rule scoped to event types gets no forecast: the
     samples cover all of them, and a forecast of another scope would be a second opinion."""
     if rule.event_type or rule.by:
-        return f"{rule.name}: no forecast (the samples cover all event types, the rule not)"
+        scope = rule.event_type or "each event type"
+        return f"{rule.name}: no forecast (it watches {scope}; the samples, all event types)"
     lookback = rule.predict or DEFAULT_LOOKBACK_SECONDS
     column = rule.spec.sample_column
     assert column is not None  # PREDICTABLE figures are sampled
