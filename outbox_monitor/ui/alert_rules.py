@@ -111,7 +111,8 @@ def show_stall(lease: LeaseStatus, ruleset: RuleSet | None) -> None:
 
 
 def describe_metric(rule: Rule) -> str:
-    """The figure a rule watches: ``"failed_in_window 15m · payment.% · by event_type"``."""
+    """The figure a rule watches: ``"failed_in_window 15m · payment.% · by event_type"``,
+    ``"queue_depth · forecast 15m ahead"`` for a ``predict`` rule (its value is the forecast)."""
     parts = [rule.metric + (f" {format.duration_label(rule.window)}" if rule.window else "")]
     if rule.attempts is not None:
         parts[0] += f" ≥ {rule.attempts}"
@@ -119,6 +120,8 @@ def describe_metric(rule: Rule) -> str:
         parts.append(rule.event_type)
     if rule.by:
         parts.append("by " + ", ".join(rule.by))
+    if rule.predict is not None:
+        parts.append(f"forecast {format.duration_label(rule.predict)} ahead")
     return " · ".join(parts)
 
 

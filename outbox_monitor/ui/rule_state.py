@@ -77,7 +77,11 @@ def _ago(instant: datetime | None, now: datetime | None) -> str:
 
 def _held_open(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
     """``"held by keep_firing_for 2m: clear for 40s"`` for a firing instance whose
-    condition has cleared (it resolves once clear for ``keep_firing_for``), else ``""``."""
+    condition has cleared (it resolves once clear for ``keep_firing_for``); ``"pending 2m
+    of for 10m"`` for a pending one; else ``""``."""
+    if row.get("state") == "pending" and row.get("pending_since") is not None:
+        wait = format.duration_label(rule.for_ or 0)
+        return f"pending {_ago(row['pending_since'], now)} of for {wait}"
     if row.get("state") != "firing" or row.get("cleared_since") is None:
         return ""
     keep = format.duration_label(rule.keep_firing_for or 0)
@@ -86,7 +90,8 @@ def _held_open(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
 
 def instance_line(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
     """One instance for people: ``"backlog [per event type] order.paid: 1,200 vs > 1,000"``
-    with, when firing but clear, that keep_firing_for holds it open."""
+    with, when firing but clear, that keep_firing_for holds it open (``_held_open``), and
+    when pending, for how long of its ``for``."""
     instance = str(row.get("instance") or "").removeprefix("event_type=")
     value = format_value(row.get("value"), rule.unit)
     text = f"{rule.name}{_scope(rule)}{' ' + instance if instance else ''}: {value}"

@@ -137,3 +137,18 @@ def test_an_alert_held_open_by_keep_firing_for_says_so(tmp_path):
     [row] = rule_state.firing_rows(ruleset, [held], now)
     assert row["held"] == "held by keep_firing_for 2m: clear for 40s"
     assert row["ago"] == "5m 0s"
+
+
+def test_a_pending_alert_says_how_long_of_its_for(tmp_path):
+    ruleset = load_rules(rules_file(tmp_path, RULES))
+    now = datetime(2026, 1, 1, 14, 5, tzinfo=UTC)
+    pending = {
+        "rule": "backlog",
+        "instance": "",
+        "state": "pending",
+        "value": 1200.0,
+        "pending_since": now - timedelta(minutes=2),
+    }
+    badge = rule_state.badge("queue_depth", ruleset, [pending], down=None, now=now)
+    assert (badge.text, badge.color) == ("pending · backlog", "orange")
+    assert badge.line == "backlog: 1,200 vs > 1,000 (pending 2m 0s of for 10m)"

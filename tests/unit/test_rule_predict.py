@@ -70,3 +70,10 @@ def test_predict_is_a_duration_in_seconds(tmp_path):
 )
 def test_a_bad_predict_names_the_rule_and_the_field(tmp_path, change, expected):
     assert problems_of(tmp_path, rules(**change)) == [expected]
+
+
+def test_the_alerts_page_says_the_rule_watches_a_forecast(tmp_path):
+    from outbox_monitor.ui.alert_rules import describe_metric
+
+    rule = load_rules(rules_file(tmp_path, rules(predict="15m"))).rule("backlog-soon")
+    assert describe_metric(rule) == "queue_depth · forecast 15m ahead"
