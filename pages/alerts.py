@@ -82,11 +82,17 @@ def live_state() -> None:
                 f"Last evaluation {format.instant(last)} · database time "
                 f"{format.instant(now)} · refreshes every {refresh}"
             )
-        st.dataframe(
-            format.table(alert_rules.state_rows(ruleset, instances, now)),
-            hide_index=True,
-            width="stretch",
-        )
+        rows = alert_rules.state_rows(ruleset, instances, now)
+        rule, instance = st.query_params.get("rule"), st.query_params.get("instance")
+        if rule:
+            rows = alert_rules.focus_rows(rows, rule, instance)
+            shown = f"{rule} {instance}" if instance else rule
+            st.caption(f"Showing {format.md_code(shown)} only, as linked from the Overview.")
+            if st.button("Show every rule", key="alerts.unfocus"):
+                for name in ("rule", "instance"):
+                    st.query_params.pop(name, None)
+                st.rerun()
+        st.dataframe(format.table(rows), hide_index=True, width="stretch")
 
 
 @st.fragment(run_every=ctx.filters.refresh)

@@ -1,5 +1,7 @@
 """Overview: SLO-coloured tiles and charts of the outbox, refreshed live."""
 
+from datetime import datetime
+
 import streamlit as st
 
 from outbox_monitor.ui import (
@@ -11,8 +13,10 @@ from outbox_monitor.ui import (
     format,
     health,
     loaders,
+    rule_state,
     slo,
     state,
+    tile_forecasts,
 )
 
 ctx = state.context()
@@ -38,28 +42,47 @@ if retired:
 slo.show_rules_problem()
 
 
-def tile(column, label: str, value: str, judgement: slo.Judgement | None, help: str) -> None:
-    """One figure; coloured green/red against its SLO, plain when it has none."""
-    if judgement is None:
+def tile(column, label: str, value: str, badge: rule_state.Badge | None, help: str) -> None:
+    """One figure; its badge is the state of the rules on it (``rule_state.badge``), plain
+    when it has none."""
+    if badge is None:
         column.metric(label, value, help=help, border=True)
     else:
         column.metric(
             label,
             value,
-            delta=judgement.text,
-            delta_color=judgement.color,
+            delta=badge.text,
+            delta_color=badge.color,
             delta_arrow="off",
-            help=help,
+            help=f"{help}\n\nRules: {badge.detail}" if badge.detail else help,
             border=True,
         )
+        column.caption(format.md_text(badge.line))
+
+
+def alerting(now: datetime) -> tuple:
+    """The rules, their persisted states and why they cannot be trusted (``None`` when a
+    scheduler evaluates); renders the stall banner and the firing alerts section."""
+    loaded = alert_rules.load_ruleset()
+    lease = alert_loaders.evaluator_lease(ctx.db)
+    alert_rules.show_stall(lease, loaded.ruleset)
+    instances = alert_loaders.alert_instances(ctx.db)
+    down = rule_state.alerting_down(lease, loaded.ruleset)
+    rule_state.firing_section(loaded.ruleset, instances, down=down, now=now)
+    return loaded.ruleset, instances, down
+
+
+def forecasts(column, ruleset, metric: str, now, figures: dict | None = None) -> None:
+    """Under a tile: the drain ETA (``figures`` given) and its rules' breach forecasts."""
+    if figures is not None:
+        column.caption(tile_forecasts.drain_text(figures))
+    for text in tile_forecasts.breach_forecasts(ctx.db, ruleset, metric, now):
+        column.caption(format.md_text(text))
 
 
 @st.fragment(run_every=ctx.filters.refresh)
 def live_figures() -> None:
     with banners.guarded(wait_out_outage=True):
-        alert_rules.show_stall(
-            alert_loaders.evaluator_lease(ctx.db), alert_rules.load_ruleset().ruleset
-        )
         f = state.filters()
         figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
         failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)
@@ -75,12 +98,18 @@ def live_figures() -> None:
             st.info(note, icon=":material/tune:")
             st.page_link("pages/controls.py", label="Open controls", icon=":material/tune:")
 
+        now = datetime.fromisoformat(figures["now"])
+        ruleset, instances, down = alerting(now)
+
+        def badge(metric: str) -> rule_state.Badge:
+            return rule_state.badge(metric, ruleset, instances, down=down, now=now)
+
         first = st.columns(4)
         tile(
             first[0],
             "Queue depth",
             format.count(figures["queue_depth"]),
-            slo.judge(slo.QUEUE_DEPTH, figures["queue_depth"]),
+            badge("queue_depth"),
             f"Pending rows due now. {figures['pending_total']:,} pending in total, "
             f"{figures['scheduled_retries']:,} waiting in backoff.",
         )
@@ -88,14 +117,16 @@ def live_figures() -> None:
             first[1],
             "Oldest pending age",
             format.duration(figures["oldest_pending_age_seconds"]),
-            slo.judge(slo.OLDEST_PENDING_AGE, figures["oldest_pending_age_seconds"]),
+            badge("oldest_pending_age"),
             "Since the oldest pending row was created, including rows waiting in backoff.",
         )
+        forecasts(first[0], ruleset, "queue_depth", now, figures)
+        forecasts(first[1], ruleset, "oldest_pending_age", now)
         tile(
             first[2],
             "P95 latency",
             format.duration(latency["p95"]),
-            slo.judge(slo.LATENCY_P95, latency["p95"]),
+            badge("latency_p95"),
             f"processed_at − created_at of rows done in the last {f.window_label}. "
             f"P50 {format.duration(latency['p50'])}, P99 {format.duration(latency['p99'])}.",
         )
@@ -103,7 +134,7 @@ def live_figures() -> None:
             first[3],
             "Failed (24 h)",
             format.count(failed_24h),
-            slo.judge(slo.FAILED_IN_WINDOW, failed_24h),
+            badge("failed_in_window"),
             "Rows dead-lettered in the last 24 hours (by time of failure).",
         )
         second = st.columns(4)
@@ -111,7 +142,7 @@ def live_figures() -> None:
             second[0],
             "Stuck locks",
             format.count(figures["stuck_locks"]),
-            slo.judge(slo.STUCK_LOCKS, figures["stuck_locks"]),
+            badge("stuck_locks"),
             f"Processing rows locked longer than the lock timeout "
             f"({format.duration_label(figures['lock_timeout_seconds'])}) or with no lock time; "
             f"{figures['processing']:,} processing in total. Reap them on the Actions page.",
@@ -139,7 +170,7 @@ def live_figures() -> None:
         )
 
         samples = loaders.samples(ctx.db, window=f.window)
-        health.overview_tiles(figures["health"], samples)
+        health.overview_tiles(figures["health"], samples, badge("xmin_horizon_age"))
 
         left, right = st.columns(2)
         with left:

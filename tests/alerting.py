@@ -209,3 +209,16 @@ def transitions(conn: psycopg.Connection, rule: str | None = None) -> list[dict[
         "ORDER BY id",
         {"rule": rule},
     ).fetchall()
+
+
+def evaluate_as_scheduler(settings: Any, db: Any, ruleset: Any) -> None:
+    """One evaluation pass as the scheduler runs it: under the evaluator lease (fenced), its
+    end stamped in the lease, which is then given back (the dashboard reads the states as
+    fresh for 3 intervals)."""
+    from outbox_monitor.alerts.evaluate import Evaluator
+    from outbox_monitor.alerts.leader import Leadership
+
+    with Leadership(settings) as lead:
+        assert lead.try_acquire()
+        Evaluator(db, ruleset, fence=lead.fence).run_once()
+        assert lead.record_evaluation()

@@ -154,7 +154,12 @@ class Evaluator:
         seen = set()
         for item in measurements:
             seen.add(item.instance)
-            observation = Observation(item.breached, item.value, instance_labels(rule, item.labels))
+            observation = Observation(
+                item.breached,
+                item.value,
+                instance_labels(rule, item.labels),
+                forecast=item.forecast,
+            )
             reports.append(self._apply(rule, item.instance, observation, context))
         for row in self.db.fetch_all("alert_instances_of_rule", {"rule": rule.name}):
             if row["instance"] in seen or row["state"] == INACTIVE:

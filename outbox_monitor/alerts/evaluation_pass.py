@@ -51,13 +51,15 @@ class EvaluationReport:
 @dataclass(frozen=True)
 class Observation:
     """What a pass saw of one instance: breached or not, its value and labels; ``error``
-    when its rule could not be measured, ``vanished`` when no longer reported."""
+    when its rule could not be measured, ``vanished`` when no longer reported; ``forecast``
+    a ``predict`` rule's ``forecast.Forecast``."""
 
     breached: bool
     value: float | None
     labels: dict[str, str]
     error: str | None = None
     vanished: bool = False
+    forecast: Any = None
 
 
 @dataclass

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor import error_grouping, metrics
+from outbox_monitor import error_grouping, events, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
 from outbox_monitor.figures import CLAIM_FIGURES, FIGURES
 from outbox_monitor.filters import ExactEventType, Where
+from outbox_monitor.forecast import Forecast, forecast, sample_points
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
@@ -46,13 +47,15 @@ class Measurement:
     ``labels``: ``{"event_type": <type>}`` for a ``by`` instance, else ``{}``.
     ``value``: in the rule's unit (seconds, rows, rows/min); ``None`` when the figure has
     no value (nothing pending, no done row in the window). ``breached``: the rule's
-    condition holds now (never for ``None``).
+    condition holds now (never for ``None``). ``forecast``: a ``predict`` rule's forecast
+    (``value`` is then its value at now + ``predict``, ``None`` without enough samples).
     """
 
     instance: str
     labels: dict[str, str] = field(default_factory=dict)
     value: float | None = None
     breached: bool = False
+    forecast: Forecast | None = None
 
 
 def instance_of(event_type: str | None) -> str:
@@ -135,6 +138,9 @@ def measure(db: Database, rule: Rule) -> list[Measurement]:
         The package's database errors; the caller decides (the evaluator turns them into
         the rule's "error" state, ``check`` reports them).
     """
+    if rule.predict is not None:
+        predicted = rule_forecast(db, rule)
+        return [Measurement("", {}, predicted.value, predicted.breached, predicted)]
     if not rule.by:
         value = measure_value(db, rule, rule.event_type)
         return [Measurement("", {}, value, breached(rule, value))]
@@ -150,6 +156,30 @@ def measure(db: Database, rule: Rule) -> list[Measurement]:
             )
         )
     return found
+
+
+def rule_forecast(db: Database, rule: Rule) -> Forecast:
+    """A ``predict`` rule's forecast: its figure's samples of the last ``predict`` seconds
+    (``metrics.samples_series``, all event types), fitted by least squares and extrapolated
+    ``predict`` seconds past the database's now (``forecast.forecast``).
+
+    Raises:
+        The package's database errors.
+    """
+    assert rule.predict is not None
+    samples = metrics.samples_series(db, window=rule.predict)
+    column = rule.spec.sample_column
+    assert column is not None  # rules.PREDICTABLE figures are sampled
+    points = sample_points(samples, column, events.database_now(db))
+    return forecast(
+        rule.metric,
+        rule.unit,
+        rule.op,
+        rule.threshold,
+        points,
+        horizon=rule.predict,
+        lookback=rule.predict,
+    )
 
 
 def offenders(

@@ -146,6 +146,10 @@ def _payload(
         "firing_seq": seq,
         "evaluated_at": context.now.isoformat(),
     }
+    if observation.forecast is not None:
+        payload["forecast"] = observation.forecast.as_payload()
+        if rule.summary is None:
+            payload["summary"] = f"{rule.name}: forecast: {observation.forecast.text}"
     if kind in (FIRING_KIND, REPEAT_KIND):
         payload.update(_flow_notes(db, rule, event_type))
     if kind == ERROR_KIND:

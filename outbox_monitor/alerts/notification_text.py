@@ -10,7 +10,7 @@ from typing import Any
 
 from outbox_monitor import units
 from outbox_monitor.alerts.mrkdwn import clip, clip_mrkdwn, escape_mrkdwn, link, plain
-from outbox_monitor.durations import format_duration
+from outbox_monitor.durations import duration_label, format_duration
 
 MAX_SECTION_CHARS = 3000
 MAX_SUMMARY_CHARS = 500
@@ -131,6 +131,25 @@ def _instance_text(row: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
     return str(instance or "")
 
 
+def _value_label(payload: Mapping[str, Any], label: str) -> str:
+    """``"Value"``, or for a ``predict`` rule ``"Forecast in 15m"`` (its value is the
+    forecast at now + ``predict``)."""
+    forecast = payload.get("forecast")
+    if not isinstance(forecast, Mapping) or forecast.get("horizon_seconds") is None:
+        return label
+    return f"Forecast in {duration_label(float(forecast['horizon_seconds']))}"
+
+
+def _forecast_line(payload: Mapping[str, Any]) -> list[str]:
+    """A ``predict`` rule's forecast sentence, unless its summary already says it."""
+    forecast = payload.get("forecast")
+    if not isinstance(forecast, Mapping) or not forecast.get("text"):
+        return []
+    if str(forecast["text"]) in str(payload.get("summary") or ""):
+        return []
+    return [f"*Forecast:* {plain(forecast['text'], MAX_SUMMARY_CHARS)}"]
+
+
 def section_text(
     row: Mapping[str, Any],
     *,
@@ -165,13 +184,16 @@ def section_text(
     elif kind == "test":
         pass
     elif kind == "resolved" or resolved_payload is not None:
-        figure = f"*Value now* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
+        label = _value_label(source, "Value now")
+        figure = f"*{label}* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
         lines.append(figure + (f" ({op})" if op else ""))
         if since:
             lines.append(f"Was firing since {since}")
     else:
-        figure = f"*Value* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
+        label = _value_label(payload, "Value")
+        figure = f"*{label}* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
         lines.append(figure + (f" ({op})" if op else "") + (f" · since {since}" if since else ""))
+    lines.extend(_forecast_line(source))
     if kind in ("firing", "repeat", "error") and resolved_payload is None:
         lines.extend(_offender_lines(payload.get("offenders"), unit))
         if payload.get("held_rows"):

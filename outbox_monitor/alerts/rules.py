@@ -49,6 +49,7 @@ from outbox_monitor.alerts.rule_values import (
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.figure_model import Figure
 from outbox_monitor.figures import FIGURES
+from outbox_monitor.forecast import PREDICTABLE
 from outbox_monitor.units import format_value
 
 DEFAULT_WEBHOOK_ENV = "SLACK_WEBHOOK_URL"
@@ -156,6 +157,9 @@ class Rule(_Model):
     ``None`` (the figure has none, or it uses the configured window). ``for_`` and
     ``keep_firing_for`` are resolved from ``defaults`` by ``load_rules``. ``by`` is
     ``()`` or ``("event_type",)``. ``event_type`` filters rows (exact, or LIKE with ``%``).
+    ``predict`` (seconds or ``None``): the rule watches its figure's forecast instead, the
+    least-squares trend of the last ``predict`` seconds of samples extrapolated ``predict``
+    seconds ahead (``forecast.py``; issue 15 item 4).
     """
 
     name: Slug
@@ -166,6 +170,7 @@ class Rule(_Model):
     by: tuple[str, ...] = ()
     op: str
     threshold: float
+    predict: float | None = None
     for_: float | None = Field(None, alias="for")
     keep_firing_for: float | None = None
     severity: str = "warning"
@@ -282,6 +287,25 @@ class Rule(_Model):
                 f"not a duration), got {quoted(value)}",
             )
         raise fail("threshold", f"expected {expected}, got {quoted(value)}")
+
+    @field_validator("predict", mode="before")
+    @classmethod
+    def _check_predict(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        metric = info.data.get("metric")
+        if metric is not None and metric not in PREDICTABLE:
+            raise fail(
+                "predict",
+                f"{metric} cannot be forecast; predict works on {', '.join(PREDICTABLE)}",
+            )
+        if info.data.get("event_type") or info.data.get("by"):
+            raise fail(
+                "predict",
+                "a forecast comes from the samples, which cover all event types; remove "
+                "event_type and by, or predict",
+            )
+        return positive_duration(value)
 
     @field_validator("severity", mode="before")
     @classmethod

@@ -111,7 +111,8 @@ def show_stall(lease: LeaseStatus, ruleset: RuleSet | None) -> None:
 
 
 def describe_metric(rule: Rule) -> str:
-    """The figure a rule watches: ``"failed_in_window 15m · payment.% · by event_type"``."""
+    """The figure a rule watches: ``"failed_in_window 15m · payment.% · by event_type"``,
+    ``"queue_depth · forecast 15m ahead"`` for a ``predict`` rule (its value is the forecast)."""
     parts = [rule.metric + (f" {format.duration_label(rule.window)}" if rule.window else "")]
     if rule.attempts is not None:
         parts[0] += f" ≥ {rule.attempts}"
@@ -119,6 +120,8 @@ def describe_metric(rule: Rule) -> str:
         parts.append(rule.event_type)
     if rule.by:
         parts.append("by " + ", ".join(rule.by))
+    if rule.predict is not None:
+        parts.append(f"forecast {format.duration_label(rule.predict)} ahead")
     return " · ".join(parts)
 
 
@@ -195,6 +198,20 @@ def state_rows(
                 }
             )
     return table
+
+
+def focus_rows(
+    rows: Sequence[Mapping[str, Any]], rule: str | None, instance: str | None
+) -> list[Mapping[str, Any]]:
+    """The state table's rows of one rule (and instance: ``""`` or ``"all"`` for a rule
+    without ``by``), as a link from the Overview's firing alerts asks
+    (``?rule=…&instance=…``); every row when ``rule`` is ``None``."""
+    if not rule:
+        return list(rows)
+    wanted = None if instance is None else (instance or "all")
+    return [
+        row for row in rows if row["rule"] == rule and (wanted is None or row["instance"] == wanted)
+    ]
 
 
 def state_counts(instances: Sequence[Mapping[str, Any]]) -> dict[str, int]:

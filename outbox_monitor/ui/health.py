@@ -15,7 +15,7 @@ import streamlit as st
 
 from outbox_monitor.db import Database
 from outbox_monitor.health.status import health_status
-from outbox_monitor.ui import charts, format, slo
+from outbox_monitor.ui import charts, format, rule_state, slo
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import Filters
 from outbox_monitor.units import format_value
@@ -289,10 +289,12 @@ def no_samples_note() -> None:
     )
 
 
-def overview_tiles(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]]) -> None:
+def overview_tiles(
+    health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]], horizon_badge: rule_state.Badge
+) -> None:
     """The Overview's row of health tiles (dead tuples and their change over the sampled
-    window, the xmin horizon against the ``xmin-horizon-held`` rule, the size, the last
-    autovacuum), and a link to the Health page."""
+    window, the xmin horizon with ``horizon_badge``: the state of its rules,
+    ``rule_state.badge``; the size, the last autovacuum), and a link to the Health page."""
     columns = st.columns(4)
     dead = [s["dead_tuples"] for s in samples if s.get("dead_tuples") is not None]
     columns[0].metric(
@@ -304,17 +306,18 @@ def overview_tiles(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any
         "are dead (acked or retried row versions vacuum has not removed).",
         border=True,
     )
-    judgement = slo.judge(slo.XMIN_HORIZON_AGE, health["xmin_horizon_age_seconds"])
     holding = [h for h in health["xmin_horizon_holders"] if h["holds_horizon"]]
     columns[1].metric(
         "xmin horizon held",
         format.duration(health["xmin_horizon_age_seconds"]),
-        delta=judgement.text,
-        delta_color=judgement.color,
+        delta=horizon_badge.text,
+        delta_color=horizon_badge.color,
         delta_arrow="off",
-        help=f"By {holding[0]['summary']}." if holding else "Nothing holds it.",
+        help=(f"By {holding[0]['summary']}." if holding else "Nothing holds it.")
+        + f"\n\nRules: {horizon_badge.detail}",
         border=True,
     )
+    columns[1].caption(format.md_text(horizon_badge.line))
     columns[2].metric(
         "Table + indexes",
         format.size(health["table_bytes"] + health["indexes_bytes"]),

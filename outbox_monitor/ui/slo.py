@@ -1,6 +1,8 @@
-"""The SLO thresholds the Overview tiles are coloured against, read from alerts.yml.
+"""The SLO thresholds the charts (the latency chart's SLO line) and the Health page's
+horizon banner are drawn against, read from alerts.yml. The Overview tiles' badges are not
+judged here: they are the rules' own state (``rule_state``, issue 15 item 3).
 
-Each tile takes its threshold from the matching SPEC §3 rule of the loaded rules file
+Each threshold takes its threshold from the matching SPEC §3 rule of the loaded rules file
 (``rules_file.resolve_rules_path()``: ``OUTBOX_MONITOR_RULES``, else ``alerts.yml`` in the
 current directory, else the shipped one): ``notifications-late`` (oldest pending age),
 ``backlog`` (queue depth), ``payment-failed`` (failures), ``latency-slo`` (P95 latency),
@@ -124,15 +126,14 @@ def thresholds(path: str | Path | None = None) -> Thresholds:
 
 
 def show_rules_problem() -> None:
-    """A warning banner when the rules file is missing or invalid: the tiles then use the
-    SPEC §3 defaults. Renders nothing when the rules loaded."""
+    """A warning banner when the rules file is missing or invalid: the tiles then show no
+    rule state, the charts the SPEC §3 defaults. Renders nothing when the rules loaded."""
     current = thresholds()
     if current.error is None:
         return
     st.warning(
-        f"**Alert rules file invalid** — {format.md_code(current.path)}; the tiles use the "
-        "SPEC §3 default "
-        "thresholds until it is fixed.",
+        f"**Alert rules file invalid** — {format.md_code(current.path)}; the tiles show no "
+        "rule state and the charts use the SPEC §3 default thresholds until it is fixed.",
         icon=":material/rule:",
     )
     st.code(current.error, language=None, wrap_lines=True)

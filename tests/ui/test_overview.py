@@ -26,26 +26,29 @@ def tiles(at: AppTest) -> dict[str, tuple[str, str]]:
     return {m.label: (m.value, m.delta) for m in at.metric}
 
 
-def test_tiles_show_hand_computed_figures_against_their_slo(open_page, rows):
+def test_tiles_show_hand_computed_figures(open_page, rows):
     seed(rows)
 
     at = open_page("overview")
 
     assert not at.exception
-    shown = tiles(at)
+    shown = {label: value for label, (value, _) in tiles(at).items()}
     # queue depth: 3 due pending rows (the one in backoff is not due)
-    assert shown["Queue depth"] == ("3", "within SLO ≤ 1,000")
-    assert shown["Oldest pending age"] == ("2h 30m", "SLO ≤ 5m breached")
-    assert shown["P95 latency"] == ("48s", "within SLO ≤ 2m")
+    assert shown["Queue depth"] == "3"
+    assert shown["Oldest pending age"] == "2h 30m"
+    assert shown["P95 latency"] == "48s"
     # failed 90 min and 20 h ago count; 48 h ago does not
-    assert shown["Failed (24 h)"] == ("2", "SLO = 0 breached")
-    assert shown["Stuck locks"] == ("1", "SLO = 0 breached")
+    assert shown["Failed (24 h)"] == "2"
+    assert shown["Stuck locks"] == "1"
     # 5 done in the last hour / 60 min; 10 rows created in the last hour / 60 min
-    assert shown["Processed / min"] == ("0.08/min", "")
-    assert shown["Created / min"] == ("0.17/min", "")
-    assert shown["Failed (1h)"] == ("0", "")
-    colours = {m.label: m.proto.color for m in at.metric}
-    assert colours["Queue depth"] != colours["Oldest pending age"]  # green vs red
+    assert shown["Processed / min"] == "0.08/min"
+    assert shown["Created / min"] == "0.17/min"
+    assert shown["Failed (1h)"] == "0"
+    # badges are the rules' state (tests/ui/test_overview_alerting.py); no scheduler here
+    assert tiles(at)["Queue depth"][1] == "state unknown"
+    assert tiles(at)["Processed / min"][1] == ""
+    # drain ETA: 3 due, 0.08/min processed − 0.17/min created < 0: never
+    assert any(c.value.startswith("Drain ETA never: grows by 0.08/min") for c in at.caption)
     assert any("Updated at" in c.value and "(database time)" in c.value for c in at.caption)
 
 
@@ -57,8 +60,8 @@ def test_event_type_and_window_from_the_url(open_page, rows):
 
     assert invoices["Queue depth"][0] == "1"
     assert invoices["Oldest pending age"][0] == "2h 30m"
-    assert invoices["Failed (24 h)"] == ("0", "within SLO = 0")
-    assert invoices["Stuck locks"] == ("0", "within SLO = 0")
+    assert invoices["Failed (24 h)"][0] == "0"
+    assert invoices["Stuck locks"][0] == "0"
     assert whole_day["Failed (24h)"][0] == "2"
     # 13 rows created in the last 24 h (all but the one of 49 h ago) / 1440 min
     assert whole_day["Created / min"][0] == f"{13 / 1440:.2f}/min"
@@ -87,13 +90,14 @@ def test_charts_and_the_no_samples_hint(open_page, rows, conn):
     assert len(at.get("vega_lite_chart")) == 4
 
 
-def test_empty_outbox_shows_no_value_and_is_within_slo(open_page):
+def test_empty_outbox_shows_no_value(open_page):
     at = open_page("overview")
 
     shown = tiles(at)
-    assert shown["Queue depth"] == ("0", "within SLO ≤ 1,000")
-    assert shown["Oldest pending age"] == ("–", "within SLO ≤ 5m")
-    assert shown["P95 latency"] == ("–", "within SLO ≤ 2m")
+    assert shown["Queue depth"][0] == "0"
+    assert shown["Oldest pending age"][0] == "–"
+    assert shown["P95 latency"][0] == "–"
+    assert any(c.value == "Drain ETA: empty" for c in at.caption)
     assert not at.warning
 
 

@@ -4,8 +4,9 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH
+from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.ui import slo
+from tests.alerting import evaluate_as_scheduler
 
 RULES = """\
 version: 1
@@ -106,12 +107,16 @@ def test_dashboard_banner_shows_the_rules_error(tmp_path, monkeypatch):
     assert len(at.warning) == 0 and len(at.code) == 0
 
 
-def test_overview_tiles_use_the_rules_thresholds(open_page, environment, rows, tmp_path):
-    environment.setenv(RULES_ENV, str(write(tmp_path, RULES)))
+def test_overview_badges_follow_the_rules_of_the_file(
+    open_page, environment, rows, settings, db, tmp_path
+):
+    path = write(tmp_path, RULES)
+    environment.setenv(RULES_ENV, str(path))
     for _ in range(2):
         rows.add(status="pending", available_ago=5)
+    evaluate_as_scheduler(settings, db, load_rules(path))
     at = open_page("overview")
     assert not at.exception
     shown = {m.label: (m.value, m.delta) for m in at.metric}
-    assert shown["Queue depth"] == ("2", "SLO < 2 breached")
-    assert shown["Stuck locks"] == ("0", "within SLO = 0")
+    assert shown["Queue depth"] == ("2", "FIRING · backlog")  # the file's rule
+    assert shown["Stuck locks"] == ("0", "no rule")  # none in the file

@@ -1,0 +1,286 @@
+"""Forecasts from figures and samples, pure (no SQL, no clock): the drain ETA of a backlog,
+and the linear trend of a sampled figure with the time it crosses a rule's threshold (least
+squares over the sampled history, as Prometheus' ``predict_linear``; issue 15 item 4).
+
+The dashboard, the per-event-type table and the evaluator (a rule's ``predict``) call the same
+functions; ``alerts.measure.rule_forecast`` reads the samples they are given.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from outbox_monitor.durations import duration_label, format_duration
+from outbox_monitor.units import format_value, per_minute
+
+MIN_SAMPLES = 3
+"""A trend needs at least this many samples (at two instants or more); fewer: no forecast."""
+DEFAULT_LOOKBACK_SECONDS = 15 * 60.0
+"""The samples a rule without ``predict`` is forecast from on the Overview (and its horizon)."""
+PREDICTABLE = ("queue_depth", "pending_total", "scheduled_retries", "oldest_pending_age")
+"""The depth and age figures a rule may ``predict``: sampled gauges a trend extrapolates."""
+
+_CHECKS = {
+    ">": lambda value, threshold: value > threshold,
+    ">=": lambda value, threshold: value >= threshold,
+    "<": lambda value, threshold: value < threshold,
+    "<=": lambda value, threshold: value <= threshold,
+}
+
+
+# ------------------------------------------------------------------------- drain ETA
+
+
+@dataclass(frozen=True)
+class DrainEta:
+    """How long a backlog takes to drain at the window's rates.
+
+    ``seconds``: 0 when the backlog is empty; ``None`` ("never") when it grows or holds
+    (net drain ≤ 0). ``net_per_minute``: processed/min − created/min.
+    """
+
+    backlog: int
+    net_per_minute: float
+    seconds: float | None
+
+    @property
+    def text(self) -> str:
+        """``"empty"``, ``"≈ 12 min (net −830/min)"`` or ``"never: grows by 12/min"``."""
+        if self.backlog <= 0:
+            return "empty"
+        if self.seconds is None:
+            if self.net_per_minute == 0:
+                return "never: processed as fast as created"
+            return f"never: grows by {per_minute(-self.net_per_minute)}"
+        return f"{about(self.seconds)} (drains {per_minute(self.net_per_minute)} net)"
+
+
+def drain_eta(
+    backlog: int, processed_per_minute: float | None, created_per_minute: float | None
+) -> DrainEta:
+    """The drain ETA of a backlog: ``backlog ÷ (processed/min − created/min)``.
+
+    Args:
+        backlog: rows to drain (the queue depth: pending rows due now).
+        processed_per_minute, created_per_minute: SPEC §2 throughput over the window
+            (``None`` counts as 0).
+
+    Returns:
+        A ``DrainEta``: ``seconds`` 0 for an empty backlog, ``None`` (never) when the net
+        drain rate is ≤ 0, else ``backlog / net * 60``.
+    """
+    net = (processed_per_minute or 0.0) - (created_per_minute or 0.0)
+    if backlog <= 0:
+        return DrainEta(backlog, net, 0.0)
+    if net <= 0:
+        return DrainEta(backlog, net, None)
+    return DrainEta(backlog, net, backlog / net * 60.0)
+
+
+def drain_eta_of(figures: Mapping[str, Any]) -> DrainEta:
+    """``drain_eta`` of one set of figures under their ``status --json`` keys
+    (``queue_depth``, ``processed_per_minute``, ``created_per_minute``): ``metrics.status``
+    for a filter, or one event type's row of the per-type table."""
+    return drain_eta(
+        int(figures["queue_depth"]),
+        figures["processed_per_minute"],
+        figures["created_per_minute"],
+    )
+
+
+def about(seconds: float) -> str:
+    """A forecast's time for people: ``"≈ 12 min"`` (at least 1 min), ``"≈ 3h 5m"`` from 2 h."""
+    if seconds >= 7200:
+        return f"≈ {format_duration(seconds)}"
+    return f"≈ {max(1, round(seconds / 60))} min"
+
+
+# ------------------------------------------------------------------------ the trend
+
+
+@dataclass(frozen=True)
+class Trend:
+    """``value = intercept + slope · t`` fitted by least squares; ``t`` in seconds from now
+    (negative in the past). ``samples``: how many points it was fitted on."""
+
+    intercept: float
+    slope: float
+    samples: int
+
+    def at(self, seconds: float) -> float:
+        """The fitted value ``seconds`` from now."""
+        return self.intercept + self.slope * seconds
+
+    @property
+    def per_minute(self) -> float:
+        """The slope in units per minute."""
+        return self.slope * 60.0
+
+
+def sample_points(
+    samples: Sequence[Mapping[str, Any]], column: str, now: datetime
+) -> list[tuple[float, float]]:
+    """``(seconds from now, value)`` of one samples column (``metrics.samples_series`` rows
+    with ``sampled_at``), skipping samples without a value (no pending row: no age)."""
+    return [
+        ((row["sampled_at"] - now).total_seconds(), float(row[column]))
+        for row in samples
+        if row.get(column) is not None
+    ]
+
+
+def fit_trend(points: Sequence[tuple[float, float]]) -> Trend | None:
+    """The least-squares line through ``(t, value)`` points (``predict_linear``'s fit).
+
+    ``slope = Σ(t − t̄)(v − v̄) / Σ(t − t̄)²``, ``intercept = v̄ − slope · t̄`` (the value at
+    ``t = 0``, now).
+
+    Returns:
+        A ``Trend``; ``None`` with fewer than ``MIN_SAMPLES`` points or all at one instant.
+    """
+    if len(points) < MIN_SAMPLES:
+        return None
+    mean_t = math.fsum(t for t, _ in points) / len(points)
+    mean_v = math.fsum(v for _, v in points) / len(points)
+    spread = math.fsum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return None
+    slope = math.fsum((t - mean_t) * (v - mean_v) for t, v in points) / spread
+    return Trend(mean_v - slope * mean_t, slope, len(points))
+
+
+def seconds_to_cross(trend: Trend, op: str, threshold: float) -> float | None:
+    """When the trend breaks ``value <op> threshold``, in seconds from now.
+
+    Returns:
+        0 when the fitted value breaks it now; the seconds until the line reaches the
+        threshold when it heads there; ``None`` when it never does (flat, moving away, or
+        ``op`` is ``==``/``!=``, which a line does not cross in a useful sense).
+    """
+    check = _CHECKS.get(op)
+    if check is None:
+        return None
+    if check(trend.intercept, threshold):
+        return 0.0
+    if trend.slope == 0:
+        return None
+    seconds = (threshold - trend.intercept) / trend.slope
+    if seconds <= 0 or not check(trend.at(seconds + 1.0), threshold):
+        return None
+    return seconds
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A rule's figure extrapolated ``horizon`` seconds ahead from the samples of the last
+    ``lookback`` seconds.
+
+    ``trend`` is ``None`` when there were too few samples (``samples`` of them); ``value``
+    (the fitted value at now + horizon) and ``crossing`` (``seconds_to_cross``) are then
+    ``None`` too.
+    """
+
+    metric: str
+    unit: str
+    op: str
+    threshold: float
+    horizon: float
+    lookback: float
+    samples: int
+    trend: Trend | None
+
+    @property
+    def value(self) -> float | None:
+        """The fitted value at now + horizon (``None``: no forecast)."""
+        return None if self.trend is None else self.trend.at(self.horizon)
+
+    @property
+    def crossing(self) -> float | None:
+        """Seconds until the threshold is broken by the trend (0: already), else ``None``."""
+        return None if self.trend is None else seconds_to_cross(self.trend, self.op, self.threshold)
+
+    @property
+    def breached(self) -> bool:
+        """The forecast value at now + horizon breaks the rule (``predict_linear`` alert)."""
+        check = _CHECKS.get(self.op)
+        return self.value is not None and check is not None and check(self.value, self.threshold)
+
+    def slope_text(self) -> str:
+        """The trend per minute with its sign: ``"+830 rows/min"``, ``"+1m 0s/min"``."""
+        assert self.trend is not None
+        rate = self.trend.per_minute
+        sign = "+" if rate >= 0 else "−"
+        if self.unit == "seconds":
+            return f"{sign}{format_duration(abs(rate))}/min"
+        return f"{sign}{per_minute(abs(rate)).removesuffix('/min')} {self.unit}/min"
+
+    @property
+    def text(self) -> str:
+        """The forecast for people: ``"queue depth will cross 10,000 in ≈ 12 min at +830
+        rows/min"``, ``"… is past 10,000 by its trend …"``, ``"… will not cross …"``, or
+        ``"no forecast: 2 samples in the last 15m (needs 3)"``."""
+        name = self.metric.replace("_", " ")
+        if self.trend is None:
+            return (
+                f"no forecast for {name}: {self.samples} sample(s) in the last "
+                f"{duration_label(self.lookback)} (needs {MIN_SAMPLES}; the scheduler records "
+                "them)"
+            )
+        limit = format_value(self.threshold, self.unit)
+        crossing = self.crossing
+        if crossing is None:
+            return f"{name} will not cross {limit} at its trend ({self.slope_text()})"
+        if crossing == 0:
+            return f"{name} is past {limit} by its trend ({self.slope_text()})"
+        return f"{name} will cross {limit} in {about(crossing)} at {self.slope_text()}"
+
+    @property
+    def breach_text(self) -> str:
+        """Short, for a tile: ``"breaches in ≈ 12 min at +830 rows/min"``, ``"breached by
+        its trend (…)"``, ``"no breach at its trend (…)"``, or ``"no forecast: 2 samples in
+        the last 15m (needs 3)"``."""
+        if self.trend is None:
+            return (
+                f"no forecast: {self.samples} sample(s) in the last "
+                f"{duration_label(self.lookback)} (needs {MIN_SAMPLES})"
+            )
+        crossing = self.crossing
+        if crossing is None:
+            return f"no breach at its trend ({self.slope_text()})"
+        if crossing == 0:
+            return f"breached by its trend ({self.slope_text()})"
+        return f"breaches in {about(crossing)} at {self.slope_text()}"
+
+    def as_payload(self) -> dict[str, Any]:
+        """JSON-safe for a notification's payload: ``text``, ``value``, ``horizon_seconds``,
+        ``lookback_seconds``, ``samples``, ``per_minute``, ``crossing_seconds``."""
+        return {
+            "text": self.text,
+            "value": self.value,
+            "horizon_seconds": self.horizon,
+            "lookback_seconds": self.lookback,
+            "samples": self.samples,
+            "per_minute": None if self.trend is None else self.trend.per_minute,
+            "crossing_seconds": self.crossing,
+        }
+
+
+def forecast(
+    metric: str,
+    unit: str,
+    op: str,
+    threshold: float,
+    points: Sequence[tuple[float, float]],
+    *,
+    horizon: float,
+    lookback: float,
+) -> Forecast:
+    """Fit ``points`` (``sample_points`` of the last ``lookback`` seconds) and extrapolate
+    ``horizon`` seconds ahead (both seconds).
+
+    Returns:
+        A ``Forecast`` (its ``trend`` ``None`` when the points are too few).
+    """
+    return Forecast(metric, unit, op, threshold, horizon, lookback, len(points), fit_trend(points))

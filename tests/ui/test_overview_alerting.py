@@ -1,0 +1,154 @@
+"""The Overview's alerting (issue 15 item 3): badges are the rules' own persisted state, scoped
+like each rule (the issue's exact example: the tile over all event types reads 7m 26s while
+`notifications-late` over `notification.%` is fine at 1m 4s; failures in 24 h while the payment
+rule has no instance), the firing alerts section names the instance, a stale scheduler is said,
+and keep_firing_for is said."""
+
+from datetime import UTC, datetime, timedelta
+
+from rendered import plain
+
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
+from outbox_monitor.ui import rule_state
+from tests.alerting import evaluate_as_scheduler, rules_file
+
+RULES = """
+version: 1
+defaults: {interval: 30s, for: 0s, keep_firing_for: 2m}
+routes:
+  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}
+rules:
+  - {name: notifications-late, metric: oldest_pending_age, event_type: "notification.%",
+     op: ">", threshold: 5m, severity: critical, route: oncall}
+  - {name: backlog, metric: queue_depth, op: ">", threshold: 1000, for: 10m, route: oncall}
+  - {name: payment-failed, metric: failed_in_window, event_type: "payment.%", window: 15m,
+     by: [event_type], op: ">", threshold: 0, severity: critical, route: oncall}
+  - {name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}
+"""
+
+
+def seed(rows) -> None:
+    rows.add(event_type="order.paid", created_ago=446)  # all types: oldest 7m 26s
+    rows.add(event_type="notification.email", created_ago=63.7)  # the rule's scope: 1m 4s
+    rows.add_failed(event_type="order.paid", processed_ago=2 * 3600)  # in 24 h, not payment.%
+    rows.add(status="processing", created_ago=25 * 60, locked_ago=20 * 60)  # a stuck lock
+
+
+def tiles(at) -> dict[str, tuple[str, str]]:
+    return {m.label: (m.value, m.delta) for m in at.metric}
+
+
+def test_badges_are_the_rules_state_scoped_like_the_rule(
+    open_page, environment, rows, settings, db, tmp_path
+):
+    path = rules_file(tmp_path, RULES)
+    environment.setenv(RULES_ENV, str(path))
+    seed(rows)
+    evaluate_as_scheduler(settings, db, load_rules(path))
+
+    at = open_page("overview")
+
+    assert not at.exception
+    shown = tiles(at)
+    captions = [plain(c.value) for c in at.caption]
+    value, badge = shown["Oldest pending age"]
+    assert value.startswith("7m ")  # the figure over all event types (446 s), seconds later
+    assert badge == "ok · notifications-late"
+    assert "notifications-late [notification.%]: 1m 4s vs > 5m 0s" in captions
+    assert shown["Failed (24 h)"] == ("1", "ok · payment-failed")
+    assert "payment-failed [payment.%, per event type]: no instance" in captions
+    assert shown["Queue depth"] == ("2", "ok · backlog")
+    assert "backlog: 2 vs > 1,000" in captions
+    assert shown["Stuck locks"] == ("1", "FIRING · stuck-lock")
+    assert "stuck-lock: 1 vs > 0" in captions
+    assert shown["P95 latency"] == ("–", "no rule")
+    assert shown["xmin horizon held"][1] == "no rule"
+    assert captions.count("No rule covers this figure.") == 2
+    assert (
+        "notifications-late: no forecast (it watches notification.%; the samples, all event types)"
+        in captions
+    )
+    colours = {m.label: m.proto.color for m in at.metric if m.delta}
+    assert colours["Stuck locks"] != colours["Oldest pending age"]
+
+    section = [plain(m.value) for m in at.markdown if "stuck-lock" in plain(m.value)]
+    assert len(section) == 1
+    assert section[0].startswith(
+        ":material/local_fire_department: **FIRING** · warning · stuck-lock: 1 vs > 0"
+    )
+    links = [link for link in at.get("page_link") if link.proto.label == "Open alert"]
+    assert len(links) == 1 and links[0].proto.page == "alerts"
+    assert links[0].proto.query_string == "rule=stuck-lock&instance="
+    # the queue-depth tile's drain ETA: 2 due, none processed or created per minute → never
+    assert any(c.value.startswith("Drain ETA never") for c in at.caption)
+    forecast = "backlog: no forecast: 0 sample(s) in the last 15m (needs 3)"
+    assert any(plain(c.value) == forecast for c in at.caption)
+
+
+def test_a_stalled_scheduler_is_said_instead_of_stale_badges(
+    open_page, environment, rows, settings, db, conn, tmp_path
+):
+    path = rules_file(tmp_path, RULES)
+    environment.setenv(RULES_ENV, str(path))
+    seed(rows)
+    evaluate_as_scheduler(settings, db, load_rules(path))
+    conn.execute(
+        "UPDATE outbox_monitor.leader_leases SET evaluated_at = now() - interval '10 minutes',"
+        " acquired_at = now() - interval '1 hour'"
+    )
+
+    at = open_page("overview")
+
+    shown = tiles(at)
+    assert shown["Stuck locks"] == ("1", "state unknown")
+    assert shown["P95 latency"][1] == "no rule"
+    assert "Alerting is not running: see above." in [plain(c.value) for c in at.caption]
+    assert any("Alert states unknown" in w.value for w in at.warning)
+    assert any("Alerting is stalled" in e.value for e in at.error)
+    assert not [m for m in at.markdown if "stuck-lock" in plain(m.value)]
+
+
+def test_no_scheduler_yet_is_said(open_page, environment, rows, tmp_path):
+    environment.setenv(RULES_ENV, str(rules_file(tmp_path, RULES)))
+    seed(rows)
+
+    at = open_page("overview")
+
+    assert tiles(at)["Queue depth"][1] == "state unknown"
+    (note,) = [i for i in at.info if "Alert states unknown" in i.value]
+    assert "no scheduler has evaluated the rules yet" in plain(note.value)
+    assert not at.warning  # a dashboard without a scheduler is not an outage
+
+
+def test_an_alert_held_open_by_keep_firing_for_says_so(tmp_path):
+    ruleset = load_rules(rules_file(tmp_path, RULES))
+    now = datetime(2026, 1, 1, 14, 5, tzinfo=UTC)
+    held = {
+        "rule": "stuck-lock",
+        "instance": "",
+        "state": "firing",
+        "value": 0.0,
+        "firing_since": now - timedelta(minutes=5),
+        "cleared_since": now - timedelta(seconds=40),
+    }
+    badge = rule_state.badge("stuck_locks", ruleset, [held], down=None, now=now)
+    assert badge.text == "FIRING · stuck-lock"
+    assert badge.line == "stuck-lock: 0 vs > 0 (held by keep_firing_for 2m: clear for 40s)"
+    [row] = rule_state.firing_rows(ruleset, [held], now)
+    assert row["held"] == "held by keep_firing_for 2m: clear for 40s"
+    assert row["ago"] == "5m 0s"
+
+
+def test_a_pending_alert_says_how_long_of_its_for(tmp_path):
+    ruleset = load_rules(rules_file(tmp_path, RULES))
+    now = datetime(2026, 1, 1, 14, 5, tzinfo=UTC)
+    pending = {
+        "rule": "backlog",
+        "instance": "",
+        "state": "pending",
+        "value": 1200.0,
+        "pending_since": now - timedelta(minutes=2),
+    }
+    badge = rule_state.badge("queue_depth", ruleset, [pending], down=None, now=now)
+    assert (badge.text, badge.color) == ("pending · backlog", "orange")
+    assert badge.line == "backlog: 1,200 vs > 1,000 (pending 2m 0s of for 10m)"

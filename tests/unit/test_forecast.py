@@ -1,0 +1,109 @@
+"""Forecasts (issue 15 item 4), pure: least squares on a known linear series, the crossing
+time, the drain ETA — each against values computed by hand below."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from outbox_monitor.forecast import (
+    MIN_SAMPLES,
+    drain_eta,
+    drain_eta_of,
+    fit_trend,
+    forecast,
+    sample_points,
+    seconds_to_cross,
+)
+
+# t (s from now), queue depth. By hand: t̄ = −300, v̄ = 1600 / 4 = 400;
+# Σ(t−t̄)(v−v̄) = (−300)(−300) + (−100)(−60) + (100)(60) + (300)(300) = 192,000;
+# Σ(t−t̄)² = 90,000 + 10,000 + 10,000 + 90,000 = 200,000;
+# slope = 0.96 rows/s = 57.6 rows/min; intercept = 400 − 0.96 · (−300) = 688 (now).
+SERIES = [(-600.0, 100.0), (-400.0, 340.0), (-200.0, 460.0), (0.0, 700.0)]
+
+
+def test_least_squares_of_a_known_series():
+    trend = fit_trend(SERIES)
+    assert trend is not None
+    assert trend.slope == pytest.approx(0.96)
+    assert trend.per_minute == pytest.approx(57.6)
+    assert trend.intercept == pytest.approx(688.0)
+    assert trend.samples == 4
+    assert trend.at(900) == pytest.approx(688 + 0.96 * 900)  # 1,552 in 15 min
+
+
+def test_an_exact_line_is_found_exactly():
+    line = [(t, 40.0 + 2.5 * t) for t in (-300.0, -120.0, -60.0, 0.0)]
+    trend = fit_trend(line)
+    assert (trend.intercept, trend.slope) == (pytest.approx(40.0), pytest.approx(2.5))
+
+
+def test_crossing_time():
+    trend = fit_trend(SERIES)
+    # (1,000 − 688) / 0.96 = 325 s
+    assert seconds_to_cross(trend, ">", 1000) == pytest.approx(325.0)
+    assert seconds_to_cross(trend, ">", 600) == 0.0  # 688 is past 600 now
+    assert seconds_to_cross(trend, "<", 100) is None  # rising: never falls below 100
+    assert seconds_to_cross(trend, "==", 1000) is None
+    falling = fit_trend([(-120.0, 300.0), (-60.0, 200.0), (0.0, 100.0)])  # −100 per minute
+    assert seconds_to_cross(falling, "<", 50) == pytest.approx(30.0)
+    flat = fit_trend([(-120.0, 5.0), (-60.0, 5.0), (0.0, 5.0)])
+    assert seconds_to_cross(flat, ">", 10) is None
+
+
+def test_the_forecast_says_when_and_how_fast():
+    found = forecast("queue_depth", "rows", ">", 1000, SERIES, horizon=900, lookback=900)
+    assert found.value == pytest.approx(1552.0)
+    assert found.breached and found.crossing == pytest.approx(325.0)
+    # 325 s ≈ 5 min
+    assert found.text == "queue depth will cross 1,000 in ≈ 5 min at +57.6 rows/min"
+    assert found.breach_text == "breaches in ≈ 5 min at +57.6 rows/min"
+    # the issue's example: 10,000 crossed in 12 min at +830 rows/min from 40 now
+    example = [(t, 40.0 + 830.0 / 60 * t) for t in (-600.0, -300.0, 0.0)]
+    found = forecast("queue_depth", "rows", ">", 10_000, example, horizon=900, lookback=900)
+    assert found.text == "queue depth will cross 10,000 in ≈ 12 min at +830 rows/min"
+    age = [(-120.0, 100.0), (-60.0, 160.0), (0.0, 220.0)]  # an age growing in real time
+    found = forecast("oldest_pending_age", "seconds", ">", 300, age, horizon=60, lookback=120)
+    assert found.text == "oldest pending age will cross 5m 0s in ≈ 1 min at +1m 0s/min"
+    assert not found.breached  # 280 s in 60 s: not yet past 300 s at the horizon
+
+
+def test_too_few_samples_give_no_forecast_and_say_so():
+    found = forecast("queue_depth", "rows", ">", 10, SERIES[:2], horizon=900, lookback=900)
+    assert MIN_SAMPLES == 3
+    assert found.trend is None and found.value is None and not found.breached
+    assert found.crossing is None
+    assert found.breach_text == "no forecast: 2 sample(s) in the last 15m (needs 3)"
+    assert found.text.startswith("no forecast for queue depth: 2 sample(s) in the last 15m")
+    same_instant = [(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)]
+    assert fit_trend(same_instant) is None
+
+
+def test_sample_points_are_seconds_from_now_without_empty_values():
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    samples = [
+        {"sampled_at": now - timedelta(minutes=2), "oldest_pending_age_seconds": None},
+        {"sampled_at": now - timedelta(minutes=1), "oldest_pending_age_seconds": 30},
+        {"sampled_at": now, "oldest_pending_age_seconds": 90.0},
+    ]
+    assert sample_points(samples, "oldest_pending_age_seconds", now) == [
+        (-60.0, 30.0),
+        (0.0, 90.0),
+    ]
+
+
+def test_drain_eta_by_hand():
+    # 1,200 due; 50/min processed − 20/min created = 30/min net: 1,200 / 30 = 40 min
+    eta = drain_eta(1200, 50.0, 20.0)
+    assert (eta.seconds, eta.net_per_minute) == (2400.0, 30.0)
+    assert eta.text == "≈ 40 min (drains 30.0/min net)"
+    grows = drain_eta(1200, 20.0, 50.0)
+    assert grows.seconds is None and grows.text == "never: grows by 30.0/min"
+    holds = drain_eta(5, 2.0, 2.0)
+    assert holds.seconds is None and holds.text == "never: processed as fast as created"
+    empty = drain_eta(0, 0.0, 3.0)
+    assert empty.seconds == 0.0 and empty.text == "empty"
+    assert drain_eta(10, None, None).seconds is None  # no rates: never
+    figures = {"queue_depth": 90, "processed_per_minute": 4.0, "created_per_minute": 1.0}
+    assert drain_eta_of(figures).seconds == 1800.0  # 90 / 3 per minute = 30 min
+    assert drain_eta(7200 * 3, 3.0, 0.0).text == "≈ 5d 0h (drains 3.00/min net)"
