@@ -43,10 +43,7 @@ def parse_at(value: str | None) -> datetime | None:
     try:
         instant = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise ValueError(
-            f"{TIMELINE_AT_PARAM}={value[:60]} is not an ISO 8601 instant "
-            "(e.g. 2026-12-02T14:02:07Z)"
-        ) from None
+        raise ValueError("not an ISO 8601 instant (e.g. 2026-12-02T14:02:07Z)") from None
     return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
@@ -110,12 +107,13 @@ def section(ctx: PageContext) -> None:
     Raises:
         DatabaseUnavailable: as ``timeline.read_timeline`` (shown by ``banners.guarded``).
     """
+    given = st.query_params.get(TIMELINE_AT_PARAM)
     try:
-        at = parse_at(st.query_params.get(TIMELINE_AT_PARAM))
+        at = parse_at(given)
     except ValueError as error:
         st.warning(
-            f"Ignored {format.md_text(error)} from the link; showing the last "
-            f"{ctx.filters.window_label}.",
+            f"Ignored {format.md_code(f'{TIMELINE_AT_PARAM}={given[:60]}')} from the link: "
+            f"{error}; showing the last {ctx.filters.window_label}.",
             icon=":material/link_off:",
         )
         at = None
