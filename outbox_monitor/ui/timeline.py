@@ -77,7 +77,8 @@ def chart(entries: Sequence[timeline.TimelineEntry], since: datetime, until: dat
     x = alt.X(
         "at:T",
         title=None,
-        scale=alt.Scale(type="utc", domain=[int(t.timestamp() * 1000) for t in bounds]),
+        # ISO text: Vega-Lite reads it as the instant (a number in ms gives an empty axis)
+        scale=alt.Scale(type="utc", domain=[t.isoformat() for t in bounds]),
         axis=alt.Axis(format=charts.time_format(bounds), values=charts.time_ticks(bounds)),
     )
     kinds = list(timeline.KINDS)
