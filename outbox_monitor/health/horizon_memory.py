@@ -31,7 +31,7 @@ from outbox_monitor.db import Database
 FROM_XID = "transaction start (it has a transaction id)"
 FROM_BEGIN = "transaction start (isolation unknown from one reading)"
 FROM_STATEMENT = "statement start (its snapshots are per statement)"
-FROM_KEPT_SNAPSHOT = "transaction start (a snapshot kept between statements)"
+FROM_KEPT_SNAPSHOT = "first seen by this monitor (a snapshot kept between statements)"
 FROM_FIRST_SEEN = "first seen by this monitor (at least: its start is hidden)"
 UNKNOWN_HIDDEN = "unknown (hidden: counted from the next reading on)"
 """How a session's hold is counted (``Holder.held_from``)."""
@@ -106,10 +106,12 @@ def held_since(row: dict[str, Any], seen: Seen) -> tuple[datetime | None, str | 
 
     Returns:
         ``(since, held_from)``: for a session in full view, its transaction's start — or,
-        once its snapshots are known to be per statement and it runs one without a
-        transaction id, the earlier of its statement's start and the first reading of its
-        current ``backend_xmin``; for a hidden session, the first
-        reading of its current xid (or xmin) from its second reading on, else
+        once its snapshots are known to be per statement and it has no transaction id, the
+        earlier of its running statement's start and the first reading of its current
+        ``backend_xmin`` (idle: that reading, a snapshot it keeps, such as a cursor's — as a
+        statement under it runs, so the age does not fall back); for a hidden session, the
+        earlier of the first readings of its current xid and xmin (a snapshot holder that
+        then writes keeps its age) from its second reading on, else
         ``(None, UNKNOWN_HIDDEN)``; ``(xact_start, None)`` for a session holding nothing.
     """
     if row["xid"] is None and row["xmin"] is None:
@@ -117,13 +119,15 @@ def held_since(row: dict[str, Any], seen: Seen) -> tuple[datetime | None, str | 
     if row["hidden"]:
         if seen.readings < 2:
             return None, UNKNOWN_HIDDEN
-        return (seen.xid_since if row["xid"] is not None else seen.xmin_since), FROM_FIRST_SEEN
+        held = [seen.xid_since] if row["xid"] is not None else []
+        held += [seen.xmin_since] if row["xmin"] is not None else []
+        return min(held), FROM_FIRST_SEEN
     if row["xid"] is not None:
         return row["xact_start"], FROM_XID
     if not seen.per_statement:
         return row["xact_start"], FROM_BEGIN
     if row["state"] != "active" or row["query_start"] is None:
-        return row["xact_start"], FROM_KEPT_SNAPSHOT
+        return seen.xmin_since, FROM_KEPT_SNAPSHOT
     return min(row["query_start"], seen.xmin_since), FROM_STATEMENT
 
 
