@@ -23,7 +23,7 @@ reading that showed its current transaction id (or, without one, its current
 import threading
 import weakref
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from outbox_monitor.db import Database
@@ -35,6 +35,12 @@ FROM_KEPT_SNAPSHOT = "first seen by this monitor (a snapshot kept between statem
 FROM_FIRST_SEEN = "first seen by this monitor (at least: its start is hidden)"
 UNKNOWN_HIDDEN = "unknown (hidden: counted from the next reading on)"
 """How a session's hold is counted (``Holder.held_from``)."""
+FORGET_AFTER = timedelta(minutes=30)
+"""A transaction no reading has shown for this long is forgotten. A reading lists at most the
+oldest ``horizon.SESSIONS_LIMIT`` sessions: one pushed out for a while by older holders keeps
+what earlier readings showed of it (its snapshots per statement) when it comes back."""
+MAX_REMEMBERED = 10_000
+"""At most this many transactions remembered (those seen longest ago are forgotten first)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Seen:
         per_statement: some reading showed another ``backend_xmin`` than the one before
             (or none after one): its snapshots are per statement (READ COMMITTED).
         readings: how many readings showed it.
+        last_seen: the newest reading that showed it.
     """
 
     xid: str | None
@@ -56,6 +63,7 @@ class Seen:
     xmin_since: datetime
     per_statement: bool = False
     readings: int = 1
+    last_seen: datetime | None = None
 
 
 class HorizonMemory:
@@ -68,27 +76,38 @@ class HorizonMemory:
 
     def observe(self, rows: list[dict[str, Any]]) -> list[Seen]:
         """Record one reading of ``horizon_sessions``'s rows (each with the reading's
-        ``now``), and forget every transaction it does not show (ended, or no longer holding
-        anything).
+        ``now``), and forget every transaction no reading has shown for ``FORGET_AFTER``
+        (ended; pids are reused, but the key holds the backend's and transaction's starts).
 
         Returns:
             Each row's ``Seen``, in the rows' order.
         """
         found = []
         with self._lock:
-            current = {}
             for row in rows:
                 key = (row["pid"], row["role"], row["backend_start"], row["xact_start"])
                 seen = _next(self._seen.get(key), row["xid"], row["xmin"], row["now"])
-                current[key] = seen
+                self._seen[key] = seen
                 found.append(seen)
-            self._seen = current
+            if rows:
+                self._forget(rows[0]["now"] - FORGET_AFTER)
         return found
+
+    def _forget(self, before: datetime) -> None:
+        kept = sorted(
+            ((key, seen) for key, seen in self._seen.items() if seen.last_seen >= before),
+            key=lambda item: item[1].last_seen,
+        )
+        self._seen = dict(kept[-MAX_REMEMBERED:])
+
+    def __len__(self) -> int:
+        """How many transactions are remembered."""
+        return len(self._seen)
 
 
 def _next(before: Seen | None, xid: str | None, xmin: str | None, now: datetime) -> Seen:
     if before is None:
-        return Seen(xid, xmin, now, now)
+        return Seen(xid, xmin, now, now, last_seen=now)
     return replace(
         before,
         xid=xid,
@@ -97,6 +116,7 @@ def _next(before: Seen | None, xid: str | None, xmin: str | None, now: datetime)
         xmin_since=before.xmin_since if xmin == before.xmin else now,
         per_statement=before.per_statement or (before.xmin is not None and xmin != before.xmin),
         readings=before.readings + 1,
+        last_seen=now,
     )
 
 
