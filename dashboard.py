@@ -45,6 +45,10 @@ PAGES = {
         st.Page(
             "pages/health.py", title="Health", url_path="health", icon=":material/monitor_heart:"
         ),
+        # each locked_by with its rows in hand; no row's payload is shown
+        st.Page(
+            "pages/workers.py", title="Workers", url_path="workers", icon=":material/engineering:"
+        ),
     ],
     Role.operator: [
         st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),

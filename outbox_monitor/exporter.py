@@ -79,6 +79,7 @@ from outbox_monitor.exporter_families import (
     health_families,
     process_families,
     replica_families,
+    worker_families,
 )
 from outbox_monitor.exporter_labels import Combine, bound_event_types, figure_windows
 from outbox_monitor.figures import FIGURES
@@ -261,6 +262,7 @@ class OutboxCollector(Collector):
         families.append(alert_state_family(self.primary))
         families += replica_families(replica_status(db))
         families += claim_plan_families(db)
+        families += worker_families(db)
         lag = self.primary.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})[
             "lag_seconds"
         ]

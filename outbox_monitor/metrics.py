@@ -15,6 +15,7 @@ from outbox_monitor.filters import Where
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import breakers_open_among, held_by
 from outbox_monitor.health.status import health_status
+from outbox_monitor.workers import liveness
 
 DEAD_LETTERS_SAMPLE_PAGES = 1_000
 """Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
@@ -359,6 +360,7 @@ def status(
         "breakers_open" (circuit breakers open or half-open),
         "health" (the table's health, ``health.status.health_status``: tuples, vacuum,
         sizes, the xmin horizon's holders; whatever the event-type filter),
+        "workers" (the fleet's liveness, ``workers.Liveness.as_json``; whatever the filter),
         "window_seconds", "lock_timeout_seconds", "event_type", "table", "now"}``; with
         ``count_cap`` also
         ``"estimated"``: the keys whose values are estimates (``[]`` or
@@ -396,6 +398,7 @@ def status(
         rows_throttled_by_control=flow.throttled_by_control,
         breakers_open=breakers_open_among(found, event_type),
         health=health_status(db),
+        workers=liveness(db, flow=held_by(found) if event_type else flow).as_json(),
     )
     if count_cap is not None:
         figures["estimated"] = [] if exact else ["attempts_histogram"]

@@ -3,7 +3,8 @@
 Samples give every headline figure a chart over time (queue depth over time can only come
 from samples: the table keeps no history of its own state), and so the table's health: its
 dead and live tuples, its size and its indexes' (their growth), the xmin horizon's age (issue
-14). The scheduler calls ``record_sample`` every ``settings.sample_interval`` seconds.
+14); and what each worker holds (``worker_sightings``, issue 15 item 7). The scheduler calls
+``record_sample`` every ``settings.sample_interval`` seconds.
 """
 
 import logging
@@ -12,6 +13,7 @@ from typing import Any
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES, SAMPLED
+from outbox_monitor.worker_sightings import record_workers
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,8 @@ def measure_headline(db: Database) -> dict[str, Any]:
 
 
 def record_sample(db: Database, *, primary: Database | None = None) -> dict[str, Any]:
-    """Record one sample of the headline figures, then drop samples past the retention.
+    """Record one sample of the headline figures, then drop samples past the retention; then
+    one pass over the workers (``worker_sightings.record_workers``).
 
     Measures through ``db``, inserts one row with the named query ``sample_insert``
     (``sampled_at`` is the writing database's ``now()``) and deletes this table's samples
@@ -65,7 +68,7 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
 
     Returns:
         ``{"table_name", "sampled_at" (datetime), <every HEADLINE column>,
-        "pruned" (samples deleted by the retention)}``.
+        "pruned" (samples deleted by the retention), "workers" (workers recorded)}``.
 
     Raises:
         DatabaseUnavailable, QueryTimeout, SchemaNotInitialised (no samples table: run
@@ -80,10 +83,12 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
             writes.compose("samples_prune"),
             {"table_name": db.table_name, "retention": db.settings.sample_retention},
         ).rowcount
-    log.debug("sample of %s: %s (pruned %d)", db.table_name, figures, pruned)
+    workers = record_workers(db, primary=writes)
+    log.debug("sample of %s: %s (pruned %d, %d workers)", db.table_name, figures, pruned, workers)
     return {
         "table_name": db.table_name,
         "sampled_at": inserted["sampled_at"],
         **figures,
         "pruned": pruned,
+        "workers": workers,
     }
