@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox_monitor.alerts.rules import Rule, RuleSet
+from outbox_monitor.flow.model import matches
 
 LABELS: dict[str, str] = {
     "failed_in_window": "failing",
@@ -51,11 +52,16 @@ def label_of(metric: str) -> str:
 
 def _contains(rule: Rule, instance: Mapping[str, Any], event_type: str) -> bool:
     """Whether the instance's scope contains the type: a ``by: [event_type]`` instance holds
-    exactly its own type (its ``event_type`` label), a rule's single instance every type the
-    rule covers (its labels name the rule's filter, not one type)."""
-    if rule.by:
-        return (instance.get("labels") or {}).get("event_type") == event_type
-    return rule.covers(event_type)
+    exactly its own type (its ``event_type`` label) — or, for a figure whose instances are
+    the controls' filters (``breaker_open``), the types that filter matches — and a rule's
+    single instance every type the rule covers (its labels name the rule's filter)."""
+    if not rule.by:
+        return rule.covers(event_type)
+    own = (instance.get("labels") or {}).get("event_type")
+    if own is None:
+        return False
+    # a figure whose instances are control filters (breaker_open), not event types
+    return matches(own, event_type) if rule.spec.candidates else own == event_type
 
 
 def verdict(

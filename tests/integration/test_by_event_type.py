@@ -262,3 +262,38 @@ def test_per_event_type_samples_keep_the_samples_retention(dsn, rows, conn):
         ("other.outbox", 1),
         ("public.integration_outbox", 2),
     ]
+
+
+def test_an_open_breaker_labels_the_types_its_filter_matches(db, rows, conn, write_rules):
+    rows.add(event_type="crm.contact", created_ago=60)
+    rows.add(event_type="erp.order", created_ago=60)
+    control(conn, "crm.%", breaker=True)
+    conn.execute(
+        "UPDATE outbox_monitor.control_state SET breaker_state = 'open',"
+        " since = now(), cooldown_seconds = 30"
+    )
+    ruleset = write_rules(
+        {
+            **RULES,
+            "rules": [
+                {
+                    "name": "breaker-open",
+                    "metric": "breaker_open",
+                    "by": ["event_type"],
+                    "op": ">",
+                    "threshold": 0,
+                    "route": "oncall",
+                }
+            ],
+        }
+    )
+    Evaluator(db, ruleset).run_once()
+    instances = list_instances(db)
+
+    assert coverage.verdict("crm.contact", instances, ruleset) == coverage.Verdict(
+        "paused", ("breaker-open",)
+    )
+    # covered (by without a filter: every type), its breaker instance is another filter's
+    assert coverage.verdict("erp.order", instances, ruleset) == coverage.Verdict(
+        "healthy", ("breaker-open",)
+    )
