@@ -116,6 +116,8 @@ def table_rows(
                 "event type": label,
                 "status": verdict.label,
                 "set by": ", ".join(verdict.rules) or "–",
+                "events": events,
+                "dead letters": dead,
                 "flow control": flow,
                 "depth": spark,
                 "queue depth": row["queue_depth"],
@@ -127,8 +129,6 @@ def table_rows(
                 "processed/min": row.get("processed_per_minute"),
                 "created/min": row.get("created_per_minute"),
                 "failed": row["failed_in_window"],
-                "events": events,
-                "dead letters": dead,
             }
         )
     return result
