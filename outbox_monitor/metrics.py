@@ -194,6 +194,30 @@ def backlog(
     }
 
 
+def open_by_event_type(
+    db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
+) -> list[dict[str, Any]]:
+    """The backlog figures of SPEC §2 per event type, from ONE pass over the pending and
+    processing rows (named query ``open_by_event_type``: the predicates of ``queue_depth``,
+    ``pending_total``, ``scheduled_retries``, ``oldest_pending_age``, ``processing`` and
+    ``stuck_locks``, each a FILTER): O(backlog) however many event types there are.
+
+    Args:
+        lock_timeout: seconds (default: settings, 15 min).
+
+    Returns:
+        One row per event type with open rows, by name: ``event_type``, ``queue_depth``,
+        ``pending_total``, ``scheduled_retries``, ``oldest_pending_age`` (seconds, ``None``
+        when nothing of that type is pending), ``processing``, ``stuck_locks`` and
+        ``retrying`` (pending rows with ``attempts >= 1``: retries in backoff or due again).
+    """
+    timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
+    where = Where().event_type(event_type)
+    return db.fetch_all(
+        "open_by_event_type", {"lock_timeout": timeout, **where.params}, and_filters=where.fragment
+    )
+
+
 def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[int, int]:
     """Retry pressure: rows not yet done (pending, processing, failed) by ``attempts``
     (SPEC §2): the backlog's part from ``backlog``, the dead letters' from their index.

@@ -578,6 +578,42 @@ WHERE table_name = %(table_name)s
   AND sampled_at > now() - make_interval(secs => %(window)s)
 ORDER BY sampled_at;
 
+-- name: event_type_sample_insert
+-- Record the per-event-type rows of one sample (migration 014), at the headline sample's instant: %(rows)s is a JSON array of objects with the columns' names.
+INSERT INTO outbox_monitor.event_type_samples (
+    table_name, sampled_at, event_type, queue_depth, oldest_pending_age_seconds,
+    latency_p95_seconds, failed_in_window, retrying)
+SELECT %(table_name)s, %(sampled_at)s, r.event_type, r.queue_depth,
+       r.oldest_pending_age_seconds, r.latency_p95_seconds, r.failed_in_window, r.retrying
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+    event_type text, queue_depth bigint, oldest_pending_age_seconds double precision,
+    latency_p95_seconds double precision, failed_in_window bigint, retrying bigint);
+
+-- name: event_type_samples_prune
+-- Delete per-event-type samples older than the retention (the samples' own).
+DELETE FROM outbox_monitor.event_type_samples
+WHERE table_name = %(table_name)s
+  AND sampled_at < now() - make_interval(secs => %(retention)s);
+
+-- name: event_type_samples_series
+-- Per-event-type samples of one table over the window for the event types %(event_types)s ('other' included when named), oldest first.
+SELECT sampled_at, event_type, queue_depth, oldest_pending_age_seconds, latency_p95_seconds,
+       failed_in_window, retrying
+FROM outbox_monitor.event_type_samples
+WHERE table_name = %(table_name)s
+  AND sampled_at > now() - make_interval(secs => %(window)s)
+  AND event_type = ANY(%(event_types)s::text[])
+ORDER BY sampled_at, event_type;
+
+-- name: event_type_samples_names
+-- The event types with per-event-type samples of one table over the window, the most recently sampled first (the "split by event type" choices).
+SELECT event_type FROM outbox_monitor.event_type_samples
+WHERE table_name = %(table_name)s
+  AND sampled_at > now() - make_interval(secs => %(window)s)
+GROUP BY event_type
+ORDER BY max(sampled_at) DESC, max(queue_depth) DESC, event_type
+LIMIT %(limit)s;
+
 
 -- ===================================================================== table health (issue 14)
 -- Catalog and statistics views only: none of these reads a row of the outbox table.
@@ -1850,8 +1886,8 @@ ORDER BY id;
 
 -- ===================================================================== exporter (Prometheus)
 
--- name: exporter_open_by_event_type
--- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above.
+-- name: open_by_event_type
+-- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above, and retrying (pending rows with attempts >= 1).
 -- Same predicates as those blocks, each as a FILTER; an event type with nothing pending
 -- has oldest_pending_age NULL. Only pending and processing rows are read (claim index).
 SELECT event_type,
@@ -1864,9 +1900,10 @@ SELECT event_type,
        count(*) FILTER (
            WHERE status = 'processing'
              AND (locked_at < now() - make_interval(secs => %(lock_timeout)s)
-                  OR locked_at IS NULL)) AS stuck_locks
+                  OR locked_at IS NULL)) AS stuck_locks,
+       count(*) FILTER (WHERE status = 'pending' AND attempts >= 1) AS retrying
 FROM {table}
-WHERE status IN ('pending', 'processing')
+WHERE status IN ('pending', 'processing') {and_filters}
 GROUP BY event_type
 ORDER BY event_type;
 
@@ -1921,7 +1958,8 @@ END $$;
 -- auto-reap and auto-prune act as an operator: grant its login both roles)
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {scheduler};
-GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
+GRANT INSERT, DELETE ON outbox_monitor.samples, outbox_monitor.event_type_samples
+    TO {scheduler};
 -- the claim's recorded plans and the workers' statement costs (migration 011);
 -- those costs need pg_stat_statements and, to see the workers' statements, membership in
 -- pg_read_all_stats: GRANT pg_read_all_stats TO <the scheduler's and viewer's logins>
