@@ -45,6 +45,10 @@ PAGES = {
         st.Page(
             "pages/health.py", title="Health", url_path="health", icon=":material/monitor_heart:"
         ),
+        # each locked_by with its rows in hand; no row's payload is shown
+        st.Page(
+            "pages/workers.py", title="Workers", url_path="workers", icon=":material/engineering:"
+        ),
         # what changed when: alert transitions, audited changes (their filter for operators
         # only), error groups first seen, breaker transitions; Slack alerts link here
         st.Page(

@@ -62,6 +62,10 @@ DEFAULT_METRICS_ADDRESS = "127.0.0.1"
 DEFAULT_METRICS_TOP_EVENT_TYPES = 10
 """Event types labelled one by one on ``/metrics``; the rest are summed as ``other``."""
 MAX_METRICS_TOP_EVENT_TYPES = 200
+DEFAULT_OVERVIEW_TOP_EVENT_TYPES = 20
+"""Event types with a row of their own in the Overview's table by event type, most troubled
+first; the rest share one row ``other`` (``OUTBOX_MONITOR_OVERVIEW_TOP_EVENT_TYPES``, at most
+``MAX_METRICS_TOP_EVENT_TYPES``)."""
 DEFAULT_METRICS_CACHE_SECONDS = 5.0
 """A scrape reuses figures computed less than this long ago (several Prometheus replicas)."""
 MAX_METRICS_CACHE_SECONDS = 300.0
@@ -144,6 +148,9 @@ class Settings(BaseSettings):
         default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
     )
     metrics_cache: Seconds = Field(default=DEFAULT_METRICS_CACHE_SECONDS, ge=0)
+    overview_top_event_types: int = Field(
+        default=DEFAULT_OVERVIEW_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
+    )
     slack_timeout: Seconds = Field(default=DEFAULT_SLACK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
     dashboard_url: str = DEFAULT_DASHBOARD_URL
     auto_reap: bool = False

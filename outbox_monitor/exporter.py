@@ -4,7 +4,7 @@ labels are ``exporter_labels``'s, its families without event types ``exporter_fa
 
 ``OutboxCollector`` computes, on a scrape, every SPEC §2 figure under its Prometheus name
 (SPEC §2 "One name per figure") — through ``metrics.py``, except the six figures of open
-rows, which come per event type from ONE grouped query (``exporter_open_by_event_type``,
+rows, which come per event type from ONE grouped query (``metrics.open_by_event_type``,
 the same predicates as the ``metrics`` blocks) instead of six queries:
 
 - ``outbox_queue_depth``, ``outbox_pending``, ``outbox_scheduled_retries``,
@@ -79,6 +79,7 @@ from outbox_monitor.exporter_families import (
     health_families,
     process_families,
     replica_families,
+    worker_families,
 )
 from outbox_monitor.exporter_labels import Combine, bound_event_types, figure_windows
 from outbox_monitor.figures import FIGURES
@@ -102,7 +103,7 @@ class _OpenFamily:
     empty_other: float | None = 0.0
 
 
-# The figures of ``exporter_open_by_event_type`` (one column each), each a family by event
+# The figures of ``metrics.open_by_event_type`` (one column each), each a family by event
 # type; an age folds the rest of the event types with max and has no value when none is
 # pending, a count with sum (0 when nothing is folded).
 OPEN_FAMILIES = tuple(
@@ -226,9 +227,7 @@ class OutboxCollector(Collector):
             DatabaseUnavailable, QueryTimeout and the connector's other errors.
         """
         db, settings = self.db, self.db.settings
-        open_rows = db.fetch_all(
-            "exporter_open_by_event_type", {"lock_timeout": settings.lock_timeout}
-        )
+        open_rows = metrics.open_by_event_type(db, lock_timeout=settings.lock_timeout)
         failed = {
             window: metrics.failed_by_event_type(db, window=window)
             for window in self.windows["failed"]
@@ -261,6 +260,7 @@ class OutboxCollector(Collector):
         families.append(alert_state_family(self.primary))
         families += replica_families(replica_status(db))
         families += claim_plan_families(db)
+        families += worker_families(db)
         lag = self.primary.fetch_one("exporter_sampler_lag", {"table_name": db.table_name})[
             "lag_seconds"
         ]

@@ -1,5 +1,6 @@
-"""``/metrics`` families without event types: the table's health, the claim's plan, the read
-replica, the alert states and the scheduler process's own state."""
+"""``/metrics`` families without event types: the table's health, the claim's plan, the
+workers' liveness, the read replica, the alert states and the scheduler process's own
+state."""
 
 from collections.abc import Iterator
 
@@ -12,6 +13,7 @@ from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.status import health_status
 from outbox_monitor.replica import ReplicaStatus
 from outbox_monitor.scheduler_status import SchedulerStatus
+from outbox_monitor.workers import no_claim_while_due
 
 ALERT_STATES = ("inactive", "pending", "firing", "error")
 
@@ -53,6 +55,14 @@ def claim_plan_families(db: Database) -> list[Metric]:
     cost = figure_family("claim_plan_cost", labels=[])
     cost.add_metric([], health.cost)
     return [degraded, cost]
+
+
+def worker_families(db: Database) -> list[Metric]:
+    """``outbox_no_claim_while_due_seconds`` (issue 15 item 7): how long rows no flow control
+    holds have been due with no claim and no outcome (``workers.no_claim_while_due``)."""
+    family = figure_family("no_claim_while_due", labels=[])
+    family.add_metric([], no_claim_while_due(db))
+    return [family]
 
 
 def replica_families(reading: ReplicaStatus) -> list[Metric]:

@@ -1,6 +1,7 @@
 """The figure registry: every alertable figure once, under each of its names — SPEC §2's,
 SPEC §5's flow control (``FLOW_FIGURES``), the table's health (``HEALTH_FIGURES``) and the
-claim's plan (``CLAIM_FIGURES``), both issue 14.
+claim's plan (``CLAIM_FIGURES``), both issue 14, and the workers' liveness
+(``WORKER_FIGURES``, issue 15).
 
 One entry per ``alerts.yml`` metric (SPEC §2 "One name per figure"): its unit, its window
 kind, the function of ``metrics`` that computes it for one event-type filter, its
@@ -22,7 +23,8 @@ FIGURES: dict[str, Figure] = {
 }
 """Every alertable figure by its ``alerts.yml`` metric: SPEC §2's in its order, then the
 flow-control figures of SPEC §5 (``FLOW_FIGURES``), then the table's health
-(``HEALTH_FIGURES``), then the claim's plan (``CLAIM_FIGURES``)."""
+(``HEALTH_FIGURES``), then the claim's plan (``CLAIM_FIGURES``), then the workers' liveness
+(``WORKER_FIGURES``)."""
 
 FLOW_FIGURES = ("rows_held", "rows_throttled", "breaker_open")
 """The figures of SPEC §5 (flow control), which SPEC §2's name table does not list."""
@@ -46,6 +48,11 @@ CLAIM_FIGURES = ("claim_plan_degraded", "claim_plan_cost")
 """The claim's plan (issue 14 item 2, ``health.claim_plan``), which SPEC §2's name table does
 not list: figures of the whole table (``scope="table"``), the same whatever the event-type
 filter."""
+
+WORKER_FIGURES = ("no_claim_while_due",)
+"""The workers' liveness (issue 15 item 7, ``workers.py``; README, "Workers"), which SPEC §2's
+name table does not list: a figure of the whole table (``scope="table"``) that
+``status --json`` holds under ``workers``."""
 
 
 def by_family(prometheus: str) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from outbox_monitor.filters import Where
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import breakers_open_among, held_by
 from outbox_monitor.health.status import health_status
+from outbox_monitor.workers import liveness
 
 DEAD_LETTERS_SAMPLE_PAGES = 1_000
 """Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
@@ -193,6 +194,30 @@ def backlog(
     }
 
 
+def open_by_event_type(
+    db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
+) -> list[dict[str, Any]]:
+    """The backlog figures of SPEC §2 per event type, from ONE pass over the pending and
+    processing rows (named query ``open_by_event_type``: the predicates of ``queue_depth``,
+    ``pending_total``, ``scheduled_retries``, ``oldest_pending_age``, ``processing`` and
+    ``stuck_locks``, each a FILTER): O(backlog) however many event types there are.
+
+    Args:
+        lock_timeout: seconds (default: settings, 15 min).
+
+    Returns:
+        One row per event type with open rows, by name: ``event_type``, ``queue_depth``,
+        ``pending_total``, ``scheduled_retries``, ``oldest_pending_age`` (seconds, ``None``
+        when nothing of that type is pending), ``processing``, ``stuck_locks`` and
+        ``retrying`` (pending rows with ``attempts >= 1``: retries in backoff or due again).
+    """
+    timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
+    where = Where().event_type(event_type)
+    return db.fetch_all(
+        "open_by_event_type", {"lock_timeout": timeout, **where.params}, and_filters=where.fragment
+    )
+
+
 def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[int, int]:
     """Retry pressure: rows not yet done (pending, processing, failed) by ``attempts``
     (SPEC §2): the backlog's part from ``backlog``, the dead letters' from their index.
@@ -359,6 +384,7 @@ def status(
         "breakers_open" (circuit breakers open or half-open),
         "health" (the table's health, ``health.status.health_status``: tuples, vacuum,
         sizes, the xmin horizon's holders; whatever the event-type filter),
+        "workers" (the fleet's liveness, ``workers.Liveness.as_json``; whatever the filter),
         "window_seconds", "lock_timeout_seconds", "event_type", "table", "now"}``; with
         ``count_cap`` also
         ``"estimated"``: the keys whose values are estimates (``[]`` or
@@ -396,6 +422,7 @@ def status(
         rows_throttled_by_control=flow.throttled_by_control,
         breakers_open=breakers_open_among(found, event_type),
         health=health_status(db),
+        workers=liveness(db, flow=held_by(found) if event_type else flow).as_json(),
     )
     if count_cap is not None:
         figures["estimated"] = [] if exact else ["attempts_histogram"]

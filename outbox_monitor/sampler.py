@@ -1,17 +1,24 @@
-"""The sampler: record the headline figures into ``outbox_monitor.samples`` (issue 2 §1).
+"""The sampler: record the headline figures into ``outbox_monitor.samples`` (issue 2 §1) and
+the figures of the top event types into ``outbox_monitor.event_type_samples`` (issue 15).
 
 Samples give every headline figure a chart over time (queue depth over time can only come
 from samples: the table keeps no history of its own state), and so the table's health: its
 dead and live tuples, its size and its indexes' (their growth), the xmin horizon's age (issue
-14). The scheduler calls ``record_sample`` every ``settings.sample_interval`` seconds.
+14), what each worker holds (``worker_sightings``, issue 15 item 7), and the history per
+event type, bounded as /metrics is: the top ``OUTBOX_MONITOR_METRICS_TOP_EVENT_TYPES`` event
+types by trouble and ``other`` (``by_event_type``). The scheduler calls ``record_sample``
+every ``settings.sample_interval`` seconds.
 """
 
 import logging
 from typing import Any
 
-from outbox_monitor import metrics
+from psycopg.types.json import Jsonb
+
+from outbox_monitor import by_event_type, metrics
 from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES, SAMPLED
+from outbox_monitor.worker_sightings import record_workers
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +57,43 @@ def measure_headline(db: Database) -> dict[str, Any]:
     return values
 
 
+EVENT_TYPE_COLUMNS = {
+    "queue_depth": "queue_depth",
+    "oldest_pending_age_seconds": "oldest_pending_age",
+    "latency_p95_seconds": "latency_p95",
+    "failed_in_window": "failed_in_window",
+    "retrying": "retrying",
+}
+"""The ``outbox_monitor.event_type_samples`` columns (migration 014) and the
+``by_event_type.measure`` keys they record."""
+
+
+def measure_event_types(db: Database) -> list[dict[str, Any]]:
+    """The per-event-type part of a sample now: the top
+    ``settings.metrics_top_event_types`` event types by trouble and ``other``
+    (``by_event_type.measure`` without rates, over the settings' window).
+
+    Returns:
+        ``{"event_type", <every EVENT_TYPE_COLUMNS column>}`` rows; none when no event type
+        has open rows or dead letters in the window.
+    """
+    rows = by_event_type.measure(db, top=db.settings.metrics_top_event_types, rates=False)
+    return [
+        {"event_type": row["event_type"]}
+        | {column: row[key] for column, key in EVENT_TYPE_COLUMNS.items()}
+        for row in rows
+    ]
+
+
 def record_sample(db: Database, *, primary: Database | None = None) -> dict[str, Any]:
-    """Record one sample of the headline figures, then drop samples past the retention.
+    """Record one sample of the headline figures, then drop samples past the retention; then
+    one pass over the workers (``worker_sightings.record_workers``).
 
     Measures through ``db``, inserts one row with the named query ``sample_insert``
-    (``sampled_at`` is the writing database's ``now()``) and deletes this table's samples
-    older than ``settings.sample_retention`` seconds (``samples_prune``) through
-    ``primary``.
+    (``sampled_at`` is the writing database's ``now()``) and the per-event-type rows at the
+    same instant (``event_type_sample_insert``), and deletes this table's samples of both
+    kinds older than ``settings.sample_retention`` seconds (``samples_prune``,
+    ``event_type_samples_prune``) through ``primary``.
 
     Args:
         db: the connector of the monitored database (a hot standby may serve it).
@@ -65,25 +102,40 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
 
     Returns:
         ``{"table_name", "sampled_at" (datetime), <every HEADLINE column>,
-        "pruned" (samples deleted by the retention)}``.
+        "event_types" (``measure_event_types``'s rows), "pruned" (samples deleted by the
+        retention), "event_types_pruned" (per-event-type rows deleted), "workers" (workers
+        recorded)}``.
 
     Raises:
         DatabaseUnavailable, QueryTimeout, SchemaNotInitialised (no samples table: run
         ``init-db``) and the other errors of the connector. Nothing is recorded then.
     """
     figures = measure_headline(db)
+    event_types = measure_event_types(db)
     writes = primary or db
     params = {"table_name": db.table_name, **figures}
-    inserted = writes.fetch_one("sample_insert", params)
-    with writes.connection() as conn:
-        pruned = conn.execute(
-            writes.compose("samples_prune"),
-            {"table_name": db.table_name, "retention": db.settings.sample_retention},
-        ).rowcount
-    log.debug("sample of %s: %s (pruned %d)", db.table_name, figures, pruned)
+    retention = {"table_name": db.table_name, "retention": db.settings.sample_retention}
+    with writes.connection() as conn, conn.transaction():
+        inserted = conn.execute(writes.compose("sample_insert"), params).fetchone()
+        if event_types:
+            conn.execute(
+                writes.compose("event_type_sample_insert"),
+                {
+                    "table_name": db.table_name,
+                    "sampled_at": inserted["sampled_at"],
+                    "rows": Jsonb(event_types),
+                },
+            )
+        pruned = conn.execute(writes.compose("samples_prune"), retention).rowcount
+        types_pruned = conn.execute(writes.compose("event_type_samples_prune"), retention).rowcount
+    workers = record_workers(db, primary=writes)
+    log.debug("sample of %s: %s (pruned %d, %d workers)", db.table_name, figures, pruned, workers)
     return {
         "table_name": db.table_name,
         "sampled_at": inserted["sampled_at"],
         **figures,
+        "event_types": event_types,
         "pruned": pruned,
+        "event_types_pruned": types_pruned,
+        "workers": workers,
     }

@@ -1,11 +1,12 @@
-"""The registry's figures of the outbox table as a whole (``scope="table"``, issue 14): its
-health, then the workers' claim plan."""
+"""The registry's figures of the outbox table as a whole (``scope="table"``): its health and
+the workers' claim plan (issue 14), then the workers' liveness (issue 15 item 7)."""
 
 from outbox_monitor.db import Database
 from outbox_monitor.figure_model import Figure, InstanceRows, Measure
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import inactive_slots_holding_horizon, xmin_horizon_age
 from outbox_monitor.health.table import table_health
+from outbox_monitor.workers import no_claim_while_due
 
 
 def _table(attribute: str) -> Measure:
@@ -148,6 +149,20 @@ TABLE_FIGURES: tuple[Figure, ...] = (
         _TABLE,
         scope="table",
     ),
+    # issue 15 item 7: "no claim for N min while rows are due" (workers.no_claim_while_due)
+    Figure(
+        "no_claim_while_due",
+        "seconds",
+        "workers.no_claim_while_due_seconds",
+        "outbox_no_claim_while_due_seconds",
+        "While rows are due that no flow control holds, seconds since the latest of the newest "
+        "claim (max locked_at of processing rows), the newest outcome (max processed_at of "
+        "done and failed rows) and the instant the oldest of those rows became due; 0 when "
+        "none is due. Growing: the worker fleet is down, not slow.",
+        lambda db, window, event_type, _: no_claim_while_due(db),
+        _TABLE,
+        scope="table",
+    ),
 )
 """The table's health (``figures.HEALTH_FIGURES``), then the claim's plan
-(``figures.CLAIM_FIGURES``)."""
+(``figures.CLAIM_FIGURES``), then the workers' liveness (``figures.WORKER_FIGURES``)."""

@@ -10,6 +10,7 @@ from outbox_monitor.ui import (
     banners,
     charts,
     controls,
+    event_types,
     format,
     health,
     loaders,
@@ -171,6 +172,8 @@ def live_figures() -> None:
 
         samples = loaders.samples(ctx.db, window=f.window)
         health.overview_tiles(figures["health"], samples, badge("xmin_horizon_age"))
+
+        event_types.section(ctx.db, f, top=ctx.settings.overview_top_event_types)
 
         left, right = st.columns(2)
         with left:

@@ -7,10 +7,13 @@ from urllib.parse import urlencode
 
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
+from outbox_monitor.figures import WORKER_FIGURES
 
 HEALTH_PATH = "/health"
 """The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is
 (the table's health, the claim's plan)."""
+WORKERS_PATH = "/workers"
+"""The Workers page (``dashboard.py``'s ``url_path``): where the workers' liveness is seen."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 TIMELINE_PATH = "/timeline"
@@ -27,9 +30,12 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
     when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
     whole table (``scope="table"``: its health — the xmin horizon, dead tuples — and the
-    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, others → the overview
+    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, except the workers' liveness
+    (``figures.WORKER_FIGURES``) → ``/workers``; others → the overview
     ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
     """
+    if rule.metric in WORKER_FIGURES:
+        return WORKERS_PATH
     if rule.spec.scope == "table":
         return HEALTH_PATH
     params: dict[str, str] = {}

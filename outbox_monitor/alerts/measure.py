@@ -17,12 +17,13 @@ from typing import Any
 from outbox_monitor import error_grouping, events, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
-from outbox_monitor.figures import CLAIM_FIGURES, FIGURES
+from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, WORKER_FIGURES
 from outbox_monitor.filters import ExactEventType, Where
 from outbox_monitor.forecast import Forecast, forecast, sample_points
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
+from outbox_monitor.workers import due_offenders
 
 MAX_INSTANCES = 200
 """At most this many event types become instances of one ``by`` rule (alphabetical)."""
@@ -208,10 +209,13 @@ def offenders(
         (``scope="table"``) has none either: for the xmin horizon's figures its holders (the
         inactive slots for ``inactive_slots_holding_horizon``), longest held first
         (``{"kind": "holder", "label", "value" (seconds held, ``None`` when unknown),
-        "command"}``), and nothing for the others.
+        "command"}``); for the workers' liveness (``figures.WORKER_FIGURES``) the due rows,
+        in all and by event type (``workers.due_offenders``); nothing for the others.
     """
     if rule.metric in CLAIM_FIGURES:
         return _claim_plans(db, limit)
+    if rule.metric in WORKER_FIGURES:
+        return due_offenders(db, limit)
     if rule.spec.scope == "table":
         return _holders(db, rule.metric, limit)
     scope = ExactEventType(event_type) if event_type else rule.event_type

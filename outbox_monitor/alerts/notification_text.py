@@ -102,11 +102,12 @@ def _offender_text(offender: object, unit: object) -> str:
 
 
 def _offender_lines(offenders: object, unit: object) -> list[str]:
-    """ "Top offenders" (event types), "Error groups" and "Held by" (the xmin horizon's
-    holders, each with the command that ends it) lines, at most 5 entries each."""
+    """ "Top offenders" (event types), "Error groups", "Held by" (the xmin horizon's
+    holders, each with the command that ends it) and "Rows due" (in all, then by event type:
+    the workers' liveness) lines, at most 5 entries each."""
     if not isinstance(offenders, list | tuple) or not offenders:
         return []
-    kinds: dict[str, list[Any]] = {"error_group": [], "holder": []}
+    kinds: dict[str, list[Any]] = {"error_group": [], "holder": [], "due": []}
     others: list[Any] = []
     for offender in offenders:
         kind = offender.get("kind") if isinstance(offender, Mapping) else None
@@ -116,6 +117,7 @@ def _offender_lines(offenders: object, unit: object) -> list[str]:
         ("Top offenders", others),
         ("Error groups", kinds["error_group"]),
         ("Held by", kinds["holder"]),
+        ("Rows due", kinds["due"]),
     ):
         if found:
             shown = " · ".join(_offender_text(o, unit) for o in found[:MAX_OFFENDERS])
@@ -229,6 +231,27 @@ def _holder_lines(offenders: object) -> list[str]:
     return lines
 
 
+def _due_line(offenders: object) -> list[str]:
+    """The plain-text line of the due rows among ``offenders`` (the workers' liveness):
+    ``"Rows due: 3 in all (order.paid 2, mail.sent 1)"``, escaped and clipped; none when
+    there are none."""
+    if not isinstance(offenders, list | tuple):
+        return []
+    due = [o for o in offenders if isinstance(o, Mapping) and o.get("kind") == "due"]
+    total = [o for o in due if not o.get("event_type")]
+    if not total:
+        return []
+    text = f"Rows due: {format_value(total[0].get('count'), 'rows')} in all"
+    types = [
+        f"{o['event_type']} {format_value(o.get('count'), 'rows')}"
+        for o in due
+        if o.get("event_type")
+    ]
+    if types:
+        text += f" ({', '.join(types[:MAX_OFFENDERS])})"
+    return [plain(text, MAX_FALLBACK_LINE_CHARS)]
+
+
 def fallback_line(
     row: Mapping[str, Any], kind: str, resolved_payload: Mapping[str, Any] | None = None
 ) -> str:
@@ -236,7 +259,8 @@ def fallback_line(
     show), escaped and clipped: ``[KIND] rule instance (severity): value vs threshold (op) —
     summary``; a resolve's value is the value now (``resolved_payload``'s when a thread
     update shows the original row as resolved); a firing or repeat message adds a line per
-    holder of the xmin horizon (its application, pid, age and the command that ends it)."""
+    holder of the xmin horizon (its application, pid, age and the command that ends it) and
+    one of the rows due (the workers' liveness)."""
     payload = row_payload(row)
     source = resolved_payload if resolved_payload is not None else payload
     _, label = KIND_LABELS[kind]
@@ -257,4 +281,5 @@ def fallback_line(
     lines = [plain(text, MAX_FALLBACK_LINE_CHARS)]
     if kind in ("firing", "repeat"):
         lines.extend(_holder_lines(payload.get("offenders")))
+        lines.extend(_due_line(payload.get("offenders")))
     return "\n".join(lines)

@@ -49,6 +49,7 @@ from outbox_monitor.alerts.rule_values import (
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.figure_model import Figure
 from outbox_monitor.figures import FIGURES
+from outbox_monitor.flow.model import matches
 from outbox_monitor.forecast import PREDICTABLE
 from outbox_monitor.units import format_value
 
@@ -356,6 +357,21 @@ class Rule(_Model):
     def unit(self) -> str:
         """``"seconds"``, ``"rows"`` or ``"rows/min"`` (the unit of value and threshold)."""
         return self.spec.unit
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the rule watches event types apart (an ``event_type`` filter or ``by``),
+        rather than the whole outbox (the SPEC §3 backlog) or the table (its health)."""
+        return self.spec.scope == "event_type" and bool(self.event_type or self.by)
+
+    def covers(self, event_type: str) -> bool:
+        """Whether ``event_type`` is within the rule's scope: its ``event_type`` filter
+        matches it (SPEC §2: LIKE with ``%``, else equality — ``flow.model.matches``, what
+        the SQL filter computes), or it has ``by`` and no filter (every type). An unscoped
+        rule covers no single type."""
+        if not self.scoped:
+            return False
+        return self.event_type is None or matches(self.event_type, event_type)
 
     def format(self, value: float | None) -> str:
         """A value of this rule's metric for people (``"5m 0s"``, ``"1,000"``, ``"–"``)."""

@@ -25,10 +25,47 @@ MIN_TABLE_ROWS = 10_000
 """A table with fewer rows than this (``pg_class.reltuples``, partitions summed) is read
 whole cheaply: its plan is shown but never called degraded."""
 _INDEX_SCANS = ("Index Scan", "Index Only Scan", "Bitmap Index Scan")
-_PENDING_PREDICATE = re.compile(r"\bstatus\)?(?:::[\w ]+)? = 'pending'::")
+_PENDING_TERM = re.compile(r"\(?status\)?(?:::[\w ]+)? = 'pending'::[\w .\"]+")
 """A predicate's test of ``status = 'pending'`` as Postgres prints it for a ``text`` column
 (``status = 'pending'::text``) or one it casts, such as ``varchar``
-(``(status)::text = 'pending'::text``)."""
+(``(status)::text = 'pending'::text``); the whole of one AND-ed term."""
+
+
+def _top_level(text: str) -> tuple[list[str], bool]:
+    """``text`` split at its `` AND ``s outside parentheses and quoted literals, and whether
+    one pair of parentheses encloses all of it."""
+    parts, start, depth, quoted, enclosed = [], 0, 0, False, text.startswith("(")
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "'":
+            quoted = not quoted  # a doubled '' toggles twice
+        elif not quoted and char in "()":
+            depth += 1 if char == "(" else -1
+            enclosed = enclosed and not (depth == 0 and position < len(text) - 1)
+        elif not quoted and depth == 0 and text.startswith(" AND ", position):
+            parts.append(text[start:position])
+            start = position = position + len(" AND ")
+            continue
+        position += 1
+    parts.append(text[start:])
+    return parts, enclosed and len(parts) == 1
+
+
+def _conjuncts(predicate: str) -> list[str]:
+    """The AND-ed terms of an index predicate as Postgres prints it (``((a) AND (b))`` → ``a``,
+    ``b``), without their enclosing parentheses; a predicate joined by OR or negated is one
+    term (so ``status = 'pending' OR …`` confines nothing)."""
+    pending, terms = [predicate.strip()], []
+    while pending:
+        parts, enclosed = _top_level(pending.pop())
+        if enclosed:
+            pending.append(parts[0][1:-1].strip())
+        elif len(parts) > 1:
+            pending.extend(part.strip() for part in parts)
+        else:
+            terms.append(parts[0])
+    return terms
 
 
 @dataclass(frozen=True)
@@ -51,9 +88,11 @@ class IndexInfo:
     @property
     def pending_only(self) -> bool:
         """Whether it holds pending rows only: led by ``status`` (the claim's condition
-        bounds the walk to pending rows) or partial on ``status = 'pending'``."""
-        return self.leading_column == "status" or bool(
-            _PENDING_PREDICATE.search(self.predicate or "")
+        bounds the walk to pending rows) or partial on ``status = 'pending'`` as a whole
+        predicate or one of its AND-ed terms (not a predicate that merely mentions it:
+        ``status = 'pending' OR status = 'done'`` holds the done history)."""
+        return self.leading_column == "status" or any(
+            _PENDING_TERM.fullmatch(term) for term in _conjuncts(self.predicate or "")
         )
 
 

@@ -23,7 +23,7 @@ reading that showed its current transaction id (or, without one, its current
 import threading
 import weakref
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from outbox_monitor.db import Database
@@ -31,10 +31,16 @@ from outbox_monitor.db import Database
 FROM_XID = "transaction start (it has a transaction id)"
 FROM_BEGIN = "transaction start (isolation unknown from one reading)"
 FROM_STATEMENT = "statement start (its snapshots are per statement)"
-FROM_KEPT_SNAPSHOT = "transaction start (a snapshot kept between statements)"
+FROM_KEPT_SNAPSHOT = "first seen by this monitor (a snapshot kept between statements)"
 FROM_FIRST_SEEN = "first seen by this monitor (at least: its start is hidden)"
 UNKNOWN_HIDDEN = "unknown (hidden: counted from the next reading on)"
 """How a session's hold is counted (``Holder.held_from``)."""
+FORGET_AFTER = timedelta(minutes=30)
+"""A transaction no reading has shown for this long is forgotten. A reading lists at most the
+oldest ``horizon.SESSIONS_LIMIT`` sessions: one pushed out for a while by older holders keeps
+what earlier readings showed of it (its snapshots per statement) when it comes back."""
+MAX_REMEMBERED = 10_000
+"""At most this many transactions remembered (those seen longest ago are forgotten first)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Seen:
         per_statement: some reading showed another ``backend_xmin`` than the one before
             (or none after one): its snapshots are per statement (READ COMMITTED).
         readings: how many readings showed it.
+        last_seen: the newest reading that showed it.
     """
 
     xid: str | None
@@ -56,6 +63,7 @@ class Seen:
     xmin_since: datetime
     per_statement: bool = False
     readings: int = 1
+    last_seen: datetime | None = None
 
 
 class HorizonMemory:
@@ -68,27 +76,38 @@ class HorizonMemory:
 
     def observe(self, rows: list[dict[str, Any]]) -> list[Seen]:
         """Record one reading of ``horizon_sessions``'s rows (each with the reading's
-        ``now``), and forget every transaction it does not show (ended, or no longer holding
-        anything).
+        ``now``), and forget every transaction no reading has shown for ``FORGET_AFTER``
+        (ended; pids are reused, but the key holds the backend's and transaction's starts).
 
         Returns:
             Each row's ``Seen``, in the rows' order.
         """
         found = []
         with self._lock:
-            current = {}
             for row in rows:
                 key = (row["pid"], row["role"], row["backend_start"], row["xact_start"])
                 seen = _next(self._seen.get(key), row["xid"], row["xmin"], row["now"])
-                current[key] = seen
+                self._seen[key] = seen
                 found.append(seen)
-            self._seen = current
+            if rows:
+                self._forget(rows[0]["now"] - FORGET_AFTER)
         return found
+
+    def _forget(self, before: datetime) -> None:
+        kept = sorted(
+            ((key, seen) for key, seen in self._seen.items() if seen.last_seen >= before),
+            key=lambda item: item[1].last_seen,
+        )
+        self._seen = dict(kept[-MAX_REMEMBERED:])
+
+    def __len__(self) -> int:
+        """How many transactions are remembered."""
+        return len(self._seen)
 
 
 def _next(before: Seen | None, xid: str | None, xmin: str | None, now: datetime) -> Seen:
     if before is None:
-        return Seen(xid, xmin, now, now)
+        return Seen(xid, xmin, now, now, last_seen=now)
     return replace(
         before,
         xid=xid,
@@ -97,6 +116,7 @@ def _next(before: Seen | None, xid: str | None, xmin: str | None, now: datetime)
         xmin_since=before.xmin_since if xmin == before.xmin else now,
         per_statement=before.per_statement or (before.xmin is not None and xmin != before.xmin),
         readings=before.readings + 1,
+        last_seen=now,
     )
 
 
@@ -106,10 +126,12 @@ def held_since(row: dict[str, Any], seen: Seen) -> tuple[datetime | None, str | 
 
     Returns:
         ``(since, held_from)``: for a session in full view, its transaction's start — or,
-        once its snapshots are known to be per statement and it runs one without a
-        transaction id, the earlier of its statement's start and the first reading of its
-        current ``backend_xmin``; for a hidden session, the first
-        reading of its current xid (or xmin) from its second reading on, else
+        once its snapshots are known to be per statement and it has no transaction id, the
+        earlier of its running statement's start and the first reading of its current
+        ``backend_xmin`` (idle: that reading, a snapshot it keeps, such as a cursor's — as a
+        statement under it runs, so the age does not fall back); for a hidden session, the
+        earlier of the first readings of its current xid and xmin (a snapshot holder that
+        then writes keeps its age) from its second reading on, else
         ``(None, UNKNOWN_HIDDEN)``; ``(xact_start, None)`` for a session holding nothing.
     """
     if row["xid"] is None and row["xmin"] is None:
@@ -117,13 +139,15 @@ def held_since(row: dict[str, Any], seen: Seen) -> tuple[datetime | None, str | 
     if row["hidden"]:
         if seen.readings < 2:
             return None, UNKNOWN_HIDDEN
-        return (seen.xid_since if row["xid"] is not None else seen.xmin_since), FROM_FIRST_SEEN
+        held = [seen.xid_since] if row["xid"] is not None else []
+        held += [seen.xmin_since] if row["xmin"] is not None else []
+        return min(held), FROM_FIRST_SEEN
     if row["xid"] is not None:
         return row["xact_start"], FROM_XID
     if not seen.per_statement:
         return row["xact_start"], FROM_BEGIN
     if row["state"] != "active" or row["query_start"] is None:
-        return row["xact_start"], FROM_KEPT_SNAPSHOT
+        return seen.xmin_since, FROM_KEPT_SNAPSHOT
     return min(row["query_start"], seen.xmin_since), FROM_STATEMENT
 
 

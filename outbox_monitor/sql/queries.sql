@@ -578,6 +578,42 @@ WHERE table_name = %(table_name)s
   AND sampled_at > now() - make_interval(secs => %(window)s)
 ORDER BY sampled_at;
 
+-- name: event_type_sample_insert
+-- Record the per-event-type rows of one sample (migration 014), at the headline sample's instant: %(rows)s is a JSON array of objects with the columns' names.
+INSERT INTO outbox_monitor.event_type_samples (
+    table_name, sampled_at, event_type, queue_depth, oldest_pending_age_seconds,
+    latency_p95_seconds, failed_in_window, retrying)
+SELECT %(table_name)s, %(sampled_at)s, r.event_type, r.queue_depth,
+       r.oldest_pending_age_seconds, r.latency_p95_seconds, r.failed_in_window, r.retrying
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
+    event_type text, queue_depth bigint, oldest_pending_age_seconds double precision,
+    latency_p95_seconds double precision, failed_in_window bigint, retrying bigint);
+
+-- name: event_type_samples_prune
+-- Delete per-event-type samples older than the retention (the samples' own).
+DELETE FROM outbox_monitor.event_type_samples
+WHERE table_name = %(table_name)s
+  AND sampled_at < now() - make_interval(secs => %(retention)s);
+
+-- name: event_type_samples_series
+-- Per-event-type samples of one table over the window for the event types %(event_types)s ('other' included when named), oldest first.
+SELECT sampled_at, event_type, queue_depth, oldest_pending_age_seconds, latency_p95_seconds,
+       failed_in_window, retrying
+FROM outbox_monitor.event_type_samples
+WHERE table_name = %(table_name)s
+  AND sampled_at > now() - make_interval(secs => %(window)s)
+  AND event_type = ANY(%(event_types)s::text[])
+ORDER BY sampled_at, event_type;
+
+-- name: event_type_samples_names
+-- The event types with per-event-type samples of one table over the window, the most recently sampled first (the "split by event type" choices).
+SELECT event_type FROM outbox_monitor.event_type_samples
+WHERE table_name = %(table_name)s
+  AND sampled_at > now() - make_interval(secs => %(window)s)
+GROUP BY event_type
+ORDER BY max(sampled_at) DESC, max(queue_depth) DESC, event_type
+LIMIT %(limit)s;
+
 
 -- ===================================================================== table health (issue 14)
 -- Catalog and statistics views only: none of these reads a row of the outbox table.
@@ -1459,6 +1495,80 @@ FROM outbox_monitor.claim_statement_samples
 WHERE table_name = %(table_name)s
 ORDER BY kind, sampled_at DESC;
 
+-- ===================================================================== workers (issue 15 item 7)
+-- The outbox's processing rows through the users' claim index (status, available_at,
+-- created_at), led by status; done and failed rows through the recommended finished index.
+
+-- name: workers_in_hand
+-- Each locked_by's processing rows now (SPEC section 1; NULL: orphans nobody owns): how many, how many stuck (SPEC section 2: locked before now - lock timeout, or no lock time), the newest and oldest locked_at and the newest %(ids)s ids; processing rows only, the workers holding most first.
+SELECT locked_by,
+       count(*) AS rows_in_hand,
+       count(*) FILTER (WHERE locked_at < now() - make_interval(secs => %(lock_timeout)s)
+                           OR locked_at IS NULL) AS stuck,
+       max(locked_at) AS newest_claim,
+       min(locked_at) AS oldest_claim,
+       (array_agg(id ORDER BY locked_at DESC NULLS LAST, id DESC))[1:%(ids)s] AS ids
+FROM {table}
+WHERE status = 'processing'
+GROUP BY locked_by
+ORDER BY count(*) DESC, locked_by NULLS LAST
+LIMIT %(limit)s;
+
+-- name: workers_liveness
+-- The fleet's liveness: the due rows of event types no flow control holds ({and_filters}), since when the oldest of them is due, the newest claim (max locked_at of processing rows) and the newest outcome (max processed_at of done, of failed rows: each one step of the finished index, newest first).
+SELECT now() AS now,
+       (SELECT count(*) FROM {table}
+        WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_rows,
+       (SELECT min(available_at) FROM {table}
+        WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_since,
+       (SELECT max(locked_at) FROM {table} WHERE status = 'processing') AS newest_claim,
+       greatest((SELECT max(processed_at) FROM {table} WHERE status = 'done'),
+                (SELECT max(processed_at) FROM {table} WHERE status = 'failed'))
+           AS newest_outcome;
+
+-- name: workers_rows_by_id
+-- What became of the rows a worker held at the sampler's last pass: status, locked_by and processed_at now, by primary key (a pruned row is absent).
+SELECT id, status, locked_by, processed_at FROM {table} WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: workers_seen_hands
+-- The ids each worker of this table held at the sampler's last pass.
+SELECT locked_by, ids_in_hand FROM outbox_monitor.workers_seen WHERE table_name = %(table_name)s;
+
+-- name: workers_seen_upsert
+-- One worker at one sampler pass: what it holds now, the newest claim and ack seen, and what became of the rows it let go of since the last pass (added to its counts).
+INSERT INTO outbox_monitor.workers_seen AS w (
+    table_name, locked_by, rows_in_hand, stuck, ids_in_hand, first_seen, last_seen,
+    last_claim_at, last_ack_at, acks_seen, dead_lettered_seen, returned_seen, updated_at)
+VALUES (%(table_name)s, %(locked_by)s, %(rows_in_hand)s, %(stuck)s, %(ids)s::bigint[], now(),
+        now(), %(newest_claim)s, %(last_ack)s, %(acked)s, %(dead_lettered)s, %(returned)s,
+        now())
+ON CONFLICT (table_name, locked_by) DO UPDATE SET
+    rows_in_hand = excluded.rows_in_hand,
+    stuck = excluded.stuck,
+    ids_in_hand = excluded.ids_in_hand,
+    last_seen = CASE WHEN excluded.rows_in_hand > 0 THEN excluded.last_seen ELSE w.last_seen END,
+    last_claim_at = greatest(w.last_claim_at, excluded.last_claim_at),
+    last_ack_at = greatest(w.last_ack_at, excluded.last_ack_at),
+    acks_seen = w.acks_seen + excluded.acks_seen,
+    dead_lettered_seen = w.dead_lettered_seen + excluded.dead_lettered_seen,
+    returned_seen = w.returned_seen + excluded.returned_seen,
+    updated_at = excluded.updated_at;
+
+-- name: workers_seen_prune
+-- Forget the workers of this table holding nothing, not seen holding rows for the retention.
+DELETE FROM outbox_monitor.workers_seen
+WHERE table_name = %(table_name)s AND rows_in_hand = 0
+  AND last_seen < now() - make_interval(secs => %(retention)s);
+
+-- name: workers_seen_list
+-- What the sampler has seen of each worker of this table.
+SELECT locked_by, rows_in_hand, stuck, first_seen, last_seen, last_claim_at, last_ack_at,
+       acks_seen, dead_lettered_seen, returned_seen, updated_at
+FROM outbox_monitor.workers_seen
+WHERE table_name = %(table_name)s
+ORDER BY locked_by;
+
+
 -- ===================================================================== a partitioned outbox (demo/partitioned.py: tests, benchmarks)
 
 -- name: partitioned_outbox_partition
@@ -1814,8 +1924,8 @@ ORDER BY id;
 
 -- ===================================================================== exporter (Prometheus)
 
--- name: exporter_open_by_event_type
--- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above.
+-- name: open_by_event_type
+-- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above, and retrying (pending rows with attempts >= 1).
 -- Same predicates as those blocks, each as a FILTER; an event type with nothing pending
 -- has oldest_pending_age NULL. Only pending and processing rows are read (claim index).
 SELECT event_type,
@@ -1828,9 +1938,10 @@ SELECT event_type,
        count(*) FILTER (
            WHERE status = 'processing'
              AND (locked_at < now() - make_interval(secs => %(lock_timeout)s)
-                  OR locked_at IS NULL)) AS stuck_locks
+                  OR locked_at IS NULL)) AS stuck_locks,
+       count(*) FILTER (WHERE status = 'pending' AND attempts >= 1) AS retrying
 FROM {table}
-WHERE status IN ('pending', 'processing')
+WHERE status IN ('pending', 'processing') {and_filters}
 GROUP BY event_type
 ORDER BY event_type;
 
@@ -1885,12 +1996,15 @@ END $$;
 -- auto-reap and auto-prune act as an operator: grant its login both roles)
 DO $$ BEGIN CREATE ROLE {scheduler} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {scheduler};
-GRANT INSERT, DELETE ON outbox_monitor.samples TO {scheduler};
+GRANT INSERT, DELETE ON outbox_monitor.samples, outbox_monitor.event_type_samples
+    TO {scheduler};
 -- the claim's recorded plans and the workers' statement costs (migration 011);
 -- those costs need pg_stat_statements and, to see the workers' statements, membership in
 -- pg_read_all_stats: GRANT pg_read_all_stats TO <the scheduler's and viewer's logins>
 GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_statement_samples
     TO {scheduler};
+-- what the sampler saw of each worker (migration 013): one row per worker, updated each pass
+GRANT INSERT, UPDATE, DELETE ON outbox_monitor.workers_seen TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};

@@ -120,6 +120,22 @@ def sampled_lines(
     return line.properties(height=HEIGHT)
 
 
+def by_event_type(history: Sequence[Mapping[str, Any]], column: str, unit: str) -> alt.Chart:
+    """One line per event type of one sampled figure over time (``sampled_lines``), from
+    ``by_event_type.history``.
+
+    Args:
+        history: rows with ``sampled_at``, ``event_type`` and ``column``.
+        column: the ``outbox_monitor.event_type_samples`` column drawn.
+        unit: the y axis title.
+    """
+    frame = pd.DataFrame(list(history), columns=["sampled_at", "event_type", column])
+    wide = frame.pivot(index="sampled_at", columns="event_type", values=column)
+    names = [str(name) for name in wide.columns]
+    samples = wide.reset_index().to_dict("records")
+    return sampled_lines(samples, {name: name for name in names}, unit)
+
+
 def latency(rows: Sequence[Mapping[str, Any]]) -> alt.LayerChart:
     """Latency P50 and P95 (seconds) per bucket from ``metrics.latency_series``, with the
     P95 SLO as a dashed rule."""

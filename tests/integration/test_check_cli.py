@@ -69,6 +69,7 @@ def test_check_on_a_healthy_outbox_exits_0_with_every_rule_in_json(cli, rows):
         "slot-holds-horizon": [("", 0, False)],
         "vacuum-overdue": [("", 0, False)],  # dead tuples do not outnumber live ones
         "claim-plan-degraded": [("", 0, False)],  # a small table: never degraded
+        "no-claim-while-due": [("", 0.0, False)],  # nothing due
     }
     backlog = payload["rules"][1]
     assert backlog == {
@@ -173,7 +174,7 @@ def test_validate_prints_a_summary_or_every_error(cli, tmp_path):
     result = cli("alerts", "validate", "--rules", str(SHIPPED_RULES_PATH))
     assert result.exit_code == 0
     assert result.stdout == (
-        f"{SHIPPED_RULES_PATH}: valid — 10 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
+        f"{SHIPPED_RULES_PATH}: valid — 11 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
         "evaluated every 30s\n"
     )
     broken = ONE_RULE.replace('op: ">"', 'op: "=>"').replace("route: oncall", "route: pager")

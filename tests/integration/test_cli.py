@@ -181,6 +181,8 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "010_outcomes_only_with_breakers",
         "011_claim_plans",
         "012_health_samples",
+        "013_workers_seen",
+        "014_event_type_samples",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

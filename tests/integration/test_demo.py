@@ -61,6 +61,7 @@ EVERY_SETTING = {
     "metrics_address": "127.0.0.2",
     "metrics_top_event_types": 7,
     "metrics_cache": 3,
+    "overview_top_event_types": 5,
     "slack_timeout": 4,
     "dashboard_url": "https://monitor.example.com",
     "auto_reap": True,

@@ -40,6 +40,8 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "010_outcomes_only_with_breakers",
             "011_claim_plans",
             "012_health_samples",
+            "013_workers_seen",
+            "014_event_type_samples",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

@@ -7,7 +7,14 @@ from pathlib import Path
 from outbox_monitor.alerts.rules import FIGURES as RULE_METRICS
 from outbox_monitor.exporter import OPEN_FAMILIES
 from outbox_monitor.exporter_labels import WINDOWED_METRICS
-from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, FLOW_FIGURES, HEALTH_FIGURES, SAMPLED
+from outbox_monitor.figures import (
+    CLAIM_FIGURES,
+    FIGURES,
+    FLOW_FIGURES,
+    HEALTH_FIGURES,
+    SAMPLED,
+    WORKER_FIGURES,
+)
 from outbox_monitor.sampler import HEADLINE
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "SPEC.md"
@@ -46,8 +53,10 @@ def test_every_spec_metric_is_one_registry_entry_with_the_spec_names():
             for q in ("p50", "p95", "p99")
         }
     )
-    # and SPEC §5's flow figures, the table's health and the claim's plan (issue 14)
-    assert set(FIGURES) - set(FLOW_FIGURES) - set(HEALTH_FIGURES) - set(CLAIM_FIGURES) == set(names)
+    # and SPEC §5's flow figures, the table's health and the claim's plan (issue 14), the
+    # workers' liveness (issue 15)
+    others = set(FLOW_FIGURES) | set(HEALTH_FIGURES) | set(CLAIM_FIGURES) | set(WORKER_FIGURES)
+    assert set(FIGURES) - others == set(names)
     for metric, (status_key, family) in names.items():
         assert (FIGURES[metric].status_key, FIGURES[metric].prometheus) == (status_key, family)
 
@@ -85,5 +94,12 @@ def test_health_figures_describe_the_whole_table_under_the_health_key():
         if figure.is_duration:
             assert figure.status_key.endswith("_seconds"), name
             assert figure.prometheus.endswith("_seconds"), name
-    table_wide = set(HEALTH_FIGURES) | set(CLAIM_FIGURES)
+    table_wide = set(HEALTH_FIGURES) | set(CLAIM_FIGURES) | set(WORKER_FIGURES)
     assert {n for n, f in FIGURES.items() if f.scope == "table"} == table_wide
+
+
+def test_the_workers_liveness_is_a_duration_of_the_whole_table_under_the_workers_key():
+    figure = FIGURES["no_claim_while_due"]
+    assert (figure.scope, figure.window, figure.unit) == ("table", "none", "seconds")
+    assert figure.status_key == "workers.no_claim_while_due_seconds"
+    assert figure.prometheus == "outbox_no_claim_while_due_seconds"

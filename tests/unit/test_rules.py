@@ -102,6 +102,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "slot-holds-horizon": "oncall",
         "vacuum-overdue": "oncall",
         "claim-plan-degraded": "oncall",  # issue 14: the workers' claim plan
+        "no-claim-while-due": "oncall",  # issue 15: the worker fleet is down
     }
     route = ruleset.routes["oncall"]
     assert (route.webhook_url_env, route.channel, route.transport) == (
@@ -149,7 +150,10 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     assert shape("vacuum-overdue") == ("vacuum_overdue", None, None, ">", 3600, 0)
     # issue 14: the claim's plan walks non-pending rows or its cost jumped, for 5 min
     assert shape("claim-plan-degraded") == ("claim_plan_degraded", None, None, ">", 0, 300)
-    released_at_once = {"xmin-horizon-held", "slot-holds-horizon"}  # 0 when the holder ends
+    # issue 15: rows due, no claim and no outcome for 10 min (the value is how long: no for)
+    assert shape("no-claim-while-due") == ("no_claim_while_due", None, None, ">", 600, 0)
+    # 0 when the holder ends; a claim ends a silent fleet at once
+    released_at_once = {"xmin-horizon-held", "slot-holds-horizon", "no-claim-while-due"}
     assert all(rule.keep_firing_for == 0 for rule in ruleset.rules if rule.name in released_at_once)
     assert all(
         rule.keep_firing_for == 120 for rule in ruleset.rules if rule.name not in released_at_once
@@ -165,6 +169,7 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
         "warning",
         "warning",
         "warning",
+        "critical",
     ]
 
 

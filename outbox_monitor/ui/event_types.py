@@ -1,0 +1,225 @@
+"""The Overview's section "By event type" (issue 15 items 1 and 2): which event type is in
+trouble, since when, and which rule says so.
+
+One row per event type — the top ``OUTBOX_MONITOR_OVERVIEW_TOP_EVENT_TYPES`` by trouble, the
+rest in one row ``other`` (``by_event_type``) — with its figures, its flow-control state, a
+depth sparkline from the sampler's history per event type, and a status that comes only from
+the rules' own state (``alerts.coverage``); firing rules over the whole outbox are listed
+above it. Under it, the history charts split by event type.
+"""
+
+from typing import Any
+from urllib.parse import urlencode
+
+import pandas as pd
+import streamlit as st
+
+from outbox_monitor import by_event_type
+from outbox_monitor.alerts import coverage
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.db import Database
+from outbox_monitor.exporter_labels import OTHER
+from outbox_monitor.flow.controls import controls
+from outbox_monitor.flow.event_types import event_type_flows
+from outbox_monitor.ui import alert_loaders, alert_rules, charts, format
+from outbox_monitor.ui.cache import cached, db_key
+from outbox_monitor.ui.state import Filters
+
+HISTORY_FIGURES = {
+    "queue_depth": ("Queue depth (due now)", "rows"),
+    "oldest_pending_age_seconds": ("Oldest pending age", "seconds"),
+    "latency_p95_seconds": ("Latency P95", "seconds"),
+    "failed_in_window": ("Dead-lettered in window", "rows"),
+    "retrying": ("Pending retries (attempts ≥ 1)", "rows"),
+}
+"""The per-event-type sample columns the split chart can draw: label and unit."""
+SPLIT_CHOICES = 50
+"""Event types offered by "split by event type" (those sampled most recently)."""
+SPLIT_DEFAULT = 5
+"""Event types the split chart starts with: the table's most troubled that have samples."""
+
+
+@cached
+def _table(
+    key: str, _db: Database, window: float, event_type: str | None, top: int, pinned: tuple
+) -> dict[str, Any]:
+    with _db.session():
+        rows = by_event_type.measure(
+            _db, top=top, window=window, event_type=event_type, pinned=pinned
+        )
+        named = [row for row in rows if row["event_type"] != OTHER]
+        flows = event_type_flows(
+            [
+                {
+                    "event_type": row["event_type"],
+                    "pending": row["pending_total"],
+                    "due": row["queue_depth"],
+                    "processing": row["processing"],
+                }
+                for row in named
+            ],
+            controls(_db),
+        )
+        names = [row["event_type"] for row in rows]
+        history = by_event_type.history(_db, event_types=names, window=window)
+    return {
+        "rows": rows,
+        "flow": {flow.event_type: flow for flow in flows},
+        "history": history,
+    }
+
+
+@cached
+def _choices(key: str, _db: Database, window: float) -> list[str]:
+    return by_event_type.sampled_event_types(_db, window=window, limit=SPLIT_CHOICES)
+
+
+def _link(page: str, event_type: str, f: Filters) -> str:
+    """A relative link to a page pre-filtered on exactly this type and the window."""
+    return f"{page}?{urlencode({'event_type': event_type, 'window': f.window_label})}"
+
+
+def table_rows(
+    loaded: dict[str, Any], instances: list[dict], ruleset: RuleSet | None, f: Filters
+) -> list[dict[str, Any]]:
+    """The table's rows: per event type its status and the rule that set it, flow control,
+    the depth sparkline and the figures; links to Events and Dead letters pre-filtered.
+
+    Args:
+        loaded: ``_table``'s value (``by_event_type.measure`` rows, flows, history).
+        instances: ``alerts.state.list_instances``'s rows.
+        ruleset: the loaded rules (``None``: the file is invalid).
+        f: the sidebar's filters (window for the links).
+    """
+    depth: dict[str, list[float]] = {}
+    for sample in loaded["history"]:
+        depth.setdefault(sample["event_type"], []).append(float(sample["queue_depth"]))
+    result = []
+    for row in loaded["rows"]:
+        name = row["event_type"]
+        if name == OTHER:
+            # the worst of the folded types' own verdicts, never one guessed for the group
+            verdict = coverage.worst(
+                [coverage.verdict(t, instances, ruleset) for t in row["folded"]]
+            )
+            label = f"other ({format.plural(row['event_types'], 'event type')})"
+            flow, spark, events, dead = "–", [], None, None
+        else:
+            verdict = coverage.verdict(name, instances, ruleset)
+            label = name
+            state = loaded["flow"].get(name)
+            flow = state.state if state else "running"
+            spark = depth.get(name, [])
+            events, dead = _link("events", name, f), _link("dead_letters", name, f)
+        result.append(
+            {
+                "event type": label,
+                "status": verdict.label,
+                "set by": ", ".join(verdict.rules) or "–",
+                "events": events,
+                "dead letters": dead,
+                "flow control": flow,
+                "depth": spark,
+                "queue depth": row["queue_depth"],
+                "pending": row["pending_total"],
+                "oldest pending (s)": row["oldest_pending_age"],
+                "processing": row["processing"],
+                "stuck": row["stuck_locks"],
+                "P95 (s)": row["latency_p95"],
+                "processed/min": row.get("processed_per_minute"),
+                "created/min": row.get("created_per_minute"),
+                "failed": row["failed_in_window"],
+            }
+        )
+    return result
+
+
+COLUMNS = {
+    "depth": st.column_config.LineChartColumn(
+        "depth over window", help="Queue depth per sample (the sampler's history per event type)."
+    ),
+    "oldest pending (s)": st.column_config.NumberColumn(format="%.0f"),
+    "P95 (s)": st.column_config.NumberColumn(format="%.1f"),
+    "processed/min": st.column_config.NumberColumn(format="%.2f"),
+    "created/min": st.column_config.NumberColumn(format="%.2f"),
+    "events": st.column_config.LinkColumn("events", display_text="events"),
+    "dead letters": st.column_config.LinkColumn("dead letters", display_text="dead letters"),
+}
+
+
+def _unscoped(instances: list[dict], ruleset: RuleSet | None) -> None:
+    """Firing rules over the whole outbox or table (they label no event type)."""
+    for instance in coverage.unscoped_firing(instances, ruleset):
+        rule = instance["rule_model"]
+        st.warning(
+            f"**{format.md_text(rule.name)}** firing over all event types: "
+            f"{format.md_text(rule.format(instance['value']))} ({format.md_text(rule.condition)})"
+            f" since {format.instant(instance['firing_since'])}",
+            icon=":material/notifications_active:",
+        )
+
+
+def section(db: Database, f: Filters, *, top: int) -> None:
+    """The section: firing rules over the whole outbox, the table by event type, and the
+    history charts split by event type.
+
+    Args:
+        db: the page's Database.
+        f: the sidebar's filters (window, event-type filter).
+        top: event types with a row of their own (``settings.overview_top_event_types``).
+    """
+    st.subheader("By event type")
+    loaded_rules = alert_rules.load_ruleset()
+    ruleset = loaded_rules.ruleset
+    instances = alert_loaders.alert_instances(db)
+    _unscoped(instances, ruleset)
+    pinned = tuple(coverage.firing_event_types(instances, ruleset))
+    loaded = _table(db_key(db), db, f.window, f.event_type, top, pinned)
+    if not loaded["rows"]:
+        st.caption(
+            f"No event type has rows pending, processing or dead-lettered in the last "
+            f"{f.window_label}."
+        )
+        return
+    st.caption(
+        f"The {format.plural(top, 'event type')} in the most trouble (firing first, then "
+        f"stuck, dead-lettered, queue depth, oldest age), the rest as one row; figures over "
+        f"the last {f.window_label}. A status comes only from a firing alert rule whose scope "
+        "holds the type."
+        + ("" if ruleset is not None else " The alert rules file is invalid: no status.")
+    )
+    frame = pd.DataFrame(table_rows(loaded, instances, ruleset, f))
+    st.dataframe(frame, hide_index=True, column_config=COLUMNS, width="stretch")
+    _split_chart(db, f, [row["event_type"] for row in loaded["rows"]])
+
+
+def _split_chart(db: Database, f: Filters, troubled: list[str]) -> None:
+    """History split by event type: a multiselect of sampled types and a figure."""
+    choices = _choices(db_key(db), db, f.window)
+    if not choices:
+        st.caption(
+            "No history per event type yet — `outbox-monitor scheduler` samples the top "
+            "event types every few seconds."
+        )
+        return
+    left, right = st.columns([3, 1])
+    default = [name for name in troubled if name in choices][:SPLIT_DEFAULT]
+    chosen = left.multiselect(
+        "Split by event type", choices, default=default, key="overview.split_event_types"
+    )
+    column = right.selectbox(
+        "Figure",
+        list(HISTORY_FIGURES),
+        format_func=lambda name: HISTORY_FIGURES[name][0],
+        key="overview.split_figure",
+    )
+    if not chosen:
+        return
+    history = _history(db_key(db), db, f.window, tuple(chosen))
+    unit = HISTORY_FIGURES[column][1]
+    st.altair_chart(charts.by_event_type(history, column, unit), width="stretch")
+
+
+@cached
+def _history(key: str, _db: Database, window: float, names: tuple) -> list[dict[str, Any]]:
+    return by_event_type.history(_db, event_types=names, window=window)

@@ -1,0 +1,112 @@
+"""What the sampler remembers of each worker (issue 15 item 7): a row loses ``locked_by`` at
+its ack (SPEC §1), so each pass records, per ``locked_by``, the rows in its hand and their
+ids into ``outbox_monitor.workers_seen`` (migration 013); at the next pass a row seen in a
+worker's hand and no longer processing under it was let go of, and found done it was acked at
+its ``processed_at``.
+
+What cannot be known: a row claimed and let go of between two passes is never seen in a
+hand (its ack counts in no worker's, though its ``processed_at`` keeps the fleet's liveness);
+a retry or a reap leaves no time (SPEC §1 and §4 clear the lock), nor whose it was after a
+prune; a row acked, replayed and acked again is counted at its latest ack. Migration 010's
+outcome log (``control_outcomes``) records no worker and exists only while a breaker does.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from outbox_monitor.db import Database
+from outbox_monitor.workers import InHand, in_hand
+
+
+@dataclass(frozen=True)
+class LetGo:
+    """What became of the rows a worker held at the last pass and no longer holds: ``acked``
+    (done; the newest ``processed_at`` is ``last_ack``), ``dead_lettered`` (failed) and
+    ``returned`` (pending again — a retry or a reap — processing under another worker, or
+    gone)."""
+
+    acked: int = 0
+    dead_lettered: int = 0
+    returned: int = 0
+    last_ack: datetime | None = None
+
+
+def let_go(previous: dict[str, list[int]], rows: list[dict[str, Any]]) -> dict[str, LetGo]:
+    """Per worker of the last pass, what became of its rows (``LetGo``), given ``rows`` (id,
+    status, locked_by, processed_at now) of every id it held; an id absent from ``rows``
+    was pruned. A row still processing under the same ``locked_by`` is still in hand."""
+    now = {row["id"]: row for row in rows}
+    found = {}
+    for worker, ids in previous.items():
+        acked = dead = returned = 0
+        last_ack = None
+        for row_id in ids:
+            row = now.get(row_id)
+            if row is None:
+                returned += 1
+            elif row["status"] == "processing" and row["locked_by"] == worker:
+                continue
+            elif row["status"] == "done":
+                acked += 1
+                if row["processed_at"] and (last_ack is None or row["processed_at"] > last_ack):
+                    last_ack = row["processed_at"]
+            elif row["status"] == "failed":
+                dead += 1
+            else:
+                returned += 1
+        found[worker] = LetGo(acked, dead, returned, last_ack)
+    return found
+
+
+def record_workers(db: Database, *, primary: Database | None = None) -> int:
+    """One sampler pass over the workers: read each ``locked_by``'s processing rows now and
+    what became of the rows each held at the last pass (by id, through ``db``), then upsert
+    one ``workers_seen`` row per worker and forget those holding nothing for the samples'
+    retention (through ``primary``, default ``db``). Processing rows without ``locked_by``
+    are no worker's: the view shows them, this records nothing of them.
+
+    Returns:
+        How many workers the pass recorded.
+
+    Raises:
+        The connector's errors (``SchemaNotInitialised`` without migration 013: ``init-db``).
+    """
+    writes = primary or db
+    table = {"table_name": db.table_name}
+    previous = {
+        r["locked_by"]: list(r["ids_in_hand"])
+        for r in writes.fetch_all("workers_seen_hands", table)
+    }
+    current = {w.locked_by: w for w in in_hand(db) if w.locked_by is not None}
+    ids = sorted({i for held in previous.values() for i in held})
+    rows = db.fetch_all("workers_rows_by_id", {"ids": ids}) if ids else []
+    outcomes = let_go(previous, rows)
+    with writes.connection() as conn, conn.transaction():
+        for name in [*current, *(n for n in previous if n not in current)]:
+            conn.execute(
+                writes.compose("workers_seen_upsert"),
+                _upsert_params(name, current.get(name), outcomes.get(name, LetGo()), table),
+            )
+        conn.execute(
+            writes.compose("workers_seen_prune"),
+            {**table, "retention": db.settings.sample_retention},
+        )
+    return len(current.keys() | previous.keys())
+
+
+def _upsert_params(
+    name: str, holding: InHand | None, gone: LetGo, table: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        **table,
+        "locked_by": name,
+        "rows_in_hand": holding.rows_in_hand if holding else 0,
+        "stuck": holding.stuck if holding else 0,
+        "ids": list(holding.ids) if holding else [],
+        "newest_claim": holding.newest_claim if holding else None,
+        "last_ack": gone.last_ack,
+        "acked": gone.acked,
+        "dead_lettered": gone.dead_lettered,
+        "returned": gone.returned,
+    }

@@ -1,0 +1,105 @@
+"""The Overview's section "By event type" (AppTest): the table's rows computed by hand, each
+status named with the rule that set it, links to Events and Dead letters pre-filtered, the
+unscoped rule above it, and the history split by event type."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
+from tests.integration.test_by_event_type import RULES, seed
+
+
+@pytest.fixture
+def ruleset(environment: pytest.MonkeyPatch, tmp_path: Path):
+    path = tmp_path / "alerts.yml"
+    path.write_text(yaml.safe_dump(RULES))
+    environment.setenv(RULES_ENV, str(path))
+    return load_rules(path)
+
+
+def by_type(at) -> dict[str, dict]:
+    (frame,) = [d.value for d in at.dataframe if "event type" in d.value.columns]
+    return {row["event type"]: row for row in frame.to_dict("records")}
+
+
+def test_the_table_names_each_type_its_status_and_the_rule_that_set_it(
+    open_page, ruleset, db, rows, conn
+):
+    seed(rows, conn)
+    rows.add(event_type="order.paid", created_ago=10)  # queue depth 6 > 5: backlog fires
+    Evaluator(db, ruleset).run_once()
+
+    at = open_page("overview")
+
+    assert not at.exception
+    table = by_type(at)
+    # payment.captured first: a firing instance names it (then stuck, dead letters, depth)
+    assert list(table) == [
+        "payment.captured",
+        "order.paid",
+        "notification.email",
+        "payment.refunded",
+    ]
+    shown = {name: (row["status"], row["set by"]) for name, row in table.items()}
+    assert shown == {
+        "order.paid": ("no rule covers it", "–"),
+        "payment.captured": ("failing", "payment-failed"),
+        "notification.email": ("backlogged", "notifications-late"),
+        "payment.refunded": ("healthy", "payment-failed"),
+    }
+    order = table["order.paid"]
+    assert order["flow control"] == "paused"
+    assert (order["queue depth"], order["pending"], order["processing"], order["stuck"]) == (
+        4,
+        4,
+        1,
+        1,
+    )
+    assert table["payment.captured"]["failed"] == 2
+    assert table["notification.email"]["P95 (s)"] == pytest.approx(48)
+    assert table["payment.captured"]["dead letters"] == (
+        "dead_letters?event_type=payment.captured&window=1h"
+    )
+    assert table["order.paid"]["events"] == "events?event_type=order.paid&window=1h"
+    # the unscoped backlog rule labels no type: it is shown above the table
+    assert any("backlog" in w.value and "all event types" in w.value for w in at.warning)
+
+
+def test_thirty_types_show_the_top_n_and_one_other_row(open_page, environment, ruleset, conn):
+    from tests.integration.test_by_event_type import insert_types
+
+    insert_types(conn, 30)
+    environment.setenv("OUTBOX_MONITOR_OVERVIEW_TOP_EVENT_TYPES", "5")
+
+    table = by_type(open_page("overview"))
+
+    assert list(table) == ["t29", "t28", "t27", "t26", "t25", "other (25 event types)"]
+    other = table["other (25 event types)"]
+    assert (other["queue depth"], other["status"]) == (325, "no rule covers it")
+    assert pd.isna(other["events"]) and pd.isna(other["P95 (s)"])
+
+
+def test_history_split_by_event_type(open_page, ruleset, rows, conn):
+    seed(rows, conn)
+    for ago, depth in ((120, 1), (60, 2)):
+        conn.execute(
+            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
+            " queue_depth, failed_in_window, retrying)"
+            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s),"
+            " 'order.paid', %s, 0, 0)",
+            (ago, depth),
+        )
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert list(by_type(at)["order.paid"]["depth"]) == [1.0, 2.0]
+    split = at.multiselect(key="overview.split_event_types")
+    assert split.value == ["order.paid"] and split.options == ["order.paid"]
+    charts = len(at.get("vega_lite_chart"))
+    at = split.unselect("order.paid").run()
+    assert len(at.get("vega_lite_chart")) == charts - 1
