@@ -49,6 +49,11 @@ PAGES = {
         st.Page(
             "pages/workers.py", title="Workers", url_path="workers", icon=":material/engineering:"
         ),
+        # what changed when: alert transitions, audited changes (their filter for operators
+        # only), error groups first seen, breaker transitions; Slack alerts link here
+        st.Page(
+            "pages/timeline.py", title="Timeline", url_path="timeline", icon=":material/timeline:"
+        ),
     ],
     Role.operator: [
         st.Page("pages/actions.py", title="Actions", url_path="actions", icon=":material/build:"),

@@ -2,6 +2,7 @@
 about, and the dashboard view where the fix is (issue 3 §3). Used by the evaluator, the
 Alerts page and the exporter alike."""
 
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from outbox_monitor.alerts.rules import Rule
@@ -15,6 +16,10 @@ WORKERS_PATH = "/workers"
 """The Workers page (``dashboard.py``'s ``url_path``): where the workers' liveness is seen."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
+TIMELINE_PATH = "/timeline"
+"""The incident timeline page (``dashboard.py``'s ``url_path``)."""
+TIMELINE_AT_PARAM = "at"
+"""``at=<ISO 8601 instant>``: the timeline opens on the sidebar's window centred on it."""
 PAUSE_ACTION = "pause"
 """``action=pause``: the Controls page opens with its pause form pre-filled."""
 
@@ -47,6 +52,13 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     else:
         page = "/"
     return f"{page}?{urlencode(params)}" if params else page
+
+
+def timeline_path(at: datetime) -> str:
+    """The incident timeline around an instant, in UTC to the second:
+    ``timeline_path(14:02:07 UTC)`` → ``/timeline?at=2026-12-02T14%3A02%3A07Z``."""
+    instant = at.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{TIMELINE_PATH}?{urlencode({TIMELINE_AT_PARAM: instant})}"
 
 
 def pause_path(event_type_filter: str, *, reason: str | None = None) -> str:

@@ -135,6 +135,14 @@ def _pause_line(row: Mapping[str, Any], kind: str, dashboard_url: str) -> str:
     return "\n" + link(dashboard_link(dashboard_url, path), "Pause these events")
 
 
+def _timeline_line(row: Mapping[str, Any], dashboard_url: str) -> str:
+    """An alert's link to the incident timeline around its time (``links.timeline_path``)."""
+    path = row_payload(row).get("timeline_path")
+    if not path:
+        return ""
+    return "\n" + link(dashboard_link(dashboard_url, path), "Timeline")
+
+
 def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
     distinct = sorted(set(kinds), key=list(KIND_LABELS).index)
     rules = list(dict.fromkeys(row_rule(r) for r in rows))
@@ -235,7 +243,9 @@ def render_notifications(
     shown = list(zip(rows, kinds, strict=True))[:MAX_INSTANCES]
     sections = [
         (
-            section_text(row, kind=kind, now=now) + _pause_line(row, kind, dashboard_url),
+            section_text(row, kind=kind, now=now)
+            + _pause_line(row, kind, dashboard_url)
+            + _timeline_line(row, dashboard_url),
             dashboard_link(dashboard_url, row_payload(row).get("dashboard_path")),
         )
         for row, kind in shown
@@ -311,7 +321,7 @@ def render_thread_update(
             kind = row_kind(source)
             text = section_text(source, kind=kind, now=now)
         url = dashboard_link(dashboard_url, row_payload(row).get("dashboard_path"))
-        sections.append((text, url))
+        sections.append((text + _timeline_line(event or row, dashboard_url), url))
         fallback.append(fallback_line(row, kind, resolved))
     done = sum(1 for e in latest.values() if row_kind(e) == "resolved")
     rules = ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))

@@ -12,7 +12,12 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.evaluation_pass import EvaluationPass, Observation
-from outbox_monitor.alerts.links import dashboard_path, instance_event_type, pause_path
+from outbox_monitor.alerts.links import (
+    dashboard_path,
+    instance_event_type,
+    pause_path,
+    timeline_path,
+)
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.alerts.state_machine import (
     ERROR,
@@ -142,6 +147,11 @@ def _payload(
         "offenders": offenders,
         "runbook_url": rule.render_runbook_url(event_type),
         "dashboard_path": dashboard_path(rule, event_type, group),
+        # around the breach's start (what changed before it); a resolve or an evaluation
+        # error around now (what ended it)
+        "timeline_path": timeline_path(
+            since if kind in (FIRING_KIND, REPEAT_KIND) else context.now
+        ),
         "kind": kind,
         "firing_seq": seq,
         "evaluated_at": context.now.isoformat(),

@@ -1302,6 +1302,44 @@ WHERE outbox = %(table_regclass)s::regclass
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- ===================================================================== incident timeline (issue 15 item 5)
+-- Each block reads one source of the timeline between %(since)s and %(until)s (inclusive),
+-- newest first, at most %(limit)s rows: a source failing alone leaves the others shown.
+
+-- name: timeline_alert_transitions
+-- Alert transitions that page people (to firing or error, and their resolve: back to inactive from firing or error), newest first (index alert_transitions_at_idx).
+SELECT id, rule, instance, from_state, to_state, value, at, detail
+FROM outbox_monitor.alert_transitions
+WHERE at >= %(since)s AND at <= %(until)s
+  AND (to_state IN ('firing', 'error') OR (to_state = 'inactive' AND from_state IN ('firing', 'error')))
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: timeline_audit
+-- Audited changes of the outbox table (actions, silences, controls, reveals, searches), newest first (index audit_log_at_idx).
+SELECT id, run_id, at, actor, action, filter, affected_count
+FROM outbox_monitor.audit_log
+WHERE at >= %(since)s AND at <= %(until)s AND table_name = %(table_name)s
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: timeline_error_groups
+-- Error groups of the outbox table first seen in the range (the cache of migration 006, one row per group), newest first.
+SELECT group_id, event_type, fingerprint, failed, first_seen
+FROM outbox_monitor.error_groups
+WHERE table_oid = %(table_regclass)s::regclass
+  AND first_seen >= %(since)s AND first_seen <= %(until)s
+ORDER BY first_seen DESC, group_id DESC
+LIMIT %(limit)s;
+
+-- name: timeline_breaker_transitions
+-- Breaker transitions (opened, closed) of the outbox table, newest first.
+SELECT id, event_type_filter, transition, at, outcomes, failures, cooldown_seconds
+FROM outbox_monitor.breaker_transitions
+WHERE outbox = %(table_regclass)s::regclass AND at >= %(since)s AND at <= %(until)s
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s;
+
 -- ===================================================================== claim health (issue 14 item 2)
 
 -- name: claim_plan_users_claim

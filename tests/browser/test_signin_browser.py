@@ -212,6 +212,8 @@ def test_viewer_sees_figures_but_no_action(
         "Alerts",
         "Controls",
         "Health",
+        "Workers",
+        "Timeline",
     ]
     expect(page.get_by_text("Each page under the least role")).to_have_count(0)
 
@@ -275,6 +277,8 @@ def test_operator_from_group_claim_replays_and_is_audited(
         "Alerts",
         "Controls",
         "Health",
+        "Workers",
+        "Timeline",
         "Actions",
     ]
 

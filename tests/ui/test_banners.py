@@ -9,7 +9,7 @@ from rendered import plain
 
 from outbox_monitor.demo.pgcluster import free_port
 
-PAGES = ["overview", "events", "dead_letters", "actions", "alerts", "health"]
+PAGES = ["overview", "events", "dead_letters", "actions", "alerts", "health", "timeline"]
 
 
 def banner(at) -> tuple[str, str]:

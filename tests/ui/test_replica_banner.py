@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import Rows
 
-PAGES = ("overview", "events", "dead_letters", "alerts", "controls", "actions")
+PAGES = ("overview", "events", "dead_letters", "alerts", "controls", "actions", "timeline")
 
 
 @pytest.fixture
