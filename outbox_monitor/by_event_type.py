@@ -6,7 +6,8 @@ O(backlog) whatever the number of event types: the backlog figures of every type
 one pass over the pending and processing rows (``metrics.open_by_event_type``), the dead
 letters of every type from one grouped count (``metrics.failed_by_event_type``); only the
 kept types' latency and throughput are measured, each through its ``metrics`` function for
-exactly that type. Every value is the ``metrics`` figure: no second definition.
+exactly that type (the open part of created per minute from that one pass: no kept type reads
+the backlog again). Every value is the ``metrics`` figure: no second definition.
 """
 
 from collections.abc import Collection, Mapping, Sequence
@@ -17,7 +18,14 @@ from outbox_monitor.db import Database
 from outbox_monitor.exporter_labels import OTHER
 from outbox_monitor.filters import ExactEventType
 
-COUNTS = ("queue_depth", "pending_total", "scheduled_retries", "processing", "stuck_locks")
+COUNTS = (
+    "queue_depth",
+    "pending_total",
+    "scheduled_retries",
+    "processing",
+    "stuck_locks",
+    "created_open_in_window",
+)
 """Row counts of ``metrics.open_by_event_type`` (summed into ``other``), with ``retrying``."""
 
 
@@ -125,7 +133,7 @@ def measure(
         The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
     """
     with db.session():
-        open_rows = metrics.open_by_event_type(db, event_type=event_type)
+        open_rows = metrics.open_by_event_type(db, event_type=event_type, window=window)
         failed = metrics.failed_by_event_type(db, window=window, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         for row in rows:
@@ -136,7 +144,15 @@ def measure(
                 else metrics.latency_percentiles(db, window=window, event_type=exact)["p95"]
             )
             if rates and exact is not None:
-                row.update(metrics.throughput(db, window=window, event_type=exact))
+                # the open part of created per minute came with the one pass over the backlog
+                row.update(
+                    metrics.throughput(
+                        db,
+                        window=window,
+                        event_type=exact,
+                        open_created=row["created_open_in_window"],
+                    )
+                )
         if rates and rows and rows[-1]["event_type"] == OTHER:
             total = metrics.throughput(db, window=window, event_type=event_type)
             for key, value in total.items():

@@ -103,9 +103,24 @@ def latency_percentiles(
 
 
 def throughput(
-    db: Database, *, window: float | None = None, event_type: str | None = None
+    db: Database,
+    *,
+    window: float | None = None,
+    event_type: str | None = None,
+    open_created: int | None = None,
 ) -> dict[str, float]:
     """Rows per minute over the window (SPEC §2 throughput).
+
+    Rows created in the window are counted in two parts: the open ones (pending,
+    processing: ``created_open_in_window``) and the finished ones
+    (``created_finished_in_window``).
+
+    Args:
+        window: seconds (default: settings).
+        event_type: SPEC §2 filter.
+        open_created: the open rows of ``event_type`` created in the window when the caller
+            counted them already (``open_by_event_type``'s ``created_open_in_window``, over
+            the same window): not read again.
 
     Returns:
         ``{"processed_per_minute": done rows with processed_at in the window / minutes,
@@ -114,7 +129,9 @@ def throughput(
     seconds = _window(db, window)
     minutes = seconds / 60
     processed = _count(db, "processed_in_window", event_type, window=seconds)
-    created = _count(db, "created_in_window", event_type, window=seconds)
+    if open_created is None:
+        open_created = _count(db, "created_open_in_window", event_type, window=seconds)
+    created = open_created + _count(db, "created_finished_in_window", event_type, window=seconds)
     return {"processed_per_minute": processed / minutes, "created_per_minute": created / minutes}
 
 
@@ -195,7 +212,11 @@ def backlog(
 
 
 def open_by_event_type(
-    db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
+    db: Database,
+    *,
+    lock_timeout: float | None = None,
+    event_type: str | None = None,
+    window: float | None = None,
 ) -> list[dict[str, Any]]:
     """The backlog figures of SPEC §2 per event type, from ONE pass over the pending and
     processing rows (named query ``open_by_event_type``: the predicates of ``queue_depth``,
@@ -204,17 +225,22 @@ def open_by_event_type(
 
     Args:
         lock_timeout: seconds (default: settings, 15 min).
+        window: seconds of ``created_open_in_window`` (default: settings).
 
     Returns:
         One row per event type with open rows, by name: ``event_type``, ``queue_depth``,
         ``pending_total``, ``scheduled_retries``, ``oldest_pending_age`` (seconds, ``None``
         when nothing of that type is pending), ``processing``, ``stuck_locks`` and
-        ``retrying`` (pending rows with ``attempts >= 1``: retries in backoff or due again).
+        ``retrying`` (pending rows with ``attempts >= 1``: retries in backoff or due again)
+        and ``created_open_in_window`` (its open rows created in the window: ``throughput``'s
+        ``open_created``).
     """
     timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     where = Where().event_type(event_type)
     return db.fetch_all(
-        "open_by_event_type", {"lock_timeout": timeout, **where.params}, and_filters=where.fragment
+        "open_by_event_type",
+        {"lock_timeout": timeout, "window": _window(db, window), **where.params},
+        and_filters=where.fragment,
     )
 
 

@@ -207,6 +207,28 @@ def test_thirty_event_types_fold_into_the_top_five_and_other(db, conn):
     assert [r["event_type"] for r in pinned[:2]] == ["t03", "t29"]
 
 
+def test_the_kept_types_created_per_minute_reads_the_backlog_once(db, conn, monkeypatch):
+    """O(backlog) with N kept types: the open rows created in the window come from the one
+    grouped pass; only ``other``'s total reads them again (1 statement, not N + 1)."""
+    insert_types(conn, 30)
+    statements = []
+    fetch_one = db.fetch_one
+
+    def recording(name, *args, **kwargs):
+        statements.append(name)
+        return fetch_one(name, *args, **kwargs)
+
+    monkeypatch.setattr(db, "fetch_one", recording)
+    measured = by_event_type.measure(db, top=5, window=3600)
+    assert statements.count("created_open_in_window") == 1
+    assert statements.count("created_finished_in_window") == 6  # five kept types and other
+    # each kept type's created per minute is its own metrics figure: t29 has 30 rows
+    assert measured[0]["created_per_minute"] == pytest.approx(
+        metrics.throughput(db, window=3600, event_type=ExactEventType("t29"))["created_per_minute"]
+    )
+    assert measured[0]["created_per_minute"] == pytest.approx(30 / 60)
+
+
 def test_one_sampler_pass_writes_the_top_event_types_and_other(dsn, rows, conn):
     seed(rows, conn)
     insert_types(conn, 3)  # t00 (1 due), t01 (2), t02 (3)
