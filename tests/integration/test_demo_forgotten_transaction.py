@@ -145,8 +145,21 @@ def test_end_names_the_session_it_ended_and_how_long_it_held_the_horizon(dsn):
     with Downstream(authorization=None, switches={CONTROL_PATH: forgotten}) as downstream:
         url = downstream.url("")
         begun = time.monotonic()
-        pid = request(url, "start")["pid"]
+        started = request(url, "start")
+        pid = started["pid"]
+        assert started["already_open"] is False
         time.sleep(1.2)
+        for action, opened in (("status", "open"), ("start", "already open")):
+            text = cli_text(url, action)
+            match = re.fullmatch(
+                rf"forgotten transaction {opened}: pid {pid}, application nightly-report, since "
+                rf"{re.escape(started['since'])}, age (\d\.\d)s; end it with "
+                rf"`demo-forgotten-transaction end` or SELECT pg_terminate_backend\({pid}\);\n",
+                text,
+            )
+            assert match, text
+            assert 1.1 <= float(match.group(1)) <= time.monotonic() - begun + 0.1
+        assert request(url, "start")["already_open"] is True
         text = cli_text(url, "end")
         elapsed = time.monotonic() - begun
         match = re.fullmatch(
