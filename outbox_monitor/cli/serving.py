@@ -67,7 +67,7 @@ def scheduler(
     "--insecure-no-auth",
     is_flag=True,
     help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
-    "prints a warning on every start.",
+    "prints a warning on every start (or OUTBOX_MONITOR_INSECURE_NO_AUTH=true).",
 )
 @common_options(json_output=False)
 def dashboard(
