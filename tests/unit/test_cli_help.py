@@ -100,3 +100,9 @@ def test_every_option_that_falls_back_on_a_variable_names_it_in_its_help():
     ]
     assert unnamed == []
     assert "(default: OUTBOX_MONITOR_LOCK_TIMEOUT or 15m)" in " ".join(help_text("status").split())
+
+
+def test_the_top_level_help_cites_every_section_of_the_spec():
+    sections = re.findall(r"^## (\d+)\. ", (REPO / "docs" / "SPEC.md").read_text(), re.MULTILINE)
+    assert sections[-1] == "5"  # flow control
+    assert f"(SPEC §1–{sections[-1]})" in " ".join(help_text().split())
