@@ -27,7 +27,7 @@ def live_health() -> None:
         health.hidden_warnings(found)
         health.horizon_section(found)
         health.table_section(found, samples)
-        health.size_section(found, samples, f)
+        health.size_section(found, samples)
         claim_health.section(ctx.db, window=f.window, window_label=f.window_label)
 
 

@@ -50,7 +50,7 @@ class JsonAwareGroup(LazyGroup):
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 def main(log_level: str) -> None:
-    """outbox-monitor: watch and operate a Postgres transactional outbox (SPEC §1–4).
+    """outbox-monitor: watch and operate a Postgres transactional outbox (SPEC §1–5).
 
     Configuration comes from OUTBOX_MONITOR_* environment variables (see README);
     --dsn and --table override the database and the table per command.

@@ -169,7 +169,11 @@ def _print_preview(preview: Preview) -> None:
 
 
 @click.command()
-@click.option("--lock-timeout", type=DURATION, help="Locks older than this are stuck (15m).")
+@click.option(
+    "--lock-timeout",
+    type=DURATION,
+    help="Locks older than this are stuck (default: OUTBOX_MONITOR_LOCK_TIMEOUT or 15m).",
+)
 @click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
 @_action_options
 @common_options

@@ -149,8 +149,16 @@ def _rows(count: int) -> str:
 
 
 @click.command()
-@click.option("--window", type=DURATION, help="Window of latency, throughput, failures (1h).")
-@click.option("--lock-timeout", type=DURATION, help="Age after which a lock is stuck (15m).")
+@click.option(
+    "--window",
+    type=DURATION,
+    help="Window of latency, throughput, failures (default: OUTBOX_MONITOR_WINDOW or 1h).",
+)
+@click.option(
+    "--lock-timeout",
+    type=DURATION,
+    help="Age after which a lock is stuck (default: OUTBOX_MONITOR_LOCK_TIMEOUT or 15m).",
+)
 @click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
 @common_options
 def status(

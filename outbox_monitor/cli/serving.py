@@ -67,7 +67,7 @@ def scheduler(
     "--insecure-no-auth",
     is_flag=True,
     help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
-    "prints a warning on every start.",
+    "prints a warning on every start (or OUTBOX_MONITOR_INSECURE_NO_AUTH=true).",
 )
 @common_options(json_output=False)
 def dashboard(
@@ -193,9 +193,11 @@ def demo_forgotten_transaction(action: str, url: str, as_json: bool) -> None:
             f"{format_duration(ended['held_seconds'])}"
         )
     elif state["open"]:
+        opened = "already open" if state.get("already_open") else "open"
         click.echo(
-            f"forgotten transaction open: pid {state['pid']}, application "
-            f"{state['application']}, since {state['since']}; end it with "
+            f"forgotten transaction {opened}: pid {state['pid']}, application "
+            f"{state['application']}, since {state['since']}, age "
+            f"{format_duration(state['age_seconds'])}; end it with "
             f"`demo-forgotten-transaction end` or SELECT pg_terminate_backend({state['pid']});"
         )
     else:

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from outbox_monitor.demo.outage import CONTROL_PATH, OUTAGE_ERROR, DownstreamOutage
-from outbox_monitor.demo.switches import Switch
+from outbox_monitor.demo.switches import SWITCH_HEADER, Switch
 
 IDEMPOTENT_PATH = "/idempotent"
 LEDGER_PATH = "/ledger"
@@ -240,7 +240,7 @@ class Downstream:
             def do_GET(self) -> None:
                 switch = downstream.switches.get(self.path)
                 if switch is not None:
-                    self._answer(200, switch.state())
+                    self._answer(200, switch.state(), switch=True)
                 else:
                     self._answer(404, {"status": 404, "message": "not found"})
 
@@ -253,17 +253,19 @@ class Downstream:
                     except ValueError:
                         body = None
                     if not isinstance(body, dict):
-                        self._answer(400, {"error": "the body must be a JSON object"})
+                        self._answer(400, {"error": "the body must be a JSON object"}, switch=True)
                         return
-                    self._answer(*switch.control(body))
+                    self._answer(*switch.control(body), switch=True)
                     return
                 status, message = downstream._handle(self)
                 self._answer(status, {"status": status, "message": message})
 
-            def _answer(self, status: int, answer: dict[str, Any]) -> None:
+            def _answer(self, status: int, answer: dict[str, Any], switch: bool = False) -> None:
                 payload = json.dumps(answer).encode()
                 with contextlib.suppress(OSError):
                     self.send_response(status)
+                    if switch:  # how ``switches.call`` knows it reached a switch
+                        self.send_header(SWITCH_HEADER, self.path)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()

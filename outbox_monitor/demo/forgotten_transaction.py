@@ -20,7 +20,6 @@ import psycopg
 from psycopg import pq
 
 from outbox_monitor.demo.switches import call
-from outbox_monitor.errors import OutboxMonitorError
 
 CONTROL_PATH = "/control/forgotten-transaction"
 """``GET``: its state; ``POST {"action": "start"|"end"}``: open or end it; both answer its
@@ -51,17 +50,19 @@ class ForgottenTransaction:
         """Open it (``BEGIN; SELECT txid_current();``, then idle) unless it is open.
 
         Returns:
-            ``state()``.
+            ``state()`` and ``"already_open"``: ``True`` when one was open already (it is
+            the one answered; nothing was opened).
 
         Raises:
             psycopg.Error: the database refused the connection.
         """
         with self._lock:
-            if not self._open():
+            already_open = self._open()
+            if not already_open:
                 conn = psycopg.connect(self.dsn, application_name=APPLICATION_NAME)
                 conn.execute("SELECT txid_current()")  # a transaction id: the horizon is held
                 self._conn, self._since, self._ended_outside = conn, datetime.now(UTC), False
-        return self.state()
+        return {**self.state(), "already_open": already_open}
 
     def end(self) -> dict[str, Any]:
         """Roll it back and close its session (nothing when none is open).
@@ -84,15 +85,18 @@ class ForgottenTransaction:
 
     def state(self) -> dict[str, Any]:
         """``{"open": bool, "pid": backend pid or None, "application": APPLICATION_NAME,
-        "since": ISO-8601 or None, "ended_outside": true once a session it had open was
-        ended by someone else (``pg_terminate_backend``)}``."""
+        "since": ISO-8601 or None, "age_seconds": seconds since then (the host's clock) or
+        None, "ended_outside": true once a session it had open was ended by someone else
+        (``pg_terminate_backend``)}``."""
         with self._lock:
             is_open = self._open()
+            since = self._since if is_open else None
             return {
                 "open": is_open,
                 "pid": self._conn.info.backend_pid if is_open and self._conn else None,
                 "application": APPLICATION_NAME,
-                "since": self._since.isoformat() if is_open and self._since else None,
+                "since": since.isoformat() if since else None,
+                "age_seconds": (datetime.now(UTC) - since).total_seconds() if since else None,
                 "ended_outside": self._ended_outside,
             }
 
@@ -146,9 +150,8 @@ def request(url: str, action: str, timeout: float = 5.0) -> dict[str, Any]:
         Its state afterwards (``ForgottenTransaction.state``).
 
     Raises:
-        OutboxMonitorError: the demo cannot be reached, refused, or answered no state.
+        OutboxMonitorError: the demo cannot be reached, refused, or what answered is not the
+            demo's downstream (``switches.call``).
     """
-    answer = call(url, CONTROL_PATH, None if action == "status" else {"action": action}, timeout)
-    if "open" not in answer:
-        raise OutboxMonitorError(f"the demo answered {answer!r} without the transaction's state")
-    return answer
+    body = None if action == "status" else {"action": action}
+    return call(url, CONTROL_PATH, body, timeout)

@@ -14,7 +14,6 @@ from typing import Any
 
 from outbox_monitor.demo.switches import URL_ENV as URL_ENV  # re-exported: the CLI's variable
 from outbox_monitor.demo.switches import call
-from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow.model import matches
 
 CONTROL_PATH = "/control/outage"
@@ -90,10 +89,8 @@ def request(
         The filters broken afterwards.
 
     Raises:
-        OutboxMonitorError: the downstream cannot be reached or refused the request.
+        OutboxMonitorError: the downstream cannot be reached or refused the request, or
+            what answered is not the demo's downstream (``switches.call``).
     """
     body = None if action == "status" else {"action": action, "event_types": list(event_types)}
-    answer = call(url, CONTROL_PATH, body, timeout)
-    if not isinstance(answer.get("broken"), list):
-        raise OutboxMonitorError(f"the demo downstream answered {answer!r} without the broken")
-    return list(answer["broken"])
+    return list(call(url, CONTROL_PATH, body, timeout)["broken"])

@@ -25,7 +25,7 @@ from typing import Any
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
-from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
@@ -167,10 +167,16 @@ def _banner(
     slack: str,
     downstream: Downstream,
     metrics_url: str,
+    rules: Path,
     horizon_threshold: str | None = None,
     n8n: N8n | None = None,
 ) -> str:
     traffic, *faults = _worker_lines(rate, workers, n8n)
+    rules_note = (
+        f"the demo's copy of alerts.yml ({HORIZON_RULE} {horizon_threshold}, 10m shipped)"
+        if horizon_threshold
+        else "your rules, as they are"
+    )
     return "\n".join(
         (
             "",
@@ -179,7 +185,9 @@ def _banner(
             f"  database   {dsn}",
             f"             psql '{dsn}'",
             f"  CLI        OUTBOX_MONITOR_DSN='{dsn}' OUTBOX_MONITOR_LOCK_TIMEOUT="
-            f"{DEMO_LOCK_TIMEOUT / 60:g}m .venv/bin/outbox-monitor status",
+            f"{DEMO_LOCK_TIMEOUT / 60:g}m {RULES_ENV}='{rules}' .venv/bin/outbox-monitor status",
+            f"  rules      {rules}: {rules_note}; the scheduler's, and `check`'s and",
+            f"             `alerts validate`'s with {RULES_ENV} set as above",
             f"  data       {folder} (deleted when the demo stops)",
             f"  scheduler  {metrics_url}/healthz and {metrics_url}/metrics (a free port)",
             f"{traffic}{DEMO_BACKFILL / 3600:g} h of history ({backfilled.get('rows', 0):,} rows)",
@@ -363,6 +371,7 @@ def run_demo(
                     slack=slack_target,
                     downstream=downstream,
                     metrics_url=metrics.url,
+                    rules=resolve_rules_path(None).resolve(),
                     horizon_threshold=horizon_threshold,
                     n8n=n8n,
                 ),

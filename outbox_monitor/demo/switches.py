@@ -15,6 +15,8 @@ from outbox_monitor.errors import OutboxMonitorError
 
 URL_ENV = "OUTBOX_DEMO_DOWNSTREAM_URL"
 """The demo's downstream URL for the ``demo-…`` commands (the demo's banner prints it)."""
+SWITCH_HEADER = "X-Outbox-Demo-Switch"
+"""Sent with every answer of a switch (its path): what tells ``call`` that it reached one."""
 
 
 class Switch(Protocol):
@@ -39,8 +41,9 @@ def call(
         The switch's JSON answer.
 
     Raises:
-        OutboxMonitorError: the downstream cannot be reached, or it refused the request
-            (the switch's ``error`` text).
+        OutboxMonitorError: the downstream cannot be reached, it refused the request (the
+            switch's ``error`` text), or what answered at ``url`` is not the demo's
+            downstream (another of the demo's servers, say: the message says so).
     """
     endpoint = url.rstrip("/") + path
     data = None if body is None else json.dumps(body).encode()
@@ -49,16 +52,32 @@ def call(
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer = json.loads(response.read())
+            raw, refused, switch = response.read(), False, response.headers.get(SWITCH_HEADER)
     except urllib.error.HTTPError as error:
-        detail = json.loads(error.read() or b"{}").get("error", error.reason)
-        raise OutboxMonitorError(f"the demo downstream refused: {detail}") from None
-    except (OSError, ValueError) as error:
+        raw, refused, switch = error.read(), True, error.headers.get(SWITCH_HEADER)
+    except OSError as error:
         raise OutboxMonitorError(
             f"cannot reach the demo's downstream at {endpoint}: {error}",
             hint="Start `outbox-monitor demo` and pass the URL its banner prints "
             f"(`--url`, or {URL_ENV}).",
         ) from None
-    if not isinstance(answer, dict):
-        raise OutboxMonitorError(f"the demo downstream answered {answer!r}, not an object")
+    answer = _json_object(raw)
+    if switch != path or answer is None:
+        raise OutboxMonitorError(
+            f"{url} answered but is not the demo's control endpoint (it is printed in the demo "
+            "banner as `--url http://127.0.0.1:PORT` on its breakers and horizon lines)",
+            hint=f"Pass that URL (`--url`, or {URL_ENV}), not the dashboard's, the scheduler's "
+            "or the Slack sink's.",
+        )
+    if refused:
+        raise OutboxMonitorError(f"the demo downstream refused: {answer.get('error', answer)}")
     return answer
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """``raw`` as a JSON object, or ``None`` when it is not one (HTML, Prometheus text…)."""
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None

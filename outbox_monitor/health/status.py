@@ -20,6 +20,8 @@ def health_status(db: Database) -> dict[str, Any]:
         "last_autoanalyze" (ISO text or null: never since "statistics_since"),
         "time_since_autovacuum_seconds" (null: never), "vacuum_overdue_seconds",
         "autovacuum_enabled", "autovacuum_threshold" (dead tuples that trigger it),
+        "autovacuum_threshold_counts_tuples" (false before the table's first vacuum or
+        analyze: autovacuum, and the threshold, count its tuples as 0 until then),
         "table_bytes", "indexes_bytes", "indexes" ([{"index", "bytes", "scans", …}]),
         "partitions", "vacuums" ([running vacuums of the outbox: pid, phase, progress,
         "scanned_fraction"]),
@@ -67,6 +69,7 @@ def table_figures(table: TableHealth) -> dict[str, Any]:
         "vacuum_overdue_seconds": table.vacuum_overdue,
         "autovacuum_enabled": table.autovacuum_enabled,
         "autovacuum_threshold": table.autovacuum_threshold,
+        "autovacuum_threshold_counts_tuples": table.tuples_counted,
         "table_bytes": table.table_bytes,
         "indexes_bytes": table.indexes_bytes,
         "partitions": table.partitions,

@@ -33,7 +33,12 @@ class TableHealth:
             ``autovacuum_enabled`` storage parameter (every partition's) are both on.
         autovacuum_threshold: dead tuples past which autovacuum vacuums the table
             (``autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * reltuples``,
-            the table's own settings first).
+            the table's own settings first). A table (a partition) never vacuumed nor
+            analyzed has ``reltuples`` -1 (PostgreSQL 14+): it counts 0 tuples here, as
+            autovacuum itself counts it, so the threshold is ``autovacuum_vacuum_threshold``
+            alone (50 by default) until the first vacuum or analyze sets ``reltuples``.
+        tuples_counted: every leaf has been vacuumed or analyzed (``reltuples`` ≥ 0):
+            ``False`` while the threshold counts a table's tuples as 0.
         table_bytes: heap, TOAST, free space and visibility maps (``pg_table_size``).
         indexes_bytes: every index of it (``pg_indexes_size``).
         statistics_since: the later of the database's statistics reset and the server's
@@ -54,6 +59,7 @@ class TableHealth:
     autovacuum_count: int
     autovacuum_enabled: bool
     autovacuum_threshold: int
+    tuples_counted: bool
     table_bytes: int
     indexes_bytes: int
     statistics_since: datetime | None

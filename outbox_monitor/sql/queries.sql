@@ -622,9 +622,9 @@ LIMIT %(limit)s;
 -- Catalog and statistics views only: none of these reads a row of the outbox table.
 
 -- name: health_table
--- The outbox table's live and dead tuples, last (auto)vacuum and (auto)analyze, autovacuum setting and threshold and sizes, summed over its partitions when it is partitioned (the leaves of pg_partition_tree, which lists no plain table).
+-- The outbox table's live and dead tuples, last (auto)vacuum and (auto)analyze, autovacuum setting and threshold and sizes, summed over its partitions when it is partitioned (the leaves of pg_partition_tree, which lists no plain table). A leaf never vacuumed nor analyzed (reltuples -1, PostgreSQL 14+) counts 0 tuples in the threshold, as autovacuum itself does (tuples_counted false then).
 WITH leaves AS (
-    SELECT t.relid, greatest(c.reltuples, 0) AS reltuples,
+    SELECT t.relid, greatest(c.reltuples, 0) AS reltuples, c.reltuples >= 0 AS counted,
            (SELECT o.option_value FROM pg_options_to_table(c.reloptions) AS o
             WHERE o.option_name = 'autovacuum_enabled') AS enabled,
            (SELECT o.option_value FROM pg_options_to_table(c.reloptions) AS o
@@ -657,6 +657,7 @@ SELECT now() AS now,
                     + coalesce(l.vacuum_scale_factor::float8,
                                current_setting('autovacuum_vacuum_scale_factor')::float8)
                       * l.reltuples), 0)::bigint AS autovacuum_threshold,
+       coalesce(bool_and(l.counted), true) AS tuples_counted,
        coalesce(sum(pg_table_size(l.relid)), 0)::bigint AS table_bytes,
        coalesce(sum(pg_indexes_size(l.relid)), 0)::bigint AS indexes_bytes,
        (SELECT greatest(d.stats_reset, pg_postmaster_start_time()) FROM pg_stat_database AS d

@@ -17,7 +17,6 @@ from outbox_monitor.db import Database
 from outbox_monitor.health.status import health_status
 from outbox_monitor.ui import charts, format, rule_state, slo
 from outbox_monitor.ui.cache import cached, db_key
-from outbox_monitor.ui.state import Filters
 from outbox_monitor.units import format_value
 
 HOLDER_COLUMNS = [
@@ -155,7 +154,13 @@ def table_section(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]
         "Autovacuum at",
         f"{format.count(health['autovacuum_threshold'])} dead",
         help="Autovacuum vacuums the table once its dead tuples pass "
-        "autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × its tuples.",
+        "autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × its tuples"
+        + (
+            "."
+            if health["autovacuum_threshold_counts_tuples"]
+            else " — counted as 0 until its first vacuum or analyze (as autovacuum counts "
+            "them), so this grows then."
+        ),
         border=True,
     )
     if not health["autovacuum_enabled"]:
@@ -206,10 +211,9 @@ def vacuum_lines(health: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def size_section(
-    health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]], filters: Filters
-) -> None:
-    """The table's and its indexes' sizes now, their growth over the sampled window, and
+def size_section(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]]) -> None:
+    """The table's and its indexes' sizes now, their growth over the span the samples of the
+    window cover (``"+5.0 MiB in 4m 0s"``: the samples may cover less than the window), and
     each index's size."""
     st.subheader("Size")
     growth = size_growth(samples)
@@ -222,7 +226,9 @@ def size_section(
         column.metric(
             label,
             format.size(health[key]),
-            delta=None if change is None else f"{signed_size(change)} in {filters.window_label}",
+            delta=None
+            if change is None
+            else f"{signed_size(change)} in {format.duration(growth['seconds'])}",
             delta_color="inverse",
             help="Heap, TOAST and maps" if key == "table_bytes" else "Every index together",
             border=True,
@@ -260,15 +266,19 @@ def index_rows(health: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def size_growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def size_growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Bytes the table and its indexes grew over the samples (the last value minus the first
-    one recorded), ``{"table_bytes": n, "indexes_bytes": n}``; empty without two samples
-    holding sizes."""
+    one recorded) and the seconds between those two samples, ``{"table_bytes": n,
+    "indexes_bytes": n, "seconds": s}``; empty without two samples holding sizes."""
     sized = [s for s in samples if s.get("table_bytes") is not None]
     if len(sized) < 2:
         return {}
     first, last = sized[0], sized[-1]
-    return {key: last[key] - first[key] for key in ("table_bytes", "indexes_bytes")}
+    growth: dict[str, float] = {
+        key: last[key] - first[key] for key in ("table_bytes", "indexes_bytes")
+    }
+    growth["seconds"] = (last["sampled_at"] - first["sampled_at"]).total_seconds()
+    return growth
 
 
 def signed_size(num_bytes: int) -> str:

@@ -17,9 +17,12 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.config import ENV_PREFIX, Settings, load_settings
+from outbox_monitor.demo.downstream import Downstream
 from outbox_monitor.demo.pgcluster import free_port
-from outbox_monitor.demo.run import run_demo
+from outbox_monitor.demo.rules import HORIZON_RULE, use_demo_rules
+from outbox_monitor.demo.run import _banner, run_demo
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.serve import settings_environment, streamlit_command
 
@@ -289,3 +292,34 @@ def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, rows,
     for stopped in (url, f"http://127.0.0.1:{metrics_port}/healthz"):
         with pytest.raises(OSError):
             urllib.request.urlopen(stopped, timeout=2).close()
+
+
+def test_the_banners_cli_environment_reads_the_rules_the_demos_scheduler_uses(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv(RULES_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)  # no alerts.yml here: the shipped rules are in force
+    threshold = use_demo_rules(tmp_path)
+    with Downstream(authorization=None) as downstream:
+        text = _banner(
+            url="http://127.0.0.1:1",
+            dsn="postgresql://demo",
+            folder=str(tmp_path),
+            seconds=1.0,
+            rate=10,
+            workers=2,
+            backfilled={"rows": 0},
+            slack="sink",
+            downstream=downstream,
+            metrics_url="http://127.0.0.1:2",
+            rules=resolve_rules_path(None).resolve(),
+            horizon_threshold=threshold,
+        )
+    demo_rules = tmp_path / "demo-alerts.yml"
+    cli = re.search(r"CLI\s+(.*) \.venv/bin/outbox-monitor status", text).group(1)
+    assert f"{RULES_ENV}='{demo_rules}'" in cli.split()
+    assert f"rules      {demo_rules}: the demo's copy of alerts.yml (xmin-horizon-held 1m" in text
+    # what `check` and `alerts validate` read with that environment: the 1-minute threshold
+    monkeypatch.setenv(RULES_ENV, re.search(rf"{RULES_ENV}='([^']+)'", cli).group(1))
+    [rule] = [r for r in load_rules(resolve_rules_path(None)).rules if r.name == HORIZON_RULE]
+    assert rule.threshold == 60

@@ -24,9 +24,12 @@ from outbox_monitor.demo.forgotten_transaction import (
     ForgottenTransaction,
     request,
 )
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.demo.switches import URL_ENV
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.health.horizon import horizon
+from outbox_monitor.metrics_server import MetricsServer
+from outbox_monitor.scheduler_status import SchedulerStatus
 from tests.health import wait_until
 from tests.integration.test_demo import REPO, running_demo
 
@@ -87,6 +90,34 @@ def test_the_forgotten_transaction_starts_and_ends_over_the_demos_switch(db, dsn
     assert URL_ENV in caught.value.hint
 
 
+@pytest.mark.parametrize("command", [["demo-forgotten-transaction"], ["demo-downstream"]])
+def test_a_url_that_answers_but_is_not_the_demos_downstream_is_named_as_such(db, command):
+    status = SchedulerStatus()
+    with (
+        SlackSink() as sink,
+        MetricsServer(db, status) as metrics,
+        Downstream(authorization=None) as downstream,
+    ):
+        # the scheduler's /metrics, the Slack sink and its webhook, the downstream's own calls
+        wrong = [metrics.url, f"{metrics.url}/metrics", sink.url, sink.webhook_url]
+        wrong.append(downstream.url("/ledger"))
+        for url in wrong:
+            for action in ("status", "start" if command[0] != "demo-downstream" else "break"):
+                result = CliRunner().invoke(
+                    main, [*command, action, "--url", url], prog_name="outbox-monitor"
+                )
+                assert result.exit_code == 1, (url, result.output)
+                assert result.exception is None or isinstance(result.exception, SystemExit)
+                assert "Traceback" not in result.output
+                assert (
+                    f"{url} answered but is not the demo's control endpoint (it is printed in"
+                    " the demo banner as `--url http://127.0.0.1:PORT`" in result.output
+                ), (
+                    url,
+                    result.output,
+                )
+
+
 def cli_text(url: str, action: str) -> str:
     """``outbox-monitor demo-forgotten-transaction <action> --url URL``, its text."""
     result = CliRunner().invoke(main, ["demo-forgotten-transaction", action, "--url", url])
@@ -114,8 +145,21 @@ def test_end_names_the_session_it_ended_and_how_long_it_held_the_horizon(dsn):
     with Downstream(authorization=None, switches={CONTROL_PATH: forgotten}) as downstream:
         url = downstream.url("")
         begun = time.monotonic()
-        pid = request(url, "start")["pid"]
+        started = request(url, "start")
+        pid = started["pid"]
+        assert started["already_open"] is False
         time.sleep(1.2)
+        for action, opened in (("status", "open"), ("start", "already open")):
+            text = cli_text(url, action)
+            match = re.fullmatch(
+                rf"forgotten transaction {opened}: pid {pid}, application nightly-report, since "
+                rf"{re.escape(started['since'])}, age (\d\.\d)s; end it with "
+                rf"`demo-forgotten-transaction end` or SELECT pg_terminate_backend\({pid}\);\n",
+                text,
+            )
+            assert match, text
+            assert 1.1 <= float(match.group(1)) <= time.monotonic() - begun + 0.1
+        assert request(url, "start")["already_open"] is True
         text = cli_text(url, "end")
         elapsed = time.monotonic() - begun
         match = re.fullmatch(

@@ -98,6 +98,26 @@ def test_dead_tuples_of_a_bulk_ack_are_counted_and_a_vacuum_removes_them(db, con
     assert found.vacuum_overdue == 0
 
 
+def test_the_autovacuum_threshold_counts_no_tuple_before_the_first_analyze(db, conn, rows):
+    autovacuum_off(conn)  # no autoanalyze while the test reads
+    [settings] = conn.execute(
+        "SELECT current_setting('autovacuum_vacuum_threshold') AS base,"
+        " current_setting('autovacuum_vacuum_scale_factor') AS scale"
+    )
+    assert settings == {"base": "50", "scale": "0.2"}  # the defaults
+    for _ in range(40):
+        rows.add()
+    flush_statistics(conn)
+    found = table_health(db)
+    # reltuples is -1 before the first vacuum or analyze: 0 tuples, as autovacuum counts them
+    assert found.live_tuples == 40 and found.tuples_counted is False
+    assert found.autovacuum_threshold == 50
+    conn.execute("ANALYZE integration_outbox")
+    found = table_health(db)
+    assert found.tuples_counted is True
+    assert found.autovacuum_threshold == 58  # 50 + 0.2 × 40
+
+
 def test_a_session_idle_in_transaction_holds_the_horizon_and_keeps_dead_tuples(db, dsn, conn, rows):
     autovacuum_off(conn)
     ids = [rows.add() for _ in range(20)]

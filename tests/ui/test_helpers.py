@@ -262,11 +262,17 @@ def test_health_helpers_size_growth_and_values_by_unit():
     samples = [
         {"sampled_at": NOW, "table_bytes": None, "indexes_bytes": None},  # before migration 012
         {"sampled_at": NOW, "table_bytes": 8192, "indexes_bytes": 57344},
-        {"sampled_at": NOW, "table_bytes": 2 * 2**20, "indexes_bytes": 57344 - 8192},
+        {
+            "sampled_at": NOW + timedelta(minutes=4),
+            "table_bytes": 2 * 2**20,
+            "indexes_bytes": 57344 - 8192,
+        },
     ]
+    # samples over 4 minutes of a 1-hour window: the growth is said over those 4 minutes
     assert health.size_growth(samples) == {
         "table_bytes": 2 * 2**20 - 8192,
         "indexes_bytes": -8192,
+        "seconds": 240.0,
     }
     assert health.size_growth(samples[:2]) == {}  # one sample with sizes: no growth yet
     assert health.signed_size(2 * 2**20 - 8192) == "+2.0 MiB"

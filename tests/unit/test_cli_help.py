@@ -3,12 +3,14 @@ means something (``--json`` only on commands that print JSON), and words a user 
 (no number of our issue tracker, there or in the shipped alerts.yml)."""
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 from click.testing import CliRunner
 
 from outbox_monitor.cli import main
+from outbox_monitor.config import ENV_PREFIX, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ISSUE = re.compile(r"\bissues? \d+", re.IGNORECASE)
@@ -28,14 +30,9 @@ def test_the_services_offer_no_json_option():
     assert "--json  " in help_text("status")  # a command that prints JSON keeps it
 
 
-def every_help_text(command: click.Command = main, path: tuple[str, ...] = ()) -> dict[str, str]:
+def every_help_text() -> dict[str, str]:
     """The ``--help`` of the group and of every command under it, by command path."""
-    texts = {" ".join(path): help_text(*path)}
-    if isinstance(command, click.Group):
-        context = click.Context(command)
-        for name in command.list_commands(context):
-            texts.update(every_help_text(command.get_command(context, name), (*path, name)))
-    return texts
+    return {path: help_text(*path.split()) for path, _ in every_command()}
 
 
 def test_no_help_text_nor_shipped_file_cites_our_issue_tracker():
@@ -67,3 +64,45 @@ def test_the_synopsis_names_every_command_init_db_print_grants_and_healthcheck()
         "database roles' GRANT statements instead. limit"
     ) in top
     assert "healthcheck Container HEALTHCHECK: probe what the" in top
+
+
+def every_command(
+    command: click.Command = main, path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, click.Command]]:
+    """Every command under the group (and the group), with its command path."""
+    yield " ".join(path), command
+    if isinstance(command, click.Group):
+        context = click.Context(command)
+        for name in command.list_commands(context):
+            yield from every_command(command.get_command(context, name), (*path, name))
+
+
+NOT_SETTINGS = {("breaker", "window")}
+"""Options named as a setting that do not fall back on it: a breaker's own window."""
+
+
+def test_every_option_that_falls_back_on_a_variable_names_it_in_its_help():
+    options = [
+        (path, option)
+        for path, command in every_command()
+        for option in command.params
+        if isinstance(option, click.Option)
+    ]
+    # click reads an option's envvar itself: --help shows it only with show_envvar
+    assert [(p, o.opts) for p, o in options if o.envvar and not o.show_envvar] == []
+    unnamed = [
+        (path, option.opts[0])
+        for path, option in options
+        if not option.envvar
+        and option.name in Settings.model_fields
+        and (path, option.name) not in NOT_SETTINGS
+        and f"{ENV_PREFIX}{option.name.upper()}" not in (option.help or "")
+    ]
+    assert unnamed == []
+    assert "(default: OUTBOX_MONITOR_LOCK_TIMEOUT or 15m)" in " ".join(help_text("status").split())
+
+
+def test_the_top_level_help_cites_every_section_of_the_spec():
+    sections = re.findall(r"^## (\d+)\. ", (REPO / "docs" / "SPEC.md").read_text(), re.MULTILINE)
+    assert sections[-1] == "5"  # flow control
+    assert f"(SPEC §1–{sections[-1]})" in " ".join(help_text().split())
