@@ -59,6 +59,19 @@ def rules_file(directory: Path, rules: Any, name: str = "alerts.yml") -> Path:
     return path
 
 
+def oncall_rules(rules: str, *, route: str = "") -> str:
+    """alerts.yml text: ``rules`` (rule items, as YAML indented by two spaces) evaluated every
+    30 s (``for`` and ``keep_firing_for`` 0 s), routed to ``oncall`` (Slack at
+    ``SLACK_WEBHOOK_URL``, with ``route``'s extra settings, e.g. ``", repeat_interval: 1h"``)."""
+    return f"""
+version: 1
+defaults: {{interval: 30s, for: 0s, keep_firing_for: 0s}}
+routes:
+  oncall: {{webhook_url_env: SLACK_WEBHOOK_URL{route}}}
+rules:
+{rules}"""
+
+
 def stuck_lock_rules(interval: str, more: str = "") -> str:
     """alerts.yml text: rules evaluated every ``interval`` (``for`` and ``keep_firing_for``
     0 s), routed to ``oncall`` (Slack at ``SLACK_WEBHOOK_URL``, repeated hourly):

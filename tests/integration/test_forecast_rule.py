@@ -8,14 +8,10 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.state import list_notifications
-from tests.alerting import notifications
+from tests.alerting import notifications, oncall_rules
 
-RULES = """
-version: 1
-defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h, send_resolved: true}
-rules:
+RULES = oncall_rules(
+    """\
   - name: backlog-forecast
     metric: queue_depth
     op: ">"
@@ -23,7 +19,9 @@ rules:
     predict: 15m
     severity: warning
     route: oncall
-"""
+""",
+    route=", repeat_interval: 1h, send_resolved: true",
+)
 MINUTE = 60.0
 
 

@@ -11,20 +11,18 @@ from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.health.horizon import PREPARED, horizon
 from outbox_monitor.health.horizon_memory import FROM_BEGIN, FROM_STATEMENT
+from tests.alerting import oncall_rules
 
 READER = "long-batch-reader"
-RULES = """
-version: 1
-defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}
-rules:
+RULES = oncall_rules(
+    """\
   - name: xmin-horizon-held
     metric: xmin_horizon_age
     op: ">"
     threshold: 3s
     route: oncall
 """
+)
 
 
 def readings_over_two_statements(dsn, db, isolation, evaluator):

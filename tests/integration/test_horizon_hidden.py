@@ -17,20 +17,18 @@ from outbox_monitor.figures import FIGURES
 from outbox_monitor.health.horizon import horizon
 from outbox_monitor.health.horizon_memory import FROM_FIRST_SEEN, UNKNOWN_HIDDEN
 from outbox_monitor.health.status import health_status
+from tests.alerting import oncall_rules
 from tests.health import idle_in_transaction, plain_login, wait_until
 
-RULES = """
-version: 1
-defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}
-rules:
+RULES = oncall_rules(
+    """\
   - name: xmin-horizon-held
     metric: xmin_horizon_age
     op: ">"
     threshold: 1s
     route: oncall
 """
+)
 
 
 class EagerAutovacuumCluster(TemporaryCluster):

@@ -14,17 +14,13 @@ from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.worker_sightings import record_workers
 from outbox_monitor.workers import in_hand, liveness, no_claim_while_due, workers
-from tests.alerting import notifications
+from tests.alerting import notifications, oncall_rules
 from tests.flow import control
 
 SLACK_SECONDS = 5.0
 """Seconds between inserting rows at ``t0`` and measuring an age from the database's now."""
-RULES = """
-version: 1
-defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {webhook_url_env: SLACK_WEBHOOK_URL, repeat_interval: 1h, send_resolved: true}
-rules:
+RULES = oncall_rules(
+    """\
   - name: no-claim-while-due
     metric: no_claim_while_due
     op: ">"
@@ -32,7 +28,9 @@ rules:
     severity: critical
     route: oncall
     summary: "No worker has claimed or finished a row for {{ value }} while rows are due"
-"""
+""",
+    route=", repeat_interval: 1h, send_resolved: true",
+)
 
 
 def test_rows_in_hand_and_stuck_per_locked_by(db, rows):
