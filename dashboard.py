@@ -20,15 +20,22 @@ st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", l
 
 # Each page under the least role that may open it (README, Security). A comment, not a
 # docstring: Streamlit's magic would write a bare string literal onto every page.
+# Streamlit serves its default page at "/" only (its url_path answers "Page not found"), so
+# the Overview is an ordinary page at /overview and the default page at "/" only sends
+# there, its query kept (state.open_overview).
+OVERVIEW = st.Page(
+    "pages/overview.py", title="Overview", url_path="overview", icon=":material/monitoring:"
+)
 PAGES = {
     Role.viewer: [
         st.Page(
-            "pages/overview.py",
+            lambda: state.open_overview(OVERVIEW),
             title="Overview",
-            url_path="overview",
-            icon=":material/monitoring:",
+            url_path="",
             default=True,
+            visibility="hidden",
         ),
+        OVERVIEW,
         st.Page("pages/events.py", title="Events", url_path="events", icon=":material/list:"),
         st.Page(
             "pages/dead_letters.py",
@@ -58,6 +65,8 @@ except ConfigError as error:
     banners.stop_on_config_error(error)
 identity = access.identity(settings)
 page = st.navigation(access.pages_for(identity, PAGES))
+if page.url_path == "":
+    page.run()  # the root: off to /overview before anything is drawn
 chosen = state.sidebar(
     settings.window,
     settings.refresh,

@@ -10,6 +10,8 @@ from outbox_monitor.durations import duration_label
 HEALTH_PATH = "/health"
 """The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is
 (the table's health, the claim's plan)."""
+OVERVIEW_PATH = "/overview"
+"""The Overview (``dashboard.py``'s ``url_path``; ``/`` sends there)."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 PAUSE_ACTION = "pause"
@@ -22,8 +24,8 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
     when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
     whole table (``scope="table"``: its health — the xmin horizon, dead tuples — and the
-    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, others → the overview
-    ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
+    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, others → the Overview
+    ``/overview?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
     """
     if rule.spec.scope == "table":
         return HEALTH_PATH
@@ -39,7 +41,7 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     elif rule.metric == "stuck_locks":
         page, params = "/actions", ({"event_type": event_type} if event_type else {})
     else:
-        page = "/"
+        page = OVERVIEW_PATH
     return f"{page}?{urlencode(params)}" if params else page
 
 

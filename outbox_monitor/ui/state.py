@@ -280,3 +280,18 @@ def context() -> PageContext:
         )
         st.stop()
     return PageContext(current, database(current), actions_database(current), chosen, _run.identity)
+
+
+def open_overview(overview: st.Page) -> None:
+    """Switch the dashboard's root ``/`` to the Overview's own URL ``/overview``, its query
+    kept (``/?window=1h`` → ``/overview?window=1h``): the root is only the default page
+    Streamlit needs, the Overview has an address of its own (issue 15 item 8).
+
+    Args:
+        overview: the Overview's ``st.Page``.
+
+    Raises:
+        Streamlit's rerun signal (``st.switch_page``): nothing after the call runs.
+    """
+    query = {key: st.query_params.get_all(key) for key in st.query_params}
+    st.switch_page(overview, query_params=query)
