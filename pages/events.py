@@ -285,6 +285,7 @@ st.dataframe(
     format.table(
         [{"": "▶" if row["id"] == detail_id else "", **row} for row in timeline],
         ["", "id", "created_at", "event_type", "status", "attempts", "processed_at", "last_error"],
+        instants=("created_at", "processed_at"),
     ),
     hide_index=True,
     width="stretch",

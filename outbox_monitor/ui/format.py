@@ -166,20 +166,29 @@ def table(
     columns: Sequence[str] | None = None,
     *,
     durations: Sequence[str] = (),
+    instants: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Rows as a DataFrame for ``st.dataframe``.
 
     Id columns become strings (ids may exceed 2^53, which JavaScript numbers cannot hold);
     columns named in ``durations`` (seconds) become readable text, named without their
-    ``_seconds`` suffix (a missing one, as an orphan's lock age, shows as ``–``).
+    ``_seconds`` suffix (a missing one, as an orphan's lock age, shows as ``–``); columns
+    named in ``instants`` become ``instant`` text. A missing value of a text column shows
+    as ``–`` (``NO_VALUE``), never as Streamlit's "None".
 
     Args:
         rows: dict rows, e.g. from a loader.
         columns: the columns to keep, in order (default: all, as given).
         durations: columns holding seconds.
+        instants: columns holding instants (``datetime``, ISO text or ``None``).
     """
     frame = pd.DataFrame(list(rows), columns=list(columns) if columns else None)
     for column in frame.columns:
+        if column in instants:
+            frame[column] = [instant(None if pd.isna(v) else v) for v in frame[column]]
+        values = frame[column].dropna()
+        if values.map(lambda v: isinstance(v, str)).all() and len(values) < len(frame):
+            frame[column] = frame[column].map(lambda v: NO_VALUE if pd.isna(v) else v)
         if column in ID_COLUMNS or column.endswith("_id"):
             frame[column] = frame[column].map(lambda v: NO_VALUE if v is None else str(v))
         if column in ID_LIST_COLUMNS:
