@@ -156,7 +156,8 @@ def state_rows(
         Dicts with rule, instance (``"all"`` for a rule without ``by``), state (label with
         icon; a firing instance back within its threshold says that keep_firing_for holds
         it, ``held_note``), value and condition (in the rule's unit), since (when the
-        instance entered its state: firing_since / pending_since, else its last transition), metric, for,
+        instance entered its state: firing_since / pending_since, else its last transition),
+        metric, for,
         keep_firing_for, severity, route, last_evaluated, error. A rule of the file the
         evaluator has no state for gets one row: "not evaluated yet", or for a ``by`` rule
         "no instance" (no event type has rows its figure counts); an instance of a
