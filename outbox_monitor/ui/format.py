@@ -186,13 +186,13 @@ def table(
     for column in frame.columns:
         if column in instants:
             frame[column] = [instant(None if pd.isna(v) else v) for v in frame[column]]
-        values = frame[column].dropna()
-        if values.map(lambda v: isinstance(v, str)).all() and len(values) < len(frame):
-            frame[column] = frame[column].map(lambda v: NO_VALUE if pd.isna(v) else v)
         if column in ID_COLUMNS or column.endswith("_id"):
             frame[column] = frame[column].map(lambda v: NO_VALUE if v is None else str(v))
         if column in ID_LIST_COLUMNS:
             frame[column] = frame[column].map(lambda v: ", ".join(str(i) for i in v or ()))
         if column in durations:  # a missing duration (NULL, NaN in a float column) → "–"
             frame[column] = frame[column].map(lambda v: duration(None if pd.isna(v) else v))
+        values = frame[column].dropna()
+        if len(values) < len(frame) and values.map(lambda v: isinstance(v, str)).all():
+            frame[column] = frame[column].map(lambda v: NO_VALUE if pd.isna(v) else v)
     return frame.rename(columns={c: c.removesuffix("_seconds") for c in durations})
