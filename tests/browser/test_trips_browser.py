@@ -2,12 +2,15 @@
 has a URL of its own, and ``/`` still opens it."""
 
 import re
+import time
 
 import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.alerts.links import OVERVIEW_PATH
+from outbox_monitor import error_grouping
 from outbox_monitor.alerts.message import dashboard_link
+from outbox_monitor.ui.cache import CACHE_TTL_SECONDS
 
 pytestmark = pytest.mark.browser
 
@@ -29,3 +32,23 @@ def test_the_overview_opens_at_its_own_url_and_at_the_root(dashboard, page, rows
     # the sidebar's Overview entry is the page shown, and it links to /overview
     link = page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Overview")
     expect(link).to_have_attribute("href", re.compile(r"/overview$"))
+
+
+def test_the_error_group_picker_never_shows_a_stale_count(dashboard, page, rows, db, choose):
+    for _ in range(3):
+        rows.add_failed()
+    rows.add_failed(last_error="other")
+    [group] = [g for g in error_grouping.error_groups(db) if g["failed"] == 3]
+    page.goto(f"{dashboard}/dead_letters")
+    choose("Error group", re.compile(group["group_id"]))
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.get_by_text("3 rows, first failed")).to_be_visible()
+
+    rows.add_failed()  # one more dead letter of the group, seen after the cache's TTL
+    time.sleep(CACHE_TTL_SECONDS + 1)
+    main.locator("h3").first.click()
+    page.keyboard.press("r")  # rerun, as the live refresh or any widget would
+    expect(main.get_by_text("4 rows, first failed")).to_be_visible()
+    # the picker keeps the label it was chosen with: it must hold no count to go stale
+    picked = main.locator('[data-testid="stSelectbox"] input').input_value()
+    assert picked == f"{group['group_id']} · order.paid · HTTP 500 upstream"
