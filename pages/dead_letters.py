@@ -108,7 +108,13 @@ st.caption(
     f"{format.plural(len(groups), 'error group')} ({scope}), grouped by event type and "
     "normalised last_error (ids, numbers and quoted values replaced; HTTP codes kept)."
 )
-st.dataframe(format.table(groups, GROUP_COLUMNS), hide_index=True, width="stretch")
+group_table = format.table(groups, GROUP_COLUMNS)
+st.dataframe(
+    group_table,
+    hide_index=True,
+    width="stretch",
+    column_config=format.column_config(group_table),
+)
 
 by_id = {group["group_id"]: group for group in groups}
 options = list(by_id)
@@ -146,7 +152,17 @@ st.caption(
     f"last {format.instant(group['last_seen'])}"
     + ("" if loaded.complete else f" · showing the newest {len(rows)}")
 )
-st.dataframe(format.table(rows, ROW_COLUMNS), hide_index=True, width="stretch")
+row_table = format.table(rows, ROW_COLUMNS)
+picked = st.dataframe(
+    row_table,
+    hide_index=True,
+    width="stretch",
+    column_config=format.column_config(row_table),
+    on_select="rerun",
+    selection_mode="single-row",
+    key="dead_letters.rows",
+)
+format.row_detail(rows, picked)
 
 if not ctx.identity.can(Role.operator):
     st.info(

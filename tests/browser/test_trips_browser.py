@@ -52,3 +52,37 @@ def test_the_error_group_picker_never_shows_a_stale_count(dashboard, page, rows,
     # the picker keeps the label it was chosen with: it must hold no count to go stale
     picked = main.locator('[data-testid="stSelectbox"] input').input_value()
     assert picked == f"{group['group_id']} · order.paid · HTTP 500 upstream"
+
+
+LONG_ERROR = (
+    "HTTP 502 from https://payments.example.com/v2/charges: upstream connect error or "
+    "disconnect/reset before headers. reset reason: connection termination; retried 3 "
+    "times over 45 s by worker-7 on queue"
+)
+PAGES = ("overview", "events", "dead_letters", "alerts", "controls", "health", "actions")
+
+
+def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, screenshot):
+    assert len(LONG_ERROR) == 198  # with "#1" below: 200 characters
+    error = LONG_ERROR + "#1"
+    row_id = rows.add_failed(last_error=error)
+    [group] = error_grouping.error_groups(db)
+    page.set_viewport_size({"width": 1440, "height": 900})
+
+    page.goto(f"{dashboard}/dead_letters?error_group={group['group_id']}")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.locator("h3").first).to_be_visible()
+    table = main.locator('[data-testid="stDataFrame"]').nth(1)
+    box = table.bounding_box()
+    # the row marker of the first row: header ≈ 35 px, a row ≈ 35 px
+    page.mouse.click(box["x"] + 15, box["y"] + 35 + 17)
+    expect(main.get_by_text(f"Row {row_id} · full last_error")).to_be_visible()
+    shown = main.locator('[data-testid="stCode"]').filter(has_text="HTTP 502").last
+    assert shown.inner_text().strip() == error
+    screenshot("1440-dead_letters-detail")
+
+    for name in PAGES:
+        page.goto(f"{dashboard}/{name}")
+        expect(main.get_by_role("heading").first).to_be_visible()
+        page.wait_for_timeout(1500)
+        screenshot(f"1440-{name}")
