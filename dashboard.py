@@ -29,7 +29,7 @@ OVERVIEW = st.Page(
 PAGES = {
     Role.viewer: [
         st.Page(
-            lambda: state.open_overview(OVERVIEW),
+            lambda: state.open_overview(OVERVIEW, allowed),
             title="Overview",
             url_path="",
             default=True,
@@ -63,8 +63,9 @@ try:
 except ConfigError as error:
     # Without valid settings the sign-in mode is unknown: show the error and nothing else.
     banners.stop_on_config_error(error)
-identity = access.identity(settings)
-page = st.navigation(access.pages_for(identity, PAGES))
+identity = access.identity(settings, [p.url_path for pages in PAGES.values() for p in pages])
+allowed = access.pages_for(identity, PAGES)
+page = st.navigation(allowed)
 if page.url_path == "":
     page.run()  # the root: off to /overview before anything is drawn
 chosen = state.sidebar(
