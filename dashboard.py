@@ -13,10 +13,11 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.logs import configure_logging
-from outbox_monitor.ui import access, alert_rules, banners, format, state
+from outbox_monitor.ui import access, alert_rules, banners, format, state, static_assets
 
 configure_logging()  # once per process: one line per record, outbox text escaped
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
+static_assets.recover_failed_stylesheets()  # a stylesheet lost under load is fetched again
 
 # Each page under the least role that may open it (README, Security). A comment, not a
 # docstring: Streamlit's magic would write a bare string literal onto every page.

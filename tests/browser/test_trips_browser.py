@@ -86,3 +86,27 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
         expect(main.get_by_role("heading").first).to_be_visible()
         page.wait_for_timeout(1500)
         screenshot(f"1440-{name}")
+
+
+def test_a_stylesheet_lost_under_load_is_fetched_again(dashboard, page, rows):
+    rows.add_failed()
+    failed: list[str] = []
+
+    def fail_once(route) -> None:
+        # the dataframe grid's own stylesheet fails once, as a request under load may
+        if "/DataFrame." in route.request.url and not failed:
+            failed.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/static/css/*.css", fail_once)
+    page.goto(f"{dashboard}/dead_letters")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
+    expect(main.get_by_text("Unable to preload CSS")).to_have_count(0)
+    assert len(failed) == 1
+    loaded = page.evaluate(
+        "[...document.styleSheets].some((s) => (s.href || '').includes('/DataFrame.'))"
+    )
+    assert loaded
