@@ -13,22 +13,30 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.logs import configure_logging
-from outbox_monitor.ui import access, alert_rules, banners, format, state
+from outbox_monitor.ui import access, alert_rules, banners, format, state, static_assets
 
 configure_logging()  # once per process: one line per record, outbox text escaped
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
+static_assets.recover_failed_stylesheets()  # a stylesheet lost under load is fetched again
 
 # Each page under the least role that may open it (README, Security). A comment, not a
 # docstring: Streamlit's magic would write a bare string literal onto every page.
+# Streamlit serves its default page at "/" only (its url_path answers "Page not found"), so
+# the Overview is an ordinary page at /overview and the default page at "/" only sends
+# there, its query kept (state.open_overview).
+OVERVIEW = st.Page(
+    "pages/overview.py", title="Overview", url_path="overview", icon=":material/monitoring:"
+)
 PAGES = {
     Role.viewer: [
         st.Page(
-            "pages/overview.py",
+            lambda: state.open_overview(OVERVIEW, allowed),
             title="Overview",
-            url_path="overview",
-            icon=":material/monitoring:",
+            url_path="",
             default=True,
+            visibility="hidden",
         ),
+        OVERVIEW,
         st.Page("pages/events.py", title="Events", url_path="events", icon=":material/list:"),
         st.Page(
             "pages/dead_letters.py",
@@ -65,8 +73,11 @@ try:
 except ConfigError as error:
     # Without valid settings the sign-in mode is unknown: show the error and nothing else.
     banners.stop_on_config_error(error)
-identity = access.identity(settings)
-page = st.navigation(access.pages_for(identity, PAGES))
+identity = access.identity(settings, [p.url_path for pages in PAGES.values() for p in pages])
+allowed = access.pages_for(identity, PAGES)
+page = st.navigation(allowed)
+if page.url_path == "":
+    page.run()  # the root: off to /overview before anything is drawn
 chosen = state.sidebar(
     settings.window,
     settings.refresh,

@@ -203,25 +203,34 @@ with prune:
         details=prune_counts,
     )
 
+AUDIT_COLUMNS = [
+    "at",
+    "actor",
+    "action",
+    "affected_count",
+    "filter",
+    "first_ids",
+    "ids_recorded",
+    "run_id",
+]
+
 with audit:
     entries = loaders.audit(ctx.db)
     if entries:
-        st.dataframe(
-            format.table(
-                [{**row, "filter": json.dumps(row["filter"], sort_keys=True)} for row in entries],
-                [
-                    "at",
-                    "actor",
-                    "action",
-                    "affected_count",
-                    "filter",
-                    "first_ids",
-                    "ids_recorded",
-                    "run_id",
-                ],
-            ),
+        shown = [{**row, "filter": json.dumps(row["filter"], sort_keys=True)} for row in entries]
+        audit_table = format.table(
+            shown,
+            AUDIT_COLUMNS,
+        )
+        picked = st.dataframe(
+            audit_table,
             hide_index=True,
             width="stretch",
+            column_config=format.column_config(audit_table),
+            on_select="rerun",
+            selection_mode="single-row",
+            key="actions.audit",
         )
+        format.row_detail(shown, picked)
     else:
         st.caption("No action has been taken yet.")

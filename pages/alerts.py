@@ -92,7 +92,10 @@ def live_state() -> None:
                 for name in ("rule", "instance"):
                     st.query_params.pop(name, None)
                 st.rerun()
-        st.dataframe(format.table(rows), hide_index=True, width="stretch")
+        table = format.table(rows)
+        st.dataframe(
+            table, hide_index=True, width="stretch", column_config=format.column_config(table)
+        )
 
 
 @st.fragment(run_every=ctx.filters.refresh)

@@ -108,7 +108,13 @@ st.caption(
     f"{format.plural(len(groups), 'error group')} ({scope}), grouped by event type and "
     "normalised last_error (ids, numbers and quoted values replaced; HTTP codes kept)."
 )
-st.dataframe(format.table(groups, GROUP_COLUMNS), hide_index=True, width="stretch")
+group_table = format.table(groups, GROUP_COLUMNS)
+st.dataframe(
+    group_table,
+    hide_index=True,
+    width="stretch",
+    column_config=format.column_config(group_table),
+)
 
 by_id = {group["group_id"]: group for group in groups}
 options = list(by_id)
@@ -116,10 +122,9 @@ group_id = st.selectbox(
     "Error group",
     options,
     index=options.index(wanted) if wanted in by_id else None,
-    format_func=lambda g: (
-        f"{g} · {by_id[g]['event_type']} · {format.rows(by_id[g]['failed'])} · "
-        f"{by_id[g]['fingerprint']}"
-    ),
+    # no row count: the browser keeps showing the label it was picked with, so a count in it
+    # would go stale as rows fail or are replayed (the table and the caption below say it)
+    format_func=lambda g: f"{g} · {by_id[g]['event_type']} · {by_id[g]['fingerprint']}",
     placeholder="Choose a group to see its rows and replay them",
     key=GROUP_KEY,
 )
@@ -147,7 +152,17 @@ st.caption(
     f"last {format.instant(group['last_seen'])}"
     + ("" if loaded.complete else f" · showing the newest {len(rows)}")
 )
-st.dataframe(format.table(rows, ROW_COLUMNS), hide_index=True, width="stretch")
+row_table = format.table(rows, ROW_COLUMNS)
+picked = st.dataframe(
+    row_table,
+    hide_index=True,
+    width="stretch",
+    column_config=format.column_config(row_table),
+    on_select="rerun",
+    selection_mode="single-row",
+    key="dead_letters.rows",
+)
+format.row_detail(rows, picked)
 
 if not ctx.identity.can(Role.operator):
     st.info(

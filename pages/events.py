@@ -115,10 +115,12 @@ if searchable:
 
     position = f"page {len(cursor) + 1}" + (" (newest)" if not cursor else "")
     st.caption(f"{format.plural(len(page_rows), 'event')}, newest id first · {position}")
+    listed = format.table(page_rows, LIST_COLUMNS)
     selection = st.dataframe(
-        format.table(page_rows, LIST_COLUMNS),
+        listed,
         hide_index=True,
         width="stretch",
+        column_config=format.column_config(listed),
         on_select="rerun",
         selection_mode="single-row",
         key="events.table",
@@ -285,6 +287,7 @@ st.dataframe(
     format.table(
         [{"": "▶" if row["id"] == detail_id else "", **row} for row in timeline],
         ["", "id", "created_at", "event_type", "status", "attempts", "processed_at", "last_error"],
+        instants=("created_at", "processed_at"),
     ),
     hide_index=True,
     width="stretch",

@@ -14,6 +14,8 @@ HEALTH_PATH = "/health"
 (the table's health, the claim's plan)."""
 WORKERS_PATH = "/workers"
 """The Workers page (``dashboard.py``'s ``url_path``): where the workers' liveness is seen."""
+OVERVIEW_PATH = "/overview"
+"""The Overview (``dashboard.py``'s ``url_path``; ``/`` sends there)."""
 CONTROLS_PATH = "/controls"
 """The Controls page (``dashboard.py``'s ``url_path``)."""
 TIMELINE_PATH = "/timeline"
@@ -31,8 +33,9 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
     whole table (``scope="table"``: its health — the xmin horizon, dead tuples — and the
     claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, except the workers' liveness
-    (``figures.WORKER_FIGURES``) → ``/workers``; others → the overview
-    ``/?event_type=…&window=…``. Values are URL-encoded (``payment.%`` → ``payment.%25``).
+    (``figures.WORKER_FIGURES``) → ``/workers``; others → the Overview
+    ``/overview?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
+    ``payment.%25``).
     """
     if rule.metric in WORKER_FIGURES:
         return WORKERS_PATH
@@ -50,7 +53,7 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     elif rule.metric == "stuck_locks":
         page, params = "/actions", ({"event_type": event_type} if event_type else {})
     else:
-        page = "/"
+        page = OVERVIEW_PATH
     return f"{page}?{urlencode(params)}" if params else page
 
 

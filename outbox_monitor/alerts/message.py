@@ -50,9 +50,6 @@ DASHBOARD_URL_ENV = "OUTBOX_MONITOR_DASHBOARD_URL"
 MAX_BLOCKS = 50
 MAX_HEADER_CHARS = 150
 MAX_CONTEXT_CHARS = 3000
-DEFAULT_PAGE_PATHS = frozenset({"/overview"})
-"""Paths of the dashboard's default page (the Overview): Streamlit serves it at ``/`` only
-and answers its ``url_path`` with a "Page not found" dialog, so a link names ``/``."""
 MAX_TEXT_CHARS = 40_000
 MAX_INSTANCES = 45
 """Instance sections per message: header + 45 + "left out" note + footer ≤ 50 blocks."""
@@ -97,8 +94,7 @@ def dashboard_link(base_url: str, path: object) -> str:
     Only the path and query of ``path`` are used (a payload cannot point elsewhere); the
     query is re-encoded (``event_type=a b&c`` → ``event_type=a+b%26c`` stays one value per
     key as given). A URL over 3000 characters falls back to the view without its filter.
-    The Overview is linked as ``/`` (``/overview?window=1h`` → ``/?window=1h``): Streamlit
-    serves the default page only there.
+    The Overview is at ``/overview``; ``/`` sends there with its query.
 
     Args:
         base_url: e.g. ``http://127.0.0.1:8501`` (may carry a path prefix).
@@ -109,8 +105,6 @@ def dashboard_link(base_url: str, path: object) -> str:
     """
     parts = urlsplit(str(path or "/"))
     view = quote(unquote(parts.path or "/"), safe="/-_.~")
-    if view.rstrip("/").lower() in DEFAULT_PAGE_PATHS:
-        view = "/"
     query = urlencode(parse_qsl(parts.query, keep_blank_values=True))
     base = base_url.rstrip("/")
     url = f"{base}/{view.lstrip('/')}" + (f"?{query}" if query else "")

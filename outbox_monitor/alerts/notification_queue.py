@@ -155,6 +155,7 @@ def _payload(
         "kind": kind,
         "firing_seq": seq,
         "evaluated_at": context.now.isoformat(),
+        "keep_firing_for": rule.keep_firing_for,
     }
     if observation.forecast is not None:
         payload["forecast"] = observation.forecast.as_payload()

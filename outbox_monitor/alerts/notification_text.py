@@ -37,11 +37,17 @@ def format_value(value: object, unit: object) -> str:
 
 
 def _since(payload: Mapping[str, Any], now: datetime | None) -> str:
-    raw = payload.get("since")
+    return instant_text(payload.get("since"), now)
+
+
+def instant_text(raw: object, now: datetime | None) -> str:
+    """An instant (``datetime`` or ISO text) for people: ``"2026-03-02 10:18:00 UTC (40s
+    ago)"`` (the "ago" when ``now`` is given and later); ``""`` for none; text that is no
+    instant is shown clipped as it is."""
     if not raw:
         return ""
     try:
-        since = datetime.fromisoformat(str(raw))
+        since = raw if isinstance(raw, datetime) else datetime.fromisoformat(str(raw))
     except ValueError:
         return plain(raw, 40)
     since = since if since.tzinfo else since.replace(tzinfo=UTC)
@@ -49,6 +55,41 @@ def _since(payload: Mapping[str, Any], now: datetime | None) -> str:
     if now is not None and now >= since:
         text += f" ({format_duration((now - since).total_seconds())} ago)"
     return text
+
+
+def _held_now(row: Mapping[str, Any], payload: Mapping[str, Any], now: datetime | None) -> str:
+    """``held_note`` of a firing line whose episode is still the instance's (the sender's
+    rows carry the instance's state now: ``instance_state``, ``instance_cleared_since``,
+    ``instance_firing_seq``); ``""`` for a later episode or a row without them."""
+    if row.get("instance_firing_seq") != payload.get("firing_seq"):
+        return ""
+    return held_note(
+        payload.get("keep_firing_for"),
+        row.get("instance_state"),
+        row.get("instance_cleared_since"),
+        now,
+    )
+
+
+def held_note(
+    keep_firing_for: float | None, state: object, cleared_since: object, now: datetime | None
+) -> str:
+    """Why a firing instance whose figure is back within its threshold still fires:
+    ``"held by keep_firing_for 10m: clear since 2026-03-02 10:18:00 UTC (2m 25s ago)"`` (it
+    resolves once clear for ``keep_firing_for``, SPEC's alert states); ``""`` unless
+    ``state`` is ``"firing"`` with a ``cleared_since``.
+
+    Args:
+        keep_firing_for: the rule's ``keep_firing_for`` in seconds (``None`` → 0s).
+        state: the instance's state (``alert_instances.state``).
+        cleared_since: when its figure came back within the threshold (``datetime`` or ISO
+            text), ``None`` while breached.
+        now: the evaluator's (database) clock, for the "ago".
+    """
+    if state != "firing" or not cleared_since:
+        return ""
+    keep = duration_label(keep_firing_for or 0)
+    return f"held by keep_firing_for {keep}: clear since {instant_text(cleared_since, now)}"
 
 
 # ---------------------------------------------------------------------------- rows
@@ -196,6 +237,10 @@ def section_text(
         figure = f"*{label}* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
         lines.append(figure + (f" ({op})" if op else "") + (f" · since {since}" if since else ""))
     lines.extend(_forecast_line(source))
+    if kind in ("firing", "repeat") and resolved_payload is None:
+        held = _held_now(row, payload, now)
+        if held:
+            lines.append(plain(f"Back within the threshold, {held}", MAX_SUMMARY_CHARS))
     if kind in ("firing", "repeat", "error") and resolved_payload is None:
         lines.extend(_offender_lines(payload.get("offenders"), unit))
         if payload.get("held_rows"):

@@ -1857,20 +1857,27 @@ LIMIT %(limit)s;
 
 -- name: sender_pending_notifications
 -- Pending, unsilenced notifications in id order; the sender groups them per route.
-SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, attempts,
-       available_at, created_at
-FROM outbox_monitor.notifications
-WHERE status = 'pending' AND NOT silenced
-ORDER BY id
+-- With the instance's state now (instance_state, instance_cleared_since, instance_firing_seq): a
+-- firing line sent late says that keep_firing_for holds it open.
+SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.route, n.evaluation_id, n.payload,
+       n.attempts, n.available_at, n.created_at, i.state AS instance_state,
+       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
+FROM outbox_monitor.notifications n
+LEFT JOIN outbox_monitor.alert_instances i ON i.rule = n.rule AND i.instance = n.instance
+WHERE n.status = 'pending' AND NOT n.silenced
+ORDER BY n.id
 LIMIT %(limit)s;
 
 -- name: sender_pending_notifications_of_rule
 -- Pending, unsilenced notifications of one rule in id order (the alerting-stalled alert's direct delivery).
-SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, attempts,
-       available_at, created_at
-FROM outbox_monitor.notifications
-WHERE status = 'pending' AND NOT silenced AND rule = %(rule)s
-ORDER BY id
+-- With the instance's state now, as sender_pending_notifications.
+SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.route, n.evaluation_id, n.payload,
+       n.attempts, n.available_at, n.created_at, i.state AS instance_state,
+       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
+FROM outbox_monitor.notifications n
+LEFT JOIN outbox_monitor.alert_instances i ON i.rule = n.rule AND i.instance = n.instance
+WHERE n.status = 'pending' AND NOT n.silenced AND n.rule = %(rule)s
+ORDER BY n.id
 LIMIT %(limit)s;
 
 -- name: sender_lock_notifications
@@ -1919,11 +1926,14 @@ ORDER BY id
 LIMIT 1;
 
 -- name: sender_thread_notifications
--- Every sent row of one posted message's thread (its lines, then their errors and resolves).
-SELECT id, dedupe_key, rule, instance, kind, payload
-FROM outbox_monitor.notifications
-WHERE slack_channel = %(channel)s AND slack_ts = %(ts)s AND status = 'sent'
-ORDER BY id;
+-- Every sent row of one posted message's thread (its lines, then their errors and resolves),
+-- with the instance's state now, as sender_pending_notifications.
+SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.payload, i.state AS instance_state,
+       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
+FROM outbox_monitor.notifications n
+LEFT JOIN outbox_monitor.alert_instances i ON i.rule = n.rule AND i.instance = n.instance
+WHERE n.slack_channel = %(channel)s AND n.slack_ts = %(ts)s AND n.status = 'sent'
+ORDER BY n.id;
 
 
 -- ===================================================================== exporter (Prometheus)

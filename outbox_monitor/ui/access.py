@@ -9,14 +9,14 @@ dashboard.py runs for someone without a role.
 import ipaddress
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import streamlit as st
 
 from outbox_monitor.access import Identity, Role, is_loopback, local_identity, role_for
 from outbox_monitor.config import Settings
-from outbox_monitor.ui import format
+from outbox_monitor.ui import deep_link, format
 
 log = logging.getLogger(__name__)
 _NOT_IN_AN_ADDRESS = r"\s,;@\x00-\x1f\x7f-\x9f"
@@ -24,9 +24,13 @@ ONE_ADDRESS = re.compile(rf"[^{_NOT_IN_AN_ADDRESS}]+@[^{_NOT_IN_AN_ADDRESS}]+")
 """One e-mail address: no spaces, list separators or control characters."""
 
 
-def _stop_on(page_title: str, body: Any) -> NoReturn:
-    """Render ``body`` as the only page (no other page is listed) and stop the run."""
-    st.navigation([st.Page(body, title=page_title, url_path="access")], position="hidden")
+def _stop_on(page_title: str, body: Any, paths: Sequence[str] = ()) -> NoReturn:
+    """Render ``body`` as the only page (no other page is listed) and stop the run; it is
+    served at ``/`` and at each of ``paths`` too (a link to a page then shows it at that
+    URL, not "Page not found")."""
+    pages = [st.Page(body, title=page_title, url_path="access", default=True)]
+    pages += [st.Page(body, title=page_title, url_path=path) for path in paths if path]
+    st.navigation(pages, position="hidden")
     st.title(page_title)
     body()
     st.stop()
@@ -41,8 +45,9 @@ def _refused(title: str, message: str, *, sign_out: bool = False) -> NoReturn:
     _stop_on(title, body)
 
 
-def _sign_in() -> NoReturn:
+def _sign_in(paths: Sequence[str]) -> NoReturn:
     def body() -> None:
+        deep_link.remember()  # the sign-in callback lands on "/": "/" sends back here
         st.write(
             "outbox-monitor shows event payloads and can replay, reap and prune: sign in "
             "with your organisation's account to continue."
@@ -50,10 +55,10 @@ def _sign_in() -> NoReturn:
         if st.button("Sign in", key="access.sign_in", type="primary"):
             st.login()
 
-    _stop_on("Sign in", body)
+    _stop_on("Sign in", body, paths)
 
 
-def _oidc_identity(settings: Settings) -> Identity:
+def _oidc_identity(settings: Settings, paths: Sequence[str]) -> Identity:
     claims: Mapping[str, Any] = st.user.to_dict()
     if "is_logged_in" not in claims:  # Streamlit found no [auth] secrets
         _refused(
@@ -64,7 +69,7 @@ def _oidc_identity(settings: Settings) -> Identity:
             "Security).",
         )
     if not claims["is_logged_in"]:
-        _sign_in()
+        _sign_in(paths)
     email = claims.get("email")
     role = role_for(settings, email, claims)
     name = str(email or claims.get("sub") or "unknown")
@@ -147,8 +152,11 @@ def _remote_client() -> str | None:
     return None if is_loopback(str(address)) else str(address)
 
 
-def identity(settings: Settings) -> Identity:
+def identity(settings: Settings, paths: Sequence[str] = ()) -> Identity:
     """The identity of this browser session, or a page of its own and ``st.stop()``.
+
+    ``paths``: the dashboard pages' ``url_path``; the sign-in page answers at each, and
+    keeps the link it was opened at through the sign-in (``deep_link``).
 
     - ``local`` (``OUTBOX_MONITOR_AUTH`` unset): the local user, ``admin``
       (``access.local_identity``). Refused, without ``OUTBOX_MONITOR_INSECURE_NO_AUTH``,
@@ -164,7 +172,7 @@ def identity(settings: Settings) -> Identity:
         The ``Identity``; a session without a role never gets past this call.
     """
     if settings.auth == "oidc":
-        return _oidc_identity(settings)
+        return _oidc_identity(settings, paths)
     if settings.auth == "proxy":
         return _proxy_identity(settings)
     address = st.get_option("server.address")

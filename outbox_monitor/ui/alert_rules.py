@@ -14,6 +14,7 @@ from typing import Any
 
 import streamlit as st
 
+from outbox_monitor.alerts.notification_text import held_note
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.rules_file import RulesError, load_rules, resolve_rules_path
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
@@ -153,8 +154,10 @@ def state_rows(
 
     Returns:
         Dicts with rule, instance (``"all"`` for a rule without ``by``), state (label with
-        icon), value and condition (in the rule's unit), since (when the instance entered
-        its state: firing_since / pending_since, else its last transition), metric, for,
+        icon; a firing instance back within its threshold says that keep_firing_for holds
+        it, ``held_note``), value and condition (in the rule's unit), since (when the
+        instance entered its state: firing_since / pending_since, else its last transition),
+        metric, for,
         keep_firing_for, severity, route, last_evaluated, error. A rule of the file the
         evaluator has no state for gets one row: "not evaluated yet", or for a ``by`` rule
         "no instance" (no event type has rows its figure counts); an instance of a
@@ -176,11 +179,17 @@ def state_rows(
             since = _since(row, now)
             threshold = rule.threshold if rule else row.get("threshold")
             op = rule.op if rule else ""
+            label = STATE_LABELS.get(state, state)
+            held = (
+                held_note(rule.keep_firing_for, state, row.get("cleared_since"), now)
+                if rule
+                else ""
+            )
             table.append(
                 {
                     "rule": name,
                     "instance": row.get("instance") or "all",
-                    "state": STATE_LABELS.get(state, state),
+                    "state": f"{label} ({held})" if held else label,
                     "value": format_value(row.get("value"), unit),
                     "condition": f"{op} {format_value(threshold, unit)}".strip()
                     if threshold is not None

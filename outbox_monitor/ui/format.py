@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
+import streamlit as st
 
 from outbox_monitor.durations import duration_label as duration_label  # re-exported for pages
 from outbox_monitor.durations import format_duration
@@ -18,6 +19,9 @@ from outbox_monitor.units import per_minute as per_minute  # re-exported for pag
 NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")
 ID_LIST_COLUMNS = ("ids", "first_ids")
+LONG_TEXT_COLUMNS = ("last_error", "sample_error", "fingerprint", "filter", "metric", "query")
+"""Columns whose values run long: drawn wide (``column_config``); a page shows a chosen
+row's full text below its table (``row_detail``)."""
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of
 # them leaves no emphasis, code span, link, autolink, HTML, math ($), directive (:red[…]),
@@ -166,24 +170,66 @@ def table(
     columns: Sequence[str] | None = None,
     *,
     durations: Sequence[str] = (),
+    instants: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Rows as a DataFrame for ``st.dataframe``.
 
     Id columns become strings (ids may exceed 2^53, which JavaScript numbers cannot hold);
     columns named in ``durations`` (seconds) become readable text, named without their
-    ``_seconds`` suffix (a missing one, as an orphan's lock age, shows as ``–``).
+    ``_seconds`` suffix (a missing one, as an orphan's lock age, shows as ``–``); columns
+    named in ``instants`` become ``instant`` text. A missing value of a text column shows
+    as ``–`` (``NO_VALUE``), never as Streamlit's "None".
 
     Args:
         rows: dict rows, e.g. from a loader.
         columns: the columns to keep, in order (default: all, as given).
         durations: columns holding seconds.
+        instants: columns holding instants (``datetime``, ISO text or ``None``).
     """
     frame = pd.DataFrame(list(rows), columns=list(columns) if columns else None)
     for column in frame.columns:
+        if column in instants:
+            frame[column] = [instant(None if pd.isna(v) else v) for v in frame[column]]
         if column in ID_COLUMNS or column.endswith("_id"):
             frame[column] = frame[column].map(lambda v: NO_VALUE if v is None else str(v))
         if column in ID_LIST_COLUMNS:
             frame[column] = frame[column].map(lambda v: ", ".join(str(i) for i in v or ()))
         if column in durations:  # a missing duration (NULL, NaN in a float column) → "–"
             frame[column] = frame[column].map(lambda v: duration(None if pd.isna(v) else v))
+        values = frame[column].dropna()
+        if len(values) < len(frame) and values.map(lambda v: isinstance(v, str)).all():
+            frame[column] = frame[column].map(lambda v: NO_VALUE if pd.isna(v) else v)
     return frame.rename(columns={c: c.removesuffix("_seconds") for c in durations})
+
+
+def column_config(frame: pd.DataFrame) -> dict[str, Any]:
+    """``st.dataframe``'s ``column_config`` for ``frame``: ``LONG_TEXT_COLUMNS`` wide, with a
+    hint that a chosen row shows its full text; instants as ``2026-11-29 23:45:14 UTC``
+    (UTC, no ``+00:00`` tail), so that the key columns stay readable at 1440 px."""
+    config: dict[str, Any] = {}
+    for column in frame.columns:
+        if column in LONG_TEXT_COLUMNS:
+            config[column] = st.column_config.TextColumn(
+                width="large", help=f"Select a row to read its full {column}."
+            )
+        elif isinstance(frame[column].dtype, pd.DatetimeTZDtype):
+            config[column] = st.column_config.DatetimeColumn(
+                format="YYYY-MM-DD HH:mm:ss [UTC]", timezone="UTC"
+            )
+    return config
+
+
+def row_detail(rows: Sequence[dict[str, Any]], selection: Any) -> None:
+    """Below a table drawn with ``on_select``: the chosen row's ``LONG_TEXT_COLUMNS`` in
+    full (``st.code``, wrapped), which the table's cells cut off.
+
+    Args:
+        rows: the rows the table shows, in its order (``selection`` indexes them).
+        selection: ``st.dataframe``'s return value (``.selection.rows``).
+    """
+    chosen = [rows[i] for i in selection.selection.rows if i < len(rows)]
+    for row in chosen:
+        for column in LONG_TEXT_COLUMNS:
+            if row.get(column) not in (None, ""):
+                st.caption(f"Row {row.get('id', '')} · full {column}")
+                st.code(str(row[column]), language=None, wrap_lines=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import streamlit as st
 
+from outbox_monitor.alerts.notification_text import held_note
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.ui import format
@@ -76,16 +77,13 @@ def _ago(instant: datetime | None, now: datetime | None) -> str:
 
 
 def _held_open(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
-    """``"held by keep_firing_for 2m: clear for 40s"`` for a firing instance whose
-    condition has cleared (it resolves once clear for ``keep_firing_for``); ``"pending 2m
-    of for 10m"`` for a pending one; else ``""``."""
+    """``"held by keep_firing_for 2m: clear since … (40s ago)"`` for a firing instance whose
+    condition has cleared (``held_note``); ``"pending 2m of for 10m"`` for a pending one;
+    else ``""``."""
     if row.get("state") == "pending" and row.get("pending_since") is not None:
         wait = format.duration_label(rule.for_ or 0)
         return f"pending {_ago(row['pending_since'], now)} of for {wait}"
-    if row.get("state") != "firing" or row.get("cleared_since") is None:
-        return ""
-    keep = format.duration_label(rule.keep_firing_for or 0)
-    return f"held by keep_firing_for {keep}: clear for {_ago(row['cleared_since'], now)}"
+    return held_note(rule.keep_firing_for, row.get("state"), row.get("cleared_since"), now)
 
 
 def instance_line(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:

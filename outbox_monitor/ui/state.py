@@ -8,7 +8,7 @@ opens that page pre-filtered, and changing a filter updates the URL.
 import os
 import runpy
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,7 +21,7 @@ from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.schema import check_outbox_table
-from outbox_monitor.ui import format, inputs
+from outbox_monitor.ui import deep_link, format, inputs
 
 EVENT_TYPE_PARAM = "event_type"
 WINDOW_PARAM = "window"
@@ -280,3 +280,24 @@ def context() -> PageContext:
         )
         st.stop()
     return PageContext(current, database(current), actions_database(current), chosen, _run.identity)
+
+
+def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
+    """Switch the dashboard's root ``/`` to the Overview's own URL ``/overview``, its query
+    kept (``/?window=1h`` → ``/overview?window=1h``): the root is only the default page
+    Streamlit needs, the Overview has an address of its own (issue 15 item 8). Right after
+    an OIDC sign-in (whose callback lands on ``/``), to the page and query the sign-in
+    started from instead (``deep_link.recall``).
+
+    Args:
+        overview: the Overview's ``st.Page``.
+        pages: the pages this identity may open.
+
+    Raises:
+        Streamlit's rerun signal (``st.switch_page``): nothing after the call runs.
+    """
+    linked = deep_link.recall(pages)
+    if linked is not None:
+        st.switch_page(linked[0], query_params=linked[1])
+    query = {key: st.query_params.get_all(key) for key in st.query_params}
+    st.switch_page(overview, query_params=query)

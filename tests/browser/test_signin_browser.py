@@ -334,6 +334,30 @@ def test_proxy_header_is_ignored_under_oidc(signin, browser: Browser):
         context.close()
 
 
+def test_a_deep_link_survives_the_sign_in(signin, oidc_page, outbox):
+    # a link from Slack, opened signed out: after the provider's pages, that view opens
+    kind = "deep.link"
+    outbox.add(event_type=kind, status="failed", attempts=10, processed_ago=60, last_error=TIMEOUT)
+    query = f"event_type={kind}&error_group={group_id(kind)}"
+    page = oidc_page
+    page.goto(f"{signin}/dead_letters?{query}")
+    expect(page.get_by_role("button", name="Sign in")).to_be_visible()
+    expect(page.get_by_text("Page not found")).to_have_count(0)
+    assert page.url == f"{signin}/dead_letters?{query}"
+
+    sign_in(page, f"{signin}/dead_letters?{query}", OPERATOR)
+    expect(page.get_by_text(f"Signed in as {OPERATOR} · operator")).to_be_visible()
+    expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
+    expect(page).to_have_url(re.compile(rf"/dead_letters\?.*error_group={group_id(kind)}"))
+    assert f"event_type={kind}" in page.url
+    expect(page.locator('[data-testid="stMain"] h3').first).to_have_text(
+        f"{kind} · timeout after <n> ms"
+    )
+    # followed once: the root opens the Overview again
+    page.goto(signin)
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+
+
 # --------------------------------------------------------------------- trusted proxy
 
 

@@ -102,7 +102,7 @@ def test_for_and_keep_firing_for_follow_the_clock(db, conn, rows, fake_clock, ru
     assert payload["value"] == 3 and payload["threshold"] == 2 and payload["unit"] == "rows"
     assert payload["since"] == t0.isoformat()  # the breach began at the first pass
     assert payload["summary"] == "Backlog: 3 rows due"
-    assert payload["dashboard_path"] == "/" and payload["kind"] == "firing"
+    assert payload["dashboard_path"] == "/overview" and payload["kind"] == "firing"
     assert payload["labels"] == {"rule": "backlog", "severity": "warning"}
 
     drain(conn, ids)

@@ -197,6 +197,27 @@ def test_webhook_delivery_packs_one_evaluation_into_one_message(
     assert len(posted(slack_sink)) == 2
 
 
+def test_a_firing_line_sent_while_held_open_says_so(deliver, notes, conn, slack_sink, fake_clock):
+    # the firing of episode 1 is delivered late: the instance is back within its threshold
+    # since 40 s ago and keep_firing_for (120 s) holds it open
+    notes.add(
+        "backlog", "", unit="rows", value=1500, threshold=1000, firing_seq=1, keep_firing_for=120
+    )
+    cleared = fake_clock() - timedelta(seconds=40)
+    conn.execute(
+        "INSERT INTO outbox_monitor.alert_instances (rule, instance, state, firing_seq,"
+        " cleared_since) VALUES ('backlog', '', 'firing', 1, %s)",
+        (cleared,),
+    )
+    assert deliver()["sent"] == 1
+    [text] = sections(posted(slack_sink)[0])
+    when = cleared.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert (
+        f"Back within the threshold, held by keep_firing_for 2m: clear since {when} (40s ago)"
+        in text
+    )
+
+
 def test_bot_resolve_updates_the_original_and_replies_in_its_thread(deliver, notes, slack_sink):
     evaluation = str(uuid.uuid4())
     captured = notes.add(instance="event_type=payment.captured", route="bot", evaluation=evaluation)

@@ -81,6 +81,14 @@ def test_detail_shows_payload_error_timestamps_and_timeline(open_page, rows):
     timeline = at.dataframe[2].value
     assert [int(i) for i in timeline["id"]] == [first, shown, later]
     assert list(timeline[""]) == ["", "▶", ""]
+    # empty values one way, as the fields above: "–", never "None"
+    assert list(timeline["processed_at"]) == [
+        rows.at(590).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        rows.at(200).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "–",
+    ]
+    assert list(timeline["last_error"]) == ["–", "HTTP 500 from stripe: upstream timeout", "–"]
+    assert timeline["created_at"][0] == rows.at(600).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def test_big_payload_is_truncated_with_size_and_download(open_page, rows):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from rendered import plain
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.ui import rule_state
+from outbox_monitor.ui import alert_rules, rule_state
 from tests.alerting import evaluate_as_scheduler, rules_file
 
 RULES = """
@@ -133,10 +133,27 @@ def test_an_alert_held_open_by_keep_firing_for_says_so(tmp_path):
     }
     badge = rule_state.badge("stuck_locks", ruleset, [held], down=None, now=now)
     assert badge.text == "FIRING · stuck-lock"
-    assert badge.line == "stuck-lock: 0 vs > 0 (held by keep_firing_for 2m: clear for 40s)"
+    note = "held by keep_firing_for 2m: clear since 2026-01-01 14:04:20 UTC (40s ago)"
+    assert badge.line == f"stuck-lock: 0 vs > 0 ({note})"
     [row] = rule_state.firing_rows(ruleset, [held], now)
-    assert row["held"] == "held by keep_firing_for 2m: clear for 40s"
+    assert row["held"] == note
     assert row["ago"] == "5m 0s"
+
+
+def test_the_alerts_page_says_an_alert_is_held_open(tmp_path):
+    ruleset = load_rules(rules_file(tmp_path, RULES))
+    now = datetime(2026, 1, 1, 14, 5, tzinfo=UTC)
+    held = {"rule": "stuck-lock", "instance": "", "state": "firing", "value": 0.0}
+    held |= {
+        "firing_since": now - timedelta(minutes=5),
+        "cleared_since": now - timedelta(minutes=1),
+    }
+    breached = held | {"instance": "event_type=x", "value": 2.0, "cleared_since": None}
+    rows = {r["instance"]: r for r in alert_rules.state_rows(ruleset, [held, breached], now)}
+    assert rows["all"]["state"] == (
+        "FIRING (held by keep_firing_for 2m: clear since 2026-01-01 14:04:00 UTC (1m 0s ago))"
+    )
+    assert rows["event_type=x"]["state"] == "FIRING"
 
 
 def test_a_pending_alert_says_how_long_of_its_for(tmp_path):

@@ -253,13 +253,13 @@ def test_dashboard_link_carries_the_pre_filter_and_stays_on_the_dashboard():
     assert "Dashboard: https://monitor.example.com/ops/dead_letters?" in message.text
 
 
-@pytest.mark.parametrize("path", ["/overview?window=1h", "/Overview/?window=1h", "/?window=1h"])
-def test_dashboard_link_opens_the_overview_at_the_root(path):
-    # Streamlit serves the default page at "/" only: /overview would say "Page not found".
+@pytest.mark.parametrize("path", ["/overview?window=1h", "/?window=1h"])
+def test_dashboard_link_keeps_the_overview_path(path):
+    # The Overview has its own URL; "/" (Streamlit's default page) sends there.
+    view = path.split("?")[0]
     assert dashboard_link("https://monitor.example.com/ops", path) == (
-        "https://monitor.example.com/ops/?window=1h"
+        f"https://monitor.example.com/ops{view}?window=1h"
     )
-    assert dashboard_link(DEFAULT_DASHBOARD_URL, "/overview") == f"{DEFAULT_DASHBOARD_URL}/"
     assert dashboard_link(DEFAULT_DASHBOARD_URL, None) == f"{DEFAULT_DASHBOARD_URL}/"
 
 
@@ -352,3 +352,33 @@ def test_sink_speaks_the_slack_api_shape(sink):
     ]
     assert listed == sink.messages()
     assert all(r.headers.get("Authorization") in (None, "Bearer <redacted>") for r in sink.requests)
+
+
+def held_row(instance_seq: int) -> dict:
+    """A firing line of episode 1 whose instance (episode ``instance_seq``) is clear since
+    10:27:35, 2m 25s before NOW, and stays firing for keep_firing_for 10m."""
+    line = row(value=500, threshold=300, unit="seconds", firing_seq=1, keep_firing_for=600)
+    cleared = NOW - timedelta(minutes=2, seconds=25)
+    return line | {
+        "instance_state": "firing",
+        "instance_cleared_since": cleared,
+        "instance_firing_seq": instance_seq,
+    }
+
+
+HELD = (
+    "Back within the threshold, held by keep_firing_for 10m: "
+    "clear since 2026-03-02 10:27:35 UTC (2m 25s ago)"
+)
+
+
+def test_a_line_held_open_by_keep_firing_for_says_so():
+    # a firing message sent late and a thread's update both show the instance's state now
+    assert HELD in render_notifications([held_row(1)], now=NOW).blocks[1]["text"]["text"]
+    other = row(instance="event_type=payment.refunded", kind="resolved", seq=1)
+    update = render_thread_update([held_row(1) | {"id": 1}, other | {"id": 2}], now=NOW)
+    assert HELD in update.blocks[1]["text"]["text"]
+    # a later episode of the instance is not this line's
+    assert "keep_firing_for" not in all_text(render_notifications([held_row(2)], now=NOW))
+    breached = held_row(1) | {"instance_cleared_since": None}
+    assert "keep_firing_for" not in all_text(render_notifications([breached], now=NOW))

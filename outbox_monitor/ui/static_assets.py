@@ -1,0 +1,48 @@
+"""Recovery from a stylesheet that failed to load (issue 15 item 8): Streamlit loads the
+code of some elements (the dataframe grid, charts) the first time a page draws one; when
+the request for that chunk's stylesheet fails (a server busy with a replay, a proxy's
+timeout), Vite's loader throws "Unable to preload CSS for …" and Streamlit shows that box
+in place of every such element until the page is reloaded (the failed import is kept).
+
+``recover_failed_stylesheets`` installs, once per browser tab, a listener of Vite's
+``vite:preloadError`` event that lets the element's code load anyway and fetches the
+stylesheet again (5 tries, 1 s apart), so the tables appear without a manual reload.
+"""
+
+import streamlit as st
+
+RETRIES = 5
+RETRY_DELAY_MS = 1000
+
+_LISTENER = f"""<script>
+if (!window.__outboxMonitorStylesheetRetry) {{
+  window.__outboxMonitorStylesheetRetry = true;
+  const load = (href, left) => {{
+    document.querySelectorAll('link[rel="stylesheet"]').forEach((old) => {{
+      if (old.href === href) old.remove();
+    }});
+    const link = document.createElement("link");
+    link.rel = "stylesheet";
+    link.crossOrigin = "";
+    link.href = href;
+    link.addEventListener("error", () => {{
+      if (left > 0) setTimeout(() => load(href, left - 1), {RETRY_DELAY_MS});
+      else console.error("outbox-monitor: stylesheet " + href + " did not load");
+    }});
+    document.head.appendChild(link);
+  }};
+  window.addEventListener("vite:preloadError", (event) => {{
+    const found = /Unable to preload CSS for (\\S+)/.exec(String(event.payload?.message));
+    if (!found) return;  // a script chunk: Streamlit's own error stands
+    event.preventDefault();  // the element's code loads; its stylesheet is fetched again
+    load(found[1], {RETRIES});
+  }});
+}}
+</script>"""
+
+
+def recover_failed_stylesheets() -> None:
+    """Install the stylesheet retry in this browser tab (a no-op after the first run: the
+    listener is registered once per tab). Call it before any element that loads code of
+    its own (``dashboard.py`` does, right after ``st.set_page_config``)."""
+    st.html(_LISTENER, unsafe_allow_javascript=True)

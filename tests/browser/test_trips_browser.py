@@ -1,0 +1,112 @@
+"""What the newcomer tripped on (issue 15 item 8), in a real headless Chromium: the Overview
+has a URL of its own, and ``/`` still opens it."""
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from outbox_monitor import error_grouping
+from outbox_monitor.alerts.links import OVERVIEW_PATH
+from outbox_monitor.alerts.message import dashboard_link
+from outbox_monitor.ui.cache import CACHE_TTL_SECONDS
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_overview_opens_at_its_own_url_and_at_the_root(dashboard, page, rows):
+    rows.add(created_ago=60)
+
+    page.goto(dashboard_link(dashboard, f"{OVERVIEW_PATH}?window=1h&event_type=order.paid"))
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.get_by_text("Queue depth").first).to_be_visible()
+    expect(page.get_by_text("Page not found")).to_have_count(0)
+    assert page.url.startswith(f"{dashboard}/overview?") and "event_type=order.paid" in page.url
+
+    page.goto(f"{dashboard}/?event_type=order.paid")
+    expect(page).to_have_url(re.compile(r"/overview\?event_type=order.paid$"))
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.get_by_text("Queue depth").first).to_be_visible()
+    expect(page.get_by_text("Page not found")).to_have_count(0)
+    # the sidebar's Overview entry is the page shown, and it links to /overview
+    link = page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Overview")
+    expect(link).to_have_attribute("href", re.compile(r"/overview$"))
+
+
+def test_the_error_group_picker_never_shows_a_stale_count(dashboard, page, rows, db, choose):
+    for _ in range(3):
+        rows.add_failed()
+    rows.add_failed(last_error="other")
+    [group] = [g for g in error_grouping.error_groups(db) if g["failed"] == 3]
+    page.goto(f"{dashboard}/dead_letters")
+    choose("Error group", re.compile(group["group_id"]))
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.get_by_text("3 rows, first failed")).to_be_visible()
+
+    rows.add_failed()  # one more dead letter of the group, seen after the cache's TTL
+    time.sleep(CACHE_TTL_SECONDS + 1)
+    main.locator("h3").first.click()
+    page.keyboard.press("r")  # rerun, as the live refresh or any widget would
+    expect(main.get_by_text("4 rows, first failed")).to_be_visible()
+    # the picker keeps the label it was chosen with: it must hold no count to go stale
+    picked = main.locator('[data-testid="stSelectbox"] input').input_value()
+    assert picked == f"{group['group_id']} · order.paid · HTTP 500 upstream"
+
+
+LONG_ERROR = (
+    "HTTP 502 from https://payments.example.com/v2/charges: upstream connect error or "
+    "disconnect/reset before headers. reset reason: connection termination; retried 3 "
+    "times over 45 s by worker-7 on queue"
+)
+PAGES = ("overview", "events", "dead_letters", "alerts", "controls", "health", "actions")
+
+
+def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, screenshot):
+    assert len(LONG_ERROR) == 198  # with "#1" below: 200 characters
+    error = LONG_ERROR + "#1"
+    row_id = rows.add_failed(last_error=error)
+    [group] = error_grouping.error_groups(db)
+    page.set_viewport_size({"width": 1440, "height": 900})
+
+    page.goto(f"{dashboard}/dead_letters?error_group={group['group_id']}")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.locator("h3").first).to_be_visible()
+    table = main.locator('[data-testid="stDataFrame"]').nth(1)
+    box = table.bounding_box()
+    # the row marker of the first row: header ≈ 35 px, a row ≈ 35 px
+    page.mouse.click(box["x"] + 15, box["y"] + 35 + 17)
+    expect(main.get_by_text(f"Row {row_id} · full last_error")).to_be_visible()
+    shown = main.locator('[data-testid="stCode"]').filter(has_text="HTTP 502").last
+    assert shown.inner_text().strip() == error
+    screenshot("1440-dead_letters-detail")
+
+    for name in PAGES:
+        page.goto(f"{dashboard}/{name}")
+        expect(main.get_by_role("heading").first).to_be_visible()
+        page.wait_for_timeout(1500)
+        screenshot(f"1440-{name}")
+
+
+def test_a_stylesheet_lost_under_load_is_fetched_again(dashboard, page, rows):
+    rows.add_failed()
+    failed: list[str] = []
+
+    def fail_once(route) -> None:
+        # the dataframe grid's own stylesheet fails once, as a request under load may
+        if "/DataFrame." in route.request.url and not failed:
+            failed.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/static/css/*.css", fail_once)
+    page.goto(f"{dashboard}/dead_letters")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
+    expect(main.get_by_text("Unable to preload CSS")).to_have_count(0)
+    assert len(failed) == 1
+    loaded = page.evaluate(
+        "[...document.styleSheets].some((s) => (s.href || '').includes('/DataFrame.'))"
+    )
+    assert loaded
