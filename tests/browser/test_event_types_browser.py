@@ -20,7 +20,7 @@ def test_the_table_shows_statuses_with_their_rules_and_links(dashboard, page, db
     Evaluator(db, load_rules(SHIPPED_RULES_PATH)).run_once()
 
     page.goto(dashboard)
-    expect(page.get_by_role("heading", name="By event type")).to_be_visible()
+    expect(page.get_by_role("heading", name="By event type", exact=True)).to_be_visible()
     grid = page.locator('[data-testid="stDataFrame"]').filter(has_text="payment.captured")
     expect(grid).to_be_visible()
     for text in (
