@@ -9,24 +9,13 @@ the settings of ``db`` (1 h and 15 min unless configured).
 
 from typing import Any
 
-from outbox_monitor import estimates
+from outbox_monitor import dead_letter_attempts
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import breakers_open_among, held_by
 from outbox_monitor.health.status import health_status
 from outbox_monitor.workers import liveness
-
-DEAD_LETTERS_SAMPLE_PAGES = 1_000
-"""Pages (8 kB) of the outbox table the dashboard samples to estimate the dead letters by
-attempts when there are more than its cap (``attempts_histogram_capped``)."""
-MIN_SAMPLED_DEAD_LETTERS = 500
-"""Dead letters a sample must hold for its estimate to be shown; with fewer, they are
-counted exactly."""
-DEAD_LETTERS_PER_SAMPLED_PAGE = 100
-"""The dashboard samples only when the planner expects at least this many dead letters per
-page it would sample: counting ≈ 100 index entries costs about what reading one sampled page
-does (benchmarks/estimates.py), so fewer are counted exactly."""
 
 
 def _window(db: Database, window: float | None) -> float:
@@ -252,8 +241,9 @@ def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[i
         ``{attempts: rows}`` in ascending attempts; only values that occur.
     """
     where = Where().event_type(event_type)
-    return _added(
-        backlog(db, event_type=event_type)["attempts_histogram"], _dead_letters(db, where)
+    return dead_letter_attempts.added(
+        backlog(db, event_type=event_type)["attempts_histogram"],
+        dead_letter_attempts.exact(db, where),
     )
 
 
@@ -265,14 +255,9 @@ def attempts_histogram_capped(
     the dashboard estimates, labelled).
 
     The backlog (pending, processing) is counted exactly, and so are the dead letters up to
-    ``cap`` (index-only). Above it, when the planner expects at least
-    ``DEAD_LETTERS_PER_SAMPLED_PAGE`` of them per sampled page, they are counted by attempts
-    in a sample of ``DEAD_LETTERS_SAMPLE_PAGES`` of the table's pages (``TABLESAMPLE
-    SYSTEM``, the same pages at every refresh), each count scaled by the table's pages over
-    the pages sampled: ≈ 10 ms instead of reading every dead letter's index entry (≈ 100 ms
-    for 1 M; benchmarks/RESULTS.md). Fewer dead letters, a table of fewer pages than the
-    sample, or a sample holding fewer than ``MIN_SAMPLED_DEAD_LETTERS`` of them: they are
-    counted exactly.
+    ``cap`` (index-only). Above it they may be estimated from a sample of the table's pages
+    (``dead_letter_attempts.capped``: ≈ 10 ms instead of reading every dead letter's index
+    entry, ≈ 100 ms for 1 M; benchmarks/RESULTS.md).
 
     Args:
         cap: dead letters counted exactly (``estimates.DASHBOARD_COUNT_CAP``).
@@ -281,56 +266,9 @@ def attempts_histogram_capped(
         ``({attempts: rows}, exact)``: ascending attempts; ``exact`` false when the dead
         letters' counts are estimates.
     """
-    dead_letters, exact = _dead_letters_capped(db, Where().event_type(event_type), cap)
+    dead_letters, exact = dead_letter_attempts.capped(db, Where().event_type(event_type), cap)
     backlog_part = backlog(db, event_type=event_type)["attempts_histogram"]
-    return _added(backlog_part, dead_letters), exact
-
-
-def _added(*histograms: dict[int, int]) -> dict[int, int]:
-    """Histograms ``{attempts: rows}`` added up, in ascending attempts."""
-    total: dict[int, int] = {}
-    for histogram in histograms:
-        for attempts, rows in histogram.items():
-            total[attempts] = total.get(attempts, 0) + rows
-    return dict(sorted(total.items()))
-
-
-def _dead_letters(db: Database, where: Where) -> dict[int, int]:
-    """The dead letters by attempts, counted exactly (index-only on the recommended index)."""
-    rows = db.fetch_all("attempts_histogram_dead_letters", where.params, and_filters=where.fragment)
-    return {row["attempts"]: row["rows"] for row in rows}
-
-
-def _dead_letters_capped(db: Database, where: Where, cap: int) -> tuple[dict[int, int], bool]:
-    """The dead letters by attempts, estimated above ``cap`` when a sample can tell (see
-    ``attempts_histogram_capped``); ``(histogram, exact)``."""
-    if estimates.count_up_to(db, "dead_letter_rows", cap=cap, where=where) > cap:
-        sampled = _sampled_dead_letters(db, where, cap)
-        if sampled is not None:
-            return sampled, False
-    return _dead_letters(db, where), True
-
-
-def _sampled_dead_letters(db: Database, where: Where, cap: int) -> dict[int, int] | None:
-    """Dead letters by attempts estimated from a sample of the table's pages, or ``None``
-    when counting them is cheaper or a sample cannot tell (see ``attempts_histogram_capped``)."""
-    dead_letters = db.compose("dead_letter_rows", and_filters=where.fragment)
-    expected = estimates.planner_rows(db, dead_letters, where.params)
-    if expected < DEAD_LETTERS_PER_SAMPLED_PAGE * DEAD_LETTERS_SAMPLE_PAGES:
-        return None
-    pages = db.fetch_one("table_pages", {"table_regclass": db.table_name})["pages"]
-    if pages <= DEAD_LETTERS_SAMPLE_PAGES:
-        return None
-    percent = 100 * DEAD_LETTERS_SAMPLE_PAGES / pages
-    rows = db.fetch_all(
-        "attempts_dead_letters_sample",
-        {"percent": percent, **where.params},
-        and_filters=where.fragment,
-    )
-    if sum(row["rows"] for row in rows) < MIN_SAMPLED_DEAD_LETTERS:
-        return None
-    scaled = {row["attempts"]: round(row["rows"] * 100 / percent) for row in rows}
-    return scaled if sum(scaled.values()) > cap else None
+    return dead_letter_attempts.added(backlog_part, dead_letters), exact
 
 
 def attempts_at_least(db: Database, attempts: int, *, event_type: str | None = None) -> int:
@@ -421,11 +359,11 @@ def status(
     failed = failed_by_event_type(db, window=window, event_type=event_type)
     where = Where().event_type(event_type)
     if count_cap is None:
-        dead_letters, exact = _dead_letters(db, where), True
+        dead_letters, exact = dead_letter_attempts.exact(db, where), True
     else:
-        dead_letters, exact = _dead_letters_capped(db, where, count_cap)
+        dead_letters, exact = dead_letter_attempts.capped(db, where, count_cap)
     backlog_figures = backlog(db, lock_timeout=lock_timeout, event_type=event_type)
-    histogram = _added(backlog_figures.pop("attempts_histogram"), dead_letters)
+    histogram = dead_letter_attempts.added(backlog_figures.pop("attempts_histogram"), dead_letters)
     figures = {
         "table": db.table_name,
         "now": db.fetch_one("db_now")["now"].isoformat(),

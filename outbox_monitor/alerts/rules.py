@@ -28,11 +28,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    StrictBool,
     ValidationInfo,
     field_validator,
 )
 
+from outbox_monitor.alerts.route_model import Route
 from outbox_monitor.alerts.rule_values import (
     PLACEHOLDER,
     Duration,
@@ -53,21 +53,14 @@ from outbox_monitor.flow.model import matches
 from outbox_monitor.forecast import PREDICTABLE
 from outbox_monitor.units import format_value
 
-DEFAULT_WEBHOOK_ENV = "SLACK_WEBHOOK_URL"
-"""The webhook variable of a route that names neither a channel nor ``webhook_url_env``."""
-
 DEFAULT_INTERVAL_SECONDS = 30.0
 DEFAULT_FOR_SECONDS = 0.0
 DEFAULT_KEEP_FIRING_FOR_SECONDS = 0.0
-DEFAULT_REPEAT_INTERVAL_SECONDS = 4 * 3600.0
 SUPPORTED_VERSION = 1
-MAX_MENTION_LENGTH = 200
 OPS = (">", ">=", "<", "<=", "==", "!=")
 SEVERITIES = ("critical", "warning", "info")
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
 # ----------------------------------------------------------------------- the models
@@ -83,72 +76,6 @@ class Defaults(_Model):
     interval: PositiveDuration = DEFAULT_INTERVAL_SECONDS
     for_: Duration = Field(DEFAULT_FOR_SECONDS, alias="for")
     keep_firing_for: Duration = DEFAULT_KEEP_FIRING_FOR_SECONDS
-
-
-class Route(_Model):
-    """One destination of notifications (``routes.<name>``).
-
-    Exactly one transport: ``channel`` (bot token ``SLACK_BOT_TOKEN``, ``#name`` or a
-    channel id) or ``webhook_url_env`` (name of the environment variable holding an
-    incoming-webhook URL; ``SLACK_WEBHOOK_URL`` when the route names neither).
-    ``mention`` (e.g. ``<!subteam^S0123>``) is sent as written, only from here.
-    ``repeat_interval`` (seconds, 4 h by default) re-notifies a still-firing alert;
-    ``send_resolved`` sends a message when it resolves.
-    """
-
-    channel: str | None = None
-    webhook_url_env: str | None = Field(None, validate_default=True)
-    mention: str | None = None
-    repeat_interval: PositiveDuration = DEFAULT_REPEAT_INTERVAL_SECONDS
-    send_resolved: StrictBool = True
-
-    @field_validator("channel", mode="before")
-    @classmethod
-    def _check_channel(cls, value: Any) -> Any:
-        if value is not None and (not isinstance(value, str) or not _CHANNEL.match(value)):
-            raise fail(
-                "channel",
-                f"expected a Slack channel (#alerts or a channel id), got {quoted(value)}",
-            )
-        return value
-
-    @field_validator("webhook_url_env", mode="before")
-    @classmethod
-    def _check_webhook_url_env(cls, value: Any, info: ValidationInfo) -> Any:
-        has_channel = info.data.get("channel") is not None
-        if value is None:
-            return None if has_channel or "channel" not in info.data else DEFAULT_WEBHOOK_ENV
-        if not isinstance(value, str) or not _ENV_NAME.match(value):
-            raise fail(
-                "env_name",
-                "expected the name of an environment variable that holds the webhook URL "
-                f"(e.g. SLACK_WEBHOOK_URL), got {quoted(value)}",
-            )
-        if has_channel:
-            raise fail(
-                "transport",
-                "give either channel (bot token transport) or webhook_url_env (incoming "
-                "webhook), not both",
-            )
-        return value
-
-    @field_validator("mention", mode="before")
-    @classmethod
-    def _check_mention(cls, value: Any) -> Any:
-        if value is not None and (
-            not isinstance(value, str) or "\n" in value or len(value) > MAX_MENTION_LENGTH
-        ):
-            raise fail(
-                "mention",
-                f"expected one line of text (at most {MAX_MENTION_LENGTH} characters), "
-                f"e.g. <!subteam^S0123> or <!here>; got {quoted(value)}",
-            )
-        return value
-
-    @property
-    def transport(self) -> str:
-        """``"bot"`` (a channel) or ``"webhook"``."""
-        return "bot" if self.channel else "webhook"
 
 
 class Rule(_Model):

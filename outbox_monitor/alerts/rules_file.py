@@ -16,8 +16,9 @@ from pydantic import (
     ValidationError,
 )
 
+from outbox_monitor.alerts.route_model import Route
 from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
-from outbox_monitor.alerts.rules import Defaults, Route, Rule, RuleSet
+from outbox_monitor.alerts.rules import Defaults, Rule, RuleSet
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 

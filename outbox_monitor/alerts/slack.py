@@ -281,7 +281,7 @@ def transport_for_route(
 
     Args:
         name: the route's name (for messages).
-        route: a ``rules.Route`` (``channel``, ``webhook_url_env``).
+        route: a ``route_model.Route`` (``channel``, ``webhook_url_env``).
         env: the environment (``os.environ`` or a dict in tests).
         timeout: client timeout in seconds (``Settings.slack_timeout``,
             ``OUTBOX_MONITOR_SLACK_TIMEOUT``).

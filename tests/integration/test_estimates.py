@@ -10,7 +10,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor import estimates, metrics
+from outbox_monitor import dead_letter_attempts, estimates, metrics
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
@@ -164,9 +164,9 @@ def test_retry_pressure_estimates_dead_letters_above_the_cap_from_a_sample(
         "SELECT pg_relation_size('integration_outbox') / 8192 AS pages"
     ).fetchone()["pages"]
     assert pages > 40
-    monkeypatch.setattr(metrics, "DEAD_LETTERS_SAMPLE_PAGES", pages // 2)  # half the pages
-    monkeypatch.setattr(metrics, "MIN_SAMPLED_DEAD_LETTERS", 1)
-    monkeypatch.setattr(metrics, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
+    monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_SAMPLE_PAGES", pages // 2)  # half
+    monkeypatch.setattr(dead_letter_attempts, "MIN_SAMPLED_DEAD_LETTERS", 1)
+    monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
 
     histogram, exact = metrics.attempts_histogram_capped(db, cap=10)
 
@@ -190,9 +190,9 @@ def test_status_json_and_alerts_are_exact_above_the_dashboard_cap(
     measurements still count all 3,000 dead letters."""
     rows.add_dead_letters(3000)
     monkeypatch.setattr(estimates, "DASHBOARD_COUNT_CAP", 2)
-    monkeypatch.setattr(metrics, "DEAD_LETTERS_SAMPLE_PAGES", 1)
-    monkeypatch.setattr(metrics, "MIN_SAMPLED_DEAD_LETTERS", 1)
-    monkeypatch.setattr(metrics, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
+    monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_SAMPLE_PAGES", 1)
+    monkeypatch.setattr(dead_letter_attempts, "MIN_SAMPLED_DEAD_LETTERS", 1)
+    monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
     monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
 
     result = CliRunner().invoke(main, ["status", "--json", "--window", "1h"])

@@ -5,7 +5,7 @@ The cap is set low (``estimates.DASHBOARD_COUNT_CAP``) so the tables stay small;
 ``ANALYZE`` the planner's estimate of a table this small equals the count worked out by hand.
 """
 
-from outbox_monitor import estimates, metrics
+from outbox_monitor import dead_letter_attempts, estimates
 
 ACTOR = "ui-test"  # set by the open_page fixture
 
@@ -80,9 +80,9 @@ def test_retry_pressure_says_when_dead_letters_are_estimated(open_page, rows, co
     pages = conn.execute(
         "SELECT pg_relation_size('integration_outbox') / 8192 AS pages"
     ).fetchone()["pages"]
-    monkeypatch.setattr(metrics, "DEAD_LETTERS_SAMPLE_PAGES", pages // 2)
-    monkeypatch.setattr(metrics, "MIN_SAMPLED_DEAD_LETTERS", 1)
-    monkeypatch.setattr(metrics, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
+    monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_SAMPLE_PAGES", pages // 2)
+    monkeypatch.setattr(dead_letter_attempts, "MIN_SAMPLED_DEAD_LETTERS", 1)
+    monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
 
     monkeypatch.setattr(estimates, "DASHBOARD_COUNT_CAP", 3000)
     at = open_page("overview")
