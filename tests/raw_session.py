@@ -66,7 +66,8 @@ def _read_message(sock: socket.socket) -> tuple[int, bytes]:
 def rendered_text(url: str, header_lines: list[str], *, host: str | None = None) -> str:
     """Run the app at ``url`` once in a session whose websocket upgrade request carries
     ``header_lines`` verbatim (``"Name: value"`` each, repeats kept); return every message
-    Streamlit sent until the run finished, as JSON text (rendered text is in it as written,
+    Streamlit sent until the run finished (past a run that ends early for the rerun of
+    ``st.switch_page``), as JSON text (rendered text is in it as written,
     e.g. ``Signed in as `a@example.com` · viewer``).
 
     Args:
@@ -114,7 +115,11 @@ def rendered_text(url: str, header_lines: list[str], *, host: str | None = None)
             message = ForwardMsg()
             message.ParseFromString(payload)
             texts.append(MessageToJson(message, ensure_ascii=False))
-            if message.WhichOneof("type") == "script_finished":
+            if (
+                message.WhichOneof("type") == "script_finished"
+                # "/" sends to /overview (st.switch_page): that run ends early, the next follows
+                and message.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN
+            ):
                 sock.sendall(_frame(CLOSE, struct.pack("!H", 1000)))
                 return "\n".join(texts)
     raise AssertionError("the app's run did not finish:\n" + "\n".join(texts)[-3000:])

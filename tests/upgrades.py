@@ -25,6 +25,8 @@ UNDO_SINCE_008 = (
     # 012: the table's health in the samples
     "ALTER TABLE outbox_monitor.samples DROP COLUMN dead_tuples, DROP COLUMN live_tuples, "
     "DROP COLUMN table_bytes, DROP COLUMN indexes_bytes, DROP COLUMN xmin_horizon_age_seconds; "
+    # 013: what the sampler saw of each worker; 014: the samples per event type
+    "DROP TABLE outbox_monitor.workers_seen, outbox_monitor.event_type_samples; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

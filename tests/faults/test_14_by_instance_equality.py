@@ -90,4 +90,4 @@ def test_the_slack_message_of_the_odd_type_says_1_failed(
     assert "boom B" not in failed
     retried = sections[f"🔥 *retried-by-type* · `event_type={ODD}` · warning"]
     assert "*Value* 1 vs threshold 0" in retried
-    assert retried.endswith(f"*Top offenders:* {ODD} — 1")
+    assert f"*Top offenders:* {ODD} — 1\n" in retried
