@@ -68,7 +68,9 @@ def test_a_cursor_kept_after_per_statement_snapshots_does_not_flap(dsn, db):
         assert idle.holds_horizon and idle.state == "idle in transaction", idle
         other.execute("SELECT txid_current()")
         active = _during(reader, "SELECT pg_sleep(1.5)", lambda: _holder(db, pid))
-        assert active.state == "active" and active.xid_age == idle.xid_age + 1, active
+        # the same kept xmin, older by the other session's xid at least (xids are the
+        # cluster's: another database's sessions may take some too)
+        assert active.state == "active" and active.xid_age >= idle.xid_age + 1, active
     assert active.held_seconds >= idle.held_seconds, (idle, active)
 
 
