@@ -11,6 +11,7 @@ from outbox_monitor.ui import (
     charts,
     controls,
     event_types,
+    firing_alerts,
     format,
     health,
     loaders,
@@ -61,16 +62,14 @@ def tile(column, label: str, value: str, badge: rule_state.Badge | None, help: s
         column.caption(format.md_text(badge.line))
 
 
-def alerting(now: datetime) -> tuple:
+def alerting() -> tuple:
     """The rules, their persisted states and why they cannot be trusted (``None`` when a
-    scheduler evaluates); renders the stall banner and the firing alerts section."""
+    scheduler evaluates); renders the stall banner."""
     loaded = alert_rules.load_ruleset()
     lease = alert_loaders.evaluator_lease(ctx.db)
     alert_rules.show_stall(lease, loaded.ruleset)
     instances = alert_loaders.alert_instances(ctx.db)
-    down = rule_state.alerting_down(lease, loaded.ruleset)
-    rule_state.firing_section(loaded.ruleset, instances, down=down, now=now)
-    return loaded.ruleset, instances, down
+    return loaded.ruleset, instances, rule_state.alerting_down(lease, loaded.ruleset)
 
 
 def forecasts(column, ruleset, metric: str, now, figures: dict | None = None) -> None:
@@ -100,7 +99,7 @@ def live_figures() -> None:
             st.page_link("pages/controls.py", label="Open controls", icon=":material/tune:")
 
         now = datetime.fromisoformat(figures["now"])
-        ruleset, instances, down = alerting(now)
+        ruleset, instances, down = alerting()
 
         def badge(metric: str) -> rule_state.Badge:
             return rule_state.badge(metric, ruleset, instances, down=down, now=now)
@@ -170,61 +169,80 @@ def live_figures() -> None:
             f"Rows dead-lettered in the last {f.window_label}.",
         )
 
+        top = ctx.settings.overview_top_event_types
+        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
+        firing_alerts.section(ctx.db, ruleset, instances, down=down, now=now, table=table, f=f)
         samples = loaders.samples(ctx.db, window=f.window)
         health.overview_tiles(figures["health"], samples, badge("xmin_horizon_age"))
 
-        event_types.section(ctx.db, f, top=ctx.settings.overview_top_event_types)
+        # Only the chosen tab runs (the Charts cost the page's first paint; issue 15, RESULTS.md
+        # "Pages with issue 15"); it is in the URL: /overview?view=Charts
+        by_type, history = st.tabs(
+            ["By event type", "Charts"], key="view", on_change="rerun", bind="query-params"
+        )
+        if by_type.open:
+            with by_type:
+                event_types.section(table, f, top=top, instances=instances, ruleset=ruleset)
+        if history.open:
+            with history:
+                charts_tab(f, figures, samples, [row["event_type"] for row in table["rows"]])
 
-        left, right = st.columns(2)
-        with left:
-            st.subheader("Queue depth over time")
-            if samples:
-                st.altair_chart(charts.queue_depth(samples), width="stretch")
-            else:
-                st.info(
-                    "No samples yet — start `outbox-monitor scheduler` to record queue depth "
-                    "every few seconds.",
-                    icon=":material/schedule:",
+
+def charts_tab(f: state.Filters, figures: dict, samples: list, troubled: list[str]) -> None:
+    """The history: queue depth, throughput, retry pressure, latency, failures by event type,
+    and any figure split by event type."""
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Queue depth over time")
+        if samples:
+            st.altair_chart(charts.queue_depth(samples), width="stretch")
+        else:
+            st.info(
+                "No samples yet — start `outbox-monitor scheduler` to record queue depth "
+                "every few seconds.",
+                icon=":material/schedule:",
+            )
+        st.subheader("Throughput over time")
+        series = loaders.throughput_series(ctx.db, window=f.window, event_type=f.event_type)
+        if series:
+            bucket = loaders.bucket_for(f.window)
+            st.altair_chart(charts.throughput(series, bucket), width="stretch")
+        else:
+            st.caption(f"No rows created or processed in the last {f.window_label}.")
+        st.subheader("Retry pressure")
+        if figures["attempts_histogram"]:
+            st.altair_chart(
+                charts.attempts_histogram(figures["attempts_histogram"]), width="stretch"
+            )
+            if "attempts_histogram" in figures["estimated"]:
+                st.caption(
+                    f"Estimate: more than {format.count(loaders.count_cap())} dead letters, "
+                    "so their counts by attempts are estimated from a sample of the "
+                    "table's pages (≈); pending and processing rows are counted exactly. "
+                    "`outbox-monitor status --json` counts every row."
                 )
-            st.subheader("Throughput over time")
-            series = loaders.throughput_series(ctx.db, window=f.window, event_type=f.event_type)
-            if series:
-                bucket = loaders.bucket_for(f.window)
-                st.altair_chart(charts.throughput(series, bucket), width="stretch")
-            else:
-                st.caption(f"No rows created or processed in the last {f.window_label}.")
-            st.subheader("Retry pressure")
-            if figures["attempts_histogram"]:
-                st.altair_chart(
-                    charts.attempts_histogram(figures["attempts_histogram"]), width="stretch"
-                )
-                if "attempts_histogram" in figures["estimated"]:
-                    st.caption(
-                        f"Estimate: more than {format.count(loaders.count_cap())} dead letters, "
-                        "so their counts by attempts are estimated from a sample of the "
-                        "table's pages (≈); pending and processing rows are counted exactly. "
-                        "`outbox-monitor status --json` counts every row."
-                    )
-            else:
-                st.caption("No pending, processing or failed rows.")
-        with right:
-            st.subheader("Latency P50 / P95 over time")
-            latencies = loaders.latency_series(ctx.db, window=f.window, event_type=f.event_type)
-            if latencies:
-                st.altair_chart(charts.latency(latencies), width="stretch")
-            else:
-                st.caption(f"No rows done in the last {f.window_label}.")
-            st.subheader("Failures by event type")
-            if figures["failed_by_event_type"]:
-                st.altair_chart(
-                    charts.failures_by_event_type(figures["failed_by_event_type"]),
-                    width="stretch",
-                )
-                st.page_link(
-                    "pages/dead_letters.py", label="Open dead letters", icon=":material/report:"
-                )
-            else:
-                st.caption(f"No dead letters in the last {f.window_label}.")
+        else:
+            st.caption("No pending, processing or failed rows.")
+    with right:
+        st.subheader("Latency P50 / P95 over time")
+        latencies = loaders.latency_series(ctx.db, window=f.window, event_type=f.event_type)
+        if latencies:
+            st.altair_chart(charts.latency(latencies), width="stretch")
+        else:
+            st.caption(f"No rows done in the last {f.window_label}.")
+        st.subheader("Failures by event type")
+        if figures["failed_by_event_type"]:
+            st.altair_chart(
+                charts.failures_by_event_type(figures["failed_by_event_type"]),
+                width="stretch",
+            )
+            st.page_link(
+                "pages/dead_letters.py", label="Open dead letters", icon=":material/report:"
+            )
+        else:
+            st.caption(f"No dead letters in the last {f.window_label}.")
+
+    event_types.split_chart(ctx.db, f, troubled)
 
 
 live_figures()

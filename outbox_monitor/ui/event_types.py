@@ -5,7 +5,7 @@ One row per event type — the top ``OUTBOX_MONITOR_OVERVIEW_TOP_EVENT_TYPES`` b
 rest in one row ``other`` (``by_event_type``) — with its figures, its flow-control state, a
 depth sparkline from the sampler's history per event type, and a status that comes only from
 the rules' own state (``alerts.coverage``); firing rules over the whole outbox are listed
-above it. Under it, the history charts split by event type.
+above it. The history split by event type is ``split_chart`` (the Overview's Charts).
 """
 
 from typing import Any
@@ -21,7 +21,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.exporter_labels import OTHER
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.event_types import event_type_flows
-from outbox_monitor.ui import alert_loaders, alert_rules, charts, format
+from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import Filters
 
@@ -159,22 +159,43 @@ def _unscoped(instances: list[dict], ruleset: RuleSet | None) -> None:
         )
 
 
-def section(db: Database, f: Filters, *, top: int) -> None:
-    """The section: firing rules over the whole outbox, the table by event type, and the
-    history charts split by event type.
+def load(
+    db: Database, f: Filters, *, top: int, instances: list[dict], ruleset: RuleSet | None
+) -> dict[str, Any]:
+    """The table's figures (cached): ``by_event_type.measure``'s rows — the types a firing
+    alert names pinned first — their flow-control states and their sampled history.
 
     Args:
         db: the page's Database.
         f: the sidebar's filters (window, event-type filter).
         top: event types with a row of their own (``settings.overview_top_event_types``).
+        instances, ruleset: the alert states and rules (which types are pinned).
+
+    Returns:
+        ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "history": [...]}``.
+    """
+    pinned = tuple(coverage.firing_event_types(instances, ruleset))
+    return _table(db_key(db), db, f.window, f.event_type, top, pinned)
+
+
+def section(
+    loaded: dict[str, Any],
+    f: Filters,
+    *,
+    top: int,
+    instances: list[dict],
+    ruleset: RuleSet | None,
+) -> None:
+    """The section: firing rules over the whole outbox, then the table by event type.
+
+    Args:
+        loaded: ``load``'s value.
+        f: the sidebar's filters (window, event-type filter).
+        top: event types with a row of their own (``settings.overview_top_event_types``).
+        instances, ruleset: the alert states and rules (each row's status).
     """
     st.subheader("By event type")
-    loaded_rules = alert_rules.load_ruleset()
-    ruleset = loaded_rules.ruleset
-    instances = alert_loaders.alert_instances(db)
     _unscoped(instances, ruleset)
-    pinned = tuple(coverage.firing_event_types(instances, ruleset))
-    loaded = _table(db_key(db), db, f.window, f.event_type, top, pinned)
     if not loaded["rows"]:
         st.caption(
             f"No event type has rows pending, processing or dead-lettered in the last "
@@ -190,11 +211,11 @@ def section(db: Database, f: Filters, *, top: int) -> None:
     )
     frame = pd.DataFrame(table_rows(loaded, instances, ruleset, f))
     st.dataframe(frame, hide_index=True, column_config=COLUMNS, width="stretch")
-    _split_chart(db, f, [row["event_type"] for row in loaded["rows"]])
 
 
-def _split_chart(db: Database, f: Filters, troubled: list[str]) -> None:
-    """History split by event type: a multiselect of sampled types and a figure."""
+def split_chart(db: Database, f: Filters, troubled: list[str]) -> None:
+    """History split by event type: a multiselect of sampled types (the ``troubled`` ones
+    chosen first) and a figure."""
     choices = _choices(db_key(db), db, f.window)
     if not choices:
         st.caption(

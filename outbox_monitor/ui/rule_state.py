@@ -1,19 +1,17 @@
-"""The Overview's alerting (issue 15 item 3): the firing alerts section, and each tile's badge
-as the state its rules were left in by the evaluator — never a judgement of the tile's own
-figure, which may be scoped differently from the rule (a tile over all event types, the rule
-over ``notification.%``).
+"""The Overview's alerting (issue 15 item 3): each tile's badge as the state its rules were
+left in by the evaluator — never a judgement of the tile's own figure, which may be scoped
+differently from the rule (a tile over all event types, the rule over ``notification.%``) —
+and the lines of an instance that the badges and the firing alerts (``ui.firing_alerts``) say.
 
 Everything comes from ``outbox_monitor.alert_instances`` (``alert_loaders.alert_instances``)
 and the evaluator lease: when no scheduler evaluates (stalled, or never started), the badges
-and the section say so instead of showing stale states.
+say so instead of showing stale states.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import streamlit as st
 
 from outbox_monitor.alerts.notification_text import held_note
 from outbox_monitor.alerts.rules import Rule, RuleSet
@@ -25,8 +23,6 @@ from outbox_monitor.units import format_value
 SEVERITY = ("firing", "error", "pending", "inactive")
 COLORS = {"firing": "red", "error": "orange", "pending": "orange", "inactive": "green"}
 LABELS = {"firing": "FIRING", "error": "ERROR", "pending": "pending", "inactive": "ok"}
-SHOWN_FIRING = 20
-"""Firing instances listed on the Overview; the rest are counted and on the Alerts page."""
 NEVER_EVALUATED = "no scheduler has evaluated the rules yet"
 RULE_PARAM, INSTANCE_PARAM = "rule", "instance"
 """The Alerts page's URL parameters that focus its state table on one rule instance."""
@@ -76,7 +72,7 @@ def _ago(instant: datetime | None, now: datetime | None) -> str:
     return format.duration(max(0.0, (now - instant).total_seconds()))
 
 
-def _held_open(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
+def held_open(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
     """``"held by keep_firing_for 2m: clear since … (40s ago)"`` for a firing instance whose
     condition has cleared (``held_note``); ``"pending 2m of for 10m"`` for a pending one;
     else ``""``."""
@@ -88,7 +84,7 @@ def _held_open(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
 
 def instance_line(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> str:
     """One instance for people: ``"backlog [per event type] order.paid: 1,200 vs > 1,000"``
-    with, when firing but clear, that keep_firing_for holds it open (``_held_open``), and
+    with, when firing but clear, that keep_firing_for holds it open (``held_open``), and
     when pending, for how long of its ``for``."""
     instance = str(row.get("instance") or "").removeprefix("event_type=")
     value = format_value(row.get("value"), rule.unit)
@@ -96,7 +92,7 @@ def instance_line(rule: Rule, row: Mapping[str, Any], now: datetime | None) -> s
     text += f" vs {rule.condition}"
     if row.get("state") == "error":
         text = f"{rule.name}: cannot be evaluated"
-    held = _held_open(rule, row, now)
+    held = held_open(rule, row, now)
     return f"{text} ({held})" if held else text
 
 
@@ -156,85 +152,3 @@ def badge(
     _, state, name, line = found[0]
     detail = "\n".join(f"{LABELS.get(s, s)} · {text}" for _, s, _, text in found)
     return Badge(f"{LABELS.get(state, state)} · {name}", COLORS.get(state, "gray"), line, detail)
-
-
-def firing_rows(
-    ruleset: RuleSet | None, instances: Sequence[Mapping[str, Any]], now: datetime | None
-) -> list[dict[str, Any]]:
-    """The firing (and error) instances, firing first then oldest first, of rules in the
-    file: ``rule``, ``instance`` (``""`` for a rule without ``by``), ``severity``, ``state``,
-    ``since`` (firing since), ``ago`` (text), ``line`` (``instance_line``: value vs
-    condition, held open by keep_firing_for) and ``held`` (that note alone)."""
-    rules = {rule.name: rule for rule in ruleset.rules} if ruleset else {}
-    found = []
-    for row in instances:
-        rule = rules.get(row["rule"])
-        if rule is None or row["state"] not in ("firing", "error"):
-            continue
-        since = row.get("firing_since") or row.get("changed_at")
-        found.append(
-            {
-                "rule": rule.name,
-                "instance": row.get("instance") or "",
-                "severity": rule.severity,
-                "state": row["state"],
-                "since": since,
-                "ago": _ago(since, now),
-                "line": instance_line(rule, row, now),
-                "held": _held_open(rule, row, now),
-            }
-        )
-    found.sort(key=lambda item: (item["state"] != "firing", item["since"] or now))
-    return found
-
-
-def firing_section(
-    ruleset: RuleSet | None,
-    instances: Sequence[Mapping[str, Any]],
-    *,
-    down: str | None,
-    now: datetime | None,
-) -> None:
-    """The Overview's "Firing alerts": each firing instance (rule, instance, since, value vs
-    threshold, held open by keep_firing_for) with a link to it on the Alerts page; what is
-    pending; or why the states are unknown."""
-    st.subheader("Firing alerts")
-    if ruleset is None:
-        st.caption("The rules file is invalid: no rule is evaluated (see the banner above).")
-        return
-    if down is not None:
-        # never started: a note; stalled (a scheduler stopped evaluating): a warning
-        shout = st.info if down.startswith(NEVER_EVALUATED) else st.warning
-        shout(f"**Alert states unknown** — {format.md_text(down)}.", icon=":material/help:")
-        return
-    rows = firing_rows(ruleset, instances, now)
-    pending = sum(1 for row in instances if row["state"] == "pending")
-    if not rows:
-        note = f" ({format.plural(pending, 'instance')} pending)" if pending else ""
-        st.success(
-            f"No alert firing{note}: {format.plural(len(ruleset.rules), 'rule')} evaluated.",
-            icon=":material/check_circle:",
-        )
-        return
-    for row in rows[:SHOWN_FIRING]:
-        icon = (
-            ":material/local_fire_department:" if row["state"] == "firing" else ":material/error:"
-        )
-        since = f"since {format.instant(row['since'])} ({row['ago']} ago)" if row["since"] else ""
-        with st.container(border=True):
-            text, link = st.columns([5, 1], vertical_alignment="center")
-            text.markdown(
-                f"{icon} **{format.md_text(LABELS[row['state']])}** · {row['severity']} · "
-                f"{format.md_text(row['line'])}  \n{since}"
-            )
-            with link:
-                st.page_link(
-                    "pages/alerts.py",
-                    label="Open alert",
-                    icon=":material/notifications:",
-                    query_params={RULE_PARAM: row["rule"], INSTANCE_PARAM: row["instance"]},
-                )
-    more = len(rows) - SHOWN_FIRING
-    if more > 0 or pending:
-        parts = [f"{more} more firing" if more > 0 else "", f"{pending} pending" if pending else ""]
-        st.caption(" · ".join(p for p in parts if p) + " — see the Alerts page.")

@@ -34,13 +34,18 @@ def test_every_page_renders_seeded_data(dashboard, page, rows, screenshot):
 
     page.goto(dashboard)
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-    expect(page.locator(".vega-embed").first).to_be_visible()
     assert metric_value(page, "Queue depth") == "2"
     assert metric_value(page, "Oldest pending age") == "2h 30m"
     assert metric_value(page, "P95 latency") == "48s"
     assert metric_value(page, "Stuck locks") == "1"
     expect(page.get_by_text("Updated at")).to_be_visible()
     screenshot("overview")
+    # the charts run when their tab is chosen, and the tab is in the URL
+    assert page.locator(".vega-embed").count() == 0
+    page.get_by_role("tab", name="Charts").click()
+    expect(page.locator(".vega-embed").first).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/overview\?(.*&)?view=Charts"))
+    screenshot("overview-charts")
 
     page.goto(f"{dashboard}/events?id={detail}")
     expect(page.get_by_role("heading", name="Event detail")).to_be_visible()

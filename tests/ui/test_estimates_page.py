@@ -85,13 +85,13 @@ def test_retry_pressure_says_when_dead_letters_are_estimated(open_page, rows, co
     monkeypatch.setattr(dead_letter_attempts, "DEAD_LETTERS_PER_SAMPLED_PAGE", 1)
 
     monkeypatch.setattr(estimates, "DASHBOARD_COUNT_CAP", 3000)
-    at = open_page("overview")
+    at = open_page("overview", view="Charts")
     assert not at.exception
     assert not [c for c in at.caption if "Estimate:" in c.value]
     assert {m.label: m.value for m in at.metric}["Failed (24 h)"] == "3,000"
 
     monkeypatch.setattr(estimates, "DASHBOARD_COUNT_CAP", 10)
-    at = open_page("overview")
+    at = open_page("overview", view="Charts")
     assert any(
         "Estimate: more than 10 dead letters" in c.value and "status --json" in c.value
         for c in at.caption

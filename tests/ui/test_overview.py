@@ -67,10 +67,20 @@ def test_event_type_and_window_from_the_url(open_page, rows):
     assert whole_day["Created / min"][0] == f"{13 / 1440:.2f}/min"
 
 
-def test_charts_and_the_no_samples_hint(open_page, rows, conn):
+def test_charts_run_only_in_their_tab(open_page, rows):
     seed(rows)
 
     at = open_page("overview")
+
+    assert [tab.label for tab in at.tabs] == ["By event type", "Charts"]
+    assert not at.get("vega_lite_chart")  # the Charts tab's code did not run
+    assert not [i for i in at.info if "No samples yet" in i.value]
+
+
+def test_charts_and_the_no_samples_hint(open_page, rows, conn):
+    seed(rows)
+
+    at = open_page("overview", view="Charts")
 
     assert any(
         "No samples yet" in i.value and "outbox-monitor scheduler" in i.value for i in at.info
@@ -84,7 +94,7 @@ def test_charts_and_the_no_samples_hint(open_page, rows, conn):
            VALUES ('public.integration_outbox', now() - interval '1 minute', 3, 4, 1, 2, 1, 0)"""
     )
     st.cache_data.clear()  # the samples loader would serve its cached empty list for 5 s
-    at = open_page("overview")
+    at = open_page("overview", view="Charts")
 
     assert not [i for i in at.info if "No samples yet" in i.value]
     assert len(at.get("vega_lite_chart")) == 4

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from rendered import plain
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.ui import alert_rules, rule_state
+from outbox_monitor.error_grouping import error_groups
+from outbox_monitor.ui import alert_rules, firing_alerts, rule_state
 from tests.alerting import evaluate_as_scheduler, rules_file
 
 RULES = """
@@ -135,7 +136,7 @@ def test_an_alert_held_open_by_keep_firing_for_says_so(tmp_path):
     assert badge.text == "FIRING · stuck-lock"
     note = "held by keep_firing_for 2m: clear since 2026-01-01 14:04:20 UTC (40s ago)"
     assert badge.line == f"stuck-lock: 0 vs > 0 ({note})"
-    [row] = rule_state.firing_rows(ruleset, [held], now)
+    [row] = firing_alerts.firing_rows(ruleset, [held], now)
     assert row["held"] == note
     assert row["ago"] == "5m 0s"
 
@@ -169,3 +170,63 @@ def test_a_pending_alert_says_how_long_of_its_for(tmp_path):
     badge = rule_state.badge("queue_depth", ruleset, [pending], down=None, now=now)
     assert (badge.text, badge.color) == ("pending · backlog", "orange")
     assert badge.line == "backlog: 1,200 vs > 1,000 (pending 2m 0s of for 10m)"
+
+
+FAILING = """
+version: 1
+defaults: {interval: 30s, for: 0s}
+routes:
+  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}
+rules:
+  - {name: payment-failed, metric: failed_in_window, window: 1h, by: [event_type],
+     op: ">", threshold: 0, severity: critical, route: oncall}
+"""
+
+
+def test_a_firing_type_says_its_trend_eta_and_links_to_its_replay(
+    open_page, environment, rows, settings, db, conn, tmp_path
+):
+    path = rules_file(tmp_path, FAILING)
+    environment.setenv(RULES_ENV, str(path))
+    for ago in (60, 120, 180):  # 3 dead letters in the hour, one error group
+        rows.add_failed(
+            event_type="payment.captured",
+            created_ago=300,
+            processed_ago=ago,
+            last_error="HTTP 503 from payments",
+        )
+    for _ in range(4):  # 4 due now: queue depth 4, oldest pending 5 min
+        rows.add(event_type="payment.captured", created_ago=300)
+    # the sampler's history of the type: 1, 2, 3 dead letters at −10, −5 and 0 min → +0.2/min
+    for ago, failed in ((600, 1), (300, 2), (0, 3)):
+        conn.execute(
+            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
+            " queue_depth, failed_in_window, retrying)"
+            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s),"
+            " 'payment.captured', 4, %s, 0)",
+            (ago, failed),
+        )
+    evaluate_as_scheduler(settings, db, load_rules(path))
+
+    at = open_page("overview")
+
+    assert not at.exception
+    (text,) = [plain(m.value) for m in at.markdown if "payment-failed" in plain(m.value)]
+    assert "**FIRING** · critical · payment-failed [per event type] payment.captured: 3" in text
+    # 7 rows created in the hour (4 pending, 3 failed) and none done: 7/60 per minute
+    assert "payment.captured: queue depth 4 · oldest pending 5m " in text
+    assert "failed in window +0.20 rows/min over the last 15m" in text
+    assert "Drain ETA never: grows by 0.12/min · 3 dead-lettered in 1h" in text
+    (group,) = error_groups(db, event_type="payment.captured")
+    (replay,) = [p for p in at.get("page_link") if p.proto.label == "Replay dead letters"]
+    assert replay.proto.page == "dead_letters"
+    assert replay.proto.query_string == (
+        f"event_type=payment.captured&error_group={group['group_id']}&window=1h"
+    )
+
+    # the click: the Dead letters page opens on that group with its replay
+    dead = open_page(
+        "dead_letters", event_type="payment.captured", error_group=group["group_id"], window="1h"
+    )
+    assert not dead.exception
+    assert [b.label for b in dead.button if b.label == "Preview replay"] == ["Preview replay"]

@@ -1,0 +1,266 @@
+"""The Overview's "Firing alerts" (issue 15 item 3, and its done-means): each firing instance —
+rule, instance, since, value vs threshold, held open by keep_firing_for — and, when it is about
+one event type, that type's trend, drain ETA and dead letters from the by-event-type table,
+with one click to its replay.
+
+The states are the evaluator's (``outbox_monitor.alert_instances``); the type's figures are
+the by-event-type table's (``ui.event_types.load``), the trend is ``forecast.fit_trend`` over
+the sampler's per-event-type history: nothing here is measured a second way.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import streamlit as st
+
+from outbox_monitor.alerts.links import instance_event_type
+from outbox_monitor.alerts.rules import Rule, RuleSet
+from outbox_monitor.db import Database
+from outbox_monitor.forecast import (
+    DEFAULT_LOOKBACK_SECONDS,
+    drain_eta_of,
+    forecast,
+    sample_points,
+)
+from outbox_monitor.ui import format, loaders
+from outbox_monitor.ui.rule_state import (
+    INSTANCE_PARAM,
+    LABELS,
+    NEVER_EVALUATED,
+    RULE_PARAM,
+    held_open,
+    instance_line,
+)
+from outbox_monitor.ui.state import Filters
+from outbox_monitor.units import format_value
+
+SHOWN_FIRING = 20
+"""Firing instances listed on the Overview; the rest are counted and on the Alerts page."""
+TREND_COLUMNS = {
+    "queue_depth": "queue_depth",
+    "oldest_pending_age": "oldest_pending_age_seconds",
+    "latency_p95": "latency_p95_seconds",
+    "failed_in_window": "failed_in_window",
+}
+"""A rule's metric → the per-event-type sample column its trend is fitted on (migration 014);
+a metric without one gets the type's queue-depth trend."""
+
+
+def firing_rows(
+    ruleset: RuleSet | None, instances: Sequence[Mapping[str, Any]], now: datetime | None
+) -> list[dict[str, Any]]:
+    """The firing (and error) instances, firing first then oldest first, of rules in the
+    file: ``rule``, ``rule_model`` (the ``Rule``), ``instance`` (``""`` for a rule without
+    ``by``), ``severity``, ``state``, ``since`` (firing since), ``ago`` (text), ``line``
+    (``instance_line``: value vs condition, held open by keep_firing_for) and ``held``
+    (that note alone)."""
+    rules = {rule.name: rule for rule in ruleset.rules} if ruleset else {}
+    found = []
+    for row in instances:
+        rule = rules.get(row["rule"])
+        if rule is None or row["state"] not in ("firing", "error"):
+            continue
+        since = row.get("firing_since") or row.get("changed_at")
+        found.append(
+            {
+                "rule": rule.name,
+                "rule_model": rule,
+                "instance": row.get("instance") or "",
+                "severity": rule.severity,
+                "state": row["state"],
+                "since": since,
+                "ago": format.duration(max(0.0, (now - since).total_seconds()))
+                if since is not None and now is not None
+                else "",
+                "line": instance_line(rule, row, now),
+                "held": held_open(rule, row, now),
+            }
+        )
+    found.sort(key=lambda item: (item["state"] != "firing", item["since"] or now))
+    return found
+
+
+@dataclass(frozen=True)
+class TypeContext:
+    """What the by-event-type table says of the event type a firing instance is about:
+    ``trend`` (``"failed in window +12 rows/min over 15m"``, or why there is none),
+    ``eta`` (``"Drain ETA never: grows by 80/min"``), ``failed`` (dead letters in the
+    window) and ``figures`` (``"queue depth 1,240 · oldest pending 7m 26s"``)."""
+
+    event_type: str
+    trend: str
+    eta: str
+    failed: int
+    figures: str
+
+
+def type_context(
+    rule: Rule, event_type: str, table: Mapping[str, Any] | None, now: datetime
+) -> TypeContext | None:
+    """The context of ``event_type`` from the by-event-type table, or ``None`` when the table
+    has no row of its own for it (a pattern such as ``payment.%``, or a type folded into
+    ``other``).
+
+    Args:
+        rule: the firing rule (its metric picks the trend's sample column, ``TREND_COLUMNS``).
+        event_type: the instance's event type (``links.instance_event_type``).
+        table: ``ui.event_types.load``'s value (rows, flows, history), or ``None``.
+        now: the database clock; the trend is fitted on the last 15 min of samples
+            (``forecast.DEFAULT_LOOKBACK_SECONDS``).
+    """
+    if table is None:
+        return None
+    row = next((r for r in table["rows"] if r["event_type"] == event_type), None)
+    if row is None:
+        return None
+    column = TREND_COLUMNS.get(rule.metric, "queue_depth")
+    unit = "seconds" if column.endswith("_seconds") else "rows"
+    lookback = DEFAULT_LOOKBACK_SECONDS
+    since = now.timestamp() - lookback
+    history = [
+        sample
+        for sample in table["history"]
+        if sample["event_type"] == event_type and sample["sampled_at"].timestamp() >= since
+    ]
+    fitted = forecast(
+        column, unit, ">", 0.0, sample_points(history, column, now), horizon=0, lookback=lookback
+    )
+    name = column.removesuffix("_seconds").replace("_", " ")
+    if fitted.trend is None:
+        trend = (
+            f"{name}: no trend yet ({format.plural(fitted.samples, 'sample')} in the last "
+            f"{format.duration_label(lookback)}; the scheduler records them)"
+        )
+    else:
+        trend = f"{name} {fitted.slope_text()} over the last {format.duration_label(lookback)}"
+    age = row["oldest_pending_age"]
+    figures = f"queue depth {format.count(row['queue_depth'])}" + (
+        f" · oldest pending {format_value(age, 'seconds')}" if age is not None else ""
+    )
+    eta = drain_eta_of(
+        {
+            "queue_depth": row["queue_depth"],
+            "processed_per_minute": row.get("processed_per_minute"),
+            "created_per_minute": row.get("created_per_minute"),
+        }
+    )
+    return TypeContext(
+        event_type,
+        trend,
+        f"Drain ETA{':' if eta.backlog <= 0 else ''} {eta.text}",
+        int(row["failed_in_window"]),
+        figures,
+    )
+
+
+def replay_group(db: Database, event_type: str) -> str | None:
+    """The error group a replay of ``event_type`` starts from: the one whose last dead letter
+    is the newest (the failure going on now), from the Dead letters page's own cached read
+    (so the click that opens it is served from that cache); ``None`` without dead letters."""
+    groups = loaders.dead_letters(db, event_type=event_type, error_group=None).groups
+    newest = max(groups, key=lambda group: group["last_seen"], default=None)
+    return None if newest is None else newest["group_id"]
+
+
+def section(
+    db: Database,
+    ruleset: RuleSet | None,
+    instances: Sequence[Mapping[str, Any]],
+    *,
+    down: str | None,
+    now: datetime,
+    table: Mapping[str, Any] | None,
+    f: Filters,
+) -> None:
+    """The Overview's "Firing alerts": each firing instance with a link to it on the Alerts
+    page and, when it is about one event type of the table, that type's figures, trend and
+    drain ETA and a link to replay its dead letters (the Dead letters page on the newest
+    error group, ``replay_group``); what is pending; or why the states are unknown.
+
+    Args:
+        db: the page's Database.
+        ruleset: the loaded rules (``None``: the file is invalid).
+        instances: ``alert_loaders.alert_instances``'s rows.
+        down: ``rule_state.alerting_down``'s reason, or ``None``.
+        now: the database clock.
+        table: ``ui.event_types.load``'s value, or ``None`` (no context per type).
+        f: the sidebar's filters (the window of the links).
+    """
+    st.subheader("Firing alerts")
+    if ruleset is None:
+        st.caption("The rules file is invalid: no rule is evaluated (see the banner above).")
+        return
+    if down is not None:
+        # never started: a note; stalled (a scheduler stopped evaluating): a warning
+        shout = st.info if down.startswith(NEVER_EVALUATED) else st.warning
+        shout(f"**Alert states unknown** — {format.md_text(down)}.", icon=":material/help:")
+        return
+    rows = firing_rows(ruleset, instances, now)
+    pending = sum(1 for row in instances if row["state"] == "pending")
+    if not rows:
+        note = f" ({format.plural(pending, 'instance')} pending)" if pending else ""
+        st.success(
+            f"No alert firing{note}: {format.plural(len(ruleset.rules), 'rule')} evaluated.",
+            icon=":material/check_circle:",
+        )
+        return
+    for row in rows[:SHOWN_FIRING]:
+        _firing(db, row, now, table, f)
+    more = len(rows) - SHOWN_FIRING
+    if more > 0 or pending:
+        parts = [f"{more} more firing" if more > 0 else "", f"{pending} pending" if pending else ""]
+        st.caption(" · ".join(p for p in parts if p) + " — see the Alerts page.")
+
+
+def _firing(
+    db: Database,
+    row: Mapping[str, Any],
+    now: datetime,
+    table: Mapping[str, Any] | None,
+    f: Filters,
+) -> None:
+    rule: Rule = row["rule_model"]
+    event_type = instance_event_type(rule, row["instance"], {})
+    context = (
+        type_context(rule, event_type, table, now)
+        if event_type and row["state"] == "firing"
+        else None
+    )
+    icon = ":material/local_fire_department:" if row["state"] == "firing" else ":material/error:"
+    since = f"since {format.instant(row['since'])} ({row['ago']} ago)" if row["since"] else ""
+    lines = [
+        f"{icon} **{format.md_text(LABELS[row['state']])}** · {row['severity']} · "
+        f"{format.md_text(row['line'])}",
+        since,
+    ]
+    if context is not None:
+        lines.append(
+            format.md_text(
+                f"{context.event_type}: {context.figures} · {context.trend} · {context.eta}"
+                + (f" · {format.count(context.failed)} dead-lettered in {f.window_label}")
+            )
+        )
+    with st.container(border=True):
+        text, links = st.columns([5, 1], vertical_alignment="center")
+        text.markdown("  \n".join(line for line in lines if line))
+        with links:
+            group = replay_group(db, context.event_type) if context and context.failed else None
+            if group is not None:
+                st.page_link(
+                    "pages/dead_letters.py",
+                    label="Replay dead letters",
+                    icon=":material/replay:",
+                    query_params={
+                        "event_type": context.event_type,
+                        "error_group": group,
+                        "window": f.window_label,
+                    },
+                )
+            st.page_link(
+                "pages/alerts.py",
+                label="Open alert",
+                icon=":material/notifications:",
+                query_params={RULE_PARAM: row["rule"], INSTANCE_PARAM: row["instance"]},
+            )
