@@ -651,3 +651,8 @@ SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(lsn)s::pg_lsn)::bigint AS bytes;
 -- Benchmark only: bytes on disk of the outbox and all its partitions, indexes included (a delete leaves them until a VACUUM reuses them; a dropped partition returns them).
 SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint AS bytes
 FROM pg_partition_tree(%(table_regclass)s::regclass) AS t;
+
+-- name: benchmark_spread_event_types
+-- Benchmark only (by_event_type.py): each seeded event type split into %(split)s types by id,
+-- so that the table has many types (6 × split) with a backlog and dead letters each.
+UPDATE {table} SET event_type = event_type || '.v' || (id %% %(split)s);

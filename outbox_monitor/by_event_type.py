@@ -4,10 +4,12 @@ and the sampler's history per event type.
 
 O(backlog) whatever the number of event types: the backlog figures of every type come from
 one pass over the pending and processing rows (``metrics.open_by_event_type``), the dead
-letters of every type from one grouped count (``metrics.failed_by_event_type``); only the
-kept types' latency and throughput are measured, each through its ``metrics`` function for
-exactly that type (the open part of created per minute from that one pass: no kept type reads
-the backlog again). Every value is the ``metrics`` figure: no second definition.
+letters of every type from one grouped count (``metrics.failed_by_event_type``), and the kept
+types' latency P95 and throughput from one statement over the window's finished rows
+(``metrics.finished_by_event_type``: the predicates of ``latency_percentiles`` and
+``throughput`` per type; the open part of created per minute from the one backlog pass). Three
+statements however many types are kept, and every value is the ``metrics`` figure for exactly
+that type (the tests compare them).
 """
 
 from collections.abc import Collection, Mapping, Sequence
@@ -16,7 +18,6 @@ from typing import Any
 from outbox_monitor import metrics
 from outbox_monitor.db import Database
 from outbox_monitor.exporter_labels import OTHER
-from outbox_monitor.filters import ExactEventType
 
 COUNTS = (
     "queue_depth",
@@ -132,32 +133,30 @@ def measure(
     Raises:
         The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
     """
+    seconds = db.settings.window if window is None else window
     with db.session():
-        open_rows = metrics.open_by_event_type(db, event_type=event_type, window=window)
-        failed = metrics.failed_by_event_type(db, window=window, event_type=event_type)
+        open_rows = metrics.open_by_event_type(db, event_type=event_type, window=seconds)
+        failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
+        named = [row for row in rows if row["event_type"] != OTHER]
+        finished = metrics.finished_by_event_type(
+            db, event_types=[row["event_type"] for row in named], window=seconds
+        )
         for row in rows:
-            exact = None if row["event_type"] == OTHER else ExactEventType(row["event_type"])
-            row["latency_p95"] = (
-                None
-                if exact is None
-                else metrics.latency_percentiles(db, window=window, event_type=exact)["p95"]
-            )
-            if rates and exact is not None:
+            row["latency_p95"] = None
+        for row in named:
+            done = finished.get(row["event_type"], {})
+            row["latency_p95"] = done.get("latency_p95")
+            if rates:
                 # the open part of created per minute came with the one pass over the backlog
-                row.update(
-                    metrics.throughput(
-                        db,
-                        window=window,
-                        event_type=exact,
-                        open_created=row["created_open_in_window"],
-                    )
-                )
+                created = row["created_open_in_window"] + done.get("created_finished", 0)
+                row["processed_per_minute"] = done.get("processed", 0) / (seconds / 60)
+                row["created_per_minute"] = created / (seconds / 60)
         if rates and rows and rows[-1]["event_type"] == OTHER:
-            total = metrics.throughput(db, window=window, event_type=event_type)
+            total = metrics.throughput(db, window=seconds, event_type=event_type)
             for key, value in total.items():
-                named = sum(row[key] for row in rows[:-1])
-                rows[-1][key] = max(value - named, 0.0)
+                named_sum = sum(row[key] for row in named)
+                rows[-1][key] = max(value - named_sum, 0.0)
     return rows
 
 

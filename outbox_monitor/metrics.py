@@ -7,6 +7,7 @@ an optional ``event_type`` filter: a value containing ``%`` is a LIKE pattern (`
 the settings of ``db`` (1 h and 15 min unless configured).
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 from outbox_monitor import dead_letter_attempts
@@ -122,6 +123,39 @@ def throughput(
         open_created = _count(db, "created_open_in_window", event_type, window=seconds)
     created = open_created + _count(db, "created_finished_in_window", event_type, window=seconds)
     return {"processed_per_minute": processed / minutes, "created_per_minute": created / minutes}
+
+
+def finished_by_event_type(
+    db: Database, *, event_types: Sequence[str], window: float | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per event type, the window's figures of finished rows, in one statement for every type
+    (named query ``finished_by_event_type``): for each, what ``latency_percentiles``' P95,
+    ``throughput``'s processed rows and the finished part of its created rows count for
+    exactly that type (SPEC §2 latency and throughput).
+
+    Args:
+        event_types: exact event type names (no pattern).
+        window: seconds (default: settings).
+
+    Returns:
+        ``{event_type: {"latency_p95": seconds or None, "processed": rows,
+        "created_finished": rows}}``; a type without such rows is absent (read as ``None``,
+        0 and 0).
+    """
+    if not event_types:
+        return {}
+    rows = db.fetch_all(
+        "finished_by_event_type",
+        {"window": _window(db, window), "event_types": list(event_types)},
+    )
+    return {
+        row["event_type"]: {
+            "latency_p95": row["p95"],
+            "processed": row["processed"],
+            "created_finished": row["created_finished"],
+        }
+        for row in rows
+    }
 
 
 def failed_by_event_type(

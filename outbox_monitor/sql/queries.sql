@@ -356,6 +356,40 @@ SELECT (
           {and_filters}
 ) AS value;
 
+-- name: finished_by_event_type
+-- Per event type of %(event_types)s (exact names), what latency_percentiles (its P95),
+-- processed_in_window and created_finished_in_window count for one type, for all of them in
+-- one statement: each branch reads the rows of one part of created_finished_in_window through
+-- the same index, and each figure keeps its own predicate as a FILTER (latency and processed:
+-- done rows processed in the window; created: finished rows created in the window).
+SELECT event_type,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY d) FILTER (WHERE done_in_window) AS p95,
+       count(*) FILTER (WHERE done_in_window) AS processed,
+       count(*) FILTER (WHERE created_in_window) AS created_finished
+FROM (
+    SELECT event_type, greatest(extract(epoch FROM processed_at - created_at)::float8, 0) AS d,
+           processed_at <= now() AS done_in_window,
+           created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+               AS created_in_window
+    FROM {table}
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND event_type = ANY(%(event_types)s)
+    UNION ALL
+    SELECT event_type, NULL, false, true
+    FROM {table}
+    WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          AND event_type = ANY(%(event_types)s)
+    UNION ALL
+    SELECT event_type, NULL, false, true
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          AND event_type = ANY(%(event_types)s)
+) AS finished
+GROUP BY event_type;
+
 -- name: failed_by_event_type
 -- Rows dead-lettered (failed) with processed_at, the time of failure, in the window.
 SELECT event_type, count(*) AS failed FROM {table}

@@ -207,26 +207,74 @@ def test_thirty_event_types_fold_into_the_top_five_and_other(db, conn):
     assert [r["event_type"] for r in pinned[:2]] == ["t03", "t29"]
 
 
-def test_the_kept_types_created_per_minute_reads_the_backlog_once(db, conn, monkeypatch):
-    """O(backlog) with N kept types: the open rows created in the window come from the one
-    grouped pass; only ``other``'s total reads them again (1 statement, not N + 1)."""
+@pytest.mark.parametrize("top", [5, 20])
+def test_the_same_statements_however_many_types_are_kept(db, conn, monkeypatch, top):
+    """O(backlog) and O(window) with N kept types: one pass over the backlog, one grouped count
+    of dead letters, one statement over the window's finished rows for every kept type, and
+    ``other``'s total throughput (3 statements): 6, not 3 per kept type."""
     insert_types(conn, 30)
     statements = []
-    fetch_one = db.fetch_one
+    for method in ("fetch_one", "fetch_all"):
+        original = getattr(db, method)
 
-    def recording(name, *args, **kwargs):
-        statements.append(name)
-        return fetch_one(name, *args, **kwargs)
+        def recording(name, *args, _original=original, **kwargs):
+            statements.append(name)
+            return _original(name, *args, **kwargs)
 
-    monkeypatch.setattr(db, "fetch_one", recording)
-    measured = by_event_type.measure(db, top=5, window=3600)
-    assert statements.count("created_open_in_window") == 1
-    assert statements.count("created_finished_in_window") == 6  # five kept types and other
-    # each kept type's created per minute is its own metrics figure: t29 has 30 rows
-    assert measured[0]["created_per_minute"] == pytest.approx(
-        metrics.throughput(db, window=3600, event_type=ExactEventType("t29"))["created_per_minute"]
+        monkeypatch.setattr(db, method, recording)
+    measured = by_event_type.measure(db, top=top, window=3600)
+    assert sorted(statements) == sorted(
+        [
+            "open_by_event_type",
+            "failed_by_event_type",
+            "finished_by_event_type",
+            "processed_in_window",
+            "created_open_in_window",
+            "created_finished_in_window",
+        ]
     )
+    # t29 has 30 rows, all created in the window and still open
     assert measured[0]["created_per_minute"] == pytest.approx(30 / 60)
+
+
+def test_each_kept_type_has_its_own_metrics_figures(db, rows, conn):
+    """``finished_by_event_type`` counts per type what ``latency_percentiles`` and
+    ``throughput`` count for that one type, the edge rows included: done and failed rows
+    created before the window, a row processed before it was created (clock skew), a failed
+    row with no processed_at, a done row processed in the future."""
+    for created, processed in ((600, 60), (1200, 30), (7200, 120), (300, 5)):
+        rows.add(event_type="a.done", status="done", created_ago=created, processed_ago=processed)
+    rows.add(event_type="a.done", status="done", created_ago=300, processed_ago=-120)  # future
+    rows.add(event_type="a.done", status="done", created_ago=100, processed_ago=4000)  # skew
+    rows.add_failed(event_type="b.failed", created_ago=500, processed_ago=50)
+    rows.add_failed(event_type="b.failed", created_ago=5000, processed_ago=50)  # made before
+    rows.add(event_type="b.failed", status="failed", created_ago=200)  # no processed_at
+    rows.add(event_type="a.done", created_ago=10)  # open: the type is listed
+    rows.add(event_type="c.open", created_ago=30)
+
+    measured = {r["event_type"]: r for r in by_event_type.measure(db, top=10, window=3600)}
+
+    for name in ("a.done", "b.failed", "c.open"):
+        exact = ExactEventType(name)
+        expected = metrics.throughput(db, window=3600, event_type=exact)
+        assert measured[name]["processed_per_minute"] == pytest.approx(
+            expected["processed_per_minute"]
+        ), name
+        assert measured[name]["created_per_minute"] == pytest.approx(
+            expected["created_per_minute"]
+        ), name
+        p95 = metrics.latency_percentiles(db, window=3600, event_type=exact)["p95"]
+        assert measured[name]["latency_p95"] == pytest.approx(p95), name
+    # by hand: a.done has 4 rows done in the window (60, 30, 120, 5 s ago; not the future one,
+    # not the one processed 4000 s ago) and 6 of its rows were created in the window (600, 1200,
+    # 300, 300, 100 and 10 s ago); b.failed: 2 created in it (500 and 200 s ago); c.open: 1
+    assert measured["a.done"]["processed_per_minute"] == pytest.approx(4 / 60)
+    assert measured["a.done"]["created_per_minute"] == pytest.approx(6 / 60)
+    assert measured["b.failed"]["created_per_minute"] == pytest.approx(2 / 60)
+    assert measured["c.open"]["created_per_minute"] == pytest.approx(1 / 60)
+    # latencies 540, 1170, 7080, 295 s: P95 = 1170 + 0.85 * (7080 - 1170) (continuous)
+    assert measured["a.done"]["latency_p95"] == pytest.approx(1170 + 0.85 * 5910)
+    assert measured["b.failed"]["latency_p95"] is None
 
 
 def test_one_sampler_pass_writes_the_top_event_types_and_other(dsn, rows, conn):
