@@ -1,0 +1,65 @@
+"""``outbox-monitor outboxes`` on real databases (issue 16 item 1): two outboxes in two
+databases of the test cluster and one whose database is missing; a DSN is never printed."""
+
+import json
+
+from click.testing import CliRunner
+
+from outbox_monitor.cli import main
+
+FLEET = """
+version: 1
+outboxes:
+  - name: orders
+    dsn_env: ORDERS_DSN
+    labels: {team: payments}
+  - name: billing
+    dsn_env: BILLING_DSN
+  - name: gone
+    dsn_env: GONE_DSN
+"""
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, prog_name="outbox-monitor")
+
+
+def test_each_outbox_checked_on_its_own_database(dsn, make_dsn, empty_dsn, monkeypatch, tmp_path):
+    billing = make_dsn()
+    gone = empty_dsn.rsplit("/", 1)[0] + "/no_such_database"
+    for name, value in (("ORDERS_DSN", dsn), ("BILLING_DSN", billing), ("GONE_DSN", gone)):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("OUTBOX_MONITOR_DSN", raising=False)
+    path = tmp_path / "outboxes.yml"
+    path.write_text(FLEET)
+
+    result = run("outboxes", "--file", str(path), "--check", "--json")
+
+    assert result.exit_code == 1, result.output
+    listed = {row["name"]: row for row in json.loads(result.stdout)["outboxes"]}
+    assert list(listed) == ["orders", "billing", "gone"]
+    assert listed["orders"]["reachable"] and listed["orders"]["labels"] == {"team": "payments"}
+    assert listed["orders"]["database"].endswith("/" + dsn.rsplit("/", 1)[1])
+    assert listed["billing"]["reachable"] and listed["billing"]["error"] is None
+    assert not listed["gone"]["reachable"] and "no_such_database" in listed["gone"]["error"]
+    assert json.loads(result.stdout)["failed"] == 1
+
+    text = run("outboxes", "--file", str(path))
+    assert text.exit_code == 0  # listed, not checked
+    assert "3 outbox(es) from " + str(path) in text.output
+    assert "password" not in text.output
+
+
+def test_an_invalid_file_exits_2_naming_the_outbox_and_field(monkeypatch, tmp_path):
+    monkeypatch.delenv("BILLING_DSN", raising=False)
+    monkeypatch.setenv("ORDERS_DSN", "postgresql://x@localhost/orders")
+    monkeypatch.setenv("GONE_DSN", "postgresql://x@localhost/gone")
+    path = tmp_path / "outboxes.yml"
+    path.write_text(FLEET)
+
+    result = CliRunner().invoke(main, ["outboxes", "--file", str(path)])
+
+    assert result.exit_code == 2
+    assert 'outbox "billing" (outboxes[1]), dsn_env: the environment variable BILLING_DSN' in (
+        result.output
+    )

@@ -1,0 +1,121 @@
+"""The fleet file (issue 16 item 1): outboxes with the variables of their DSNs, validated like
+alerts.yml (the outbox and the field named), and the single-outbox settings as a fleet of one."""
+
+from pathlib import Path
+
+import pytest
+
+from outbox_monitor.config import load_settings
+from outbox_monitor.fleet import FLEET_ENV, SINGLE, FleetError, load_fleet
+
+ENV = {
+    "ORDERS_DSN": "postgresql://monitor@db-a/orders",
+    "ORDERS_PRIMARY": "postgresql://monitor@db-a-primary/orders",
+    "BILLING_DSN": "postgresql://monitor@db-b/billing",
+}
+TWO = """
+version: 1
+outboxes:
+  - name: orders
+    dsn_env: ORDERS_DSN
+    primary_dsn_env: ORDERS_PRIMARY
+    lock_timeout: 5m
+    retention: {done: 30d, failed: 90d}
+    labels: {team: payments, service: orders}
+  - name: billing
+    dsn_env: BILLING_DSN
+    table: billing.outbox
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "outboxes.yml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def settings():
+    return load_settings(dsn="postgresql://monitor@single/app", lock_timeout="15m")
+
+
+def test_two_outboxes_each_with_its_own_database_table_and_labels(tmp_path, settings):
+    fleet = load_fleet(settings, write(tmp_path, TWO), ENV)
+
+    assert fleet.names == ["orders", "billing"]
+    orders, billing = fleet.outboxes
+    assert orders.settings.dsn == ENV["ORDERS_DSN"]
+    assert orders.settings.primary_target == ENV["ORDERS_PRIMARY"]
+    assert orders.settings.table == "public.integration_outbox"
+    assert orders.settings.lock_timeout == 300.0
+    assert (orders.settings.auto_prune_done, orders.settings.auto_prune_failed) == (
+        30 * 86400.0,
+        90 * 86400.0,
+    )
+    assert orders.labels == {"team": "payments", "service": "orders"}
+    assert billing.settings.dsn == ENV["BILLING_DSN"]
+    assert billing.settings.table == "billing.outbox"
+    assert billing.settings.lock_timeout == 900.0  # the process's
+    assert billing.settings.primary_target == ENV["BILLING_DSN"]
+    assert fleet.get("billing") is billing
+    with pytest.raises(KeyError, match="has orders, billing"):
+        fleet.get("nope")
+
+
+def test_without_a_file_the_settings_are_a_fleet_of_one(settings):
+    fleet = load_fleet(settings, env={})
+
+    (only,) = fleet.outboxes
+    assert (only.name, only.settings, fleet.path) == (SINGLE, settings, None)
+
+
+def test_the_file_named_by_the_environment(tmp_path, settings):
+    path = write(tmp_path, TWO)
+    assert load_fleet(settings, env={**ENV, FLEET_ENV: str(path)}).path == str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        (
+            TWO.replace("dsn_env: BILLING_DSN", "dsn_env: postgresql://x@y/z"),
+            ENV,
+            'outbox "billing" (outboxes[1]), dsn_env: ',
+        ),
+        (TWO, {k: v for k, v in ENV.items() if k != "BILLING_DSN"}, "BILLING_DSN is not set"),
+        (
+            TWO.replace("name: billing", "name: orders"),
+            ENV,
+            'outbox "orders" (outboxes[1]), name: also the name of outboxes[0]',
+        ),
+        (
+            TWO.replace("lock_timeout: 5m", "lock_timout: 5m"),
+            ENV,
+            'outbox "orders" (outboxes[0]), lock_timout: unknown key; did you mean "lock_timeout"',
+        ),
+        (
+            TWO.replace("failed: 90d", "failed: 2h"),
+            ENV,
+            'outbox "orders" (outboxes[0]), retention.failed: retention is written in days',
+        ),
+        (TWO.replace("name: billing", "name: Billing Co"), ENV, "is not an outbox name"),
+        (TWO.replace("service: orders", "outbox: orders"), ENV, "not 'outbox'"),
+        (TWO.replace("table: billing.outbox", "table: a.b.c"), ENV, 'outbox "billing"'),
+        ("version: 2\noutboxes: []\n", ENV, "version"),
+        ("version: 1\noutboxes:\n  - &a {name: x, dsn_env: X}\n", ENV, "anchors"),
+    ],
+)
+def test_each_problem_names_the_outbox_and_the_field(tmp_path, settings, text, env, message):
+    path = write(tmp_path, text)
+    with pytest.raises(FleetError) as raised:
+        load_fleet(settings, path, env)
+    assert message in str(raised.value)
+    assert str(raised.value).startswith(f"{path}: ")
+
+
+def test_a_dsn_never_appears_in_an_error(tmp_path, settings):
+    env = {**ENV, "BILLING_DSN": "postgresql://monitor:s3cret@db-b/billing?bogus=1"}
+    with pytest.raises(FleetError) as raised:
+        load_fleet(settings, write(tmp_path, TWO), env)
+    assert "BILLING_DSN holds no usable DSN" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
