@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from outbox_monitor.config import MIN_AUTO_PRUNE_SECONDS, MIN_TIMEOUT_SECONDS, Settings
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.setting_values import Seconds, check_dsn, split_table_name
-from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 
 FLEET_ENV = "OUTBOX_MONITOR_OUTBOXES"
 """The environment variable naming the fleet file; unset: a fleet of one."""
@@ -163,6 +162,8 @@ class Fleet:
 
 def _where(entries: Any, loc: tuple) -> str:
     """``outbox "orders" (outboxes[0]), dsn_env`` for a location inside an outbox entry."""
+    from outbox_monitor.yaml_files import dotted
+
     if len(loc) >= 2 and loc[0] == "outboxes" and isinstance(loc[1], int):
         index = loc[1]
         name = None
@@ -239,6 +240,9 @@ def load_fleet(
     path = path if path is not None else env.get(FLEET_ENV) or None
     if path is None:
         return Fleet((Outbox(SINGLE, settings),))
+    # YAML only when there is a file: a command's start-up imports no YAML without one
+    from outbox_monitor.yaml_files import YamlProblem, describe, read_yaml
+
     prefix = f"{path}: "
     try:
         document = read_yaml(

@@ -20,9 +20,11 @@ from outbox_monitor.config import Settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.fleet import SINGLE, Outbox
 from outbox_monitor.health.claim_plan import claim_plan_status
 from outbox_monitor.logs import escape_controls
-from outbox_monitor.replica import replica_status
+from outbox_monitor.replica import ReplicaStatus, replica_status
 from outbox_monitor.units import format_bytes, format_value, per_minute
 
 
@@ -160,9 +162,9 @@ def _rows(count: int) -> str:
     help="Age after which a lock is stuck (default: OUTBOX_MONITOR_LOCK_TIMEOUT or 15m).",
 )
 @click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
-@common_options
+@common_options(every_outbox=True)
 def status(
-    settings: Settings,
+    outboxes: list[Outbox],
     as_json: bool,
     window: float | None,
     lock_timeout: float | None,
@@ -171,18 +173,49 @@ def status(
     """Every SPEC §2 figure, exact (seconds as floats, null where none); whether the
     database is a read replica, with its replay lag (key replica); the table's health: dead
     tuples, vacuums, sizes, who holds the xmin horizon (key health); and how Postgres plans
-    the workers' claim (key health.claim_plan)."""
+    the workers' claim (key health.claim_plan). With a fleet file and no --outbox, every
+    outbox's, keyed by name (key outboxes; one that cannot be read has key error: exit 1);
+    with --outbox, that outbox's alone."""
+    options = {"window": window, "lock_timeout": lock_timeout, "event_type": event_type}
+    named = click.get_current_context().params.get("outbox") is not None
+    if len(outboxes) == 1 and (named or outboxes[0].name == SINGLE):
+        figures, reading = _status(outboxes[0].settings, **options)
+        emit_json(figures) if as_json else _print_status(figures, reading)
+        return
+    found: dict[str, dict[str, Any]] = {}
+    readings: dict[str, ReplicaStatus] = {}
+    for outbox in outboxes:
+        try:
+            found[outbox.name], readings[outbox.name] = _status(outbox.settings, **options)
+        except OutboxMonitorError as error:
+            found[outbox.name] = {"error": str(error.args[0]) if error.args else repr(error)}
+    failed = [name for name, figures in found.items() if "error" in figures]
+    if as_json:
+        emit_json({"outboxes": found, "failed": failed})
+    else:
+        for name, figures in found.items():
+            echo(f"outbox {name}")
+            if "error" in figures:
+                echo(f"  error: {figures['error']}", fg="red")
+            else:
+                _print_status(figures, readings[name])
+    if failed:
+        sys.exit(EXIT_ERROR)
+
+
+def _status(settings: Settings, **options: Any) -> tuple[dict[str, Any], ReplicaStatus]:
+    """``status --json``'s object of one outbox (``metrics.status`` with ``replica`` and
+    ``health.claim_plan``) and its replica reading."""
     with open_checked(settings) as db:
-        figures = metrics.status(
-            db, window=window, lock_timeout=lock_timeout, event_type=event_type
-        )
+        figures = metrics.status(db, **options)
         reading = replica_status(db)
         claim_plan = claim_plan_status(db)
     figures["replica"] = reading.as_json()
     figures.setdefault("health", {})["claim_plan"] = claim_plan
-    if as_json:
-        emit_json(figures)
-        return
+    return figures, reading
+
+
+def _print_status(figures: dict[str, Any], reading: ReplicaStatus) -> None:
     latency = figures["latency_seconds"]
     lines = [
         ("queue depth (due now)", _rows(figures["queue_depth"])),
@@ -210,7 +243,7 @@ def status(
         echo(f"  {label:<26} {value}")
     if reading.in_recovery:
         echo(f"  {'read from':<26} {reading.describe()}")
-    for label, value in claim_plan_lines(claim_plan):
+    for label, value in claim_plan_lines(figures["health"]["claim_plan"]):
         echo(f"  {label:<26} {value}")
 
 

@@ -17,6 +17,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.db_errors import READ_DSN_SETTING, writing_setting
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
+from outbox_monitor.fleet import FLEET_ENV, SINGLE, Outbox, load_fleet
 from outbox_monitor.logs import escape_controls
 from outbox_monitor.replica import refuse_standby
 from outbox_monitor.setting_values import split_table_name
@@ -267,25 +268,70 @@ DRY_RUN_OPTION = click.option("--dry-run", is_flag=True, help="Show the preview;
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 
 
-def common_options(command: Callable | None = None, *, json_output: bool = True) -> Callable:
-    """Add ``--dsn``, ``--table`` and ``--json``, pass the command its ``settings`` (and
-    ``as_json``) and turn package errors into messages (``reports_errors``).
+OUTBOX_OPTION = click.option(
+    "--outbox",
+    metavar="NAME",
+    help=f"The outbox of the fleet file ({FLEET_ENV}) to use; required when it lists several.",
+)
+
+
+def command_outboxes(
+    outbox: str | None, dsn: str | None, table: str | None, *, every: bool = False
+) -> list[Outbox]:
+    """The outboxes a command works on: ``--dsn``/``--table`` name one ad hoc; else the
+    fleet's ``--outbox``; else the fleet's only outbox, or with ``every`` all of them.
+
+    Raises:
+        ConfigError: ``--outbox`` with ``--dsn``/``--table``; an unknown name; several
+            outboxes and none named (the names listed); a setting or the fleet file that
+            cannot be used (``FleetError``).
+    """
+    if dsn is not None or table is not None:
+        if outbox is not None:
+            raise ConfigError("--outbox and --dsn/--table: use one (--outbox reads the fleet file)")
+        return [Outbox(SINGLE, load_settings(dsn=dsn, table=table))]
+    fleet = load_fleet(load_settings())
+    if outbox is not None:
+        try:
+            return [fleet.get(outbox)]
+        except KeyError as error:
+            raise ConfigError(f"--outbox: {error.args[0]}") from None
+    if every or len(fleet.outboxes) == 1:
+        return list(fleet.outboxes)
+    raise ConfigError(
+        f"{fleet.path} lists {len(fleet.outboxes)} outboxes: name one with --outbox "
+        f"({', '.join(fleet.names)})"
+    )
+
+
+def common_options(
+    command: Callable | None = None, *, json_output: bool = True, every_outbox: bool = False
+) -> Callable:
+    """Add ``--dsn``, ``--table``, ``--outbox`` and ``--json``, pass the command its
+    ``settings`` (and ``as_json``) and turn package errors into messages (``reports_errors``).
 
     Use as ``@common_options``, or ``@common_options(json_output=False)`` for a command that
     prints no JSON (the services ``scheduler`` and ``dashboard``): no ``--json`` option then,
-    and no ``as_json`` argument.
+    and no ``as_json`` argument. With ``every_outbox`` the command gets ``outboxes`` (every
+    outbox of the fleet when ``--outbox`` is not given, ``command_outboxes``) instead of
+    ``settings``.
 
     Errors print ``error: <message>`` and the fix to stderr (or one JSON object with
     ``error`` and ``hint`` under ``--json``) and exit 1; an invalid setting (an
-    ``OUTBOX_MONITOR_*`` variable, named) exits 2, as a bad option does.
+    ``OUTBOX_MONITOR_*`` variable, named, or the fleet file) exits 2, as a bad option does.
     """
     if command is None:
-        return lambda command: common_options(command, json_output=json_output)
+        return lambda command: common_options(
+            command, json_output=json_output, every_outbox=every_outbox
+        )
 
     @reports_errors
     @wraps(command)
-    def wrapper(*args: Any, dsn: str | None, table: str | None, **kwargs: Any):
-        settings = load_settings(dsn=dsn, table=table)
-        return command(*args, settings=settings, **kwargs)
+    def wrapper(*args: Any, dsn: str | None, table: str | None, outbox: str | None, **kwargs: Any):
+        targets = command_outboxes(outbox, dsn, table, every=every_outbox)
+        if every_outbox:
+            return command(*args, outboxes=targets, **kwargs)
+        return command(*args, settings=targets[0].settings, **kwargs)
 
-    return DSN_OPTION(TABLE_OPTION(JSON_OPTION(wrapper) if json_output else wrapper))
+    options = DSN_OPTION(TABLE_OPTION(OUTBOX_OPTION(wrapper)))
+    return JSON_OPTION(options) if json_output else options

@@ -63,3 +63,60 @@ def test_an_invalid_file_exits_2_naming_the_outbox_and_field(monkeypatch, tmp_pa
     assert 'outbox "billing" (outboxes[1]), dsn_env: the environment variable BILLING_DSN' in (
         result.output
     )
+
+
+TWO = """
+version: 1
+outboxes:
+  - name: orders
+    dsn_env: ORDERS_DSN
+  - name: billing
+    dsn_env: BILLING_DSN
+"""
+
+
+def two_outboxes(dsn, make_dsn, monkeypatch, tmp_path) -> str:
+    monkeypatch.setenv("ORDERS_DSN", dsn)
+    monkeypatch.setenv("BILLING_DSN", make_dsn())
+    monkeypatch.delenv("OUTBOX_MONITOR_DSN", raising=False)
+    path = tmp_path / "outboxes.yml"
+    path.write_text(TWO)
+    monkeypatch.setenv("OUTBOX_MONITOR_OUTBOXES", str(path))
+    return str(path)
+
+
+def test_status_of_every_outbox_keyed_by_name(dsn, make_dsn, monkeypatch, tmp_path, rows):
+    two_outboxes(dsn, make_dsn, monkeypatch, tmp_path)
+    rows.add(event_type="order.paid", created_ago=120)  # in orders' database only
+    rows.add(event_type="order.paid", created_ago=60)
+
+    every = run("status", "--json")
+    billing = run("status", "--json", "--outbox", "billing")
+
+    assert every.exit_code == 0, every.output
+    found = json.loads(every.stdout)
+    assert list(found["outboxes"]) == ["orders", "billing"] and found["failed"] == []
+    assert found["outboxes"]["orders"]["queue_depth"] == 2
+    assert found["outboxes"]["billing"]["queue_depth"] == 0
+    assert json.loads(billing.stdout)["queue_depth"] == 0  # that outbox alone, not keyed
+
+
+def test_a_command_on_one_outbox_must_name_it(dsn, make_dsn, monkeypatch, tmp_path, rows):
+    path = two_outboxes(dsn, make_dsn, monkeypatch, tmp_path)
+    stuck = rows.add(status="processing", created_ago=3600, locked_ago=1800)  # in orders
+
+    unnamed = CliRunner().invoke(main, ["reap", "--dry-run", "--json"])
+    unknown = CliRunner().invoke(main, ["reap", "--dry-run", "--outbox", "shipping"])
+    both = CliRunner().invoke(main, ["reap", "--dry-run", "--outbox", "orders", "--dsn", dsn])
+    billing = run("reap", "--yes", "--json", "--outbox", "billing")
+    orders = run("reap", "--yes", "--json", "--outbox", "orders")
+
+    assert unnamed.exit_code == 2
+    assert json.loads(unnamed.stdout)["error"] == (
+        f"{path} lists 2 outboxes: name one with --outbox (orders, billing)"
+    )
+    assert unknown.exit_code == 2 and "no outbox named 'shipping'" in unknown.output
+    assert both.exit_code == 2 and "--outbox and --dsn/--table: use one" in both.output
+    assert json.loads(billing.stdout)["matched"] == 0  # another database: nothing stuck
+    assert json.loads(orders.stdout)["changed"] == 1
+    assert rows.get(stuck)["status"] == "pending"
