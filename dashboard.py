@@ -70,6 +70,7 @@ PAGES = {
 
 try:
     settings = state.settings()
+    state.fleet()  # a fleet file that cannot be used stops here, named like a setting
 except ConfigError as error:
     # Without valid settings the sign-in mode is unknown: show the error and nothing else.
     banners.stop_on_config_error(error)
@@ -89,12 +90,13 @@ chosen = state.sidebar(
 st.title(page.title)
 access.sidebar_account(identity)
 with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
-    db = state.database(settings)
+    outbox = state.outbox_settings()
+    db = state.database(outbox)
     st.sidebar.caption(f"Outbox {format.md_code(db.table_name)}")
     state.check_table_once(db)
     banners.replica_banner(
         db,
-        state.actions_database(settings),
+        state.actions_database(outbox),
         max_lag=settings.max_replica_lag,
         refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
     )

@@ -20,9 +20,11 @@ from outbox_monitor.access import Identity
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
+from outbox_monitor.fleet import Fleet, load_fleet
 from outbox_monitor.schema import check_outbox_table
 from outbox_monitor.ui import deep_link, format, inputs
 
+OUTBOX_PARAM = "outbox"
 EVENT_TYPE_PARAM = "event_type"
 WINDOW_PARAM = "window"
 REFRESH_PARAM = "refresh"
@@ -71,6 +73,31 @@ def settings() -> Settings:
 @lru_cache(maxsize=4)
 def _settings_of(environment: tuple[tuple[str, str], ...]) -> Settings:
     return load_settings()
+
+
+def fleet() -> Fleet:
+    """The outboxes this dashboard shows (``fleet.load_fleet``: ``OUTBOX_MONITOR_OUTBOXES``, or
+    the settings' one outbox), read once per distinct environment.
+
+    Raises:
+        ConfigError: an invalid setting or fleet file (``FleetError``: outbox and field named).
+    """
+    return _fleet_of(tuple(sorted(os.environ.items())))
+
+
+@lru_cache(maxsize=4)
+def _fleet_of(environment: tuple[tuple[str, str], ...]) -> Fleet:
+    return load_fleet(settings())
+
+
+def outbox_settings() -> Settings:
+    """The settings of the outbox chosen in the sidebar (``?outbox=NAME``; the fleet's first
+    when none or an unknown one is chosen — the sidebar says so), or of the only one."""
+    outboxes = fleet()
+    chosen = st.session_state.get(OUTBOX_PARAM)
+    if chosen in outboxes.names:
+        return outboxes.get(chosen).settings
+    return outboxes.outboxes[0].settings
 
 
 def _close(db: Database) -> None:
@@ -150,15 +177,26 @@ def sidebar(
     refreshes, refresh_default = _choices(
         REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
     )
+    names = fleet().names
     ignored = [
         (name, value, labels, default)
         for name, labels, default in (
             (WINDOW_PARAM, windows, window_default),
             (REFRESH_PARAM, refreshes, refresh_default),
+            (OUTBOX_PARAM, names, names[0]),
         )
         if (value := st.query_params.get(name)) is not None and value not in labels
     ]
     with st.sidebar:
+        if len(names) > 1:
+            st.selectbox(
+                "Outbox",
+                names,
+                key=OUTBOX_PARAM,
+                bind="query-params",
+                help="The outbox every page shows and acts on (the fleet file's "
+                "OUTBOX_MONITOR_OUTBOXES).",
+            )
         st.text_input(
             "Event type",
             key=EVENT_TYPE_PARAM,
@@ -270,7 +308,7 @@ def context() -> PageContext:
         ConfigError: invalid settings (shown as a banner by ``banners.guarded``).
     """
     ensure_dashboard_run()
-    current = settings()
+    current = outbox_settings()
     try:
         chosen = filters()
     except ValueError as error:
