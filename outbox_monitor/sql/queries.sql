@@ -1328,7 +1328,7 @@ ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: timeline_error_groups
--- Error groups of the outbox table first seen in the range (the cache of migration 006, one row per group), newest first.
+-- Error groups of the outbox table first seen in the range (the cache of migration 006, one row per group), newest first (index error_groups_first_seen_idx, migration 015).
 SELECT group_id, event_type, fingerprint, failed, first_seen
 FROM outbox_monitor.error_groups
 WHERE table_oid = %(table_regclass)s::regclass
@@ -1337,7 +1337,7 @@ ORDER BY first_seen DESC, group_id DESC
 LIMIT %(limit)s;
 
 -- name: timeline_breaker_transitions
--- Breaker transitions (opened, closed) of the outbox table, newest first.
+-- Breaker transitions (opened, closed) of the outbox table, newest first (index breaker_transitions_at_idx, migration 015).
 SELECT id, event_type_filter, transition, at, outcomes, failures, cooldown_seconds
 FROM outbox_monitor.breaker_transitions
 WHERE outbox = %(table_regclass)s::regclass AND at >= %(since)s AND at <= %(until)s
