@@ -3,7 +3,8 @@ and the linear trend of a sampled figure with the time it crosses a rule's thres
 squares over the sampled history, as Prometheus' ``predict_linear``; issue 15 item 4).
 
 The dashboard, the per-event-type table and the evaluator (a rule's ``predict``) call the same
-functions; ``alerts.measure.rule_forecast`` reads the samples they are given.
+functions; ``alerts.measure.rule_forecasts`` reads the samples they are given (the headline
+samples, or one event type's ``event_type_samples``).
 """
 
 import math
@@ -13,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.durations import duration_label, format_duration
+from outbox_monitor.exporter_labels import OTHER
 from outbox_monitor.units import format_value, per_minute
 
 MIN_SAMPLES = 3
@@ -21,6 +23,9 @@ DEFAULT_LOOKBACK_SECONDS = 15 * 60.0
 """The samples a rule without ``predict`` is forecast from on the Overview (and its horizon)."""
 PREDICTABLE = ("queue_depth", "pending_total", "scheduled_retries", "oldest_pending_age")
 """The depth and age figures a rule may ``predict``: sampled gauges a trend extrapolates."""
+TYPE_SAMPLED = {"queue_depth": "queue_depth", "oldest_pending_age": "oldest_pending_age_seconds"}
+"""The predictable figures the sampler also records per event type (migration 014): a rule
+scoped to event types may ``predict`` these, each from its ``event_type_samples`` column."""
 
 _CHECKS = {
     ">": lambda value, threshold: value > threshold,
@@ -131,6 +136,77 @@ def sample_points(
     ]
 
 
+@dataclass(frozen=True)
+class TypePoints:
+    """One event type's points of a sampled figure (``type_sample_points``).
+
+    ``points``: ``(seconds from now, value)``. ``folded``: headline samples in which the type
+    had no row of its own while an ``other`` row was recorded (it may have been folded into
+    ``other``: its value is unknown). ``unsampled``: headline samples with no per-type rows
+    at all while the table had pending rows (taken before per-type sampling began).
+    """
+
+    points: list[tuple[float, float]]
+    folded: int
+    unsampled: int
+
+    def left_out(self, event_type: str, top: int) -> str:
+        """Why samples were left out, for people (empty when none was)."""
+        said = []
+        if self.folded:
+            said.append(
+                f"{self.folded} sample(s) folded {event_type} into {OTHER} (not among the top "
+                f"{top} event types by trouble, OUTBOX_MONITOR_METRICS_TOP_EVENT_TYPES)"
+            )
+        if self.unsampled:
+            said.append(f"{self.unsampled} sample(s) hold no event types (before migration 014)")
+        return "; ".join(said)
+
+
+def type_sample_points(
+    samples: Sequence[Mapping[str, Any]],
+    type_rows: Sequence[Mapping[str, Any]],
+    event_type: str,
+    column: str,
+    now: datetime,
+) -> TypePoints:
+    """One event type's points of a ``TYPE_SAMPLED`` column at each headline sample.
+
+    Args:
+        samples: ``metrics.samples_series`` rows (``sampled_at``, ``pending_total``).
+        type_rows: ``by_event_type.history`` rows of ``event_type`` and ``other`` over the
+            same window (``sampled_at``, ``event_type`` and the column).
+        column: an ``event_type_samples`` column (``TYPE_SAMPLED``'s values).
+
+    Returns:
+        A ``TypePoints``. At each sample: the type's own row gives its value (an age of
+        ``None`` gives no point); without one, an ``other`` row means it may have been folded
+        (``folded``, no point); else, when the sample recorded event types or the table had
+        no pending row, the type had no open row: a depth of 0 (an age, no point); else the
+        sample predates per-type sampling (``unsampled``, no point). A real event type named
+        ``other`` is always folded (``by_event_type.fold``).
+    """
+    by_instant: dict[datetime, dict[str, Mapping[str, Any]]] = {}
+    for row in type_rows:
+        by_instant.setdefault(row["sampled_at"], {})[row["event_type"]] = row
+    points, folded, unsampled = [], 0, 0
+    for sample in samples:
+        at = (sample["sampled_at"] - now).total_seconds()
+        rows = by_instant.get(sample["sampled_at"], {})
+        own = rows.get(event_type) if event_type != OTHER else None
+        if own is not None:
+            if own[column] is not None:
+                points.append((at, float(own[column])))
+        elif OTHER in rows:
+            folded += 1
+        elif rows or not sample.get("pending_total"):
+            if column == TYPE_SAMPLED["queue_depth"]:
+                points.append((at, 0.0))
+        else:
+            unsampled += 1
+    return TypePoints(points, folded, unsampled)
+
+
 def fit_trend(points: Sequence[tuple[float, float]]) -> Trend | None:
     """The least-squares line through ``(t, value)`` points (``predict_linear``'s fit).
 
@@ -179,7 +255,9 @@ class Forecast:
 
     ``trend`` is ``None`` when there were too few samples (``samples`` of them); ``value``
     (the fitted value at now + horizon) and ``crossing`` (``seconds_to_cross``) are then
-    ``None`` too.
+    ``None`` too. ``event_type``: the one event type forecast (``None``: all, from the
+    headline samples); ``left_out``: why samples of the window were left out
+    (``TypePoints.left_out``; empty when none was), said after the forecast's text.
     """
 
     metric: str
@@ -190,6 +268,8 @@ class Forecast:
     lookback: float
     samples: int
     trend: Trend | None
+    event_type: str | None = None
+    left_out: str = ""
 
     @property
     def value(self) -> float | None:
@@ -220,8 +300,15 @@ class Forecast:
     def text(self) -> str:
         """The forecast for people: ``"queue depth will cross 10,000 in ≈ 12 min at +830
         rows/min"``, ``"… is past 10,000 by its trend …"``, ``"… will not cross …"``, or
-        ``"no forecast: 2 samples in the last 15m (needs 3)"``."""
+        ``"no forecast: 2 samples in the last 15m (needs 3)"``; of one event type ``"queue
+        depth of order.paid will …"``, followed by ``left_out`` when samples were."""
+        said = self._text()
+        return f"{said}; {self.left_out}" if self.left_out else said
+
+    def _text(self) -> str:
         name = self.metric.replace("_", " ")
+        if self.event_type is not None:
+            name = f"{name} of {self.event_type}"
         if self.trend is None:
             return (
                 f"no forecast for {name}: {self.samples} sample(s) in the last "
@@ -276,11 +363,16 @@ def forecast(
     *,
     horizon: float,
     lookback: float,
+    event_type: str | None = None,
+    left_out: str = "",
 ) -> Forecast:
-    """Fit ``points`` (``sample_points`` of the last ``lookback`` seconds) and extrapolate
-    ``horizon`` seconds ahead (both seconds).
+    """Fit ``points`` (``sample_points`` of the last ``lookback`` seconds, or one event
+    type's ``type_sample_points``) and extrapolate ``horizon`` seconds ahead (both seconds).
 
     Returns:
         A ``Forecast`` (its ``trend`` ``None`` when the points are too few).
     """
-    return Forecast(metric, unit, op, threshold, horizon, lookback, len(points), fit_trend(points))
+    trend = fit_trend(points)
+    return Forecast(
+        metric, unit, op, threshold, horizon, lookback, len(points), trend, event_type, left_out
+    )

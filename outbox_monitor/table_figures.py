@@ -156,9 +156,10 @@ TABLE_FIGURES: tuple[Figure, ...] = (
         "workers.no_claim_while_due_seconds",
         "outbox_no_claim_while_due_seconds",
         "While rows are due that no flow control holds, seconds since the latest of the newest "
-        "claim (max locked_at of processing rows), the newest outcome (max processed_at of "
-        "done and failed rows) and the instant the oldest of those rows became due; 0 when "
-        "none is due. Growing: the worker fleet is down, not slow.",
+        "claim (max locked_at of processing rows), the newest claim that failed fast into a "
+        "retry (its available_at minus its longest backoff), the newest outcome (max "
+        "processed_at of done and failed rows) and the instant the oldest of those rows "
+        "became due; 0 when none is due. Growing: the worker fleet is down, not slow.",
         lambda db, window, event_type, _: no_claim_while_due(db),
         _TABLE,
         scope="table",

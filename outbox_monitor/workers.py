@@ -5,9 +5,9 @@ stuck rows, its last claim and last ack; and the fleet's liveness, the figure
 
 What the table shows now is read here; what it forgets (a row loses ``locked_by`` at its ack)
 is what the sampler remembered (``worker_sightings``, ``outbox_monitor.workers_seen``). Reads
-only: the processing rows through the users' claim index, led by status; done and failed
-rows one step of the recommended ``finished`` index each. Nothing is added to the workers'
-claim or ack.
+only: the processing and pending rows through the users' claim index, led by status; done
+and failed rows one step of the recommended ``finished`` index each. Nothing is added to the
+workers' claim or ack.
 """
 
 from dataclasses import dataclass
@@ -38,6 +38,12 @@ class Liveness:
         held_rows: due rows a flow control holds.
         due_since: the oldest ``available_at`` among ``due_rows`` (``None``: none due).
         newest_claim: the newest ``locked_at`` of a processing row (``None``: none).
+        newest_retry: the newest claim that failed fast into a retry, as a lower bound: over
+            pending rows with ``attempts`` > 0, the latest ``available_at`` minus the longest
+            backoff its ``attempts`` can have waited (SPEC §1's schedule plus 10 % jitter,
+            ``outbox_monitor.backoff_base`` × 1.1), not after ``now`` (``None``: none). A
+            worker that let go of the row set that ``available_at`` at its failure, after
+            its claim; a later instant than now is not the shared schedule's and is left out.
         newest_outcome: the newest ``processed_at`` of a done or failed row (``None``: none).
     """
 
@@ -46,18 +52,21 @@ class Liveness:
     held_rows: int
     due_since: datetime | None
     newest_claim: datetime | None
+    newest_retry: datetime | None
     newest_outcome: datetime | None
 
     @property
     def no_claim_while_due(self) -> float:
         """Seconds the due rows have waited with no claim and no outcome: while ``due_rows``
-        > 0, ``now`` minus the latest of ``due_since``, ``newest_claim`` and
-        ``newest_outcome`` (never below 0); 0 when no row is due. A row claimed and acked
-        between two readings still leaves its ``processed_at``; a claim that ends in a retry
-        leaves no time once let go of (SPEC §1 clears ``locked_at``)."""
+        > 0, ``now`` minus the latest of ``due_since``, ``newest_claim``, ``newest_retry``
+        and ``newest_outcome`` (never below 0); 0 when no row is due. A row claimed and acked
+        between two readings still leaves its ``processed_at``; a claim that fails fast into
+        a retry leaves its backoff's ``available_at`` (``newest_retry``), so a fleet failing
+        every claim at once is not taken for a fleet that claims nothing."""
         if self.due_rows == 0 or self.due_since is None:
             return 0.0
-        seen = [t for t in (self.due_since, self.newest_claim, self.newest_outcome) if t]
+        instants = (self.due_since, self.newest_claim, self.newest_retry, self.newest_outcome)
+        seen = [t for t in instants if t]
         return max(0.0, (self.now - max(seen)).total_seconds())
 
     def as_json(self) -> dict[str, Any]:
@@ -68,13 +77,15 @@ class Liveness:
             "held_rows": self.held_rows,
             "due_since": _iso(self.due_since),
             "newest_claim": _iso(self.newest_claim),
+            "newest_retry": _iso(self.newest_retry),
             "newest_outcome": _iso(self.newest_outcome),
         }
 
 
 def liveness(db: Database, *, flow: Held | None = None) -> Liveness:
-    """The fleet's liveness now (``Liveness``): one statement over the due rows, the
-    processing rows and one index step each for the newest done and failed row.
+    """The fleet's liveness now (``Liveness``): one statement over the pending rows (the due
+    ones counted, those with attempts for the newest retry), the processing rows and one index
+    step each for the newest done and failed row.
 
     Args:
         flow: the rows flow control holds now, of every event type, when already read
@@ -94,6 +105,7 @@ def liveness(db: Database, *, flow: Held | None = None) -> Liveness:
         held_rows=flow.rows_held,
         due_since=row["due_since"],
         newest_claim=row["newest_claim"],
+        newest_retry=row["newest_retry"],
         newest_outcome=row["newest_outcome"],
     )
 
@@ -101,7 +113,8 @@ def liveness(db: Database, *, flow: Held | None = None) -> Liveness:
 def no_claim_while_due(db: Database) -> float:
     """The figure ``no_claim_while_due`` (seconds): while rows are due that no flow control
     holds, how long since the latest of the newest claim (``max(locked_at)`` of processing
-    rows), the newest outcome (``max(processed_at)`` of done and failed rows) and the instant
+    rows), the newest claim that failed fast into a retry (``Liveness.newest_retry``), the
+    newest outcome (``max(processed_at)`` of done and failed rows) and the instant
     the oldest of those rows became due; 0 when none is due (``Liveness.no_claim_while_due``).
     A figure of the whole table: the event-type filter does not apply.
 

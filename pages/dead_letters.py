@@ -23,15 +23,15 @@ GROUP_COLUMNS = [
     "fingerprint",
     "sample_error",
 ]
-ROW_COLUMNS = [
+ROW_COLUMNS = [  # last_error before the instants: in view, wrapped, at 1440 px
     "id",
     "event_key",
     "aggregate_type",
     "aggregate_id",
     "attempts",
+    "last_error",
     "created_at",
     "processed_at",
-    "last_error",
 ]
 SAMPLE_COLUMNS = ["id", "event_type", "event_key", "attempts", "processed_at", "last_error"]
 
@@ -114,6 +114,7 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     column_config=format.column_config(group_table),
+    row_height=format.row_height(group_table),
 )
 
 by_id = {group["group_id"]: group for group in groups}
@@ -158,6 +159,7 @@ picked = st.dataframe(
     hide_index=True,
     width="stretch",
     column_config=format.column_config(row_table),
+    row_height=format.row_height(row_table),
     on_select="rerun",
     selection_mode="single-row",
     key="dead_letters.rows",

@@ -18,18 +18,18 @@ CURSOR = "events.cursor"
 SIGNATURE = "events.signature"
 REVEALED = "events.revealed"
 REVEAL_ERROR = "events.reveal_error"
-LIST_COLUMNS = [
+LIST_COLUMNS = [  # last_error before the wide keys: in view, wrapped, at 1440 px
     "id",
     "event_type",
     "status",
     "attempts",
+    "last_error",
     "event_key",
     "aggregate_type",
     "aggregate_id",
     "created_at",
     "processed_at",
     "locked_by",
-    "last_error",
 ]
 
 ctx = state.context()
@@ -121,6 +121,7 @@ if searchable:
         hide_index=True,
         width="stretch",
         column_config=format.column_config(listed),
+        row_height=format.row_height(listed),
         on_select="rerun",
         selection_mode="single-row",
         key="events.table",

@@ -14,12 +14,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor import error_grouping, events, metrics
+from outbox_monitor import by_event_type, error_grouping, events, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
+from outbox_monitor.exporter_labels import OTHER
 from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, WORKER_FIGURES
 from outbox_monitor.filters import ExactEventType, Where
-from outbox_monitor.forecast import Forecast, forecast, sample_points
+from outbox_monitor.forecast import (
+    TYPE_SAMPLED,
+    Forecast,
+    forecast,
+    sample_points,
+    type_sample_points,
+)
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
@@ -140,8 +147,7 @@ def measure(db: Database, rule: Rule) -> list[Measurement]:
         the rule's "error" state, ``check`` reports them).
     """
     if rule.predict is not None:
-        predicted = rule_forecast(db, rule)
-        return [Measurement("", {}, predicted.value, predicted.breached, predicted)]
+        return forecast_measurements(db, rule)
     if not rule.by:
         value = measure_value(db, rule, rule.event_type)
         return [Measurement("", {}, value, breached(rule, value))]
@@ -159,28 +165,79 @@ def measure(db: Database, rule: Rule) -> list[Measurement]:
     return found
 
 
-def rule_forecast(db: Database, rule: Rule) -> Forecast:
-    """A ``predict`` rule's forecast: its figure's samples of the last ``predict`` seconds
-    (``metrics.samples_series``, all event types), fitted by least squares and extrapolated
-    ``predict`` seconds past the database's now (``forecast.forecast``).
+def forecast_measurements(db: Database, rule: Rule) -> list[Measurement]:
+    """A ``predict`` rule's instances, each valued by its forecast (``rule_forecasts``):
+    one ``Measurement("")`` without ``by``; with ``by: [event_type]`` one per event type of
+    ``candidate_event_types``, each forecast from its own per-type samples.
+
+    Raises:
+        The package's database errors.
+    """
+    if not rule.by:
+        [predicted] = rule_forecasts(db, rule, [rule.event_type])
+        return [Measurement("", {}, predicted.value, predicted.breached, predicted)]
+    types = candidate_event_types(db, rule)
+    return [
+        Measurement(
+            instance_of(event_type),
+            {"event_type": event_type},
+            predicted.value,
+            predicted.breached,
+            predicted,
+        )
+        for event_type, predicted in zip(types, rule_forecasts(db, rule, types), strict=True)
+    ]
+
+
+def rule_forecasts(db: Database, rule: Rule, scopes: list[str | None]) -> list[Forecast]:
+    """A ``predict`` rule's forecasts: its figure's samples of the last ``predict`` seconds,
+    fitted by least squares and extrapolated ``predict`` seconds past the database's now
+    (``forecast.forecast``), one per scope.
+
+    Args:
+        scopes: ``None`` for all event types (the headline samples,
+            ``metrics.samples_series``), or one exact event type, forecast from its rows of
+            ``outbox_monitor.event_type_samples`` (``forecast.type_sample_points``: the
+            samples that folded it into ``other`` or predate per-type sampling are left out,
+            and the forecast says so; with fewer than 3 left, no forecast). A rule's LIKE
+            pattern is refused without ``by`` when the file is read (``rules.Rule``).
 
     Raises:
         The package's database errors.
     """
     assert rule.predict is not None
     samples = metrics.samples_series(db, window=rule.predict)
-    column = rule.spec.sample_column
-    assert column is not None  # rules.PREDICTABLE figures are sampled
-    points = sample_points(samples, column, events.database_now(db))
-    return forecast(
-        rule.metric,
-        rule.unit,
-        rule.op,
-        rule.threshold,
-        points,
-        horizon=rule.predict,
-        lookback=rule.predict,
+    now = events.database_now(db)
+    named = [scope for scope in scopes if scope is not None]
+    type_rows = (
+        by_event_type.history(db, event_types=[*named, OTHER], window=rule.predict) if named else []
     )
+    found = []
+    for scope in scopes:
+        left_out = ""
+        if scope is None:
+            column = rule.spec.sample_column
+            assert column is not None  # rules.PREDICTABLE figures are sampled
+            points = sample_points(samples, column, now)
+        else:
+            mine = [r for r in type_rows if r["event_type"] in (scope, OTHER)]
+            typed = type_sample_points(samples, mine, scope, TYPE_SAMPLED[rule.metric], now)
+            top = db.settings.metrics_top_event_types
+            points, left_out = typed.points, typed.left_out(scope, top)
+        found.append(
+            forecast(
+                rule.metric,
+                rule.unit,
+                rule.op,
+                rule.threshold,
+                points,
+                horizon=rule.predict,
+                lookback=rule.predict,
+                event_type=scope,
+                left_out=left_out,
+            )
+        )
+    return found
 
 
 def offenders(

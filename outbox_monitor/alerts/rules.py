@@ -50,7 +50,7 @@ from outbox_monitor.durations import parse_duration
 from outbox_monitor.figure_model import Figure
 from outbox_monitor.figures import FIGURES
 from outbox_monitor.flow.model import matches
-from outbox_monitor.forecast import PREDICTABLE
+from outbox_monitor.forecast import PREDICTABLE, TYPE_SAMPLED
 from outbox_monitor.units import format_value
 
 DEFAULT_INTERVAL_SECONDS = 30.0
@@ -87,7 +87,8 @@ class Rule(_Model):
     ``()`` or ``("event_type",)``. ``event_type`` filters rows (exact, or LIKE with ``%``).
     ``predict`` (seconds or ``None``): the rule watches its figure's forecast instead, the
     least-squares trend of the last ``predict`` seconds of samples extrapolated ``predict``
-    seconds ahead (``forecast.py``; issue 15 item 4).
+    seconds ahead (``forecast.py``; issue 15 item 4); scoped to one event type, or ``by``
+    event type, from the per-type samples (``forecast.TYPE_SAMPLED`` figures only).
     """
 
     name: Slug
@@ -227,11 +228,19 @@ class Rule(_Model):
                 "predict",
                 f"{metric} cannot be forecast; predict works on {', '.join(PREDICTABLE)}",
             )
-        if info.data.get("event_type") or info.data.get("by"):
+        event_type, by = info.data.get("event_type"), info.data.get("by")
+        if (event_type or by) and metric is not None and metric not in TYPE_SAMPLED:
             raise fail(
                 "predict",
-                "a forecast comes from the samples, which cover all event types; remove "
-                "event_type and by, or predict",
+                f"{metric} is not sampled per event type; a rule with event_type or by may "
+                f"forecast {', '.join(TYPE_SAMPLED)}; remove event_type and by, or predict",
+            )
+        if event_type and "%" in event_type and not by:
+            raise fail(
+                "predict",
+                "a LIKE pattern's total cannot be forecast: the per-type samples keep the top "
+                "event types and fold the rest into other; name one event type, or add "
+                "by: [event_type] for a forecast per type",
             )
         return positive_duration(value)
 

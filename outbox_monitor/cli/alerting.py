@@ -91,8 +91,9 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
                 continue
             if not measurements:  # a `by` rule with no event type to watch right now
                 results.append(_row(rule, None, None))
-            for item in measurements:
-                results.append(_row(rule, item.instance, item.value))
+            for item in measurements:  # a forecast says what it is made of, or why none
+                said = {"forecast": item.forecast.text} if item.forecast is not None else {}
+                results.append(_row(rule, item.instance, item.value, **said))
     breached = sum(result["breached"] for result in results)
     errors = sum("error" in result for result in results)
     if as_json:
@@ -115,6 +116,8 @@ def _print_table(ruleset: "RuleSet", results: list[dict[str, Any]]) -> None:
         else:
             instance = "(no event types)" if result["instance"] is None else result["instance"]
             state = "BREACHED" if result["breached"] else "ok"
+            if result["value"] is None and "forecast" in result:
+                state = f"{state}: {result['forecast']}"
         cells = (rule.name, instance, rule.format(result["value"]), rule.condition, state)
         lines.append(tuple(escape_controls(cell) for cell in cells))  # escaped, then aligned
     widths = [max(len(line[column]) for line in lines) for column in range(4)]

@@ -1362,7 +1362,7 @@ ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: timeline_error_groups
--- Error groups of the outbox table first seen in the range (the cache of migration 006, one row per group), newest first.
+-- Error groups of the outbox table first seen in the range (the cache of migration 006, one row per group), newest first (index error_groups_first_seen_idx, migration 015).
 SELECT group_id, event_type, fingerprint, failed, first_seen
 FROM outbox_monitor.error_groups
 WHERE table_oid = %(table_regclass)s::regclass
@@ -1371,7 +1371,7 @@ ORDER BY first_seen DESC, group_id DESC
 LIMIT %(limit)s;
 
 -- name: timeline_breaker_transitions
--- Breaker transitions (opened, closed) of the outbox table, newest first.
+-- Breaker transitions (opened, closed) of the outbox table, newest first (index breaker_transitions_at_idx, migration 015).
 SELECT id, event_type_filter, transition, at, outcomes, failures, cooldown_seconds
 FROM outbox_monitor.breaker_transitions
 WHERE outbox = %(table_regclass)s::regclass AND at >= %(since)s AND at <= %(until)s
@@ -1553,13 +1553,17 @@ ORDER BY count(*) DESC, locked_by NULLS LAST
 LIMIT %(limit)s;
 
 -- name: workers_liveness
--- The fleet's liveness: the due rows of event types no flow control holds ({and_filters}), since when the oldest of them is due, the newest claim (max locked_at of processing rows) and the newest outcome (max processed_at of done, of failed rows: each one step of the finished index, newest first).
+-- The fleet's liveness: the due rows of event types no flow control holds ({and_filters}), since when the oldest of them is due, the newest claim (max locked_at of processing rows), the newest retry (a claim that failed fast: over pending rows with attempts > 0, the latest available_at minus its longest backoff, backoff_base * 1.1 as backoff_delay's jitter is at most a tenth, not after now; the pending rows through the claim index) and the newest outcome (max processed_at of done, of failed rows: each one step of the finished index, newest first).
 SELECT now() AS now,
        (SELECT count(*) FROM {table}
         WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_rows,
        (SELECT min(available_at) FROM {table}
         WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_since,
        (SELECT max(locked_at) FROM {table} WHERE status = 'processing') AS newest_claim,
+       (SELECT max(available_at - outbox_monitor.backoff_base(attempts) * 1.1) FROM {table}
+        WHERE status = 'pending' AND attempts > 0
+          AND available_at - outbox_monitor.backoff_base(attempts) * 1.1 <= now())
+           AS newest_retry,
        greatest((SELECT max(processed_at) FROM {table} WHERE status = 'done'),
                 (SELECT max(processed_at) FROM {table} WHERE status = 'failed'))
            AS newest_outcome;

@@ -20,8 +20,15 @@ NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")
 ID_LIST_COLUMNS = ("ids", "first_ids")
 LONG_TEXT_COLUMNS = ("last_error", "sample_error", "fingerprint", "filter", "metric", "query")
-"""Columns whose values run long: drawn wide (``column_config``); a page shows a chosen
-row's full text below its table (``row_detail``)."""
+"""Columns whose values run long: drawn wide (``column_config``), wrapped in taller rows when
+a value needs more than one line (``row_height``); a page shows a chosen row's full text
+below its table (``row_detail``)."""
+ONE_LINE_CHARS = 50
+"""Characters a ``LONG_TEXT_COLUMNS`` cell (400 px wide) shows on one line of the grid."""
+WRAPPED_ROW_HEIGHT = 104
+"""Pixels per row of a table holding a longer value: above Streamlit's 64 px the grid wraps
+text cells, and 104 px hold five lines of its 14 px text: a 200-character error (the lists
+read ``left(last_error, 200)``) in a 400 px column needs four."""
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of
 # them leaves no emphasis, code span, link, autolink, HTML, math ($), directive (:red[…]),
@@ -217,6 +224,18 @@ def column_config(frame: pd.DataFrame) -> dict[str, Any]:
                 format="YYYY-MM-DD HH:mm:ss [UTC]", timezone="UTC"
             )
     return config
+
+
+def row_height(frame: pd.DataFrame) -> int | None:
+    """``st.dataframe``'s ``row_height`` for ``frame``: ``WRAPPED_ROW_HEIGHT`` when a
+    ``LONG_TEXT_COLUMNS`` value is longer than ``ONE_LINE_CHARS`` (its cell then wraps,
+    readable in full without a click), else ``None`` (Streamlit's one-line rows)."""
+    for column in LONG_TEXT_COLUMNS:
+        if column in frame.columns and any(
+            isinstance(value, str) and len(value) > ONE_LINE_CHARS for value in frame[column]
+        ):
+            return WRAPPED_ROW_HEIGHT
+    return None
 
 
 def row_detail(rows: Sequence[dict[str, Any]], selection: Any) -> None:

@@ -229,10 +229,13 @@ def section(ctx: PageContext, columns: list[str]) -> int | None:
         f"{format.instant(search.since)} to {format.instant(search.until)}, newest first · "
         f"page {len(results.cursors) + 1}"
     )
+    listed = format.table(shown, columns)
     selection = st.dataframe(
-        format.table(shown, columns),
+        listed,
         hide_index=True,
         width="stretch",
+        column_config=format.column_config(listed),
+        row_height=format.row_height(listed),
         on_select="rerun",
         selection_mode="single-row",
         key="payload_search.table",

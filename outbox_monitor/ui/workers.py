@@ -114,12 +114,18 @@ def liveness_section(found: WorkersView) -> None:
     st.subheader("Liveness")
     due, claim, outcome, waited = st.columns(4)
     due.metric("Due rows (not held)", format.count(live.due_rows))
-    claim.metric("Newest claim", ago(live.now, live.newest_claim))
+    claims = [t for t in (live.newest_claim, live.newest_retry) if t]
+    claim.metric(
+        "Newest claim",
+        ago(live.now, max(claims) if claims else None),
+        help="A row in a worker's hand, or a claim that failed fast into a retry (at the "
+        "latest its backoff's available_at minus the longest backoff).",
+    )
     outcome.metric("Newest outcome", ago(live.now, live.newest_outcome))
     waited.metric("No claim while due", format.duration(live.no_claim_while_due))
     if live.due_rows == 0:
         st.success("No row is due: the workers have nothing to claim.", icon=":material/check:")
-    elif live.newest_claim is None and live.newest_outcome is None:
+    elif not claims and live.newest_outcome is None:
         st.warning(
             f"{format.rows(live.due_rows)} due and no claim or outcome in the table at all: "
             f"they have waited {format.duration(live.no_claim_while_due)}.",

@@ -46,6 +46,17 @@ GROUPS = {OPERATOR: ["oncall", "payments"], VIEWER: ["staff"]}
 MAPPING = {"viewers": "@example.com", "operators": "groups=oncall"}
 """OUTBOX_MONITOR_VIEWERS / _OPERATORS: the whole domain views, the on-call group acts."""
 TIMEOUT = "timeout after 5000 ms"
+VIEWER_PAGES = [
+    "Overview",
+    "Events",
+    "Dead letters",
+    "Alerts",
+    "Controls",
+    "Health",
+    "Workers",
+    "Timeline",
+]
+"""The sidebar's pages for a viewer; an operator's add Actions."""
 
 
 def group_id(event_type: str) -> str:
@@ -71,6 +82,13 @@ def open_page(page: Page, title: str) -> None:
     """Click ``title`` in the sidebar's navigation and wait for its heading."""
     page.locator('[data-testid="stSidebarNav"]').get_by_role("link", name=title).click()
     expect(page.get_by_role("heading", name=title)).to_be_visible()
+
+
+def signed_in(page: Page, url: str, login: str, role: str) -> None:
+    """Sign in at ``url`` as ``login`` through the provider (``sign_in``) and wait for the
+    sidebar's "Signed in as … · role"."""
+    sign_in(page, url, login)
+    expect(page.get_by_text(f"Signed in as {login} · {role}")).to_be_visible()
 
 
 def navigation(page: Page) -> list[str]:
@@ -182,7 +200,6 @@ def oidc_page(page: Page) -> Page:
 def test_viewer_sees_figures_but_no_action(
     signin, oidc_page, outbox, shared_conn, choose, screenshot
 ):
-    url = signin
     page = oidc_page
     kind = "viewer.figures"
     pending = [outbox.add(event_type=kind, created_ago=ago) for ago in (60, 600, 2.5 * 3600)]
@@ -196,8 +213,7 @@ def test_viewer_sees_figures_but_no_action(
     )
     stuck = outbox.add(event_type=kind, status="processing", created_ago=1800, locked_ago=1200)
 
-    sign_in(page, url, VIEWER)
-    expect(page.get_by_text(f"Signed in as {VIEWER} · viewer")).to_be_visible()
+    signed_in(page, signin, VIEWER, "viewer")
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
     show_event_type(page, kind)
     expect(page.get_by_text(f"event type {kind} · window")).to_be_visible()
@@ -205,16 +221,7 @@ def test_viewer_sees_figures_but_no_action(
     assert metric_value(page, "Oldest pending age") == "2h 30m"
     assert metric_value(page, "Failed (24 h)") == "1"
     assert metric_value(page, "Stuck locks") == "1"
-    assert navigation(page) == [
-        "Overview",
-        "Events",
-        "Dead letters",
-        "Alerts",
-        "Controls",
-        "Health",
-        "Workers",
-        "Timeline",
-    ]
+    assert navigation(page) == VIEWER_PAGES
     expect(page.get_by_text("Each page under the least role")).to_have_count(0)
 
     open_page(page, "Dead letters")
@@ -229,7 +236,7 @@ def test_viewer_sees_figures_but_no_action(
 
     # The Actions page by its URL: it is not among the viewer's pages, so Streamlit says
     # so and runs the default page; no reap preview or button appears.
-    page.goto(f"{url}/actions?event_type={kind}")
+    page.goto(f"{signin}/actions?event_type={kind}")
     expect(page.get_by_role("dialog").filter(has_text="Page not found")).to_be_visible()
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
     expect(page.locator('[data-testid="stMetric"]').first).to_be_visible()
@@ -252,7 +259,6 @@ def test_viewer_sees_figures_but_no_action(
 def test_operator_from_group_claim_replays_and_is_audited(
     signin, oidc_page, outbox, shared_conn, choose
 ):
-    url = signin
     page = oidc_page
     kind = "operator.replay"
     chosen, left = (
@@ -267,20 +273,9 @@ def test_operator_from_group_claim_replays_and_is_audited(
         for ago in (200, 100)
     )
 
-    sign_in(page, url, OPERATOR)
     # ops@example.com matches the viewers' domain too: the higher role (groups=oncall) wins
-    expect(page.get_by_text(f"Signed in as {OPERATOR} · operator")).to_be_visible()
-    assert navigation(page) == [
-        "Overview",
-        "Events",
-        "Dead letters",
-        "Alerts",
-        "Controls",
-        "Health",
-        "Workers",
-        "Timeline",
-        "Actions",
-    ]
+    signed_in(page, signin, OPERATOR, "operator")
+    assert navigation(page) == [*VIEWER_PAGES, "Actions"]
 
     show_event_type(page, kind)
     open_page(page, "Dead letters")
@@ -345,8 +340,7 @@ def test_a_deep_link_survives_the_sign_in(signin, oidc_page, outbox):
     expect(page.get_by_text("Page not found")).to_have_count(0)
     assert page.url == f"{signin}/dead_letters?{query}"
 
-    sign_in(page, f"{signin}/dead_letters?{query}", OPERATOR)
-    expect(page.get_by_text(f"Signed in as {OPERATOR} · operator")).to_be_visible()
+    signed_in(page, f"{signin}/dead_letters?{query}", OPERATOR, "operator")
     expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
     expect(page).to_have_url(re.compile(rf"/dead_letters\?.*error_group={group_id(kind)}"))
     assert f"event_type={kind}" in page.url

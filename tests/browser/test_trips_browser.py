@@ -60,6 +60,34 @@ LONG_ERROR = (
     "times over 45 s by worker-7 on queue"
 )
 PAGES = ("overview", "events", "dead_letters", "alerts", "controls", "health", "actions")
+# How the grid wraps a text cell, measured in the page with its own font: words on lines no
+# wider than the column less its padding (8.5 px a side); lines of 1.4 × the 14 px text.
+WRAPPED_LINES = """([text, width]) => {
+    const grid = document.querySelector('[data-testid="stDataFrame"]');
+    const context = document.createElement("canvas").getContext("2d");
+    context.font = `14px ${getComputedStyle(grid).fontFamily}`;
+    let lines = 1, line = "";
+    for (const word of text.split(" ")) {
+        const longer = line ? `${line} ${word}` : word;
+        if (line && context.measureText(longer).width > width - 17) { lines += 1; line = word; }
+        else line = longer;
+    }
+    return lines;
+}"""
+LARGE_COLUMN_PX = 400
+"""Streamlit's ``width="large"`` column (``format.column_config``'s long text columns)."""
+
+
+def assert_cell_shows_in_full(page, table, error: str) -> None:
+    """The grid's cell holds ``error`` whole (its accessible table, the cell's text) and its
+    row is tall enough to draw every wrapped line of it (rows over 64 px wrap)."""
+    cell = table.locator('table[role="grid"] td').filter(has_text=error[:40])
+    expect(cell.first).to_have_text(error)
+    lines = page.evaluate(WRAPPED_LINES, [error, LARGE_COLUMN_PX])
+    header_px, line_px, padding_px = 35, 14 * 1.4, 2 * 3
+    height = table.bounding_box()["height"] - header_px
+    assert height > 64, f"rows of {height} px draw one line of {lines}"
+    assert lines * line_px + padding_px <= height, f"{lines} lines in a {height} px row"
 
 
 def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, screenshot):
@@ -73,6 +101,7 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
     main = page.locator('[data-testid="stMain"]')
     expect(main.locator("h3").first).to_be_visible()
     table = main.locator('[data-testid="stDataFrame"]').nth(1)
+    assert_cell_shows_in_full(page, table, error)
     box = table.bounding_box()
     # the row marker of the first row: header ≈ 35 px, a row ≈ 35 px
     page.mouse.click(box["x"] + 15, box["y"] + 35 + 17)
@@ -80,6 +109,11 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
     shown = main.locator('[data-testid="stCode"]').filter(has_text="HTTP 502").last
     assert shown.inner_text().strip() == error
     screenshot("1440-dead_letters-detail")
+
+    page.goto(f"{dashboard}/events")  # the Events list: the same cell, wrapped
+    expect(main.get_by_role("heading", name="Events").first).to_be_visible()
+    assert_cell_shows_in_full(page, main.locator('[data-testid="stDataFrame"]').first, error)
+    screenshot("1440-events-long-error")
 
     for name in PAGES:
         page.goto(f"{dashboard}/{name}")

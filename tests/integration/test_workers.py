@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from outbox_monitor import metrics
+from outbox_monitor import metrics, outbox
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
@@ -148,6 +148,47 @@ def test_liveness_is_how_long_due_rows_waited_without_a_claim_or_an_outcome(db, 
     assert shown["due_rows"] == 3
     assert shown["no_claim_while_due_seconds"] == pytest.approx(100, abs=SLACK_SECONDS)
     assert shown["newest_claim"] == rows.at(100).isoformat()
+
+
+def test_claims_that_fail_fast_into_a_retry_count_as_claims(db, rows, conn):
+    # An outage: every claim fails at once and the row goes back to pending in backoff, so
+    # the sampler never sees one processing; the oldest due row has waited 20 min.
+    rows.add(status="pending", created_ago=1200)
+    rows.add(status="done", created_ago=3000, processed_ago=2400)
+    assert no_claim_while_due(db) == pytest.approx(1200, abs=SLACK_SECONDS)
+    # failed 100 s ago at its 3rd attempt (5 min, no jitter): due 200 s ahead; with at most
+    # 10 % jitter the failure was no later than available_at - 330 s = 130 s ago
+    rows.add(status="pending", created_ago=2000, available_ago=-200, attempts=3)
+    found = liveness(db)
+    assert found.newest_retry == rows.at(130)
+    assert found.no_claim_while_due == pytest.approx(130, abs=SLACK_SECONDS)
+    # a 1st failure 5 s ago: available_at 25 s ahead, so no later than 25 - 33 = 8 s ago
+    rows.add(status="pending", created_ago=900, available_ago=-25, attempts=1)
+    assert no_claim_while_due(db) == pytest.approx(8, abs=SLACK_SECONDS)
+    assert metrics.status(db)["workers"]["newest_retry"] == rows.at(8).isoformat()
+
+
+def test_the_newest_retry_leaves_out_replays_reaps_and_delays_not_of_the_schedule(db, rows, conn):
+    rows.add(status="pending", created_ago=1200)
+    rows.add(status="pending", created_ago=50, available_ago=-3600)  # replayed: attempts 0
+    rows.add(status="pending", created_ago=60, available_ago=10, attempts=2)  # reaped 10 s ago
+    rows.add(status="pending", created_ago=70, available_ago=-900, attempts=1)  # 15 min ahead
+    found = liveness(db)
+    # the reap's row: 10 s + 132 s (2 min + 10 %) back; the 15 min delay would be 867 s ahead
+    assert found.newest_retry == rows.at(142)
+    assert found.no_claim_while_due == pytest.approx(142, abs=SLACK_SECONDS)
+
+
+def test_a_fleet_failing_every_claim_through_the_shared_functions_looks_alive(db, rows, conn):
+    for n in range(6):
+        rows.add(status="pending", created_ago=1200 + n)
+    assert no_claim_while_due(db) == pytest.approx(1205, abs=SLACK_SECONDS)
+    for row in outbox.claim(conn, "worker-a", limit=2):
+        assert outbox.fail(conn, row["id"], "worker-a", "HTTP 503 from the downstream")
+    found = liveness(db)
+    assert (found.due_rows, found.newest_claim, found.newest_outcome) == (4, None, None)
+    # failed just now at the 1st attempt: no later than now - 3 s (10 % of 30 s) on the bound
+    assert 0 <= found.no_claim_while_due <= 3 + SLACK_SECONDS
 
 
 def test_rows_a_pause_holds_are_not_waiting_for_a_worker(db, rows, conn):

@@ -83,6 +83,15 @@ def test_table_keeps_big_ids_exact_and_formats_durations():
     assert frame["first_ids"][0] == "1, 2"
 
 
+def test_rows_wrap_only_when_a_long_text_value_needs_more_than_one_line():
+    short = format.table([{"id": 1, "last_error": "x" * 50, "event_key": "k" * 300}])
+    assert format.row_height(short) is None  # event_key is not a long text column
+    error = "HTTP 502 " + "y" * 42  # 51 characters
+    long = format.table([{"id": 1, "last_error": None}, {"id": 2, "last_error": error}])
+    assert format.row_height(long) == format.WRAPPED_ROW_HEIGHT == 104
+    assert format.row_height(format.table([{"fingerprint": error}])) == 104
+
+
 def test_time_and_id_inputs():
     assert inputs.parse_time("", NOW) is None
     assert inputs.parse_time(" 2h ", NOW) == NOW - timedelta(hours=2)

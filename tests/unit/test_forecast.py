@@ -13,6 +13,7 @@ from outbox_monitor.forecast import (
     forecast,
     sample_points,
     seconds_to_cross,
+    type_sample_points,
 )
 
 # t (s from now), queue depth. By hand: t̄ = −300, v̄ = 1600 / 4 = 400;
@@ -107,3 +108,34 @@ def test_drain_eta_by_hand():
     figures = {"queue_depth": 90, "processed_per_minute": 4.0, "created_per_minute": 1.0}
     assert drain_eta_of(figures).seconds == 1800.0  # 90 / 3 per minute = 30 min
     assert drain_eta(7200 * 3, 3.0, 0.0).text == "≈ 5d 0h (drains 3.00/min net)"
+
+
+def test_one_event_types_points_say_what_was_folded_or_not_sampled():
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def at(minutes: int) -> datetime:
+        return now - timedelta(minutes=minutes)
+
+    samples = [
+        {"sampled_at": at(m), "pending_total": total}
+        for m, total in ((25, 40), (20, 0), (15, 90), (10, 90), (5, 90), (0, 90))
+    ]
+    type_rows = [
+        {"sampled_at": at(15), "event_type": "order.paid", "queue_depth": 10},  # its own
+        {"sampled_at": at(10), "event_type": "other", "queue_depth": 60},  # folded
+        {"sampled_at": at(5), "event_type": "mail.sent", "queue_depth": 90},  # it had none
+        {"sampled_at": at(0), "event_type": "order.paid", "queue_depth": 40},
+    ]
+    found = type_sample_points(samples, type_rows, "order.paid", "queue_depth", now)
+    # 25 min ago: pending rows but no per-type rows (before migration 014); 20: empty table
+    assert found.points == [(-1200.0, 0.0), (-900.0, 10.0), (-300.0, 0.0), (0.0, 40.0)]
+    assert (found.folded, found.unsampled) == (1, 1)
+    assert found.left_out("order.paid", 10) == (
+        "1 sample(s) folded order.paid into other (not among the top 10 event types by "
+        "trouble, OUTBOX_MONITOR_METRICS_TOP_EVENT_TYPES); 1 sample(s) hold no event types "
+        "(before migration 014)"
+    )
+    # an age: no point where the type had no pending row; a type named "other" is folded
+    ages = type_sample_points(samples, [], "order.paid", "oldest_pending_age_seconds", now)
+    assert ages.points == [] and ages.unsampled == 5
+    assert type_sample_points(samples, type_rows, "other", "queue_depth", now).folded == 1

@@ -1,3 +1,8 @@
+import ast
+import importlib.util
+import re
+from pathlib import Path
+
 import pytest
 from psycopg import sql
 
@@ -29,6 +34,25 @@ def test_compose_puts_the_table_in_as_an_identifier():
 def test_migrations_are_numbered_from_one():
     versions = [version for version, _, _ in migration_files()]
     assert versions == list(range(1, len(versions) + 1))
+
+
+def test_the_python_names_sql_comments_cite_exist():
+    # e.g. "indexes.FLOW_CONTROL_INDEX": a module of the package and a constant it defines
+    # (migrations are applied by version number, not checksummed: a comment may be corrected)
+    texts = [text for _, _, text in migration_files()]
+    texts += [q.description for q in all_queries().values()]
+    cited = {m for text in texts for m in re.findall(r"\b([a-z_]+)\.([A-Z][A-Z0-9_]{2,})\b", text)}
+    assert cited
+    for module, name in sorted(cited):
+        source = Path(importlib.util.find_spec(f"outbox_monitor.{module}").origin).read_text()
+        defined = {  # assigned in that module itself, not imported into it
+            target.id
+            for node in ast.parse(source).body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }
+        assert name in defined, f"{module}.{name}"
 
 
 def test_like_escape_keeps_only_percent_as_wildcard():

@@ -56,20 +56,36 @@ def test_predict_is_a_duration_in_seconds(tmp_path):
         ),
         pytest.param(
             {"event_type": "notification.%", "predict": "15m"},
-            'rules[0] "backlog-soon": predict: a forecast comes from the samples, which cover '
-            "all event types; remove event_type and by, or predict",
-            id="scoped-to-event-types",
+            'rules[0] "backlog-soon": predict: a LIKE pattern\'s total cannot be forecast: the '
+            "per-type samples keep the top event types and fold the rest into other; name one "
+            "event type, or add by: [event_type] for a forecast per type",
+            id="a-pattern-without-by",
         ),
         pytest.param(
-            {"by": ["event_type"], "predict": "15m"},
-            'rules[0] "backlog-soon": predict: a forecast comes from the samples, which cover '
-            "all event types; remove event_type and by, or predict",
-            id="by-event-type",
+            {"metric": "pending_total", "by": ["event_type"], "predict": "15m"},
+            'rules[0] "backlog-soon": predict: pending_total is not sampled per event type; a '
+            "rule with event_type or by may forecast queue_depth, oldest_pending_age; remove "
+            "event_type and by, or predict",
+            id="not-sampled-per-type",
         ),
     ],
 )
 def test_a_bad_predict_names_the_rule_and_the_field(tmp_path, change, expected):
     assert problems_of(tmp_path, rules(**change)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        {"event_type": "order.paid"},
+        {"by": ["event_type"]},
+        {"event_type": "notification.%", "by": ["event_type"]},
+        {"metric": "oldest_pending_age", "threshold": "5m", "event_type": "order.paid"},
+    ],
+)
+def test_a_depth_or_age_rule_scoped_to_event_types_may_predict(tmp_path, scope):
+    ruleset = load_rules(rules_file(tmp_path, rules(predict="15m", **scope)))
+    assert ruleset.rule("backlog-soon").predict == 900.0
 
 
 def test_the_alerts_page_says_the_rule_watches_a_forecast(tmp_path):

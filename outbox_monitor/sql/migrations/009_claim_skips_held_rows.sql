@@ -3,8 +3,8 @@
 -- users' claim index (status, available_at, created_at): 008's claim read every held row on
 -- every claim (200,000 held rows: 4.5 times as long as the same claim without them). init-db
 -- now recommends a partial index (event_type, available_at, created_at) WHERE status =
--- 'pending' (schema.RECOMMENDED_INDEXES, proven by benchmarks/claim.py against the users'
--- claim, ack and publish). When a claim has a filter that grants 0 and the table has such an
+-- 'pending' (indexes.FLOW_CONTROL_INDEX, built by init-db --flow-control, proven by
+-- benchmarks/claim.py against the users' claim, ack and publish). When a claim has a filter that grants 0 and the table has such an
 -- index, it lists the pending event types by a loose index scan (one index probe per type),
 -- drops the blocked ones, and reads due rows of the other types only: O(types + due rows it
 -- may hand out), not O(held). Without the index, or with over 1,000 pending types, the claim
