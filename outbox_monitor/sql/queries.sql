@@ -1531,21 +1531,22 @@ SELECT now() AS now,
            AS newest_outcome;
 
 -- name: workers_rows_by_id
--- What became of the rows a worker held at the sampler's last pass: status, locked_by and processed_at now, by primary key (a pruned row is absent).
-SELECT id, status, locked_by, processed_at FROM {table} WHERE id = ANY(%(ids)s::bigint[]);
+-- What became of the rows a worker held at the sampler's last pass: status, locked_by, processed_at and available_at now (moved past the pass when the row was retried, reaped or replayed since), by primary key (a pruned row is absent).
+SELECT id, status, locked_by, processed_at, available_at FROM {table} WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: workers_seen_hands
--- The ids each worker of this table held at the sampler's last pass.
-SELECT locked_by, ids_in_hand FROM outbox_monitor.workers_seen WHERE table_name = %(table_name)s;
+-- The ids each worker of this table held at the sampler's last pass, and that pass's instant (updated_at); workers that held nothing then are not read (nothing of theirs to follow).
+SELECT locked_by, ids_in_hand, updated_at FROM outbox_monitor.workers_seen
+WHERE table_name = %(table_name)s AND cardinality(ids_in_hand) > 0;
 
 -- name: workers_seen_upsert
--- One worker at one sampler pass: what it holds now, the newest claim and ack seen, and what became of the rows it let go of since the last pass (added to its counts).
+-- One worker at one sampler pass (%(seen_at)s: the database's now read before its rows in hand): what it holds now, the newest claim and ack seen, and what became of the rows it let go of since the last pass (added to its counts).
 INSERT INTO outbox_monitor.workers_seen AS w (
     table_name, locked_by, rows_in_hand, stuck, ids_in_hand, first_seen, last_seen,
     last_claim_at, last_ack_at, acks_seen, dead_lettered_seen, returned_seen, updated_at)
-VALUES (%(table_name)s, %(locked_by)s, %(rows_in_hand)s, %(stuck)s, %(ids)s::bigint[], now(),
-        now(), %(newest_claim)s, %(last_ack)s, %(acked)s, %(dead_lettered)s, %(returned)s,
-        now())
+VALUES (%(table_name)s, %(locked_by)s, %(rows_in_hand)s, %(stuck)s, %(ids)s::bigint[],
+        %(seen_at)s, %(seen_at)s, %(newest_claim)s, %(last_ack)s, %(acked)s, %(dead_lettered)s,
+        %(returned)s, %(seen_at)s)
 ON CONFLICT (table_name, locked_by) DO UPDATE SET
     rows_in_hand = excluded.rows_in_hand,
     stuck = excluded.stuck,

@@ -39,7 +39,8 @@ COLUMNS = [
 UNKNOWABLE = (
     "A row loses `locked_by` at its ack (SPEC §1), so the table alone cannot say when a worker "
     "last acked. Every sampler pass (`outbox-monitor scheduler`) remembers the rows in each "
-    "worker's hand; a row a later pass finds done was acked at its `processed_at`. A row "
+    "worker's hand; a row a later pass finds done was acked at its `processed_at`, unless it "
+    "went back to the queue meanwhile (a retry, a reap, a replay: it counts as returned). A row "
     "claimed and acked between two passes counts in no worker's acks (its `processed_at` "
     "still counts for the fleet's liveness); a retry or a reap leaves no time. "
     f"At most {WORKERS_SHOWN} workers, and {IDS_PER_WORKER:,} rows of each, are followed."
