@@ -1566,12 +1566,13 @@ WHERE table_name = %(table_name)s AND rows_in_hand = 0
   AND last_seen < now() - make_interval(secs => %(retention)s);
 
 -- name: workers_seen_list
--- What the sampler has seen of each worker of this table.
+-- What the sampler has seen of the workers of this table, at most %(limit)s: those of %(in_hand)s (holding rows now) first, then those seen holding rows last; each row with how many workers the table holds in all (seen_total).
 SELECT locked_by, rows_in_hand, stuck, first_seen, last_seen, last_claim_at, last_ack_at,
-       acks_seen, dead_lettered_seen, returned_seen, updated_at
+       acks_seen, dead_lettered_seen, returned_seen, updated_at, count(*) OVER () AS seen_total
 FROM outbox_monitor.workers_seen
 WHERE table_name = %(table_name)s
-ORDER BY locked_by;
+ORDER BY locked_by = ANY(%(in_hand)s::text[]) DESC, last_seen DESC, locked_by
+LIMIT %(limit)s;
 
 
 -- ===================================================================== a partitioned outbox (demo/partitioned.py: tests, benchmarks)
