@@ -233,6 +233,12 @@ class Rule(_Model):
                 "a forecast comes from the samples, which cover all event types; remove "
                 "event_type and by, or predict",
             )
+        if info.data.get("op") in ("==", "!="):
+            raise fail(
+                "predict",
+                f"a forecast alerts when its trend crosses the threshold (op >, >=, < or <=); "
+                f"with op {quoted(info.data['op'])} the rule would never fire",
+            )
         return positive_duration(value)
 
     @field_validator("severity", mode="before")
