@@ -773,7 +773,7 @@ ORDER BY age(s.xmin) DESC NULLS LAST, age(s.catalog_xmin) DESC NULLS LAST, s.slo
 -- name: events_page
 -- One page of events, newest id first, keyset-paginated; never selects payload.
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
-       available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
+       available_at, locked_at, locked_by, left(last_error, 2000) AS last_error,
        created_at, processed_at
 FROM {table}
 WHERE true {and_filters}
@@ -797,7 +797,7 @@ SELECT payload::text AS payload FROM {table} WHERE id = %(id)s;
 -- name: aggregate_timeline
 -- Every event of one aggregate, oldest first.
 SELECT id, event_type, event_key, status, attempts, created_at, processed_at,
-       left(last_error, 200) AS last_error
+       left(last_error, 2000) AS last_error
 FROM {table}
 WHERE aggregate_type = %(aggregate_type)s AND aggregate_id = %(aggregate_id)s
 ORDER BY created_at, id
@@ -810,7 +810,7 @@ SELECT left(payload::text, %(chars)s) AS head FROM {table} WHERE id = %(id)s;
 -- name: failed_rows
 -- Dead-lettered rows matching the filters with their error group, newest id first; no payload.
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, attempts, created_at,
-       processed_at, left(last_error, 200) AS last_error,
+       processed_at, left(last_error, 2000) AS last_error,
        outbox_monitor.error_group(event_type, last_error) AS group_id
 FROM {table}
 WHERE status = 'failed' {and_filters}
@@ -820,7 +820,7 @@ LIMIT %(limit)s;
 -- name: payload_search_page
 -- One keyset page of the events created in [since, until) whose payload matches {and_filters} (containment or a key path, payload_search.py), newest first by (created_at, id); no payload selected, no trailing semicolon (EXPLAINed as count_estimate's {rows}).
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
-       available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
+       available_at, locked_at, locked_by, left(last_error, 2000) AS last_error,
        created_at, processed_at
 FROM {table}
 WHERE created_at >= %(since)s AND created_at < %(until)s {and_filters}
@@ -918,7 +918,7 @@ WHERE status = 'failed' {and_filters};
 
 -- name: replay_sample
 -- The newest failed rows matching the replay filter, for the preview.
-SELECT id, event_type, event_key, attempts, processed_at, left(last_error, 200) AS last_error
+SELECT id, event_type, event_key, attempts, processed_at, left(last_error, 2000) AS last_error
 FROM {table}
 WHERE status = 'failed' {and_filters}
 ORDER BY id DESC
@@ -1166,7 +1166,7 @@ WITH replayed AS (
     WHERE o.status = 'failed'
     GROUP BY 1, 2
 )
-SELECT g.group_id, g.event_type, g.rows, left(s.last_error, 200) AS sample_error
+SELECT g.group_id, g.event_type, g.rows, left(s.last_error, 2000) AS sample_error
 FROM grouped AS g
 LEFT JOIN {table} AS s ON s.id = g.sample_id
 ORDER BY g.rows DESC, g.group_id;
