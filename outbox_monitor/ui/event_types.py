@@ -74,8 +74,12 @@ def _choices(key: str, _db: Database, window: float) -> list[str]:
     return by_event_type.sampled_event_types(_db, window=window, limit=SPLIT_CHOICES)
 
 
-def _link(page: str, event_type: str, f: Filters) -> str:
-    """A relative link to a page pre-filtered on exactly this type and the window."""
+def _link(page: str, event_type: str, f: Filters) -> str | None:
+    """A relative link to a page pre-filtered on exactly this type and the window; ``None``
+    for a type holding ``%``: the pages' filter would read it as a LIKE pattern (SPEC §2)
+    and show — and offer to replay — other types too."""
+    if "%" in event_type:
+        return None
     return f"{page}?{urlencode({'event_type': event_type, 'window': f.window_label})}"
 
 

@@ -103,3 +103,14 @@ def test_history_split_by_event_type(open_page, ruleset, rows, conn):
     charts = len(at.get("vega_lite_chart"))
     at = split.unselect("order.paid").run()
     assert len(at.get("vega_lite_chart")) == charts - 1
+
+
+def test_a_type_holding_a_percent_sign_links_nowhere_rather_than_to_a_pattern(open_page, rows):
+    # on Events or Dead letters, "pay%day" is a LIKE pattern: it would list (and replay) payXday
+    rows.add(event_type="pay%day", status="failed", processed_ago=30, attempts=10)
+    rows.add(event_type="payXday", status="failed", processed_ago=30, attempts=10)
+
+    table = by_type(open_page("overview"))
+
+    assert pd.isna(table["pay%day"]["events"]) and pd.isna(table["pay%day"]["dead letters"])
+    assert table["payXday"]["events"] == "events?event_type=payXday&window=1h"
