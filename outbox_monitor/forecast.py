@@ -123,12 +123,17 @@ def sample_points(
     samples: Sequence[Mapping[str, Any]], column: str, now: datetime
 ) -> list[tuple[float, float]]:
     """``(seconds from now, value)`` of one samples column (``metrics.samples_series`` rows
-    with ``sampled_at``), skipping samples without a value (no pending row: no age)."""
-    return [
-        ((row["sampled_at"] - now).total_seconds(), float(row[column]))
-        for row in samples
-        if row.get(column) is not None
-    ]
+    with ``sampled_at``, oldest first) since the newest sample without a value: no pending
+    row, no age — an age that came back restarted from 0, and one absent now has nothing to
+    extrapolate; joined with the ages before, the line would forecast a wait of rows that
+    are gone."""
+    points: list[tuple[float, float]] = []
+    for row in samples:
+        if row.get(column) is None:
+            points.clear()
+            continue
+        points.append(((row["sampled_at"] - now).total_seconds(), float(row[column])))
+    return points
 
 
 def fit_trend(points: Sequence[tuple[float, float]]) -> Trend | None:
