@@ -21,6 +21,7 @@ from typing import Any
 
 from outbox_monitor.db import Database
 from outbox_monitor.events import database_now
+from outbox_monitor.units import bounded_key
 from outbox_monitor.workers import InHand, in_hand
 
 
@@ -61,7 +62,7 @@ def let_go(previous: dict[str, Hand], rows: list[dict[str, Any]]) -> dict[str, L
             row = now.get(row_id)
             if row is None:
                 returned += 1
-            elif row["status"] == "processing" and row["locked_by"] == worker:
+            elif row["status"] == "processing" and _key(row["locked_by"]) == worker:
                 continue
             elif row["available_at"] > hand.seen_at:
                 returned += 1
@@ -80,7 +81,8 @@ def let_go(previous: dict[str, Hand], rows: list[dict[str, Any]]) -> dict[str, L
 def record_workers(db: Database, *, primary: Database | None = None) -> int:
     """One sampler pass over the workers: read each ``locked_by``'s processing rows now and
     what became of the rows each held at the last pass (by id, through ``db``), then upsert
-    one ``workers_seen`` row per worker holding rows now or at the last pass (a worker idle
+    one ``workers_seen`` row per worker (its ``locked_by`` as ``units.bounded_key``) holding
+    rows now or at the last pass (a worker idle
     at both is not written again: one statement per worker in hand, not per worker seen in
     the retention) and forget those holding nothing for the samples' retention (through
     ``primary``, default ``db``). Processing rows without ``locked_by`` are no worker's: the
@@ -99,7 +101,7 @@ def record_workers(db: Database, *, primary: Database | None = None) -> int:
         for r in writes.fetch_all("workers_seen_hands", table)
     }
     seen_at = database_now(db)
-    current = {w.locked_by: w for w in in_hand(db) if w.locked_by is not None}
+    current = {bounded_key(w.locked_by): w for w in in_hand(db) if w.locked_by is not None}
     ids = sorted({i for hand in previous.values() for i in hand.ids})
     rows = db.fetch_all("workers_rows_by_id", {"ids": ids}) if ids else []
     outcomes = let_go(previous, rows)
@@ -118,6 +120,10 @@ def record_workers(db: Database, *, primary: Database | None = None) -> int:
             {**table, "retention": db.settings.sample_retention},
         )
     return len(current.keys() | previous.keys())
+
+
+def _key(locked_by: str | None) -> str | None:
+    return None if locked_by is None else bounded_key(locked_by)
 
 
 def _upsert_params(name: str, holding: InHand | None, gone: LetGo) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 from outbox_monitor.flow.held import Held, held
+from outbox_monitor.units import bounded_key
 
 WORKERS_SHOWN = 100
 """Workers listed, those holding most rows first (``locked_by`` is the workers' free text:
@@ -234,16 +235,18 @@ def workers(
             "workers_seen_list",
             {
                 "table_name": db.table_name,
-                "in_hand": [name for name in now if name is not None],
+                "in_hand": [bounded_key(name) for name in now if name is not None],
                 "limit": limit,
             },
         )
-    seen = {r["locked_by"]: r for r in rows}
-    names = [*now, *(n for n in seen if n not in now)][: max(limit, len(now))]
-    total = (rows[0]["seen_total"] if rows else 0) + sum(1 for n in now if n not in seen)
+    seen = {r["locked_by"]: r for r in rows}  # as the sampler keys them (units.bounded_key)
+    keys = {name: None if name is None else bounded_key(name) for name in now}
+    held = set(keys.values())
+    names = [*now, *(n for n in seen if n not in held)][: max(limit, len(now))]
+    total = (rows[0]["seen_total"] if rows else 0) + sum(1 for k in held if k not in seen)
     found = []
     for name in names:
-        current, past = now.get(name), seen.get(name) or {}
+        current, past = now.get(name), seen.get(keys.get(name, name)) or {}
         claims = [t for t in (current and current.newest_claim, past.get("last_claim_at")) if t]
         found.append(
             Worker(

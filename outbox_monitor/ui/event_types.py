@@ -24,6 +24,7 @@ from outbox_monitor.flow.event_types import event_type_flows
 from outbox_monitor.ui import alert_loaders, alert_rules, charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import Filters
+from outbox_monitor.units import bounded_key
 
 HISTORY_FIGURES = {
     "queue_depth": ("Queue depth (due now)", "rows"),
@@ -60,7 +61,7 @@ def _table(
             ],
             controls(_db),
         )
-        names = [row["event_type"] for row in rows]
+        names = [bounded_key(row["event_type"]) for row in rows]  # as the samples key them
         history = by_event_type.history(_db, event_types=names, window=window)
     return {
         "rows": rows,
@@ -113,7 +114,7 @@ def table_rows(
             label = name
             state = loaded["flow"].get(name)
             flow = state.state if state else "running"
-            spark = depth.get(name, [])
+            spark = depth.get(bounded_key(name), [])  # the samples' key of the type
             events, dead = _link("events", name, f), _link("dead_letters", name, f)
         result.append(
             {
@@ -207,7 +208,7 @@ def _split_chart(db: Database, f: Filters, troubled: list[str]) -> None:
         )
         return
     left, right = st.columns([3, 1])
-    default = [name for name in troubled if name in choices][:SPLIT_DEFAULT]
+    default = [bounded_key(n) for n in troubled if bounded_key(n) in choices][:SPLIT_DEFAULT]
     chosen = left.multiselect(
         "Split by event type", choices, default=default, key="overview.split_event_types"
     )

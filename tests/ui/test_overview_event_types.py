@@ -139,3 +139,17 @@ def test_a_type_named_like_the_charts_own_columns_is_drawn(open_page, rows, conn
     charts = len(at.get("vega_lite_chart"))
     at = split.unselect(name).run()
     assert len(at.get("vega_lite_chart")) == charts - 1  # the split chart was drawn
+
+
+def test_a_type_named_past_a_btree_entry_is_sampled_and_has_its_sparkline(open_page, rows, db):
+    from outbox_monitor.sampler import record_sample
+    from tests.integration.test_long_names import LONG
+
+    rows.add(event_type=LONG, event_key="k:long", created_ago=30)
+    record_sample(db)
+    record_sample(db)
+
+    at = open_page("overview")
+
+    assert not at.exception and not [e.value for e in at.error]
+    assert list(by_type(at)[LONG]["depth"]) == [1.0, 1.0]
