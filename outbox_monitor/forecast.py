@@ -21,6 +21,9 @@ DEFAULT_LOOKBACK_SECONDS = 15 * 60.0
 """The samples a rule without ``predict`` is forecast from on the Overview (and its horizon)."""
 PREDICTABLE = ("queue_depth", "pending_total", "scheduled_retries", "oldest_pending_age")
 """The depth and age figures a rule may ``predict``: sampled gauges a trend extrapolates."""
+CROSSING_REACH = 100
+"""How far ahead a crossing is told, in lookbacks (15 min of samples: 25 h); past it a line
+through a few minutes says nothing ("will cross 1,000,000 in ≈ 694443749d at +0.00/min")."""
 
 _CHECKS = {
     ">": lambda value, threshold: value > threshold,
@@ -202,9 +205,24 @@ class Forecast:
         return None if self.trend is None else self.trend.at(self.horizon)
 
     @property
+    def reach(self) -> float:
+        """How far ahead a crossing is told: ``CROSSING_REACH`` lookbacks, in seconds."""
+        return self.lookback * CROSSING_REACH
+
+    @property
     def crossing(self) -> float | None:
-        """Seconds until the threshold is broken by the trend (0: already), else ``None``."""
-        return None if self.trend is None else seconds_to_cross(self.trend, self.op, self.threshold)
+        """Seconds until the threshold is broken by the trend (0: already), else ``None``
+        (never, or not within ``reach``)."""
+        if self.trend is None:
+            return None
+        seconds = seconds_to_cross(self.trend, self.op, self.threshold)
+        return None if seconds is None or seconds > self.reach else seconds
+
+    def _beyond(self) -> str:
+        """`` within 25h`` when the trend heads to the threshold past ``reach``, else ``""``."""
+        assert self.trend is not None
+        far = seconds_to_cross(self.trend, self.op, self.threshold)
+        return f" within {duration_label(self.reach)}" if far is not None and far > 0 else ""
 
     @property
     def breached(self) -> bool:
@@ -236,7 +254,9 @@ class Forecast:
         limit = format_value(self.threshold, self.unit)
         crossing = self.crossing
         if crossing is None:
-            return f"{name} will not cross {limit} at its trend ({self.slope_text()})"
+            return (
+                f"{name} will not cross {limit}{self._beyond()} at its trend ({self.slope_text()})"
+            )
         if crossing == 0:
             return f"{name} is past {limit} by its trend ({self.slope_text()})"
         return f"{name} will cross {limit} in {about(crossing)} at {self.slope_text()}"
@@ -253,7 +273,7 @@ class Forecast:
             )
         crossing = self.crossing
         if crossing is None:
-            return f"no breach at its trend ({self.slope_text()})"
+            return f"no breach{self._beyond()} at its trend ({self.slope_text()})"
         if crossing == 0:
             return f"breached by its trend ({self.slope_text()})"
         return f"breaches in {about(crossing)} at {self.slope_text()}"

@@ -107,3 +107,20 @@ def test_drain_eta_by_hand():
     figures = {"queue_depth": 90, "processed_per_minute": 4.0, "created_per_minute": 1.0}
     assert drain_eta_of(figures).seconds == 1800.0  # 90 / 3 per minute = 30 min
     assert drain_eta(7200 * 3, 3.0, 0.0).text == "≈ 5d 0h (drains 3.00/min net)"
+
+
+def test_a_crossing_past_a_hundred_lookbacks_is_not_told():
+    # +1 row per 100 s over 15 min of samples: 1,000,000 is ≈ 3.2 years away
+    creeping = [(-600.0, 100.0), (-300.0, 103.0), (0.0, 106.0)]
+    found = forecast("queue_depth", "rows", ">", 1_000_000, creeping, horizon=900, lookback=900)
+    assert found.reach == 90_000.0  # 100 × 15 min
+    assert found.crossing is None and not found.breached
+    assert (
+        found.text
+        == "queue depth will not cross 1,000,000 within 25h at its trend (+0.60 rows/min)"
+    )
+    assert found.breach_text == "no breach within 25h at its trend (+0.60 rows/min)"
+    # within reach it is told: 500 is (500 − 106) / 0.01 s = 39,400 s ≈ 10h 56m away
+    near = forecast("queue_depth", "rows", ">", 500, creeping, horizon=900, lookback=900)
+    assert near.crossing == pytest.approx((500 - 106) / 0.01)
+    assert near.breach_text == "breaches in ≈ 10h 56m at +0.60 rows/min"
