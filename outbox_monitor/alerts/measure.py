@@ -17,9 +17,10 @@ from typing import Any
 from outbox_monitor import error_grouping, events, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
+from outbox_monitor.durations import duration_label
 from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, WORKER_FIGURES
 from outbox_monitor.filters import ExactEventType, Where
-from outbox_monitor.forecast import Forecast, forecast, sample_points
+from outbox_monitor.forecast import MIN_SAMPLES, Forecast, forecast, sample_points
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
@@ -165,9 +166,20 @@ def rule_forecast(db: Database, rule: Rule) -> Forecast:
     ``predict`` seconds past the database's now (``forecast.forecast``).
 
     Raises:
+        ValueError: ``predict`` spans fewer than ``MIN_SAMPLES + 1`` sampler intervals
+            (``OUTBOX_MONITOR_SAMPLE_INTERVAL``): it could never hold the samples a trend
+            needs, or only some passes would (a forecast that comes and goes), so the rule
+            is in error, saying so, rather than silently never firing.
         The package's database errors.
     """
     assert rule.predict is not None
+    interval = db.settings.sample_interval
+    if rule.predict < (MIN_SAMPLES + 1) * interval:
+        raise ValueError(
+            f"predict {duration_label(rule.predict)} holds fewer than {MIN_SAMPLES} samples "
+            f"taken every {duration_label(interval)} (OUTBOX_MONITOR_SAMPLE_INTERVAL): set "
+            f"predict to {duration_label((MIN_SAMPLES + 1) * interval)} or more"
+        )
     samples = metrics.samples_series(db, window=rule.predict)
     column = rule.spec.sample_column
     assert column is not None  # rules.PREDICTABLE figures are sampled

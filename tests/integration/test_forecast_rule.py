@@ -139,3 +139,18 @@ def test_an_age_forecast_starts_again_when_nothing_was_pending(
     instance = report.instance("late-forecast")
     assert instance.transitions == ("inactive→firing",)
     assert instance.value == pytest.approx(1090, abs=2)
+
+
+def test_a_predict_shorter_than_the_samples_need_is_an_evaluation_error_not_silence(
+    db, conn, rows, fake_clock, write_rules
+):
+    # samples every 15 s: 20 s of them hold one or two, never the three a trend needs
+    short = RULES.replace("predict: 15m", "predict: 20s")
+    evaluator = Evaluator(db, write_rules(short), clock=fake_clock)
+    add_samples(rows, {1 / 6: 1000, 0: 90000})
+    instance = evaluator.run_once().instance("backlog-forecast")
+    assert instance.state == "error"
+    assert instance.error == (
+        "ValueError: predict 20s holds fewer than 3 samples taken every 15s "
+        "(OUTBOX_MONITOR_SAMPLE_INTERVAL): set predict to 1m or more"
+    )
