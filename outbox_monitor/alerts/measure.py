@@ -24,6 +24,7 @@ from outbox_monitor.forecast import MIN_SAMPLES, Forecast, forecast, sample_poin
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
+from outbox_monitor.units import bounded_key
 from outbox_monitor.workers import due_offenders
 
 MAX_INSTANCES = 200
@@ -61,8 +62,10 @@ class Measurement:
 
 
 def instance_of(event_type: str | None) -> str:
-    """The instance key of an event type (``"event_type=order.paid"``), ``""`` for none."""
-    return f"event_type={event_type}" if event_type else ""
+    """The instance key of an event type (``"event_type=order.paid"``; a type past
+    ``units.MAX_KEY_CHARS`` as ``units.bounded_key``: the key is a primary key's, the whole
+    type is in the instance's labels), ``""`` for none."""
+    return f"event_type={bounded_key(event_type)}" if event_type else ""
 
 
 def compare(op: str, value: float | None, threshold: float) -> bool:

@@ -41,3 +41,34 @@ def test_a_sample_with_a_type_and_a_worker_named_past_a_btree_entry(db, rows, co
     view = workers(db)
     assert [(w.locked_by, w.rows_in_hand, w.acks_seen) for w in view.listed] == [(LONG, 1, 1)]
     assert view.not_listed == 0
+
+
+def test_an_alert_per_type_on_a_type_past_a_btree_entry_fires_and_the_others_still_do(
+    db, rows, fake_clock, write_rules
+):
+    from outbox_monitor.alerts.evaluate import Evaluator
+    from outbox_monitor.alerts.state import list_instances
+    from tests.alerting import oncall_rules
+
+    rules = oncall_rules(
+        """\
+  - name: per-type-depth
+    metric: queue_depth
+    by: [event_type]
+    op: ">"
+    threshold: 0
+    route: oncall
+"""
+    )
+    rows.add(event_type=LONG, event_key="k:long", created_ago=30)
+    rows.add(event_type="order.paid", created_ago=30)
+
+    report = Evaluator(db, write_rules(rules), clock=fake_clock).run_once()
+
+    firing = {i.instance: i.state for i in report.instances}
+    assert firing == {
+        f"event_type={bounded_key(LONG)}": "firing",
+        "event_type=order.paid": "firing",
+    }
+    labels = {r["instance"]: r["labels"] for r in list_instances(db)}
+    assert labels[f"event_type={bounded_key(LONG)}"]["event_type"] == LONG
