@@ -13,7 +13,7 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.logs import configure_logging
-from outbox_monitor.ui import access, alert_rules, banners, format, state, static_assets
+from outbox_monitor.ui import access, alert_rules, banners, deep_link, format, state, static_assets
 
 configure_logging()  # once per process: one line per record, outbox text escaped
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
@@ -79,6 +79,7 @@ allowed = access.pages_for(identity, PAGES)
 page = st.navigation(allowed)
 if page.url_path == "":
     page.run()  # the root: off to /overview before anything is drawn
+deep_link.forget()  # a link kept through the sign-in was followed: the browser drops it
 chosen = state.sidebar(
     settings.window,
     settings.refresh,

@@ -126,9 +126,10 @@ def list_events(
 
     Returns:
         Up to ``limit`` dict rows: id, event_type, aggregate_type, aggregate_id, event_key,
-        status, attempts, available_at, locked_at, locked_by, last_error (first 200
-        chars), created_at, processed_at — never ``payload``. Fewer than ``limit`` rows
-        means there is no older page.
+        status, attempts, available_at, locked_at, locked_by, last_error (first 2,000
+        chars: the tables cut it to ``redaction.ERROR_HEAD_CHARS`` after redaction),
+        created_at, processed_at — never ``payload``. Fewer than ``limit`` rows means there
+        is no older page.
 
     Raises:
         ValueError: a limit out of range.
@@ -197,7 +198,7 @@ def aggregate_timeline(
 
     Returns:
         Dict rows id, event_type, event_key, status, attempts, created_at, processed_at,
-        last_error (first 200 chars), ordered by ``created_at`` then ``id``.
+        last_error (first 2,000 chars), ordered by ``created_at`` then ``id``.
 
     Raises:
         ValueError: a limit out of range.
@@ -230,7 +231,7 @@ def list_failed(
 
     Returns:
         Dict rows id, event_type, aggregate_type, aggregate_id, event_key, attempts,
-        created_at, processed_at (time of failure), last_error (first 200 chars) and
+        created_at, processed_at (time of failure), last_error (first 2,000 chars) and
         group_id — never ``payload``.
 
     Raises:

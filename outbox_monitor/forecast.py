@@ -26,6 +26,9 @@ PREDICTABLE = ("queue_depth", "pending_total", "scheduled_retries", "oldest_pend
 TYPE_SAMPLED = {"queue_depth": "queue_depth", "oldest_pending_age": "oldest_pending_age_seconds"}
 """The predictable figures the sampler also records per event type (migration 014): a rule
 scoped to event types may ``predict`` these, each from its ``event_type_samples`` column."""
+CROSSING_REACH = 100
+"""How far ahead a crossing is told, in lookbacks (15 min of samples: 25 h); past it a line
+through a few minutes says nothing ("will cross 1,000,000 in ≈ 694443749d at +0.00/min")."""
 
 _CHECKS = {
     ">": lambda value, threshold: value > threshold,
@@ -128,12 +131,17 @@ def sample_points(
     samples: Sequence[Mapping[str, Any]], column: str, now: datetime
 ) -> list[tuple[float, float]]:
     """``(seconds from now, value)`` of one samples column (``metrics.samples_series`` rows
-    with ``sampled_at``), skipping samples without a value (no pending row: no age)."""
-    return [
-        ((row["sampled_at"] - now).total_seconds(), float(row[column]))
-        for row in samples
-        if row.get(column) is not None
-    ]
+    with ``sampled_at``, oldest first) since the newest sample without a value: no pending
+    row, no age — an age that came back restarted from 0, and one absent now has nothing to
+    extrapolate; joined with the ages before, the line would forecast a wait of rows that
+    are gone."""
+    points: list[tuple[float, float]] = []
+    for row in samples:
+        if row.get(column) is None:
+            points.clear()
+            continue
+        points.append(((row["sampled_at"] - now).total_seconds(), float(row[column])))
+    return points
 
 
 @dataclass(frozen=True)
@@ -180,10 +188,11 @@ def type_sample_points(
 
     Returns:
         A ``TypePoints``. At each sample: the type's own row gives its value (an age of
-        ``None`` gives no point); without one, an ``other`` row means it may have been folded
-        (``folded``, no point); else, when the sample recorded event types or the table had
-        no pending row, the type had no open row: a depth of 0 (an age, no point); else the
-        sample predates per-type sampling (``unsampled``, no point). A real event type named
+        ``None`` drops the ages before it, as ``sample_points`` does); without one, an
+        ``other`` row means it may have been folded (``folded``, no point); else, when the
+        sample recorded event types or the table had no pending row, the type had no open
+        row: a depth of 0 (an age: the ages before it are dropped); else the sample predates
+        per-type sampling (``unsampled``, no point). A real event type named
         ``other`` is always folded (``by_event_type.fold``).
     """
     by_instant: dict[datetime, dict[str, Mapping[str, Any]]] = {}
@@ -197,11 +206,15 @@ def type_sample_points(
         if own is not None:
             if own[column] is not None:
                 points.append((at, float(own[column])))
+            else:
+                points.clear()  # no pending row of the type: its age restarts (sample_points)
         elif OTHER in rows:
             folded += 1
         elif rows or not sample.get("pending_total"):
             if column == TYPE_SAMPLED["queue_depth"]:
                 points.append((at, 0.0))
+            else:
+                points.clear()
         else:
             unsampled += 1
     return TypePoints(points, folded, unsampled)
@@ -277,9 +290,24 @@ class Forecast:
         return None if self.trend is None else self.trend.at(self.horizon)
 
     @property
+    def reach(self) -> float:
+        """How far ahead a crossing is told: ``CROSSING_REACH`` lookbacks, in seconds."""
+        return self.lookback * CROSSING_REACH
+
+    @property
     def crossing(self) -> float | None:
-        """Seconds until the threshold is broken by the trend (0: already), else ``None``."""
-        return None if self.trend is None else seconds_to_cross(self.trend, self.op, self.threshold)
+        """Seconds until the threshold is broken by the trend (0: already), else ``None``
+        (never, or not within ``reach``)."""
+        if self.trend is None:
+            return None
+        seconds = seconds_to_cross(self.trend, self.op, self.threshold)
+        return None if seconds is None or seconds > self.reach else seconds
+
+    def _beyond(self) -> str:
+        """`` within 25h`` when the trend heads to the threshold past ``reach``, else ``""``."""
+        assert self.trend is not None
+        far = seconds_to_cross(self.trend, self.op, self.threshold)
+        return f" within {duration_label(self.reach)}" if far is not None and far > 0 else ""
 
     @property
     def breached(self) -> bool:
@@ -318,7 +346,9 @@ class Forecast:
         limit = format_value(self.threshold, self.unit)
         crossing = self.crossing
         if crossing is None:
-            return f"{name} will not cross {limit} at its trend ({self.slope_text()})"
+            return (
+                f"{name} will not cross {limit}{self._beyond()} at its trend ({self.slope_text()})"
+            )
         if crossing == 0:
             return f"{name} is past {limit} by its trend ({self.slope_text()})"
         return f"{name} will cross {limit} in {about(crossing)} at {self.slope_text()}"
@@ -335,7 +365,7 @@ class Forecast:
             )
         crossing = self.crossing
         if crossing is None:
-            return f"no breach at its trend ({self.slope_text()})"
+            return f"no breach{self._beyond()} at its trend ({self.slope_text()})"
         if crossing == 0:
             return f"breached by its trend ({self.slope_text()})"
         return f"breaches in {about(crossing)} at {self.slope_text()}"

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
     from outbox_monitor.config import Settings
 
 _REDACTED_JSON = json.dumps(REDACTED)
+ERROR_HEAD_CHARS = 200
+"""How much of a ``last_error`` the tables show. The queries read up to 2,000 characters
+(SPEC §1's cap) and the text is cut after redaction (``redact_rows``'s ``head``), never
+before: a secret cut in half is no longer recognised (``4111 1111 1111 1`` is no card
+number, ``gina@example`` no address) and would be shown."""
 
 # free text: a key (quoted, or a bare word) and its separator, then its value
 _KEY_SEPARATOR = re.compile(
@@ -160,14 +165,23 @@ class Redactor:
     # ---------------------------------------------------------------------------- values
 
     def redact_rows(
-        self, rows: Sequence[Mapping[str, Any]], fields: Iterable[str] = ("last_error",)
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        fields: Iterable[str] = ("last_error",),
+        *,
+        head: int | None = None,
     ) -> list[dict[str, Any]]:
         """Copies of ``rows`` with the text ``fields`` (e.g. ``last_error``) through
-        ``redact_text``; other fields and missing fields are left as they are."""
+        ``redact_text``, then cut to their first ``head`` characters when given (redacted
+        whole first: see ``ERROR_HEAD_CHARS``); other fields and missing fields are left
+        as they are."""
         names = tuple(fields)
-        return [
-            {k: self.redact_text(v) if k in names else v for k, v in row.items()} for row in rows
-        ]
+
+        def shown(value: Any) -> Any:
+            value = self.redact_text(value)
+            return value[:head] if head is not None and isinstance(value, str) else value
+
+        return [{k: shown(v) if k in names else v for k, v in row.items()} for row in rows]
 
     # ---------------------------------------------------------------------------- JSON text
 

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from outbox_monitor import by_event_type, metrics
 from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES, SAMPLED
+from outbox_monitor.units import bounded_key
 from outbox_monitor.worker_sightings import record_workers
 
 log = logging.getLogger(__name__)
@@ -74,12 +75,12 @@ def measure_event_types(db: Database) -> list[dict[str, Any]]:
     (``by_event_type.measure`` without rates, over the settings' window).
 
     Returns:
-        ``{"event_type", <every EVENT_TYPE_COLUMNS column>}`` rows; none when no event type
-        has open rows or dead letters in the window.
+        ``{"event_type" (``units.bounded_key``), <every EVENT_TYPE_COLUMNS column>}`` rows;
+        none when no event type has open rows or dead letters in the window.
     """
     rows = by_event_type.measure(db, top=db.settings.metrics_top_event_types, rates=False)
     return [
-        {"event_type": row["event_type"]}
+        {"event_type": bounded_key(row["event_type"])}
         | {column: row[key] for column, key in EVENT_TYPE_COLUMNS.items()}
         for row in rows
     ]

@@ -1,9 +1,27 @@
 """How figures are written for people, by unit, the same on the dashboard, in Slack and on
-the CLI: rates (``per_minute``) and any rule value or threshold (``format_value``)."""
+the CLI: rates (``per_minute``) and any rule value or threshold (``format_value``); and the
+users' free text as the key of our own history (``bounded_key``)."""
+
+import hashlib
 
 from outbox_monitor.durations import format_duration
 
 NO_VALUE = "–"
+MAX_KEY_CHARS = 200
+"""Longest ``event_type`` or ``locked_by`` kept whole in our history tables, whose primary
+keys hold them (a btree entry holds at most 2,704 bytes)."""
+
+
+def bounded_key(text: str) -> str:
+    """``text`` as a key of ``outbox_monitor.event_type_samples`` or ``workers_seen``:
+    itself up to ``MAX_KEY_CHARS`` characters, else its head, ``…`` and 8 hex digits of its
+    md5 (``MAX_KEY_CHARS`` in all: two long texts sharing a head stay apart). The users'
+    table takes any length of ``event_type`` and ``locked_by``; one too long for a btree
+    entry made every sample of the pass fail."""
+    if len(text) <= MAX_KEY_CHARS:
+        return text
+    digest = hashlib.md5(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{text[: MAX_KEY_CHARS - 9]}…{digest}"
 
 
 def per_minute(value: float | None) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from outbox_monitor.db import Database
 from outbox_monitor.filters import Where
 from outbox_monitor.flow.held import Held, held
+from outbox_monitor.units import bounded_key
 
 WORKERS_SHOWN = 100
 """Workers listed, those holding most rows first (``locked_by`` is the workers' free text:
@@ -220,22 +221,45 @@ class Worker:
     returned_seen: int
 
 
-def workers(db: Database, *, lock_timeout: float | None = None) -> list[Worker]:
-    """Every worker the table shows now or the sampler saw (``outbox_monitor.workers_seen``),
-    those with stuck rows first, then by rows in hand, then by name.
+@dataclass(frozen=True)
+class Workers:
+    """The workers listed (``Worker``, at most ``WORKERS_SHOWN``) and how many others the
+    table holds now or the sampler remembers (``not_listed``: ``locked_by`` is the workers'
+    free text, a value per execution or per restart would make the list endless)."""
+
+    listed: list[Worker]
+    not_listed: int
+
+
+def workers(
+    db: Database, *, lock_timeout: float | None = None, limit: int = WORKERS_SHOWN
+) -> Workers:
+    """The workers the table shows now or the sampler saw (``outbox_monitor.workers_seen``),
+    at most ``limit``: those holding rows now (the ``limit`` holding most), then those the
+    sampler saw holding rows last; listed with stuck rows first, then by rows in hand,
+    then by name.
 
     Raises:
         The connector's errors (``SchemaNotInitialised`` without migration 013: ``init-db``).
     """
     with db.session():
-        now = {w.locked_by: w for w in in_hand(db, lock_timeout=lock_timeout)}
-        seen = {
-            r["locked_by"]: r
-            for r in db.fetch_all("workers_seen_list", {"table_name": db.table_name})
-        }
+        now = {w.locked_by: w for w in in_hand(db, lock_timeout=lock_timeout, limit=limit)}
+        rows = db.fetch_all(
+            "workers_seen_list",
+            {
+                "table_name": db.table_name,
+                "in_hand": [bounded_key(name) for name in now if name is not None],
+                "limit": limit,
+            },
+        )
+    seen = {r["locked_by"]: r for r in rows}  # as the sampler keys them (units.bounded_key)
+    keys = {name: None if name is None else bounded_key(name) for name in now}
+    held = set(keys.values())
+    names = [*now, *(n for n in seen if n not in held)][: max(limit, len(now))]
+    total = (rows[0]["seen_total"] if rows else 0) + sum(1 for k in held if k not in seen)
     found = []
-    for name in [*now, *(n for n in seen if n not in now)]:
-        current, past = now.get(name), seen.get(name) or {}
+    for name in names:
+        current, past = now.get(name), seen.get(keys.get(name, name)) or {}
         claims = [t for t in (current and current.newest_claim, past.get("last_claim_at")) if t]
         found.append(
             Worker(
@@ -252,7 +276,7 @@ def workers(db: Database, *, lock_timeout: float | None = None) -> list[Worker]:
             )
         )
     found.sort(key=lambda w: (-w.stuck, -w.rows_in_hand, w.locked_by is None, w.locked_by or ""))
-    return found
+    return Workers(found, max(0, total - len(found)))
 
 
 def _iso(value: datetime | None) -> str | None:

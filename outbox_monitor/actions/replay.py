@@ -12,7 +12,7 @@ from outbox_monitor.actions.replay_outcomes import last_replay_refailed
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.filters import Where
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.redaction import ERROR_HEAD_CHARS, redactor_for
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,9 @@ def preview_replay(
     return Preview(
         action="replay",
         matched=part.matched,
-        sample=redactor_for(db.settings).redact_rows(preview_sample(db, "replay_sample", where, {}))
+        sample=redactor_for(db.settings).redact_rows(
+            preview_sample(db, "replay_sample", where, {}), head=ERROR_HEAD_CHARS
+        )
         if part.matched
         else [],
         filter={

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.db import Database
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.redaction import ERROR_HEAD_CHARS, redactor_for
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def replay_outcome(db: Database, run_id: str) -> ReplayOutcome:
     params = {"run_id": run_id, "table_name": db.table_name}
     row = db.fetch_one("replay_outcome", params)
     groups = db.fetch_all("replay_outcome_groups", params) if row["failed"] else []
-    groups = redactor_for(db.settings).redact_rows(groups, ("sample_error",))
+    groups = redactor_for(db.settings).redact_rows(groups, ("sample_error",), head=ERROR_HEAD_CHARS)
     counts = ("replayed", "done", "failed", "pending", "processing", "gone")
     return ReplayOutcome(
         run_id=str(run_id),

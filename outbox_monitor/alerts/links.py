@@ -93,8 +93,9 @@ def instance_labels(rule: Rule, measured: dict[str, str] | None) -> dict[str, st
 
 
 def instance_event_type(rule: Rule, instance: str, labels: dict[str, str]) -> str | None:
-    """The event type an instance is about: its own (``by`` instances), else the one in its
-    labels, else the rule's filter; ``None`` for none."""
+    """The event type an instance is about: its own (``by`` instances: the one in its labels,
+    whole, else its key's), else the one in its labels, else the rule's filter; ``None`` for
+    none."""
     if instance.startswith("event_type="):
-        return instance.removeprefix("event_type=")
+        return labels.get("event_type") or instance.removeprefix("event_type=")
     return labels.get("event_type") or rule.event_type

@@ -17,10 +17,12 @@ from typing import Any
 from outbox_monitor import by_event_type, error_grouping, events, metrics
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.db import Database
+from outbox_monitor.durations import duration_label
 from outbox_monitor.exporter_labels import OTHER
 from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, WORKER_FIGURES
 from outbox_monitor.filters import ExactEventType, Where
 from outbox_monitor.forecast import (
+    MIN_SAMPLES,
     TYPE_SAMPLED,
     Forecast,
     forecast,
@@ -30,6 +32,7 @@ from outbox_monitor.forecast import (
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.redaction import redactor_for
+from outbox_monitor.units import bounded_key
 from outbox_monitor.workers import due_offenders
 
 MAX_INSTANCES = 200
@@ -67,8 +70,10 @@ class Measurement:
 
 
 def instance_of(event_type: str | None) -> str:
-    """The instance key of an event type (``"event_type=order.paid"``), ``""`` for none."""
-    return f"event_type={event_type}" if event_type else ""
+    """The instance key of an event type (``"event_type=order.paid"``; a type past
+    ``units.MAX_KEY_CHARS`` as ``units.bounded_key``: the key is a primary key's, the whole
+    type is in the instance's labels), ``""`` for none."""
+    return f"event_type={bounded_key(event_type)}" if event_type else ""
 
 
 def compare(op: str, value: float | None, threshold: float) -> bool:
@@ -203,9 +208,20 @@ def rule_forecasts(db: Database, rule: Rule, scopes: list[str | None]) -> list[F
             pattern is refused without ``by`` when the file is read (``rules.Rule``).
 
     Raises:
+        ValueError: ``predict`` spans fewer than ``MIN_SAMPLES + 1`` sampler intervals
+            (``OUTBOX_MONITOR_SAMPLE_INTERVAL``): it could never hold the samples a trend
+            needs, or only some passes would (a forecast that comes and goes), so the rule
+            is in error, saying so, rather than silently never firing.
         The package's database errors.
     """
     assert rule.predict is not None
+    interval = db.settings.sample_interval
+    if rule.predict < (MIN_SAMPLES + 1) * interval:
+        raise ValueError(
+            f"predict {duration_label(rule.predict)} holds fewer than {MIN_SAMPLES} samples "
+            f"taken every {duration_label(interval)} (OUTBOX_MONITOR_SAMPLE_INTERVAL): set "
+            f"predict to {duration_label((MIN_SAMPLES + 1) * interval)} or more"
+        )
     samples = metrics.samples_series(db, window=rule.predict)
     now = events.database_now(db)
     named = [scope for scope in scopes if scope is not None]

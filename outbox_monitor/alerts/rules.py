@@ -242,6 +242,12 @@ class Rule(_Model):
                 "event types and fold the rest into other; name one event type, or add "
                 "by: [event_type] for a forecast per type",
             )
+        if info.data.get("op") in ("==", "!="):
+            raise fail(
+                "predict",
+                f"a forecast alerts when its trend crosses the threshold (op >, >=, < or <=); "
+                f"with op {quoted(info.data['op'])} the rule would never fire",
+            )
         return positive_duration(value)
 
     @field_validator("severity", mode="before")

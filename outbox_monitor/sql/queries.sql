@@ -807,7 +807,7 @@ ORDER BY age(s.xmin) DESC NULLS LAST, age(s.catalog_xmin) DESC NULLS LAST, s.slo
 -- name: events_page
 -- One page of events, newest id first, keyset-paginated; never selects payload.
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
-       available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
+       available_at, locked_at, locked_by, left(last_error, 2000) AS last_error,
        created_at, processed_at
 FROM {table}
 WHERE true {and_filters}
@@ -831,7 +831,7 @@ SELECT payload::text AS payload FROM {table} WHERE id = %(id)s;
 -- name: aggregate_timeline
 -- Every event of one aggregate, oldest first.
 SELECT id, event_type, event_key, status, attempts, created_at, processed_at,
-       left(last_error, 200) AS last_error
+       left(last_error, 2000) AS last_error
 FROM {table}
 WHERE aggregate_type = %(aggregate_type)s AND aggregate_id = %(aggregate_id)s
 ORDER BY created_at, id
@@ -844,7 +844,7 @@ SELECT left(payload::text, %(chars)s) AS head FROM {table} WHERE id = %(id)s;
 -- name: failed_rows
 -- Dead-lettered rows matching the filters with their error group, newest id first; no payload.
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, attempts, created_at,
-       processed_at, left(last_error, 200) AS last_error,
+       processed_at, left(last_error, 2000) AS last_error,
        outbox_monitor.error_group(event_type, last_error) AS group_id
 FROM {table}
 WHERE status = 'failed' {and_filters}
@@ -854,7 +854,7 @@ LIMIT %(limit)s;
 -- name: payload_search_page
 -- One keyset page of the events created in [since, until) whose payload matches {and_filters} (containment or a key path, payload_search.py), newest first by (created_at, id); no payload selected, no trailing semicolon (EXPLAINed as count_estimate's {rows}).
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
-       available_at, locked_at, locked_by, left(last_error, 200) AS last_error,
+       available_at, locked_at, locked_by, left(last_error, 2000) AS last_error,
        created_at, processed_at
 FROM {table}
 WHERE created_at >= %(since)s AND created_at < %(until)s {and_filters}
@@ -952,7 +952,7 @@ WHERE status = 'failed' {and_filters};
 
 -- name: replay_sample
 -- The newest failed rows matching the replay filter, for the preview.
-SELECT id, event_type, event_key, attempts, processed_at, left(last_error, 200) AS last_error
+SELECT id, event_type, event_key, attempts, processed_at, left(last_error, 2000) AS last_error
 FROM {table}
 WHERE status = 'failed' {and_filters}
 ORDER BY id DESC
@@ -1200,7 +1200,7 @@ WITH replayed AS (
     WHERE o.status = 'failed'
     GROUP BY 1, 2
 )
-SELECT g.group_id, g.event_type, g.rows, left(s.last_error, 200) AS sample_error
+SELECT g.group_id, g.event_type, g.rows, left(s.last_error, 2000) AS sample_error
 FROM grouped AS g
 LEFT JOIN {table} AS s ON s.id = g.sample_id
 ORDER BY g.rows DESC, g.group_id;
@@ -1569,21 +1569,22 @@ SELECT now() AS now,
            AS newest_outcome;
 
 -- name: workers_rows_by_id
--- What became of the rows a worker held at the sampler's last pass: status, locked_by and processed_at now, by primary key (a pruned row is absent).
-SELECT id, status, locked_by, processed_at FROM {table} WHERE id = ANY(%(ids)s::bigint[]);
+-- What became of the rows a worker held at the sampler's last pass: status, locked_by, processed_at and available_at now (moved past the pass when the row was retried, reaped or replayed since), by primary key (a pruned row is absent).
+SELECT id, status, locked_by, processed_at, available_at FROM {table} WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: workers_seen_hands
--- The ids each worker of this table held at the sampler's last pass.
-SELECT locked_by, ids_in_hand FROM outbox_monitor.workers_seen WHERE table_name = %(table_name)s;
+-- The ids each worker of this table held at the sampler's last pass, and that pass's instant (updated_at); workers that held nothing then are not read (nothing of theirs to follow).
+SELECT locked_by, ids_in_hand, updated_at FROM outbox_monitor.workers_seen
+WHERE table_name = %(table_name)s AND cardinality(ids_in_hand) > 0;
 
 -- name: workers_seen_upsert
--- One worker at one sampler pass: what it holds now, the newest claim and ack seen, and what became of the rows it let go of since the last pass (added to its counts).
+-- One worker at one sampler pass (%(seen_at)s: the database's now read before its rows in hand): what it holds now, the newest claim and ack seen, and what became of the rows it let go of since the last pass (added to its counts).
 INSERT INTO outbox_monitor.workers_seen AS w (
     table_name, locked_by, rows_in_hand, stuck, ids_in_hand, first_seen, last_seen,
     last_claim_at, last_ack_at, acks_seen, dead_lettered_seen, returned_seen, updated_at)
-VALUES (%(table_name)s, %(locked_by)s, %(rows_in_hand)s, %(stuck)s, %(ids)s::bigint[], now(),
-        now(), %(newest_claim)s, %(last_ack)s, %(acked)s, %(dead_lettered)s, %(returned)s,
-        now())
+VALUES (%(table_name)s, %(locked_by)s, %(rows_in_hand)s, %(stuck)s, %(ids)s::bigint[],
+        %(seen_at)s, %(seen_at)s, %(newest_claim)s, %(last_ack)s, %(acked)s, %(dead_lettered)s,
+        %(returned)s, %(seen_at)s)
 ON CONFLICT (table_name, locked_by) DO UPDATE SET
     rows_in_hand = excluded.rows_in_hand,
     stuck = excluded.stuck,
@@ -1603,12 +1604,13 @@ WHERE table_name = %(table_name)s AND rows_in_hand = 0
   AND last_seen < now() - make_interval(secs => %(retention)s);
 
 -- name: workers_seen_list
--- What the sampler has seen of each worker of this table.
+-- What the sampler has seen of the workers of this table, at most %(limit)s: those of %(in_hand)s (holding rows now) first, then those seen holding rows last; each row with how many workers the table holds in all (seen_total).
 SELECT locked_by, rows_in_hand, stuck, first_seen, last_seen, last_claim_at, last_ack_at,
-       acks_seen, dead_lettered_seen, returned_seen, updated_at
+       acks_seen, dead_lettered_seen, returned_seen, updated_at, count(*) OVER () AS seen_total
 FROM outbox_monitor.workers_seen
 WHERE table_name = %(table_name)s
-ORDER BY locked_by;
+ORDER BY locked_by = ANY(%(in_hand)s::text[]) DESC, last_seen DESC, locked_by
+LIMIT %(limit)s;
 
 
 -- ===================================================================== a partitioned outbox (demo/partitioned.py: tests, benchmarks)

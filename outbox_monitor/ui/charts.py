@@ -105,13 +105,19 @@ def sampled_lines(
         unit: the y axis title (``"rows"``, ``"tuples"``, ``"MiB"``).
     """
     frame = pd.DataFrame(list(samples), columns=["sampled_at", *figures])
-    long = frame.melt("sampled_at", var_name="figure", value_name=unit).dropna(subset=[unit])
-    long = _with_tooltip_time(long.replace({"figure": dict(figures)}), "sampled_at")
+    long = frame.melt("sampled_at", var_name="figure", value_name=unit)
+    return _lines(long.replace({"figure": dict(figures)}), unit, frame["sampled_at"])
+
+
+def _lines(long: pd.DataFrame, unit: str, instants: pd.Series) -> alt.Chart:
+    """One line per ``figure`` of a long frame (``sampled_at``, ``figure``, ``unit``) over
+    the sampling ``instants``; rows without a value are left out."""
+    long = _with_tooltip_time(long.dropna(subset=[unit]), "sampled_at")
     line = (
         alt.Chart(long)
-        .mark_line(point=len(frame) < 60)
+        .mark_line(point=len(instants) < 60)
         .encode(
-            x=_time_axis("sampled_at", frame["sampled_at"]),
+            x=_time_axis("sampled_at", instants),
             y=alt.Y(f"{unit}:Q", title=unit),
             color=alt.Color("figure:N", title=None, legend=alt.Legend(orient="bottom")),
             tooltip=[_time_tooltip(), "figure:N", f"{unit}:Q"],
@@ -130,10 +136,9 @@ def by_event_type(history: Sequence[Mapping[str, Any]], column: str, unit: str) 
         unit: the y axis title.
     """
     frame = pd.DataFrame(list(history), columns=["sampled_at", "event_type", column])
-    wide = frame.pivot(index="sampled_at", columns="event_type", values=column)
-    names = [str(name) for name in wide.columns]
-    samples = wide.reset_index().to_dict("records")
-    return sampled_lines(samples, {name: name for name in names}, unit)
+    # the types stay values, never column names: a type may be named "sampled_at" or "rows"
+    long = frame.set_axis(["sampled_at", "figure", unit], axis="columns")
+    return _lines(long, unit, frame["sampled_at"].drop_duplicates())
 
 
 def latency(rows: Sequence[Mapping[str, Any]]) -> alt.LayerChart:

@@ -1,7 +1,9 @@
 """A link into the dashboard kept through the OIDC sign-in (issue 15 item 8): Streamlit's
 sign-in callback always lands on ``/`` in a new session, so the sign-in page leaves the
 page and query it was opened at in a short-lived browser cookie, and ``/`` sends there
-once (``state.open_overview``).
+once (``state.open_overview``); the next page drops the cookie from the browser
+(``forget``), so that neither a restart (which empties the followed nonces) nor another
+dashboard process behind the same address sends ``/`` back to that link again.
 """
 
 import secrets
@@ -16,6 +18,9 @@ NEXT_COOKIE = "outbox_monitor_next"
 """The cookie: ``"<nonce> <path>?<query>"``, URL-encoded."""
 MAX_AGE_SECONDS = 600
 """How long a sign-in may take before the link is forgotten (the browser drops it)."""
+
+_FORGOTTEN = "deep_link.forgotten"
+"""Session state: this session has told the browser to drop ``NEXT_COOKIE``."""
 
 _used: set[str] = set()
 _used_lock = threading.Lock()
@@ -61,3 +66,15 @@ def recall(pages: Iterable[Any]) -> tuple[Any, dict[str, list[str]]] | None:
         if name and page.url_path == name:
             return page, parse_qs(parts.query, keep_blank_values=True)
     return None
+
+
+def forget() -> None:
+    """Past the sign-in and the root's redirect: when the browser still sends
+    ``NEXT_COOKIE``, tell it to drop the cookie (once per session)."""
+    if NEXT_COOKIE not in st.context.cookies or st.session_state.get(_FORGOTTEN):
+        return
+    st.session_state[_FORGOTTEN] = True
+    st.sidebar.html(
+        f"<script>document.cookie = '{NEXT_COOKIE}=; path=/; max-age=0; samesite=lax';</script>",
+        unsafe_allow_javascript=True,
+    )

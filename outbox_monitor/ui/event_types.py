@@ -24,6 +24,7 @@ from outbox_monitor.flow.event_types import event_type_flows
 from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import Filters
+from outbox_monitor.units import bounded_key
 
 HISTORY_FIGURES = {
     "queue_depth": ("Queue depth (due now)", "rows"),
@@ -60,7 +61,7 @@ def _table(
             ],
             controls(_db),
         )
-        names = [row["event_type"] for row in rows]
+        names = [bounded_key(row["event_type"]) for row in rows]  # as the samples key them
         history = by_event_type.history(_db, event_types=names, window=window)
     return {
         "rows": rows,
@@ -74,8 +75,12 @@ def _choices(key: str, _db: Database, window: float) -> list[str]:
     return by_event_type.sampled_event_types(_db, window=window, limit=SPLIT_CHOICES)
 
 
-def _link(page: str, event_type: str, f: Filters) -> str:
-    """A relative link to a page pre-filtered on exactly this type and the window."""
+def _link(page: str, event_type: str, f: Filters) -> str | None:
+    """A relative link to a page pre-filtered on exactly this type and the window; ``None``
+    for a type holding ``%``: the pages' filter would read it as a LIKE pattern (SPEC §2)
+    and show — and offer to replay — other types too."""
+    if "%" in event_type:
+        return None
     return f"{page}?{urlencode({'event_type': event_type, 'window': f.window_label})}"
 
 
@@ -109,7 +114,7 @@ def table_rows(
             label = name
             state = loaded["flow"].get(name)
             flow = state.state if state else "running"
-            spark = depth.get(name, [])
+            spark = depth.get(bounded_key(name), [])  # the samples' key of the type
             events, dead = _link("events", name, f), _link("dead_letters", name, f)
         result.append(
             {
@@ -224,7 +229,7 @@ def split_chart(db: Database, f: Filters, troubled: list[str]) -> None:
         )
         return
     left, right = st.columns([3, 1])
-    default = [name for name in troubled if name in choices][:SPLIT_DEFAULT]
+    default = [bounded_key(n) for n in troubled if bounded_key(n) in choices][:SPLIT_DEFAULT]
     chosen = left.multiselect(
         "Split by event type", choices, default=default, key="overview.split_event_types"
     )

@@ -14,7 +14,7 @@ from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.db import Database
 from outbox_monitor.events import EventFilter, RevealedPayload
-from outbox_monitor.redaction import Redactor, redactor_for
+from outbox_monitor.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
 from outbox_monitor.replica import ReplicaStatus
 from outbox_monitor.replica import replica_status as replica_status_of
 from outbox_monitor.ui.cache import cached, db_key
@@ -201,7 +201,7 @@ def dead_letters(db: Database, *, event_type: str | None, error_group: str | Non
     return DeadLetters(
         shown.redact_rows(loaded.groups, DEAD_LETTER_ERROR_FIELDS),
         loaded.error_group,
-        shown.redact_rows(loaded.rows, DEAD_LETTER_ERROR_FIELDS),
+        shown.redact_rows(loaded.rows, DEAD_LETTER_ERROR_FIELDS, head=ERROR_HEAD_CHARS),
         loaded.complete,
     )
 
@@ -259,7 +259,7 @@ def redactor(db: Database) -> Redactor:
 
 def redacted_events_page(db: Database, *, limit: int, **filters: Any) -> list[dict[str, Any]]:
     """``events_page`` with ``last_error`` redacted (``Redactor.redact_text``)."""
-    return redactor(db).redact_rows(events_page(db, limit=limit, **filters))
+    return redactor(db).redact_rows(events_page(db, limit=limit, **filters), head=ERROR_HEAD_CHARS)
 
 
 @cached
@@ -281,7 +281,9 @@ def redacted_payload(db: Database, event_id: int) -> str | None:
 
 def redacted_timeline(db: Database, aggregate_type: str, aggregate_id: str) -> list[dict[str, Any]]:
     """``timeline`` with ``last_error`` redacted."""
-    return redactor(db).redact_rows(timeline(db, aggregate_type, aggregate_id))
+    return redactor(db).redact_rows(
+        timeline(db, aggregate_type, aggregate_id), head=ERROR_HEAD_CHARS
+    )
 
 
 def events_csv(db: Database, *, limit: int, **filters: Any) -> str:

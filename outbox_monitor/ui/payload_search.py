@@ -27,6 +27,7 @@ from outbox_monitor.payload_search import (
     payload_search,
     search_payloads,
 )
+from outbox_monitor.redaction import ERROR_HEAD_CHARS
 from outbox_monitor.ui import banners, format, inputs, loaders
 from outbox_monitor.ui.state import PageContext
 
@@ -222,7 +223,7 @@ def section(ctx: PageContext, columns: list[str]) -> int | None:
             f"This search names what redaction hides: audit row {page.audit_id} records it "
             f"with your name ({format.md_code(ctx.identity.name)})."
         )
-    shown = loaders.redactor(ctx.db).redact_rows(page.rows)
+    shown = loaders.redactor(ctx.db).redact_rows(page.rows, head=ERROR_HEAD_CHARS)
     search = results.search
     st.caption(
         f"{format.plural(len(shown), 'match', 'matches')} created from "

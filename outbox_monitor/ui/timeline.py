@@ -49,11 +49,19 @@ def parse_at(value: str | None) -> datetime | None:
 
 def time_range(now: datetime, window: float, at: datetime | None) -> tuple[datetime, datetime]:
     """The range shown: the last ``window`` seconds before ``now``, or ``window`` seconds
-    centred on ``at`` (half before it — what led to it — and half after)."""
+    centred on ``at`` (half before it — what led to it — and half after).
+
+    Raises:
+        ValueError: the range around ``at`` leaves the calendar (before year 1 or after
+            9999), said in words.
+    """
     if at is None:
         return now - timedelta(seconds=window), now
     half = timedelta(seconds=window / 2)
-    return at - half, at + half
+    try:
+        return at - half, at + half
+    except OverflowError:
+        raise ValueError("the window around it falls outside years 1 to 9999") from None
 
 
 @cached
@@ -109,8 +117,10 @@ def section(ctx: PageContext) -> None:
         DatabaseUnavailable: as ``timeline.read_timeline`` (shown by ``banners.guarded``).
     """
     given = st.query_params.get(TIMELINE_AT_PARAM)
+    now = loaders.database_now(ctx.db).replace(microsecond=0)
     try:
         at = parse_at(given)
+        since, until = time_range(now, ctx.filters.window, at)
     except ValueError as error:
         st.warning(
             f"Ignored {format.md_code(f'{TIMELINE_AT_PARAM}={given[:60]}')} from the link: "
@@ -118,8 +128,7 @@ def section(ctx: PageContext) -> None:
             icon=":material/link_off:",
         )
         at = None
-    now = loaders.database_now(ctx.db).replace(microsecond=0)
-    since, until = time_range(now, ctx.filters.window, at)
+        since, until = time_range(now, ctx.filters.window, at)
     full_audit = ctx.identity.can(Role.operator)
     found = _timeline(db_key(ctx.db), ctx.db, since, until, full_audit)
     where = (

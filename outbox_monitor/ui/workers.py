@@ -17,7 +17,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES
 from outbox_monitor.ui import alert_rules, format
 from outbox_monitor.ui.cache import cached, db_key
-from outbox_monitor.workers import IDS_PER_WORKER, WORKERS_SHOWN, Liveness, Worker, liveness
+from outbox_monitor.workers import IDS_PER_WORKER, WORKERS_SHOWN, Liveness, Workers, liveness
 from outbox_monitor.workers import workers as list_workers
 
 METRIC = "no_claim_while_due"
@@ -39,7 +39,8 @@ COLUMNS = [
 UNKNOWABLE = (
     "A row loses `locked_by` at its ack (SPEC §1), so the table alone cannot say when a worker "
     "last acked. Every sampler pass (`outbox-monitor scheduler`) remembers the rows in each "
-    "worker's hand; a row a later pass finds done was acked at its `processed_at`. A row "
+    "worker's hand; a row a later pass finds done was acked at its `processed_at`, unless it "
+    "went back to the queue meanwhile (a retry, a reap, a replay: it counts as returned). A row "
     "claimed and acked between two passes counts in no worker's acks (its `processed_at` "
     "still counts for the fleet's liveness); a retry or a reap leaves no time. "
     f"At most {WORKERS_SHOWN} workers, and {IDS_PER_WORKER:,} rows of each, are followed."
@@ -48,10 +49,11 @@ UNKNOWABLE = (
 
 @dataclass(frozen=True)
 class WorkersView:
-    """What the page shows, read in one load: the fleet's ``liveness`` and its ``workers``."""
+    """What the page shows, read in one load: the fleet's ``liveness`` and its ``workers``
+    (those listed, and how many are not)."""
 
     liveness: Liveness
-    workers: list[Worker]
+    workers: Workers
 
 
 @cached
@@ -92,7 +94,7 @@ def worker_rows(found: WorkersView) -> list[dict[str, Any]]:
             "dead-lettered seen": w.dead_lettered_seen,
             "returned seen": w.returned_seen,
         }
-        for w in found.workers
+        for w in found.workers.listed
     ]
 
 
@@ -152,6 +154,12 @@ def workers_section(found: WorkersView) -> None:
     rows = worker_rows(found)
     if rows:
         st.dataframe(pd.DataFrame(rows, columns=COLUMNS), hide_index=True, width="stretch")
+    if found.workers.not_listed:
+        st.caption(
+            f"{format.count(found.workers.not_listed)} more worker(s) not listed: the table or "
+            f"the sampler knows more than {WORKERS_SHOWN} `locked_by` values; listed are those "
+            "holding rows now, then those seen holding rows last."
+        )
     else:
         st.info(
             "No worker holds a row and the sampler has seen none: start `outbox-monitor "

@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.ui.deep_link import NEXT_COOKIE
 from tests.browser_support import ELEMENT_TIMEOUT_MS
 from tests.conftest import TEMPLATE, Rows
 from tests.oidc_support import (
@@ -347,6 +348,10 @@ def test_a_deep_link_survives_the_sign_in(signin, oidc_page, outbox):
     expect(page.locator('[data-testid="stMain"] h3').first).to_have_text(
         f"{kind} · timeout after <n> ms"
     )
+    # followed, the link is dropped from the browser: a restart or another dashboard process
+    # (whose followed nonces are not this one's) cannot send the root back to it
+    page.wait_for_function(f"!document.cookie.includes('{NEXT_COOKIE}=')")
+    assert NEXT_COOKIE not in {c["name"] for c in page.context.cookies()}
     # followed once: the root opens the Overview again
     page.goto(signin)
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()

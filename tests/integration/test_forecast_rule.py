@@ -92,3 +92,65 @@ def test_a_forecast_rule_fires_says_so_and_resolves(
     assert "*Forecast in 15m* 22,4" in blocks and "vs threshold 20,000 (&gt;)" in blocks
     assert "order.paid" in blocks  # top offender by queue depth now
     assert [row["kind"] for row in list_notifications(db)] == ["resolved", "firing"]
+
+
+AGE_RULES = oncall_rules(
+    """\
+  - name: late-forecast
+    metric: oldest_pending_age
+    op: ">"
+    threshold: 5m
+    predict: 15m
+    severity: warning
+    route: oncall
+""",
+    route=", repeat_interval: 1h, send_resolved: true",
+)
+
+
+def add_ages(rows, ages_by_minutes_ago: dict[float, float | None]) -> None:
+    """One sample per ``{minutes ago: oldest pending age (s), None: nothing pending}``."""
+    for minutes, age in ages_by_minutes_ago.items():
+        rows.conn.execute(
+            """INSERT INTO outbox_monitor.samples (table_name, sampled_at, queue_depth,
+                   pending_total, scheduled_retries, processing, stuck_locks, failed_in_window,
+                   oldest_pending_age_seconds)
+               VALUES ('public.integration_outbox', %s, 0, 0, 0, 0, 0, 0, %s)""",
+            (rows.at(minutes * MINUTE), age),
+        )
+
+
+def test_an_age_forecast_starts_again_when_nothing_was_pending(
+    db, conn, rows, fake_clock, write_rules
+):
+    evaluator = Evaluator(db, write_rules(AGE_RULES), clock=fake_clock)
+    # a backlog aged 1 s per second 10 to 6 minutes ago, then drained: nothing pending since.
+    # Those three ages alone extrapolate to ≈ 700 s now and ≈ 1,600 s in 15 min (> 5 min).
+    add_ages(rows, {10: 100, 8: 220, 6: 340, 4: None, 2: None, 0: None})
+    report = evaluator.run_once()
+    assert report.instance("late-forecast").value is None
+    assert report.instance("late-forecast").state == "inactive"
+
+    # a new backlog since, aging 1 s per second from 10 s: only its own ages are the line,
+    # by hand 190 s now and 190 + 900 = 1,090 s in 15 min
+    conn.execute("DELETE FROM outbox_monitor.samples")
+    add_ages(rows, {10: 100, 8: 220, 6: 340, 4: None, 3: 10, 2: 70, 1: 130, 0: 190})
+    report = evaluator.run_once()
+    instance = report.instance("late-forecast")
+    assert instance.transitions == ("inactive→firing",)
+    assert instance.value == pytest.approx(1090, abs=2)
+
+
+def test_a_predict_shorter_than_the_samples_need_is_an_evaluation_error_not_silence(
+    db, conn, rows, fake_clock, write_rules
+):
+    # samples every 15 s: 20 s of them hold one or two, never the three a trend needs
+    short = RULES.replace("predict: 15m", "predict: 20s")
+    evaluator = Evaluator(db, write_rules(short), clock=fake_clock)
+    add_samples(rows, {1 / 6: 1000, 0: 90000})
+    instance = evaluator.run_once().instance("backlog-forecast")
+    assert instance.state == "error"
+    assert instance.error == (
+        "ValueError: predict 20s holds fewer than 3 samples taken every 15s "
+        "(OUTBOX_MONITOR_SAMPLE_INTERVAL): set predict to 1m or more"
+    )

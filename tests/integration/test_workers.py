@@ -53,7 +53,7 @@ def test_rows_in_hand_and_stuck_per_locked_by(db, rows):
     shorter = {w.locked_by: w.stuck for w in in_hand(db, lock_timeout=30)}
     assert shorter == {"worker-a": 1, "worker-b": 2, None: 1}
     # the view: stuck first, then rows in hand; never sampled, so no ack is known
-    view = workers(db)
+    view = workers(db).listed
     assert [(w.locked_by, w.rows_in_hand, w.stuck) for w in view] == [
         ("worker-a", 2, 1),
         ("worker-b", 2, 1),
@@ -110,7 +110,7 @@ def test_the_sampler_remembers_each_worker_and_infers_its_ack(db, rows, conn):
     third = _seen(conn)
     assert (third["worker-a"]["acks_seen"], third["worker-b"]["dead_lettered_seen"]) == (1, 1)
 
-    view = {w.locked_by: w for w in workers(db)}
+    view = {w.locked_by: w for w in workers(db).listed}
     assert (view["worker-a"].last_ack, view["worker-a"].last_claim) == (acked_at, rows.at(1))
     assert view["worker-b"].rows_in_hand == 0
     assert view["worker-b"].last_seen_holding == first_pass

@@ -104,3 +104,53 @@ def test_history_split_by_event_type(open_page, ruleset, rows, conn):
     charts = len(at.get("vega_lite_chart"))
     at = split.unselect("order.paid").run()
     assert len(at.get("vega_lite_chart")) == charts - 1
+
+
+def test_a_type_holding_a_percent_sign_links_nowhere_rather_than_to_a_pattern(open_page, rows):
+    # on Events or Dead letters, "pay%day" is a LIKE pattern: it would list (and replay) payXday
+    rows.add(event_type="pay%day", status="failed", processed_ago=30, attempts=10)
+    rows.add(event_type="payXday", status="failed", processed_ago=30, attempts=10)
+
+    table = by_type(open_page("overview"))
+
+    assert pd.isna(table["pay%day"]["events"]) and pd.isna(table["pay%day"]["dead letters"])
+    assert table["payXday"]["events"] == "events?event_type=payXday&window=1h"
+
+
+@pytest.mark.parametrize("name", ["rows", "sampled_at"])
+def test_a_type_named_like_the_charts_own_columns_is_drawn(open_page, rows, conn, name):
+    # the split history pivoted types into column names: "rows" (the y axis) and
+    # "sampled_at" (the x axis) collided with the chart's own
+    rows.add(event_type=name, created_ago=30)
+    for ago, depth in ((120, 1), (60, 2)):
+        conn.execute(
+            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
+            " queue_depth, failed_in_window, retrying)"
+            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s),"
+            " %s, %s, 0, 0)",
+            (ago, name, depth),
+        )
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert not [e.value for e in at.error]
+    split = at.multiselect(key="overview.split_event_types")
+    assert split.value == [name]
+    charts = len(at.get("vega_lite_chart"))
+    at = split.unselect(name).run()
+    assert len(at.get("vega_lite_chart")) == charts - 1  # the split chart was drawn
+
+
+def test_a_type_named_past_a_btree_entry_is_sampled_and_has_its_sparkline(open_page, rows, db):
+    from outbox_monitor.sampler import record_sample
+    from tests.integration.test_long_names import LONG
+
+    rows.add(event_type=LONG, event_key="k:long", created_ago=30)
+    record_sample(db)
+    record_sample(db)
+
+    at = open_page("overview")
+
+    assert not at.exception and not [e.value for e in at.error]
+    assert list(by_type(at)[LONG]["depth"]) == [1.0, 1.0]

@@ -77,3 +77,19 @@ def test_a_bad_instant_is_said_and_the_last_window_shown(open_page, conn, db, ro
         "(e.g. 2026-12-02T14:02:07Z); showing the last 1h."
     ]
     assert len(at.dataframe[0].value) == 7
+
+
+def test_an_instant_whose_window_leaves_the_calendar_is_said_and_the_last_window_shown(
+    open_page, conn, db, rows
+):
+    seed(conn, db, rows)
+    for given in ("9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"):
+        at = open_page("timeline", at=given, window="1h")
+
+        assert not at.exception
+        assert [plain(e.value) for e in at.error] == []
+        assert [plain(w.value) for w in at.warning] == [
+            f"Ignored at={given} from the link: the window around it falls outside years 1 "
+            "to 9999; showing the last 1h."
+        ]
+        assert len(at.dataframe[0].value) == 7

@@ -81,3 +81,32 @@ def test_an_empty_outbox_says_no_worker_is_seen(open_page):
     shown = texts(at)
     assert "No worker holds a row and the sampler has seen none" in shown
     assert "No row is due" in shown
+
+
+def test_thousands_of_locked_by_values_list_a_hundred_those_in_hand_first(open_page, rows, conn):
+    # a locked_by per execution: 3,000 workers remembered, one of them holding a row now
+    # though last seen holding a day ago; hostile text in a name is a cell, never markdown
+    conn.execute(
+        """INSERT INTO outbox_monitor.workers_seen (table_name, locked_by, rows_in_hand, stuck,
+               first_seen, last_seen, acks_seen, updated_at)
+           SELECT 'public.integration_outbox', 'exec-' || lpad(g::text, 4, '0'), 0, 0,
+                  now() - interval '2 days', now() - g * interval '1 second', g, now()
+           FROM generate_series(1, 3000) AS g"""
+    )
+    busy = "**busy** <b>x</b> [a](javascript:alert(1))"
+    conn.execute(
+        """INSERT INTO outbox_monitor.workers_seen (table_name, locked_by, rows_in_hand, stuck,
+               first_seen, last_seen, acks_seen, updated_at)
+           VALUES ('public.integration_outbox', %s, 0, 0, now() - interval '3 days',
+                   now() - interval '1 day', 7, now() - interval '1 day')""",
+        (busy,),
+    )
+    rows.add(status="processing", locked_by=busy, locked_ago=10)
+    at = open_page(PAGE)
+    assert not at.exception
+    table = workers_table(at)
+    assert len(table) == 100
+    assert (table[0]["worker"], table[0]["rows in hand"], table[0]["acks seen"]) == (busy, 1, 7)
+    # then those seen holding rows last: exec-0001 (1 s ago) … exec-0099
+    assert [r["worker"] for r in table[1:]] == [f"exec-{g:04d}" for g in range(1, 100)]
+    assert "2,901 more worker(s) not listed" in texts(at)

@@ -139,3 +139,20 @@ def test_one_event_types_points_say_what_was_folded_or_not_sampled():
     ages = type_sample_points(samples, [], "order.paid", "oldest_pending_age_seconds", now)
     assert ages.points == [] and ages.unsampled == 5
     assert type_sample_points(samples, type_rows, "other", "queue_depth", now).folded == 1
+
+
+def test_a_crossing_past_a_hundred_lookbacks_is_not_told():
+    # +1 row per 100 s over 15 min of samples: 1,000,000 is ≈ 3.2 years away
+    creeping = [(-600.0, 100.0), (-300.0, 103.0), (0.0, 106.0)]
+    found = forecast("queue_depth", "rows", ">", 1_000_000, creeping, horizon=900, lookback=900)
+    assert found.reach == 90_000.0  # 100 × 15 min
+    assert found.crossing is None and not found.breached
+    assert (
+        found.text
+        == "queue depth will not cross 1,000,000 within 25h at its trend (+0.60 rows/min)"
+    )
+    assert found.breach_text == "no breach within 25h at its trend (+0.60 rows/min)"
+    # within reach it is told: 500 is (500 − 106) / 0.01 s = 39,400 s ≈ 10h 56m away
+    near = forecast("queue_depth", "rows", ">", 500, creeping, horizon=900, lookback=900)
+    assert near.crossing == pytest.approx((500 - 106) / 0.01)
+    assert near.breach_text == "breaches in ≈ 10h 56m at +0.60 rows/min"

@@ -68,6 +68,18 @@ def test_predict_is_a_duration_in_seconds(tmp_path):
             "event_type and by, or predict",
             id="not-sampled-per-type",
         ),
+        pytest.param(
+            {"op": "==", "threshold": 0, "predict": "15m"},
+            'rules[0] "backlog-soon": predict: a forecast alerts when its trend crosses the '
+            'threshold (op >, >=, < or <=); with op "==" the rule would never fire',
+            id="equal",
+        ),
+        pytest.param(
+            {"op": "!=", "threshold": 0, "predict": "15m"},
+            'rules[0] "backlog-soon": predict: a forecast alerts when its trend crosses the '
+            'threshold (op >, >=, < or <=); with op "!=" the rule would never fire',
+            id="not-equal",
+        ),
     ],
 )
 def test_a_bad_predict_names_the_rule_and_the_field(tmp_path, change, expected):
