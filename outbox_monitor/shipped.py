@@ -3,8 +3,8 @@
 
 A checkout keeps them at the repository's root (the design's layout, ``streamlit run
 dashboard.py``); a built wheel carries the same files as ``outbox_monitor/app``
-(pyproject.toml maps the root there). An installed wheel is looked at first, so an
-editable install or a checkout on ``PYTHONPATH`` reads the root.
+(pyproject.toml maps the root there). The wheel's folder is used when it is there; an
+editable install or a checkout on ``PYTHONPATH`` has none, so it reads the root.
 """
 
 from pathlib import Path
