@@ -16,22 +16,37 @@ RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --quiet pip==26.3
 COPY requirements-runtime.lock /tmp/requirements-runtime.lock
 RUN /opt/venv/bin/pip install --quiet --require-hashes -r /tmp/requirements-runtime.lock
-WORKDIR /app
+WORKDIR /src
 COPY pyproject.toml README.md dashboard.py alerts.yml ./
 COPY outbox_monitor ./outbox_monitor
 COPY pages ./pages
-# Editable, as `make install` does: the dashboard serves /app/dashboard.py and the shipped
-# rules are /app/alerts.yml, both found beside the package. Dependencies came from the lock.
-# Bytecode compiled now: at run time /app is read-only and nothing writes .pyc files.
-RUN /opt/venv/bin/pip install --quiet --no-deps -e . \
- && /opt/venv/bin/python -m compileall -q /app/outbox_monitor /app/pages /app/dashboard.py
+# The wheel `python -m build` makes (the same pyproject.toml and backend: dashboard.py,
+# pages/ and alerts.yml mapped into it as outbox_monitor/app), installed like any wheel: no
+# checkout is needed at run time. Its dependencies came from the lock above; pip
+# byte-compiles what it installs (at run time the root is read-only, no .pyc is written).
+# Then what the runtime never loads is cut (benchmarks/venv_size.py measures each package
+# before and after; benchmarks/RESULTS.md, "Image size"): the installers (nothing is
+# installed at run time), pillow (Streamlit loads it only for images; no page shows one),
+# the packages' own test suites, pyarrow's Flight and S3 libraries (no module the runtime
+# imports links them), its C++ headers and sources, pydeck's Jupyter extension (twice).
+# tests/deploy/test_wheel.py runs this same command into a fresh virtualenv outside the
+# repository, then serves every page from it.
+RUN /opt/venv/bin/pip wheel --quiet --no-deps --wheel-dir /tmp/dist . \
+ && /opt/venv/bin/pip install --quiet --no-deps /tmp/dist/outbox_monitor-*.whl \
+ && /opt/venv/bin/pip uninstall --quiet --yes pillow setuptools pip \
+ && site=/opt/venv/lib/python3.11/site-packages \
+ && find "$site" -type d -name tests -prune -exec rm -rf {} + \
+ && rm -rf "$site"/pyarrow/include "$site"/pyarrow/src "$site"/pyarrow/*flight* \
+      "$site"/pyarrow/libarrow_s3.so* "$site"/pyarrow/_s3fs.* "$site"/pydeck/nbextension \
+      /opt/venv/share/jupyter /opt/venv/etc/jupyter
 
 # Final stage: the slim base, the virtualenv and the app; no compiler, no pip cache.
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /tmp \
       --shell /usr/sbin/nologin monitor
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /app /app
+# An empty working folder: an alerts.yml mounted here (or named by OUTBOX_MONITOR_RULES)
+# replaces the shipped one.
 WORKDIR /app
 # HOME=/tmp: Streamlit writes ~/.streamlit; /tmp is the only writable path (compose runs
 # the services with a read-only root file system and a tmpfs on /tmp).

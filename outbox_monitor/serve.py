@@ -29,6 +29,7 @@ from outbox_monitor.scheduler import (
     load_alerting,
     scheduler_databases,
 )
+from outbox_monitor.shipped import shipped_folder
 
 HEALTH_PATH = "/_stcore/health"
 HEALTH_TIMEOUT_SECONDS = 90.0
@@ -152,17 +153,19 @@ def oidc_secrets(settings: Settings) -> str | None:
 
 
 def dashboard_script() -> Path:
-    """The path of ``dashboard.py`` at the repository root.
+    """The path of ``dashboard.py``: in the installed wheel (``outbox_monitor/app``), else
+    at the checkout's root (``shipped.shipped_folder``); its ``pages/`` are beside it.
 
     Raises:
-        OutboxMonitorError: it is absent (e.g. a non-editable install without the repo).
+        OutboxMonitorError: it is absent (a package installed without it, e.g. built by
+            hand from the package folder alone).
     """
-    path = Path(__file__).resolve().parents[1] / "dashboard.py"
+    path = shipped_folder() / "dashboard.py"
     if not path.is_file():
         raise OutboxMonitorError(
             f"the dashboard script is missing: {path}",
-            hint="Run outbox-monitor from a checkout of the repository, installed with "
-            "`pip install -e .` (the README's `make demo` does this).",
+            hint="Install the outbox-monitor wheel (`python -m build`, then `pip install "
+            "dist/*.whl`), or run from a checkout installed with `pip install -e .`.",
         )
     return path
 
@@ -177,7 +180,7 @@ def streamlit_command(*, address: str, port: int, secrets_file: Path | None = No
             settings, see ``oidc_secrets``).
 
     Returns:
-        ``[python, -m, streamlit, run, <repo>/dashboard.py, --server.headless=true, …]``
+        ``[python, -m, streamlit, run, <shipped>/dashboard.py, --server.headless=true, …]``
         with usage statistics and the file watcher off, tracebacks kept off the page
         (``client.showErrorDetails=none``), and no per-run work the pages do not need:
         no full garbage collection after every script run (``runner.postScriptGC``: with

@@ -63,7 +63,9 @@ def _read_message(sock: socket.socket) -> tuple[int, bytes]:
             return opcode, payload
 
 
-def rendered_text(url: str, header_lines: list[str], *, host: str | None = None) -> str:
+def rendered_text(
+    url: str, header_lines: list[str], *, host: str | None = None, page: str = ""
+) -> str:
     """Run the app at ``url`` once in a session whose websocket upgrade request carries
     ``header_lines`` verbatim (``"Name: value"`` each, repeats kept); return every message
     Streamlit sent until the run finished (past a run that ends early for the rerun of
@@ -74,6 +76,7 @@ def rendered_text(url: str, header_lines: list[str], *, host: str | None = None)
         url: the dashboard's base URL, ``http://<address>:<port>``.
         header_lines: extra request header lines, in order.
         host: the ``Host`` header (default: the URL's address and port).
+        page: the page's URL path (``events`` opens ``…/events``; ``""``: the root).
 
     Raises:
         AssertionError: the server refused the upgrade, or the run did not finish within
@@ -103,6 +106,7 @@ def rendered_text(url: str, header_lines: list[str], *, host: str | None = None)
         rerun = BackMsg()
         rerun.rerun_script.query_string = ""
         rerun.rerun_script.page_script_hash = ""
+        rerun.rerun_script.page_name = page
         sock.sendall(_frame(BINARY, rerun.SerializeToString()))
         texts = []
         deadline = time.monotonic() + RENDER_TIMEOUT_SECONDS

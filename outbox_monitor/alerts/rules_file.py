@@ -20,14 +20,16 @@ from outbox_monitor.alerts.route_model import Route
 from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
 from outbox_monitor.alerts.rules import Defaults, Rule, RuleSet
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.shipped import shipped_folder
 from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 
 DEFAULT_RULES_PATH = "alerts.yml"
 """The rules file looked for in the current directory when none is named."""
 RULES_ENV = "OUTBOX_MONITOR_RULES"
 """Environment variable naming the rules file (overrides ``alerts.yml`` in the cwd)."""
-SHIPPED_RULES_PATH = Path(__file__).resolve().parents[2] / "alerts.yml"
-"""The repository's alerts.yml (SPEC §3 rules), the last fallback."""
+SHIPPED_RULES_PATH = shipped_folder() / "alerts.yml"
+"""The shipped alerts.yml (SPEC §3 rules; the checkout's root, or the installed wheel's
+``outbox_monitor/app``), the last fallback."""
 MAX_RULES_FILE_BYTES = 256 * 1024
 """The largest alerts.yml read (the shipped one is 2 KB; a thousand rules fit): a larger
 file is refused before it is parsed, so loading stays under ≈ 0.5 s (PyYAML parses
@@ -230,7 +232,8 @@ def load_rules(path: str | Path) -> RuleSet:
 
 def resolve_rules_path(path: str | Path | None = None) -> Path:
     """The rules file to use: ``path`` if given, else ``$OUTBOX_MONITOR_RULES``, else
-    ``alerts.yml`` in the current directory, else the repository's shipped alerts.yml.
+    ``alerts.yml`` in the current directory, else the shipped alerts.yml
+    (``SHIPPED_RULES_PATH``).
 
     Returns:
         A path (it may not exist when named explicitly; ``load_rules`` then says so).

@@ -34,7 +34,7 @@ from outbox_monitor.ui.rule_state import (
     instance_line,
 )
 from outbox_monitor.ui.state import Filters
-from outbox_monitor.units import format_value
+from outbox_monitor.units import bounded_key, format_value
 
 SHOWN_FIRING = 20
 """Firing instances listed on the Overview; the rest are counted and on the Alerts page."""
@@ -119,10 +119,11 @@ def type_context(
     unit = "seconds" if column.endswith("_seconds") else "rows"
     lookback = DEFAULT_LOOKBACK_SECONDS
     since = now.timestamp() - lookback
+    key = bounded_key(event_type)  # as the samples key the type
     history = [
         sample
         for sample in table["history"]
-        if sample["event_type"] == event_type and sample["sampled_at"].timestamp() >= since
+        if sample["event_type"] == key and sample["sampled_at"].timestamp() >= since
     ]
     fitted = forecast(
         column, unit, ">", 0.0, sample_points(history, column, now), horizon=0, lookback=lookback

@@ -68,6 +68,8 @@ def fake_proc(root: Path, processes: dict[int, list[str]]) -> Path:
 
 SCRIPT = "/opt/venv/bin/outbox-monitor"
 PYTHON = "/opt/venv/bin/python"
+APP_DASHBOARD = "/opt/venv/lib/python3.11/site-packages/outbox_monitor/app/dashboard.py"
+"""Where the image's Streamlit child runs the dashboard from (the installed wheel)."""
 
 
 def test_cli_arguments_of_console_script_module_and_other_processes():
@@ -79,7 +81,7 @@ def test_cli_arguments_of_console_script_module_and_other_processes():
     assert cli_arguments(["outbox-monitor", "scheduler"]) == ["scheduler"]
     assert cli_arguments([PYTHON, "-m", "outbox_monitor", "init-db"]) == ["init-db"]
     assert cli_arguments(["tini", "--", "outbox-monitor", "scheduler"]) == ["scheduler"]
-    streamlit_child = [PYTHON, "-m", "streamlit", "run", "/app/dashboard.py"]
+    streamlit_child = [PYTHON, "-m", "streamlit", "run", APP_DASHBOARD]
     assert cli_arguments(streamlit_child) is None
     assert cli_arguments(["/bin/sh", "-c", "outbox-monitor dashboard"]) is None
 
@@ -124,7 +126,7 @@ def test_the_service_is_the_lowest_pid_outbox_monitor_process_not_a_healthcheck(
         tmp_path,
         {
             1: [PYTHON, SCRIPT, "dashboard", "--address", "0.0.0.0"],
-            7: [PYTHON, "-m", "streamlit", "run", "/app/dashboard.py"],
+            7: [PYTHON, "-m", "streamlit", "run", APP_DASHBOARD],
             30: [PYTHON, SCRIPT, "healthcheck"],
         },
     )

@@ -136,10 +136,11 @@ def test_ci_and_the_image_install_the_locks_with_hashes_byte_compiled():
     dockerfile = DOCKERFILE.read_text()
     assert "COPY requirements-runtime.lock" in dockerfile
     assert "--require-hashes -r /tmp/requirements-runtime.lock" in dockerfile
-    assert "--no-deps -e ." in dockerfile
-    # pip compiles what it installs unless told not to; the package is compiled by hand.
-    assert "--no-compile" not in dockerfile, "the image's dependencies are byte-compiled"
-    assert "compileall -q /app/outbox_monitor" in dockerfile, "the image's package too"
+    # the wheel (tests/deploy/test_wheel.py), its dependencies already there from the lock
+    assert "pip install --quiet --no-deps /tmp/dist/outbox_monitor-*.whl" in dockerfile
+    assert " -e " not in dockerfile, "the image installs the wheel, not an editable checkout"
+    # pip compiles what it installs unless told not to: the dependencies and the wheel.
+    assert "--no-compile" not in dockerfile, "the image's Python files are byte-compiled"
     pip = re.search(r"PIP_VERSION := (\S+)", make).group(1)
     assert f"pip=={pip}" in dockerfile, "the image and CI use the same pip"
 
