@@ -131,7 +131,7 @@ def test_a_type_named_like_the_charts_own_columns_is_drawn(open_page, rows, conn
             (ago, name, depth),
         )
 
-    at = open_page("overview")
+    at = open_page("overview", view="Charts")
 
     assert not at.exception
     assert not [e.value for e in at.error]
