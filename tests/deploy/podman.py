@@ -167,9 +167,9 @@ def make_rootfs(target: Path, packages: tuple[str, ...]) -> None:
 def import_rootfs(rootfs: Path, name: str, changes: list[str]) -> None:
     """``tar -C rootfs -c . | podman import --change … - name``."""
     change_args = [arg for change in changes for arg in ("--change", change)]
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    podman("import", *change_args, "-", name, stdin=tar.stdout, timeout=600)
-    assert tar.wait() == 0, "tar of the stand-in's root file system failed"
+    with subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE) as tar:
+        podman("import", *change_args, "-", name, stdin=tar.stdout, timeout=600)
+    assert tar.returncode == 0, "tar of the stand-in's root file system failed"
 
 
 def ensure_base() -> float:
