@@ -17,7 +17,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test lint install lock browser oidc-provider n8n clean
+.PHONY: demo test lint install lock browser podman oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -54,6 +54,19 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
+# Debian's podman for the image and compose tests (tests/deploy/test_image.py,
+# test_compose_up.py; no Docker engine runs here): runc (crun fails on these machines),
+# slirp4netns (containers reach the suite's Postgres), debootstrap (the base image's
+# stand-in), dnsname (compose services find each other by name). ≈ 45 s, once.
+PODMAN_PACKAGES := podman runc slirp4netns debootstrap \
+	golang-github-containernetworking-plugin-dnsname
+podman:
+	@for tool in podman runc slirp4netns debootstrap /usr/lib/cni/dnsname; do \
+	  command -v $$tool >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then echo "installing Debian's podman for the image tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq $(PODMAN_PACKAGES) >/dev/null; fi
+
 # The real OpenID provider of the sign-in tests (npm oidc-provider, installed outside the
 # repo in ~/.cache/outbox-monitor/oidc-provider-<version>, only when absent).
 oidc-provider:
@@ -71,10 +84,10 @@ n8n:
 
 # `make test` installs n8n in the background while the suite runs: its tests run last and
 # wait for the install (a failed install fails them, with the log below).
-test: install browser oidc-provider lint
+test: install browser podman oidc-provider lint
 	@mkdir -p test-artifacts
 	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
-	OUTBOX_MONITOR_REQUIRE_N8N=1 $(BIN)/pytest; status=$$?; \
+	OUTBOX_MONITOR_REQUIRE_N8N=1 OUTBOX_MONITOR_REQUIRE_PODMAN=1 $(BIN)/pytest; status=$$?; \
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \
 	exit $$status
