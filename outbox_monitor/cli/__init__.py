@@ -37,6 +37,7 @@ class JsonAwareGroup(LazyGroup):
     lazy_subcommands={
         "check": "outbox_monitor.cli.alerting:check",
         "alerts": "outbox_monitor.cli.alerting:alerts",
+        "uninstall": "outbox_monitor.cli.uninstall:uninstall_command",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

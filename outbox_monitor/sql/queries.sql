@@ -2107,3 +2107,75 @@ SELECT id, payload::text AS payload, octet_length(payload::text) AS payload_byte
        last_error
 FROM {table}
 WHERE id = %(id)s;
+
+-- ===================================================================== uninstall
+
+-- name: uninstall_indexes
+-- The indexes of the outbox table %(table)s (text; none when absent) named %(names)s that carry init-db's comment (comment_recommended_index): the recommended indexes it created, never one of the users' own; each with whether it is partitioned (dropped without CONCURRENTLY).
+SELECT i.relname AS index_name, i.relkind = 'I' AS partitioned
+FROM pg_index ix
+JOIN pg_class i ON i.oid = ix.indexrelid
+WHERE ix.indrelid = to_regclass(%(table)s)
+  AND i.relname = ANY(%(names)s)
+  AND obj_description(i.oid, 'pg_class') = 'outbox-monitor recommended index, created by init-db'
+ORDER BY 1;
+
+-- name: uninstall_schema_tables
+-- The tables of the outbox_monitor schema with their total size in bytes, largest first (none when the schema is absent).
+SELECT c.relname AS table_name, pg_total_relation_size(c.oid) AS bytes
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'outbox_monitor' AND c.relkind IN ('r', 'p')
+ORDER BY 2 DESC, 1;
+
+-- name: uninstall_schema_functions
+-- How many functions the outbox_monitor schema holds.
+SELECT count(*) AS functions
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'outbox_monitor';
+
+-- name: uninstall_outside_dependents
+-- Objects outside the outbox_monitor schema that depend on one of its tables, functions or types (a user's view, trigger, foreign key, default or function): DROP SCHEMA … CASCADE would drop them too, so uninstall refuses while there is one. Each described by Postgres (pg_describe_object).
+WITH inside AS (
+    SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c
+    WHERE c.relnamespace = to_regnamespace('outbox_monitor')
+    UNION ALL
+    SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p
+    WHERE p.pronamespace = to_regnamespace('outbox_monitor')
+    UNION ALL
+    SELECT 'pg_type'::regclass, t.oid FROM pg_type t
+    WHERE t.typnamespace = to_regnamespace('outbox_monitor')
+), dependents AS (
+    SELECT d.classid, d.objid, d.objsubid,
+           CASE d.classid
+               WHEN 'pg_class'::regclass THEN (SELECT relnamespace FROM pg_class WHERE oid = d.objid)
+               WHEN 'pg_proc'::regclass THEN (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
+               WHEN 'pg_type'::regclass THEN (SELECT typnamespace FROM pg_type WHERE oid = d.objid)
+               WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r
+                                                 JOIN pg_class c ON c.oid = r.ev_class
+                                                 WHERE r.oid = d.objid)
+               WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger g
+                                                 JOIN pg_class c ON c.oid = g.tgrelid
+                                                 WHERE g.oid = d.objid)
+               WHEN 'pg_constraint'::regclass THEN (SELECT connamespace FROM pg_constraint
+                                                    WHERE oid = d.objid)
+               WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a
+                                                 JOIN pg_class c ON c.oid = a.adrelid
+                                                 WHERE a.oid = d.objid)
+           END AS namespace
+    FROM pg_depend d
+    JOIN inside ON inside.classid = d.refclassid AND inside.oid = d.refobjid
+    WHERE d.deptype = 'n'
+)
+SELECT DISTINCT pg_describe_object(classid, objid, objsubid) AS object
+FROM dependents
+WHERE namespace IS DISTINCT FROM to_regnamespace('outbox_monitor')
+ORDER BY 1;
+
+-- name: uninstall_drop_partitioned_index
+-- Drops one partitioned index init-db created ({index} schema-qualified) with its partitions' indexes, in a transaction under a lock timeout (CONCURRENTLY cannot drop a partitioned index).
+DROP INDEX IF EXISTS {index};
+
+-- name: uninstall_drop_schema
+-- Drops the outbox_monitor schema and everything in it (its tables, the shared functions), after uninstall_outside_dependents found nothing outside it depending on them.
+DROP SCHEMA IF EXISTS outbox_monitor CASCADE;

@@ -1,0 +1,88 @@
+"""Issue 17 item 5: ``outbox-monitor uninstall`` drops the outbox_monitor schema and only
+the indexes init-db created, previewed and confirmed; the users' table, rows and own
+indexes stay, and a second run has nothing to drop."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from outbox_monitor.cli import main
+from outbox_monitor.schema import init_db
+
+PRODUCT_INDEXES = [
+    "integration_outbox_clock_skew_idx",
+    "integration_outbox_dead_letters_idx",
+    "integration_outbox_finished_idx",
+]
+INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox' ORDER BY 1"
+ROWS = "SELECT id, status, payload FROM public.integration_outbox ORDER BY id"
+SCHEMA = "SELECT to_regnamespace('outbox_monitor') IS NOT NULL AS present"
+
+
+@pytest.fixture
+def cli(dsn, monkeypatch):
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "uninstaller")
+    return lambda *args: CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
+    cli, conn, rows, caplog
+):
+    for status in ("pending", "done", "failed"):
+        rows.add(status=status, processed_ago=None if status == "pending" else 60)
+    # The users' own: an index, and one named like the flow-control index but built by hand.
+    conn.execute("CREATE INDEX outbox_payload_idx ON public.integration_outbox USING gin (payload)")
+    conn.execute(
+        "CREATE INDEX integration_outbox_pending_by_type_idx"
+        " ON public.integration_outbox (event_type)"
+    )
+    before_rows = conn.execute(ROWS).fetchall()
+    before_indexes = [row["indexname"] for row in conn.execute(INDEXES)]
+    assert set(PRODUCT_INDEXES) <= set(before_indexes)
+
+    preview = cli("uninstall", "--dry-run")
+    assert preview.exit_code == 0, preview.output
+    assert "schema outbox_monitor:" in preview.stdout and "audit_log" in preview.stdout
+    assert [line.strip() for line in preview.stdout.splitlines() if "index " in line] == [
+        f"index {name}" for name in PRODUCT_INDEXES
+    ]
+    unconfirmed = cli("uninstall")  # no terminal, no --yes
+    assert unconfirmed.exit_code == 2 and "--yes" in unconfirmed.stderr
+    assert conn.execute(SCHEMA).fetchone()["present"]
+
+    done = cli("uninstall", "--yes", "--json")
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    assert result["applied"] and result["schema"] and result["indexes"] == PRODUCT_INDEXES
+    assert "uninstall by uninstaller: dropped schema outbox_monitor: 20 table(s)" in caplog.text
+    assert not conn.execute(SCHEMA).fetchone()["present"]
+    assert conn.execute(ROWS).fetchall() == before_rows
+    after_indexes = [row["indexname"] for row in conn.execute(INDEXES)]
+    assert after_indexes == sorted(set(before_indexes) - set(PRODUCT_INDEXES))
+    assert "integration_outbox_pending_by_type_idx" in after_indexes
+    assert conn.execute("SELECT count(*) AS n FROM public.integration_idempotency").fetchone()
+
+    again = cli("uninstall", "--yes")
+    assert again.exit_code == 0 and "Nothing of outbox-monitor's to drop" in again.stdout
+    assert json.loads(cli("uninstall", "--json").stdout)["nothing_to_drop"]
+
+
+def test_uninstall_refuses_while_a_users_object_depends_on_the_schema(cli, conn):
+    conn.execute("CREATE VIEW public.audit_report AS SELECT actor FROM outbox_monitor.audit_log")
+    refused = cli("uninstall", "--yes")
+    assert refused.exit_code == 1
+    assert "view audit_report" in refused.stderr and "nothing was dropped" in refused.stderr
+    assert conn.execute(SCHEMA).fetchone()["present"]
+    assert len([r for r in conn.execute(INDEXES) if r["indexname"] in PRODUCT_INDEXES]) == 3
+
+
+def test_a_fresh_install_with_flow_control_has_no_outside_dependents(cli, conn, db):
+    init_db(db, flow_control=True)
+    preview = json.loads(cli("uninstall", "--dry-run", "--json").stdout)
+    assert preview["blockers"] == [] and preview["applied"] is False
+    assert preview["indexes"] == sorted(
+        [*PRODUCT_INDEXES, "integration_outbox_pending_by_type_idx"]
+    )
+    assert preview["functions"] > 20 and "schema_migrations" in preview["tables"]
