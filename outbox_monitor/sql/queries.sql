@@ -2179,3 +2179,43 @@ DROP INDEX IF EXISTS {index};
 -- name: uninstall_drop_schema
 -- Drops the outbox_monitor schema and everything in it (its tables, the shared functions), after uninstall_outside_dependents found nothing outside it depending on them.
 DROP SCHEMA IF EXISTS outbox_monitor CASCADE;
+
+-- ===================================================================== retention of the product's own tables
+
+-- name: retention_audit_log
+-- Delete up to %(batch)s audit rows of this outbox table (%(table_name)s) older than %(retention)s seconds, oldest first through audit_log_at_idx: one batch of the scheduler's retention job (= ANY(ARRAY(…)): the rows are then found by primary key; IN (…) let the planner hash-join a sequential scan of the whole table).
+DELETE FROM outbox_monitor.audit_log
+WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.audit_log
+             WHERE at < now() - make_interval(secs => %(retention)s)
+               AND table_name = %(table_name)s
+             ORDER BY at
+             LIMIT %(batch)s));
+
+-- name: retention_alert_transitions
+-- Delete up to %(batch)s alert transitions older than %(retention)s seconds, oldest first through alert_transitions_at_idx (the alert history of every rule: the rules' state stays in alert_instances).
+DELETE FROM outbox_monitor.alert_transitions
+WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.alert_transitions
+             WHERE at < now() - make_interval(secs => %(retention)s)
+             ORDER BY at
+             LIMIT %(batch)s));
+
+-- name: retention_notifications
+-- Delete up to %(batch)s notifications created more than %(retention)s seconds ago, oldest first through notifications_created_at_idx (migration 016): never one still pending, nor one of an alert instance not inactive now (its resolve updates the posted message and threads under it).
+DELETE FROM outbox_monitor.notifications
+WHERE id = ANY(ARRAY(SELECT n.id FROM outbox_monitor.notifications n
+             WHERE n.created_at < now() - make_interval(secs => %(retention)s)
+               AND n.status <> 'pending'
+               AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
+                               WHERE i.rule = n.rule AND i.instance = n.instance
+                                 AND i.state <> 'inactive')
+             ORDER BY n.created_at
+             LIMIT %(batch)s));
+
+-- name: retention_breaker_transitions
+-- Delete up to %(batch)s breaker transitions of this outbox table older than %(retention)s seconds, oldest first: the breakers' log (their state stays in control_state).
+DELETE FROM outbox_monitor.breaker_transitions
+WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.breaker_transitions
+             WHERE outbox = %(table_regclass)s::regclass
+               AND at < now() - make_interval(secs => %(retention)s)
+             ORDER BY id
+             LIMIT %(batch)s));
