@@ -3,12 +3,20 @@ the indexes init-db created, previewed and confirmed; the users' table, rows and
 indexes stay, and a second run has nothing to drop."""
 
 import json
+from datetime import timedelta
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
+from outbox_monitor import uninstall as uninstall_module
 from outbox_monitor.cli import main
+from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.demo.partitioned import create_partitioned_outbox
+from outbox_monitor.errors import ActionRefused
 from outbox_monitor.schema import init_db
+from outbox_monitor.uninstall import plan_uninstall, uninstall
 
 PRODUCT_INDEXES = [
     "integration_outbox_clock_skew_idx",
@@ -17,6 +25,7 @@ PRODUCT_INDEXES = [
 ]
 INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox' ORDER BY 1"
 ROWS = "SELECT id, status, payload FROM public.integration_outbox ORDER BY id"
+ALL_INDEXES = "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1"
 SCHEMA = "SELECT to_regnamespace('outbox_monitor') IS NOT NULL AS present"
 
 
@@ -86,3 +95,42 @@ def test_a_fresh_install_with_flow_control_has_no_outside_dependents(cli, conn, 
         [*PRODUCT_INDEXES, "integration_outbox_pending_by_type_idx"]
     )
     assert preview["functions"] > 20 and "schema_migrations" in preview["tables"]
+
+
+def test_on_a_partitioned_outbox_the_parents_indexes_go_with_their_partitions(empty_dsn):
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        now = conn.execute("SELECT date_trunc('day', now())").fetchone()[0]
+        bounds = [now - timedelta(days=2), now - timedelta(days=1), now + timedelta(days=1)]
+        create_partitioned_outbox(conn, "public", "integration_outbox", bounds)
+    with Database(load_settings(dsn=empty_dsn)) as db:
+        assert init_db(db).created_indexes == [
+            "integration_outbox_finished_idx",
+            "integration_outbox_dead_letters_idx",
+            "integration_outbox_clock_skew_idx",
+        ]
+        with psycopg.connect(empty_dsn) as conn:
+            before = conn.execute(ALL_INDEXES).fetchall()
+        plan = plan_uninstall(db)
+        assert plan.indexes == PRODUCT_INDEXES and plan.partitioned == set(PRODUCT_INDEXES)
+        uninstall(db, plan, actor="tester")
+        assert plan_uninstall(db).empty
+    with psycopg.connect(empty_dsn) as conn:
+        after = conn.execute(ALL_INDEXES).fetchall()
+    gone = {name for (name,) in before} - {name for (name,) in after}
+    # each recommended index of the parent and its three partitions' (two ranges, default)
+    purposes = ("finished", "dead_letters", "clock_skew")
+    assert len(gone) == 3 * 4
+    assert all(any(purpose in name for purpose in purposes) for name in gone), gone
+
+
+def test_a_lock_timeout_stops_it_and_a_second_run_drops_only_what_is_left(db, dsn, monkeypatch):
+    monkeypatch.setattr(uninstall_module, "DROP_LOCK_TIMEOUT_SECONDS", 0.3)
+    plan = plan_uninstall(db)
+    with psycopg.connect(dsn) as reader:  # a transaction holding a lock in the schema
+        reader.execute("SELECT count(*) FROM outbox_monitor.audit_log")
+        with pytest.raises(ActionRefused, match="dropped so far: integration_outbox_clock"):
+            uninstall(db, plan, actor="tester")
+    left = plan_uninstall(db)
+    assert left.schema and left.indexes == []  # the indexes went, the schema stayed
+    uninstall(db, left, actor="tester")
+    assert plan_uninstall(db).empty
