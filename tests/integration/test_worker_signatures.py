@@ -4,8 +4,9 @@ A worker (the Python API, the n8n workflows) calls the shared SQL functions by n
 argument list. A migration that dropped one, changed its arguments, its defaults or its
 result type, or added an overload (an ambiguous call) would break every worker still
 running the old code: each one must be replaced in place (``CREATE OR REPLACE``) with the
-same signature. The migrations are applied one at a time, and ``pg_proc`` is read after
-each step.
+same signature — and the same object: a DROP and CREATE would change its oid, and a
+worker's prepared statement (n8n's) or cached plan would then fail. The migrations are
+applied one at a time, and ``pg_proc`` is read after each step.
 """
 
 import re
@@ -19,7 +20,7 @@ from outbox_monitor.queries import all_queries, compose, migration_files
 REPO = Path(__file__).resolve().parents[2]
 CALL = re.compile(r"outbox_monitor\.(\w+)\s*\(")
 SIGNATURES = """
-SELECT p.proname AS name,
+SELECT p.proname AS name, p.oid::bigint AS oid,
        pg_get_function_arguments(p.oid) AS arguments,
        pg_get_function_result(p.oid) AS result
 FROM pg_proc p
@@ -43,14 +44,14 @@ def test_the_workers_call_claim_ack_and_fail():
 
 def test_every_worker_function_keeps_its_signature_across_all_migrations(empty_dsn):
     names = sorted(worker_functions())
-    first: dict[str, list[tuple[str, str]]] = {}
+    first: dict[str, list[tuple[int, str, str]]] = {}
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         conn.execute(compose("create_monitor_schema"))
         for version, name, text in migration_files():
             conn.execute(sql.SQL(text))
-            now: dict[str, list[tuple[str, str]]] = {}
-            for function, arguments, result in conn.execute(SIGNATURES, (names,)):
-                now.setdefault(function, []).append((arguments, result))
+            now: dict[str, list[tuple[int, str, str]]] = {}
+            for function, oid, arguments, result in conn.execute(SIGNATURES, (names,)):
+                now.setdefault(function, []).append((oid, arguments, result))
             for function, signature in first.items():
                 assert now.get(function) == signature, (
                     f"migration {version:03d}_{name} changed outbox_monitor.{function}: "
@@ -58,6 +59,6 @@ def test_every_worker_function_keeps_its_signature_across_all_migrations(empty_d
                 )
             first = {**now, **first}
     assert set(first) == set(names), "a worker calls a function no migration creates"
-    assert first["claim"][0][0] == "p_table regclass, p_worker text, p_limit integer DEFAULT 50"
-    assert first["ack"] == [("p_table regclass, p_id bigint, p_worker text", "boolean")]
+    assert first["claim"][0][1] == "p_table regclass, p_worker text, p_limit integer DEFAULT 50"
+    assert first["ack"][0][1:] == ("p_table regclass, p_id bigint, p_worker text", "boolean")
     assert all(len(signature) == 1 for signature in first.values()), first
