@@ -566,10 +566,13 @@ VALUES (%(table_name)s, %(queue_depth)s, %(pending_total)s, %(scheduled_retries)
 RETURNING sampled_at;
 
 -- name: samples_prune
--- Delete samples older than the retention.
+-- Delete up to %(batch)s samples older than the retention, oldest first through the primary key (by ctid: = ANY(ARRAY(…)) is a TID scan), so that a pass after the retention was lowered stays under the statement timeout; the rest goes at the next passes.
 DELETE FROM outbox_monitor.samples
-WHERE table_name = %(table_name)s
-  AND sampled_at < now() - make_interval(secs => %(retention)s);
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox_monitor.samples
+                       WHERE table_name = %(table_name)s
+                         AND sampled_at < now() - make_interval(secs => %(retention)s)
+                       ORDER BY sampled_at
+                       LIMIT %(batch)s));
 
 -- name: samples_series
 -- Samples of one table over the window, oldest first.
@@ -593,10 +596,13 @@ FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
     latency_p95_seconds double precision, failed_in_window bigint, retrying bigint);
 
 -- name: event_type_samples_prune
--- Delete per-event-type samples older than the retention (the samples' own).
+-- Delete up to %(batch)s per-event-type samples older than the retention (the samples' own), oldest first through the primary key, by ctid as samples_prune.
 DELETE FROM outbox_monitor.event_type_samples
-WHERE table_name = %(table_name)s
-  AND sampled_at < now() - make_interval(secs => %(retention)s);
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox_monitor.event_type_samples
+                       WHERE table_name = %(table_name)s
+                         AND sampled_at < now() - make_interval(secs => %(retention)s)
+                       ORDER BY sampled_at
+                       LIMIT %(batch)s));
 
 -- name: event_type_samples_series
 -- Per-event-type samples of one table over the window for the event types %(event_types)s ('other' included when named), oldest first.

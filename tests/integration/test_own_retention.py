@@ -1,6 +1,7 @@
 """Issue 17 item 5: the product's own tables have a stated retention, applied by the
 scheduler's ``retention`` job (``maintenance.prune_own_tables``) in batches under the
-statement timeout; a failure is logged and shown on ``/healthz``."""
+statement timeout; a failure is logged and shown on ``/healthz``. The samples keep theirs,
+deleted by the sampler at most a batch a pass."""
 
 import logging
 from datetime import UTC, datetime
@@ -8,11 +9,12 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from outbox_monitor import maintenance
+from outbox_monitor import maintenance, sampler
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.jobs import RETENTION_JOB_ID
 from outbox_monitor.maintenance import prune_own_tables
+from outbox_monitor.sampler import record_sample
 from outbox_monitor.scheduler import build_scheduler
 from outbox_monitor.scheduler_status import SchedulerStatus
 from tests.alerting import wait_for
@@ -143,3 +145,27 @@ def test_the_scheduler_runs_it_and_a_failure_is_logged_and_shown_on_healthz(dsn,
             assert status.health()[1]["notice"] is None
         finally:
             scheduler.shutdown(wait=True)
+
+
+def test_the_sampler_deletes_old_samples_in_batches_a_pass(db, conn, monkeypatch):
+    monkeypatch.setattr(sampler, "SAMPLES_PRUNE_BATCH_ROWS", 2)
+    for days in (8, 9, 10, 11, 12):  # past the default 7 days
+        conn.execute(
+            "INSERT INTO outbox_monitor.samples (table_name, sampled_at, queue_depth,"
+            " pending_total, scheduled_retries, processing, stuck_locks, failed_in_window)"
+            " VALUES (%s, now() - make_interval(days => %s), 0, 0, 0, 0, 0, 0)",
+            (TABLE, days),
+        )
+        conn.execute(
+            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
+            " queue_depth, failed_in_window, retrying)"
+            " VALUES (%s, now() - make_interval(days => %s), 'order.paid', 0, 0, 0)",
+            (TABLE, days),
+        )
+    passes = [record_sample(db) for _ in range(4)]
+    assert [p["pruned"] for p in passes] == [2, 2, 1, 0]
+    assert [p["event_types_pruned"] for p in passes] == [2, 2, 1, 0]
+    oldest = (
+        "SELECT min(sampled_at) > now() - interval '7 days' AS young FROM outbox_monitor.samples"
+    )
+    assert conn.execute(oldest).fetchone()["young"]  # the 4 samples of the passes remain
