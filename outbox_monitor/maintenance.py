@@ -95,7 +95,8 @@ def prune_own_tables(db: Database) -> dict[str, int]:
     (``OWN_RETENTION``), oldest first, in batches of ``RETENTION_BATCH_ROWS``, each batch one
     statement in its own transaction under the statement timeout, at most
     ``MAX_RETENTION_BATCHES`` per table. The audit log and the breaker transitions of
-    ``db``'s outbox table only; the alert history of every rule.
+    ``db``'s outbox table only (the audit log through ``outbox_monitor.prune_audit_log``,
+    migration 016: no role may DELETE from it); the alert history of every rule.
 
     Returns:
         Rows deleted per table name, e.g. ``{"audit_log": 3, "alert_transitions": 0, …}``.
@@ -113,11 +114,12 @@ def prune_own_tables(db: Database) -> dict[str, int]:
     for table, block, setting in OWN_RETENTION:
         deleted[table] = 0
         for _ in range(MAX_RETENTION_BATCHES):
+            retention = getattr(db.settings, setting)
             with db.transaction() as conn:
-                retention = getattr(db.settings, setting)
                 count = conn.execute(db.compose(block), {**params, "retention": retention})
-            deleted[table] += count.rowcount
-            if count.rowcount < RETENTION_BATCH_ROWS:
+                count = count.fetchone()["deleted"]
+            deleted[table] += count
+            if count < RETENTION_BATCH_ROWS:
                 break
     if any(deleted.values()):
         log.info(

@@ -27,8 +27,9 @@ UNDO_SINCE_008 = (
     "DROP COLUMN table_bytes, DROP COLUMN indexes_bytes, DROP COLUMN xmin_horizon_age_seconds; "
     # 013: what the sampler saw of each worker; 014: the samples per event type
     "DROP TABLE outbox_monitor.workers_seen, outbox_monitor.event_type_samples; "
-    # 016: the retention job's index of notifications
+    # 016: the retention job's index of notifications and the audit log's pruner
     "DROP INDEX outbox_monitor.notifications_created_at_idx; "
+    "DROP FUNCTION outbox_monitor.prune_audit_log; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

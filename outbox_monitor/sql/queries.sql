@@ -2002,11 +2002,14 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO 
 -- stores what it computes from the outbox table (no INSERT on the cache: a planted row
 -- would mislabel dead letters); without it the dashboard normalises every dead letter
 GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
--- but not the only writers of audit rows and test messages (the operator's)
+-- but not the only writers of audit rows and test messages (the operator's), nor the
+-- audit log's retention (the scheduler's)
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {viewer};
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
     integer, text, text, text) FROM {viewer};
+REVOKE EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
+    FROM {viewer};
 -- viewer: the Health page (xmin horizon holders, running vacuums) sees another role's session
 -- only as pid, role, application and xids without pg_read_all_stats, which pg_monitor holds
 -- (read-only statistics). Granting it takes CREATEROLE up to PostgreSQL 15, from 16 a
@@ -2030,6 +2033,12 @@ GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_stateme
 GRANT INSERT, UPDATE, DELETE ON outbox_monitor.workers_seen TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
+-- the retention of its own tables (migration 016): alert history and the breakers' log
+-- past their retention; audit rows only through this function (no DELETE on audit_log)
+GRANT DELETE ON outbox_monitor.alert_transitions, outbox_monitor.notifications,
+    outbox_monitor.breaker_transitions TO {scheduler};
+GRANT EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
+    TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};
 GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
     outbox_monitor.notifications_id_seq TO {scheduler};
@@ -2189,39 +2198,46 @@ DROP SCHEMA IF EXISTS outbox_monitor CASCADE;
 -- ===================================================================== retention of the product's own tables
 
 -- name: retention_audit_log
--- Delete up to %(batch)s audit rows of this outbox table (%(table_name)s) older than %(retention)s seconds, oldest first through audit_log_at_idx: one batch of the scheduler's retention job (= ANY(ARRAY(…)): the rows are then found by primary key; IN (…) let the planner hash-join a sequential scan of the whole table).
-DELETE FROM outbox_monitor.audit_log
-WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.audit_log
-             WHERE at < now() - make_interval(secs => %(retention)s)
-               AND table_name = %(table_name)s
-             ORDER BY at
-             LIMIT %(batch)s));
+-- Delete up to %(batch)s audit rows of this outbox table (%(table_name)s) older than %(retention)s seconds (at least a day), oldest first through audit_log_at_idx, through the only other writer of the audit log (migration 016): one batch of the scheduler's retention job; the number deleted.
+SELECT outbox_monitor.prune_audit_log(%(table_name)s, %(retention)s, %(batch)s) AS deleted;
 
 -- name: retention_alert_transitions
--- Delete up to %(batch)s alert transitions older than %(retention)s seconds, oldest first through alert_transitions_at_idx (the alert history of every rule: the rules' state stays in alert_instances).
-DELETE FROM outbox_monitor.alert_transitions
-WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.alert_transitions
-             WHERE at < now() - make_interval(secs => %(retention)s)
-             ORDER BY at
-             LIMIT %(batch)s));
+-- Delete up to %(batch)s alert transitions older than %(retention)s seconds, oldest first through alert_transitions_at_idx (the alert history of every rule: the rules' state stays in alert_instances). The number deleted. Rows are taken by primary key through = ANY(ARRAY(…)), here and below: with IN (…) the planner hash-joined a sequential scan of the whole table.
+WITH gone AS (
+    DELETE FROM outbox_monitor.alert_transitions
+    WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.alert_transitions
+                 WHERE at < now() - make_interval(secs => %(retention)s)
+                 ORDER BY at
+                 LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;
 
 -- name: retention_notifications
--- Delete up to %(batch)s notifications created more than %(retention)s seconds ago, oldest first through notifications_created_at_idx (migration 016): never one still pending, nor one of an alert instance not inactive now (its resolve updates the posted message and threads under it).
-DELETE FROM outbox_monitor.notifications
-WHERE id = ANY(ARRAY(SELECT n.id FROM outbox_monitor.notifications n
-             WHERE n.created_at < now() - make_interval(secs => %(retention)s)
-               AND n.status <> 'pending'
-               AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
-                               WHERE i.rule = n.rule AND i.instance = n.instance
-                                 AND i.state <> 'inactive')
-             ORDER BY n.created_at
-             LIMIT %(batch)s));
+-- Delete up to %(batch)s notifications created more than %(retention)s seconds ago, oldest first through notifications_created_at_idx (migration 016): never one still pending, nor one of an alert instance not inactive now (its resolve updates the posted message and threads under it). The number deleted.
+WITH gone AS (
+    DELETE FROM outbox_monitor.notifications
+    WHERE id = ANY(ARRAY(SELECT n.id FROM outbox_monitor.notifications n
+                 WHERE n.created_at < now() - make_interval(secs => %(retention)s)
+                   AND n.status <> 'pending'
+                   AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
+                                   WHERE i.rule = n.rule AND i.instance = n.instance
+                                     AND i.state <> 'inactive')
+                 ORDER BY n.created_at
+                 LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;
 
 -- name: retention_breaker_transitions
--- Delete up to %(batch)s breaker transitions of this outbox table older than %(retention)s seconds, oldest first: the breakers' log (their state stays in control_state).
-DELETE FROM outbox_monitor.breaker_transitions
-WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.breaker_transitions
-             WHERE outbox = %(table_regclass)s::regclass
-               AND at < now() - make_interval(secs => %(retention)s)
-             ORDER BY id
-             LIMIT %(batch)s));
+-- Delete up to %(batch)s breaker transitions of this outbox table older than %(retention)s seconds, oldest first: the breakers' log (their state stays in control_state). The number deleted.
+WITH gone AS (
+    DELETE FROM outbox_monitor.breaker_transitions
+    WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.breaker_transitions
+                 WHERE outbox = %(table_regclass)s::regclass
+                   AND at < now() - make_interval(secs => %(retention)s)
+                 ORDER BY id
+                 LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;

@@ -169,3 +169,26 @@ def test_the_sampler_deletes_old_samples_in_batches_a_pass(db, conn, monkeypatch
         "SELECT min(sampled_at) > now() - interval '7 days' AS young FROM outbox_monitor.samples"
     )
     assert conn.execute(oldest).fetchone()["young"]  # the 4 samples of the passes remain
+
+
+def test_the_scheduler_role_prunes_through_its_grants_never_young_audit_rows(logins, dsn, conn):
+    audit(conn, 401)
+    kept = audit(conn, 2)
+    transition(conn, 91)
+    notification(conn, 91)
+    breaker(conn, 91)
+    scheduler_dsn = logins.dsn(dsn, logins.scheduler)
+    with Database(load_settings(dsn=scheduler_dsn)) as db:
+        assert prune_own_tables(db) == dict.fromkeys(
+            ("audit_log", "alert_transitions", "notifications", "breaker_transitions"), 1
+        )
+    with psycopg.connect(scheduler_dsn) as scheduler:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            scheduler.execute("DELETE FROM outbox_monitor.audit_log")
+        scheduler.rollback()
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="at least one day"):
+            scheduler.execute("SELECT outbox_monitor.prune_audit_log(%s, 3600, 10)", (TABLE,))
+    viewer = logins.dsn(dsn, logins.read)
+    with psycopg.connect(viewer) as viewer, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        viewer.execute("SELECT outbox_monitor.prune_audit_log(%s, 86400, 10)", (TABLE,))
+    assert ids(conn, "audit_log") == [kept]
