@@ -2214,7 +2214,7 @@ WITH gone AS (
 SELECT count(*) AS deleted FROM gone;
 
 -- name: retention_notifications
--- Delete up to %(batch)s notifications created more than %(retention)s seconds ago, oldest first through notifications_created_at_idx (migration 016): never one still pending, nor one of an alert instance not inactive now (its resolve updates the posted message and threads under it). The number deleted.
+-- Delete up to %(batch)s notifications created more than %(retention)s seconds ago, oldest first through notifications_created_at_idx (migration 016): never one still pending, nor one of an alert instance not inactive now (its resolve updates the posted message and threads under it), nor a scheduler alert's error whose resolve is not queued yet (open_error_notifications: an alerting-stalled or replica-lag episode still open). The number deleted.
 WITH gone AS (
     DELETE FROM outbox_monitor.notifications
     WHERE id = ANY(ARRAY(SELECT n.id FROM outbox_monitor.notifications n
@@ -2223,6 +2223,12 @@ WITH gone AS (
                    AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
                                    WHERE i.rule = n.rule AND i.instance = n.instance
                                      AND i.state <> 'inactive')
+                   AND NOT (n.kind = 'error'
+                            AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
+                                            WHERE i.rule = n.rule AND i.instance = n.instance)
+                            AND NOT EXISTS (SELECT FROM outbox_monitor.notifications r
+                                            WHERE r.dedupe_key = left(n.dedupe_key, -length('error'))
+                                                                 || 'resolved'))
                  ORDER BY n.created_at
                  LIMIT %(batch)s))
     RETURNING 1

@@ -42,12 +42,17 @@ def transition(conn, days: float) -> int:
     ).fetchone()["id"]
 
 
-def notification(conn, days: float, status: str = "sent", rule: str = "stuck-lock") -> int:
+def notification(
+    conn, days: float, status: str = "sent", rule: str = "stuck-lock", key: str | None = None
+) -> int:
+    """A notification ``days`` old; with ``key`` (``…|error`` or ``…|resolved``) a scheduler
+    alert's (``alerts.own_alerts``), its kind the key's end."""
+    kind = "firing" if key is None else key.rsplit("|", 1)[1]
     return conn.execute(
         "INSERT INTO outbox_monitor.notifications (dedupe_key, rule, instance, kind, route,"
-        " payload, status, created_at) VALUES (gen_random_uuid()::text, %s, '', 'firing',"
-        " 'oncall', '{}', %s, now() - make_interval(secs => %s)) RETURNING id",
-        (rule, status, days * DAY),
+        " payload, status, created_at) VALUES (coalesce(%s, gen_random_uuid()::text), %s, '',"
+        " %s, 'oncall', '{}', %s, now() - make_interval(secs => %s)) RETURNING id",
+        (key, rule, kind, status, days * DAY),
     ).fetchone()["id"]
 
 
@@ -77,15 +82,22 @@ def test_the_defaults_keep_the_audit_log_400_days_and_the_rest_90(db, conn):
         notification(conn, 89),  # young
         notification(conn, 91, status="pending"),  # not delivered yet
         notification(conn, 91, rule="firing-rule"),  # its resolve threads under it
+        # a stall episode still open: its resolve must find it
+        notification(conn, 95, rule="alerting-stalled", key="alerting-stalled||7/oncall|error"),
     ]
-    gone_notifications = [notification(conn, 91), notification(conn, 200, status="failed")]
+    gone_notifications = [
+        notification(conn, 91),
+        notification(conn, 200, status="failed"),
+        notification(conn, 99, rule="alerting-stalled", key="alerting-stalled||6/oncall|error"),
+        notification(conn, 98, rule="alerting-stalled", key="alerting-stalled||6/oncall|resolved"),
+    ]
     kept_breakers = [breaker(conn, 89), breaker(conn, 91, OTHER)]
     gone_breakers = [breaker(conn, 91)]
 
     assert prune_own_tables(db) == {
         "audit_log": 2,
         "alert_transitions": 1,
-        "notifications": 2,
+        "notifications": 4,
         "breaker_transitions": 1,
     }
     assert ids(conn, "audit_log") == kept_audit
