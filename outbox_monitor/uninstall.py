@@ -57,20 +57,24 @@ def plan_uninstall(db: Database) -> UninstallPlan:
         DatabaseUnavailable, PermissionDenied, QueryTimeout: from the connector.
     """
     _, table = db.settings.table_parts
-    names = [index.name(table) for index in (*RECOMMENDED_INDEXES, FLOW_CONTROL_INDEX)]
     plan = UninstallPlan()
-    rows = db.fetch_all("uninstall_indexes", {"table": db.table.as_string(), "names": names})
-    plan.indexes = [row["index_name"] for row in rows]
-    plan.partitioned = {row["index_name"] for row in rows if row["partitioned"]}
     plan.tables = {
         row["table_name"]: row["bytes"] for row in db.fetch_all("uninstall_schema_tables", {})
     }
     plan.schema = bool(plan.tables)
+    retired = []
     if plan.schema:
         plan.functions = db.fetch_one("uninstall_schema_functions", {})["functions"]
         plan.blockers = [row["object"] for row in db.fetch_all("uninstall_outside_dependents", {})]
         if "schema_migrations" in plan.tables:
-            plan.indexes += retired_indexes_present(db)
+            retired = retired_indexes_present(db)
+    names = [index.name(table) for index in (*RECOMMENDED_INDEXES, FLOW_CONTROL_INDEX)]
+    params = {"table": db.table.as_string(), "names": names + retired}
+    for row in db.fetch_all("uninstall_indexes", params):
+        if row["created_by_init_db"] or row["index_name"] in retired:
+            plan.indexes.append(row["index_name"])
+            if row["partitioned"]:
+                plan.partitioned.add(row["index_name"])
     return plan
 
 

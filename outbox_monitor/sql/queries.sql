@@ -2126,13 +2126,14 @@ WHERE id = %(id)s;
 -- ===================================================================== uninstall
 
 -- name: uninstall_indexes
--- The indexes of the outbox table %(table)s (text; none when absent) named %(names)s that carry init-db's comment (comment_recommended_index): the recommended indexes it created, never one of the users' own; each with whether it is partitioned (dropped without CONCURRENTLY).
-SELECT i.relname AS index_name, i.relkind = 'I' AS partitioned
+-- The indexes of the outbox table %(table)s (text; none when absent) named %(names)s, each with whether it carries init-db's comment (comment_recommended_index: a recommended index it created, not one of the users' own of the same name) and whether it is partitioned (dropped without CONCURRENTLY).
+SELECT i.relname AS index_name, i.relkind = 'I' AS partitioned,
+       obj_description(i.oid, 'pg_class') IS NOT DISTINCT FROM
+           'outbox-monitor recommended index, created by init-db' AS created_by_init_db
 FROM pg_index ix
 JOIN pg_class i ON i.oid = ix.indexrelid
 WHERE ix.indrelid = to_regclass(%(table)s)
   AND i.relname = ANY(%(names)s)
-  AND obj_description(i.oid, 'pg_class') = 'outbox-monitor recommended index, created by init-db'
 ORDER BY 1;
 
 -- name: uninstall_schema_tables

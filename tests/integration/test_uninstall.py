@@ -134,3 +134,18 @@ def test_a_lock_timeout_stops_it_and_a_second_run_drops_only_what_is_left(db, ds
     assert left.schema and left.indexes == []  # the indexes went, the schema stayed
     uninstall(db, left, actor="tester")
     assert plan_uninstall(db).empty
+
+
+def test_an_index_an_earlier_init_db_created_goes_too(db, conn):
+    # as an init-db of release ≤ 005 left it: migrations up to 005 applied before 006
+    conn.execute(
+        "UPDATE outbox_monitor.schema_migrations"
+        " SET applied_at = applied_at - interval '1 day' WHERE version <= 5"
+    )
+    retired = "integration_outbox_created_at_idx"
+    conn.execute(f"CREATE INDEX {retired} ON integration_outbox (created_at)")
+    plan = plan_uninstall(db)
+    assert plan.indexes == sorted([*PRODUCT_INDEXES, retired])
+    uninstall(db, plan, actor="tester")
+    left = [row["indexname"] for row in conn.execute(INDEXES)]
+    assert not {*PRODUCT_INDEXES, retired} & set(left)
