@@ -47,6 +47,17 @@ DEFAULT_MAX_REPLICA_LAG_SECONDS = 60.0
 """The scheduler evaluates no rule (and records no sample) from a read DSN that is a hot
 standby lagging more than this (``OUTBOX_MONITOR_MAX_REPLICA_LAG``); it alerts that instead."""
 DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
+DEFAULT_AUDIT_RETENTION_SECONDS = 400 * 86400.0
+"""The audit log's rows of the table are kept this long (``OUTBOX_MONITOR_AUDIT_RETENTION``):
+more than a year, for yearly reviews."""
+DEFAULT_ALERT_HISTORY_RETENTION_SECONDS = 90 * 86400.0
+"""Alert transitions and delivered notifications are kept this long
+(``OUTBOX_MONITOR_ALERT_HISTORY_RETENTION``)."""
+DEFAULT_BREAKER_LOG_RETENTION_SECONDS = 90 * 86400.0
+"""The table's breaker transitions are kept this long (``OUTBOX_MONITOR_BREAKER_LOG_RETENTION``)."""
+MIN_OWN_RETENTION_SECONDS = 86400.0
+"""The retentions of the product's own logs are at least a day (a shorter one is a typo for
+days, and would empty the timeline)."""
 DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS = 300.0
 """How often the scheduler EXPLAINs the workers' claim (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``):
 planning only, ≈ 1 ms per statement (``health.claim_plan``)."""
@@ -139,6 +150,9 @@ class Settings(BaseSettings):
     sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
     max_replica_lag: Seconds = Field(default=DEFAULT_MAX_REPLICA_LAG_SECONDS, gt=0)
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
+    audit_retention: Seconds = DEFAULT_AUDIT_RETENTION_SECONDS
+    alert_history_retention: Seconds = DEFAULT_ALERT_HISTORY_RETENTION_SECONDS
+    breaker_log_retention: Seconds = DEFAULT_BREAKER_LOG_RETENTION_SECONDS
     claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
     actor: str | None = None
@@ -212,6 +226,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"retention is written in days (e.g. 30d for done, 90d for failed); "
                 f"at least 1d, got {value:g} s (leave it unset to keep rows)"
+            )
+        return value
+
+    @field_validator("audit_retention", "alert_history_retention", "breaker_log_retention")
+    @classmethod
+    def _check_own_retention(cls, value: float) -> float:
+        if value < MIN_OWN_RETENTION_SECONDS:
+            raise ValueError(
+                f"retention is written in days (e.g. 400d for the audit log, 90d for alert "
+                f"history); at least 1d, got {value:g} s"
             )
         return value
 

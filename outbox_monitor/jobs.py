@@ -1,5 +1,7 @@
 """The scheduler's jobs: sampler, claim-health plans, alert evaluator, notification sender,
-watchdog, and the optional reaper and pruner, each added to an APScheduler with its interval.
+watchdog, retention of the product's own tables, and the optional reaper and pruner, each
+added to an APScheduler with its interval (what reaper, pruner and retention do:
+``maintenance``).
 
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval; a background loop never dies on one error. Every
@@ -24,10 +26,6 @@ from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
 
-from outbox_monitor.access import SCHEDULER, Identity
-from outbox_monitor.actions.prune import preview_prune
-from outbox_monitor.actions.reap import preview_reap
-from outbox_monitor.actions.run import ActionResult, apply
 from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
@@ -40,6 +38,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.health.claim_plan import record_claim_plans
+from outbox_monitor.maintenance import prune_own_tables, prune_retention, reap_stuck_locks
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.scheduler_status import SchedulerStatus
 
@@ -54,11 +53,14 @@ REAPER_JOB_ID = "reaper"
 PRUNER_JOB_ID = "pruner"
 WATCHDOG_JOB_ID = "watchdog"
 CLAIM_PLAN_JOB_ID = "claim_plan"
+RETENTION_JOB_ID = "retention"
 SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
 """Seconds between sender passes (due notifications wait at most this long; a message that
 failed transiently is tried again at the next pass)."""
 PRUNE_INTERVAL_SECONDS = 86400.0
 """The automatic prune runs once a day (first run at start)."""
+RETENTION_INTERVAL_SECONDS = 3600.0
+"""The retention of the product's own tables runs hourly (first run at start)."""
 MIN_REAP_INTERVAL_SECONDS = 1.0
 
 
@@ -341,65 +343,6 @@ def add_watchdog_job(
     )
 
 
-def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> ActionResult | None:
-    """The reaper job: reap every stuck lock now (SPEC §4 reap), audited as ``actor``.
-
-    Preview then apply, as an operator would (``preview_reap`` + ``apply``),
-    with the settings' lock timeout; nothing is applied (and no audit row written) when
-    no lock is stuck.
-
-    Returns:
-        The ``ActionResult``, or ``None`` when nothing was stuck.
-
-    Raises:
-        DatabaseUnavailable and the connector's errors (``guarded`` logs them).
-    """
-    preview = preview_reap(db)
-    if not preview.matched:
-        return None
-    result = apply(db, preview, actor=actor)
-    log.warning(
-        "reaper: reaped %d stuck lock(s) of %s (%d dead-lettered at max attempts), run %s",
-        result.changed,
-        db.table_name,
-        result.dead_lettered,
-        result.run_id,
-    )
-    return result
-
-
-def prune_retention(db: Database, *, actor: Identity = SCHEDULER) -> ActionResult | None:
-    """The pruner job: delete ``done`` rows older than ``auto_prune_done`` and ``failed``
-    rows older than ``auto_prune_failed`` (SPEC §4 prune, in batches), audited as ``actor``.
-
-    Returns:
-        The ``ActionResult``, or ``None`` when neither age is set or nothing is old enough
-        (no audit row then).
-
-    Raises:
-        DatabaseUnavailable and the connector's errors (``guarded`` logs them).
-    """
-    settings = db.settings
-    if settings.auto_prune_done is None and settings.auto_prune_failed is None:
-        return None
-    preview = preview_prune(
-        db,
-        done_older_than=settings.auto_prune_done,
-        failed_older_than=settings.auto_prune_failed,
-    )
-    if not preview.matched:
-        return None
-    result = apply(db, preview, actor=actor)
-    log.info(
-        "pruner: deleted %d row(s) of %s in %d batch(es), run %s",
-        result.changed,
-        db.table_name,
-        result.batches,
-        result.run_id,
-    )
-    return result
-
-
 def add_maintenance_jobs(scheduler: BaseScheduler, runtime: JobRuntime, *, target: str) -> None:
     """Add the optional reaper and pruner (off unless configured), leader only.
 
@@ -409,30 +352,41 @@ def add_maintenance_jobs(scheduler: BaseScheduler, runtime: JobRuntime, *, targe
     - ``pruner`` with ``OUTBOX_MONITOR_AUTO_PRUNE_DONE`` and/or ``…_FAILED``:
       ``prune_retention`` daily.
 
-    Both start with a run at once, and write audit rows with actor ``scheduler``.
+    Both start with a run at once, and write audit rows with actor ``scheduler``. Always
+    added: ``retention`` (``maintenance.prune_own_tables``) hourly, its outcome reported to
+    ``runtime.status`` (``/healthz``'s ``retention``, a notice while it fails).
     """
     settings = runtime.db.settings
+
+    def add(job_id: str, job: Callable[[], Any], seconds: float, name: str) -> None:
+        guarded_job = guarded(job_id, runtime.as_leader(job), target=target)
+        add_interval_job(scheduler, job_id, guarded_job, seconds=seconds, name=name)
+
     if settings.auto_reap:
-        add_interval_job(
-            scheduler,
+        add(
             REAPER_JOB_ID,
-            guarded(
-                REAPER_JOB_ID,
-                runtime.as_leader(lambda: reap_stuck_locks(runtime.primary)),
-                target=target,
-            ),
-            seconds=max(MIN_REAP_INTERVAL_SECONDS, settings.lock_timeout / 3),
-            name="reap stuck locks",
+            lambda: reap_stuck_locks(runtime.primary),
+            max(MIN_REAP_INTERVAL_SECONDS, settings.lock_timeout / 3),
+            "reap stuck locks",
         )
     if settings.auto_prune_done is not None or settings.auto_prune_failed is not None:
-        add_interval_job(
-            scheduler,
+        add(
             PRUNER_JOB_ID,
-            guarded(
-                PRUNER_JOB_ID,
-                runtime.as_leader(lambda: prune_retention(runtime.primary)),
-                target=target,
-            ),
-            seconds=PRUNE_INTERVAL_SECONDS,
-            name="prune old done and failed rows",
+            lambda: prune_retention(runtime.primary),
+            PRUNE_INTERVAL_SECONDS,
+            "prune old done and failed rows",
         )
+
+    def retain() -> None:
+        try:
+            runtime.status.retained(prune_own_tables(runtime.primary))
+        except Exception as error:
+            runtime.status.retained(None, error)
+            raise
+
+    add(
+        RETENTION_JOB_ID,
+        retain,
+        RETENTION_INTERVAL_SECONDS,
+        "delete outbox-monitor's own rows past their retention",
+    )

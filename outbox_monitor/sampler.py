@@ -23,6 +23,11 @@ from outbox_monitor.worker_sightings import record_workers
 
 log = logging.getLogger(__name__)
 
+SAMPLES_PRUNE_BATCH_ROWS = 5000
+"""Samples of each kind deleted past the retention per pass, at most: ≈ 6 hours of headline
+samples at the default 15 s interval, or ≈ 30 min of samples of 10 event types plus other;
+a few milliseconds each (README, "Retention of outbox-monitor's own tables")."""
+
 HEADLINE = SAMPLED
 """The ``outbox_monitor.samples`` columns with their chart labels (``figures.SAMPLED``)."""
 
@@ -94,7 +99,9 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
     (``sampled_at`` is the writing database's ``now()``) and the per-event-type rows at the
     same instant (``event_type_sample_insert``), and deletes this table's samples of both
     kinds older than ``settings.sample_retention`` seconds (``samples_prune``,
-    ``event_type_samples_prune``) through ``primary``.
+    ``event_type_samples_prune``) through ``primary``, at most ``SAMPLES_PRUNE_BATCH_ROWS``
+    of each kind a pass, oldest first (after the retention was lowered, the backlog goes
+    over the next passes, each under the statement timeout).
 
     Args:
         db: the connector of the monitored database (a hot standby may serve it).
@@ -115,7 +122,11 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
     event_types = measure_event_types(db)
     writes = primary or db
     params = {"table_name": db.table_name, **figures}
-    retention = {"table_name": db.table_name, "retention": db.settings.sample_retention}
+    retention = {
+        "table_name": db.table_name,
+        "retention": db.settings.sample_retention,
+        "batch": SAMPLES_PRUNE_BATCH_ROWS,
+    }
     with writes.connection() as conn, conn.transaction():
         inserted = conn.execute(writes.compose("sample_insert"), params).fetchone()
         if event_types:

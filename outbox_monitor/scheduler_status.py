@@ -1,11 +1,13 @@
 """What the scheduler process reports about itself (thread-safe): the jobs' database contact,
-the last evaluation, the stall watch, the read replica's lag and the sender's notification
-counts, for ``/metrics`` (``exporter.OutboxCollector``) and ``/healthz`` (``metrics_server``)."""
+the last evaluation, the stall watch, the read replica's lag, the last retention run and the
+sender's notification counts, for ``/metrics`` (``exporter.OutboxCollector``) and
+``/healthz`` (``metrics_server``)."""
 
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from outbox_monitor.replica import skip_reason
@@ -37,6 +39,7 @@ class SchedulerStatus:
         self._evaluation_age: tuple[float, float] | None = None
         self._stalled = False
         self._replica: tuple[Any, bool, float] | None = None
+        self._retention: dict[str, Any] | None = None
         self._notifications: Counter[str] = Counter(
             {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
         )
@@ -54,6 +57,20 @@ class SchedulerStatus:
         """A job failed (its first line becomes ``/healthz``'s ``last_error``)."""
         with self._lock:
             self._last_error = (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+    def retained(
+        self, deleted: Mapping[str, int] | None, error: BaseException | None = None
+    ) -> None:
+        """The retention job ran: the rows it deleted per own table, or the error that
+        stopped it (``/healthz``'s ``retention``, and its notice until a run succeeds)."""
+        with self._lock:
+            self._retention = {
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "deleted": None if deleted is None else dict(deleted),
+                "error": None
+                if error is None
+                else (str(error).strip().splitlines() or [type(error).__name__])[0],
+            }
 
     def evaluated(self, seconds: float) -> None:
         """An evaluation pass took ``seconds`` (wall time)."""
@@ -145,6 +162,7 @@ class SchedulerStatus:
         with self._lock:
             last_ok, last_error = self._last_ok, self._last_error
             replica = self._replica
+            retention = self._retention
         running = bool(self.scheduler is not None and self.scheduler.running)
         since = None if last_ok is None else self.clock() - last_ok
         jobs = {
@@ -161,11 +179,15 @@ class SchedulerStatus:
         details = {
             "status": "ok" if reason is None else "unavailable",
             "reason": reason,
-            "notice": _replica_notice(replica),
+            "notice": "; ".join(
+                filter(None, (_replica_notice(replica), _retention_notice(retention)))
+            )
+            or None,
             "scheduler_running": running,
             "jobs": jobs,
             "seconds_since_database_contact": None if since is None else round(since, 3),
             "last_error": last_error,
+            "retention": retention,
             "replica": None
             if replica is None
             else {
@@ -182,3 +204,13 @@ def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:
     if replica is None or not replica[1]:
         return None
     return skip_reason(replica[0], replica[2])
+
+
+def _retention_notice(retention: dict[str, Any] | None) -> str | None:
+    """``/healthz``'s notice while the last retention run failed."""
+    if retention is None or retention["error"] is None:
+        return None
+    return (
+        f"the retention of outbox-monitor's own tables failed at {retention['at']}: "
+        f"{retention['error']} (they grow until a run succeeds)"
+    )

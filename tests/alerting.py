@@ -6,7 +6,13 @@ injectable clock the evaluator and sender take, the queries read the real alerti
 """
 
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -21,9 +27,11 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import ENV_PREFIX
 from outbox_monitor.db import Database
+from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.scheduler import build_scheduler
 
+REPO = Path(__file__).resolve().parents[1]
 SENDER_INTERVAL = 0.2
 """Seconds between the sender's passes in a test's scheduler (the product's default is longer)."""
 
@@ -235,3 +243,49 @@ def evaluate_as_scheduler(settings: Any, db: Any, ruleset: Any) -> None:
         assert lead.try_acquire()
         Evaluator(db, ruleset, fence=lead.fence).run_once()
         assert lead.record_evaluation()
+
+
+class Scheduler:
+    """One ``outbox-monitor scheduler`` process with its own log and /metrics port, run in
+    ``cwd`` (the repository; a previous release's export, with ``PYTHONPATH`` in ``env``)."""
+
+    def __init__(self, env: dict[str, str], rules: Path, log: Path, *, cwd: Path = REPO) -> None:
+        self.port = free_port()
+        self.log = log
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "outbox_monitor", "scheduler", "--rules", str(rules)],
+                cwd=cwd,
+                env={**env, "OUTBOX_MONITOR_METRICS_PORT": str(self.port)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text()
+
+    @property
+    def leads(self) -> bool:
+        return "is now the alert evaluator" in self.output
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def metric(self, name: str) -> float | None:
+        found = re.search(rf"^{name} (\S+)$", self.get("/metrics")[1], re.M)
+        return None if found is None else float(found.group(1))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -30,6 +30,9 @@ UNDO_SINCE_008 = (
     # 015: the timeline's indexes (breaker_transitions_at_idx went with its table above;
     # error_groups, migration 006's, may be gone already when a test undoes that too)
     "DROP INDEX IF EXISTS outbox_monitor.error_groups_first_seen_idx; "
+    # 016: the retention job's index of notifications and the audit log's pruner
+    "DROP INDEX outbox_monitor.notifications_created_at_idx; "
+    "DROP FUNCTION outbox_monitor.prune_audit_log; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

@@ -38,6 +38,7 @@ class JsonAwareGroup(LazyGroup):
         "check": "outbox_monitor.cli.alerting:check",
         "alerts": "outbox_monitor.cli.alerting:alerts",
         "outboxes": "outbox_monitor.cli.fleet:outboxes",
+        "uninstall": "outbox_monitor.cli.uninstall:uninstall_command",
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -600,10 +600,13 @@ VALUES (%(table_name)s, %(queue_depth)s, %(pending_total)s, %(scheduled_retries)
 RETURNING sampled_at;
 
 -- name: samples_prune
--- Delete samples older than the retention.
+-- Delete up to %(batch)s samples older than the retention, oldest first through the primary key (by ctid: = ANY(ARRAY(…)) is a TID scan), so that a pass after the retention was lowered stays under the statement timeout; the rest goes at the next passes.
 DELETE FROM outbox_monitor.samples
-WHERE table_name = %(table_name)s
-  AND sampled_at < now() - make_interval(secs => %(retention)s);
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox_monitor.samples
+                       WHERE table_name = %(table_name)s
+                         AND sampled_at < now() - make_interval(secs => %(retention)s)
+                       ORDER BY sampled_at
+                       LIMIT %(batch)s));
 
 -- name: samples_series
 -- Samples of one table over the window, oldest first.
@@ -627,10 +630,13 @@ FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(
     latency_p95_seconds double precision, failed_in_window bigint, retrying bigint);
 
 -- name: event_type_samples_prune
--- Delete per-event-type samples older than the retention (the samples' own).
+-- Delete up to %(batch)s per-event-type samples older than the retention (the samples' own), oldest first through the primary key, by ctid as samples_prune.
 DELETE FROM outbox_monitor.event_type_samples
-WHERE table_name = %(table_name)s
-  AND sampled_at < now() - make_interval(secs => %(retention)s);
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox_monitor.event_type_samples
+                       WHERE table_name = %(table_name)s
+                         AND sampled_at < now() - make_interval(secs => %(retention)s)
+                       ORDER BY sampled_at
+                       LIMIT %(batch)s));
 
 -- name: event_type_samples_series
 -- Per-event-type samples of one table over the window for the event types %(event_types)s ('other' included when named), oldest first.
@@ -2036,11 +2042,14 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO 
 -- stores what it computes from the outbox table (no INSERT on the cache: a planted row
 -- would mislabel dead letters); without it the dashboard normalises every dead letter
 GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
--- but not the only writers of audit rows and test messages (the operator's)
+-- but not the only writers of audit rows and test messages (the operator's), nor the
+-- audit log's retention (the scheduler's)
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {viewer};
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
     integer, text, text, text) FROM {viewer};
+REVOKE EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
+    FROM {viewer};
 -- viewer: the Health page (xmin horizon holders, running vacuums) sees another role's session
 -- only as pid, role, application and xids without pg_read_all_stats, which pg_monitor holds
 -- (read-only statistics). Granting it takes CREATEROLE up to PostgreSQL 15, from 16 a
@@ -2064,6 +2073,12 @@ GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_stateme
 GRANT INSERT, UPDATE, DELETE ON outbox_monitor.workers_seen TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
+-- the retention of its own tables (migration 016): alert history and the breakers' log
+-- past their retention; audit rows only through this function (no DELETE on audit_log)
+GRANT DELETE ON outbox_monitor.alert_transitions, outbox_monitor.notifications,
+    outbox_monitor.breaker_transitions TO {scheduler};
+GRANT EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
+    TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};
 GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
     outbox_monitor.notifications_id_seq TO {scheduler};
@@ -2147,3 +2162,129 @@ SELECT id, payload::text AS payload, octet_length(payload::text) AS payload_byte
        last_error
 FROM {table}
 WHERE id = %(id)s;
+
+-- ===================================================================== uninstall
+
+-- name: uninstall_indexes
+-- The indexes of the outbox table %(table)s (text; none when absent) named %(names)s, each with whether it carries init-db's comment (comment_recommended_index: a recommended index it created, not one of the users' own of the same name) and whether it is partitioned (dropped without CONCURRENTLY).
+SELECT i.relname AS index_name, i.relkind = 'I' AS partitioned,
+       obj_description(i.oid, 'pg_class') IS NOT DISTINCT FROM
+           'outbox-monitor recommended index, created by init-db' AS created_by_init_db
+FROM pg_index ix
+JOIN pg_class i ON i.oid = ix.indexrelid
+WHERE ix.indrelid = to_regclass(%(table)s)
+  AND i.relname = ANY(%(names)s)
+ORDER BY 1;
+
+-- name: uninstall_schema_tables
+-- The tables of the outbox_monitor schema with their total size in bytes, largest first (none when the schema is absent).
+SELECT c.relname AS table_name, pg_total_relation_size(c.oid) AS bytes
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'outbox_monitor' AND c.relkind IN ('r', 'p')
+ORDER BY 2 DESC, 1;
+
+-- name: uninstall_schema_functions
+-- How many functions the outbox_monitor schema holds.
+SELECT count(*) AS functions
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'outbox_monitor';
+
+-- name: uninstall_outside_dependents
+-- Objects outside the outbox_monitor schema that depend on one of its tables, functions or types (a user's view, trigger, foreign key, default or function): DROP SCHEMA … CASCADE would drop them too, so uninstall refuses while there is one. Each described by Postgres (pg_describe_object).
+WITH inside AS (
+    SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c
+    WHERE c.relnamespace = to_regnamespace('outbox_monitor')
+    UNION ALL
+    SELECT 'pg_proc'::regclass, p.oid FROM pg_proc p
+    WHERE p.pronamespace = to_regnamespace('outbox_monitor')
+    UNION ALL
+    SELECT 'pg_type'::regclass, t.oid FROM pg_type t
+    WHERE t.typnamespace = to_regnamespace('outbox_monitor')
+), dependents AS (
+    SELECT d.classid, d.objid, d.objsubid,
+           CASE d.classid
+               WHEN 'pg_class'::regclass THEN (SELECT relnamespace FROM pg_class WHERE oid = d.objid)
+               WHEN 'pg_proc'::regclass THEN (SELECT pronamespace FROM pg_proc WHERE oid = d.objid)
+               WHEN 'pg_type'::regclass THEN (SELECT typnamespace FROM pg_type WHERE oid = d.objid)
+               WHEN 'pg_rewrite'::regclass THEN (SELECT c.relnamespace FROM pg_rewrite r
+                                                 JOIN pg_class c ON c.oid = r.ev_class
+                                                 WHERE r.oid = d.objid)
+               WHEN 'pg_trigger'::regclass THEN (SELECT c.relnamespace FROM pg_trigger g
+                                                 JOIN pg_class c ON c.oid = g.tgrelid
+                                                 WHERE g.oid = d.objid)
+               WHEN 'pg_constraint'::regclass THEN (SELECT connamespace FROM pg_constraint
+                                                    WHERE oid = d.objid)
+               WHEN 'pg_attrdef'::regclass THEN (SELECT c.relnamespace FROM pg_attrdef a
+                                                 JOIN pg_class c ON c.oid = a.adrelid
+                                                 WHERE a.oid = d.objid)
+           END AS namespace
+    FROM pg_depend d
+    JOIN inside ON inside.classid = d.refclassid AND inside.oid = d.refobjid
+    WHERE d.deptype = 'n'
+)
+SELECT DISTINCT pg_describe_object(classid, objid, objsubid) AS object
+FROM dependents
+WHERE namespace IS DISTINCT FROM to_regnamespace('outbox_monitor')
+ORDER BY 1;
+
+-- name: uninstall_drop_partitioned_index
+-- Drops one partitioned index init-db created ({index} schema-qualified) with its partitions' indexes, in a transaction under a lock timeout (CONCURRENTLY cannot drop a partitioned index).
+DROP INDEX IF EXISTS {index};
+
+-- name: uninstall_drop_schema
+-- Drops the outbox_monitor schema and everything in it (its tables, the shared functions), after uninstall_outside_dependents found nothing outside it depending on them.
+DROP SCHEMA IF EXISTS outbox_monitor CASCADE;
+
+-- ===================================================================== retention of the product's own tables
+
+-- name: retention_audit_log
+-- Delete up to %(batch)s audit rows of this outbox table (%(table_name)s) older than %(retention)s seconds (at least a day), oldest first through audit_log_at_idx, through the only other writer of the audit log (migration 016): one batch of the scheduler's retention job; the number deleted.
+SELECT outbox_monitor.prune_audit_log(%(table_name)s, %(retention)s, %(batch)s) AS deleted;
+
+-- name: retention_alert_transitions
+-- Delete up to %(batch)s alert transitions older than %(retention)s seconds, oldest first through alert_transitions_at_idx (the alert history of every rule: the rules' state stays in alert_instances). The number deleted. Rows are taken by primary key through = ANY(ARRAY(…)), here and below: with IN (…) the planner hash-joined a sequential scan of the whole table.
+WITH gone AS (
+    DELETE FROM outbox_monitor.alert_transitions
+    WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.alert_transitions
+                 WHERE at < now() - make_interval(secs => %(retention)s)
+                 ORDER BY at
+                 LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;
+
+-- name: retention_notifications
+-- Delete up to %(batch)s notifications created more than %(retention)s seconds ago, oldest first through notifications_created_at_idx (migration 016): never one still pending, nor one of an alert instance not inactive now (its resolve updates the posted message and threads under it), nor a scheduler alert's error whose resolve is not queued yet (open_error_notifications: an alerting-stalled or replica-lag episode still open). The number deleted.
+WITH gone AS (
+    DELETE FROM outbox_monitor.notifications
+    WHERE id = ANY(ARRAY(SELECT n.id FROM outbox_monitor.notifications n
+                 WHERE n.created_at < now() - make_interval(secs => %(retention)s)
+                   AND n.status <> 'pending'
+                   AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
+                                   WHERE i.rule = n.rule AND i.instance = n.instance
+                                     AND i.state <> 'inactive')
+                   AND NOT (n.kind = 'error'
+                            AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
+                                            WHERE i.rule = n.rule AND i.instance = n.instance)
+                            AND NOT EXISTS (SELECT FROM outbox_monitor.notifications r
+                                            WHERE r.dedupe_key = left(n.dedupe_key, -length('error'))
+                                                                 || 'resolved'))
+                 ORDER BY n.created_at
+                 LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;
+
+-- name: retention_breaker_transitions
+-- Delete up to %(batch)s breaker transitions of this outbox table older than %(retention)s seconds, oldest first: the breakers' log (their state stays in control_state). The number deleted.
+WITH gone AS (
+    DELETE FROM outbox_monitor.breaker_transitions
+    WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.breaker_transitions
+                 WHERE outbox = %(table_regclass)s::regclass
+                   AND at < now() - make_interval(secs => %(retention)s)
+                 ORDER BY id
+                 LIMIT %(batch)s))
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone;

@@ -13,13 +13,11 @@ scheduler role of ``init-db --print-grants``, the local Slack sink, and:
 """
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,8 +32,14 @@ from outbox_monitor.alerts.leader import Leadership, LeadershipLost
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
-from outbox_monitor.demo.pgcluster import free_port
-from tests.alerting import notifications, rules_file, stuck_lock_rules, subprocess_env, wait_for
+from tests.alerting import (
+    Scheduler,
+    notifications,
+    rules_file,
+    stuck_lock_rules,
+    subprocess_env,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 0.3
@@ -44,51 +48,6 @@ RULES = stuck_lock_rules(f"{INTERVAL}s")
 OLD_LOCK = "outbox_monitor.evaluator:public.integration_outbox"
 """The advisory-lock name by which earlier versions elected the leader."""
 STALLED = "alerting is stalled"
-
-
-class Scheduler:
-    """One ``outbox-monitor scheduler`` process with its own log and /metrics port."""
-
-    def __init__(self, env: dict[str, str], rules: Path, log: Path) -> None:
-        self.port = free_port()
-        self.log = log
-        with log.open("w") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "outbox_monitor", "scheduler", "--rules", str(rules)],
-                cwd=REPO,
-                env={**env, "OUTBOX_MONITOR_METRICS_PORT": str(self.port)},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text()
-
-    @property
-    def leads(self) -> bool:
-        return "is now the alert evaluator" in self.output
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def metric(self, name: str) -> float | None:
-        found = re.search(rf"^{name} (\S+)$", self.get("/metrics")[1], re.M)
-        return None if found is None else float(found.group(1))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
-from outbox_monitor.jobs import reap_stuck_locks
+from outbox_monitor.maintenance import reap_stuck_locks
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.ui import format

@@ -280,7 +280,7 @@ def test_a_write_reaching_a_standby_names_the_setting_to_change(replica_db, purp
     given = {"primary": {"primary_dsn": replica_db.standby}}.get(purpose, {})
     settings = load_settings(dsn=replica_db.standby, **given)
     with Database(settings, purpose=purpose) as db, pytest.raises(ReadOnlyDatabase) as caught:
-        db.fetch_all("samples_prune", {"table_name": "x", "retention": 60})
+        db.fetch_all("samples_prune", {"table_name": "x", "retention": 60, "batch": 1})
     wanted = {
         # the read DSN serves actions and the scheduler's writes while their DSNs are unset
         "read": "Set OUTBOX_MONITOR_ACTIONS_DSN (operator actions) and "
