@@ -244,15 +244,19 @@ def seconds_to_cross(trend: Trend, op: str, threshold: float) -> float | None:
     """When the trend breaks ``value <op> threshold``, in seconds from now.
 
     Returns:
-        0 when the fitted value breaks it now; the seconds until the line reaches the
-        threshold when it heads there; ``None`` when it never does (flat, moving away, or
-        ``op`` is ``==``/``!=``, which a line does not cross in a useful sense).
+        0 when the fitted value breaks it now and the line does not head back out of the
+        breach (a falling depth past ``>`` gives ``None``); the seconds until the line
+        reaches the threshold when it heads there; ``None`` when it never does (flat, moving
+        away, or ``op`` is ``==``/``!=``, which a line does not cross in a useful sense).
     """
     check = _CHECKS.get(op)
     if check is None:
         return None
     if check(trend.intercept, threshold):
-        return 0.0
+        # a line past the threshold now but heading back out of the breach (a backlog that
+        # drains) forecasts no breach: its fitted "now" lags the samples it is falling from
+        leaving = trend.slope < 0 if op in (">", ">=") else trend.slope > 0
+        return None if leaving else 0.0
     if trend.slope == 0:
         return None
     seconds = (threshold - trend.intercept) / trend.slope

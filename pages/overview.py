@@ -100,6 +100,10 @@ def live_figures() -> None:
 
         now = datetime.fromisoformat(figures["now"])
         ruleset, instances, down = alerting()
+        # what is firing first: on a laptop's first screen (1440×900), above the tiles
+        top = ctx.settings.overview_top_event_types
+        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
+        firing_alerts.section(ctx.db, ruleset, instances, down=down, now=now, table=table, f=f)
 
         def badge(metric: str) -> rule_state.Badge:
             return rule_state.badge(metric, ruleset, instances, down=down, now=now)
@@ -169,9 +173,6 @@ def live_figures() -> None:
             f"Rows dead-lettered in the last {f.window_label}.",
         )
 
-        top = ctx.settings.overview_top_event_types
-        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
-        firing_alerts.section(ctx.db, ruleset, instances, down=down, now=now, table=table, f=f)
         samples = loaders.samples(ctx.db, window=f.window)
         health.overview_tiles(figures["health"], samples, badge("xmin_horizon_age"))
 

@@ -38,6 +38,8 @@ from outbox_monitor.units import bounded_key, format_value
 
 SHOWN_FIRING = 20
 """Firing instances listed on the Overview; the rest are counted and on the Alerts page."""
+SEVERITY_ORDER = ("critical", "warning", "info")
+"""The order firing alerts are listed in, most severe first (then the newest first)."""
 TREND_COLUMNS = {
     "queue_depth": "queue_depth",
     "oldest_pending_age": "oldest_pending_age_seconds",
@@ -51,11 +53,11 @@ a metric without one gets the type's queue-depth trend."""
 def firing_rows(
     ruleset: RuleSet | None, instances: Sequence[Mapping[str, Any]], now: datetime | None
 ) -> list[dict[str, Any]]:
-    """The firing (and error) instances, firing first then oldest first, of rules in the
-    file: ``rule``, ``rule_model`` (the ``Rule``), ``instance`` (``""`` for a rule without
-    ``by``), ``severity``, ``state``, ``since`` (firing since), ``ago`` (text), ``line``
-    (``instance_line``: value vs condition, held open by keep_firing_for) and ``held``
-    (that note alone)."""
+    """The firing (and error) instances of rules in the file, firing first, then by severity
+    (``SEVERITY_ORDER``), then the newest first: ``rule``, ``rule_model`` (the ``Rule``),
+    ``instance`` (``""`` for a rule without ``by``), ``severity``, ``state``, ``since``
+    (firing since), ``ago`` (text), ``line`` (``instance_line``: value vs condition, held
+    open by keep_firing_for) and ``held`` (that note alone)."""
     rules = {rule.name: rule for rule in ruleset.rules} if ruleset else {}
     found = []
     for row in instances:
@@ -78,7 +80,15 @@ def firing_rows(
                 "held": held_open(rule, row, now),
             }
         )
-    found.sort(key=lambda item: (item["state"] != "firing", item["since"] or now))
+    # firing first, the most severe first, then the newest: the incident going on now above
+    # an old standing alert
+    found.sort(
+        key=lambda item: (
+            item["state"] != "firing",
+            SEVERITY_ORDER.index(item["severity"]) if item["severity"] in SEVERITY_ORDER else 9,
+            -(item["since"].timestamp() if item["since"] is not None else 0.0),
+        )
+    )
     return found
 
 
@@ -87,13 +97,15 @@ class TypeContext:
     """What the by-event-type table says of the event type a firing instance is about:
     ``trend`` (``"failed in window +12 rows/min over 15m"``, or why there is none),
     ``eta`` (``"Drain ETA never: grows by 80/min"``), ``failed`` (dead letters in the
-    window) and ``figures`` (``"queue depth 1,240 · oldest pending 7m 26s"``)."""
+    window), ``figures`` (``"queue depth 1,240 · oldest pending 7m 26s"``) and ``flow`` (its
+    flow-control state: ``running``, ``paused``, ``breaker open``, …)."""
 
     event_type: str
     trend: str
     eta: str
     failed: int
     figures: str
+    flow: str = "running"
 
 
 def type_context(
@@ -147,12 +159,14 @@ def type_context(
             "created_per_minute": row.get("created_per_minute"),
         }
     )
+    flow = table["flow"].get(event_type)
     return TypeContext(
         event_type,
         trend,
         f"Drain ETA{':' if eta.backlog <= 0 else ''} {eta.text}",
         int(row["failed_in_window"]),
         figures,
+        flow.state if flow is not None else "running",
     )
 
 
@@ -177,8 +191,9 @@ def section(
 ) -> None:
     """The Overview's "Firing alerts": each firing instance with a link to it on the Alerts
     page and, when it is about one event type of the table, that type's figures, trend and
-    drain ETA and a link to replay its dead letters (the Dead letters page on the newest
-    error group, ``replay_group``); what is pending; or why the states are unknown.
+    drain ETA, a link to its controls when flow control holds it, and a link to replay its
+    dead letters when it has any (the Dead letters page on the newest error group,
+    ``replay_group``); what is pending; or why the states are unknown.
 
     Args:
         db: the page's Database.
@@ -237,17 +252,25 @@ def _firing(
         since,
     ]
     if context is not None:
+        held = "" if context.flow == "running" else f" · flow control: {context.flow}"
         lines.append(
             format.md_text(
                 f"{context.event_type}: {context.figures} · {context.trend} · {context.eta}"
-                + (f" · {format.count(context.failed)} dead-lettered in {f.window_label}")
+                f" · {format.count(context.failed)} dead-lettered in {f.window_label}{held}"
             )
         )
     with st.container(border=True):
         text, links = st.columns([5, 1], vertical_alignment="center")
         text.markdown("  \n".join(line for line in lines if line))
         with links:
-            group = replay_group(db, context.event_type) if context and context.failed else None
+            if context is not None and context.flow != "running":
+                st.page_link(
+                    "pages/controls.py",
+                    label="Open controls",
+                    icon=":material/tune:",
+                    query_params={"event_type": context.event_type},
+                )
+            group = replay_group(db, context.event_type) if context else None
             if group is not None:
                 st.page_link(
                     "pages/dead_letters.py",

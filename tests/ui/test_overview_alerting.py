@@ -12,6 +12,7 @@ from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.error_grouping import error_groups
 from outbox_monitor.ui import alert_rules, firing_alerts, rule_state
 from tests.alerting import evaluate_as_scheduler, rules_file
+from tests.flow import control
 
 RULES = """
 version: 1
@@ -230,3 +231,61 @@ def test_a_firing_type_says_its_trend_eta_and_links_to_its_replay(
     )
     assert not dead.exception
     assert [b.label for b in dead.button if b.label == "Preview replay"] == ["Preview replay"]
+
+
+def test_a_held_type_links_to_its_controls_and_its_older_dead_letters(
+    open_page, environment, rows, settings, db, conn, tmp_path
+):
+    path = rules_file(
+        tmp_path,
+        FAILING.replace("metric: failed_in_window, window: 1h", "metric: queue_depth").replace(
+            'op: ">", threshold: 0', 'op: ">", threshold: 1'
+        ),
+    )
+    environment.setenv(RULES_ENV, str(path))
+    for _ in range(3):  # depth 3 > 1: fires for payment.captured
+        rows.add(event_type="payment.captured", created_ago=300)
+    # its one dead letter failed two days ago: none in the window, still replayable
+    rows.add_failed(event_type="payment.captured", created_ago=3 * 86400, processed_ago=2 * 86400)
+    control(conn, "payment.captured", paused=True)
+    evaluate_as_scheduler(settings, db, load_rules(path))
+
+    at = open_page("overview")
+
+    assert not at.exception
+    (text,) = [plain(m.value) for m in at.markdown if "payment-failed" in plain(m.value)]
+    assert "0 dead-lettered in 1h · flow control: paused" in text
+    labels = {p.proto.label: p.proto for p in at.get("page_link")}
+    assert labels["Open controls"].query_string == "event_type=payment.captured"
+    assert labels["Replay dead letters"].query_string.startswith(
+        "event_type=payment.captured&error_group="
+    )
+    # the firing section is above the tiles: what fires is on the first screen
+    order = [e.type for e in at.main if e.type in ("metric",) or "payment-failed" in str(e)]
+    assert order and order[0] != "metric"
+
+
+def test_firing_alerts_most_severe_first_then_newest(tmp_path):
+    ruleset = load_rules(rules_file(tmp_path, RULES))
+    now = datetime(2026, 1, 1, 14, 5, tzinfo=UTC)
+
+    def firing(rule: str, minutes_ago: int, instance: str = "") -> dict:
+        since = now - timedelta(minutes=minutes_ago)
+        return {
+            "rule": rule,
+            "instance": instance,
+            "state": "firing",
+            "value": 1.0,
+            "firing_since": since,
+        }
+
+    rows = firing_alerts.firing_rows(
+        ruleset,
+        [
+            firing("stuck-lock", 60),  # warning, an hour old
+            firing("backlog", 2),  # warning, new
+            firing("payment-failed", 30, "event_type=payment.x"),  # critical
+        ],
+        now,
+    )
+    assert [row["rule"] for row in rows] == ["payment-failed", "backlog", "stuck-lock"]

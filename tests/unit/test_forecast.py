@@ -156,3 +156,22 @@ def test_a_crossing_past_a_hundred_lookbacks_is_not_told():
     near = forecast("queue_depth", "rows", ">", 500, creeping, horizon=900, lookback=900)
     assert near.crossing == pytest.approx((500 - 106) / 0.01)
     assert near.breach_text == "breaches in ≈ 10h 56m at +0.60 rows/min"
+
+
+def test_a_draining_backlog_past_the_threshold_is_not_called_a_breach():
+    # the newcomer's demo: depth 5,000 → 2,000 → 3 over 10 min, threshold 1,000: the fitted
+    # value now (≈ 98) is under it, and a line fitted higher would still be heading out
+    draining = [(-600.0, 5000.0), (-300.0, 2000.0), (0.0, 3.0)]
+    found = forecast("queue_depth", "rows", ">", 1000, draining, horizon=900, lookback=900)
+    assert found.crossing is None
+    assert found.breach_text.startswith("no breach at its trend (−")
+    # past the threshold by the fit and heading out of it: no breach either
+    assert (
+        seconds_to_cross(fit_trend([(-60.0, 3000.0), (0.0, 2500.0), (-30.0, 2750.0)]), ">", 1000)
+        is None
+    )
+    # past it and not heading out: breached now
+    assert (
+        seconds_to_cross(fit_trend([(-60.0, 3000.0), (0.0, 3500.0), (-30.0, 3250.0)]), ">", 1000)
+        == 0
+    )
