@@ -20,6 +20,7 @@ from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.db import Database
 from outbox_monitor.forecast import (
     DEFAULT_LOOKBACK_SECONDS,
+    drain_eta,
     drain_eta_of,
     forecast,
     sample_points,
@@ -96,9 +97,11 @@ def firing_rows(
 class TypeContext:
     """What the by-event-type table says of the event type a firing instance is about:
     ``trend`` (``"failed in window +12 rows/min over 15m"``, or why there is none),
-    ``eta`` (``"Drain ETA never: grows by 80/min"``), ``failed`` (dead letters in the
-    window), ``figures`` (``"queue depth 1,240 · oldest pending 7m 26s"``) and ``flow`` (its
-    flow-control state: ``running``, ``paused``, ``breaker open``, …)."""
+    ``eta`` (``"Drain ETA never: grows by 80/min (trend of 15m)"``: from the depth's trend
+    when the trend is the depth's and there is one, else the window's rates), ``failed``
+    (dead letters in the window), ``figures`` (``"queue depth 1,240 · oldest pending 7m
+    26s"``) and ``flow`` (its flow-control state: ``running``, ``paused``, ``breaker open``,
+    …)."""
 
     event_type: str
     trend: str
@@ -152,18 +155,24 @@ def type_context(
     figures = f"queue depth {format.count(row['queue_depth'])}" + (
         f" · oldest pending {format_value(age, 'seconds')}" if age is not None else ""
     )
-    eta = drain_eta_of(
-        {
-            "queue_depth": row["queue_depth"],
-            "processed_per_minute": row.get("processed_per_minute"),
-            "created_per_minute": row.get("created_per_minute"),
-        }
-    )
+    if column == "queue_depth" and fitted.trend is not None:
+        # the depth's own trend is the net drain rate now; the window's rates lag an outage
+        eta = drain_eta(int(row["queue_depth"]), -fitted.trend.per_minute, 0.0)
+        basis = f" (trend of {format.duration_label(lookback)})"
+    else:
+        eta = drain_eta_of(
+            {
+                "queue_depth": row["queue_depth"],
+                "processed_per_minute": row.get("processed_per_minute"),
+                "created_per_minute": row.get("created_per_minute"),
+            }
+        )
+        basis = ""
     flow = table["flow"].get(event_type)
     return TypeContext(
         event_type,
         trend,
-        f"Drain ETA{':' if eta.backlog <= 0 else ''} {eta.text}",
+        f"Drain ETA{':' if eta.backlog <= 0 else ''} {eta.text}{basis}",
         int(row["failed_in_window"]),
         figures,
         flow.state if flow is not None else "running",

@@ -248,12 +248,23 @@ def test_a_held_type_links_to_its_controls_and_its_older_dead_letters(
     # its one dead letter failed two days ago: none in the window, still replayable
     rows.add_failed(event_type="payment.captured", created_ago=3 * 86400, processed_ago=2 * 86400)
     control(conn, "payment.captured", paused=True)
+    # its depth sampled 9, 6, 3 at −10, −5 and 0 min: draining 0.6/min, 3 left → ≈ 5 min
+    for ago, depth in ((600, 9), (300, 6), (0, 3)):
+        conn.execute(
+            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
+            " queue_depth, failed_in_window, retrying)"
+            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s),"
+            " 'payment.captured', %s, 0, 0)",
+            (ago, depth),
+        )
     evaluate_as_scheduler(settings, db, load_rules(path))
 
     at = open_page("overview")
 
     assert not at.exception
     (text,) = [plain(m.value) for m in at.markdown if "payment-failed" in plain(m.value)]
+    assert "queue depth −0.60 rows/min over the last 15m" in text
+    assert "Drain ETA ≈ 5 min (drains 0.60/min net) (trend of 15m)" in text
     assert "0 dead-lettered in 1h · flow control: paused" in text
     labels = {p.proto.label: p.proto for p in at.get("page_link")}
     assert labels["Open controls"].query_string == "event_type=payment.captured"
