@@ -6,13 +6,19 @@ in place of every such element until the page is reloaded (the failed import is 
 
 ``recover_failed_stylesheets`` installs, once per browser tab, a listener of Vite's
 ``vite:preloadError`` event that lets the element's code load anyway and fetches the
-stylesheet again (5 tries, 1 s apart), so the tables appear without a manual reload.
+stylesheet again (5 tries, 1 s apart), so the tables appear without a manual reload. A
+script chunk that failed ("Failed to fetch dynamically imported module", seen at a demo's
+start under load: the sidebar's inputs replaced by that error) cannot be fetched again in
+the page — the browser keeps the failed import — so the tab reloads itself, at most once in
+``RELOAD_GUARD_S`` seconds.
 """
 
 import streamlit as st
 
 RETRIES = 5
 RETRY_DELAY_MS = 1000
+RELOAD_GUARD_S = 30
+"""A script chunk that failed to load reloads the tab at most once in this many seconds."""
 
 _LISTENER = f"""<script>
 if (!window.__outboxMonitorStylesheetRetry) {{
@@ -32,10 +38,22 @@ if (!window.__outboxMonitorStylesheetRetry) {{
     document.head.appendChild(link);
   }};
   window.addEventListener("vite:preloadError", (event) => {{
-    const found = /Unable to preload CSS for (\\S+)/.exec(String(event.payload?.message));
-    if (!found) return;  // a script chunk: Streamlit's own error stands
-    event.preventDefault();  // the element's code loads; its stylesheet is fetched again
-    load(found[1], {RETRIES});
+    const message = String(event.payload?.message);
+    const found = /Unable to preload CSS for (\\S+)/.exec(message);
+    if (found) {{
+      event.preventDefault();  // the element's code loads; its stylesheet is fetched again
+      load(found[1], {RETRIES});
+      return;
+    }}
+    // a script chunk: the browser keeps a failed module import for the page's life, so only
+    // a reload fetches it again; at most once per {RELOAD_GUARD_S} s, else Streamlit's error stands
+    const key = "outboxMonitorChunkReload";
+    const last = Number(sessionStorage.getItem(key) || 0);
+    if (Date.now() - last < {RELOAD_GUARD_S} * 1000) return;
+    sessionStorage.setItem(key, String(Date.now()));
+    console.error("outbox-monitor: reloading after a failed script chunk: " + message);
+    event.preventDefault();
+    location.reload();
   }});
 }}
 </script>"""

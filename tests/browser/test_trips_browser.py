@@ -144,3 +144,25 @@ def test_a_stylesheet_lost_under_load_is_fetched_again(dashboard, page, rows):
         "[...document.styleSheets].some((s) => (s.href || '').includes('/DataFrame.'))"
     )
     assert loaded
+
+
+def test_a_script_chunk_lost_under_load_reloads_the_page(dashboard, page, rows):
+    rows.add_failed()
+    failed: list[str] = []
+
+    def fail_twice(route) -> None:
+        # the data grid's code fails to load twice (Streamlit's own try and its retry), as the
+        # sidebar's inputs did at a demo's start under load
+        if "/DataFrame." in route.request.url and len(failed) < 2:
+            failed.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/static/js/*.js", fail_twice)
+    page.goto(f"{dashboard}/dead_letters")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
+    assert len(failed) == 2
+    assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
