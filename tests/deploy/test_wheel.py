@@ -38,8 +38,8 @@ PIP_VERSION = re.search(r"PIP_VERSION := (\S+)", (REPO / "Makefile").read_text()
 START_TIMEOUT_SECONDS = 120.0
 """A cold first start of Streamlit from a new virtualenv, under the suite's load."""
 PAGE_CONTENT = {
-    "": "Queue depth over time",  # the root opens the Overview
-    "overview": "Queue depth over time",
+    "": "Firing alerts",  # the root opens the Overview
+    "overview": "Firing alerts",
     "events": "Event detail",
     "dead_letters": "No dead letters",
     "alerts": "Active silences",
@@ -242,5 +242,5 @@ def test_the_installed_dashboard_serves_every_page(installed, serve, dsn, tmp_pa
 def test_the_installed_demo_serves_its_dashboard(installed, serve, tmp_path):
     url = serve("demo", "--rate", "5", "--workers", "1")
     text = rendered_text(url, [], page="overview")
-    assert "Queue depth over time" in text and "Unexpected error" not in text, text[-3000:]
+    assert "Firing alerts" in text and "Unexpected error" not in text, text[-3000:]
     print(f"wheel timings (s): {installed.timings}")
