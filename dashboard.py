@@ -84,6 +84,7 @@ chosen = state.sidebar(
     settings.window,
     settings.refresh,
     tuple(alert_rules.rule_windows(alert_rules.load_ruleset().ruleset)),
+    page=page.url_path,
 )
 
 # The title is the dashboard's, so that it stays above a banner (database down, table

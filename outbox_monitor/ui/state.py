@@ -157,8 +157,29 @@ def _choices(
     return labels, default
 
 
+_PAGE = "_outbox_monitor.page"
+
+
+def _follow_link(page: str, choices: dict[str, Sequence[str] | None]) -> None:
+    """On arriving at another page, let the link's query parameters win over the filters
+    this session had (``st.page_link(query_params=…)`` keeps the session: a bound widget would
+    otherwise keep its old value and drop the link's): each of ``choices`` present in the
+    URL, and one of its choices (``None``: any text), is set before its widget is drawn."""
+    if st.session_state.get(_PAGE) == page:
+        return
+    st.session_state[_PAGE] = page
+    for name, allowed in choices.items():
+        value = st.query_params.get(name)
+        if value is not None and (allowed is None or value in allowed):
+            st.session_state[name] = value
+
+
 def sidebar(
-    default_window: float, default_refresh: float, extra_windows: tuple[str, ...] = ()
+    default_window: float,
+    default_refresh: float,
+    extra_windows: tuple[str, ...] = (),
+    *,
+    page: str = "",
 ) -> Filters | None:
     """Render the shared sidebar filters and return their values.
 
@@ -167,6 +188,8 @@ def sidebar(
         default_refresh: seconds, from the settings; raised to ``MIN_REFRESH_SECONDS``.
         extra_windows: more window choices (``"30m"``), e.g. every window of the alert
             rules, so that a link from a Slack alert opens with its window.
+        page: the page being drawn (its ``url_path``): on arriving at another one, the
+            link's filters win (``_follow_link``).
 
     Returns:
         The current ``Filters``, or ``None`` when the event type cannot be used (NUL,
@@ -178,6 +201,15 @@ def sidebar(
         REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
     )
     names = fleet().names
+    _follow_link(
+        page,
+        {
+            EVENT_TYPE_PARAM: None,
+            WINDOW_PARAM: windows,
+            REFRESH_PARAM: refreshes,
+            OUTBOX_PARAM: names,
+        },
+    )
     ignored = [
         (name, value, labels, default)
         for name, labels, default in (

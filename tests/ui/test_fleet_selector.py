@@ -69,3 +69,20 @@ def test_one_outbox_has_no_selector(open_page, environment, rows):
     at = open_page("overview")
     assert not [s for s in at.selectbox if s.label == "Outbox"]
     assert queue_depth(at) == "1"
+
+
+def test_an_in_app_link_carries_its_filters_to_the_next_page(open_page, environment, rows):
+    rows.add_failed(event_type="order.paid")
+    rows.add_failed(event_type="invoice.sent")
+    at = open_page("overview")
+    assert at.text_input(key="event_type").value in (None, "")
+
+    # what st.page_link(query_params=…) does: same session, another page, the link's query
+    at.query_params.update({"event_type": "order.paid", "window": "6h"})
+    at.switch_page("pages/dead_letters.py").run()
+
+    assert not at.exception
+    assert at.text_input(key="event_type").value == "order.paid"
+    assert at.selectbox(key="window").value == "6h"
+    assert not at.warning  # no "value set via the Session State API" warning
+    assert any("order.paid" in c.value and "invoice.sent" not in c.value for c in at.caption)
