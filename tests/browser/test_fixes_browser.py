@@ -101,7 +101,7 @@ def test_chart_time_axes_are_utc_on_a_24_hour_clock(dashboard, new_york: Page, c
     ]
     first, last = min(sampled).astimezone(UTC), max(sampled).astimezone(UTC)
 
-    new_york.goto(f"{dashboard}/?window=1h")
+    new_york.goto(f"{dashboard}/overview?window=1h&view=Charts")
     chart = new_york.locator('[data-testid="stVegaLiteChart"]').first
     labels = axis_labels(chart, "X")
 
@@ -124,7 +124,7 @@ def test_every_bar_of_the_failures_chart_is_named(dashboard, page, rows):
         for _ in range(n + 1):
             rows.add(event_type=name, status="failed", processed_ago=60, last_error="e")
 
-    page.goto(dashboard)
+    page.goto(f"{dashboard}/overview?view=Charts")
     expect(page.get_by_role("heading", name="Failures by event type")).to_be_visible()
     chart = page.locator('[data-testid="stVegaLiteChart"]').filter(
         has=page.locator('g.role-axis-label text:text-is("event.type_0")')
