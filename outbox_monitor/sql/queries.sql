@@ -600,7 +600,7 @@ VALUES (%(table_name)s, %(queue_depth)s, %(pending_total)s, %(scheduled_retries)
 RETURNING sampled_at;
 
 -- name: samples_prune
--- Delete up to %(batch)s samples older than the retention, oldest first through the primary key (by ctid: = ANY(ARRAY(…)) is a TID scan), so that a pass after the retention was lowered stays under the statement timeout; the rest goes at the next passes.
+-- Delete up to %(batch)s samples older than the retention, oldest first through the primary key (by ctid: = ANY(ARRAY(...)) is a TID scan), so that a pass after the retention was lowered stays under the statement timeout; the rest goes at the next passes.
 DELETE FROM outbox_monitor.samples
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox_monitor.samples
                        WHERE table_name = %(table_name)s
@@ -2191,7 +2191,7 @@ FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'outbox_monitor';
 
 -- name: uninstall_outside_dependents
--- Objects outside the outbox_monitor schema that depend on one of its tables, functions or types (a user's view, trigger, foreign key, default or function): DROP SCHEMA … CASCADE would drop them too, so uninstall refuses while there is one. Each described by Postgres (pg_describe_object).
+-- Objects outside the outbox_monitor schema that depend on one of its tables, functions or types (a user's view, trigger, foreign key, default or function): DROP SCHEMA ... CASCADE would drop them too, so uninstall refuses while there is one. Each described by Postgres (pg_describe_object).
 WITH inside AS (
     SELECT 'pg_class'::regclass AS classid, c.oid FROM pg_class c
     WHERE c.relnamespace = to_regnamespace('outbox_monitor')
@@ -2243,7 +2243,7 @@ DROP SCHEMA IF EXISTS outbox_monitor CASCADE;
 SELECT outbox_monitor.prune_audit_log(%(table_name)s, %(retention)s, %(batch)s) AS deleted;
 
 -- name: retention_alert_transitions
--- Delete up to %(batch)s alert transitions older than %(retention)s seconds, oldest first through alert_transitions_at_idx (the alert history of every rule: the rules' state stays in alert_instances). The number deleted. Rows are taken by primary key through = ANY(ARRAY(…)), here and below: with IN (…) the planner hash-joined a sequential scan of the whole table.
+-- Delete up to %(batch)s alert transitions older than %(retention)s seconds, oldest first through alert_transitions_at_idx (the alert history of every rule: the rules' state stays in alert_instances). The number deleted. Rows are taken by primary key through = ANY(ARRAY(...)), here and below: with IN (...) the planner hash-joined a sequential scan of the whole table.
 WITH gone AS (
     DELETE FROM outbox_monitor.alert_transitions
     WHERE id = ANY(ARRAY(SELECT id FROM outbox_monitor.alert_transitions
