@@ -100,10 +100,9 @@ def live_figures() -> None:
 
         now = datetime.fromisoformat(figures["now"])
         ruleset, instances, down = alerting()
-        # what is firing first: on a laptop's first screen (1440×900), above the tiles
-        top = ctx.settings.overview_top_event_types
-        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
-        firing_alerts.section(ctx.db, ruleset, instances, down=down, now=now, table=table, f=f)
+        # what is firing first: on a laptop's first screen (1440×900), above the tiles; each
+        # firing type's figures are written into its card once the table is read, after them
+        cards = firing_alerts.section(ruleset, instances, down=down, now=now)
 
         def badge(metric: str) -> rule_state.Badge:
             return rule_state.badge(metric, ruleset, instances, down=down, now=now)
@@ -173,6 +172,9 @@ def live_figures() -> None:
             f"Rows dead-lettered in the last {f.window_label}.",
         )
 
+        top = ctx.settings.overview_top_event_types
+        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
+        firing_alerts.fill(ctx.db, cards, table, now=now, f=f)
         samples = loaders.samples(ctx.db, window=f.window)
         health.overview_tiles(figures["health"], samples, badge("xmin_horizon_age"))
 

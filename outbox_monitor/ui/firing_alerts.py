@@ -188,40 +188,48 @@ def replay_group(db: Database, event_type: str) -> str | None:
     return None if newest is None else newest["group_id"]
 
 
+@dataclass(frozen=True)
+class Card:
+    """A firing alert drawn by ``section``, its type's context still to come (``fill``):
+    ``detail`` (under its lines) and ``actions`` (above its "Open alert" link) are the
+    containers that ``fill`` writes into once the by-event-type table is read."""
+
+    row: Mapping[str, Any]
+    detail: Any
+    actions: Any
+
+
 def section(
-    db: Database,
     ruleset: RuleSet | None,
     instances: Sequence[Mapping[str, Any]],
     *,
     down: str | None,
     now: datetime,
-    table: Mapping[str, Any] | None,
-    f: Filters,
-) -> None:
-    """The Overview's "Firing alerts": each firing instance with a link to it on the Alerts
-    page and, when it is about one event type of the table, that type's figures, trend and
-    drain ETA, a link to its controls when flow control holds it, and a link to replay its
-    dead letters when it has any (the Dead letters page on the newest error group,
-    ``replay_group``); what is pending; or why the states are unknown.
+) -> list[Card]:
+    """The Overview's "Firing alerts", above its tiles: each firing instance (rule, severity,
+    value vs condition, since) with a link to it on the Alerts page; what is pending; or why
+    the states are unknown. The context of an instance about one event type comes after the
+    tiles (``fill``): its figures need the by-event-type table, which the tiles need not
+    wait for.
 
     Args:
-        db: the page's Database.
         ruleset: the loaded rules (``None``: the file is invalid).
         instances: ``alert_loaders.alert_instances``'s rows.
         down: ``rule_state.alerting_down``'s reason, or ``None``.
         now: the database clock.
-        table: ``ui.event_types.load``'s value, or ``None`` (no context per type).
-        f: the sidebar's filters (the window of the links).
+
+    Returns:
+        The cards drawn, for ``fill`` (none when nothing fires or the states are unknown).
     """
     st.subheader("Firing alerts")
     if ruleset is None:
         st.caption("The rules file is invalid: no rule is evaluated (see the banner above).")
-        return
+        return []
     if down is not None:
         # never started: a note; stalled (a scheduler stopped evaluating): a warning
         shout = st.info if down.startswith(NEVER_EVALUATED) else st.warning
         shout(f"**Alert states unknown** — {format.md_text(down)}.", icon=":material/help:")
-        return
+        return []
     rows = firing_rows(ruleset, instances, now)
     pending = sum(1 for row in instances if row["state"] == "pending")
     if not rows:
@@ -230,29 +238,16 @@ def section(
             f"No alert firing{note}: {format.plural(len(ruleset.rules), 'rule')} evaluated.",
             icon=":material/check_circle:",
         )
-        return
-    for row in rows[:SHOWN_FIRING]:
-        _firing(db, row, now, table, f)
+        return []
+    cards = [_card(row) for row in rows[:SHOWN_FIRING]]
     more = len(rows) - SHOWN_FIRING
     if more > 0 or pending:
         parts = [f"{more} more firing" if more > 0 else "", f"{pending} pending" if pending else ""]
         st.caption(" · ".join(p for p in parts if p) + " — see the Alerts page.")
+    return cards
 
 
-def _firing(
-    db: Database,
-    row: Mapping[str, Any],
-    now: datetime,
-    table: Mapping[str, Any] | None,
-    f: Filters,
-) -> None:
-    rule: Rule = row["rule_model"]
-    event_type = instance_event_type(rule, row["instance"], {})
-    context = (
-        type_context(rule, event_type, table, now)
-        if event_type and row["state"] == "firing"
-        else None
-    )
+def _card(row: Mapping[str, Any]) -> Card:
     icon = ":material/local_fire_department:" if row["state"] == "firing" else ":material/error:"
     since = f"since {format.instant(row['since'])} ({row['ago']} ago)" if row["since"] else ""
     lines = [
@@ -260,26 +255,65 @@ def _firing(
         f"{format.md_text(row['line'])}",
         since,
     ]
-    if context is not None:
+    with st.container(border=True):
+        text, links = st.columns([5, 1], vertical_alignment="center")
+        text.markdown("  \n".join(line for line in lines if line))
+        detail = text.container()
+        with links:
+            actions = st.container()
+            st.page_link(
+                "pages/alerts.py",
+                label="Open alert",
+                icon=":material/notifications:",
+                query_params={RULE_PARAM: row["rule"], INSTANCE_PARAM: row["instance"]},
+            )
+    return Card(row, detail, actions)
+
+
+def fill(
+    db: Database,
+    cards: Sequence[Card],
+    table: Mapping[str, Any] | None,
+    *,
+    now: datetime,
+    f: Filters,
+) -> None:
+    """Write into each card about one event type of the table that type's figures, trend and
+    drain ETA (``type_context``), a link to its controls when flow control holds it, and a
+    link to replay its dead letters when it has any (the Dead letters page on the newest
+    error group, ``replay_group``).
+
+    Args:
+        db: the page's Database.
+        cards: ``section``'s value.
+        table: ``ui.event_types.load``'s value, or ``None`` (no context per type).
+        now: the database clock.
+        f: the sidebar's filters (the window of the links).
+    """
+    for card in cards:
+        rule: Rule = card.row["rule_model"]
+        event_type = instance_event_type(rule, card.row["instance"], {})
+        if not event_type or card.row["state"] != "firing":
+            continue
+        context = type_context(rule, event_type, table, now)
+        if context is None:
+            continue
         held = "" if context.flow == "running" else f" · flow control: {context.flow}"
-        lines.append(
+        card.detail.markdown(
             format.md_text(
                 f"{context.event_type}: {context.figures} · {context.trend} · {context.eta}"
                 f" · {format.count(context.failed)} dead-lettered in {f.window_label}{held}"
             )
         )
-    with st.container(border=True):
-        text, links = st.columns([5, 1], vertical_alignment="center")
-        text.markdown("  \n".join(line for line in lines if line))
-        with links:
-            if context is not None and context.flow != "running":
+        with card.actions:
+            if context.flow != "running":
                 st.page_link(
                     "pages/controls.py",
                     label="Open controls",
                     icon=":material/tune:",
                     query_params={"event_type": context.event_type},
                 )
-            group = replay_group(db, context.event_type) if context else None
+            group = replay_group(db, context.event_type)
             if group is not None:
                 st.page_link(
                     "pages/dead_letters.py",
@@ -291,9 +325,3 @@ def _firing(
                         "window": f.window_label,
                     },
                 )
-            st.page_link(
-                "pages/alerts.py",
-                label="Open alert",
-                icon=":material/notifications:",
-                query_params={RULE_PARAM: row["rule"], INSTANCE_PARAM: row["instance"]},
-            )

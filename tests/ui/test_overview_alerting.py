@@ -36,6 +36,14 @@ def seed(rows) -> None:
     rows.add(status="processing", created_ago=25 * 60, locked_ago=20 * 60)  # a stuck lock
 
 
+def card_text(at, rule: str, context: str) -> str:
+    """A firing card's lines (the rule's markdown) and its type's context (written after the
+    tiles, its own markdown), joined."""
+    (head,) = [plain(m.value) for m in at.markdown if rule in plain(m.value)]
+    (tail,) = [plain(m.value) for m in at.markdown if plain(m.value).startswith(context)]
+    return f"{head}\n{tail}"
+
+
 def tiles(at) -> dict[str, tuple[str, str]]:
     return {m.label: (m.value, m.delta) for m in at.metric}
 
@@ -212,7 +220,7 @@ def test_a_firing_type_says_its_trend_eta_and_links_to_its_replay(
     at = open_page("overview")
 
     assert not at.exception
-    (text,) = [plain(m.value) for m in at.markdown if "payment-failed" in plain(m.value)]
+    text = card_text(at, "payment-failed", "payment.captured:")
     assert "**FIRING** · critical · payment-failed [per event type] payment.captured: 3" in text
     # 7 rows created in the hour (4 pending, 3 failed) and none done: 7/60 per minute
     assert "payment.captured: queue depth 4 · oldest pending 5m " in text
@@ -262,7 +270,7 @@ def test_a_held_type_links_to_its_controls_and_its_older_dead_letters(
     at = open_page("overview")
 
     assert not at.exception
-    (text,) = [plain(m.value) for m in at.markdown if "payment-failed" in plain(m.value)]
+    text = card_text(at, "payment-failed", "payment.captured:")
     assert "queue depth −0.60 rows/min over the last 15m" in text
     assert "Drain ETA ≈ 5 min (drains 0.60/min net) (trend of 15m)" in text
     assert "0 dead-lettered in 1h · flow control: paused" in text
