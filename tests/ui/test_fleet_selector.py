@@ -5,14 +5,7 @@ database."""
 import psycopg
 from rendered import plain
 
-FLEET = """
-version: 1
-outboxes:
-  - name: orders
-    dsn_env: ORDERS_DSN
-  - name: billing
-    dsn_env: BILLING_DSN
-"""
+from tests.integration.test_fleet_cli import TWO as FLEET
 
 
 def queue_depth(at) -> str:

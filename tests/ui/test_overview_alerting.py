@@ -36,6 +36,18 @@ def seed(rows) -> None:
     rows.add(status="processing", created_ago=25 * 60, locked_ago=20 * 60)  # a stuck lock
 
 
+def type_samples(conn, event_type: str, samples: list[tuple[int, int, int]]) -> None:
+    """The sampler's per-type rows: ``(seconds ago, queue depth, failed in window)`` each."""
+    for ago, depth, failed in samples:
+        conn.execute(
+            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
+            " queue_depth, failed_in_window, retrying)"
+            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s), %s, %s,"
+            " %s, 0)",
+            (ago, event_type, depth, failed),
+        )
+
+
 def card_text(at, rule: str, context: str) -> str:
     """A firing card's lines (the rule's markdown) and its type's context (written after the
     tiles, its own markdown), joined."""
@@ -207,14 +219,7 @@ def test_a_firing_type_says_its_trend_eta_and_links_to_its_replay(
     for _ in range(4):  # 4 due now: queue depth 4, oldest pending 5 min
         rows.add(event_type="payment.captured", created_ago=300)
     # the sampler's history of the type: 1, 2, 3 dead letters at −10, −5 and 0 min → +0.2/min
-    for ago, failed in ((600, 1), (300, 2), (0, 3)):
-        conn.execute(
-            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
-            " queue_depth, failed_in_window, retrying)"
-            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s),"
-            " 'payment.captured', 4, %s, 0)",
-            (ago, failed),
-        )
+    type_samples(conn, "payment.captured", [(600, 4, 1), (300, 4, 2), (0, 4, 3)])
     evaluate_as_scheduler(settings, db, load_rules(path))
 
     at = open_page("overview")
@@ -257,14 +262,7 @@ def test_a_held_type_links_to_its_controls_and_its_older_dead_letters(
     rows.add_failed(event_type="payment.captured", created_ago=3 * 86400, processed_ago=2 * 86400)
     control(conn, "payment.captured", paused=True)
     # its depth sampled 9, 6, 3 at −10, −5 and 0 min: draining 0.6/min, 3 left → ≈ 5 min
-    for ago, depth in ((600, 9), (300, 6), (0, 3)):
-        conn.execute(
-            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
-            " queue_depth, failed_in_window, retrying)"
-            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s),"
-            " 'payment.captured', %s, 0, 0)",
-            (ago, depth),
-        )
+    type_samples(conn, "payment.captured", [(600, 9, 0), (300, 6, 0), (0, 3, 0)])
     evaluate_as_scheduler(settings, db, load_rules(path))
 
     at = open_page("overview")
