@@ -180,9 +180,10 @@ def type_context(
 
 
 def replay_group(db: Database, event_type: str) -> str | None:
-    """The error group a replay of ``event_type`` starts from: the one whose last dead letter
-    is the newest (the failure going on now), from the Dead letters page's own cached read
-    (so the click that opens it is served from that cache); ``None`` without dead letters."""
+    """The error group a replay of ``event_type`` (exact, or a LIKE pattern) starts from: the
+    one whose last dead letter is the newest (the failure going on now), from the Dead letters
+    page's own cached read (so the click that opens it is served from that cache); ``None``
+    without dead letters."""
     groups = loaders.dead_letters(db, event_type=event_type, error_group=None).groups
     newest = max(groups, key=lambda group: group["last_seen"], default=None)
     return None if newest is None else newest["group_id"]
@@ -297,6 +298,10 @@ def fill(
             continue
         context = type_context(rule, event_type, table, now)
         if context is None:
+            # a LIKE pattern (or a type without a row of its own): no figures of one type,
+            # but its dead letters can still be replayed, the newest group of those it matches
+            with card.actions:
+                _replay_link(db, event_type, f)
             continue
         held = "" if context.flow == "running" else f" · flow control: {context.flow}"
         card.detail.markdown(
@@ -313,15 +318,18 @@ def fill(
                     icon=":material/tune:",
                     query_params={"event_type": context.event_type},
                 )
-            group = replay_group(db, context.event_type)
-            if group is not None:
-                st.page_link(
-                    "pages/dead_letters.py",
-                    label="Replay dead letters",
-                    icon=":material/replay:",
-                    query_params={
-                        "event_type": context.event_type,
-                        "error_group": group,
-                        "window": f.window_label,
-                    },
-                )
+            _replay_link(db, context.event_type, f)
+
+
+def _replay_link(db: Database, event_type: str, f: Filters) -> None:
+    """ "Replay dead letters": the Dead letters page on the newest error group of
+    ``event_type`` (an exact type or a LIKE pattern), its replay form shown; nothing when
+    there is no dead letter."""
+    group = replay_group(db, event_type)
+    if group is not None:
+        st.page_link(
+            "pages/dead_letters.py",
+            label="Replay dead letters",
+            icon=":material/replay:",
+            query_params={"event_type": event_type, "error_group": group, "window": f.window_label},
+        )

@@ -306,3 +306,29 @@ def test_firing_alerts_most_severe_first_then_newest(tmp_path):
         now,
     )
     assert [row["rule"] for row in rows] == ["payment-failed", "backlog", "stuck-lock"]
+
+
+def test_a_firing_pattern_links_to_the_replay_of_its_newest_error_group(
+    open_page, environment, rows, settings, db, tmp_path
+):
+    path = rules_file(tmp_path, RULES)
+    environment.setenv(RULES_ENV, str(path))
+    rows.add(event_type="notification.email", created_ago=600)  # 10 min > 5 min: late
+    rows.add_failed(event_type="notification.email", processed_ago=3600, last_error="SMTP 421")
+    rows.add_failed(event_type="notification.sms", processed_ago=60, last_error="SMS 503")
+    rows.add_failed(event_type="order.paid", processed_ago=30, last_error="HTTP 500")  # not matched
+    evaluate_as_scheduler(settings, db, load_rules(path))
+
+    at = open_page("overview")
+
+    assert not at.exception
+    groups = {g["event_type"]: g["group_id"] for g in error_groups(db)}
+    (replay,) = [p for p in at.get("page_link") if p.proto.label == "Replay dead letters"]
+    # the pattern's matches: notification.sms failed last (60 s ago), not order.paid (30 s)
+    assert replay.proto.query_string == (
+        f"event_type=notification.%25&error_group={groups['notification.sms']}&window=1h"
+    )
+    dead = open_page(
+        "dead_letters", event_type="notification.%", error_group=groups["notification.sms"]
+    )
+    assert [b.label for b in dead.button if b.label == "Preview replay"] == ["Preview replay"]
