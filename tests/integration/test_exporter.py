@@ -340,6 +340,9 @@ def test_up_follows_the_database_and_healthz_this_process():
                 )
             with running_exporter(db) as run:
                 assert wait_for(lambda: get(run.url + "/healthz") == (200, "ok"), timeout=10)
+                # the retention job's first run done before the outage (one it fails leaves a
+                # 200 "ok: …" notice until the next run, an hour on)
+                assert wait_for(lambda: run.status.health()[1]["retention"] is not None, 30)
                 healthy = scrape(run.url)
                 assert single(healthy, "outbox_monitor_up") == 1
                 assert by(healthy, "outbox_queue_depth", "event_type")["order.paid"] == 1
