@@ -28,6 +28,27 @@ from tests.alerting import FakeClock, rules_file
 pytest_plugins = ["tests.browser_fixtures", "tests.replication", "tests.claim_health"]
 
 TEMPLATE = "outbox_template"
+ENGINE_FILES = ("tests/deploy/test_image.py", "tests/deploy/test_compose_up.py")
+"""Files that share one podman storage (``tests/deploy/podman.py``): one worker runs them."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): a test file runs whole on
+    one worker (its module fixtures are built once), the podman files share one worker (one
+    image build in one storage) and so do the n8n tests (one wait for the background install
+    of n8n; ``--no-loadscope-reorder`` keeps them last). Without xdist the markers do nothing."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith("tests/n8n/"):
+            group = "n8n"
+        elif path in ENGINE_FILES:
+            group = "podman"
+        else:
+            group = path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 _counter = itertools.count()
 
 
