@@ -84,7 +84,8 @@ n8n:
 
 # `make test` installs n8n in the background while the suite runs: its tests run last and
 # wait for the install (a failed install fails them, with the log below).
-# Two workers (pytest-xdist, one PostgreSQL cluster each; the groups are in tests/conftest.py):
+# Two workers (pytest-xdist, one PostgreSQL cluster each; a file runs whole on one, see
+# tests/conftest.py xdist_group_of):
 # most tests wait on clocks, sockets and subprocesses: on 2 cores the suite took 879 s with
 # two against 1,347 s with one (busy machine; 1,352 tests).
 # One file alone: .venv/bin/pytest tests/…  (no workers).
@@ -93,7 +94,7 @@ test: install browser podman oidc-provider lint
 	@mkdir -p test-artifacts
 	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
 	OUTBOX_MONITOR_REQUIRE_N8N=1 OUTBOX_MONITOR_REQUIRE_PODMAN=1 $(BIN)/pytest \
-	  -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder; status=$$?; \
+	  -n $(TEST_WORKERS) --no-loadscope-reorder; status=$$?; \
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \
 	exit $$status

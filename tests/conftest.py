@@ -32,24 +32,55 @@ ENGINE_FILES = ("tests/deploy/test_image.py", "tests/deploy/test_compose_up.py")
 """Files that share one podman storage (``tests/deploy/podman.py``): one worker runs them."""
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): a test file runs whole on
-    one worker (its module fixtures are built once), the podman files share one worker (one
-    image build in one storage) and so do the n8n tests (one wait for the background install
-    of n8n; ``--no-loadscope-reorder`` keeps them last). Without xdist the markers do nothing."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        if path.startswith("tests/n8n/"):
-            group = "n8n"
-        elif path in ENGINE_FILES:
-            group = "podman"
-        else:
-            group = path
-        item.add_marker(pytest.mark.xdist_group(group))
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in under ``pytest -n 2`` (``make test``): its file (module
+    fixtures are built once), except that the podman files share one group (one image build
+    in one storage) and so do the n8n tests (one wait for the background install of n8n)."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/n8n/"):
+        return "n8n"
+    return "podman" if path in ENGINE_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduler of this suite: whole groups (``xdist_group_of``) to a worker, in
+    collection order with ``--no-loadscope-reorder`` (the n8n tests last). Its own
+    ``--dist loadgroup`` groups nothing under pytest 9.2 (pytest-xdist issue 1386: the
+    node-id suffix it relies on no longer takes effect), so the groups are computed here."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 _counter = itertools.count()
+DEPLOY_PROPERTY = "deployment"
+
+
+@pytest.fixture
+def deploy_log(record_property: Callable[[str, object], None]) -> Callable[[str], None]:
+    """``deploy_log(line)``: a line of the run's "deployment checks" summary (the image
+    built, its containers healthy, compose's leader, the installed wheel's pages), printed at
+    the end of the run by ``pytest_terminal_summary`` for each test that passed. It rides on
+    the test's user properties, which pytest-xdist carries from its workers."""
+    return lambda line: record_property(DEPLOY_PROPERTY, line)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the ``deploy_log`` lines of the passed tests (CI's log shows what was proven)."""
+    lines = [
+        value
+        for report in terminalreporter.stats.get("passed", [])
+        for key, value in report.user_properties
+        if key == DEPLOY_PROPERTY
+    ]
+    if lines:
+        terminalreporter.write_sep("=", "deployment checks")
+        for line in dict.fromkeys(lines):
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -138,7 +138,7 @@ def test_podman_compose_reads_the_file(project):
     assert read["scheduler"]["deploy"] == spec["services"]["scheduler"]["deploy"]
 
 
-def test_compose_up_with_two_schedulers_one_leader_and_the_demo(project):
+def test_compose_up_with_two_schedulers_one_leader_and_the_demo(project, deploy_log):
     replicas = compose()["services"]["scheduler"]["deploy"]["replicas"]
     up = ("--profile", "demo", "up", "--detach", "--scale", f"scheduler={replicas}", "--no-deps")
     project.run(*up, "postgres")
@@ -167,4 +167,9 @@ def test_compose_up_with_two_schedulers_one_leader_and_the_demo(project):
         lambda: int(project.psql("SELECT count(*) FROM public.integration_outbox")) > 0,
         120,
         "the demo's traffic in the outbox",
+    )
+    deploy_log(
+        f"compose up ({project.name}): {', '.join(sorted(expected))} running, all but "
+        f"postgres healthy by their HEALTHCHECK; {replicas} scheduler replicas, exactly one "
+        "leader; the demo's traffic in the outbox"
     )

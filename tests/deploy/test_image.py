@@ -66,13 +66,18 @@ def start(names: list[str], *args: str) -> str:
     return name
 
 
-def test_image_keeps_the_healthcheck_and_runs_as_non_root(built):
+def test_image_keeps_the_healthcheck_and_runs_as_non_root(built, deploy_log):
     inspected = json.loads(podman.podman("image", "inspect", podman.IMAGE).stdout)[0]
     config = inspected["Config"]
     img = image()
     assert inspected["Healthcheck"]["Test"] == ["CMD", *img.healthcheck], "--format docker"
     assert config["User"] == "10001:10001"
     assert config["Entrypoint"] == img.entrypoint and config["Cmd"] == img.cmd
+    deploy_log(
+        f"image {podman.IMAGE} built with podman: stand-in base {built['base_seconds']:.0f} s "
+        f"(0: cached), build {built['build_seconds']:.0f} s, {built['size_mb']:.0f} MB; "
+        f"HEALTHCHECK kept, user {config['User']}"
+    )
 
 
 def test_default_command_refuses_all_interfaces_without_sign_in(built):
@@ -95,7 +100,7 @@ def scrape(port: int, timeout: float = 60.0) -> str:
 
 
 def test_services_of_the_image_run_healthy_and_a_replay_is_audited(
-    built, pg_cluster, empty_dsn, containers
+    built, pg_cluster, empty_dsn, containers, deploy_log
 ):
     """init-db on an empty database; the dashboard (sign-in by proxy) and the scheduler
     healthy as uid 10001 with only /tmp writable; the scheduler's /metrics published and
@@ -121,6 +126,11 @@ def test_services_of_the_image_run_healthy_and_a_replay_is_audited(
             assert (probe.returncode == 0) is writable, (name, path, probe.stderr)
     text = scrape(metrics_port)
     assert "# TYPE outbox_monitor_" in text, text[:500]
+    deploy_log(
+        f"image containers healthy by their HEALTHCHECK: dashboard {dashboard}, scheduler "
+        f"{scheduler} (uid 10001, read-only root, tmpfs /tmp); /metrics scraped from the host "
+        f"({text.count('# TYPE outbox_monitor_')} families)"
+    )
 
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         row_id = conn.execute(
@@ -143,3 +153,4 @@ def test_services_of_the_image_run_healthy_and_a_replay_is_audited(
         ).fetchone()[0]
     assert audit == [("image-test", "replay", 1, [row_id])]
     assert status == "pending"
+    deploy_log(f"image one-off `replay --id {row_id} --yes`: row pending again, audited once")

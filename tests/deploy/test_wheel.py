@@ -225,7 +225,7 @@ def serve(installed, tmp_path) -> Iterator:
                 process.wait()
 
 
-def test_the_installed_dashboard_serves_every_page(installed, serve, dsn, tmp_path):
+def test_the_installed_dashboard_serves_every_page(installed, serve, dsn, tmp_path, deploy_log):
     pages = dashboard_pages()
     assert set(pages) == set(PAGE_CONTENT), "each page of dashboard.py has its content here"
     url = serve("dashboard", dsn=dsn, actor="wheel-test")
@@ -237,6 +237,11 @@ def test_the_installed_dashboard_serves_every_page(installed, serve, dsn, tmp_pa
         assert f'"{title if path else "Overview"}"' in text or title in text, (path, title)
         assert PAGE_CONTENT[path] in text, (path, text[-3000:])
     assert "Acting as `wheel-test` (local, admin)" in rendered_text(url, [], page="actions")
+    deploy_log(
+        f"wheel {installed.wheel.name} installed outside the repo ({installed.bin.parent}): "
+        f"its dashboard served all "
+        f"{len(pages)} pages ({', '.join(path or '/' for path in pages)})"
+    )
 
 
 def test_the_installed_demo_serves_its_dashboard(installed, serve, tmp_path):
