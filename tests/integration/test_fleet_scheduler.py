@@ -1,0 +1,177 @@
+"""Scheduler replicas share a fleet (issue 16 item 5), on real processes and two clusters: three
+outboxes (orders and billing in one database of the session cluster, far in a second cluster),
+two `outbox-monitor scheduler` processes with the fleet file. The leases split 2/1 while both
+live; after kill -9 of one the other leads all three within one interval plus the lease TTL;
+/metrics labels every family by outbox with the hand-computed depths; a stopped cluster shows
+only its outbox unreachable on /healthz and /metrics."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from outbox_monitor.alerts.leader import lease_ttl
+from outbox_monitor.config import ENV_PREFIX, load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.schema import init_db
+from tests.alerting import REPO, stuck_lock_rules, wait_for
+from tests.integration.test_exporter import by, get, scrape
+
+INTERVAL = 1.0
+FLEET = """
+version: 1
+outboxes:
+  - name: orders
+    dsn_env: ORDERS_DSN
+  - name: billing
+    dsn_env: ORDERS_DSN
+    table: public.billing_outbox
+  - name: far
+    dsn_env: FAR_DSN
+"""
+TABLES = {"orders": "integration_outbox", "billing": "billing_outbox", "far": "integration_outbox"}
+
+
+@pytest.fixture(scope="module")
+def far_cluster() -> Iterator[TemporaryCluster]:
+    with TemporaryCluster() as cluster:
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE far")
+        with Database(load_settings(dsn=cluster.dsn_for("far"))) as db:
+            init_db(db)
+        yield cluster
+
+
+def add_pending(dsn: str, table: str, event_type: str, count: int, *, due: bool = True) -> None:
+    """``count`` pending rows of ``event_type``, created a minute ago, due now or in an hour."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL(
+                "INSERT INTO {} (event_type, aggregate_type, aggregate_id, event_key, payload, "
+                "status, created_at, available_at) "
+                "SELECT %(type)s, 'a', g::text, %(type)s || ':' || g || ':' || %(due)s, '{{}}', "
+                "'pending', now() - interval '1 minute', "
+                "CASE WHEN %(due)s THEN now() - interval '1 minute' "
+                "ELSE now() + interval '1 hour' END "
+                "FROM generate_series(1, %(count)s) AS g"
+            ).format(psycopg.sql.Identifier(table)),
+            {"type": event_type, "count": count, "due": due},
+        )
+
+
+def leases(dsns: dict[str, str]) -> dict[str, str | None]:
+    """Each outbox's live lease holder (host:pid), ``None`` when nobody holds it."""
+    held = {}
+    for name, dsn in dsns.items():
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            row = conn.execute(
+                "SELECT holder FROM outbox_monitor.leader_leases AS l WHERE table_name = %s "
+                "AND expires_at > now() "
+                "AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.holder_pid)",
+                (f"public.{TABLES[name]}",),
+            ).fetchone()
+        held[name] = None if row is None else row["holder"]
+    return held
+
+
+def split(dsns: dict[str, str], pids: list[int]) -> list[int]:
+    """How many outboxes each process leads, in ``pids`` order."""
+    holders = Counter(leases(dsns).values())
+    return [sum(n for h, n in holders.items() if h and h.endswith(f":{pid}")) for pid in pids]
+
+
+def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, tmp_path) -> None:
+    far = far_cluster.dsn_for("far")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE billing_outbox (LIKE integration_outbox INCLUDING ALL)")
+    add_pending(dsn, "integration_outbox", "order.paid", 3)
+    add_pending(dsn, "billing_outbox", "invoice.sent", 2)
+    add_pending(dsn, "billing_outbox", "invoice.sent", 1, due=False)  # a scheduled retry
+    add_pending(far, "integration_outbox", "ship.requested", 4)
+    dsns = {"orders": dsn, "billing": dsn, "far": far}
+    (tmp_path / "outboxes.yml").write_text(FLEET)
+    (tmp_path / "alerts.yml").write_text(stuck_lock_rules(f"{INTERVAL:g}s"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(
+        ORDERS_DSN=dsn,
+        FAR_DSN=far,
+        OUTBOX_MONITOR_OUTBOXES=str(tmp_path / "outboxes.yml"),
+        OUTBOX_MONITOR_RULES=str(tmp_path / "alerts.yml"),
+        OUTBOX_MONITOR_SAMPLE_INTERVAL="1",
+        OUTBOX_MONITOR_METRICS_CACHE="0",
+    )
+    ports = [free_port(), free_port()]
+    logs = [tmp_path / "replica-0.log", tmp_path / "replica-1.log"]
+    command = [sys.executable, "-m", "outbox_monitor", "scheduler", "--metrics-port"]
+    processes = []
+    for port, log in zip(ports, logs, strict=True):
+        with log.open("w") as stderr_file:
+            processes.append(
+                subprocess.Popen([*command, str(port)], cwd=REPO, env=env, stderr=stderr_file)
+            )
+    pids = [process.pid for process in processes]
+
+    def stderr() -> str:
+        return "\n".join(log.read_text()[-3000:] for log in logs)
+
+    try:
+        assert wait_for(lambda: sorted(split(dsns, pids)) == [1, 2], timeout=30), stderr()
+        for _ in range(10):  # it stays split while both live: never 3/0
+            assert sorted(split(dsns, pids)) == [1, 2]
+            time.sleep(0.3)
+
+        url = f"http://127.0.0.1:{ports[1]}"
+        found = scrape(url)
+        for family, outbox, event_type, rows in (
+            ("outbox_queue_depth", "orders", "order.paid", 3),
+            ("outbox_queue_depth", "billing", "invoice.sent", 2),
+            ("outbox_scheduled_retries", "billing", "invoice.sent", 1),
+            ("outbox_queue_depth", "far", "ship.requested", 4),
+        ):
+            assert by(found, family, "event_type", outbox=outbox) == {event_type: rows, "other": 0}
+        assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "billing": 1, "far": 1}
+        leaders = by(found, "outbox_monitor_leader", "outbox")
+        assert sum(leaders.values()) == split(dsns, pids)[1]
+        assert found["outbox_monitor_replicas"] == [({}, 2.0)]
+
+        processes[0].kill()  # kill -9: no release, no goodbye
+        processes[0].wait(timeout=10)
+        killed_at = time.monotonic()
+        assert wait_for(lambda: split(dsns, pids)[1] == 3, timeout=30), stderr()
+        took = time.monotonic() - killed_at
+        print(f"takeover of the killed replica's outboxes: {took:.2f} s")
+        assert took <= INTERVAL + lease_ttl(INTERVAL) + 2, took
+        assert wait_for(lambda: scrape(url)["outbox_monitor_replicas"] == [({}, 1.0)], 10)
+
+        far_cluster.pause()
+        try:
+
+            def far_down() -> bool:
+                status, text = get(url + "/healthz")
+                return status == 200 and 'outbox "far": database unreachable' in text
+
+            assert wait_for(far_down, timeout=30), get(url + "/healthz")
+            _, text = get(url + "/healthz")
+            assert '"orders"' not in text and '"billing"' not in text
+            found = scrape(url)
+            assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "billing": 1, "far": 0}
+            assert by(found, "outbox_queue_depth", "event_type", outbox="orders")["order.paid"] == 3
+            assert by(found, "outbox_queue_depth", "event_type", outbox="far") == {}
+        finally:
+            far_cluster.resume()
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=30)
+    assert processes[1].returncode == 0, stderr()
+    assert "scheduler started for 3 outbox(es)" in logs[1].read_text()
