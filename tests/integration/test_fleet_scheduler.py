@@ -2,8 +2,9 @@
 outboxes (orders and billing in one database of the session cluster, far in a second cluster),
 two `outbox-monitor scheduler` processes with the fleet file. The leases split 2/1 while both
 live; after kill -9 of one the other leads all three within one interval plus the lease TTL;
-/metrics labels every family by outbox with the hand-computed depths; a stopped cluster shows
-only its outbox unreachable on /healthz and /metrics."""
+/metrics labels every family by outbox with the hand-computed depths; far's stuck lock fires
+once, one notification, across the takeover; a stopped cluster shows only its outbox
+unreachable on /healthz and /metrics."""
 
 import os
 import signal
@@ -82,6 +83,17 @@ def leases(dsns: dict[str, str]) -> dict[str, str | None]:
     return held
 
 
+def firings(dsn: str) -> tuple[int, int]:
+    """``(transitions to firing, firing notifications)`` of rule stuck-lock in ``dsn``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT (SELECT count(*) FROM outbox_monitor.alert_transitions "
+            "        WHERE rule = 'stuck-lock' AND to_state = 'firing'), "
+            "       (SELECT count(*) FROM outbox_monitor.notifications "
+            "        WHERE rule = 'stuck-lock' AND kind = 'firing')"
+        ).fetchone()
+
+
 def split(dsns: dict[str, str], pids: list[int]) -> list[int]:
     """How many outboxes each process leads, in ``pids`` order."""
     holders = Counter(leases(dsns).values())
@@ -96,6 +108,12 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
     add_pending(dsn, "billing_outbox", "invoice.sent", 2)
     add_pending(dsn, "billing_outbox", "invoice.sent", 1, due=False)  # a scheduled retry
     add_pending(far, "integration_outbox", "ship.requested", 4)
+    with psycopg.connect(far, autocommit=True) as conn:  # one stuck lock: stuck-lock fires
+        conn.execute(
+            "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, "
+            "event_key, payload, status, locked_at, locked_by) VALUES ('ship.requested', 'a', "
+            "'s', 'stuck', '{}', 'processing', now() - interval '2 hours', 'w')"
+        )
     dsns = {"orders": dsn, "billing": dsn, "far": far}
     (tmp_path / "outboxes.yml").write_text(FLEET)
     (tmp_path / "alerts.yml").write_text(stuck_lock_rules(f"{INTERVAL:g}s"))
@@ -118,6 +136,7 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
                 subprocess.Popen([*command, str(port)], cwd=REPO, env=env, stderr=stderr_file)
             )
     pids = [process.pid for process in processes]
+    survivor = 1
 
     def stderr() -> str:
         return "\n".join(log.read_text()[-3000:] for log in logs)
@@ -128,7 +147,13 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
             assert sorted(split(dsns, pids)) == [1, 2]
             time.sleep(0.3)
 
-        url = f"http://127.0.0.1:{ports[1]}"
+        # the replica leading far is killed; the other one's /metrics is read
+        far_leader = next(
+            i for i, pid in enumerate(pids) if leases(dsns)["far"].endswith(f":{pid}")
+        )
+        survivor = 1 - far_leader
+        assert wait_for(lambda: firings(far) == (1, 1), timeout=15), firings(far)
+        url = f"http://127.0.0.1:{ports[survivor]}"
         found = scrape(url)
         for family, outbox, event_type, rows in (
             ("outbox_queue_depth", "orders", "order.paid", 3),
@@ -139,17 +164,19 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
             assert by(found, family, "event_type", outbox=outbox) == {event_type: rows, "other": 0}
         assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "billing": 1, "far": 1}
         leaders = by(found, "outbox_monitor_leader", "outbox")
-        assert sum(leaders.values()) == split(dsns, pids)[1]
+        assert sum(leaders.values()) == split(dsns, pids)[survivor]
         assert found["outbox_monitor_replicas"] == [({}, 2.0)]
 
-        processes[0].kill()  # kill -9: no release, no goodbye
-        processes[0].wait(timeout=10)
+        processes[far_leader].kill()  # kill -9: no release, no goodbye
+        processes[far_leader].wait(timeout=10)
         killed_at = time.monotonic()
-        assert wait_for(lambda: split(dsns, pids)[1] == 3, timeout=30), stderr()
+        assert wait_for(lambda: split(dsns, pids)[survivor] == 3, timeout=30), stderr()
         took = time.monotonic() - killed_at
         print(f"takeover of the killed replica's outboxes: {took:.2f} s")
         assert took <= INTERVAL + lease_ttl(INTERVAL) + 2, took
         assert wait_for(lambda: scrape(url)["outbox_monitor_replicas"] == [({}, 1.0)], 10)
+        time.sleep(3 * INTERVAL)  # the new leader evaluates far: still firing, nothing new
+        assert firings(far) == (1, 1)  # one transition, one notification, across the takeover
 
         far_cluster.pause()
         try:
@@ -173,5 +200,5 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
                 process.send_signal(signal.SIGTERM)
         for process in processes:
             process.wait(timeout=30)
-    assert processes[1].returncode == 0, stderr()
-    assert "scheduler started for 3 outbox(es)" in logs[1].read_text()
+    assert processes[survivor].returncode == 0, stderr()
+    assert "scheduler started for 3 outbox(es)" in logs[survivor].read_text()
