@@ -39,14 +39,18 @@ from outbox_monitor.scheduler_status import SchedulerStatus
 def new_scheduler(*, blocking: bool, workers: int | None = None) -> BaseScheduler:
     """An empty APScheduler in UTC: ``BlockingScheduler`` when ``blocking``, else a
     ``BackgroundScheduler``; ``workers`` threads run its jobs (default APScheduler's 10).
-    APScheduler's "Running job …" INFO lines are silenced unless the application configured
-    that logger itself."""
+    APScheduler's "Running job …" INFO lines (and with ``workers``, a fleet's, its "Added
+    job …" lines) are silenced unless the application configured that logger itself."""
     executor_log = logging.getLogger("apscheduler.executors.default")
     if executor_log.level == logging.NOTSET:
         executor_log.setLevel(logging.WARNING)
     scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
     if workers is None:
         return scheduler_class(timezone=UTC)
+    # a fleet adds jobs by the hundred: APScheduler's "Added job …" lines would flood the log
+    scheduler_log = logging.getLogger("apscheduler.scheduler")
+    if scheduler_log.level == logging.NOTSET:
+        scheduler_log.setLevel(logging.WARNING)
     return scheduler_class(timezone=UTC, executors={"default": ThreadPoolExecutor(workers)})
 
 

@@ -202,3 +202,74 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
             process.wait(timeout=30)
     assert processes[survivor].returncode == 0, stderr()
     assert "scheduler started for 3 outbox(es)" in logs[survivor].read_text()
+
+
+def fleet_env(tmp_path, fleet: str, **variables: str) -> dict[str, str]:
+    """The environment of a scheduler process with ``fleet`` as its fleet file."""
+    (tmp_path / "outboxes.yml").write_text(fleet)
+    (tmp_path / "alerts.yml").write_text(stuck_lock_rules("1s"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(
+        OUTBOX_MONITOR_OUTBOXES=str(tmp_path / "outboxes.yml"),
+        OUTBOX_MONITOR_RULES=str(tmp_path / "alerts.yml"),
+        **variables,
+    )
+    return env
+
+
+ONE_AND_GONE = """
+version: 1
+outboxes:
+  - name: orders
+    dsn_env: ORDERS_DSN
+  - name: gone
+    dsn_env: GONE_DSN
+"""
+
+
+def test_an_outbox_unreachable_at_start_stops_nothing(dsn, tmp_path):
+    gone = dsn.rsplit("/", 1)[0] + "/no_such_database"
+    port = free_port()
+    env = fleet_env(tmp_path, ONE_AND_GONE, ORDERS_DSN=dsn, GONE_DSN=gone)
+    command = [sys.executable, "-m", "outbox_monitor", "scheduler", "--metrics-port", str(port)]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: leases({"orders": dsn})["orders"], timeout=20)
+        status, text = get(url + "/healthz")
+        found = scrape(url)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0, stderr
+    assert status == 200 and 'outbox "gone": database unreachable' in text, text
+    assert '"orders"' not in text
+    assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "gone": 0}
+    assert 'outbox "gone" (public.integration_outbox at ' in stderr
+    assert "unreachable at start" in stderr
+
+
+@pytest.mark.parametrize(
+    ("registry", "table", "code", "message"),
+    [
+        ("empty", None, 2, "OUTBOX_MONITOR_REGISTRY_DSN: the replicas' registry at "),
+        (None, "public.nope", 1, 'outbox "gone": the outbox table public.nope does not exist'),
+    ],
+)
+def test_a_misconfiguration_stops_the_start_naming_it(
+    dsn, empty_dsn, tmp_path, registry, table, code, message
+):
+    fleet = ONE_AND_GONE + (f"    table: {table}\n" if table else "")
+    env = fleet_env(tmp_path, fleet, ORDERS_DSN=dsn, GONE_DSN=dsn)
+    if registry:
+        env["OUTBOX_MONITOR_REGISTRY_DSN"] = empty_dsn
+    result = subprocess.run(
+        [sys.executable, "-m", "outbox_monitor", "scheduler", "--metrics-port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
