@@ -7,19 +7,26 @@ every statement of the pass) of one evaluation pass run alone; then the whole fl
 evaluation cycle — every outbox's pass through one thread pool of the size the fleet's
 scheduler uses (``fleet_scheduler.BASE_WORKERS`` + one per 5 outboxes) — and one ``/metrics``
 refresh of every outbox (``FleetCollector``, cache off), each as medians of ``--repeat``
-runs after a warm-up.
+runs after a warm-up. Last, a real ``outbox-monitor scheduler`` with a fleet file of those
+outboxes runs ``--process`` seconds: its RSS, threads and connections by purpose.
 
 Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/fleet_scheduler.py [--outboxes 50] [--databases 10]
-        [--rows 5000] [--repeat 5]
+        [--rows 5000] [--repeat 5] [--process 60]
 
-Progress goes to stderr. ``--outboxes 4 --databases 2 --rows 500 --repeat 1`` is a smoke run.
+Progress goes to stderr. ``--outboxes 4 --databases 2 --rows 500 --repeat 1 --process 10`` is
+a smoke run.
 """
 
 import argparse
+import os
+import re
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,12 +94,55 @@ def timed(admin: RecordingDatabase, run: Callable[[], object], repeat: int) -> t
     return statistics.median(wall), statistics.median(server)
 
 
+def process_figures(base: Settings, members: list[FleetMember], seconds: float) -> None:
+    """Run ``outbox-monitor scheduler`` with a fleet file of ``members`` for ``seconds`` and
+    print its RSS, threads and connections."""
+    with tempfile.TemporaryDirectory() as folder:
+        lines = ["version: 1", "outboxes:"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_MONITOR_")}
+        for member in members:
+            variable = f"DSN_{member.outbox.name.upper()}"
+            env[variable] = member.db.settings.dsn or ""
+            lines += [
+                f"  - name: {member.outbox.name}",
+                f"    dsn_env: {variable}",
+                f"    table: {member.db.table_name}",
+            ]
+        Path(folder, "outboxes.yml").write_text("\n".join(lines) + "\n")
+        env.update(
+            OUTBOX_MONITOR_OUTBOXES=str(Path(folder, "outboxes.yml")),
+            OUTBOX_MONITOR_RULES=str(REPO / "alerts.yml"),
+            OUTBOX_MONITOR_METRICS_PORT="0",
+        )
+        command = [sys.executable, "-m", "outbox_monitor", "scheduler"]
+        process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(seconds)
+            status = Path(f"/proc/{process.pid}/status").read_text()
+            rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024  # type: ignore[union-attr]
+            threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+            with RecordingDatabase(base) as admin:
+                rows = admin.fetch_all("benchmark_fleet_connections")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+    connections = ", ".join(f"{row['connections']} {row['application_name']}" for row in rows)
+    print(
+        f"\nOne `outbox-monitor scheduler` process for the {len(members)} outboxes (the shipped "
+        f"alerts.yml), after {seconds:g} s: RSS {rss:.0f} MiB, {threads} threads; "
+        f"connections: {connections}."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outboxes", type=int, default=50)
     parser.add_argument("--databases", type=int, default=10)
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--process", type=float, default=60.0, help="seconds to run a real scheduler (0: none)"
+    )
     args = parser.parse_args()
     cluster, base = start_cluster()
     base = base.model_copy(update={"metrics_cache": 0.0})
@@ -134,6 +184,9 @@ def main() -> None:
             collector = FleetCollector(members, LeaseShare(len(members), lambda: 0), ruleset)
             wall, server = timed(admin, lambda: list(collector.collect()), args.repeat)
             print(f"One /metrics refresh of every outbox: {wall:.0f} ms wall, {server:.0f} ms DB.")
+            if args.process:
+                stack.close()  # the benchmark's own pools: only the process's connections
+                process_figures(base, members, args.process)
     finally:
         cluster.stop()
 

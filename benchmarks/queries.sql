@@ -676,3 +676,9 @@ FROM generate_series(1, %(rows)s) AS g
 CROSS JOIN LATERAL (SELECT now() - (mod(g, 1440)) * interval '1 minute' AS at) AS t
 CROSS JOIN LATERAL (SELECT CASE WHEN mod(g, 20) < 16 THEN 'done' WHEN mod(g, 20) < 18 THEN 'pending'
                                 WHEN mod(g, 20) = 18 THEN 'processing' ELSE 'failed' END AS status) AS s;
+
+-- name: benchmark_fleet_connections
+-- Benchmark only (fleet_scheduler.py): the connections of one application name in the cluster, by purpose.
+SELECT application_name, count(*) AS connections FROM pg_stat_activity
+WHERE application_name LIKE 'outbox-monitor%%' AND pid <> pg_backend_pid()
+GROUP BY application_name ORDER BY application_name;

@@ -42,6 +42,11 @@ from outbox_monitor.schema import check_outbox_table
 log = logging.getLogger("outbox_monitor.scheduler")
 
 REPLICAS_JOB_ID = "replicas"
+POOL_MAX_SIZE = 2
+"""Connections of each outbox's pool (``db.POOL_MAX_SIZE``, 4, for a single outbox): 50
+outboxes hold at most 100 pooled connections (1 each when idle) plus a lease connection each
+(measured at 4: 50 outboxes took every one of a server's 200 connections). No job of an outbox
+holds two of its pool's connections at once (the fleet tests pass with 1)."""
 BASE_WORKERS = 10
 MAX_WORKERS = 32
 """Threads of the one pool: 10 (APScheduler's default) plus one per 5 outboxes, at most 32
@@ -88,10 +93,12 @@ def open_members(fleet: Fleet, stack: ExitStack) -> list[FleetMember]:
     members = []
     for outbox in fleet.outboxes:
         settings = outbox.settings
-        db = stack.enter_context(Database(settings))
+        db = stack.enter_context(Database(settings, max_size=POOL_MAX_SIZE))
         primary = db
         if settings.primary_dsn and settings.primary_dsn != settings.dsn:
-            primary = stack.enter_context(Database(settings, purpose="primary"))
+            primary = stack.enter_context(
+                Database(settings, purpose="primary", max_size=POOL_MAX_SIZE)
+            )
         member = FleetMember(outbox, db, primary, SchedulerStatus())
         try:
             check_write_target(db, primary)
