@@ -46,7 +46,8 @@ POOL_MAX_SIZE = 2
 """Connections of each outbox's pool (``db.POOL_MAX_SIZE``, 4, for a single outbox): 50
 outboxes hold at most 100 pooled connections (1 each when idle) plus a lease connection each
 (measured at 4: 50 outboxes took every one of a server's 200 connections). No job of an outbox
-holds two of its pool's connections at once (the fleet tests pass with 1)."""
+holds two of its pool's connections at once (the fleet tests pass with 1). Each pool has one
+background thread (psycopg_pool's default 3 made 221 threads for 50 outboxes)."""
 BASE_WORKERS = 10
 MAX_WORKERS = 32
 """Threads of the one pool: 10 (APScheduler's default) plus one per 5 outboxes, at most 32
@@ -93,12 +94,11 @@ def open_members(fleet: Fleet, stack: ExitStack) -> list[FleetMember]:
     members = []
     for outbox in fleet.outboxes:
         settings = outbox.settings
-        db = stack.enter_context(Database(settings, max_size=POOL_MAX_SIZE))
+        pool = {"max_size": POOL_MAX_SIZE, "pool_workers": 1}
+        db = stack.enter_context(Database(settings, **pool))
         primary = db
         if settings.primary_dsn and settings.primary_dsn != settings.dsn:
-            primary = stack.enter_context(
-                Database(settings, purpose="primary", max_size=POOL_MAX_SIZE)
-            )
+            primary = stack.enter_context(Database(settings, purpose="primary", **pool))
         member = FleetMember(outbox, db, primary, SchedulerStatus())
         try:
             check_write_target(db, primary)
