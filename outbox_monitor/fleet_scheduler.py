@@ -134,14 +134,14 @@ def build_fleet_scheduler(
 
     ``replicas`` every tick (the shorter of the interval and ``sender_interval``): the
     heartbeat (``ReplicaRegistry.heartbeat``: N), then while this replica holds more than
-    ⌈M/N⌉ leases it releases the last outboxes (fleet order) whose leader-only jobs are
-    releasing each after its running pass (``JobRuntime.release``: never in the middle
-    of an evaluation). Another replica below its share takes a released lease at its next tick. At
-    shutdown every lease is released and the heartbeat row removed.
+    ⌈M/N⌉ leases it releases the last outboxes it leads (fleet order), each after its
+    running pass (``JobRuntime.release``: never in the middle of an evaluation). Another
+    replica below its share takes a released lease at its next tick. At shutdown every
+    lease is released and the heartbeat row removed.
 
     Returns:
-        ``(scheduler, share)``, not started; ``share.replicas`` is N (call ``balance``…
-        the ``replicas`` job runs first at start).
+        ``(scheduler, share)``, not started; ``share.replicas`` starts as the registry's
+        last count (``run_fleet_scheduler`` heartbeats once before building).
     """
     workers = min(MAX_WORKERS, BASE_WORKERS + len(members) // 5)
     scheduler = new_scheduler(blocking=blocking, workers=workers)
