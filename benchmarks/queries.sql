@@ -656,3 +656,29 @@ FROM pg_partition_tree(%(table_regclass)s::regclass) AS t;
 -- Benchmark only (by_event_type.py): each seeded event type split into %(split)s types by id,
 -- so that the table has many types (6 × split) with a backlog and dead letters each.
 UPDATE {table} SET event_type = event_type || '.v' || (id %% %(split)s);
+
+-- name: benchmark_fleet_table
+-- Benchmark only (fleet_scheduler.py): one more outbox table in the database, shaped and indexed like the default one.
+CREATE TABLE {table} (LIKE public.integration_outbox INCLUDING ALL);
+
+-- name: benchmark_fleet_seed
+-- Benchmark only (fleet_scheduler.py): %(rows)s rows over the last day: 80 percent done, 10 pending, 5 processing (stuck), 5 failed; five event types.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, created_at, available_at, locked_at, locked_by, processed_at,
+                     last_error)
+SELECT 'type.' || (mod(g, 5)), 'agg', (mod(g, 97))::text, 'seed:' || g, jsonb_build_object(),
+       s.status, CASE WHEN s.status = 'failed' THEN 5 ELSE mod(g, 3) END,
+       t.at, t.at, CASE WHEN s.status = 'processing' THEN t.at END,
+       CASE WHEN s.status = 'processing' THEN 'worker-' || (mod(g, 4)) END,
+       CASE WHEN s.status IN ('done', 'failed') THEN t.at + interval '2 seconds' END,
+       CASE WHEN s.status = 'failed' THEN 'HTTP 500 from downstream ' || (mod(g, 7)) END
+FROM generate_series(1, %(rows)s) AS g
+CROSS JOIN LATERAL (SELECT now() - (mod(g, 1440)) * interval '1 minute' AS at) AS t
+CROSS JOIN LATERAL (SELECT CASE WHEN mod(g, 20) < 16 THEN 'done' WHEN mod(g, 20) < 18 THEN 'pending'
+                                WHEN mod(g, 20) = 18 THEN 'processing' ELSE 'failed' END AS status) AS s;
+
+-- name: benchmark_fleet_connections
+-- Benchmark only (fleet_scheduler.py): the connections of one application name in the cluster, by purpose.
+SELECT application_name, count(*) AS connections FROM pg_stat_activity
+WHERE application_name LIKE 'outbox-monitor%%' AND pid <> pg_backend_pid()
+GROUP BY application_name ORDER BY application_name;

@@ -139,6 +139,7 @@ class Settings(BaseSettings):
     )
     actions_dsn: str | None = Field(default=None, repr=False)
     primary_dsn: str | None = Field(default=None, repr=False)
+    registry_dsn: str | None = Field(default=None, repr=False)
     table: str = DEFAULT_TABLE
     ledger_table: str | None = None
     lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
@@ -185,7 +186,7 @@ class Settings(BaseSettings):
     redact_keys: CommaList = DEFAULT_REDACT_KEYS
     redact_values: CommaList = DEFAULT_REDACT_VALUES
 
-    @field_validator("dsn", "actions_dsn", "primary_dsn")
+    @field_validator("dsn", "actions_dsn", "primary_dsn", "registry_dsn")
     @classmethod
     def _check_dsn(cls, value: str | None) -> str | None:
         return check_dsn(value)

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME = "outbox-monitor"
 CONNECT_TIMEOUT_SECONDS = 5
 POOL_MAX_SIZE = 4
+POOL_WORKERS = 3
+"""Background threads of a ``Database``'s own pool (psycopg_pool's default; a fleet's
+scheduler, with a pool per outbox, uses 1)."""
 Purpose = Literal["read", "actions", "primary"]
 """What a ``Database`` is for: reads (``OUTBOX_MONITOR_DSN``, possibly a hot standby),
 operator actions (``OUTBOX_MONITOR_ACTIONS_DSN``, else the read DSN) or the scheduler's
@@ -80,14 +83,16 @@ def _connection_kwargs(statement_timeout: float | None) -> dict[str, Any]:
     return kwargs
 
 
-def _own_pool(settings: Settings, max_size: int) -> ConnectionPool[MonitorConnection]:
-    """The pool a ``Database`` opens (on first use) and closes itself."""
+def _own_pool(settings: Settings, max_size: int, workers: int) -> ConnectionPool[MonitorConnection]:
+    """The pool a ``Database`` opens (on first use) and closes itself; ``workers`` are its
+    background threads (connecting, growing)."""
     return ConnectionPool(
         settings.dsn or "",
         connection_class=MonitorConnection,
         kwargs=_connection_kwargs(settings.statement_timeout),
         min_size=1,
         max_size=max_size,
+        num_workers=workers,
         open=False,
         check=ConnectionPool.check_connection,
         name=APPLICATION_NAME,
@@ -113,10 +118,10 @@ class Database:
     ``dsn_setting`` is the setting named in hints (a missing privilege, a wrong DSN).
 
     ``pool``: a ``psycopg_pool.ConnectionPool`` of the caller's, opened and closed by the
-    caller (``close()`` leaves it open; ``max_size`` is then unused). Each connection
-    taken from it has, while the monitor uses it, the session above (autocommit, dict
-    rows, the statement timeout in ms, UTF8, no server-side prepared statements, the
-    recording cursor), and its own settings back afterwards (``borrowed_pool``). Its
+    caller (``close()`` leaves it open; ``max_size`` and ``pool_workers`` are then unused).
+    Each connection taken from it has, while the monitor uses it, the session above
+    (autocommit, dict rows, the statement timeout in ms, UTF8, no server-side prepared
+    statements, the recording cursor), and its own settings back afterwards (``borrowed_pool``). Its
     ``application_name`` and type adapters stay the caller's. ``settings.dsn`` (or the
     actions DSN) should point where the pool does: it is only used to diagnose a
     connection failure and for ``direct_connection``; when it is ``None`` it is the
@@ -133,6 +138,7 @@ class Database:
         dsn_setting: str | None = None,
         max_size: int = POOL_MAX_SIZE,
         pool: ConnectionPool[Any] | None = None,
+        pool_workers: int = POOL_WORKERS,
     ) -> None:
         if purpose is None:
             same = settings.actions_dsn is not None and settings.actions_dsn == settings.dsn
@@ -156,7 +162,7 @@ class Database:
         self.table_name = ".".join(settings.table_parts)
         self.table_regclass = self.table.as_string()
         self._owns_pool = pool is None
-        self._pool = pool if pool is not None else _own_pool(settings, max_size)
+        self._pool = pool if pool is not None else _own_pool(settings, max_size, pool_workers)
         self._opened = False
         self._failing = False
         self._pinned = threading.local()

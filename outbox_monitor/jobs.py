@@ -20,6 +20,7 @@ sampler skip their pass (``alerts.replica_lag``).
 """
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -188,6 +189,24 @@ class JobRuntime:
         self.health = health
         self.status = status
         self.replica = replica
+        self._running = 0
+        self._releasing = False
+        self._running_lock = threading.Lock()
+
+    @property
+    def releasing(self) -> bool:
+        """Whether a release of the lease waits for the running pass (``release``)."""
+        return self._releasing
+
+    def release(self) -> None:
+        """Give the lease back between passes, never in the middle of one (a replica's
+        surplus, ``fleet_scheduler``): at once when no leader-only job of this outbox runs,
+        else when the last running one ends; meanwhile no such job starts a pass."""
+        with self._running_lock:
+            if self._running:
+                self._releasing = True
+                return
+            self.leadership.release()
 
     def replica_lags(self) -> bool:
         """Check the read replica (``ReplicaLagWatch.check``, under this lease term):
@@ -213,6 +232,11 @@ class JobRuntime:
             if not self.health.due():
                 return
             was_leader = self.leadership.held
+            if leader_only:
+                with self._running_lock:
+                    if self._releasing:
+                        return
+                    self._running += 1
             try:
                 if not leader_only or self.leadership.try_acquire():
                     job()
@@ -225,10 +249,20 @@ class JobRuntime:
             except Exception as error:
                 self.status.database_failed(error)
                 raise
+            finally:
+                if leader_only:
+                    self._done()
             self.status.database_ok()
             self.health.succeeded()
 
         return run
+
+    def _done(self) -> None:
+        with self._running_lock:
+            self._running -= 1
+            if self._releasing and not self._running:
+                self._releasing = False
+                self.leadership.release()
 
 
 def add_evaluator_job(

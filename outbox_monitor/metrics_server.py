@@ -9,10 +9,11 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, make_wsgi_app
+from prometheus_client.registry import Collector
 
 from outbox_monitor.db import Database
 from outbox_monitor.errors import ConfigError
@@ -37,7 +38,13 @@ class _ThreadingServer6(_ThreadingServer):
     address_family = socket.AF_INET6
 
 
-def make_app(registry: CollectorRegistry, status: SchedulerStatus) -> Callable:
+class HealthSource(Protocol):
+    """What ``/healthz`` reads: ``SchedulerStatus`` or ``fleet_exporter.FleetStatus``."""
+
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+def make_app(registry: CollectorRegistry, status: HealthSource) -> Callable:
     """The WSGI app: ``/metrics`` (prometheus_client), ``/healthz``, 404 elsewhere.
 
     ``/healthz``: 200 ``ok`` (text) when ``status.health()`` is good — ``ok: <notice>``
@@ -73,19 +80,21 @@ class MetricsServer:
 
     Args:
         db: the connector the figures are read through.
-        status: the scheduler's ``SchedulerStatus``.
+        status: the scheduler's ``SchedulerStatus`` (a fleet's: ``FleetStatus``).
         primary: the connector of the scheduler's writes (alert states and samples are
             read there); default ``db``.
         ruleset: the loaded alerts.yml, or ``None``.
         address: interface (``127.0.0.1``; ``0.0.0.0`` or ``::`` to expose it).
         port: TCP port; ``0`` binds a free one (see ``port`` after ``start``).
         top_event_types, cache_seconds: as ``OutboxCollector`` (default: settings).
+        collector: the collector of ``/metrics`` instead of an ``OutboxCollector`` of ``db``
+            (a fleet's ``fleet_exporter.FleetCollector``; ``db`` is then unused).
     """
 
     def __init__(
         self,
-        db: Database,
-        status: SchedulerStatus,
+        db: Database | None,
+        status: HealthSource,
         *,
         primary: Database | None = None,
         ruleset: Any = None,
@@ -93,18 +102,22 @@ class MetricsServer:
         port: int = 0,
         top_event_types: int | None = None,
         cache_seconds: float | None = None,
+        collector: Collector | None = None,
     ) -> None:
         self.address = address
         self.port = port
         self.registry = CollectorRegistry()
-        self.collector = OutboxCollector(
-            db,
-            status,
-            primary=primary,
-            ruleset=ruleset,
-            top_event_types=top_event_types,
-            cache_seconds=cache_seconds,
-        )
+        if collector is None:
+            assert db is not None and isinstance(status, SchedulerStatus)
+            collector = OutboxCollector(
+                db,
+                status,
+                primary=primary,
+                ruleset=ruleset,
+                top_event_types=top_event_types,
+                cache_seconds=cache_seconds,
+            )
+        self.collector = collector
         self.registry.register(self.collector)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)

@@ -13,19 +13,12 @@ import signal
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
-from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
-from apscheduler.schedulers.blocking import BlockingScheduler
 
-from outbox_monitor.alerts.clock import Clock, system_clock
-from outbox_monitor.alerts.leader import Leadership, lease_ttl
-from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
-from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import (
@@ -33,22 +26,13 @@ from outbox_monitor.alerts.slack import (
     TransportNotConfigured,
     transport_for_route,
 )
-from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.jobs import (
-    SENDER_INTERVAL_SECONDS,
-    JobRuntime,
-    add_claim_plan_job,
-    add_evaluator_job,
-    add_maintenance_jobs,
-    add_sampler_job,
-    add_sender_job,
-    add_watchdog_job,
-)
+from outbox_monitor.fleet import Fleet
 from outbox_monitor.metrics_server import MetricsServer
+from outbox_monitor.outbox_jobs import add_outbox_jobs, new_scheduler
 from outbox_monitor.replica import check_write_target
 from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import check_outbox_table
@@ -57,19 +41,7 @@ from outbox_monitor.setting_values import interface_address
 log = logging.getLogger(__name__)
 
 
-def build_scheduler(
-    db: Database,
-    *,
-    blocking: bool,
-    ruleset: RuleSet | None = None,
-    clock: Clock = system_clock,
-    transports: Mapping[str, Any] | None = None,
-    leadership: Leadership | None = None,
-    sender_interval: float = SENDER_INTERVAL_SECONDS,
-    outage_alert_after: float | None = None,
-    status: SchedulerStatus | None = None,
-    primary: Database | None = None,
-) -> BaseScheduler:
+def build_scheduler(db: Database, *, blocking: bool, **options: Any) -> BaseScheduler:
     """Assemble the scheduler with every background job of the product.
 
     Jobs, each through ``guarded``, ``max_instances=1``, ``coalesce=True``, and each but
@@ -102,7 +74,7 @@ def build_scheduler(
     ``settings.max_replica_lag`` both are skipped and one "rules not evaluated" message
     per route is queued, then its resolve.
 
-    Args:
+    Args (``options``: ``outbox_jobs.add_outbox_jobs``'s keywords, all but ``blocking``):
         db: the connector the figures are measured through (one pool for the process;
             ``OUTBOX_MONITOR_DSN``, which may be a hot standby).
         blocking: ``True`` for a ``BlockingScheduler`` (``outbox-monitor scheduler``),
@@ -123,75 +95,15 @@ def build_scheduler(
         primary: the connector of every write (the lease — ``Leadership`` connects with
             its ``settings.dsn`` —, samples, alert state, notifications, reap, prune):
             ``scheduler_databases``; default ``db``.
+        outbox: the fleet's outbox these jobs watch (issue 16; its name and labels);
+            ``None``: the single outbox of the settings.
 
     Returns:
         The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
     """
-    # APScheduler logs every run at INFO ("Running job …"); keep errors and skips only,
-    # unless the application configured that logger itself.
-    executor_log = logging.getLogger("apscheduler.executors.default")
-    if executor_log.level == logging.NOTSET:
-        executor_log.setLevel(logging.WARNING)
-    scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
-    scheduler = scheduler_class(timezone=UTC)
-    interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
-    primary = primary or db
-    leadership = leadership or Leadership(primary.settings, ttl=lease_ttl(interval))
-    health = DatabaseHealth(
-        primary,
-        identity=leadership.identity,
-        ruleset=ruleset,
-        transports=transports,
-        clock=clock,
-        alert_after=interval if outage_alert_after is None else outage_alert_after,
-        backoff_cap=min(BACKOFF_CAP_SECONDS, interval),
-    )
-    status = status or SchedulerStatus()
-    status.attach(scheduler, leadership, interval)
-    replica = ReplicaLagWatch(
-        db,
-        primary,
-        max_lag=db.settings.max_replica_lag,
-        ruleset=ruleset,
-        transports=transports,
-        clock=clock,
-        status=status,
-        fence=leadership.fence,
-    )
-    runtime = JobRuntime(db, leadership, health, status, primary=primary, replica=replica)
-    target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
-    watch = (
-        StallWatch(
-            primary,
-            ruleset,
-            identity=leadership.identity,
-            transports=transports,
-            clock=clock,
-            grace=health.backoff_cap,
-            status=status,
-        )
-        if ruleset is not None
-        else None
-    )
-    add_watchdog_job(scheduler, runtime, watch, tick=min(interval, sender_interval), target=target)
-    add_sampler_job(
-        scheduler, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags
-    )
-    add_claim_plan_job(scheduler, runtime, target=target)
-    add_maintenance_jobs(scheduler, runtime, target=target)
-    if ruleset is not None:
-        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)
-        if transports is not None:
-            add_sender_job(
-                scheduler,
-                runtime,
-                ruleset,
-                clock=clock,
-                transports=transports,
-                interval=sender_interval,
-                target=target,
-            )
-    scheduler.add_listener(lambda event: leadership.release(), EVENT_SCHEDULER_SHUTDOWN)
+    scheduler = new_scheduler(blocking=blocking)
+    runtime = add_outbox_jobs(scheduler, db, **options)
+    scheduler.add_listener(lambda event: runtime.leadership.release(), EVENT_SCHEDULER_SHUTDOWN)
     return scheduler
 
 
@@ -377,13 +289,16 @@ def run_scheduler(
     *,
     metrics_port: int | None = None,
     metrics_address: str | None = None,
+    fleet: Fleet | None = None,
 ) -> None:
     """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
 
     Checks the outbox table and loads the rules first, starts ``/metrics`` and ``/healthz``
     (``metrics_server.MetricsServer``) unless the port is 0 (an address or port that cannot be
     served stops the start), then blocks; a database outage later is retried with backoff
-    (and alerted by the leader), never fatal.
+    (and alerted by the leader), never fatal. With a ``fleet`` from a file, one scheduler
+    watches all its outboxes and shares them with the other replicas
+    (``fleet_scheduler.run_fleet_scheduler``; an outbox unreachable at start is retried).
 
     Args:
         settings: connection, table, the sample interval/retention, the metrics server,
@@ -392,13 +307,17 @@ def run_scheduler(
         metrics_port: ``--metrics-port`` (default ``settings.metrics_port``, 9108;
             0: no server).
         metrics_address: ``--metrics-address`` (default ``settings.metrics_address``).
+        fleet: the fleet (``fleet.load_fleet``); ``None`` or one without a file: the single
+            outbox of ``settings``.
 
     Raises:
         DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
-            the start-up check, with the fix in the message.
+            the start-up check, with the fix in the message (a fleet's unreachable outbox
+            is not fatal).
         ConfigError: ``OUTBOX_MONITOR_DSN`` is a hot standby and no
             ``OUTBOX_MONITOR_PRIMARY_DSN`` is set, or that DSN is a standby too
-            (``scheduler_databases``): the scheduler never tries to write to one.
+            (``scheduler_databases``): the scheduler never tries to write to one; the
+            replicas' registry is unusable (``OUTBOX_MONITOR_REGISTRY_DSN``).
         RulesError: the rules file is invalid.
         TransportConfigError: a Slack variable is set but invalid.
         ConfigError: ``--metrics-address`` is not an address, or the address or port
@@ -410,6 +329,13 @@ def run_scheduler(
         address = interface_address(metrics_address or settings.metrics_address)
     except ValueError as error:
         raise ConfigError(f"--metrics-address: {error}") from None
+    if fleet is not None and fleet.path is not None:
+        from outbox_monitor.fleet_scheduler import run_fleet_scheduler
+
+        run_fleet_scheduler(
+            fleet, ruleset, transports, address=address, port=port, serve=serve_until_stopped
+        )
+        return
     with scheduler_databases(settings) as (db, primary):
         check_outbox_table(db)
         scheduler, server = build_served_scheduler(
@@ -425,13 +351,19 @@ def run_scheduler(
             if ruleset
             else "",
         )
-        with interrupt_on_sigterm():
-            try:
-                scheduler.start()
-            except KeyboardInterrupt:
-                log.info("scheduler stopping")
-            finally:
-                if scheduler.running:
-                    scheduler.shutdown(wait=True)
-                if server is not None:
-                    server.stop()
+        serve_until_stopped(scheduler, server)
+
+
+def serve_until_stopped(scheduler: BaseScheduler, server: MetricsServer | None) -> None:
+    """Run a blocking ``scheduler`` until SIGINT or SIGTERM, then shut it down (its leases
+    released) and stop ``server``."""
+    with interrupt_on_sigterm():
+        try:
+            scheduler.start()
+        except KeyboardInterrupt:
+            log.info("scheduler stopping")
+        finally:
+            if scheduler.running:
+                scheduler.shutdown(wait=True)
+            if server is not None:
+                server.stop()

@@ -35,6 +35,7 @@ class SchedulerStatus:
         self._lock = threading.Lock()
         self._last_ok: float | None = None
         self._last_error: str | None = None
+        self._last_failed: float | None = None
         self._evaluation_seconds: float | None = None
         self._evaluation_age: tuple[float, float] | None = None
         self._stalled = False
@@ -57,6 +58,21 @@ class SchedulerStatus:
         """A job failed (its first line becomes ``/healthz``'s ``last_error``)."""
         with self._lock:
             self._last_error = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            self._last_failed = self.clock()
+
+    @property
+    def reachable(self) -> bool | None:
+        """Whether the jobs' last attempt reached the database (``None``: none yet)."""
+        with self._lock:
+            if self._last_failed is None:
+                return None if self._last_ok is None else True
+            return self._last_ok is not None and self._last_ok > self._last_failed
+
+    @property
+    def last_error(self) -> str | None:
+        """The first line of the jobs' last failure (``None``: none since start)."""
+        with self._lock:
+            return self._last_error
 
     def retained(
         self, deleted: Mapping[str, int] | None, error: BaseException | None = None

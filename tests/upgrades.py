@@ -33,6 +33,8 @@ UNDO_SINCE_008 = (
     # 016: the retention job's index of notifications and the audit log's pruner
     "DROP INDEX outbox_monitor.notifications_created_at_idx; "
     "DROP FUNCTION outbox_monitor.prune_audit_log; "
+    # 018: the scheduler replicas' registry
+    "DROP TABLE outbox_monitor.scheduler_replicas; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

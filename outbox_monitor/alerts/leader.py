@@ -36,6 +36,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -92,8 +93,15 @@ class Leadership:
             scheduler).
     """
 
-    def __init__(self, settings: Settings, *, ttl: float = LEASE_MAX_TTL_SECONDS) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        ttl: float = LEASE_MAX_TTL_SECONDS,
+        may_take: Callable[[], bool] | None = None,
+    ) -> None:
         self.settings = settings
+        self.may_take = may_take
         self.table_name = ".".join(settings.table_parts)
         self.identity = f"{socket.gethostname()}:{os.getpid()}"
         self.ttl = ttl
@@ -118,7 +126,8 @@ class Leadership:
         """Renew the lease when held, else take it when free, expired or its holder gone.
 
         Returns:
-            ``True`` when this process is (now) the leader.
+            ``True`` when this process is (now) the leader; ``False`` too when the lease
+            is not held and ``may_take()`` says no (the lease is then only read).
 
         Raises:
             DatabaseUnavailable: the database cannot be reached (no leader then).
@@ -127,13 +136,16 @@ class Leadership:
         with self._mutex:
             if self._held and self._renew():
                 return True
+            # A replica at its share only looks at the lease (the database is still
+            # reached each tick, so an outage shows).
+            taking = self.may_take is None or self.may_take()
             # An idle follower's connection may have died with a server restart that is
             # already over: a reused connection that fails gets one retry on a fresh one.
             for attempt in (1, 2):
                 reused = self._conn is not None and not self._conn.closed
                 conn = self._connection()
                 try:
-                    term = self._take(conn)
+                    term = self._take(conn) if taking else self._look(conn)
                     break
                 except DatabaseUnavailable:
                     self._drop()
@@ -258,6 +270,10 @@ class Leadership:
                     return None
         return None if row is None else int(row["term"])
 
+    def _look(self, conn: psycopg.Connection) -> None:
+        with mapped_errors(self.settings):
+            conn.execute(compose("lease_status"), {"table_name": self.table_name})
+
     def _renew(self) -> bool:
         conn = self._conn
         if conn is None or conn.closed:
@@ -306,21 +322,28 @@ class Leadership:
         return conn
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        options = (
-            f"-c statement_timeout={LEADER_STATEMENT_TIMEOUT_MS} "
-            f"-c lock_timeout={LEADER_LOCK_TIMEOUT_MS} "
-            f"-c tcp_keepalives_idle={KEEPALIVE_IDLE} "
-            f"-c tcp_keepalives_interval={KEEPALIVE_INTERVAL} "
-            f"-c tcp_keepalives_count={KEEPALIVE_COUNT}"
-        )
-        return {
-            "autocommit": True,
-            "row_factory": dict_row,
-            "application_name": f"{APPLICATION_NAME} leader",
-            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-            "keepalives": 1,
-            "keepalives_idle": KEEPALIVE_IDLE,
-            "keepalives_interval": KEEPALIVE_INTERVAL,
-            "keepalives_count": KEEPALIVE_COUNT,
-            "options": options,
-        }
+        return lease_connect_kwargs("leader")
+
+
+def lease_connect_kwargs(purpose: str) -> dict[str, Any]:
+    """``psycopg.connect`` keywords of a dedicated connection whose backend pid names this
+    process (a lease's, a registry heartbeat's): autocommit, short timeouts, TCP keepalives
+    so a holder cut off by the network loses its backend in about 25 s."""
+    options = (
+        f"-c statement_timeout={LEADER_STATEMENT_TIMEOUT_MS} "
+        f"-c lock_timeout={LEADER_LOCK_TIMEOUT_MS} "
+        f"-c tcp_keepalives_idle={KEEPALIVE_IDLE} "
+        f"-c tcp_keepalives_interval={KEEPALIVE_INTERVAL} "
+        f"-c tcp_keepalives_count={KEEPALIVE_COUNT}"
+    )
+    return {
+        "autocommit": True,
+        "row_factory": dict_row,
+        "application_name": f"{APPLICATION_NAME} {purpose}",
+        "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        "keepalives": 1,
+        "keepalives_idle": KEEPALIVE_IDLE,
+        "keepalives_interval": KEEPALIVE_INTERVAL,
+        "keepalives_count": KEEPALIVE_COUNT,
+        "options": options,
+    }

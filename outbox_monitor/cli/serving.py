@@ -39,23 +39,29 @@ from outbox_monitor.durations import format_duration
     help="Interface of /metrics and /healthz; 0.0.0.0 in a container "
     "(default: OUTBOX_MONITOR_METRICS_ADDRESS or 127.0.0.1).",
 )
-@common_options(json_output=False)
+@common_options(json_output=False, every_outbox=True)
 def scheduler(
-    settings: Settings,
+    outboxes: list,
     rules_path: str | None,
     metrics_port: int | None,
     metrics_address: str | None,
 ) -> None:
     """Run the background scheduler until stopped: sampler, alert evaluator and Slack
     sender (and the optional reaper and pruner), each only in the process holding the
-    evaluator lease; serves /metrics and /healthz."""
+    evaluator lease; serves /metrics and /healthz. With OUTBOX_MONITOR_OUTBOXES, every
+    outbox of the fleet (or the one of --outbox), shared with the other replicas."""
+    from outbox_monitor.config import load_settings
+    from outbox_monitor.fleet import Fleet, load_fleet
     from outbox_monitor.scheduler import run_scheduler
 
+    listed = load_fleet(load_settings())
+    from_file = listed.path is not None and all(o in listed.outboxes for o in outboxes)
     run_scheduler(
-        settings,
+        outboxes[0].settings,
         rules_path=rules_path,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
+        fleet=Fleet(tuple(outboxes), listed.path if from_file else None),
     )
 
 

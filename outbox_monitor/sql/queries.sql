@@ -1868,6 +1868,35 @@ SELECT now() AS now, l.holder, l.holder_pid, l.term, l.acquired_at, l.renewed_at
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_monitor.leader_leases AS l ON l.table_name = %(table_name)s;
 
+-- name: replica_heartbeat
+-- Record this replica's heartbeat in its fleet (its connection's backend pid, expiring after %(ttl)s s, the leases it holds) and forget the fleet's expired replicas.
+WITH forgotten AS (
+    DELETE FROM outbox_monitor.scheduler_replicas
+    WHERE fleet = %(fleet)s AND expires_at <= now() AND replica <> %(replica)s
+)
+INSERT INTO outbox_monitor.scheduler_replicas (fleet, replica, backend_pid, expires_at, leases)
+VALUES (%(fleet)s, %(replica)s, pg_backend_pid(), now() + make_interval(secs => %(ttl)s),
+        %(leases)s)
+ON CONFLICT (fleet, replica) DO UPDATE
+SET backend_pid = excluded.backend_pid, heartbeat_at = now(), expires_at = excluded.expires_at,
+    leases = excluded.leases;
+
+-- name: replica_count
+-- The live replicas of a fleet: heartbeat not expired and its connection's backend still there.
+SELECT count(*) AS replicas
+FROM outbox_monitor.scheduler_replicas AS r
+WHERE r.fleet = %(fleet)s AND r.expires_at > now()
+  AND EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = r.backend_pid);
+
+-- name: replica_leave
+-- Remove this replica's row (a graceful stop: the others count one fewer at once).
+DELETE FROM outbox_monitor.scheduler_replicas WHERE fleet = %(fleet)s AND replica = %(replica)s;
+
+-- name: replica_registry_check
+-- Whether the registry database can hold heartbeats: a primary with migration 018's table.
+SELECT pg_is_in_recovery() AS in_recovery,
+       to_regclass('outbox_monitor.scheduler_replicas') IS NOT NULL AS has_table;
+
 -- name: open_error_notifications
 -- A scheduler alert's notifications (alerting-stalled, replica-lag: one per route and episode) whose resolve is not queued yet.
 SELECT e.id, e.dedupe_key, e.route, e.payload
@@ -2080,6 +2109,8 @@ GRANT DELETE ON outbox_monitor.alert_transitions, outbox_monitor.notifications,
 GRANT EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
     TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};
+-- the replicas' registry (migration 018): each scheduler's heartbeat, the expired ones removed
+GRANT INSERT, UPDATE, DELETE ON outbox_monitor.scheduler_replicas TO {scheduler};
 GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
     outbox_monitor.notifications_id_seq TO {scheduler};
 -- operator: reap, replay, prune, silences, payload reveals, each audited
