@@ -45,6 +45,16 @@ def test_the_same_seed_gives_the_same_traffic_and_faults():
     assert recorded_error(transient[0]).startswith("HTTPError: HTTP 503 from api.erp.example")
 
 
+def test_a_generator_of_some_event_types_publishes_those_in_their_relative_weights():
+    billing = TrafficGenerator(11, ("invoice.sent", PERMANENT_EVENT_TYPE))
+    events = [billing.next_event() for _ in range(2000)]
+    invoices = sum(event.event_type == "invoice.sent" for event in events)
+    assert invoices + sum(e.event_type == PERMANENT_EVENT_TYPE for e in events) == 2000
+    assert 0.50 < invoices / 2000 < 0.60  # weights 0.06 and 0.05: 6/11 ≈ 0.545
+    with pytest.raises(ValueError, match="no event type of the mix"):
+        TrafficGenerator(11, ("payment.refunded",))
+
+
 def test_live_traffic_acks_retries_dead_letters_and_crashes(settings, db):
     result = run_simulation(
         settings, rate=60, workers=4, duration=5, backfill=0, seed=7, crash_every=2
