@@ -125,13 +125,22 @@ def _traffic_options(command: Callable) -> Callable:
     help="Who works the outbox: simulated worker threads, or the real n8n running the "
     "shipped workflows (install it first: n8n/install.sh; see n8n/README.md).",
 )
+@click.option(
+    "--outboxes",
+    type=click.IntRange(1, 3),
+    default=1,
+    show_default=True,
+    help="A fleet of this many outboxes (orders, billing, notifications), each with its own "
+    "traffic, database and downstream, listed in a fleet file; --rate is the fleet's, the "
+    "outboxes have their own workers.",
+)
 @reports_errors
-def demo(port: int, rate: float, workers: int, worker: str) -> None:
+def demo(port: int, rate: float, workers: int, worker: str, outboxes: int) -> None:
     """Throwaway local Postgres + realistic traffic + scheduler + dashboard; Ctrl-C stops
     everything and removes the database."""
     from outbox_monitor.demo.run import run_demo
 
-    sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker))
+    sys.exit(run_demo(port=port, rate=rate, workers=workers, worker=worker, outboxes=outboxes))
 
 
 _demo_url = click.option(

@@ -9,6 +9,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 from outbox_monitor.errors import OutboxMonitorError
 
 SERVER_USER = "postgres"
@@ -81,6 +84,16 @@ class TemporaryCluster:
     def dsn_for(self, dbname: str) -> str:
         """The DSN of one database of this cluster."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self, dbname: str) -> str:
+        """Create the database ``dbname`` in this (started) cluster; returns its DSN.
+
+        Raises:
+            psycopg.Error: it exists already, or the server refused.
+        """
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        return self.dsn_for(dbname)
 
     def _run(self, *args: str) -> None:
         command = [str(self.bindir / args[0]), *args[1:]]

@@ -12,12 +12,9 @@ hold the xmin horizon with a session idle in a transaction (its alert after 1 mi
 demo: ``demo/rules.py``).
 """
 
-import contextlib
 import logging
 import os
 import random
-import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -25,8 +22,7 @@ from typing import Any
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
-from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
-from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
+from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
@@ -35,6 +31,13 @@ from outbox_monitor.demo.forgotten_transaction import (
     ForgottenTransaction,
 )
 from outbox_monitor.demo.forgotten_transaction import CONTROL_PATH as FORGOTTEN_PATH
+from outbox_monitor.demo.lifecycle import (
+    DEMO_ADDRESS,
+    alert_destination,
+    check_port_free,
+    ignoring_sigint,
+    wait_for_dashboard,
+)
 from outbox_monitor.demo.n8n import N8n
 from outbox_monitor.demo.n8n_install import N8N_VERSION, find_n8n, workflows_folder
 from outbox_monitor.demo.outage import DEFAULT_BROKEN, DownstreamOutage
@@ -47,7 +50,6 @@ from outbox_monitor.demo.simulate import (
     TRANSIENT_ERROR_RATE,
     run_simulation,
 )
-from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
 from outbox_monitor.metrics_server import MetricsServer
@@ -57,10 +59,6 @@ from outbox_monitor.schema import init_db
 from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
 
 log = logging.getLogger(__name__)
-SLACK_VARIABLES = ("SLACK_WEBHOOK_URL", "SLACK_BOT_TOKEN")
-"""Set either, and the demo posts to Slack; set neither, and to the local sink."""
-
-DEMO_ADDRESS = "127.0.0.1"
 DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch
 # A worker crash becomes a stuck lock after this long: 5 min instead of 15 so that the
 # crashes of a demo session show up while it runs (the simulated batches take seconds).
@@ -76,34 +74,6 @@ DEMO_DOWNSTREAM_AUTHORIZATION = "Bearer outbox-demo"
 DEMO_CONTROLS = Path(__file__).with_name("controls.yml")
 """The demo's controls file: a circuit breaker per downstream."""
 DEMO_ACTOR = Identity("demo", Role.operator, "cli")
-
-
-def _check_port_free(port: int) -> None:
-    with socket.socket() as sock:
-        # as the server will: a TIME-WAIT socket left by a demo just stopped is no conflict
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((DEMO_ADDRESS, port))
-        except OSError:
-            raise OutboxMonitorError(
-                f"port {port} on {DEMO_ADDRESS} is already in use",
-                hint=f"Stop what is listening there, or pick another port: "
-                f"`make demo ARGS='--port {port + 1}'` (or `.venv/bin/outbox-monitor demo --port "
-                f"{port + 1}`).",
-            ) from None
-
-
-@contextlib.contextmanager
-def _ignoring_sigint():
-    """Let cleanup finish even if Ctrl-C is pressed again (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _worker_lines(rate: float, workers: int, n8n: N8n | None) -> tuple[str, ...]:
@@ -201,19 +171,6 @@ def _banner(
     )
 
 
-def _route_to_sink(sink: SlackSink) -> str:
-    """Point every Slack variable of the shipped rules at the local sink, in this process's
-    environment (so the dashboard process inherits it: its test button posts there too)."""
-    ruleset = load_rules(resolve_rules_path(None))
-    for name in {route.webhook_url_env or "SLACK_WEBHOOK_URL" for route in ruleset.routes.values()}:
-        os.environ[name] = sink.webhook_url
-    os.environ.update({BOT_TOKEN_ENV: sink.token, API_URL_ENV: sink.api_url})
-    return (
-        f"local Slack sink {sink.url} (no SLACK_* variable set; see the Alerts page)\n"
-        f"             for the CLI (`alerts test`): SLACK_WEBHOOK_URL='{sink.webhook_url}'"
-    )
-
-
 def _start_n8n(n8n: N8n, outcome: dict[str, Any]) -> None:
     """Import the credentials and workflows, activate them, start n8n (a thread's target)."""
     try:
@@ -224,7 +181,12 @@ def _start_n8n(n8n: N8n, outcome: dict[str, Any]) -> None:
 
 
 def run_demo(
-    *, port: int = 8501, rate: float = 20.0, workers: int = 4, worker: str = "simulator"
+    *,
+    port: int = 8501,
+    rate: float = 20.0,
+    workers: int = 4,
+    worker: str = "simulator",
+    outboxes: int = 1,
 ) -> int:
     """Run the whole product on a throwaway database until Ctrl-C or SIGTERM.
 
@@ -242,6 +204,9 @@ def run_demo(
             n8n (``outbox_monitor.demo.n8n``) runs the shipped workflows against a local
             downstream that fails as the simulated handlers do; the simulator only
             publishes.
+        outboxes: 1 for one outbox (the above); 2 or 3 for a fleet of outboxes with their
+            own traffic, simulated workers only (``demo.fleet_run.run_fleet_demo``; ``rate``
+            is the fleet's, ``workers`` is not used).
 
     Returns:
         ``0`` when stopped by Ctrl-C or SIGTERM; the dashboard's exit code if it died.
@@ -258,10 +223,19 @@ def run_demo(
     load_settings()  # an invalid setting stops the demo now, naming it (ConfigError)
     if worker not in WORKERS:
         raise OutboxMonitorError(f"unknown worker {worker!r}; expected one of {WORKERS}")
+    if outboxes != 1:
+        if worker != "simulator":
+            raise OutboxMonitorError(
+                "--outboxes: a fleet is worked by the simulated workers; n8n's shipped poller "
+                "works one outbox (run `demo --worker n8n` without --outboxes)"
+            )
+        from outbox_monitor.demo.fleet_run import run_fleet_demo
+
+        return run_fleet_demo(port=port, rate=rate, outboxes=outboxes)
     n8n_binary = find_n8n() if worker == "n8n" else None
     if n8n_binary is not None:
         workflows_folder()
-    _check_port_free(port)
+    check_port_free(port)
     cluster = TemporaryCluster()
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
@@ -334,10 +308,7 @@ def run_demo(
                 n8n_starter.start()
             os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
             horizon_threshold = use_demo_rules(cluster.root)  # before the rules are read
-            slack_target = "Slack, per the routes of alerts.yml and the SLACK_* variables"
-            if not any(os.environ.get(name) for name in SLACK_VARIABLES):
-                sink = SlackSink().start()
-                slack_target = _route_to_sink(sink)
+            sink, slack_target = alert_destination()
             log_path = cluster.root / "dashboard.log"
             output = log_path.open("wb")
             process = start_dashboard(settings, address=DEMO_ADDRESS, port=port, output=output)
@@ -378,22 +349,19 @@ def run_demo(
                 flush=True,
             )
             n8n_was_running = n8n is not None
-            while process.poll() is None:
+
+            def watch_n8n() -> None:
+                nonlocal n8n_was_running
                 if n8n_was_running and n8n is not None and not n8n.running:
                     print(f"n8n exited (log: {n8n.log_path}); rows wait for a worker", flush=True)
                     n8n_was_running = False
-                time.sleep(0.5)
-            if process.returncode in (0, -signal.SIGINT, -signal.SIGTERM):
-                # Ctrl-C reaches the whole process group: Streamlit stops first
-                print("\nstopping the demo…", flush=True)
-                return 0
-            print(f"the dashboard exited with code {process.returncode}; stopping", flush=True)
-            return process.returncode
+
+            return wait_for_dashboard(process, watch_n8n)
     except KeyboardInterrupt:
         print("\nstopping the demo…", flush=True)
         return 0
     finally:
-        with _ignoring_sigint():
+        with ignoring_sigint():
             stop.set()
             stop_process(process)
             if n8n is not None:

@@ -130,9 +130,9 @@ def _wait_for(lines: list[str], text: str, process, timeout: float) -> str:
 
 
 @contextlib.contextmanager
-def running_demo(tmp_path: Path, *, timeout: float = 90) -> Iterator[str]:
-    """``outbox-monitor demo --rate 10`` in its own process group, as a terminal runs it;
-    yields its banner once it is up, then stops it with Ctrl-C (SIGINT) and checks that it
+def running_demo(tmp_path: Path, *args: str, timeout: float = 90) -> Iterator[str]:
+    """``outbox-monitor demo --rate 10 [args]`` in its own process group, as a terminal runs
+    it; yields its banner once it is up, then stops it with Ctrl-C (SIGINT) and checks that it
     exits 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["HOME"] = str(tmp_path)
@@ -146,6 +146,7 @@ def running_demo(tmp_path: Path, *, timeout: float = 90) -> Iterator[str]:
             str(free_port()),
             "--rate",
             "10",
+            *args,
         ],
         cwd=REPO,
         env=env,

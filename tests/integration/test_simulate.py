@@ -3,7 +3,9 @@
 import re
 import threading
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from outbox_monitor import error_grouping, metrics
 from outbox_monitor.config import load_settings
@@ -18,6 +20,7 @@ from outbox_monitor.demo.simulate import (
     run_simulation,
 )
 from outbox_monitor.outbox import PermanentError
+from outbox_monitor.schema import init_db
 
 FAILING_TYPES = {PERMANENT_EVENT_TYPE, "notification.email"}  # 401 and bounces
 WORKER_ID = re.compile(r"^sim-worker-\d+@\S+$")
@@ -43,6 +46,16 @@ def test_the_same_seed_gives_the_same_traffic_and_faults():
     transient = [fault for fault in faults if fault is not None]
     assert 0.03 < len(transient) / len(faults) < 0.05  # ~4 % of attempts
     assert recorded_error(transient[0]).startswith("HTTPError: HTTP 503 from api.erp.example")
+
+
+def test_a_generator_of_some_event_types_publishes_those_in_their_relative_weights():
+    billing = TrafficGenerator(11, ("invoice.sent", PERMANENT_EVENT_TYPE))
+    events = [billing.next_event() for _ in range(2000)]
+    invoices = sum(event.event_type == "invoice.sent" for event in events)
+    assert invoices + sum(e.event_type == PERMANENT_EVENT_TYPE for e in events) == 2000
+    assert 0.50 < invoices / 2000 < 0.60  # weights 0.06 and 0.05: 6/11 ≈ 0.545
+    with pytest.raises(ValueError, match="no event type of the mix"):
+        TrafficGenerator(11, ("payment.refunded",))
 
 
 def test_live_traffic_acks_retries_dead_letters_and_crashes(settings, db):
@@ -150,3 +163,51 @@ def test_stop_event_ends_a_run_without_duration(settings, db):
     (result,) = results
     assert result["backfill"]["rows"] > 0 and result["published"] > 0
     assert metrics.processing(db) == 0  # no crash: every claimed batch was finished
+
+
+def test_two_outboxes_in_one_database_each_get_their_own_traffic(settings, dsn):
+    """Two simulations at once on two tables of one database, as the demo's fleet would put
+    orders and billing side by side (issue 16): each table holds its own event types, every
+    row of its history and of what its app published, and its own workers finished them."""
+    billing = load_settings(dsn=dsn, table="public.billing_outbox")
+    with Database(billing) as db:
+        init_db(db)
+    mixes = {
+        settings.table: (settings, ("order.paid", "payment.captured")),
+        billing.table: (billing, ("invoice.sent", PERMANENT_EVENT_TYPE)),
+    }
+    results: dict[str, dict] = {}
+
+    def simulate(table: str, seed: int) -> None:
+        outbox, types = mixes[table]
+        results[table] = run_simulation(
+            outbox,
+            rate=20,
+            workers=2,
+            duration=3,
+            backfill=60,
+            seed=seed,
+            crash_every=None,
+            event_types=types,
+        )
+
+    threads = [threading.Thread(target=simulate, args=(t, n)) for n, t in enumerate(mixes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for table, (outbox, types) in mixes.items():
+        result = results[table]
+        with psycopg.connect(dsn) as conn:
+            found = dict(
+                conn.execute(
+                    sql.SQL("SELECT event_type, count(*) FROM {} GROUP BY 1").format(
+                        sql.Identifier(*outbox.table_parts)
+                    )
+                ).fetchall()
+            )
+        assert set(found) == set(types), table
+        assert sum(found.values()) == result["backfill"]["rows"] + result["published"], table
+        assert result["published"] > 0 and result["acked"] > 0, table
+        with Database(outbox) as db:
+            assert metrics.processing(db) == 0, table

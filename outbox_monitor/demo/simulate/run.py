@@ -31,6 +31,7 @@ def run_simulation(
     crash_every: float | None = DEFAULT_CRASH_EVERY,
     on_ready: Callable[[dict[str, Any]], None] | None = None,
     downstream_outage: DownstreamOutage | None = None,
+    event_types: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Run realistic outbox traffic against ``settings.dsn`` until stopped.
 
@@ -52,6 +53,9 @@ def run_simulation(
         crash_every: mean seconds between crashes of one worker; ``None`` disables them.
         on_ready: called with the backfill counts (``backfill_history``'s result, ``{}``
             without backfill) once the history is in and live traffic starts.
+        downstream_outage: the demo's switch of broken downstreams (``Worker``).
+        event_types: publish only these types of the mix (``TrafficGenerator``); ``None``:
+            all of them.
 
     Returns:
         Counts: ``{"seed", "backfill": {...}, "published", "duplicates", "claimed",
@@ -70,7 +74,7 @@ def run_simulation(
     with Database(settings) as db:
         check_outbox_table(db)
     stop = stop_event or threading.Event()
-    traffic = TrafficGenerator(seed)
+    traffic = TrafficGenerator(seed, event_types)
     backfilled = (
         backfill_history(
             settings,

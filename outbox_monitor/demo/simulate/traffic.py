@@ -95,18 +95,26 @@ class TrafficGenerator:
 
     Event keys are unique per generator (they embed a sequence number) and follow the
     SPEC style ``order.paid:<order>:pay_<n>``; orders and customers recur, so an
-    aggregate's timeline shows several events.
+    aggregate's timeline shows several events. ``event_types``: publish only these types of
+    ``EVENT_MIX``, in their relative weights (``None``: all; one of a demo fleet's outboxes
+    publishes its own few).
+
+    Raises:
+        ValueError: ``event_types`` names no type of the mix.
     """
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, event_types: tuple[str, ...] | None = None) -> None:
+        kinds = [k for k in EVENT_MIX if event_types is None or k.event_type in event_types]
+        if not kinds:
+            raise ValueError(f"no event type of the mix in {event_types!r}")
         self.rng = random.Random(f"{seed}:events")
         # a run-specific start, so two runs on one database do not reuse event keys
         self.sequence = self.rng.randrange(1_000_000, 9_000_000)
         self.next_order = self.rng.randrange(100_000, 900_000)
         self.recent: deque[tuple[int, str, float, str]] = deque(maxlen=300)
         self.published: deque[Event] = deque(maxlen=500)
-        self._kinds = [kind.event_type for kind in EVENT_MIX]
-        self._cum_weights = list(itertools.accumulate(kind.weight for kind in EVENT_MIX))
+        self._kinds = [kind.event_type for kind in kinds]
+        self._cum_weights = list(itertools.accumulate(kind.weight for kind in kinds))
 
     def _customer(self) -> str:
         return f"cus_{self.rng.randrange(1, 40_000):05d}"
@@ -119,7 +127,7 @@ class TrafficGenerator:
         return order
 
     def next_event(self) -> Event:
-        """The next event of the mix (weights of ``EVENT_MIX``).
+        """The next event of the mix (weights of ``EVENT_MIX``, among ``event_types``).
 
         ``order.paid`` opens a new order; the other events follow one of the 300 most
         recent orders (its shipment, invoice, notifications, CRM update).
