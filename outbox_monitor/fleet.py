@@ -214,7 +214,7 @@ def _entry_settings(entry: _OutboxEntry, base: Settings, env: Mapping[str, str])
     if entry.retention is not None:
         changes["auto_prune_done"] = entry.retention.done
         changes["auto_prune_failed"] = entry.retention.failed
-    return base.model_copy(update=changes)
+    return base.model_copy(update=changes).of_fleet_outbox(entry.name)
 
 
 def load_fleet(

@@ -38,6 +38,7 @@ from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.fleet import Outbox
 from outbox_monitor.jobs import (
     SENDER_INTERVAL_SECONDS,
     JobRuntime,
@@ -69,6 +70,7 @@ def build_scheduler(
     outage_alert_after: float | None = None,
     status: SchedulerStatus | None = None,
     primary: Database | None = None,
+    outbox: Outbox | None = None,
 ) -> BaseScheduler:
     """Assemble the scheduler with every background job of the product.
 
@@ -123,6 +125,7 @@ def build_scheduler(
         primary: the connector of every write (the lease — ``Leadership`` connects with
             its ``settings.dsn`` —, samples, alert state, notifications, reap, prune):
             ``scheduler_databases``; default ``db``.
+        outbox: the fleet's outbox evaluated (``Evaluator``); ``None``: the settings' one.
 
     Returns:
         The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
@@ -180,7 +183,7 @@ def build_scheduler(
     add_claim_plan_job(scheduler, runtime, target=target)
     add_maintenance_jobs(scheduler, runtime, target=target)
     if ruleset is not None:
-        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)
+        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target, outbox=outbox)
         if transports is not None:
             add_sender_job(
                 scheduler,

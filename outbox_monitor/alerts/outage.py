@@ -324,6 +324,7 @@ class DatabaseHealth:
                 conn.execute(
                     self.db.compose("alert_transition_insert"),
                     {
+                        "outbox": self.db.alert_outbox,
                         "rule": RULE_NAME,
                         "instance": instance,
                         "from_state": from_state,
@@ -341,6 +342,7 @@ class DatabaseHealth:
                     self.db.compose("notification_record_sent"),
                     {
                         **sent,
+                        "outbox": self.db.alert_outbox,
                         "payload": Jsonb(sent["payload"]),
                         "attempts": post.attempts,
                         "created_at": outage.started_at,
@@ -355,6 +357,7 @@ class DatabaseHealth:
                     self.db.compose("notification_insert"),
                     {
                         **resolve,
+                        "outbox": self.db.alert_outbox,
                         "payload": Jsonb(resolve["payload"]),
                         "evaluation_id": None,
                         "silenced": False,

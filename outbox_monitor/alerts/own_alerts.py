@@ -69,14 +69,23 @@ def resolve_params(row: Mapping[str, Any], *, now: datetime, **changes: Any) -> 
 def open_alerts(db: Database, rule: str, instance: str) -> list[dict[str, Any]]:
     """The ``error`` notifications of ``rule`` and ``instance`` whose resolve is not queued
     yet (``open_error_notifications``): ``[{id, dedupe_key, route, payload}]`` by id."""
-    return db.fetch_all("open_error_notifications", {"rule": rule, "instance": instance})
+    return db.fetch_all(
+        "open_error_notifications",
+        {"outbox": db.alert_outbox, "rule": rule, "instance": instance},
+    )
 
 
 def insert_all(db: Database, conn: psycopg.Connection, rows: list[dict[str, Any]]) -> list[str]:
-    """Insert ``notification_insert`` rows in ``conn``'s transaction; returns the routes of
-    the rows inserted (a known dedupe key inserts nothing)."""
+    """Insert ``notification_insert`` rows of ``db``'s outbox (``Database.alert_outbox``) in
+    ``conn``'s transaction; returns the routes of the rows inserted (a dedupe key the outbox
+    has inserts nothing)."""
     query = db.compose("notification_insert")
-    return [row["route"] for row in rows if conn.execute(query, row).fetchone() is not None]
+    outbox = db.alert_outbox
+    return [
+        row["route"]
+        for row in rows
+        if conn.execute(query, {**row, "outbox": outbox}).fetchone() is not None
+    ]
 
 
 def insert_transition(
@@ -96,6 +105,7 @@ def insert_transition(
     conn.execute(
         db.compose("alert_transition_insert"),
         {
+            "outbox": db.alert_outbox,
             "rule": rule,
             "instance": instance,
             "from_state": from_state,

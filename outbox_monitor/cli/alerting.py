@@ -8,6 +8,7 @@ The rules engine (``alerts.rules``, ``alerts.measure``) and YAML are imported wh
 these commands runs, not when ``outbox-monitor --help`` lists them.
 """
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +43,16 @@ RULES_HELP = (
 )
 
 
-def _load(rules_path: str | None) -> "RuleSet":
+def _load(rules_path: str | None, *, with_fleet: bool = False) -> "RuleSet":
+    """The rules file; ``with_fleet``: checked against the fleet file (``OUTBOX_MONITOR_OUTBOXES``)
+    when one is set, so a rule naming an outbox it does not list is a problem."""
     from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
+    from outbox_monitor.fleet import FLEET_ENV, load_fleet
 
-    return load_rules(resolve_rules_path(rules_path))
+    fleet = None
+    if with_fleet and os.environ.get(FLEET_ENV):
+        fleet = load_fleet(load_settings())
+    return load_rules(resolve_rules_path(rules_path), fleet)
 
 
 def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> dict[str, Any]:
@@ -135,8 +142,9 @@ def alerts() -> None:
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
 @reports_errors(exit_code=EXIT_ERRORS)
 def validate(rules_path: str | None) -> None:
-    """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0)."""
-    ruleset = _load(rules_path)
+    """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0).
+    With a fleet file (OUTBOX_MONITOR_OUTBOXES), the outboxes rules name must be in it."""
+    ruleset = _load(rules_path, with_fleet=True)
     routes = ", ".join(
         f"{name} ({route.channel or '$' + str(route.webhook_url_env)})"
         for name, route in ruleset.routes.items()
