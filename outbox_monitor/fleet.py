@@ -126,7 +126,8 @@ class _FleetFile(BaseModel):
 class Outbox:
     """One outbox of the fleet: its ``name`` (URLs, the ``outbox`` label of metrics and alert
     instances), its ``labels`` (team, service: rules and routes select by them) and its
-    ``settings`` (the process's, with this outbox's DSNs, table, lock timeout, retention)."""
+    ``settings`` (the process's, with this outbox's DSNs, table, lock timeout, retention; for
+    an outbox of the file ``settings.fleet_outbox`` is its name, which keys its alert state)."""
 
     name: str
     settings: Settings

@@ -18,6 +18,7 @@ import pytest
 from apscheduler.schedulers.base import BaseScheduler
 
 from outbox_monitor.alerts import state
+from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
@@ -199,3 +200,53 @@ def test_a_fleet_of_one_keeps_its_keys_and_labels(db, conn, rows, write_rules, s
     }
     [note] = conn.execute("SELECT outbox, dedupe_key, route FROM outbox_monitor.notifications")
     assert note == {"outbox": "", "dedupe_key": "stuck-lock||1|firing", "route": "oncall"}
+
+
+BY_TYPE = """
+version: 1
+defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
+routes:
+  oncall: {webhook_url_env: ONCALL_HOOK}
+rules:
+  - {name: payment-failed, metric: failed_in_window, event_type: "payment.%", window: 15m,
+     by: [event_type], op: ">", threshold: 0, route: oncall}
+"""
+
+
+def test_an_instance_per_event_type_is_scoped_by_its_outbox_until_it_vanishes(
+    fleet, databases, conn, rows, tmp_path, fake_clock
+):
+    ruleset = load_rules(rules_file(tmp_path, BY_TYPE), fleet)
+    evaluators = {
+        name: Evaluator(databases[name], ruleset, clock=fake_clock, outbox=fleet.get(name))
+        for name in ("orders", "billing")
+    }
+    failed = rows.add_failed(event_type="payment.captured")
+    conn.execute("INSERT INTO public.billing_outbox SELECT * FROM integration_outbox")
+    for evaluator in evaluators.values():
+        report = evaluator.run_once()
+        assert report.transitions == [
+            ("payment-failed", "event_type=payment.captured", "inactive→firing")
+        ]
+    conn.execute("DELETE FROM integration_outbox WHERE id = %s", (failed,))  # orders only
+    fake_clock.advance(30)
+    gone = evaluators["orders"].run_once().instance("payment-failed", "event_type=payment.captured")
+    assert (gone.state, gone.transitions) == ("inactive", ("firing→inactive",))
+    assert evaluators["billing"].run_once().transitions == []  # billing's still fails
+    stored = conn.execute(
+        "SELECT outbox, instance, state, labels->>'event_type' AS type "
+        "FROM outbox_monitor.alert_instances ORDER BY outbox"
+    ).fetchall()
+    assert [tuple(row.values()) for row in stored] == [
+        ("billing", "outbox=billing,event_type=payment.captured", "firing", "payment.captured"),
+        ("orders", "outbox=orders,event_type=payment.captured", "inactive", "payment.captured"),
+    ]
+    [detail] = (
+        conn.execute(
+            "SELECT detail FROM outbox_monitor.alert_transitions WHERE outbox = 'orders' "
+            "AND to_state = 'inactive'"
+        )
+        .fetchone()
+        .values()
+    )
+    assert detail.endswith("(no longer reported)")
