@@ -13,10 +13,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from outbox_monitor.alerts.rules import Rule, RuleSet
-from outbox_monitor.alerts.silences import matches
+from outbox_monitor.alerts.silences import OUTBOX_MATCHER, matches
 from outbox_monitor.fleet import SINGLE, Outbox
 
-OUTBOX_LABEL = "outbox"
+OUTBOX_LABEL = OUTBOX_MATCHER
 """The label (and dashboard query parameter) naming an instance's outbox."""
 LINKED_PATHS = ("dashboard_path", "timeline_path", "pause_path")
 """The payload's dashboard paths, which carry ``?outbox=NAME`` with a fleet file."""

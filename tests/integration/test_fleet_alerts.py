@@ -17,13 +17,15 @@ import psycopg
 import pytest
 from apscheduler.schedulers.base import BaseScheduler
 
-from outbox_monitor.alerts import state
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.alerts import silences, state
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.errors import ActionRefused
 from outbox_monitor.fleet import Fleet, load_fleet
 from outbox_monitor.scheduler import build_scheduler
 from tests.alerting import SENDER_INTERVAL, drain, messages_after, rules_file, running_scheduler
@@ -54,6 +56,7 @@ outboxes:
   - {name: billing, dsn_env: TEST_DSN, table: public.billing_outbox, labels: {team: payments}}
 """
 ONCALL, PAYMENTS = "webhook:BONCALL", "webhook:BPAYMENTS"
+OPERATOR = Identity("ops@example.com", Role.operator, "cli")
 DASHBOARD_LINK = re.compile(r"http://127\.0\.0\.1:8501/[^\s'\"|>]*")
 
 
@@ -250,3 +253,20 @@ def test_an_instance_per_event_type_is_scoped_by_its_outbox_until_it_vanishes(
         .values()
     )
     assert detail.endswith("(no longer reported)")
+
+
+def test_a_silence_made_on_an_outbox_covers_only_it(fleet, databases, fake_clock):
+    orders, billing = databases["orders"], databases["billing"]
+    until = fake_clock.advance(3600)
+    made = silences.create_silence(orders, {"rule": "stuck-lock"}, until, "deploy", OPERATOR)
+    [silence] = silences.list_silences(orders)
+    assert (silence["id"], silence["matchers"]) == (
+        made,
+        {"rule": "stuck-lock", "outbox": "orders"},
+    )
+    assert silences.list_silences(billing) == []  # billing's page lists its own only
+    labels = {"rule": "stuck-lock", "severity": "warning"}
+    assert silences.matches(silence, {**labels, "outbox": "orders"})
+    assert not silences.matches(silence, {**labels, "outbox": "billing"})
+    with pytest.raises(ActionRefused, match="a silence made on outbox billing covers only it"):
+        silences.create_silence(billing, {"outbox": "orders"}, until, "no", OPERATOR)
