@@ -58,6 +58,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
+from outbox_monitor.alerts.outbox_scope import scope_payload
 from outbox_monitor.alerts.slack_outcomes import DeliveryError, RateLimited
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
@@ -261,6 +262,7 @@ class DatabaseHealth:
             "error": f"outbox-monitor cannot reach the database {target}",
             "outage_id": outage.id,
         }
+        payload = scope_payload(payload, self.db.alert_outbox)
         return {
             "dedupe_key": f"{RULE_NAME}|{self.identity}|{outage.id}/{route}|{kind}",
             "rule": RULE_NAME,

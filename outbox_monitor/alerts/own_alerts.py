@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.outbox_scope import scope_payload
 from outbox_monitor.db import Database
 
 
@@ -76,16 +77,19 @@ def open_alerts(db: Database, rule: str, instance: str) -> list[dict[str, Any]]:
 
 
 def insert_all(db: Database, conn: psycopg.Connection, rows: list[dict[str, Any]]) -> list[str]:
-    """Insert ``notification_insert`` rows of ``db``'s outbox (``Database.alert_outbox``) in
-    ``conn``'s transaction; returns the routes of the rows inserted (a dedupe key the outbox
-    has inserts nothing)."""
+    """Insert ``notification_insert`` rows of ``db``'s outbox (``Database.alert_outbox``; with
+    a fleet file their payload names it: ``outbox_scope.scope_payload``) in ``conn``'s
+    transaction; returns the routes of the rows inserted (a known dedupe key inserts
+    nothing)."""
     query = db.compose("notification_insert")
     outbox = db.alert_outbox
-    return [
-        row["route"]
-        for row in rows
-        if conn.execute(query, {**row, "outbox": outbox}).fetchone() is not None
-    ]
+    inserted = []
+    for row in rows:
+        payload = Jsonb(scope_payload(dict(row["payload"].obj), outbox))
+        params = {**row, "outbox": outbox, "payload": payload}
+        if conn.execute(query, params).fetchone() is not None:
+            inserted.append(row["route"])
+    return inserted
 
 
 def insert_transition(
