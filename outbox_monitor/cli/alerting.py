@@ -18,7 +18,9 @@ from outbox_monitor.access import local_identity
 from outbox_monitor.cli.support import (
     DSN_OPTION,
     JSON_OPTION,
+    OUTBOX_OPTION,
     TABLE_OPTION,
+    command_outboxes,
     echo,
     emit_json,
     open_checked,
@@ -74,21 +76,27 @@ def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> 
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
 @DSN_OPTION
 @TABLE_OPTION
+@OUTBOX_OPTION
 @JSON_OPTION
 @reports_errors(exit_code=EXIT_ERRORS)
-def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: bool) -> None:
-    """Evaluate every alert rule once against the current figures (no for/keep_firing_for).
+def check(
+    rules_path: str | None, dsn: str | None, table: str | None, outbox: str | None, as_json: bool
+) -> None:
+    """Evaluate every alert rule of the outbox once against the current figures (no
+    for/keep_firing_for): the rules that select it (a rule's `outboxes`).
 
     Exit 0: nothing breached; 1: a rule is breached now; 2: errors (configuration, rules
     file, database, a rule's query)."""
 
     from outbox_monitor.alerts import measure
+    from outbox_monitor.alerts.outbox_scope import selected_rules
 
     ruleset = _load(rules_path)
-    settings = load_settings(dsn=dsn, table=table)
+    [target] = command_outboxes(outbox, dsn, table)
     results: list[dict[str, Any]] = []
-    with open_checked(settings) as db:
-        for rule in ruleset.rules:
+    rules = selected_rules(ruleset, target, target.settings.fleet_outbox)
+    with open_checked(target.settings) as db:
+        for rule in rules:
             try:
                 measurements = measure.measure(db, rule)
             except DatabaseUnavailable:
@@ -107,10 +115,7 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
         emit_json({"rules": results, "breached": breached, "errors": errors, "file": ruleset.path})
     else:
         _print_table(ruleset, results)
-        echo(
-            f"{breached} breached, {errors} error(s) — {len(ruleset.rules)} rule(s) "
-            f"from {ruleset.path}"
-        )
+        echo(f"{breached} breached, {errors} error(s) — {len(rules)} rule(s) from {ruleset.path}")
     sys.exit(EXIT_ERRORS if errors else EXIT_BREACHED if breached else EXIT_OK)
 
 

@@ -9,6 +9,7 @@ Real parts only: the test's Postgres, two ``build_scheduler`` schedulers, the lo
 sink (one incoming webhook per route: its messages' ``channel`` is ``webhook:<B…>``).
 """
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,17 +17,19 @@ from pathlib import Path
 import psycopg
 import pytest
 from apscheduler.schedulers.base import BaseScheduler
+from click.testing import CliRunner
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts import silences, state
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.cli import main
 from outbox_monitor.config import load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.fleet import Fleet, load_fleet
+from outbox_monitor.fleet import FLEET_ENV, Fleet, load_fleet
 from outbox_monitor.scheduler import build_scheduler
 from tests.alerting import SENDER_INTERVAL, drain, messages_after, rules_file, running_scheduler
 
@@ -270,3 +273,33 @@ def test_a_silence_made_on_an_outbox_covers_only_it(fleet, databases, fake_clock
     assert not silences.matches(silence, {**labels, "outbox": "billing"})
     with pytest.raises(ActionRefused, match="a silence made on outbox billing covers only it"):
         silences.create_silence(billing, {"outbox": "orders"}, until, "no", OPERATOR)
+
+
+def test_check_and_validate_know_the_fleet(fleet, dsn, conn, rows, tmp_path, monkeypatch):
+    monkeypatch.setenv(FLEET_ENV, str(fleet.path))
+    monkeypatch.setenv("TEST_DSN", dsn)
+    rules = str(rules_file(tmp_path, RULES))
+    _stuck_row_in_each(conn, rows)
+    runner = CliRunner()
+
+    def check(outbox: str) -> tuple[int, list[tuple[str, bool]]]:
+        args = ["check", "--rules", rules, "--outbox", outbox, "--json"]
+        result = runner.invoke(main, args, catch_exceptions=False)
+        return result.exit_code, [
+            (r["rule"], r["breached"]) for r in json.loads(result.stdout)["rules"]
+        ]
+
+    assert check("orders") == (1, [("stuck-lock", True)])
+    assert check("billing") == (
+        1,
+        [("stuck-lock", True), ("billing-depth", False), ("payments-depth", False)],
+    )
+    result = runner.invoke(main, ["alerts", "validate", "--rules", rules], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    wrong = str(rules_file(tmp_path, RULES.replace("[billing]", "[biling]"), "wrong.yml"))
+    result = runner.invoke(main, ["alerts", "validate", "--rules", wrong], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert (
+        f'{wrong}: rules[1] "billing-depth": outboxes: unknown outbox "biling" '
+        f"({fleet.path} lists orders, billing)"
+    ) in result.stderr
