@@ -22,7 +22,8 @@ Every transition, its ``alert_transitions`` row and its notification row (``firi
 ``resolved``, ``error``; ``repeat`` every route ``repeat_interval`` while still breached)
 are written in ONE transaction that holds the instance's row lock, so a crash, a restart or
 a second evaluator can neither lose nor duplicate a notification. A notification's
-``dedupe_key`` is ``rule|instance|firing_seq|kind`` (``…|repeat-<n>`` for repeats).
+``dedupe_key`` is ``rule|instance|firing_seq|kind`` (``…|repeat-<n>`` for repeats; the
+instance as stored: scoped by a fleet file's outbox, ``outbox_scope.scoped_instance``).
 
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
 a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
