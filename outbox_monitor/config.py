@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 from pydantic import (
     AliasChoices,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -185,6 +186,9 @@ class Settings(BaseSettings):
     viewers: CommaList = ()
     redact_keys: CommaList = DEFAULT_REDACT_KEYS
     redact_values: CommaList = DEFAULT_REDACT_VALUES
+    # The fleet file's outbox these settings are of (``fleet.load_fleet``); never read from
+    # the environment: a fleet of one has ''.
+    _fleet_outbox: str = PrivateAttr(default="")
 
     @field_validator("dsn", "actions_dsn", "primary_dsn", "registry_dsn")
     @classmethod
@@ -296,6 +300,21 @@ class Settings(BaseSettings):
         if value is not None:
             split_table_name(value)
         return value
+
+    @property
+    def fleet_outbox(self) -> str:
+        """The name of the fleet file's outbox these settings are of; ``""`` for the single
+        outbox of the ``OUTBOX_MONITOR_*`` settings. The alert state (instances, transitions,
+        notifications) is keyed by it (migration 017), so two outboxes of one database keep
+        theirs apart and a fleet of one keeps the keys it had before fleets."""
+        return self._fleet_outbox
+
+    def of_fleet_outbox(self, name: str) -> "Settings":
+        """A copy of these settings as those of the fleet file's outbox ``name``
+        (``fleet_outbox``)."""
+        copy = self.model_copy()
+        copy._fleet_outbox = name
+        return copy
 
     @property
     def table_parts(self) -> tuple[str, str]:

@@ -309,6 +309,13 @@ class Database:
             "reconnecting); the monitor retries.",
         )
 
+    @property
+    def alert_outbox(self) -> str:
+        """The key of this outbox's alert state (``settings.fleet_outbox``: its name in the
+        fleet file, ``""`` without one): the ``outbox`` column of ``alert_instances``,
+        ``alert_transitions`` and ``notifications`` (migration 017)."""
+        return self.settings.fleet_outbox
+
     def compose(self, name: str, **fragments: sql.Composable) -> sql.Composed:
         """A named query with ``{table}`` and ``{ledger}`` bound to the configured tables."""
         return compose(name, table=self.table, ledger=self.ledger, **fragments)

@@ -126,7 +126,8 @@ class _FleetFile(BaseModel):
 class Outbox:
     """One outbox of the fleet: its ``name`` (URLs, the ``outbox`` label of metrics and alert
     instances), its ``labels`` (team, service: rules and routes select by them) and its
-    ``settings`` (the process's, with this outbox's DSNs, table, lock timeout, retention)."""
+    ``settings`` (the process's, with this outbox's DSNs, table, lock timeout, retention; for
+    an outbox of the file ``settings.fleet_outbox`` is its name, which keys its alert state)."""
 
     name: str
     settings: Settings
@@ -214,7 +215,7 @@ def _entry_settings(entry: _OutboxEntry, base: Settings, env: Mapping[str, str])
     if entry.retention is not None:
         changes["auto_prune_done"] = entry.retention.done
         changes["auto_prune_failed"] = entry.retention.failed
-    return base.model_copy(update=changes)
+    return base.model_copy(update=changes).of_fleet_outbox(entry.name)
 
 
 def load_fleet(

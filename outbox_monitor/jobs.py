@@ -38,6 +38,7 @@ from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.fleet import Outbox
 from outbox_monitor.health.claim_plan import record_claim_plans
 from outbox_monitor.maintenance import prune_own_tables, prune_retention, reap_stuck_locks
 from outbox_monitor.sampler import record_sample
@@ -266,7 +267,13 @@ class JobRuntime:
 
 
 def add_evaluator_job(
-    scheduler: BaseScheduler, runtime: JobRuntime, ruleset: RuleSet, *, clock: Clock, target: str
+    scheduler: BaseScheduler,
+    runtime: JobRuntime,
+    ruleset: RuleSet,
+    *,
+    clock: Clock,
+    target: str,
+    outbox: Outbox | None = None,
 ) -> None:
     """Add the rule evaluator (``Evaluator.run_once``) every ``ruleset.defaults.interval`` s,
     on the leader only, fenced by its lease term; the first pass runs at once. A completed
@@ -275,13 +282,15 @@ def add_evaluator_job(
     The rules' figures are measured through ``runtime.db`` and the state written through
     ``runtime.primary``. A pass skipped because the read replica lags
     (``JobRuntime.replica_lags``) is stamped too: the replica-lag alert says why no rule is
-    evaluated, and the stall alert would say it twice."""
+    evaluated, and the stall alert would say it twice. ``outbox``: the fleet's outbox
+    evaluated (``Evaluator``'s: the rules selecting it, its labels)."""
     evaluator = Evaluator(
         runtime.primary,
         ruleset,
         clock=clock,
         fence=runtime.leadership.fence,
         figures_db=runtime.db,
+        outbox=outbox,
     )
 
     def evaluate() -> None:

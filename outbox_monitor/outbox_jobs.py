@@ -118,7 +118,7 @@ def add_outbox_jobs(
     add_claim_plan_job(scheduler, runtime, target=target)
     add_maintenance_jobs(scheduler, runtime, target=target)
     if ruleset is not None:
-        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target)
+        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target, outbox=outbox)
         if transports is not None:
             add_sender_job(
                 scheduler,

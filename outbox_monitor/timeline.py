@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 import psycopg
 
 from outbox_monitor import error_grouping
+from outbox_monitor.alerts.outbox_scope import unscoped_instance
 from outbox_monitor.alerts.state import transition_kind
 from outbox_monitor.db import Database
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
@@ -116,9 +117,13 @@ def read_timeline(
         "limit": limit + 1,
         "table_name": db.table_name,
         "table_regclass": db.table_name,
+        "outbox": db.alert_outbox,
     }
     readers: dict[str, Callable[[], list[TimelineEntry]]] = {
-        ALERT: lambda: [_alert(row) for row in db.fetch_all("timeline_alert_transitions", params)],
+        ALERT: lambda: [
+            _alert({**row, "instance": unscoped_instance(db.alert_outbox, row["instance"])})
+            for row in db.fetch_all("timeline_alert_transitions", params)
+        ],
         ACTION: lambda: [
             _action(row, full_audit) for row in db.fetch_all("timeline_audit", params)
         ],

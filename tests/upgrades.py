@@ -33,6 +33,10 @@ UNDO_SINCE_008 = (
     # 016: the retention job's index of notifications and the audit log's pruner
     "DROP INDEX outbox_monitor.notifications_created_at_idx; "
     "DROP FUNCTION outbox_monitor.prune_audit_log; "
+    # 017: the alert state per outbox
+    "ALTER TABLE outbox_monitor.alert_instances DROP COLUMN outbox; "
+    "ALTER TABLE outbox_monitor.alert_transitions DROP COLUMN outbox; "
+    "ALTER TABLE outbox_monitor.notifications DROP COLUMN outbox; "
     # 018: the scheduler replicas' registry
     "DROP TABLE outbox_monitor.scheduler_replicas; "
 )

@@ -22,7 +22,8 @@ Every transition, its ``alert_transitions`` row and its notification row (``firi
 ``resolved``, ``error``; ``repeat`` every route ``repeat_interval`` while still breached)
 are written in ONE transaction that holds the instance's row lock, so a crash, a restart or
 a second evaluator can neither lose nor duplicate a notification. A notification's
-``dedupe_key`` is ``rule|instance|firing_seq|kind`` (``…|repeat-<n>`` for repeats).
+``dedupe_key`` is ``rule|instance|firing_seq|kind`` (``…|repeat-<n>`` for repeats; the
+instance as stored: scoped by a fleet file's outbox, ``outbox_scope.scoped_instance``).
 
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
 a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
@@ -53,6 +54,14 @@ from outbox_monitor.alerts.evaluation_pass import (
 )
 from outbox_monitor.alerts.links import instance_event_type, instance_labels
 from outbox_monitor.alerts.notification_queue import cached_offenders, queue_notification
+from outbox_monitor.alerts.outbox_scope import (
+    route_for,
+    scope_labels,
+    scoped_instance,
+    selected_rules,
+    unscoped_instance,
+    with_scope,
+)
 from outbox_monitor.alerts.removed_rules import retire_removed_rules
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.state_machine import (
@@ -68,6 +77,7 @@ from outbox_monitor.alerts.state_machine import (
 )
 from outbox_monitor.db import Database
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, clean_error
+from outbox_monitor.fleet import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +108,11 @@ class Evaluator:
             ``LeadershipLost`` once the lease was taken over, and the pass stops).
         figures_db: the connector the rules' figures and offenders are measured through
             (``OUTBOX_MONITOR_DSN``, possibly a hot standby); default ``db``.
+        outbox: the fleet's outbox evaluated (issue 16 item 3): only the rules selecting
+            it are evaluated (``outbox_scope.rule_selects``; ``None``: the single outbox
+            named ``default``). The state is keyed by ``db.alert_outbox``; with a fleet file
+            the instances' labels carry ``outbox`` and the outbox's labels, which routes
+            may match (``outbox_scope.route_for``).
     """
 
     def __init__(
@@ -108,8 +123,11 @@ class Evaluator:
         clock: Clock = system_clock,
         fence: Callable[[psycopg.Connection], None] | None = None,
         figures_db: Database | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.db = db
+        self.outbox = outbox
+        self.scope = scope_labels(outbox, db.alert_outbox)
         self.figures_db = figures_db or db
         self.ruleset = ruleset
         self.clock = clock
@@ -130,11 +148,12 @@ class Evaluator:
         now = self.clock()
         report = EvaluationReport(evaluation_id=str(uuid.uuid4()), evaluated_at=now)
         context = EvaluationPass(report.evaluation_id, now, silences.active_silences(self.db, now))
-        for rule in self.ruleset.rules:
+        rules = selected_rules(self.ruleset, self.outbox, self.db.alert_outbox)
+        for rule in rules:
             rule_started = time.perf_counter()
             report.instances.extend(self._evaluate_rule(rule, context))
             report.rule_seconds[rule.name] = time.perf_counter() - rule_started
-        report.instances.extend(retire_removed_rules(self.db, self.ruleset, context, self._fence))
+        report.instances.extend(retire_removed_rules(self.db, rules, context, self._fence))
         report.duration_seconds = time.perf_counter() - started
         return report
 
@@ -148,39 +167,45 @@ class Evaluator:
         except Exception as error:  # a rule error never stops the other rules
             text = _error_text(error)
             log.warning("rule %s: evaluation failed: %s", rule.name, text.splitlines()[0])
-            observation = Observation(False, None, instance_labels(rule, None), error=text)
+            observation = Observation(False, None, self._labels(rule, None), error=text)
             return [self._apply(rule, "", observation, context)]
         reports = []
         seen = set()
+        outbox = self.db.alert_outbox
         for item in measurements:
-            seen.add(item.instance)
+            seen.add(scoped_instance(outbox, item.instance))
             observation = Observation(
                 item.breached,
                 item.value,
-                instance_labels(rule, item.labels),
+                self._labels(rule, item.labels),
                 forecast=item.forecast,
             )
             reports.append(self._apply(rule, item.instance, observation, context))
-        for row in self.db.fetch_all("alert_instances_of_rule", {"rule": rule.name}):
+        known = self.db.fetch_all("alert_instances_of_rule", {"outbox": outbox, "rule": rule.name})
+        for row in known:
             if row["instance"] in seen or row["state"] == INACTIVE:
                 continue
+            instance = unscoped_instance(outbox, row["instance"])
             measured = (
-                {"event_type": row["instance"].removeprefix("event_type=")}
-                if row["instance"].startswith("event_type=")
+                {"event_type": instance.removeprefix("event_type=")}
+                if instance.startswith("event_type=")
                 else None
             )
-            observation = Observation(False, None, instance_labels(rule, measured), vanished=True)
-            reports.append(self._apply(rule, row["instance"], observation, context))
+            observation = Observation(False, None, self._labels(rule, measured), vanished=True)
+            reports.append(self._apply(rule, instance, observation, context))
         return reports
 
     def _apply(
         self, rule: Rule, instance: str, observation: Observation, context: EvaluationPass
     ) -> InstanceReport:
         params = self._timing(rule)
-        route = self.ruleset.routes.get(rule.route)
+        route_name = route_for(self.ruleset, rule.route, observation.labels)
+        route = self.ruleset.routes.get(route_name)
+        stored = scoped_instance(self.db.alert_outbox, instance)
+        key = {"outbox": self.db.alert_outbox, "rule": rule.name, "instance": stored}
         # A look without the lock: fetch the offenders before the transaction when a firing
         # or repeat message may be queued (the locked step below is the one that counts).
-        peek = self.db.fetch_one("alert_instance_lock", {"rule": rule.name, "instance": instance})
+        peek = self.db.fetch_one("alert_instance_lock", key)
         before = InstanceState() if peek is None else InstanceState.from_row(peek)
         if observation.error is None and _may_notify_firing(
             before, observation.breached, context.now, params, route
@@ -196,7 +221,6 @@ class Evaluator:
         silenced = bool(silences.silenced_by(context.silences, labels))
         with self.db.transaction() as conn:
             self._fence(conn)
-            key = {"rule": rule.name, "instance": instance}
             conn.execute(self.db.compose("alert_instance_ensure"), {**key, "labels": Jsonb(labels)})
             current = InstanceState.from_row(
                 conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
@@ -245,6 +269,7 @@ class Evaluator:
                     state=new,
                     previous=current,
                     figures_db=self.figures_db,
+                    route=route_name,
                 )
                 if sent is not None:
                     kinds.append(step.kind)
@@ -261,7 +286,7 @@ class Evaluator:
                     or held(new.last_notified_at, context.now, route.repeat_interval)
                 )
             ):
-                prefix = dedupe_key(rule.name, instance, new.firing_seq, "")
+                prefix = dedupe_key(rule.name, stored, new.firing_seq, "")
                 repeats = conn.execute(
                     self.db.compose("notification_count_repeats"), {**key, "prefix": prefix}
                 ).fetchone()["repeats"]
@@ -281,6 +306,7 @@ class Evaluator:
                         previous=current,
                         repeat=repeats + 1,
                         figures_db=self.figures_db,
+                        route=route_name,
                     )
                     is not None
                 ):
@@ -314,6 +340,11 @@ class Evaluator:
             silenced=silenced,
             error=new.error,
         )
+
+    def _labels(self, rule: Rule, measured: dict[str, str] | None) -> dict[str, str]:
+        """An instance's labels (``links.instance_labels``) with its outbox's
+        (``outbox_scope.with_scope``: none without a fleet file)."""
+        return with_scope(instance_labels(rule, measured), self.scope)
 
     def _fence(self, conn: psycopg.Connection) -> None:
         if self.fence is not None:

@@ -137,6 +137,13 @@ def _timeline_line(row: Mapping[str, Any], dashboard_url: str) -> str:
     return "\n" + link(dashboard_link(dashboard_url, path), "Timeline")
 
 
+def _outbox_part(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``["outbox orders"]`` when the rows are of a fleet file's outboxes (their payload's
+    ``outbox``, ``outbox_scope.scope_payload``), else nothing (a fleet of one)."""
+    names = list(dict.fromkeys(str(n) for r in rows if (n := row_payload(r).get("outbox"))))
+    return [f"outbox {', '.join(names)}"] if names else []
+
+
 def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
     distinct = sorted(set(kinds), key=list(KIND_LABELS).index)
     rules = list(dict.fromkeys(row_rule(r) for r in rows))
@@ -146,7 +153,7 @@ def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
         emoji, label = KIND_LABELS[distinct[0]]
         if distinct[0] == "test":
             return f"{emoji} Test alert from outbox-monitor"
-        parts = [f"{emoji} {label}"]
+        parts = [f"{emoji} {label}", *_outbox_part(rows)]
         if len(rows) > 1:
             parts.append(f"{len(rows)} alerts")
         if severity and distinct[0] != "resolved":
@@ -154,7 +161,7 @@ def _header_text(kinds: list[str], rows: Sequence[Mapping[str, Any]]) -> str:
         parts.append(", ".join(rules))
     else:
         counts = ", ".join(f"{kinds.count(k)} {KIND_LABELS[k][1].lower()}" for k in distinct)
-        parts = [f"🔔 {len(rows)} alert changes", counts, ", ".join(rules)]
+        parts = [f"🔔 {len(rows)} alert changes", *_outbox_part(rows), counts, ", ".join(rules)]
     return clip(" · ".join(parts), MAX_HEADER_CHARS)
 
 
@@ -318,7 +325,9 @@ def render_thread_update(
         sections.append((text + _timeline_line(event or row, dashboard_url), url))
         fallback.append(fallback_line(row, kind, resolved))
     done = sum(1 for e in latest.values() if row_kind(e) == "resolved")
-    rules = ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))
+    rules = " · ".join(
+        [*_outbox_part(thread_rows), ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))]
+    )
     if done == len(lines):
         header = f"✅ RESOLVED · {rules}"
     else:

@@ -18,6 +18,7 @@ from outbox_monitor.alerts.links import (
     pause_path,
     timeline_path,
 )
+from outbox_monitor.alerts.outbox_scope import scope_payload, scoped_instance
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.alerts.state_machine import (
     ERROR,
@@ -75,28 +76,35 @@ def queue_notification(
     previous: InstanceState,
     repeat: int | None = None,
     figures_db: Database | None = None,
+    route: str | None = None,
 ) -> int | None:
     """Insert the ``kind`` notification of an instance's episode ``seq`` (``repeat``: the
     repeat's number) with its payload, ``suppressed`` or pending, in ``conn``'s transaction
     (a connection of ``db``). The payload's figures (offenders, rows held) are read through
-    ``figures_db`` (default ``db``).
+    ``figures_db`` (default ``db``). ``route``: where it goes (``outbox_scope.route_for`` of
+    its labels; default the rule's). With a fleet file the row and payload carry the
+    outbox (``db.alert_outbox``), the payload's dashboard paths ``?outbox=``, and the row's
+    instance and dedupe key are scoped by it (``outbox_scope.scoped_instance``).
+    ``instance``: the instance's key as the rule knows it (``""``, ``event_type=…``).
 
     Returns:
         The row's id; ``None`` when a row with its dedupe key was already there.
     """
-    payload = _payload(
-        figures_db or db, rule, instance, kind, seq, observation, context, state, previous
-    )
+    figures = figures_db or db
+    payload = _payload(figures, rule, instance, kind, seq, observation, context, state, previous)
+    payload = scope_payload(payload, db.alert_outbox)
+    stored = scoped_instance(db.alert_outbox, instance)
     if repeat is not None:
         payload["repeat"] = repeat
     row = conn.execute(
         db.compose("notification_insert"),
         {
-            "dedupe_key": dedupe_key(rule.name, instance, seq, kind, repeat),
+            "outbox": db.alert_outbox,
+            "dedupe_key": dedupe_key(rule.name, stored, seq, kind, repeat),
             "rule": rule.name,
-            "instance": instance,
+            "instance": stored,
             "kind": kind,
-            "route": rule.route,
+            "route": route or rule.route,
             "evaluation_id": context.evaluation_id,
             "payload": Jsonb(payload),
             "silenced": silenced,

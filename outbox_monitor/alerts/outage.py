@@ -58,6 +58,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
+from outbox_monitor.alerts.outbox_scope import scope_payload
 from outbox_monitor.alerts.slack_outcomes import DeliveryError, RateLimited
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
@@ -261,6 +262,7 @@ class DatabaseHealth:
             "error": f"outbox-monitor cannot reach the database {target}",
             "outage_id": outage.id,
         }
+        payload = scope_payload(payload, self.db.alert_outbox)
         return {
             "dedupe_key": f"{RULE_NAME}|{self.identity}|{outage.id}/{route}|{kind}",
             "rule": RULE_NAME,
@@ -324,6 +326,7 @@ class DatabaseHealth:
                 conn.execute(
                     self.db.compose("alert_transition_insert"),
                     {
+                        "outbox": self.db.alert_outbox,
                         "rule": RULE_NAME,
                         "instance": instance,
                         "from_state": from_state,
@@ -341,6 +344,7 @@ class DatabaseHealth:
                     self.db.compose("notification_record_sent"),
                     {
                         **sent,
+                        "outbox": self.db.alert_outbox,
                         "payload": Jsonb(sent["payload"]),
                         "attempts": post.attempts,
                         "created_at": outage.started_at,
@@ -355,6 +359,7 @@ class DatabaseHealth:
                     self.db.compose("notification_insert"),
                     {
                         **resolve,
+                        "outbox": self.db.alert_outbox,
                         "payload": Jsonb(resolve["payload"]),
                         "evaluation_id": None,
                         "silenced": False,

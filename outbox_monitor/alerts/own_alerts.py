@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.outbox_scope import scope_payload
 from outbox_monitor.db import Database
 
 
@@ -69,14 +70,26 @@ def resolve_params(row: Mapping[str, Any], *, now: datetime, **changes: Any) -> 
 def open_alerts(db: Database, rule: str, instance: str) -> list[dict[str, Any]]:
     """The ``error`` notifications of ``rule`` and ``instance`` whose resolve is not queued
     yet (``open_error_notifications``): ``[{id, dedupe_key, route, payload}]`` by id."""
-    return db.fetch_all("open_error_notifications", {"rule": rule, "instance": instance})
+    return db.fetch_all(
+        "open_error_notifications",
+        {"outbox": db.alert_outbox, "rule": rule, "instance": instance},
+    )
 
 
 def insert_all(db: Database, conn: psycopg.Connection, rows: list[dict[str, Any]]) -> list[str]:
-    """Insert ``notification_insert`` rows in ``conn``'s transaction; returns the routes of
-    the rows inserted (a known dedupe key inserts nothing)."""
+    """Insert ``notification_insert`` rows of ``db``'s outbox (``Database.alert_outbox``; with
+    a fleet file their payload names it: ``outbox_scope.scope_payload``) in ``conn``'s
+    transaction; returns the routes of the rows inserted (a known dedupe key inserts
+    nothing)."""
     query = db.compose("notification_insert")
-    return [row["route"] for row in rows if conn.execute(query, row).fetchone() is not None]
+    outbox = db.alert_outbox
+    inserted = []
+    for row in rows:
+        payload = Jsonb(scope_payload(dict(row["payload"].obj), outbox))
+        params = {**row, "outbox": outbox, "payload": payload}
+        if conn.execute(query, params).fetchone() is not None:
+            inserted.append(row["route"])
+    return inserted
 
 
 def insert_transition(
@@ -96,6 +109,7 @@ def insert_transition(
     conn.execute(
         db.compose("alert_transition_insert"),
         {
+            "outbox": db.alert_outbox,
             "rule": rule,
             "instance": instance,
             "from_state": from_state,

@@ -1,15 +1,15 @@
-"""Instances of rules removed from the rules file: each one still active goes back to
-inactive; a firing or error episode gets its resolved notification (route and payload of
-its first row; sent only when somebody was told it fired).
+"""Instances of rules removed from the rules file (or that no longer select the outbox): each
+one still active goes back to inactive; a firing or error episode gets its resolved
+notification (route and payload of its first row; sent only when somebody was told it fired).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.evaluation_pass import EvaluationPass, InstanceReport
-from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.alerts.state_machine import (
     ERROR,
     ERROR_KIND,
@@ -25,15 +25,20 @@ from outbox_monitor.db import Database
 
 def retire_removed_rules(
     db: Database,
-    ruleset: RuleSet,
+    rules: Sequence[Rule],
     context: EvaluationPass,
     fence: Callable[[psycopg.Connection], None],
 ) -> list[InstanceReport]:
-    """Instances left active by rules that are no longer in the file: back to inactive;
-    a firing/error episode gets its resolved row (route and payload of its first row)."""
-    names = [rule.name for rule in ruleset.rules]
+    """Instances of ``db``'s outbox (``Database.alert_outbox``) left active by rules that
+    are no longer among ``rules`` (the rules of the file that select the outbox): back to
+    inactive; a firing/error episode gets its resolved row (route and payload of its first
+    row)."""
+    names = [rule.name for rule in rules]
     reports = []
-    for row in db.fetch_all("alert_instances_of_removed_rules", {"rules": names}):
+    found = db.fetch_all(
+        "alert_instances_of_removed_rules", {"outbox": db.alert_outbox, "rules": names}
+    )
+    for row in found:
         reports.append(_retire(db, row["rule"], row["instance"], context, fence))
     return reports
 
@@ -45,7 +50,7 @@ def _retire(
     context: EvaluationPass,
     fence: Callable[[psycopg.Connection], None],
 ) -> InstanceReport:
-    key = {"rule": rule, "instance": instance}
+    key = {"outbox": db.alert_outbox, "rule": rule, "instance": instance}
     kinds: list[str] = []
     with db.transaction() as conn:
         fence(conn)
@@ -72,7 +77,10 @@ def _retire(
                     first
                     or conn.execute(
                         db.compose("notification_by_key"),
-                        {"dedupe_key": dedupe_key(rule, instance, current.firing_seq, kind)},
+                        {
+                            "outbox": key["outbox"],
+                            "dedupe_key": dedupe_key(rule, instance, current.firing_seq, kind),
+                        },
                     ).fetchone()
                 )
             if first is not None:

@@ -1,12 +1,20 @@
 """alerts.yml's ``routes``: where notifications go (a Slack channel through the bot token, or
-an incoming webhook named by its environment variable), validated with the field named."""
+an incoming webhook named by its environment variable), validated with the field named; a
+route's ``routes`` send the notifications whose labels match elsewhere (Alertmanager's child
+routes, first match wins: ``alerts.outbox_scope.route_for``)."""
 
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
-from outbox_monitor.alerts.rule_values import PositiveDuration, fail, quoted
+from outbox_monitor.alerts.rule_values import (
+    PositiveDuration,
+    check_label_map,
+    check_route_name,
+    fail,
+    quoted,
+)
 
 DEFAULT_WEBHOOK_ENV = "SLACK_WEBHOOK_URL"
 """The webhook variable of a route that names neither a channel nor ``webhook_url_env``."""
@@ -17,6 +25,29 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
+class RouteBranch(BaseModel):
+    """One of a route's ``routes``: the notifications whose labels satisfy every one of
+    ``matchers`` (label: value; a value with ``%`` is a LIKE pattern, as in silences) go to
+    the route named ``route`` instead. Labels: the instance's (``rule``, ``severity``,
+    ``event_type``, the rule's ``labels``) and, with a fleet file, ``outbox`` and the
+    outbox's labels (``team: payments``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    matchers: dict[str, str]
+    route: str
+
+    @field_validator("matchers", mode="before")
+    @classmethod
+    def _check_matchers(cls, value: Any) -> Any:
+        return check_label_map("matchers", value, example="{team: payments}")
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _check_route(cls, value: Any) -> Any:
+        return check_route_name(value)
+
+
 class Route(BaseModel):
     """One destination of notifications (``routes.<name>``).
 
@@ -25,7 +56,9 @@ class Route(BaseModel):
     incoming-webhook URL; ``SLACK_WEBHOOK_URL`` when the route names neither).
     ``mention`` (e.g. ``<!subteam^S0123>``) is sent as written, only from here.
     ``repeat_interval`` (seconds, 4 h by default) re-notifies a still-firing alert;
-    ``send_resolved`` sends a message when it resolves.
+    ``send_resolved`` sends a message when it resolves. ``routes``: ``RouteBranch``es,
+    tried in order; the first whose matchers the labels satisfy takes the notification
+    (one level: a branch's route has no ``routes`` of its own).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -35,6 +68,7 @@ class Route(BaseModel):
     mention: str | None = None
     repeat_interval: PositiveDuration = DEFAULT_REPEAT_INTERVAL_SECONDS
     send_resolved: StrictBool = True
+    routes: tuple[RouteBranch, ...] = ()
 
     @field_validator("channel", mode="before")
     @classmethod

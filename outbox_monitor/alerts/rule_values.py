@@ -156,3 +156,53 @@ def looks_like_duration(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def check_route_name(value: Any) -> str:
+    """A rule's or route branch's ``route``: a non-empty name (``rules_file`` checks that it
+    is defined), or a ``PydanticCustomError`` saying what it got."""
+    if not isinstance(value, str) or not value:
+        raise fail("route", f"expected the name of a route, got {quoted(value)}")
+    return value
+
+
+def check_label_map(field: str, value: Any, *, example: str) -> dict[str, str]:
+    """A non-empty mapping of label name → text (a rule's ``outboxes`` selector, a route's
+    ``matchers``), or a ``PydanticCustomError`` naming ``field`` and what is wrong."""
+    if not isinstance(value, dict) or not value:
+        expected = f"expected a mapping of label: value, e.g. {example}"
+        raise fail(field, f"{expected}; got {quoted(value)}")
+    for key, text in value.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise fail(field, f"label name {quoted(key)}: expected letters, digits and _")
+        if not isinstance(text, str) or not text:
+            raise fail(field, f"{key}: expected text, got {quoted(text)}")
+    return dict(value)
+
+
+def check_outbox_selector(value: Any) -> tuple[str, ...] | dict[str, str] | None:
+    """A rule's ``outboxes``: ``None`` (every outbox), a list of outbox names (``[orders,
+    billing]``) or a mapping of labels that must all match (``{team: payments}``).
+
+    Raises:
+        PydanticCustomError: an empty list or mapping, a name that is not an outbox name
+            (lower-case letters, digits, ``-`` and ``_``), a label value that is not text.
+    """
+    if value is None:
+        return None
+    if isinstance(value, list):
+        if not value:
+            raise fail("outboxes", "expected at least one outbox name (or leave outboxes out)")
+        for name in value:
+            if not isinstance(name, str) or not _SLUG.match(name):
+                raise fail(
+                    "outboxes",
+                    f"{quoted(name)} is not an outbox name (lower-case letters, digits, - and _)",
+                )
+        return tuple(dict.fromkeys(value))
+    return check_label_map(
+        "outboxes", value, example="{team: payments}, or a list of names: [orders, billing]"
+    )

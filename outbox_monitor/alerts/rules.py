@@ -38,6 +38,8 @@ from outbox_monitor.alerts.rule_values import (
     Duration,
     PositiveDuration,
     Slug,
+    check_outbox_selector,
+    check_route_name,
     check_template,
     fail,
     looks_like_duration,
@@ -89,6 +91,8 @@ class Rule(_Model):
     least-squares trend of the last ``predict`` seconds of samples extrapolated ``predict``
     seconds ahead (``forecast.py``; issue 15 item 4); scoped to one event type, or ``by``
     event type, from the per-type samples (``forecast.TYPE_SAMPLED`` figures only).
+    ``outboxes``: the outboxes of the fleet the rule applies to (``alerts.outbox_scope``):
+    ``None`` every one, a tuple of names, or a mapping of labels that must all match.
     """
 
     name: Slug
@@ -107,6 +111,12 @@ class Rule(_Model):
     summary: str | None = None
     runbook_url: str | None = None
     route: str
+    outboxes: tuple[str, ...] | dict[str, str] | None = None
+
+    @field_validator("outboxes", mode="before")
+    @classmethod
+    def _check_outboxes(cls, value: Any) -> Any:
+        return check_outbox_selector(value)
 
     @field_validator("for_", "keep_firing_for", mode="before")
     @classmethod
@@ -284,9 +294,7 @@ class Rule(_Model):
     @field_validator("route", mode="before")
     @classmethod
     def _check_route(cls, value: Any) -> Any:
-        if not isinstance(value, str) or not value:
-            raise fail("route", f"expected the name of a route, got {quoted(value)}")
-        return value
+        return check_route_name(value)
 
     # ------------------------------------------------------------------ conveniences
 

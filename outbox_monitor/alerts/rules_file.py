@@ -16,10 +16,11 @@ from pydantic import (
     ValidationError,
 )
 
-from outbox_monitor.alerts.route_model import Route
+from outbox_monitor.alerts.route_model import Route, RouteBranch
 from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
 from outbox_monitor.alerts.rules import Defaults, Rule, RuleSet
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.fleet import Fleet
 from outbox_monitor.shipped import shipped_folder
 from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 
@@ -79,6 +80,8 @@ _MODELS: dict[str, type[BaseModel]] = {"defaults": Defaults, "routes": Route, "r
 
 def _allowed_keys(loc: tuple) -> list[str]:
     model = RuleSet if len(loc) == 1 else _MODELS.get(loc[0], RuleSet)
+    if len(loc) > 4 and loc[0] == "routes" and loc[2] == "routes":
+        model = RouteBranch
     return [field.alias or name for name, field in model.model_fields.items()]
 
 
@@ -116,13 +119,64 @@ def _order(loc: tuple, data: Any) -> tuple:
     return (rank, second)
 
 
-def _reference_problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
-    """Checks across entries, made on the raw data so they show with every other problem:
-    unique rule names, and each rule's route defined under ``routes``."""
+def _branch_problems(routes: Any) -> list[tuple[tuple, str]]:
+    """Each route's ``routes`` (label-matched branches) name a route defined under
+    ``routes``, not the route itself, and one without branches of its own (one level)."""
     problems: list[tuple[tuple, str]] = []
+    if not isinstance(routes, dict):
+        return problems
+    for name, route in routes.items():
+        branches = route.get("routes") if isinstance(route, dict) else None
+        for index, branch in enumerate(branches if isinstance(branches, list) else []):
+            target = branch.get("route") if isinstance(branch, dict) else None
+            if not isinstance(target, str) or not target:
+                continue
+            loc = ("routes", name, "routes", index, "route")
+            if target not in routes:
+                known = ", ".join(routes)
+                problems.append((loc, f'unknown route "{target}" (routes: {known})'))
+            elif target == name:
+                problems.append((loc, f'"{target}" is this route itself; name another route'))
+            elif isinstance(routes[target], dict) and routes[target].get("routes"):
+                problems.append(
+                    (
+                        loc,
+                        f'route "{target}" has routes of its own; a branch leads to a route '
+                        "without routes (one level)",
+                    )
+                )
+    return problems
+
+
+def _outbox_problems(rules: list[Any], fleet: Fleet | None) -> list[tuple[tuple, str]]:
+    """A rule's ``outboxes`` names outboxes of the fleet file, when there is one."""
+    if fleet is None or fleet.path is None:
+        return []
+    problems: list[tuple[tuple, str]] = []
+    for index, rule in enumerate(rules):
+        selector = rule.get("outboxes") if isinstance(rule, dict) else None
+        if not isinstance(selector, list):
+            continue
+        for name in selector:
+            if isinstance(name, str) and name not in fleet.names:
+                problems.append(
+                    (
+                        ("rules", index, "outboxes"),
+                        f'unknown outbox "{name}" ({fleet.path} lists {", ".join(fleet.names)})',
+                    )
+                )
+    return problems
+
+
+def _reference_problems(data: dict[str, Any], fleet: Fleet | None) -> list[tuple[tuple, str]]:
+    """Checks across entries, made on the raw data so they show with every other problem:
+    unique rule names, each rule's route defined under ``routes``, each route branch's
+    route (``_branch_problems``), and the outboxes rules name (``_outbox_problems``)."""
     rules, routes = data.get("rules"), data.get("routes")
+    problems = _branch_problems(routes)
     if not isinstance(rules, list):
         return problems
+    problems.extend(_outbox_problems(rules, fleet))
     first_index: dict[str, int] = {}
     for index, rule in enumerate(rules):
         if not isinstance(rule, dict):
@@ -150,11 +204,15 @@ def _reference_problems(data: dict[str, Any]) -> list[tuple[tuple, str]]:
     return problems
 
 
-def load_rules(path: str | Path) -> RuleSet:
+def load_rules(path: str | Path, fleet: Fleet | None = None) -> RuleSet:
     """Load and validate an alerts.yml (issue 3 §1).
 
     Args:
         path: the rules file.
+        fleet: the outboxes the rules run on: with a fleet file (``fleet.path``) a rule's
+            ``outboxes`` naming an outbox it does not list is a problem; without one
+            (``None``, or a fleet of one from the ``OUTBOX_MONITOR_*`` settings) names are
+            not checked, and a rule naming outboxes applies only to one named ``default``.
 
     Returns:
         A ``RuleSet``: durations in seconds, each rule's ``for_``/``keep_firing_for``
@@ -196,7 +254,7 @@ def load_rules(path: str | Path) -> RuleSet:
             loc = tuple(item["loc"])
             if not any(loc[: len(secret)] == secret for secret in secret_locs):
                 problems.append((loc, _describe(item)))
-    problems.extend(_reference_problems(data))
+    problems.extend(_reference_problems(data, fleet))
     if problems:
         ranked = sorted(enumerate(problems), key=lambda p: (*_order(p[1][0], data), p[0]))
         lines = list(

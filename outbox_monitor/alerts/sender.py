@@ -119,10 +119,13 @@ def deliver_due(
     now = clock()
     by_route: dict[str, list[dict[str, Any]]] = {}
     pending = (
-        db.fetch_all("sender_pending_notifications", {"limit": PENDING_BATCH})
+        db.fetch_all(
+            "sender_pending_notifications", {"outbox": db.alert_outbox, "limit": PENDING_BATCH}
+        )
         if rule is None
         else db.fetch_all(
-            "sender_pending_notifications_of_rule", {"limit": PENDING_BATCH, "rule": rule}
+            "sender_pending_notifications_of_rule",
+            {"outbox": db.alert_outbox, "limit": PENDING_BATCH, "rule": rule},
         )
     )
     for row in pending:
@@ -177,6 +180,7 @@ def _action(
     original = run.db.fetch_one(
         "sender_episode_original",
         {
+            "outbox": run.db.alert_outbox,
             "route": route_name,
             "rule": row["rule"],
             "instance": row["instance"],

@@ -10,6 +10,12 @@ and ``event_type`` (the instance's event type with ``by: [event_type]``, else th
 A matcher value is compared for equality; a value containing ``%`` is a LIKE pattern (as
 the event-type filter of SPEC §2: ``%`` is the only wildcard, ``_`` and ``\\`` are
 literal). Creating and expiring a silence are operator actions: each writes an audit row.
+
+A fleet (issue 16): the outboxes of one database share its silences table. A silence made
+on a fleet file's outbox (``Database.alert_outbox``) gets the matcher ``outbox=<name>``, so
+it covers that outbox only (another outbox's is refused); each outbox lists and ends its
+own (``in_outbox``). A silence without an ``outbox`` matcher covers every outbox of the
+database whose instances match (those of a fleet of one, and older ones).
 """
 
 import re
@@ -28,6 +34,8 @@ DEFAULT_LIST_LIMIT = 200
 MAX_COMMENT_CHARS = 2000
 AUDIT_CREATE = "silence"
 AUDIT_EXPIRE = "expire silence"
+OUTBOX_MATCHER = "outbox"
+"""The label naming a fleet file's outbox (``alerts.outbox_scope.OUTBOX_LABEL``)."""
 
 
 def _refuse(message: str) -> ActionRefused:
@@ -49,6 +57,28 @@ def _validated_matchers(matchers: Mapping[str, str]) -> dict[str, str]:
     return cleaned
 
 
+def _scoped(db: Database, matchers: dict[str, str]) -> dict[str, str]:
+    """``matchers`` with ``outbox=<db.alert_outbox>`` for a fleet file's outbox; another
+    outbox's matcher is refused."""
+    key = db.alert_outbox
+    if not key:
+        return matchers
+    given = matchers.get(OUTBOX_MATCHER, key)
+    if given != key:
+        raise _refuse(
+            f"outbox={given}: a silence made on outbox {key} covers only it; make it on "
+            f"outbox {given!r} (the dashboard's outbox, or --outbox)"
+        )
+    return {**matchers, OUTBOX_MATCHER: key}
+
+
+def in_outbox(db: Database, silence: Mapping[str, Any]) -> bool:
+    """Whether a silence (a row of ``active_silences``/``list_silences``) was made on
+    ``db``'s outbox: its ``outbox`` matcher is ``db.alert_outbox`` (none without a fleet
+    file)."""
+    return (silence.get("matchers") or {}).get(OUTBOX_MATCHER, "") == db.alert_outbox
+
+
 def _db_now(db: Database) -> datetime:
     return db.fetch_one("db_now")["now"]
 
@@ -68,6 +98,7 @@ def create_silence(
         db: the connector.
         matchers: label name → value (``{"rule": "payment-failed", "event_type":
             "payment.captured"}``); all must match. A value with ``%`` is a LIKE pattern.
+            On a fleet file's outbox ``outbox=<name>`` is added (``_scoped``).
         until: aware end time; must be after ``now``.
         comment: why (shown on the Alerts page); required.
         created_by: who (the signed-in identity); must be an operator; its name is
@@ -79,12 +110,13 @@ def create_silence(
 
     Raises:
         AccessDenied: ``created_by`` is not an operator.
-        ActionRefused: no matchers, an empty name or value, ``until`` not in the future
+        ActionRefused: no matchers, an empty name or value, another outbox's matcher,
+            ``until`` not in the future
             or naive, an empty comment. Nothing is written then.
         DatabaseUnavailable and the connector's errors.
     """
     require(created_by, Role.operator, "create silences")
-    cleaned = _validated_matchers(matchers)
+    cleaned = _scoped(db, _validated_matchers(matchers))
     comment = (comment or "").strip()
     if not comment:
         raise _refuse("say why in the comment")
@@ -158,13 +190,14 @@ def active_silences(db: Database, now: datetime) -> list[dict[str, Any]]:
 
 
 def list_silences(db: Database, *, limit: int = DEFAULT_LIST_LIMIT) -> list[dict[str, Any]]:
-    """Every silence, newest first, with ``active`` (in force at the database's now).
+    """Every silence of ``db``'s outbox (``in_outbox``), newest first, with ``active`` (in
+    force at the database's now).
 
     Returns:
         Rows with id, matchers, starts_at, ends_at, comment, created_by, created_at,
         expired_at, active.
     """
-    return db.fetch_all("silences_all", {"limit": limit})
+    return [s for s in db.fetch_all("silences_all", {"limit": limit}) if in_outbox(db, s)]
 
 
 def _value_matches(pattern: str, value: str) -> bool:

@@ -1,11 +1,14 @@
 """Read side of the alert state (Alerts page, CLI): instances, transitions, notifications.
 
-Nothing here writes; the evaluator (``evaluate.py``) and the sender own the tables.
+Nothing here writes; the evaluator (``evaluate.py``) and the sender own the tables. Each
+reads the rows of ``db``'s outbox (``Database.alert_outbox``; issue 16) with their instance
+keys as the rules know them (``outbox_scope.unscoped_instance``).
 """
 
 from typing import Any
 
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
+from outbox_monitor.alerts.outbox_scope import unscoped_instance
 from outbox_monitor.db import Database
 
 DEFAULT_LIMIT = 100
@@ -32,7 +35,7 @@ def list_instances(db: Database) -> list[dict[str, Any]]:
     Raises:
         DatabaseUnavailable, SchemaNotInitialised and the connector's errors.
     """
-    return db.fetch_all("alert_instances_list")
+    return _unscoped(db, db.fetch_all("alert_instances_list", {"outbox": db.alert_outbox}))
 
 
 def list_transitions(db: Database, limit: int = DEFAULT_LIMIT) -> list[dict[str, Any]]:
@@ -42,7 +45,9 @@ def list_transitions(db: Database, limit: int = DEFAULT_LIMIT) -> list[dict[str,
         Rows with id, rule, instance, from_state, to_state, kind (``transition_kind``),
         value, at, detail.
     """
-    rows = db.fetch_all("alert_transitions_recent", {"limit": limit})
+    rows = _unscoped(
+        db, db.fetch_all("alert_transitions_recent", {"outbox": db.alert_outbox, "limit": limit})
+    )
     return [{**row, "kind": transition_kind(row["from_state"], row["to_state"])} for row in rows]
 
 
@@ -57,8 +62,15 @@ def list_notifications(db: Database, limit: int = DEFAULT_LIMIT) -> list[dict[st
         rendering of the row alone (what Slack shows as the notification's fallback),
         or ``None`` when it cannot be rendered.
     """
-    rows = db.fetch_all("notifications_recent", {"limit": limit})
+    rows = _unscoped(
+        db, db.fetch_all("notifications_recent", {"outbox": db.alert_outbox, "limit": limit})
+    )
     return [{**row, "text": _render_text(row)} for row in rows]
+
+
+def _unscoped(db: Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    key = db.alert_outbox
+    return [{**row, "instance": unscoped_instance(key, row["instance"])} for row in rows]
 
 
 def _render_text(row: dict[str, Any]) -> str | None:

@@ -8,6 +8,7 @@ The rules engine (``alerts.rules``, ``alerts.measure``) and YAML are imported wh
 these commands runs, not when ``outbox-monitor --help`` lists them.
 """
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,9 @@ from outbox_monitor.access import local_identity
 from outbox_monitor.cli.support import (
     DSN_OPTION,
     JSON_OPTION,
+    OUTBOX_OPTION,
     TABLE_OPTION,
+    command_outboxes,
     echo,
     emit_json,
     open_checked,
@@ -42,10 +45,16 @@ RULES_HELP = (
 )
 
 
-def _load(rules_path: str | None) -> "RuleSet":
+def _load(rules_path: str | None, *, with_fleet: bool = False) -> "RuleSet":
+    """The rules file; ``with_fleet``: checked against the fleet file (``OUTBOX_MONITOR_OUTBOXES``)
+    when one is set, so a rule naming an outbox it does not list is a problem."""
     from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
+    from outbox_monitor.fleet import FLEET_ENV, load_fleet
 
-    return load_rules(resolve_rules_path(rules_path))
+    fleet = None
+    if with_fleet and os.environ.get(FLEET_ENV):
+        fleet = load_fleet(load_settings())
+    return load_rules(resolve_rules_path(rules_path), fleet)
 
 
 def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> dict[str, Any]:
@@ -67,21 +76,27 @@ def _row(rule: Any, instance: str | None, value: float | None, **extra: Any) -> 
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
 @DSN_OPTION
 @TABLE_OPTION
+@OUTBOX_OPTION
 @JSON_OPTION
 @reports_errors(exit_code=EXIT_ERRORS)
-def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: bool) -> None:
-    """Evaluate every alert rule once against the current figures (no for/keep_firing_for).
+def check(
+    rules_path: str | None, dsn: str | None, table: str | None, outbox: str | None, as_json: bool
+) -> None:
+    """Evaluate every alert rule of the outbox once against the current figures (no
+    for/keep_firing_for): the rules that select it (a rule's `outboxes`).
 
     Exit 0: nothing breached; 1: a rule is breached now; 2: errors (configuration, rules
     file, database, a rule's query)."""
 
     from outbox_monitor.alerts import measure
+    from outbox_monitor.alerts.outbox_scope import selected_rules
 
     ruleset = _load(rules_path)
-    settings = load_settings(dsn=dsn, table=table)
+    [target] = command_outboxes(outbox, dsn, table)
     results: list[dict[str, Any]] = []
-    with open_checked(settings) as db:
-        for rule in ruleset.rules:
+    rules = selected_rules(ruleset, target, target.settings.fleet_outbox)
+    with open_checked(target.settings) as db:
+        for rule in rules:
             try:
                 measurements = measure.measure(db, rule)
             except DatabaseUnavailable:
@@ -100,10 +115,7 @@ def check(rules_path: str | None, dsn: str | None, table: str | None, as_json: b
         emit_json({"rules": results, "breached": breached, "errors": errors, "file": ruleset.path})
     else:
         _print_table(ruleset, results)
-        echo(
-            f"{breached} breached, {errors} error(s) — {len(ruleset.rules)} rule(s) "
-            f"from {ruleset.path}"
-        )
+        echo(f"{breached} breached, {errors} error(s) — {len(rules)} rule(s) from {ruleset.path}")
     sys.exit(EXIT_ERRORS if errors else EXIT_BREACHED if breached else EXIT_OK)
 
 
@@ -135,8 +147,9 @@ def alerts() -> None:
 @click.option("--rules", "rules_path", metavar="FILE", help=RULES_HELP)
 @reports_errors(exit_code=EXIT_ERRORS)
 def validate(rules_path: str | None) -> None:
-    """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0)."""
-    ruleset = _load(rules_path)
+    """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0).
+    With a fleet file (OUTBOX_MONITOR_OUTBOXES), the outboxes rules name must be in it."""
+    ruleset = _load(rules_path, with_fleet=True)
     routes = ", ".join(
         f"{name} ({route.channel or '$' + str(route.webhook_url_env)})"
         for name, route in ruleset.routes.items()

@@ -13,7 +13,12 @@ from datetime import datetime, timedelta
 
 from outbox_monitor.access import Identity
 from outbox_monitor.alerts.rules import Rule, RuleSet
-from outbox_monitor.alerts.silences import active_silences, create_silence, expire_silence
+from outbox_monitor.alerts.silences import (
+    active_silences,
+    create_silence,
+    expire_silence,
+    in_outbox,
+)
 from outbox_monitor.db import Database
 from outbox_monitor.figures import FIGURES
 from outbox_monitor.flow.model import matches
@@ -101,7 +106,8 @@ def silence_for_pause(
 def end_pause_silences(
     db: Database, event_type_filter: str, *, now: datetime, actor: Identity
 ) -> list[int]:
-    """Expire the silences a pause of the filter created that are still in force.
+    """Expire the silences a pause of the filter created on ``db``'s outbox that are still in
+    force (``silences.in_outbox``: not another outbox's of the database).
 
     Returns:
         The expired silences' ids.
@@ -109,5 +115,9 @@ def end_pause_silences(
     Raises:
         AccessDenied: ``actor`` is not an operator; the connector's errors.
     """
-    mine = [s for s in active_silences(db, now) if s["comment"] == marker(event_type_filter)]
+    mine = [
+        s
+        for s in active_silences(db, now)
+        if s["comment"] == marker(event_type_filter) and in_outbox(db, s)
+    ]
     return [s["id"] for s in mine if expire_silence(db, s["id"], actor, now=now)]

@@ -1354,7 +1354,7 @@ LIMIT %(limit)s;
 -- Alert transitions that page people (to firing or error, and their resolve: back to inactive from firing or error), newest first (index alert_transitions_at_idx).
 SELECT id, rule, instance, from_state, to_state, value, at, detail
 FROM outbox_monitor.alert_transitions
-WHERE at >= %(since)s AND at <= %(until)s
+WHERE at >= %(since)s AND at <= %(until)s AND outbox = %(outbox)s
   AND (to_state IN ('firing', 'error') OR (to_state = 'inactive' AND from_state IN ('firing', 'error')))
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
@@ -1667,9 +1667,9 @@ ON CONFLICT (table_name, sampled_at) DO NOTHING;
 -- ===================================================================== alerts: evaluator
 
 -- name: alert_instance_ensure
--- Create a rule instance's state row (inactive) if it does not exist yet.
-INSERT INTO outbox_monitor.alert_instances (rule, instance, labels)
-VALUES (%(rule)s, %(instance)s, %(labels)s)
+-- Create a rule instance's state row (inactive) of an outbox if it does not exist yet.
+INSERT INTO outbox_monitor.alert_instances (outbox, rule, instance, labels)
+VALUES (%(outbox)s, %(rule)s, %(instance)s, %(labels)s)
 ON CONFLICT (rule, instance) DO NOTHING;
 
 -- name: alert_instance_lock
@@ -1677,7 +1677,7 @@ ON CONFLICT (rule, instance) DO NOTHING;
 SELECT rule, instance, labels, state, value, threshold, pending_since, firing_since,
        cleared_since, last_evaluated_at, last_notified_at, firing_seq, error
 FROM outbox_monitor.alert_instances
-WHERE rule = %(rule)s AND instance = %(instance)s
+WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s
 FOR UPDATE;
 
 -- name: alert_instance_update
@@ -1687,30 +1687,34 @@ SET labels = %(labels)s, state = %(state)s, value = %(value)s, threshold = %(thr
     pending_since = %(pending_since)s, firing_since = %(firing_since)s,
     cleared_since = %(cleared_since)s, last_evaluated_at = %(last_evaluated_at)s,
     last_notified_at = %(last_notified_at)s, firing_seq = %(firing_seq)s, error = %(error)s
-WHERE rule = %(rule)s AND instance = %(instance)s;
+WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s;
 
 -- name: alert_instances_of_rule
 -- The instances a rule has state for (to find those its measurement no longer reports).
-SELECT instance, state FROM outbox_monitor.alert_instances WHERE rule = %(rule)s ORDER BY instance;
+SELECT instance, state FROM outbox_monitor.alert_instances
+WHERE outbox = %(outbox)s AND rule = %(rule)s
+ORDER BY instance;
 
 -- name: alert_instances_of_removed_rules
 -- Instances not inactive whose rule is no longer in the rule file.
 SELECT rule, instance FROM outbox_monitor.alert_instances
-WHERE state <> 'inactive' AND NOT (rule = ANY(%(rules)s))
+WHERE outbox = %(outbox)s AND state <> 'inactive' AND NOT (rule = ANY(%(rules)s))
 ORDER BY rule, instance;
 
 -- name: alert_transition_insert
 -- Record one state transition of a rule instance.
-INSERT INTO outbox_monitor.alert_transitions (rule, instance, from_state, to_state, value, at, detail)
-VALUES (%(rule)s, %(instance)s, %(from_state)s, %(to_state)s, %(value)s, %(at)s, %(detail)s);
+INSERT INTO outbox_monitor.alert_transitions
+    (outbox, rule, instance, from_state, to_state, value, at, detail)
+VALUES (%(outbox)s, %(rule)s, %(instance)s, %(from_state)s, %(to_state)s, %(value)s, %(at)s,
+        %(detail)s);
 
 -- name: notification_insert
--- Queue one notification (same transaction as its transition); a known dedupe_key is skipped.
+-- Queue one notification of an outbox (same transaction as its transition); a known dedupe_key is skipped.
 INSERT INTO outbox_monitor.notifications
-    (dedupe_key, rule, instance, kind, route, evaluation_id, payload, silenced, status,
+    (outbox, dedupe_key, rule, instance, kind, route, evaluation_id, payload, silenced, status,
      available_at, created_at)
-VALUES (%(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s, %(evaluation_id)s,
-        %(payload)s, %(silenced)s, %(status)s, %(now)s, %(now)s)
+VALUES (%(outbox)s, %(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s,
+        %(evaluation_id)s, %(payload)s, %(silenced)s, %(status)s, %(now)s, %(now)s)
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
 
@@ -1718,21 +1722,21 @@ RETURNING id;
 -- How many repeat notifications one firing episode has had (its dedupe keys share a prefix).
 SELECT count(*)::int AS repeats
 FROM outbox_monitor.notifications
-WHERE rule = %(rule)s AND instance = %(instance)s AND kind = 'repeat'
+WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s AND kind = 'repeat'
   AND starts_with(dedupe_key, %(prefix)s);
 
 -- name: notification_by_key
 -- One notification by its dedupe key (route and payload of an episode's first message).
 SELECT id, route, payload, status, slack_channel, slack_ts
-FROM outbox_monitor.notifications WHERE dedupe_key = %(dedupe_key)s;
+FROM outbox_monitor.notifications WHERE outbox = %(outbox)s AND dedupe_key = %(dedupe_key)s;
 
 -- name: notification_record_sent
 -- Store a notification that was posted outside the outbox (database outage), as sent.
 INSERT INTO outbox_monitor.notifications
-    (dedupe_key, rule, instance, kind, route, payload, status, attempts, available_at,
+    (outbox, dedupe_key, rule, instance, kind, route, payload, status, attempts, available_at,
      created_at, sent_at, slack_channel, slack_ts)
-VALUES (%(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s, %(payload)s, 'sent',
-        %(attempts)s, %(created_at)s, %(created_at)s, %(sent_at)s, %(slack_channel)s,
+VALUES (%(outbox)s, %(dedupe_key)s, %(rule)s, %(instance)s, %(kind)s, %(route)s, %(payload)s,
+        'sent', %(attempts)s, %(created_at)s, %(created_at)s, %(sent_at)s, %(slack_channel)s,
         %(slack_ts)s)
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id;
@@ -1745,31 +1749,34 @@ SELECT outbox_monitor.record_test_notification(
     p_slack_channel => %(slack_channel)s, p_slack_ts => %(slack_ts)s) AS id;
 
 -- name: alert_instances_list
--- Every rule instance with its state, value and the time of its last transition (Alerts page).
+-- Every rule instance of an outbox with its state, value and the time of its last transition (Alerts page).
 SELECT i.rule, i.instance, i.labels, i.state, i.value, i.threshold, i.pending_since,
        i.firing_since, i.cleared_since, i.last_evaluated_at, i.last_notified_at, i.firing_seq,
        i.error, t.at AS changed_at
 FROM outbox_monitor.alert_instances AS i
 LEFT JOIN LATERAL (
     SELECT at FROM outbox_monitor.alert_transitions AS t
-    WHERE t.rule = i.rule AND t.instance = i.instance
+    WHERE t.outbox = i.outbox AND t.rule = i.rule AND t.instance = i.instance
     ORDER BY t.id DESC LIMIT 1
 ) AS t ON true
+WHERE i.outbox = %(outbox)s
 ORDER BY i.rule, i.instance;
 
 -- name: alert_transitions_recent
--- The newest transitions first.
+-- The newest transitions of an outbox first.
 SELECT id, rule, instance, from_state, to_state, value, at, detail
 FROM outbox_monitor.alert_transitions
+WHERE outbox = %(outbox)s
 ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: notifications_recent
--- The newest notifications first, with their delivery outcome.
+-- The newest notifications of an outbox first (test messages of every outbox: they have none), with their delivery outcome.
 SELECT id, dedupe_key, rule, instance, kind, route, evaluation_id, payload, silenced, status,
        attempts, available_at, last_error, last_status, created_at, sent_at, slack_channel,
        slack_ts
 FROM outbox_monitor.notifications
+WHERE outbox = %(outbox)s OR kind = 'test'
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -1901,10 +1908,12 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- A scheduler alert's notifications (alerting-stalled, replica-lag: one per route and episode) whose resolve is not queued yet.
 SELECT e.id, e.dedupe_key, e.route, e.payload
 FROM outbox_monitor.notifications AS e
-WHERE e.rule = %(rule)s AND e.instance = %(instance)s AND e.kind = 'error'
+WHERE e.outbox = %(outbox)s AND e.rule = %(rule)s AND e.instance = %(instance)s
+  AND e.kind = 'error'
   AND NOT EXISTS (
       SELECT 1 FROM outbox_monitor.notifications AS r
-      WHERE r.dedupe_key = left(e.dedupe_key, -length('error')) || 'resolved')
+      WHERE r.outbox = e.outbox
+        AND r.dedupe_key = left(e.dedupe_key, -length('error')) || 'resolved')
 ORDER BY e.id;
 
 
@@ -1931,15 +1940,16 @@ LIMIT %(limit)s;
 -- ===================================================================== alerts: sender
 
 -- name: sender_pending_notifications
--- Pending, unsilenced notifications in id order; the sender groups them per route.
+-- Pending, unsilenced notifications of an outbox in id order; the sender groups them per route.
 -- With the instance's state now (instance_state, instance_cleared_since, instance_firing_seq): a
 -- firing line sent late says that keep_firing_for holds it open.
 SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.route, n.evaluation_id, n.payload,
        n.attempts, n.available_at, n.created_at, i.state AS instance_state,
        i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
 FROM outbox_monitor.notifications n
-LEFT JOIN outbox_monitor.alert_instances i ON i.rule = n.rule AND i.instance = n.instance
-WHERE n.status = 'pending' AND NOT n.silenced
+LEFT JOIN outbox_monitor.alert_instances i
+       ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
+WHERE n.status = 'pending' AND NOT n.silenced AND n.outbox = %(outbox)s
 ORDER BY n.id
 LIMIT %(limit)s;
 
@@ -1950,8 +1960,9 @@ SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.route, n.evaluation_id,
        n.attempts, n.available_at, n.created_at, i.state AS instance_state,
        i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
 FROM outbox_monitor.notifications n
-LEFT JOIN outbox_monitor.alert_instances i ON i.rule = n.rule AND i.instance = n.instance
-WHERE n.status = 'pending' AND NOT n.silenced AND n.rule = %(rule)s
+LEFT JOIN outbox_monitor.alert_instances i
+       ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
+WHERE n.status = 'pending' AND NOT n.silenced AND n.outbox = %(outbox)s AND n.rule = %(rule)s
 ORDER BY n.id
 LIMIT %(limit)s;
 
@@ -1994,7 +2005,7 @@ WHERE id = ANY(%(ids)s) AND status = 'pending';
 -- The posted message (bot: channel, ts) of a firing episode on a route: its first sent row.
 SELECT id, slack_channel, slack_ts
 FROM outbox_monitor.notifications
-WHERE route = %(route)s AND rule = %(rule)s AND instance = %(instance)s
+WHERE outbox = %(outbox)s AND route = %(route)s AND rule = %(rule)s AND instance = %(instance)s
   AND kind IN ('firing', 'error') AND status = 'sent' AND slack_ts IS NOT NULL
   AND id < %(id)s AND starts_with(dedupe_key, %(episode)s)
 ORDER BY id
@@ -2006,7 +2017,8 @@ LIMIT 1;
 SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.payload, i.state AS instance_state,
        i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
 FROM outbox_monitor.notifications n
-LEFT JOIN outbox_monitor.alert_instances i ON i.rule = n.rule AND i.instance = n.instance
+LEFT JOIN outbox_monitor.alert_instances i
+       ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
 WHERE n.slack_channel = %(channel)s AND n.slack_ts = %(ts)s AND n.status = 'sent'
 ORDER BY n.id;
 
@@ -2293,13 +2305,15 @@ WITH gone AS (
                  WHERE n.created_at < now() - make_interval(secs => %(retention)s)
                    AND n.status <> 'pending'
                    AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
-                                   WHERE i.rule = n.rule AND i.instance = n.instance
-                                     AND i.state <> 'inactive')
+                                   WHERE i.outbox = n.outbox AND i.rule = n.rule
+                                     AND i.instance = n.instance AND i.state <> 'inactive')
                    AND NOT (n.kind = 'error'
                             AND NOT EXISTS (SELECT FROM outbox_monitor.alert_instances i
-                                            WHERE i.rule = n.rule AND i.instance = n.instance)
+                                            WHERE i.outbox = n.outbox AND i.rule = n.rule
+                                              AND i.instance = n.instance)
                             AND NOT EXISTS (SELECT FROM outbox_monitor.notifications r
-                                            WHERE r.dedupe_key = left(n.dedupe_key, -length('error'))
+                                            WHERE r.outbox = n.outbox
+                                              AND r.dedupe_key = left(n.dedupe_key, -length('error'))
                                                                  || 'resolved'))
                  ORDER BY n.created_at
                  LIMIT %(batch)s))

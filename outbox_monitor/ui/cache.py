@@ -19,5 +19,6 @@ cached = st.cache_data(ttl=CACHE_TTL_SECONDS, show_spinner=False)
 
 
 def db_key(db: Database) -> str:
-    """The cache key of a database: its settings."""
-    return db.settings.model_dump_json()
+    """The cache key of a database: its settings, and the fleet outbox they are of (not a
+    field of theirs: ``Settings.fleet_outbox`` keys the alert state read through them)."""
+    return f"{db.alert_outbox}|{db.settings.model_dump_json()}"

@@ -185,6 +185,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "014_event_type_samples",
         "015_timeline_indexes",
         "016_own_retention",
+        "017_alert_state_per_outbox",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

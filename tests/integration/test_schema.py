@@ -44,6 +44,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "014_event_type_samples",
             "015_timeline_indexes",
             "016_own_retention",
+            "017_alert_state_per_outbox",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

@@ -539,7 +539,7 @@ def test_every_problem_is_reported_at_once_in_file_order(tmp_path):
         "(e.g. window: 15m)",
         f'{path}: rules[1] "payment-failed": treshold: unknown key; did you mean "threshold"? '
         "(allowed: name, metric, window, attempts, event_type, by, op, threshold, predict, for, "
-        "keep_firing_for, severity, labels, summary, runbook_url, route)",
+        "keep_firing_for, severity, labels, summary, runbook_url, route, outboxes)",
         f'{path}: rules[2] "backlog": name: duplicate rule name "backlog" (also rules[0]); '
         "rule names must be unique",
     ]
