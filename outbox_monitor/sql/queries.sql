@@ -1757,6 +1757,12 @@ LEFT JOIN LATERAL (
 ) AS t ON true
 ORDER BY i.rule, i.instance;
 
+-- name: alert_instances_firing_count
+-- Rule instances firing now, and those in error (the fleet page's row of an outbox).
+SELECT count(*) FILTER (WHERE state = 'firing')::int AS firing,
+       count(*) FILTER (WHERE state = 'error')::int AS errors
+FROM outbox_monitor.alert_instances;
+
 -- name: alert_transitions_recent
 -- The newest transitions first.
 SELECT id, rule, instance, from_state, to_state, value, at, detail

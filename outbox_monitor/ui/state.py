@@ -22,7 +22,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.fleet import Fleet, load_fleet
 from outbox_monitor.schema import check_outbox_table
-from outbox_monitor.ui import deep_link, format, inputs
+from outbox_monitor.ui import access, deep_link, format, inputs
 
 OUTBOX_PARAM = "outbox"
 EVENT_TYPE_PARAM = "event_type"
@@ -90,14 +90,26 @@ def _fleet_of(environment: tuple[tuple[str, str], ...]) -> Fleet:
     return load_fleet(settings())
 
 
-def outbox_settings() -> Settings:
+def outbox_settings(*, linked: bool = False) -> Settings:
     """The settings of the outbox chosen in the sidebar (``?outbox=NAME``; the fleet's first
-    when none or an unknown one is chosen — the sidebar says so), or of the only one."""
+    when none or an unknown one is chosen — the sidebar says so), or of the only one.
+
+    Args:
+        linked: the URL's outbox first, when it names one (before the sidebar is drawn: a
+            link just followed has not set the sidebar's choice yet).
+    """
     outboxes = fleet()
-    chosen = st.session_state.get(OUTBOX_PARAM)
-    if chosen in outboxes.names:
-        return outboxes.get(chosen).settings
+    choices = [st.session_state.get(OUTBOX_PARAM)]
+    if linked:
+        choices.insert(0, st.query_params.get(OUTBOX_PARAM))
+    for chosen in choices:
+        if chosen in outboxes.names:
+            return outboxes.get(chosen).settings
     return outboxes.outboxes[0].settings
+
+
+def _name_of(current: Settings) -> str:
+    return next((o.name for o in fleet().outboxes if o.settings == current), current.table)
 
 
 def _close(db: Database) -> None:
@@ -331,7 +343,9 @@ def ensure_dashboard_run() -> None:
 def context() -> PageContext:
     """Settings, Databases, filters and identity for the page being rendered; every page
     calls it first (it makes sure the page runs through dashboard.py, see
-    ``ensure_dashboard_run``, where the identity was found).
+    ``ensure_dashboard_run``, where the identity was found). The identity's role is its
+    role on the chosen outbox (``ui.access.for_outbox``: a fleet file may map roles per
+    outbox), which every action function checks again; without one the page stops.
 
     An event-type filter that Postgres cannot hold stops the page with the reason (the
     sidebar shows it under the input too): no figure, list or action runs on it.
@@ -349,10 +363,21 @@ def context() -> PageContext:
             icon=":material/filter_alt_off:",
         )
         st.stop()
-    return PageContext(current, database(current), actions_database(current), chosen, _run.identity)
+    identity = access.for_outbox(_run.identity, current)
+    if identity is None:
+        st.error(
+            f"{format.md_code(_run.identity.name)} has no role on the outbox "
+            f"{format.md_code(_name_of(current))}: choose another outbox in the sidebar, or ask "
+            "an admin to add you to its access in the fleet file.",
+            icon=":material/lock:",
+        )
+        st.stop()
+    return PageContext(current, database(current), actions_database(current), chosen, identity)
 
 
-def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
+def open_overview(
+    overview: st.Page, pages: Sequence[st.Page], *, fleet: st.Page | None = None
+) -> None:
     """Switch the dashboard's root ``/`` to the Overview's own URL ``/overview``, its query
     kept (``/?window=1h`` → ``/overview?window=1h``): the root is only the default page
     Streamlit needs, the Overview has an address of its own (issue 15 item 8). Right after
@@ -362,6 +387,8 @@ def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
     Args:
         overview: the Overview's ``st.Page``.
         pages: the pages this identity may open.
+        fleet: the Fleet page of a fleet of several outboxes: the landing page then, unless
+            the URL names an outbox (``/?outbox=billing`` opens billing's Overview).
 
     Raises:
         Streamlit's rerun signal (``st.switch_page``): nothing after the call runs.
@@ -370,4 +397,5 @@ def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
     if linked is not None:
         st.switch_page(linked[0], query_params=linked[1])
     query = {key: st.query_params.get_all(key) for key in st.query_params}
-    st.switch_page(overview, query_params=query)
+    landing = fleet if fleet is not None and OUTBOX_PARAM not in query else overview
+    st.switch_page(landing, query_params=query)

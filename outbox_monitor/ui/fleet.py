@@ -1,0 +1,99 @@
+"""The Fleet page's reads and table (issue 16 item 2): every outbox's row from
+``fleet_figures.measure_fleet``, cached like the other loaders, on pools kept for the
+process (``FleetConnections``: a few connections per database, none kept once idle)."""
+
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from outbox_monitor.fleet import Fleet
+from outbox_monitor.fleet_figures import FleetConnections, OutboxRow, measure_fleet
+from outbox_monitor.ui import format
+from outbox_monitor.ui.cache import cached
+from outbox_monitor.ui.state import OUTBOX_PARAM, WINDOW_PARAM
+
+STATUS_TEXT = {
+    "ok": ":green[ok]",
+    "firing": ":red[firing]",
+    "error": ":orange[error]",
+    "unreachable": ":red[unreachable]",
+}
+"""Each ``OutboxRow.status`` as the table shows it."""
+
+
+def _close(connections: FleetConnections) -> None:
+    connections.close()
+
+
+@st.cache_resource(show_spinner=False, on_release=_close)
+def _connections() -> FleetConnections:
+    return FleetConnections()
+
+
+@cached
+def _rows(key: str, _fleet: Fleet, window: float) -> list[OutboxRow]:
+    return measure_fleet(_fleet, _connections(), window=window)
+
+
+def rows(fleet: Fleet, *, window: float) -> list[OutboxRow]:
+    """``fleet_figures.measure_fleet`` of ``fleet`` over ``window`` seconds, cached for
+    ``cache.CACHE_TTL_SECONDS`` (keyed by every outbox's name and settings)."""
+    key = "\n".join(f"{o.name} {o.settings.model_dump_json()}" for o in fleet.outboxes)
+    return _rows(key, fleet, window)
+
+
+def overview_link(name: str, window_label: str) -> str:
+    """The relative link of an outbox's Overview, with the window: ``overview?outbox=billing&
+    window=1h`` (what a Slack link carries, so it opens the same way)."""
+    return "overview?" + urlencode({OUTBOX_PARAM: name, WINDOW_PARAM: window_label})
+
+
+def _cell(value: str) -> str:
+    return value if value else format.NO_VALUE
+
+
+def table(found: list[OutboxRow], window_label: str) -> str:
+    """The rows as one markdown table: each outbox's name links into its Overview; its
+    status, queue depth, oldest pending age, P95 latency and dead letters of the window,
+    firing alerts, and whether its database answered (with why not)."""
+    lines = [
+        f"| Outbox | Status | Queue depth | Oldest pending | P95 latency ({window_label}) "
+        f"| Failed ({window_label}) | Firing alerts | Database | Labels |",
+        "|---|---|--:|--:|--:|--:|--:|---|---|",
+    ]
+    for row in found:
+        firing = format.count(row.firing_alerts)
+        if row.firing_alerts is not None and row.alert_errors:
+            firing += f" (+{row.alert_errors} in error)"
+        if row.firing_alerts is not None and row.shared_alert_state:
+            firing += " ¹"
+        reached = "reachable" if row.reachable else "unreachable"
+        if row.problem:
+            reached += f": {format.md_text(row.problem)}"
+        labels = ", ".join(
+            f"{format.md_text(k)}={format.md_text(v)}" for k, v in row.labels.items()
+        )
+        measured = row.status in ("ok", "firing")
+        cells = [
+            f"[{row.name}]({overview_link(row.name, window_label)})",
+            STATUS_TEXT[row.status],
+            format.count(row.queue_depth) if measured else "",
+            format.duration(row.oldest_pending_age) if measured else "",
+            format.duration(row.latency_p95) if measured else "",
+            format.count(row.failed_in_window) if measured else "",
+            firing if measured else "",
+            reached,
+            labels,
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def notes(found: list[OutboxRow]) -> list[str]:
+    """The footnotes the table needs (``¹``: alert state shared by a database's outboxes)."""
+    if any(row.shared_alert_state and row.firing_alerts is not None for row in found):
+        return [
+            "¹ Alert state is kept per database: these outboxes share a database, and their "
+            "firing alerts are those of every outbox in it."
+        ]
+    return []
