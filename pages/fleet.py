@@ -21,7 +21,7 @@ def live_fleet() -> None:
         f"refreshes every {format.duration_label(f.refresh)} · whatever the event-type filter"
         + (f" · {down} unreachable" if down else "")
     )
-    st.markdown(fleet.table(found, f.window_label))
+    st.markdown(fleet.table(found, f.window_label), unsafe_allow_html=True)
     for note in fleet.notes(found):
         st.caption(note)
 

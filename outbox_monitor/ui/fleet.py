@@ -2,6 +2,7 @@
 ``fleet_figures.measure_fleet``, cached like the other loaders, on pools kept for the
 process (``FleetConnections``: a few connections per database, none kept once idle)."""
 
+import html
 from urllib.parse import urlencode
 
 import streamlit as st
@@ -53,7 +54,9 @@ def _cell(value: str) -> str:
 
 
 def table(found: list[OutboxRow], window_label: str) -> str:
-    """The rows as one markdown table: each outbox's name links into its Overview; its
+    """The rows as one markdown table (drawn with ``unsafe_allow_html``: every value but the
+    outbox's name and link is escaped by ``format.md_text``, ``<`` included): each outbox's
+    name links into its Overview in the same tab; its
     status, queue depth, oldest pending age, P95 latency and dead letters of the window,
     firing alerts, and whether its database answered (with why not)."""
     lines = [
@@ -75,7 +78,9 @@ def table(found: list[OutboxRow], window_label: str) -> str:
         )
         measured = row.status in ("ok", "firing")
         cells = [
-            f"[{row.name}]({overview_link(row.name, window_label)})",
+            # same tab (a markdown link would open a new one); the name is [a-z0-9_-] only
+            f'<a href="{html.escape(overview_link(row.name, window_label))}" '
+            f'target="_self">{row.name}</a>',
             STATUS_TEXT[row.status],
             format.count(row.queue_depth) if measured else "",
             format.duration(row.oldest_pending_age) if measured else "",

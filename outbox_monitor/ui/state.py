@@ -233,9 +233,14 @@ def sidebar(
     ]
     with st.sidebar:
         if len(names) > 1:
+            # no default: a bound widget leaves its default out of the URL, and the outbox is
+            # in every URL (a copied link opens the same one, whatever the file's order)
+            if st.session_state.get(OUTBOX_PARAM) not in names:
+                st.session_state[OUTBOX_PARAM] = names[0]
             st.selectbox(
                 "Outbox",
                 names,
+                index=None,
                 key=OUTBOX_PARAM,
                 bind="query-params",
                 help="The outbox every page shows and acts on (the fleet file's "
