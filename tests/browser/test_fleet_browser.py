@@ -37,7 +37,7 @@ def navigation(page: Page) -> list[str]:
 
 
 def test_fleet_page_links_into_each_outbox_with_its_role(
-    page: Page, dsn, make_dsn, rows, tmp_path, monkeypatch, screenshot
+    page: Page, dsn, make_dsn, rows, tmp_path, monkeypatch, screenshot, choose
 ):
     billing = make_dsn()
     seed_fleet(dsn, billing, rows)
@@ -72,3 +72,8 @@ def test_fleet_page_links_into_each_outbox_with_its_role(
         ).click()
         expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
         expect(page).to_have_url(re.compile(r"/dead_letters\?.*outbox=orders"))
+
+        choose("Outbox", "billing", within=page.locator('[data-testid="stSidebar"]'))
+        expect(page).to_have_url(re.compile(r"/dead_letters\?.*outbox=billing"))
+        expect(page.get_by_text(f"Signed in as {OPS} · viewer")).to_be_visible()
+        assert "Actions" not in navigation(page)
