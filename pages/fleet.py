@@ -1,7 +1,7 @@
-"""Fleet: one row per outbox of the fleet file — status, headline figures, firing alerts,
-whether its database answered — each linking into that outbox's Overview; refreshed live.
-Layout only: ``ui.fleet`` reads (every outbox at once, each under short timeouts) and
-renders."""
+"""Fleet: one row per outbox of the fleet file that the person has a role on — status,
+headline figures, firing alerts, whether its database answered — each linking into that
+outbox's Overview; refreshed live. Layout only: ``ui.fleet`` reads (every outbox at once,
+each under short timeouts) and renders."""
 
 import streamlit as st
 
@@ -13,7 +13,7 @@ ctx = state.context()
 @st.fragment(run_every=ctx.filters.refresh)
 def live_fleet() -> None:
     f = state.filters()
-    outboxes = state.fleet()
+    outboxes = fleet.visible(state.fleet(), ctx.identity)
     found = fleet.rows(outboxes, window=f.window)
     down = sum(1 for row in found if not row.reachable)
     st.caption(

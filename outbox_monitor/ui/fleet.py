@@ -3,13 +3,15 @@
 process (``FleetConnections``: a few connections per database, none kept once idle)."""
 
 import html
+from dataclasses import replace
 from urllib.parse import urlencode
 
 import streamlit as st
 
+from outbox_monitor.access import Identity
 from outbox_monitor.fleet import Fleet
 from outbox_monitor.fleet_figures import FleetConnections, OutboxRow, measure_fleet
-from outbox_monitor.ui import format
+from outbox_monitor.ui import access, format
 from outbox_monitor.ui.cache import cached
 from outbox_monitor.ui.state import OUTBOX_PARAM, WINDOW_PARAM
 
@@ -41,6 +43,15 @@ def rows(fleet: Fleet, *, window: float) -> list[OutboxRow]:
     ``cache.CACHE_TTL_SECONDS`` (keyed by every outbox's name and settings)."""
     key = "\n".join(f"{o.name} {o.settings.model_dump_json()}" for o in fleet.outboxes)
     return _rows(key, fleet, window)
+
+
+def visible(fleet: Fleet, identity: Identity) -> Fleet:
+    """The outboxes of ``fleet`` on which ``identity`` has a role (``access.for_outbox``: a
+    fleet file may map roles per outbox); the page neither measures nor shows the others."""
+    return replace(
+        fleet,
+        outboxes=tuple(o for o in fleet.outboxes if access.for_outbox(identity, o.settings)),
+    )
 
 
 def overview_link(name: str, window_label: str) -> str:

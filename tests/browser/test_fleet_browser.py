@@ -18,10 +18,11 @@ pytestmark = pytest.mark.browser
 OPS = "ops@example.com"
 FILE = """
 version: 1
-outboxes:  # ops is an operator of orders (its own mapping), a viewer of billing and shipping
+outboxes:  # ops: operator of orders (its own mapping), viewer of billing and shipping
   - {name: orders, dsn_env: ORDERS_DSN, access: {operators: [ops@example.com]}}
   - {name: shipping, dsn_env: ORDERS_DSN, table: shipping.outbox}
   - {name: billing, dsn_env: BILLING_DSN, access: {viewers: ["@example.com"]}}
+  - {name: secret, dsn_env: BILLING_DSN, access: {admins: [boss@example.com]}}  # not for ops
 """
 
 
@@ -48,7 +49,7 @@ def test_fleet_page_links_into_each_outbox_with_its_role(
         page.goto(url)  # the root of a fleet: its Fleet page
         expect(page.get_by_role("heading", name="Fleet")).to_be_visible()
         table = page.locator("table").filter(has_text="Queue depth")
-        expect(table.locator("tbody tr")).to_have_count(3)
+        expect(table.locator("tbody tr")).to_have_count(3)  # no row of secret
         billing_row = table.locator("tbody tr").filter(has_text="billing")
         expect(billing_row).to_contain_text("firing")
         expect(billing_row.locator("td").nth(2)).to_have_text("1")
