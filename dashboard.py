@@ -83,9 +83,8 @@ if not several:
     PAGES[Role.viewer].remove(FLEET)
 # the role on the outbox of the URL (a fleet file may map roles per outbox); every page's
 # context checks it again for the outbox it reads (state.context)
-identity = access.identity(
-    state.outbox_settings(linked=True), [p.url_path for pages in PAGES.values() for p in pages]
-)
+linked = state.outbox_settings(linked=True)
+identity = access.identity(linked, [p.url_path for pages in PAGES.values() for p in pages])
 allowed = access.pages_for(identity, PAGES)
 page = st.navigation(allowed)
 if page.url_path == "":
@@ -115,5 +114,5 @@ with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
             max_lag=settings.max_replica_lag,
             refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
         )
-    with state.dashboard_run(identity):
+    with state.dashboard_run(identity, linked):
         page.run()

@@ -108,6 +108,10 @@ def outbox_settings(*, linked: bool = False) -> Settings:
     return outboxes.outboxes[0].settings
 
 
+def _role_mapping(current: Settings) -> tuple:
+    return current.admins, current.operators, current.viewers
+
+
 def _name_of(current: Settings) -> str:
     return next((o.name for o in fleet().outboxes if o.settings == current), current.table)
 
@@ -314,11 +318,13 @@ def _sentence(error: ValueError) -> str:
 
 
 @contextmanager
-def dashboard_run(identity: Identity) -> Iterator[None]:
+def dashboard_run(identity: Identity, mapped_by: Settings | None = None) -> Iterator[None]:
     """Mark the block (``page.run()`` in dashboard.py) as a page run through dashboard.py,
-    by ``identity`` (found by ``ui.access.identity``)."""
+    by ``identity`` (found by ``ui.access.identity`` with the role mapping of ``mapped_by``,
+    default the process's settings)."""
     _run.active = True
     _run.identity = identity
+    _run.mapping = _role_mapping(mapped_by or settings())
     try:
         yield
     finally:
@@ -368,7 +374,9 @@ def context() -> PageContext:
             icon=":material/filter_alt_off:",
         )
         st.stop()
-    identity = access.for_outbox(_run.identity, current)
+    identity = _run.identity
+    if _role_mapping(current) != _run.mapping:  # the outbox maps roles of its own
+        identity = access.for_outbox(identity, current)
     if identity is None:
         st.error(
             f"{format.md_code(_run.identity.name)} has no role on the outbox "
