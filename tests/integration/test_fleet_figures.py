@@ -58,14 +58,16 @@ def test_an_unreachable_database_is_only_its_own_row_and_said_at_once(
     found = measure_fleet(fleet, connections, window=3600)
     elapsed = time.monotonic() - started
 
-    assert elapsed < 2.0  # a refused connection is said at once, not after a pool's wait
+    # a refused connection is said at once, not after a pool's wait (6 s) nor the deadline
+    assert elapsed < 3.0
     lost = found[-1]
     assert (lost.name, lost.status, lost.reachable) == ("lost", "unreachable", False)
     assert "127.0.0.1" in lost.problem and "refused" in lost.problem.lower()
     assert lost.queue_depth is None
     assert {row.name: figures(row) for row in found[:-1]} == EXPECTED
+    started = time.monotonic()
     again = measure_fleet(fleet, connections, window=3600)  # still said at once
-    assert again[-1].status == "unreachable" and time.monotonic() - started < 4.0
+    assert again[-1].status == "unreachable" and time.monotonic() - started < 3.0
 
 
 def test_a_missing_table_is_an_error_of_its_row(dsn, make_dsn, tmp_path, monkeypatch, connections):
