@@ -27,15 +27,19 @@ static_assets.recover_failed_stylesheets()  # a stylesheet lost under load is fe
 OVERVIEW = st.Page(
     "pages/overview.py", title="Overview", url_path="overview", icon=":material/monitoring:"
 )
+# every outbox of a fleet file in one table, each row linking into its Overview; the landing
+# page of a fleet of several (a fleet of one has no such page)
+FLEET = st.Page("pages/fleet.py", title="Fleet", url_path="fleet", icon=":material/hub:")
 PAGES = {
     Role.viewer: [
         st.Page(
-            lambda: state.open_overview(OVERVIEW, allowed),
+            lambda: state.open_overview(OVERVIEW, allowed, fleet=FLEET if several else None),
             title="Overview",
             url_path="",
             default=True,
             visibility="hidden",
         ),
+        FLEET,
         OVERVIEW,
         st.Page("pages/events.py", title="Events", url_path="events", icon=":material/list:"),
         st.Page(
@@ -74,7 +78,13 @@ try:
 except ConfigError as error:
     # Without valid settings the sign-in mode is unknown: show the error and nothing else.
     banners.stop_on_config_error(error)
-identity = access.identity(settings, [p.url_path for pages in PAGES.values() for p in pages])
+several = len(state.fleet().outboxes) > 1
+if not several:
+    PAGES[Role.viewer].remove(FLEET)
+# the role on the outbox of the URL (a fleet file may map roles per outbox); every page's
+# context checks it again for the outbox it reads (state.context)
+linked = state.outbox_settings(linked=True)
+identity = access.identity(linked, [p.url_path for pages in PAGES.values() for p in pages])
 allowed = access.pages_for(identity, PAGES)
 page = st.navigation(allowed)
 if page.url_path == "":
@@ -92,15 +102,17 @@ chosen = state.sidebar(
 st.title(page.title)
 access.sidebar_account(identity)
 with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
-    outbox = state.outbox_settings()
-    db = state.database(outbox)
-    st.sidebar.caption(f"Outbox {format.md_code(db.table_name)}")
-    state.check_table_once(db)
-    banners.replica_banner(
-        db,
-        state.actions_database(outbox),
-        max_lag=settings.max_replica_lag,
-        refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
-    )
-    with state.dashboard_run(identity):
+    # the Fleet page reads every outbox itself: one that is down degrades only its row
+    if page.url_path != FLEET.url_path:
+        outbox = state.outbox_settings()
+        db = state.database(outbox)
+        st.sidebar.caption(f"Outbox {format.md_code(db.table_name)}")
+        state.check_table_once(db)
+        banners.replica_banner(
+            db,
+            state.actions_database(outbox),
+            max_lag=settings.max_replica_lag,
+            refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
+        )
+    with state.dashboard_run(identity, linked):
         page.run()

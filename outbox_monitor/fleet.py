@@ -18,6 +18,9 @@ outboxes:
     lock_timeout: 15m                 # default: OUTBOX_MONITOR_LOCK_TIMEOUT
     retention: {done: 30d, failed: 90d}   # default: OUTBOX_MONITOR_AUTO_PRUNE_*
     labels: {team: payments, service: orders}
+    access:                           # optional: this outbox's own role mapping (sign-in modes)
+      operators: [alice@example.com, groups=payments-oncall]
+      viewers: ["@example.com"]
 ```
 """
 
@@ -32,7 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from outbox_monitor.config import MIN_AUTO_PRUNE_SECONDS, MIN_TIMEOUT_SECONDS, Settings
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.setting_values import Seconds, check_dsn, split_table_name
+from outbox_monitor.setting_values import (
+    Seconds,
+    check_dsn,
+    check_role_entries,
+    split_table_name,
+)
 
 FLEET_ENV = "OUTBOX_MONITOR_OUTBOXES"
 """The environment variable naming the fleet file; unset: a fleet of one."""
@@ -66,6 +74,21 @@ class _Retention(BaseModel):
         return value
 
 
+class _Access(BaseModel):
+    """An outbox's own role mapping: the entries of OUTBOX_MONITOR_ADMINS, _OPERATORS and
+    _VIEWERS (e-mails, @domains, claim matches), for this outbox instead of those."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    admins: tuple[str, ...] = ()
+    operators: tuple[str, ...] = ()
+    viewers: tuple[str, ...] = ()
+
+    @field_validator("admins", "operators", "viewers")
+    @classmethod
+    def _check_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_role_entries(value)  # ValueError naming the entry
+
+
 class _OutboxEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
@@ -76,6 +99,7 @@ class _OutboxEntry(BaseModel):
     lock_timeout: Seconds | None = Field(default=None, ge=MIN_TIMEOUT_SECONDS)
     retention: _Retention | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    access: _Access | None = None
 
     @field_validator("name")
     @classmethod
@@ -126,7 +150,8 @@ class _FleetFile(BaseModel):
 class Outbox:
     """One outbox of the fleet: its ``name`` (URLs, the ``outbox`` label of metrics and alert
     instances), its ``labels`` (team, service: rules and routes select by them) and its
-    ``settings`` (the process's, with this outbox's DSNs, table, lock timeout, retention; for
+    ``settings`` (the process's, with this outbox's DSNs, table, lock timeout, retention and, when
+    the file gives it, role mapping: ``access.role_for`` on them is the role on this outbox; for
     an outbox of the file ``settings.fleet_outbox`` is its name, which keys its alert state)."""
 
     name: str
@@ -179,6 +204,8 @@ def _where(entries: Any, loc: tuple) -> str:
 def _allowed(loc: tuple) -> list[str]:
     if len(loc) >= 3 and loc[0] == "outboxes" and loc[2] == "retention":
         return list(_Retention.model_fields)
+    if len(loc) >= 3 and loc[0] == "outboxes" and loc[2] == "access":
+        return list(_Access.model_fields)
     if len(loc) >= 2 and loc[0] == "outboxes":
         return list(_OutboxEntry.model_fields)
     return list(_FleetFile.model_fields)
@@ -215,6 +242,8 @@ def _entry_settings(entry: _OutboxEntry, base: Settings, env: Mapping[str, str])
     if entry.retention is not None:
         changes["auto_prune_done"] = entry.retention.done
         changes["auto_prune_failed"] = entry.retention.failed
+    if entry.access is not None:
+        changes.update(entry.access.model_dump())
     return base.model_copy(update=changes).of_fleet_outbox(entry.name)
 
 

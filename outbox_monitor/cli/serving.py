@@ -17,8 +17,10 @@ from outbox_monitor.cli.support import (
     reports_errors,
     to_jsonable,
 )
-from outbox_monitor.config import Settings
+from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.durations import format_duration
+from outbox_monitor.errors import ConfigError
+from outbox_monitor.fleet import Outbox
 
 
 @click.command()
@@ -75,20 +77,23 @@ def scheduler(
     help="Serve on a non-loopback --address without sign-in (OUTBOX_MONITOR_AUTH local); "
     "prints a warning on every start (or OUTBOX_MONITOR_INSECURE_NO_AUTH=true).",
 )
-@common_options(json_output=False)
+@common_options(json_output=False, every_outbox=True)
 def dashboard(
-    settings: Settings,
+    outboxes: list[Outbox],
     address: str,
     port: int,
     with_scheduler: bool,
     insecure_no_auth: bool,
 ) -> None:
-    """Serve the Streamlit dashboard (on 127.0.0.1 unless a sign-in mode is set)."""
+    """Serve the Streamlit dashboard (on 127.0.0.1 unless a sign-in mode is set); with a
+    fleet file, every outbox of it (the Fleet page; --outbox only with --with-scheduler)."""
     from outbox_monitor.serve import check_exposure, run_dashboard
 
+    settings = dashboard_settings(outboxes, with_scheduler=with_scheduler)
     check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
-    with open_checked(settings):
-        pass
+    if len(outboxes) == 1:  # a fleet's outboxes are checked on its Fleet page, row by row
+        with open_checked(outboxes[0].settings):
+            pass
     sys.exit(
         run_dashboard(
             settings,
@@ -98,6 +103,28 @@ def dashboard(
             insecure_no_auth=insecure_no_auth,
         )
     )
+
+
+def dashboard_settings(outboxes: list[Outbox], *, with_scheduler: bool) -> Settings:
+    """The settings ``dashboard`` serves with: the one outbox's (``--dsn``/``--table``, a
+    fleet of one, or ``--outbox`` for ``--with-scheduler``) but the process's role mapping
+    (the dashboard reads each outbox's own from the fleet file); the process's settings for
+    a fleet of several, which the dashboard reads from the file.
+
+    Raises:
+        ConfigError: ``--with-scheduler`` with a fleet of several and no ``--outbox`` (the
+            in-process scheduler watches one outbox).
+    """
+    process = load_settings()
+    if len(outboxes) > 1:
+        if with_scheduler:
+            raise ConfigError(
+                "--with-scheduler watches one outbox: name it with --outbox "
+                f"({', '.join(o.name for o in outboxes)})"
+            )
+        return process
+    roles = {name: getattr(process, name) for name in ("admins", "operators", "viewers")}
+    return outboxes[0].settings.model_copy(update=roles)
 
 
 def _traffic_options(command: Callable) -> Callable:

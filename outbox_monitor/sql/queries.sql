@@ -1762,6 +1762,14 @@ LEFT JOIN LATERAL (
 WHERE i.outbox = %(outbox)s
 ORDER BY i.rule, i.instance;
 
+-- name: alert_instances_firing_count
+-- Rule instances of one outbox (migration 017's key) firing now, and those in error (the fleet
+-- page's row of an outbox).
+SELECT count(*) FILTER (WHERE state = 'firing')::int AS firing,
+       count(*) FILTER (WHERE state = 'error')::int AS errors
+FROM outbox_monitor.alert_instances
+WHERE outbox = %(outbox)s;
+
 -- name: alert_transitions_recent
 -- The newest transitions of an outbox first.
 SELECT id, rule, instance, from_state, to_state, value, at, detail

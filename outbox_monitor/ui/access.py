@@ -191,6 +191,30 @@ def identity(settings: Settings, paths: Sequence[str] = ()) -> Identity:
     return local_identity(settings)
 
 
+def for_outbox(identity: Identity, settings: Settings) -> Identity | None:
+    """The same person's identity on the outbox of ``settings``: the role its mapping gives
+    them (``access.role_for``; a fleet file's ``access`` of that outbox, else the process's
+    OUTBOX_MONITOR_ADMINS/OPERATORS/VIEWERS), read again from the sign-in (ID token or proxy
+    headers). A local identity (no sign-in) is returned as it is.
+
+    Returns:
+        The identity with that role, or ``None`` when the mapping gives them none.
+    """
+    if identity.source == "oidc":
+        claims: Mapping[str, Any] = st.user.to_dict()
+        role = role_for(settings, claims.get("email"), claims)
+    elif identity.source == "proxy":
+        header = settings.proxy_groups_header
+        raw_groups = _one_header_value(header) if header else None
+        groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
+        role = role_for(settings, identity.name, {"groups": groups, "email": identity.name})
+    else:
+        return identity
+    if role is None:
+        return None
+    return identity if role == identity.role else Identity(identity.name, role, identity.source)
+
+
 def pages_for(identity: Identity, pages: Mapping[Role, list]) -> list:
     """The pages ``identity`` may open: those of its role and every lower role.
 

@@ -22,7 +22,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.fleet import Fleet, load_fleet
 from outbox_monitor.schema import check_outbox_table
-from outbox_monitor.ui import deep_link, format, inputs
+from outbox_monitor.ui import access, deep_link, format, inputs
 
 OUTBOX_PARAM = "outbox"
 EVENT_TYPE_PARAM = "event_type"
@@ -90,14 +90,30 @@ def _fleet_of(environment: tuple[tuple[str, str], ...]) -> Fleet:
     return load_fleet(settings())
 
 
-def outbox_settings() -> Settings:
+def outbox_settings(*, linked: bool = False) -> Settings:
     """The settings of the outbox chosen in the sidebar (``?outbox=NAME``; the fleet's first
-    when none or an unknown one is chosen — the sidebar says so), or of the only one."""
+    when none or an unknown one is chosen — the sidebar says so), or of the only one.
+
+    Args:
+        linked: the URL's outbox first, when it names one (before the sidebar is drawn: a
+            link just followed has not set the sidebar's choice yet).
+    """
     outboxes = fleet()
-    chosen = st.session_state.get(OUTBOX_PARAM)
-    if chosen in outboxes.names:
-        return outboxes.get(chosen).settings
+    choices = [st.session_state.get(OUTBOX_PARAM)]
+    if linked:
+        choices.insert(0, st.query_params.get(OUTBOX_PARAM))
+    for chosen in choices:
+        if chosen in outboxes.names:
+            return outboxes.get(chosen).settings
     return outboxes.outboxes[0].settings
+
+
+def _role_mapping(current: Settings) -> tuple:
+    return current.admins, current.operators, current.viewers
+
+
+def _name_of(current: Settings) -> str:
+    return next((o.name for o in fleet().outboxes if o.settings == current), current.table)
 
 
 def _close(db: Database) -> None:
@@ -221,9 +237,14 @@ def sidebar(
     ]
     with st.sidebar:
         if len(names) > 1:
+            # no default: a bound widget leaves its default out of the URL, and the outbox is
+            # in every URL (a copied link opens the same one, whatever the file's order)
+            if st.session_state.get(OUTBOX_PARAM) not in names:
+                st.session_state[OUTBOX_PARAM] = names[0]
             st.selectbox(
                 "Outbox",
                 names,
+                index=None,
                 key=OUTBOX_PARAM,
                 bind="query-params",
                 help="The outbox every page shows and acts on (the fleet file's "
@@ -297,11 +318,13 @@ def _sentence(error: ValueError) -> str:
 
 
 @contextmanager
-def dashboard_run(identity: Identity) -> Iterator[None]:
+def dashboard_run(identity: Identity, mapped_by: Settings | None = None) -> Iterator[None]:
     """Mark the block (``page.run()`` in dashboard.py) as a page run through dashboard.py,
-    by ``identity`` (found by ``ui.access.identity``)."""
+    by ``identity`` (found by ``ui.access.identity`` with the role mapping of ``mapped_by``,
+    default the process's settings)."""
     _run.active = True
     _run.identity = identity
+    _run.mapping = _role_mapping(mapped_by or settings())
     try:
         yield
     finally:
@@ -331,7 +354,9 @@ def ensure_dashboard_run() -> None:
 def context() -> PageContext:
     """Settings, Databases, filters and identity for the page being rendered; every page
     calls it first (it makes sure the page runs through dashboard.py, see
-    ``ensure_dashboard_run``, where the identity was found).
+    ``ensure_dashboard_run``, where the identity was found). The identity's role is its
+    role on the chosen outbox (``ui.access.for_outbox``: a fleet file may map roles per
+    outbox), which every action function checks again; without one the page stops.
 
     An event-type filter that Postgres cannot hold stops the page with the reason (the
     sidebar shows it under the input too): no figure, list or action runs on it.
@@ -349,10 +374,23 @@ def context() -> PageContext:
             icon=":material/filter_alt_off:",
         )
         st.stop()
-    return PageContext(current, database(current), actions_database(current), chosen, _run.identity)
+    identity = _run.identity
+    if _role_mapping(current) != _run.mapping:  # the outbox maps roles of its own
+        identity = access.for_outbox(identity, current)
+    if identity is None:
+        st.error(
+            f"{format.md_code(_run.identity.name)} has no role on the outbox "
+            f"{format.md_code(_name_of(current))}: choose another outbox in the sidebar, or ask "
+            "an admin to add you to its access in the fleet file.",
+            icon=":material/lock:",
+        )
+        st.stop()
+    return PageContext(current, database(current), actions_database(current), chosen, identity)
 
 
-def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
+def open_overview(
+    overview: st.Page, pages: Sequence[st.Page], *, fleet: st.Page | None = None
+) -> None:
     """Switch the dashboard's root ``/`` to the Overview's own URL ``/overview``, its query
     kept (``/?window=1h`` → ``/overview?window=1h``): the root is only the default page
     Streamlit needs, the Overview has an address of its own (issue 15 item 8). Right after
@@ -362,6 +400,8 @@ def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
     Args:
         overview: the Overview's ``st.Page``.
         pages: the pages this identity may open.
+        fleet: the Fleet page of a fleet of several outboxes: the landing page then, unless
+            the URL names an outbox (``/?outbox=billing`` opens billing's Overview).
 
     Raises:
         Streamlit's rerun signal (``st.switch_page``): nothing after the call runs.
@@ -370,4 +410,5 @@ def open_overview(overview: st.Page, pages: Sequence[st.Page]) -> None:
     if linked is not None:
         st.switch_page(linked[0], query_params=linked[1])
     query = {key: st.query_params.get_all(key) for key in st.query_params}
-    st.switch_page(overview, query_params=query)
+    landing = fleet if fleet is not None and OUTBOX_PARAM not in query else overview
+    st.switch_page(landing, query_params=query)

@@ -26,7 +26,8 @@ def served_paths() -> set[str]:
 
 def test_the_overview_has_its_own_url_and_the_root_sends_there():
     assert {"/", "/overview", "/events", "/dead_letters", "/alerts", "/actions"} <= served_paths()
-    assert "state.open_overview(OVERVIEW, allowed)" in (ROOT / "dashboard.py").read_text()
+    # the Fleet page instead for a fleet of several outboxes and no ?outbox= (test_fleet_browser)
+    assert "state.open_overview(OVERVIEW, allowed, fleet=" in (ROOT / "dashboard.py").read_text()
 
 
 @pytest.mark.parametrize("event_type", [None, "payment.%"])

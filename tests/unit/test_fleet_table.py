@@ -1,0 +1,30 @@
+"""The Fleet page's table (drawn with ``unsafe_allow_html`` for its same-tab links): every
+value from a database, the file or libpq is escaped, so none becomes markup or a cell."""
+
+import re
+
+from outbox_monitor.fleet_figures import OutboxRow
+from outbox_monitor.ui.fleet import table
+
+
+def test_values_are_escaped_and_the_link_keeps_the_window():
+    rows = [
+        OutboxRow(
+            "billing",
+            {"team": "<img src=x onerror=alert(1)>"},
+            status="error",
+            problem='relation "a|b" does not exist <script>',
+        ),
+        OutboxRow("orders", queue_depth=1234, oldest_pending_age=90.0, firing_alerts=2),
+    ]
+
+    text = table(rows, "6h")
+
+    lines = text.splitlines()
+    assert len(lines) == 4 and all(line.count(" | ") == 8 for line in lines[2:])
+    # no "<" but the links' own, each other one escaped (a backslashed "<" is text)
+    assert re.findall(r"(?<!\\)<(?!a href=|/a>)", text) == []
+    assert "\\<script\\>" in text and "a\\|b" in text and "a|b" not in text
+    assert '<a href="overview?outbox=billing&amp;window=6h" target="_self">billing</a>' in text
+    assert lines[3].split(" | ")[1:7] == [":green[ok]", "1,234", "1m 30s", "–", "–", "2"]
+    assert lines[2].split(" | ")[2:7] == ["–"] * 5  # an error: no figure shown
