@@ -264,7 +264,8 @@ def load_fleet(
 
     Raises:
         FleetError: the file is unreadable, not strict YAML, or invalid — every problem on
-            its own line, naming the outbox and field (a duplicate name, an unset variable).
+            its own line, naming the outbox and field (a duplicate name, an unset variable,
+            the same DSN value and table as an earlier outbox, naming both).
     """
     env = os.environ if env is None else env
     path = path if path is not None else env.get(FLEET_ENV) or None
@@ -297,6 +298,7 @@ def load_fleet(
     problems: list[str] = []
     outboxes: list[Outbox] = []
     seen: dict[str, int] = {}
+    tables: dict[tuple[str, tuple[str, str]], str] = {}
     for index, entry in enumerate(parsed.outboxes):
         who = f'outbox "{entry.name}" (outboxes[{index}])'
         if entry.name in seen:
@@ -307,11 +309,19 @@ def load_fleet(
             continue
         seen[entry.name] = index
         try:
-            outboxes.append(
-                Outbox(entry.name, _entry_settings(entry, settings, env), dict(entry.labels))
-            )
+            outbox = Outbox(entry.name, _entry_settings(entry, settings, env), dict(entry.labels))
         except ValueError as error:
             problems.append(f"{prefix}{who}, {error}")
+            continue
+        where = (outbox.settings.dsn, split_table_name(outbox.settings.table))
+        if where in tables:
+            problems.append(
+                f"{prefix}{who}, table: the same database and table as {tables[where]}; "
+                "each outbox is one table"
+            )
+            continue
+        tables[where] = who
+        outboxes.append(outbox)
     if problems:
         raise FleetError("\n".join(problems))
     return Fleet(tuple(outboxes), str(path))

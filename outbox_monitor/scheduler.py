@@ -129,7 +129,7 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 
 def load_alerting(
-    rules_path: str | Path | None, settings: Settings | None = None
+    rules_path: str | Path | None, settings: Settings | None = None, fleet: Fleet | None = None
 ) -> tuple[RuleSet | None, Mapping[str, Any] | None]:
     """The rules and Slack transports of ``outbox-monitor scheduler`` (and of ``dashboard
     --with-scheduler`` and the demo), checked at start: a process never runs crippled.
@@ -139,6 +139,8 @@ def load_alerting(
             then the shipped alerts.yml (``rules_file.resolve_rules_path``).
         settings: the validated settings (``slack_timeout`` for every transport);
             default ``load_settings()``.
+        fleet: the fleet from a file: a rule's ``outboxes:`` naming an outbox it lacks is
+            refused (``load_rules(path, fleet)``); ``None``: not checked.
 
     Returns:
         ``(ruleset, transports)``. ``(None, None)`` when no file was named (neither
@@ -163,7 +165,7 @@ def load_alerting(
             )
         log.warning("no rules file (%s): alerting is off, sampling only", path)
         return None, None
-    ruleset = load_rules(path)
+    ruleset = load_rules(path, fleet)
     timeout = (settings or load_settings()).slack_timeout
     transports: dict[str, Any] = {}
     invalid: list[TransportConfigError] = []
@@ -323,7 +325,9 @@ def run_scheduler(
         ConfigError: ``--metrics-address`` is not an address, or the address or port
             cannot be served.
     """
-    ruleset, transports = load_alerting(rules_path, settings)
+    ruleset, transports = load_alerting(
+        rules_path, settings, fleet if fleet is not None and fleet.path is not None else None
+    )
     port = settings.metrics_port if metrics_port is None else metrics_port
     try:
         address = interface_address(metrics_address or settings.metrics_address)

@@ -120,3 +120,33 @@ def test_a_command_on_one_outbox_must_name_it(dsn, make_dsn, monkeypatch, tmp_pa
     assert json.loads(billing.stdout)["matched"] == 0  # another database: nothing stuck
     assert json.loads(orders.stdout)["changed"] == 1
     assert rows.get(stuck)["status"] == "pending"
+
+
+def test_scheduler_refuses_a_rule_naming_an_outbox_missing_from_the_fleet(
+    dsn, make_dsn, monkeypatch, tmp_path
+):
+    """``outbox-monitor scheduler`` with a fleet file exits 2 at start, naming the rule and
+    its ``outboxes`` field, before watching anything."""
+    monkeypatch.setenv("ORDERS_DSN", dsn)
+    monkeypatch.setenv("BILLING_DSN", make_dsn())
+    monkeypatch.delenv("OUTBOX_MONITOR_DSN", raising=False)
+    fleet = tmp_path / "outboxes.yml"
+    fleet.write_text(FLEET.split("  - name: gone")[0])
+    monkeypatch.setenv("OUTBOX_MONITOR_OUTBOXES", str(fleet))
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - name: shipping_depth\n"
+        "    metric: depth\n"
+        "    op: '>'\n"
+        "    threshold: 10\n"
+        "    severity: warning\n"
+        "    outboxes: [shipping]\n"
+    )
+
+    result = CliRunner().invoke(main, ["scheduler", "--rules", str(rules), "--metrics-port", "0"])
+
+    assert result.exit_code == 2, result.output
+    assert "shipping_depth" in result.output and "outboxes" in result.output
+    assert 'unknown outbox "shipping"' in result.output

@@ -119,3 +119,27 @@ def test_a_dsn_never_appears_in_an_error(tmp_path, settings):
         load_fleet(settings, write(tmp_path, TWO), env)
     assert "BILLING_DSN holds no usable DSN" in str(raised.value)
     assert "s3cret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "third",
+    [
+        "  - {name: again, dsn_env: BILLING_DSN, table: billing.outbox}",  # same variable
+        "  - {name: again, dsn_env: COPY_DSN, table: billing.outbox}",  # same DSN value
+    ],
+)
+def test_the_same_database_and_table_twice_is_refused_naming_both(tmp_path, settings, third):
+    env = {**ENV, "COPY_DSN": ENV["BILLING_DSN"]}
+    with pytest.raises(FleetError) as refused:
+        load_fleet(settings, write(tmp_path, TWO + third + "\n"), env)
+    assert str(refused.value).endswith(
+        'outbox "again" (outboxes[2]), table: the same database and table as '
+        'outbox "billing" (outboxes[1]); each outbox is one table'
+    )
+    assert "db-b" not in str(refused.value)
+
+
+def test_the_same_database_with_another_table_is_two_outboxes(tmp_path, settings):
+    third = "  - {name: shipping, dsn_env: BILLING_DSN, table: billing.shipping_outbox}\n"
+    fleet = load_fleet(settings, write(tmp_path, TWO + third), ENV)
+    assert fleet.names == ["orders", "billing", "shipping"]
