@@ -8,7 +8,7 @@ demo's rate, worked by its own simulated workers, and calls a downstream of its 
 (``downstream.Downstream`` with its own ``DownstreamOutage``): ``demo-downstream break
 --url <its URL>`` breaks that outbox's calls only, its breaker opens and only its
 ``breaker-open`` alert fires. ``demo/fleet_run.py`` runs them; this module holds the fleet's
-shape, its file, its breakers and its alerting.
+shape, its file and its breakers.
 """
 
 from collections.abc import Mapping, Sequence
@@ -16,15 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from apscheduler.schedulers.base import BaseScheduler
 
-from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.db import Database
 from outbox_monitor.demo.simulate import PERMANENT_EVENT_TYPE
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.fleet import FLEET_ENV, Fleet
+from outbox_monitor.fleet import FLEET_ENV
 from outbox_monitor.flow.model import ControlSettings
-from outbox_monitor.scheduler import build_scheduler
 
 FLEET_FILE = "outboxes.yml"
 """The fleet file's name in the demo's folder."""
@@ -65,10 +61,9 @@ class DemoOutbox:
 
 # Three different traffics: orders (half the rate, HTTP downstreams with ~4 % transient
 # errors), billing (a fifth: slow invoices, and crm.upsert dead-lettering every row: HTTP 401)
-# and notifications (the rest: e-mail bounces dead-letter, SMTP 421s are retried). Alert state
-# (outbox_monitor.alert_instances) is kept per database until the fleet scheduler lands, so
-# each outbox has a database of its own for now (``start_fleet_alerting``); billing then
-# moves into "shop" beside orders: two databases, as in the README's example.
+# and notifications (the rest: e-mail bounces dead-letter, SMTP 421s are retried). Orders and
+# billing share the database "shop", notifications has "comms": two databases, as in the
+# README's example.
 DEMO_FLEET: tuple[DemoOutbox, ...] = (
     DemoOutbox(
         "orders",
@@ -81,7 +76,7 @@ DEMO_FLEET: tuple[DemoOutbox, ...] = (
     ),
     DemoOutbox(
         "billing",
-        "billing",
+        "shop",
         ("invoice.sent", PERMANENT_EVENT_TYPE),
         share=0.2,
         workers=4,  # invoices: 2.2/s at --rate 20, 2.7 at the wave's top; 4 workers take 3.2
@@ -146,43 +141,3 @@ def fleet_controls(
     demo's controls file gives its first downstream (``demo/controls.yml``: order.paid)."""
     breaker = next(iter(demo_controls.values()))
     return dict.fromkeys(member.breakers, breaker)
-
-
-def start_fleet_alerting(
-    fleet: Fleet,
-    databases: Mapping[str, Database],
-    *,
-    ruleset: RuleSet,
-    transports: Mapping[str, object],
-) -> list[BaseScheduler]:
-    """Alerting for every outbox of ``fleet`` in this process, started: one ``build_scheduler``
-    per outbox on its Database (``databases`` by outbox name) — the stand-in for the fleet
-    scheduler (issue 16 item 5), which replaces this function when it lands.
-
-    Alert state (``outbox_monitor.alert_instances``) is keyed by rule and instance, not by
-    table: two schedulers in one database would overwrite each other's instances. So every
-    outbox must be in a database of its own here.
-
-    Returns:
-        The running schedulers, in fleet order (``shutdown()`` each when done).
-
-    Raises:
-        OutboxMonitorError: two outboxes share a database.
-    """
-    seen: dict[str, str] = {}
-    for outbox in fleet.outboxes:
-        dsn = outbox.settings.primary_target or ""
-        if dsn in seen:
-            raise OutboxMonitorError(
-                f"outboxes {seen[dsn]} and {outbox.name} share a database: their alert state "
-                "would collide with one scheduler per outbox"
-            )
-        seen[dsn] = outbox.name
-    schedulers: list[BaseScheduler] = []
-    for outbox in fleet.outboxes:
-        scheduler = build_scheduler(
-            databases[outbox.name], blocking=False, ruleset=ruleset, transports=transports
-        )
-        scheduler.start()
-        schedulers.append(scheduler)
-    return schedulers

@@ -4,7 +4,8 @@ One throwaway cluster holds the outboxes' databases; each outbox gets ``init_db`
 breakers, a downstream of its own (its outage switch) and its own simulated traffic (a
 thread: backfill, publisher, workers); the fleet file and the DSN variables it names are
 written and set before the dashboard starts (``OUTBOX_MONITOR_OUTBOXES``: its sidebar
-chooses the outbox); alerting runs for every outbox (``fleet.start_fleet_alerting``).
+chooses the outbox); one fleet scheduler alerts for every outbox (``build_fleet_scheduler``,
+its ``/metrics`` and ``/healthz`` on a free port).
 Ctrl-C (or SIGTERM) stops all of it and deletes the cluster, as ``demo.run`` does.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from outbox_monitor.alerts.leader import lease_ttl
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
 from outbox_monitor.config import Settings, load_settings
@@ -26,7 +28,6 @@ from outbox_monitor.demo.fleet import (
     DemoOutbox,
     demo_fleet,
     fleet_controls,
-    start_fleet_alerting,
     write_fleet_file,
 )
 from outbox_monitor.demo.lifecycle import (
@@ -49,8 +50,13 @@ from outbox_monitor.demo.run import (
 from outbox_monitor.demo.simulate import run_simulation
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.fleet import FLEET_ENV, load_fleet
+from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
+from outbox_monitor.fleet_scheduler import FleetMember, build_fleet_scheduler
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
+from outbox_monitor.metrics_server import MetricsServer
+from outbox_monitor.replicas import ReplicaRegistry, fleet_key, registry_target
 from outbox_monitor.scheduler import interrupt_on_sigterm, load_alerting
+from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
 
@@ -107,6 +113,7 @@ def _fleet_banner(
     traffics: Sequence[_Traffic],
     folder: Path,
     slack: str,
+    metrics_url: str,
 ) -> str:
     variables = " ".join(f"{t.member.dsn_env}='{t.settings.dsn}'" for t in traffics)
     rules = resolve_rules_path(None).resolve()
@@ -132,7 +139,8 @@ def _fleet_banner(
     lines += [
         f"  CLI        {FLEET_ENV}='{path}' {variables} {RULES_ENV}='{rules}' "
         ".venv/bin/outbox-monitor status  (--outbox NAME: one of them)",
-        f"  scheduler  alerting for every outbox, in this process ({rules.name})",
+        f"  scheduler  one fleet scheduler for every outbox, in this process ({rules.name}); "
+        f"{metrics_url}/healthz and {metrics_url}/metrics",
         f"  data       {folder} (deleted when the demo stops)",
         f"  alerts     {slack}",
         "Ctrl-C to stop.",
@@ -144,7 +152,7 @@ def _fleet_banner(
 def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -> int:
     """Run the demo with a fleet of ``outboxes`` outboxes until Ctrl-C or SIGTERM.
 
-    Starts a ``TemporaryCluster`` with a database per outbox (``DEMO_FLEET``), writes the
+    Starts a ``TemporaryCluster`` with the outboxes' databases (``DEMO_FLEET``), writes the
     fleet file into its folder and sets the DSN variables it names and ``FLEET_ENV`` in this
     process's environment (which the dashboard inherits), runs ``init_db`` and applies each
     outbox's breakers, starts each outbox's downstream and traffic (one hour of history,
@@ -172,8 +180,11 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
     try:
         with interrupt_on_sigterm():
             cluster.start()
+            dsns: dict[str, str] = {}  # by database: orders and billing share "shop"
             for member in members:
-                os.environ[member.dsn_env] = cluster.create_database(member.database)
+                if member.database not in dsns:
+                    dsns[member.database] = cluster.create_database(member.database)
+                os.environ[member.dsn_env] = dsns[member.database]
             path = write_fleet_file(
                 cluster.root, members, lock_timeout=f"{DEMO_LOCK_TIMEOUT / 60:g}m"
             )
@@ -219,10 +230,32 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
                         f"{traffic.error or 'timeout'}"
                     )
             ruleset, transports = load_alerting(None, settings)
-            for scheduler in start_fleet_alerting(
-                fleet, databases, ruleset=ruleset, transports=transports
-            ):
-                cleanup.callback(scheduler.shutdown, wait=True)
+            fleet_members = [
+                FleetMember(o, databases[o.name], databases[o.name], SchedulerStatus())
+                for o in fleet.outboxes
+            ]
+            dsn, source = registry_target(fleet)
+            registry = ReplicaRegistry(
+                dsn,
+                source,
+                fleet=fleet_key(fleet.names),
+                identity=f"demo:{os.getpid()}",
+                ttl=lease_ttl(ruleset.defaults.interval),
+            )
+            registry.check()
+            registry.heartbeat(0)
+            scheduler, share = build_fleet_scheduler(
+                fleet_members, registry, blocking=False, ruleset=ruleset, transports=transports
+            )
+            scheduler.start()
+            cleanup.callback(scheduler.shutdown, wait=True)
+            metrics = MetricsServer(
+                None,
+                FleetStatus(fleet_members, share),
+                address=DEMO_ADDRESS,
+                collector=FleetCollector(fleet_members, share, ruleset),
+            ).start()
+            cleanup.callback(metrics.stop)
             wait_until_healthy(process, address=DEMO_ADDRESS, port=port, log_path=log_path)
             banner = _fleet_banner(
                 url=f"http://{DEMO_ADDRESS}:{port}",
@@ -231,6 +264,7 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
                 traffics=traffics,
                 folder=cluster.root,
                 slack=slack_target,
+                metrics_url=metrics.url,
             )
             print(banner, flush=True)
             return wait_for_dashboard(process)

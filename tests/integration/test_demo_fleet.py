@@ -27,11 +27,14 @@ RATE = 10  # running_demo's --rate: the fleet's, split by each outbox's share
 BROKEN = DEMO_FLEET[1]  # billing: invoice.sent
 
 
-def firing(dsn: str) -> set[tuple[str, str]]:
-    """The (rule, instance) pairs firing in the alert state of ``dsn``'s database."""
+def firing(dsn: str, outbox: str) -> set[tuple[str, str]]:
+    """The (rule, instance) pairs firing for ``outbox`` in the alert state of ``dsn``'s
+    database (migration 017: instances carry their outbox)."""
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            "SELECT rule, instance FROM outbox_monitor.alert_instances WHERE state = 'firing'"
+            "SELECT rule, instance FROM outbox_monitor.alert_instances"
+            " WHERE state = 'firing' AND outbox = %s",
+            (outbox,),
         ).fetchall()
     return set(rows)
 
@@ -75,6 +78,7 @@ def test_a_fleet_of_three_with_its_own_traffic_alerts_only_for_the_broken_one(
         assert [o.settings.lock_timeout for o in fleet.outboxes] == [300.0] * 3
         databases = [o.settings.dsn.rsplit("/", 1)[1] for o in fleet.outboxes]
         assert databases == [m.database for m in DEMO_FLEET]
+        assert databases == ["shop", "shop", "comms"]  # orders and billing share a database
         assert len({o.settings.dsn.rsplit("/", 1)[0] for o in fleet.outboxes}) == 1  # one cluster
         assert [t for _, t in breaks] == [m.broken for m in DEMO_FLEET]
 
@@ -105,28 +109,43 @@ def test_a_fleet_of_three_with_its_own_traffic_alerts_only_for_the_broken_one(
         assert tables == {m.name: m.table for m in DEMO_FLEET}
 
         # break billing's downstream: its breaker opens and only its alert fires
-        before = {o.name: firing(o.settings.dsn) for o in fleet.outboxes}
+        before = {o.name: firing(o.settings.dsn, o.name) for o in fleet.outboxes}
         url = dict((t, u) for u, t in breaks)[BROKEN.broken]
         assert demo_downstream(url, "break", "--event-type", BROKEN.broken) == {
             "broken": [BROKEN.broken]
         }
         billing_dsn = fleet.get(BROKEN.name).settings.dsn
-        expected = ("breaker-open", f"event_type={BROKEN.broken}")
+        expected = ("breaker-open", f"outbox={BROKEN.name},event_type={BROKEN.broken}")
         broke = time.monotonic()
-        wait(lambda: expected in firing(billing_dsn), 150, "billing's breaker-open never fired")
+        wait(
+            lambda: expected in firing(billing_dsn, BROKEN.name),
+            150,
+            "billing's breaker-open never fired",
+        )
         fired_after = time.monotonic() - broke
-        assert firing(billing_dsn) - before[BROKEN.name] == {expected}
+        assert firing(billing_dsn, BROKEN.name) - before[BROKEN.name] == {expected}
         for outbox in fleet.outboxes:
             if outbox.name != BROKEN.name:
-                assert firing(outbox.settings.dsn) == before[outbox.name], outbox.name
+                assert firing(outbox.settings.dsn, outbox.name) == before[outbox.name], outbox.name
                 with psycopg.connect(outbox.settings.dsn) as conn:
                     transitions = conn.execute(
                         "SELECT count(*) FROM outbox_monitor.breaker_transitions"
+                        " WHERE outbox = %s::regclass",
+                        (outbox.settings.table,),
                     ).fetchone()[0]
                 assert transitions == 0, outbox.name
         wait(lambda: opened(sink), 30, "no breaker-open message")
         [message] = opened(sink)
         assert f"event_type={BROKEN.broken}" in message
+        assert f"outbox {BROKEN.name}" in message
+        assert re.search(rf"Dashboard: http://\S+[?&;]outbox={BROKEN.name}\b", message), message
+
+        # one fleet scheduler: its /metrics labels every series by outbox
+        metrics = re.search(r"(http://\S+)/metrics", output).group(1)
+        with urllib.request.urlopen(f"{metrics}/metrics", timeout=5) as response:
+            exposition = response.read().decode()
+        for member in DEMO_FLEET:
+            assert f'outbox="{member.name}"' in exposition, member.name
         started = float(re.search(r"started in ([\d.]+) s", output).group(1))
         print(f"\ndemo fleet started in {started:.1f} s; breaker-open fired {fired_after:.0f} s")
 
