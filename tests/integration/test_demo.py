@@ -48,6 +48,7 @@ EVERY_SETTING = {
     "dsn": "postgresql://u:p@h:5/d",
     "actions_dsn": "postgresql://op:secret@h:5/d",
     "primary_dsn": "postgresql://w:secret@primary:5/d",
+    "registry_dsn": "postgresql://w:secret@registry:5/d",
     "max_replica_lag": "2m",
     "claim_plan_interval": "10m",
     "table": "ops.outbox",

@@ -92,8 +92,9 @@ def test_operator_of_one_outbox_replays_there_and_is_refused_where_a_viewer(
 def test_the_process_mapping_is_not_inherited_by_an_outbox_with_its_own(
     outbox, dsn, monkeypatch, tmp_path
 ):
-    for name in ("PAYMENTS_DSN", "PAYMENTS_ACTIONS", "BILLING_DSN"):
+    for name in ("PAYMENTS_DSN", "PAYMENTS_ACTIONS"):
         monkeypatch.setenv(name, dsn)
+    monkeypatch.setenv("BILLING_DSN", dsn.rsplit("/", 1)[0] + "/billing")  # never reached
     path = tmp_path / "outboxes.yml"
     path.write_text(FILE)
     fleet = load_fleet(load_settings(admins="boss@example.com"), path)

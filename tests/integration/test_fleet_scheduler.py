@@ -257,10 +257,10 @@ def test_an_outbox_unreachable_at_start_stops_nothing(dsn, tmp_path):
     ],
 )
 def test_a_misconfiguration_stops_the_start_naming_it(
-    dsn, empty_dsn, tmp_path, registry, table, code, message
+    dsn, make_dsn, empty_dsn, tmp_path, registry, table, code, message
 ):
     fleet = ONE_AND_GONE + (f"    table: {table}\n" if table else "")
-    env = fleet_env(tmp_path, fleet, ORDERS_DSN=dsn, GONE_DSN=dsn)
+    env = fleet_env(tmp_path, fleet, ORDERS_DSN=dsn, GONE_DSN=make_dsn())
     if registry:
         env["OUTBOX_MONITOR_REGISTRY_DSN"] = empty_dsn
     result = subprocess.run(

@@ -18,7 +18,7 @@ outboxes:
   - name: billing
     dsn_env: B_DSN
     access: {admins: [boss@example.com], viewers: [ops@example.com]}
-  - {name: plain, dsn_env: B_DSN}
+  - {name: plain, dsn_env: B_DSN, table: public.plain_outbox}
 """
 
 
