@@ -22,7 +22,7 @@ outboxes:  # ops: operator of orders (its own mapping), viewer of billing and sh
   - {name: orders, dsn_env: ORDERS_DSN, access: {operators: [ops@example.com]}}
   - {name: shipping, dsn_env: ORDERS_DSN, table: shipping.outbox}
   - {name: billing, dsn_env: BILLING_DSN, access: {viewers: ["@example.com"]}}
-  - {name: secret, dsn_env: BILLING_DSN, access: {admins: [boss@example.com]}}  # not for ops
+  - {name: secret, dsn_env: BILLING_DSN, table: public.secret, access: {admins: [boss@example.com]}}
 """
 
 

@@ -45,6 +45,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "015_timeline_indexes",
             "016_own_retention",
             "017_alert_state_per_outbox",
+            "018_scheduler_replicas",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

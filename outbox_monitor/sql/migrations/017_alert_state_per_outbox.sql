@@ -6,7 +6,7 @@
 -- evaluator and sender (its leader: the lease is per table) read and write only its rows.
 --
 -- The keys stay unique as before ((rule, instance), dedupe_key): a fleet file's outbox
--- stores its instance keys scoped by it (`outbox=orders` or `outbox=orders,event_type=…`,
+-- stores its instance keys scoped by it (`outbox=orders` or `outbox=orders,event_type=...`,
 -- alerts.outbox_scope.scoped_instance), so its dedupe keys differ from another outbox's, and
 -- a scheduler of the previous release still running during a rolling upgrade keeps writing
 -- with its ON CONFLICT clauses. Adding a column with a constant default rewrites no row.
