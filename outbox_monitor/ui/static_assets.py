@@ -10,7 +10,10 @@ stylesheet again (5 tries, 1 s apart), so the tables appear without a manual rel
 script chunk that failed ("Failed to fetch dynamically imported module", seen at a demo's
 start under load: the sidebar's inputs replaced by that error) cannot be fetched again in
 the page — the browser keeps the failed import — so the tab reloads itself, at most once in
-``RELOAD_GUARD_S`` seconds.
+``RELOAD_GUARD_S`` seconds. This script is itself an element whose code Streamlit loads
+lazily, so under load a chunk may fail before the listener exists: for ``SCAN_S`` seconds
+after it is installed, an error box of a failed import already on the page reloads the tab
+too (same guard).
 """
 
 import streamlit as st
@@ -19,6 +22,8 @@ RETRIES = 5
 RETRY_DELAY_MS = 1000
 RELOAD_GUARD_S = 30
 """A script chunk that failed to load reloads the tab at most once in this many seconds."""
+SCAN_S = 20
+"""For this many seconds after the listener is installed, look for a failed import's error."""
 
 _LISTENER = f"""<script>
 if (!window.__outboxMonitorStylesheetRetry) {{
@@ -37,6 +42,17 @@ if (!window.__outboxMonitorStylesheetRetry) {{
     }});
     document.head.appendChild(link);
   }};
+  // a script chunk: the browser keeps a failed module import for the page's life, so only
+  // a reload fetches it again; at most once per {RELOAD_GUARD_S} s, else Streamlit's error stands
+  const reload = (message) => {{
+    const key = "outboxMonitorChunkReload";
+    const last = Number(sessionStorage.getItem(key) || 0);
+    if (Date.now() - last < {RELOAD_GUARD_S} * 1000) return false;
+    sessionStorage.setItem(key, String(Date.now()));
+    console.error("outbox-monitor: reloading after a failed script chunk: " + message);
+    location.reload();
+    return true;
+  }};
   window.addEventListener("vite:preloadError", (event) => {{
     const message = String(event.payload?.message);
     const found = /Unable to preload CSS for (\\S+)/.exec(message);
@@ -45,16 +61,18 @@ if (!window.__outboxMonitorStylesheetRetry) {{
       load(found[1], {RETRIES});
       return;
     }}
-    // a script chunk: the browser keeps a failed module import for the page's life, so only
-    // a reload fetches it again; at most once per {RELOAD_GUARD_S} s, else Streamlit's error stands
-    const key = "outboxMonitorChunkReload";
-    const last = Number(sessionStorage.getItem(key) || 0);
-    if (Date.now() - last < {RELOAD_GUARD_S} * 1000) return;
-    sessionStorage.setItem(key, String(Date.now()));
-    console.error("outbox-monitor: reloading after a failed script chunk: " + message);
-    event.preventDefault();
-    location.reload();
+    if (reload(message)) event.preventDefault();
   }});
+  // a chunk that failed before this listener existed left its error box on the page
+  const failedImport = "Failed to fetch dynamically imported module";
+  const started = Date.now();
+  const scan = setInterval(() => {{
+    const shown = [...document.querySelectorAll('[role="alert"]')].find(
+      (box) => box.textContent.includes(failedImport));
+    if ((shown && reload(shown.textContent)) || Date.now() - started > {SCAN_S} * 1000) {{
+      clearInterval(scan);
+    }}
+  }}, 500);
 }}
 </script>"""
 

@@ -80,7 +80,9 @@ def test_live_refresh_and_filters_in_the_url(dashboard, page, rows):
 
     expect(page).to_have_url(re.compile(r"event_type=invoice\.%25"))
     expect(page.get_by_text("event type invoice.%")).to_be_visible()
-    assert metric_value(page, "Queue depth") == "1"
+    # the caption is drawn before the metrics fragment reruns: wait for the tile itself
+    depth = page.locator('[data-testid="stMetric"]').filter(has_text="Queue depth")
+    expect(depth.locator('[data-testid="stMetricValue"]')).to_have_text("1")
 
 
 def test_replay_a_group_through_the_browser(dashboard, page, rows, conn, screenshot, choose):

@@ -166,3 +166,30 @@ def test_a_script_chunk_lost_under_load_reloads_the_page(dashboard, page, rows):
     expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
     assert len(failed) == 2
     assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
+
+
+def test_a_chunk_lost_before_the_listener_exists_reloads_the_page(dashboard, page, rows):
+    # the listener is itself an st.html element whose code loads lazily: hold that code back
+    # until the grid's code has failed twice and Streamlit shows its error, as under load
+    rows.add_failed()
+    failed: list[str] = []
+    held = []
+
+    def hold_the_listener(route) -> None:
+        if "/DataFrame." in route.request.url and len(failed) < 2:
+            failed.append(route.request.url)
+            route.abort()
+        elif "/Html." in route.request.url and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/static/js/*.js", hold_the_listener)
+    page.goto(f"{dashboard}/dead_letters")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.get_by_text("Failed to fetch dynamically imported module")).to_be_visible()
+    assert len(failed) == 2 and len(held) == 1
+    held[0].continue_()
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
+    assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
