@@ -3,8 +3,10 @@ outboxes (orders and billing in one database of the session cluster, far in a se
 two `outbox-monitor scheduler` processes with the fleet file. The leases split 2/1 while both
 live; after kill -9 of one the other leads all three within one interval plus the lease TTL;
 /metrics labels every family by outbox with the hand-computed depths; far's stuck lock fires
-once, one notification, across the takeover; a stopped cluster shows only its outbox
-unreachable on /healthz and /metrics."""
+once, one Slack message naming far, across the takeover; a stopped cluster shows only its
+outbox unreachable on /healthz and /metrics and posts one database-unreachable message naming
+far, then its resolve; a stuck lock in orders then posts one message, billing (same database)
+none."""
 
 import os
 import signal
@@ -22,6 +24,7 @@ from outbox_monitor.alerts.leader import lease_ttl
 from outbox_monitor.config import ENV_PREFIX, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
+from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.schema import init_db
 from tests.alerting import REPO, stuck_lock_rules, wait_for
 from tests.integration.test_exporter import by, get, scrape
@@ -100,7 +103,19 @@ def split(dsns: dict[str, str], pids: list[int]) -> list[int]:
     return [sum(n for h, n in holders.items() if h and h.endswith(f":{pid}")) for pid in pids]
 
 
-def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, tmp_path) -> None:
+def posted(sink: SlackSink) -> list[tuple[str, str]]:
+    """``(outbox, first line)`` of each Slack message so far (``?`` when none is named)."""
+    found = []
+    for message in sink.messages():
+        text = message["text"]
+        outbox = next((name for name in TABLES if f"outbox {name}" in text), "?")
+        found.append((outbox, text.splitlines()[0]))
+    return found
+
+
+def test_replicas_split_the_fleet_and_take_over_a_killed_one(
+    dsn, far_cluster, tmp_path, slack_sink
+) -> None:
     far = far_cluster.dsn_for("far")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE billing_outbox (LIKE integration_outbox INCLUDING ALL)")
@@ -121,6 +136,7 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
     env.update(
         ORDERS_DSN=dsn,
         FAR_DSN=far,
+        SLACK_WEBHOOK_URL=f"{slack_sink.url}/services/T000/BONCALL/one",
         OUTBOX_MONITOR_OUTBOXES=str(tmp_path / "outboxes.yml"),
         OUTBOX_MONITOR_RULES=str(tmp_path / "alerts.yml"),
         OUTBOX_MONITOR_SAMPLE_INTERVAL="1",
@@ -177,6 +193,8 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
         assert wait_for(lambda: scrape(url)["outbox_monitor_replicas"] == [({}, 1.0)], 10)
         time.sleep(3 * INTERVAL)  # the new leader evaluates far: still firing, nothing new
         assert firings(far) == (1, 1)  # one transition, one notification, across the takeover
+        assert [outbox for outbox, _ in posted(slack_sink)] == ["far"], posted(slack_sink)
+        assert "stuck-lock" in posted(slack_sink)[0][1]
 
         far_cluster.pause()
         try:
@@ -192,8 +210,26 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(dsn, far_cluster, t
             assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "billing": 1, "far": 0}
             assert by(found, "outbox_queue_depth", "event_type", outbox="orders")["order.paid"] == 3
             assert by(found, "outbox_queue_depth", "event_type", outbox="far") == {}
+            assert wait_for(lambda: len(posted(slack_sink)) == 2, timeout=30), posted(slack_sink)
         finally:
             far_cluster.resume()
+        assert wait_for(lambda: len(posted(slack_sink)) == 3, timeout=30), posted(slack_sink)
+        time.sleep(3 * INTERVAL)  # a duplicate would show now
+        outage, back = posted(slack_sink)[1:]
+        assert outage[0] == back[0] == "far", posted(slack_sink)
+        assert "database-unreachable" in outage[1] and "resolved" in back[1].lower(), (outage, back)
+
+        with psycopg.connect(dsn, autocommit=True) as conn:  # orders breaks; billing does not
+            conn.execute(
+                "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, "
+                "event_key, payload, status, locked_at, locked_by) VALUES ('order.paid', 'a', "
+                "'o', 'stuck', '{}', 'processing', now() - interval '2 hours', 'w')"
+            )
+        assert wait_for(lambda: len(posted(slack_sink)) == 4, timeout=15), posted(slack_sink)
+        time.sleep(3 * INTERVAL)
+        assert [outbox for outbox, _ in posted(slack_sink)] == ["far", "far", "far", "orders"]
+        assert "stuck-lock" in posted(slack_sink)[3][1]
+        print("Slack messages:", *posted(slack_sink), sep="\n  ")
     finally:
         for process in processes:
             if process.poll() is None:
