@@ -68,7 +68,6 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -96,7 +95,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
 from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster, port_in_use
 from outbox_monitor.schema import init_db
 from outbox_monitor.serve import (
     dashboard_script,
@@ -279,15 +278,8 @@ def load_1min() -> float:
 def require_free(port: int) -> None:
     """Stop the benchmark when ``port`` is taken: another server there would answer the
     health check and be timed instead of ours."""
-    with socket.socket() as probe:
-        # as the servers do: connections of an earlier run in TIME_WAIT do not count
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((ADDRESS, port))
-        except OSError:
-            raise SystemExit(
-                f"port {port} is in use: stop what listens there or pick another"
-            ) from None
+    if port_in_use(ADDRESS, port):
+        raise SystemExit(f"port {port} is in use: stop what listens there or pick another")
 
 
 def clear_server_caches(url: str) -> None:

@@ -5,7 +5,6 @@ the exit code once the dashboard has stopped."""
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -13,6 +12,7 @@ from collections.abc import Callable
 
 from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
+from outbox_monitor.demo.pgcluster import port_in_use
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import OutboxMonitorError
 
@@ -28,18 +28,13 @@ def check_port_free(port: int) -> None:
     Raises:
         OutboxMonitorError: with how to pick another port.
     """
-    with socket.socket() as sock:
-        # as the server will: a TIME-WAIT socket left by a demo just stopped is no conflict
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((DEMO_ADDRESS, port))
-        except OSError:
-            raise OutboxMonitorError(
-                f"port {port} on {DEMO_ADDRESS} is already in use",
-                hint=f"Stop what is listening there, or pick another port: "
-                f"`make demo ARGS='--port {port + 1}'` (or `.venv/bin/outbox-monitor demo --port "
-                f"{port + 1}`).",
-            ) from None
+    if port_in_use(DEMO_ADDRESS, port):
+        raise OutboxMonitorError(
+            f"port {port} on {DEMO_ADDRESS} is already in use",
+            hint=f"Stop what is listening there, or pick another port: "
+            f"`make demo ARGS='--port {port + 1}'` (or `.venv/bin/outbox-monitor demo --port "
+            f"{port + 1}`).",
+        )
 
 
 @contextlib.contextmanager

@@ -61,6 +61,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_in_use(address: str, port: int) -> bool:
+    """Whether a server listens on ``address``:``port`` (a bind there fails). Connections
+    left in TIME-WAIT by a server just stopped do not count, as for the servers we start."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError:
+            return True
+        return False
+
+
 class TemporaryCluster:
     """initdb + pg_ctl start on 127.0.0.1 in a temporary folder; ``stop()`` removes it.
 
