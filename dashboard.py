@@ -81,9 +81,10 @@ except ConfigError as error:
 several = len(state.fleet().outboxes) > 1
 if not several:
     PAGES[Role.viewer].remove(FLEET)
-# the role on the outbox of the URL (a fleet file may map roles per outbox); every page's
-# context checks it again for the outbox it reads (state.context)
-linked = state.outbox_settings(linked=True)
+# the role on the outbox of the URL, else on the first the person may view (a fleet file may
+# map roles per outbox); every page's context checks it again for the outbox it reads
+# (state.context)
+linked = access.admitting(state.fleet(), state.outbox_settings(linked=True))
 identity = access.identity(linked, [p.url_path for pages in PAGES.values() for p in pages])
 allowed = access.pages_for(identity, PAGES)
 page = st.navigation(allowed)

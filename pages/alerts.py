@@ -82,7 +82,7 @@ def live_state() -> None:
                 f"Last evaluation {format.instant(last)} · database time "
                 f"{format.instant(now)} · refreshes every {refresh}"
             )
-        rows = alert_rules.state_rows(ruleset, instances, now)
+        rows = alert_rules.state_rows(ruleset, instances, now, ctx.db.alert_outbox)
         rule, instance = st.query_params.get("rule"), st.query_params.get("instance")
         if rule:
             rows = alert_rules.focus_rows(rows, rule, instance)

@@ -16,6 +16,7 @@ import streamlit as st
 
 from outbox_monitor.access import Identity, Role, is_loopback, local_identity, role_for
 from outbox_monitor.config import Settings
+from outbox_monitor.fleet import Fleet, Outbox
 from outbox_monitor.ui import deep_link, format
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,15 @@ def _one_header_value(name: str) -> str | None:
     return values[0] if values else None
 
 
+def _proxy_claims(settings: Settings, email: str) -> dict[str, Any]:
+    """The claims a proxy sign-in maps by: its e-mail, and the groups of
+    ``OUTBOX_MONITOR_PROXY_GROUPS_HEADER`` when that is set (comma-separated)."""
+    header = settings.proxy_groups_header
+    raw_groups = _one_header_value(header) if header else None
+    groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
+    return {"groups": groups, "email": email}
+
+
 def _proxy_identity(settings: Settings) -> Identity:
     email = (_one_header_value(settings.proxy_header) or "").strip()
     if not email:
@@ -124,10 +134,7 @@ def _proxy_identity(settings: Settings) -> Identity:
             f"{format.md_code(email)}, not one e-mail address: the proxy must set it (not "
             "append to it).",
         )
-    groups_header = settings.proxy_groups_header
-    raw_groups = _one_header_value(groups_header) if groups_header else None
-    groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
-    role = role_for(settings, email, {"groups": groups, "email": email})
+    role = role_for(settings, email, _proxy_claims(settings, email))
     if role is None:
         _refused(
             "Ask for access",
@@ -204,15 +211,67 @@ def for_outbox(identity: Identity, settings: Settings) -> Identity | None:
         claims: Mapping[str, Any] = st.user.to_dict()
         role = role_for(settings, claims.get("email"), claims)
     elif identity.source == "proxy":
-        header = settings.proxy_groups_header
-        raw_groups = _one_header_value(header) if header else None
-        groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
-        role = role_for(settings, identity.name, {"groups": groups, "email": identity.name})
+        role = role_for(settings, identity.name, _proxy_claims(settings, identity.name))
     else:
         return identity
     if role is None:
         return None
     return identity if role == identity.role else Identity(identity.name, role, identity.source)
+
+
+def _signed_in(settings: Settings) -> tuple[str, Mapping[str, Any]] | None:
+    """Who signed in, read without drawing anything: the e-mail (or ``sub``) and the claims
+    the role mapping reads; ``None`` in local mode and before a sign-in (no OIDC login, no
+    single e-mail in the proxy's header: ``identity`` then draws its own page)."""
+    if settings.auth == "oidc":
+        claims: Mapping[str, Any] = st.user.to_dict()
+        if not claims.get("is_logged_in"):
+            return None
+        return str(claims.get("email") or claims.get("sub") or "unknown"), claims
+    if settings.auth == "proxy":
+        email = (_one_header_value(settings.proxy_header) or "").strip()
+        if ONE_ADDRESS.fullmatch(email):
+            return email, _proxy_claims(settings, email)
+    return None
+
+
+def may_view(settings: Settings) -> bool:
+    """Whether this session gets a role from the outbox's mapping (``access.role_for``; a
+    fleet entry's ``access``), read before ``identity``: always in local mode and before a
+    sign-in (the sign-in page comes first)."""
+    signed = _signed_in(settings)
+    return signed is None or role_for(settings, signed[1].get("email"), signed[1]) is not None
+
+
+def first_viewable(fleet: Fleet) -> Outbox | None:
+    """The fleet's first outbox this session may view (``may_view``), ``None`` for none."""
+    return next((o for o in fleet.outboxes if may_view(o.settings)), None)
+
+
+def admitting(fleet: Fleet, wanted: Settings) -> Settings:
+    """The outbox whose role mapping ``identity`` admits this session by: ``wanted`` (the
+    outbox of the URL or the sidebar) when the person may view it, else the fleet's first
+    they may view (their pages then ask them to choose another, ``state.context``).
+
+    Raises:
+        Streamlit's stop, after one "Ask for access" page naming the outboxes, when the
+        person may view none of a fleet of several (a single outbox: ``identity``'s page).
+    """
+    if may_view(wanted):
+        return wanted
+    viewable = first_viewable(fleet)
+    if viewable is not None or len(fleet.outboxes) == 1:
+        return viewable.settings if viewable else wanted
+    signed = _signed_in(wanted)
+    name = format.md_code(signed[0] if signed else "unknown")
+    _refused(
+        "Ask for access",
+        f"You are signed in as {name}, but none of this dashboard's outboxes "
+        f"({', '.join(fleet.names)}) gives you a role. Ask an admin to add your e-mail, "
+        "domain or group to an outbox's `access` in the fleet file "
+        "(OUTBOX_MONITOR_OUTBOXES), or to OUTBOX_MONITOR_VIEWERS (or _OPERATORS, _ADMINS).",
+        sign_out=wanted.auth == "oidc",
+    )
 
 
 def pages_for(identity: Identity, pages: Mapping[Role, list]) -> list:

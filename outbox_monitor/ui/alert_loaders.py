@@ -70,7 +70,7 @@ def _silences(key: str, _db: Database) -> list[dict[str, Any]]:
 
 
 def silences(db: Database) -> list[dict[str, Any]]:
-    """``alerts.silences.list_silences``: every silence, newest first, with ``active``."""
+    """``alerts.silences.list_silences``: the outbox's silences, newest first, with ``active``."""
     return _silences(db_key(db), db)
 
 

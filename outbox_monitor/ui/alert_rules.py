@@ -126,6 +126,18 @@ def describe_metric(rule: Rule) -> str:
     return " · ".join(parts)
 
 
+def describe_outboxes(rule: Rule) -> str:
+    """The outboxes of a fleet a rule applies to (``Rule.outboxes``, ``alerts.outbox_scope``):
+    ``"all"`` without a selector, the names (``"orders, billing"``), or the labels that must
+    all match (``"team=payments"``)."""
+    selector = rule.outboxes
+    if selector is None:
+        return "all"
+    if isinstance(selector, tuple):
+        return ", ".join(selector)
+    return ", ".join(f"{name}={value}" for name, value in selector.items())
+
+
 def _since(row: Mapping[str, Any], now: datetime | None) -> str:
     """When the instance entered its state (firing/pending since, else its last
     transition), with how long ago."""
@@ -143,7 +155,10 @@ def _since(row: Mapping[str, Any], now: datetime | None) -> str:
 
 
 def state_rows(
-    ruleset: RuleSet | None, instances: Sequence[Mapping[str, Any]], now: datetime | None
+    ruleset: RuleSet | None,
+    instances: Sequence[Mapping[str, Any]],
+    now: datetime | None,
+    outbox: str = "",
 ) -> list[dict[str, Any]]:
     """One row per rule instance for the state table, rules in file order.
 
@@ -151,9 +166,12 @@ def state_rows(
         ruleset: the loaded rules (``None`` when the file is invalid: instances only).
         instances: ``alerts.state.list_instances`` rows.
         now: the database clock, for "(3m ago)".
+        outbox: the shown outbox's alert key (``Database.alert_outbox``): with a fleet file
+            (not ``""``) each row also says which outboxes its rule applies to.
 
     Returns:
-        Dicts with rule, instance (``"all"`` for a rule without ``by``), state (label with
+        Dicts with rule, outboxes (with a fleet file only: ``describe_outboxes``, ``–`` for a
+        rule not in the file), instance (``"all"`` for a rule without ``by``), state (label with
         icon; a firing instance back within its threshold says that keep_firing_for holds
         it, ``held_note``), value and condition (in the rule's unit), since (when the
         instance entered its state: firing_since / pending_since, else its last transition),
@@ -185,9 +203,11 @@ def state_rows(
                 if rule
                 else ""
             )
+            applies = describe_outboxes(rule) if rule else format.NO_VALUE
             table.append(
                 {
                     "rule": name,
+                    **({"outboxes": applies} if outbox else {}),
                     "instance": row.get("instance") or "all",
                     "state": f"{label} ({held})" if held else label,
                     "value": format_value(row.get("value"), unit),

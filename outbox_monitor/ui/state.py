@@ -91,7 +91,7 @@ def _fleet_of(environment: tuple[tuple[str, str], ...]) -> Fleet:
 
 
 def outbox_settings(*, linked: bool = False) -> Settings:
-    """The settings of the outbox chosen in the sidebar (``?outbox=NAME``; the fleet's first
+    """The settings of the outbox chosen in the sidebar (``?outbox=NAME``; ``default_outbox``
     when none or an unknown one is chosen — the sidebar says so), or of the only one.
 
     Args:
@@ -105,7 +105,14 @@ def outbox_settings(*, linked: bool = False) -> Settings:
     for chosen in choices:
         if chosen in outboxes.names:
             return outboxes.get(chosen).settings
-    return outboxes.outboxes[0].settings
+    return outboxes.get(default_outbox()).settings
+
+
+def default_outbox() -> str:
+    """The outbox shown when none is chosen: the fleet's first this session may view
+    (``access.first_viewable``: a fleet file may map roles per outbox), else its first."""
+    viewable = access.first_viewable(fleet())
+    return viewable.name if viewable is not None else fleet().names[0]
 
 
 def _role_mapping(current: Settings) -> tuple:
@@ -216,7 +223,7 @@ def sidebar(
     refreshes, refresh_default = _choices(
         REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
     )
-    names = fleet().names
+    names, outbox_default = fleet().names, default_outbox()
     _follow_link(
         page,
         {
@@ -231,7 +238,7 @@ def sidebar(
         for name, labels, default in (
             (WINDOW_PARAM, windows, window_default),
             (REFRESH_PARAM, refreshes, refresh_default),
-            (OUTBOX_PARAM, names, names[0]),
+            (OUTBOX_PARAM, names, outbox_default),
         )
         if (value := st.query_params.get(name)) is not None and value not in labels
     ]
@@ -240,7 +247,7 @@ def sidebar(
             # no default: a bound widget leaves its default out of the URL, and the outbox is
             # in every URL (a copied link opens the same one, whatever the file's order)
             if st.session_state.get(OUTBOX_PARAM) not in names:
-                st.session_state[OUTBOX_PARAM] = names[0]
+                st.session_state[OUTBOX_PARAM] = outbox_default
             st.selectbox(
                 "Outbox",
                 names,

@@ -78,3 +78,14 @@ def test_fleet_page_links_into_each_outbox_with_its_role(
         expect(page).to_have_url(re.compile(r"/dead_letters\?.*outbox=billing"))
         expect(page.get_by_text(f"Signed in as {OPS} · viewer")).to_be_visible()
         assert "Actions" not in navigation(page)
+
+        # no role on orders, the file's first: the root lands on the outboxes they may view
+        with header_proxy(served.url, {"X-Forwarded-Email": "ann@example.com"}) as ann:
+            page.goto(ann)
+            expect(page.get_by_role("heading", name="Fleet")).to_be_visible()
+            expect(table.locator("tbody tr")).to_have_count(2)  # shipping, billing
+            expect(page.get_by_role("combobox", name="Outbox")).to_have_value("shipping")
+        with header_proxy(served.url, {"X-Forwarded-Email": "eve@other.org"}) as eve:
+            page.goto(eve)  # a role on no outbox: one page saying so
+            expect(page.get_by_role("heading", name="Ask for access")).to_be_visible()
+            expect(page.get_by_text("none of this dashboard's outboxes")).to_be_visible()

@@ -275,6 +275,28 @@ def test_a_silence_made_on_an_outbox_covers_only_it(fleet, databases, fake_clock
         silences.create_silence(billing, {"outbox": "orders"}, until, "no", OPERATOR)
 
 
+def test_an_outbox_lists_its_own_silences_whatever_the_others_made(
+    fleet, databases, db, fake_clock
+):
+    """The list's limit counts an outbox's own silences only: 5 of billing made after 2 of
+    orders leave orders' 2 in its list of 3; a fleet of one (``db``) lists only silences
+    without an ``outbox`` matcher."""
+    orders, billing = databases["orders"], databases["billing"]
+    until = fake_clock.advance(3600)
+
+    def make(database: Database, count: int) -> list[int]:
+        return [
+            silences.create_silence(database, {"rule": f"r{n}"}, until, "deploy", OPERATOR)
+            for n in range(count)
+        ]
+
+    made_orders, made_billing, made_single = make(orders, 2), make(billing, 5), make(db, 1)
+    assert [s["id"] for s in silences.list_silences(orders, limit=3)] == made_orders[::-1]
+    assert [s["id"] for s in silences.list_silences(billing, limit=3)] == made_billing[:1:-1]
+    assert [s["id"] for s in silences.list_silences(db, limit=3)] == made_single
+    assert [s["active"] for s in silences.list_silences(orders, limit=3)] == [True, True]
+
+
 def test_check_and_validate_know_the_fleet(fleet, dsn, conn, rows, tmp_path, monkeypatch):
     monkeypatch.setenv(FLEET_ENV, str(fleet.path))
     monkeypatch.setenv("TEST_DSN", dsn)

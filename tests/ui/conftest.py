@@ -40,10 +40,13 @@ def environment(monkeypatch: pytest.MonkeyPatch, dsn: str) -> pytest.MonkeyPatch
 @pytest.fixture
 def open_page(environment: pytest.MonkeyPatch) -> OpenPage:
     """``open_page("dead_letters", event_type="order.paid")`` runs the dashboard on that page
-    with those URL query parameters and returns the ``AppTest``."""
+    with those URL query parameters and returns the ``AppTest``; ``user=`` is what the run
+    reads as ``st.user`` (an OIDC sign-in: ``{"is_logged_in": True, "email": …}``)."""
 
-    def run(page: str = "overview", **query: str) -> AppTest:
+    def run(page: str = "overview", *, user: dict | None = None, **query: str) -> AppTest:
         at = AppTest.from_file(DASHBOARD, default_timeout=TIMEOUT_SECONDS)
+        if user is not None:
+            at.user = user
         at.query_params.update(query)
         return at.switch_page(f"pages/{page}.py").run()
 

@@ -145,6 +145,7 @@ def test_rule_states_and_history_from_a_real_evaluation(open_page, ruleset, db, 
         "critical",
         "oncall",
     )
+    assert "outboxes" not in first  # a fleet of one: today's columns
     evaluated = report.evaluated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     assert first["since"].startswith(evaluated)  # firing_since = the pass's instant
     tiles = {m.label: m.value for m in at.metric}
@@ -177,6 +178,51 @@ def test_rule_states_and_history_from_a_real_evaluation(open_page, ruleset, db, 
         ("payment-failed", "event_type=payment.refunded", "inactive → firing"),
         ("backlog", "all", "inactive → pending"),
     }
+
+
+FLEET_RULES = """
+version: 1
+routes:
+  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}
+rules:
+  - {name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}
+  - {name: depth, metric: queue_depth, op: ">", threshold: 9, route: oncall,
+     outboxes: [orders, billing]}
+  - {name: payments-depth, metric: queue_depth, op: ">", threshold: 9, route: oncall,
+     outboxes: {team: payments, tier: gold}}
+"""
+FLEET = """
+version: 1
+outboxes:
+  - {name: orders, dsn_env: ORDERS_DSN, labels: {team: payments, tier: gold}}
+  - {name: billing, dsn_env: BILLING_DSN}
+"""
+
+
+def test_with_a_fleet_each_rule_says_which_outboxes_it_applies_to(
+    open_page, environment, rules_path, dsn, make_dsn, conn, tmp_path
+):
+    rules_path.write_text(FLEET_RULES)
+    fleet = tmp_path / "outboxes.yml"
+    fleet.write_text(FLEET)
+    environment.setenv("ORDERS_DSN", dsn)
+    environment.setenv("BILLING_DSN", make_dsn())
+    environment.setenv("OUTBOX_MONITOR_OUTBOXES", str(fleet))
+    conn.execute(  # orders' instance of a rule since removed from the file
+        "INSERT INTO outbox_monitor.alert_instances (outbox, rule, instance, state)"
+        " VALUES ('orders', 'old-rule', 'outbox=orders', 'firing')"
+    )
+
+    at = open_page(PAGE, outbox="orders")
+
+    assert not at.exception
+    assert [(r["rule"], r["outboxes"], r["instance"]) for r in table(at, 0)] == [
+        ("stuck-lock", "all", "all"),
+        ("depth", "orders, billing", "all"),
+        ("payments-depth", "team=payments, tier=gold", "all"),
+        ("old-rule", "–", "all"),
+    ]
+    assert list(at.dataframe[0].value.columns[:3]) == ["rule", "outboxes", "instance"]
 
 
 def test_a_silenced_alert_shows_what_would_have_been_posted(open_page, ruleset, db, rows, sink):

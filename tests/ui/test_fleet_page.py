@@ -86,3 +86,71 @@ def test_a_fleet_of_one_has_no_fleet_page(open_page, rows):
     rows.add(created_ago=60)
     at = open_page("fleet")
     assert not [m for m in at.markdown if m.value.startswith("| Outbox |")]
+
+
+ACCESS = """
+version: 1
+outboxes:  # ops@example.com may view billing only, boss@example.com every outbox
+  - {name: orders, dsn_env: ORDERS_DSN, access: {viewers: [boss@example.com]}}
+  - {name: shipping, dsn_env: ORDERS_DSN, table: shipping.outbox,
+     access: {viewers: [boss@example.com]}}
+  - {name: billing, dsn_env: BILLING_DSN, access: {viewers: [boss@example.com],
+     operators: [ops@example.com]}}
+"""
+
+
+def signed_in(email: str) -> dict:
+    return {"is_logged_in": True, "email": email}
+
+
+@pytest.fixture
+def access_fleet(environment, fleet_env, tmp_path):
+    """``fleet_env``'s three outboxes, each mapping roles of its own (``ACCESS``), behind an
+    OIDC sign-in (the run's ``st.user``)."""
+    fleet_env()
+    (tmp_path / "outboxes.yml").write_text(ACCESS)
+    environment.setenv("OUTBOX_MONITOR_AUTH", "oidc")
+
+
+def test_without_a_chosen_outbox_the_first_the_person_may_view_is_shown(open_page, access_fleet):
+    # the root / of a fleet switches to the Fleet page with its query: no outbox named
+    # (AppTest cannot open / itself: its cookies, which the root reads, are mocks)
+    landing = open_page("fleet", user=signed_in("ops@example.com"))
+
+    assert not landing.exception and not landing.error
+    assert [t.value for t in landing.title] == ["Fleet"]  # not "Ask for access" for orders
+    assert landing.selectbox(key="outbox").value == "billing"
+    assert list(table(landing)) == ["billing"]  # only the outbox they may view
+
+    overview = open_page("overview", user=signed_in("ops@example.com"))
+    assert not overview.exception and not overview.error
+    assert [m.value for m in overview.metric if m.label == "Queue depth"] == ["1"]  # billing's
+    assert any("Signed in as `ops@example.com` · operator" in c.value for c in overview.caption)
+
+    boss = open_page("fleet", user=signed_in("boss@example.com"))
+    assert boss.selectbox(key="outbox").value == "orders"  # the file's first, as before
+    assert list(table(boss)) == ["orders", "shipping", "billing"]
+
+
+def test_a_link_to_an_outbox_without_a_role_asks_to_choose_another(open_page, access_fleet):
+    at = open_page("overview", outbox="orders", user=signed_in("ops@example.com"))
+
+    assert not at.exception and not at.metric
+    assert [plain(e.value) for e in at.error] == [
+        "ops@example.com has no role on the outbox orders: choose another outbox in the "
+        "sidebar, or ask an admin to add you to its access in the fleet file."
+    ]
+    assert at.selectbox(key="outbox").select("billing").run().metric
+
+
+def test_a_person_who_may_view_no_outbox_gets_one_message(open_page, access_fleet):
+    at = open_page("fleet", user=signed_in("eve@example.com"))
+
+    assert not at.exception
+    assert [t.value for t in at.title] == ["Ask for access"]
+    assert [plain(e.value) for e in at.error] == [
+        "You are signed in as eve@example.com, but none of this dashboard's outboxes "
+        "(orders, shipping, billing) gives you a role. Ask an admin to add your e-mail, "
+        "domain or group to an outbox's access in the fleet file (OUTBOX_MONITOR_OUTBOXES), "
+        "or to OUTBOX_MONITOR_VIEWERS (or _OPERATORS, _ADMINS)."
+    ]
