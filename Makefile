@@ -17,7 +17,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test lint install lock browser podman oidc-provider n8n clean
+.PHONY: demo test lint install lock browser podman promtool oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -53,6 +53,17 @@ browser:
 	  echo "installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+# promtool for tests/integration/test_prometheus_rules_fleet.py (`promtool test rules` of
+# deploy/prometheus/rules.yml): Debian's prometheus package unpacked, never installed (no
+# Prometheus service starts), into ~/.cache/outbox-monitor/prometheus-deb; only its promtool
+# is used. Nothing when promtool is on the PATH or already unpacked.
+PROMTOOL_DIR := $(HOME)/.cache/outbox-monitor/prometheus-deb
+promtool:
+	@command -v promtool >/dev/null 2>&1 || test -x $(PROMTOOL_DIR)/usr/bin/promtool || { \
+	  echo "unpacking Debian's promtool for the Prometheus rules tests"; \
+	  apt-get update -qq && mkdir -p $(PROMTOOL_DIR) && cd $(PROMTOOL_DIR) && \
+	  apt-get download -qq prometheus && dpkg-deb -x prometheus_*.deb . && rm prometheus_*.deb; }
 
 # Debian's podman for the image and compose tests (tests/deploy/test_image.py,
 # test_compose_up.py; no Docker engine runs here): runc (crun fails on these machines),
@@ -90,10 +101,11 @@ n8n:
 # two against 1,347 s with one (busy machine; 1,352 tests).
 # One file alone: .venv/bin/pytest tests/…  (no workers).
 TEST_WORKERS ?= 2
-test: install browser podman oidc-provider lint
+test: install browser podman promtool oidc-provider lint
 	@mkdir -p test-artifacts
 	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
-	OUTBOX_MONITOR_REQUIRE_N8N=1 OUTBOX_MONITOR_REQUIRE_PODMAN=1 $(BIN)/pytest \
+	OUTBOX_MONITOR_REQUIRE_N8N=1 OUTBOX_MONITOR_REQUIRE_PODMAN=1 \
+	OUTBOX_MONITOR_REQUIRE_PROMTOOL=1 $(BIN)/pytest \
 	  -n $(TEST_WORKERS) --no-loadscope-reorder; status=$$?; \
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \

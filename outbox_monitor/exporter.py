@@ -54,8 +54,9 @@ seconds (default 5) and concurrent scrapes share one refresh. A database failure
 200 with ``outbox_monitor_up 0`` and without the database's families (the process's own
 ones stay), never an HTTP 500.
 
-Every scheduler replica exposes the same figures: aggregate with ``max by (event_type)``
-before summing across replicas (``deploy/prometheus/rules.yml`` does).
+Every scheduler replica exposes the same figures: aggregate with ``max by (outbox,
+event_type)`` before summing across replicas, per outbox (``deploy/prometheus/rules.yml``
+does; ``outbox`` is ``fleet_exporter``'s label, absent without a fleet file).
 """
 
 import logging

@@ -1,9 +1,12 @@
-"""deploy/prometheus/rules.yml: well-formed, equivalent to the shipped alerts.yml, and every
-metric, label and window it uses is exposed by a live scheduler's /metrics.
+"""deploy/prometheus/rules.yml: well-formed, equivalent to the shipped alerts.yml, alerting per
+outbox (issue 16: every aggregation keeps ``outbox``), and every metric, label and window it
+uses is exposed by a live scheduler's /metrics.
 
-promtool is not available, so expressions are read by a small PromQL tokenizer that finds
-each selector (metric name and label matchers), skipping functions, aggregation keywords,
-grouping clauses, strings, ranges and durations. Tests feed it typos to prove it catches them.
+Expressions are read by a small PromQL tokenizer that finds each selector (metric name and
+label matchers) and each aggregation with its ``by`` labels, skipping functions, keywords,
+strings, ranges and durations; it runs without promtool. Tests feed it typos to prove it
+catches them. ``test_prometheus_rules_fleet.py`` evaluates the rules with promtool on the
+/metrics of a scheduler watching two outboxes.
 """
 
 import json
@@ -173,6 +176,55 @@ def selectors(expr: str) -> list[Selector]:
             found.append(Selector(names[0] if names else "", rest))
         index += 1
     return found
+
+
+_AGGREGATIONS = {"sum", "max", "min", "avg", "count", "group", "stddev", "stdvar"}
+
+
+def aggregations(expr: str) -> list[tuple[str, tuple[str, ...] | None]]:
+    """Each aggregation of ``expr`` in order, with its ``by (…)`` labels as written (``None``
+    for none or ``without``; the form ``max(x) by (l)`` counts as none)."""
+    items = tokens(expr)
+    found: list[tuple[str, tuple[str, ...] | None]] = []
+    for index, (kind, text) in enumerate(items[:-1]):
+        if kind != "ident" or text not in _AGGREGATIONS:
+            continue
+        if items[index + 1] == ("ident", "by") and items[index + 2] == ("paren", "("):
+            close = next(i for i in range(index + 2, len(items)) if items[i] == ("paren", ")"))
+            labels = tuple(t for k, t in items[index + 3 : close] if k == "ident")
+            found.append((text, labels))
+        elif items[index + 1] in (("paren", "("), ("ident", "without")):
+            found.append((text, None))
+    return found
+
+
+OUTBOX_PREFIX = "{{ if $labels.outbox }}{{ $labels.outbox }}: {{ end }}"
+"""How every summary opens: the outbox's name, when the series have one (a fleet file)."""
+
+
+def per_outbox_problems(rule: dict[str, Any]) -> list[str]:
+    """Where a rule would add one outbox's figures to another's or not name its outbox:
+    every aggregation must keep ``outbox`` (``by (outbox, …)``), a ``sum`` must sum the
+    replicas' ``max by (outbox, event_type)``, and the summary must open with
+    ``OUTBOX_PREFIX``."""
+    where, expr = rule["alert"], rule["expr"]
+    problems = []
+    found = aggregations(expr)
+    if not found:
+        problems.append(f"{where}: no aggregation: the replicas' series are not collapsed")
+    for position, (operator, labels) in enumerate(found):
+        if labels is None or "outbox" not in labels:
+            problems.append(f"{where}: {operator} without by (outbox, …) mixes outboxes: {expr}")
+        following = found[position + 1] if position + 1 < len(found) else None
+        if operator == "sum" and (
+            following is None
+            or following[0] != "max"
+            or not {"outbox", "event_type"} <= set(following[1] or ())
+        ):
+            problems.append(f"{where}: sum must add max by (outbox, event_type): {expr}")
+    if not rule["annotations"]["summary"].startswith(OUTBOX_PREFIX):
+        problems.append(f"{where}: the summary must open with {OUTBOX_PREFIX}")
+    return problems
 
 
 Exposed = dict[str, list[dict[str, str]]]
@@ -349,9 +401,13 @@ def equivalence_problems(document: dict[str, Any], db: Database) -> list[str]:
         tail = re.search(r"(>=|<=|==|!=|>|<)\s*(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*$", expr)
         if not tail or tail.group(1) != rule.op or float(tail.group(2)) != rule.threshold:
             problems.append(f"{where}: expr must end with {rule.op} {rule.threshold:g}: {expr}")
-        per_type = re.match(r"^\s*\w+\s+by\s*\(\s*event_type\s*\)", expr) is not None
-        if per_type != bool(rule.by):
-            problems.append(f"{where}: by event_type is {per_type}, alerts.yml by: {rule.by}")
+        groups = aggregations(expr)
+        outer = set(groups[0][1] or ()) if groups else set()
+        wanted_outer = {"outbox", "event_type"} if rule.by else {"outbox"}
+        if outer != wanted_outer:
+            problems.append(
+                f"{where}: the outer aggregation must be by {sorted(wanted_outer)}: {expr}"
+            )
         family = PROMETHEUS_NAME[rule.metric]
         matching = [s for s in selectors(expr) if s.name == family]
         if len(matching) != 1:
@@ -387,7 +443,9 @@ def equivalence_problems(document: dict[str, Any], db: Database) -> list[str]:
         if humanized != metric.is_duration:
             problems.append(f"{where}: humanizeDuration only (and always) for seconds")
         plain = re.sub(
-            r"\{\{\s*\$value(?:\s*\|\s*humanizeDuration)?\s*\}\}", "{{ value }}", summary
+            r"\{\{\s*\$value(?:\s*\|\s*humanizeDuration)?\s*\}\}",
+            "{{ value }}",
+            summary.removeprefix(OUTBOX_PREFIX),
         ).replace("{{ $labels.event_type }}", "{{ event_type }}")
         if plain != rule.summary:
             problems.append(f"{where}: summary {summary!r} != alerts.yml {rule.summary!r}")
@@ -398,13 +456,47 @@ def test_rules_are_the_shipped_alerts_yml(db):
     assert equivalence_problems(load_document(), db) == []
 
 
+def test_every_rule_alerts_per_outbox():
+    assert {rule["alert"]: per_outbox_problems(rule) for rule in all_rules(load_document())} == {
+        rule["alert"]: [] for rule in all_rules(load_document())
+    }
+
+
+@pytest.mark.parametrize(
+    ("expr", "problem"),
+    [
+        ("sum(max by (outbox, event_type) (outbox_queue_depth)) > 1000", "sum without by"),
+        ("sum by (outbox) (outbox_queue_depth) > 1000", "sum must add max by (outbox, event"),
+        ("sum by (outbox) (max by (event_type) (outbox_stuck_locks)) > 0", "max without by"),
+        ("max(outbox_monitor_up) by (outbox) == 0", "max without by (outbox"),
+        ("max without (event_type) (outbox_breaker_open) > 0", "max without by"),
+        ("outbox_monitor_up == 0", "no aggregation"),
+    ],
+)
+def test_the_per_outbox_check_catches_aggregates_across_outboxes(expr, problem):
+    rule = {"alert": "x", "expr": expr, "annotations": {"summary": OUTBOX_PREFIX + "x"}}
+    assert any(problem in p for p in per_outbox_problems(rule)), per_outbox_problems(rule)
+    rule["annotations"]["summary"] = "{{ $labels.outbox }}: x"
+    assert "x: the summary must open with" in "\n".join(per_outbox_problems(rule))
+
+
 def test_equivalence_check_catches_drift(db):
     text = RULES_PATH.read_text()
     for old, new, expected in (
         ("> 1000", "> 100", "backlog: expr must end with > 1000"),
         ('window="15m"', 'window="1h"', "payment-failed: window matcher"),
         ('"notification\\\\..*"', '"notification.*"', "notifications-late: 'notification.*'"),
-        ("max by (event_type) (outbox_failed", "max without (event_type) (outbox_failed", "by e"),
+        (
+            "max by (outbox, event_type) (outbox_failed",
+            "max by (outbox) (outbox_failed",
+            "payment-failed: the outer",
+        ),
+        (
+            "sum by (outbox) (max by (outbox, event_type) (outbox_queue",
+            "sum(max(outbox_queue",
+            "backlog: the outer",
+        ),
+        ("{{ end }}Outbox backlog:", "{{ end }}Backlog:", "backlog: summary"),
         ("for: 10m", "for: 5m", "backlog: for 5m"),
         ('quantile="0.95"', 'quantile="0.99"', "latency-slo: quantile matcher"),
         ("outbox_stuck_locks", "outbox_processing", "stuck-lock: expr must select"),
