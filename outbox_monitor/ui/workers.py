@@ -154,16 +154,16 @@ def workers_section(found: WorkersView) -> None:
     rows = worker_rows(found)
     if rows:
         st.dataframe(pd.DataFrame(rows, columns=COLUMNS), hide_index=True, width="stretch")
-    if found.workers.not_listed:
-        st.caption(
-            f"{format.count(found.workers.not_listed)} more worker(s) not listed: the table or "
-            f"the sampler knows more than {WORKERS_SHOWN} `locked_by` values; listed are those "
-            "holding rows now, then those seen holding rows last."
-        )
     else:
         st.info(
             "No worker holds a row and the sampler has seen none: start `outbox-monitor "
             "scheduler` to follow them.",
             icon=":material/info:",
+        )
+    if found.workers.not_listed:
+        st.caption(
+            f"{format.count(found.workers.not_listed)} more worker(s) not listed: the table or "
+            f"the sampler knows more than {WORKERS_SHOWN} `locked_by` values; listed are those "
+            "holding rows now, then those seen holding rows last."
         )
     st.caption(UNKNOWABLE)

@@ -63,6 +63,7 @@ def test_the_page_lists_each_worker_and_the_fleets_liveness(open_page, db, rows,
     assert "1 row due" in shown
     assert "Alerted by rule no-claim-while-due (> 10m 0s)" in shown
     assert "A row loses locked_by at its ack" in shown
+    assert "No worker holds a row" not in shown  # the workers are listed above
 
     conn.execute(
         "UPDATE integration_outbox SET status = 'processing', locked_at = now(), "
