@@ -46,7 +46,7 @@ class DrainEta:
     """How long a backlog takes to drain at the window's rates.
 
     ``seconds``: 0 when the backlog is empty; ``None`` ("never") when it grows or holds
-    (net drain ≤ 0). ``net_per_minute``: processed/min − created/min.
+    (net drain ≤ 0). ``net_per_minute``: (processed + dead-lettered)/min − created/min.
     """
 
     backlog: int
@@ -66,20 +66,27 @@ class DrainEta:
 
 
 def drain_eta(
-    backlog: int, processed_per_minute: float | None, created_per_minute: float | None
+    backlog: int,
+    processed_per_minute: float | None,
+    created_per_minute: float | None,
+    dead_lettered_per_minute: float | None = None,
 ) -> DrainEta:
-    """The drain ETA of a backlog: ``backlog ÷ (processed/min − created/min)``.
+    """The drain ETA of a backlog: ``backlog ÷ ((processed + dead-lettered)/min −
+    created/min)``: a dead-lettered row leaves the queue as a processed one does.
 
     Args:
         backlog: rows to drain (the queue depth: pending rows due now).
         processed_per_minute, created_per_minute: SPEC §2 throughput over the window
             (``None`` counts as 0).
+        dead_lettered_per_minute: rows turned ``failed`` per minute over the window (SPEC
+            §2 failed in window ÷ the window's minutes; ``None`` counts as 0).
 
     Returns:
         A ``DrainEta``: ``seconds`` 0 for an empty backlog, ``None`` (never) when the net
         drain rate is ≤ 0, else ``backlog / net * 60``.
     """
-    net = (processed_per_minute or 0.0) - (created_per_minute or 0.0)
+    out = (processed_per_minute or 0.0) + (dead_lettered_per_minute or 0.0)
+    net = out - (created_per_minute or 0.0)
     if backlog <= 0:
         return DrainEta(backlog, net, 0.0)
     if net <= 0:
@@ -89,12 +96,15 @@ def drain_eta(
 
 def drain_eta_of(figures: Mapping[str, Any]) -> DrainEta:
     """``drain_eta`` of one set of figures under their ``status --json`` keys
-    (``queue_depth``, ``processed_per_minute``, ``created_per_minute``): ``metrics.status``
-    for a filter, or one event type's row of the per-type table."""
+    (``queue_depth``, ``processed_per_minute``, ``created_per_minute``, and when both are
+    present ``failed_in_window`` over ``window_seconds``): ``metrics.status`` for a filter,
+    or one event type's row of the per-type table."""
+    failed, window = figures.get("failed_in_window"), figures.get("window_seconds")
     return drain_eta(
         int(figures["queue_depth"]),
         figures["processed_per_minute"],
         figures["created_per_minute"],
+        failed / window * 60.0 if failed and window else None,
     )
 
 

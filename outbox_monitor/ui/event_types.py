@@ -67,6 +67,7 @@ def _table(
         "rows": rows,
         "flow": {flow.event_type: flow for flow in flows},
         "history": history,
+        "window_seconds": window,
     }
 
 
@@ -177,7 +178,8 @@ def load(
         instances, ruleset: the alert states and rules (which types are pinned).
 
     Returns:
-        ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "history": [...]}``.
+        ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "history": [...],
+        "window_seconds": the window}``.
     """
     pinned = tuple(coverage.firing_event_types(instances, ruleset))
     return _table(db_key(db), db, f.window, f.event_type, top, pinned)

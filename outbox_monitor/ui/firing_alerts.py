@@ -165,6 +165,8 @@ def type_context(
                 "queue_depth": row["queue_depth"],
                 "processed_per_minute": row.get("processed_per_minute"),
                 "created_per_minute": row.get("created_per_minute"),
+                "failed_in_window": row["failed_in_window"],
+                "window_seconds": table["window_seconds"],
             }
         )
         basis = ""

@@ -108,6 +108,13 @@ def test_drain_eta_by_hand():
     figures = {"queue_depth": 90, "processed_per_minute": 4.0, "created_per_minute": 1.0}
     assert drain_eta_of(figures).seconds == 1800.0  # 90 / 3 per minute = 30 min
     assert drain_eta(7200 * 3, 3.0, 0.0).text == "≈ 5d 0h (drains 3.00/min net)"
+    # dead letters leave the queue too: 20 done + 4 dead-lettered − 20 created = 4/min net
+    assert drain_eta(40, 20.0, 20.0, 4.0).seconds == 600.0
+    # 1,133 done + 240 dead-lettered in 1 h (4/min) − 1,135 created: 2/min net, 10 rows in 5 min
+    steady = {"queue_depth": 10, "processed_per_minute": 1133.0, "created_per_minute": 1135.0}
+    assert drain_eta_of(steady).text == "never: grows by 2.00/min"
+    steady.update(failed_in_window=240, window_seconds=3600.0)
+    assert drain_eta_of(steady).seconds == 300.0
 
 
 def test_one_event_types_points_say_what_was_folded_or_not_sampled():
