@@ -3,7 +3,8 @@ one real process runs the fleet scheduler of ``outbox-monitor scheduler`` in the
 beside the dashboard. Two outboxes in the test database (orders, billing in its own table),
 a stuck lock in billing only: /metrics labels both, with the hand-computed depths; billing's
 stuck-lock fires once, orders' never; the process holds both leases; SIGTERM exits 0 and
-releases them. A rule naming an outbox the file lacks stops the start with exit 2."""
+releases them. A rule naming an outbox the file lacks stops the start with exit 2 (an outbox
+unreachable at start: ``test_fleet_scheduler``, for both services)."""
 
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from outbox_monitor.demo.pgcluster import free_port
 from tests.alerting import REPO, stuck_lock_rules, wait_for
 from tests.integration.test_exporter import by, get, scrape
 from tests.integration.test_fleet_scheduler import FLEET as THREE
-from tests.integration.test_fleet_scheduler import ONE_AND_GONE, add_pending, leases
+from tests.integration.test_fleet_scheduler import add_pending, leases
 from tests.oidc_support import dashboard_command, dashboard_environment
 
 FLEET = THREE.split("  - name: far")[0]
@@ -35,12 +36,10 @@ def firings(dsn: str, outbox: str) -> tuple[int, int]:
         ).fetchone()
 
 
-def fleet_environment(
-    tmp_path, dsn: str, rules: str, fleet: str = FLEET, **settings: str
-) -> dict[str, str]:
-    """The dashboard's environment: ``fleet`` as its fleet file (``ORDERS_DSN``: ``dsn``),
+def fleet_environment(tmp_path, dsn: str, rules: str, **settings: str) -> dict[str, str]:
+    """The dashboard's environment: ``FLEET`` as its fleet file (``ORDERS_DSN``: ``dsn``),
     ``rules`` as its alerts.yml, ``settings`` as ``OUTBOX_MONITOR_<NAME>`` variables."""
-    (tmp_path / "outboxes.yml").write_text(fleet)
+    (tmp_path / "outboxes.yml").write_text(FLEET)
     (tmp_path / "alerts.yml").write_text(rules)
     env = dashboard_environment(
         tmp_path,
@@ -141,26 +140,3 @@ def test_a_rule_naming_an_outbox_the_file_lacks_stops_the_start(dsn, tmp_path) -
     assert result.returncode == 2, result.stderr
     assert 'unknown outbox "shipping"' in result.stderr, result.stderr
     assert "stuck-lock" in result.stderr and "outboxes" in result.stderr
-
-
-def test_an_outbox_unreachable_at_start_stops_only_its_own_jobs(dsn, tmp_path) -> None:
-    port, metrics_port = free_port(), free_port()
-    env = fleet_environment(
-        tmp_path, dsn, stuck_lock_rules("1s"), ONE_AND_GONE, metrics_port=str(metrics_port)
-    )
-    env["GONE_DSN"] = dsn.rsplit("/", 1)[0] + "/no_such_database"
-    command = dashboard_command("dashboard", "--with-scheduler", "--port", str(port))
-    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{metrics_port}"
-    try:
-        assert wait_for(lambda: leases({"orders": dsn})["orders"], timeout=30)
-        status, text = get(url + "/healthz")
-        found = scrape(url)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-    assert process.returncode == 0, stderr
-    assert status == 200 and 'outbox "gone": database unreachable' in text, text
-    assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "gone": 0}
-    assert 'outbox "gone" (public.integration_outbox at ' in stderr
-    assert "unreachable at start" in stderr
