@@ -9,15 +9,17 @@ rules, Slack variables, an outbox whose writes would reach a standby, a registry
 table; the outbox named); so does an outbox table that is missing or does not match (exit 1,
 the outbox named). An outbox whose database cannot be reached is logged, shown on
 ``/healthz`` and in ``outbox_monitor_up{outbox}``, and its jobs retry with backoff: the others
-run. ``run_fleet_scheduler`` is ``outbox-monitor scheduler`` with ``OUTBOX_MONITOR_OUTBOXES``.
+run. ``served_fleet_scheduler`` assembles it, once for both users: ``run_fleet_scheduler``
+(``outbox-monitor scheduler`` with ``OUTBOX_MONITOR_OUTBOXES``, blocking) and
+``dashboard --with-scheduler`` with a file of several outboxes (in the background).
 """
 
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
@@ -204,19 +206,28 @@ def build_fleet_scheduler(
     return scheduler, share
 
 
-def run_fleet_scheduler(
+@contextmanager
+def served_fleet_scheduler(
     fleet: Fleet,
     ruleset: RuleSet | None,
     transports: Mapping[str, Any] | None,
     *,
+    blocking: bool,
     address: str,
     port: int,
-    serve: Any,
-) -> None:
-    """``outbox-monitor scheduler`` for a fleet file: check the registry and the outboxes,
-    heartbeat once (so a replica starting beside others knows N before it takes a lease),
-    start ``/metrics`` and ``/healthz`` (``FleetCollector``, ``FleetStatus``) unless the
-    port is 0, then block in ``serve(scheduler, server)`` (``scheduler.serve_until_stopped``).
+) -> Iterator[tuple[BaseScheduler, MetricsServer | None]]:
+    """The one assembly of a fleet's scheduler, for ``outbox-monitor scheduler``
+    (``blocking``, ``run_fleet_scheduler``) and ``dashboard --with-scheduler`` (a
+    ``BackgroundScheduler`` beside the server, ``scheduler.background_scheduler``): check
+    the registry and the outboxes (``open_members``), heartbeat once (so a replica starting
+    beside others knows N before it takes a lease), build every outbox's jobs
+    (``build_fleet_scheduler``), start ``/metrics`` and ``/healthz`` (``FleetCollector``,
+    ``FleetStatus``) unless the port is 0. The outboxes' Databases close when the block
+    ends; the leases and the registry row go when the scheduler shuts down.
+
+    Yields:
+        ``(scheduler, server)``: the scheduler not started (the caller starts it and shuts
+        it down), the running server (the caller stops it) or ``None`` for port 0.
 
     Raises:
         ConfigError: the registry is a standby or lacks its table (naming
@@ -238,7 +249,7 @@ def run_fleet_scheduler(
         registry.check()
         registry.heartbeat(0)
         scheduler, share = build_fleet_scheduler(
-            members, registry, blocking=True, ruleset=ruleset, transports=transports
+            members, registry, blocking=blocking, ruleset=ruleset, transports=transports
         )
         server = None
         if port:
@@ -251,12 +262,49 @@ def run_fleet_scheduler(
             ).start()
         log.info(
             "scheduler started for %d outbox(es) of %s (%s); %d replica(s) in the registry "
-            "(%s), this one leads at most %d; Ctrl-C to stop",
+            "(%s), this one leads at most %d%s",
             len(members),
             fleet.path,
             ", ".join(fleet.names),
             share.replicas,
             source,
             share.cap,
+            "; Ctrl-C to stop" if blocking else ", in the background",
         )
+        yield scheduler, server
+
+
+def run_fleet_scheduler(
+    fleet: Fleet,
+    ruleset: RuleSet | None,
+    transports: Mapping[str, Any] | None,
+    *,
+    address: str,
+    port: int,
+    serve: Any,
+) -> None:
+    """``outbox-monitor scheduler`` for a fleet file: ``served_fleet_scheduler``, blocking,
+    then ``serve(scheduler, server)`` (``scheduler.serve_until_stopped``) until stopped.
+
+    Raises:
+        As ``served_fleet_scheduler``.
+    """
+    with served_fleet_scheduler(
+        fleet, ruleset, transports, blocking=True, address=address, port=port
+    ) as (scheduler, server):
         serve(scheduler, server)
+
+
+def writing_with_actions(fleet: Fleet) -> Fleet:
+    """``fleet`` with each outbox that has no ``primary_dsn_env`` writing through its
+    ``actions_dsn_env`` when it has one (its lease, samples, alert state, notifications and
+    the registry when it is the first): ``dashboard --with-scheduler``'s writes, as
+    ``scheduler.scheduler_databases``'s ``fallback_dsn`` for a single outbox (the dashboard's
+    read login may be a viewer role or a hot standby)."""
+    outboxes = tuple(
+        replace(o, settings=o.settings.model_copy(update={"primary_dsn": o.settings.actions_dsn}))
+        if o.settings.primary_dsn is None and o.settings.actions_dsn
+        else o
+        for o in fleet.outboxes
+    )
+    return Fleet(outboxes, fleet.path)

@@ -2,7 +2,8 @@
 evaluator, notification sender, watchdog, optional reaper and pruner), the rules and Slack
 routes they use (``load_alerting``), and ``/metrics`` and ``/healthz`` (``metrics_server``).
 ``build_scheduler`` assembles it (tests and the demo run it in a thread); ``run_scheduler`` is
-the ``outbox-monitor scheduler`` command; ``scheduler_databases`` opens its Database of
+the ``outbox-monitor scheduler`` command, ``background_scheduler`` the one of ``dashboard
+--with-scheduler`` (a fleet's: ``fleet_scheduler``); ``scheduler_databases`` opens its Database of
 figures (``OUTBOX_MONITOR_DSN``, possibly a hot standby) and of writes
 (``OUTBOX_MONITOR_PRIMARY_DSN``), refusing to start when the writes would reach a standby.
 """
@@ -283,6 +284,50 @@ def scheduler_databases(
                 describe_target(primary.settings.dsn),
             )
         yield db, primary
+
+
+@contextmanager
+def background_scheduler(
+    settings: Settings, fleet: Fleet | None = None
+) -> Iterator[tuple[BaseScheduler, MetricsServer | None]]:
+    """What ``dashboard --with-scheduler`` runs beside the server: a ``BackgroundScheduler``
+    (not started; the caller starts it and shuts it down) and its ``/metrics`` and
+    ``/healthz`` on ``settings.metrics_address``/``metrics_port`` (started; the caller stops
+    it), the rules of ``load_alerting``; its Databases close when the block ends.
+
+    A ``fleet`` of several outboxes (a fleet file, no ``--outbox``): the fleet scheduler of
+    ``outbox-monitor scheduler`` (``fleet_scheduler.served_fleet_scheduler``: every outbox, a
+    replica of the registry; one unreachable at start is logged and retried), each outbox
+    writing through its ``primary_dsn_env``, else its ``actions_dsn_env``
+    (``fleet_scheduler.writing_with_actions``); the rules checked against the file's
+    outboxes. Otherwise the single outbox of ``settings``, writing through
+    ``OUTBOX_MONITOR_PRIMARY_DSN``, else ``OUTBOX_MONITOR_ACTIONS_DSN`` (``scheduler_databases``).
+
+    Raises:
+        As ``load_alerting`` (a rule's ``outboxes`` naming an outbox the file lacks:
+        ``RulesError``), ``scheduler_databases`` or ``served_fleet_scheduler``, and
+        ``start_metrics_server``.
+    """
+    address, port = settings.metrics_address, settings.metrics_port
+    if fleet is not None and len(fleet.outboxes) > 1:
+        from outbox_monitor.fleet_scheduler import served_fleet_scheduler, writing_with_actions
+
+        ruleset, transports = load_alerting(None, settings, fleet)
+        with served_fleet_scheduler(
+            writing_with_actions(fleet),
+            ruleset,
+            transports,
+            blocking=False,
+            address=address,
+            port=port,
+        ) as built:
+            yield built
+        return
+    ruleset, transports = load_alerting(None, settings)
+    with scheduler_databases(settings, fallback_dsn=settings.actions_dsn) as (db, primary):
+        yield build_served_scheduler(
+            db, primary, ruleset, transports, blocking=False, address=address, port=port
+        )
 
 
 def run_scheduler(

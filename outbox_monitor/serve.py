@@ -23,12 +23,8 @@ from pydantic import SecretStr
 from outbox_monitor.access import is_loopback
 from outbox_monitor.config import ENV_PREFIX, Settings
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.scheduler import (
-    build_served_scheduler,
-    interrupt_on_sigterm,
-    load_alerting,
-    scheduler_databases,
-)
+from outbox_monitor.fleet import Fleet
+from outbox_monitor.scheduler import background_scheduler, interrupt_on_sigterm
 from outbox_monitor.shipped import shipped_folder
 
 HEALTH_PATH = "/_stcore/health"
@@ -357,6 +353,7 @@ def run_dashboard(
     port: int = 8501,
     with_scheduler: bool = False,
     insecure_no_auth: bool = False,
+    fleet: Fleet | None = None,
 ) -> int:
     """``outbox-monitor dashboard``: serve the dashboard until it exits or Ctrl-C/SIGTERM.
 
@@ -366,12 +363,16 @@ def run_dashboard(
         with_scheduler: also run the scheduler (sampler, alert evaluator and Slack sender
             with the rules of ``load_alerting``, and its ``/metrics`` and ``/healthz`` on
             ``settings.metrics_address``/``metrics_port``) in this process, in background
-            threads, started with the server, not on a first page view. It measures
-            through ``OUTBOX_MONITOR_DSN`` and writes through ``OUTBOX_MONITOR_PRIMARY_DSN``,
-            else ``OUTBOX_MONITOR_ACTIONS_DSN`` when set (the read DSN may be a viewer role
-            or a hot standby; ``scheduler.scheduler_databases``).
+            threads, started with the server, not on a first page view
+            (``scheduler.background_scheduler``). It measures through ``OUTBOX_MONITOR_DSN``
+            and writes through ``OUTBOX_MONITOR_PRIMARY_DSN``, else
+            ``OUTBOX_MONITOR_ACTIONS_DSN`` when set (the read DSN may be a viewer role or a
+            hot standby); with a ``fleet`` of several, every outbox of it, as
+            ``outbox-monitor scheduler`` runs them.
         insecure_no_auth: serve a ``local``-mode dashboard on a non-loopback address
             anyway (a warning is printed on every start; see ``check_exposure``).
+        fleet: the fleet file's outboxes the scheduler watches when there are several;
+            ``None`` (or one): the single outbox of ``settings``.
 
     Returns:
         Streamlit's exit code; ``0`` when stopped by Ctrl-C or SIGTERM.
@@ -383,7 +384,10 @@ def run_dashboard(
         TransportConfigError: ``with_scheduler`` and a Slack variable is set but invalid.
         ConfigError: ``with_scheduler`` and the metrics address or port cannot be served
             (``scheduler.start_metrics_server``), or its writes would reach a hot standby
-            (naming ``OUTBOX_MONITOR_PRIMARY_DSN``).
+            (naming ``OUTBOX_MONITOR_PRIMARY_DSN``), or a fleet's registry is unusable.
+        RulesError: ``with_scheduler``, a ``fleet`` and a rule naming an outbox it lacks.
+        TableMissing, ColumnsMissing, SchemaNotInitialised: ``with_scheduler`` and a
+            fleet's outbox table (named); an unreachable outbox is logged and retried.
     """
     warnings = check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
     for warning in warnings:
@@ -399,19 +403,7 @@ def run_dashboard(
     try:
         secrets_file = _write_secrets(secrets_text, Path(secrets_dir.name)) if secrets_dir else None
         if with_scheduler:
-            ruleset, transports = load_alerting(None, settings)
-            db, primary = databases.enter_context(
-                scheduler_databases(settings, fallback_dsn=settings.actions_dsn)
-            )
-            scheduler, server = build_served_scheduler(
-                db,
-                primary,
-                ruleset,
-                transports,
-                blocking=False,
-                address=settings.metrics_address,
-                port=settings.metrics_port,
-            )
+            scheduler, server = databases.enter_context(background_scheduler(settings, fleet))
             scheduler.start()
         process = start_dashboard(settings, address=address, port=port, secrets_file=secrets_file)
         with interrupt_on_sigterm():

@@ -19,7 +19,6 @@ from outbox_monitor.cli.support import (
 )
 from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.durations import format_duration
-from outbox_monitor.errors import ConfigError
 from outbox_monitor.fleet import Outbox
 
 
@@ -70,7 +69,13 @@ def scheduler(
 @click.command()
 @click.option("--address", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
-@click.option("--with-scheduler", is_flag=True, help="Also run the scheduler in-process.")
+@click.option(
+    "--with-scheduler",
+    is_flag=True,
+    help="Also run the scheduler in-process, with /metrics and /healthz on "
+    "OUTBOX_MONITOR_METRICS_ADDRESS/_PORT: with a fleet file, every outbox of it as "
+    "`outbox-monitor scheduler` runs them (or the one of --outbox).",
+)
 @click.option(
     "--insecure-no-auth",
     is_flag=True,
@@ -86,14 +91,19 @@ def dashboard(
     insecure_no_auth: bool,
 ) -> None:
     """Serve the Streamlit dashboard (on 127.0.0.1 unless a sign-in mode is set); with a
-    fleet file, every outbox of it (the Fleet page; --outbox only with --with-scheduler)."""
+    fleet file, every outbox of it (the Fleet page), and with --with-scheduler a scheduler
+    watching every outbox of it (--outbox: that one only)."""
+    from outbox_monitor.fleet import load_fleet
     from outbox_monitor.serve import check_exposure, run_dashboard
 
-    settings = dashboard_settings(outboxes, with_scheduler=with_scheduler)
+    settings = dashboard_settings(outboxes)
     check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
+    fleet = None
     if len(outboxes) == 1:  # a fleet's outboxes are checked on its Fleet page, row by row
         with open_checked(outboxes[0].settings):
             pass
+    elif with_scheduler:  # and by its scheduler at start (fleet_scheduler.open_members)
+        fleet = load_fleet(load_settings())
     sys.exit(
         run_dashboard(
             settings,
@@ -101,27 +111,19 @@ def dashboard(
             port=port,
             with_scheduler=with_scheduler,
             insecure_no_auth=insecure_no_auth,
+            fleet=fleet,
         )
     )
 
 
-def dashboard_settings(outboxes: list[Outbox], *, with_scheduler: bool) -> Settings:
+def dashboard_settings(outboxes: list[Outbox]) -> Settings:
     """The settings ``dashboard`` serves with: the one outbox's (``--dsn``/``--table``, a
-    fleet of one, or ``--outbox`` for ``--with-scheduler``) but the process's role mapping
-    (the dashboard reads each outbox's own from the fleet file); the process's settings for
-    a fleet of several, which the dashboard reads from the file.
-
-    Raises:
-        ConfigError: ``--with-scheduler`` with a fleet of several and no ``--outbox`` (the
-            in-process scheduler watches one outbox).
+    fleet of one, or ``--outbox``) but the process's role mapping (the dashboard reads each
+    outbox's own from the fleet file); the process's settings for a fleet of several, which
+    the dashboard (and its scheduler) read from the file.
     """
     process = load_settings()
     if len(outboxes) > 1:
-        if with_scheduler:
-            raise ConfigError(
-                "--with-scheduler watches one outbox: name it with --outbox "
-                f"({', '.join(o.name for o in outboxes)})"
-            )
         return process
     roles = {name: getattr(process, name) for name in ("admins", "operators", "viewers")}
     return outboxes[0].settings.model_copy(update=roles)

@@ -6,7 +6,8 @@ live; after kill -9 of one the other leads all three within one interval plus th
 once, one Slack message naming far, across the takeover; a stopped cluster shows only its
 outbox unreachable on /healthz and /metrics and posts one database-unreachable message naming
 far, then its resolve; a stuck lock in orders then posts one message, billing (same database)
-none."""
+none; an outbox unreachable at start stops neither the scheduler nor `dashboard
+--with-scheduler`."""
 
 import os
 import signal
@@ -263,11 +264,27 @@ outboxes:
 """
 
 
-def test_an_outbox_unreachable_at_start_stops_nothing(dsn, tmp_path):
+SERVICES = {
+    "scheduler": ["scheduler"],
+    "dashboard": ["dashboard", "--with-scheduler", "--port"],  # its fleet scheduler
+}
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_an_outbox_unreachable_at_start_stops_nothing(dsn, tmp_path, service):
     gone = dsn.rsplit("/", 1)[0] + "/no_such_database"
     port = free_port()
-    env = fleet_env(tmp_path, ONE_AND_GONE, ORDERS_DSN=dsn, GONE_DSN=gone)
-    command = [sys.executable, "-m", "outbox_monitor", "scheduler", "--metrics-port", str(port)]
+    env = fleet_env(
+        tmp_path,
+        ONE_AND_GONE,
+        ORDERS_DSN=dsn,
+        GONE_DSN=gone,
+        HOME=str(tmp_path),
+        OUTBOX_MONITOR_METRICS_PORT=str(port),
+    )
+    command = [sys.executable, "-m", "outbox_monitor", *SERVICES[service]]
+    if service == "dashboard":
+        command.append(str(free_port()))
     process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -143,3 +143,22 @@ def test_the_same_database_with_another_table_is_two_outboxes(tmp_path, settings
     third = "  - {name: shipping, dsn_env: BILLING_DSN, table: billing.shipping_outbox}\n"
     fleet = load_fleet(settings, write(tmp_path, TWO + third), ENV)
     assert fleet.names == ["orders", "billing", "shipping"]
+
+
+def test_the_dashboards_fleet_scheduler_writes_through_the_actions_dsn(tmp_path, settings):
+    """``dashboard --with-scheduler``: an outbox without ``primary_dsn_env`` writes through
+    its ``actions_dsn_env``; one with a primary keeps it; one with neither writes through
+    its ``dsn_env`` (``primary_target``)."""
+    from outbox_monitor.fleet_scheduler import writing_with_actions
+
+    text = TWO + "    actions_dsn_env: BILLING_ACTIONS\n  - {name: plain, dsn_env: BILLING_DSN}\n"
+    env = {**ENV, "BILLING_ACTIONS": "postgresql://operator@db-b/billing"}
+    fleet = load_fleet(settings, write(tmp_path, text), env=env)
+    written = writing_with_actions(fleet)
+    assert (written.names, written.path) == (["orders", "billing", "plain"], fleet.path)
+    assert [o.settings.primary_target for o in written.outboxes] == [
+        "postgresql://monitor@db-a-primary/orders",
+        "postgresql://operator@db-b/billing",
+        "postgresql://monitor@db-b/billing",
+    ]
+    assert [o.settings.fleet_outbox for o in written.outboxes] == ["orders", "billing", "plain"]

@@ -64,15 +64,12 @@ def test_a_bad_access_names_the_outbox_and_the_field(tmp_path, entry, message):
 
 def test_the_dashboard_serves_a_fleet_with_the_process_mapping(fleet, monkeypatch):
     from outbox_monitor.cli.serving import dashboard_settings
-    from outbox_monitor.errors import ConfigError
 
     monkeypatch.setenv("OUTBOX_MONITOR_OPERATORS", "ops@example.com")
     for name in ("OUTBOX_MONITOR_DSN", "DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
     every = list(fleet.outboxes)
-    assert dashboard_settings(every, with_scheduler=False).dsn is None  # the file's, per page
-    payments = dashboard_settings([fleet.get("payments")], with_scheduler=True)
+    assert dashboard_settings(every).dsn is None  # the file's, per page and per outbox
+    payments = dashboard_settings([fleet.get("payments")])
     # the in-process scheduler's outbox, but not its role mapping as the process's
     assert (payments.dsn, payments.operators) == (ENV["A_DSN"], ("ops@example.com",))
-    with pytest.raises(ConfigError, match="--with-scheduler watches one outbox"):
-        dashboard_settings(every, with_scheduler=True)
