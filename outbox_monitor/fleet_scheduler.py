@@ -34,6 +34,7 @@ from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.fleet import Fleet, Outbox
 from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
 from outbox_monitor.jobs import SENDER_INTERVAL_SECONDS, JobRuntime, add_interval_job, guarded
+from outbox_monitor.logs import for_outbox
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.outbox_jobs import add_outbox_jobs, new_scheduler
 from outbox_monitor.replica import check_write_target
@@ -58,14 +59,20 @@ MAX_WORKERS = 32
 
 class OutboxJobs:
     """A scheduler as one outbox's jobs see it: ``add_job`` suffixes the job's id with
-    ``@<outbox>`` and its name with the outbox; everything else is the scheduler's."""
+    ``@<outbox>`` and its name with the outbox, and runs the job ``logs.for_outbox`` (its
+    log lines name the outbox); everything else is the scheduler's."""
 
     def __init__(self, scheduler: BaseScheduler, outbox: str) -> None:
         self.scheduler, self.outbox = scheduler, outbox
 
     def add_job(self, func: Any, trigger: Any = None, *, id: str, name: str, **kwargs: Any) -> Any:
+        def run(*args: Any, **options: Any) -> Any:
+            with for_outbox(self.outbox):
+                return func(*args, **options)
+
+        run.__name__ = getattr(func, "__name__", "job")
         return self.scheduler.add_job(
-            func, trigger, id=f"{id}@{self.outbox}", name=f"{name} ({self.outbox})", **kwargs
+            run, trigger, id=f"{id}@{self.outbox}", name=f"{name} ({self.outbox})", **kwargs
         )
 
     def __getattr__(self, attribute: str) -> Any:

@@ -7,13 +7,20 @@ each line of a traceback: a line that starts at column 0 is always the start of 
 this process wrote, whatever text the outbox holds. ``configure_logging`` puts it on the
 root logger once per process (the CLI's ``main``, ``dashboard.py``), so every logger of the
 package goes through it.
+
+A scheduler watching a fleet runs the jobs of many outboxes in one process: each job runs
+``for_outbox(name)``, and every line it logs starts with ``outbox "<name>": ``.
 """
 
+import contextlib
+import contextvars
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(outbox_named)s%(message)s"
+_OUTBOX: contextvars.ContextVar[str | None] = contextvars.ContextVar("outbox", default=None)
 LEVEL_ENV = "OUTBOX_MONITOR_LOG_LEVEL"
 DEFAULT_LEVEL = "INFO"
 CONTINUATION = "  "
@@ -45,6 +52,25 @@ def escape_controls(text: str) -> str:
 def _indented(block: str) -> str:
     """Each line of a traceback escaped and indented by ``CONTINUATION``."""
     return "\n".join(CONTINUATION + escape_controls(line) for line in block.split("\n"))
+
+
+@contextlib.contextmanager
+def for_outbox(name: str) -> Iterator[None]:
+    """While inside, this thread's log lines name the outbox ``name`` (``outbox "orders": …``).
+    A fleet scheduler runs each outbox's jobs inside it (``fleet_scheduler.OutboxJobs``)."""
+    token = _OUTBOX.set(name)
+    try:
+        yield
+    finally:
+        _OUTBOX.reset(token)
+
+
+def _name_the_outbox(record: logging.LogRecord) -> bool:
+    """The handler's filter: ``record.outbox_named`` is ``outbox "<name>": `` inside
+    ``for_outbox``, else empty (``LOG_FORMAT`` puts it before the message)."""
+    name = _OUTBOX.get()
+    record.outbox_named = f'outbox "{name}": ' if name else ""
+    return True
 
 
 class OneLineFormatter(logging.Formatter):
@@ -90,5 +116,6 @@ def configure_logging(level: str | int | None = None) -> bool:
     root.setLevel(chosen.upper() if isinstance(chosen, str) else chosen)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLineFormatter(LOG_FORMAT))
+    handler.addFilter(_name_the_outbox)
     root.addHandler(handler)
     return True

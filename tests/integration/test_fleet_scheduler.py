@@ -10,6 +10,7 @@ none; an outbox unreachable at start stops neither the scheduler nor `dashboard
 --with-scheduler`."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,6 +231,9 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(
         time.sleep(3 * INTERVAL)
         assert [outbox for outbox, _ in posted(slack_sink)] == ["far", "far", "far", "orders"]
         assert "stuck-lock" in posted(slack_sink)[3][1]
+        # one process runs three outboxes' jobs: each job's log lines name its outbox
+        survivor_log = logs[survivor].read_text()
+        assert re.search(r'outbox "orders": alert stuck-lock\S*: inactive→firing', survivor_log)
         print("Slack messages:", *posted(slack_sink), sep="\n  ")
     finally:
         for process in processes:

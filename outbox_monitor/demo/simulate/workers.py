@@ -228,7 +228,7 @@ def publish_until(
                 outage.recovered()
             if time.monotonic() - last_log >= PROGRESS_EVERY:
                 last_log = time.monotonic()
-                log.info("simulation: %s", stats.snapshot())
+                log.info("simulation of %s: %s", settings.table, stats.snapshot())
             stop.wait(min(max(next_at - (time.monotonic() - started), 0.0), 0.25))
     finally:
         if conn is not None:
