@@ -1,0 +1,58 @@
+"""A preview made on one outbox of a fleet is never applied to another (issue 16 item 6): the
+sidebar's outbox is part of every action's selection, so switching outbox drops the preview."""
+
+import os
+
+import psycopg
+
+from tests.integration.test_fleet_cli import two_outboxes
+
+DAY = 86400
+
+
+def done_rows(dsn: str, count: int) -> list[int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,"
+                " event_key, payload, status, attempts, created_at, processed_at)"
+                " SELECT 'invoice.sent', 'invoice', g::text, 'k' || g, '{}', 'done', 1,"
+                " now() - interval '41 days', now() - interval '40 days'"
+                " FROM generate_series(1, %s) AS g RETURNING id",
+                (count,),
+            ).fetchall()
+        ]
+
+
+def left(dsn: str) -> tuple[int, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT count(*) FROM integration_outbox").fetchone()[0]
+        audited = conn.execute("SELECT count(*) FROM outbox_monitor.audit_log").fetchone()[0]
+        return rows, audited
+
+
+def test_a_prune_previewed_on_one_outbox_is_not_confirmed_on_another(
+    open_page, environment, dsn, make_dsn, tmp_path
+):
+    two_outboxes(dsn, make_dsn, environment, tmp_path)  # orders, then billing
+    billing = os.environ["BILLING_DSN"]
+    done_rows(dsn, 2)  # orders: 2 rows past the 30-day retention
+    done_rows(billing, 5)  # billing: 5, ids 1..5 (its own database)
+
+    at = open_page("actions", outbox="orders")
+    at.button(key="actions.prune.preview_button").click().run()
+    assert any("**2** rows would be deleted" in m.value for m in at.markdown)
+
+    at.selectbox(key="outbox").select("billing").run()  # orders' preview must go
+    assert not any("**2** rows would be deleted" in m.value for m in at.markdown)
+    assert not [b for b in at.button if b.key == "actions.prune.confirm"]
+    assert left(dsn) == (2, 0) and left(billing) == (5, 0)
+
+    at.button(key="actions.prune.preview_button").click().run()  # billing's own preview
+    assert any("**5** rows would be deleted" in m.value for m in at.markdown)
+    at.button(key="actions.prune.confirm").click().run()
+
+    assert not at.exception
+    assert left(dsn) == (2, 0)  # orders untouched, nothing audited there
+    assert left(billing) == (0, 1)  # 5 rows deleted in one batch: one audit row
