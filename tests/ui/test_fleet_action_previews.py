@@ -56,3 +56,33 @@ def test_a_prune_previewed_on_one_outbox_is_not_confirmed_on_another(
     assert not at.exception
     assert left(dsn) == (2, 0)  # orders untouched, nothing audited there
     assert left(billing) == (0, 1)  # 5 rows deleted in one batch: one audit row
+
+
+def controls_and_audit(dsn: str) -> tuple[list[str], list[str]]:
+    with psycopg.connect(dsn) as conn:
+        filters = conn.execute("SELECT event_type_filter FROM outbox_monitor.controls")
+        actions = conn.execute("SELECT action FROM outbox_monitor.audit_log ORDER BY id")
+        return [r[0] for r in filters.fetchall()], [r[0] for r in actions.fetchall()]
+
+
+def test_a_pause_previewed_on_one_outbox_is_not_confirmed_on_another(
+    open_page, environment, dsn, make_dsn, tmp_path
+):
+    two_outboxes(dsn, make_dsn, environment, tmp_path)
+    billing = os.environ["BILLING_DSN"]
+
+    at = open_page("controls", outbox="orders")
+    at.text_input(key="controls.pause.filter").set_value("invoice.%").run()
+    at.button(key="controls.pause.preview_button").click().run()
+    assert [b for b in at.button if b.key == "controls.pause.confirm"]
+
+    at.selectbox(key="outbox").select("billing").run()  # orders' preview must go
+    assert not [b for b in at.button if b.key == "controls.pause.confirm"]
+    assert controls_and_audit(billing) == ([], [])
+
+    at.button(key="controls.pause.preview_button").click().run()  # billing's own preview
+    at.button(key="controls.pause.confirm").click().run()
+
+    assert not at.exception
+    assert controls_and_audit(dsn) == ([], [])
+    assert controls_and_audit(billing) == (["invoice.%"], ["pause"])
