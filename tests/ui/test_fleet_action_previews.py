@@ -1,10 +1,12 @@
 """A preview made on one outbox of a fleet is never applied to another (issue 16 item 6): the
 sidebar's outbox is part of every action's selection, so switching outbox drops the preview."""
 
+import json
 import os
 
 import psycopg
 
+from outbox_monitor.value_detectors import REDACTED
 from tests.integration.test_fleet_cli import two_outboxes
 
 DAY = 86400
@@ -86,3 +88,32 @@ def test_a_pause_previewed_on_one_outbox_is_not_confirmed_on_another(
     assert not at.exception
     assert controls_and_audit(dsn) == ([], [])
     assert controls_and_audit(billing) == (["invoice.%"], ["pause"])
+
+
+def test_a_payload_revealed_on_one_outbox_is_not_shown_on_another(
+    open_page, environment, dsn, make_dsn, tmp_path, rows
+):
+    two_outboxes(dsn, make_dsn, environment, tmp_path)
+    billing = os.environ["BILLING_DSN"]
+    orders_id = rows.add(payload={"token": "orders-secret"})
+    with psycopg.connect(billing, autocommit=True) as conn:  # billing's event of the same id
+        conn.execute(
+            "INSERT INTO integration_outbox (id, event_type, aggregate_type, aggregate_id,"
+            " event_key, payload) VALUES (%s, 'invoice.sent', 'invoice', '1', 'k1',"
+            ' \'{"token": "billing-secret"}\')',
+            (orders_id,),
+        )
+
+    at = open_page("events", outbox="orders", id=str(orders_id))
+    at.button(key="events.reveal").click().run()
+    assert {"token": "orders-secret"} in [
+        json.loads(c.value) for c in at.code if c.language == "json"
+    ]
+
+    at.selectbox(key="outbox").select("billing").run()
+
+    assert not at.exception
+    shown = [json.loads(c.value) for c in at.code if c.language == "json"]
+    assert shown == [{"token": REDACTED}]  # billing's event, redacted: no reveal of orders'
+    assert controls_and_audit(billing)[1] == []
+    assert controls_and_audit(dsn)[1] == ["reveal"]
