@@ -8,6 +8,7 @@ import psycopg
 
 from outbox_monitor.value_detectors import REDACTED
 from tests.integration.test_fleet_cli import two_outboxes
+from tests.ui.test_payload_search_page import found_ids, search
 
 DAY = 86400
 
@@ -117,3 +118,19 @@ def test_a_payload_revealed_on_one_outbox_is_not_shown_on_another(
     assert shown == [{"token": REDACTED}]  # billing's event, redacted: no reveal of orders'
     assert controls_and_audit(billing)[1] == []
     assert controls_and_audit(dsn)[1] == ["reveal"]
+
+
+def test_payload_search_results_of_one_outbox_are_not_listed_on_another(
+    open_page, environment, dsn, make_dsn, tmp_path, rows
+):
+    two_outboxes(dsn, make_dsn, environment, tmp_path)
+    found = rows.add(payload={"customer": {"id": "42"}})  # in orders only
+
+    at = open_page("events", outbox="orders")
+    at = search(at, document='{"customer": {"id": "42"}}')
+    assert found_ids(at) == [found]
+
+    at.selectbox(key="outbox").select("billing").run()
+
+    assert not at.exception
+    assert "payload_search.table" not in [d.key for d in at.dataframe]  # search billing anew
