@@ -98,6 +98,7 @@ if searchable:
     }
     # the typed text, not the parsed times: "2h" must not reset the pages at every rerun
     signature = (
+        ctx.settings.fleet_outbox,  # another outbox of the fleet: its own newest page
         *sorted((k, str(v)) for k, v in filters.items() if k not in ("since", "until")),
         since_text,
         until_text,

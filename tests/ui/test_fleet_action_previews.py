@@ -134,3 +134,27 @@ def test_payload_search_results_of_one_outbox_are_not_listed_on_another(
 
     assert not at.exception
     assert "payload_search.table" not in [d.key for d in at.dataframe]  # search billing anew
+
+
+def test_the_events_list_of_another_outbox_starts_at_its_newest_page(
+    open_page, environment, dsn, make_dsn, tmp_path, rows
+):
+    two_outboxes(dsn, make_dsn, environment, tmp_path)
+    for _ in range(55):  # orders: ids 1..55, pages 55..6 and 5..1
+        rows.add()
+    with psycopg.connect(os.environ["BILLING_DSN"], autocommit=True) as conn:
+        conn.execute(  # billing: ids 100..102, above orders' page-2 cursor (id 6)
+            "INSERT INTO integration_outbox (id, event_type, aggregate_type, aggregate_id,"
+            " event_key, payload) SELECT g, 'invoice.sent', 'invoice', g::text, 'k' || g, '{}'"
+            " FROM generate_series(100, 102) AS g"
+        )
+
+    at = open_page("events", outbox="orders")
+    at.button(key="events.older").click().run()
+    assert any(c.value.startswith("5 events, newest id first · page 2") for c in at.caption)
+
+    at.selectbox(key="outbox").select("billing").run()
+
+    assert not at.exception
+    assert any(c.value == "3 events, newest id first · page 1 (newest)" for c in at.caption)
+    assert [int(i) for i in at.dataframe(key="events.table").value["id"]] == [102, 101, 100]
