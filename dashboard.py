@@ -84,7 +84,9 @@ if not several:
 # the role on the outbox of the URL (a fleet file may map roles per outbox); every page's
 # context checks it again for the outbox it reads (state.context)
 linked = state.outbox_settings(linked=True)
-identity = access.identity(linked, [p.url_path for pages in PAGES.values() for p in pages])
+others = [outbox.settings for outbox in state.fleet().outboxes]  # a role on any one gets in
+identity = access.identity(linked, [p.url_path for pages in PAGES.values() for p in pages], others)
+identity, mapped_by = state.outbox_with_role(identity, linked)
 allowed = access.pages_for(identity, PAGES)
 page = st.navigation(allowed)
 if page.url_path == "":
@@ -114,5 +116,5 @@ with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
             max_lag=settings.max_replica_lag,
             refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
         )
-    with state.dashboard_run(identity, linked):
+    with state.dashboard_run(identity, mapped_by):
         page.run()

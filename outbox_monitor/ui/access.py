@@ -58,7 +58,16 @@ def _sign_in(paths: Sequence[str]) -> NoReturn:
     _stop_on("Sign in", body, paths)
 
 
-def _oidc_identity(settings: Settings, paths: Sequence[str]) -> Identity:
+def _first_role(
+    candidates: Sequence[Settings], email: Any, claims: Mapping[str, Any]
+) -> Role | None:
+    """The role the first of ``candidates`` whose mapping gives one gives, else ``None``."""
+    return next(
+        (role for s in candidates if (role := role_for(s, email, claims)) is not None), None
+    )
+
+
+def _oidc_identity(candidates: Sequence[Settings], paths: Sequence[str]) -> Identity:
     claims: Mapping[str, Any] = st.user.to_dict()
     if "is_logged_in" not in claims:  # Streamlit found no [auth] secrets
         _refused(
@@ -71,7 +80,7 @@ def _oidc_identity(settings: Settings, paths: Sequence[str]) -> Identity:
     if not claims["is_logged_in"]:
         _sign_in(paths)
     email = claims.get("email")
-    role = role_for(settings, email, claims)
+    role = _first_role(candidates, email, claims)
     name = str(email or claims.get("sub") or "unknown")
     if role is None:
         _refused(
@@ -108,7 +117,7 @@ def _one_header_value(name: str) -> str | None:
     return values[0] if values else None
 
 
-def _proxy_identity(settings: Settings) -> Identity:
+def _proxy_identity(settings: Settings, candidates: Sequence[Settings]) -> Identity:
     email = (_one_header_value(settings.proxy_header) or "").strip()
     if not email:
         _refused(
@@ -127,7 +136,7 @@ def _proxy_identity(settings: Settings) -> Identity:
     groups_header = settings.proxy_groups_header
     raw_groups = _one_header_value(groups_header) if groups_header else None
     groups = [g.strip() for g in (raw_groups or "").split(",") if g.strip()]
-    role = role_for(settings, email, {"groups": groups, "email": email})
+    role = _first_role(candidates, email, {"groups": groups, "email": email})
     if role is None:
         _refused(
             "Ask for access",
@@ -152,11 +161,15 @@ def _remote_client() -> str | None:
     return None if is_loopback(str(address)) else str(address)
 
 
-def identity(settings: Settings, paths: Sequence[str] = ()) -> Identity:
+def identity(
+    settings: Settings, paths: Sequence[str] = (), also: Sequence[Settings] = ()
+) -> Identity:
     """The identity of this browser session, or a page of its own and ``st.stop()``.
 
     ``paths``: the dashboard pages' ``url_path``; the sign-in page answers at each, and
-    keeps the link it was opened at through the sign-in (``deep_link``).
+    keeps the link it was opened at through the sign-in (``deep_link``). ``also``: the
+    settings of a fleet's other outboxes: without a role on ``settings``, the role on the
+    first of them that gives one (``state.outbox_with_role`` then opens that outbox).
 
     - ``local`` (``OUTBOX_MONITOR_AUTH`` unset): the local user, ``admin``
       (``access.local_identity``). Refused, without ``OUTBOX_MONITOR_INSECURE_NO_AUTH``,
@@ -172,9 +185,9 @@ def identity(settings: Settings, paths: Sequence[str] = ()) -> Identity:
         The ``Identity``; a session without a role never gets past this call.
     """
     if settings.auth == "oidc":
-        return _oidc_identity(settings, paths)
+        return _oidc_identity((settings, *also), paths)
     if settings.auth == "proxy":
-        return _proxy_identity(settings)
+        return _proxy_identity(settings, (settings, *also))
     address = st.get_option("server.address")
     exposed = bool(address and not is_loopback(address))
     remote = _remote_client()

@@ -108,6 +108,26 @@ def outbox_settings(*, linked: bool = False) -> Settings:
     return outboxes.outboxes[0].settings
 
 
+def outbox_with_role(identity: Identity, linked: Settings) -> tuple[Identity, Settings]:
+    """``identity`` with its role on the outbox to open, and the settings whose mapping gave
+    that role (``dashboard_run``'s ``mapped_by``). The outbox is ``linked``
+    (``outbox_settings(linked=True)``) when it has a role there; else (``access.identity(also=
+    …)`` found one on another outbox) the fleet's first where it has one, chosen in the
+    sidebar here — unless the URL names ``linked``: it stays, each page saying it has no role
+    there."""
+    own = access.for_outbox(identity, linked)
+    if own is not None:
+        return own, linked
+    fleet_roles = [
+        (o, r) for o in fleet().outboxes if (r := access.for_outbox(identity, o.settings))
+    ]
+    outbox, found = fleet_roles[0]  # access.identity found a role on one of them
+    if st.query_params.get(OUTBOX_PARAM) in fleet().names:
+        return found, outbox.settings
+    st.session_state[OUTBOX_PARAM] = outbox.name
+    return found, outbox.settings
+
+
 def _role_mapping(current: Settings) -> tuple:
     return current.admins, current.operators, current.viewers
 
