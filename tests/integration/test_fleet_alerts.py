@@ -275,6 +275,19 @@ def test_a_silence_made_on_an_outbox_covers_only_it(fleet, databases, fake_clock
         silences.create_silence(billing, {"outbox": "orders"}, until, "no", OPERATOR)
 
 
+def test_an_outbox_cannot_end_another_outboxs_silence(fleet, databases, fake_clock):
+    orders, billing = databases["orders"], databases["billing"]  # one database, two outboxes
+    made = silences.create_silence(
+        orders, {"rule": "stuck-lock"}, fake_clock.advance(3600), "deploy", OPERATOR
+    )
+    with pytest.raises(ActionRefused, match=f"silence {made} is outbox orders's"):
+        silences.expire_silence(billing, made, OPERATOR)
+    [silence] = silences.list_silences(orders)
+    assert (silence["id"], silence["active"]) == (made, True)  # still in force
+    assert silences.expire_silence(orders, made, OPERATOR)
+    assert [s["active"] for s in silences.list_silences(orders)] == [False]
+
+
 def test_check_and_validate_know_the_fleet(fleet, dsn, conn, rows, tmp_path, monkeypatch):
     monkeypatch.setenv(FLEET_ENV, str(fleet.path))
     monkeypatch.setenv("TEST_DSN", dsn)
