@@ -8,6 +8,7 @@ import psycopg
 
 from outbox_monitor.value_detectors import REDACTED
 from tests.integration.test_fleet_cli import two_outboxes
+from tests.ui.test_dead_letters_page import TIMEOUTS, seed
 from tests.ui.test_payload_search_page import found_ids, search
 
 DAY = 86400
@@ -158,3 +159,26 @@ def test_the_events_list_of_another_outbox_starts_at_its_newest_page(
     assert not at.exception
     assert any(c.value == "3 events, newest id first · page 1 (newest)" for c in at.caption)
     assert [int(i) for i in at.dataframe(key="events.table").value["id"]] == [102, 101, 100]
+
+
+def test_dead_letters_chosen_on_one_outbox_are_not_chosen_on_another(
+    open_page, environment, dsn, make_dsn, tmp_path, rows
+):
+    two_outboxes(dsn, make_dsn, environment, tmp_path)
+    ids = seed(rows)[TIMEOUTS]  # orders: the group's 3 rows
+    with psycopg.connect(os.environ["BILLING_DSN"], autocommit=True) as conn:
+        conn.execute(  # billing: the same group, rows of the same ids (its own sequence)
+            "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,"
+            " event_key, payload, status, attempts, processed_at, last_error) SELECT"
+            " 'order.paid', 'order', g::text, 'k' || g, '{}', 'failed', 10,"
+            " now() - interval '100 seconds', 'timeout after 5000 ms'"
+            " FROM generate_series(1, 3) AS g"
+        )
+    assert ids == [1, 2, 3]
+
+    at = open_page("dead_letters", outbox="orders", error_group=TIMEOUTS)
+    at.multiselect(key="dead_letters.ids").set_value([str(ids[0]), str(ids[2])]).run()
+    at.selectbox(key="outbox").select("billing").run()
+
+    assert not at.exception
+    assert at.multiselect(key="dead_letters.ids").value == []  # billing's rows: none chosen
