@@ -115,6 +115,8 @@ def outbox_with_role(identity: Identity, linked: Settings) -> tuple[Identity, Se
     …)`` found one on another outbox) the fleet's first where it has one, chosen in the
     sidebar here — unless the URL names ``linked``: it stays, each page saying it has no role
     there."""
+    if len({_role_mapping(o.settings) for o in fleet().outboxes}) == 1:
+        return identity, linked  # one role mapping: the same role on every outbox
     own = access.for_outbox(identity, linked)
     if own is not None:
         return own, linked

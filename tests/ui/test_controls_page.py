@@ -132,7 +132,7 @@ def test_a_viewer_sees_the_forms_disabled_and_the_server_refuses(
     open_page, rows, conn, monkeypatch
 ):
     seed_crm(rows)
-    monkeypatch.setattr(ui_access, "identity", lambda settings, paths=(): VIEWER)
+    monkeypatch.setattr(ui_access, "identity", lambda settings, paths=(), also=(): VIEWER)
 
     at = open_page(PAGE)
     assert not at.exception

@@ -101,7 +101,7 @@ def test_an_input_error_names_the_field_and_shows_no_results(open_page, rows):
 
 def test_a_viewer_is_refused_a_search_by_a_redacted_key(open_page, rows, conn, monkeypatch):
     rows.add(payload={"card_number": "4111111111111111"})
-    monkeypatch.setattr(ui_access, "identity", lambda settings, paths=(): VIEWER)
+    monkeypatch.setattr(ui_access, "identity", lambda settings, paths=(), also=(): VIEWER)
 
     at = search(open_page(PAGE), document='{"card_number": "4111111111111111"}')
 

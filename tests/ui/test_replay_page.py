@@ -111,7 +111,7 @@ def test_no_replay_button_for_an_event_that_is_not_failed(open_page, rows):
 def test_a_viewer_sees_the_replay_button_disabled_with_why(open_page, rows, monkeypatch):
     failed = rows.add_failed()
     viewer = Identity("vic@example.com", Role.viewer, "proxy")
-    monkeypatch.setattr(access, "identity", lambda settings, paths=(): viewer)
+    monkeypatch.setattr(access, "identity", lambda settings, paths=(), also=(): viewer)
     at = open_page("events", id=str(failed))
     button = at.button(key=f"events.replay.{failed}.preview_button")
     assert button.disabled
