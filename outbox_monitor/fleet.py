@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from outbox_monitor.config import MIN_AUTO_PRUNE_SECONDS, MIN_TIMEOUT_SECONDS, Settings
@@ -247,6 +248,19 @@ def _entry_settings(entry: _OutboxEntry, base: Settings, env: Mapping[str, str])
     return base.model_copy(update=changes).of_fleet_outbox(entry.name)
 
 
+def _database_of(dsn: str | None) -> tuple[str, str, str] | None:
+    """``(host, port, dbname)`` of a checked DSN, however it is spelled (a URI or key=value,
+    the default port written or not, other parameters ignored); ``None``: the PG* variables."""
+    if not dsn:
+        return None
+    parts = conninfo_to_dict(dsn)
+    return (
+        str(parts.get("host") or ""),
+        str(parts.get("port") or "5432"),
+        str(parts.get("dbname") or parts.get("user") or ""),
+    )
+
+
 def load_fleet(
     settings: Settings, path: str | Path | None = None, env: Mapping[str, str] | None = None
 ) -> Fleet:
@@ -265,7 +279,8 @@ def load_fleet(
     Raises:
         FleetError: the file is unreadable, not strict YAML, or invalid — every problem on
             its own line, naming the outbox and field (a duplicate name, an unset variable,
-            the same DSN value and table as an earlier outbox, naming both).
+            the same database — host, port, dbname, however the DSN spells them — and table
+            as an earlier outbox, naming both).
     """
     env = os.environ if env is None else env
     path = path if path is not None else env.get(FLEET_ENV) or None
@@ -298,7 +313,7 @@ def load_fleet(
     problems: list[str] = []
     outboxes: list[Outbox] = []
     seen: dict[str, int] = {}
-    tables: dict[tuple[str, tuple[str, str]], str] = {}
+    tables: dict[tuple[tuple[str, str, str] | None, tuple[str, str]], str] = {}
     for index, entry in enumerate(parsed.outboxes):
         who = f'outbox "{entry.name}" (outboxes[{index}])'
         if entry.name in seen:
@@ -313,7 +328,7 @@ def load_fleet(
         except ValueError as error:
             problems.append(f"{prefix}{who}, {error}")
             continue
-        where = (outbox.settings.dsn, split_table_name(outbox.settings.table))
+        where = (_database_of(outbox.settings.dsn), split_table_name(outbox.settings.table))
         if where in tables:
             problems.append(
                 f"{prefix}{who}, table: the same database and table as {tables[where]}; "

@@ -15,13 +15,14 @@ replica leads).
 """
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from outbox_monitor.db import Database
+from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.exporter import OutboxCollector
 from outbox_monitor.fleet import Outbox
 from outbox_monitor.replicas import LeaseShare
@@ -29,6 +30,11 @@ from outbox_monitor.scheduler_status import SchedulerStatus
 
 SCRAPE_THREADS = 8
 """Outboxes whose figures are refreshed at once on a scrape (each has its own cache)."""
+SCRAPE_DEADLINE_SECONDS = 8.0
+"""A scrape waits at most this long for the outboxes' figures (Prometheus' default scrape
+timeout is 10 s). An outbox whose figures are not in by then — its database hung: a socket
+that never answers, which no statement timeout ends — is exported as ``outbox_monitor_up 0``
+alone, is named on /healthz, and is not read again until that read ends."""
 
 
 class Member(Protocol):
@@ -54,10 +60,20 @@ class FleetCollector(Collector):
         members: the fleet's outboxes with their Databases and status.
         share: this replica's ``LeaseShare`` (N and the leases held).
         ruleset: the loaded alerts.yml, or ``None``.
+        deadline: seconds a scrape waits for the figures (``SCRAPE_DEADLINE_SECONDS``).
     """
 
-    def __init__(self, members: Sequence[Member], share: LeaseShare, ruleset: Any = None) -> None:
+    def __init__(
+        self,
+        members: Sequence[Member],
+        share: LeaseShare,
+        ruleset: Any = None,
+        *,
+        deadline: float = SCRAPE_DEADLINE_SECONDS,
+    ) -> None:
         self.share = share
+        self.deadline = deadline
+        self.members = members
         self.collectors = [
             (
                 member.outbox.name,
@@ -65,14 +81,40 @@ class FleetCollector(Collector):
             )
             for member in members
         ]
+        self._reading: dict[str, Future] = {}
+
+    def _collected(self) -> list[list[Metric]]:
+        """Each outbox's families, read at most ``SCRAPE_THREADS`` at once for at most
+        ``deadline`` seconds; an outbox still read then (or still read by an earlier scrape)
+        gets ``outbox_monitor_up 0`` and its status a failure (/healthz)."""
+        pool = ThreadPoolExecutor(min(SCRAPE_THREADS, len(self.collectors)))
+        try:
+            for name, collector in self.collectors:
+                if name not in self._reading or self._reading[name].done():
+                    self._reading[name] = pool.submit(lambda c=collector: list(c.collect()))
+            futures = [self._reading[name] for name, _ in self.collectors]
+            done, _ = wait(futures, timeout=self.deadline)
+        finally:
+            pool.shutdown(wait=False)  # a hung read keeps its thread, not the scrape
+        collected = []
+        for member, future in zip(self.members, futures, strict=True):
+            if future in done:
+                collected.append(future.result())
+                continue
+            member.status.database_failed(
+                DatabaseUnavailable(
+                    f"no figures within {self.deadline:g} s (its database does not answer)"
+                )
+            )
+            up = "1 when the database answered the figures query of this scrape, else 0."
+            collected.append([GaugeMetricFamily("outbox_monitor_up", up, value=0.0)])
+        return collected
 
     def collect(self) -> Iterator[Metric]:
         """Yield the merged families (one family per name, a sample per outbox), then the
         replicas' own."""
-        with ThreadPoolExecutor(min(SCRAPE_THREADS, len(self.collectors))) as pool:
-            collected = list(pool.map(lambda item: list(item[1].collect()), self.collectors))
         merged: dict[str, Metric] = {}
-        for (name, _), families in zip(self.collectors, collected, strict=True):
+        for (name, _), families in zip(self.collectors, self._collected(), strict=True):
             for family, sample in labelled(families, name):
                 target = merged.get(family.name)
                 if target is None:

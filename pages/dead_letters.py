@@ -172,9 +172,10 @@ if not ctx.identity.can(Role.operator):
         icon=":material/lock:",
     )
 else:
-    if st.session_state.get(IDS_GROUP_KEY) != group_id:  # another group: nothing chosen
+    # another group, or the same group of another outbox of the fleet: nothing chosen
+    if st.session_state.get(IDS_GROUP_KEY) != (ctx.settings.fleet_outbox, group_id):
         st.session_state[IDS_KEY] = []
-        st.session_state[IDS_GROUP_KEY] = group_id
+        st.session_state[IDS_GROUP_KEY] = (ctx.settings.fleet_outbox, group_id)
     listed = [str(row["id"]) for row in rows]
     # rows chosen earlier stay choices when newer failures push them out of the list, so
     # that new failures never shrink the choice (nor drop its preview)

@@ -98,6 +98,7 @@ if searchable:
     }
     # the typed text, not the parsed times: "2h" must not reset the pages at every rerun
     signature = (
+        ctx.settings.fleet_outbox,  # another outbox of the fleet: its own newest page
         *sorted((k, str(v)) for k, v in filters.items() if k not in ("since", "until")),
         since_text,
         until_text,
@@ -214,11 +215,15 @@ def reveal(event_id: int) -> None:
         st.session_state[REVEAL_ERROR] = error
     else:
         if found is not None:
-            st.session_state[REVEALED] = found
+            st.session_state[REVEALED] = (ctx.settings.fleet_outbox, found)
 
 
-revealed = st.session_state.get(REVEALED)
-if revealed is not None and revealed.id != detail_id:  # a reveal shows one event only
+outbox_revealed, revealed = st.session_state.get(REVEALED, (None, None))
+# a reveal shows one event only, of the outbox it was made on
+if revealed is not None and (revealed.id, outbox_revealed) != (
+    detail_id,
+    ctx.settings.fleet_outbox,
+):
     hide_raw()
     revealed = None
 refused = st.session_state.pop(REVEAL_ERROR, None)

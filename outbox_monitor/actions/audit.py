@@ -66,6 +66,7 @@ def record_audit(
 
 
 def recent_audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest audit rows: id, run_id, at, actor, action, table_name, filter,
-    affected_count, ids_recorded and first_ids (up to 20)."""
-    return db.fetch_all("audit_recent", {"limit": limit})
+    """The newest audit rows of ``db``'s outbox table (not another outbox's of the database):
+    id, run_id, at, actor, action, table_name, filter, affected_count, ids_recorded and
+    first_ids (up to 20)."""
+    return db.fetch_all("audit_recent", {"limit": limit, "table_name": db.table_name})

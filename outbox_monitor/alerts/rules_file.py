@@ -149,12 +149,28 @@ def _branch_problems(routes: Any) -> list[tuple[tuple, str]]:
 
 
 def _outbox_problems(rules: list[Any], fleet: Fleet | None) -> list[tuple[tuple, str]]:
-    """A rule's ``outboxes`` names outboxes of the fleet file, when there is one."""
+    """A rule's ``outboxes`` names outboxes of the fleet file, or its labels match at least one
+    of them, when there is a file (a selector matching none would silence the rule)."""
     if fleet is None or fleet.path is None:
         return []
     problems: list[tuple[tuple, str]] = []
     for index, rule in enumerate(rules):
         selector = rule.get("outboxes") if isinstance(rule, dict) else None
+        if isinstance(selector, dict) and all(isinstance(v, str) for v in selector.values()):
+            if not any(
+                all(outbox.labels.get(k) == v for k, v in selector.items())
+                for outbox in fleet.outboxes
+            ):
+                wanted = ", ".join(f"{k}={v}" for k, v in selector.items())
+                problems.append(
+                    (
+                        ("rules", index, "outboxes"),
+                        f"no outbox of {fleet.path} has the labels {wanted} (the rule would "
+                        "never evaluate; name outboxes in a list, e.g. "
+                        f"[{', '.join(fleet.names[:2])}], or use labels they have)",
+                    )
+                )
+            continue
         if not isinstance(selector, list):
             continue
         for name in selector:

@@ -159,6 +159,8 @@ def expire_silence(
 
     Raises:
         AccessDenied: ``by`` is not an operator.
+        ActionRefused: the silence is another outbox's of the database (its ``outbox``
+            matcher); nothing changes.
         DatabaseUnavailable and the connector's errors.
     """
     require(by, Role.operator, "expire silences")
@@ -169,6 +171,12 @@ def expire_silence(
         ).fetchone()
         if row is None:
             return False
+        owner = (row["matchers"] or {}).get(OUTBOX_MATCHER)
+        if owner is not None and owner != db.alert_outbox:  # rolled back: still in force
+            raise _refuse(
+                f"silence {silence_id} is outbox {owner}'s; end it on that outbox (the "
+                f"dashboard's outbox, or --outbox {owner})"
+            )
         _audit(db, conn, by, AUDIT_EXPIRE, {"id": silence_id, "matchers": row["matchers"]}, row)
     return True
 

@@ -1167,10 +1167,11 @@ SELECT outbox_monitor.record_audit(
     p_affected_count => %(affected_count)s, p_affected_ids => %(affected_ids)s) AS id;
 
 -- name: audit_recent
--- The newest audit rows.
+-- The newest audit rows of the outbox table (the outboxes of one database keep apart).
 SELECT id, run_id, at, actor, action, table_name, filter, affected_count,
        cardinality(affected_ids) AS ids_recorded, affected_ids[1:20] AS first_ids
 FROM outbox_monitor.audit_log
+WHERE table_name = %(table_name)s
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s;
 

@@ -177,11 +177,13 @@ def breaker_request(
 
 @dataclass(frozen=True)
 class HoldPreview:
-    """A request and the due rows per event type its filter matched when previewed."""
+    """A request and the due rows per event type its filter matched when previewed, on the
+    fleet's ``outbox`` (its name; ``""`` without a fleet file)."""
 
     request: ControlRequest
     held: dict[str, int]
     file_owned: bool
+    outbox: str = ""
 
 
 def change_flow(
@@ -208,13 +210,14 @@ def change_flow(
         noun: what the buttons name: ``"pause"`` → ``"Preview pause"``, ``"Confirm pause"``.
     """
     preview_key, result_key, confirm_key = f"{key}.preview", f"{key}.result", f"{key}.confirmed"
+    outbox = actions_db.settings.fleet_outbox  # a preview of another outbox is never confirmed
     stored: HoldPreview | None = st.session_state.get(preview_key)
-    if stored is not None and stored.request != request:
+    if stored is not None and (stored.request, stored.outbox) != (request, outbox):
         del st.session_state[preview_key]
         stored = None
     confirmed: HoldPreview | None = st.session_state.pop(confirm_key, None)
     if confirmed is not None:
-        if confirmed.request == request:
+        if (confirmed.request, confirmed.outbox) == (request, outbox):
             _apply(key, actions_db, confirmed.request, actor=actor)  # reruns unless refused
             stored = None
         else:
@@ -232,7 +235,7 @@ def change_flow(
     ):
         assert request is not None
         held = flow.preview_hold(db, request.event_type_filter)
-        stored = HoldPreview(request, held, found.file_owned(request.event_type_filter))
+        stored = HoldPreview(request, held, found.file_owned(request.event_type_filter), outbox)
         st.session_state[preview_key] = stored
         st.session_state.pop(result_key, None)
     _show_result(st.session_state.get(result_key), actor)

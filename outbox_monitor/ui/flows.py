@@ -103,7 +103,8 @@ def action_flow(
     Args:
         key: unique name of the flow on its page (widget keys and session keys derive from it).
         db, actor: where and as whom the action runs.
-        signature: the current selection; a kept preview of another selection is dropped.
+        signature: the current selection; a kept preview of another selection, or of another
+            outbox (``db``'s fleet outbox and table), is dropped.
         make_preview: builds the preview (the ``preview_*`` of ``actions.reap``, ``.replay``
             or ``.prune``); ``ActionRefused`` becomes an inline banner.
         preview_label: label of the preview button, e.g. ``"Preview replay"``.
@@ -128,6 +129,9 @@ def action_flow(
         st.caption(refused)
         return
     preview_key, result_key, confirm_key = f"{key}.preview", f"{key}.result", f"{key}.confirmed"
+    # the outbox is part of every selection: a preview of one outbox of a fleet (its ids,
+    # its partitions) is never confirmed on another chosen in the sidebar since
+    signature = (db.settings.fleet_outbox, db.table_name, signature)
     stored = stored_preview(key)
     if stored is not None and stored.signature != signature:
         del st.session_state[preview_key]

@@ -47,10 +47,12 @@ DEFAULT_SINCE = "1h"
 
 @dataclass
 class _Results:
-    """The session's last search: its plan, the keyset cursors of the pages after the first,
-    the page shown, or the error that stopped it."""
+    """The session's last search, on the fleet's ``outbox`` (``""`` without a fleet file): its
+    plan, the keyset cursors of the pages after the first, the page shown, or the error that
+    stopped it."""
 
     search: PayloadSearch
+    outbox: str = ""
     plan: SearchPlan | None = None
     cursors: list[Cursor] = field(default_factory=list)
     page: SearchPage | None = None
@@ -105,7 +107,7 @@ def _submit(ctx: PageContext) -> None:
     except (SearchInputError, OutboxMonitorError) as error:  # or no database clock
         state[INPUT_ERROR] = error
         return
-    results = _Results(search)
+    results = _Results(search, ctx.settings.fleet_outbox)
     state[RESULTS] = results
     try:
         check_access(search, loaders.redactor(ctx.db), ctx.identity)
@@ -209,8 +211,8 @@ def section(ctx: PageContext, columns: list[str]) -> int | None:
     elif isinstance(problem, OutboxMonitorError):
         banners.show(problem, stop=False)
     results: _Results | None = st.session_state.get(RESULTS)
-    if results is None or problem is not None:
-        return None
+    if results is None or problem is not None or results.outbox != ctx.settings.fleet_outbox:
+        return None  # no search yet, or one of the outbox chosen before this one
     _plan(results, ctx.db.table_name)
     if results.error is not None:
         banners.show(results.error, stop=False)

@@ -297,6 +297,19 @@ def test_an_outbox_lists_its_own_silences_whatever_the_others_made(
     assert [s["active"] for s in silences.list_silences(orders, limit=3)] == [True, True]
 
 
+def test_an_outbox_cannot_end_another_outboxs_silence(fleet, databases, fake_clock):
+    orders, billing = databases["orders"], databases["billing"]  # one database, two outboxes
+    made = silences.create_silence(
+        orders, {"rule": "stuck-lock"}, fake_clock.advance(3600), "deploy", OPERATOR
+    )
+    with pytest.raises(ActionRefused, match=f"silence {made} is outbox orders's"):
+        silences.expire_silence(billing, made, OPERATOR)
+    [silence] = silences.list_silences(orders)
+    assert (silence["id"], silence["active"]) == (made, True)  # still in force
+    assert silences.expire_silence(orders, made, OPERATOR)
+    assert [s["active"] for s in silences.list_silences(orders)] == [False]
+
+
 def test_check_and_validate_know_the_fleet(fleet, dsn, conn, rows, tmp_path, monkeypatch):
     monkeypatch.setenv(FLEET_ENV, str(fleet.path))
     monkeypatch.setenv("TEST_DSN", dsn)

@@ -6,7 +6,8 @@ another they are refused, and nothing changes or is audited there."""
 import psycopg
 import pytest
 
-from outbox_monitor.access import Identity, role_for
+from outbox_monitor.access import Identity, Role, role_for
+from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
 from outbox_monitor.config import load_settings
@@ -99,3 +100,36 @@ def test_the_process_mapping_is_not_inherited_by_an_outbox_with_its_own(
     path.write_text(FILE)
     fleet = load_fleet(load_settings(admins="boss@example.com"), path)
     assert role_for(fleet.get(outbox).settings, "boss@example.com") is None
+
+
+def test_an_outboxs_audit_log_lists_only_its_own_rows_in_a_shared_database(
+    dsn, monkeypatch, tmp_path
+):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE billing_outbox (LIKE integration_outbox INCLUDING ALL)")
+        for table in ("integration_outbox", "billing_outbox"):
+            conn.execute(
+                f"INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key,"
+                " payload, status, attempts, processed_at) VALUES ('invoice.sent', 'invoice',"
+                " '1', 'k1', '{}', 'failed', 10, now())"
+            )
+    monkeypatch.setenv("SHARED_DSN", dsn)
+    path = tmp_path / "outboxes.yml"
+    path.write_text(
+        "version: 1\noutboxes:\n  - {name: orders, dsn_env: SHARED_DSN}\n"
+        "  - {name: billing, dsn_env: SHARED_DSN, table: public.billing_outbox}\n"
+    )
+    fleet = load_fleet(load_settings(), path)
+    audited = {}
+    for outbox, actor in (("orders", "o@example.com"), ("billing", "b@example.com")):
+        with Database(fleet.get(outbox).settings) as db:
+            preview = preview_replay(db, ReplaySelection(event_type="invoice.sent"))
+            apply(db, preview, actor=Identity(actor, Role.operator, "proxy"))
+    for outbox in ("orders", "billing"):
+        with Database(fleet.get(outbox).settings) as db:
+            audited[outbox] = [(r["actor"], r["table_name"]) for r in recent_audit(db)]
+
+    assert audited == {
+        "orders": [("o@example.com", "public.integration_outbox")],
+        "billing": [("b@example.com", "public.billing_outbox")],
+    }

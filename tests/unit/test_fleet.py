@@ -126,10 +126,17 @@ def test_a_dsn_never_appears_in_an_error(tmp_path, settings):
     [
         "  - {name: again, dsn_env: BILLING_DSN, table: billing.outbox}",  # same variable
         "  - {name: again, dsn_env: COPY_DSN, table: billing.outbox}",  # same DSN value
+        "  - {name: again, dsn_env: SPELLED_DSN, table: billing.outbox}",  # spelled otherwise
+        "  - {name: again, dsn_env: PORT_DSN, table: billing.outbox}",  # the default port
     ],
 )
 def test_the_same_database_and_table_twice_is_refused_naming_both(tmp_path, settings, third):
-    env = {**ENV, "COPY_DSN": ENV["BILLING_DSN"]}
+    env = {
+        **ENV,
+        "COPY_DSN": ENV["BILLING_DSN"],
+        "SPELLED_DSN": "host=db-b dbname=billing user=reader application_name=again",
+        "PORT_DSN": "postgresql://monitor@db-b:5432/billing?sslmode=require",
+    }
     with pytest.raises(FleetError) as refused:
         load_fleet(settings, write(tmp_path, TWO + third + "\n"), env)
     assert str(refused.value).endswith(

@@ -200,3 +200,22 @@ def test_a_fleet_outbox_stores_its_instance_keys_scoped_by_it():
         assert scoped_instance("orders", instance) == stored
         assert unscoped_instance("orders", stored) == instance
         assert scoped_instance("", instance) == unscoped_instance("", instance) == instance
+
+
+def test_a_label_selector_matching_no_outbox_of_the_fleet_is_refused(tmp_path):
+    for selector, expected in (
+        ("{team: finance}", "team=finance"),
+        ('{team: payments, tier: "2"}', "team=payments, tier=2"),
+        ("{outbox: billing}", "outbox=billing"),  # no label is named outbox: list names
+    ):
+        text = RULES.replace("outboxes: {team: payments}", f"outboxes: {selector}", 1)
+        with pytest.raises(RulesError) as caught:
+            _load(tmp_path, text)
+        assert caught.value.problems == [
+            f'{tmp_path / "alerts.yml"}: rules[2] "by-label": outboxes: no outbox of '
+            f"outboxes.yml has the labels {expected} (the rule would never evaluate; name "
+            "outboxes in a list, e.g. [orders, billing], or use labels they have)"
+        ]
+    # without a fleet file the labels cannot be checked
+    text = RULES.replace("outboxes: {team: payments}", "outboxes: {team: finance}", 1)
+    assert _load(tmp_path, text, None).rule("by-label").outboxes == {"team": "finance"}

@@ -1,0 +1,107 @@
+"""One outbox's database hung — its server frozen (SIGSTOP): connections open, no answer, no
+statement timeout ever fires — does not blind the fleet's /metrics (issue 16 items 4 and 5):
+a scrape answers within its deadline with that outbox ``outbox_monitor_up 0`` and the others'
+figures, /healthz names it, and it is measured again once its server answers."""
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from outbox_monitor.config import load_settings
+from outbox_monitor.db import Database
+from outbox_monitor.fleet import Outbox
+from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
+from outbox_monitor.fleet_scheduler import FleetMember
+from outbox_monitor.replicas import LeaseShare
+from outbox_monitor.scheduler_status import SchedulerStatus
+from tests.integration import test_fleet_scheduler
+from tests.integration.test_fleet_scheduler import add_pending
+
+far_cluster = test_fleet_scheduler.far_cluster  # a second cluster, this module's own
+
+DEADLINE = 2.0
+
+
+def scrape(collector: FleetCollector) -> tuple[float, dict[tuple[str, str], float]]:
+    """Seconds the scrape took, and ``(family sample, outbox) → value`` of the samples
+    without an event type (and of ``event_type="order.paid"``)."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    started = time.monotonic()
+    text = generate_latest(registry).decode()
+    took = time.monotonic() - started
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("event_type") in (None, "order.paid"):
+                found[(sample.name, sample.labels.get("outbox", ""))] = sample.value
+    return took, found
+
+
+@contextmanager
+def frozen(cluster) -> Iterator[None]:
+    """The cluster's postmaster and backends stopped (SIGSTOP), continued on exit."""
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(
+        ["ps", "--ppid", str(postmaster), "-o", "pid="], capture_output=True, text=True
+    ).stdout.split()
+    pids = [postmaster, *map(int, children)]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_a_hung_database_costs_only_its_outbox_on_metrics_and_healthz(dsn, far_cluster):
+    far = far_cluster.dsn_for("far")
+    add_pending(dsn, "integration_outbox", "order.paid", 3)
+    with psycopg.connect(far, autocommit=True) as conn:
+        conn.execute("DELETE FROM integration_outbox")
+    add_pending(far, "integration_outbox", "order.paid", 2)
+    members = []
+    for name, target in (("orders", dsn), ("far", far)):
+        settings = load_settings(dsn=target, metrics_cache=0).of_fleet_outbox(name)
+        db = Database(settings)
+        members.append(FleetMember(Outbox(name, settings), db, db, SchedulerStatus()))
+    share = LeaseShare(2, lambda: 0)
+    collector = FleetCollector(members, share, deadline=DEADLINE)
+    try:
+        _, found = scrape(collector)
+        assert found[("outbox_queue_depth", "orders")] == 3
+        assert found[("outbox_queue_depth", "far")] == 2
+        assert FleetStatus(members, share).health()[1]["notice"] is None
+
+        with frozen(far_cluster):
+            for _ in range(2):  # the second scrape does not wait for the first's hung read
+                took, found = scrape(collector)
+                assert took < DEADLINE + 1.5, took
+                assert found[("outbox_monitor_up", "orders")] == 1
+                assert found[("outbox_queue_depth", "orders")] == 3
+                assert found[("outbox_monitor_up", "far")] == 0
+                assert ("outbox_queue_depth", "far") not in found
+            notice = FleetStatus(members, share).health()[1]["notice"]
+            assert notice == (
+                f'outbox "far": database unreachable: no figures within {DEADLINE:g} s '
+                "(its database does not answer)"
+            )
+
+        def far_again() -> bool:
+            return scrape(collector)[1].get(("outbox_queue_depth", "far")) == 2
+
+        deadline = time.monotonic() + 30
+        while not far_again():
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        for member in members:
+            member.db.close()
