@@ -4,11 +4,12 @@ seeded with ``--rows`` rows of the last day, evaluated with the shipped alerts.y
 
 Prints, as Markdown: per outbox the median wall time and server time (``pg_stat_statements``,
 every statement of the pass) of one evaluation pass run alone; then the whole fleet's
-evaluation cycle — every outbox's pass through one thread pool of the size the fleet's
-scheduler uses (``fleet_scheduler.BASE_WORKERS`` + one per 5 outboxes) — and one ``/metrics``
-refresh of every outbox (``FleetCollector``, cache off), each as medians of ``--repeat``
-runs after a warm-up. Last, a real ``outbox-monitor scheduler`` with a fleet file of those
-outboxes runs ``--process`` seconds: its RSS, threads and connections by purpose.
+evaluation cycle — every outbox's pass at once, as the fleet's scheduler runs them (each
+outbox's jobs in a thread pool of its own, ``fleet_scheduler.OUTBOX_WORKERS``) — and one
+``/metrics`` refresh of every outbox (``FleetCollector``, cache off), each as medians of
+``--repeat`` runs after a warm-up. Last, a real ``outbox-monitor scheduler`` with a fleet
+file of those outboxes runs ``--process`` seconds: its RSS, threads and connections by
+purpose.
 
 Usage (from the repository root, with the package installed)::
 
@@ -45,7 +46,7 @@ from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config import Settings
 from outbox_monitor.fleet import Outbox
 from outbox_monitor.fleet_exporter import FleetCollector
-from outbox_monitor.fleet_scheduler import BASE_WORKERS, MAX_WORKERS, FleetMember
+from outbox_monitor.fleet_scheduler import FleetMember
 from outbox_monitor.replicas import LeaseShare
 from outbox_monitor.scheduler_status import SchedulerStatus
 from outbox_monitor.schema import init_db
@@ -170,7 +171,7 @@ def main() -> None:
                 f"| **median** | | **{statistics.median(walls):.1f}** | "
                 f"**{statistics.median(servers):.1f}** |\n"
             )
-            workers = min(MAX_WORKERS, BASE_WORKERS + len(members) // 5)
+            workers = len(members)  # one pass per outbox's own pool, all at once
             with ThreadPoolExecutor(workers) as pool:
 
                 def cycle() -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.base import BaseScheduler
 
 from outbox_monitor.alerts.clock import Clock, system_clock
@@ -51,19 +52,25 @@ outboxes hold at most 100 pooled connections (1 each when idle) plus a lease con
 (measured at 4: 50 outboxes took every one of a server's 200 connections). No job of an outbox
 holds two of its pool's connections at once (the fleet tests pass with 1). Each pool has one
 background thread (psycopg_pool's default 3 made 221 threads for 50 outboxes)."""
-BASE_WORKERS = 10
-MAX_WORKERS = 32
-"""Threads of the one pool: 10 (APScheduler's default) plus one per 5 outboxes, at most 32
-(a job waits for a thread rather than the fleet opening one per job)."""
+OUTBOX_WORKERS = 4
+"""Threads of each outbox's own pool (the APScheduler executor ``outbox:<name>``), started as
+its jobs need them: a database that hangs (no answer, no statement timeout firing) holds its
+own outbox's threads only. With one pool shared by all, 3 frozen databases of 4 held every
+thread and the healthy outbox's evaluation stopped."""
+REPLICAS_WORKERS = 1
+"""Threads of the default pool: the ``replicas`` job only."""
 
 
 class OutboxJobs:
     """A scheduler as one outbox's jobs see it: ``add_job`` suffixes the job's id with
-    ``@<outbox>`` and its name with the outbox, and runs the job ``logs.for_outbox`` (its
-    log lines name the outbox); everything else is the scheduler's."""
+    ``@<outbox>`` and its name with the outbox, runs the job in the outbox's own thread pool
+    (``OUTBOX_WORKERS``) and inside ``logs.for_outbox`` (its log lines name the outbox);
+    everything else is the scheduler's."""
 
     def __init__(self, scheduler: BaseScheduler, outbox: str) -> None:
         self.scheduler, self.outbox = scheduler, outbox
+        self.executor = f"outbox:{outbox}"
+        scheduler.add_executor(ThreadPoolExecutor(OUTBOX_WORKERS), alias=self.executor)
 
     def add_job(self, func: Any, trigger: Any = None, *, id: str, name: str, **kwargs: Any) -> Any:
         def run(*args: Any, **options: Any) -> Any:
@@ -72,7 +79,12 @@ class OutboxJobs:
 
         run.__name__ = getattr(func, "__name__", "job")
         return self.scheduler.add_job(
-            run, trigger, id=f"{id}@{self.outbox}", name=f"{name} ({self.outbox})", **kwargs
+            run,
+            trigger,
+            id=f"{id}@{self.outbox}",
+            name=f"{name} ({self.outbox})",
+            executor=self.executor,
+            **kwargs,
         )
 
     def __getattr__(self, attribute: str) -> Any:
@@ -152,8 +164,7 @@ def build_fleet_scheduler(
         ``(scheduler, share)``, not started; ``share.replicas`` starts as the registry's
         last count (``run_fleet_scheduler`` heartbeats once before building).
     """
-    workers = min(MAX_WORKERS, BASE_WORKERS + len(members) // 5)
-    scheduler = new_scheduler(blocking=blocking, workers=workers)
+    scheduler = new_scheduler(blocking=blocking, workers=REPLICAS_WORKERS)
     runtimes: list[JobRuntime] = []
     share = LeaseShare(len(members), lambda: sum(r.leadership.held for r in runtimes))
     share.replicas = registry.replicas

@@ -6,6 +6,7 @@ figures, /healthz names it, and it is measured again once its server answers."""
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,8 +22,10 @@ from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
 from outbox_monitor.fleet_scheduler import FleetMember
 from outbox_monitor.replicas import LeaseShare
 from outbox_monitor.scheduler_status import SchedulerStatus
+from outbox_monitor.schema import init_db
+from tests.alerting import REPO, wait_for
 from tests.integration import test_fleet_scheduler
-from tests.integration.test_fleet_scheduler import add_pending
+from tests.integration.test_fleet_scheduler import add_pending, fleet_env, leases
 
 far_cluster = test_fleet_scheduler.far_cluster  # a second cluster, this module's own
 
@@ -105,3 +108,57 @@ def test_a_hung_database_costs_only_its_outbox_on_metrics_and_healthz(dsn, far_c
     finally:
         for member in members:
             member.db.close()
+
+
+HUNG_FLEET = """
+version: 1
+outboxes:
+  - {name: orders, dsn_env: ORDERS_DSN}
+  - {name: far1, dsn_env: FAR1_DSN}
+  - {name: far2, dsn_env: FAR2_DSN}
+  - {name: far3, dsn_env: FAR3_DSN}
+"""
+
+
+def test_hung_databases_hold_only_their_own_outboxes_threads(
+    dsn, far_cluster, tmp_path, slack_sink
+):
+    # three outboxes of four in a frozen cluster: their jobs hang (no answer, no statement
+    # timeout fires), each in its outbox's own thread pool; orders' evaluation goes on and
+    # its stuck lock reaches Slack while they hang
+    far = {}
+    with psycopg.connect(far_cluster.dsn, autocommit=True) as conn:
+        for name in ("far1", "far2", "far3"):
+            conn.execute(f"CREATE DATABASE {name}")
+            far[name] = far_cluster.dsn_for(name)
+            with Database(load_settings(dsn=far[name])) as db:
+                init_db(db)
+    env = fleet_env(
+        tmp_path,
+        HUNG_FLEET,
+        ORDERS_DSN=dsn,
+        **{f"{name.upper()}_DSN": target for name, target in far.items()},
+        SLACK_WEBHOOK_URL=f"{slack_sink.url}/services/T000/BONCALL/one",
+        HOME=str(tmp_path),
+    )
+    log = tmp_path / "scheduler.log"
+    command = [sys.executable, "-m", "outbox_monitor", "scheduler", "--metrics-port", "0"]
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stderr=stderr)
+    try:
+        assert wait_for(lambda: leases({"orders": dsn})["orders"], timeout=30), log.read_text()
+        with frozen(far_cluster):
+            time.sleep(6)  # every far job has started and hangs: 3 outboxes × their jobs
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, "
+                    "event_key, payload, status, locked_at, locked_by) VALUES ('order.paid', "
+                    "'a', 'o', 'stuck', '{}', 'processing', now() - interval '2 hours', 'w')"
+                )
+            fired = wait_for(lambda: len(slack_sink.messages()) >= 1, timeout=15)
+            texts = [message["text"] for message in slack_sink.messages()]
+            assert fired, log.read_text()[-3000:]
+            assert "outbox orders" in texts[0] and "stuck-lock" in texts[0], texts
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
