@@ -26,7 +26,7 @@ outboxes:
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -163,10 +163,22 @@ class Outbox:
 @dataclass(frozen=True)
 class Fleet:
     """The outboxes in file order (unique names); ``path`` is the file, ``None`` for a fleet
-    of one from the ``OUTBOX_MONITOR_*`` settings."""
+    of one from the ``OUTBOX_MONITOR_*`` settings; ``listed``: every outbox of the file when
+    these are a selection of it (``--outbox``, ``selection``), else empty."""
 
     outboxes: tuple[Outbox, ...]
     path: str | None = None
+    listed: tuple[Outbox, ...] = ()
+
+    def selection(self, outboxes: Sequence[Outbox]) -> "Fleet":
+        """The fleet of ``outboxes`` (of this one), remembering the whole file's: a rule
+        naming an outbox of the file that is not selected is valid, not evaluated here."""
+        return Fleet(tuple(outboxes), self.path, self.listed or self.outboxes)
+
+    @property
+    def in_file(self) -> tuple[Outbox, ...]:
+        """Every outbox of the file (``listed``, else ``outboxes``): what rules may name."""
+        return self.listed or self.outboxes
 
     def get(self, name: str) -> Outbox:
         """The outbox named ``name``.

@@ -325,4 +325,4 @@ def writing_with_actions(fleet: Fleet) -> Fleet:
         else o
         for o in fleet.outboxes
     )
-    return Fleet(outboxes, fleet.path)
+    return Fleet(outboxes, fleet.path, fleet.listed)

@@ -154,12 +154,13 @@ def _outbox_problems(rules: list[Any], fleet: Fleet | None) -> list[tuple[tuple,
     if fleet is None or fleet.path is None:
         return []
     problems: list[tuple[tuple, str]] = []
+    outboxes = fleet.in_file
+    names = [outbox.name for outbox in outboxes]
     for index, rule in enumerate(rules):
         selector = rule.get("outboxes") if isinstance(rule, dict) else None
         if isinstance(selector, dict) and all(isinstance(v, str) for v in selector.values()):
             if not any(
-                all(outbox.labels.get(k) == v for k, v in selector.items())
-                for outbox in fleet.outboxes
+                all(outbox.labels.get(k) == v for k, v in selector.items()) for outbox in outboxes
             ):
                 wanted = ", ".join(f"{k}={v}" for k, v in selector.items())
                 problems.append(
@@ -167,18 +168,18 @@ def _outbox_problems(rules: list[Any], fleet: Fleet | None) -> list[tuple[tuple,
                         ("rules", index, "outboxes"),
                         f"no outbox of {fleet.path} has the labels {wanted} (the rule would "
                         "never evaluate; name outboxes in a list, e.g. "
-                        f"[{', '.join(fleet.names[:2])}], or use labels they have)",
+                        f"[{', '.join(names[:2])}], or use labels they have)",
                     )
                 )
             continue
         if not isinstance(selector, list):
             continue
         for name in selector:
-            if isinstance(name, str) and name not in fleet.names:
+            if isinstance(name, str) and name not in names:
                 problems.append(
                     (
                         ("rules", index, "outboxes"),
-                        f'unknown outbox "{name}" ({fleet.path} lists {", ".join(fleet.names)})',
+                        f'unknown outbox "{name}" ({fleet.path} lists {", ".join(names)})',
                     )
                 )
     return problems

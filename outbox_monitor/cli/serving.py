@@ -62,7 +62,7 @@ def scheduler(
         rules_path=rules_path,
         metrics_port=metrics_port,
         metrics_address=metrics_address,
-        fleet=Fleet(tuple(outboxes), listed.path if from_file else None),
+        fleet=listed.selection(outboxes) if from_file else Fleet(tuple(outboxes)),
     )
 
 

@@ -145,8 +145,11 @@ def test_scheduler_refuses_a_rule_naming_an_outbox_missing_from_the_fleet(
         "    outboxes: [shipping]\n"
     )
 
-    result = CliRunner().invoke(main, ["scheduler", "--rules", str(rules), "--metrics-port", "0"])
+    for selected in ([], ["--outbox", "orders"]):  # one outbox: checked against the file
+        result = CliRunner().invoke(
+            main, ["scheduler", *selected, "--rules", str(rules), "--metrics-port", "0"]
+        )
 
-    assert result.exit_code == 2, result.output
-    assert "shipping_depth" in result.output and "outboxes" in result.output
-    assert 'unknown outbox "shipping"' in result.output
+        assert result.exit_code == 2, result.output
+        assert "shipping_depth" in result.output and "outboxes" in result.output
+        assert f'unknown outbox "shipping" ({fleet} lists orders, billing)' in result.output

@@ -219,3 +219,22 @@ def test_a_label_selector_matching_no_outbox_of_the_fleet_is_refused(tmp_path):
     # without a fleet file the labels cannot be checked
     text = RULES.replace("outboxes: {team: payments}", "outboxes: {team: finance}", 1)
     assert _load(tmp_path, text, None).rule("by-label").outboxes == {"team": "finance"}
+
+
+def test_a_selection_of_the_fleet_checks_rules_against_the_whole_file(tmp_path):
+    # `scheduler --outbox orders`: rules naming billing, or labels only ledger has, are valid
+    # (not evaluated by this process); an outbox the file lacks is still refused
+    only_orders = FLEET.selection([ORDERS])
+    assert only_orders.names == ["orders"] and only_orders.in_file == FLEET.outboxes
+    ruleset = _load(tmp_path, RULES, only_orders)
+    assert [rule.name for rule in ruleset.rules] == [
+        "everywhere",
+        "by-name",
+        "by-label",
+        "by-labels",
+    ]
+    with pytest.raises(
+        RulesError,
+        match=r'unknown outbox "shipping" \(outboxes.yml lists orders, billing, ledger\)',
+    ):
+        _load(tmp_path, RULES.replace("[orders, ledger]", "[orders, shipping]"), only_orders)
