@@ -21,6 +21,7 @@ from outbox_monitor.config import Settings, load_settings
 from outbox_monitor.db import Database
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.fleet import Fleet, load_fleet
+from outbox_monitor.logs import escape_controls
 from outbox_monitor.schema import check_outbox_table
 from outbox_monitor.ui import access, deep_link, format, inputs
 
@@ -31,6 +32,8 @@ REFRESH_PARAM = "refresh"
 WINDOW_CHOICES = ("15m", "1h", "6h", "24h")
 REFRESH_CHOICES = ("5s", "10s", "30s", "1m")
 MIN_REFRESH_SECONDS = 5.0
+IGNORED_SHOWN = 80
+"""An ignored URL parameter's value is shown up to this many characters."""
 """Live tiles refresh at most this often; the loaders' cache TTL stays below it."""
 _TABLE_CHECKED = "_outbox_monitor.table_checked"
 _run = threading.local()
@@ -292,9 +295,13 @@ def sidebar(
 
 def warn_ignored_param(name: str, value: str, choices: list[str], used: str) -> None:
     """A small warning that a URL parameter was ignored: ``?window=abc`` → Ignored
-    ``window=abc`` from the link: not one of 15m, 1h, 6h, 24h; showing ``1h``."""
+    ``window=abc`` from the link: not one of 15m, 1h, 6h, 24h; showing ``1h``. The value is
+    shown with its control characters escaped, cut at ``IGNORED_SHOWN`` characters."""
+    shown = escape_controls(value)
+    if len(shown) > IGNORED_SHOWN:
+        shown = shown[: IGNORED_SHOWN - 1] + "…"
     st.warning(
-        f"Ignored {format.md_code(f'{name}={value}')} from the link: not one of "
+        f"Ignored {format.md_code(f'{name}={shown}')} from the link: not one of "
         f"{', '.join(choices)}; showing {format.md_code(used)}.",
         icon=":material/link_off:",
     )

@@ -40,6 +40,11 @@ def test_each_outbox_of_the_fleet_by_its_url(open_page, environment, dsn, make_d
     assert any("Ignored outbox=shipping from the link" in plain(w.value) for w in unknown.warning)
     switched = first.selectbox(key="outbox").select("billing").run()
     assert queue_depth(switched) == "3"
+    # a hostile value is shown escaped and cut at 80: the override as 6 characters, then 73 x
+    hostile = open_page("overview", outbox="\u202e" + "x" * 5000)
+    (warning,) = [plain(w.value) for w in hostile.warning]
+    assert warning.startswith("Ignored outbox=\\u202e" + "x" * 73 + "… from the link"), warning
+    assert queue_depth(hostile) == "1"
 
 
 def test_a_fleet_file_that_cannot_be_used_stops_the_dashboard(open_page, environment, tmp_path):
