@@ -4,8 +4,8 @@ seeded with ``--rows`` rows of the last day, evaluated with the shipped alerts.y
 
 Prints, as Markdown: per outbox the median wall time and server time (``pg_stat_statements``,
 every statement of the pass) of one evaluation pass run alone; then the whole fleet's
-evaluation cycle — every outbox's pass at once, as the fleet's scheduler runs them (each
-outbox's jobs in a thread pool of its own, ``fleet_scheduler.OUTBOX_WORKERS``) — and one
+evaluation cycle — every outbox's pass at once: the worst case, as the scheduler staggers
+the outboxes' passes over the interval (``fleet_scheduler.OutboxJobs``' phase) — and one
 ``/metrics`` refresh of every outbox (``FleetCollector``, cache off), each as medians of
 ``--repeat`` runs after a warm-up. Last, a real ``outbox-monitor scheduler`` with a fleet
 file of those outboxes runs ``--process`` seconds: its RSS, threads and connections by
@@ -171,7 +171,7 @@ def main() -> None:
                 f"| **median** | | **{statistics.median(walls):.1f}** | "
                 f"**{statistics.median(servers):.1f}** |\n"
             )
-            workers = len(members)  # one pass per outbox's own pool, all at once
+            workers = len(members)  # all at once: the worst case (the scheduler staggers)
             with ThreadPoolExecutor(workers) as pool:
 
                 def cycle() -> None:

@@ -20,6 +20,7 @@ import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
@@ -52,11 +53,11 @@ outboxes hold at most 100 pooled connections (1 each when idle) plus a lease con
 (measured at 4: 50 outboxes took every one of a server's 200 connections). No job of an outbox
 holds two of its pool's connections at once (the fleet tests pass with 1). Each pool has one
 background thread (psycopg_pool's default 3 made 221 threads for 50 outboxes)."""
-OUTBOX_WORKERS = 4
+OUTBOX_WORKERS = 2
 """Threads of each outbox's own pool (the APScheduler executor ``outbox:<name>``), started as
-its jobs need them: a database that hangs (no answer, no statement timeout firing) holds its
-own outbox's threads only. With one pool shared by all, 3 frozen databases of 4 held every
-thread and the healthy outbox's evaluation stopped."""
+its jobs need them, as many as its connection pool holds: a database that hangs (no answer,
+no statement timeout firing) holds its own outbox's threads only. With one pool shared by
+all, 3 frozen databases of 4 held every thread and the healthy outbox's evaluation stopped."""
 REPLICAS_WORKERS = 1
 """Threads of the default pool: the ``replicas`` job only."""
 
@@ -64,11 +65,13 @@ REPLICAS_WORKERS = 1
 class OutboxJobs:
     """A scheduler as one outbox's jobs see it: ``add_job`` suffixes the job's id with
     ``@<outbox>`` and its name with the outbox, runs the job in the outbox's own thread pool
-    (``OUTBOX_WORKERS``) and inside ``logs.for_outbox`` (its log lines name the outbox);
-    everything else is the scheduler's."""
+    (``OUTBOX_WORKERS``) and inside ``logs.for_outbox`` (its log lines name the outbox), and
+    delays an interval job's first run by ``phase`` (0 ≤ phase < 1) of its interval, so the
+    outboxes' passes spread over the interval instead of all starting at once; everything
+    else is the scheduler's."""
 
-    def __init__(self, scheduler: BaseScheduler, outbox: str) -> None:
-        self.scheduler, self.outbox = scheduler, outbox
+    def __init__(self, scheduler: BaseScheduler, outbox: str, phase: float = 0.0) -> None:
+        self.scheduler, self.outbox, self.phase = scheduler, outbox, phase
         self.executor = f"outbox:{outbox}"
         scheduler.add_executor(ThreadPoolExecutor(OUTBOX_WORKERS), alias=self.executor)
 
@@ -78,6 +81,9 @@ class OutboxJobs:
                 return func(*args, **options)
 
         run.__name__ = getattr(func, "__name__", "job")
+        first, seconds = kwargs.get("next_run_time"), kwargs.get("seconds")
+        if first is not None and seconds:
+            kwargs["next_run_time"] = first + timedelta(seconds=seconds * self.phase)
         return self.scheduler.add_job(
             run,
             trigger,
@@ -169,12 +175,12 @@ def build_fleet_scheduler(
     share = LeaseShare(len(members), lambda: sum(r.leadership.held for r in runtimes))
     share.replicas = registry.replicas
     interval = ruleset.defaults.interval if ruleset else members[0].db.settings.sample_interval
-    for member in members:
+    for index, member in enumerate(members):
         leadership = Leadership(
             member.primary.settings, ttl=lease_ttl(interval), may_take=share.may_take
         )
         member.runtime = add_outbox_jobs(
-            OutboxJobs(scheduler, member.outbox.name),
+            OutboxJobs(scheduler, member.outbox.name, phase=index / len(members)),
             member.db,
             ruleset=ruleset,
             clock=clock,

@@ -3,6 +3,7 @@ the surplus released after the running pass; job ids per outbox in one scheduler
 labelled by outbox."""
 
 import threading
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client.core import GaugeMetricFamily
@@ -37,12 +38,21 @@ def test_the_fleet_key_ignores_the_order_of_the_outboxes():
     assert fleet_key(["orders"]) != fleet_key(["orders", "billing"])
 
 
-def test_each_outbox_has_its_own_job_ids_in_one_scheduler():
-    scheduler = BackgroundScheduler()
-    for name in ("orders", "billing"):
-        OutboxJobs(scheduler, name).add_job(print, "interval", seconds=60, id="sampler", name="s")
+def test_each_outbox_has_its_own_job_ids_pool_and_phase_in_one_scheduler():
+    scheduler = BackgroundScheduler(timezone=UTC)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    jobs = {
+        name: OutboxJobs(scheduler, name, phase)
+        for name, phase in (("orders", 0), ("billing", 0.5))
+    }
+    for outbox in jobs.values():
+        outbox.add_job(print, "interval", seconds=60, id="sampler", name="s", next_run_time=start)
     assert sorted(job.id for job in scheduler.get_jobs()) == ["sampler@billing", "sampler@orders"]
-    assert OutboxJobs(scheduler, "orders").get_job("sampler@orders").name == "s (orders)"
+    orders, billing = jobs["orders"].get_job("sampler@orders"), scheduler.get_job("sampler@billing")
+    assert orders.name == "s (orders)" and orders.executor == "outbox:orders"
+    assert billing.executor == "outbox:billing"
+    # half of the 60 s interval later: the two outboxes' passes never start together
+    assert (orders.next_run_time, billing.next_run_time) == (start, start + timedelta(seconds=30))
 
 
 def test_every_sample_gets_the_outbox_label_first():
