@@ -211,29 +211,35 @@ def _allowed(loc: tuple) -> list[str]:
     return list(_FleetFile.model_fields)
 
 
-def _entry_settings(entry: _OutboxEntry, base: Settings, env: Mapping[str, str]) -> Settings:
-    """The settings of one outbox: ``base`` with the DSNs read from the variables the entry
-    names and its own table, lock timeout and retention.
-
-    Raises:
-        ValueError: a named variable is unset or empty, or holds an unusable DSN.
-    """
-    dsns: dict[str, str | None] = {}
+def _entry_dsns(entry: _OutboxEntry, env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The DSNs of one outbox read from the variables the entry names (``None`` for a key it
+    leaves out), and its problems: every named variable unset, empty or holding an unusable
+    DSN, one line each naming the field (``primary_dsn_env: the environment variable
+    ORDERS_PRIMARY is not set``)."""
+    dsns: dict[str, Any] = {}
+    problems: list[str] = []
     for key, variable in (
         ("dsn", entry.dsn_env),
         ("primary_dsn", entry.primary_dsn_env),
         ("actions_dsn", entry.actions_dsn_env),
     ):
+        dsns[key] = None
         if variable is None:
-            dsns[key] = None
             continue
         value = env.get(variable, "")
         if not value.strip():
-            raise ValueError(f"{key}_env: the environment variable {variable} is not set")
+            problems.append(f"{key}_env: the environment variable {variable} is not set")
+            continue
         try:
             dsns[key] = check_dsn(value)
         except ValueError as error:
-            raise ValueError(f"{key}_env: {variable} holds no usable DSN: {error}") from None
+            problems.append(f"{key}_env: {variable} holds no usable DSN: {error}")
+    return dsns, problems
+
+
+def _entry_settings(entry: _OutboxEntry, base: Settings, dsns: Mapping[str, Any]) -> Settings:
+    """The settings of one outbox: ``base`` with its ``dsns`` (``_entry_dsns``) and its own
+    table, lock timeout, retention and access."""
     changes: dict[str, Any] = dict(dsns)
     if entry.table is not None:
         changes["table"] = entry.table
@@ -264,8 +270,9 @@ def load_fleet(
 
     Raises:
         FleetError: the file is unreadable, not strict YAML, or invalid — every problem on
-            its own line, naming the outbox and field (a duplicate name, an unset variable,
-            the same DSN value and table as an earlier outbox, naming both).
+            its own line, naming the outbox and field (a duplicate name, every unset
+            variable of every outbox, the same DSN value and table as an earlier outbox,
+            naming both).
     """
     env = os.environ if env is None else env
     path = path if path is not None else env.get(FLEET_ENV) or None
@@ -308,11 +315,11 @@ def load_fleet(
             )
             continue
         seen[entry.name] = index
-        try:
-            outbox = Outbox(entry.name, _entry_settings(entry, settings, env), dict(entry.labels))
-        except ValueError as error:
-            problems.append(f"{prefix}{who}, {error}")
+        dsns, unusable = _entry_dsns(entry, env)
+        problems.extend(f"{prefix}{who}, {problem}" for problem in unusable)
+        if unusable:
             continue
+        outbox = Outbox(entry.name, _entry_settings(entry, settings, dsns), dict(entry.labels))
         where = (outbox.settings.dsn, split_table_name(outbox.settings.table))
         if where in tables:
             problems.append(
