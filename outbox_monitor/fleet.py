@@ -4,16 +4,17 @@ like alerts.yml — the outbox and the field named in every error — or, withou
 single outbox of the ``OUTBOX_MONITOR_*`` settings as a fleet of one.
 
 The file names the environment variables that hold each outbox's DSNs, never a DSN: secrets
-stay in the environment. Each outbox's ``Settings`` are the process's settings with that
-outbox's database, table, lock timeout, retention and labels (``Outbox.settings``).
+stay in the environment. A ``*_dsn_env`` key is optional, but a variable it names must be set.
+Each outbox's ``Settings`` are the process's settings with that outbox's database, table, lock
+timeout, retention and labels (``Outbox.settings``).
 
 ```yaml
 version: 1
 outboxes:
   - name: orders
     dsn_env: ORDERS_DSN               # read: figures, the dashboard (may be a hot standby)
-    primary_dsn_env: ORDERS_PRIMARY   # optional: writes (alert state, samples)
-    actions_dsn_env: ORDERS_ACTIONS   # optional: operator actions
+    primary_dsn_env: ORDERS_PRIMARY   # optional: writes (alert state, samples); else dsn_env
+    actions_dsn_env: ORDERS_ACTIONS   # optional: operator actions; else dsn_env
     table: public.integration_outbox  # default
     lock_timeout: 15m                 # default: OUTBOX_MONITOR_LOCK_TIMEOUT
     retention: {done: 30d, failed: 90d}   # default: OUTBOX_MONITOR_AUTO_PRUNE_*
