@@ -4,16 +4,17 @@ like alerts.yml — the outbox and the field named in every error — or, withou
 single outbox of the ``OUTBOX_MONITOR_*`` settings as a fleet of one.
 
 The file names the environment variables that hold each outbox's DSNs, never a DSN: secrets
-stay in the environment. Each outbox's ``Settings`` are the process's settings with that
-outbox's database, table, lock timeout, retention and labels (``Outbox.settings``).
+stay in the environment. A ``*_dsn_env`` key is optional, but a variable it names must be set.
+Each outbox's ``Settings`` are the process's settings with that outbox's database, table, lock
+timeout, retention and labels (``Outbox.settings``).
 
 ```yaml
 version: 1
 outboxes:
   - name: orders
     dsn_env: ORDERS_DSN               # read: figures, the dashboard (may be a hot standby)
-    primary_dsn_env: ORDERS_PRIMARY   # optional: writes (alert state, samples)
-    actions_dsn_env: ORDERS_ACTIONS   # optional: operator actions
+    primary_dsn_env: ORDERS_PRIMARY   # optional: writes (alert state, samples); else dsn_env
+    actions_dsn_env: ORDERS_ACTIONS   # optional: operator actions; else dsn_env
     table: public.integration_outbox  # default
     lock_timeout: 15m                 # default: OUTBOX_MONITOR_LOCK_TIMEOUT
     retention: {done: 30d, failed: 90d}   # default: OUTBOX_MONITOR_AUTO_PRUNE_*
@@ -224,29 +225,35 @@ def _allowed(loc: tuple) -> list[str]:
     return list(_FleetFile.model_fields)
 
 
-def _entry_settings(entry: _OutboxEntry, base: Settings, env: Mapping[str, str]) -> Settings:
-    """The settings of one outbox: ``base`` with the DSNs read from the variables the entry
-    names and its own table, lock timeout and retention.
-
-    Raises:
-        ValueError: a named variable is unset or empty, or holds an unusable DSN.
-    """
-    dsns: dict[str, str | None] = {}
+def _entry_dsns(entry: _OutboxEntry, env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The DSNs of one outbox read from the variables the entry names (``None`` for a key it
+    leaves out), and its problems: every named variable unset, empty or holding an unusable
+    DSN, one line each naming the field (``primary_dsn_env: the environment variable
+    ORDERS_PRIMARY is not set``)."""
+    dsns: dict[str, Any] = {}
+    problems: list[str] = []
     for key, variable in (
         ("dsn", entry.dsn_env),
         ("primary_dsn", entry.primary_dsn_env),
         ("actions_dsn", entry.actions_dsn_env),
     ):
+        dsns[key] = None
         if variable is None:
-            dsns[key] = None
             continue
         value = env.get(variable, "")
         if not value.strip():
-            raise ValueError(f"{key}_env: the environment variable {variable} is not set")
+            problems.append(f"{key}_env: the environment variable {variable} is not set")
+            continue
         try:
             dsns[key] = check_dsn(value)
         except ValueError as error:
-            raise ValueError(f"{key}_env: {variable} holds no usable DSN: {error}") from None
+            problems.append(f"{key}_env: {variable} holds no usable DSN: {error}")
+    return dsns, problems
+
+
+def _entry_settings(entry: _OutboxEntry, base: Settings, dsns: Mapping[str, Any]) -> Settings:
+    """The settings of one outbox: ``base`` with its ``dsns`` (``_entry_dsns``) and its own
+    table, lock timeout, retention and access."""
     changes: dict[str, Any] = dict(dsns)
     if entry.table is not None:
         changes["table"] = entry.table
@@ -290,9 +297,9 @@ def load_fleet(
 
     Raises:
         FleetError: the file is unreadable, not strict YAML, or invalid — every problem on
-            its own line, naming the outbox and field (a duplicate name, an unset variable,
-            the same database — host, port, dbname, however the DSN spells them — and table
-            as an earlier outbox, naming both).
+            its own line, naming the outbox and field (a duplicate name, every unset
+            variable of every outbox, the same database — host, port, dbname, however the DSN
+            spells them — and table as an earlier outbox, naming both).
     """
     env = os.environ if env is None else env
     path = path if path is not None else env.get(FLEET_ENV) or None
@@ -335,11 +342,11 @@ def load_fleet(
             )
             continue
         seen[entry.name] = index
-        try:
-            outbox = Outbox(entry.name, _entry_settings(entry, settings, env), dict(entry.labels))
-        except ValueError as error:
-            problems.append(f"{prefix}{who}, {error}")
+        dsns, unusable = _entry_dsns(entry, env)
+        problems.extend(f"{prefix}{who}, {problem}" for problem in unusable)
+        if unusable:
             continue
+        outbox = Outbox(entry.name, _entry_settings(entry, settings, dsns), dict(entry.labels))
         where = (_database_of(outbox.settings.dsn), split_table_name(outbox.settings.table))
         if where in tables:
             problems.append(

@@ -236,8 +236,21 @@ def _one_of(types: tuple[str, ...]) -> str:
     return " or ".join(filter(None, (", ".join(types[:-1]), types[-1])))
 
 
+def _fixes(outbox: str) -> tuple[str, str]:
+    """The init-db command and the setting of the table that a table check's hint names:
+    ``OUTBOX_MONITOR_TABLE``, or for the fleet file's ``outbox`` its own ``--outbox`` and
+    ``table:``."""
+    if not outbox:
+        return "`outbox-monitor init-db`", "OUTBOX_MONITOR_TABLE"
+    return (
+        f"`outbox-monitor init-db --outbox {outbox}`",
+        f'the `table:` of outbox "{outbox}" in the fleet file',
+    )
+
+
 def check_outbox_table(db: Database) -> None:
-    """Check that the configured table exists with the SPEC §1 columns and types.
+    """Check that the configured table exists with the SPEC §1 columns and types; each
+    hint names the fix (``init-db``, the table's setting: ``_fixes``).
 
     Raises:
         TableMissing: the table does not exist; the message says how to create it or
@@ -254,6 +267,7 @@ def check_outbox_table(db: Database) -> None:
         DatabaseUnavailable: from the connector.
     """
     schema, table = db.settings.table_parts
+    init_db_command, table_setting = _fixes(db.settings.fleet_outbox)
     columns = {
         row["column_name"]: row["data_type"]
         for row in db.fetch_all("table_columns", {"schema": schema, "name": table})
@@ -265,7 +279,7 @@ def check_outbox_table(db: Database) -> None:
     if not columns:
         raise TableMissing(
             f"the outbox table {schema}.{table} does not exist in this database",
-            hint="Create it with `outbox-monitor init-db`, or set OUTBOX_MONITOR_TABLE "
+            hint=f"Create it with {init_db_command}, or set {table_setting} "
             "to your outbox table (schema.table).",
         )
     missing = [name for name in OUTBOX_COLUMNS if name not in columns]
@@ -284,7 +298,7 @@ def check_outbox_table(db: Database) -> None:
         raise ColumnsMissing(
             f"the outbox table {schema}.{table} does not match SPEC §1: " + "; ".join(problems),
             hint="; ".join(fixes) + " (see README, 'Pointing it at an existing outbox'), or set "
-            "OUTBOX_MONITOR_TABLE to the right table.",
+            f"{table_setting} to the right table.",
         )
     shape = table_shape(db)
     if shape is not None:
@@ -295,5 +309,5 @@ def check_outbox_table(db: Database) -> None:
     if version < latest:
         raise SchemaNotInitialised(
             f"outbox-monitor's schema is at version {version}, this release needs {latest}",
-            hint="Run `outbox-monitor init-db` (idempotent; it only adds what is missing).",
+            hint=f"Run {init_db_command} (idempotent; it only adds what is missing).",
         )

@@ -32,11 +32,14 @@ def database_of(outbox: Outbox) -> str:
 
 
 def _checked(outbox: Outbox) -> str | None:
-    """``None`` when the outbox's table passes the table check, else the error's text."""
+    """``None`` when the outbox's table passes the table check, else the error's text and
+    its fix on one line (``the outbox table public.x does not exist in this database. Create
+    it with `outbox-monitor init-db --outbox billing`, or …``)."""
     try:
         open_checked(outbox.settings).close()
     except OutboxMonitorError as error:
-        return str(error.args[0]) if error.args else type(error).__name__
+        message = str(error.args[0]) if error.args else type(error).__name__
+        return f"{message}. {error.hint}" if error.hint else message
     return None
 
 

@@ -160,8 +160,8 @@ def _traffic_options(command: Callable) -> Callable:
     default=1,
     show_default=True,
     help="A fleet of this many outboxes (orders, billing, notifications), each with its own "
-    "traffic, database and downstream, listed in a fleet file; --rate is the fleet's, the "
-    "outboxes have their own workers.",
+    "table, traffic, workers and downstream, listed in a fleet file; orders and billing share "
+    "the database shop, notifications has comms. --rate is the fleet's.",
 )
 @reports_errors
 def demo(port: int, rate: float, workers: int, worker: str, outboxes: int) -> None:

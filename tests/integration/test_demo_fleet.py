@@ -110,6 +110,9 @@ def test_a_fleet_of_three_with_its_own_traffic_alerts_only_for_the_broken_one(
 
         # break billing's downstream: its breaker opens and only its alert fires
         before = {o.name: firing(o.settings.dsn, o.name) for o in fleet.outboxes}
+        # nothing is broken yet: no alert fires by itself (the backfill leaves no notification
+        # waiting past notifications-late's 5 min, no worker crashes: no stuck lock)
+        assert before == {o.name: set() for o in fleet.outboxes}
         url = dict((t, u) for u, t in breaks)[BROKEN.broken]
         assert demo_downstream(url, "break", "--event-type", BROKEN.broken) == {
             "broken": [BROKEN.broken]

@@ -17,6 +17,9 @@ outboxes:
     dsn_env: BILLING_DSN
   - name: gone
     dsn_env: GONE_DSN
+  - name: tableless
+    dsn_env: ORDERS_DSN
+    table: public.no_such_outbox
 """
 
 
@@ -37,16 +40,23 @@ def test_each_outbox_checked_on_its_own_database(dsn, make_dsn, empty_dsn, monke
 
     assert result.exit_code == 1, result.output
     listed = {row["name"]: row for row in json.loads(result.stdout)["outboxes"]}
-    assert list(listed) == ["orders", "billing", "gone"]
+    assert list(listed) == ["orders", "billing", "gone", "tableless"]
     assert listed["orders"]["reachable"] and listed["orders"]["labels"] == {"team": "payments"}
     assert listed["orders"]["database"].endswith("/" + dsn.rsplit("/", 1)[1])
     assert listed["billing"]["reachable"] and listed["billing"]["error"] is None
     assert not listed["gone"]["reachable"] and "no_such_database" in listed["gone"]["error"]
-    assert json.loads(result.stdout)["failed"] == 1
+    # a missing table says how to fix it, for this outbox of the file
+    assert not listed["tableless"]["reachable"]
+    assert listed["tableless"]["error"] == (
+        "the outbox table public.no_such_outbox does not exist in this database. Create it "
+        "with `outbox-monitor init-db --outbox tableless`, or set the `table:` of outbox "
+        '"tableless" in the fleet file to your outbox table (schema.table).'
+    )
+    assert json.loads(result.stdout)["failed"] == 2
 
     text = run("outboxes", "--file", str(path))
     assert text.exit_code == 0  # listed, not checked
-    assert "3 outbox(es) from " + str(path) in text.output
+    assert "4 outbox(es) from " + str(path) in text.output
     assert "password" not in text.output
 
 
@@ -63,6 +73,24 @@ def test_an_invalid_file_exits_2_naming_the_outbox_and_field(monkeypatch, tmp_pa
     assert 'outbox "billing" (outboxes[1]), dsn_env: the environment variable BILLING_DSN' in (
         result.output
     )
+
+
+def test_one_run_names_every_unset_variable_of_every_outbox(monkeypatch, tmp_path):
+    for name in ("ORDERS_DSN", "BILLING_DSN", "GONE_DSN"):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "outboxes.yml"
+    path.write_text(FLEET)
+
+    result = CliRunner().invoke(main, ["outboxes", "--file", str(path)])
+
+    assert result.exit_code == 2
+    unset = [("orders", "ORDERS_DSN"), ("billing", "BILLING_DSN"), ("gone", "GONE_DSN")]
+    unset.append(("tableless", "ORDERS_DSN"))
+    for index, (outbox, variable) in enumerate(unset):
+        assert (
+            f'{path}: outbox "{outbox}" (outboxes[{index}]), dsn_env: the environment variable '
+            f"{variable} is not set"
+        ) in result.output
 
 
 TWO = """

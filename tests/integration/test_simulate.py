@@ -48,6 +48,28 @@ def test_the_same_seed_gives_the_same_traffic_and_faults():
     assert recorded_error(transient[0]).startswith("HTTPError: HTTP 503 from api.erp.example")
 
 
+def test_a_notifications_transient_faults_clear_by_its_third_attempt():
+    # notifications-late (oldest pending age of notification.% > 5 min) must stay quiet in
+    # the demo: two failures wait 30 s + 2 min (+ ≤ 10 % jitter), a third would wait 5 min more
+    for event_type in ("notification.email", "notification.slack"):
+        keys = [f"{event_type}:{n}" for n in range(3000)]
+        by_attempts = {
+            attempts: [attempt_fault(5, event_type, key, attempts) for key in keys]
+            for attempts in (0, 1, 2, 3)
+        }
+        transient = {
+            attempts: sum(f is not None and not isinstance(f, PermanentError) for f in faults)
+            for attempts, faults in by_attempts.items()
+        }
+        assert 0.03 * 3000 < transient[0] < 0.05 * 3000, event_type
+        assert 0.03 * 3000 < transient[1] < 0.05 * 3000, event_type
+        assert transient[2] == transient[3] == 0, event_type
+        # a bounced address still bounces on every attempt
+        bounced = [isinstance(f, PermanentError) for f in by_attempts[0]]
+        assert bounced == [isinstance(f, PermanentError) for f in by_attempts[3]]
+    assert sum(attempt_fault(5, "order.paid", f"o:{n}", 2) is not None for n in range(3000)) > 90
+
+
 def test_a_generator_of_some_event_types_publishes_those_in_their_relative_weights():
     billing = TrafficGenerator(11, ("invoice.sent", PERMANENT_EVENT_TYPE))
     events = [billing.next_event() for _ in range(2000)]
@@ -126,6 +148,18 @@ def test_backfill_looks_like_live_traffic(dsn):
         assert status["attempts_histogram"]["1"] > failed[PERMANENT_EVENT_TYPE]
         assert status["processing"] == backfilled["processing"]
         assert 0 < status["stuck_locks"] <= status["processing"]
+        # no notification waits longer than notifications-late's 5 min (created → next due
+        # time of a pending row, → processed_at of a finished one): at most two failures
+        with db.connection() as conn:
+            late = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'pending'"
+                "   AND available_at - created_at > interval '300 seconds') AS pending_late,"
+                " count(*) FILTER (WHERE status IN ('done', 'failed')"
+                "   AND processed_at - created_at > interval '300 seconds') AS finished_late,"
+                " max(attempts) AS attempts"
+                " FROM integration_outbox WHERE event_type LIKE 'notification.%'"
+            ).fetchone()
+        assert late == {"pending_late": 0, "finished_late": 0, "attempts": 2}
 
         samples = metrics.samples_series(db, window=seconds + 60)
         assert len(samples) == backfilled["samples"] == int((seconds - 3) // 15)

@@ -106,3 +106,24 @@ def test_the_top_level_help_cites_every_section_of_the_spec():
     sections = re.findall(r"^## (\d+)\. ", (REPO / "docs" / "SPEC.md").read_text(), re.MULTILINE)
     assert sections[-1] == "5"  # flow control
     assert f"(SPEC §1–{sections[-1]})" in " ".join(help_text().split())
+
+
+def test_the_demo_fleet_is_as_its_help_and_the_readme_say(tmp_path):
+    from outbox_monitor.demo.fleet import DEMO_FLEET, write_fleet_file
+    from outbox_monitor.demo.run import DEMO_LOCK_TIMEOUT
+
+    databases = {member.name: member.database for member in DEMO_FLEET}
+    assert databases == {"orders": "shop", "billing": "shop", "notifications": "comms"}
+    text = " ".join(help_text("demo").split())
+    assert (
+        "each with its own table, traffic, workers and downstream, listed in a fleet file; "
+        "orders and billing share the database shop, notifications has comms."
+    ) in text
+    assert "own traffic, database" not in text
+    # README shows the fleet file the demo writes, as it writes it
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("**A fleet in the demo.**", 1)[1].split("\n## ", 1)[0]
+    shown = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    written = write_fleet_file(tmp_path, DEMO_FLEET, lock_timeout=f"{DEMO_LOCK_TIMEOUT / 60:g}m")
+    assert shown == written.read_text()
+    assert "the two-database example above" not in readme

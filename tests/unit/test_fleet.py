@@ -113,6 +113,35 @@ def test_each_problem_names_the_outbox_and_the_field(tmp_path, settings, text, e
     assert str(raised.value).startswith(f"{path}: ")
 
 
+def readme_example() -> str:
+    """The fleet file of README's "A fleet of outboxes"."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### A fleet of outboxes", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_one_load_names_every_unset_variable_of_every_outbox(tmp_path, settings):
+    path = write(tmp_path, readme_example())
+    with pytest.raises(FleetError) as raised:
+        load_fleet(settings, path, {})
+    unset = "the environment variable {} is not set"
+    assert str(raised.value).splitlines() == [
+        f'{path}: outbox "orders" (outboxes[0]), dsn_env: {unset.format("ORDERS_DSN")}',
+        f'{path}: outbox "orders" (outboxes[0]), primary_dsn_env: {unset.format("ORDERS_PRIMARY")}',
+        f'{path}: outbox "orders" (outboxes[0]), actions_dsn_env: {unset.format("ORDERS_ACTIONS")}',
+        f'{path}: outbox "shipping" (outboxes[1]), dsn_env: {unset.format("ORDERS_DSN")}',
+        f'{path}: outbox "billing" (outboxes[2]), dsn_env: {unset.format("BILLING_DSN")}',
+    ]
+    # the optional keys left out, only the DSNs are needed: README's example loads
+    env = {"ORDERS_DSN": ENV["ORDERS_DSN"], "BILLING_DSN": ENV["BILLING_DSN"]}
+    text = readme_example().replace("    primary_dsn_env: ORDERS_PRIMARY", "    # ")
+    text = text.replace("    actions_dsn_env: ORDERS_ACTIONS", "    # ")
+    fleet = load_fleet(settings, write(tmp_path, text), env)
+    assert fleet.names == ["orders", "shipping", "billing"]
+    orders = fleet.get("orders").settings
+    assert orders.primary_target == orders.actions_target == ENV["ORDERS_DSN"]
+
+
 def test_a_dsn_never_appears_in_an_error(tmp_path, settings):
     env = {**ENV, "BILLING_DSN": "postgresql://monitor:s3cret@db-b/billing?bogus=1"}
     with pytest.raises(FleetError) as raised:

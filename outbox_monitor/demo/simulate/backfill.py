@@ -113,7 +113,13 @@ def _play_row(
         timelines.due.append((available, t, created))
         timelines.processing.append((t, end))
         request = f"{rng.getrandbits(32):08x}"
-        fault = fault_for(event.event_type, transient=rng.random(), bounce=bounce, request=request)
+        fault = fault_for(
+            event.event_type,
+            attempts=attempts,
+            transient=rng.random(),
+            bounce=bounce,
+            request=request,
+        )
         if fault is None:
             timelines.done.append((end, end - created))
             timelines.statuses["done"] += 1

@@ -18,6 +18,11 @@ SLOW_EVENT_TYPE = "invoice.sent"  # renders a PDF and uploads it: 0.5–2 s per 
 # would be exactly the slowest 5 % and P95 would flip between ~2 s and ~31 s from one
 # minute to the next; at 4 % P95 shows the handlers and P99 the retries.
 TRANSIENT_ERROR_RATE = 0.04
+# A notification's transient fault (SMTP 421 "too many connections", a reset connection) hits
+# its first two attempts at most: the third gets through. Its two backoffs (30 s + 2 min,
+# SPEC §1's backoff_base, + at most 10 % jitter) keep it under notifications-late's 5 min, so
+# that rule stays quiet until a downstream is broken (a third failure would wait 5 more min).
+NOTIFICATION_TRANSIENT_ATTEMPTS = 2
 BOUNCE_RATE = 0.015  # notification.email rows whose recipient does not exist (permanent)
 FAST_HANDLER_SECONDS = (0.005, 0.05)  # a typical HTTP call
 SLOW_HANDLER_SECONDS = (0.5, 2.0)
@@ -237,12 +242,13 @@ def _request_id(hex_text: str) -> str:
 
 
 def fault_for(
-    event_type: str, *, transient: float, bounce: float, request: str
+    event_type: str, *, attempts: int, transient: float, bounce: float, request: str
 ) -> Exception | None:
     """The fault of one attempt, given its random draws (the one definition of the faults).
 
     Args:
         event_type: the row's event type.
+        attempts: the row's failed attempts before this one (its ``attempts`` column).
         transient: a uniform draw in [0, 1) for this attempt.
         bounce: a uniform draw in [0, 1) for this event (the same on every attempt).
         request: hex digits for the request id in the error text.
@@ -250,7 +256,8 @@ def fault_for(
     Returns:
         ``PermanentError`` for every ``crm.upsert`` (HTTP 401, invalid API key) and for
         bounced e-mails; a transient exception for ``TRANSIENT_ERROR_RATE`` of the other
-        attempts; ``None`` (success) otherwise.
+        attempts, but none from a ``notification.*`` row's third attempt on
+        (``NOTIFICATION_TRANSIENT_ATTEMPTS``); ``None`` (success) otherwise.
     """
     request = _request_id(request)
     if event_type == PERMANENT_EVENT_TYPE:
@@ -261,6 +268,8 @@ def fault_for(
         return PermanentError(
             f"SMTP 550 5.1.1 recipient address rejected: user unknown (queue id {request.upper()})"
         )
+    if event_type.startswith("notification.") and attempts >= NOTIFICATION_TRANSIENT_ATTEMPTS:
+        return None
     if transient < TRANSIENT_ERROR_RATE and event_type in _TRANSIENT:
         return _TRANSIENT[event_type](request)
     return None
@@ -274,7 +283,9 @@ def attempt_fault(seed: int, event_type: str, event_key: str, attempts: int) -> 
     """
     digest = _digest(seed, event_key, attempts)
     bounce = _unit(_digest(seed, event_key, "bounce")) if event_type == "notification.email" else 1
-    return fault_for(event_type, transient=_unit(digest), bounce=bounce, request=digest[16:24])
+    return fault_for(
+        event_type, attempts=attempts, transient=_unit(digest), bounce=bounce, request=digest[16:24]
+    )
 
 
 def recorded_error(error: Exception) -> str:
