@@ -111,6 +111,17 @@ def outbox_settings(*, linked: bool = False) -> Settings:
     return outboxes.get(default_outbox()).settings
 
 
+def offered_outboxes() -> list[str]:
+    """The sidebar's outboxes: those this session may view (``access.may_view``; every one in
+    local mode), and the one the URL names (its pages then say there is no role there)."""
+    linked = st.query_params.get(OUTBOX_PARAM)
+    return [
+        outbox.name
+        for outbox in fleet().outboxes
+        if outbox.name == linked or access.may_view(outbox.settings)
+    ]
+
+
 def default_outbox() -> str:
     """The outbox shown when none is chosen: the fleet's first this session may view
     (``access.first_viewable``: a fleet file may map roles per outbox), else its first."""
@@ -226,7 +237,7 @@ def sidebar(
     refreshes, refresh_default = _choices(
         REFRESH_CHOICES, max(default_refresh, MIN_REFRESH_SECONDS)
     )
-    names, outbox_default = fleet().names, default_outbox()
+    names, outbox_default = offered_outboxes(), default_outbox()
     _follow_link(
         page,
         {
@@ -246,7 +257,7 @@ def sidebar(
         if (value := st.query_params.get(name)) is not None and value not in labels
     ]
     with st.sidebar:
-        if len(names) > 1:
+        if len(fleet().outboxes) > 1:
             # no default: a bound widget leaves its default out of the URL, and the outbox is
             # in every URL (a copied link opens the same one, whatever the file's order)
             if st.session_state.get(OUTBOX_PARAM) not in names:

@@ -120,6 +120,7 @@ def test_without_a_chosen_outbox_the_first_the_person_may_view_is_shown(open_pag
     assert not landing.exception and not landing.error
     assert [t.value for t in landing.title] == ["Fleet"]  # not "Ask for access" for orders
     assert landing.selectbox(key="outbox").value == "billing"
+    assert landing.selectbox(key="outbox").options == ["billing"]  # no other outbox's name
     assert list(table(landing)) == ["billing"]  # only the outbox they may view
 
     overview = open_page("overview", user=signed_in("ops@example.com"))
@@ -129,6 +130,7 @@ def test_without_a_chosen_outbox_the_first_the_person_may_view_is_shown(open_pag
 
     boss = open_page("fleet", user=signed_in("boss@example.com"))
     assert boss.selectbox(key="outbox").value == "orders"  # the file's first, as before
+    assert boss.selectbox(key="outbox").options == ["orders", "shipping", "billing"]
     assert list(table(boss)) == ["orders", "shipping", "billing"]
 
 
@@ -140,6 +142,7 @@ def test_a_link_to_an_outbox_without_a_role_asks_to_choose_another(open_page, ac
         "ops@example.com has no role on the outbox orders: choose another outbox in the "
         "sidebar, or ask an admin to add you to its access in the fleet file."
     ]
+    assert at.selectbox(key="outbox").options == ["orders", "billing"]  # the linked one kept
     assert at.selectbox(key="outbox").select("billing").run().metric
 
 
