@@ -334,7 +334,7 @@ def add_sender_job(
 ) -> None:
     """Add the notification sender (``sender.deliver_due``) every ``interval`` s, on the
     leader only, fenced by its lease term. It also drives the database-unreachable alert
-    (``DatabaseHealth.tick``)."""
+    (``DatabaseHealth.tick``; ``hang_watch`` does while this job waits on a hung database)."""
 
     def send() -> None:
         counts = deliver_due(

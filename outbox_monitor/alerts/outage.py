@@ -197,9 +197,12 @@ class DatabaseHealth:
             self._next_try = 0.0
             if self.outage is None:
                 return
-        # a post in flight finishes first, so that its resolve is queued too
-        with self._posting, self._lock:
-            outage = self.outage
+        # a post in flight finishes first, so that its resolve is queued too; the state lock
+        # is not held over the write, which may wait on the database: the hang watch's
+        # failed() must never wait behind it
+        with self._posting:
+            with self._lock:
+                outage = self.outage
             if outage is None:
                 return
             try:
@@ -207,7 +210,9 @@ class DatabaseHealth:
             except Exception as error:  # retried at the next success
                 log.warning("could not record the end of the database outage yet: %s", error)
                 return
-            self.outage = None
+            with self._lock:
+                if self.outage is outage:
+                    self.outage = None
 
     def tick(self) -> None:
         """Post the alert when this process was the leader and the outage has lasted

@@ -39,10 +39,11 @@ def test_the_fleet_key_ignores_the_order_of_the_outboxes():
 
 def test_each_outbox_has_its_own_job_ids_in_one_scheduler():
     scheduler = BackgroundScheduler()
-    for name in ("orders", "billing"):
-        OutboxJobs(scheduler, name).add_job(print, "interval", seconds=60, id="sampler", name="s")
+    jobs = {name: OutboxJobs(scheduler, name) for name in ("orders", "billing")}
+    for each in jobs.values():
+        each.add_job(print, "interval", seconds=60, id="sampler", name="s")
     assert sorted(job.id for job in scheduler.get_jobs()) == ["sampler@billing", "sampler@orders"]
-    assert OutboxJobs(scheduler, "orders").get_job("sampler@orders").name == "s (orders)"
+    assert jobs["orders"].get_job("sampler@orders").name == "s (orders)"
 
 
 def test_every_sample_gets_the_outbox_label_first():
