@@ -35,6 +35,7 @@ from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.fleet import Fleet, Outbox
 from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
+from outbox_monitor.hang_watch import HangWatch, add_hang_watch_job
 from outbox_monitor.jobs import SENDER_INTERVAL_SECONDS, JobRuntime, add_interval_job, guarded
 from outbox_monitor.logs import for_outbox
 from outbox_monitor.metrics_server import MetricsServer
@@ -59,7 +60,9 @@ its jobs need them, as many as its connection pool holds: a database that hangs 
 no statement timeout firing) holds its own outbox's threads only. With one pool shared by
 all, 3 frozen databases of 4 held every thread and the healthy outbox's evaluation stopped."""
 REPLICAS_WORKERS = 1
-"""Threads of the default pool: the ``replicas`` job only."""
+"""Threads of the default pool: the ``replicas`` job only (the ``hang_watch`` job has a
+thread of its own, ``hang_watch.HANG_WATCH_EXECUTOR``: a registry that hangs holds only
+this one)."""
 
 
 class OutboxJobs:
@@ -155,6 +158,7 @@ def build_fleet_scheduler(
     transports: Mapping[str, Any] | None = None,
     clock: Clock = system_clock,
     sender_interval: float = SENDER_INTERVAL_SECONDS,
+    hang_seconds: float | None = None,
 ) -> tuple[BaseScheduler, LeaseShare]:
     """One scheduler with every outbox's jobs (``add_outbox_jobs``, ids ``<job>@<outbox>``),
     each lease taken only within this replica's share, and the ``replicas`` job.
@@ -166,12 +170,17 @@ def build_fleet_scheduler(
     replica below its share takes a released lease at its next tick. At shutdown every
     lease is released and the heartbeat row removed.
 
+    ``hang_watch`` every tick on its own thread (``hang_watch``): an outbox whose database
+    answers nothing for ``hang_seconds`` (default ``hang_watch.hang_after`` of its settings)
+    is unreachable, alerted once, resolved when it answers.
+
     Returns:
         ``(scheduler, share)``, not started; ``share.replicas`` starts as the registry's
         last count (``run_fleet_scheduler`` heartbeats once before building).
     """
     scheduler = new_scheduler(blocking=blocking, workers=REPLICAS_WORKERS)
     runtimes: list[JobRuntime] = []
+    watches: list[HangWatch] = []
     share = LeaseShare(len(members), lambda: sum(r.leadership.held for r in runtimes))
     share.replicas = registry.replicas
     interval = ruleset.defaults.interval if ruleset else members[0].db.settings.sample_interval
@@ -190,8 +199,11 @@ def build_fleet_scheduler(
             status=member.status,
             primary=member.primary,
             outbox=member.outbox,
+            hang_seconds=hang_seconds,
+            hang_watches=watches,
         )
         runtimes.append(member.runtime)
+    add_hang_watch_job(scheduler, watches)
 
     def balance() -> None:
         share.replicas = registry.heartbeat(share.held())

@@ -41,6 +41,7 @@ from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.fleet import Outbox
 from outbox_monitor.health.claim_plan import record_claim_plans
 from outbox_monitor.maintenance import prune_own_tables, prune_retention, reap_stuck_locks
+from outbox_monitor.running_jobs import RunningJobs
 from outbox_monitor.sampler import record_sample
 from outbox_monitor.scheduler_status import SchedulerStatus
 
@@ -190,6 +191,7 @@ class JobRuntime:
         self.health = health
         self.status = status
         self.replica = replica
+        self.running = RunningJobs()
         self._running = 0
         self._releasing = False
         self._running_lock = threading.Lock()
@@ -253,6 +255,7 @@ class JobRuntime:
             finally:
                 if leader_only:
                     self._done()
+            self.running.answered()
             self.status.database_ok()
             self.health.succeeded()
 
@@ -331,7 +334,7 @@ def add_sender_job(
 ) -> None:
     """Add the notification sender (``sender.deliver_due``) every ``interval`` s, on the
     leader only, fenced by its lease term. It also drives the database-unreachable alert
-    (``DatabaseHealth.tick``)."""
+    (``DatabaseHealth.tick``; ``hang_watch`` does while this job waits on a hung database)."""
 
     def send() -> None:
         counts = deliver_due(

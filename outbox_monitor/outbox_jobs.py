@@ -1,6 +1,7 @@
 """One outbox's jobs in a scheduler: ``add_outbox_jobs`` adds the watchdog, sampler, claim
 plan, maintenance, evaluator and sender of one outbox (its Databases, lease, database health,
-stall and replica-lag watches) to an APScheduler made by ``new_scheduler``.
+stall and replica-lag watches) to an APScheduler made by ``new_scheduler``, each job's start
+and end noted for its hang watch (``hang_watch``).
 ``scheduler.build_scheduler`` adds those of the single outbox, ``fleet_scheduler`` those of
 every outbox of a fleet to one scheduler (issue 16 item 5)."""
 
@@ -23,6 +24,7 @@ from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.fleet import Outbox
+from outbox_monitor.hang_watch import HangWatch, hang_after
 from outbox_monitor.jobs import (
     SENDER_INTERVAL_SECONDS,
     JobRuntime,
@@ -33,6 +35,7 @@ from outbox_monitor.jobs import (
     add_sender_job,
     add_watchdog_job,
 )
+from outbox_monitor.running_jobs import TimedJobs
 from outbox_monitor.scheduler_status import SchedulerStatus
 
 
@@ -67,11 +70,17 @@ def add_outbox_jobs(
     status: SchedulerStatus | None = None,
     primary: Database | None = None,
     outbox: Outbox | None = None,
+    hang_seconds: float | None = None,
+    hang_watches: list[HangWatch] | None = None,
 ) -> JobRuntime:
     """Add one outbox's jobs to ``scheduler`` (arguments and jobs as ``build_scheduler``;
     ``scheduler`` may be a ``fleet_scheduler.OutboxJobs``, which gives the job ids the
     outbox's name). Returns the jobs' ``JobRuntime`` (its ``leadership`` is the outbox's
-    lease: release it when the scheduler shuts down)."""
+    lease: release it when the scheduler shuts down).
+
+    Each job notes its start and end in ``JobRuntime.running`` (``running_jobs.TimedJobs``);
+    the outbox's ``HangWatch`` (threshold ``hang_seconds``, default ``hang_after``) is
+    appended to ``hang_watches`` for the caller's ``hang_watch.add_hang_watch_job``."""
     interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
     primary = primary or db
     leadership = leadership or Leadership(primary.settings, ttl=lease_ttl(interval))
@@ -97,6 +106,7 @@ def add_outbox_jobs(
         fence=leadership.fence,
     )
     runtime = JobRuntime(db, leadership, health, status, primary=primary, replica=replica)
+    jobs = TimedJobs(scheduler, runtime.running)
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
     watch = (
         StallWatch(
@@ -111,17 +121,19 @@ def add_outbox_jobs(
         if ruleset is not None
         else None
     )
-    add_watchdog_job(scheduler, runtime, watch, tick=min(interval, sender_interval), target=target)
-    add_sampler_job(
-        scheduler, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags
-    )
-    add_claim_plan_job(scheduler, runtime, target=target)
-    add_maintenance_jobs(scheduler, runtime, target=target)
+    tick = min(interval, sender_interval)
+    if hang_watches is not None:
+        after = hang_after(db.settings, interval) if hang_seconds is None else hang_seconds
+        hang_watches.append(HangWatch(runtime, watch, after=after, target=target, tick=tick))
+    add_watchdog_job(jobs, runtime, watch, tick=tick, target=target)
+    add_sampler_job(jobs, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags)
+    add_claim_plan_job(jobs, runtime, target=target)
+    add_maintenance_jobs(jobs, runtime, target=target)
     if ruleset is not None:
-        add_evaluator_job(scheduler, runtime, ruleset, clock=clock, target=target, outbox=outbox)
+        add_evaluator_job(jobs, runtime, ruleset, clock=clock, target=target, outbox=outbox)
         if transports is not None:
             add_sender_job(
-                scheduler,
+                jobs,
                 runtime,
                 ruleset,
                 clock=clock,

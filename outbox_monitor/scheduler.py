@@ -32,6 +32,7 @@ from outbox_monitor.db import Database
 from outbox_monitor.db_errors import describe_target
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.fleet import Fleet
+from outbox_monitor.hang_watch import HangWatch, add_hang_watch_job
 from outbox_monitor.metrics_server import MetricsServer
 from outbox_monitor.outbox_jobs import add_outbox_jobs, new_scheduler
 from outbox_monitor.replica import check_write_target
@@ -63,7 +64,10 @@ def build_scheduler(db: Database, *, blocking: bool, **options: Any) -> BaseSche
     - with a ``ruleset``: ``evaluator`` every ``ruleset.defaults.interval`` s;
     - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s;
     - with ``settings.auto_reap`` / ``auto_prune_*``: ``reaper`` / ``pruner``
-      (``add_maintenance_jobs``).
+      (``add_maintenance_jobs``);
+    - ``hang_watch`` every tick, on a thread of its own: a database that answers nothing
+      for ``hang_watch.hang_after`` (or ``hang_seconds``) while a job waits on it fails
+      the database health as unreachable (``hang_watch``).
 
     While the database is unreachable the jobs back off exponentially (up to the
     evaluation interval or 30 s) and the process that was leader posts the
@@ -103,7 +107,9 @@ def build_scheduler(db: Database, *, blocking: bool, **options: Any) -> BaseSche
         The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
     """
     scheduler = new_scheduler(blocking=blocking)
-    runtime = add_outbox_jobs(scheduler, db, **options)
+    watches: list[HangWatch] = []
+    runtime = add_outbox_jobs(scheduler, db, hang_watches=watches, **options)
+    add_hang_watch_job(scheduler, watches)
     scheduler.add_listener(lambda event: runtime.leadership.release(), EVENT_SCHEDULER_SHUTDOWN)
     return scheduler
 

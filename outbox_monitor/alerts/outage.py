@@ -6,6 +6,9 @@ this alert. Each scheduler process keeps a ``DatabaseHealth``:
 - every job that touches the database reports ``failed`` (``DatabaseUnavailable``) or
   ``succeeded``; after a failure the jobs back off exponentially (``BACKOFF_BASE_SECONDS``
   doubling up to the cap) instead of hammering a server that is restarting;
+- a database that hangs (answers nothing; no statement timeout fires) raises nothing: the
+  scheduler's hang watch (``hang_watch``) reports ``failed`` for it, the outage dated from
+  the database's last answer (``since``), and calls ``tick`` while the jobs wait;
 - an *outage* starts at the first failure. It remembers whether this process was the
   leader then (``was_leader``: the evaluator lease was held at the last check before a
   failing job). Only that process alerts; followers stay silent, so N replicas send one
@@ -51,7 +54,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -149,21 +152,25 @@ class DatabaseHealth:
         with self._lock:
             return time.monotonic() >= self._next_try
 
-    def failed(self, error: BaseException, *, was_leader: bool) -> None:
+    def failed(self, error: BaseException, *, was_leader: bool, since: float | None = None) -> None:
         """A job could not reach the database: start (or extend) the outage, back off.
 
         Args:
             error: the ``DatabaseUnavailable`` (its first line goes into the alert).
             was_leader: this process held the evaluator lease before the failing job.
+            since: when a new outage began (``time.monotonic()`` seconds; default now): the
+                hang watch finds a database that gives no answer only after its threshold,
+                so its outage starts at the last answer (``hang_watch``).
         """
         with self._lock:
             now = time.monotonic()
             message = (str(error).strip().splitlines() or [type(error).__name__])[0]
             if self.outage is None:
+                began = now if since is None else min(now, since)
                 self.outage = Outage(
                     id=str(uuid.uuid4()),
-                    started_at=self.clock(),
-                    started_monotonic=now,
+                    started_at=self.clock() - timedelta(seconds=now - began),
+                    started_monotonic=began,
                     error=message,
                     was_leader=was_leader,
                 )
@@ -190,9 +197,12 @@ class DatabaseHealth:
             self._next_try = 0.0
             if self.outage is None:
                 return
-        # a post in flight finishes first, so that its resolve is queued too
-        with self._posting, self._lock:
-            outage = self.outage
+        # a post in flight finishes first, so that its resolve is queued too; the state lock
+        # is not held over the write, which may wait on the database: the hang watch's
+        # failed() must never wait behind it
+        with self._posting:
+            with self._lock:
+                outage = self.outage
             if outage is None:
                 return
             try:
@@ -200,7 +210,9 @@ class DatabaseHealth:
             except Exception as error:  # retried at the next success
                 log.warning("could not record the end of the database outage yet: %s", error)
                 return
-            self.outage = None
+            with self._lock:
+                if self.outage is outage:
+                    self.outage = None
 
     def tick(self) -> None:
         """Post the alert when this process was the leader and the outage has lasted
