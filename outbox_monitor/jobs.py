@@ -21,6 +21,7 @@ sampler skip their pass (``alerts.replica_lag``).
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -371,6 +372,7 @@ def add_watchdog_job(
     stalled-alerting alert; ``None``: no rules, nothing to watch)."""
 
     def watchdog() -> None:
+        started = time.monotonic()
         try:
             runtime.leadership.try_acquire()
         except DatabaseUnavailable:
@@ -378,7 +380,7 @@ def add_watchdog_job(
                 watch.lost_database()
             raise
         if watch is not None:
-            watch.check()
+            watch.check(waited=time.monotonic() - started)
 
     add_interval_job(
         scheduler,

@@ -238,8 +238,14 @@ class StallWatch:
         self._logged: str | None = None
         self._queued: str | None = None
 
-    def check(self) -> bool:
+    def check(self, waited: float = 0.0) -> bool:
         """Read the lease, report, queue and deliver the stalled alert or its resolve.
+
+        Args:
+            waited: seconds the caller just waited for this database (the watchdog's lease
+                renewal). Longer than an interval: the database did not answer meanwhile (a
+                server that hangs raises nothing), which counts as ``lost_database``, so a
+                database-unreachable alert is not doubled by a stalled one when it answers.
 
         Returns:
             Whether alerting is stalled as this process sees it.
@@ -248,6 +254,8 @@ class StallWatch:
             DatabaseUnavailable and the connector's errors (the scheduler's job logs
             them and backs off; the count restarts when the database answers again).
         """
+        if waited > self.interval:
+            self.lost_database()
         try:
             lease = read_lease(self.db)
         except DatabaseUnavailable:

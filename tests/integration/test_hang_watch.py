@@ -159,3 +159,18 @@ def test_a_hung_database_of_the_single_scheduler_alerts_once_and_resolves(
     assert len(found) == 2, found
     assert "database-unreachable" in found[0][1], found
     assert "resolved" in found[1][1].lower(), found
+
+
+def test_a_freeze_shorter_than_the_threshold_posts_nothing(far_cluster, tmp_path, slack_sink):
+    # frozen 4 s: past 3 intervals (a stall) but within the hang threshold (5 s): the
+    # watchdog waited that long for its lease, so the stall watch counts a lost database and
+    # gives the leader its after-outage grace: no alerting-stalled message for a blip
+    far = far_cluster.dsn_for("far")
+    env = scheduler_env(tmp_path, slack_sink.url, OUTBOX_MONITOR_DSN=far)
+    with scheduler_process(tmp_path, env):
+        assert wait_for(lambda: leases({"far": far})["far"], timeout=30)
+        time.sleep(3 * INTERVAL)
+        with frozen(far_cluster):
+            time.sleep(THRESHOLD - 1)
+        time.sleep(5 * INTERVAL)
+    assert posted(slack_sink) == []
