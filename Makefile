@@ -1,5 +1,5 @@
 # The two README commands: `make demo` (run the product on a throwaway Postgres with
-# realistic traffic) and `make test` (lint + the whole suite). Both set up what they need.
+# realistic traffic) and `make test` (lint, the docs site built strictly, the whole suite). Both set up what they need.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,7 +17,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test lint install lock browser podman promtool oidc-provider n8n clean
+.PHONY: demo test lint docs install lock browser podman promtool oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -84,9 +84,20 @@ oidc-provider:
 	@if command -v node >/dev/null 2>&1; then tests/oidc/install.sh >/dev/null; \
 	else echo "node is missing: the OIDC sign-in tests will be skipped"; fi
 
+# The docs site (docs/, mkdocs.yml) is built with --strict: a broken link or anchor, or a
+# page missing from nav, fails (never add --quiet: it hides the warnings --strict counts).
+# Into test-artifacts/site (gitignored), ≈ 1–3 s; nothing reaches the network (no Google
+# fonts, no plugin that fetches). NO_MKDOCS_2_WARNING quiets the theme's banner.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MKDOCS) build --strict --site-dir test-artifacts/site
+
+# The docs site on http://127.0.0.1:8000, rebuilt on every edit.
+docs: install
+	$(MKDOCS) serve -a 127.0.0.1:8000
 
 # n8n, the real worker of the tests/n8n end-to-end test (≈ 10 min and 1.8 GB the first
 # time, into ~/.cache/outbox-monitor/n8n-<version>; nothing when it is there).
