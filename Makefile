@@ -1,5 +1,6 @@
 # The two README commands: `make demo` (run the product on a throwaway Postgres with
-# realistic traffic) and `make test` (lint, the docs site built strictly, the whole suite). Both set up what they need.
+# realistic traffic) and `make test` (lint, the docs site built strictly, the whole suite).
+# Both set up what they need.
 
 PYTHON ?= python3
 VENV ?= .venv

@@ -1,4 +1,4 @@
-"""The payload, error and identities the privacy tests share (README, Security): nested
+"""The payload, error and identities the privacy tests share (docs/security.md): nested
 keys and arrays, a card number in text, an e-mail, tokens."""
 
 from outbox_monitor.value_detectors import REDACTED as R

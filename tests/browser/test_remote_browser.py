@@ -1,6 +1,6 @@
 """Local mode serves the person at this machine only: ``streamlit run dashboard.py``
 listens on every interface, and a browser on another machine gets the "Sign-in required"
-page instead of an admin session (README, Security)."""
+page instead of an admin session (docs/security.md)."""
 
 import os
 import socket

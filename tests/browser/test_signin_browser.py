@@ -1,4 +1,4 @@
-"""Sign-in in a real headless Chromium (README, Security): OIDC through a real provider
+"""Sign-in in a real headless Chromium (docs/security.md): OIDC through a real provider
 (npm ``oidc-provider`` on 127.0.0.1, its real login and consent pages) and the trusted
 proxy header, each against ``outbox-monitor dashboard`` in that mode.
 
@@ -387,7 +387,7 @@ def test_without_the_proxy_header_no_identity_and_no_figures(proxied, page: Page
 
 def test_the_logs_hold_no_secret(signin, dashboards: Served):
     """Last in the module: the dashboards' output after every sign-in above holds neither
-    the OIDC client secret nor the cookie secret (README, Security: what is logged)."""
+    the OIDC client secret nor the cookie secret (docs/security.md, What is logged)."""
     logs = {path.name: path.read_text() for path in dashboards.logs.glob("*.log")}
     assert set(logs) == {"oidc.log", "proxy.log", "provider.log"}
     assert len(dashboards.secrets) == 2

@@ -1,5 +1,5 @@
-"""The README's grants for an existing database ("Deploy", "Against an existing database"),
-run as written: init-db as the outbox table's owner, the README's SQL block (which is
+"""The documented grants for an existing database (docs/deploy.md, "Against an existing
+database"), run as written: init-db as the outbox table's owner, that page's SQL block (which is
 exactly what `outbox-monitor init-db --print-grants` prints), then each role runs what it
 is meant to — and is refused what it is not."""
 
@@ -21,14 +21,14 @@ from psycopg.rows import dict_row
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from tests.conftest import Rows
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DEPLOY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 CLI = str(Path(sys.prefix) / "bin" / "outbox-monitor")
 
 
-def readme_grants() -> str:
-    """The ```sql block of the README's "Against an existing database" section."""
-    text = README.read_text()
-    section = text.split("### Against an existing database", 1)[1].split("\n### ", 1)[0]
+def documented_grants() -> str:
+    """The ```sql block of docs/deploy.md's "Against an existing database" section."""
+    text = DEPLOY_PAGE.read_text()
+    section = text.split("## Against an existing database", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1, "one SQL block of grants"
     return blocks[0]
@@ -47,8 +47,8 @@ def run_as(role: str, dsn_for_role: str, *args: str, home: Path) -> subprocess.C
 @pytest.fixture(scope="module")
 def grants_db(pg_cluster: TemporaryCluster, tmp_path_factory: pytest.TempPathFactory):
     """A new database whose outbox belongs to ``app_owner``, who ran init-db and the
-    README's grants; returns ``dsn_as(role)``. Roles are cluster-wide: once per session."""
-    name = "grants_readme"
+    documented grants; returns ``dsn_as(role)``. Roles are cluster-wide: once per session."""
+    name = "grants_documented"
     with psycopg.connect(pg_cluster.dsn, autocommit=True) as su:
         su.execute(f"CREATE DATABASE {name} TEMPLATE template0")
     empty_dsn = pg_cluster.dsn_for(name)
@@ -67,7 +67,7 @@ def grants_db(pg_cluster: TemporaryCluster, tmp_path_factory: pytest.TempPathFac
     result = run_as("app_owner", dsn_as("app_owner"), "init-db", "--json", home=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     with psycopg.connect(dsn_as("app_owner"), autocommit=True) as owner:
-        owner.execute(readme_grants())
+        owner.execute(documented_grants())
     with psycopg.connect(empty_dsn, autocommit=True) as su:
         # The logins the block's comment suggests, one per process.
         su.execute("CREATE ROLE test_viewer LOGIN IN ROLE outbox_viewer")
@@ -76,7 +76,7 @@ def grants_db(pg_cluster: TemporaryCluster, tmp_path_factory: pytest.TempPathFac
     return dsn_as
 
 
-def test_the_readme_grants_are_what_init_db_prints(tmp_path):
+def test_the_documented_grants_are_what_init_db_prints(tmp_path):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     printed = subprocess.run(
         [CLI, "init-db", "--print-grants"], env=env, capture_output=True, text=True, timeout=60
@@ -90,8 +90,8 @@ def test_the_readme_grants_are_what_init_db_prints(tmp_path):
     )
 
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout == readme_grants(), (
-        "README's grants block differs from `outbox-monitor init-db --print-grants`; "
+    assert printed.stdout == documented_grants(), (
+        "docs/deploy.md's grants block differs from `outbox-monitor init-db --print-grants`; "
         "paste the printed text into it"
     )
     assert json.loads(as_json.stdout)["sql"] + "\n" == printed.stdout

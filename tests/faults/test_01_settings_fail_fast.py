@@ -1,7 +1,8 @@
-"""Issue 10 item 1: every duration setting takes the README's forms; a setting that cannot
-be parsed stops the process at start, naming the variable, with a non-zero exit (never
-"run crippled"); ``/healthz`` reports this process — its configuration and its loops — and
-stays 200 through a Slack or database outage (those show in ``/metrics`` and Slack).
+"""Issue 10 item 1: every duration setting takes the documented forms (docs/configuration.md);
+a setting that cannot be parsed stops the process at start, naming the variable, with a
+non-zero exit (never "run crippled"); ``/healthz`` reports this process — its configuration
+and its loops — and stays 200 through a Slack or database outage (those show in ``/metrics``
+and Slack).
 
 The scheduler runs as its own process (``python -m outbox_monitor scheduler``) against the
 real Postgres of the suite and the local Slack sink.
@@ -62,19 +63,19 @@ def healthz(port: int) -> tuple[int, str] | None:
         return None
 
 
-def readme_duration_variables() -> dict[str, str]:
-    """``{variable: default}`` of the README's configuration table rows whose default is a
+def documented_duration_variables() -> dict[str, str]:
+    """``{variable: default}`` of docs/configuration.md's table rows whose default is a
     duration (``10s``, ``15m``, ``1h``, ``7d``)."""
     found = {}
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (REPO / "docs" / "configuration.md").read_text().splitlines():
         row = re.match(r"^\| `(OUTBOX_MONITOR_\w+)` \| `(\d+[smhd])` \|", line)
         if row:
             found[row.group(1)] = row.group(2)
     return found
 
 
-def test_every_readme_duration_setting_takes_seconds_minutes_and_plain_numbers(monkeypatch):
-    variables = readme_duration_variables()
+def test_every_documented_duration_setting_takes_seconds_minutes_and_plain_numbers(monkeypatch):
+    variables = documented_duration_variables()
     assert "OUTBOX_MONITOR_SLACK_TIMEOUT" in variables
     for name in list(variables):
         monkeypatch.delenv(name, raising=False)
@@ -197,7 +198,7 @@ def test_an_unparseable_setting_stops_the_process_at_start_naming_it(
     assert slack_sink.messages() == []
 
 
-def test_alerts_test_takes_the_readme_timeout_form(dsn, tmp_path, slack_sink):
+def test_alerts_test_takes_the_documented_timeout_form(dsn, tmp_path, slack_sink):
     env = subprocess_env(
         dsn, SLACK_WEBHOOK_URL=slack_sink.webhook_url, OUTBOX_MONITOR_SLACK_TIMEOUT="10s"
     )

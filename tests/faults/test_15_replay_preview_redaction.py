@@ -1,5 +1,5 @@
 """Issue 10 item 15: `outbox-monitor replay`'s preview shows `last_error` redacted as the
-dashboard does (README "Payload redaction"), in text and under --json (real Postgres)."""
+dashboard does (docs/security.md, "Payload redaction"), in text and under --json (real Postgres)."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""``outbox-monitor dashboard`` on a non-loopback address without sign-in (README, Security):
+"""``outbox-monitor dashboard`` on a non-loopback address without sign-in (docs/security.md):
 refused, unless ``--insecure-no-auth`` says a network boundary guards it, which then
 serves on every interface and prints the warning."""
 

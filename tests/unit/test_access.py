@@ -1,5 +1,5 @@
 """Roles from the mapping, the server-side check, the exposure guard and the OIDC secrets
-(README, Security)."""
+(docs/security.md)."""
 
 import os
 import tomllib

@@ -49,8 +49,8 @@ def test_no_help_text_nor_shipped_file_cites_our_issue_tracker():
 
 
 def test_the_synopsis_names_every_command_init_db_print_grants_and_healthcheck():
-    readme = (REPO / "README.md").read_text()
-    block = readme.split("## CLI\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    page = (REPO / "docs" / "cli.md").read_text()
+    block = page.split("# CLI\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
     listed = {line.split()[1] for line in block if line.startswith("outbox-monitor ")}
     assert listed == set(main.list_commands(click.Context(main)))
     assert (
@@ -108,7 +108,7 @@ def test_the_top_level_help_cites_every_section_of_the_spec():
     assert f"(SPEC §1–{sections[-1]})" in " ".join(help_text().split())
 
 
-def test_the_demo_fleet_is_as_its_help_and_the_readme_say(tmp_path):
+def test_the_demo_fleet_is_as_its_help_and_the_docs_say(tmp_path):
     from outbox_monitor.demo.fleet import DEMO_FLEET, write_fleet_file
     from outbox_monitor.demo.run import DEMO_LOCK_TIMEOUT
 
@@ -120,10 +120,10 @@ def test_the_demo_fleet_is_as_its_help_and_the_readme_say(tmp_path):
         "orders and billing share the database shop, notifications has comms."
     ) in text
     assert "own traffic, database" not in text
-    # README shows the fleet file the demo writes, as it writes it
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("**A fleet in the demo.**", 1)[1].split("\n## ", 1)[0]
+    # docs/fleet.md shows the fleet file the demo writes, as it writes it
+    page = (REPO / "docs" / "fleet.md").read_text()
+    section = page.split("## A fleet in the demo\n", 1)[1].split("\n## ", 1)[0]
     shown = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     written = write_fleet_file(tmp_path, DEMO_FLEET, lock_timeout=f"{DEMO_LOCK_TIMEOUT / 60:g}m")
     assert shown == written.read_text()
-    assert "the two-database example above" not in readme
+    assert "the two-database example above" not in page

@@ -113,15 +113,14 @@ def test_each_problem_names_the_outbox_and_the_field(tmp_path, settings, text, e
     assert str(raised.value).startswith(f"{path}: ")
 
 
-def readme_example() -> str:
-    """The fleet file of README's "A fleet of outboxes"."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("### A fleet of outboxes", 1)[1]
-    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+def documented_example() -> str:
+    """The fleet file of docs/fleet.md, its first example."""
+    page = (Path(__file__).parents[2] / "docs" / "fleet.md").read_text()
+    return page.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 def test_one_load_names_every_unset_variable_of_every_outbox(tmp_path, settings):
-    path = write(tmp_path, readme_example())
+    path = write(tmp_path, documented_example())
     with pytest.raises(FleetError) as raised:
         load_fleet(settings, path, {})
     unset = "the environment variable {} is not set"
@@ -132,9 +131,9 @@ def test_one_load_names_every_unset_variable_of_every_outbox(tmp_path, settings)
         f'{path}: outbox "shipping" (outboxes[1]), dsn_env: {unset.format("ORDERS_DSN")}',
         f'{path}: outbox "billing" (outboxes[2]), dsn_env: {unset.format("BILLING_DSN")}',
     ]
-    # the optional keys left out, only the DSNs are needed: README's example loads
+    # the optional keys left out, only the DSNs are needed: the documented example loads
     env = {"ORDERS_DSN": ENV["ORDERS_DSN"], "BILLING_DSN": ENV["BILLING_DSN"]}
-    text = readme_example().replace("    primary_dsn_env: ORDERS_PRIMARY", "    # ")
+    text = documented_example().replace("    primary_dsn_env: ORDERS_PRIMARY", "    # ")
     text = text.replace("    actions_dsn_env: ORDERS_ACTIONS", "    # ")
     fleet = load_fleet(settings, write(tmp_path, text), env)
     assert fleet.names == ["orders", "shipping", "billing"]

@@ -1,0 +1,92 @@
+"""The README a newcomer reads first, and the docs site's pages that tests cannot otherwise keep
+honest: README stays short with the two commands word for word; docs/SPEC.md is the shared
+SPEC; every shipped alert has its drill on "When paged"; every test the Guarantees page names
+exists. (`make lint` builds the site with `mkdocs build --strict`: links, anchors, nav.)"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from outbox_monitor.alerts import outage, replica_lag, stall
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+SHARED_SPEC = REPO.parent / "shared" / "SPEC.md"
+"""The SPEC every project session shares; a clean clone may not have it beside it."""
+
+
+def test_the_readme_is_short_and_holds_both_commands_word_for_word():
+    text = (REPO / "README.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 300, len(lines)
+    assert [n for n, line in enumerate(lines, 1) if len(line) > 200] == []
+    for command in ("make demo", "make test"):
+        assert f"```sh\n{command}\n```" in text, command
+    assert "(docs/overview.png)" in text and (DOCS / "overview.png").is_file()
+
+
+def test_no_page_has_a_line_over_200_characters():
+    # SPEC.md is the shared file, byte for byte; a row of the Guarantees table names its
+    # tests whole (a table row cannot be wrapped)
+    pages = sorted(path for path in DOCS.glob("*.md") if path.name != "SPEC.md")
+    assert len(pages) >= 15
+    long = [
+        f"{page.name}:{n}"
+        for page in pages
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if len(line) > 200 and not (page.name == "guarantees.md" and line.startswith("| "))
+    ]
+    assert long == []
+
+
+def test_docs_spec_is_the_shared_spec():
+    if not SHARED_SPEC.exists():
+        pytest.skip("no ../shared/SPEC.md beside this clone to compare with")
+    assert (DOCS / "SPEC.md").read_bytes() == SHARED_SPEC.read_bytes(), (
+        "docs/SPEC.md differs from ../shared/SPEC.md: copy it over"
+    )
+
+
+def test_every_shipped_alert_has_a_numbered_drill_when_paged():
+    shipped = yaml.safe_load((REPO / "alerts.yml").read_text())
+    rules = [rule["name"] for rule in shipped["rules"]]
+    own = [stall.RULE_NAME, outage.RULE_NAME, replica_lag.RULE_NAME]
+    assert own == ["alerting-stalled", "database-unreachable", "replica-lag"]
+    page = (DOCS / "when-paged.md").read_text()
+    drills = re.findall(r"^## (\d+)\. (.+)$", page, re.MULTILINE)
+    assert [int(number) for number, _ in drills] == list(range(1, len(drills) + 1))
+    named = {title.split()[0] for _, title in drills}
+    assert set(rules) | set(own) <= named, (set(rules) | set(own)) - named
+    # each drill says what it means, where to look, why, what to do and when it is over
+    for number, title in drills:
+        body = page.split(f"## {number}. {title}\n", 1)[1].split("\n## ", 1)[0]
+        for part in ("**Means.**", "**First look.**", "**Likely causes.**", "**Fix.**"):
+            assert part in body, (title, part)
+        assert "**Over when.**" in body, title
+
+
+def defined_tests(path: Path) -> set[str]:
+    """The names of the test functions defined at any depth of one test file."""
+    tree = ast.parse(path.read_text())
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+    }
+
+
+def test_every_test_the_guarantees_page_names_exists():
+    page = (DOCS / "guarantees.md").read_text()
+    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", page)
+    assert len(named) >= 50
+    missing = [
+        f"{path}::{name}"
+        for path, name in named
+        if not (REPO / path).is_file() or name not in defined_tests(REPO / path)
+    ]
+    assert missing == []
+    assert "## What is not guaranteed" in page
