@@ -16,15 +16,15 @@ from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.config import (
+from outbox_monitor.config.settings import (
     DEFAULT_CLAIM_BATCH,
     DEFAULT_LEDGER_TABLE_NAME,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TABLE,
 )
+from outbox_monitor.config.values import split_table_name
 from outbox_monitor.errors import clean_error
-from outbox_monitor.queries import compose
-from outbox_monitor.setting_values import split_table_name
+from outbox_monitor.store.queries import compose
 
 log = logging.getLogger(__name__)
 

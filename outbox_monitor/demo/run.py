@@ -23,8 +23,7 @@ from typing import Any
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
 from outbox_monitor.demo.forgotten_transaction import (
     APPLICATION_NAME,
@@ -51,12 +50,13 @@ from outbox_monitor.demo.simulate import (
     run_simulation,
 )
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
-from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.service.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 
 log = logging.getLogger(__name__)
 DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch

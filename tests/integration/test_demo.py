@@ -18,13 +18,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
-from outbox_monitor.config import ENV_PREFIX, Settings, load_settings
+from outbox_monitor.config.settings import ENV_PREFIX, Settings, load_settings
 from outbox_monitor.demo.downstream import Downstream
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.rules import HORIZON_RULE, use_demo_rules
 from outbox_monitor.demo.run import _banner, run_demo
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.serve import settings_environment, streamlit_command
+from outbox_monitor.service.serve import settings_environment, streamlit_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -255,8 +255,8 @@ def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, rows,
         OUTBOX_MONITOR_METRICS_PORT=str(metrics_port),
     )
     code = (
-        "import sys; from outbox_monitor.config import load_settings; "
-        "from outbox_monitor.serve import run_dashboard; "
+        "import sys; from outbox_monitor.config.settings import load_settings; "
+        "from outbox_monitor.service.serve import run_dashboard; "
         f"sys.exit(run_dashboard(load_settings(), port={port}, with_scheduler=True))"
     )
     process = subprocess.Popen(

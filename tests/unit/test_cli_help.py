@@ -10,7 +10,7 @@ import click
 from click.testing import CliRunner
 
 from outbox_monitor.cli import main
-from outbox_monitor.config import ENV_PREFIX, Settings
+from outbox_monitor.config.settings import ENV_PREFIX, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ISSUE = re.compile(r"\bissues? \d+", re.IGNORECASE)
