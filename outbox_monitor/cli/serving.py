@@ -292,12 +292,13 @@ def simulate(
     show_default=True,
     help="Seconds for the HTTP probe.",
 )
-def healthcheck_command(pid: int | None, timeout: float) -> None:
+@click.pass_context
+def healthcheck_command(context: click.Context, pid: int | None, timeout: float) -> None:
     """Container HEALTHCHECK: probe what the running role serves (dashboard: /_stcore/health,
     scheduler: /healthz); other commands are healthy. Exit 0 healthy, 1 unhealthy."""
-    from outbox_monitor.cli import main  # the group whose command line the service ran
     from outbox_monitor.service.healthcheck import check_health
 
-    code, message = check_health(main, pid=pid, timeout=timeout)
+    # the root group (``outbox-monitor``) parses the command line the service ran
+    code, message = check_health(context.find_root().command, pid=pid, timeout=timeout)
     click.echo(message)
     sys.exit(code)

@@ -31,7 +31,13 @@ from outbox_monitor.demo.fleet import (
     write_fleet_file,
 )
 from outbox_monitor.demo.lifecycle import (
+    DEMO_ACTOR,
     DEMO_ADDRESS,
+    DEMO_BACKFILL,
+    DEMO_CONTROLS,
+    DEMO_LOCK_TIMEOUT,
+    DEMO_SAMPLE_INTERVAL,
+    START_TIMEOUT,
     alert_destination,
     check_port_free,
     ignoring_sigint,
@@ -39,14 +45,6 @@ from outbox_monitor.demo.lifecycle import (
 )
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.rules import use_demo_rules
-from outbox_monitor.demo.run import (
-    DEMO_ACTOR,
-    DEMO_BACKFILL,
-    DEMO_CONTROLS,
-    DEMO_LOCK_TIMEOUT,
-    DEMO_SAMPLE_INTERVAL,
-    START_TIMEOUT,
-)
 from outbox_monitor.demo.simulate import run_simulation
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.export.fleet import FleetCollector, FleetStatus

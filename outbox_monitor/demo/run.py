@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
 from outbox_monitor.config.settings import load_settings
@@ -31,7 +30,13 @@ from outbox_monitor.demo.forgotten_transaction import (
 )
 from outbox_monitor.demo.forgotten_transaction import CONTROL_PATH as FORGOTTEN_PATH
 from outbox_monitor.demo.lifecycle import (
+    DEMO_ACTOR,
     DEMO_ADDRESS,
+    DEMO_BACKFILL,
+    DEMO_CONTROLS,
+    DEMO_LOCK_TIMEOUT,
+    DEMO_SAMPLE_INTERVAL,
+    START_TIMEOUT,
     alert_destination,
     check_port_free,
     ignoring_sigint,
@@ -59,21 +64,12 @@ from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 
 log = logging.getLogger(__name__)
-DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch
-# A worker crash becomes a stuck lock after this long: 5 min instead of 15 so that the
-# crashes of a demo session show up while it runs (the simulated batches take seconds).
-DEMO_LOCK_TIMEOUT = 300.0
-DEMO_BACKFILL = 3600.0
-START_TIMEOUT = 120.0
 WORKERS = ("simulator", "n8n")
 # The shipped poller polls every 10 s with batches of 50; the demo's 20 events/s (and the
 # retries) need more: 1 s and 100 (≈ 2,600 rows/min measured here, 2 shared cores).
 DEMO_N8N_POLL_SECONDS = 1
 DEMO_N8N_BATCH_SIZE = 100
 DEMO_DOWNSTREAM_AUTHORIZATION = "Bearer outbox-demo"
-DEMO_CONTROLS = Path(__file__).with_name("controls.yml")
-"""The demo's controls file: a circuit breaker per downstream."""
-DEMO_ACTOR = Identity("demo", Role.operator, "cli")
 
 
 def _worker_lines(rate: float, workers: int, n8n: N8n | None) -> tuple[str, ...]:
