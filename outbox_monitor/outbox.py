@@ -408,10 +408,11 @@ def nudge(
             URL is not sent: pass credentials in ``headers``.
         event_key: the published row's ``event_key``, a label of the wake-up for the
             worker's logs (the shipped workflow keeps only it); ``None`` sends ``{}``.
-        timeout: seconds, > 0, for connecting and waiting for the answer's status line
-            together (urllib3's total timeout; each wait gets what is left). The answer's
-            body is not read. Name resolution (``getaddrinfo``) is the system resolver's
-            and not bounded by it.
+        timeout: seconds, > 0, shared by the connect and the wait for the answer
+            (urllib3's total timeout: each read of the status line and headers may wait
+            what the connect left, so only a server trickling them byte by byte can
+            stretch it). The body is not read. Name resolution (``getaddrinfo``) is the
+            system resolver's and not bounded by it.
         headers: extra request headers, e.g. ``{"Authorization": "Bearer …"}`` for an
             n8n webhook with Header Auth.
 
