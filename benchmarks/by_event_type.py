@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from figures import STATEMENT_TIMEOUT_SECONDS, RecordingDatabase, log, median_ms, seed
 
-from outbox_monitor import by_event_type, metrics
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.exporter_labels import OTHER
-from outbox_monitor.filters import ExactEventType
-from outbox_monitor.schema import init_db
+from outbox_monitor.export.labels import OTHER
+from outbox_monitor.figures import by_event_type, metrics
+from outbox_monitor.store.filters import ExactEventType
+from outbox_monitor.store.schema import init_db
 
 
 def per_type(db: RecordingDatabase, kept: list[dict], window: float) -> None:

@@ -63,10 +63,10 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 from paired import paired_ratio, verdict  # paired.py, next to this one
 from scale import preload_stat_statements  # scale.py, next to this one: sets shared_buffers
 
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.indexes import FLOW_CONTROL_INDEX, RECOMMENDED_INDEXES, RETIRED_INDEXES
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.indexes import FLOW_CONTROL_INDEX, RECOMMENDED_INDEXES, RETIRED_INDEXES
+from outbox_monitor.store.schema import init_db
 
 WORKER = "benchmark-claim"
 SOURCE = "integration_outbox"

@@ -47,11 +47,11 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor import error_grouping
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.filters import Where
-from outbox_monitor.schema import init_db
+from outbox_monitor.figures import error_grouping
+from outbox_monitor.store.filters import Where
+from outbox_monitor.store.schema import init_db
 
 STATEMENT_TIMEOUT_SECONDS = 600.0
 DAYS = 30.0

@@ -54,13 +54,13 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
 )
 from psycopg import sql
 
-from outbox_monitor import estimates, metrics
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
-from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.schema import init_db
+from outbox_monitor.figures import estimates, metrics
+from outbox_monitor.store.schema import init_db
 
 STATEMENT_TIMEOUT_SECONDS = 600.0
 DAYS = 30.0

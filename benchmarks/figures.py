@@ -34,15 +34,15 @@ from typing import Any
 
 from psycopg import sql
 
-from outbox_monitor import error_grouping, metrics
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
-from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.queries import parse_queries
-from outbox_monitor.schema import init_db
+from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.queries import parse_queries
+from outbox_monitor.store.schema import init_db
 
 HOUR = 3600.0
 DAY = 86400.0

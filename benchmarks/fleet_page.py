@@ -38,11 +38,11 @@ from figures import STATEMENT_TIMEOUT_SECONDS, RecordingDatabase, log, seed
 from playwright.sync_api import sync_playwright
 from psycopg import sql
 
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.fleet import FLEET_ENV, load_fleet
-from outbox_monitor.fleet_figures import FleetConnections, measure_fleet
-from outbox_monitor.schema import init_db
+from outbox_monitor.figures.fleet_figures import FleetConnections, measure_fleet
+from outbox_monitor.store.schema import init_db
 from pages import (
     TILES_FILLED,
     Samples,

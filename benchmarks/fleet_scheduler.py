@@ -43,13 +43,13 @@ from figures import RecordingDatabase, log
 
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import load_rules
-from outbox_monitor.config import Settings
-from outbox_monitor.fleet import Outbox
-from outbox_monitor.fleet_exporter import FleetCollector
-from outbox_monitor.fleet_scheduler import FleetMember
-from outbox_monitor.replicas import LeaseShare
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
+from outbox_monitor.config.fleet import Outbox
+from outbox_monitor.config.settings import Settings
+from outbox_monitor.export.fleet import FleetCollector
+from outbox_monitor.service.fleet_scheduler import FleetMember
+from outbox_monitor.service.replica_registry import LeaseShare
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.schema import init_db
 
 REPO = Path(__file__).resolve().parents[1]
 

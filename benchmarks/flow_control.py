@@ -68,11 +68,13 @@ from paired import paired_ratio, verdict  # paired.py, next to this one
 from scale import preload_stat_statements  # scale.py, next to this one: sets shared_buffers
 
 import outbox_monitor
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.schema import init_db
 
-MIGRATION_001 = Path(outbox_monitor.__file__).parent / "sql" / "migrations" / "001_core.sql"
+MIGRATION_001 = (
+    Path(outbox_monitor.__file__).parent / "store" / "sql" / "migrations" / "001_core.sql"
+)
 BASELINE = "bench_baseline"
 PRODUCT = "outbox_monitor"
 WORKER = "benchmark-flow"

@@ -38,13 +38,13 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.health.horizon import horizon
 from outbox_monitor.health.status import health_status
 from outbox_monitor.health.table import index_sizes, table_health
 from outbox_monitor.health.vacuum import vacuums_running
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.schema import init_db
 
 STATEMENT_TIMEOUT_SECONDS = 600.0
 FUNCTIONS: dict[str, Callable[[Any], object]] = {

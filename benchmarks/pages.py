@@ -94,10 +94,9 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
-from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster, port_in_use
-from outbox_monitor.schema import init_db
-from outbox_monitor.serve import (
+from outbox_monitor.service.serve import (
     dashboard_script,
     settings_environment,
     start_dashboard,
@@ -105,6 +104,7 @@ from outbox_monitor.serve import (
     streamlit_command,
     wait_until_healthy,
 )
+from outbox_monitor.store.schema import init_db
 from tests.browser_support import CHROMIUM, CHROMIUM_ARGS
 
 GATE = 1.15
@@ -329,7 +329,7 @@ def baseline_command(checkout: Path, port: int) -> list[str]:
     checkout's own ``serve.streamlit_command`` (its flags, its ``dashboard.py``)."""
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); "
-        "from outbox_monitor.serve import streamlit_command; "
+        "from outbox_monitor.service.serve import streamlit_command; "
         "print(json.dumps(streamlit_command(address=sys.argv[2], port=int(sys.argv[3]))))"
     )
     printed = subprocess.run(

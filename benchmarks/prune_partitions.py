@@ -63,10 +63,10 @@ from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.run import apply
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.partitioned import create_partitioned_outbox
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.schema import init_db
 
 DAY = 86400.0
 DONE_OLDER_THAN = 30 * DAY

@@ -62,11 +62,12 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     seed,
 )
 
-from outbox_monitor import error_grouping, estimates, indexes, metrics, schema
 from outbox_monitor.alerts import stall
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.figures import error_grouping, estimates, metrics
+from outbox_monitor.store import indexes, schema
 
 # The Overview's bucket and tile window come from its own modules; importing them outside a
 # Streamlit server logs "No runtime found" once per cached loader, which is expected here.

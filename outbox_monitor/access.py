@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from outbox_monitor.config import Settings
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.errors import AccessDenied, ConfigError
 
 

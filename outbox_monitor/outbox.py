@@ -1,30 +1,32 @@
-"""The reference worker API of SPEC §1: publish, claim, ack, retry, dead-letter, ledger guard.
+"""The reference worker API of SPEC §1: publish, claim, ack, retry, dead-letter, ledger guard;
+and the publisher's optional nudge of the n8n poller (``nudge``).
 
 Every transition calls the shared SQL functions of the ``outbox_monitor`` schema
 (``claim``, ``ack``, ``fail``), so Python workers and n8n workflows cannot drift apart.
-All functions take the caller's ``psycopg.Connection`` and run in its transaction.
+All of them take the caller's ``psycopg.Connection`` and run in its transaction.
 """
 
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
+import urllib3
 from psycopg import sql
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.config import (
+from outbox_monitor.config.settings import (
     DEFAULT_CLAIM_BATCH,
     DEFAULT_LEDGER_TABLE_NAME,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TABLE,
 )
+from outbox_monitor.config.values import split_table_name
 from outbox_monitor.errors import clean_error
-from outbox_monitor.queries import compose
-from outbox_monitor.setting_values import split_table_name
+from outbox_monitor.store.queries import compose
 
 log = logging.getLogger(__name__)
 
@@ -376,3 +378,95 @@ def process_batch(
         else:
             counts[_COUNTED_AS[outcome]] += 1
     return counts
+
+
+NUDGE_TIMEOUT_SECONDS = 2.0
+"""``nudge``'s default bound: a nudge only saves the wait for the next poll, so it never
+holds the publisher up for long."""
+
+
+def nudge(
+    url: str,
+    *,
+    event_key: str | None = None,
+    timeout: float = NUDGE_TIMEOUT_SECONDS,
+    headers: Mapping[str, str] | None = None,
+) -> bool:
+    """Wake the worker now: POST ``{"event_key": …}`` to its nudge webhook (SPEC §1 webhook
+    nudge; the shipped n8n workflow ``outbox-nudge`` runs its poller at once).
+
+    Call it after the publishing transaction commits, never inside it: a nudge before the
+    commit wakes a poller that cannot see the row yet. The nudge carries no payload; the
+    worker claims whatever is due from Postgres. A lost nudge costs at most one poll
+    interval, so it never raises into the caller: a failure is one WARNING line on the
+    ``outbox_monitor.outbox`` logger naming the URL's scheme, host and port (never its
+    path, query, user info or the headers) and the reason, and ``False`` is returned.
+    One request, no retry, no redirect followed; a new connection each call.
+
+    Args:
+        url: the webhook, e.g. ``http://n8n:5678/webhook/outbox-nudge``. User info in the
+            URL is not sent: pass credentials in ``headers``.
+        event_key: the published row's ``event_key``, a label of the wake-up for the
+            worker's logs (the shipped workflow keeps only it); ``None`` sends ``{}``.
+        timeout: seconds, > 0, shared by the connect and the wait for the answer
+            (urllib3's total timeout: each read of the status line and headers may wait
+            what the connect left, so only a server trickling them byte by byte can
+            stretch it). The body is not read. Name resolution (``getaddrinfo``) is the
+            system resolver's and not bounded by it.
+        headers: extra request headers, e.g. ``{"Authorization": "Bearer …"}`` for an
+            n8n webhook with Header Auth.
+
+    Returns:
+        ``True`` when the webhook answered 2xx (n8n's nudge answers 202 on receipt);
+        ``False`` when it answered anything else or could not be reached in time.
+
+    Raises:
+        ValueError: ``timeout`` is not a positive number (before any request is made).
+    """
+    bound = urllib3.Timeout(total=timeout)
+    try:
+        with urllib3.PoolManager(retries=False, timeout=bound) as pool:
+            response = pool.request(
+                "POST",
+                url,
+                json={} if event_key is None else {"event_key": event_key},
+                headers=headers,
+                redirect=False,
+                preload_content=False,
+            )
+            try:
+                if 200 <= response.status < 300:
+                    return True
+                failure = f"HTTP {response.status} {response.reason or ''}".rstrip()
+            finally:
+                response.close()
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+        failure = _nudge_failure(error, timeout)
+    log.warning(
+        "nudge of %s not delivered: %s; the worker claims the row at its next poll",
+        _origin(url),
+        failure,
+    )
+    return False
+
+
+def _nudge_failure(error: Exception, timeout: float) -> str:
+    """Why a nudge's request failed, without a secret: the text of a malformed URL or
+    header may hold one, so those name only the error's type."""
+    if isinstance(error, urllib3.exceptions.NewConnectionError) and error.__cause__:
+        return str(error.__cause__)  # refused, unreachable, unknown host: "[Errno 111] …"
+    if isinstance(error, urllib3.exceptions.TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(error, ValueError):
+        return f"the request could not be made ({type(error).__name__})"
+    return f"{type(error).__name__}: {error}"
+
+
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``, the only part of it a log line shows."""
+    try:
+        parsed = urllib3.util.parse_url(url)
+    except ValueError:
+        return "a malformed URL"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme or 'http'}://{parsed.host or '?'}{port}"

@@ -8,8 +8,8 @@ event's raw payload, and each reveal is audited.
 import streamlit as st
 
 from outbox_monitor.access import Role
+from outbox_monitor.browse.events import DEFAULT_MAX_PAYLOAD_BYTES, STATUSES
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.events import DEFAULT_MAX_PAYLOAD_BYTES, STATUSES
 from outbox_monitor.ui import banners, format, inputs, loaders, payload_search, replay_flows, state
 
 PAGE_SIZE = 50

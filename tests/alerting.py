@@ -25,11 +25,11 @@ from apscheduler.schedulers.base import BaseScheduler
 
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.config import ENV_PREFIX
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import ENV_PREFIX
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
-from outbox_monitor.scheduler import build_scheduler
+from outbox_monitor.service.scheduler import build_scheduler
+from outbox_monitor.store.db import Database
 
 REPO = Path(__file__).resolve().parents[1]
 SENDER_INTERVAL = 0.2

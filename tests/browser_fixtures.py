@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Locator, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from outbox_monitor.demo.pgcluster import free_port
-from outbox_monitor.serve import streamlit_command
+from outbox_monitor.service.serve import streamlit_command
 from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,

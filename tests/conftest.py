@@ -18,11 +18,11 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import load_rules
-from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.slack_sink import SlackSink
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import FakeClock, rules_file
 
 pytest_plugins = ["tests.browser_fixtures", "tests.replication", "tests.claim_health"]

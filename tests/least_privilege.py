@@ -19,11 +19,11 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.grants import Roles, grant_statements
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.grants import Roles, grant_statements
+from outbox_monitor.store.schema import init_db
 
 _counter = itertools.count(1)
 

@@ -1,7 +1,7 @@
 """The payload, error and identities the privacy tests share (docs/security.md): nested
 keys and arrays, a card number in text, an e-mail, tokens."""
 
-from outbox_monitor.value_detectors import REDACTED as R
+from outbox_monitor.privacy.value_detectors import REDACTED as R
 
 PAYLOAD = {
     "customer": {"Email": "a@b.co", "cards": [{"card_number": "4111 1111 1111 1111"}]},

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.pgstandby import TemporaryStandby
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.conftest import TEMPLATE, create_database
 
 

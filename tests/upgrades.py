@@ -1,6 +1,6 @@
 """SQL taking a test database back to an older schema version, for the tests of upgrades."""
 
-from outbox_monitor.queries import migration_files
+from outbox_monitor.store.queries import migration_files
 
 
 def since(version: int) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 MAX_AUDIT_IDS = 1000
 

@@ -37,10 +37,10 @@ from psycopg import sql
 from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.actions.partitions import Partition, count_rows, prune_ages
-from outbox_monitor.db import Database, lock_timeout
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.filters import Where
-from outbox_monitor.partitioning import table_shape
+from outbox_monitor.store.db import Database, lock_timeout
+from outbox_monitor.store.filters import Where
+from outbox_monitor.store.partitioning import table_shape
 
 DETACH_LOCK_TIMEOUT_SECONDS = 1.0
 """How long a plain ``DETACH PARTITION`` (and the lock of the detached table) waits for its lock:

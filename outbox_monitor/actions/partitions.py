@@ -19,9 +19,9 @@ import psycopg
 from psycopg import sql
 
 from outbox_monitor.actions.audit import MAX_AUDIT_IDS
-from outbox_monitor.db import Database
-from outbox_monitor.filters import Where
-from outbox_monitor.partitioning import table_shape
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
+from outbox_monitor.store.partitioning import table_shape
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ is counted: exactly, or up to the dashboard's cap and estimated above it (SPEC Â
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox_monitor import estimates
-from outbox_monitor.db import Database
-from outbox_monitor.filters import Where
+from outbox_monitor.figures import estimates
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
 
 SAMPLE_SIZE = 20
 

@@ -9,10 +9,10 @@ from outbox_monitor.actions.preview import (
     preview_part,
     preview_sample,
 )
-from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.filters import Where
-from outbox_monitor.partitioning import table_shape
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
+from outbox_monitor.store.partitioning import table_shape
 
 
 def preview_prune(

@@ -3,8 +3,8 @@
 from dataclasses import replace
 
 from outbox_monitor.actions.preview import Preview, id_text, preview_part, preview_sample
-from outbox_monitor.db import Database
-from outbox_monitor.filters import Where
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
 
 
 def preview_reap(

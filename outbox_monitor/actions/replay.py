@@ -9,10 +9,10 @@ from psycopg import sql
 
 from outbox_monitor.actions.preview import Preview, id_text, preview_part, preview_sample
 from outbox_monitor.actions.replay_outcomes import last_replay_refailed
-from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.filters import Where
-from outbox_monitor.redaction import ERROR_HEAD_CHARS, redactor_for
+from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, redactor_for
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.db import Database
-from outbox_monitor.redaction import ERROR_HEAD_CHARS, redactor_for
+from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, redactor_for
+from outbox_monitor.store.db import Database
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from outbox_monitor.actions import partition_detach
 from outbox_monitor.actions.audit import MAX_AUDIT_IDS, record_audit
 from outbox_monitor.actions.partitions import Partition
 from outbox_monitor.actions.preview import Preview, previewed
-from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
-from outbox_monitor.filters import Where
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
 
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_PRUNE_BATCH_SIZE = 5000

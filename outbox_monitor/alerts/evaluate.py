@@ -75,9 +75,9 @@ from outbox_monitor.alerts.state_machine import (
     dedupe_key,
     held,
 )
-from outbox_monitor.db import Database
+from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, clean_error
-from outbox_monitor.fleet import Outbox
+from outbox_monitor.store.db import Database
 
 log = logging.getLogger(__name__)
 

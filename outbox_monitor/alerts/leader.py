@@ -43,11 +43,11 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 
-from outbox_monitor.config import Settings
-from outbox_monitor.db import APPLICATION_NAME, CONNECT_TIMEOUT_SECONDS
-from outbox_monitor.db_errors import describe_target, first_line, mapped_errors
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
-from outbox_monitor.queries import compose
+from outbox_monitor.store.db import APPLICATION_NAME, CONNECT_TIMEOUT_SECONDS
+from outbox_monitor.store.db_errors import describe_target, first_line, mapped_errors
+from outbox_monitor.store.queries import compose
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.durations import duration_label
-from outbox_monitor.figures import WORKER_FIGURES
+from outbox_monitor.figures.registry import WORKER_FIGURES
 
 HEALTH_PATH = "/health"
 """The Health page (``dashboard.py``'s ``url_path``): where a table-wide figure's fix is
@@ -32,8 +32,8 @@ def dashboard_path(rule: Rule, event_type: str | None, error_group: str | None =
     ``failed_in_window`` → ``/dead_letters?event_type=…&window=…`` (with ``error_group``
     when one group is the cause), ``stuck_locks`` → ``/actions`` (reap), a figure of the
     whole table (``scope="table"``: its health — the xmin horizon, dead tuples — and the
-    claim's plan, ``figures.CLAIM_FIGURES``) → ``/health``, except the workers' liveness
-    (``figures.WORKER_FIGURES``) → ``/workers``; others → the Overview
+    claim's plan, ``figures.registry.CLAIM_FIGURES``) → ``/health``, except the workers' liveness
+    (``figures.registry.WORKER_FIGURES``) → ``/workers``; others → the Overview
     ``/overview?event_type=…&window=…``. Values are URL-encoded (``payment.%`` →
     ``payment.%25``).
     """

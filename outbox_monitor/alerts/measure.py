@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor import by_event_type, error_grouping, events, metrics
 from outbox_monitor.alerts.rules import Rule
-from outbox_monitor.db import Database
+from outbox_monitor.browse import events
 from outbox_monitor.durations import duration_label
-from outbox_monitor.exporter_labels import OTHER
-from outbox_monitor.figures import CLAIM_FIGURES, FIGURES, WORKER_FIGURES
-from outbox_monitor.filters import ExactEventType, Where
-from outbox_monitor.forecast import (
+from outbox_monitor.export.labels import OTHER
+from outbox_monitor.figures import by_event_type, error_grouping, metrics
+from outbox_monitor.figures.forecast import (
     MIN_SAMPLES,
     TYPE_SAMPLED,
     Forecast,
@@ -29,11 +27,14 @@ from outbox_monitor.forecast import (
     sample_points,
     type_sample_points,
 )
+from outbox_monitor.figures.registry import CLAIM_FIGURES, FIGURES, WORKER_FIGURES
+from outbox_monitor.figures.workers import due_offenders
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import ExactEventType, Where
 from outbox_monitor.units import bounded_key
-from outbox_monitor.workers import due_offenders
 
 MAX_INSTANCES = 200
 """At most this many event types become instances of one ``by`` rule (alphabetical)."""
@@ -277,12 +278,12 @@ def offenders(
         ``sample_error`` and ``fingerprint`` are redacted by the database's settings
         (``OUTBOX_MONITOR_REDACT_*``): this is what the notification row stores, so the
         Slack message and the Alerts page never carry the raw error.
-        The claim's plan (``figures.CLAIM_FIGURES``) has no event types: its statements'
+        The claim's plan (``figures.registry.CLAIM_FIGURES``) has no event types: its statements'
         plans instead (``_claim_plans``). Another figure of the whole table
         (``scope="table"``) has none either: for the xmin horizon's figures its holders (the
         inactive slots for ``inactive_slots_holding_horizon``), longest held first
         (``{"kind": "holder", "label", "value" (seconds held, ``None`` when unknown),
-        "command"}``); for the workers' liveness (``figures.WORKER_FIGURES``) the due rows,
+        "command"}``); for the workers' liveness (``figures.registry.WORKER_FIGURES``) the due rows,
         in all and by event type (``workers.due_offenders``); nothing for the others.
     """
     if rule.metric in CLAIM_FIGURES:

@@ -43,7 +43,7 @@ from outbox_monitor.alerts.notification_text import (
     row_rule,
     section_text,
 )
-from outbox_monitor.config import DEFAULT_DASHBOARD_URL
+from outbox_monitor.config.settings import DEFAULT_DASHBOARD_URL
 
 DASHBOARD_URL_ENV = "OUTBOX_MONITOR_DASHBOARD_URL"
 

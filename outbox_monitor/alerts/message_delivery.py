@@ -22,8 +22,8 @@ from outbox_monitor.alerts.slack_outcomes import (
     RateLimited,
     redact,
 )
-from outbox_monitor.db import Database
 from outbox_monitor.errors import clean_error
+from outbox_monitor.store.db import Database
 
 # Logged as the sender, as before this module was split from it (log lines unchanged).
 log = logging.getLogger("outbox_monitor.alerts.sender")

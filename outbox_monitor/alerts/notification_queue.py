@@ -29,11 +29,11 @@ from outbox_monitor.alerts.state_machine import (
     InstanceState,
     dedupe_key,
 )
-from outbox_monitor.db import Database
 from outbox_monitor.errors import DatabaseUnavailable
-from outbox_monitor.figures import FIGURES
-from outbox_monitor.filters import ExactEventType
+from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow.held import held_note
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import ExactEventType
 
 # Logged as the evaluator, as before this module was split from it (log lines unchanged).
 log = logging.getLogger("outbox_monitor.alerts.evaluate")

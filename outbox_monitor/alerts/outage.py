@@ -63,9 +63,9 @@ from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
 from outbox_monitor.alerts.outbox_scope import scope_payload
 from outbox_monitor.alerts.slack_outcomes import DeliveryError, RateLimited
-from outbox_monitor.db import Database
-from outbox_monitor.db_errors import describe_target
 from outbox_monitor.durations import format_duration
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import describe_target
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.silences import OUTBOX_MATCHER, matches
-from outbox_monitor.fleet import SINGLE, Outbox
+from outbox_monitor.config.fleet import SINGLE, Outbox
 
 OUTBOX_LABEL = OUTBOX_MATCHER
 """The label (and dashboard query parameter) naming an instance's outbox."""

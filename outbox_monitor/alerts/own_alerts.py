@@ -18,7 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.outbox_scope import scope_payload
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 
 def notification_params(

@@ -20,7 +20,7 @@ from outbox_monitor.alerts.state_machine import (
     InstanceState,
     dedupe_key,
 )
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 
 def retire_removed_rules(

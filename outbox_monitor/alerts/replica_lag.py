@@ -2,7 +2,7 @@
 from stale figures, and that is never silent.
 
 When ``OUTBOX_MONITOR_DSN`` is a hot standby, the leader reads its replay lag
-(``replica.replica_status``) before each evaluation pass and each sample. While the lag is
+(``store.standby.replica_status``) before each evaluation pass and each sample. While the lag is
 over ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` (or unknown), the ``ReplicaLagWatch`` says so and
 the jobs skip (``jobs``): no rule goes firing or resolved on figures that are minutes old, no
 sample records them. Then:
@@ -42,9 +42,9 @@ from outbox_monitor.alerts.own_alerts import (
     resolve_params,
 )
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration
-from outbox_monitor.replica import (
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.standby import (
     MAX_LAG_SETTING,
     ReplicaStatus,
     lag_text,

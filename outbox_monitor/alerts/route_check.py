@@ -15,8 +15,8 @@ from outbox_monitor.alerts.message import dashboard_base_url, render_test, test_
 from outbox_monitor.alerts.message_delivery import error_text
 from outbox_monitor.alerts.slack import Transport, TransportConfigError, transport_for_route
 from outbox_monitor.alerts.slack_outcomes import DeliveryError
-from outbox_monitor.db import Database
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.store.db import Database
 
 # Logged as the sender, as before this module was split from it (log lines unchanged).
 log = logging.getLogger("outbox_monitor.alerts.sender")

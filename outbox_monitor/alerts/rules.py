@@ -49,10 +49,10 @@ from outbox_monitor.alerts.rule_values import (
     to_duration,
 )
 from outbox_monitor.durations import parse_duration
-from outbox_monitor.figure_model import Figure
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures.figure_model import Figure
+from outbox_monitor.figures.forecast import PREDICTABLE, TYPE_SAMPLED
+from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow.model import matches
-from outbox_monitor.forecast import PREDICTABLE, TYPE_SAMPLED
 from outbox_monitor.units import format_value
 
 DEFAULT_INTERVAL_SECONDS = 30.0
@@ -300,7 +300,8 @@ class Rule(_Model):
 
     @property
     def spec(self) -> Figure:
-        """The metric's figure: its unit, window and attempts rules (``figures.FIGURES``)."""
+        """The metric's figure: its unit, window and attempts rules
+        (``figures.registry.FIGURES``)."""
         return FIGURES[self.metric]
 
     @property

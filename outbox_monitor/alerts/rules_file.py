@@ -19,10 +19,10 @@ from pydantic import (
 from outbox_monitor.alerts.route_model import Route, RouteBranch
 from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
 from outbox_monitor.alerts.rules import Defaults, Rule, RuleSet
+from outbox_monitor.config.fleet import Fleet
+from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.fleet import Fleet
 from outbox_monitor.shipped import shipped_folder
-from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
 
 DEFAULT_RULES_PATH = "alerts.yml"
 """The rules file looked for in the current directory when none is named."""

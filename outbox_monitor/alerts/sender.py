@@ -46,7 +46,7 @@ from outbox_monitor.alerts.message_delivery import (
     mark,
 )
 from outbox_monitor.alerts.slack import Transport
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
-from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
+from outbox_monitor.store.db import Database
 
 DEFAULT_LIST_LIMIT = 200
 MAX_COMMENT_CHARS = 2000

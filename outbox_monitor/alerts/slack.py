@@ -27,7 +27,7 @@ from outbox_monitor.alerts.slack_outcomes import (
     classify_status,
     redact,
 )
-from outbox_monitor.config import DEFAULT_SLACK_TIMEOUT_SECONDS
+from outbox_monitor.config.settings import DEFAULT_SLACK_TIMEOUT_SECONDS
 from outbox_monitor.errors import ConfigError
 
 WEBHOOK_URL_ENV = "SLACK_WEBHOOK_URL"

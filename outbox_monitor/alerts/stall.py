@@ -49,9 +49,9 @@ from outbox_monitor.alerts.own_alerts import (
     resolve_params,
 )
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.db import CONNECT_TIMEOUT_SECONDS, Database
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable
+from outbox_monitor.store.db import CONNECT_TIMEOUT_SECONDS, Database
 
 log = logging.getLogger(__name__)
 

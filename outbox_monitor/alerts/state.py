@@ -9,7 +9,7 @@ from typing import Any
 
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
 from outbox_monitor.alerts.outbox_scope import unscoped_instance
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 DEFAULT_LIMIT = 100
 

@@ -28,10 +28,10 @@ from outbox_monitor.cli.support import (
     emit_json,
     open_for_actions,
 )
-from outbox_monitor.config import Settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.durations import format_duration, parse_instant
 from outbox_monitor.errors import ActionInterrupted
+from outbox_monitor.store.db import Database
 
 
 def _action_options(command: Callable) -> Callable:

@@ -26,11 +26,11 @@ from outbox_monitor.cli.support import (
     open_checked,
     reports_errors,
 )
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.logs import escape_controls
+from outbox_monitor.store.db import Database
 
 if TYPE_CHECKING:
     from outbox_monitor.alerts.rules import RuleSet
@@ -49,7 +49,7 @@ def _load(rules_path: str | None, *, with_fleet: bool = False) -> "RuleSet":
     """The rules file; ``with_fleet``: checked against the fleet file (``OUTBOX_MONITOR_OUTBOXES``)
     when one is set, so a rule naming an outbox it does not list is a problem."""
     from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
-    from outbox_monitor.fleet import FLEET_ENV, load_fleet
+    from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
 
     fleet = None
     if with_fleet and os.environ.get(FLEET_ENV):

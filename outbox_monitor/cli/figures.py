@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from outbox_monitor import grants, metrics, schema
 from outbox_monitor.cli.support import (
     DURATION,
     EXIT_ERROR,
@@ -16,15 +15,17 @@ from outbox_monitor.cli.support import (
     emit_json,
     open_checked,
 )
-from outbox_monitor.config import Settings
-from outbox_monitor.db import Database
-from outbox_monitor.db_errors import describe_target
+from outbox_monitor.config.fleet import SINGLE, Outbox
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.fleet import SINGLE, Outbox
+from outbox_monitor.figures import metrics
 from outbox_monitor.health.claim_plan import claim_plan_status
 from outbox_monitor.logs import escape_controls
-from outbox_monitor.replica import ReplicaStatus, replica_status
+from outbox_monitor.store import grants, schema
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import describe_target
+from outbox_monitor.store.standby import ReplicaStatus, replica_status
 from outbox_monitor.units import format_bytes, format_value, per_minute
 
 

@@ -15,9 +15,9 @@ from outbox_monitor.cli.support import (
     open_checked,
     reports_errors,
 )
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.fleet import FLEET_ENV, Outbox, load_fleet
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.fleet import FLEET_ENV, Outbox, load_fleet
 
 
 def database_of(outbox: Outbox) -> str:

@@ -20,12 +20,12 @@ from outbox_monitor.cli.support import (
     open_checked,
     open_for_actions,
 )
-from outbox_monitor.config import Settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.durations import parse_instant
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls import BYPASS_NOTE, HELD_ROWS_READ_NOTE
 from outbox_monitor.flow.model import default_burst, describe
+from outbox_monitor.store.db import Database
 
 FollowUp = Callable[[Database, flow.ControlChange], tuple[dict[str, Any], list[str]]]
 """After a change: ``(JSON keys, lines)`` to add to its outcome."""

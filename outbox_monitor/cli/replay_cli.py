@@ -10,8 +10,8 @@ from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.replay_outcomes import ReplayOutcome, watch_outcome
 from outbox_monitor.actions.run import ActionResult
 from outbox_monitor.cli.support import DURATION, echo
-from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration
+from outbox_monitor.store.db import Database
 
 WATCH_INTERVAL_SECONDS = 2.0
 

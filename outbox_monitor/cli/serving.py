@@ -17,9 +17,9 @@ from outbox_monitor.cli.support import (
     reports_errors,
     to_jsonable,
 )
-from outbox_monitor.config import Settings, load_settings
+from outbox_monitor.config.fleet import Outbox
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.durations import format_duration
-from outbox_monitor.fleet import Outbox
 
 
 @click.command()
@@ -51,9 +51,9 @@ def scheduler(
     sender (and the optional reaper and pruner), each only in the process holding the
     evaluator lease; serves /metrics and /healthz. With OUTBOX_MONITOR_OUTBOXES, every
     outbox of the fleet (or the one of --outbox), shared with the other replicas."""
-    from outbox_monitor.config import load_settings
-    from outbox_monitor.fleet import Fleet, load_fleet
-    from outbox_monitor.scheduler import run_scheduler
+    from outbox_monitor.config.fleet import Fleet, load_fleet
+    from outbox_monitor.config.settings import load_settings
+    from outbox_monitor.service.scheduler import run_scheduler
 
     listed = load_fleet(load_settings())
     from_file = listed.path is not None and all(o in listed.outboxes for o in outboxes)
@@ -93,8 +93,8 @@ def dashboard(
     """Serve the Streamlit dashboard (on 127.0.0.1 unless a sign-in mode is set); with a
     fleet file, every outbox of it (the Fleet page), and with --with-scheduler a scheduler
     watching every outbox of it (--outbox: that one only)."""
-    from outbox_monitor.fleet import load_fleet
-    from outbox_monitor.serve import check_exposure, run_dashboard
+    from outbox_monitor.config.fleet import load_fleet
+    from outbox_monitor.service.serve import check_exposure, run_dashboard
 
     settings = dashboard_settings(outboxes)
     check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
@@ -292,12 +292,13 @@ def simulate(
     show_default=True,
     help="Seconds for the HTTP probe.",
 )
-def healthcheck_command(pid: int | None, timeout: float) -> None:
+@click.pass_context
+def healthcheck_command(context: click.Context, pid: int | None, timeout: float) -> None:
     """Container HEALTHCHECK: probe what the running role serves (dashboard: /_stcore/health,
     scheduler: /healthz); other commands are healthy. Exit 0 healthy, 1 unhealthy."""
-    from outbox_monitor.cli import main  # the group whose command line the service ran
-    from outbox_monitor.healthcheck import check_health
+    from outbox_monitor.service.healthcheck import check_health
 
-    code, message = check_health(main, pid=pid, timeout=timeout)
+    # the root group (``outbox-monitor``) parses the command line the service ran
+    code, message = check_health(context.find_root().command, pid=pid, timeout=timeout)
     click.echo(message)
     sys.exit(code)

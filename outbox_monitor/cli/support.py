@@ -11,16 +11,16 @@ from typing import Any
 
 import click
 
-from outbox_monitor import schema
-from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.db_errors import READ_DSN_SETTING, writing_setting
+from outbox_monitor.config.fleet import FLEET_ENV, SINGLE, Outbox, load_fleet
+from outbox_monitor.config.settings import Settings, load_settings
+from outbox_monitor.config.values import split_table_name
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.fleet import FLEET_ENV, SINGLE, Outbox, load_fleet
 from outbox_monitor.logs import escape_controls
-from outbox_monitor.replica import refuse_standby
-from outbox_monitor.setting_values import split_table_name
+from outbox_monitor.store import schema
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import READ_DSN_SETTING, writing_setting
+from outbox_monitor.store.standby import refuse_standby
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -89,7 +89,7 @@ class RowIdType(click.ParamType):
 
 
 class TableNameType(click.ParamType):
-    """``--table``: ``schema.table`` or ``table`` (``setting_values.split_table_name``); a bad name
+    """``--table``: ``schema.table`` or ``table`` (``config.values.split_table_name``); a bad name
     is a usage error (exit 2) naming the option, as a bad duration is."""
 
     name = "schema.table"
@@ -198,7 +198,7 @@ def open_for_actions(settings: Settings, actions_dsn: str | None) -> Database:
     ``--actions-dsn`` wins; then ``--dsn`` given on the command line (the whole command
     on the database the operator named); then ``OUTBOX_MONITOR_ACTIONS_DSN``; then the
     read DSN (``Settings.actions_target``). A hot standby there is refused before anything
-    runs (``replica.refuse_standby``).
+    runs (``store.standby.refuse_standby``).
 
     Raises:
         ConfigError (an invalid ``--actions-dsn``; a DSN that is a hot standby, naming the

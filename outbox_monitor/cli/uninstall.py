@@ -14,10 +14,10 @@ from outbox_monitor.cli.support import (
     echo,
     emit_json,
 )
-from outbox_monitor.config import Settings
-from outbox_monitor.db import Database
-from outbox_monitor.db_errors import describe_target
-from outbox_monitor.uninstall import UninstallPlan, describe_plan, plan_uninstall, uninstall
+from outbox_monitor.config.settings import Settings
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import describe_target
+from outbox_monitor.store.uninstall import UninstallPlan, describe_plan, plan_uninstall, uninstall
 from outbox_monitor.units import format_bytes
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from outbox_monitor.config.fleet import FLEET_ENV
 from outbox_monitor.demo.simulate import PERMANENT_EVENT_TYPE
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.fleet import FLEET_ENV
 from outbox_monitor.flow.model import ControlSettings
 
 FLEET_FILE = "outboxes.yml"

@@ -21,8 +21,8 @@ from typing import Any
 from outbox_monitor.alerts.leader import lease_ttl
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
-from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.demo.downstream import Downstream
 from outbox_monitor.demo.fleet import (
     DemoOutbox,
@@ -31,7 +31,13 @@ from outbox_monitor.demo.fleet import (
     write_fleet_file,
 )
 from outbox_monitor.demo.lifecycle import (
+    DEMO_ACTOR,
     DEMO_ADDRESS,
+    DEMO_BACKFILL,
+    DEMO_CONTROLS,
+    DEMO_LOCK_TIMEOUT,
+    DEMO_SAMPLE_INTERVAL,
+    START_TIMEOUT,
     alert_destination,
     check_port_free,
     ignoring_sigint,
@@ -39,26 +45,18 @@ from outbox_monitor.demo.lifecycle import (
 )
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.rules import use_demo_rules
-from outbox_monitor.demo.run import (
-    DEMO_ACTOR,
-    DEMO_BACKFILL,
-    DEMO_CONTROLS,
-    DEMO_LOCK_TIMEOUT,
-    DEMO_SAMPLE_INTERVAL,
-    START_TIMEOUT,
-)
 from outbox_monitor.demo.simulate import run_simulation
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.fleet import FLEET_ENV, load_fleet
-from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
-from outbox_monitor.fleet_scheduler import FleetMember, build_fleet_scheduler
+from outbox_monitor.export.fleet import FleetCollector, FleetStatus
+from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.replicas import ReplicaRegistry, fleet_key, registry_target
-from outbox_monitor.scheduler import interrupt_on_sigterm, load_alerting
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
-from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.service.fleet_scheduler import FleetMember, build_fleet_scheduler
+from outbox_monitor.service.replica_registry import ReplicaRegistry, fleet_key, registry_target
+from outbox_monitor.service.scheduler import interrupt_on_sigterm, load_alerting
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 
 
 class _Traffic(threading.Thread):
@@ -111,6 +109,7 @@ def _fleet_banner(
     seconds: float,
     path: Path,
     traffics: Sequence[_Traffic],
+    server: str,
     folder: Path,
     slack: str,
     metrics_url: str,
@@ -141,6 +140,7 @@ def _fleet_banner(
         ".venv/bin/outbox-monitor status  (--outbox NAME: one of them)",
         f"  scheduler  one fleet scheduler for every outbox, in this process ({rules.name}); "
         f"{metrics_url}/healthz and {metrics_url}/metrics",
+        f"  postgres   {server}",
         f"  data       {folder} (deleted when the demo stops)",
         f"  alerts     {slack}",
         "Ctrl-C to stop.",
@@ -262,6 +262,7 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
                 seconds=time.monotonic() - started,
                 path=path,
                 traffics=traffics,
+                server=cluster.describe(),
                 folder=cluster.root,
                 slack=slack_target,
                 metrics_url=metrics.url,

@@ -9,7 +9,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.demo.pgcluster import port_in_use
@@ -20,6 +22,17 @@ SLACK_VARIABLES = ("SLACK_WEBHOOK_URL", "SLACK_BOT_TOKEN")
 """Set either, and the demo posts to Slack; set neither, and to the local sink."""
 
 DEMO_ADDRESS = "127.0.0.1"
+
+# What both demos run with.
+DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch
+# A worker crash becomes a stuck lock after this long: 5 min instead of 15 so that the
+# crashes of a demo session show up while it runs (the simulated batches take seconds).
+DEMO_LOCK_TIMEOUT = 300.0
+DEMO_BACKFILL = 3600.0
+START_TIMEOUT = 120.0
+DEMO_CONTROLS = Path(__file__).with_name("controls.yml")
+"""The demo's controls file: a circuit breaker per downstream."""
+DEMO_ACTOR = Identity("demo", Role.operator, "cli")
 
 
 def check_port_free(port: int) -> None:

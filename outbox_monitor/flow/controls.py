@@ -17,7 +17,6 @@ from psycopg import sql
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
-from outbox_monitor.db import Database
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
@@ -27,6 +26,7 @@ from outbox_monitor.flow.model import (
     matches,
 )
 from outbox_monitor.flow.rows import Layer, check_table, delete, key, settings_of, write
+from outbox_monitor.store.db import Database
 
 BreakerState = Literal["closed", "open", "half_open"]
 

@@ -36,7 +36,7 @@ from pydantic import (
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.alerts.rule_values import positive_duration, quoted
-from outbox_monitor.db import Database
+from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.flow.model import (
     MAX_COOLDOWN_SECONDS,
@@ -46,7 +46,7 @@ from outbox_monitor.flow.model import (
     default_burst,
 )
 from outbox_monitor.flow.rows import check_table, delete, key, settings_of, write
-from outbox_monitor.yaml_files import YamlProblem, describe, dotted, read_yaml
+from outbox_monitor.store.db import Database
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
 """The largest controls file read; a few KB is normal."""

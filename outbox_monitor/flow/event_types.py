@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from outbox_monitor.db import Database
 from outbox_monitor.flow.controls import Control
 from outbox_monitor.flow.model import matches
+from outbox_monitor.store.db import Database
 
 STATE_ORDER = ("paused", "breaker open", "breaker half-open", "limited")
 """The states of ``Control.state`` from the one that stops a type the most; ``running`` last."""

@@ -10,10 +10,10 @@ due rows it matches beyond its positive grant.
 
 from dataclasses import dataclass, field
 
-from outbox_monitor.db import Database
-from outbox_monitor.filters import ExactEventType
 from outbox_monitor.flow.controls import Control, controls
 from outbox_monitor.flow.model import matches
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import ExactEventType
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from datetime import datetime
 from typing import Any, Literal
 
 from outbox_monitor.access import Identity
-from outbox_monitor.db import Database
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
+from outbox_monitor.store.db import Database
 
 Layer = Literal["file", "ui"]
 """``file``: written by ``controls apply``; ``ui``: an operator's change (SPEC §5)."""

@@ -19,9 +19,9 @@ from outbox_monitor.alerts.silences import (
     expire_silence,
     in_outbox,
 )
-from outbox_monitor.db import Database
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow.model import matches
+from outbox_monitor.store.db import Database
 
 MAX_PAUSE_SILENCE_SECONDS = 24 * 3600.0
 """A pause without ``until`` silences its rules for at most a day: a forgotten pause pages

@@ -31,7 +31,7 @@ The scheduler's ``claim_plan`` job (``jobs.add_claim_plan_job``) records both st
 every ``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL`` into ``outbox_monitor.claim_plans`` (migration
 011), with the workers' statement costs from ``pg_stat_statements`` when it is readable
 (``health.statements``), and prunes both past ``OUTBOX_MONITOR_SAMPLE_RETENTION``. The
-figures ``claim_plan_degraded`` and ``claim_plan_cost`` (``figures.FIGURES``), ``status
+figures ``claim_plan_degraded`` and ``claim_plan_cost`` (``figures.registry.FIGURES``), ``status
 --json``'s ``health.claim_plan`` and the Health page plan afresh and compare with what was
 recorded. This module plans, records and reads back; the shape and the verdicts are
 ``health.claim_verdicts``'s (pure).
@@ -43,8 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox_monitor.config import DEFAULT_CLAIM_BATCH
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import DEFAULT_CLAIM_BATCH
 from outbox_monitor.health.claim_verdicts import (
     COST_BASELINE_SAMPLES,
     STATEMENTS,
@@ -53,6 +52,7 @@ from outbox_monitor.health.claim_verdicts import (
     judge,
 )
 from outbox_monitor.health.statements import record_statements, worker_statements
+from outbox_monitor.store.db import Database
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.db import Database
 from outbox_monitor.health.horizon_memory import FROM_XID, held_since, memory_of
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.store.db import Database
 
 SESSION = "session"
 PREPARED = "prepared transaction"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 FROM_XID = "transaction start (it has a transaction id)"
 FROM_BEGIN = "transaction start (isolation unknown from one reading)"

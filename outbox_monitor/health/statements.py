@@ -30,7 +30,7 @@ from typing import Any
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 KINDS = {
     "shared_claim": "outbox_monitor.claim() calls",

@@ -4,10 +4,10 @@ the Health page's figures, read together."""
 from dataclasses import asdict
 from typing import Any
 
-from outbox_monitor.db import Database
 from outbox_monitor.health.horizon import GRANT_HINT, Horizon, horizon
 from outbox_monitor.health.table import TableHealth, index_sizes, table_health
 from outbox_monitor.health.vacuum import VacuumRun, vacuums_running
+from outbox_monitor.store.db import Database
 
 
 def health_status(db: Database) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 
 @dataclass(frozen=True)

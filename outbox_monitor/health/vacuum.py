@@ -3,7 +3,7 @@ table's with their phase and progress, and how many this role may not see."""
 
 from dataclasses import dataclass
 
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 
 @dataclass(frozen=True)

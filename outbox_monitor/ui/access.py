@@ -15,8 +15,8 @@ from typing import Any, NoReturn
 import streamlit as st
 
 from outbox_monitor.access import Identity, Role, is_loopback, local_identity, role_for
-from outbox_monitor.config import Settings
-from outbox_monitor.fleet import Fleet, Outbox
+from outbox_monitor.config.fleet import Fleet, Outbox
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.ui import deep_link, format
 
 log = logging.getLogger(__name__)

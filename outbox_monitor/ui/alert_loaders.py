@@ -12,7 +12,7 @@ from outbox_monitor.access import Identity
 from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import stall as alert_stall
 from outbox_monitor.alerts import state as alert_state
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import loaders
 from outbox_monitor.ui.cache import cached, db_key
 

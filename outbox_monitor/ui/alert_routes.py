@@ -13,7 +13,7 @@ from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 
 
 @dataclass(frozen=True)

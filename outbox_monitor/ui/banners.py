@@ -29,8 +29,6 @@ from typing import NoReturn
 
 import streamlit as st
 
-from outbox_monitor.db import Database
-from outbox_monitor.db_errors import ACTIONS_DSN_SETTING
 from outbox_monitor.errors import (
     AccessDenied,
     ActionInterrupted,
@@ -47,7 +45,9 @@ from outbox_monitor.errors import (
     SchemaNotInitialised,
     TableMissing,
 )
-from outbox_monitor.replica import MAX_LAG_SETTING, ReplicaStatus, lag_text
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import ACTIONS_DSN_SETTING
+from outbox_monitor.store.standby import MAX_LAG_SETTING, ReplicaStatus, lag_text
 from outbox_monitor.ui import format, loaders
 
 TITLES: dict[type[OutboxMonitorError], str] = {

@@ -8,7 +8,7 @@ entry.
 
 import streamlit as st
 
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui.state import MIN_REFRESH_SECONDS
 
 CACHE_TTL_SECONDS = MIN_REFRESH_SECONDS - 1

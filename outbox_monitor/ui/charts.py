@@ -98,7 +98,7 @@ def sampled_lines(
     """One line per sampled figure over time, from ``metrics.samples_series``.
 
     Args:
-        samples: the sampler's rows (``sampled_at`` and the columns of ``figures``); a
+        samples: the sampler's rows (``sampled_at`` and the columns of ``figures.registry``); a
             sample without a value of a figure (``None``: taken before it was recorded)
             leaves that line out there.
         figures: ``{samples column: legend label}``, all in one ``unit``.

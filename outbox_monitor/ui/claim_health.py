@@ -14,10 +14,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from outbox_monitor.db import Database
 from outbox_monitor.health.claim_plan import claim_health, plan_series
 from outbox_monitor.health.claim_verdicts import COST_JUMP_FACTOR, ClaimHealth
 from outbox_monitor.health.statements import WorkerStatements, worker_statements
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.units import per_minute

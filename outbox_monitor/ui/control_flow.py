@@ -20,9 +20,8 @@ from typing import Any
 import streamlit as st
 
 from outbox_monitor.access import Identity
-from outbox_monitor.db import Database
+from outbox_monitor.browse.events import database_now
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.events import database_now
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.model import (
     DEFAULT_OVERRIDE_SECONDS,
@@ -35,6 +34,7 @@ from outbox_monitor.flow.silencing import (
     end_pause_silences,
     silence_for_pause,
 )
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import banners, controls, format, inputs
 from outbox_monitor.ui.alert_loaders import clear_silences
 from outbox_monitor.ui.state import PageContext

@@ -14,13 +14,13 @@ from urllib.parse import urlencode
 import pandas as pd
 import streamlit as st
 
-from outbox_monitor import by_event_type
 from outbox_monitor.alerts import coverage
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.db import Database
-from outbox_monitor.exporter_labels import OTHER
+from outbox_monitor.export.labels import OTHER
+from outbox_monitor.figures import by_event_type
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.event_types import event_type_flows
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import Filters

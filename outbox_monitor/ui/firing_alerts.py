@@ -17,14 +17,14 @@ import streamlit as st
 
 from outbox_monitor.alerts.links import instance_event_type
 from outbox_monitor.alerts.rules import Rule, RuleSet
-from outbox_monitor.db import Database
-from outbox_monitor.forecast import (
+from outbox_monitor.figures.forecast import (
     DEFAULT_LOOKBACK_SECONDS,
     drain_eta,
     drain_eta_of,
     forecast,
     sample_points,
 )
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import format, loaders
 from outbox_monitor.ui.rule_state import (
     INSTANCE_PARAM,

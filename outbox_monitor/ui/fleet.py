@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from outbox_monitor.access import Identity
-from outbox_monitor.fleet import Fleet
-from outbox_monitor.fleet_figures import FleetConnections, OutboxRow, measure_fleet
+from outbox_monitor.config.fleet import Fleet
+from outbox_monitor.figures.fleet_figures import FleetConnections, OutboxRow, measure_fleet
 from outbox_monitor.ui import access, format
 from outbox_monitor.ui.cache import cached
 from outbox_monitor.ui.state import OUTBOX_PARAM, WINDOW_PARAM

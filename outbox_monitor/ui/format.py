@@ -12,7 +12,7 @@ import streamlit as st
 
 from outbox_monitor.durations import duration_label as duration_label  # re-exported for pages
 from outbox_monitor.durations import format_duration
-from outbox_monitor.estimates import Count
+from outbox_monitor.figures.estimates import Count
 from outbox_monitor.units import format_bytes
 from outbox_monitor.units import per_minute as per_minute  # re-exported for pages
 

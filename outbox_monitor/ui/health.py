@@ -13,8 +13,8 @@ from typing import Any
 
 import streamlit as st
 
-from outbox_monitor.db import Database
 from outbox_monitor.health.status import health_status
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format, rule_state, slo
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.units import format_value

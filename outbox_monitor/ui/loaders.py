@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor import error_grouping, estimates, events, indexes, metrics
 from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import recent_audit
-from outbox_monitor.db import Database
-from outbox_monitor.events import EventFilter, RevealedPayload
-from outbox_monitor.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
-from outbox_monitor.replica import ReplicaStatus
-from outbox_monitor.replica import replica_status as replica_status_of
+from outbox_monitor.browse import events
+from outbox_monitor.browse.events import EventFilter, RevealedPayload
+from outbox_monitor.figures import error_grouping, estimates, metrics
+from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
+from outbox_monitor.store import indexes
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.standby import ReplicaStatus
+from outbox_monitor.store.standby import replica_status as replica_status_of
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.slo import FAILED_TILE_WINDOW_SECONDS
 
@@ -128,7 +130,7 @@ def _replica(key: str, _db: Database) -> ReplicaStatus:
 
 
 def replica_status(db: Database) -> ReplicaStatus:
-    """``replica.replica_status``: whether the database is a hot standby and its replay lag
+    """``store.standby.replica_status``: whether the database is a hot standby and its replay lag
     (the banner on every page)."""
     return _replica(db_key(db), db)
 

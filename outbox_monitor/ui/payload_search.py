@@ -11,14 +11,13 @@ from datetime import datetime
 
 import streamlit as st
 
-from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.payload_plan import (
+from outbox_monitor.browse.payload_plan import (
     SearchPlan,
     describe_advice,
     describe_plan,
     explain_search,
 )
-from outbox_monitor.payload_search import (
+from outbox_monitor.browse.payload_search import (
     Cursor,
     PayloadSearch,
     SearchInputError,
@@ -27,7 +26,8 @@ from outbox_monitor.payload_search import (
     payload_search,
     search_payloads,
 )
-from outbox_monitor.redaction import ERROR_HEAD_CHARS
+from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS
 from outbox_monitor.ui import banners, format, inputs, loaders
 from outbox_monitor.ui.state import PageContext
 

@@ -20,7 +20,7 @@ from outbox_monitor.actions.replay_outcomes import (
     replay_outcome,
 )
 from outbox_monitor.actions.run import ActionResult
-from outbox_monitor.db import Database
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import flows, format
 
 SAMPLE_COLUMNS = ["id", "event_type", "event_key", "attempts", "processed_at", "last_error"]

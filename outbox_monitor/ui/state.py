@@ -17,12 +17,12 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from outbox_monitor.access import Identity
-from outbox_monitor.config import Settings, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.fleet import Fleet, load_fleet
+from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.durations import parse_duration
-from outbox_monitor.fleet import Fleet, load_fleet
 from outbox_monitor.logs import escape_controls
-from outbox_monitor.schema import check_outbox_table
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import check_outbox_table
 from outbox_monitor.ui import access, deep_link, format, inputs
 
 OUTBOX_PARAM = "outbox"

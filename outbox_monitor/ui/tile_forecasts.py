@@ -7,14 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.alerts.rules import Rule, RuleSet
-from outbox_monitor.db import Database
-from outbox_monitor.forecast import (
+from outbox_monitor.figures.forecast import (
     DEFAULT_LOOKBACK_SECONDS,
     PREDICTABLE,
     drain_eta_of,
     forecast,
     sample_points,
 )
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import loaders
 
 

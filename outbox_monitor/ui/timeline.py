@@ -11,10 +11,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from outbox_monitor import timeline
 from outbox_monitor.access import Role
 from outbox_monitor.alerts.links import TIMELINE_AT_PARAM
-from outbox_monitor.db import Database
+from outbox_monitor.figures import timeline
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format, loaders
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import PageContext

@@ -13,15 +13,21 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from outbox_monitor.db import Database
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures.registry import FIGURES
+from outbox_monitor.figures.workers import (
+    IDS_PER_WORKER,
+    WORKERS_SHOWN,
+    Liveness,
+    Workers,
+    liveness,
+)
+from outbox_monitor.figures.workers import workers as list_workers
+from outbox_monitor.store.db import Database
 from outbox_monitor.ui import alert_rules, format
 from outbox_monitor.ui.cache import cached, db_key
-from outbox_monitor.workers import IDS_PER_WORKER, WORKERS_SHOWN, Liveness, Workers, liveness
-from outbox_monitor.workers import workers as list_workers
 
 METRIC = "no_claim_while_due"
-"""The registry's figure of the fleet's liveness (``figures.WORKER_FIGURES``)."""
+"""The registry's figure of the fleet's liveness (``figures.registry.WORKER_FIGURES``)."""
 NO_LOCKED_BY = "(no locked_by: orphans)"
 """How the view names processing rows with no ``locked_by`` (SPEC §2: stuck by definition)."""
 COLUMNS = [

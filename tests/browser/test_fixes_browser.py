@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from outbox_monitor import error_grouping
+from outbox_monitor.figures import error_grouping
 
 pytestmark = pytest.mark.browser
 

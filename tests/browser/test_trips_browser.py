@@ -7,9 +7,9 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from outbox_monitor import error_grouping
 from outbox_monitor.alerts.links import OVERVIEW_PATH
 from outbox_monitor.alerts.message import dashboard_link
+from outbox_monitor.figures import error_grouping
 from outbox_monitor.ui.cache import CACHE_TTL_SECONDS
 
 pytestmark = pytest.mark.browser

@@ -5,7 +5,7 @@ claim says so, and the /workers URL opens it."""
 import pytest
 from playwright.sync_api import expect
 
-from outbox_monitor.worker_sightings import record_workers
+from outbox_monitor.figures.worker_sightings import record_workers
 
 pytestmark = pytest.mark.browser
 

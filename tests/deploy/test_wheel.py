@@ -149,7 +149,7 @@ def test_the_wheel_and_the_sdist_carry_the_dashboard_its_pages_and_the_rules(ins
     shipped = {"dashboard.py", "alerts.yml", *(f"pages/{page}" for page in pages)}
     app = "outbox_monitor/app/"
     assert {name.removeprefix(app) for name in in_wheel if name.startswith(app)} == shipped
-    assert "outbox_monitor/sql/queries.sql" in in_wheel
+    assert "outbox_monitor/store/sql/queries.sql" in in_wheel
     assert not [name for name in in_wheel if name.startswith("tests/")]
     with tarfile.open(installed.sdist) as sdist:
         top = sdist.getnames()[0].split("/")[0]

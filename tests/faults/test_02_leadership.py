@@ -108,7 +108,7 @@ def test_a_stranger_holding_the_lease_alerts_stalled_once_then_resolved(
         scheduler.stop()
     stranger_code = (
         "import time\n"
-        "from outbox_monitor.config import load_settings\n"
+        "from outbox_monitor.config.settings import load_settings\n"
         "from outbox_monitor.alerts.leader import Leadership\n"
         "lead = Leadership(load_settings())\n"
         "while not lead.try_acquire(): time.sleep(0.05)\n"

@@ -23,9 +23,9 @@ from psycopg.types.json import Jsonb
 from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.schema import init_db
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import rules_file
 from tests.least_privilege import grant_in
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (AppTest)

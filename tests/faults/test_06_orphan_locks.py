@@ -16,16 +16,16 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from streamlit.testing.v1 import AppTest
 
-from outbox_monitor import metrics
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
-from outbox_monitor.maintenance import reap_stuck_locks
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.scheduler_status import SchedulerStatus
+from outbox_monitor.export.server import MetricsServer
+from outbox_monitor.figures import metrics
+from outbox_monitor.service.maintenance import reap_stuck_locks
+from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.ui import format
 
 ACTOR = Identity("ops", Role.operator, "cli")

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.serve import check_exposure
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.service.serve import check_exposure
 from tests.conftest import TEMPLATE
 from tests.oidc_support import Dashboard, serve
 from tests.raw_session import rendered_text

@@ -15,10 +15,10 @@ from psycopg.types.json import Jsonb
 from outbox_monitor.access import local_identity
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import PermissionDenied
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.least_privilege import grant_in
 from tests.upgrades import UNDO_SINCE_008, since
 

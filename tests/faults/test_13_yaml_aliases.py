@@ -16,7 +16,7 @@ from outbox_monitor.alerts.rules_file import (
     RulesError,
     load_rules,
 )
-from outbox_monitor.scheduler import load_alerting
+from outbox_monitor.service.scheduler import load_alerting
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ import io
 
 import pytest
 
-from outbox_monitor import events
-from outbox_monitor.events import EventFilter
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.browse import events
+from outbox_monitor.browse.events import EventFilter
+from outbox_monitor.privacy.redaction import redactor_for
 
 FORMULAS = [
     '＝HYPERLINK("http://x.example","y")',

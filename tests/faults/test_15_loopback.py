@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.serve import check_exposure
+from outbox_monitor.service.serve import check_exposure
 from tests.browser_support import START_TIMEOUT_SECONDS, healthy
 from tests.oidc_support import dashboard_command, dashboard_environment
 from tests.raw_session import rendered_text

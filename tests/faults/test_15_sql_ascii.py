@@ -17,7 +17,7 @@ SHIPPED_SQL = sorted((REPO / "outbox_monitor").rglob("*.sql"))
 
 def test_the_package_ships_sql_files():
     names = {path.relative_to(REPO / "outbox_monitor").as_posix() for path in SHIPPED_SQL}
-    assert {"sql/queries.sql", "sql/migrations/001_core.sql"} <= names
+    assert {"store/sql/queries.sql", "store/sql/migrations/001_core.sql"} <= names
 
 
 @pytest.mark.parametrize("path", SHIPPED_SQL, ids=lambda p: p.name)

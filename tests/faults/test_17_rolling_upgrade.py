@@ -23,9 +23,9 @@ import psycopg
 import pytest
 
 from outbox_monitor import outbox
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.schema import init_db
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import Scheduler, rules_file, stuck_lock_rules, subprocess_env, wait_for
 from tests.upgrades import since
 

@@ -12,8 +12,8 @@ from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
-from outbox_monitor.db import Database
 from outbox_monitor.errors import AccessDenied, ActionRefused
+from outbox_monitor.store.db import Database
 
 ACTOR = Identity("oncall@example.com", Role.operator, "oidc")
 
@@ -69,7 +69,7 @@ def test_replay_applies_only_to_what_the_preview_saw(db, rows):
 
 
 def test_replay_by_error_group_and_time_range(db, rows):
-    from outbox_monitor import error_grouping
+    from outbox_monitor.figures import error_grouping
 
     a = _failed(rows, last_error="HTTP 401 key for account 1234", processed_ago=100)
     b = _failed(rows, last_error="HTTP 401 key for account 5678", processed_ago=5000)

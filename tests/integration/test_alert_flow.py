@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from outbox_monitor import error_grouping, metrics
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
-from outbox_monitor.scheduler import build_scheduler
-from outbox_monitor.serve import streamlit_command
+from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.service.scheduler import build_scheduler
+from outbox_monitor.service.serve import streamlit_command
 from tests.alerting import wait_for
 from tests.browser_support import (
     CHROMIUM,

@@ -5,16 +5,16 @@ with its retention."""
 
 import pytest
 
-from outbox_monitor import by_event_type, metrics
 from outbox_monitor.alerts import coverage
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.state import list_instances
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.filters import ExactEventType
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.figures import by_event_type, metrics
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.event_types import event_type_flows
-from outbox_monitor.sampler import record_sample
+from outbox_monitor.service.sampler import record_sample
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import ExactEventType
 from tests.flow import control
 
 TOLERANCE = 2.0  # seconds between inserting the rows and measuring them

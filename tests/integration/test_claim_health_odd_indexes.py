@@ -5,9 +5,9 @@ verdict says so (it used to take any predicate mentioning it for pending-only)."
 import psycopg
 import pytest
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.health.claim_plan import claim_health
+from outbox_monitor.store.db import Database
 
 
 def _plans(dsn, *statements):

@@ -5,11 +5,11 @@ from datetime import timedelta
 import psycopg
 from psycopg.rows import dict_row
 
-from outbox_monitor import schema
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.partitioned import create_partitioned_outbox
 from outbox_monitor.health import claim_plan
+from outbox_monitor.store import schema
+from outbox_monitor.store.db import Database
 
 
 def _fresh(pg_cluster, name):

@@ -10,8 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox_monitor.cli import main
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.health.statements import (
     NOT_INSTALLED,
@@ -21,7 +20,8 @@ from outbox_monitor.health.statements import (
     record_statements,
     worker_statements,
 )
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 
 _databases = itertools.count()
 USERS_CLAIM = """WITH due AS (

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor import schema
 from outbox_monitor.cli import main
+from outbox_monitor.store import schema
 
 
 @pytest.fixture
@@ -248,7 +248,7 @@ SERVICE_MODULES = (
     "slack_sdk",
     "prometheus_client",
     "outbox_monitor.ui",
-    "outbox_monitor.scheduler",
+    "outbox_monitor.service.scheduler",
 )
 RULES_MODULES = ("yaml", "outbox_monitor.alerts.rules", "outbox_monitor.alerts.measure")
 
@@ -282,7 +282,7 @@ def test_status_json_imports_neither_services_nor_rules(dsn, rows):
     stdout, imported = _start(["status", "--json"], env)
     assert json.loads(stdout)["queue_depth"] == 1
     assert _among(imported, SERVICE_MODULES + RULES_MODULES) == set()
-    assert "outbox_monitor.metrics" in imported
+    assert "outbox_monitor.figures.metrics" in imported
     # --help lists every command (`check` and `alerts` loaded for their help lines, the
     # rules engine not)...
     stdout, imported = _start(["--help"], env)

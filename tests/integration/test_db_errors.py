@@ -6,11 +6,12 @@ import time
 import psycopg
 import pytest
 
-from outbox_monitor import metrics, schema
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.errors import DatabaseUnavailable, QueryTimeout, TableMissing
+from outbox_monitor.figures import metrics
+from outbox_monitor.store import schema
+from outbox_monitor.store.db import Database
 
 
 def test_wrong_dsn_names_the_target_but_never_the_password():

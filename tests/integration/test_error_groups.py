@@ -9,14 +9,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from outbox_monitor import error_grouping
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.filters import Where
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.figures import error_grouping
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
 from tests.at_once import run_at_once
 
 OPERATOR = Identity("ops@example.com", Role.operator, "cli")

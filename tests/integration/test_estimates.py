@@ -10,14 +10,14 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor import dead_letter_attempts, estimates, metrics
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts import measure
 from outbox_monitor.cli import main
-from outbox_monitor.filters import Where
+from outbox_monitor.figures import dead_letter_attempts, estimates, metrics
+from outbox_monitor.store.filters import Where
 from tests.integration.test_measure import make_rule
 
 DAY = 86400

@@ -21,8 +21,8 @@ from outbox_monitor.alerts.silences import (
 )
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.state import list_instances, list_notifications, list_transitions
-from outbox_monitor.db import Database
 from outbox_monitor.errors import AccessDenied, ActionRefused
+from outbox_monitor.store.db import Database
 from tests.alerting import drain, notifications, transitions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -252,7 +252,7 @@ def test_a_failing_rule_goes_to_error_once_and_other_rules_carry_on(
 
 
 def test_a_statement_timeout_is_an_evaluation_error(dsn, conn, rows, fake_clock, ruleset):
-    from outbox_monitor.config import load_settings
+    from outbox_monitor.config.settings import load_settings
 
     backlog(rows)
     # hold a lock the figure's query must wait for; the monitor's statement timeout fires

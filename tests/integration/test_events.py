@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from outbox_monitor import events
-from outbox_monitor.events import EventFilter
+from outbox_monitor.browse import events
+from outbox_monitor.browse.events import EventFilter
 
 KIB = 1024
 

@@ -19,21 +19,21 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_monitor import metrics
 from outbox_monitor.alerts.leader import Leadership
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
-from outbox_monitor.config import ENV_PREFIX, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import ENV_PREFIX, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
-from outbox_monitor.exporter_labels import OTHER, bound_event_types
-from outbox_monitor.jobs import PRUNER_JOB_ID, REAPER_JOB_ID
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.scheduler import build_scheduler
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
+from outbox_monitor.export.labels import OTHER, bound_event_types
+from outbox_monitor.export.server import MetricsServer
+from outbox_monitor.figures import metrics
+from outbox_monitor.service.jobs import PRUNER_JOB_ID, REAPER_JOB_ID
+from outbox_monitor.service.scheduler import build_scheduler
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import running_scheduler, stuck_lock_rules, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

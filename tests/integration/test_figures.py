@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from outbox_monitor import error_grouping, metrics
-from outbox_monitor.figures import CLAIM_FIGURES, FIGURES
+from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.figures.registry import CLAIM_FIGURES, FIGURES
 
 # Rows inserted at t0 are read back some milliseconds later: ages may exceed the hand
 # value by that much, never fall below it.

@@ -25,12 +25,12 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.cli import main
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.fleet import FLEET_ENV, Fleet, load_fleet
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.fleet import FLEET_ENV, Fleet, load_fleet
-from outbox_monitor.scheduler import build_scheduler
+from outbox_monitor.service.scheduler import build_scheduler
+from outbox_monitor.store.db import Database
 from tests.alerting import SENDER_INTERVAL, drain, messages_after, rules_file, running_scheduler
 
 RULES = """

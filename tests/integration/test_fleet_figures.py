@@ -7,9 +7,9 @@ import time
 import psycopg
 import pytest
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.fleet import load_fleet
-from outbox_monitor.fleet_figures import POOL_MAX_SIZE, FleetConnections, measure_fleet
+from outbox_monitor.config.fleet import load_fleet
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.figures.fleet_figures import POOL_MAX_SIZE, FleetConnections, measure_fleet
 from tests.fleet_rows import EXPECTED, seed_fleet, write_fleet
 
 

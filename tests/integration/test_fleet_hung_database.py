@@ -15,14 +15,14 @@ import psycopg
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.fleet import Outbox
-from outbox_monitor.fleet_exporter import FleetCollector, FleetStatus
-from outbox_monitor.fleet_scheduler import FleetMember
-from outbox_monitor.replicas import LeaseShare
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
+from outbox_monitor.config.fleet import Outbox
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.export.fleet import FleetCollector, FleetStatus
+from outbox_monitor.service.fleet_scheduler import FleetMember
+from outbox_monitor.service.replica_registry import LeaseShare
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import REPO, wait_for
 from tests.integration import test_fleet_scheduler
 from tests.integration.test_fleet_scheduler import add_pending, fleet_env, leases

@@ -23,11 +23,11 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor.alerts.leader import lease_ttl
-from outbox_monitor.config import ENV_PREFIX, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import ENV_PREFIX, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.demo.slack_sink import SlackSink
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import REPO, stuck_lock_rules, wait_for
 from tests.integration.test_exporter import by, get, scrape
 

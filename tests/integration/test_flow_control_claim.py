@@ -12,7 +12,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from outbox_monitor import outbox, schema
+from outbox_monitor import outbox
+from outbox_monitor.store import schema
 from tests.flow import (
     BREAKER,
     ack_n,

@@ -2,9 +2,9 @@
 type and control, in ``status --json``, the figure registry and ``/metrics``, on hand-built
 rows: crm.contact 3 due, crm.deal 2 due (+1 in backoff), order.paid 4 due."""
 
-from outbox_monitor import metrics
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures import metrics
+from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow import controls as flow
 from tests.integration.test_exporter import by, running_exporter, scrape
 

@@ -18,9 +18,9 @@ from subprocess import Popen
 
 import psycopg
 
-from outbox_monitor.config import ENV_PREFIX
+from outbox_monitor.config.settings import ENV_PREFIX
 from outbox_monitor.demo.pgcluster import free_port
-from outbox_monitor.hang_watch import HANG_FLOOR_SECONDS
+from outbox_monitor.service.hang_watch import HANG_FLOOR_SECONDS
 from tests.alerting import REPO, stuck_lock_rules, wait_for
 from tests.integration import test_fleet_scheduler
 from tests.integration.test_exporter import get

@@ -19,19 +19,19 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from outbox_monitor import metrics
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.pgstandby import TemporaryStandby
+from outbox_monitor.figures import metrics
 from outbox_monitor.health.horizon import PREPARED, SESSION, SLOT, horizon, xmin_horizon_age
 from outbox_monitor.health.status import health_status
 from outbox_monitor.health.table import index_sizes, table_health
 from outbox_monitor.health.vacuum import vacuums_running
-from outbox_monitor.sampler import record_sample
-from outbox_monitor.schema import init_db
+from outbox_monitor.service.sampler import record_sample
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import notifications
 from tests.health import (
     ack_all,

@@ -7,10 +7,10 @@ import psycopg
 from psycopg import IsolationLevel, sql
 
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.health.horizon import PREPARED, horizon
 from outbox_monitor.health.horizon_memory import FROM_BEGIN, FROM_STATEMENT
+from outbox_monitor.store.db import Database
 from tests.alerting import oncall_rules
 
 READER = "long-batch-reader"

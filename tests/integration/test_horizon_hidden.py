@@ -10,13 +10,13 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.figures import FIGURES
+from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.health.horizon import horizon
 from outbox_monitor.health.horizon_memory import FROM_FIRST_SEEN, UNKNOWN_HIDDEN
 from outbox_monitor.health.status import health_status
+from outbox_monitor.store.db import Database
 from tests.alerting import oncall_rules
 from tests.health import idle_in_transaction, plain_login, wait_until
 

@@ -10,9 +10,9 @@ import time
 import psycopg
 from psycopg import IsolationLevel
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.health.horizon import horizon
+from outbox_monitor.store.db import Database
 from tests.health import plain_login
 
 

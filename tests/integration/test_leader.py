@@ -13,10 +13,10 @@ from psycopg.rows import dict_row
 
 from outbox_monitor.alerts.leader import Leadership
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import (
     drain,
     leader_pids,
@@ -86,7 +86,7 @@ def test_a_follower_whose_idle_connection_died_reconnects_without_error(settings
 def test_a_killed_leader_process_frees_the_lock(settings, dsn):
     env = subprocess_env(dsn)
     code = (
-        "import time; from outbox_monitor.config import load_settings; "
+        "import time; from outbox_monitor.config.settings import load_settings; "
         "from outbox_monitor.alerts.leader import Leadership; "
         "lead = Leadership(load_settings()); assert lead.try_acquire(); "
         "print('leading', flush=True); time.sleep(60)"

@@ -24,13 +24,13 @@ from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence, expire_silence
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.db_errors import mapped_errors
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import PermissionDenied
-from outbox_monitor.grants import Roles, grant_statements
-from outbox_monitor.sampler import record_sample
-from outbox_monitor.schema import check_outbox_table, init_db
+from outbox_monitor.service.sampler import record_sample
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import mapped_errors
+from outbox_monitor.store.grants import Roles, grant_statements
+from outbox_monitor.store.schema import check_outbox_table, init_db
 from tests.alerting import notifications, rules_file
 
 CLI = str(Path(sys.prefix) / "bin" / "outbox-monitor")

@@ -4,10 +4,10 @@ length; our history keys them): the sampler still records every figure, keyed by
 
 import hashlib
 
+from outbox_monitor.figures.workers import workers
 from outbox_monitor.outbox import ack
-from outbox_monitor.sampler import record_sample
+from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.units import MAX_KEY_CHARS, bounded_key
-from outbox_monitor.workers import workers
 
 # 4,800 hex digits: incompressible enough that Postgres cannot fit them in a 2,704-byte entry
 LONG = "".join(hashlib.md5(str(n).encode()).hexdigest() for n in range(150))

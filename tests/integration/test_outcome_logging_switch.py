@@ -16,10 +16,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from outbox_monitor import outbox, schema
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.queries import migration_files
+from outbox_monitor import outbox
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.store import schema
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.queries import migration_files
 from tests.flow import BREAKER, ack_n, breaker_state, fail_n, transitions, worker_login
 
 TABLE = "integration_outbox"

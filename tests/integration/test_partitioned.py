@@ -18,18 +18,19 @@ import pytest
 from click.testing import CliRunner
 from psycopg.rows import dict_row
 
-from outbox_monitor import outbox, partitioned_indexes, partitioning, schema
+from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import partition_detach, partitions
 from outbox_monitor.actions.partition_lines import preview_lines
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.run import apply
 from outbox_monitor.cli import main
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.partitioned import create_partitioned_outbox
 from outbox_monitor.errors import PartitioningUnsupported
-from outbox_monitor.indexes import (
+from outbox_monitor.store import partitioned_indexes, partitioning, schema
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.indexes import (
     FLOW_CONTROL_INDEX,
     RECOMMENDED_INDEXES,
     index_name,

@@ -9,18 +9,18 @@ import uuid
 import psycopg
 import pytest
 
-from outbox_monitor import events
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.measure import offenders
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.browse import events
+from outbox_monitor.browse.events import EventFilter
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import AccessDenied, PermissionDenied
-from outbox_monitor.events import EventFilter
-from outbox_monitor.redaction import redactor_for
-from outbox_monitor.value_detectors import REDACTED
+from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.privacy.value_detectors import REDACTED
+from outbox_monitor.store.db import Database
 from tests.alerting import notifications
 from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
 

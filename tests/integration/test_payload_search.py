@@ -8,16 +8,16 @@ import json
 import pytest
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.db import Database
-from outbox_monitor.errors import AccessDenied, QueryTimeout
-from outbox_monitor.payload_plan import explain_search
-from outbox_monitor.payload_search import (
+from outbox_monitor.browse.payload_plan import explain_search
+from outbox_monitor.browse.payload_search import (
     PayloadSearchTimeout,
     SearchInputError,
     payload_search,
     search_payloads,
 )
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.errors import AccessDenied, QueryTimeout
+from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.store.db import Database
 
 OPERATOR = Identity("olga@example.com", Role.operator, "oidc")
 VIEWER = Identity("vic@example.com", Role.viewer, "oidc")

@@ -8,14 +8,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from outbox_monitor import schema
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.browse.payload_plan import explain_search
+from outbox_monitor.browse.payload_search import payload_search, search_payloads
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.health.claim_plan import claim_health, record_claim_plans
 from outbox_monitor.health.status import health_status
-from outbox_monitor.payload_plan import explain_search
-from outbox_monitor.payload_search import payload_search, search_payloads
-from outbox_monitor.redaction import redactor_for
+from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.store import schema
+from outbox_monitor.store.db import Database
 from tests.integration.test_payload_search import VIEWER
 
 

@@ -25,15 +25,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from outbox_monitor.alerts.rules import SEVERITIES
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
-from outbox_monitor.config import DEFAULT_WINDOW_SECONDS, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import DEFAULT_WINDOW_SECONDS, load_settings
 from outbox_monitor.durations import duration_label
-from outbox_monitor.figures import FIGURES
-from outbox_monitor.filters import like_escape
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.scheduler import build_scheduler
-from outbox_monitor.scheduler_status import SchedulerStatus
-from outbox_monitor.schema import init_db
+from outbox_monitor.export.server import MetricsServer
+from outbox_monitor.figures.registry import FIGURES
+from outbox_monitor.service.scheduler import build_scheduler
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import like_escape
+from outbox_monitor.store.schema import init_db
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_PATH = REPO / "deploy" / "prometheus" / "rules.yml"

@@ -6,13 +6,13 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from outbox_monitor import schema
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.run import apply
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.schema import create_outbox_table
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.store import schema
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import create_outbox_table
 
 DAY = 86400
 ACTOR = Identity("oncall@example.com", Role.operator, "oidc")

@@ -23,13 +23,13 @@ from psycopg.rows import dict_row
 from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.cli import main
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ReadOnlyDatabase
-from outbox_monitor.metrics_server import MetricsServer
-from outbox_monitor.replica import replica_status
-from outbox_monitor.scheduler_status import SchedulerStatus
+from outbox_monitor.export.server import MetricsServer
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.standby import replica_status
 from tests.alerting import running_scheduler, stuck_lock_rules, subprocess_env, wait_for
 from tests.conftest import Rows
 

@@ -4,9 +4,9 @@ import time
 
 import psycopg
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.replica import replica_status
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.standby import replica_status
 
 
 def test_a_disconnected_standby_is_not_reported_as_lag_0(replica_db):

@@ -2,9 +2,9 @@
 
 import pytest
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
-from outbox_monitor.sampler import HEADLINE, record_sample
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.service.sampler import HEADLINE, record_sample
+from outbox_monitor.store.db import Database
 
 TOLERANCE = 2.0  # seconds between inserting the rows and sampling them
 

@@ -11,11 +11,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from outbox_monitor.config import ENV_PREFIX, load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import ENV_PREFIX, load_settings
 from outbox_monitor.errors import TableMissing
-from outbox_monitor.jobs import SAMPLER_JOB_ID
-from outbox_monitor.scheduler import build_scheduler, run_scheduler
+from outbox_monitor.service.jobs import SAMPLER_JOB_ID
+from outbox_monitor.service.scheduler import build_scheduler, run_scheduler
+from outbox_monitor.store.db import Database
 from tests.alerting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,8 +86,8 @@ def test_run_scheduler_samples_until_sigterm(dsn):
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env.update(OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_SAMPLE_INTERVAL="1")
     code = (
-        "from outbox_monitor.config import load_settings; "
-        "from outbox_monitor.scheduler import run_scheduler; run_scheduler(load_settings())"
+        "from outbox_monitor.config.settings import load_settings; "
+        "from outbox_monitor.service.scheduler import run_scheduler; run_scheduler(load_settings())"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True

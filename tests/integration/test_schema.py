@@ -3,11 +3,12 @@
 import psycopg
 import pytest
 
-from outbox_monitor import indexes, metrics, schema
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
-from outbox_monitor.queries import migration_files
+from outbox_monitor.figures import metrics
+from outbox_monitor.store import indexes, schema
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.queries import migration_files
 from tests.at_once import run_at_once
 
 

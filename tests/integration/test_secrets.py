@@ -16,11 +16,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outbox_monitor import metrics
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.errors import ConfigError, DatabaseUnavailable
+from outbox_monitor.figures import metrics
+from outbox_monitor.store.db import Database
 from tests.least_privilege import (
     PASSWORD,
     PASSWORD_LOGIN,

@@ -7,9 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from outbox_monitor import error_grouping, metrics
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.simulate import (
     EVENT_MIX,
     PERMANENT_EVENT_TYPE,
@@ -19,8 +17,10 @@ from outbox_monitor.demo.simulate import (
     recorded_error,
     run_simulation,
 )
+from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.outbox import PermanentError
-from outbox_monitor.schema import init_db
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 
 FAILING_TYPES = {PERMANENT_EVENT_TYPE, "notification.email"}  # 401 and bounces
 WORKER_ID = re.compile(r"^sim-worker-\d+@\S+$")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from outbox_monitor.queries import compose
+from outbox_monitor.store.queries import compose
 
 MANY = 20_000
 """Error groups and breaker transitions inserted, one a minute back from a fixed now (≈ 14

@@ -9,14 +9,14 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from outbox_monitor import uninstall as uninstall_module
 from outbox_monitor.cli import main
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.partitioned import create_partitioned_outbox
 from outbox_monitor.errors import ActionRefused
-from outbox_monitor.schema import init_db
-from outbox_monitor.uninstall import plan_uninstall, uninstall
+from outbox_monitor.store import uninstall as uninstall_module
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
+from outbox_monitor.store.uninstall import plan_uninstall, uninstall
 
 PRODUCT_INDEXES = [
     "integration_outbox_clock_skew_idx",

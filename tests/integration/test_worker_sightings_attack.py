@@ -3,8 +3,8 @@ review's attack): a row seen in one worker's hand, then reaped or retried and fi
 another worker between two passes, is no ack of the first (a crashed worker must not look
 alive); a worker idle at two passes is not written again at every pass."""
 
+from outbox_monitor.figures.worker_sightings import record_workers
 from outbox_monitor.outbox import ack, claim, fail
-from outbox_monitor.worker_sightings import record_workers
 
 
 def _seen(conn) -> dict:

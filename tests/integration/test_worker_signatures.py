@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from outbox_monitor.queries import all_queries, compose, migration_files
+from outbox_monitor.store.queries import all_queries, compose, migration_files
 
 REPO = Path(__file__).resolve().parents[2]
 CALL = re.compile(r"outbox_monitor\.(\w+)\s*\(")

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from outbox_monitor.config import ENV_PREFIX
+from outbox_monitor.config.settings import ENV_PREFIX
 from outbox_monitor.demo.n8n_install import N8N_HOME_ENV
 from outbox_monitor.demo.pgcluster import free_port
 

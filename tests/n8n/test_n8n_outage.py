@@ -43,7 +43,7 @@ from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, Downstream, poller_s
 from outbox_monitor.demo.n8n import POLLER_ID, N8n
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.flow import controls as flow
-from outbox_monitor.scheduler import build_scheduler
+from outbox_monitor.service.scheduler import build_scheduler
 from tests.alerting import wait_for
 from tests.n8n.conftest import TOKEN
 from tests.n8n.test_n8n_poller import fast_forward_retries, wait_settled

@@ -3,8 +3,10 @@
 One scenario, in the order an on-call engineer would live it:
 
 1. n8n starts with only outbox-nudge active. 20 events are published; the downstream
-   holds every call; one nudge makes the poller claim and call at once; n8n is killed
-   (SIGKILL) while that batch is in flight. The credentials are generated from the DSN.
+   holds every call; one ``outbox_monitor.nudge`` after the commit makes the poller claim
+   and call at once (a nudge to a webhook n8n does not know is refused, logged, and
+   returns False); n8n is killed (SIGKILL) while that batch is in flight. The credentials
+   are generated from the DSN.
 2. 80 more events, with scripted faults: 401 (always, until fixed), 500 once or twice,
    "timeout" (the effect is applied, the answer never comes). The shipped credential
    files (reading PG* variables) replace the generated ones; n8n is started again with
@@ -19,11 +21,10 @@ One scenario, in the order an on-call engineer would live it:
 """
 
 import json
+import logging
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+import outbox_monitor
 from outbox_monitor import outbox
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, LEDGER_PATH, Downstream, poller_settings
 from outbox_monitor.demo.n8n import NUDGE_ID, POLLER_ID, N8n
@@ -119,21 +121,6 @@ def publish(conn: psycopg.Connection, events: list[tuple[str, str]]) -> None:
             )
 
 
-def nudge(n8n: N8n, event_key: str, timeout: float = 10.0) -> int:
-    """POST ``{"event_key": …}`` to the outbox-nudge webhook; returns the HTTP status."""
-    request = urllib.request.Request(
-        n8n.nudge_url,
-        data=json.dumps({"event_key": event_key}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-
-
 def requests_for(downstream: Downstream, key: str) -> list:
     return [request for request in downstream.requests if request.event_key == key]
 
@@ -144,7 +131,7 @@ def retry_delay(row: dict[str, Any], downstream: Downstream) -> float:
 
 
 def test_poller_and_nudge_apply_every_effect_once_through_faults_crash_and_replay(
-    dsn: str, n8n_binary, downstream: Downstream
+    dsn: str, n8n_binary, downstream: Downstream, caplog: pytest.LogCaptureFixture
 ):
     started = time.monotonic()
     kinds = (PAYMENT, NOTIFICATION)
@@ -189,8 +176,28 @@ def test_poller_and_nudge_apply_every_effect_once_through_faults_crash_and_repla
         n8n.setup(activate=(NUDGE_ID,))
         n8n.start()
         downstream.hold()
-        publish(conn, first)
-        assert nudge(n8n, first[0][1]) == 202
+        publish(conn, first)  # committed: the nudge comes after
+        with caplog.at_level(logging.WARNING, logger="outbox_monitor.outbox"):
+            assert outbox_monitor.nudge(f"{n8n.url}/webhook/no-such-nudge") is False
+        assert [r.getMessage() for r in caplog.records if r.name == "outbox_monitor.outbox"] == [
+            f"nudge of {n8n.url} not delivered: HTTP 404 Not Found; "
+            "the worker claims the row at its next poll"
+        ]
+        sent = time.monotonic()
+        assert outbox_monitor.nudge(n8n.nudge_url, event_key=first[0][1])  # 202 on receipt
+        answered = time.monotonic()
+
+        def claimed_by_the_nudge() -> bool:
+            rows = conn.execute(
+                "SELECT count(*) AS n FROM integration_outbox WHERE status = 'processing'"
+            ).fetchone()
+            return rows["n"] == BATCH
+
+        assert wait_for(claimed_by_the_nudge, timeout=30)
+        print(
+            f"\nnudge answered in {answered - sent:.3f} s; "
+            f"batch claimed {time.monotonic() - sent:.2f} s after the nudge"
+        )
 
         def in_flight_and_every_slot_called() -> bool:
             slots = conn.execute("SELECT count(*) AS n FROM integration_idempotency").fetchone()

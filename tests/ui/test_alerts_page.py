@@ -10,7 +10,6 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from rendered import plain, unprotected
 
-from outbox_monitor import error_grouping
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules import RuleSet
@@ -19,6 +18,7 @@ from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence
 from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.figures import error_grouping
 from outbox_monitor.ui import alert_rules, state
 
 PAGE = "alerts"

@@ -6,10 +6,10 @@ import pytest
 import streamlit as st
 from rendered import plain
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.health.claim_plan import record_claim_plans
 from outbox_monitor.health.statements import NOT_INSTALLED
+from outbox_monitor.store.db import Database
 from tests.claim_health import HARMFUL_INDEX, create_harmful_index, drop_harmful_index
 
 PAGE = "health"

@@ -5,7 +5,7 @@ The cap is set low (``estimates.DASHBOARD_COUNT_CAP``) so the tables stay small;
 ``ANALYZE`` the planner's estimate of a table this small equals the count worked out by hand.
 """
 
-from outbox_monitor import dead_letter_attempts, estimates
+from outbox_monitor.figures import dead_letter_attempts, estimates
 
 ACTOR = "ui-test"  # set by the open_page fixture
 

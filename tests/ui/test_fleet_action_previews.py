@@ -6,7 +6,7 @@ import os
 
 import psycopg
 
-from outbox_monitor.value_detectors import REDACTED
+from outbox_monitor.privacy.value_detectors import REDACTED
 from tests.integration.test_fleet_cli import two_outboxes
 from tests.ui.test_dead_letters_page import TIMEOUTS, seed
 from tests.ui.test_payload_search_page import found_ids, search

@@ -7,7 +7,7 @@ import time
 import streamlit as st
 from rendered import plain
 
-from outbox_monitor.sampler import record_sample
+from outbox_monitor.service.sampler import record_sample
 from tests.health import ack_all, autovacuum_off, flush_statistics, idle_in_transaction, plain_login
 
 PAGE = "health"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from rendered import plain
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.error_grouping import error_groups
+from outbox_monitor.figures.error_grouping import error_groups
 from outbox_monitor.ui import alert_rules, firing_alerts, rule_state
 from tests.alerting import evaluate_as_scheduler, rules_file
 from tests.flow import control

@@ -143,7 +143,7 @@ def test_a_type_named_like_the_charts_own_columns_is_drawn(open_page, rows, conn
 
 
 def test_a_type_named_past_a_btree_entry_is_sampled_and_has_its_sparkline(open_page, rows, db):
-    from outbox_monitor.sampler import record_sample
+    from outbox_monitor.service.sampler import record_sample
     from tests.integration.test_long_names import LONG
 
     rows.add(event_type=LONG, event_key="k:long", created_ago=30)

@@ -7,8 +7,8 @@ import json
 
 from conftest import ACTOR
 
-from outbox_monitor import error_grouping
-from outbox_monitor.value_detectors import REDACTED
+from outbox_monitor.figures import error_grouping
+from outbox_monitor.privacy.value_detectors import REDACTED
 from tests.privacy_samples import ERROR, ERROR_SHOWN, EXPECTED, PAYLOAD, RAW
 
 R = REDACTED

@@ -1,6 +1,6 @@
 """The read-replica banner's text (``banners.describe_replica``), without a server."""
 
-from outbox_monitor.replica import ReplicaStatus
+from outbox_monitor.store.standby import ReplicaStatus
 from outbox_monitor.ui.banners import describe_replica
 
 PRIMARY = ReplicaStatus(in_recovery=False, lag_seconds=0.0, target="u@primary:5432/app")

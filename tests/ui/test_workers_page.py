@@ -7,7 +7,7 @@ import re
 import streamlit as st
 from rendered import plain
 
-from outbox_monitor.worker_sightings import record_workers
+from outbox_monitor.figures.worker_sightings import record_workers
 
 PAGE = "workers"
 SLACK_SECONDS = 15

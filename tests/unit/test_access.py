@@ -7,9 +7,9 @@ import tomllib
 import pytest
 
 from outbox_monitor.access import Identity, Role, local_identity, require, role_for
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import AccessDenied, ConfigError
-from outbox_monitor.serve import check_exposure, oidc_secrets
+from outbox_monitor.service.serve import check_exposure, oidc_secrets
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from outbox_monitor.config import DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, load_settings
+from outbox_monitor.config.settings import DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, load_settings
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.health.claim_verdicts import (
     MIN_TABLE_ROWS,

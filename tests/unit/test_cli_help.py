@@ -10,7 +10,7 @@ import click
 from click.testing import CliRunner
 
 from outbox_monitor.cli import main
-from outbox_monitor.config import ENV_PREFIX, Settings
+from outbox_monitor.config.settings import ENV_PREFIX, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ISSUE = re.compile(r"\bissues? \d+", re.IGNORECASE)
@@ -110,7 +110,7 @@ def test_the_top_level_help_cites_every_section_of_the_spec():
 
 def test_the_demo_fleet_is_as_its_help_and_the_docs_say(tmp_path):
     from outbox_monitor.demo.fleet import DEMO_FLEET, write_fleet_file
-    from outbox_monitor.demo.run import DEMO_LOCK_TIMEOUT
+    from outbox_monitor.demo.lifecycle import DEMO_LOCK_TIMEOUT
 
     databases = {member.name: member.database for member in DEMO_FLEET}
     assert databases == {"orders": "shop", "billing": "shop", "notifications": "comms"}

@@ -1,8 +1,8 @@
 import pytest
 
-from outbox_monitor.config import load_settings
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.config.values import split_table_name
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.setting_values import split_table_name
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@ variables (never the password)."""
 
 import pytest
 
-from outbox_monitor.db_errors import describe_target
+from outbox_monitor.store.db_errors import describe_target
 
 PG_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE", "PGPASSWORD")
 

@@ -5,9 +5,9 @@ import re
 from pathlib import Path
 
 from outbox_monitor.alerts.rules import FIGURES as RULE_METRICS
-from outbox_monitor.exporter import OPEN_FAMILIES
-from outbox_monitor.exporter_labels import WINDOWED_METRICS
-from outbox_monitor.figures import (
+from outbox_monitor.export.collector import OPEN_FAMILIES
+from outbox_monitor.export.labels import WINDOWED_METRICS
+from outbox_monitor.figures.registry import (
     CLAIM_FIGURES,
     FIGURES,
     FLOW_FIGURES,
@@ -15,7 +15,7 @@ from outbox_monitor.figures import (
     SAMPLED,
     WORKER_FIGURES,
 )
-from outbox_monitor.sampler import HEADLINE
+from outbox_monitor.service.sampler import HEADLINE
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "SPEC.md"
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.fleet import FLEET_ENV, SINGLE, FleetError, load_fleet
+from outbox_monitor.config.fleet import FLEET_ENV, SINGLE, FleetError, load_fleet
+from outbox_monitor.config.settings import load_settings
 
 ENV = {
     "ORDERS_DSN": "postgresql://monitor@db-a/orders",
@@ -184,7 +184,7 @@ def test_the_dashboards_fleet_scheduler_writes_through_the_actions_dsn(tmp_path,
     """``dashboard --with-scheduler``: an outbox without ``primary_dsn_env`` writes through
     its ``actions_dsn_env``; one with a primary keeps it; one with neither writes through
     its ``dsn_env`` (``primary_target``)."""
-    from outbox_monitor.fleet_scheduler import writing_with_actions
+    from outbox_monitor.service.fleet_scheduler import writing_with_actions
 
     text = TWO + "    actions_dsn_env: BILLING_ACTIONS\n  - {name: plain, dsn_env: BILLING_DSN}\n"
     env = {**ENV, "BILLING_ACTIONS": "postgresql://operator@db-b/billing"}

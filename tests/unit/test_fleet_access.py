@@ -5,8 +5,8 @@ and the field."""
 import pytest
 
 from outbox_monitor.access import Role, role_for
-from outbox_monitor.config import load_settings
-from outbox_monitor.fleet import FleetError, load_fleet
+from outbox_monitor.config.fleet import FleetError, load_fleet
+from outbox_monitor.config.settings import load_settings
 
 ENV = {"A_DSN": "postgresql://monitor@db-a/a", "B_DSN": "postgresql://monitor@db-b/b"}
 FILE = """

@@ -3,7 +3,7 @@ value from a database, the file or libpq is escaped, so none becomes markup or a
 
 import re
 
-from outbox_monitor.fleet_figures import OutboxRow
+from outbox_monitor.figures.fleet_figures import OutboxRow
 from outbox_monitor.ui.fleet import table
 
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from outbox_monitor.forecast import (
+from outbox_monitor.figures.forecast import (
     MIN_SAMPLES,
     drain_eta,
     drain_eta_of,

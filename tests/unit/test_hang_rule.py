@@ -1,13 +1,13 @@
 """The hang watch's threshold and its reading of the running jobs (``hang_watch``,
-``running_jobs``), on a clock of the test's own: values by hand."""
+``service.job_activity``), on a clock of the test's own: values by hand."""
 
 import threading
 
 import pytest
 
-from outbox_monitor.config import load_settings
-from outbox_monitor.hang_watch import hang_after
-from outbox_monitor.running_jobs import Hang, RunningJobs
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.service.hang_watch import hang_after
+from outbox_monitor.service.job_activity import Hang, RunningJobs
 
 
 @pytest.mark.parametrize(

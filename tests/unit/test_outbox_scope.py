@@ -18,8 +18,8 @@ from outbox_monitor.alerts.outbox_scope import (
     with_scope,
 )
 from outbox_monitor.alerts.rules_file import RulesError, load_rules
-from outbox_monitor.config import load_settings
-from outbox_monitor.fleet import Fleet, Outbox
+from outbox_monitor.config.fleet import Fleet, Outbox
+from outbox_monitor.config.settings import load_settings
 
 SETTINGS = load_settings(dsn="postgresql://monitor@localhost/app")
 ORDERS = Outbox("orders", SETTINGS.of_fleet_outbox("orders"), {"team": "checkout"})

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from outbox_monitor.filters import Where, like_escape
-from outbox_monitor.queries import all_queries, compose, migration_files, parse_queries
+from outbox_monitor.store.filters import Where, like_escape
+from outbox_monitor.store.queries import all_queries, compose, migration_files, parse_queries
 
 
 def test_every_block_has_a_description_and_sql():
@@ -37,11 +37,15 @@ def test_migrations_are_numbered_from_one():
 
 
 def test_the_python_names_sql_comments_cite_exist():
-    # e.g. "indexes.FLOW_CONTROL_INDEX": a module of the package and a constant it defines
+    # e.g. "store.indexes.FLOW_CONTROL_INDEX": a module of the package and a constant it defines
     # (migrations are applied by version number, not checksummed: a comment may be corrected)
     texts = [text for _, _, text in migration_files()]
     texts += [q.description for q in all_queries().values()]
-    cited = {m for text in texts for m in re.findall(r"\b([a-z_]+)\.([A-Z][A-Z0-9_]{2,})\b", text)}
+    cited = {
+        m
+        for text in texts
+        for m in re.findall(r"\b([a-z_]+(?:\.[a-z_]+)*)\.([A-Z][A-Z0-9_]{2,})\b", text)
+    }
     assert cited
     for module, name in sorted(cited):
         source = Path(importlib.util.find_spec(f"outbox_monitor.{module}").origin).read_text()

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from outbox_monitor.config import DEFAULT_REDACT_KEYS, load_settings
+from outbox_monitor.config.settings import DEFAULT_REDACT_KEYS, load_settings
 from outbox_monitor.errors import ConfigError
-from outbox_monitor.redaction import Redactor, redactor_for
-from outbox_monitor.value_detectors import REDACTED, check_value_detector, redact_cards
+from outbox_monitor.privacy.redaction import Redactor, redactor_for
+from outbox_monitor.privacy.value_detectors import REDACTED, check_value_detector, redact_cards
 
 
 def luhn_valid(digits: str) -> bool:

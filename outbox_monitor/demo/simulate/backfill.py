@@ -15,7 +15,7 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
-from outbox_monitor.config import Settings
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.demo.simulate.traffic import (
     SLOW_HANDLER_SECONDS,
     Event,
@@ -28,7 +28,7 @@ from outbox_monitor.demo.simulate.traffic import (
 from outbox_monitor.demo.simulate.workers import DEFAULT_CRASH_EVERY, POLL_INTERVAL, worker_id
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.outbox import PermanentError
-from outbox_monitor.queries import compose
+from outbox_monitor.store.queries import compose
 
 log = logging.getLogger(__name__)
 

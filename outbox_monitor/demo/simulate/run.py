@@ -7,14 +7,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from outbox_monitor.config import Settings
-from outbox_monitor.db import Database
+from outbox_monitor.config.settings import Settings
 from outbox_monitor.demo.outage import DownstreamOutage
 from outbox_monitor.demo.simulate.backfill import backfill_history
 from outbox_monitor.demo.simulate.traffic import TrafficGenerator
 from outbox_monitor.demo.simulate.workers import DEFAULT_CRASH_EVERY, Stats, Worker, publish_until
-from outbox_monitor.scheduler import interrupt_on_sigterm
-from outbox_monitor.schema import check_outbox_table
+from outbox_monitor.service.scheduler import interrupt_on_sigterm
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import check_outbox_table
 
 log = logging.getLogger(__name__)
 

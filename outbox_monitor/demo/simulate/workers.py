@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from outbox_monitor import outbox
-from outbox_monitor.config import DEFAULT_CLAIM_BATCH, Settings
+from outbox_monitor.config.settings import DEFAULT_CLAIM_BATCH, Settings
 from outbox_monitor.demo.outage import OUTAGE_ERROR, DownstreamError, DownstreamOutage
 from outbox_monitor.demo.simulate.traffic import (
     Event,

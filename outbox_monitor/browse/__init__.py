@@ -1,0 +1,3 @@
+"""Browsing single events: keyset lists, detail, payload search and its plan.
+
+Nothing here changes a row."""

@@ -1,0 +1,371 @@
+"""Settings from the environment, validated at start; every default is a named constant."""
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AliasChoices,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from outbox_monitor.config.values import (
+    CommaList,
+    OptionalSeconds,
+    Seconds,
+    check_dsn,
+    check_header_name,
+    check_oidc_secret,
+    check_oidc_url,
+    check_role_entries,
+    interface_address,
+    split_table_name,
+)
+from outbox_monitor.errors import ConfigError
+from outbox_monitor.privacy.value_detectors import check_value_detector
+
+ENV_PREFIX = "OUTBOX_MONITOR_"
+DEFAULT_TABLE = "public.integration_outbox"
+DEFAULT_LEDGER_TABLE_NAME = "integration_idempotency"
+DEFAULT_LOCK_TIMEOUT_SECONDS = 15 * 60.0
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_WINDOW_SECONDS = 3600.0
+DEFAULT_STATEMENT_TIMEOUT_SECONDS = 5.0
+MIN_TIMEOUT_SECONDS = 1.0
+"""The shortest lock timeout and Slack timeout accepted: under a second every in-flight row
+would count as stuck (and be reaped with auto-reap on), every Slack post would time out."""
+MAX_STATEMENT_TIMEOUT_SECONDS = 2_147_483.0
+"""Postgres' largest statement_timeout (2^31 - 1 ms, ≈ 24.8 days); a value under 1 ms is
+sent as 1 ms (``db._connection_kwargs``), never as 0, which means no timeout."""
+DEFAULT_SAMPLE_INTERVAL_SECONDS = 15.0
+DEFAULT_MAX_REPLICA_LAG_SECONDS = 60.0
+"""The scheduler evaluates no rule (and records no sample) from a read DSN that is a hot
+standby lagging more than this (``OUTBOX_MONITOR_MAX_REPLICA_LAG``); it alerts that instead."""
+DEFAULT_SAMPLE_RETENTION_SECONDS = 7 * 86400.0
+DEFAULT_AUDIT_RETENTION_SECONDS = 400 * 86400.0
+"""The audit log's rows of the table are kept this long (``OUTBOX_MONITOR_AUDIT_RETENTION``):
+more than a year, for yearly reviews."""
+DEFAULT_ALERT_HISTORY_RETENTION_SECONDS = 90 * 86400.0
+"""Alert transitions and delivered notifications are kept this long
+(``OUTBOX_MONITOR_ALERT_HISTORY_RETENTION``)."""
+DEFAULT_BREAKER_LOG_RETENTION_SECONDS = 90 * 86400.0
+"""The table's breaker transitions are kept this long (``OUTBOX_MONITOR_BREAKER_LOG_RETENTION``)."""
+MIN_OWN_RETENTION_SECONDS = 86400.0
+"""The retentions of the product's own logs are at least a day (a shorter one is a typo for
+days, and would empty the timeline)."""
+DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS = 300.0
+"""How often the scheduler EXPLAINs the workers' claim (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``):
+planning only, ≈ 1 ms per statement (``health.claim_plan``)."""
+DEFAULT_REFRESH_SECONDS = 10.0
+DEFAULT_CLAIM_BATCH = 50
+DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
+"""The dashboard the buttons of Slack messages link to when ``OUTBOX_MONITOR_DASHBOARD_URL``
+is unset."""
+DEFAULT_METRICS_PORT = 9108
+"""Port of the scheduler's ``/metrics`` and ``/healthz`` (0 disables the server)."""
+DEFAULT_METRICS_ADDRESS = "127.0.0.1"
+"""Interface of that server; ``0.0.0.0`` in a container so Prometheus can reach it."""
+DEFAULT_METRICS_TOP_EVENT_TYPES = 10
+"""Event types labelled one by one on ``/metrics``; the rest are summed as ``other``."""
+MAX_METRICS_TOP_EVENT_TYPES = 200
+DEFAULT_OVERVIEW_TOP_EVENT_TYPES = 20
+"""Event types with a row of their own in the Overview's table by event type, most troubled
+first; the rest share one row ``other`` (``OUTBOX_MONITOR_OVERVIEW_TOP_EVENT_TYPES``, at most
+``MAX_METRICS_TOP_EVENT_TYPES``)."""
+DEFAULT_METRICS_CACHE_SECONDS = 5.0
+"""A scrape reuses figures computed less than this long ago (several Prometheus replicas)."""
+MAX_METRICS_CACHE_SECONDS = 300.0
+DEFAULT_SLACK_TIMEOUT_SECONDS = 10.0
+"""Timeout of each Slack request (connect, then each read), seconds."""
+MIN_AUTO_PRUNE_SECONDS = 86400.0
+"""Automatic prune refuses retentions under one day (as ``actions.prune.preview_prune`` does)."""
+DEFAULT_PROXY_HEADER = "X-Forwarded-Email"
+DEFAULT_REDACT_KEYS = (
+    "*email*",
+    "*phone*",
+    "card*",
+    "*card_number*",
+    "*cvv*",
+    "*iban*",
+    "*ssn*",
+    "*token*",
+    "*secret*",
+    "*password*",
+    "*auth*",
+    "*api*key*",
+    "*credential*",
+)
+"""JSON key globs (case-insensitive, any depth) whose values are redacted for viewers."""
+DEFAULT_REDACT_VALUES = ("card", "email")
+"""Value detectors: ``card`` (Luhn-valid 13–19 digit numbers), ``email``, or a regex."""
+
+
+OIDC_FIELDS = (
+    "oidc_metadata_url",
+    "oidc_client_id",
+    "oidc_client_secret",
+    "oidc_cookie_secret",
+    "oidc_redirect_url",
+)
+"""Settings of OIDC sign-in, written into Streamlit's ``[auth]`` secrets at start."""
+
+
+class Settings(BaseSettings):
+    """Everything outbox-monitor needs to know, read from ``OUTBOX_MONITOR_*`` variables.
+
+    Durations are seconds (floats) once loaded; the environment may write ``15m``.
+    ``dsn`` comes from ``OUTBOX_MONITOR_DSN``, else ``DATABASE_URL``, else ``None``,
+    which lets libpq use its ``PG*`` variables.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        # A ValidationError's text must not quote a DSN or secret that was given.
+        hide_input_in_errors=True,
+    )
+
+    dsn: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OUTBOX_MONITOR_DSN", "DATABASE_URL", "dsn"),
+        repr=False,
+    )
+    actions_dsn: str | None = Field(default=None, repr=False)
+    primary_dsn: str | None = Field(default=None, repr=False)
+    registry_dsn: str | None = Field(default=None, repr=False)
+    table: str = DEFAULT_TABLE
+    ledger_table: str | None = None
+    lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
+    max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=1000)
+    window: Seconds = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
+    statement_timeout: Seconds = Field(
+        default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0, le=MAX_STATEMENT_TIMEOUT_SECONDS
+    )
+    sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
+    max_replica_lag: Seconds = Field(default=DEFAULT_MAX_REPLICA_LAG_SECONDS, gt=0)
+    sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
+    audit_retention: Seconds = DEFAULT_AUDIT_RETENTION_SECONDS
+    alert_history_retention: Seconds = DEFAULT_ALERT_HISTORY_RETENTION_SECONDS
+    breaker_log_retention: Seconds = DEFAULT_BREAKER_LOG_RETENTION_SECONDS
+    claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
+    refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
+    actor: str | None = None
+    metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    metrics_top_event_types: int = Field(
+        default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
+    )
+    metrics_cache: Seconds = Field(default=DEFAULT_METRICS_CACHE_SECONDS, ge=0)
+    overview_top_event_types: int = Field(
+        default=DEFAULT_OVERVIEW_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
+    )
+    slack_timeout: Seconds = Field(default=DEFAULT_SLACK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
+    dashboard_url: str = DEFAULT_DASHBOARD_URL
+    auto_reap: bool = False
+    auto_prune_done: OptionalSeconds = None
+    auto_prune_failed: OptionalSeconds = None
+    auth: Literal["local", "oidc", "proxy"] = "local"
+    insecure_no_auth: bool = False
+    oidc_metadata_url: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: SecretStr | None = None
+    oidc_cookie_secret: SecretStr | None = None
+    oidc_redirect_url: str | None = None
+    proxy_header: str = DEFAULT_PROXY_HEADER
+    proxy_groups_header: str | None = None  # read only when set (README, Security)
+    admins: CommaList = ()
+    operators: CommaList = ()
+    viewers: CommaList = ()
+    redact_keys: CommaList = DEFAULT_REDACT_KEYS
+    redact_values: CommaList = DEFAULT_REDACT_VALUES
+    # The fleet file's outbox these settings are of (``fleet.load_fleet``); never read from
+    # the environment: a fleet of one has ''.
+    _fleet_outbox: str = PrivateAttr(default="")
+
+    @field_validator("dsn", "actions_dsn", "primary_dsn", "registry_dsn")
+    @classmethod
+    def _check_dsn(cls, value: str | None) -> str | None:
+        return check_dsn(value)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _check_metrics_address(cls, value: str) -> str:
+        return interface_address(value)
+
+    @field_validator("dashboard_url")
+    @classmethod
+    def _check_dashboard_url(cls, value: str) -> str:
+        """The base of the links in Slack messages (read where messages are rendered,
+        ``alerts.message.dashboard_base_url``): an http(s) URL, or Slack refuses them."""
+        url = value.strip() or DEFAULT_DASHBOARD_URL
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+            raise ValueError(
+                f"expected the dashboard's http(s) URL, e.g. https://monitor.example.com, "
+                f"got {value!r} (the buttons of Slack messages link to it)"
+            )
+        return url
+
+    @field_validator("metrics_cache")
+    @classmethod
+    def _check_metrics_cache(cls, value: float) -> float:
+        if value > MAX_METRICS_CACHE_SECONDS:
+            raise ValueError(
+                f"at most {MAX_METRICS_CACHE_SECONDS:g} s (figures older than that mislead "
+                f"alerts), got {value:g} s"
+            )
+        return value
+
+    @field_validator("auto_prune_done", "auto_prune_failed")
+    @classmethod
+    def _check_auto_prune(cls, value: float | None) -> float | None:
+        if value is not None and value < MIN_AUTO_PRUNE_SECONDS:
+            raise ValueError(
+                f"retention is written in days (e.g. 30d for done, 90d for failed); "
+                f"at least 1d, got {value:g} s (leave it unset to keep rows)"
+            )
+        return value
+
+    @field_validator("audit_retention", "alert_history_retention", "breaker_log_retention")
+    @classmethod
+    def _check_own_retention(cls, value: float) -> float:
+        if value < MIN_OWN_RETENTION_SECONDS:
+            raise ValueError(
+                f"retention is written in days (e.g. 400d for the audit log, 90d for alert "
+                f"history); at least 1d, got {value:g} s"
+            )
+        return value
+
+    @field_validator("admins", "operators", "viewers")
+    @classmethod
+    def _check_role_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_role_entries(value)
+
+    @field_validator("redact_values")
+    @classmethod
+    def _check_redact_values(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            check_value_detector(entry)  # ValueError naming the entry
+        return value
+
+    @field_validator("proxy_header", "proxy_groups_header")
+    @classmethod
+    def _check_header(cls, value: str | None) -> str | None:
+        return check_header_name(value)
+
+    @field_validator("oidc_metadata_url", "oidc_redirect_url")
+    @classmethod
+    def _check_oidc_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_oidc_url(value, info.field_name)
+
+    @field_validator("oidc_cookie_secret", "oidc_client_secret")
+    @classmethod
+    def _check_oidc_secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        return check_oidc_secret(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _check_oidc(self) -> "Settings":
+        given = {name: getattr(self, name) is not None for name in OIDC_FIELDS}
+        if any(given.values()) and not all(given.values()):
+            missing = ", ".join(ENV_PREFIX + n.upper() for n, ok in given.items() if not ok)
+            raise ValueError(
+                f"OIDC sign-in needs all of its settings; missing {missing} (or set none "
+                "of them and configure [auth] in .streamlit/secrets.toml)"
+            )
+        return self
+
+    @property
+    def actions_target(self) -> str | None:
+        """The DSN of operator actions: ``actions_dsn``, else ``dsn`` (least privilege)."""
+        return self.actions_dsn or self.dsn
+
+    @property
+    def primary_target(self) -> str | None:
+        """The DSN every write of the scheduler goes through (its lease, samples, alert
+        state, notifications, automatic reap and prune): ``primary_dsn``, else ``dsn``.
+        ``dsn`` may then be a hot standby that serves the figures (``store.standby``)."""
+        return self.primary_dsn or self.dsn
+
+    @field_validator("table", "ledger_table")
+    @classmethod
+    def _check_table_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_table_name(value)
+        return value
+
+    @property
+    def fleet_outbox(self) -> str:
+        """The name of the fleet file's outbox these settings are of; ``""`` for the single
+        outbox of the ``OUTBOX_MONITOR_*`` settings. The alert state (instances, transitions,
+        notifications) is keyed by it (migration 017), so two outboxes of one database keep
+        theirs apart and a fleet of one keeps the keys it had before fleets."""
+        return self._fleet_outbox
+
+    def of_fleet_outbox(self, name: str) -> "Settings":
+        """A copy of these settings as those of the fleet file's outbox ``name``
+        (``fleet_outbox``)."""
+        copy = self.model_copy()
+        copy._fleet_outbox = name
+        return copy
+
+    @property
+    def table_parts(self) -> tuple[str, str]:
+        """``(schema, table)`` of the outbox table."""
+        return split_table_name(self.table)
+
+    @property
+    def ledger_parts(self) -> tuple[str, str]:
+        """``(schema, table)`` of the idempotency ledger (default: beside the outbox)."""
+        if self.ledger_table:
+            return split_table_name(self.ledger_table)
+        return self.table_parts[0], DEFAULT_LEDGER_TABLE_NAME
+
+
+def _variable_name(loc: tuple, overridden: set[str]) -> str:
+    if not loc:  # a check across several settings: its message names them
+        return "OUTBOX_MONITOR_*"
+    field = str(loc[0])
+    if field in ("OUTBOX_MONITOR_DSN", "DATABASE_URL"):
+        field = "dsn"
+    variable = ENV_PREFIX + field.upper()
+    return f"--{field.replace('_', '-')}" if field in overridden else variable
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read and validate the settings.
+
+    Args:
+        **overrides: field values that win over the environment (CLI options, tests);
+            ``None`` values are ignored so unset options keep the environment's value.
+
+    Returns:
+        A frozen ``Settings``.
+
+    Raises:
+        ConfigError: one line per invalid variable, naming it and what is wrong, e.g.
+            ``OUTBOX_MONITOR_LOCK_TIMEOUT: expected a duration such as 90s, ... got 'abc'``
+            (an override is named as its option: ``--table: ...``).
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as error:
+        lines, sources = [], set()
+        for problem in error.errors():
+            message = problem["msg"].removeprefix("Value error, ")
+            name = _variable_name(problem["loc"], set(given))
+            lines.append(f"{name}: {message}")
+            sources.add("option(s)" if name.startswith("--") else "environment variable(s)")
+        raise ConfigError(
+            "invalid configuration:\n  " + "\n  ".join(lines),
+            hint=f"Fix the {' and '.join(sorted(sources, reverse=True))} above; "
+            "the README lists every setting.",
+        ) from None

@@ -1,0 +1,203 @@
+"""The value types and checks of single settings: durations, comma lists, table names, interface
+addresses, DSNs, role entries, header names and OIDC values."""
+
+import ipaddress
+import json
+import re
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import BeforeValidator, SecretStr
+from pydantic_settings import NoDecode
+
+from outbox_monitor.durations import parse_duration
+
+_OFF = ("", "off", "none", "false", "no")
+_EMAIL_ENTRY = re.compile(r"(\*|[^\s,;@*]+)?@[^\s,;@*]+")
+"""A role entry naming an e-mail (``alice@example.com``), a domain (``@example.com``,
+``*@example.com``)."""
+_CLAIM_ENTRY = re.compile(r"[A-Za-z_][\w.:-]*=[^\s,;]+")
+"""A role entry matching an ID-token claim (``groups=oncall``)."""
+MIN_COOKIE_SECRET_CHARS = 32
+_NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
+_QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _optional_duration(value: object) -> float | None:
+    """A duration, or ``None`` for unset/empty/``off`` (a feature that is off)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    return parse_duration(value)
+
+
+OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_duration)]
+
+
+def _comma_list(value: object) -> object:
+    """``"a, b,,c"`` → ``("a", "b", "c")``; a JSON array (``'["\\d{3,4}", "card"]'``, for
+    entries that contain a comma) is read as JSON; a list or tuple is kept; ``off``/empty
+    → ``()``."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in _OFF:
+            return ()
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"not a JSON array of strings: {error}") from None
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise ValueError("expected a JSON array of strings")
+            return tuple(item.strip() for item in items if item.strip())
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return value
+
+
+CommaList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)]
+
+
+def split_table_name(name: str) -> tuple[str, str]:
+    """Split ``schema.table`` (or ``table``, meaning ``public.table``) into its two parts.
+
+    Args:
+        name: an unquoted Postgres name, optionally schema-qualified.
+
+    Returns:
+        ``(schema, table)``; each part later enters SQL only as ``psycopg.sql.Identifier``.
+
+    Raises:
+        ValueError: the name is not ``table`` or ``schema.table`` of letters, digits, ``_``.
+    """
+    match = _QUALIFIED.match(name.strip())
+    if not match:
+        raise ValueError(f"expected schema.table (letters, digits, _), got {name!r}")
+    return match.group(1) or "public", match.group(2)
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def interface_address(value: str) -> str:
+    """``value`` stripped when it is an IP literal (``127.0.0.1``, ``0.0.0.0``, ``::``) or
+    a host name of RFC 1123's form (``localhost``, ``monitor.internal``); whether it can
+    be bound is known only when the server starts (``export.server.MetricsServer.start``).
+
+    Raises:
+        ValueError: anything else (``1.2.3.999``, ``a_b``, ``http://x``), with an example.
+    """
+    address = value.strip()
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        pass
+    labels = address.removesuffix(".").split(".")
+    if (
+        len(address) > 253
+        or not all(_HOST_LABEL.fullmatch(label) for label in labels)
+        or labels[-1].isdigit()  # 1.2.3.999 is a bad IP, not a host name
+    ):
+        raise ValueError(
+            f"expected an interface address (an IP such as 127.0.0.1, 0.0.0.0 or ::, or a "
+            f"host name), got {value[:60]!r}"
+        )
+    return address
+
+
+def check_dsn(value: str | None) -> str | None:
+    """``value`` when it is unset or a connection string or URI libpq parses.
+
+    Raises:
+        ValueError: why not, without quoting a secret of it (``_without_secrets``).
+    """
+    if value:
+        try:
+            parts = conninfo_to_dict(value)
+        except psycopg.ProgrammingError as error:
+            raise ValueError(
+                "not a connection string or URI "
+                f"(e.g. postgresql://user:password@host:5432/dbname): {_without_secrets(error)}"
+            ) from None
+        if "@" in str(parts.get("host") or ""):
+            raise ValueError("the user or password contains '@': percent-encode it as %40 in a URI")
+    return value
+
+
+def _without_secrets(error: psycopg.ProgrammingError) -> str:
+    """libpq's reason why a DSN does not parse, with every quoted fragment of the DSN that
+    is not a connection keyword replaced by "…" (libpq quotes the offending text, which may
+    be a password: ``unexpected spaces found in "pass word"``)."""
+    keywords = {option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults()}
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    kept = keywords | {"=", ""}
+    return re.sub(r'"([^"]*)"', lambda m: m.group(0) if m.group(1) in kept else '"…"', reason)
+
+
+def check_role_entries(value: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of a role setting, each an e-mail, a domain or a claim match; e-mails and
+    domains lowercased.
+
+    Raises:
+        ValueError: naming the first entry that is none of them.
+    """
+    for entry in value:
+        if not (_EMAIL_ENTRY.fullmatch(entry) or _CLAIM_ENTRY.fullmatch(entry)):
+            raise ValueError(
+                f"{entry!r} is not an e-mail (alice@example.com), a domain (@example.com) "
+                "or a claim match (groups=oncall)"
+            )
+    return tuple(entry.lower() if "@" in entry else entry for entry in value)
+
+
+def check_header_name(value: str | None) -> str | None:
+    """``value`` when it is unset or an HTTP header name.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9-]+", value):
+        raise ValueError(f"expected an HTTP header name such as X-Forwarded-Email, got {value!r}")
+    return value
+
+
+def check_oidc_url(value: str | None, field_name: str | None) -> str | None:
+    """An OIDC URL setting (``field_name``) stripped: http(s), and the redirect URL Streamlit's
+    ``/oauth2callback``.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if value is None:
+        return value
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"expected an http(s) URL, got {value!r}")
+    if field_name == "oidc_redirect_url" and not parts.path.endswith("/oauth2callback"):
+        raise ValueError(
+            "Streamlit receives the sign-in at /oauth2callback: expected "
+            f"https://<dashboard>/oauth2callback, got {value!r}"
+        )
+    return value.strip()
+
+
+def check_oidc_secret(value: SecretStr | None, field_name: str | None) -> SecretStr | None:
+    """An OIDC secret setting (``field_name``): not empty; the cookie secret at least
+    ``MIN_COOKIE_SECRET_CHARS`` characters.
+
+    Raises:
+        ValueError: what is wrong, without the secret.
+    """
+    if value is None:
+        return value
+    length = len(value.get_secret_value().strip())
+    if field_name == "oidc_cookie_secret" and length < MIN_COOKIE_SECRET_CHARS:
+        raise ValueError(
+            f"at least {MIN_COOKIE_SECRET_CHARS} random characters (it signs the session "
+            f"cookie), got {length}; e.g. `openssl rand -hex 32`"
+        )
+    if length == 0:
+        raise ValueError("empty")
+    return value

@@ -1,0 +1,144 @@
+"""``/metrics`` families without event types: the table's health, the claim's plan, the
+workers' liveness, the read replica, the alert states and the scheduler process's own
+state."""
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from outbox_monitor.alerts.state import list_instances
+from outbox_monitor.figures.registry import FIGURES, HEALTH_FIGURES
+from outbox_monitor.figures.workers import no_claim_while_due
+from outbox_monitor.health.claim_plan import claim_health
+from outbox_monitor.health.status import health_status
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.standby import ReplicaStatus
+
+ALERT_STATES = ("inactive", "pending", "firing", "error")
+
+
+def figure_family(metric: str, *, labels: list[str]) -> GaugeMetricFamily:
+    """The empty family of a figure, named and described by the figure registry."""
+    figure = FIGURES[metric]
+    return GaugeMetricFamily(figure.prometheus, figure.help, labels=labels)
+
+
+def health_families(db: Database) -> list[Metric]:
+    """The table's health (issue 14), one unlabelled gauge per figure of
+    ``HEALTH_FIGURES`` (none for a figure without a value, as a table never
+    autovacuumed), read from one ``health_status`` as ``status --json`` shows it; and
+    ``outbox_index_bytes{index}``, each index's size."""
+    health = health_status(db)
+    families: list[Metric] = []
+    for name in HEALTH_FIGURES:
+        family = figure_family(name, labels=[])
+        value = health[FIGURES[name].status_key.partition(".")[2]]
+        if value is not None:
+            family.add_metric([], float(value))
+        families.append(family)
+    indexes = GaugeMetricFamily(
+        "outbox_index_bytes", "Size of each index of the outbox table, bytes.", labels=["index"]
+    )
+    for index in health["indexes"]:
+        indexes.add_metric([index["index"]], float(index["bytes"]))
+    families.append(indexes)
+    return families
+
+
+def claim_plan_families(db: Database) -> list[Metric]:
+    """``outbox_claim_plan_degraded`` and ``outbox_claim_plan_cost`` (issue 14 item 2): the
+    workers' claim planned now (``health.claim_plan.claim_health``, EXPLAIN only)."""
+    health = claim_health(db)
+    degraded = figure_family("claim_plan_degraded", labels=[])
+    degraded.add_metric([], float(health.degraded))
+    cost = figure_family("claim_plan_cost", labels=[])
+    cost.add_metric([], health.cost)
+    return [degraded, cost]
+
+
+def worker_families(db: Database) -> list[Metric]:
+    """``outbox_no_claim_while_due_seconds`` (issue 15 item 7): how long rows no flow control
+    holds have been due with no claim and no outcome (``workers.no_claim_while_due``)."""
+    family = figure_family("no_claim_while_due", labels=[])
+    family.add_metric([], no_claim_while_due(db))
+    return [family]
+
+
+def replica_families(reading: ReplicaStatus) -> list[Metric]:
+    """``outbox_monitor_replica_in_recovery`` and ``outbox_monitor_replica_lag_seconds``
+    (no sample while the lag is unknown) of the read DSN."""
+    recovery = GaugeMetricFamily(
+        "outbox_monitor_replica_in_recovery",
+        "1 when OUTBOX_MONITOR_DSN is a hot standby (figures come from a read replica).",
+        value=1.0 if reading.in_recovery else 0.0,
+    )
+    lag = GaugeMetricFamily(
+        "outbox_monitor_replica_lag_seconds",
+        "Replay lag of the read DSN: 0 on a primary or when everything received is "
+        "replayed, else now - the newest replayed commit (absent when unknown).",
+    )
+    if reading.lag_seconds is not None:
+        lag.add_metric([], reading.lag_seconds)
+    return [recovery, lag]
+
+
+def alert_state_family(primary: Database) -> Metric:
+    """``outbox_monitor_alert_state{rule, alert_instance, state}``, read from ``primary`` (where
+    the scheduler writes the alert states)."""
+    family = GaugeMetricFamily(
+        "outbox_monitor_alert_state",
+        "1 for the state each alert instance is in, 0 for the other states.",
+        labels=["rule", "alert_instance", "state"],
+    )
+    for row in list_instances(primary):
+        for state in ALERT_STATES:
+            family.add_metric(
+                [row["rule"], row["instance"], state], 1.0 if row["state"] == state else 0.0
+            )
+    return family
+
+
+def process_families(status: SchedulerStatus) -> Iterator[Metric]:
+    """The scheduler process's own families, from its ``status``: leader, evaluation duration
+    and age, stalled, evaluation skipped, notifications by outcome."""
+    yield GaugeMetricFamily(
+        "outbox_monitor_leader",
+        "1 while this process holds the evaluator lease (samples, evaluates, sends).",
+        value=1.0 if status.is_leader else 0.0,
+    )
+    duration = GaugeMetricFamily(
+        "outbox_monitor_evaluation_duration_seconds",
+        "Wall time of this process's last alert evaluation pass (leader only).",
+    )
+    if status.evaluation_seconds is not None:
+        duration.add_metric([], status.evaluation_seconds)
+    yield duration
+    age = GaugeMetricFamily(
+        "outbox_monitor_last_evaluation_age_seconds",
+        "Seconds since the last completed alert evaluation of the table by any scheduler "
+        "(database clock; absent before the first).",
+    )
+    if status.evaluation_age is not None:
+        age.add_metric([], status.evaluation_age)
+    yield age
+    yield GaugeMetricFamily(
+        "outbox_monitor_alerting_stalled",
+        "1 when no alert evaluation completed for more than 3 intervals (Slack is told).",
+        value=1.0 if status.stalled else 0.0,
+    )
+    replica = status.replica_reading
+    yield GaugeMetricFamily(
+        "outbox_monitor_evaluation_skipped",
+        "1 while this process (the leader) evaluates no rule because the read replica "
+        "lags more than OUTBOX_MONITOR_MAX_REPLICA_LAG (Slack is told).",
+        value=1.0 if replica is not None and replica[1] else 0.0,
+    )
+    counter = CounterMetricFamily(
+        "outbox_monitor_notifications",
+        "Notifications handled by this process's sender, by outcome.",
+        labels=["outcome"],
+    )
+    for outcome, count in status.notification_counts().items():
+        counter.add_metric([outcome], count)
+    yield counter

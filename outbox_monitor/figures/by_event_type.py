@@ -1,0 +1,194 @@
+"""The SPEC §2 figures per event type, bounded (issue 15 items 1 and 2): the top N event types
+by trouble, each with its own row, and one row ``other`` for the rest — the Overview's table
+and the sampler's history per event type.
+
+O(backlog) whatever the number of event types: the backlog figures of every type come from
+one pass over the pending and processing rows (``metrics.open_by_event_type``), the dead
+letters of every type from one grouped count (``metrics.failed_by_event_type``), and the kept
+types' latency P95 and throughput from one statement over the window's finished rows
+(``metrics.finished_by_event_type``: the predicates of ``latency_percentiles`` and
+``throughput`` per type; the open part of created per minute from the one backlog pass). Three
+statements however many types are kept, and every value is the ``metrics`` figure for exactly
+that type (the tests compare them).
+"""
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from outbox_monitor.export.labels import OTHER
+from outbox_monitor.figures import metrics
+from outbox_monitor.store.db import Database
+
+COUNTS = (
+    "queue_depth",
+    "pending_total",
+    "scheduled_retries",
+    "processing",
+    "stuck_locks",
+    "created_open_in_window",
+)
+"""Row counts of ``metrics.open_by_event_type`` (summed into ``other``), with ``retrying``."""
+
+
+def trouble(row: Mapping[str, Any], pinned: Collection[str] = ()) -> tuple:
+    """The sort key of an event type by trouble, most troubled first: pinned (a firing alert
+    names it) first, then stuck locks, dead letters in the window, queue depth, oldest pending
+    age, and the name.
+
+    Args:
+        row: a row with ``event_type``, ``stuck_locks``, ``failed_in_window``,
+            ``queue_depth`` and ``oldest_pending_age`` (seconds or ``None``).
+        pinned: event types ranked first.
+    """
+    return (
+        row["event_type"] not in pinned,
+        -row["stuck_locks"],
+        -row["failed_in_window"],
+        -row["queue_depth"],
+        -(row["oldest_pending_age"] or 0.0),
+        row["event_type"],
+    )
+
+
+def ranked(
+    open_rows: Sequence[Mapping[str, Any]],
+    failed: Mapping[str, int],
+    *,
+    pinned: Collection[str] = (),
+) -> list[dict[str, Any]]:
+    """Every event type with open rows or dead letters in the window, most troubled first
+    (``trouble``).
+
+    Args:
+        open_rows: ``metrics.open_by_event_type``'s rows.
+        failed: ``metrics.failed_by_event_type`` (``{event_type: dead letters}``).
+        pinned: event types ranked first, also listed when they have neither.
+
+    Returns:
+        Rows of ``open_by_event_type``'s keys plus ``failed_in_window`` (zeros for a type
+        with none of those rows).
+    """
+    empty = dict.fromkeys((*COUNTS, "retrying"), 0) | {"oldest_pending_age": None}
+    rows = {row["event_type"]: {**empty, **row, "failed_in_window": 0} for row in open_rows}
+    for event_type in (*failed, *pinned):
+        rows.setdefault(event_type, {**empty, "event_type": event_type, "failed_in_window": 0})
+    for event_type, count in failed.items():
+        rows[event_type]["failed_in_window"] = count
+    return sorted(rows.values(), key=lambda row: trouble(row, pinned))
+
+
+def fold(rows: Sequence[Mapping[str, Any]], *, top: int) -> list[dict[str, Any]]:
+    """Keep the first ``top`` rows and fold the rest into one row ``OTHER`` (bounded, as the
+    ``event_type`` label of /metrics): counts and dead letters summed, the oldest pending age
+    the largest; ``event_types`` says how many types a row holds (1, or the folded ones),
+    ``folded`` names them (``OTHER``'s row only). A real event type named ``other`` is folded
+    there too, as on /metrics.
+
+    Returns:
+        At most ``top + 1`` rows; no ``OTHER`` row when nothing is folded.
+    """
+    kept = [{**row, "event_types": 1} for row in rows[:top] if row["event_type"] != OTHER]
+    rest = [row for row in rows if row["event_type"] == OTHER] + [
+        row for row in rows[top:] if row["event_type"] != OTHER
+    ]
+    if rest:
+        ages = [row["oldest_pending_age"] for row in rest if row["oldest_pending_age"] is not None]
+        other: dict[str, Any] = {
+            "event_type": OTHER,
+            "oldest_pending_age": max(ages, default=None),
+            "event_types": len(rest),
+            "folded": [row["event_type"] for row in rest],
+        }
+        for name in (*COUNTS, "retrying", "failed_in_window"):
+            other[name] = sum(row[name] for row in rest)
+        kept.append(other)
+    return kept
+
+
+def measure(
+    db: Database,
+    *,
+    top: int,
+    window: float | None = None,
+    event_type: str | None = None,
+    pinned: Collection[str] = (),
+    rates: bool = True,
+) -> list[dict[str, Any]]:
+    """The figures per event type now: the ``top`` event types by trouble and ``other``.
+
+    Args:
+        top: event types with a row of their own (``OUTBOX_MONITOR_OVERVIEW_TOP_EVENT_TYPES``
+            on the Overview, ``OUTBOX_MONITOR_METRICS_TOP_EVENT_TYPES`` for the samples).
+        window: seconds of the windowed figures (default: settings).
+        event_type: SPEC §2 filter over the event types listed.
+        pinned: event types ranked first (a firing alert names them).
+        rates: also measure processed and created per minute (the table; not the samples).
+
+    Returns:
+        ``fold``'s rows, each with ``latency_p95`` (seconds; ``None`` for ``other``:
+        percentiles do not add up, and for a type with no row done in the window) and, with
+        ``rates``, ``processed_per_minute`` and ``created_per_minute`` (``other``'s: the
+        filter's total less the kept types').
+
+    Raises:
+        The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
+    """
+    seconds = db.settings.window if window is None else window
+    with db.session():
+        open_rows = metrics.open_by_event_type(db, event_type=event_type, window=seconds)
+        failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
+        rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
+        named = [row for row in rows if row["event_type"] != OTHER]
+        finished = metrics.finished_by_event_type(
+            db, event_types=[row["event_type"] for row in named], window=seconds
+        )
+        for row in rows:
+            row["latency_p95"] = None
+        for row in named:
+            done = finished.get(row["event_type"], {})
+            row["latency_p95"] = done.get("latency_p95")
+            if rates:
+                # the open part of created per minute came with the one pass over the backlog
+                created = row["created_open_in_window"] + done.get("created_finished", 0)
+                row["processed_per_minute"] = done.get("processed", 0) / (seconds / 60)
+                row["created_per_minute"] = created / (seconds / 60)
+        if rates and rows and rows[-1]["event_type"] == OTHER:
+            total = metrics.throughput(db, window=seconds, event_type=event_type)
+            for key, value in total.items():
+                named_sum = sum(row[key] for row in named)
+                rows[-1][key] = max(value - named_sum, 0.0)
+    return rows
+
+
+def history(
+    db: Database, *, event_types: Sequence[str], window: float | None = None
+) -> list[dict[str, Any]]:
+    """The sampler's per-event-type rows (``outbox_monitor.event_type_samples``, migration 014)
+    of these event types (``other`` when named) over the window, oldest first.
+
+    Returns:
+        Rows ``{sampled_at, event_type, queue_depth, oldest_pending_age_seconds,
+        latency_p95_seconds, failed_in_window, retrying}``.
+    """
+    return db.fetch_all(
+        "event_type_samples_series",
+        {
+            "table_name": db.table_name,
+            "window": db.settings.window if window is None else window,
+            "event_types": list(event_types),
+        },
+    )
+
+
+def sampled_event_types(db: Database, *, window: float | None = None, limit: int) -> list[str]:
+    """The event types with per-event-type samples over the window, the most recently
+    sampled first: at most ``limit`` (the choices of "split by event type")."""
+    rows = db.fetch_all(
+        "event_type_samples_names",
+        {
+            "table_name": db.table_name,
+            "window": db.settings.window if window is None else window,
+            "limit": limit,
+        },
+    )
+    return [row["event_type"] for row in rows]

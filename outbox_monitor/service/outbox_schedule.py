@@ -1,0 +1,144 @@
+"""One outbox's jobs in a scheduler: ``add_outbox_jobs`` adds the watchdog, sampler, claim
+plan, maintenance, evaluator and sender of one outbox (its Databases, lease, database health,
+stall and replica-lag watches) to an APScheduler made by ``new_scheduler``, each job's start
+and end noted for its hang watch (``hang_watch``).
+``scheduler.build_scheduler`` adds those of the single outbox, ``fleet_scheduler`` those of
+every outbox of a fleet to one scheduler (issue 16 item 5)."""
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.schedulers.blocking import BlockingScheduler
+
+from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.leader import Leadership, lease_ttl
+from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
+from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.stall import StallWatch
+from outbox_monitor.config.fleet import Outbox
+from outbox_monitor.service.hang_watch import HangWatch, hang_after
+from outbox_monitor.service.job_activity import TimedJobs
+from outbox_monitor.service.jobs import (
+    SENDER_INTERVAL_SECONDS,
+    JobRuntime,
+    add_claim_plan_job,
+    add_evaluator_job,
+    add_maintenance_jobs,
+    add_sampler_job,
+    add_sender_job,
+    add_watchdog_job,
+)
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import describe_target
+
+
+def new_scheduler(*, blocking: bool, workers: int | None = None) -> BaseScheduler:
+    """An empty APScheduler in UTC: ``BlockingScheduler`` when ``blocking``, else a
+    ``BackgroundScheduler``; ``workers`` threads run its jobs (default APScheduler's 10).
+    APScheduler's "Running job …" INFO lines (and with ``workers``, a fleet's, its "Added
+    job …" lines) are silenced unless the application configured that logger itself."""
+    executor_log = logging.getLogger("apscheduler.executors.default")
+    if executor_log.level == logging.NOTSET:
+        executor_log.setLevel(logging.WARNING)
+    scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
+    if workers is None:
+        return scheduler_class(timezone=UTC)
+    # a fleet adds jobs by the hundred: APScheduler's "Added job …" lines would flood the log
+    scheduler_log = logging.getLogger("apscheduler.scheduler")
+    if scheduler_log.level == logging.NOTSET:
+        scheduler_log.setLevel(logging.WARNING)
+    return scheduler_class(timezone=UTC, executors={"default": ThreadPoolExecutor(workers)})
+
+
+def add_outbox_jobs(
+    scheduler: Any,
+    db: Database,
+    *,
+    ruleset: RuleSet | None = None,
+    clock: Clock = system_clock,
+    transports: Mapping[str, Any] | None = None,
+    leadership: Leadership | None = None,
+    sender_interval: float = SENDER_INTERVAL_SECONDS,
+    outage_alert_after: float | None = None,
+    status: SchedulerStatus | None = None,
+    primary: Database | None = None,
+    outbox: Outbox | None = None,
+    hang_seconds: float | None = None,
+    hang_watches: list[HangWatch] | None = None,
+) -> JobRuntime:
+    """Add one outbox's jobs to ``scheduler`` (arguments and jobs as ``build_scheduler``;
+    ``scheduler`` may be a ``fleet_scheduler.OutboxJobs``, which gives the job ids the
+    outbox's name). Returns the jobs' ``JobRuntime`` (its ``leadership`` is the outbox's
+    lease: release it when the scheduler shuts down).
+
+    Each job notes its start and end in ``JobRuntime.running`` (``service.job_activity.TimedJobs``);
+    the outbox's ``HangWatch`` (threshold ``hang_seconds``, default ``hang_after``) is
+    appended to ``hang_watches`` for the caller's ``hang_watch.add_hang_watch_job``."""
+    interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
+    primary = primary or db
+    leadership = leadership or Leadership(primary.settings, ttl=lease_ttl(interval))
+    health = DatabaseHealth(
+        primary,
+        identity=leadership.identity,
+        ruleset=ruleset,
+        transports=transports,
+        clock=clock,
+        alert_after=interval if outage_alert_after is None else outage_alert_after,
+        backoff_cap=min(BACKOFF_CAP_SECONDS, interval),
+    )
+    status = status or SchedulerStatus()
+    status.attach(scheduler, leadership, interval)
+    replica = ReplicaLagWatch(
+        db,
+        primary,
+        max_lag=db.settings.max_replica_lag,
+        ruleset=ruleset,
+        transports=transports,
+        clock=clock,
+        status=status,
+        fence=leadership.fence,
+    )
+    runtime = JobRuntime(db, leadership, health, status, primary=primary, replica=replica)
+    jobs = TimedJobs(scheduler, runtime.running)
+    target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
+    watch = (
+        StallWatch(
+            primary,
+            ruleset,
+            identity=leadership.identity,
+            transports=transports,
+            clock=clock,
+            grace=health.backoff_cap,
+            status=status,
+        )
+        if ruleset is not None
+        else None
+    )
+    tick = min(interval, sender_interval)
+    if hang_watches is not None:
+        after = hang_after(db.settings, interval) if hang_seconds is None else hang_seconds
+        hang_watches.append(HangWatch(runtime, watch, after=after, target=target, tick=tick))
+    add_watchdog_job(jobs, runtime, watch, tick=tick, target=target)
+    add_sampler_job(jobs, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags)
+    add_claim_plan_job(jobs, runtime, target=target)
+    add_maintenance_jobs(jobs, runtime, target=target)
+    if ruleset is not None:
+        add_evaluator_job(jobs, runtime, ruleset, clock=clock, target=target, outbox=outbox)
+        if transports is not None:
+            add_sender_job(
+                jobs,
+                runtime,
+                ruleset,
+                clock=clock,
+                transports=transports,
+                interval=sender_interval,
+                target=target,
+            )
+    return runtime

@@ -1,0 +1,428 @@
+"""The background process: an APScheduler with the jobs of ``jobs`` (sampler, alert
+evaluator, notification sender, watchdog, optional reaper and pruner), the rules and Slack
+routes they use (``load_alerting``), and ``/metrics`` and ``/healthz`` (``export.server``).
+``build_scheduler`` assembles it (tests and the demo run it in a thread); ``run_scheduler`` is
+the ``outbox-monitor scheduler`` command, ``background_scheduler`` the one of ``dashboard
+--with-scheduler`` (a fleet's: ``fleet_scheduler``); ``scheduler_databases`` opens its Database of
+figures (``OUTBOX_MONITOR_DSN``, possibly a hot standby) and of writes
+(``OUTBOX_MONITOR_PRIMARY_DSN``), refusing to start when the writes would reach a standby.
+"""
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from apscheduler.schedulers.base import BaseScheduler
+
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
+from outbox_monitor.alerts.slack import (
+    TransportConfigError,
+    TransportNotConfigured,
+    transport_for_route,
+)
+from outbox_monitor.config.fleet import Fleet
+from outbox_monitor.config.settings import Settings, load_settings
+from outbox_monitor.config.values import interface_address
+from outbox_monitor.errors import ConfigError
+from outbox_monitor.export.server import MetricsServer
+from outbox_monitor.service.hang_watch import HangWatch, add_hang_watch_job
+from outbox_monitor.service.outbox_schedule import add_outbox_jobs, new_scheduler
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import describe_target
+from outbox_monitor.store.schema import check_outbox_table
+from outbox_monitor.store.standby import check_write_target
+
+# the logger keeps its name from before the move into a package (log filters use it)
+log = logging.getLogger("outbox_monitor.scheduler")
+
+
+def build_scheduler(db: Database, *, blocking: bool, **options: Any) -> BaseScheduler:
+    """Assemble the scheduler with every background job of the product.
+
+    Jobs, each through ``guarded``, ``max_instances=1``, ``coalesce=True``, and each but
+    the watchdog only in the process that holds the evaluator lease (``alerts.leader``):
+
+    - ``watchdog`` every tick (the shorter of the interval and ``sender_interval``), in
+      every process: the leader renews its lease; a follower takes it over when its holder
+      is gone (at once) or it expired (TTL ``lease_ttl(interval)``: twice the interval,
+      5 to 15 s); with a ``ruleset``, the stall watch (``alerts.stall``: after 3 intervals
+      without a completed evaluation, one "alerting is stalled" message per episode, sent
+      directly, then its resolve);
+
+    - ``sampler`` every ``settings.sample_interval`` s. Leader only: samples describe one
+      table, and N replicas sampling it would write N interleaved series (N× the load,
+      a chart whose density depends on the replica count);
+    - ``claim_plan`` every ``settings.claim_plan_interval`` s, leader only: EXPLAIN the
+      workers' claim and record its plan (``health.claim_plan``, issue 14 item 2);
+    - with a ``ruleset``: ``evaluator`` every ``ruleset.defaults.interval`` s;
+    - with a ``ruleset`` and ``transports``: ``sender`` every ``sender_interval`` s;
+    - with ``settings.auto_reap`` / ``auto_prune_*``: ``reaper`` / ``pruner``
+      (``add_maintenance_jobs``);
+    - ``hang_watch`` every tick, on a thread of its own: a database that answers nothing
+      for ``hang_watch.hang_after`` (or ``hang_seconds``) while a job waits on it fails
+      the database health as unreachable (``hang_watch``).
+
+    While the database is unreachable the jobs back off exponentially (up to the
+    evaluation interval or 30 s) and the process that was leader posts the
+    "cannot reach the database" alert (``alerts.outage``). The lease is released when
+    the scheduler shuts down.
+
+    The leader checks the replay lag of ``db`` before each evaluation and sample
+    (``alerts.replica_lag``): while a hot standby lags more than
+    ``settings.max_replica_lag`` both are skipped and one "rules not evaluated" message
+    per route is queued, then its resolve.
+
+    Args (``options``: ``service.outbox_schedule.add_outbox_jobs``'s keywords, but ``blocking``):
+        db: the connector the figures are measured through (one pool for the process;
+            ``OUTBOX_MONITOR_DSN``, which may be a hot standby).
+        blocking: ``True`` for a ``BlockingScheduler`` (``outbox-monitor scheduler``),
+            ``False`` for a ``BackgroundScheduler`` running in threads beside other work
+            (dashboard ``--with-scheduler``, demo, tests).
+        ruleset: the loaded alerts.yml; ``None``: no alerting (sampler only).
+        clock: the evaluator's and sender's clock (tests pass a fake one).
+        transports: ``{route: transport}`` (``slack.transports_for``); ``None``: rules are
+            evaluated and notifications queued, but this process sends nothing.
+        leadership: the lease object (tests pass their own to watch it); default a new
+            ``Leadership(db.settings, ttl=lease_ttl(interval))``.
+        sender_interval: seconds between sender passes.
+        outage_alert_after: seconds of outage before the database-unreachable alert;
+            default one evaluation interval.
+        status: where the jobs report for ``/metrics`` and ``/healthz`` (``export.collector``);
+            it is attached to this scheduler, its leadership and interval. Default: a
+            new one nobody reads.
+        primary: the connector of every write (the lease — ``Leadership`` connects with
+            its ``settings.dsn`` —, samples, alert state, notifications, reap, prune):
+            ``scheduler_databases``; default ``db``.
+        outbox: the fleet's outbox these jobs watch (issue 16; its name and labels);
+            ``None``: the single outbox of the settings.
+
+    Returns:
+        The scheduler, not started: call ``start()`` (and ``shutdown()`` when done).
+    """
+    scheduler = new_scheduler(blocking=blocking)
+    watches: list[HangWatch] = []
+    runtime = add_outbox_jobs(scheduler, db, hang_watches=watches, **options)
+    add_hang_watch_job(scheduler, watches)
+    scheduler.add_listener(lambda event: runtime.leadership.release(), EVENT_SCHEDULER_SHUTDOWN)
+    return scheduler
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Inside the block, SIGTERM raises ``KeyboardInterrupt`` like Ctrl-C does.
+
+    Only in the main thread (elsewhere signals cannot be handled); the previous handler
+    is restored on exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def load_alerting(
+    rules_path: str | Path | None, settings: Settings | None = None, fleet: Fleet | None = None
+) -> tuple[RuleSet | None, Mapping[str, Any] | None]:
+    """The rules and Slack transports of ``outbox-monitor scheduler`` (and of ``dashboard
+    --with-scheduler`` and the demo), checked at start: a process never runs crippled.
+
+    Args:
+        rules_path: ``--rules``; ``None``: ``$OUTBOX_MONITOR_RULES``, ``./alerts.yml``,
+            then the shipped alerts.yml (``rules_file.resolve_rules_path``).
+        settings: the validated settings (``slack_timeout`` for every transport);
+            default ``load_settings()``.
+        fleet: the fleet from a file: a rule's ``outboxes:`` naming an outbox it lacks is
+            refused (``load_rules(path, fleet)``); ``None``: not checked.
+
+    Returns:
+        ``(ruleset, transports)``. ``(None, None)`` when no file was named (neither
+        ``--rules`` nor ``OUTBOX_MONITOR_RULES``) and none exists (sampling only, logged).
+        ``transports`` holds every route whose Slack variable is set; a route whose
+        variable is not set is logged as an error naming it, and its notifications are
+        queued and wait (a process with the variable sends them when it leads).
+
+    Raises:
+        ConfigError: ``OUTBOX_MONITOR_RULES`` names no file.
+        RulesError: the rules file named (or found) is missing or invalid.
+        TransportConfigError: a Slack variable is set but invalid (not an http(s) URL),
+            naming it, every one.
+        ConfigError: ``settings`` not given and an ``OUTBOX_MONITOR_*`` variable is invalid.
+    """
+    path = resolve_rules_path(rules_path)
+    if rules_path is None and not path.is_file():
+        if os.environ.get(RULES_ENV):
+            raise ConfigError(
+                f"{RULES_ENV}: no rules file at {path}",
+                hint=f"Point {RULES_ENV} at your alerts.yml, or unset it to use ./alerts.yml.",
+            )
+        log.warning("no rules file (%s): alerting is off, sampling only", path)
+        return None, None
+    ruleset = load_rules(path, fleet)
+    timeout = (settings or load_settings()).slack_timeout
+    transports: dict[str, Any] = {}
+    invalid: list[TransportConfigError] = []
+    for name, route in ruleset.routes.items():
+        try:
+            transports[name] = transport_for_route(name, route, os.environ, timeout=timeout)
+        except TransportNotConfigured as error:
+            log.error(
+                "notifications of route %s are evaluated and queued but NOT sent by this "
+                "process: %s %s",
+                name,
+                error,
+                error.hint,
+            )
+        except TransportConfigError as error:
+            invalid.append(error)
+    if invalid:
+        raise TransportConfigError(
+            "\n".join(str(error.args[0]) for error in invalid),
+            hint=" ".join(dict.fromkeys(e.hint for e in invalid if e.hint)),
+        )
+    return ruleset, transports
+
+
+def start_metrics_server(
+    db: Database,
+    status: SchedulerStatus,
+    ruleset: RuleSet | None,
+    *,
+    address: str,
+    port: int,
+    primary: Database | None = None,
+) -> MetricsServer | None:
+    """Start the scheduler's ``/metrics`` and ``/healthz`` (``export.server.MetricsServer``).
+
+    Args:
+        db, status, ruleset: what the server reports on.
+        primary: where the scheduler writes (alert states, samples); default ``db``.
+        address, port: where it listens; port 0 starts nothing.
+
+    Returns:
+        The running server (``stop()`` it at the end), or ``None`` when the port is 0.
+
+    Raises:
+        ConfigError: the address or port cannot be served, naming the setting: the
+            process stops at start (issue 10 item 1: fail fast, never run without
+            ``/healthz``, which an orchestrator would read as a dead process, or without
+            ``/metrics``).
+    """
+    if not port:
+        return None
+    return MetricsServer(
+        db, status, primary=primary, ruleset=ruleset, address=address, port=port
+    ).start()
+
+
+def build_served_scheduler(
+    db: Database,
+    primary: Database,
+    ruleset: RuleSet | None,
+    transports: Mapping[str, Any] | None,
+    *,
+    blocking: bool,
+    address: str,
+    port: int,
+) -> tuple[BaseScheduler, MetricsServer | None]:
+    """``build_scheduler`` (not started) with a new ``SchedulerStatus``, and its ``/metrics``
+    and ``/healthz`` started (``start_metrics_server``): what ``outbox-monitor scheduler``
+    and ``dashboard --with-scheduler`` run, on the Databases of ``scheduler_databases``.
+
+    Raises:
+        ConfigError: the address or port cannot be served (nothing was started).
+    """
+    status = SchedulerStatus()
+    scheduler = build_scheduler(
+        db,
+        blocking=blocking,
+        ruleset=ruleset,
+        transports=transports,
+        status=status,
+        primary=primary,
+    )
+    server = start_metrics_server(db, status, ruleset, address=address, port=port, primary=primary)
+    return scheduler, server
+
+
+@contextmanager
+def scheduler_databases(
+    settings: Settings, *, fallback_dsn: str | None = None
+) -> Iterator[tuple[Database, Database]]:
+    """The scheduler's two Databases, checked: ``(figures, writes)``, closed at the end.
+
+    Figures through ``settings.dsn`` (``OUTBOX_MONITOR_DSN``; a hot standby is fine);
+    writes through ``settings.primary_dsn``, else ``fallback_dsn`` (``dashboard
+    --with-scheduler`` passes the actions DSN, whose login it always wrote with), else
+    the same Database (one pool). ``store.standby.check_write_target`` runs first.
+
+    Raises:
+        ConfigError: the writes would reach a hot standby (names
+            ``OUTBOX_MONITOR_PRIMARY_DSN``): the process stops at start with exit 2.
+        DatabaseUnavailable and the connector's other errors.
+    """
+    writes = settings.primary_dsn or fallback_dsn
+    with ExitStack() as stack:
+        db = stack.enter_context(Database(settings))
+        primary = db
+        if writes is not None and writes != settings.dsn:
+            target = settings.model_copy(update={"primary_dsn": writes})
+            primary = stack.enter_context(Database(target, purpose="primary"))
+        found = check_write_target(db, primary)
+        if found.in_recovery:
+            log.info(
+                "figures come from the %s; the scheduler writes to %s",
+                found.describe(),
+                describe_target(primary.settings.dsn),
+            )
+        yield db, primary
+
+
+@contextmanager
+def background_scheduler(
+    settings: Settings, fleet: Fleet | None = None
+) -> Iterator[tuple[BaseScheduler, MetricsServer | None]]:
+    """What ``dashboard --with-scheduler`` runs beside the server: a ``BackgroundScheduler``
+    (not started; the caller starts it and shuts it down) and its ``/metrics`` and
+    ``/healthz`` on ``settings.metrics_address``/``metrics_port`` (started; the caller stops
+    it), the rules of ``load_alerting``; its Databases close when the block ends.
+
+    A ``fleet`` of several outboxes (a fleet file, no ``--outbox``): the fleet scheduler of
+    ``outbox-monitor scheduler`` (``fleet_scheduler.served_fleet_scheduler``: every outbox, a
+    replica of the registry; one unreachable at start is logged and retried), each outbox
+    writing through its ``primary_dsn_env``, else its ``actions_dsn_env``
+    (``fleet_scheduler.writing_with_actions``); the rules checked against the file's
+    outboxes. Otherwise the single outbox of ``settings``, writing through
+    ``OUTBOX_MONITOR_PRIMARY_DSN``, else ``OUTBOX_MONITOR_ACTIONS_DSN`` (``scheduler_databases``).
+
+    Raises:
+        As ``load_alerting`` (a rule's ``outboxes`` naming an outbox the file lacks:
+        ``RulesError``), ``scheduler_databases`` or ``served_fleet_scheduler``, and
+        ``start_metrics_server``.
+    """
+    address, port = settings.metrics_address, settings.metrics_port
+    if fleet is not None and len(fleet.outboxes) > 1:
+        from outbox_monitor.service.fleet_scheduler import (
+            served_fleet_scheduler,
+            writing_with_actions,
+        )
+
+        ruleset, transports = load_alerting(None, settings, fleet)
+        with served_fleet_scheduler(
+            writing_with_actions(fleet),
+            ruleset,
+            transports,
+            blocking=False,
+            address=address,
+            port=port,
+        ) as built:
+            yield built
+        return
+    ruleset, transports = load_alerting(None, settings)
+    with scheduler_databases(settings, fallback_dsn=settings.actions_dsn) as (db, primary):
+        yield build_served_scheduler(
+            db, primary, ruleset, transports, blocking=False, address=address, port=port
+        )
+
+
+def run_scheduler(
+    settings: Settings,
+    rules_path: str | Path | None = None,
+    *,
+    metrics_port: int | None = None,
+    metrics_address: str | None = None,
+    fleet: Fleet | None = None,
+) -> None:
+    """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
+
+    Checks the outbox table and loads the rules first, starts ``/metrics`` and ``/healthz``
+    (``export.server.MetricsServer``) unless the port is 0 (an address or port that cannot be
+    served stops the start), then blocks; a database outage later is retried with backoff
+    (and alerted by the leader), never fatal. With a ``fleet`` from a file, one scheduler
+    watches all its outboxes and shares them with the other replicas
+    (``fleet_scheduler.run_fleet_scheduler``; an outbox unreachable at start is retried).
+
+    Args:
+        settings: connection, table, the sample interval/retention, the metrics server,
+            the optional reaper/pruner.
+        rules_path: the alerts.yml (``--rules``); default as ``load_alerting``.
+        metrics_port: ``--metrics-port`` (default ``settings.metrics_port``, 9108;
+            0: no server).
+        metrics_address: ``--metrics-address`` (default ``settings.metrics_address``).
+        fleet: the fleet (``fleet.load_fleet``); ``None`` or one without a file: the single
+            outbox of ``settings``.
+
+    Raises:
+        DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
+            the start-up check, with the fix in the message (a fleet's unreachable outbox
+            is not fatal).
+        ConfigError: ``OUTBOX_MONITOR_DSN`` is a hot standby and no
+            ``OUTBOX_MONITOR_PRIMARY_DSN`` is set, or that DSN is a standby too
+            (``scheduler_databases``): the scheduler never tries to write to one; the
+            replicas' registry is unusable (``OUTBOX_MONITOR_REGISTRY_DSN``).
+        RulesError: the rules file is invalid.
+        TransportConfigError: a Slack variable is set but invalid.
+        ConfigError: ``--metrics-address`` is not an address, or the address or port
+            cannot be served.
+    """
+    ruleset, transports = load_alerting(
+        rules_path, settings, fleet if fleet is not None and fleet.path is not None else None
+    )
+    port = settings.metrics_port if metrics_port is None else metrics_port
+    try:
+        address = interface_address(metrics_address or settings.metrics_address)
+    except ValueError as error:
+        raise ConfigError(f"--metrics-address: {error}") from None
+    if fleet is not None and fleet.path is not None:
+        from outbox_monitor.service.fleet_scheduler import run_fleet_scheduler
+
+        run_fleet_scheduler(
+            fleet, ruleset, transports, address=address, port=port, serve=serve_until_stopped
+        )
+        return
+    with scheduler_databases(settings) as (db, primary):
+        check_outbox_table(db)
+        scheduler, server = build_served_scheduler(
+            db, primary, ruleset, transports, blocking=True, address=address, port=port
+        )
+        log.info(
+            "scheduler started: sampling %s every %g s (retention %g s)%s; Ctrl-C to stop",
+            db.table_name,
+            settings.sample_interval,
+            settings.sample_retention,
+            f"; evaluating {len(ruleset.rules)} rule(s) of {ruleset.path} every "
+            f"{ruleset.defaults.interval:g} s"
+            if ruleset
+            else "",
+        )
+        serve_until_stopped(scheduler, server)
+
+
+def serve_until_stopped(scheduler: BaseScheduler, server: MetricsServer | None) -> None:
+    """Run a blocking ``scheduler`` until SIGINT or SIGTERM, then shut it down (its leases
+    released) and stop ``server``."""
+    with interrupt_on_sigterm():
+        try:
+            scheduler.start()
+        except KeyboardInterrupt:
+            log.info("scheduler stopping")
+        finally:
+            if scheduler.running:
+                scheduler.shutdown(wait=True)
+            if server is not None:
+                server.stop()
