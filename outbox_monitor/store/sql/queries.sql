@@ -722,7 +722,7 @@ WHERE i.indrelid = %(table_regclass)s::regclass
 ORDER BY bytes DESC, c.relname;
 
 -- name: health_vacuum_progress
--- Vacuums running in this database now (pg_stat_progress_vacuum), the outbox's first; relid and phase are NULL for a vacuum this role may not see (another role's, without pg_read_all_stats).
+-- Vacuums running in this database now (pg_stat_progress_vacuum), the outbox's first; relid and phase are NULL for a vacuum this role may not see (another role's, without pg_read_all_stats). Running time by the clock (clock_timestamp), not by this statement's start: a vacuum that began after it would read negative.
 SELECT p.pid,
        p.relid IS NULL AS hidden,
        p.relid = %(table_regclass)s::regclass
@@ -732,7 +732,8 @@ SELECT p.pid,
        p.phase,
        p.heap_blks_total, p.heap_blks_scanned, p.heap_blks_vacuumed, p.index_vacuum_count,
        a.backend_type = 'autovacuum worker' AS automatic,
-       extract(epoch FROM now() - a.xact_start)::float8 AS running_seconds
+       extract(epoch FROM greatest(clock_timestamp() - a.xact_start, interval '0'))::float8
+           AS running_seconds
 FROM pg_stat_progress_vacuum AS p
 LEFT JOIN pg_stat_activity AS a ON a.pid = p.pid
 WHERE p.datname = current_database()
