@@ -19,7 +19,7 @@ configure_logging()  # once per process: one line per record, outbox text escape
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
 static_assets.recover_failed_stylesheets()  # a stylesheet lost under load is fetched again
 
-# Each page under the least role that may open it (README, Security). A comment, not a
+# Each page under the least role that may open it (docs/security.md). A comment, not a
 # docstring: Streamlit's magic would write a bare string literal onto every page.
 # Streamlit serves its default page at "/" only (its url_path answers "Page not found"), so
 # the Overview is an ordinary page at /overview and the default page at "/" only sends

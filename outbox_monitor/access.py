@@ -1,6 +1,6 @@
 """Who is acting and what they may do: identities, roles, the role mapping, the checks.
 
-Three roles, each including the one before (README, Security):
+Three roles, each including the one before (docs/security.md):
 ``viewer`` — figures, charts, rows and alerts, payloads redacted;
 ``operator`` — also reap, replay, prune, silences and raw payloads (each reveal audited);
 ``admin`` — also settings-like pages.
@@ -108,7 +108,7 @@ def local_identity(
     """The identity of someone at this machine (local dashboard mode, the CLI).
 
     They hold the database credentials already, so they get ``admin``; the database
-    grants of their DSN are what limits them (README, Security).
+    grants of their DSN are what limits them (docs/security.md).
 
     Args:
         settings: for ``OUTBOX_MONITOR_ACTOR``.
@@ -179,7 +179,7 @@ def _matches(entry: str, email: str | None, claims: Mapping[str, Any]) -> bool:
 def role_for(
     settings: Settings, email: str | None, claims: Mapping[str, Any] | None = None
 ) -> Role | None:
-    """The role the mapping gives a signed-in person (README, Security).
+    """The role the mapping gives a signed-in person (docs/security.md).
 
     Entries of ``OUTBOX_MONITOR_ADMINS``, ``…_OPERATORS`` and ``…_VIEWERS`` are e-mails
     (``alice@example.com``), domains (``@example.com``) or claim matches

@@ -96,7 +96,7 @@ class ActionRefused(OutboxMonitorError):
 
 
 class AccessDenied(OutboxMonitorError):
-    """The signed-in identity's role does not allow the operation (README, Security)."""
+    """The signed-in identity's role does not allow the operation (docs/security.md)."""
 
 
 class ActionInterrupted(OutboxMonitorError):

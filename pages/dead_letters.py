@@ -1,6 +1,6 @@
 """Dead letters: failed rows grouped by error fingerprint; replay rows or a whole group.
 
-Errors (sample_error, fingerprint, last_error) are shown redacted (README, Security).
+Errors (sample_error, fingerprint, last_error) are shown redacted (docs/security.md).
 """
 
 import streamlit as st

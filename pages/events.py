@@ -1,7 +1,7 @@
 """Events: search the outbox (by key, aggregate or payload), page through it by keyset, open
 one event and its aggregate.
 
-Payloads and errors are shown redacted (README, Security); an operator may reveal one
+Payloads and errors are shown redacted (docs/security.md); an operator may reveal one
 event's raw payload, and each reveal is audited.
 """
 

@@ -29,7 +29,7 @@ def record_audit(
     the audit log's only writer: it stamps the row with the database's
     ``clock_timestamp()`` (the time of the call), checks the fields and refuses a
     ``run_id`` whose rows have another actor or action; no role may INSERT into the table
-    itself (README, Least-privilege database access).
+    itself (docs/security.md, Least-privilege database access).
 
     Args:
         conn: the connection of the transaction that makes the change.

@@ -6,7 +6,7 @@ by ``id`` descending (``id < before_id``), never by ``OFFSET``, so every page co
 on a large table. Ids are Python ints over the whole bigint range (callers that hand them to
 JavaScript should turn them into strings: they may exceed 2^53).
 
-Payload privacy (README, Security): what is shown or exported goes through a
+Payload privacy (docs/security.md): what is shown or exported goes through a
 ``redaction.Redactor`` (``redact_event``, ``redacted_payload``, ``events_csv``); only
 ``reveal_payload`` returns a raw payload, to an operator, and writes an audit row for it
 (the one write here; outbox rows are never changed).
@@ -247,7 +247,7 @@ def list_failed(
 
 
 def redact_event(event: dict[str, Any], redactor: Redactor) -> dict[str, Any]:
-    """A copy of a ``get_event`` result as everyone sees it by default (README, Security).
+    """A copy of a ``get_event`` result as everyone sees it by default (docs/security.md).
 
     ``payload_pretty`` and ``payload_head`` go through ``Redactor.redact_json_text`` (a
     head cut at 256 KiB is redacted as far as it goes), ``last_error`` through

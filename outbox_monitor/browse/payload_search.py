@@ -9,7 +9,7 @@ newest first by ``(created_at, id)``, one keyset page at a time, under the state
 that would serve it. A search that times out raises ``PayloadSearchTimeout``, never an empty
 page.
 
-Privacy (README, Security): a search is an oracle for the values it names, so a search whose
+Privacy (docs/security.md): a search is an oracle for the values it names, so a search whose
 keys match the redaction's key globs, or whose strings a value detector would hide, needs
 the role that may reveal payloads (``operator``); it then runs on the actions Database with
 an audit row (action ``payload search``: the keys, never the values; the ids it found), as a
@@ -277,7 +277,7 @@ def payload_search(
 
 
 def secret_terms(search: PayloadSearch, redactor: Redactor) -> list[str]:
-    """What in ``search`` the redaction hides from viewers (README, Security), in words:
+    """What in ``search`` the redaction hides from viewers (docs/security.md), in words:
     ``key "card_number"`` for a key (or path segment) matching a key glob; ``a key …`` or
     ``a value redaction hides`` for strings a value detector (or a ``key=value`` pair) would
     redact, the value itself never repeated. Empty when nothing is hidden."""

@@ -54,7 +54,7 @@ class JsonAwareGroup(LazyGroup):
 def main(log_level: str) -> None:
     """outbox-monitor: watch and operate a Postgres transactional outbox (SPEC §1–5).
 
-    Configuration comes from OUTBOX_MONITOR_* environment variables (see README);
+    Configuration comes from OUTBOX_MONITOR_* environment variables (docs/configuration.md);
     --dsn and --table override the database and the table per command.
     """
     configure_logging(log_level.upper())

@@ -56,7 +56,7 @@ def _role_option(kind: str, default: str) -> Callable:
     is_flag=True,
     help="Also create the index through which a claim skips the rows flow control holds "
     "(pending rows by event type): for teams that pause, limit or break event types. Each "
-    "publish and retry then writes one more index entry (README, Flow control).",
+    "publish and retry then writes one more index entry (docs/flow-control.md).",
 )
 @click.option(
     "--print-grants",
@@ -82,7 +82,7 @@ def init_db_command(
     """Create the outbox table and ledger if absent, the outbox_monitor schema, and the
     recommended indexes (CREATE INDEX CONCURRENTLY; partition by partition on a partitioned
     table). Idempotent; never alters your table.
-    With --print-grants: print the roles' GRANT statements instead (README, Security)."""
+    With --print-grants: print the roles' GRANT statements instead (docs/security.md)."""
     if print_grants:
         try:
             roles = grants.Roles(

@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     oidc_cookie_secret: SecretStr | None = None
     oidc_redirect_url: str | None = None
     proxy_header: str = DEFAULT_PROXY_HEADER
-    proxy_groups_header: str | None = None  # read only when set (README, Security)
+    proxy_groups_header: str | None = None  # read only when set (docs/security.md)
     admins: CommaList = ()
     operators: CommaList = ()
     viewers: CommaList = ()
@@ -367,5 +367,5 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError(
             "invalid configuration:\n  " + "\n  ".join(lines),
             hint=f"Fix the {' and '.join(sorted(sources, reverse=True))} above; "
-            "the README lists every setting.",
+            "docs/configuration.md lists every setting.",
         ) from None

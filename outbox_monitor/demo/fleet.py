@@ -63,7 +63,7 @@ class DemoOutbox:
 # errors), billing (a fifth: slow invoices, and crm.upsert dead-lettering every row: HTTP 401)
 # and notifications (the rest: e-mail bounces dead-letter, SMTP 421s are retried). Orders and
 # billing share the database "shop", notifications has "comms": two databases, as in the
-# README's example.
+# docs/fleet.md's example.
 DEMO_FLEET: tuple[DemoOutbox, ...] = (
     DemoOutbox(
         "orders",

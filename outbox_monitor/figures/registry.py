@@ -40,8 +40,8 @@ HEALTH_FIGURES = (
     "table_bytes",
     "indexes_bytes",
 )
-"""The table's health (issue 14; README, "Table health"), which SPEC §2's name table does not
-list: each describes the table or its database as a whole (``scope="table"``), and
+"""The table's health (issue 14; docs/health.md, "Table health"), which SPEC §2's name table
+does not list: each describes the table or its database as a whole (``scope="table"``), and
 ``status --json`` holds it under ``health``."""
 
 CLAIM_FIGURES = ("claim_plan_degraded", "claim_plan_cost")
@@ -50,8 +50,8 @@ not list: figures of the whole table (``scope="table"``), the same whatever the 
 filter."""
 
 WORKER_FIGURES = ("no_claim_while_due",)
-"""The workers' liveness (issue 15 item 7, ``workers.py``; README, "Workers"), which SPEC §2's
-name table does not list: a figure of the whole table (``scope="table"``) that
+"""The workers' liveness (issue 15 item 7, ``workers.py``; docs/health.md, "Workers"), which
+SPEC §2's name table does not list: a figure of the whole table (``scope="table"``) that
 ``status --json`` holds under ``workers``."""
 
 

@@ -1,8 +1,8 @@
 """Payload privacy: hide sensitive JSON keys and values before anything is shown or sent.
 
 Redaction is display-only: the UI, the CSV export and Slack messages show redacted copies;
-nothing in the database changes. Two kinds of rules come from the settings (README,
-Security):
+nothing in the database changes. Two kinds of rules come from the settings
+(docs/security.md):
 
 - ``redact_keys``: case-insensitive ``fnmatch`` globs (``*email*``, ``card*``) matched
   against JSON key names at any depth, including keys of objects inside arrays; the value

@@ -1,7 +1,7 @@
 """The scheduler's maintenance passes: reap stuck locks and prune the outbox past its
 retention (SPEC §4, both optional), and delete the product's own rows past their stated
 retention (``prune_own_tables``: the audit log, alert transitions, delivered notifications,
-breaker transitions; README, "Retention of outbox-monitor's own tables")."""
+breaker transitions; docs/deploy.md, "Retention of outbox-monitor's own tables")."""
 
 import logging
 

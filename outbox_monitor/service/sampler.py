@@ -27,7 +27,7 @@ log = logging.getLogger("outbox_monitor.sampler")
 SAMPLES_PRUNE_BATCH_ROWS = 5000
 """Samples of each kind deleted past the retention per pass, at most: ≈ 6 hours of headline
 samples at the default 15 s interval, or ≈ 30 min of samples of 10 event types plus other;
-a few milliseconds each (README, "Retention of outbox-monitor's own tables")."""
+a few milliseconds each (docs/deploy.md, "Retention of outbox-monitor's own tables")."""
 
 HEADLINE = SAMPLED
 """The ``outbox_monitor.samples`` columns with their chart labels (``figures.registry.SAMPLED``)."""

@@ -53,7 +53,7 @@ INSECURE_WARNING = (
 
 
 def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) -> list[str]:
-    """Check the sign-in settings before serving (README, Security).
+    """Check the sign-in settings before serving (docs/security.md).
 
     Args:
         settings: ``auth`` (``local``, ``oidc``, ``proxy``), the OIDC settings, the role
@@ -84,7 +84,7 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
             "OUTBOX_MONITOR_AUTH=oidc, but no OIDC settings are given",
             hint="Set OUTBOX_MONITOR_OIDC_METADATA_URL, _CLIENT_ID, _CLIENT_SECRET, "
             "_COOKIE_SECRET and _REDIRECT_URL, or write an [auth] section in "
-            ".streamlit/secrets.toml (README, Security).",
+            ".streamlit/secrets.toml (docs/security.md).",
         )
     if settings.auth == "proxy" and exposed:
         headers = (
@@ -109,7 +109,7 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
         "it could read payloads and replay, reap and prune",
         hint="Set OUTBOX_MONITOR_AUTH=oidc (sign-in) or proxy (behind an authenticating "
         "proxy), serve on 127.0.0.1, or pass --insecure-no-auth if a network boundary "
-        "already guards it (README, Security).",
+        "already guards it (docs/security.md).",
     )
 
 

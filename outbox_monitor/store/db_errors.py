@@ -196,8 +196,8 @@ def read_only(
         f"{describe_target(settings.dsn)} accepts no writes "
         f"({error.diag.message_primary or first_line(error)}): it is a hot standby in "
         "recovery, or its transactions are read-only by default",
-        hint=f"{fix}; a read replica can serve {READ_DSN_SETTING} only (README, "
-        "Configuration: read replicas).",
+        hint=f"{fix}; a read replica can serve {READ_DSN_SETTING} only "
+        "(docs/deploy.md, Read replicas).",
     )
 
 

@@ -1,4 +1,4 @@
-"""The least-privilege database roles of outbox-monitor's processes (README, Security).
+"""The least-privilege database roles of outbox-monitor's processes (docs/security.md).
 
 Three group roles, each granted only what its processes do today:
 
@@ -17,7 +17,7 @@ Three group roles, each granted only what its processes do today:
 
 The statements are the ``grants`` block of ``sql/queries.sql``; ``grant_statements``
 renders it for the configured outbox table (``outbox-monitor init-db --print-grants``
-prints it; the README shows it for the default table and a test keeps the two equal), and
+prints it; docs/security.md shows it for the default table and a test keeps the two equal), and
 ``role_granting`` reads it back to say which role holds a privilege that is missing.
 """
 

@@ -75,7 +75,7 @@ def check_partitioning(table: str, shape: TableShape) -> None:
             f"the outbox table {table} is partitioned by {strategy} of {key}; outbox-monitor "
             "works on an outbox partitioned by range of created_at",
             hint="Partition it by RANGE (created_at) (pg_partman's time-based partitioning "
-            "does), or point OUTBOX_MONITOR_TABLE at an ordinary table (see README, "
+            "does), or point OUTBOX_MONITOR_TABLE at an ordinary table (see docs/index.md, "
             "'A partitioned outbox').",
         )
     if not shape.event_key_unique:
@@ -88,5 +88,6 @@ def check_partitioning(table: str, shape: TableShape) -> None:
             "on a busy table build it without blocking writes: ON ONLY the parent, "
             "CONCURRENTLY on each partition, then ALTER INDEX … ATTACH PARTITION). The "
             "trade-off (SPEC §1): one intent published twice at different instants makes "
-            "two rows, so the idempotency ledger is the guard (README, 'A partitioned outbox').",
+            "two rows, so the idempotency ledger is the guard "
+            "(docs/index.md, 'A partitioned outbox').",
         )

@@ -297,7 +297,8 @@ def check_outbox_table(db: Database) -> None:
     if problems:
         raise ColumnsMissing(
             f"the outbox table {schema}.{table} does not match SPEC §1: " + "; ".join(problems),
-            hint="; ".join(fixes) + " (see README, 'Pointing it at an existing outbox'), or set "
+            hint="; ".join(fixes)
+            + " (see docs/index.md, 'Pointing it at an existing outbox'), or set "
             f"{table_setting} to the right table.",
         )
     shape = table_shape(db)

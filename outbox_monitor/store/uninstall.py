@@ -1,6 +1,6 @@
 """Uninstall (issue 17 item 5): what outbox-monitor added to a database — its schema and the
 indexes init-db created on the outbox table — previewed, then dropped; never a users' table,
-index or row (README, "Uninstalling")."""
+index or row (docs/deploy.md, "Uninstalling")."""
 
 import logging
 from dataclasses import dataclass, field

@@ -1,5 +1,5 @@
 """The dashboard's door: who is looking (local user, OIDC sign-in or trusted proxy header)
-and the pages they may see. README, Security, describes the modes and roles.
+and the pages they may see. docs/security.md describes the modes and roles.
 
 ``identity(settings)`` either returns the identity of this browser session or renders a
 page of its own (sign in, ask for access, refused) and stops the run: nothing below it in
@@ -66,8 +66,7 @@ def _oidc_identity(settings: Settings, paths: Sequence[str]) -> Identity:
             "Sign-in is not configured",
             "OUTBOX_MONITOR_AUTH is oidc, but Streamlit has no [auth] settings: set "
             "OUTBOX_MONITOR_OIDC_METADATA_URL, _CLIENT_ID, _CLIENT_SECRET, _COOKIE_SECRET "
-            "and _REDIRECT_URL and start it with `outbox-monitor dashboard` (README, "
-            "Security).",
+            "and _REDIRECT_URL and start it with `outbox-monitor dashboard` (docs/security.md).",
         )
     if not claims["is_logged_in"]:
         _sign_in(paths)
@@ -191,7 +190,7 @@ def identity(settings: Settings, paths: Sequence[str] = ()) -> Identity:
             "Sign-in required",
             f"This dashboard listens on {where} without a sign-in mode"
             + (f" and this request comes from {format.md_code(remote)}" if remote else "")
-            + ". Set OUTBOX_MONITOR_AUTH=oidc or proxy (README, Security), serve it on "
+            + ". Set OUTBOX_MONITOR_AUTH=oidc or proxy (docs/security.md), serve it on "
             "127.0.0.1 with `outbox-monitor dashboard`, or set "
             "OUTBOX_MONITOR_INSECURE_NO_AUTH=true if a network boundary already guards it.",
         )

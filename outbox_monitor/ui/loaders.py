@@ -192,7 +192,7 @@ DEAD_LETTER_ERROR_FIELDS = ("sample_error", "fingerprint", "last_error")
 def dead_letters(db: Database, *, event_type: str | None, error_group: str | None) -> DeadLetters:
     """The error groups and the rows of one group, from one load (one cache entry): the
     group's count in the table, in the picker and above its rows are the same number.
-    Their ``DEAD_LETTER_ERROR_FIELDS`` are redacted (README, Security).
+    Their ``DEAD_LETTER_ERROR_FIELDS`` are redacted (docs/security.md).
 
     Args:
         event_type: the sidebar filter (exact or LIKE pattern), ``None`` for all.
