@@ -19,7 +19,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test lint docs install lock browser podman promtool oidc-provider n8n clean
+.PHONY: demo test lint docs install lock reference browser podman promtool oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -44,6 +44,13 @@ lock:
 	  -o requirements.lock
 	$(BIN)/uv pip compile pyproject.toml -c requirements.lock $(LOCK_FLAGS) \
 	  -o requirements-runtime.lock
+
+# The references generated from the code: docs/reference/ (configuration, CLI, alerts.yml, the
+# controls and fleet files), the files' JSON Schemas in outbox_monitor/schemas/ and the line
+# naming its schema atop each shipped YAML file. tests/unit/test_reference.py fails when one
+# is stale.
+reference: install
+	$(BIN)/python -m outbox_monitor.cli.reference
 
 # extra options: make demo ARGS='--port 8502 --rate 50'
 demo: install

@@ -2,12 +2,39 @@
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION_SECONDS = 100 * 365.25 * 86400
 """Durations beyond 100 years are refused: no window or retention needs them, and Postgres
 timestamps (and Python datetimes) overflow on far larger ones."""
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+DURATION_PATTERN = _DURATION.pattern
+"""A duration written as text (``parse_duration``), as a regular expression that is valid in
+JSON Schema's ECMA-262 dialect too."""
+
+
+def duration_json_schema(*, positive: bool = False, minimum: float = 0) -> dict[str, Any]:
+    """The JSON Schema of a duration as ``parse_duration`` reads it, for the schemas of the
+    product's YAML files (``cli.file_reference``).
+
+    Args:
+        positive: refuse zero too (``0s``, ``0``), as ``alerts.rule_values.positive_duration``.
+        minimum: the fewest seconds a number may give (text is not bounded).
+
+    Returns:
+        A schema titled ``duration`` (``positive duration``): a number of seconds (≥ 0, or
+        > 0; at most 100 years) or text such as ``90s`` (``DURATION_PATTERN``).
+    """
+    bound = "exclusiveMinimum" if positive else "minimum"
+    number = {"type": "number", bound: minimum, "maximum": MAX_DURATION_SECONDS}
+    text: dict[str, Any] = {"type": "string", "pattern": DURATION_PATTERN}
+    if positive:  # some digit of the number is not 0
+        text = {"type": "string", "allOf": [{"pattern": DURATION_PATTERN}, {"pattern": "[1-9]"}]}
+    return {
+        "title": "positive duration" if positive else "duration",
+        "anyOf": [number, text],
+    }
 
 
 def parse_duration(text: str | float | int) -> float:

@@ -4,15 +4,26 @@ route's ``routes`` send the notifications whose labels match elsewhere (Alertman
 routes, first match wins: ``alerts.outbox_scope.route_for``)."""
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from outbox_monitor.alerts.rule_values import (
+    LABEL_MAP_SCHEMA,
+    ROUTE_NAME_SCHEMA,
     PositiveDuration,
     check_label_map,
     check_route_name,
     fail,
+    or_null,
     quoted,
 )
 
@@ -27,15 +38,18 @@ _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 class RouteBranch(BaseModel):
     """One of a route's ``routes``: the notifications whose labels satisfy every one of
-    ``matchers`` (label: value; a value with ``%`` is a LIKE pattern, as in silences) go to
-    the route named ``route`` instead. Labels: the instance's (``rule``, ``severity``,
-    ``event_type``, the rule's ``labels``) and, with a fleet file, ``outbox`` and the
-    outbox's labels (``team: payments``)."""
+    ``matchers`` go to the route named ``route`` instead (the first branch that matches)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    matchers: dict[str, str]
-    route: str
+    matchers: Annotated[dict[str, str], WithJsonSchema(LABEL_MAP_SCHEMA)]
+    """Label: value, every one of which the notification's labels must have (a value with
+    ``%`` is a LIKE pattern, as in silences). Labels: the alert's ``rule``, ``severity``,
+    ``event_type`` and the rule's ``labels``; with a fleet file ``outbox`` and the outbox's
+    labels (``team: payments``)."""
+    route: Annotated[str, WithJsonSchema(ROUTE_NAME_SCHEMA)]
+    """The route that takes the notification: another route of ``routes``, without
+    ``routes`` of its own (one level)."""
 
     @field_validator("matchers", mode="before")
     @classmethod
@@ -49,26 +63,47 @@ class RouteBranch(BaseModel):
 
 
 class Route(BaseModel):
-    """One destination of notifications (``routes.<name>``).
+    """One destination of notifications, through exactly one transport: a ``channel`` (the
+    bot token) or an incoming webhook (``webhook_url_env``)."""
 
-    Exactly one transport: ``channel`` (bot token ``SLACK_BOT_TOKEN``, ``#name`` or a
-    channel id) or ``webhook_url_env`` (name of the environment variable holding an
-    incoming-webhook URL; ``SLACK_WEBHOOK_URL`` when the route names neither).
-    ``mention`` (e.g. ``<!subteam^S0123>``) is sent as written, only from here.
-    ``repeat_interval`` (seconds, 4 h by default) re-notifies a still-firing alert;
-    ``send_resolved`` sends a message when it resolves. ``routes``: ``RouteBranch``es,
-    tried in order; the first whose matchers the labels satisfy takes the notification
-    (one level: a branch's route has no ``routes`` of its own).
-    """
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        # not both transports (``_check_webhook_url_env``)
+        json_schema_extra={
+            "not": {
+                "required": ["channel", "webhook_url_env"],
+                "properties": {
+                    "channel": {"type": "string"},
+                    "webhook_url_env": {"type": "string"},
+                },
+            }
+        },
+    )
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    channel: str | None = None
-    webhook_url_env: str | None = Field(None, validate_default=True)
-    mention: str | None = None
+    channel: Annotated[str | None, or_null({"type": "string", "pattern": _CHANNEL.pattern})] = None
+    """A Slack channel (``#alerts`` or a channel id), posted to with the bot token
+    ``SLACK_BOT_TOKEN``; not with ``webhook_url_env``."""
+    webhook_url_env: Annotated[
+        str | None, or_null({"type": "string", "pattern": _ENV_NAME.pattern})
+    ] = Field(None, validate_default=True)
+    """The name of the environment variable holding an incoming-webhook URL (never the URL);
+    ``SLACK_WEBHOOK_URL`` when the route names neither this nor ``channel``."""
+    mention: Annotated[
+        str | None,
+        or_null({"type": "string", "maxLength": MAX_MENTION_LENGTH, "pattern": "^[^\\n]*$"}),
+    ] = None
+    """Text put before the message as written, e.g. ``<!subteam^S0123>`` or ``<!here>``
+    (only a route may mention: no value from the outbox can)."""
     repeat_interval: PositiveDuration = DEFAULT_REPEAT_INTERVAL_SECONDS
+    """How often a still-firing alert is notified again."""
     send_resolved: StrictBool = True
+    """Send a message when the alert resolves (with the bot token it updates the first
+    message and replies in its thread)."""
     routes: tuple[RouteBranch, ...] = ()
+    """Branches by label, tried in order: the first whose ``matchers`` the notification's
+    labels satisfy sends it to its ``route`` instead."""
 
     @field_validator("channel", mode="before")
     @classmethod

@@ -10,10 +10,10 @@ import json
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from outbox_monitor.durations import parse_duration
+from outbox_monitor.durations import duration_json_schema, parse_duration
 
 MAX_NAME_LENGTH = 63
 MAX_TEMPLATE_LENGTH = 1000
@@ -100,7 +100,8 @@ def to_duration(value: Any, *, example: str = "90s, 15m or 1h") -> float:
         ) from None
 
 
-Duration = Annotated[float, BeforeValidator(to_duration)]
+DURATION_SCHEMA = duration_json_schema()
+Duration = Annotated[float, BeforeValidator(to_duration), WithJsonSchema(DURATION_SCHEMA)]
 
 
 def positive_duration(value: Any) -> float:
@@ -111,7 +112,16 @@ def positive_duration(value: Any) -> float:
     return seconds
 
 
-PositiveDuration = Annotated[float, BeforeValidator(positive_duration)]
+POSITIVE_DURATION_SCHEMA = duration_json_schema(positive=True)
+PositiveDuration = Annotated[
+    float, BeforeValidator(positive_duration), WithJsonSchema(POSITIVE_DURATION_SCHEMA)
+]
+
+
+def or_null(schema: dict[str, Any]) -> WithJsonSchema:
+    """The JSON Schema of a field that may also be left empty (``null``): ``schema`` or null
+    (for an optional field whose own validator checks its value)."""
+    return WithJsonSchema({"anyOf": [schema, {"type": "null"}]})
 
 
 def check_template(value: Any) -> str:
@@ -145,7 +155,8 @@ def _slug(value: Any) -> str:
     return value
 
 
-Slug = Annotated[str, BeforeValidator(_slug)]
+SLUG_SCHEMA = {"type": "string", "pattern": _SLUG.pattern}
+Slug = Annotated[str, BeforeValidator(_slug), WithJsonSchema(SLUG_SCHEMA)]
 """A rule or route name: lower-case letters, digits, ``-`` and ``_``."""
 
 
@@ -161,12 +172,27 @@ def looks_like_duration(text: str) -> bool:
 _LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
+ROUTE_NAME_SCHEMA = {"type": "string", "minLength": 1}
+"""What ``check_route_name`` accepts, as JSON Schema."""
+TEMPLATE_SCHEMA = {"type": "string", "maxLength": MAX_TEMPLATE_LENGTH}
+"""A message template as JSON Schema (its placeholders are ``check_template``'s to check)."""
+
+
 def check_route_name(value: Any) -> str:
     """A rule's or route branch's ``route``: a non-empty name (``rules_file`` checks that it
     is defined), or a ``PydanticCustomError`` saying what it got."""
     if not isinstance(value, str) or not value:
         raise fail("route", f"expected the name of a route, got {quoted(value)}")
     return value
+
+
+LABEL_MAP_SCHEMA = {
+    "type": "object",
+    "minProperties": 1,
+    "propertyNames": {"pattern": _LABEL_KEY.pattern},
+    "additionalProperties": {"type": "string", "minLength": 1},
+}
+"""What ``check_label_map`` accepts, as JSON Schema."""
 
 
 def check_label_map(field: str, value: Any, *, example: str) -> dict[str, str]:
@@ -181,6 +207,16 @@ def check_label_map(field: str, value: Any, *, example: str) -> dict[str, str]:
         if not isinstance(text, str) or not text:
             raise fail(field, f"{key}: expected text, got {quoted(text)}")
     return dict(value)
+
+
+OUTBOX_SELECTOR_SCHEMA = {
+    "anyOf": [
+        {"type": "array", "minItems": 1, "items": SLUG_SCHEMA},
+        LABEL_MAP_SCHEMA,
+        {"type": "null"},
+    ]
+}
+"""What ``check_outbox_selector`` accepts, as JSON Schema."""
 
 
 def check_outbox_selector(value: Any) -> tuple[str, ...] | dict[str, str] | None:

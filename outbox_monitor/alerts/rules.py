@@ -20,7 +20,7 @@ is ``alerts.rules_file``.
 import difflib
 import math
 import re
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote
 
 from pydantic import (
@@ -29,12 +29,18 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
 )
 
 from outbox_monitor.alerts.route_model import Route
 from outbox_monitor.alerts.rule_values import (
+    DURATION_SCHEMA,
+    OUTBOX_SELECTOR_SCHEMA,
     PLACEHOLDER,
+    POSITIVE_DURATION_SCHEMA,
+    ROUTE_NAME_SCHEMA,
+    TEMPLATE_SCHEMA,
     Duration,
     PositiveDuration,
     Slug,
@@ -43,12 +49,13 @@ from outbox_monitor.alerts.rule_values import (
     check_template,
     fail,
     looks_like_duration,
+    or_null,
     positive_duration,
     quoted,
     render_template,
     to_duration,
 )
-from outbox_monitor.durations import parse_duration
+from outbox_monitor.durations import DURATION_PATTERN, parse_duration
 from outbox_monitor.figures.figure_model import Figure
 from outbox_monitor.figures.forecast import PREDICTABLE, TYPE_SAMPLED
 from outbox_monitor.figures.registry import FIGURES
@@ -59,59 +66,160 @@ DEFAULT_INTERVAL_SECONDS = 30.0
 DEFAULT_FOR_SECONDS = 0.0
 DEFAULT_KEEP_FIRING_FOR_SECONDS = 0.0
 SUPPORTED_VERSION = 1
-OPS = (">", ">=", "<", "<=", "==", "!=")
-SEVERITIES = ("critical", "warning", "info")
+Op = Literal[">", ">=", "<", "<=", "==", "!="]
+OPS: tuple[str, ...] = get_args(Op)
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NUMBER = r"^\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$"
+"""A number written as text (``"1000"``, ``"2.5e3"``), as JSON Schema: what a threshold's
+text may be besides a duration."""
+_NUMBER_TEXT = {"type": "string", "pattern": _NUMBER}
+THRESHOLD_SCHEMA = {
+    "anyOf": [{"type": "number"}, _NUMBER_TEXT, {"type": "string", "pattern": DURATION_PATTERN}]
+}
+"""A threshold: a number, or a duration for a metric in seconds (``_check_threshold``)."""
 
 
 # ----------------------------------------------------------------------- the models
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class Defaults(_Model):
-    """``defaults``: evaluation ``interval``, ``for`` and ``keep_firing_for``, in seconds."""
+    """What every rule uses unless it says otherwise."""
 
     interval: PositiveDuration = DEFAULT_INTERVAL_SECONDS
+    """How often the scheduler evaluates every rule."""
     for_: Duration = Field(DEFAULT_FOR_SECONDS, alias="for")
+    """How long a rule's condition must hold before its alert fires (pending until then)."""
     keep_firing_for: Duration = DEFAULT_KEEP_FIRING_FOR_SECONDS
+    """How long an alert keeps firing after its condition healed (hysteresis: a condition
+    that flaps does not resolve and fire again)."""
+
+
+def _metric_conditions(schema: dict[str, Any]) -> None:
+    """Add to a rule's JSON Schema the checks that depend on its metric (``Rule``'s
+    ``_check_window``, ``_check_attempts``, ``_check_threshold``, ``_check_predict`` and
+    ``_check_not_table_wide``), as ``if``/``then`` conditions an editor flags as the loader
+    does."""
+
+    def metrics(test: Any) -> list[str]:
+        return [name for name, figure in FIGURES.items() if test(figure)]
+
+    null: dict[str, Any] = {"type": "null"}
+    present = {"not": null}
+    then = [
+        (metrics(lambda f: f.window == "none"), {"properties": {"window": null}}),
+        (
+            metrics(lambda f: f.window == "required"),
+            {"required": ["window"], "properties": {"window": present}},
+        ),
+        (
+            metrics(lambda f: f.attempts),
+            {"required": ["attempts"], "properties": {"attempts": present}},
+        ),
+        (metrics(lambda f: not f.attempts), {"properties": {"attempts": null}}),
+        (
+            metrics(lambda f: not f.is_duration),
+            {"properties": {"threshold": {"anyOf": [{"type": "number"}, _NUMBER_TEXT]}}},
+        ),
+        (
+            metrics(lambda f: f.scope == "table"),
+            {"properties": {"event_type": null, "by": {"anyOf": [null, {"maxItems": 0}]}}},
+        ),
+    ]
+    schema["allOf"] = [
+        {"if": {"required": ["metric"], "properties": {"metric": {"enum": names}}}, "then": rule}
+        for names, rule in then
+        if names
+    ] + [
+        {
+            "if": {"required": ["predict"], "properties": {"predict": present}},
+            "then": {
+                "properties": {
+                    "metric": {"enum": list(PREDICTABLE)},
+                    "op": {"enum": [op for op in OPS if op not in ("==", "!=")]},
+                }
+            },
+        }
+    ]
 
 
 class Rule(_Model):
-    """One SLO rule (``rules[i]``); durations in seconds.
+    """One SLO rule: a metric compared with a threshold, and where its alerts go."""
 
-    ``threshold`` is a float (seconds for duration metrics). ``window`` is seconds or
-    ``None`` (the figure has none, or it uses the configured window). ``for_`` and
-    ``keep_firing_for`` are resolved from ``defaults`` by ``load_rules``. ``by`` is
-    ``()`` or ``("event_type",)``. ``event_type`` filters rows (exact, or LIKE with ``%``).
-    ``predict`` (seconds or ``None``): the rule watches its figure's forecast instead, the
-    least-squares trend of the last ``predict`` seconds of samples extrapolated ``predict``
-    seconds ahead (``forecast.py``; issue 15 item 4); scoped to one event type, or ``by``
-    event type, from the per-type samples (``forecast.TYPE_SAMPLED`` figures only).
-    ``outboxes``: the outboxes of the fleet the rule applies to (``alerts.outbox_scope``):
-    ``None`` every one, a tuple of names, or a mapping of labels that must all match.
-    """
+    model_config = ConfigDict(json_schema_extra=_metric_conditions)
 
+    # Developers: durations are seconds once loaded; ``for_`` and ``keep_firing_for`` are
+    # resolved from ``defaults`` by ``rules_file.load_rules``; ``by`` is ``()`` or
+    # ``("event_type",)``; ``outboxes`` is ``None``, a tuple of names or a mapping of labels.
     name: Slug
-    metric: str
-    window: float | None = Field(None, validate_default=True)
-    attempts: int | None = Field(None, validate_default=True)
-    event_type: str | None = None
-    by: tuple[str, ...] = ()
-    op: str
-    threshold: float
-    predict: float | None = None
-    for_: float | None = Field(None, alias="for")
-    keep_firing_for: float | None = None
-    severity: str = "warning"
-    labels: dict[str, str] = Field(default_factory=dict)
-    summary: str | None = None
-    runbook_url: str | None = None
-    route: str
-    outboxes: tuple[str, ...] | dict[str, str] | None = None
+    """The rule's name, unique in the file: it names the alert in Slack, on the Alerts page
+    and in ``/metrics``."""
+    metric: Annotated[str, WithJsonSchema({"type": "string", "enum": list(FIGURES)})]
+    """The figure watched, by its name in SPEC §2 (the reference of alerts.yml lists each
+    with its unit and window)."""
+    window: Annotated[float | None, or_null(POSITIVE_DURATION_SCHEMA)] = Field(
+        None, validate_default=True
+    )
+    """The window of a windowed metric (``failed_in_window`` needs one; the latencies and
+    throughputs default to ``OUTBOX_MONITOR_WINDOW``); refused on a metric without one."""
+    attempts: Annotated[int | None, or_null({"type": "integer", "minimum": 1})] = Field(
+        None, validate_default=True
+    )
+    """For ``attempts_at_least`` only, and required there: count rows with at least this
+    many attempts."""
+    event_type: Annotated[str | None, or_null({"type": "string", "pattern": r"\S"})] = None
+    """Only rows of this event type: exact, or a LIKE pattern with ``%`` (``payment.%``).
+    Refused on a metric of the whole table."""
+    by: Annotated[
+        tuple[str, ...],
+        or_null({"type": "array", "items": {"const": "event_type"}}),
+    ] = ()
+    """``[event_type]``: one alert instance per event type (each measured for exactly that
+    type) instead of one for all rows. Refused on a metric of the whole table."""
+    op: Op
+    """How the value is compared with ``threshold``; the rule is breached when
+    ``value op threshold`` holds."""
+    threshold: Annotated[float, WithJsonSchema(THRESHOLD_SCHEMA)]
+    """A number in the metric's unit; for a metric in seconds a duration too (``5m``)."""
+    predict: Annotated[float | None, or_null(POSITIVE_DURATION_SCHEMA)] = None
+    """Watch the metric's forecast instead of its value now: the least-squares trend of the
+    samples of the last ``predict``, extrapolated as far ahead. Only ``queue_depth``,
+    ``pending_total``, ``scheduled_retries`` and ``oldest_pending_age``, with ``op`` ``>``,
+    ``>=``, ``<`` or ``<=``."""
+    for_: Annotated[float | None, or_null(DURATION_SCHEMA)] = Field(None, alias="for")
+    """How long the condition must hold before the alert fires; ``defaults.for`` when left
+    out."""
+    keep_firing_for: Annotated[float | None, or_null(DURATION_SCHEMA)] = None
+    """How long the alert keeps firing after the condition healed;
+    ``defaults.keep_firing_for`` when left out."""
+    severity: Severity = "warning"
+    """Shown in the message and the dashboard, a label routes may match."""
+    labels: dict[str, str] = Field(
+        default_factory=dict, json_schema_extra={"propertyNames": {"pattern": _LABEL_NAME.pattern}}
+    )
+    """Labels of the rule's alerts (name: text), which routes may match."""
+    summary: Annotated[str | None, or_null(TEMPLATE_SCHEMA)] = None
+    """The message's text, with the placeholders ``{{ value }}``, ``{{ threshold }}``,
+    ``{{ event_type }}`` and ``{{ rule }}`` (nothing else is evaluated)."""
+    runbook_url: Annotated[
+        str | None,
+        or_null({**TEMPLATE_SCHEMA, "pattern": r"^https?://(?:\{\{\s*[^{}]*?\s*\}\}|\S)+$"}),
+    ] = None
+    """An http(s) link in the message; the same placeholders as ``summary``, URL-quoted."""
+    route: Annotated[str, WithJsonSchema(ROUTE_NAME_SCHEMA)]
+    """The name of a route of ``routes``: where the alerts go."""
+    outboxes: Annotated[
+        tuple[str, ...] | dict[str, str] | None, WithJsonSchema(OUTBOX_SELECTOR_SCHEMA)
+    ] = None
+    """With a fleet file: the outboxes the rule applies to, a list of names
+    (``[orders, billing]``) or labels they must all have (``{team: payments}``); left out,
+    every outbox."""
 
     @field_validator("outboxes", mode="before")
     @classmethod
@@ -375,13 +483,20 @@ def _check_not_table_wide(field: str, value: Any, info: ValidationInfo) -> None:
 
 
 class RuleSet(_Model):
-    """A loaded alerts.yml: ``version``, ``defaults``, ``routes`` by name, ``rules`` in
-    file order (``for_``/``keep_firing_for`` resolved). ``path`` is the file it came from."""
+    """alerts.yml: the SLO rules the scheduler evaluates, and the routes of their alerts."""
 
-    version: int
+    # Developers: a loaded file (``rules_file.load_rules``) has its rules in file order,
+    # ``for_``/``keep_firing_for`` resolved; ``path`` is the file it came from.
+    version: Annotated[int, WithJsonSchema({"const": SUPPORTED_VERSION})]
+    """The file's format: 1."""
     defaults: Defaults = Field(default_factory=Defaults)
-    routes: dict[Slug, Route] = Field(default_factory=dict)
+    """Settings every rule uses unless it gives its own."""
+    routes: dict[Slug, Route] = Field(
+        default_factory=dict, json_schema_extra={"additionalProperties": False}
+    )
+    """Where alerts go, by route name (a slug that rules name in ``route``)."""
     rules: list[Rule]
+    """The rules, evaluated in this order."""
     _path: str = PrivateAttr(default="")
 
     @field_validator("version", mode="before")

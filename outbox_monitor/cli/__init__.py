@@ -54,8 +54,9 @@ class JsonAwareGroup(LazyGroup):
 def main(log_level: str) -> None:
     """outbox-monitor: watch and operate a Postgres transactional outbox (SPEC §1–5).
 
-    Configuration comes from OUTBOX_MONITOR_* environment variables (docs/configuration.md);
-    --dsn and --table override the database and the table per command.
+    Configuration comes from OUTBOX_MONITOR_* environment variables
+    (docs/reference/configuration.md); --dsn and --table override the database and the table
+    per command.
     """
     configure_logging(log_level.upper())
     # The pool logs every failed reconnect; our own errors already say what is wrong.

@@ -30,18 +30,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
 
 from outbox_monitor.config.settings import MIN_AUTO_PRUNE_SECONDS, MIN_TIMEOUT_SECONDS, Settings
 from outbox_monitor.config.values import (
+    TABLE_NAME_PATTERN,
     Seconds,
     check_dsn,
     check_role_entries,
     split_table_name,
 )
+from outbox_monitor.durations import duration_json_schema
 from outbox_monitor.errors import ConfigError
 
 FLEET_ENV = "OUTBOX_MONITOR_OUTBOXES"
@@ -62,9 +64,14 @@ class FleetError(ConfigError):
 
 
 class _Retention(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """How long the leading scheduler keeps this outbox's finished rows (auto-prune, daily);
+    left out: ``OUTBOX_MONITOR_AUTO_PRUNE_DONE`` and ``_FAILED``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
     done: Seconds | None = None
+    """Done rows older than this are pruned (at least ``1d``); left out: never."""
     failed: Seconds | None = None
+    """Dead letters older than this are pruned (at least ``1d``); left out: never."""
 
     @field_validator("done", "failed")
     @classmethod
@@ -77,13 +84,17 @@ class _Retention(BaseModel):
 
 
 class _Access(BaseModel):
-    """An outbox's own role mapping: the entries of OUTBOX_MONITOR_ADMINS, _OPERATORS and
-    _VIEWERS (e-mails, @domains, claim matches), for this outbox instead of those."""
+    """This outbox's own role mapping (sign-in modes ``oidc`` and ``proxy``), instead of
+    ``OUTBOX_MONITOR_ADMINS``, ``_OPERATORS`` and ``_VIEWERS``: a list left out is empty,
+    nothing is inherited."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
     admins: tuple[str, ...] = ()
+    """Admins of this outbox: e-mails, ``@domains`` or claim matches (``groups=oncall``)."""
     operators: tuple[str, ...] = ()
+    """Operators of this outbox (they act on it); entries as ``admins``."""
     viewers: tuple[str, ...] = ()
+    """Viewers of this outbox; entries as ``admins``."""
 
     @field_validator("admins", "operators", "viewers")
     @classmethod
@@ -91,17 +102,50 @@ class _Access(BaseModel):
         return check_role_entries(value)  # ValueError naming the entry
 
 
+_ENV_NAME_SCHEMA = {"pattern": f"^{ENV_NAME.pattern}$"}
+
+
 class _OutboxEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
-    dsn_env: str
-    primary_dsn_env: str | None = None
-    actions_dsn_env: str | None = None
-    table: str | None = None
-    lock_timeout: Seconds | None = Field(default=None, ge=MIN_TIMEOUT_SECONDS)
+    """One outbox: its name, the environment variables of its DSNs, and what it sets
+    differently from the process's ``OUTBOX_MONITOR_*`` settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    name: str = Field(json_schema_extra={"pattern": f"^{NAME.pattern}$"})
+    """The outbox's name, unique in the file: lower-case letters, digits, ``-`` and ``_``
+    (it goes into URLs, metric labels and alert instances)."""
+    dsn_env: str = Field(json_schema_extra=_ENV_NAME_SCHEMA)
+    """The environment variable holding the DSN the figures and the dashboard read (it may
+    be a hot standby); never the DSN itself. It must be set."""
+    primary_dsn_env: str | None = Field(default=None, json_schema_extra=_ENV_NAME_SCHEMA)
+    """The variable of the DSN the scheduler writes through (lease, samples, alert state);
+    left out: ``dsn_env``'s. When named, it must be set."""
+    actions_dsn_env: str | None = Field(default=None, json_schema_extra=_ENV_NAME_SCHEMA)
+    """The variable of the DSN operator actions use; left out: ``dsn_env``'s. When named, it
+    must be set."""
+    table: str | None = Field(default=None, json_schema_extra={"pattern": TABLE_NAME_PATTERN})
+    """The outbox table, ``schema.table``; left out: ``OUTBOX_MONITOR_TABLE``. Two outboxes
+    of one database have different tables."""
+    lock_timeout: Annotated[
+        Seconds | None,
+        # pydantic would write the bound of a union as a key JSON Schema does not know (ge)
+        WithJsonSchema(
+            {"anyOf": [duration_json_schema(minimum=MIN_TIMEOUT_SECONDS), {"type": "null"}]}
+        ),
+    ] = Field(default=None, ge=MIN_TIMEOUT_SECONDS)
+    """A ``processing`` row locked longer is stuck (at least ``1s``); left out:
+    ``OUTBOX_MONITOR_LOCK_TIMEOUT``."""
     retention: _Retention | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    """Auto-prune of this outbox's done rows and dead letters."""
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        json_schema_extra={
+            "propertyNames": {"pattern": f"^{LABEL.pattern}$", "not": {"const": "outbox"}}
+        },
+    )
+    """Labels (``team: payments``) of the outbox's alerts, which rules' ``outboxes``,
+    routes' ``matchers`` and silences select by; not ``outbox``, which every outbox has."""
     access: _Access | None = None
+    """This outbox's own role mapping; left out: the process's."""
 
     @field_validator("name")
     @classmethod
@@ -142,10 +186,16 @@ class _OutboxEntry(BaseModel):
         return value
 
 
-class _FleetFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class FleetFile(BaseModel):
+    """The fleet file (``OUTBOX_MONITOR_OUTBOXES``): the outboxes one control room watches,
+    each in its own database or table. Every setting an outbox does not give is the
+    process's ``OUTBOX_MONITOR_*`` value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
     version: Literal[1]
+    """The file's format: 1."""
     outboxes: list[_OutboxEntry] = Field(min_length=1)
+    """The outboxes, in the order the dashboard and ``outbox-monitor outboxes`` list them."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +272,7 @@ def _allowed(loc: tuple) -> list[str]:
         return list(_Access.model_fields)
     if len(loc) >= 2 and loc[0] == "outboxes":
         return list(_OutboxEntry.model_fields)
-    return list(_FleetFile.model_fields)
+    return list(FleetFile.model_fields)
 
 
 def _entry_dsns(entry: _OutboxEntry, env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
@@ -321,7 +371,7 @@ def load_fleet(
     if not isinstance(document, dict):
         raise FleetError(prefix + "expected a mapping with version: 1 and outboxes: [...]")
     try:
-        parsed = _FleetFile.model_validate(document)
+        parsed = FleetFile.model_validate(document)
     except ValidationError as error:
         entries = document.get("outboxes")
         lines = [

@@ -131,6 +131,8 @@ class Settings(BaseSettings):
         frozen=True,
         # A ValidationError's text must not quote a DSN or secret that was given.
         hide_input_in_errors=True,
+        # each field's docstring is its description in docs/reference/configuration.md
+        use_attribute_docstrings=True,
     )
 
     dsn: str | None = Field(
@@ -138,54 +140,123 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("OUTBOX_MONITOR_DSN", "DATABASE_URL", "dsn"),
         repr=False,
     )
+    """The database to watch (a libpq connection string or URI); unset: ``DATABASE_URL``,
+    then libpq's ``PG*`` variables. May be a hot standby (read replicas)."""
     actions_dsn: str | None = Field(default=None, repr=False)
+    """The login of reap, replay, prune, flow control, silences, test alerts and reveals;
+    unset: ``OUTBOX_MONITOR_DSN``."""
     primary_dsn: str | None = Field(default=None, repr=False)
+    """Where the scheduler writes (its lease, samples, alert state, notifications,
+    auto-reap and auto-prune) when ``OUTBOX_MONITOR_DSN`` is a hot standby; unset:
+    ``OUTBOX_MONITOR_DSN``."""
     registry_dsn: str | None = Field(default=None, repr=False)
+    """With a fleet file: the database where scheduler replicas heartbeat to share the
+    outboxes; unset: the first outbox's primary."""
     table: str = DEFAULT_TABLE
+    """The outbox table, ``schema.table`` (or ``table``, in ``public``)."""
     ledger_table: str | None = None
+    """The workers' idempotency ledger, ``schema.table``; unset:
+    ``integration_idempotency`` beside the outbox table."""
     lock_timeout: Seconds = Field(default=DEFAULT_LOCK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
+    """A ``processing`` row locked longer is stuck (at least ``1s``)."""
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=1000)
+    """Attempts before a row is dead-lettered (a reap counts one)."""
     window: Seconds = Field(default=DEFAULT_WINDOW_SECONDS, gt=0)
+    """The window of latency, throughput and failures."""
     statement_timeout: Seconds = Field(
         default=DEFAULT_STATEMENT_TIMEOUT_SECONDS, gt=0, le=MAX_STATEMENT_TIMEOUT_SECONDS
     )
+    """The ``statement_timeout`` of every monitor session (rounded up to whole
+    milliseconds, at least 1 ms: never 0, which Postgres reads as no timeout)."""
     sample_interval: Seconds = Field(default=DEFAULT_SAMPLE_INTERVAL_SECONDS, ge=1)
+    """How often the sampler records the figures."""
     max_replica_lag: Seconds = Field(default=DEFAULT_MAX_REPLICA_LAG_SECONDS, gt=0)
+    """The scheduler evaluates no rule and records no sample from a hot standby lagging
+    more than this, and alerts that instead."""
     sample_retention: Seconds = Field(default=DEFAULT_SAMPLE_RETENTION_SECONDS, gt=0)
+    """Samples (headline, per event type, table health), recorded claim plans and statement
+    costs older than this are deleted, and workers not seen holding rows for as long are
+    forgotten."""
     audit_retention: Seconds = DEFAULT_AUDIT_RETENTION_SECONDS
+    """The audit log's rows of this outbox table older than this are deleted (at least
+    ``1d``)."""
     alert_history_retention: Seconds = DEFAULT_ALERT_HISTORY_RETENTION_SECONDS
+    """Alert transitions and delivered notifications older than this are deleted (at least
+    ``1d``)."""
     breaker_log_retention: Seconds = DEFAULT_BREAKER_LOG_RETENTION_SECONDS
+    """This outbox table's breaker transitions older than this are deleted (at least
+    ``1d``)."""
     claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
+    """How often the scheduler EXPLAINs and records the workers' claim (claim health)."""
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
+    """How often the dashboard's live figures refresh."""
     actor: str | None = None
+    """Who acts, in the audit log (the CLI's ``--actor``); unset: the OS user."""
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)
+    """The port of the scheduler's ``/metrics`` and ``/healthz`` (``0``: off)."""
     metrics_address: str = DEFAULT_METRICS_ADDRESS
+    """The interface of that endpoint (``0.0.0.0`` in a container, so that Prometheus
+    reaches it)."""
     metrics_top_event_types: int = Field(
         default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
     )
+    """Event types labelled one by one on ``/metrics``; the rest are summed as ``other``."""
     metrics_cache: Seconds = Field(default=DEFAULT_METRICS_CACHE_SECONDS, ge=0)
+    """Scrapes within this reuse the last figures (several Prometheus replicas; at most
+    ``5m``)."""
     overview_top_event_types: int = Field(
         default=DEFAULT_OVERVIEW_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
     )
+    """Rows of the Overview's table by event type, most troubled first; the rest share one
+    row ``other``."""
     slack_timeout: Seconds = Field(default=DEFAULT_SLACK_TIMEOUT_SECONDS, ge=MIN_TIMEOUT_SECONDS)
+    """The Slack client's timeout of each request (at least ``1s``)."""
     dashboard_url: str = DEFAULT_DASHBOARD_URL
+    """The base of the links in Slack messages (an http(s) URL)."""
     auto_reap: bool = False
+    """The leading scheduler reaps stuck locks every lock timeout / 3."""
     auto_prune_done: OptionalSeconds = None
+    """The leading scheduler prunes done rows older than this, daily (at least ``1d``);
+    unset or ``off``: never."""
     auto_prune_failed: OptionalSeconds = None
+    """The same for dead letters (at least ``1d``); unset or ``off``: never."""
     auth: Literal["local", "oidc", "proxy"] = "local"
+    """The dashboard's sign-in mode: ``local`` (no sign-in, loopback only), ``oidc`` or
+    ``proxy``."""
     insecure_no_auth: bool = False
+    """Serve ``local`` mode on a non-loopback address anyway."""
     oidc_metadata_url: str | None = None
+    """The OpenID provider's ``/.well-known/openid-configuration`` (``oidc`` mode: all five
+    ``OUTBOX_MONITOR_OIDC_*`` settings, or none of them)."""
     oidc_client_id: str | None = None
+    """The dashboard's OIDC client id."""
     oidc_client_secret: SecretStr | None = None
+    """The dashboard's OIDC client secret."""
     oidc_cookie_secret: SecretStr | None = None
+    """Signs the session cookie (at least 32 random characters)."""
     oidc_redirect_url: str | None = None
+    """``https://<dashboard>/oauth2callback``."""
     proxy_header: str = DEFAULT_PROXY_HEADER
+    """The proxy's identity header (``proxy`` mode only)."""
     proxy_groups_header: str | None = None  # read only when set (docs/security.md)
+    """The proxy's comma-separated groups header, e.g. ``X-Forwarded-Groups``; set it only
+    if the proxy sets it. Unset: no groups are read."""
     admins: CommaList = ()
+    """Who is an admin (an operator, and settings-like pages): comma-separated e-mails
+    (``alice@example.com``), domains (``@example.com``) or claim matches
+    (``groups=oncall``). The highest matching role wins; no match, no access."""
     operators: CommaList = ()
+    """Who is an operator (also reap, replay, prune, flow control, silences, payload
+    reveals); entries as in ``OUTBOX_MONITOR_ADMINS``."""
     viewers: CommaList = ()
+    """Who is a viewer (every figure, row and alert; payloads redacted); entries as in
+    ``OUTBOX_MONITOR_ADMINS``."""
     redact_keys: CommaList = DEFAULT_REDACT_KEYS
+    """Payload key globs (case-insensitive, any depth) whose values viewers see as
+    ``[redacted]``."""
     redact_values: CommaList = DEFAULT_REDACT_VALUES
+    """Value detectors: ``card`` (Luhn-valid 13–19 digit numbers), ``email``, or regular
+    expressions (a JSON array for one holding a comma)."""
     # The fleet file's outbox these settings are of (``fleet.load_fleet``); never read from
     # the environment: a fleet of one has ''.
     _fleet_outbox: str = PrivateAttr(default="")
@@ -367,5 +438,5 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError(
             "invalid configuration:\n  " + "\n  ".join(lines),
             hint=f"Fix the {' and '.join(sorted(sources, reverse=True))} above; "
-            "docs/configuration.md lists every setting.",
+            "docs/reference/configuration.md lists every setting.",
         ) from None

@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import BeforeValidator, SecretStr
+from pydantic import BeforeValidator, SecretStr, WithJsonSchema
 from pydantic_settings import NoDecode
 
-from outbox_monitor.durations import parse_duration
+from outbox_monitor.durations import duration_json_schema, parse_duration
 
 _OFF = ("", "off", "none", "false", "no")
 _EMAIL_ENTRY = re.compile(r"(\*|[^\s,;@*]+)?@[^\s,;@*]+")
@@ -23,8 +23,10 @@ _CLAIM_ENTRY = re.compile(r"[A-Za-z_][\w.:-]*=[^\s,;]+")
 MIN_COOKIE_SECRET_CHARS = 32
 _NAME_PART = r"[A-Za-z_][A-Za-z0-9_$]*"
 _QUALIFIED = re.compile(rf"^(?:({_NAME_PART})\.)?({_NAME_PART})$")
+TABLE_NAME_PATTERN = rf"^\s*(?:{_NAME_PART}\.)?{_NAME_PART}\s*$"
+"""What ``split_table_name`` accepts, as a regular expression (of JSON Schema too)."""
 
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
+Seconds = Annotated[float, BeforeValidator(parse_duration), WithJsonSchema(duration_json_schema())]
 
 
 def _optional_duration(value: object) -> float | None:

@@ -19,7 +19,7 @@ deleted — in one audited transaction, and never touches an operator's override
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from psycopg import sql
 from pydantic import (
@@ -30,16 +30,18 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationError,
+    WithJsonSchema,
     field_validator,
 )
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions.audit import record_audit
-from outbox_monitor.alerts.rule_values import positive_duration, quoted
+from outbox_monitor.alerts.rule_values import PositiveDuration, quoted
 from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.flow.model import (
     MAX_COOLDOWN_SECONDS,
+    MAX_FILTER_CHARS,
     MAX_LIMIT,
     ControlSettings,
     check_filter,
@@ -65,28 +67,48 @@ class ControlsError(ConfigError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class _Pause(_Strict):
+    """A pause with its reason."""
+
     reason: str | None = Field(default=None, max_length=500)
+    """Why, shown with the pause on the Controls page and in ``outbox-monitor controls``."""
 
 
 class _Rate(_Strict):
-    per_second: StrictFloat | StrictInt = Field(gt=0, le=MAX_LIMIT, allow_inf_nan=False)
+    """A rate limit: the claim hands out at most ``per_second`` rows a second, ``burst`` at
+    once after a quiet spell."""
+
+    per_second: Annotated[
+        StrictFloat | StrictInt,
+        # pydantic writes a union's bounds as keys JSON Schema does not know (gt, le)
+        WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LIMIT}),
+    ] = Field(gt=0, le=MAX_LIMIT, allow_inf_nan=False)
+    """Rows a second."""
     burst: StrictInt | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    """Rows handed out at once after a quiet spell; left out: one second's worth (at least
+    1)."""
 
 
 class _Breaker(_Strict):
-    window: float = 60.0
-    min_attempts: int = Field(default=20, ge=1)
-    ratio: float = Field(default=0.9, gt=0, le=1)
-    cooldown: float = 30.0
-    probe_timeout: float = 900.0
+    """A circuit breaker (SPEC §5): it opens when at least ``min_attempts`` outcomes (acks
+    and transient failures) in the last ``window`` hold ``ratio`` transient failures, holds
+    the rows for ``cooldown``, then hands out one row as a probe: its ack closes the
+    breaker, its transient failure re-opens it with the cool-down doubled (up to 15m)."""
 
-    _durations = field_validator("window", "cooldown", "probe_timeout", mode="before")(
-        lambda value: positive_duration(value)
-    )
+    window: PositiveDuration = 60.0
+    """The span of outcomes counted."""
+    min_attempts: int = Field(default=20, ge=1)
+    """The fewest outcomes in the window that may open it."""
+    ratio: float = Field(default=0.9, gt=0, le=1)
+    """The share of transient failures among them that opens it (0–1)."""
+    cooldown: PositiveDuration = 30.0
+    """How long it stays open before a probe (at most ``15m``)."""
+    probe_timeout: PositiveDuration = 900.0
+    """A probe neither acked nor failed within this re-opens the breaker, its cool-down
+    doubled."""
 
     @field_validator("cooldown")
     @classmethod
@@ -97,13 +119,26 @@ class _Breaker(_Strict):
 
 
 class FileControl(_Strict):
-    """One entry of the file."""
+    """The controls of one event type, or of a pattern of them."""
 
-    event_type: str
+    event_type: str = Field(
+        json_schema_extra={
+            "minLength": 1,
+            "maxLength": MAX_FILTER_CHARS,
+            "pattern": "^[^\\x00-\\x1f]*$",
+        }
+    )
+    """The event types controlled: exact, or a LIKE pattern with ``%`` (``crm.%``); one
+    entry per filter."""
     pause: StrictBool | _Pause = False
+    """``true`` or ``{reason: ...}``: the claim hands out none of these rows."""
     concurrency: StrictInt | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    """At most this many of these rows in ``processing`` at once."""
     rate: _Rate | None = None
+    """A rate limit."""
     breaker: StrictBool | _Breaker = False
+    """``true`` (the defaults below) or its settings: a circuit breaker on these rows'
+    outcomes."""
 
     _filter = field_validator("event_type")(lambda value: check_filter(value))
 
@@ -127,10 +162,16 @@ class FileControl(_Strict):
 
 
 class ControlsFile(_Strict):
-    """The whole file."""
+    """A controls file (``outbox-monitor controls apply``): flow controls as code, applied
+    idempotently; an operator's change on the Controls page overrides an entry for a while.
+    An empty file is no controls."""
 
+    model_config = ConfigDict(json_schema_extra={"type": ["object", "null"]})
     version: Literal[1] = 1
+    """The file's format: 1."""
     controls: list[FileControl] = Field(default_factory=list)
+    """The controls, one entry per event-type filter; a filter removed from the file loses
+    its control at the next apply."""
 
 
 _MODELS: dict[str, type[BaseModel]] = {

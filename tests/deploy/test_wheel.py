@@ -146,10 +146,15 @@ def installed(tmp_path_factory) -> Installed:
 def test_the_wheel_and_the_sdist_carry_the_dashboard_its_pages_and_the_rules(installed):
     pages = sorted(path.name for path in (REPO / "pages").glob("*.py"))
     in_wheel = set(zipfile.ZipFile(installed.wheel).namelist())
-    shipped = {"dashboard.py", "alerts.yml", *(f"pages/{page}" for page in pages)}
+    # alerts.yml's schema where its first line names it (cli/file_reference.py, modeline)
+    schema = "outbox_monitor/schemas/alerts.schema.json"
+    shipped = {"dashboard.py", "alerts.yml", schema, *(f"pages/{page}" for page in pages)}
     app = "outbox_monitor/app/"
     assert {name.removeprefix(app) for name in in_wheel if name.startswith(app)} == shipped
     assert "outbox_monitor/store/sql/queries.sql" in in_wheel
+    assert {f"outbox_monitor/schemas/{n}.schema.json" for n in ("alerts", "controls", "fleet")} | {
+        "outbox_monitor/demo/controls.yml"
+    } <= in_wheel
     assert not [name for name in in_wheel if name.startswith("tests/")]
     with tarfile.open(installed.sdist) as sdist:
         top = sdist.getnames()[0].split("/")[0]
@@ -172,6 +177,12 @@ def test_the_installed_cli_reads_the_shipped_rules_from_the_wheel(installed, dsn
     shipped = installed.bin.parent.glob("lib/python*/site-packages/outbox_monitor/app/alerts.yml")
     (rules,) = shipped
     assert rules.read_text() == (REPO / "alerts.yml").read_text()
+    # the schemas the shipped YAML files name on their first line are there, relative to them
+    for yaml_file in (rules, rules.parents[1] / "demo" / "controls.yml"):
+        named = yaml_file.read_text().split("\n", 1)[0].split("$schema=", 1)[1]
+        schema = yaml_file.parent / named
+        assert schema.is_file(), schema
+        assert schema.read_text() == (REPO / "outbox_monitor/schemas" / schema.name).read_text()
     count = len(re.findall(r"^  - name: ", rules.read_text(), re.M))
     validated = installed.run("alerts", "validate", home=tmp_path)
     assert validated.returncode == 0, validated.stderr

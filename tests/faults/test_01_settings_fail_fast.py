@@ -1,4 +1,5 @@
-"""Issue 10 item 1: every duration setting takes the documented forms (docs/configuration.md);
+"""Issue 10 item 1: every duration setting takes the documented forms
+(docs/reference/configuration.md);
 a setting that cannot be parsed stops the process at start, naming the variable, with a
 non-zero exit (never "run crippled"); ``/healthz`` reports this process — its configuration
 and its loops — and stays 200 through a Slack or database outage (those show in ``/metrics``
@@ -64,11 +65,12 @@ def healthz(port: int) -> tuple[int, str] | None:
 
 
 def documented_duration_variables() -> dict[str, str]:
-    """``{variable: default}`` of docs/configuration.md's table rows whose default is a
-    duration (``10s``, ``15m``, ``1h``, ``7d``)."""
+    """``{variable: default}`` of the configuration reference's table rows (generated from
+    ``Settings``, docs/reference/configuration.md) whose default is a duration (``10s``,
+    ``15m``, ``1h``, ``7d``)."""
     found = {}
-    for line in (REPO / "docs" / "configuration.md").read_text().splitlines():
-        row = re.match(r"^\| `(OUTBOX_MONITOR_\w+)` \| `(\d+[smhd])` \|", line)
+    for line in (REPO / "docs" / "reference" / "configuration.md").read_text().splitlines():
+        row = re.match(r"^\| `(OUTBOX_MONITOR_\w+)` \| [^|]* \| `(\d+[smhd])` \|", line)
         if row:
             found[row.group(1)] = row.group(2)
     return found

@@ -86,7 +86,7 @@ def test_invalid_setting(open_page, environment):
 
 
 def at_least_one_page_listed(hint: str) -> bool:
-    return "docs/configuration.md" in hint
+    return "docs/reference/configuration.md" in hint
 
 
 class RefusingServer:
