@@ -3,6 +3,7 @@
 
 import sys
 from collections.abc import Callable
+from textwrap import shorten
 from typing import Any
 
 import click
@@ -222,6 +223,7 @@ def _print_status(figures: dict[str, Any], reading: ReplicaStatus) -> None:
         ("queue depth (due now)", _rows(figures["queue_depth"])),
         ("pending total", _rows(figures["pending_total"])),
         ("scheduled retries", _rows(figures["scheduled_retries"])),
+        ("retrying (attempts > 0)", _rows(figures["retrying"])),
         ("oldest pending age", format_duration(figures["oldest_pending_age_seconds"])),
         ("processing", _rows(figures["processing"])),
         ("stuck locks", _rows(figures["stuck_locks"])),
@@ -238,6 +240,11 @@ def _print_status(figures: dict[str, Any], reading: ReplicaStatus) -> None:
         echo(f"  {label:<26} {value}")
     for event, count in figures["failed_by_event_type"].items():
         echo(f"    failed {escape_controls(event):<19} {_rows(count)}")  # escaped, then aligned
+    for group in figures["retry_error_groups"]:
+        echo(
+            f"    retrying {escape_controls(group['event_type']):<17} "
+            f"{_rows(group['retrying'])}: {shorten(escape_controls(group['fingerprint']), 100)}"
+        )
     histogram = "; ".join(f"{k}: {_rows(v)}" for k, v in figures["attempts_histogram"].items())
     echo(f"  {'rows by attempts':<26} {histogram or '–'}")
     for label, value in health_lines(figures["health"]):

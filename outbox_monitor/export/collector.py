@@ -3,12 +3,12 @@ by ``export.server``; the process's own state comes from ``scheduler_status``). 
 labels are ``export.labels``'s, its families without event types ``export.families``'.
 
 ``OutboxCollector`` computes, on a scrape, every SPEC §2 figure under its Prometheus name
-(SPEC §2 "One name per figure") — through ``metrics.py``, except the six figures of open
+(SPEC §2 "One name per figure") — through ``metrics.py``, except the seven figures of open
 rows, which come per event type from ONE grouped query (``metrics.open_by_event_type``,
-the same predicates as the ``metrics`` blocks) instead of six queries:
+the same predicates as the ``metrics`` blocks) instead of seven queries:
 
 - ``outbox_queue_depth``, ``outbox_pending``, ``outbox_scheduled_retries``,
-  ``outbox_processing``, ``outbox_stuck_locks`` ``{event_type}``: rows;
+  ``outbox_processing``, ``outbox_stuck_locks``, ``outbox_retrying`` ``{event_type}``: rows;
   ``outbox_oldest_pending_age_seconds{event_type}``: seconds (no sample when nothing of
   that type is pending);
 - ``outbox_latency_seconds{quantile="0.5|0.95|0.99", window}``,
@@ -122,6 +122,7 @@ OPEN_FAMILIES = tuple(
         "oldest_pending_age",
         "processing",
         "stuck_locks",
+        "retrying",
     )
 )
 

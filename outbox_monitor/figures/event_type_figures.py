@@ -176,6 +176,15 @@ EVENT_TYPE_FIGURES: tuple[Figure, ...] = (
         attempts=True,
     ),
     Figure(
+        "retrying",
+        "rows",
+        "retrying",
+        "outbox_retrying",
+        "Pending rows with attempts > 0: waiting for or due for another try after a failure.",
+        lambda db, window, event_type, _: metrics.retrying(db, event_type=event_type),
+        _PENDING,
+    ),
+    Figure(
         "rows_held",
         "rows",
         "rows_held",

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from outbox_monitor.figures import dead_letter_attempts
+from outbox_monitor.figures.error_grouping import retry_error_groups
 from outbox_monitor.figures.workers import liveness
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import breakers_open_among, held_by
@@ -43,6 +44,12 @@ def pending_total(db: Database, *, event_type: str | None = None) -> int:
 def scheduled_retries(db: Database, *, event_type: str | None = None) -> int:
     """``pending`` rows with ``available_at > now()`` (SPEC §2 scheduled retries)."""
     return _count(db, "scheduled_retries", event_type)
+
+
+def retrying(db: Database, *, event_type: str | None = None) -> int:
+    """``pending`` rows with ``attempts > 0``: waiting for, or due for, another try after a
+    failure (SPEC §2 retrying), whether in backoff or due now."""
+    return _count(db, "retrying", event_type)
 
 
 def oldest_pending_age(db: Database, *, event_type: str | None = None) -> float | None:
@@ -193,8 +200,8 @@ def backlog(
     """Every backlog figure of SPEC §2 from one pass over the pending and processing rows.
 
     The same definitions as ``queue_depth``, ``pending_total``, ``scheduled_retries``,
-    ``oldest_pending_age``, ``processing`` and ``stuck_locks`` (each of which reads only what
-    its own figure needs), computed together by attempts (named query
+    ``retrying``, ``oldest_pending_age``, ``processing`` and ``stuck_locks`` (each of which
+    reads only what its own figure needs), computed together by attempts (named query
     ``backlog_by_attempts``) and added up, in one snapshot: what ``status`` shows, with retry
     pressure. Reading ``attempts`` and ``locked_at`` visits the heap row of every backlog row
     (neither is in an index of the users'), which most of the separate counts avoid: one such
@@ -206,8 +213,9 @@ def backlog(
         lock_timeout: seconds (default: settings, 15 min).
 
     Returns:
-        ``{"queue_depth", "pending_total", "scheduled_retries", "processing",
-        "stuck_locks"}`` as rows, ``"oldest_pending_age_seconds"`` (``None`` when nothing is
+        ``{"queue_depth", "pending_total", "scheduled_retries", "retrying", "processing",
+        "stuck_locks"}`` as rows (``retrying``: the pending rows of the groups with
+        attempts > 0), ``"oldest_pending_age_seconds"`` (``None`` when nothing is
         pending) and ``"attempts_histogram"``: the backlog's ``{attempts: rows}`` in
         ascending attempts (the dead letters are not in it).
     """
@@ -227,6 +235,7 @@ def backlog(
         "queue_depth": total("queue_depth"),
         "pending_total": total("pending_total"),
         "scheduled_retries": total("scheduled_retries"),
+        "retrying": sum(group["pending_total"] for group in groups if group["attempts"] > 0),
         "oldest_pending_age_seconds": max(ages, default=None),
         "processing": total("processing"),
         "stuck_locks": total("stuck_locks"),
@@ -372,11 +381,14 @@ def status(
             so). ``None``: every figure exact.
 
     Returns:
-        ``{"queue_depth", "pending_total", "scheduled_retries",
+        ``{"queue_depth", "pending_total", "scheduled_retries", "retrying",
         "oldest_pending_age_seconds", "processing", "stuck_locks",
         "latency_seconds": {"p50","p95","p99"}, "processed_per_minute",
         "created_per_minute", "failed_in_window", "failed_by_event_type",
-        "attempts_histogram" ({"<attempts>": rows}), "rows_held",
+        "attempts_histogram" ({"<attempts>": rows}),
+        "retry_error_groups" (without ``count_cap`` only: the retrying rows' error groups,
+        exact, ``error_grouping.retry_error_groups``; the dashboard, which passes
+        ``count_cap``, is to read them from a cache kept incrementally), "rows_held",
         "rows_held_by_event_type" ({event type: due rows held by a control, SPEC §5}),
         "rows_throttled", "rows_throttled_by_control" ({control filter: rows}),
         "breakers_open" (circuit breakers open or half-open),
@@ -422,6 +434,8 @@ def status(
         health=health_status(db),
         workers=liveness(db, flow=held_by(found) if event_type else flow).as_json(),
     )
-    if count_cap is not None:
+    if count_cap is None:
+        figures["retry_error_groups"] = retry_error_groups(db, event_type=event_type)
+    else:
         figures["estimated"] = [] if exact else ["attempts_histogram"]
     return figures

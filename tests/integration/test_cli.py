@@ -66,6 +66,27 @@ def test_status_event_type_pattern_and_human_output(cli, rows):
     assert "queue depth (due now)" in text and "15m" in text
 
 
+def test_status_shows_retrying_and_its_error_groups(cli, rows):
+    for account in ("12345", "67890"):  # one group: the ids differ only by a number
+        rows.add(
+            event_type="erp.sync",
+            status="pending",
+            attempts=2,
+            available_ago=-60,
+            last_error=f"HTTP 503 from erp for account {account}",
+        )
+    rows.add(event_type="erp.sync", status="pending", attempts=1, last_error="HTTP 401 from erp")
+    rows.add(event_type="erp.sync", status="failed", attempts=10, processed_ago=30)
+    rows.add(event_type="erp.sync", status="pending", attempts=0)
+    figures = _json(cli("status", "--json"))
+    assert figures["retrying"] == 3
+    groups = [(g["fingerprint"], g["retrying"]) for g in figures["retry_error_groups"]]
+    assert groups == [("HTTP 503 from erp for account <n>", 2), ("HTTP 401 from erp", 1)]
+    text = cli("status").stdout
+    assert "  retrying (attempts > 0)    3\n" in text
+    assert "    retrying erp.sync          2: HTTP 503 from erp for account <n>\n" in text
+
+
 def test_status_text_separates_thousands_in_every_count(cli, rows, conn):
     rows.add_dead_letters(3852)  # order.paid, failed 30 min ago at 10 attempts
     conn.execute(

@@ -368,6 +368,38 @@ def test_repeat_every_repeat_interval_while_firing(db, conn, rows, fake_clock, r
     ]
 
 
+def test_a_retrying_rule_fires_for_the_type_whose_rows_retry(
+    db, conn, rows, fake_clock, write_rules
+):
+    ruleset = write_rules(
+        RULES.split("rules:")[0]
+        + """rules:
+  - name: retry-storm
+    metric: retrying
+    event_type: "order.%"
+    by: [event_type]
+    op: ">="
+    threshold: 2
+    severity: warning
+    route: oncall
+"""
+    )
+    for available_ago in (5, -60):  # one due again, one in backoff
+        rows.add(event_type="order.paid", status="pending", attempts=2, available_ago=available_ago)
+    rows.add(event_type="order.refunded", status="pending", attempts=1)
+    rows.add(event_type="order.refunded", status="processing", attempts=4, locked_ago=10)
+    rows.add(event_type="payment.captured", status="pending", attempts=3)  # outside the filter
+
+    report = Evaluator(db, ruleset, clock=fake_clock).run_once()
+    paid = report.instance("retry-storm", "event_type=order.paid")
+    assert (paid.state, paid.value) == ("firing", 2)
+    refunded = report.instance("retry-storm", "event_type=order.refunded")
+    assert (refunded.state, refunded.value) == ("inactive", 1)
+    [firing] = notifications(conn, "retry-storm")
+    assert firing["dedupe_key"] == "retry-storm|event_type=order.paid|1|firing"
+    assert firing["payload"]["unit"] == "rows"
+
+
 def test_by_event_type_instances_fire_and_resolve_apart(db, conn, rows, fake_clock, ruleset):
     captured = [
         rows.add(

@@ -233,6 +233,7 @@ def test_metrics_are_the_hand_computed_figures(db, rows, write_rules, slack_sink
         ("outbox_scheduled_retries", "scheduled_retries"),
         ("outbox_processing", "processing"),
         ("outbox_stuck_locks", "stuck_locks"),
+        ("outbox_retrying", "retrying"),
     ):
         assert sum(by(found, family, "event_type").values()) == status_now[key], family
     assert max(ages.values()) == pytest.approx(status_now["oldest_pending_age_seconds"], abs=5)
@@ -281,6 +282,24 @@ def test_metrics_are_the_hand_computed_figures(db, rows, write_rules, slack_sink
     assert sum(v for (rule, _, _), v in states.items() if rule == "stuck-lock") == 1
     outcomes = by(found, "outbox_monitor_notifications_total", "outcome")
     assert outcomes == {"sent": 1, "failed": 0, "suppressed": 0, "rate_limited": 0, "retrying": 0}
+
+
+def test_retrying_per_event_type_counts_pending_rows_after_a_failure(db, rows):
+    rows.add(event_type="order.paid", status="pending", attempts=0)
+    rows.add(event_type="order.paid", status="pending", attempts=2, available_ago=5)  # due
+    rows.add(event_type="order.paid", status="pending", attempts=2, available_ago=-60)  # backoff
+    rows.add(event_type="invoice.sent", status="pending", attempts=1, available_ago=-600)
+    rows.add(event_type="mail.sent", status="pending", attempts=4)
+    rows.add(event_type="crm.upsert", status="processing", attempts=3, locked_ago=10)
+    rows.add(event_type="webhook.ping", status="failed", attempts=10, processed_ago=30)
+    with running_exporter(db) as run:
+        found = scrape(run.url)
+    # order.paid 2, then the ties at 1 by name: invoice.sent; other: mail.sent 1, crm.upsert 0
+    assert by(found, "outbox_retrying", "event_type") == {
+        "order.paid": 2,
+        "invoice.sent": 1,
+        OTHER: 1,
+    }
 
 
 def test_event_types_of_alert_filters_keep_their_own_label(db, rows):

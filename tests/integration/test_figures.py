@@ -158,6 +158,7 @@ def test_backlog_adds_up_every_backlog_figure_across_attempts(db, rows):
         "queue_depth": 3,
         "pending_total": 4,
         "scheduled_retries": 1,
+        "retrying": 3,  # pending with attempts 3, 3 and 1
         "processing": 3,
         "stuck_locks": 2,
         "attempts_histogram": {0: 2, 1: 2, 3: 3},
@@ -169,11 +170,12 @@ def test_backlog_adds_up_every_backlog_figure_across_attempts(db, rows):
         "queue_depth": 2,
         "pending_total": 3,
         "scheduled_retries": 1,
+        "retrying": 2,
         "processing": 1,
         "stuck_locks": 0,
         "attempts_histogram": {0: 2, 3: 2},
     }
-    for name in ("queue_depth", "pending_total", "scheduled_retries", "processing"):
+    for name in ("queue_depth", "pending_total", "scheduled_retries", "retrying", "processing"):
         assert getattr(metrics, name)(db) == metrics.backlog(db)[name]
 
 
@@ -183,11 +185,31 @@ def test_backlog_of_an_empty_outbox(db, rows):
         "queue_depth": 0,
         "pending_total": 0,
         "scheduled_retries": 0,
+        "retrying": 0,
         "oldest_pending_age_seconds": None,
         "processing": 0,
         "stuck_locks": 0,
         "attempts_histogram": {},
     }
+
+
+def test_retrying_counts_only_pending_rows_after_a_failure(db, rows):
+    rows.add(event_type="order.paid", status="pending", attempts=0)  # never tried
+    rows.add(event_type="order.paid", status="pending", attempts=2, available_ago=5)  # due
+    rows.add(event_type="order.paid", status="pending", attempts=2, available_ago=-60)  # backoff
+    rows.add(event_type="order.paid", status="processing", attempts=3, locked_ago=10)
+    rows.add(event_type="order.paid", status="failed", attempts=10, processed_ago=30)
+    rows.add(event_type="invoice.sent", status="pending", attempts=1, available_ago=-600)
+    rows.add(event_type="invoice.sent", status="done", attempts=1, processed_ago=30)
+    # pending with attempts > 0: order.paid's due one and its one in backoff, invoice.sent's
+    assert metrics.retrying(db) == 3
+    assert metrics.retrying(db, event_type="order.paid") == 2
+    assert metrics.retrying(db, event_type="invoice.%") == 1
+    assert metrics.retrying(db, event_type="mail.sent") == 0
+    assert metrics.backlog(db)["retrying"] == 3
+    assert metrics.status(db)["retrying"] == 3
+    assert metrics.status(db, event_type="order.paid")["retrying"] == 2
+    assert FIGURES["retrying"].measure(db, None, "invoice.sent", 1) == 1
 
 
 def test_every_registry_figure_measures_what_status_json_shows(db, rows):
@@ -245,6 +267,50 @@ def test_error_groups_normalise_variable_parts_and_keep_status_codes(db, rows):
     assert groups[key_500]["failed"] == 2
     assert groups[key_401]["first_seen"] == rows.at(300)
     assert groups[key_401]["last_seen"] == rows.at(100)
+
+
+def test_retry_error_groups_group_retrying_rows_like_error_groups(db, rows):
+    def retrying(event_type, error, **fields):
+        fields.setdefault("attempts", 1)
+        return rows.add(event_type=event_type, status="pending", last_error=error, **fields)
+
+    api_key = "HTTP 401 invalid API key for account "
+    retrying("crm.upsert", api_key + "12345", created_ago=300, available_ago=-30)
+    retrying("crm.upsert", api_key + "67890", created_ago=100, available_ago=5, attempts=2)
+    retrying("crm.upsert", "HTTP 500 upstream 'svc-a' failed", available_ago=-60)
+    retrying("order.paid", api_key + "12345", created_ago=50)  # due since 50 s ago
+    # not retrying: never tried, claimed now, dead-lettered
+    retrying("crm.upsert", "HTTP 500 upstream 'svc-b' failed", attempts=0)
+    rows.add(event_type="crm.upsert", status="processing", attempts=3, last_error=api_key + "1111")
+    rows.add(
+        event_type="crm.upsert",
+        status="failed",
+        attempts=10,
+        processed_ago=30,
+        last_error=api_key + "99999",
+    )
+    key_401 = _group_id("crm.upsert", "HTTP 401 invalid API key for account <n>")
+    key_500 = _group_id("crm.upsert", "HTTP 500 upstream <str> failed")
+    key_order = _group_id("order.paid", "HTTP 401 invalid API key for account <n>")
+    groups = error_grouping.retry_error_groups(db)
+    # biggest first; the two of one row: the one due latest (in 60 s) first
+    assert [g["group_id"] for g in groups] == [key_401, key_500, key_order]
+    first = groups[0]
+    assert (first["event_type"], first["retrying"], first["due_now"]) == ("crm.upsert", 2, 1)
+    assert first["fingerprint"] == "HTTP 401 invalid API key for account <n>"
+    assert first["sample_error"] == api_key + "67890"  # the group's newest row
+    assert first["oldest_created_at"] == rows.at(300)
+    assert first["last_due_at"] == rows.at(-30)
+    assert (groups[1]["retrying"], groups[1]["due_now"]) == (1, 0)
+    assert (groups[2]["retrying"], groups[2]["due_now"]) == (1, 1)
+    # the same group id as the dead letters the retries turn into
+    assert key_401 in {g["group_id"] for g in error_grouping.error_groups(db)}
+    assert [g["group_id"] for g in error_grouping.retry_error_groups(db, limit=1)] == [key_401]
+    assert metrics.status(db)["retry_error_groups"] == groups
+    filtered = metrics.status(db, event_type="order.%")["retry_error_groups"]
+    assert [g["group_id"] for g in filtered] == [key_order]
+    # the dashboard (count_cap) reads them elsewhere, never through this live query
+    assert "retry_error_groups" not in metrics.status(db, count_cap=1000)
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,23 @@ def test_depth_by_event_type_lists_types_with_pending_rows_even_at_zero(db, rows
     ]
 
 
+def test_retrying_by_event_type_counts_pending_rows_after_a_failure(db, rows):
+    rows.add(event_type="order.paid", status="pending", attempts=2, available_ago=5)
+    rows.add(event_type="order.paid", status="pending", attempts=1, available_ago=-60)  # backoff
+    rows.add(event_type="order.paid", status="pending", attempts=0)
+    rows.add(event_type="order.refunded", status="pending", attempts=0)  # nothing retrying
+    rows.add(event_type="crm.upsert", status="processing", attempts=3, locked_ago=10)
+    rows.add(event_type="payment.captured", status="failed", attempts=10, processed_ago=30)
+    rule = make_rule(metric="retrying", by=["event_type"], threshold=1)
+    # instances: the types with pending rows, as for queue_depth
+    assert measure.measure(db, rule) == [
+        per_type("order.paid", 2.0, True),
+        per_type("order.refunded", 0.0, False),
+    ]
+    orders = make_rule(metric="retrying", event_type="order.%", op=">=", threshold=2)
+    assert measure.measure(db, orders) == [Measurement("", {}, 2.0, True)]
+
+
 def test_latency_percentile_over_the_rules_window_per_event_type(db, rows):
     for duration in (10, 20, 30, 40, 50):
         rows.add(

@@ -286,6 +286,11 @@ SELECT count(*) AS value FROM {table} WHERE status = 'pending' {and_filters};
 SELECT count(*) AS value FROM {table}
 WHERE status = 'pending' AND available_at > now() {and_filters};
 
+-- name: retrying
+-- Pending rows with attempts > 0: waiting for or due for another try after a failure.
+SELECT count(*) AS value FROM {table}
+WHERE status = 'pending' AND attempts > 0 {and_filters};
+
 -- name: oldest_pending_age
 -- Seconds since the oldest pending row was created; NULL when none is pending.
 -- OFFSET 0 fences the subquery: a (created_at) index of the users' own would otherwise let
@@ -507,6 +512,33 @@ FROM (
 LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = grouped.sample_id) AS s
     ON true
 ORDER BY failed DESC, last_seen DESC;
+
+-- name: retry_error_groups
+-- Retrying rows (pending, attempts > 0) grouped by event_type and normalised last_error exactly as error_groups_exact groups the failed ones (same fingerprint, same group id), biggest first, at most %(limit)s.
+-- The fingerprint is computed once per row; the sample (the group's largest id) is fetched after grouping.
+SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
+       grouped.event_type, fingerprint, retrying, due_now, oldest_created_at, last_due_at,
+       s.last_error AS sample_error
+FROM (
+    SELECT event_type, fingerprint, count(*) AS retrying,
+           count(*) FILTER (WHERE available_at <= now()) AS due_now,
+           min(created_at) AS oldest_created_at, max(available_at) AS last_due_at,
+           max(id) AS sample_id
+    FROM (
+        SELECT id, event_type, created_at, available_at,
+               outbox_monitor.normalize_error(last_error) AS fingerprint
+        FROM {table}
+        WHERE status = 'pending' AND attempts > 0 {and_filters}
+        OFFSET 0
+    ) AS retrying_rows
+    GROUP BY event_type, fingerprint
+    ORDER BY retrying DESC, last_due_at DESC, event_type, fingerprint
+    LIMIT %(limit)s
+) AS grouped
+LEFT JOIN LATERAL (
+    SELECT left(o.last_error, 2000) AS last_error FROM {table} AS o WHERE o.id = grouped.sample_id
+) AS s ON true
+ORDER BY retrying DESC, last_due_at DESC, event_type, fingerprint;
 
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the
