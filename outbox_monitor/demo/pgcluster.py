@@ -273,11 +273,13 @@ class TemporaryCluster:
 
     def _options(self) -> str:
         # The health tests hold the xmin horizon with prepared transactions and logical
-        # slots: this throwaway cluster allows both (the product needs neither).
+        # slots, and the n8n test reads when a row's last change committed: this throwaway
+        # cluster allows all three (the product needs none).
         return (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200 -c max_prepared_transactions=10 -c wal_level=logical"
+            "-c max_connections=200 -c max_prepared_transactions=10 -c wal_level=logical "
+            "-c track_commit_timestamp=on"
         )
 
     def pause(self) -> None:
