@@ -28,6 +28,13 @@ def test_the_readme_is_short_and_holds_both_commands_word_for_word():
     assert "(docs/overview.png)" in text and (DOCS / "overview.png").is_file()
 
 
+def test_every_relative_link_of_the_readme_names_a_file():
+    readme = (REPO / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?:|#)([^)#\s]+)", readme)
+    assert "docs/index.md" in targets
+    assert [t for t in targets if not (REPO / t).exists()] == []
+
+
 def test_no_page_has_a_line_over_200_characters():
     # SPEC.md is the shared file, byte for byte; a row of the Guarantees table names its
     # tests whole (a table row cannot be wrapped)
