@@ -76,11 +76,12 @@ def test_every_shipped_alert_has_a_numbered_drill_when_paged():
 
 
 def defined_tests(path: Path) -> set[str]:
-    """The names of the test functions defined at any depth of one test file."""
+    """The names of the test functions defined at the top level of one test file (what pytest
+    collects; a ``def test_…`` nested in another function is never run)."""
     tree = ast.parse(path.read_text())
     return {
         node.name
-        for node in ast.walk(tree)
+        for node in tree.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.name.startswith("test_")
     }
@@ -97,3 +98,20 @@ def test_every_test_the_guarantees_page_names_exists():
     ]
     assert missing == []
     assert "## What is not guaranteed" in page
+
+
+def test_only_a_top_level_test_function_counts_as_named(tmp_path):
+    source = tmp_path / "test_example.py"
+    source.write_text(
+        "def test_outer():\n"
+        "    def test_nested():\n"
+        "        pass\n"
+        "\n"
+        "async def test_async():\n"
+        "    pass\n"
+        "\n"
+        "class Helper:\n"
+        "    def test_method(self):\n"
+        "        pass\n"
+    )
+    assert defined_tests(source) == {"test_outer", "test_async"}
