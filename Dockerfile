@@ -1,7 +1,7 @@
 # outbox-monitor: one image, several roles chosen by the command —
 #   dashboard (the default CMD) · scheduler · any CLI command for one-off use
 #   (`docker run --rm --env-file … IMAGE status`, `… replay --id 42 --yes`, `… init-db`).
-# Configuration only through environment variables (README, "Configuration"); no secret
+# Configuration only through environment variables (docs/reference/configuration.md); no secret
 # is baked in: pass OUTBOX_MONITOR_DSN or PG*, SLACK_* at run time (compose: env_file).
 # Dependencies: requirements-runtime.lock, the runtime part of requirements.lock, which
 # `make install` (and so CI) installs; `make lock` compiles both from pyproject.toml with
@@ -60,7 +60,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER 10001:10001
 EXPOSE 8501 9108
 # Role-aware: probes the dashboard's /_stcore/health or the scheduler's /healthz,
-# whichever the container's command runs; one-off commands are healthy (README, Deploy).
+# whichever the container's command runs; one-off commands are healthy (docs/deploy.md).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
   CMD ["outbox-monitor", "healthcheck"]
 # Exec form: the service is PID 1 and gets docker's SIGTERM (each one stops on it).

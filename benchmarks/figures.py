@@ -2,7 +2,7 @@
 
 Starts its own throwaway PostgreSQL cluster, creates the outbox table with only the indexes
 users already have, seeds a realistic table in one ``INSERT … SELECT generate_series``, then
-times every figure function of ``outbox_monitor.metrics`` (and the previews of
+times every figure function of ``outbox_monitor.figures.metrics`` (and the previews of
 ``outbox_monitor.actions``) — median of ``--repeat`` calls after one warm-up call — first
 without, then with the recommended indexes (created by ``schema.init_db``, CONCURRENTLY).
 For every figure it also prints the scans Postgres plans and the pages they touch

@@ -1,5 +1,5 @@
 """``outbox-monitor uninstall``: preview, confirm, then drop the product's schema and the
-indexes init-db created (``outbox_monitor.uninstall``)."""
+indexes init-db created (``outbox_monitor.store.uninstall``)."""
 
 import sys
 

@@ -240,6 +240,23 @@ def test_prune_deletes_old_terminal_rows_in_batches_and_audits_each(db, rows, co
     assert sorted(i for a in audit for i in a["affected_ids"]) == sorted([*old_done, old_failed])
 
 
+def test_prune_never_deletes_a_previewed_row_replayed_before_its_batch(db, rows, conn):
+    day = 86400
+    kept = rows.add(status="failed", created_ago=100 * day, processed_ago=91 * day)
+    gone = rows.add(status="failed", created_ago=100 * day, processed_ago=92 * day)
+    preview = preview_prune(db, done_older_than=30 * day, failed_older_than=90 * day)
+    assert preview.matched == 2
+    conn.execute(  # replayed between the preview and the confirm
+        "UPDATE integration_outbox SET status = 'pending', attempts = 0, processed_at = NULL"
+        " WHERE id = %s",
+        (kept,),
+    )
+    result = apply(db, preview, actor=ACTOR)
+    assert (result.changed, result.skipped, result.ids) == (1, 1, [gone])
+    assert rows.get(kept)["status"] == "pending"
+    assert rows.get(gone) is None
+
+
 def test_prune_refuses_ages_under_a_day(db):
     with pytest.raises(ActionRefused, match="younger than one day"):
         preview_prune(db, done_older_than=1800, failed_older_than=None)

@@ -34,7 +34,14 @@ def _json(result):
 
 def test_status_json_has_every_spec_key_with_hand_computed_values(cli, rows):
     rows.add(event_type="order.paid", status="pending", created_ago=600)
-    rows.add(event_type="order.paid", status="pending", created_ago=10, available_ago=-120)
+    rows.add(  # a retry in backoff
+        event_type="order.paid",
+        status="pending",
+        created_ago=10,
+        available_ago=-120,
+        attempts=1,
+        last_error="HTTP 503 from erp for account 12345",
+    )
     rows.add(event_type="invoice.sent", status="done", created_ago=70, processed_ago=40)
     rows.add(event_type="invoice.sent", status="done", created_ago=100, processed_ago=40)
     rows.add(event_type="payment.captured", status="failed", processed_ago=300, attempts=10)
@@ -53,7 +60,12 @@ def test_status_json_has_every_spec_key_with_hand_computed_values(cli, rows):
     assert figures["created_per_minute"] == pytest.approx(6 / 60)
     assert figures["failed_in_window"] == 1
     assert figures["failed_by_event_type"] == {"payment.captured": 1}
-    assert figures["attempts_histogram"] == {"0": 2, "2": 1, "10": 1}
+    assert figures["attempts_histogram"] == {"0": 1, "1": 1, "2": 1, "10": 1}
+    assert figures["retrying"] == 1  # pending after a failure; the processing row is not
+    groups = [
+        (g["event_type"], g["fingerprint"], g["retrying"]) for g in figures["retry_error_groups"]
+    ]
+    assert groups == [("order.paid", "HTTP 503 from erp for account <n>", 1)]
 
 
 def test_status_event_type_pattern_and_human_output(cli, rows):

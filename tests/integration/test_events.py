@@ -1,4 +1,5 @@
-"""outbox_monitor.events on real rows: filters, keyset pages, payload limits, big ids, timelines."""
+"""outbox_monitor.browse.events on real rows: filters, keyset pages, payload limits, big ids,
+timelines."""
 
 import hashlib
 import json

@@ -76,11 +76,12 @@ def test_every_shipped_alert_has_a_numbered_drill_when_paged():
 
 
 def defined_tests(path: Path) -> set[str]:
-    """The names of the test functions defined at any depth of one test file."""
+    """The names of the test functions defined at the top level of one test file (what pytest
+    collects; a ``def test_…`` nested in another function is never run)."""
     tree = ast.parse(path.read_text())
     return {
         node.name
-        for node in ast.walk(tree)
+        for node in tree.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.name.startswith("test_")
     }
@@ -97,3 +98,38 @@ def test_every_test_the_guarantees_page_names_exists():
     ]
     assert missing == []
     assert "## What is not guaranteed" in page
+
+
+def test_only_a_top_level_test_function_counts_as_named(tmp_path):
+    source = tmp_path / "test_example.py"
+    source.write_text(
+        "def test_outer():\n"
+        "    def test_nested():\n"
+        "        pass\n"
+        "\n"
+        "async def test_async():\n"
+        "    pass\n"
+        "\n"
+        "class Helper:\n"
+        "    def test_method(self):\n"
+        "        pass\n"
+    )
+    assert defined_tests(source) == {"test_outer", "test_async"}
+
+
+def test_every_logger_the_package_logs_under_is_listed_on_the_security_page():
+    """Moved modules log under their old flat names; the page lists what the code uses."""
+    package = REPO / "outbox_monitor"
+    named: set[str] = set()
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        named.update(re.findall(r'getLogger\("(outbox_monitor[\w.]*)"\)', text))
+        if "getLogger(__name__)" in text:
+            named.add(".".join(path.relative_to(REPO).with_suffix("").parts))
+    assert {"outbox_monitor.scheduler", "outbox_monitor.outbox"} <= named
+    section = (DOCS / "security.md").read_text().split("## What is logged", 1)[1]
+    page = section.split("The `logger` of a line", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`(outbox_monitor[\w.]*)`", page))
+    demo = {name for name in named if name.startswith("outbox_monitor.demo.")}
+    assert "`outbox_monitor.demo.*`" in page and demo
+    assert named - demo == listed
