@@ -109,37 +109,38 @@ def test_no_module_imports_itself_through_a_circle():
     assert circles == []
 
 
+def _imported_names(path: Path) -> list[tuple[str, int]]:
+    """Every module name a file imports (any package), with its line."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+    return found
+
+
 def test_no_page_reaches_the_database_layer():
     scripts = [REPO / "dashboard.py", *sorted((REPO / "pages").glob("*.py"))]
-    reached = []
-    for script in scripts:
-        for node in ast.walk(ast.parse(script.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            for name in names:
-                if name.split(".")[0] in ("psycopg", "psycopg_pool") or name.startswith(
-                    "outbox_monitor.store"
-                ):
-                    reached.append(f"{script.name}:{node.lineno} {name}")
+    reached = [
+        f"{script.name}:{line} {name}"
+        for script in scripts
+        for name, line in _imported_names(script)
+        if name.split(".")[0] in ("psycopg", "psycopg_pool")
+        or name.startswith("outbox_monitor.store")
+    ]
     assert len(scripts) == 11
     assert reached == []
 
 
 def test_streamlit_is_imported_only_by_ui():
-    outside = []
-    for module, path in MODULES.items():
-        if _room(module) == "ui":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            outside += [f"{module}:{node.lineno}" for n in names if n.split(".")[0] == "streamlit"]
+    outside = [
+        f"{module}:{line}"
+        for module, path in MODULES.items()
+        if _room(module) != "ui"
+        for name, line in _imported_names(path)
+        if name.split(".")[0] == "streamlit"
+    ]
     assert outside == []
 
 
