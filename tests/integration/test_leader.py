@@ -148,7 +148,9 @@ def test_two_schedulers_send_one_message_per_transition_and_fail_over(
         takeover = time.monotonic() - started
         drain(conn)
         messages = messages_after(slack_sink, 2)
-        assert len(messages) == 2 and "RESOLVED" in messages[1]["text"].upper()
+        assert len(messages) == 2 and "RESOLVED" in messages[1]["text"].upper(), [
+            m["text"][:160] for m in messages
+        ]
         print(f"\ntakeover after the leader stopped: {takeover:.2f} s (interval 0.3 s)")
     finally:
         for replica in replicas:
@@ -277,7 +279,9 @@ def test_two_scheduler_processes_one_message_per_transition_and_failover_on_kill
         takeover = time.monotonic() - started
         drain(conn)
         messages = messages_after(slack_sink, 2)
-        assert len(messages) == 2 and "RESOLVED" in messages[1]["text"].upper()
+        assert len(messages) == 2 and "RESOLVED" in messages[1]["text"].upper(), [
+            m["text"][:160] for m in messages
+        ]
         print(f"\ntakeover after SIGKILL of the leader scheduler process: {takeover:.2f} s")
         survivor.send_signal(signal.SIGTERM)
         assert survivor.wait(20) == 0, logs[1 - leader].read_text()
