@@ -6,6 +6,7 @@ database holds the outbox table and the ``outbox_monitor`` schema, and every tes
 """
 
 import itertools
+import signal
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,6 +41,15 @@ def xdist_group_of(nodeid: str) -> str:
     if path.startswith("tests/n8n/"):
         return "n8n"
     return "podman" if path in ENGINE_FILES else path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests stop their children as Ctrl-C does (SIGINT). A runner that starts pytest with
+    SIGINT ignored (a background job of a non-interactive shell, ``nohup``) passes that on
+    to every child, which then ignores it and the test times out: Python's own handler is
+    taken back, in the controller and in every xdist worker."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
