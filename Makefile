@@ -17,7 +17,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test lint install lock browser podman promtool oidc-provider n8n clean
+.PHONY: demo test test-fast lint install lock browser podman promtool oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -111,6 +111,11 @@ test: install browser podman promtool oidc-provider lint
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \
 	exit $$status
+
+# The inner loop: the unit and AppTest tests only (tests/unit, tests/ui; < 2 min): no lint,
+# no browser, podman or n8n. `make test` stays the whole check.
+test-fast: install
+	$(BIN)/pytest -n $(TEST_WORKERS) --no-loadscope-reorder tests/unit tests/ui
 
 clean:
 	rm -rf $(VENV) test-artifacts .pytest_cache
