@@ -6,6 +6,7 @@ database holds the outbox table and the ``outbox_monitor`` schema, and every tes
 """
 
 import itertools
+import signal
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from psycopg.types.json import Jsonb
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config.settings import Settings, load_settings
+from outbox_monitor.demo.n8n_install import N8nNotFound, find_n8n
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.store.db import Database
@@ -33,13 +35,55 @@ ENGINE_FILES = ("tests/deploy/test_image.py", "tests/deploy/test_compose_up.py")
 
 
 def xdist_group_of(nodeid: str) -> str:
-    """The group a test runs in under ``pytest -n 2`` (``make test``): its file (module
+    """The group a test runs in under ``make test``'s pytest-xdist workers: its file (module
     fixtures are built once), except that the podman files share one group (one image build
-    in one storage) and so do the n8n tests (one wait for the background install of n8n)."""
+    in one storage). Each n8n file is a group of its own too (each n8n on ports of its own):
+    the workers share them instead of one running them all while the others idle."""
     path = nodeid.split("::", 1)[0]
-    if path.startswith("tests/n8n/"):
-        return "n8n"
     return "podman" if path in ENGINE_FILES else path
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests stop their children as Ctrl-C does (SIGINT). A runner that starts pytest with
+    SIGINT ignored (a background job of a non-interactive shell, ``nohup``) passes that on
+    to every child, which then ignores it and the test times out: Python's own handler is
+    taken back, in the controller and in every xdist worker."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def n8n_installed() -> bool:
+    """Whether n8n is installed (``n8n/install.sh`` done), so its tests need not wait."""
+    try:
+        find_n8n()
+    except N8nNotFound:
+        return False
+    return True
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The order ``make test``'s workers take the files in (``--no-loadscope-reorder``): one
+    file of each folder in turn (browser, deploy, faults, integration, n8n, ui, unit), so that
+    the workers mix the files that draw pages in Chromium (CPU) with the files that mostly
+    wait on clocks and subprocesses, and the many short files come last (whichever worker is
+    free takes them). The n8n files go last while n8n is not installed yet: ``make test``
+    installs it in the background and they wait for it (``tests/n8n/conftest.py``)."""
+    folders: dict[str, int] = {}
+    files: dict[str, tuple[int, int]] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path not in files:
+            folder = path.rsplit("/", 1)[0]
+            rank = sum(1 for known in files if known.rsplit("/", 1)[0] == folder)
+            files[path] = (rank, folders.setdefault(folder, len(folders)))
+    waiting = not n8n_installed()
+    position = {id(item): index for index, item in enumerate(items)}
+
+    def key(item: pytest.Item) -> tuple[bool, int, int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        return (waiting and path.startswith("tests/n8n/"), *files[path], position[id(item)])
+
+    items.sort(key=key)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

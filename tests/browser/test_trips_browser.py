@@ -118,7 +118,9 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
     for name in PAGES:
         page.goto(f"{dashboard}/{name}")
         expect(main.get_by_role("heading").first).to_be_visible()
-        page.wait_for_timeout(1500)
+        # the page's run has ended (its charts and tables are drawn), not a fixed wait
+        app = page.locator('[data-testid="stApp"]')
+        expect(app).to_have_attribute("data-test-script-state", "notRunning")
         screenshot(f"1440-{name}")
 
 

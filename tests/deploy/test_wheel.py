@@ -234,9 +234,13 @@ def serve(installed, tmp_path) -> Iterator:
         try:
             assert process.wait(30) == 0
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            if process.poll() is None:  # deaf to Ctrl-C: SIGTERM stops it and its Streamlit
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 def test_the_installed_dashboard_serves_every_page(installed, serve, dsn, tmp_path, deploy_log):

@@ -25,8 +25,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 INSTALL_WAIT_SECONDS = 30 * 60.0
-"""``make test`` installs n8n in the background while the suite runs; these tests run last
-(``pytest_collection_modifyitems``) and wait this long at most for that install."""
+"""``make test`` installs n8n in the background while the suite runs; these tests then run
+last (``tests/conftest.py``'s ``pytest_collection_modifyitems``) and wait this long at most
+for that install."""
 
 
 def wait_for_installer(version: str = N8N_VERSION, timeout: float = INSTALL_WAIT_SECONDS) -> None:
@@ -46,11 +47,6 @@ def wait_for_installer(version: str = N8N_VERSION, timeout: float = INSTALL_WAIT
             else:
                 fcntl.flock(lock, fcntl.LOCK_UN)
                 return
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the n8n tests last: they may wait for the background install of n8n."""
-    items.sort(key=lambda item: "tests/n8n/" in item.nodeid)
 
 
 @pytest.fixture(scope="session")

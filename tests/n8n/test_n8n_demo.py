@@ -66,7 +66,12 @@ def test_the_demo_runs_on_the_real_n8n(n8n_binary, tmp_path):
             time.sleep(0.2)
     finally:
         process.send_signal(signal.SIGINT)
-        code = process.wait(90)
-        reader.join(5)
-        process.stdout.close()
+        try:
+            code = process.wait(90)
+        finally:
+            if process.poll() is None:  # deaf to Ctrl-C: SIGTERM stops it and its n8n
+                process.terminate()
+                process.wait(60)
+            reader.join(5)
+            process.stdout.close()
     assert code == 0, "".join(lines)
