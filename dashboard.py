@@ -13,7 +13,16 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.logs import configure_logging
-from outbox_monitor.ui import access, alert_rules, banners, deep_link, format, state, static_assets
+from outbox_monitor.ui import (
+    access,
+    alert_rules,
+    banners,
+    deep_link,
+    format,
+    state,
+    static_assets,
+    typed_paths,
+)
 
 configure_logging()  # once per process: one line per record, outbox text escaped
 st.set_page_config(page_title="outbox-monitor", page_icon=":material/outbox:", layout="wide")
@@ -87,9 +96,11 @@ if not several:
 linked = access.admitting(state.fleet(), state.outbox_settings(linked=True))
 identity = access.identity(linked, [p.url_path for pages in PAGES.values() for p in pages])
 allowed = access.pages_for(identity, PAGES)
-page = st.navigation(allowed)
-if page.url_path == "":
-    page.run()  # the root: off to /overview before anything is drawn
+# a path typed as /dead-letters or /Overview: a hidden page under it sends on to the page
+typed = typed_paths.typed_path_page(allowed, PAGES)
+page = st.navigation([*allowed, typed] if typed else allowed)
+if page.url_path == "" or page is typed:
+    page.run()  # the root (off to /overview) or a typed path, before anything is drawn
 deep_link.forget()  # a link kept through the sign-in was followed: the browser drops it
 chosen = state.sidebar(
     settings.window,

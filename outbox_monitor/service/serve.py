@@ -176,8 +176,10 @@ def streamlit_command(*, address: str, port: int, secrets_file: Path | None = No
             settings, see ``oidc_secrets``).
 
     Returns:
-        ``[python, -m, streamlit, run, <shipped>/dashboard.py, --server.headless=true, …]``
-        with usage statistics and the file watcher off, tracebacks kept off the page
+        ``[python, -m, outbox_monitor.ui.streamlit_main, run, <shipped>/dashboard.py,
+        --server.headless=true, …]`` (Streamlit's command line, every page decided by
+        ``st.navigation`` from the first run: ``ui.streamlit_main``) with usage statistics
+        and the file watcher off, tracebacks kept off the page
         (``client.showErrorDetails=none``), and no per-run work the pages do not need:
         no full garbage collection after every script run (``runner.postScriptGC``: with
         pandas and altair loaded it takes 100-250 ms, during which the server sends
@@ -191,7 +193,7 @@ def streamlit_command(*, address: str, port: int, secrets_file: Path | None = No
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "outbox_monitor.ui.streamlit_main",
         "run",
         str(dashboard_script()),
         "--server.headless=true",

@@ -235,13 +235,13 @@ def test_viewer_sees_figures_but_no_action(
     expect(page.get_by_text("Rows to replay")).to_have_count(0)
     screenshot("signin-viewer-dead-letters")
 
-    # The Actions page by its URL: it is not among the viewer's pages, so Streamlit says
-    # so and runs the default page; no reap preview or button appears.
+    # The Actions page by its URL: it is not among the viewer's pages, so the page that
+    # answers says which role it needs and links the viewer's pages; no reap preview or
+    # button appears.
     page.goto(f"{signin}/actions?event_type={kind}")
-    expect(page.get_by_role("dialog").filter(has_text="Page not found")).to_be_visible()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-    expect(page.locator('[data-testid="stMetric"]').first).to_be_visible()
-    expect(page.get_by_role("heading", name="Actions")).to_have_count(0)
+    expect(page.get_by_text("The Actions page needs the operator role.")).to_be_visible()
+    expect(page.get_by_role("link", name="Overview — /overview")).to_be_visible()
+    expect(page.get_by_text("Page not found")).to_have_count(0)
     expect(page.get_by_role("button", name=re.compile("reap|Confirm|Preview"))).to_have_count(0)
     expect(page.get_by_text("would be reaped")).to_have_count(0)
 

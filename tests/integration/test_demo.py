@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_streamlit_command_serves_the_repo_dashboard_headless():
     command = streamlit_command(address="127.0.0.1", port=8765)
-    assert command[:4] == [sys.executable, "-m", "streamlit", "run"]
+    assert command[:4] == [sys.executable, "-m", "outbox_monitor.ui.streamlit_main", "run"]
     assert command[4] == str(REPO / "dashboard.py")
     assert "--server.headless=true" in command
     assert "--server.address=127.0.0.1" in command and "--server.port=8765" in command
