@@ -103,10 +103,16 @@ if not groups:
         explain_missing_group(wanted)
     st.stop()
 
+listed = (
+    f"; the {format.plural(len(groups), 'biggest group')} listed"
+    if len(groups) < loaded.group_count
+    else ""
+)
 st.caption(
     f"{format.plural(loaded.total, 'failed row')} in "
-    f"{format.plural(len(groups), 'error group')} ({scope}), grouped by event type and "
-    "normalised last_error (ids, numbers and quoted values replaced; HTTP codes kept)."
+    f"{format.plural(loaded.group_count, 'error group')} ({scope}){listed}, grouped by event "
+    "type and normalised last_error (ids, numbers and quoted values replaced; HTTP codes "
+    "kept)."
 )
 group_table = format.table(groups, GROUP_COLUMNS)
 st.dataframe(

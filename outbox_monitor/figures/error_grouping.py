@@ -41,8 +41,10 @@ def error_groups(
 
     Returns:
         Rows ``{group_id (12 hex), event_type, fingerprint, failed, first_seen,
-        last_seen, sample_error}`` (``sample_error``: the ``last_error`` of the group's
-        largest id), biggest group first, at most ``limit``.
+        last_seen, sample_error, groups_total, failed_total}`` (``sample_error``: the
+        ``last_error`` of the group's largest id; ``groups_total`` and ``failed_total``:
+        every matching group and its failed rows, beyond the ``limit`` listed), biggest
+        group first, at most ``limit``.
 
     Raises:
         QueryTimeout, DatabaseUnavailable: from the connector.

@@ -149,8 +149,13 @@ class DeadLetters:
 
     @property
     def total(self) -> int:
-        """Failed rows in all listed groups."""
-        return sum(group["failed"] for group in self.groups)
+        """Failed rows in every group matching the filter, listed or not."""
+        return self.groups[0]["failed_total"] if self.groups else 0
+
+    @property
+    def group_count(self) -> int:
+        """Error groups matching the filter, listed or not (``groups`` holds the biggest)."""
+        return self.groups[0]["groups_total"] if self.groups else 0
 
     def group(self, group_id: str | None) -> dict[str, Any] | None:
         """The listed group of that id, if any."""
@@ -176,9 +181,16 @@ def _read_dead_letters(
     complete = len(rows) < limit
     if complete:
         # The rows were read a moment after the counts: a row failed or replayed in
-        # between must not make the group's count disagree with its listed rows.
+        # between must not make the group's count (nor the totals) disagree with its rows.
+        [chosen] = [g for g in groups if g["group_id"] == error_group]
+        more, gone = len(rows) - chosen["failed"], 0 if rows else 1
         groups = [
-            {**g, "failed": len(rows)} if g["group_id"] == error_group else g
+            {
+                **g,
+                "failed": len(rows) if g["group_id"] == error_group else g["failed"],
+                "failed_total": g["failed_total"] + more,
+                "groups_total": g["groups_total"] - gone,
+            }
             for g in groups
             if g["group_id"] != error_group or rows
         ]

@@ -201,3 +201,31 @@ def seed_ids(rows) -> list[int]:
             "SELECT id FROM integration_outbox WHERE last_error LIKE 'timeout%'"
         ).fetchall()
     ]
+
+
+def test_the_header_counts_every_group_not_the_listed_ones(open_page, rows):
+    """Issue 30 item 8: 205 one-row groups plus seed's 6 rows in 3 groups are 211 rows in
+    208 groups; the page lists the 200 biggest (error_groups' limit) and says so."""
+    for n in range(205):
+        rows.add(
+            event_type=f"bulk.{n}",
+            status="failed",
+            attempts=10,
+            processed_ago=60,
+            last_error="HTTP 500 upstream",
+        )
+    seed_rows = seed(rows)
+    assert len(seed_rows[TIMEOUTS]) == 3
+
+    at = open_page(PAGE)
+
+    assert not at.exception
+    [caption] = [c.value for c in at.caption if "error group" in c.value]
+    assert plain(caption).startswith(
+        "211 failed rows in 208 error groups (all event types); the 200 biggest groups listed,"
+    ), caption
+    assert len(at.selectbox(key="dead_letters.group").options) == 200
+
+    at = open_page(PAGE, error_group=TIMEOUTS)  # the chosen group's rows: the totals agree
+    [caption] = [c.value for c in at.caption if "error group" in c.value]
+    assert plain(caption).startswith("211 failed rows in 208 error groups"), caption

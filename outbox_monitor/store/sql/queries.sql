@@ -481,23 +481,31 @@ SELECT outbox_monitor.refresh_error_groups(%(table_regclass)s::regclass, %(batch
 
 -- name: error_groups
 -- The cached error groups of the outbox table, biggest first, each with the last_error of its largest id as sample (read after error_groups_refresh).
+-- groups_total and failed_total count every matching group and its rows, not only the %(limit)s listed (the window is taken before the LIMIT).
 SELECT g.group_id, g.event_type, g.fingerprint, g.failed, g.first_seen, g.last_seen,
-       s.last_error AS sample_error
-FROM outbox_monitor.error_groups AS g
+       s.last_error AS sample_error, g.groups_total, g.failed_total
+FROM (
+    SELECT group_id, event_type, fingerprint, failed, first_seen, last_seen, sample_id,
+           count(*) OVER () AS groups_total, sum(failed) OVER ()::bigint AS failed_total
+    FROM outbox_monitor.error_groups
+    WHERE table_oid = %(table_regclass)s::regclass {and_filters}
+    ORDER BY failed DESC, last_seen DESC
+    LIMIT %(limit)s
+) AS g
 LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = g.sample_id) AS s ON true
-WHERE g.table_oid = %(table_regclass)s::regclass {and_filters}
-ORDER BY g.failed DESC, g.last_seen DESC
-LIMIT %(limit)s;
+ORDER BY g.failed DESC, g.last_seen DESC;
 
 -- name: error_groups_exact
 -- Failed rows grouped by event_type and normalised last_error, every row normalised now (for a login that may not run error_groups_refresh).
+-- groups_total and failed_total as in error_groups: every group, not only the %(limit)s listed.
 -- The fingerprint is computed once per row; the sample is fetched after grouping.
 SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
        grouped.event_type, fingerprint, failed, first_seen, last_seen,
-       s.last_error AS sample_error
+       s.last_error AS sample_error, groups_total, failed_total
 FROM (
     SELECT event_type, fingerprint, count(*) AS failed, min(processed_at) AS first_seen,
-           max(processed_at) AS last_seen, max(id) AS sample_id
+           max(processed_at) AS last_seen, max(id) AS sample_id,
+           count(*) OVER () AS groups_total, sum(count(*)) OVER ()::bigint AS failed_total
     FROM (
         SELECT id, event_type, processed_at,
                outbox_monitor.normalize_error(last_error) AS fingerprint
