@@ -172,6 +172,8 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
     load_settings()  # an invalid setting stops the demo now, naming it (ConfigError)
     members = demo_fleet(outboxes)
     check_port_free(port)
+    # before the settings are loaded, as run_demo does: links name this demo's port
+    os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
     cluster = TemporaryCluster()
     stop = threading.Event()
     seed = random.SystemRandom().randrange(2**31)
@@ -209,7 +211,6 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
                         member, outbox.settings, downstream, rate=rate, seed=seed + index, stop=stop
                     )
                 )
-            os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
             use_demo_rules(cluster.root)  # before the rules are read
             sink, slack_target = alert_destination()
             if sink is not None:

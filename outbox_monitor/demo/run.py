@@ -223,6 +223,9 @@ def run_demo(
     load_settings()  # an invalid setting stops the demo now, naming it (ConfigError)
     if worker not in WORKERS:
         raise OutboxMonitorError(f"unknown worker {worker!r}; expected one of {WORKERS}")
+    # before any settings are loaded: the dashboard's links (the Alerts page renders stored
+    # messages with them) and Slack's name this demo's port, not the default 8501
+    os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
     if outboxes != 1:
         if worker != "simulator":
             raise OutboxMonitorError(
@@ -306,7 +309,6 @@ def run_demo(
                     target=_start_n8n, args=(n8n, outcome), name="n8n-start", daemon=True
                 )
                 n8n_starter.start()
-            os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
             horizon_threshold = use_demo_rules(cluster.root)  # before the rules are read
             sink, slack_target = alert_destination()
             log_path = cluster.root / "dashboard.log"

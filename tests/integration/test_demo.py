@@ -193,6 +193,20 @@ def _major_version(bindir: Path) -> str:
     return re.search(r"\(PostgreSQL\) (\d+)", result.stdout).group(1)
 
 
+def dashboard_environment(dsn: str) -> dict[str, str]:
+    """The environment of the Streamlit process serving ``dsn`` (read from /proc)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
+        except OSError:  # not a process, or gone
+            continue
+        variables = dict(item.split("=", 1) for item in environ.decode().split("\0") if "=" in item)
+        if b"streamlit" in command and variables.get("OUTBOX_MONITOR_DSN") == dsn:
+            return variables
+    raise AssertionError(f"no dashboard process serves {dsn}")
+
+
 def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
@@ -230,6 +244,11 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         url = f"http://127.0.0.1:{port}/_stcore/health"
         with urllib.request.urlopen(url, timeout=5) as response:
             assert response.read().decode() == "ok"
+        # the dashboard links to this port (its Alerts page renders stored messages), as
+        # Slack's messages do: not to the default 8501
+        assert dashboard_environment(dsn)["OUTBOX_MONITOR_DASHBOARD_URL"] == (
+            f"http://127.0.0.1:{port}"
+        )
         # the scheduler's /healthz and /metrics, on the port the banner names
         scheduler = re.search(
             r"scheduler\s+(http://127\.0\.0\.1:\d+)/healthz and \1/metrics \(a free port\)",
