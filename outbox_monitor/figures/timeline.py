@@ -9,7 +9,7 @@ cannot be reached at all (``DatabaseUnavailable``) raises.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,6 +23,7 @@ from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.privacy.redaction import Redactor
 from outbox_monitor.store.db import Database
+from outbox_monitor.units import format_value
 
 ALERT = "alert"
 ACTION = "action"
@@ -86,6 +87,7 @@ def read_timeline(
     until: datetime,
     redactor: Redactor,
     full_audit: bool,
+    units: Mapping[str, str] | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> Timeline:
     """What changed between ``since`` and ``until``, newest first (issue 15 item 5).
@@ -97,6 +99,9 @@ def read_timeline(
         full_audit: show an audit row's whole filter (an operator, as the Audit log tab
             shows it); otherwise only its ``VIEWER_AUDIT_KEYS``, and no link to the
             operators' Actions page.
+        units: rule name → the unit of its figure (``Rule.unit``), so that an alert
+            transition's value is written as the rule's figure is (``units.format_value``:
+            ``"14m 37s"``, ``"9.0 %"``); a rule not named is written as a plain number.
         limit: entries at most, 1 to 1000.
 
     Returns:
@@ -111,6 +116,7 @@ def read_timeline(
         raise ValueError(f"limit must be between 1 and 1000, got {limit}")
     if since > until:
         raise ValueError(f"the range starts ({since}) after it ends ({until})")
+    units = units or {}
     params = {
         "since": since,
         "until": until,
@@ -121,7 +127,7 @@ def read_timeline(
     }
     readers: dict[str, Callable[[], list[TimelineEntry]]] = {
         ALERT: lambda: [
-            _alert({**row, "instance": unscoped_instance(db.alert_outbox, row["instance"])})
+            _alert({**row, "instance": unscoped_instance(db.alert_outbox, row["instance"])}, units)
             for row in db.fetch_all("timeline_alert_transitions", params)
         ],
         ACTION: lambda: [
@@ -182,14 +188,16 @@ def _path(page: str, **params: str | None) -> str:
     return f"{page}?{urlencode(given)}" if given else page
 
 
-def _number(value: float | None) -> str:
-    return "no value" if value is None else f"{value:,.6g}"
+ROW_ACTIONS = frozenset({"reap", "replay", "prune"})
+"""Audited actions whose affected count is of outbox rows (SPEC §4); the others (pause,
+resume, silences, reveals) say their count only when it is not zero."""
 
 
-def _alert(row: dict[str, Any]) -> TimelineEntry:
+def _alert(row: dict[str, Any], units: Mapping[str, str]) -> TimelineEntry:
     kind = transition_kind(row["from_state"], row["to_state"])
     instance = f" [{row['instance']}]" if row["instance"] else ""
-    detail = f"value {_number(row['value'])}"
+    value = row["value"]
+    detail = "no value" if value is None else f"value {format_value(value, units.get(row['rule']))}"
     if row["detail"]:
         detail += f" · {row['detail']}"
     return TimelineEntry(
@@ -207,9 +215,11 @@ def _action(row: dict[str, Any], full_audit: bool) -> TimelineEntry:
         if full_audit
         else {key: row["filter"][key] for key in VIEWER_AUDIT_KEYS if row["filter"].get(key)}
     )
-    detail = f"{row['affected_count']:,} row(s)"
-    if shown:
-        detail += " · " + json.dumps(shown, sort_keys=True, ensure_ascii=False)
+    count = row["affected_count"]
+    rows = f"{count:,} row" + ("" if count == 1 else "s")
+    parts = [rows] if row["action"] in ROW_ACTIONS or count else []
+    parts += [f"{key} {_filter_value(shown[key])}" for key in sorted(shown)]
+    detail = " · ".join(parts)
     return TimelineEntry(
         at=row["at"],
         kind=ACTION,
@@ -217,6 +227,15 @@ def _action(row: dict[str, Any], full_audit: bool) -> TimelineEntry:
         detail=detail,
         link=ACTIONS_PATH if full_audit else None,
     )
+
+
+def _filter_value(value: Any) -> str:
+    """An audit filter's value in words: text as it is, lists joined, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(item, str | int) for item in value):
+        return ", ".join(str(item) for item in value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 def _error_group(row: dict[str, Any], redactor: Redactor) -> TimelineEntry:

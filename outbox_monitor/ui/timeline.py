@@ -15,7 +15,7 @@ from outbox_monitor.access import Role
 from outbox_monitor.alerts.links import TIMELINE_AT_PARAM
 from outbox_monitor.figures import timeline
 from outbox_monitor.store.db import Database
-from outbox_monitor.ui import charts, format, loaders
+from outbox_monitor.ui import alert_rules, charts, format, loaders
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import PageContext
 
@@ -68,8 +68,14 @@ def time_range(now: datetime, window: float, at: datetime | None) -> tuple[datet
 def _timeline(
     key: str, _db: Database, since: datetime, until: datetime, full_audit: bool
 ) -> timeline.Timeline:
+    rules = alert_rules.load_ruleset().ruleset
     return timeline.read_timeline(
-        _db, since=since, until=until, redactor=loaders.redactor(_db), full_audit=full_audit
+        _db,
+        since=since,
+        until=until,
+        redactor=loaders.redactor(_db),
+        full_audit=full_audit,
+        units={rule.name: rule.unit for rule in rules.rules} if rules else None,
     )
 
 

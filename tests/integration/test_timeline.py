@@ -20,23 +20,18 @@ def expected(conn, rows, *, operator: bool) -> list[TimelineEntry]:
     def at(minutes: int):
         return t0 - timedelta(minutes=minutes)
 
-    pause = (
-        '{"event_type": "order.%", "reason": "deploy"}' if operator else '{"event_type": "order.%"}'
-    )
-    replay = (
-        '{"event_type": "order.paid", "status": "failed"}'
-        if operator
-        else '{"event_type": "order.paid"}'
-    )
+    # each filter key in words, no JSON; a pause says no row count (it changes no row)
+    pause = "event_type order.% · reason deploy" if operator else "event_type order.%"
+    replay = "3 rows · event_type order.paid" + (" · status failed" if operator else "")
     group = group_id(conn, "order.paid")
     breakers = "/controls?event_type=order.%25"
     return [
         TimelineEntry(at(10), "alert", "stuck-lock resolved", "value 0 · resolved: clear for 0s",
                       "/alerts?rule=stuck-lock"),
-        TimelineEntry(at(20), "action", "replay by bob", f"3 row(s) · {replay}",
+        TimelineEntry(at(20), "action", "replay by bob", replay,
                       "/actions" if operator else None),
         TimelineEntry(at(25), "breaker", "breaker closed · order.%", "", breakers),
-        TimelineEntry(at(35), "action", "pause by alice@example.com", f"0 row(s) · {pause}",
+        TimelineEntry(at(35), "action", "pause by alice@example.com", pause,
                       "/actions" if operator else None),
         TimelineEntry(at(40), "alert", "stuck-lock firing", "value 3", "/alerts?rule=stuck-lock"),
         TimelineEntry(at(45), "breaker", "breaker opened · order.%",
@@ -124,3 +119,32 @@ def test_a_range_that_ends_before_it_starts_is_refused(db):
     with pytest.raises(ValueError, match="starts"):
         read_timeline(db, since=now, until=now - timedelta(seconds=1),
                       redactor=redactor_for(db.settings), full_audit=True)  # fmt: skip
+
+
+def test_an_alert_value_is_written_in_its_rules_unit(db, conn, rows):
+    """Issue 30 item 6: 876.719 s of oldest pending age reads "14m 37s", a rule of no
+    known unit keeps the number, and no value reads "no value" (never "None")."""
+    now = db.fetch_one("db_now")["now"]
+    for rule, value, ago in (("oldest-pending", 876.719, 3), ("gone", 0.089715, 2),
+                             ("backlog", None, 1)):  # fmt: skip
+        conn.execute(
+            "INSERT INTO outbox_monitor.alert_transitions "
+            "(rule, instance, from_state, to_state, value, at, detail) "
+            "VALUES (%s, '', 'inactive', 'firing', %s, %s, NULL)",
+            (rule, value, now - timedelta(seconds=ago)),
+        )
+
+    found = read_timeline(
+        db,
+        since=now - timedelta(minutes=1),
+        until=now,
+        redactor=redactor_for(db.settings),
+        full_audit=True,
+        units={"oldest-pending": "seconds", "backlog": "rows"},
+    )
+
+    assert [(e.title, e.detail) for e in found.entries] == [
+        ("backlog firing", "no value"),
+        ("gone firing", "value 0.089715"),
+        ("oldest-pending firing", "value 14m 37s"),
+    ]
