@@ -2,7 +2,6 @@
 
 import json
 import threading
-import time
 
 import psycopg
 import pytest
@@ -55,11 +54,31 @@ def test_exclude_superseded_leaves_out_rows_with_a_later_done_event(replay, rows
     assert rows.get(stale)["status"] == "failed"
 
 
-def _worker(dsn, ids, delay):
-    """After ``delay`` s: ack the first row, and dead-letter the others again with a 401."""
+@pytest.fixture
+def first_look(monkeypatch) -> threading.Event:
+    """Set once ``--watch`` has read the replay's outcome a first time (the real
+    ``watch_outcome``, its ``on_change`` seen on the way)."""
+    seen = threading.Event()
+    watch_outcome = replay_cli.watch_outcome
+
+    def watch(db, run_id, *, on_change=None, **kwargs):
+        def changed(outcome):
+            if on_change is not None:
+                on_change(outcome)
+            seen.set()
+
+        return watch_outcome(db, run_id, on_change=changed, **kwargs)
+
+    monkeypatch.setattr(replay_cli, "watch_outcome", watch)
+    return seen
+
+
+def _worker(dsn, ids, first_look: threading.Event):
+    """Once the watch has seen the replayed rows: ack the first row, and dead-letter the
+    others again with a 401 (as workers would, however long the replay took)."""
 
     def work():
-        time.sleep(delay)
+        assert first_look.wait(60), "the watch never read the replay's outcome"
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("UPDATE integration_outbox SET status = 'done' WHERE id = %s", (ids[0],))
             conn.execute(
@@ -73,10 +92,10 @@ def _worker(dsn, ids, delay):
     return thread
 
 
-def test_watch_prints_counts_until_settled(replay, rows, dsn):
+def test_watch_prints_counts_until_settled(replay, rows, dsn, first_look):
     ids = [rows.add_failed() for _ in range(3)]
-    worker = _worker(dsn, ids, 0.5)
-    result = replay("--event-type", "order.paid", "--watch")
+    worker = _worker(dsn, ids, first_look)
+    result = replay("--event-type", "order.paid", "--watch", "--watch-timeout", "60s")
     worker.join()
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -88,11 +107,13 @@ def test_watch_prints_counts_until_settled(replay, rows, dsn):
     assert "(order.paid, 2 rows): HTTP 401 bad key" in settled[0]
 
 
-def test_watch_json_is_one_final_object(replay, rows, dsn):
+def test_watch_json_is_one_final_object(replay, rows, dsn, first_look):
     ids = [rows.add_failed() for _ in range(2)]
-    worker = _worker(dsn, ids, 0.3)
+    worker = _worker(dsn, ids, first_look)
     result = json.loads(
-        replay("--id", str(ids[0]), "--id", str(ids[1]), "--watch", "--json").stdout
+        replay(
+            "--id", str(ids[0]), "--id", str(ids[1]), "--watch", "--watch-timeout", "60s", "--json"
+        ).stdout
     )
     worker.join()
     assert result["settled"] is True
