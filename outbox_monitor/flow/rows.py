@@ -11,7 +11,7 @@ from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
 from outbox_monitor.store.db import Database
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("outbox_monitor.flow")
 
 Layer = Literal["file", "ui"]
 """``file``: written by ``controls apply``; ``ui``: an operator's change (SPEC §5)."""
