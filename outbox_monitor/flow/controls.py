@@ -206,9 +206,9 @@ def controls(db: Database) -> list[Control]:
 @dataclass(frozen=True)
 class ControlChange:
     """The outcome of one change: the settings before and after (``None``: no control), the
-    layer written, an override's expiry, and the audit row. ``claims_in_flight`` is set when
+    layer written, an override's expiry, and the audit row. ``barrier_note`` is set when
     the change stopped waiting for the claims already running (``rows.barrier``): they may
-    still hand out rows it forbids; ``barrier_note`` says so, and every caller shows it."""
+    still hand out rows it forbids; every caller shows it."""
 
     event_type_filter: str
     action: str
@@ -217,15 +217,12 @@ class ControlChange:
     layer: Layer
     expires_at: datetime | None
     audit_id: int
-    claims_in_flight: bool = False
-    barrier_wait_seconds: float = 0.0
+    barrier_note: str | None = None
 
     @property
-    def barrier_note(self) -> str | None:
-        """``rows.claims_in_flight_note`` when ``claims_in_flight``, else ``None``."""
-        if not self.claims_in_flight:
-            return None
-        return claims_in_flight_note(self.barrier_wait_seconds)
+    def claims_in_flight(self) -> bool:
+        """Whether the change stopped waiting for claims still running (``barrier_note``)."""
+        return self.barrier_note is not None
 
     @property
     def changed(self) -> bool:
@@ -276,7 +273,7 @@ def change(
         override_seconds: seconds an override of a file-owned control lasts.
 
     Returns:
-        A ``ControlChange`` (``claims_in_flight``: the wait for the claims ran out).
+        A ``ControlChange`` (``barrier_note``: the wait for the claims ran out).
 
     Raises:
         AccessDenied: ``actor`` is not an operator; nothing is changed.
@@ -344,6 +341,7 @@ def change(
             },
             ids=[],
         )
+    note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ControlChange(
         event_type_filter=event_type_filter,
         action=action,
@@ -352,8 +350,7 @@ def change(
         layer="ui",
         expires_at=expires_at,
         audit_id=audit_id,
-        claims_in_flight=not reached,
-        barrier_wait_seconds=db.settings.control_barrier_timeout,
+        barrier_note=note,
     )
 
 
