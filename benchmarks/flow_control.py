@@ -17,6 +17,10 @@ are a backlog of ``--backlog`` ``order.paid`` rows (default 0.5 % of the table),
    table VACUUMed; the variants take turns in alternating order on every round. With both
    ``main`` and ``flow`` among ``--variants``, their claim of ``--batch`` and the acks of its
    rows are also timed statement by statement, rolled back, without threads.
+   With ``--previous-claim``, the current claim of ``--batch`` with no control is also
+   timed against the claim of the migration before the newest one that defines it,
+   installed verbatim as ``bench_previous.claim`` (the cost of the newest migration's change
+   to the claim: migration 022's try of the change lock against 009).
 2. **Claim latency behind held rows**: three copies of the table get ``--held`` older
    ``crm.contact_updated`` rows in front of the backlog, due and held by a pause on
    ``crm.%`` in two copies (one without the recommended ``pending_by_type`` index, as after
@@ -31,7 +35,7 @@ Usage (from the repository root, with the package installed; the machine is shar
 
     nice -n 10 .venv/bin/python benchmarks/flow_control.py [--rows 1000000] [--backlog N]
         [--held 200000] [--workers 4] [--batch 50] [--repeat 9] [--latency-repeat 21]
-        [--variants main,flow,...] [--no-latency]
+        [--variants main,flow,...] [--no-latency] [--previous-claim]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --held 5000
 --repeat 2 --latency-repeat 3`` is a smoke run of under a minute. Every ratio is the median of
@@ -72,10 +76,11 @@ from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.store.schema import init_db
 
-MIGRATION_001 = (
-    Path(outbox_monitor.__file__).parent / "store" / "sql" / "migrations" / "001_core.sql"
-)
+MIGRATIONS = Path(outbox_monitor.__file__).parent / "store" / "sql" / "migrations"
+MIGRATION_001 = MIGRATIONS / "001_core.sql"
+CLAIM_PATTERN = r"^CREATE (?:OR REPLACE )?FUNCTION outbox_monitor\.claim\(.*?^\$\$;"
 BASELINE = "bench_baseline"
+PREVIOUS = "bench_previous"
 PRODUCT = "outbox_monitor"
 WORKER = "benchmark-flow"
 SOURCE = "integration_outbox"
@@ -186,6 +191,8 @@ class Report:
     latency: dict[str, list[float]] = field(default_factory=dict)
     plans: dict[str, list[str]] = field(default_factory=dict)
     statements: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    previous: dict[str, list[float]] = field(default_factory=dict)
+    previous_names: tuple[str, str] = ("", "")
 
 
 def load_average() -> str:
@@ -206,6 +213,53 @@ def install_baseline(db: RecordingDatabase) -> list[str]:
         for match in matches:
             conn.execute(match.group(0).replace("outbox_monitor.", f"{BASELINE}.", 1))
     return found
+
+
+def install_previous(db: RecordingDatabase) -> tuple[str, str]:
+    """The claim of the migration before the newest one that defines it, verbatim but for
+    its schema, as ``bench_previous.claim`` (its controls path calls the current
+    ``outbox_monitor`` functions; with no control it is that migration's statement).
+
+    Returns:
+        ``(previous, newest)``: the two migrations' file names.
+    """
+    defining = []
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        match = re.search(CLAIM_PATTERN, path.read_text("utf-8"), re.S | re.M)
+        if match:
+            defining.append((path.name, match.group(0)))
+    if len(defining) < 2:
+        raise SystemExit(f"{MIGRATIONS}: fewer than two migrations define claim")
+    (previous, text), (newest, _) = defining[-2], defining[-1]
+    with db.direct_connection(statement_timeout=None) as conn:
+        conn.execute(db.compose("benchmark_flow_previous_schema"))
+        conn.execute(re.sub(r"outbox_monitor\.claim\(", f"{PREVIOUS}.claim(", text, count=1))
+    return previous, newest
+
+
+def measure_previous(
+    db: RecordingDatabase, backlog: dict[str, int], args: argparse.Namespace, report: Report
+) -> None:
+    """The current claim of ``args.batch`` and the previous one (``install_previous``), no
+    control, one rolled-back transaction per claim and round (alternating order): only the
+    statement timed, ``args.latency_repeat`` rounds after one warm-up."""
+    with db.connection() as conn:
+        conn.execute(db.compose("benchmark_flow_reset_backlog"), backlog)
+        conn.execute(db.compose("benchmark_vacuum"))
+    schemas = (PREVIOUS, PRODUCT)
+    report.previous = {schema: [] for schema in schemas}
+    params = {"table_regclass": db.table_name, "worker": WORKER, "batch": args.batch}
+    for round_ in range(args.latency_repeat + 1):
+        for schema in schemas if round_ % 2 else reversed(schemas):
+            query = db.compose("benchmark_flow_claim", schema=sql.Identifier(schema))
+            with db.connection() as conn, conn.transaction(force_rollback=True):
+                began = time.perf_counter()
+                rows = conn.execute(query, params).fetchall()
+                elapsed = (time.perf_counter() - began) * 1000
+            if len(rows) != min(args.batch, backlog["rows"]):
+                raise SystemExit(f"{schema}.claim returned {len(rows)} rows")
+            if round_:
+                report.previous[schema].append(elapsed)
 
 
 def set_controls(db: RecordingDatabase, controls: list[dict[str, Any]]) -> None:
@@ -561,6 +615,22 @@ def print_report(args: argparse.Namespace, server: dict[str, Any], report: Repor
                 f"| {label} | {spread(main_ms, ',.2f')} | {spread(flow_ms, ',.2f')} | "
                 f"{paired:.3f} [{low:.3f}, {high:.3f}]{verdict(low, high, LATENCY_BOUND)} |"
             )
+    if report.previous:
+        previous, newest = report.previous_names
+        print(
+            f"\nThe newest claim ({newest}) against the one before it ({previous}), no "
+            f"control: a claim of {args.batch}, one rolled-back transaction per claim and "
+            f"round ({args.latency_repeat} rounds after one warm-up, alternating order)\n"
+        )
+        print("| claim | ms, median (min–max) | newest/previous by round [95 %] |")
+        print("|---|---:|---:|")
+        before, after = report.previous[PREVIOUS], report.previous[PRODUCT]
+        paired, low, high = paired_ratio(after, before)
+        print(f"| {previous} | {spread(before, ',.2f')} | 1 |")
+        print(
+            f"| {newest} | {spread(after, ',.2f')} | "
+            f"{paired:.3f} [{low:.3f}, {high:.3f}]{verdict(low, high, LATENCY_BOUND)} |"
+        )
     if not report.latency:
         print()
         return
@@ -607,6 +677,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-latency", action="store_true", help="throughput only (no held copies)"
+    )
+    parser.add_argument(
+        "--previous-claim",
+        action="store_true",
+        help="also time the claim, no control, against the one of the migration before the "
+        "newest that defines it",
     )
     args = parser.parse_args(argv)
     if args.backlog is None:
@@ -668,6 +744,13 @@ def main(argv: list[str] | None = None) -> int:
                 if {"main", "flow"} <= set(args.variants):
                     log(f"statements: {args.latency_repeat} rounds of main's and the current ones")
                     measure_statements(db, backlog, args, report)
+                if args.previous_claim:
+                    report.previous_names = install_previous(db)
+                    log(
+                        f"previous claim: {args.latency_repeat} rounds of "
+                        + " vs ".join(report.previous_names)
+                    )
+                    measure_previous(db, backlog, args, report)
                 report.shape["load_throughput"] = load_average()
                 if held:
                     log(f"latency: {args.latency_repeat} rounds")

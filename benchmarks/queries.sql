@@ -682,3 +682,8 @@ CROSS JOIN LATERAL (SELECT CASE WHEN mod(g, 20) < 16 THEN 'done' WHEN mod(g, 20)
 SELECT application_name, count(*) AS connections FROM pg_stat_activity
 WHERE application_name LIKE 'outbox-monitor%%' AND pid <> pg_backend_pid()
 GROUP BY application_name ORDER BY application_name;
+
+-- name: benchmark_flow_previous_schema
+-- Benchmark only (flow_control.py --previous-claim): a schema for the claim of the migration before the newest one that defines it.
+DROP SCHEMA IF EXISTS bench_previous CASCADE;
+CREATE SCHEMA bench_previous;

@@ -145,14 +145,17 @@ def claim(
     """Claim up to ``limit`` due rows, oldest first, with ``FOR UPDATE SKIP LOCKED``.
 
     Args:
-        conn: a connection (autocommit, or commit soon: the claim holds row locks until then).
+        conn: a connection (autocommit, or commit soon: the claim holds row locks until then,
+            and the outbox's change lock in shared mode, which a control change waits for
+            — at most ``OUTBOX_MONITOR_CONTROL_BARRIER_TIMEOUT`` — SPEC §5).
         worker: the worker id stored in ``locked_by`` (instance + workflow id).
         limit: rows per batch (SPEC default 50).
         table: ``schema.table`` of the outbox.
 
     Returns:
         The claimed rows as dicts: id, event_type, aggregate_type, aggregate_id,
-        event_key, payload, attempts, created_at. Empty when nothing is due.
+        event_key, payload, attempts, created_at. Empty when nothing is due, and while a
+        control change holds or awaits the outbox's change lock (poll again).
     """
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(

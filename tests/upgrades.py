@@ -39,6 +39,8 @@ UNDO_SINCE_008 = (
     "ALTER TABLE outbox_monitor.notifications DROP COLUMN outbox; "
     # 018: the scheduler replicas' registry
     "DROP TABLE outbox_monitor.scheduler_replicas; "
+    # 022: the control change's lock (008 replaces claim and creates claim_grants again)
+    "DROP FUNCTION outbox_monitor.control_barrier, outbox_monitor.change_lock_key; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

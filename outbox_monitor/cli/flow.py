@@ -83,11 +83,14 @@ def _report(
         "after": result.after.model_dump(mode="json") if result.after else None,
         "expires_at": result.expires_at,
         "audit_id": result.audit_id,
+        "claims_in_flight": result.claims_in_flight,
+        "barrier_note": result.barrier_note,
     }
-    notes: list[str] = []
+    notes: list[str] = [f"WARNING: {result.barrier_note}"] if result.barrier_note else []
     if follow_up is not None:
-        extra, notes = follow_up(db, result)
+        extra, more = follow_up(db, result)
         outcome.update(extra)
+        notes.extend(more)
     outcome["claims_read_held_rows"] = flow.claims_read_held_rows(db)
     if outcome["claims_read_held_rows"] and result.after is not None:
         notes.append(HELD_ROWS_READ_NOTE)
@@ -422,6 +425,7 @@ def apply_command(
                 "removed": report.removed,
                 "unchanged": report.unchanged,
                 "audit_id": report.audit_id,
+                "barrier_note": report.barrier_note,
                 "claims_read_held_rows": reads_held,
             }
         )
@@ -435,5 +439,7 @@ def apply_command(
         echo(f"  {verb}: {name}: {describe(wanted[name])}")
     for name in report.removed:
         echo(f"  {gone}: {name}")
+    if report.barrier_note:
+        echo(f"WARNING: {report.barrier_note}")
     if wanted and reads_held:
         echo(HELD_ROWS_READ_NOTE)

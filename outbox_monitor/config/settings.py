@@ -59,6 +59,11 @@ DEFAULT_BREAKER_LOG_RETENTION_SECONDS = 90 * 86400.0
 MIN_OWN_RETENTION_SECONDS = 86400.0
 """The retentions of the product's own logs are at least a day (a shorter one is a typo for
 days, and would empty the timeline)."""
+DEFAULT_CONTROL_BARRIER_SECONDS = 5.0
+"""How long a control change waits for the claims already running (SPEC §5: a change is a
+barrier), ``OUTBOX_MONITOR_CONTROL_BARRIER_TIMEOUT``; claims take milliseconds."""
+MAX_CONTROL_BARRIER_SECONDS = 60.0
+"""The longest such wait: the workers' claims return no row while a change waits."""
 DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS = 300.0
 """How often the scheduler EXPLAINs the workers' claim (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``):
 planning only, ≈ 1 ms per statement (``health.claim_plan``)."""
@@ -186,6 +191,13 @@ class Settings(BaseSettings):
     breaker_log_retention: Seconds = DEFAULT_BREAKER_LOG_RETENTION_SECONDS
     """This outbox table's breaker transitions older than this are deleted (at least
     ``1d``)."""
+    control_barrier_timeout: Seconds = Field(
+        default=DEFAULT_CONTROL_BARRIER_SECONDS, gt=0, le=MAX_CONTROL_BARRIER_SECONDS
+    )
+    """How long a control change (pause, resume, limit, breaker, ``controls apply``) waits for
+    the claims already running before it commits (at most ``60s``); claims started meanwhile
+    hand out no row. Past it the change commits anyway and says that claims still running
+    may hand out rows it forbids (they show as ``processing``)."""
     claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
     """How often the scheduler EXPLAINs and records the workers' claim (claim health)."""
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)

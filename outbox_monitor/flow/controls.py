@@ -25,7 +25,16 @@ from outbox_monitor.flow.model import (
     check_filter,
     matches,
 )
-from outbox_monitor.flow.rows import Layer, check_table, delete, key, settings_of, write
+from outbox_monitor.flow.rows import (
+    Layer,
+    barrier,
+    check_table,
+    claims_in_flight_note,
+    delete,
+    key,
+    settings_of,
+    write,
+)
 from outbox_monitor.store.db import Database
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -197,7 +206,9 @@ def controls(db: Database) -> list[Control]:
 @dataclass(frozen=True)
 class ControlChange:
     """The outcome of one change: the settings before and after (``None``: no control), the
-    layer written, an override's expiry, and the audit row."""
+    layer written, an override's expiry, and the audit row. ``barrier_note`` is set when
+    the change stopped waiting for the claims already running (``rows.barrier``): they may
+    still hand out rows it forbids; every caller shows it."""
 
     event_type_filter: str
     action: str
@@ -206,6 +217,12 @@ class ControlChange:
     layer: Layer
     expires_at: datetime | None
     audit_id: int
+    barrier_note: str | None = None
+
+    @property
+    def claims_in_flight(self) -> bool:
+        """Whether the change stopped waiting for claims still running (``barrier_note``)."""
+        return self.barrier_note is not None
 
     @property
     def changed(self) -> bool:
@@ -235,7 +252,9 @@ def change(
     clear: bool = False,
     override_seconds: float | None = None,
 ) -> ControlChange:
-    """Change the control of one filter as an operator, in one audited transaction.
+    """Change the control of one filter as an operator, in one audited transaction that is
+    a barrier (SPEC §5): it first waits, at most ``control_barrier_timeout``, for the claims
+    already running, and no claim hands out a row until it commits (``rows.barrier``).
 
     The new settings are the ones in force with ``changes`` applied (``clear``: none at
     all). On a filter the controls file owns, they are written as an override that expires
@@ -254,7 +273,7 @@ def change(
         override_seconds: seconds an override of a file-owned control lasts.
 
     Returns:
-        A ``ControlChange``.
+        A ``ControlChange`` (``barrier_note``: the wait for the claims ran out).
 
     Raises:
         AccessDenied: ``actor`` is not an operator; nothing is changed.
@@ -268,6 +287,7 @@ def change(
     except ValueError as error:
         raise ActionRefused(str(error)) from None
     with db.transaction() as conn:
+        reached = barrier(conn, db)
         check_table(conn, db)
         locked = db.compose("control_rows", lock=sql.SQL("FOR UPDATE"))
         rows = conn.execute(locked, key(db, event_type_filter)).fetchall()
@@ -321,6 +341,7 @@ def change(
             },
             ids=[],
         )
+    note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ControlChange(
         event_type_filter=event_type_filter,
         action=action,
@@ -329,6 +350,7 @@ def change(
         layer="ui",
         expires_at=expires_at,
         audit_id=audit_id,
+        barrier_note=note,
     )
 
 

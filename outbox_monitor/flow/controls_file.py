@@ -47,7 +47,15 @@ from outbox_monitor.flow.model import (
     check_filter,
     default_burst,
 )
-from outbox_monitor.flow.rows import check_table, delete, key, settings_of, write
+from outbox_monitor.flow.rows import (
+    barrier,
+    check_table,
+    claims_in_flight_note,
+    delete,
+    key,
+    settings_of,
+    write,
+)
 from outbox_monitor.store.db import Database
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
@@ -266,12 +274,15 @@ def load_controls(path: str | Path) -> dict[str, ControlSettings]:
 @dataclass(frozen=True)
 class ApplyReport:
     """What ``apply_controls`` changed: filters written (new or changed), removed, and left
-    as they were; ``audit_id`` is None when nothing changed (nothing is audited then)."""
+    as they were; ``audit_id`` is None when nothing changed (nothing is audited then).
+    ``barrier_note`` is set when the apply stopped waiting for the claims already running
+    (``rows.barrier``): they may still hand out rows it forbids; every caller shows it."""
 
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     audit_id: int | None = None
+    barrier_note: str | None = None
 
 
 def apply_controls(
@@ -293,7 +304,9 @@ def apply_controls(
         dry_run: compute the report, change nothing.
 
     Returns:
-        An ``ApplyReport``.
+        An ``ApplyReport``. Unless ``dry_run``, the apply is a barrier as every control
+        change (SPEC §5, ``rows.barrier``): ``barrier_note`` says when its wait for the
+        claims in flight ran out.
 
     Raises:
         AccessDenied: ``actor`` is not an operator.
@@ -303,6 +316,9 @@ def apply_controls(
     require(actor, Role.operator, "apply a controls file")
     report = ApplyReport()
     with db.transaction() as conn:
+        # first, before any row lock (as every change: two changes never wait for each other
+        # in opposite orders); a dry run changes nothing and waits for no claim
+        reached = dry_run or barrier(conn, db)
         if wanted:
             check_table(conn, db)
         rows = conn.execute(
@@ -330,4 +346,5 @@ def apply_controls(
             details={"written": report.written, "removed": report.removed},
             ids=[],
         )
-    return ApplyReport(report.written, report.removed, report.unchanged, audit_id)
+    note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
+    return ApplyReport(report.written, report.removed, report.unchanged, audit_id, note)

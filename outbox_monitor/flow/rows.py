@@ -1,6 +1,8 @@
 """Rows of ``outbox_monitor.controls`` read into settings and written back, in the caller's
 transaction: the one place that knows the table's columns (``control_*`` queries)."""
 
+import logging
+import math
 from datetime import datetime
 from typing import Any, Literal
 
@@ -8,6 +10,8 @@ from outbox_monitor.access import Identity
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
 from outbox_monitor.store.db import Database
+
+log = logging.getLogger("outbox_monitor.flow")
 
 Layer = Literal["file", "ui"]
 """``file``: written by ``controls apply``; ``ui``: an operator's change (SPEC §5)."""
@@ -72,3 +76,38 @@ def write(
 def delete(conn: Any, db: Database, event_type_filter: str, *, layer: Layer) -> None:
     """Delete the control row of one layer (its state row stays, unused)."""
     conn.execute(db.compose("control_delete"), {**key(db, event_type_filter), "layer": layer})
+
+
+def claims_in_flight_note(wait_seconds: float) -> str:
+    """What a change says when its wait for the claims in flight ran out (``barrier``)."""
+    return (
+        f"Claims that started before this change were still running after {wait_seconds:g}s "
+        "(OUTBOX_MONITOR_CONTROL_BARRIER_TIMEOUT): they may still hand out rows it forbids, "
+        "which then show as processing; the change is in force for every later claim."
+    )
+
+
+def barrier(conn: Any, db: Database) -> bool:
+    """Make the caller's control change a barrier (SPEC §5): take the outbox's change lock
+    exclusively until the transaction ends, waiting at most ``control_barrier_timeout``
+    seconds for the claims in flight (claims started meanwhile hand out no row). Call it
+    first in the change's transaction, before any row lock.
+
+    Returns:
+        ``True`` when every claim in flight ended; ``False`` when the wait ran out (logged
+        as a WARNING; the change goes on, and the caller shows ``claims_in_flight_note``).
+
+    Raises:
+        The connector's errors.
+    """
+    wait = db.settings.control_barrier_timeout
+    ms = str(math.ceil(1000 * (wait + db.settings.statement_timeout)))
+    raised = conn.execute(db.compose("control_barrier_statement_timeout"), {"ms": ms})
+    previous = raised.fetchone()["previous"]
+    reached = conn.execute(
+        db.compose("control_barrier"), {**key(db, None), "wait_seconds": wait}
+    ).fetchone()["reached"]
+    conn.execute(db.compose("statement_timeout_restore"), {"previous": previous})
+    if not reached:
+        log.warning("control change on %s: %s", db.table_name, claims_in_flight_note(wait))
+    return reached

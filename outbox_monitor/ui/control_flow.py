@@ -356,6 +356,8 @@ def _show_result(result: flow.ControlChange | None, actor: Identity) -> None:
     if not result.changed:
         text = f"{name} was already so: nothing changed (audited)."
     st.success(text, icon=":material/check_circle:")
+    if result.barrier_note:
+        st.warning(format.md_text(result.barrier_note), icon=":material/warning:")
     parts = [f"audited as {format.md_code(actor.name)}"]
     if result.expires_at is not None:
         parts.insert(

@@ -6,6 +6,8 @@ it an expiring override; an alert's pause link pre-fills the form."""
 from datetime import UTC
 from urllib.parse import parse_qsl, urlsplit
 
+import psycopg
+from psycopg.rows import dict_row
 from rendered import plain
 
 from outbox_monitor import outbox
@@ -110,6 +112,27 @@ def test_pause_from_the_page_holds_exactly_the_due_rows_and_resume_releases_them
         "SELECT actor, action FROM outbox_monitor.audit_log ORDER BY id"
     ).fetchall()
     assert [(a["actor"], a["action"]) for a in trail] == [(ACTOR, "pause"), (ACTOR, "resume")]
+
+
+def test_a_pause_that_stopped_waiting_for_a_claim_in_flight_says_so(
+    open_page, environment, rows, dsn
+):
+    environment.setenv("OUTBOX_MONITOR_CONTROL_BARRIER_TIMEOUT", "0.3s")
+    seed_crm(rows)
+    at = open_page(PAGE)
+    at.text_input(key="controls.pause.filter").set_value("crm.%").run()
+    at.button(key="controls.pause.preview_button").click().run()
+    with psycopg.connect(dsn, row_factory=dict_row) as in_flight:  # a claim not committed
+        assert len(outbox.claim(in_flight, "slow", limit=1)) == 1
+        at.button(key="controls.pause.confirm").click().run()
+        in_flight.commit()
+
+    assert not at.exception
+    assert any(plain(s.value) == "Paused crm.%: now paused." for s in at.success)
+    (warning,) = [plain(w.value) for w in at.warning if "still running" in plain(w.value)]
+    assert warning.startswith(
+        "Claims that started before this change were still running after 0.3s"
+    )
 
 
 def test_a_pause_for_a_duration_ends_then(open_page, rows, conn, db):

@@ -2385,3 +2385,16 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone;
+
+-- name: control_barrier_statement_timeout
+-- A control change's own statement_timeout until its transaction ends: %(ms)s milliseconds, above its wait for the claims in flight (control_barrier). The setting before, to restore.
+SELECT current_setting('statement_timeout') AS previous,
+       set_config('statement_timeout', %(ms)s, true) AS now_set;
+
+-- name: control_barrier
+-- A control change's barrier (SPEC section 5, migration 022): the outbox's change lock taken exclusively until the change commits, waiting at most %(wait_seconds)s seconds for the claims in flight. reached: false when the wait ran out (the change goes on; claims still running may hand out rows it forbids).
+SELECT outbox_monitor.control_barrier(%(table_regclass)s::regclass, %(wait_seconds)s) AS reached;
+
+-- name: statement_timeout_restore
+-- Restore the transaction's statement_timeout read by control_barrier_statement_timeout.
+SELECT set_config('statement_timeout', %(previous)s, true) AS now_set;
