@@ -4,20 +4,28 @@ said so (preview, log line, audit row); what the sampler saw of each holder show
 evidence, never as a veto; a reap by hand is not bounded. Real PostgreSQL, rows inserted
 here."""
 
+import json
 import logging
+import os
 from datetime import datetime
+from pathlib import Path
 
 import psycopg
 import pytest
+import streamlit as st
+from click.testing import CliRunner
+from streamlit.testing.v1 import AppTest
 
 from outbox_monitor.access import SCHEDULER
 from outbox_monitor.actions.reap import preview_auto_reap, preview_reap
 from outbox_monitor.actions.run import apply
+from outbox_monitor.cli import main
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.figures.worker_sightings import record_workers
 from outbox_monitor.service.maintenance import reap_stuck_locks
 from outbox_monitor.store.db import Database
 
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard.py"
 STUCK = 1000
 LOCK_TIMEOUT = 900  # the default, 15 min
 MAX_ROWS = 100
@@ -192,3 +200,63 @@ def test_holders_seen_by_the_sampler_are_evidence_never_a_veto(dsn, conn, rows, 
         "n8n-alive": True,
         "n8n-ghost": False,
     }
+
+
+@pytest.fixture
+def budget_env(dsn, monkeypatch):
+    """The environment of a CLI or dashboard run on ``dsn`` with a budget of 100 rows / 50 %."""
+    for name in list(os.environ):
+        if name.startswith("OUTBOX_MONITOR_") or name == "DATABASE_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "ops")
+    monkeypatch.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS", str(MAX_ROWS))
+    monkeypatch.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE", "50%")
+
+
+def test_reap_budget_cli_previews_and_runs_one_budgeted_run(budget_env, conn):
+    by_id = insert_stuck(conn, 300)
+    runner = CliRunner()
+
+    dry = runner.invoke(main, ["reap", "--budget", "--dry-run"], catch_exceptions=False)
+    assert dry.exit_code == 0
+    assert "reap preview: 100 row(s) match" in dry.stdout
+    assert (
+        "takes 100 of 300 stuck rows, 200 left for the next run (budget: 100 rows, 50 % of "
+        "the stuck; the rows bound this run)"
+    ) in dry.stdout
+    assert "holder worker-1: 100 rows; never seen by the sampler" in dry.stdout
+    assert len(processing(conn)) == 300  # a dry run changes nothing
+
+    run = runner.invoke(main, ["reap", "--budget", "--yes", "--json"], catch_exceptions=False)
+    payload = json.loads(run.stdout)
+    assert payload["changed"] == 100 and payload["details"]["budget"]["left"] == 200
+    assert {int(i) for i in payload["ids"]} == oldest(by_id, set(by_id), 100)
+    assert len(processing(conn)) == 200
+
+    refused = runner.invoke(main, ["reap", "--budget", "--event-type", "order.paid"])
+    assert refused.exit_code == 2 and "drop --lock-timeout and --event-type" in refused.output
+
+
+def test_the_actions_page_previews_the_automatic_reapers_next_run(budget_env, conn):
+    insert_stuck(conn, 10)
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    try:
+        at = AppTest.from_file(DASHBOARD, default_timeout=60)
+        at.switch_page("pages/actions.py").run()
+        assert not at.exception
+        assert any("**10** rows would be reaped" in m.value for m in at.markdown)  # by hand
+        at.button(key="actions.auto_reap.preview_button").click().run()
+        assert not at.exception
+        text = "\n".join(m.value for m in at.markdown).replace("\\", "")  # md escapes
+        assert "**5** rows would be reaped" in text  # ⌈50 % of 10⌉ = 5 < 100 rows
+        assert "takes 5 of 10 stuck rows, 5 left for the next run" in text
+        assert "holder worker-1: 5 rows; never seen by the sampler" in text
+        at.button(key="actions.auto_reap.confirm").click().run()
+        assert not at.exception
+        assert any("Reaped 5 rows" in s.value for s in at.success)
+    finally:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+    assert len(processing(conn)) == 5
