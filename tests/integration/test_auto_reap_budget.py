@@ -8,13 +8,10 @@ import json
 import logging
 import os
 from datetime import datetime
-from pathlib import Path
 
 import psycopg
 import pytest
-import streamlit as st
 from click.testing import CliRunner
-from streamlit.testing.v1 import AppTest
 
 from outbox_monitor.access import SCHEDULER
 from outbox_monitor.actions.reap import preview_auto_reap, preview_reap
@@ -25,7 +22,6 @@ from outbox_monitor.figures.worker_sightings import record_workers
 from outbox_monitor.service.maintenance import reap_stuck_locks
 from outbox_monitor.store.db import Database
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard.py"
 STUCK = 1000
 LOCK_TIMEOUT = 900  # the default, 15 min
 MAX_ROWS = 100
@@ -236,27 +232,3 @@ def test_reap_budget_cli_previews_and_runs_one_budgeted_run(budget_env, conn):
 
     refused = runner.invoke(main, ["reap", "--budget", "--event-type", "order.paid"])
     assert refused.exit_code == 2 and "drop --lock-timeout and --event-type" in refused.output
-
-
-def test_the_actions_page_previews_the_automatic_reapers_next_run(budget_env, conn):
-    insert_stuck(conn, 10)
-    st.cache_data.clear()
-    st.cache_resource.clear()
-    try:
-        at = AppTest.from_file(DASHBOARD, default_timeout=60)
-        at.switch_page("pages/actions.py").run()
-        assert not at.exception
-        assert any("**10** rows would be reaped" in m.value for m in at.markdown)  # by hand
-        at.button(key="actions.auto_reap.preview_button").click().run()
-        assert not at.exception
-        text = "\n".join(m.value for m in at.markdown).replace("\\", "")  # md escapes
-        assert "**5** rows would be reaped" in text  # ⌈50 % of 10⌉ = 5 < 100 rows
-        assert "takes 5 of 10 stuck rows, 5 left for the next run" in text
-        assert "holder worker-1: 5 rows; never seen by the sampler" in text
-        at.button(key="actions.auto_reap.confirm").click().run()
-        assert not at.exception
-        assert any("Reaped 5 rows" in s.value for s in at.success)
-    finally:
-        st.cache_data.clear()
-        st.cache_resource.clear()
-    assert len(processing(conn)) == 5
