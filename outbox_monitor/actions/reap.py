@@ -142,8 +142,9 @@ def preview_auto_reap(db: Database) -> Preview:
     )
     ids = [row["id"] for row in taken]
     bounded = Where().add("id = ANY(%(reap_ids)s::bigint[])", reap_ids=ids)
-    part = Part("reap_batch", bounded, params, len(ids), max(ids, default=None))
-    part = replace(part, follow_up="reap_outcomes")
+    part = Part(
+        "reap_batch", bounded, params, len(ids), max(ids, default=None), follow_up="reap_outcomes"
+    )
     holders, others = _holders(db, taken)
     details = {
         "budget": budget.describe(len(ids)),
