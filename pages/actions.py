@@ -16,6 +16,16 @@ DEFAULT_FAILED_DAYS = 90
 # comment: Streamlit's magic would write a bare string onto the page.
 MAX_DAYS = 36500
 
+REAP_COLUMNS = [
+    "id",
+    "event_type",
+    "event_key",
+    "locked_by",
+    "lock_age_seconds",
+    "locked_at",
+    "attempts",
+]
+
 ctx = state.context()
 f = ctx.filters
 scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
@@ -44,17 +54,31 @@ with reap:
         make_preview=lambda: flows.preview_reap(ctx.db, event_type=f.event_type),
         preview_label="Refresh stuck locks",
         noun="reap",
-        sample_columns=[
-            "id",
-            "event_type",
-            "event_key",
-            "locked_by",
-            "lock_age_seconds",
-            "locked_at",
-            "attempts",
-        ],
+        sample_columns=REAP_COLUMNS,
         sample_durations=["lock_age_seconds"],
         auto_preview=True,
+    )
+    st.markdown("**The automatic reaper's next run**")
+    st.caption(
+        f"The scheduler's reaper ({'on' if ctx.settings.auto_reap else 'off'}: "
+        "`OUTBOX_MONITOR_AUTO_REAP`) takes at most "
+        f"{format.plural(ctx.settings.auto_reap_max_rows, 'row')} and "
+        f"{ctx.settings.auto_reap_max_share * 100:g} % of the stuck rows per run, the oldest "
+        "locks first (every event type), and leaves the rest for its next run. What the "
+        "sampler saw of each holder is shown as evidence, never a veto. Confirming here runs "
+        "one such run by hand."
+    )
+    flows.action_flow(
+        "actions.auto_reap",
+        db=ctx.actions_db,
+        actor=ctx.identity,
+        signature=("auto_reap",),
+        make_preview=lambda: flows.preview_auto_reap(ctx.db),
+        preview_label="Preview the automatic reaper's next run",
+        noun="budgeted reap",
+        sample_columns=REAP_COLUMNS,
+        sample_durations=["lock_age_seconds"],
+        details=flows.budget_lines,
     )
 
 with replay:

@@ -39,7 +39,8 @@ class Preview:
     ``matched`` rows matched the filter at preview time (an estimate when ``exact`` is
     false); ``sample`` shows the first ``SAMPLE_SIZE`` of them; ``filter`` (JSON-able) is
     what the audit row records; ``details`` holds what one action adds to its preview
-    (a replay: ``superseded`` per event type, ``drip_seconds``, ``last_replay_refailed``).
+    (a replay: ``superseded`` per event type, ``drip_seconds``, ``last_replay_refailed``; the
+    automatic reaper's: ``budget`` and its rows' ``holders``).
     """
 
     action: str

@@ -11,7 +11,7 @@ from outbox_monitor.access import local_identity
 from outbox_monitor.actions.partition_lines import outcome_lines, preview_lines
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.prune import preview_prune
-from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.reap import budget_lines, preview_auto_reap, preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, apply
 from outbox_monitor.cli import replay_cli
@@ -164,7 +164,9 @@ def _print_preview(preview: Preview) -> None:
         echo(f"  #{row['id']}: {details}")
     if preview.matched > len(preview.sample):
         echo(f"  … and {preview.matched - len(preview.sample)} more")
-    for line in replay_cli.detail_lines(preview) + preview_lines(preview.details):
+    for line in (
+        replay_cli.detail_lines(preview) + preview_lines(preview.details) + budget_lines(preview)
+    ):
         echo(line)
 
 
@@ -175,6 +177,13 @@ def _print_preview(preview: Preview) -> None:
     help="Locks older than this are stuck (default: OUTBOX_MONITOR_LOCK_TIMEOUT or 15m).",
 )
 @click.option("--event-type", help="Exact event type, or a LIKE pattern containing %.")
+@click.option(
+    "--budget",
+    is_flag=True,
+    help="Take only what one run of the automatic reaper would: the oldest locks, at most "
+    "OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS and _MAX_SHARE of the stuck rows (with --dry-run: "
+    "its next run's preview, and what the sampler saw of the rows' holders).",
+)
 @_action_options
 @common_options
 def reap(
@@ -182,13 +191,22 @@ def reap(
     as_json: bool,
     lock_timeout: float | None,
     event_type: str | None,
+    budget: bool,
     actions_dsn: str | None,
     **options: Any,
 ) -> None:
     """Return stuck processing rows to pending as one more attempt (SPEC §4); a row at the
     maximum attempts is dead-lettered instead."""
+    if budget and (lock_timeout is not None or event_type):
+        raise click.UsageError(
+            "--budget takes what the automatic reaper would (the settings' lock timeout, "
+            "every event type): drop --lock-timeout and --event-type"
+        )
     with open_for_actions(settings, actions_dsn) as db:
-        preview = preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
+        if budget:
+            preview = preview_auto_reap(db)
+        else:
+            preview = preview_reap(db, lock_timeout=lock_timeout, event_type=event_type)
         _run_action(db, preview, as_json=as_json, **options)
 
 

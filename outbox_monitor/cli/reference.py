@@ -34,7 +34,7 @@ from outbox_monitor.cli.file_reference import (
 from outbox_monitor.cli.markdown import code, paragraph, paragraphs, table
 from outbox_monitor.config.fleet import FLEET_ENV
 from outbox_monitor.config.settings import ENV_PREFIX, Settings
-from outbox_monitor.config.values import CommaList, OptionalSeconds, Seconds
+from outbox_monitor.config.values import CommaList, OptionalSeconds, Seconds, Share
 from outbox_monitor.durations import duration_label
 from outbox_monitor.logs import LEVEL_ENV
 from outbox_monitor.shipped import CHECKOUT_FOLDER
@@ -75,6 +75,7 @@ VALUE_TYPES = (
     (Seconds, "duration"),
     (OptionalSeconds, "duration, or `off`"),
     (CommaList, "comma-separated list (or a JSON array)"),
+    (Share, "share: `50%` or `0.5`"),
 )
 """What the value types of ``config.values`` take, as the configuration page says it."""
 

@@ -19,6 +19,7 @@ from outbox_monitor.config.values import (
     CommaList,
     OptionalSeconds,
     Seconds,
+    Share,
     check_dsn,
     check_header_name,
     check_oidc_secret,
@@ -88,6 +89,24 @@ DEFAULT_METRICS_CACHE_SECONDS = 5.0
 MAX_METRICS_CACHE_SECONDS = 300.0
 DEFAULT_SLACK_TIMEOUT_SECONDS = 10.0
 """Timeout of each Slack request (connect, then each read), seconds."""
+DEFAULT_AUTO_REAP_MAX_ROWS = 500
+"""The most rows one run of the automatic reaper takes (``OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS``):
+one batch of one transaction whose audit row records every id (``actions.run``: batches of
+1,000, up to 1,000 ids per audit row), and at most 6,000 rows an hour at the default run
+interval (lock timeout / 3 = 5 min) — far more than a crashed worker strands (an n8n
+execution's batch is tens of rows), far less than a whole fleet's worth of rows handed out
+again at once when every lock only looks expired (a stalled fleet, a clock step, a lock
+timeout set too low)."""
+MAX_AUTO_REAP_MAX_ROWS = 100_000
+"""The largest row budget accepted: one run's ids travel as one array parameter."""
+DEFAULT_AUTO_REAP_MAX_SHARE = 0.5
+"""The most of the stuck rows one run of the automatic reaper takes
+(``OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE``), rounded up (one stuck row is always taken): when
+many rows look stuck at once, the likelier cause is something wrong with the fleet or the
+settings rather than many crashes, and half is left for a person to look at (the stuck-lock
+alert fires meanwhile) before the next run, a lock timeout / 3 later. A real crash of k rows
+is cleared in about log2(k) + 1 runs; set ``100%`` where a stuck row always means a dead
+worker."""
 MIN_AUTO_PRUNE_SECONDS = 86400.0
 """Automatic prune refuses retentions under one day (as ``actions.prune.preview_prune`` does)."""
 DEFAULT_PROXY_HEADER = "X-Forwarded-Email"
@@ -226,7 +245,15 @@ class Settings(BaseSettings):
     dashboard_url: str = DEFAULT_DASHBOARD_URL
     """The base of the links in Slack messages (an http(s) URL)."""
     auto_reap: bool = False
-    """The leading scheduler reaps stuck locks every lock timeout / 3."""
+    """The leading scheduler reaps stuck locks every lock timeout / 3, at most a budget per
+    run (the next two settings), the oldest locks first; the rest wait for its next run."""
+    auto_reap_max_rows: int = Field(
+        default=DEFAULT_AUTO_REAP_MAX_ROWS, ge=1, le=MAX_AUTO_REAP_MAX_ROWS
+    )
+    """The most stuck rows one run of the automatic reaper takes."""
+    auto_reap_max_share: Share = Field(default=DEFAULT_AUTO_REAP_MAX_SHARE, gt=0, le=1)
+    """The most of the stuck rows one run of the automatic reaper takes, rounded up: a run
+    takes the smaller of the two budgets."""
     auto_prune_done: OptionalSeconds = None
     """The leading scheduler prunes done rows older than this, daily (at least ``1d``);
     unset or ``off``: never."""

@@ -39,6 +39,23 @@ def _optional_duration(value: object) -> float | None:
 OptionalSeconds = Annotated[float | None, BeforeValidator(_optional_duration)]
 
 
+def _share(value: object) -> object:
+    """A share as a fraction: ``"50%"`` → ``0.5``; a number (``0.5``, ``"0.5"``) is kept for
+    the field's bounds to check, but one above 1 (``50``) is refused as ambiguous."""
+    text = value.strip() if isinstance(value, str) else None
+    try:
+        share = float(text[:-1]) / 100 if text and text.endswith("%") else float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not a share: {value!r} (write 50% or 0.5)") from None
+    if share > 1 and not (text and text.endswith("%")):
+        raise ValueError(f"a share is at most 1: write {share:g}% or {share / 100:g}, not {value}")
+    return share
+
+
+Share = Annotated[float, BeforeValidator(_share)]
+"""A share of something, as a fraction (``0.5``) or a percentage (``50%``)."""
+
+
 def _comma_list(value: object) -> object:
     """``"a, b,,c"`` → ``("a", "b", "c")``; a JSON array (``'["\\d{3,4}", "card"]'``, for
     entries that contain a comma) is read as JSON; a list or tuple is kept; ``off``/empty

@@ -28,7 +28,8 @@ from outbox_monitor.units import bounded_key
 @dataclass(frozen=True)
 class LetGo:
     """What became of the rows a worker held at the last pass and no longer holds: ``acked``
-    (done; the newest ``processed_at`` is ``last_ack``), ``dead_lettered`` (failed) and
+    (done; the newest ``processed_at`` is ``last_ack``), ``dead_lettered`` (failed; the
+    newest ``processed_at`` is ``last_fail``) and
     ``returned`` (pending again — a retry or a reap —, processing under another worker,
     finished after going back to the queue, or gone)."""
 
@@ -36,6 +37,7 @@ class LetGo:
     dead_lettered: int = 0
     returned: int = 0
     last_ack: datetime | None = None
+    last_fail: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def let_go(previous: dict[str, Hand], rows: list[dict[str, Any]]) -> dict[str, L
     found = {}
     for worker, hand in previous.items():
         acked = dead = returned = 0
-        last_ack = None
+        last_ack = last_fail = None
         for row_id in hand.ids:
             row = now.get(row_id)
             if row is None:
@@ -68,13 +70,13 @@ def let_go(previous: dict[str, Hand], rows: list[dict[str, Any]]) -> dict[str, L
                 returned += 1
             elif row["status"] == "done":
                 acked += 1
-                if row["processed_at"] and (last_ack is None or row["processed_at"] > last_ack):
-                    last_ack = row["processed_at"]
+                last_ack = _newest(last_ack, row["processed_at"])
             elif row["status"] == "failed":
                 dead += 1
+                last_fail = _newest(last_fail, row["processed_at"])
             else:
                 returned += 1
-        found[worker] = LetGo(acked, dead, returned, last_ack)
+        found[worker] = LetGo(acked, dead, returned, last_ack, last_fail)
     return found
 
 
@@ -122,6 +124,10 @@ def record_workers(db: Database, *, primary: Database | None = None) -> int:
     return len(current.keys() | previous.keys())
 
 
+def _newest(known: datetime | None, found: datetime | None) -> datetime | None:
+    return known if found is None or (known is not None and known >= found) else found
+
+
 def _key(locked_by: str | None) -> str | None:
     return None if locked_by is None else bounded_key(locked_by)
 
@@ -134,6 +140,7 @@ def _upsert_params(name: str, holding: InHand | None, gone: LetGo) -> dict[str, 
         "ids": list(holding.ids) if holding else [],
         "newest_claim": holding.newest_claim if holding else None,
         "last_ack": gone.last_ack,
+        "last_fail": gone.last_fail,
         "acked": gone.acked,
         "dead_lettered": gone.dead_lettered,
         "returned": gone.returned,

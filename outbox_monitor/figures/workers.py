@@ -281,3 +281,57 @@ def workers(
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What the sampler's passes saw of one worker (``outbox_monitor.workers_seen``): evidence
+    of whether it is alive, never proof (acks between two passes go unseen).
+
+    Attributes:
+        locked_by: the worker, as the sampler keys it (``units.bounded_key``).
+        last_seen_holding: the last pass that saw it holding rows.
+        last_claim: the newest ``locked_at`` a pass saw among its rows.
+        last_ack: the newest ``processed_at`` of a row a pass saw in its hand and a later pass
+            found done; ``None``: none seen.
+        last_fail: the same for a row found dead-lettered (failed); ``None``: none seen.
+    """
+
+    locked_by: str
+    last_seen_holding: datetime
+    last_claim: datetime | None
+    last_ack: datetime | None
+    last_fail: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The sighting with its times in ISO 8601 (``None`` stays)."""
+        return {
+            "last_seen_holding": _iso(self.last_seen_holding),
+            "last_claim": _iso(self.last_claim),
+            "last_ack": _iso(self.last_ack),
+            "last_fail": _iso(self.last_fail),
+        }
+
+
+def sightings(db: Database, names: list[str]) -> dict[str, Sighting]:
+    """What the sampler saw of the workers ``names`` (``locked_by`` as the table holds it) on
+    ``db``'s outbox table, by name; a name it never saw, or forgot after the samples'
+    retention, is absent.
+
+    Raises:
+        The connector's errors (``SchemaNotInitialised`` without migration 023: ``init-db``).
+    """
+    keys = {bounded_key(name): name for name in names}
+    if not keys:
+        return {}
+    rows = db.fetch_all("workers_seen_of", {"table_name": db.table_name, "names": sorted(keys)})
+    return {
+        keys[r["locked_by"]]: Sighting(
+            locked_by=r["locked_by"],
+            last_seen_holding=r["last_seen"],
+            last_claim=r["last_claim_at"],
+            last_ack=r["last_ack_at"],
+            last_fail=r["last_fail_at"],
+        )
+        for r in rows
+    }

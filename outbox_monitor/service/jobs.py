@@ -395,8 +395,10 @@ def add_maintenance_jobs(scheduler: BaseScheduler, runtime: JobRuntime, *, targe
     """Add the optional reaper and pruner (off unless configured), leader only.
 
     - ``reaper`` with ``OUTBOX_MONITOR_AUTO_REAP=true``: ``reap_stuck_locks`` every
-      ``lock_timeout / 3`` (at least 1 s), so a lock is reaped at most a third of the
-      lock timeout after it expired;
+      ``lock_timeout / 3`` (at least 1 s), each run at most its budget
+      (``auto_reap_max_rows``, ``auto_reap_max_share`` of the stuck rows), the oldest locks
+      first: a lock is reaped a third of the lock timeout after it expired at most, unless
+      more rows are stuck than one run's budget;
     - ``pruner`` with ``OUTBOX_MONITOR_AUTO_PRUNE_DONE`` and/or ``…_FAILED``:
       ``prune_retention`` daily.
 

@@ -7,7 +7,7 @@ import logging
 
 from outbox_monitor.access import SCHEDULER, Identity
 from outbox_monitor.actions.prune import preview_prune
-from outbox_monitor.actions.reap import preview_reap
+from outbox_monitor.actions.reap import budget_lines, budget_text, preview_auto_reap
 from outbox_monitor.actions.run import ActionResult, apply
 from outbox_monitor.store.db import Database
 
@@ -32,10 +32,14 @@ write them (``sampler``, ``health.claim_plan``, ``worker_sightings``)."""
 
 
 def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> ActionResult | None:
-    """The reaper job: reap every stuck lock now (SPEC §4 reap), audited as ``actor``.
+    """The reaper job: one run of the automatic reaper (SPEC §4 reap), audited as ``actor``.
 
-    Preview then apply, as an operator would (``preview_reap`` + ``apply``),
-    with the settings' lock timeout; nothing is applied (and no audit row written) when
+    Preview then apply, as an operator would, but bounded by the budget
+    (``reap.preview_auto_reap``: at most ``auto_reap_max_rows`` and ``auto_reap_max_share``
+    of the stuck rows, the oldest locks first, with the settings' lock timeout); the rest is
+    left to the next run. One INFO line says how many of how many were reaped, how many are
+    left, the budget, and what the sampler saw of the rows' holders (evidence only: a holder
+    seen lately is reaped all the same). Nothing is applied (and no audit row written) when
     no lock is stuck.
 
     Returns:
@@ -44,16 +48,23 @@ def reap_stuck_locks(db: Database, *, actor: Identity = SCHEDULER) -> ActionResu
     Raises:
         DatabaseUnavailable and the connector's errors (``guarded`` logs them).
     """
-    preview = preview_reap(db)
+    preview = preview_auto_reap(db)
     if not preview.matched:
         return None
     result = apply(db, preview, actor=actor)
-    log.warning(
-        "reaper: reaped %d stuck lock(s) of %s (%d dead-lettered at max attempts), run %s",
+    budget = preview.details["budget"]
+    log.info(
+        "reaper: reaped %d of %d stuck lock(s) of %s, %d left for the next run (%s)%s; "
+        "%d dead-lettered at max attempts, run %s; %s",
         result.changed,
+        budget["stuck"],
         db.table_name,
+        budget["left"],
+        budget_text(budget),
+        f"; {result.skipped} taken no longer stuck" if result.skipped else "",
         result.dead_lettered,
         result.run_id,
+        "; ".join(budget_lines(preview)[1:]),  # the holders, after what the budget took
     )
     return result
 

@@ -12,9 +12,9 @@ whatever that run renders: a click is never lost because the page changed under 
 rows, an expired cache). That run applies the preview if the selection is still the one
 it was made for, else says so ("the selection changed … preview again") and logs it.
 
-``preview_replay``, ``preview_reap``, ``preview_prune`` and ``apply`` are the one way the
-dashboard calls ``actions``: previews count up to ``loaders.count_cap()`` and are never
-cached; ``apply`` then clears the caches the action made stale.
+``preview_replay``, ``preview_reap``, ``preview_auto_reap``, ``preview_prune`` and ``apply``
+are the one way the dashboard calls ``actions``: previews count up to ``loaders.count_cap()``
+and are never cached; ``apply`` then clears the caches the action made stale.
 """
 
 import logging
@@ -278,6 +278,23 @@ def preview_replay(
 def preview_reap(db: Database, *, event_type: str | None) -> Preview:
     """``reap.preview_reap`` with the configured lock timeout (never cached)."""
     return reap.preview_reap(db, event_type=event_type)
+
+
+def preview_auto_reap(db: Database) -> Preview:
+    """``reap.preview_auto_reap``: what one run of the automatic reaper would take now (its
+    budget, the oldest locks, the holders' evidence; never cached)."""
+    return reap.preview_auto_reap(db)
+
+
+def budget_lines(preview: Preview) -> None:
+    """Render what a budgeted reap's preview says of its budget and holders
+    (``reap.budget_lines``): the first line in bold, the holders as a list."""
+    lines = reap.budget_lines(preview)
+    if lines:
+        st.markdown(
+            f"**{format.md_text(lines[0])}**\n\n"
+            + "\n".join(f"- {format.md_text(line)}" for line in lines[1:])
+        )
 
 
 def preview_prune(

@@ -82,6 +82,8 @@ EVERY_SETTING = {
     "slack_timeout": 4,
     "dashboard_url": "https://monitor.example.com",
     "auto_reap": True,
+    "auto_reap_max_rows": 200,
+    "auto_reap_max_share": 0.25,
     "auto_prune_done": "30d",
     "auto_prune_failed": "90d",
     "auth": "oidc",

@@ -420,6 +420,7 @@ def test_reaper_and_pruner_jobs_act_on_the_leader_only_and_are_audited(dsn, conn
         dsn=dsn,
         lock_timeout=60,
         auto_reap=True,
+        auto_reap_max_share="100%",  # both stuck rows in the first run
         auto_prune_done="1d",
         auto_prune_failed="3d",
     )

@@ -104,6 +104,7 @@ def test_the_sampler_remembers_each_worker_and_infers_its_ack(db, rows, conn):
     assert a["last_seen"] > first_pass
     assert (b["rows_in_hand"], b["ids_in_hand"], b["last_claim_at"]) == (0, [], rows.at(40))
     assert (b["acks_seen"], b["dead_lettered_seen"], b["last_ack_at"]) == (0, 1, None)
+    assert (a["last_fail_at"], b["last_fail_at"]) == (None, rows.at(2))  # r3's processed_at
     assert b["last_seen"] == first_pass  # not seen holding since
 
     # a third pass with nothing let go of adds nothing

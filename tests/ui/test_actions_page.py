@@ -149,3 +149,30 @@ def test_the_event_type_filter_and_the_actor_are_shown_literally(open_page, envi
     for shown in (caption, sidebar):
         assert "<b>" not in unprotected(shown) and "](" not in unprotected(shown)
         assert "**y**" not in unprotected(shown)
+
+
+def test_the_automatic_reapers_next_run_is_previewed_with_its_budget_and_holders(
+    open_page, environment, rows
+):
+    # issue 29 item 12: 10 stuck, budget 100 rows / 50 % → ⌈0.5 × 10⌉ = 5, the oldest locks
+    environment.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS", "100")
+    environment.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE", "50%")
+    stuck = [
+        rows.add(status="processing", locked_ago=20 * 60 + n, locked_by="n8n-7:wf-12")
+        for n in range(10)
+    ]
+
+    at = open_page(PAGE)
+    assert any("**10** rows would be reaped" in m.value for m in at.markdown)  # by hand: all
+    at.button(key="actions.auto_reap.preview_button").click().run()
+
+    assert not at.exception
+    text = "\n".join(plain(m.value) for m in at.markdown)
+    assert "**5** rows would be reaped" in text
+    assert "takes 5 of 10 stuck rows, 5 left for the next run (budget: 100 rows, 50 %" in text
+    assert "holder n8n-7:wf-12: 5 rows; never seen by the sampler" in text
+    at.button(key="actions.auto_reap.confirm").click().run()
+    assert not at.exception
+    assert any("Reaped 5 rows" in s.value for s in at.success)
+    still = [row_id for row_id in stuck if rows.get(row_id)["status"] == "processing"]
+    assert still == stuck[:5]  # the five newest locks wait for the next run

@@ -84,3 +84,29 @@ def test_read_replica_settings_default_and_name_their_variable(monkeypatch):
     message = str(caught.value)
     assert "OUTBOX_MONITOR_MAX_REPLICA_LAG: expected a duration" in message
     assert "OUTBOX_MONITOR_PRIMARY_DSN: not a connection string" in message
+
+
+def test_the_automatic_reapers_budget_defaults_and_is_validated_naming_its_variable(
+    monkeypatch,
+):
+    for name in ("OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS", "OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE"):
+        monkeypatch.delenv(name, raising=False)
+    defaults = load_settings()
+    assert (defaults.auto_reap_max_rows, defaults.auto_reap_max_share) == (500, 0.5)
+    for written, share in (("25%", 0.25), ("0.25", 0.25), ("100%", 1.0), ("1", 1.0)):
+        monkeypatch.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE", written)
+        assert load_settings().auto_reap_max_share == share
+    for written, problem in (
+        ("50", "a share is at most 1: write 50% or 0.5, not 50"),
+        ("0", "greater than 0"),
+        ("150%", "less than or equal to 1"),
+        ("half", "not a share: 'half'"),
+    ):
+        monkeypatch.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE", written)
+        with pytest.raises(ConfigError, match=f"OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE: .*{problem}"):
+            load_settings()
+    monkeypatch.delenv("OUTBOX_MONITOR_AUTO_REAP_MAX_SHARE")
+    for written in ("0", "100001"):
+        monkeypatch.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS", written)
+        with pytest.raises(ConfigError, match="OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS"):
+            load_settings()

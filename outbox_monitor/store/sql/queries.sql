@@ -1626,13 +1626,14 @@ SELECT locked_by, ids_in_hand, updated_at FROM outbox_monitor.workers_seen
 WHERE table_name = %(table_name)s AND cardinality(ids_in_hand) > 0;
 
 -- name: workers_seen_upsert
--- One worker at one sampler pass (%(seen_at)s: the database's now read before its rows in hand): what it holds now, the newest claim and ack seen, and what became of the rows it let go of since the last pass (added to its counts).
+-- One worker at one sampler pass (%(seen_at)s: the database's now read before its rows in hand): what it holds now, the newest claim, ack and dead-letter seen, and what became of the rows it let go of since the last pass (added to its counts).
 INSERT INTO outbox_monitor.workers_seen AS w (
     table_name, locked_by, rows_in_hand, stuck, ids_in_hand, first_seen, last_seen,
-    last_claim_at, last_ack_at, acks_seen, dead_lettered_seen, returned_seen, updated_at)
+    last_claim_at, last_ack_at, last_fail_at, acks_seen, dead_lettered_seen, returned_seen,
+    updated_at)
 VALUES (%(table_name)s, %(locked_by)s, %(rows_in_hand)s, %(stuck)s, %(ids)s::bigint[],
-        %(seen_at)s, %(seen_at)s, %(newest_claim)s, %(last_ack)s, %(acked)s, %(dead_lettered)s,
-        %(returned)s, %(seen_at)s)
+        %(seen_at)s, %(seen_at)s, %(newest_claim)s, %(last_ack)s, %(last_fail)s, %(acked)s,
+        %(dead_lettered)s, %(returned)s, %(seen_at)s)
 ON CONFLICT (table_name, locked_by) DO UPDATE SET
     rows_in_hand = excluded.rows_in_hand,
     stuck = excluded.stuck,
@@ -1640,6 +1641,7 @@ ON CONFLICT (table_name, locked_by) DO UPDATE SET
     last_seen = CASE WHEN excluded.rows_in_hand > 0 THEN excluded.last_seen ELSE w.last_seen END,
     last_claim_at = greatest(w.last_claim_at, excluded.last_claim_at),
     last_ack_at = greatest(w.last_ack_at, excluded.last_ack_at),
+    last_fail_at = greatest(w.last_fail_at, excluded.last_fail_at),
     acks_seen = w.acks_seen + excluded.acks_seen,
     dead_lettered_seen = w.dead_lettered_seen + excluded.dead_lettered_seen,
     returned_seen = w.returned_seen + excluded.returned_seen,
@@ -1659,6 +1661,12 @@ FROM outbox_monitor.workers_seen
 WHERE table_name = %(table_name)s
 ORDER BY locked_by = ANY(%(in_hand)s::text[]) DESC, last_seen DESC, locked_by
 LIMIT %(limit)s;
+
+-- name: workers_seen_of
+-- What the sampler saw of the workers %(names)s (locked_by as it keys them) of this table: the evidence the automatic reaper shows of a stuck row's holder (SPEC section 4).
+SELECT locked_by, last_seen, last_claim_at, last_ack_at, last_fail_at
+FROM outbox_monitor.workers_seen
+WHERE table_name = %(table_name)s AND locked_by = ANY(%(names)s::text[]);
 
 
 -- ===================================================================== a partitioned outbox (demo/partitioned.py: tests, benchmarks)
