@@ -177,12 +177,14 @@ def dashboard_environment(home: Path, settings: Mapping[str, str]) -> dict[str, 
 
 @dataclass
 class Dashboard:
-    """One ``outbox-monitor dashboard --port PORT`` to serve: ``name`` (its log and
-    ``HOME`` folder), ``settings`` (``OUTBOX_MONITOR_<NAME>`` variables, lower-case names)."""
+    """One ``outbox-monitor dashboard --address ADDRESS --port PORT`` to serve: ``name``
+    (its log and ``HOME`` folder), ``settings`` (``OUTBOX_MONITOR_<NAME>`` variables,
+    lower-case names); ``url`` is on 127.0.0.1 whatever ``address`` (``0.0.0.0`` too)."""
 
     name: str
     settings: dict[str, str]
     port: int = field(default_factory=free_port)
+    address: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
@@ -212,7 +214,13 @@ def serve(dashboards: Sequence[Dashboard], directory: Path) -> Iterator[None]:
             with (directory / f"{dashboard.name}.log").open("w") as log:
                 processes.append(
                     subprocess.Popen(
-                        dashboard_command("dashboard", "--port", str(dashboard.port)),
+                        dashboard_command(
+                            "dashboard",
+                            "--address",
+                            dashboard.address,
+                            "--port",
+                            str(dashboard.port),
+                        ),
                         cwd=ROOT,
                         env=dashboard_environment(home, dashboard.settings),
                         stdout=log,
