@@ -19,7 +19,6 @@ address; the fleet case runs in Chromium (``tests/browser/test_proxy_identity_br
 
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from outbox_monitor.demo.pgcluster import free_port
 from tests.browser_support import outward_address
 from tests.conftest import TEMPLATE
 from tests.oidc_support import Dashboard, dashboard_command, dashboard_environment, serve
+from tests.proxy_support import log_line
 from tests.raw_session import rendered_text
 
 OPERATOR = "op@example.com"
@@ -67,17 +67,6 @@ def proxied(pg_cluster, tmp_path_factory) -> Iterator[dict[str, tuple[str, Path]
         yield {d.name: (d.url, directory / f"{d.name}.log") for d in dashboards}
 
 
-def _log_line(log: Path, *needles: str, timeout: float = 10.0) -> str | None:
-    """The first line of ``log`` holding every one of ``needles``, polled until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in log.read_text(errors="replace").splitlines():
-            if all(needle in line for needle in needles):
-                return line
-        time.sleep(0.2)
-    return None
-
-
 # ------------------------------------------------------------------ item 3: one value
 
 
@@ -96,7 +85,7 @@ def test_an_invisible_byte_in_the_header_means_no_identity(proxied):
     assert "No identity" in text
     assert "cannot be a name as it is" in text
     assert "Signed in as" not in text
-    line = _log_line(log, "WARNING", "X-Forwarded-Email header", "U+00AD")
+    line = log_line(log, "WARNING", "X-Forwarded-Email header", "U+00AD")
     assert line is not None, log.read_text()[-2000:]
 
 
@@ -107,7 +96,7 @@ def test_a_header_longer_than_the_cut_means_no_identity(proxied):
     text = rendered_text(url, [_header(long_address)])
     assert "No identity" in text
     assert "Signed in as" not in text
-    assert _log_line(log, "WARNING", f"it is {MAX_ACTOR_LENGTH + 1} characters long") is not None
+    assert log_line(log, "WARNING", f"it is {MAX_ACTOR_LENGTH + 1} characters long") is not None
     # one character shorter is exactly the cut: signed in under that very name
     text = rendered_text(url, [_header(long_address[1:])])
     assert f"Signed in as `{long_address[1:]}` · viewer" in text
@@ -138,7 +127,7 @@ def test_a_header_from_loopback_is_refused_when_the_list_names_only_10_0_0_0_8(p
     assert "No identity" in text
     assert "not a trusted proxy" in text
     assert "Signed in as" not in text
-    line = _log_line(log, "WARNING", "request from 127.0.0.1", "OUTBOX_MONITOR_TRUSTED_PROXIES")
+    line = log_line(log, "WARNING", "request from 127.0.0.1", "OUTBOX_MONITOR_TRUSTED_PROXIES")
     assert line is not None, log.read_text()[-2000:]
     assert LISTED in line
 
@@ -161,7 +150,7 @@ def test_a_header_from_another_machine_is_refused_and_logged(proxied):
     text = rendered_text(f"http://{address}:{port}", [_header(OPERATOR)])
     assert "No identity" in text
     assert f"This request comes from `{address}`" in text
-    assert _log_line(log, "WARNING", f"request from {address}", LISTED) is not None
+    assert log_line(log, "WARNING", f"request from {address}", LISTED) is not None
 
 
 def test_trusted_proxy_reads_the_list_or_loopback():
