@@ -17,20 +17,17 @@ against real ``outbox-monitor dashboard`` processes through a raw websocket sess
 address; the fleet case runs in Chromium (``tests/browser/test_proxy_identity_browser.py``).
 """
 
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from outbox_monitor.access import MAX_ACTOR_LENGTH, name_refusal, trusted_proxy
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from tests.browser_support import outward_address
-from tests.conftest import TEMPLATE
+from tests.conftest import create_database
 from tests.oidc_support import Dashboard, dashboard_command, dashboard_environment, serve
 from tests.proxy_support import log_line
 from tests.raw_session import rendered_text
@@ -45,20 +42,22 @@ def _header(value: str) -> str:
     return f"X-Forwarded-Email: {value}"
 
 
+def _refused(url: str, header_lines: list[str], why: str) -> None:
+    """Check that a session sending ``header_lines`` to ``url`` renders the "No identity"
+    page saying ``why``, with no one signed in."""
+    text = rendered_text(url, header_lines)
+    assert "No identity" in text
+    assert why in text
+    assert "Signed in as" not in text
+
+
 @pytest.fixture(scope="module")
 def proxied(pg_cluster, tmp_path_factory) -> Iterator[dict[str, tuple[str, Path]]]:
     """Two ``outbox-monitor dashboard`` in proxy mode on a fresh database, shared by the
     module's tests (they only read): ``loopback`` (127.0.0.1, the list empty) and ``listed``
     (0.0.0.0, the list naming only 10.0.0.0/8); each one's base URL and log."""
-    name = f"proxy29_{secrets.token_hex(4)}"
-    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(TEMPLATE)
-            )
-        )
     directory = tmp_path_factory.mktemp("proxy29")
-    settings = {"dsn": pg_cluster.dsn_for(name), "auth": "proxy", **MAPPING}
+    settings = {"dsn": create_database(pg_cluster), "auth": "proxy", **MAPPING}
     dashboards = [
         Dashboard("loopback", settings),
         Dashboard("listed", {**settings, "trusted_proxies": LISTED}, address="0.0.0.0"),
@@ -81,10 +80,7 @@ def test_an_invisible_byte_in_the_header_means_no_identity(proxied):
     """``op\\xad@example.com`` would map as a viewer (``@example.com``) while cleaning makes
     it ``op@example.com``, an operator: neither role is given, and the log names the header."""
     url, log = proxied["loopback"]
-    text = rendered_text(url, [_header(SOFT_HYPHEN)])
-    assert "No identity" in text
-    assert "cannot be a name as it is" in text
-    assert "Signed in as" not in text
+    _refused(url, [_header(SOFT_HYPHEN)], "cannot be a name as it is")
     line = log_line(log, "WARNING", "X-Forwarded-Email header", "U+00AD")
     assert line is not None, log.read_text()[-2000:]
 
@@ -93,9 +89,7 @@ def test_a_header_longer_than_the_cut_means_no_identity(proxied):
     url, log = proxied["loopback"]
     long_address = "a" * (MAX_ACTOR_LENGTH - len("@example.com") + 1) + "@example.com"
     assert len(long_address) == MAX_ACTOR_LENGTH + 1
-    text = rendered_text(url, [_header(long_address)])
-    assert "No identity" in text
-    assert "Signed in as" not in text
+    _refused(url, [_header(long_address)], "cannot be a name as it is")
     assert log_line(log, "WARNING", f"it is {MAX_ACTOR_LENGTH + 1} characters long") is not None
     # one character shorter is exactly the cut: signed in under that very name
     text = rendered_text(url, [_header(long_address[1:])])
@@ -123,10 +117,7 @@ def test_a_header_from_loopback_is_believed_when_the_list_is_empty(proxied):
 
 def test_a_header_from_loopback_is_refused_when_the_list_names_only_10_0_0_0_8(proxied):
     url, log = proxied["listed"]
-    text = rendered_text(url, [_header(OPERATOR)])
-    assert "No identity" in text
-    assert "not a trusted proxy" in text
-    assert "Signed in as" not in text
+    _refused(url, [_header(OPERATOR)], "not a trusted proxy")
     line = log_line(log, "WARNING", "request from 127.0.0.1", "OUTBOX_MONITOR_TRUSTED_PROXIES")
     assert line is not None, log.read_text()[-2000:]
     assert LISTED in line
@@ -136,9 +127,9 @@ def test_x_forwarded_for_naming_a_listed_address_is_not_believed(proxied):
     """uvicorn (Streamlit's server) would put a loopback peer's X-Forwarded-For in its place;
     ``outbox-monitor dashboard`` turns that off, so the peer stays 127.0.0.1 and is refused."""
     url, _ = proxied["listed"]
-    text = rendered_text(url, [_header(OPERATOR), "X-Forwarded-For: 10.1.2.3"])
-    assert "No identity" in text
-    assert "Signed in as" not in text
+    _refused(
+        url, [_header(OPERATOR), "X-Forwarded-For: 10.1.2.3"], "This request comes from `127.0.0.1`"
+    )
 
 
 def test_a_header_from_another_machine_is_refused_and_logged(proxied):
@@ -147,9 +138,9 @@ def test_a_header_from_another_machine_is_refused_and_logged(proxied):
         pytest.skip("this machine has no non-loopback IPv4 address to come from")
     url, log = proxied["listed"]
     port = url.rsplit(":", 1)[1]
-    text = rendered_text(f"http://{address}:{port}", [_header(OPERATOR)])
-    assert "No identity" in text
-    assert f"This request comes from `{address}`" in text
+    _refused(
+        f"http://{address}:{port}", [_header(OPERATOR)], f"This request comes from `{address}`"
+    )
     assert log_line(log, "WARNING", f"request from {address}", LISTED) is not None
 
 
