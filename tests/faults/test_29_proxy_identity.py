@@ -23,9 +23,20 @@ from pathlib import Path
 
 import pytest
 
-from outbox_monitor.access import MAX_ACTOR_LENGTH, name_refusal, trusted_proxy
+from outbox_monitor.access import (
+    FORWARDED_ALLOW_IPS,
+    MAX_ACTOR_LENGTH,
+    name_refusal,
+    trusted_proxy,
+)
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
+from outbox_monitor.service.serve import (
+    dashboard_script,
+    stop_process,
+    streamlit_command,
+    wait_until_healthy,
+)
 from tests.browser_support import outward_address
 from tests.conftest import create_database
 from tests.oidc_support import Dashboard, dashboard_command, dashboard_environment, serve
@@ -142,6 +153,37 @@ def test_a_header_from_another_machine_is_refused_and_logged(proxied):
         f"http://{address}:{port}", [_header(OPERATOR)], f"This request comes from `{address}`"
     )
     assert log_line(log, "WARNING", f"request from {address}", LISTED) is not None
+
+
+def test_started_without_outbox_monitor_dashboard_x_forwarded_for_leaves_no_known_peer(
+    tmp_path, pg_cluster
+):
+    """``streamlit run dashboard.py`` keeps uvicorn's default (a loopback peer's
+    X-Forwarded-For replaces its address), so in proxy mode a request carrying that header
+    has no known peer: refused, the log naming FORWARDED_ALLOW_IPS; one without it is read."""
+    port = free_port()
+    settings = {"dsn": create_database(pg_cluster), "auth": "proxy", **MAPPING}
+    env = dashboard_environment(tmp_path, settings)
+    env.pop(FORWARDED_ALLOW_IPS, None)
+    log = tmp_path / "streamlit.log"
+    with log.open("w") as output:
+        server = subprocess.Popen(
+            streamlit_command(address="127.0.0.1", port=port),
+            cwd=dashboard_script().parent,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        wait_until_healthy(server, address="127.0.0.1", port=port, log_path=log)
+        url = f"http://127.0.0.1:{port}"
+        _refused(url, [_header(OPERATOR), "X-Forwarded-For: 127.0.0.1"], "address is unknown")
+        assert log_line(log, "WARNING", FORWARDED_ALLOW_IPS, "outbox-monitor dashboard")
+        text = rendered_text(url, [_header(OPERATOR)])
+        assert f"Signed in as `{OPERATOR}` · operator" in text
+    finally:
+        stop_process(server)
 
 
 def test_trusted_proxy_reads_the_list_or_loopback():
