@@ -310,9 +310,10 @@ def for_outbox(identity: Identity, settings: Settings) -> Identity | None:
 
 
 def _signed_in(settings: Settings) -> tuple[str, Mapping[str, Any]] | None:
-    """Who signed in, read without drawing anything: the e-mail (or ``sub``) and the claims
-    the role mapping reads; ``None`` in local mode and before a sign-in (no OIDC login, no
-    single e-mail in the proxy's header: ``identity`` then draws its own page)."""
+    """Who signed in: the e-mail (or ``sub``) and the claims the role mapping reads; ``None``
+    in local mode and before a sign-in (no OIDC login, no single e-mail in the proxy's
+    header: ``identity`` then draws its own page). Nothing is drawn but a proxy header that
+    is never believed (``_proxy_email``, ``_one_header_value``): its "No identity" page."""
     if settings.auth == "oidc":
         claims: Mapping[str, Any] = st.user.to_dict()
         if not claims.get("is_logged_in"):
