@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+import psycopg
 import pytest
 from playwright.sync_api import BrowserContext, Page
+from psycopg import sql
 
 from outbox_monitor.demo.pgcluster import free_port
 from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+from tests.conftest import TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[1]
 OIDC_DIR = ROOT / "tests" / "oidc"
@@ -272,3 +275,18 @@ def sign_in(page: Page, url: str, login: str) -> None:
     page.locator('input[name="password"]').fill("any password")
     page.get_by_role("button", name="Sign-in").click()
     page.get_by_role("button", name="Continue").click()  # the consent page
+
+
+def module_database(cluster, prefix: str) -> str:
+    """A fresh outbox database shared by a module's tests and its dashboards (``cluster``:
+    the suite's ``pg_cluster``), cloned from the template as ``<prefix>_<random>`` — not by
+    ``conftest.create_database``, whose counter a module's own import of ``tests.conftest``
+    counts apart from pytest's (the same ``t_N`` twice); returns its DSN."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+                sql.Identifier(name), sql.Identifier(TEMPLATE)
+            )
+        )
+    return cluster.dsn_for(name)

@@ -11,17 +11,11 @@ the upstream for ``Connection: close``) or one websocket, piped both ways as byt
 """
 
 import asyncio
-import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-
-import psycopg
-from psycopg import sql
-
-from tests.conftest import TEMPLATE
 
 CHUNK = 65536
 HEAD_LIMIT = 65536
@@ -148,18 +142,3 @@ def log_line(log: Path, *needles: str, timeout: float = 10.0) -> str | None:
                 return line
         time.sleep(0.2)
     return None
-
-
-def proxied_database(cluster, prefix: str) -> str:
-    """A fresh outbox database for a module's proxied dashboards (``cluster``: the suite's
-    ``pg_cluster``), named ``<prefix>_<random>`` — not ``conftest.create_database``'s
-    counter, which this module's import of ``tests.conftest`` would count apart from
-    pytest's; returns its DSN."""
-    name = f"{prefix}_{secrets.token_hex(4)}"
-    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(TEMPLATE)
-            )
-        )
-    return cluster.dsn_for(name)

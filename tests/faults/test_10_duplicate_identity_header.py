@@ -19,8 +19,8 @@ import pytest
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.service.serve import check_exposure
-from tests.oidc_support import Dashboard, serve
-from tests.proxy_support import log_line, proxied_database
+from tests.oidc_support import Dashboard, module_database, serve
+from tests.proxy_support import log_line
 from tests.raw_session import rendered_text
 
 VIEWER = "viewer@example.com"
@@ -35,7 +35,7 @@ def proxied(pg_cluster, tmp_path_factory) -> Iterator[dict[str, tuple[str, Path]
     (no groups header) and ``groups`` reading ``X-Forwarded-Groups``; each one's base URL
     and log."""
     directory = tmp_path_factory.mktemp("proxy10")
-    settings = {"dsn": proxied_database(pg_cluster, "proxy10"), "auth": "proxy", **MAPPING}
+    settings = {"dsn": module_database(pg_cluster, "proxy10"), "auth": "proxy", **MAPPING}
     dashboards = [
         Dashboard("proxy", settings),
         Dashboard("groups", {**settings, "proxy_groups_header": "X-Forwarded-Groups"}),

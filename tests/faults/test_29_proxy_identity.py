@@ -38,8 +38,14 @@ from outbox_monitor.service.serve import (
     wait_until_healthy,
 )
 from tests.browser_support import outward_address
-from tests.oidc_support import Dashboard, dashboard_command, dashboard_environment, serve
-from tests.proxy_support import log_line, proxied_database
+from tests.oidc_support import (
+    Dashboard,
+    dashboard_command,
+    dashboard_environment,
+    module_database,
+    serve,
+)
+from tests.proxy_support import log_line
 from tests.raw_session import rendered_text
 
 OPERATOR = "op@example.com"
@@ -67,7 +73,7 @@ def proxied(pg_cluster, tmp_path_factory) -> Iterator[dict[str, tuple[str, Path]
     module's tests (they only read): ``loopback`` (127.0.0.1, the list empty) and ``listed``
     (0.0.0.0, the list naming only 10.0.0.0/8); each one's base URL and log."""
     directory = tmp_path_factory.mktemp("proxy29")
-    settings = {"dsn": proxied_database(pg_cluster, "proxy29"), "auth": "proxy", **MAPPING}
+    settings = {"dsn": module_database(pg_cluster, "proxy29"), "auth": "proxy", **MAPPING}
     dashboards = [
         Dashboard("loopback", settings),
         Dashboard("listed", {**settings, "trusted_proxies": LISTED}, address="0.0.0.0"),
@@ -161,7 +167,7 @@ def test_started_without_outbox_monitor_dashboard_x_forwarded_for_leaves_no_know
     X-Forwarded-For replaces its address), so in proxy mode a request carrying that header
     has no known peer: refused, the log naming FORWARDED_ALLOW_IPS; one without it is read."""
     port = free_port()
-    settings = {"dsn": proxied_database(pg_cluster, "proxy29run"), "auth": "proxy", **MAPPING}
+    settings = {"dsn": module_database(pg_cluster, "proxy29run"), "auth": "proxy", **MAPPING}
     env = dashboard_environment(tmp_path, settings)
     env.pop(FORWARDED_ALLOW_IPS, None)
     log = tmp_path / "streamlit.log"
