@@ -132,6 +132,68 @@ def local_identity(
     return Identity(chosen, Role.admin, source)
 
 
+def name_refusal(received: str) -> str | None:
+    """Why a name received from outside (a proxy's identity header) cannot be an identity's
+    name as it is, or ``None`` when it can: the role, the name shown and the name audited
+    are then one value, the one received.
+
+    Args:
+        received: the value as received (outer spaces already stripped).
+
+    Returns:
+        ``None`` when ``normalise_actor`` keeps ``received`` as it is; else the reason in
+        words: longer than ``MAX_ACTOR_LENGTH`` characters (the audit log's cut), or the
+        characters cleaning would drop or change (``U+00AD`` …; or "not in NFC form").
+    """
+    if len(received) > MAX_ACTOR_LENGTH:
+        return (
+            f"it is {len(received)} characters long, more than the {MAX_ACTOR_LENGTH} the "
+            "audit log keeps"
+        )
+    if normalise_actor(received) == received:
+        return None
+    unclean = sorted(
+        {
+            f"U+{ord(char):04X}"
+            for char in received
+            if unicodedata.category(char)[0] in "CZ" and char != " "
+        }
+    )
+    what = ", ".join(unclean) if unclean else "characters not in Unicode's composed form (NFC)"
+    return f"it holds {what}, which the name shown and audited would not"
+
+
+LOOPBACK_PROXIES = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+"""Where identity headers are believed from when ``OUTBOX_MONITOR_TRUSTED_PROXIES`` is empty."""
+FORWARDED_ALLOW_IPS = "FORWARDED_ALLOW_IPS"
+"""uvicorn's variable (Streamlit's server): the peers whose ``X-Forwarded-For`` replaces the
+connection's address that ``st.context.ip_address`` reads (uvicorn's default:
+``127.0.0.1,::1``). ``outbox-monitor dashboard`` sets it empty, so that address is always
+the connection's peer."""
+
+
+def trusted_proxy(settings: Settings, peer: str) -> bool:
+    """Whether identity headers arriving on a connection from ``peer`` are believed
+    (``proxy`` mode; Grafana's ``auth.proxy`` whitelist).
+
+    Args:
+        settings: ``trusted_proxies``, CIDRs; empty means loopback (``LOOPBACK_PROXIES``).
+        peer: the connection's peer address, IPv4 or IPv6 (an IPv4 address mapped into
+            IPv6, ``::ffff:10.0.0.5``, counts as ``10.0.0.5``).
+
+    Returns:
+        ``True`` when a network of the list (or loopback, for an empty list) holds ``peer``;
+        ``False`` otherwise, and for anything that is not an IP address.
+    """
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    address = getattr(address, "ipv4_mapped", None) or address
+    networks = [ipaddress.ip_network(n) for n in settings.trusted_proxies] or LOOPBACK_PROXIES
+    return any(address in network for network in networks)
+
+
 def is_loopback(address: str) -> bool:
     """Whether a listening address is reachable from this machine only.
 

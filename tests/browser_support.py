@@ -1,5 +1,6 @@
 """What every real-browser test shares: Debian's Chromium and its flags, and waits."""
 
+import socket
 import urllib.error
 import urllib.request
 
@@ -31,3 +32,14 @@ def healthy(url: str) -> bool:
             return response.read() == b"ok"
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+def outward_address() -> str | None:
+    """This machine's address on its outward interface (no packet is sent), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address

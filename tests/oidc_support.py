@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+import psycopg
 import pytest
 from playwright.sync_api import BrowserContext, Page
+from psycopg import sql
 
 from outbox_monitor.demo.pgcluster import free_port
 from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+from tests.conftest import TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[1]
 OIDC_DIR = ROOT / "tests" / "oidc"
@@ -177,12 +180,14 @@ def dashboard_environment(home: Path, settings: Mapping[str, str]) -> dict[str, 
 
 @dataclass
 class Dashboard:
-    """One ``outbox-monitor dashboard --port PORT`` to serve: ``name`` (its log and
-    ``HOME`` folder), ``settings`` (``OUTBOX_MONITOR_<NAME>`` variables, lower-case names)."""
+    """One ``outbox-monitor dashboard --address ADDRESS --port PORT`` to serve: ``name``
+    (its log and ``HOME`` folder), ``settings`` (``OUTBOX_MONITOR_<NAME>`` variables,
+    lower-case names); ``url`` is on 127.0.0.1 whatever ``address`` (``0.0.0.0`` too)."""
 
     name: str
     settings: dict[str, str]
     port: int = field(default_factory=free_port)
+    address: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
@@ -212,7 +217,13 @@ def serve(dashboards: Sequence[Dashboard], directory: Path) -> Iterator[None]:
             with (directory / f"{dashboard.name}.log").open("w") as log:
                 processes.append(
                     subprocess.Popen(
-                        dashboard_command("dashboard", "--port", str(dashboard.port)),
+                        dashboard_command(
+                            "dashboard",
+                            "--address",
+                            dashboard.address,
+                            "--port",
+                            str(dashboard.port),
+                        ),
                         cwd=ROOT,
                         env=dashboard_environment(home, dashboard.settings),
                         stdout=log,
@@ -264,3 +275,18 @@ def sign_in(page: Page, url: str, login: str) -> None:
     page.locator('input[name="password"]').fill("any password")
     page.get_by_role("button", name="Sign-in").click()
     page.get_by_role("button", name="Continue").click()  # the consent page
+
+
+def module_database(cluster, prefix: str) -> str:
+    """A fresh outbox database shared by a module's tests and its dashboards (``cluster``:
+    the suite's ``pg_cluster``), cloned from the template as ``<prefix>_<random>`` — not by
+    ``conftest.create_database``, whose counter a module's own import of ``tests.conftest``
+    counts apart from pytest's (the same ``t_N`` twice); returns its DSN."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+                sql.Identifier(name), sql.Identifier(TEMPLATE)
+            )
+        )
+    return cluster.dsn_for(name)

@@ -12,8 +12,10 @@ the upstream for ``Connection: close``) or one websocket, piped both ways as byt
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 CHUNK = 65536
 HEAD_LIMIT = 65536
@@ -128,3 +130,15 @@ def header_proxy(upstream_url: str, headers: Mapping[str, str]) -> Iterator[str]
         yield proxy.url
     finally:
         proxy.stop()
+
+
+def log_line(log: Path, *needles: str, timeout: float = 10.0) -> str | None:
+    """The first line of the dashboard's ``log`` holding every one of ``needles``, read
+    again until ``timeout`` seconds have passed; ``None`` when none came."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if all(needle in line for needle in needles):
+                return line
+        time.sleep(0.2)
+    return None

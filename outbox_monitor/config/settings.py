@@ -22,6 +22,7 @@ from outbox_monitor.config.values import (
     Share,
     check_dsn,
     check_header_name,
+    check_networks,
     check_oidc_secret,
     check_oidc_url,
     check_role_entries,
@@ -280,6 +281,13 @@ class Settings(BaseSettings):
     proxy_groups_header: str | None = None  # read only when set (docs/security.md)
     """The proxy's comma-separated groups header, e.g. ``X-Forwarded-Groups``; set it only
     if the proxy sets it. Unset: no groups are read."""
+    trusted_proxies: CommaList = ()
+    """``proxy`` mode: the networks (CIDRs, comma-separated: ``10.0.0.0/8, fd00::/8``; an
+    address alone is ``/32``) whose connections' identity headers are believed, the peer
+    address of the connection, never ``X-Forwarded-For``. Empty: loopback only
+    (``127.0.0.0/8``, ``::1``), and the dashboard refuses to start in ``proxy`` mode on a
+    non-loopback ``--address``. Set: exactly these networks (add ``127.0.0.1`` if the proxy
+    also runs on this machine)."""
     admins: CommaList = ()
     """Who is an admin (an operator, and settings-like pages): comma-separated e-mails
     (``alice@example.com``), domains (``@example.com``) or claim matches
@@ -365,6 +373,11 @@ class Settings(BaseSettings):
         for entry in value:
             check_value_detector(entry)  # ValueError naming the entry
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_networks(value)
 
     @field_validator("proxy_header", "proxy_groups_header")
     @classmethod

@@ -1,5 +1,5 @@
 """The value types and checks of single settings: durations, comma lists, table names, interface
-addresses, DSNs, role entries, header names and OIDC values."""
+addresses, networks, DSNs, role entries, header names and OIDC values."""
 
 import ipaddress
 import json
@@ -124,6 +124,29 @@ def interface_address(value: str) -> str:
             f"host name), got {value[:60]!r}"
         )
     return address
+
+
+def check_networks(value: tuple[str, ...]) -> tuple[str, ...]:
+    """Networks in CIDR notation (``10.0.0.0/8``, ``fd00::/8``; a bare address is its own
+    network, ``/32`` or ``/128``), written as ``ipaddress`` writes them.
+
+    Returns:
+        The networks' texts, normalised (``10.0.0.1`` → ``10.0.0.1/32``).
+
+    Raises:
+        ValueError: naming the first entry that is not a network, or has host bits set
+            (``10.0.0.5/8``: which was meant, the host or the network?).
+    """
+    networks = []
+    for entry in value:
+        try:
+            networks.append(str(ipaddress.ip_network(entry)))
+        except ValueError as error:
+            raise ValueError(
+                f"{entry[:60]!r} is not a network in CIDR notation such as 10.0.0.0/8, "
+                f"172.16.0.0/12 or fd00::/8 ({error})"
+            ) from None
+    return tuple(networks)
 
 
 def check_dsn(value: str | None) -> str | None:

@@ -20,7 +20,7 @@ from typing import IO
 
 from pydantic import SecretStr
 
-from outbox_monitor.access import is_loopback
+from outbox_monitor.access import FORWARDED_ALLOW_IPS, is_loopback
 from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.config.settings import ENV_PREFIX, Settings
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
@@ -33,10 +33,6 @@ STOP_TIMEOUT_SECONDS = 10.0
 OIDC_PROMPT = "login"
 """Asked of the identity provider at sign-in (Streamlit's default, ``select_account``, is
 Google's; ``login`` is understood by every OpenID provider)."""
-PROXY_WARNING = (
-    "WARNING: proxy sign-in trusts the {headers} of every request reaching {address}: "
-    "make sure only the authenticating proxy can reach it."
-)
 PROXY_NO_GROUPS_WARNING = (
     "WARNING: proxy sign-in reads no groups header (OUTBOX_MONITOR_PROXY_GROUPS_HEADER is "
     "unset), so {entries} match no one: set it to the header your proxy sets and strips "
@@ -64,8 +60,7 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
 
     Returns:
         The warnings to print on every start: serving without sign-in on a non-loopback
-        address (asked for explicitly); proxy mode on a non-loopback address (the identity
-        header is trusted from whoever reaches it); proxy mode with ``groups=`` role
+        address (asked for explicitly); proxy mode with ``groups=`` role
         entries but no groups header set (they match no one); a sign-in mode with no one
         mapped to a role.
 
@@ -73,7 +68,8 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
         ConfigError: a non-loopback ``address`` in ``local`` mode without the flag (or
             ``OUTBOX_MONITOR_INSECURE_NO_AUTH=true``); ``oidc`` mode without the
             ``OUTBOX_MONITOR_OIDC_*`` settings or an ``[auth]`` section in a Streamlit
-            secrets file.
+            secrets file; ``proxy`` mode on a non-loopback ``address`` with
+            ``OUTBOX_MONITOR_TRUSTED_PROXIES`` empty (naming it).
     """
     exposed = not is_loopback(address)
     warnings = []
@@ -86,13 +82,15 @@ def check_exposure(settings: Settings, address: str, *, insecure_no_auth: bool) 
             "_COOKIE_SECRET and _REDIRECT_URL, or write an [auth] section in "
             ".streamlit/secrets.toml (docs/security.md).",
         )
-    if settings.auth == "proxy" and exposed:
-        headers = (
-            f"{settings.proxy_header} and {settings.proxy_groups_header} headers"
-            if settings.proxy_groups_header
-            else f"{settings.proxy_header} header"
+    if settings.auth == "proxy" and exposed and not settings.trusted_proxies:
+        raise ConfigError(
+            f"refusing to serve the dashboard in proxy mode on {address} with "
+            "OUTBOX_MONITOR_TRUSTED_PROXIES empty: its identity headers would be believed "
+            "from loopback only, so either no one signs in or the address is wrong",
+            hint="Set OUTBOX_MONITOR_TRUSTED_PROXIES to the authenticating proxy's addresses "
+            "(CIDRs, e.g. 10.0.0.0/8), or serve on 127.0.0.1 behind a proxy on this machine "
+            "(docs/security.md).",
         )
-        warnings.append(PROXY_WARNING.format(address=address, headers=headers))
     group_entries = [
         entry
         for entry in (*settings.admins, *settings.operators, *settings.viewers)
@@ -255,7 +253,8 @@ def start_dashboard(
     """Start Streamlit serving the dashboard; returns at once (see ``wait_until_healthy``).
 
     Args:
-        settings: passed to the child as ``OUTBOX_MONITOR_*`` variables.
+        settings: passed to the child as ``OUTBOX_MONITOR_*`` variables (with
+            ``FORWARDED_ALLOW_IPS`` empty: uvicorn then believes no ``X-Forwarded-For``).
         address, port: where it listens.
         output: a binary file for the child's stdout and stderr; ``None`` inherits ours.
         secrets_file: see ``streamlit_command``.
@@ -267,7 +266,9 @@ def start_dashboard(
         OutboxMonitorError: ``dashboard.py`` is absent.
     """
     command = streamlit_command(address=address, port=port, secrets_file=secrets_file)
-    env = {**os.environ, **settings_environment(settings)}
+    # uvicorn believes no X-Forwarded-For: st.context.ip_address is the connection's peer,
+    # which proxy mode checks against OUTBOX_MONITOR_TRUSTED_PROXIES (ui.access._peer)
+    env = {**os.environ, **settings_environment(settings), FORWARDED_ALLOW_IPS: ""}
     return subprocess.Popen(
         command,
         env=env,
@@ -380,7 +381,8 @@ def run_dashboard(
         Streamlit's exit code; ``0`` when stopped by Ctrl-C or SIGTERM.
 
     Raises:
-        ConfigError: a non-loopback address without sign-in (``check_exposure``).
+        ConfigError: a non-loopback address without sign-in, or in proxy mode without
+            ``OUTBOX_MONITOR_TRUSTED_PROXIES`` (``check_exposure``).
         OutboxMonitorError: ``dashboard.py`` is absent.
         RulesError: ``with_scheduler`` and the rules file is invalid.
         TransportConfigError: ``with_scheduler`` and a Slack variable is set but invalid.

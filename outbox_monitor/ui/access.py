@@ -8,13 +8,23 @@ dashboard.py runs for someone without a role.
 
 import ipaddress
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import streamlit as st
 
-from outbox_monitor.access import Identity, Role, is_loopback, local_identity, role_for
+from outbox_monitor.access import (
+    FORWARDED_ALLOW_IPS,
+    Identity,
+    Role,
+    is_loopback,
+    local_identity,
+    name_refusal,
+    role_for,
+    trusted_proxy,
+)
 from outbox_monitor.config.fleet import Fleet, Outbox
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.ui import deep_link, format
@@ -23,6 +33,8 @@ log = logging.getLogger(__name__)
 _NOT_IN_AN_ADDRESS = r"\s,;@\x00-\x1f\x7f-\x9f"
 ONE_ADDRESS = re.compile(rf"[^{_NOT_IN_AN_ADDRESS}]+@[^{_NOT_IN_AN_ADDRESS}]+")
 """One e-mail address: no spaces, list separators or control characters."""
+MAX_LOGGED_NAME = 300
+"""Characters of a refused header value quoted in the log line (a longer one is cut)."""
 
 
 def _stop_on(page_title: str, body: Any, paths: Sequence[str] = ()) -> NoReturn:
@@ -117,8 +129,85 @@ def _proxy_claims(settings: Settings, email: str) -> dict[str, Any]:
     return {"groups": groups, "email": email}
 
 
-def _proxy_identity(settings: Settings) -> Identity:
+def _peer() -> str | None:
+    """The address of the connection that carried this session's websocket: its TCP peer
+    (behind a proxy chain, the last proxy's address), never a client named by
+    ``X-Forwarded-For``. ``None`` when the session has no client (AppTest), and then no
+    headers either.
+
+    Streamlit's ``st.context.ip_address`` reads it from uvicorn, which replaces it with the
+    ``X-Forwarded-For`` value when the peer is one of ``FORWARDED_ALLOW_IPS`` (by default
+    ``127.0.0.1,::1``); ``outbox-monitor dashboard`` sets that variable empty. Started
+    another way, a request carrying ``X-Forwarded-For`` has no known peer: refused.
+    Streamlit gives ``127.0.0.1`` and ``::1`` as ``None``: read as ``127.0.0.1``.
+    """
+    if os.environ.get(FORWARDED_ALLOW_IPS) != "" and "X-Forwarded-For" in st.context.headers:
+        log.warning(
+            "proxy sign-in refused: the connection's address is unknown (Streamlit's server "
+            "may have replaced it with X-Forwarded-For, %s=%r); start the dashboard with "
+            "`outbox-monitor dashboard`, which sets it empty",
+            FORWARDED_ALLOW_IPS,
+            os.environ.get(FORWARDED_ALLOW_IPS),
+        )
+        _refused(
+            "No identity",
+            "This request's connection address is unknown (it carries X-Forwarded-For and "
+            f"Streamlit's server believes it: {FORWARDED_ALLOW_IPS} is not empty), so its "
+            "identity header is not believed. Start the dashboard with `outbox-monitor "
+            "dashboard` (docs/security.md).",
+        )
+    raw = st.context.ip_address
+    if st.context.headers and raw is None:  # Streamlit's None for 127.0.0.1 and ::1
+        return "127.0.0.1"
+    return raw if isinstance(raw, str) else None
+
+
+def _proxy_email(settings: Settings) -> str:
+    """The value of the proxy's identity header, outer spaces stripped (``""`` when absent),
+    from a trusted proxy and exactly as it will be shown and audited; else a page of its
+    own and a WARNING log line:
+
+    - the connection's peer (``_peer``) is outside ``OUTBOX_MONITOR_TRUSTED_PROXIES``
+      (empty: loopback only): no header of it is believed;
+    - the value's cleaned form (``access.normalise_actor``) differs from it, or it is longer
+      than the cut (``access.name_refusal``): the role would be mapped from one name and
+      another shown and audited.
+    """
+    peer = _peer()
+    if peer is not None and not trusted_proxy(settings, peer):
+        log.warning(
+            "proxy sign-in refused: a request from %s, which OUTBOX_MONITOR_TRUSTED_PROXIES "
+            "(%s) does not hold; its %s header is not believed",
+            peer,
+            ", ".join(settings.trusted_proxies) or "empty: loopback only",
+            settings.proxy_header,
+        )
+        _refused(
+            "No identity",
+            f"This request comes from {format.md_code(peer)}, which is not a trusted proxy "
+            "(OUTBOX_MONITOR_TRUSTED_PROXIES), so its identity header is not believed. Open "
+            "the dashboard through the authenticating proxy's address.",
+        )
     email = (_one_header_value(settings.proxy_header) or "").strip()
+    refusal = name_refusal(email) if email else None
+    if refusal is not None:
+        log.warning(
+            "proxy sign-in refused: the %s header's value %r cannot be a name as it is: %s",
+            settings.proxy_header,
+            email[:MAX_LOGGED_NAME],
+            refusal,
+        )
+        _refused(
+            "No identity",
+            f"The {format.md_code(settings.proxy_header)} header's value cannot be a name as "
+            f"it is ({refusal}), so it is not believed: the name mapped to a role, shown "
+            "and audited must be the one the proxy sent.",
+        )
+    return email
+
+
+def _proxy_identity(settings: Settings) -> Identity:
+    email = _proxy_email(settings)
     if not email:
         _refused(
             "No identity",
@@ -171,7 +260,9 @@ def identity(settings: Settings, paths: Sequence[str] = ()) -> Identity:
     - ``oidc``: ``st.user`` after ``st.login``; a sign-in page until then; the role from
       the mapping (``access.role_for`` on the e-mail and ID-token claims).
     - ``proxy``: the e-mail in ``OUTBOX_MONITOR_PROXY_HEADER``, trusted only in this
-      mode; groups from ``OUTBOX_MONITOR_PROXY_GROUPS_HEADER`` only when it is set (no
+      mode, only from a connection whose peer ``OUTBOX_MONITOR_TRUSTED_PROXIES`` holds
+      (empty: loopback), and only when it is a name as it is (``access.name_refusal``);
+      groups from ``OUTBOX_MONITOR_PROXY_GROUPS_HEADER`` only when it is set (no
       groups header is read by default: one the proxy does not set comes from the browser).
 
     Returns:
@@ -219,16 +310,17 @@ def for_outbox(identity: Identity, settings: Settings) -> Identity | None:
 
 
 def _signed_in(settings: Settings) -> tuple[str, Mapping[str, Any]] | None:
-    """Who signed in, read without drawing anything: the e-mail (or ``sub``) and the claims
-    the role mapping reads; ``None`` in local mode and before a sign-in (no OIDC login, no
-    single e-mail in the proxy's header: ``identity`` then draws its own page)."""
+    """Who signed in: the e-mail (or ``sub``) and the claims the role mapping reads; ``None``
+    in local mode and before a sign-in (no OIDC login, no single e-mail in the proxy's
+    header: ``identity`` then draws its own page). Nothing is drawn but a proxy header that
+    is never believed (``_proxy_email``, ``_one_header_value``): its "No identity" page."""
     if settings.auth == "oidc":
         claims: Mapping[str, Any] = st.user.to_dict()
         if not claims.get("is_logged_in"):
             return None
         return str(claims.get("email") or claims.get("sub") or "unknown"), claims
     if settings.auth == "proxy":
-        email = (_one_header_value(settings.proxy_header) or "").strip()
+        email = _proxy_email(settings)
         if ONE_ADDRESS.fullmatch(email):
             return email, _proxy_claims(settings, email)
     return None

@@ -3,7 +3,6 @@ listens on every interface, and a browser on another machine gets the "Sign-in r
 page instead of an admin session (docs/security.md)."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,21 +12,10 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from outbox_monitor.demo.pgcluster import free_port
-from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+from tests.browser_support import START_TIMEOUT_SECONDS, healthy, outward_address
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
-
-
-def outward_address() -> str | None:
-    """This machine's address on its outward interface (no packet is sent), or None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))
-        except OSError:
-            return None
-        address = probe.getsockname()[0]
-    return None if address.startswith("127.") else address
 
 
 def test_a_browser_on_another_machine_is_refused_in_local_mode(dsn, rows, page: Page, tmp_path):

@@ -9,7 +9,6 @@ event type.
 
 import hashlib
 import re
-import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -19,15 +18,15 @@ from pathlib import Path
 import psycopg
 import pytest
 from playwright.sync_api import Browser, Page, expect
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.ui.deep_link import NEXT_COOKIE
 from tests.browser_support import ELEMENT_TIMEOUT_MS
-from tests.conftest import TEMPLATE, Rows
+from tests.conftest import Rows
 from tests.oidc_support import (
     Dashboard,
+    module_database,
     node,
     offline,
     oidc_settings,
@@ -104,14 +103,7 @@ def navigation(page: Page) -> list[str]:
 def shared_dsn(pg_cluster: TemporaryCluster) -> str:
     """One database for the tests of this module (they keep apart by event type), cloned
     from the suite's template under a name of its own."""
-    name = f"signin_{secrets.token_hex(4)}"
-    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
-                sql.Identifier(name), sql.Identifier(TEMPLATE)
-            )
-        )
-    return pg_cluster.dsn_for(name)
+    return module_database(pg_cluster, "signin")
 
 
 @pytest.fixture(scope="module")

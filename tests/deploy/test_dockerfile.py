@@ -330,10 +330,12 @@ def test_image_default_command_refuses_to_serve_without_sign_in(tmp_path):
 
 @needs_sandbox
 def test_image_default_command_serves_the_dashboard_behind_a_proxy(stack, dsn):
-    """``docker run -e OUTBOX_MONITOR_AUTH=proxy IMAGE``: ENTRYPOINT + CMD with the image's
+    """``docker run -e OUTBOX_MONITOR_AUTH=proxy -e OUTBOX_MONITOR_TRUSTED_PROXIES=… IMAGE``
+    (on 0.0.0.0 proxy mode needs the proxy's networks): ENTRYPOINT + CMD with the image's
     environment and the sign-in mode; stops on SIGTERM as PID 1 within docker's grace
     period."""
-    run = replace(default_run(), environment={"OUTBOX_MONITOR_AUTH": "proxy"})
+    proxy = {"OUTBOX_MONITOR_AUTH": "proxy", "OUTBOX_MONITOR_TRUSTED_PROXIES": "10.0.0.0/8"}
+    run = replace(default_run(), environment=proxy)
     started = stack(dsn)
     prove_dashboard(started, run)
     _, sandbox = started.sandboxes[0]

@@ -114,7 +114,13 @@ def test_services_of_the_image_run_healthy_and_a_replay_is_audited(
         assert conn.execute(migrations).fetchone()[0] >= 1
 
     metrics_port = free_port()
-    dashboard = start(containers, *env, "--env", "OUTBOX_MONITOR_AUTH=proxy", podman.IMAGE)
+    proxy = (
+        "--env",
+        "OUTBOX_MONITOR_AUTH=proxy",
+        "--env",
+        "OUTBOX_MONITOR_TRUSTED_PROXIES=10.0.0.0/8",
+    )
+    dashboard = start(containers, *env, *proxy, podman.IMAGE)
     scheduler = start(
         containers, *env, "--publish", f"127.0.0.1:{metrics_port}:9108", podman.IMAGE, "scheduler"
     )

@@ -95,6 +95,7 @@ EVERY_SETTING = {
     "oidc_redirect_url": "https://monitor.example.com/oauth2callback",
     "proxy_header": "X-Auth-User",
     "proxy_groups_header": "X-Auth-Groups",
+    "trusted_proxies": ("10.0.0.0/8", "fd00::/8"),
     "admins": ("root@example.com",),
     "operators": ("ops@example.com", "*@sre.example.com"),
     "viewers": ("*@example.com",),

@@ -98,14 +98,16 @@ def test_insecure_no_auth_serves_with_a_warning():
     assert len(check_exposure(by_setting, "10.0.0.5", insecure_no_auth=False)) == 1
 
 
-def test_proxy_mode_beyond_loopback_warns_that_the_header_is_trusted():
+def test_proxy_mode_beyond_loopback_needs_trusted_proxies():
+    """Issue 29 item 4: with OUTBOX_MONITOR_TRUSTED_PROXIES empty the header is believed
+    from loopback only, so proxy mode on another address refuses to start, naming it."""
     settings = load_settings(auth="proxy", viewers="@example.com")
     assert check_exposure(settings, "127.0.0.1", insecure_no_auth=False) == []
-    [warning] = check_exposure(settings, "0.0.0.0", insecure_no_auth=False)
-    assert warning == (
-        "WARNING: proxy sign-in trusts the X-Forwarded-Email header of every request "
-        "reaching 0.0.0.0: make sure only the authenticating proxy can reach it."
-    )
+    with pytest.raises(ConfigError, match="OUTBOX_MONITOR_TRUSTED_PROXIES empty") as refused:
+        check_exposure(settings, "0.0.0.0", insecure_no_auth=False)
+    assert "Set OUTBOX_MONITOR_TRUSTED_PROXIES" in refused.value.hint
+    listed = load_settings(auth="proxy", viewers="@example.com", trusted_proxies="10.0.0.0/8")
+    assert check_exposure(listed, "0.0.0.0", insecure_no_auth=False) == []
 
 
 def test_a_sign_in_mode_with_no_one_mapped_warns():
