@@ -143,7 +143,8 @@ def mapped_errors(
             ) from error
         raise TableMissing(
             f"{message} (outbox table {settings.table})",
-            hint="Run `outbox-monitor init-db`, or set OUTBOX_MONITOR_TABLE to your table.",
+            hint="Set OUTBOX_MONITOR_TABLE (or --table) to your outbox table (schema.table); "
+            "`outbox-monitor init-db --create-table` creates a new, empty one.",
         ) from error
     except (pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName) as error:
         raise SchemaNotInitialised(

@@ -222,7 +222,7 @@ def test_healthz_reports_this_process_not_the_database():
     with TemporaryCluster() as cluster:
         settings = load_settings(dsn=cluster.dsn, sample_interval=1)
         with Database(settings) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             status = SchedulerStatus()
             scheduler = build_scheduler(db, blocking=False, status=status)
             scheduler.start()

@@ -350,7 +350,7 @@ def test_up_follows_the_database_and_healthz_this_process():
         dsn = cluster.dsn_for("outbox")
         settings = load_settings(dsn=dsn, sample_interval=1)
         with Database(settings) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
                     "INSERT INTO integration_outbox "

@@ -132,7 +132,7 @@ def test_hung_databases_hold_only_their_own_outboxes_threads(
             conn.execute(f"CREATE DATABASE {name}")
             far[name] = far_cluster.dsn_for(name)
             with Database(load_settings(dsn=far[name])) as db:
-                init_db(db)
+                init_db(db, create_table=True)
     env = fleet_env(
         tmp_path,
         HUNG_FLEET,

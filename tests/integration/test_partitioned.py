@@ -72,7 +72,7 @@ def _make_template(cluster, name: str, *, default: bool) -> None:
             conn, "public", "integration_outbox", _bounds(conn), default=default
         )
     with Database(load_settings(dsn=dsn)) as db:
-        schema.init_db(db)
+        schema.init_db(db, create_table=True)
 
 
 @pytest.fixture(scope="module")
