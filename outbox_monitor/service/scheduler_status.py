@@ -165,7 +165,10 @@ class SchedulerStatus:
         on the dashboard and in Slack.
 
         A read replica lagging over ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` is not this
-        process's fault either: ``/healthz`` stays 200 and says it (``notice``).
+        process's fault either: ``/healthz`` stays 200 and says it (``notice``); so is a
+        database the jobs' last attempt could not reach (``database unreachable: <last
+        error>``, from start too: issue 29 item 13), as a fleet's ``/healthz`` names each
+        unreachable outbox (``export.fleet.FleetStatus``).
 
         Returns:
             ``(healthy, {"status": "ok"|"unavailable", "reason" (``None`` when ok),
@@ -196,7 +199,14 @@ class SchedulerStatus:
             "status": "ok" if reason is None else "unavailable",
             "reason": reason,
             "notice": "; ".join(
-                filter(None, (_replica_notice(replica), _retention_notice(retention)))
+                filter(
+                    None,
+                    (
+                        _database_notice(self.reachable, last_error),
+                        _replica_notice(replica),
+                        _retention_notice(retention),
+                    ),
+                )
             )
             or None,
             "scheduler_running": running,
@@ -213,6 +223,12 @@ class SchedulerStatus:
             },
         }
         return reason is None, details
+
+
+def _database_notice(reachable: bool | None, last_error: str | None) -> str | None:
+    """``/healthz``'s notice while the jobs' last attempt failed: ``database unreachable:
+    <its first line>``."""
+    return f"database unreachable: {last_error}" if reachable is False else None
 
 
 def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:
