@@ -158,8 +158,8 @@ class SchedulerStatus:
         sender, …) is scheduled, i.e. has a next run. The configuration was validated at
         start (an invalid one stops the process before it serves anything). A database
         or Slack outage, or a stalled evaluation, is not this process's fault and a
-        restart cannot fix it — a restarted scheduler cannot even start while the
-        database is down, and could then post no outage alert — so it never turns
+        restart cannot fix it — a scheduler restarted during the outage starts and
+        waits for the database the same way (``service.start_check``) — so it never turns
         ``/healthz`` red (as Alertmanager's and Prometheus's ``/-/healthy``): it shows in
         ``/metrics`` (``outbox_monitor_up``, ``outbox_monitor_notifications_total``),
         on the dashboard and in Slack.
