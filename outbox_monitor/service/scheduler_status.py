@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.store.standby import skip_reason
 
 NOTIFICATION_OUTCOMES = ("sent", "failed", "suppressed", "rate_limited", "retrying")
@@ -36,6 +37,7 @@ class SchedulerStatus:
         self._last_ok: float | None = None
         self._last_error: str | None = None
         self._last_failed: float | None = None
+        self._unreachable = False
         self._evaluation_seconds: float | None = None
         self._evaluation_age: tuple[float, float] | None = None
         self._stalled = False
@@ -55,18 +57,31 @@ class SchedulerStatus:
             self._last_ok = self.clock()
 
     def database_failed(self, error: BaseException) -> None:
-        """A job failed (its first line becomes ``/healthz``'s ``last_error``)."""
+        """A job failed (its first line becomes ``/healthz``'s ``last_error``; a
+        ``DatabaseUnavailable`` also its notice while no job succeeds)."""
         with self._lock:
             self._last_error = (str(error).strip().splitlines() or [type(error).__name__])[0]
             self._last_failed = self.clock()
+            self._unreachable = isinstance(error, DatabaseUnavailable)
 
     @property
     def reachable(self) -> bool | None:
         """Whether the jobs' last attempt reached the database (``None``: none yet)."""
         with self._lock:
-            if self._last_failed is None:
-                return None if self._last_ok is None else True
-            return self._last_ok is not None and self._last_ok > self._last_failed
+            return self._reached()
+
+    def _reached(self) -> bool | None:
+        """``reachable``, the lock held by the caller."""
+        if self._last_failed is None:
+            return None if self._last_ok is None else True
+        return self._last_ok is not None and self._last_ok > self._last_failed
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the jobs' last attempt failed because the database could not be reached
+        (``DatabaseUnavailable``; a statement timeout or another error is not that)."""
+        with self._lock:
+            return self._unreachable and self._reached() is False
 
     @property
     def last_error(self) -> str | None:
@@ -202,7 +217,7 @@ class SchedulerStatus:
                 filter(
                     None,
                     (
-                        _database_notice(self.reachable, last_error),
+                        _database_notice(self.unreachable, last_error),
                         _replica_notice(replica),
                         _retention_notice(retention),
                     ),
@@ -225,10 +240,10 @@ class SchedulerStatus:
         return reason is None, details
 
 
-def _database_notice(reachable: bool | None, last_error: str | None) -> str | None:
-    """``/healthz``'s notice while the jobs' last attempt failed: ``database unreachable:
-    <its first line>``."""
-    return f"database unreachable: {last_error}" if reachable is False else None
+def _database_notice(unreachable: bool, last_error: str | None) -> str | None:
+    """``/healthz``'s notice while the jobs' last attempt could not reach the database:
+    ``database unreachable: <its first line>``."""
+    return f"database unreachable: {last_error}" if unreachable else None
 
 
 def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:
