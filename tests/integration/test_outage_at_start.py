@@ -131,7 +131,8 @@ def test_a_scheduler_started_in_an_outage_alerts_once_and_resolves(stopped, slac
 
 
 def test_the_unset_slack_variable_is_said_once(cluster, tmp_path):
-    """The route whose variable is unset: one sentence of the fix per log line, not two."""
+    """The route whose variable is unset is logged on one line with its fix said once (its
+    error's text holds the hint: the line printed both, "Export … Export …")."""
     env = scheduler_env(tmp_path, cluster.dsn_for("outbox"))
     env.pop("SLACK_WEBHOOK_URL", None)
     process = subprocess.Popen(
@@ -141,16 +142,18 @@ def test_the_unset_slack_variable_is_said_once(cluster, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines = []
     try:
-        line = ""
-        while "NOT sent" not in line:
-            line = process.stderr.readline()
-            assert line, "the scheduler ended without the line"
+        while not lines or "scheduler started" not in lines[-1]:
+            lines.append(process.stderr.readline())
+            assert lines[-1], "the scheduler ended before it started:\n" + "".join(lines)
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
-    assert line.count("Export SLACK_WEBHOOK_URL=") == 1, line
-    assert line.count("which is not set") == 1, line
+    text = "".join(lines)
+    assert text.count("Export SLACK_WEBHOOK_URL=") == 1, text
+    [line] = [line for line in lines if "NOT sent by this process" in line]
+    assert "which is not set. Export SLACK_WEBHOOK_URL=<incoming-webhook URL>" in line, line
 
 
 @pytest.mark.parametrize("service", ["scheduler", "dashboard"])
@@ -193,13 +196,19 @@ def test_a_missing_table_found_when_the_database_answers_stops_the_scheduler(sto
     assert "did you mean" not in stderr  # bare has no table with the outbox's columns
 
 
-def test_a_dashboard_started_in_an_outage_serves(stopped, tmp_path):
-    port = free_port()
-    env = scheduler_env(tmp_path, stopped.dsn_for("outbox"))
+@pytest.mark.parametrize("with_scheduler", [False, True], ids=["alone", "with-scheduler"])
+def test_a_dashboard_started_in_an_outage_serves(stopped, tmp_path, with_scheduler):
+    """Served, a warning naming the outage; with --with-scheduler its scheduler's /healthz
+    says the database is unreachable too."""
+    port, metrics_port = free_port(), free_port()
+    env = scheduler_env(
+        tmp_path, stopped.dsn_for("outbox"), OUTBOX_MONITOR_METRICS_PORT=str(metrics_port)
+    )
     log = tmp_path / "dashboard.log"
+    flags = ["--with-scheduler"] if with_scheduler else []
     with log.open("w") as output:
         process = subprocess.Popen(
-            dashboard_command("dashboard", "--port", str(port)),
+            dashboard_command("dashboard", "--port", str(port), *flags),
             cwd=REPO,
             env=env,
             stdout=output,
@@ -207,13 +216,23 @@ def test_a_dashboard_started_in_an_outage_serves(stopped, tmp_path):
         )
     try:
 
-        def serves() -> bool:
+        def answers(url: str, wanted) -> bool:
             try:
-                return get(f"http://127.0.0.1:{port}/_stcore/health") == (200, "ok")
+                return wanted(get(url))
             except OSError:
                 return False
 
-        assert wait_for(serves, timeout=90), log.read_text()[-3000:]
+        health = f"http://127.0.0.1:{port}/_stcore/health"
+        assert wait_for(lambda: answers(health, lambda got: got == (200, "ok")), timeout=90), (
+            log.read_text()[-3000:]
+        )
+        if with_scheduler:
+            healthz = f"http://127.0.0.1:{metrics_port}/healthz"
+
+            def said(got: tuple[int, str]) -> bool:
+                return got[0] == 200 and got[1].startswith("ok: database unreachable: ")
+
+            assert wait_for(lambda: answers(healthz, said), timeout=30), log.read_text()[-3000:]
         assert process.poll() is None
     finally:
         process.send_signal(signal.SIGTERM)
