@@ -274,7 +274,7 @@ def build_served_scheduler(
 def scheduler_databases(
     settings: Settings, *, fallback_dsn: str | None = None
 ) -> Iterator[tuple[Database, Database]]:
-    """The scheduler's two Databases, checked: ``(figures, writes)``, closed at the end.
+    """The scheduler's two Databases, unchecked: ``(figures, writes)``, closed at the end.
 
     Figures through ``settings.dsn`` (``OUTBOX_MONITOR_DSN``; a hot standby is fine);
     writes through ``settings.primary_dsn``, else ``fallback_dsn`` (``dashboard
