@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     with TemporaryCluster() as cluster:
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         with RecordingDatabase(settings) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             log(f"seeding {args.rows:,} rows")
             seed(db, args.rows, 30)
             with db.direct_connection(statement_timeout=None) as conn:

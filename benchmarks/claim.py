@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         preload_stat_statements(cluster, args.shared_buffers, want=False)
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         with RecordingDatabase(settings) as source:
-            init_db(source, create_indexes=False)
+            init_db(source, create_table=True, create_indexes=False)
             log(f"seeding {args.rows:,} rows of history (users' indexes only)")
             shape = seed(source, args.rows, 30)
             with source.connection() as conn:

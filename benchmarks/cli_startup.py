@@ -153,11 +153,11 @@ def main(argv: list[str] | None = None) -> int:
             with psycopg.connect(cluster.dsn, autocommit=True) as conn:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(f"venv{index}")))
             dsns.append(cluster.dsn_for(f"venv{index}"))
-            subprocess.run(
-                [str(venv / "bin" / "outbox-monitor"), "init-db", "--dsn", dsns[-1]],
-                check=True,
-                capture_output=True,
-            )
+            command = [str(venv / "bin" / "outbox-monitor"), "init-db", "--dsn", dsns[-1]]
+            usage = subprocess.run([*command[:2], "--help"], capture_output=True, text=True)
+            if "--create-table" in usage.stdout:  # releases since issue 29 create only if asked
+                command.append("--create-table")
+            subprocess.run(command, check=True, capture_output=True)
         table = measure(venvs, dsns, args.repeat)
     load_after = os.getloadavg()
     print(f"- command: `{' '.join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])])}`")

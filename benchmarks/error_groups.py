@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     with TemporaryCluster() as cluster, ExitStack() as stack:
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         db = stack.enter_context(RecordingDatabase(settings))
-        init_db(db)
+        init_db(db, create_table=True)
         levels = [measure(db, args, n) for n in args.levels]
         server = db.fetch_one("benchmark_server")
         log("stopping the cluster")

@@ -252,7 +252,7 @@ def measure(args: argparse.Namespace, rows: int, dead_letters: int) -> Level:
     cluster, settings = start_cluster()
     try:
         with RecordingDatabase(settings) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             share = min(dead_letters / rows, 1.0)
             log(f"{rows:,} rows, failed share {share:.4f}: seeding")
             seed(db, rows, DAYS, failed_share=share)

@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     with TemporaryCluster() as cluster, ExitStack() as stack:
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         db = stack.enter_context(RecordingDatabase(settings))
-        init_db(db, create_indexes=False)
+        init_db(db, create_table=True, create_indexes=False)
         log(f"seeding {args.rows:,} rows over {args.days:g} days (users' indexes only)")
         shape = seed(db, args.rows, args.days)
         shape["counts"] = {

@@ -133,7 +133,7 @@ def pg_cluster() -> Iterator[TemporaryCluster]:
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {TEMPLATE}")
         with Database(load_settings(dsn=cluster.dsn_for(TEMPLATE))) as db:
-            init_db(db)
+            init_db(db, create_table=True)
         yield cluster
 
 

@@ -114,7 +114,7 @@ def password_cluster() -> Iterator[TemporaryCluster]:
         hba.write_text(f"host all {PASSWORD_LOGIN} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
         app = cluster.dsn_for("app")
         with Database(load_settings(dsn=app)) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
         with psycopg.connect(app, autocommit=True) as su:
             su.execute(grant_statements(load_settings(dsn=app)))
             su.execute(sql.SQL("GRANT outbox_viewer TO {}").format(sql.Identifier(PASSWORD_LOGIN)))

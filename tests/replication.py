@@ -48,7 +48,7 @@ def replication() -> Iterator[Replication]:
         with psycopg.connect(primary.dsn, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {TEMPLATE}")
         with Database(load_settings(dsn=primary.dsn_for(TEMPLATE))) as db:
-            init_db(db)
+            init_db(db, create_table=True)
         standby = TemporaryStandby(primary).start()
         yield Replication(primary, standby)
     finally:

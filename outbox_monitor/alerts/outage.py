@@ -11,8 +11,9 @@ this alert. Each scheduler process keeps a ``DatabaseHealth``:
   the database's last answer (``since``), and calls ``tick`` while the jobs wait;
 - an *outage* starts at the first failure. It remembers whether this process was the
   leader then (``was_leader``: the evaluator lease was held at the last check before a
-  failing job). Only that process alerts; followers stay silent, so N replicas send one
-  alert, not N;
+  failing job), or had not reached the database since it started (``reached``: it started
+  during the outage, so no lease can say who leads). Only such a process alerts; followers
+  stay silent, so N replicas send one alert, not N;
 - once the outage has lasted ``alert_after`` seconds (default: one evaluation interval,
   so a restart of a few seconds pages nobody), the former leader posts the alert
   directly through the routes' Slack transports — once per route per outage; a failed
@@ -34,7 +35,11 @@ Edge cases chosen:
 - The former leader dies (or is restarted) during the outage: the outage lived in its
   memory only, so no resolve is ever sent for its alert; the alert text says which
   process sent it (host:pid), and the next leader's normal alerts carry on.
-- No process was leader when the database went away (all just starting): nobody alerts.
+- A process starts while the database is down (a node lost, a deploy; issue 29 item 13): it
+  alerts after ``alert_after`` as a leader would, and resolves once the database answers
+  (the resolve is queued then, and its sender delivers it when it takes the lease). Silence
+  would hide the outage from the on-call; so N replicas all started during one outage send
+  N alerts, each naming its host:pid and each resolved.
 - Only this process lost the database (a network partition of its host): it posts the
   alert (true from where it stands: it names its host), while another replica, once
   Postgres frees the lock (TCP keepalives), takes over evaluation.
@@ -140,6 +145,8 @@ class DatabaseHealth:
         self.alert_after = alert_after
         self.backoff_cap = max(BACKOFF_BASE_SECONDS, backoff_cap)
         self.outage: Outage | None = None
+        self.reached = False
+        """Whether a job has reached the database since this process started."""
         self._failures = 0
         self._next_try = 0.0
         self._lock = threading.RLock()
@@ -157,7 +164,8 @@ class DatabaseHealth:
 
         Args:
             error: the ``DatabaseUnavailable`` (its first line goes into the alert).
-            was_leader: this process held the evaluator lease before the failing job.
+            was_leader: this process held the evaluator lease before the failing job; a
+                process that never reached the database counts as the leader (``reached``).
             since: when a new outage began (``time.monotonic()`` seconds; default now): the
                 hang watch finds a database that gives no answer only after its threshold,
                 so its outage starts at the last answer (``hang_watch``).
@@ -165,6 +173,7 @@ class DatabaseHealth:
         with self._lock:
             now = time.monotonic()
             message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            was_leader = was_leader or not self.reached
             if self.outage is None:
                 began = now if since is None else min(now, since)
                 self.outage = Outage(
@@ -177,8 +186,8 @@ class DatabaseHealth:
                 log.warning(
                     "database unreachable (%s); %s",
                     message,
-                    "this process was the leader and alerts after "
-                    f"{format_duration(self.alert_after)}"
+                    f"this process {'was the leader' if self.reached else 'started in it'} and "
+                    f"alerts after {format_duration(self.alert_after)}"
                     if was_leader
                     else "this process was not the leader: the leader alerts",
                 )
@@ -195,6 +204,7 @@ class DatabaseHealth:
         with self._lock:
             self._failures = 0
             self._next_try = 0.0
+            self.reached = True
             if self.outage is None:
                 return
         # a post in flight finishes first, so that its resolve is queued too; the state lock

@@ -48,8 +48,18 @@ def _role_option(kind: str, default: str) -> Callable:
 
 @click.command(
     "init-db",
-    short_help="Create the schema and the recommended indexes; with --print-grants, print "
-    "the database roles' GRANT statements instead.",
+    short_help="Create the schema and the recommended indexes (with --create-table, a "
+    "missing outbox table); with --print-grants, print the database roles' GRANT "
+    "statements instead.",
+)
+@click.option(
+    schema.CREATE_TABLE_FLAG,
+    "create_table",
+    is_flag=True,
+    help="Create the outbox table and the workers' idempotency ledger when absent (a new, "
+    "empty outbox). Without it, a table that does not exist stops init-db with exit 1, "
+    "naming the tables of the database that have the outbox's columns: a misspelled "
+    "--table never becomes an empty outbox.",
 )
 @click.option("--no-indexes", is_flag=True, help="Skip the recommended indexes.")
 @click.option(
@@ -73,6 +83,7 @@ def _role_option(kind: str, default: str) -> Callable:
 def init_db_command(
     settings: Settings,
     as_json: bool,
+    create_table: bool,
     no_indexes: bool,
     flow_control: bool,
     print_grants: bool,
@@ -80,9 +91,10 @@ def init_db_command(
     scheduler_role: str,
     operator_role: str,
 ) -> None:
-    """Create the outbox table and ledger if absent, the outbox_monitor schema, and the
-    recommended indexes (CREATE INDEX CONCURRENTLY; partition by partition on a partitioned
-    table). Idempotent; never alters your table.
+    """Create the outbox_monitor schema and the recommended indexes (CREATE INDEX
+    CONCURRENTLY; partition by partition on a partitioned table) for an existing outbox
+    table, and with --create-table the outbox table and ledger if absent. Idempotent; never
+    alters your table.
     With --print-grants: print the roles' GRANT statements instead (docs/security.md)."""
     if print_grants:
         try:
@@ -108,10 +120,16 @@ def init_db_command(
             click.echo(script)
         return
     with Database(settings) as db:
-        report = schema.init_db(db, create_indexes=not no_indexes, flow_control=flow_control)
+        report = schema.init_db(
+            db,
+            create_table=create_table,
+            create_indexes=not no_indexes,
+            flow_control=flow_control,
+        )
     payload = {
         "database": describe_target(settings.dsn),
         "created_tables": report.created_tables,
+        "missing_tables": report.missing_tables,
         "applied_migrations": report.applied_migrations,
         "created_indexes": report.created_indexes,
         "dropped_indexes": report.dropped_indexes,
@@ -131,6 +149,14 @@ def init_db_command(
         for name in report.dropped_indexes:
             echo(f"  ({name} was created by an earlier release; it slows the workers' claim)")
         echo(f"  schema version: {report.schema_version}")
+        for name in report.missing_tables:
+            echo(
+                f"warning: the workers' idempotency ledger {name} does not exist and was not "
+                f"created: workers that guard their effects need it; `outbox-monitor init-db "
+                f"{schema.CREATE_TABLE_FLAG}` creates it (OUTBOX_MONITOR_LEDGER_TABLE names "
+                "another).",
+                err=True,
+            )
         for name, reason in report.undropped_indexes.items():
             echo(
                 f"error: could not drop {name}, which slows the workers' claim: {reason}. "

@@ -20,6 +20,7 @@ from outbox_monitor.cli.support import (
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.durations import format_duration
+from outbox_monitor.errors import DatabaseUnavailable
 
 
 @click.command()
@@ -100,8 +101,7 @@ def dashboard(
     check_exposure(settings, address, insecure_no_auth=insecure_no_auth)
     fleet = None
     if len(outboxes) == 1:  # a fleet's outboxes are checked on its Fleet page, row by row
-        with open_checked(outboxes[0].settings):
-            pass
+        check_reachable_or_warn(outboxes[0].settings)
     elif with_scheduler:  # and by its scheduler at start (fleet_scheduler.open_members)
         fleet = load_fleet(load_settings())
     sys.exit(
@@ -114,6 +114,27 @@ def dashboard(
             fleet=fleet,
         )
     )
+
+
+def check_reachable_or_warn(settings: Settings) -> None:
+    """The dashboard's start-up check of its one outbox (``open_checked``): a configuration
+    that cannot work stops the start (its error raised); a database that cannot be reached
+    does not (issue 29 item 13) — the on-call who opens the dashboard during the outage finds
+    every page saying so (``ui.banners``), and the pages reconnect by themselves. A warning
+    on stderr names it.
+
+    Raises:
+        TableMissing, ColumnsMissing, SchemaNotInitialised, PermissionDenied.
+    """
+    try:
+        with open_checked(settings):
+            pass
+    except DatabaseUnavailable as error:
+        click.echo(
+            f"warning: {error.args[0]}; the dashboard starts and every page says the "
+            "database is unreachable until it answers (it reconnects by itself)",
+            err=True,
+        )
 
 
 def dashboard_settings(outboxes: list[Outbox]) -> Settings:

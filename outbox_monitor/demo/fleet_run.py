@@ -202,7 +202,7 @@ def run_fleet_demo(*, port: int = 8501, rate: float = 20.0, outboxes: int = 3) -
             traffics: list[_Traffic] = []
             for index, (member, outbox) in enumerate(zip(members, fleet.outboxes, strict=True)):
                 db = databases[outbox.name] = cleanup.enter_context(Database(outbox.settings))
-                init_db(db, flow_control=True)  # the demo breaks downstreams
+                init_db(db, create_table=True, flow_control=True)  # the demo breaks downstreams
                 apply_controls(db, fleet_controls(member, controls), actor=DEMO_ACTOR)
                 downstream = Downstream(authorization=None).start()
                 cleanup.callback(downstream.stop)

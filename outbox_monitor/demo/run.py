@@ -282,7 +282,8 @@ def run_demo(
                 lock_timeout=DEMO_LOCK_TIMEOUT,
             )
             db = Database(settings)
-            init_db(db, flow_control=True)  # the demo breaks and pauses downstreams
+            # a new, empty outbox; flow control's index: the demo breaks and pauses downstreams
+            init_db(db, create_table=True, flow_control=True)
             apply_controls(db, load_controls(DEMO_CONTROLS), actor=DEMO_ACTOR)
             forgotten = ForgottenTransaction(cluster.dsn)
             # n8n calls it; with simulated workers it only serves the demo's switches

@@ -154,9 +154,7 @@ class FleetStatus:
         notices, outboxes = [], {}
         for member in self.members:
             status, name = member.status, member.outbox.name
-            own = status.health()[1]
-            if status.reachable is False:
-                notices.append(f'outbox "{name}": database unreachable: {status.last_error}')
+            own = status.health()[1]  # its notice says "database unreachable: …" first
             if own["notice"]:
                 notices.append(f'outbox "{name}": {own["notice"]}')
             outboxes[name] = {

@@ -35,6 +35,7 @@ from outbox_monitor.service.jobs import (
     add_watchdog_job,
 )
 from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.start_check import StartCheck, add_start_check_job
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
 
@@ -72,6 +73,7 @@ def add_outbox_jobs(
     outbox: Outbox | None = None,
     hang_seconds: float | None = None,
     hang_watches: list[HangWatch] | None = None,
+    start_check: StartCheck | None = None,
 ) -> JobRuntime:
     """Add one outbox's jobs to ``scheduler`` (arguments and jobs as ``build_scheduler``;
     ``scheduler`` may be a ``fleet_scheduler.OutboxJobs``, which gives the job ids the
@@ -80,7 +82,9 @@ def add_outbox_jobs(
 
     Each job notes its start and end in ``JobRuntime.running`` (``service.job_activity.TimedJobs``);
     the outbox's ``HangWatch`` (threshold ``hang_seconds``, default ``hang_after``) is
-    appended to ``hang_watches`` for the caller's ``hang_watch.add_hang_watch_job``."""
+    appended to ``hang_watches`` for the caller's ``hang_watch.add_hang_watch_job``. A
+    ``start_check`` that has not passed (the database was unreachable at start) is retried
+    every tick by the job ``start_check`` (``service.start_check``)."""
     interval = ruleset.defaults.interval if ruleset else db.settings.sample_interval
     primary = primary or db
     leadership = leadership or Leadership(primary.settings, ttl=lease_ttl(interval))
@@ -126,6 +130,8 @@ def add_outbox_jobs(
         after = hang_after(db.settings, interval) if hang_seconds is None else hang_seconds
         hang_watches.append(HangWatch(runtime, watch, after=after, target=target, tick=tick))
     add_watchdog_job(jobs, runtime, watch, tick=tick, target=target)
+    if start_check is not None and not start_check.passed:
+        add_start_check_job(jobs, start_check, runtime.in_every_process, tick=tick, target=target)
     add_sampler_job(jobs, db, wrap=runtime.as_leader, primary=primary, skip=runtime.replica_lags)
     add_claim_plan_job(jobs, runtime, target=target)
     add_maintenance_jobs(jobs, runtime, target=target)

@@ -5,7 +5,9 @@ routes they use (``load_alerting``), and ``/metrics`` and ``/healthz`` (``export
 the ``outbox-monitor scheduler`` command, ``background_scheduler`` the one of ``dashboard
 --with-scheduler`` (a fleet's: ``fleet_scheduler``); ``scheduler_databases`` opens its Database of
 figures (``OUTBOX_MONITOR_DSN``, possibly a hot standby) and of writes
-(``OUTBOX_MONITOR_PRIMARY_DSN``), refusing to start when the writes would reach a standby.
+(``OUTBOX_MONITOR_PRIMARY_DSN``); ``service.start_check`` refuses to start when the writes
+would reach a standby or the table does not match, and starts anyway while the database
+cannot be reached (retried, alerted, shown on ``/healthz``).
 """
 
 import logging
@@ -35,10 +37,8 @@ from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.service.hang_watch import HangWatch, add_hang_watch_job
 from outbox_monitor.service.outbox_schedule import add_outbox_jobs, new_scheduler
 from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.start_check import StartCheck
 from outbox_monitor.store.db import Database
-from outbox_monitor.store.db_errors import describe_target
-from outbox_monitor.store.schema import check_outbox_table
-from outbox_monitor.store.standby import check_write_target
 
 # the logger keeps its name from before the move into a package (log filters use it)
 log = logging.getLogger("outbox_monitor.scheduler")
@@ -180,12 +180,12 @@ def load_alerting(
     for name, route in ruleset.routes.items():
         try:
             transports[name] = transport_for_route(name, route, os.environ, timeout=timeout)
-        except TransportNotConfigured as error:
+        except TransportNotConfigured as error:  # str(error) holds the hint: said once
             log.error(
                 "notifications of route %s are evaluated and queued but NOT sent by this "
-                "process: %s %s",
+                "process: %s. %s",
                 name,
-                error,
+                error.args[0],
                 error.hint,
             )
         except TransportConfigError as error:
@@ -239,15 +239,24 @@ def build_served_scheduler(
     blocking: bool,
     address: str,
     port: int,
+    check: StartCheck,
 ) -> tuple[BaseScheduler, MetricsServer | None]:
     """``build_scheduler`` (not started) with a new ``SchedulerStatus``, and its ``/metrics``
     and ``/healthz`` started (``start_metrics_server``): what ``outbox-monitor scheduler``
     and ``dashboard --with-scheduler`` run, on the Databases of ``scheduler_databases``.
 
+    ``check`` (``service.start_check``) runs first: a database unreachable at start is
+    logged and shown on ``/healthz``, and the check retried by a job until it passes (a
+    configuration error found then shuts the scheduler down: ``check.failure``).
+
     Raises:
-        ConfigError: the address or port cannot be served (nothing was started).
+        ConfigError: the address or port cannot be served (nothing was started); the
+            writes would reach a hot standby (``check``).
+        TableMissing, ColumnsMissing, SchemaNotInitialised, PermissionDenied: from
+            ``check`` when the database answers.
     """
     status = SchedulerStatus()
+    check.at_start(status)
     scheduler = build_scheduler(
         db,
         blocking=blocking,
@@ -255,6 +264,7 @@ def build_served_scheduler(
         transports=transports,
         status=status,
         primary=primary,
+        start_check=check,
     )
     server = start_metrics_server(db, status, ruleset, address=address, port=port, primary=primary)
     return scheduler, server
@@ -264,17 +274,13 @@ def build_served_scheduler(
 def scheduler_databases(
     settings: Settings, *, fallback_dsn: str | None = None
 ) -> Iterator[tuple[Database, Database]]:
-    """The scheduler's two Databases, checked: ``(figures, writes)``, closed at the end.
+    """The scheduler's two Databases, unchecked: ``(figures, writes)``, closed at the end.
 
     Figures through ``settings.dsn`` (``OUTBOX_MONITOR_DSN``; a hot standby is fine);
     writes through ``settings.primary_dsn``, else ``fallback_dsn`` (``dashboard
     --with-scheduler`` passes the actions DSN, whose login it always wrote with), else
-    the same Database (one pool). ``store.standby.check_write_target`` runs first.
-
-    Raises:
-        ConfigError: the writes would reach a hot standby (names
-            ``OUTBOX_MONITOR_PRIMARY_DSN``): the process stops at start with exit 2.
-        DatabaseUnavailable and the connector's other errors.
+    the same Database (one pool). Nothing is checked here (``service.start_check`` does,
+    where an unreachable database is retried rather than fatal); opening connects to nothing.
     """
     writes = settings.primary_dsn or fallback_dsn
     with ExitStack() as stack:
@@ -283,13 +289,6 @@ def scheduler_databases(
         if writes is not None and writes != settings.dsn:
             target = settings.model_copy(update={"primary_dsn": writes})
             primary = stack.enter_context(Database(target, purpose="primary"))
-        found = check_write_target(db, primary)
-        if found.in_recovery:
-            log.info(
-                "figures come from the %s; the scheduler writes to %s",
-                found.describe(),
-                describe_target(primary.settings.dsn),
-            )
         yield db, primary
 
 
@@ -336,7 +335,14 @@ def background_scheduler(
     ruleset, transports = load_alerting(None, settings)
     with scheduler_databases(settings, fallback_dsn=settings.actions_dsn) as (db, primary):
         yield build_served_scheduler(
-            db, primary, ruleset, transports, blocking=False, address=address, port=port
+            db,
+            primary,
+            ruleset,
+            transports,
+            blocking=False,
+            address=address,
+            port=port,
+            check=StartCheck(db, primary),
         )
 
 
@@ -350,10 +356,11 @@ def run_scheduler(
 ) -> None:
     """``outbox-monitor scheduler``: run every background job until SIGINT or SIGTERM.
 
-    Checks the outbox table and loads the rules first, starts ``/metrics`` and ``/healthz``
-    (``export.server.MetricsServer``) unless the port is 0 (an address or port that cannot be
-    served stops the start), then blocks; a database outage later is retried with backoff
-    (and alerted by the leader), never fatal. With a ``fleet`` from a file, one scheduler
+    Loads the rules and checks the outbox table first (``service.start_check``), starts
+    ``/metrics`` and ``/healthz`` (``export.server.MetricsServer``) unless the port is 0 (an
+    address or port that cannot be served stops the start), then blocks; a database outage
+    — at start too (issue 29 item 13: shown on ``/healthz``, alerted after its threshold,
+    retried, resolved) — is never fatal. With a ``fleet`` from a file, one scheduler
     watches all its outboxes and shares them with the other replicas
     (``fleet_scheduler.run_fleet_scheduler``; an outbox unreachable at start is retried).
 
@@ -368,12 +375,12 @@ def run_scheduler(
             outbox of ``settings``.
 
     Raises:
-        DatabaseUnavailable, TableMissing, ColumnsMissing, SchemaNotInitialised: from
-            the start-up check, with the fix in the message (a fleet's unreachable outbox
-            is not fatal).
+        TableMissing, ColumnsMissing, SchemaNotInitialised: from the start-up check, with
+            the fix in the message — at start, or once the database answers when it was
+            unreachable at start (the scheduler stopped then).
         ConfigError: ``OUTBOX_MONITOR_DSN`` is a hot standby and no
             ``OUTBOX_MONITOR_PRIMARY_DSN`` is set, or that DSN is a standby too
-            (``scheduler_databases``): the scheduler never tries to write to one; the
+            (``service.start_check``): the scheduler never tries to write to one; the
             replicas' registry is unusable (``OUTBOX_MONITOR_REGISTRY_DSN``).
         RulesError: the rules file is invalid.
         TransportConfigError: a Slack variable is set but invalid.
@@ -396,9 +403,16 @@ def run_scheduler(
         )
         return
     with scheduler_databases(settings) as (db, primary):
-        check_outbox_table(db)
+        check = StartCheck(db, primary)
         scheduler, server = build_served_scheduler(
-            db, primary, ruleset, transports, blocking=True, address=address, port=port
+            db,
+            primary,
+            ruleset,
+            transports,
+            blocking=True,
+            address=address,
+            port=port,
+            check=check,
         )
         log.info(
             "scheduler started: sampling %s every %g s (retention %g s)%s; Ctrl-C to stop",
@@ -411,6 +425,7 @@ def run_scheduler(
             else "",
         )
         serve_until_stopped(scheduler, server)
+    check.raise_failure()
 
 
 def serve_until_stopped(scheduler: BaseScheduler, server: MetricsServer | None) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.store.standby import skip_reason
 
 NOTIFICATION_OUTCOMES = ("sent", "failed", "suppressed", "rate_limited", "retrying")
@@ -36,6 +37,7 @@ class SchedulerStatus:
         self._last_ok: float | None = None
         self._last_error: str | None = None
         self._last_failed: float | None = None
+        self._unreachable = False
         self._evaluation_seconds: float | None = None
         self._evaluation_age: tuple[float, float] | None = None
         self._stalled = False
@@ -55,18 +57,31 @@ class SchedulerStatus:
             self._last_ok = self.clock()
 
     def database_failed(self, error: BaseException) -> None:
-        """A job failed (its first line becomes ``/healthz``'s ``last_error``)."""
+        """A job failed (its first line becomes ``/healthz``'s ``last_error``; a
+        ``DatabaseUnavailable`` also its notice while no job succeeds)."""
         with self._lock:
             self._last_error = (str(error).strip().splitlines() or [type(error).__name__])[0]
             self._last_failed = self.clock()
+            self._unreachable = isinstance(error, DatabaseUnavailable)
 
     @property
     def reachable(self) -> bool | None:
         """Whether the jobs' last attempt reached the database (``None``: none yet)."""
         with self._lock:
-            if self._last_failed is None:
-                return None if self._last_ok is None else True
-            return self._last_ok is not None and self._last_ok > self._last_failed
+            return self._reached()
+
+    def _reached(self) -> bool | None:
+        """``reachable``, the lock held by the caller."""
+        if self._last_failed is None:
+            return None if self._last_ok is None else True
+        return self._last_ok is not None and self._last_ok > self._last_failed
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the jobs' last attempt failed because the database could not be reached
+        (``DatabaseUnavailable``; a statement timeout or another error is not that)."""
+        with self._lock:
+            return self._unreachable and self._reached() is False
 
     @property
     def last_error(self) -> str | None:
@@ -158,14 +173,17 @@ class SchedulerStatus:
         sender, …) is scheduled, i.e. has a next run. The configuration was validated at
         start (an invalid one stops the process before it serves anything). A database
         or Slack outage, or a stalled evaluation, is not this process's fault and a
-        restart cannot fix it — a restarted scheduler cannot even start while the
-        database is down, and could then post no outage alert — so it never turns
+        restart cannot fix it — a scheduler restarted during the outage starts and
+        waits for the database the same way (``service.start_check``) — so it never turns
         ``/healthz`` red (as Alertmanager's and Prometheus's ``/-/healthy``): it shows in
         ``/metrics`` (``outbox_monitor_up``, ``outbox_monitor_notifications_total``),
         on the dashboard and in Slack.
 
         A read replica lagging over ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` is not this
-        process's fault either: ``/healthz`` stays 200 and says it (``notice``).
+        process's fault either: ``/healthz`` stays 200 and says it (``notice``); so is a
+        database the jobs' last attempt could not reach (``database unreachable: <last
+        error>``, from start too: issue 29 item 13), as a fleet's ``/healthz`` names each
+        unreachable outbox (``export.fleet.FleetStatus``).
 
         Returns:
             ``(healthy, {"status": "ok"|"unavailable", "reason" (``None`` when ok),
@@ -196,7 +214,14 @@ class SchedulerStatus:
             "status": "ok" if reason is None else "unavailable",
             "reason": reason,
             "notice": "; ".join(
-                filter(None, (_replica_notice(replica), _retention_notice(retention)))
+                filter(
+                    None,
+                    (
+                        _database_notice(self.unreachable, last_error),
+                        _replica_notice(replica),
+                        _retention_notice(retention),
+                    ),
+                )
             )
             or None,
             "scheduler_running": running,
@@ -213,6 +238,12 @@ class SchedulerStatus:
             },
         }
         return reason is None, details
+
+
+def _database_notice(unreachable: bool, last_error: str | None) -> str | None:
+    """``/healthz``'s notice while the jobs' last attempt could not reach the database:
+    ``database unreachable: <its first line>``."""
+    return f"database unreachable: {last_error}" if unreachable else None
 
 
 def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:

@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.errors import (
+    ConfigError,
     DatabaseUnavailable,
     LoginRefused,
     PermissionDenied,
@@ -61,6 +62,11 @@ AUTHENTICATION_FAILED = ("28P01", "28000")
 """SQLSTATEs of a refused login: invalid_password, invalid_authorization_specification."""
 # libpq reports a refused login of a connection attempt without a SQLSTATE: the server's
 # messages for 28P01/28000 (auth.c, postinit.c) and libpq's own "no password supplied".
+_INVALID_OPTION = re.compile(
+    r"^(connection is bad: )?(invalid [\w ]+ (value|number)|could not match \d+ port numbers)"
+)
+"""libpq's refusals of a connection option's value, before any network (``invalid integer
+value "x" for connection option "port"``, ``invalid port number``, ``invalid sslmode value``)."""
 _AUTHENTICATION_FAILED = re.compile(
     r"authentication failed for user|no pg_hba\.conf entry|role \".*\" does not exist|"
     r"is not permitted to log in|no password supplied"
@@ -143,7 +149,8 @@ def mapped_errors(
             ) from error
         raise TableMissing(
             f"{message} (outbox table {settings.table})",
-            hint="Run `outbox-monitor init-db`, or set OUTBOX_MONITOR_TABLE to your table.",
+            hint="Set OUTBOX_MONITOR_TABLE (or --table) to your outbox table (schema.table); "
+            "`outbox-monitor init-db --create-table` creates a new, empty one.",
         ) from error
     except (pg_errors.UndefinedFunction, pg_errors.InvalidSchemaName) as error:
         raise SchemaNotInitialised(
@@ -394,10 +401,12 @@ def first_line(error: BaseException) -> str:
 
 def connect_error(
     error: psycopg.OperationalError, settings: Settings, dsn_setting: str
-) -> DatabaseUnavailable:
-    """The error of a connection attempt that failed: ``LoginRefused`` when the server
-    refused the login or password, else ``DatabaseUnavailable``; both name where the DSN
-    points (``describe_target``) and the setting to check.
+) -> DatabaseUnavailable | ConfigError:
+    """The error of a connection attempt that failed: ``ConfigError`` naming ``dsn_setting``
+    when libpq refused one of the DSN's values before connecting (a port that is no number:
+    a DSN that cannot work, never an outage to wait out), ``LoginRefused`` when the server
+    refused the login or password, else ``DatabaseUnavailable``; the last two name where the
+    DSN points (``describe_target``) and the setting to check.
 
     Args:
         error: psycopg's error of the attempt.
@@ -409,6 +418,12 @@ def connect_error(
         The error to raise.
     """
     reason = first_line(error)
+    if _INVALID_OPTION.search(reason):
+        return ConfigError(
+            f"{dsn_setting}: {reason}",
+            hint=f"Fix the connection string of {dsn_setting}, e.g. "
+            "postgresql://user:password@localhost:5432/app.",
+        )
     if error.sqlstate in AUTHENTICATION_FAILED or _AUTHENTICATION_FAILED.search(reason):
         return LoginRefused(
             f"the login or password of {dsn_setting} was refused by "

@@ -1,5 +1,6 @@
 """init-db (tables, recommended indexes, migrations) and the start-up table check."""
 
+import difflib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,18 +44,25 @@ OUTBOX_COLUMNS: dict[str, tuple[str, ...]] = {
     "created_at": TIMESTAMPTZ,
     "processed_at": TIMESTAMPTZ,
 }
+CREATE_TABLE_FLAG = "--create-table"
+"""init-db's flag that lets it create a missing outbox table and ledger (issue 29 item 11)."""
+LISTED_CANDIDATES = 5
+"""A missing table's message lists every table with the outbox's columns up to this many;
+beyond it, only the close matches of the name (``difflib``) and the count."""
 DROP_LOCK_TIMEOUT_SECONDS = 5.0
 INDEX_LOCK_POLL_SECONDS = 0.2
 
 
 @dataclass
 class InitReport:
-    """What ``init_db`` did: names of what it created or dropped, the schema version reached,
+    """What ``init_db`` did: names of what it created or dropped, the ledger it left absent
+    (``missing_tables``: not created without ``create_table``), the schema version reached,
     the retired indexes it could not drop (left in place, with the reason) and, on a
     partitioned outbox, the recommended indexes it could not finish (not valid yet, with the
     reason: run init-db again)."""
 
     created_tables: list[str] = field(default_factory=list)
+    missing_tables: list[str] = field(default_factory=list)
     created_indexes: list[str] = field(default_factory=list)
     dropped_indexes: list[str] = field(default_factory=list)
     applied_migrations: list[str] = field(default_factory=list)
@@ -88,10 +96,20 @@ def create_outbox_table(
     )
 
 
-def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = False) -> InitReport:
+def init_db(
+    db: Database,
+    *,
+    create_table: bool = False,
+    create_indexes: bool = True,
+    flow_control: bool = False,
+) -> InitReport:
     """Create what is absent; never change a user table's columns or data (SPEC §1).
 
-    Creates the outbox table and the idempotency ledger only if absent, applies the
+    Creates the outbox table and the idempotency ledger when absent only with
+    ``create_table`` (``--create-table``): a misspelled table name must not become a new,
+    empty outbox that the monitor then shows as a healthy empty queue. Without it a missing
+    outbox table stops init-db before it changes anything, and a missing ledger (which only
+    workers guarding their effects use) is left absent and reported. Then it applies the
     ``outbox_monitor`` schema migrations not yet applied (under an advisory lock, so two
     runs at once are safe), then creates the recommended indexes with
     ``CREATE INDEX CONCURRENTLY IF NOT EXISTS`` outside any transaction and without the
@@ -105,6 +123,9 @@ def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = F
 
     Args:
         db: the connector of the target database.
+        create_table: ``True`` for ``--create-table``: create the outbox table and the
+            ledger when absent; ``False``: a missing outbox table raises ``TableMissing``,
+            a missing ledger is named in ``InitReport.missing_tables``.
         create_indexes: ``False`` for ``--no-indexes`` (creates and drops no index).
         flow_control: ``True`` for ``--flow-control``: also ``FLOW_CONTROL_INDEX``.
 
@@ -115,6 +136,9 @@ def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = F
         done.
 
     Raises:
+        TableMissing: without ``create_table``, the outbox table does not exist; the
+            message names the tables of the database that have the outbox's columns
+            (``missing_outbox_table``); nothing was changed.
         DatabaseUnavailable, PermissionDenied: from the connector.
     """
     report = InitReport()
@@ -123,14 +147,17 @@ def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = F
     with db.direct_connection(statement_timeout=None) as conn:
         with conn.transaction():
             conn.execute(compose("lock_migrations"))
+            if not create_table:
+                _refuse_missing_outbox(db, conn)
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             if not _exists(conn, schema, table):
                 conn.execute(create_outbox_table(db.table, table, keys=OUTBOX_KEYS))
                 report.created_tables.append(f"{schema}.{table}")
-            if not _exists(conn, ledger_schema, ledger):
-                conn.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(ledger_schema))
-                )
+            if not _exists(conn, ledger_schema, ledger) and not create_table:
+                report.missing_tables.append(f"{ledger_schema}.{ledger}")
+            elif not _exists(conn, ledger_schema, ledger):
+                schema_of_ledger = sql.Identifier(ledger_schema)
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema_of_ledger))
                 conn.execute(compose("create_ledger_table", ledger=db.ledger))
                 report.created_tables.append(f"{ledger_schema}.{ledger}")
             conn.execute(compose("create_monitor_schema"))
@@ -248,13 +275,62 @@ def _fixes(outbox: str) -> tuple[str, str]:
     )
 
 
+def outbox_like_tables(conn) -> list[str]:
+    """The tables of ``conn``'s database (never a partition, never ``outbox_monitor``'s)
+    that have every SPEC §1 column of the outbox (``OUTBOX_COLUMNS``, by name), as
+    ``schema.table``, sorted. Reads the catalog only."""
+    rows = conn.execute(compose("outbox_like_tables"), {"columns": list(OUTBOX_COLUMNS)})
+    return [f"{row['schema']}.{row['name']}" for row in rows.fetchall()]
+
+
+def missing_outbox_table(wanted: str, candidates: list[str], outbox: str = "") -> TableMissing:
+    """The error of an outbox table ``wanted`` (``schema.table``) that does not exist.
+
+    The message names what the database has instead: the close matches of ``wanted`` among
+    ``candidates`` (``outbox_like_tables``) as "did you mean …?" (``difflib``), else every
+    candidate when there are at most ``LISTED_CANDIDATES``, else their count; the hint says
+    to point the table's setting (``OUTBOX_MONITOR_TABLE``, ``--table``, or the fleet
+    file's ``table:`` of ``outbox``) at the real table, or to create a new empty outbox
+    with ``init-db --create-table``.
+    """
+    init_db_command, table_setting = _fixes(outbox)
+    close = difflib.get_close_matches(wanted, candidates, n=3, cutoff=0.6)
+    if close:
+        found = f"did you mean {' or '.join(close)}?"
+    elif not candidates:
+        found = "no table of this database has the outbox's columns (SPEC §1)"
+    elif len(candidates) <= LISTED_CANDIDATES:
+        found = f"tables with the outbox's columns: {', '.join(candidates)}"
+    else:
+        found = f"{len(candidates)} tables have the outbox's columns, none named like it"
+    create = init_db_command.replace("init-db", f"init-db {CREATE_TABLE_FLAG}")
+    return TableMissing(
+        f"the outbox table {wanted} does not exist in this database; {found}",
+        hint=f"Set {table_setting}{'' if outbox else ' (or --table)'} to your outbox "
+        "table (schema.table). "
+        f"To create a new, empty outbox named {wanted}, run {create}.",
+    )
+
+
+def _refuse_missing_outbox(db: Database, conn) -> None:
+    """init-db without ``--create-table``: raise ``missing_outbox_table`` when the outbox
+    table is absent."""
+    schema, table = db.settings.table_parts
+    if not _exists(conn, schema, table):
+        raise missing_outbox_table(
+            f"{schema}.{table}", outbox_like_tables(conn), db.settings.fleet_outbox
+        )
+
+
 def check_outbox_table(db: Database) -> None:
     """Check that the configured table exists with the SPEC §1 columns and types; each
     hint names the fix (``init-db``, the table's setting: ``_fixes``).
 
     Raises:
-        TableMissing: the table does not exist; the message says how to create it or
-            point ``OUTBOX_MONITOR_TABLE`` elsewhere.
+        TableMissing: the table does not exist; the message names the tables that have
+            the outbox's columns ("did you mean …?", ``missing_outbox_table``), the hint
+            says to point ``OUTBOX_MONITOR_TABLE`` there or create a new one with
+            ``init-db --create-table``.
         ColumnsMissing: lists every missing column and every column of another type
             (its type and the types accepted); the hint has the fix of each.
         PartitioningUnsupported: a partitioned table not partitioned by range of
@@ -277,11 +353,9 @@ def check_outbox_table(db: Database) -> None:
         # grant is missing (PermissionDenied from the connector) rather than "missing".
         db.fetch_all("outbox_select_probe")
     if not columns:
-        raise TableMissing(
-            f"the outbox table {schema}.{table} does not exist in this database",
-            hint=f"Create it with {init_db_command}, or set {table_setting} "
-            "to your outbox table (schema.table).",
-        )
+        with db.connection() as conn:
+            candidates = outbox_like_tables(conn)
+        raise missing_outbox_table(f"{schema}.{table}", candidates, db.settings.fleet_outbox)
     missing = [name for name in OUTBOX_COLUMNS if name not in columns]
     problems, fixes = [], []
     if missing:

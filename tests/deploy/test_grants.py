@@ -64,7 +64,9 @@ def grants_db(pg_cluster: TemporaryCluster, tmp_path_factory: pytest.TempPathFac
         su.execute("CREATE ROLE app_owner LOGIN CREATEROLE")
         su.execute(f'GRANT CREATE ON DATABASE "{name}" TO app_owner')
         su.execute("GRANT CREATE ON SCHEMA public TO app_owner")
-    result = run_as("app_owner", dsn_as("app_owner"), "init-db", "--json", home=tmp_path)
+    result = run_as(
+        "app_owner", dsn_as("app_owner"), "init-db", "--create-table", "--json", home=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     with psycopg.connect(dsn_as("app_owner"), autocommit=True) as owner:
         owner.execute(documented_grants())

@@ -107,7 +107,9 @@ def test_services_of_the_image_run_healthy_and_a_replay_is_audited(
     scraped from the host; ``replay --id N --yes`` as a one-off container moves the dead
     letter back to pending and writes its audit row."""
     env = database_env(pg_cluster, empty_dsn)
-    init = podman.podman("run", "--rm", *SERVICE_FLAGS, *env, podman.IMAGE, "init-db")
+    init = podman.podman(
+        "run", "--rm", *SERVICE_FLAGS, *env, podman.IMAGE, "init-db", "--create-table"
+    )
     assert "schema version" in init.stdout, init
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         migrations = "SELECT count(*) FROM outbox_monitor.schema_migrations"

@@ -55,7 +55,7 @@ def cli(*args: str, dsn: str) -> subprocess.CompletedProcess:
 
 
 def test_init_db_and_status_on_a_sql_ascii_database(ascii_dsn):
-    done = cli("init-db", "--json", dsn=ascii_dsn)
+    done = cli("init-db", "--create-table", "--json", dsn=ascii_dsn)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["applied_migrations"][:2] == ["001_core", "002_alerts"]
 

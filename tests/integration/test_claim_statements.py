@@ -64,7 +64,7 @@ def stat_dsn(stat_cluster):
         conn.execute(f"CREATE DATABASE {name}")
     dsn = stat_cluster.dsn_for(name)
     with Database(load_settings(dsn=dsn)) as db:
-        init_db(db)
+        init_db(db, create_table=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION pg_stat_statements")
     return dsn

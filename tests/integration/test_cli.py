@@ -200,7 +200,7 @@ def test_errors_are_one_json_object_and_exit_1(monkeypatch, empty_dsn):
 
 def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
     monkeypatch.setenv("OUTBOX_MONITOR_DSN", empty_dsn)
-    first = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
+    first = json.loads(CliRunner().invoke(main, ["init-db", "--create-table", "--json"]).stdout)
     assert first["applied_migrations"] == [
         "001_core",
         "002_alerts",

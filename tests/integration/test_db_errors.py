@@ -83,7 +83,7 @@ def test_the_pool_survives_a_database_restart():
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
             conn.execute("CREATE DATABASE app")
         with Database(load_settings(dsn=cluster.dsn_for("app"))) as db:
-            schema.init_db(db, create_indexes=False)
+            schema.init_db(db, create_table=True, create_indexes=False)
             assert metrics.queue_depth(db) == 0
             cluster.pause()
             with pytest.raises(DatabaseUnavailable):

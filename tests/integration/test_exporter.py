@@ -350,7 +350,7 @@ def test_up_follows_the_database_and_healthz_this_process():
         dsn = cluster.dsn_for("outbox")
         settings = load_settings(dsn=dsn, sample_interval=1)
         with Database(settings) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
                     "INSERT INTO integration_outbox "
@@ -377,10 +377,14 @@ def test_up_follows_the_database_and_healthz_this_process():
                 assert "outbox_monitor_notifications_total" in down  # the process's own
                 # /healthz reports this process, not the database: a restart cannot bring
                 # the database back (issue 10 item 1); the outage shows as outbox_monitor_up 0
+                # and as /healthz's notice once a job met it (issue 29 item 13)
                 deadline = time.monotonic() + 4  # > the 3 intervals that turned it red before
                 while time.monotonic() < deadline:
-                    assert get(run.url + "/healthz") == (200, "ok")
+                    code, text = get(run.url + "/healthz")
+                    said = text == "ok" or text.startswith("ok: database unreachable: ")
+                    assert code == 200 and said, text  # "ok" until a job met the outage
                     time.sleep(0.2)
+                assert text.startswith("ok: database unreachable: "), text
 
                 cluster.resume()
                 assert wait_for(lambda: get(run.url + "/healthz") == (200, "ok"), timeout=20)

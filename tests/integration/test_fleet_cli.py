@@ -48,9 +48,10 @@ def test_each_outbox_checked_on_its_own_database(dsn, make_dsn, empty_dsn, monke
     # a missing table says how to fix it, for this outbox of the file
     assert not listed["tableless"]["reachable"]
     assert listed["tableless"]["error"] == (
-        "the outbox table public.no_such_outbox does not exist in this database. Create it "
-        "with `outbox-monitor init-db --outbox tableless`, or set the `table:` of outbox "
-        '"tableless" in the fleet file to your outbox table (schema.table).'
+        "the outbox table public.no_such_outbox does not exist in this database; did you mean "
+        'public.integration_outbox? Set the `table:` of outbox "tableless" in the fleet file '
+        "to your outbox table (schema.table). To create a new, empty outbox named "
+        "public.no_such_outbox, run `outbox-monitor init-db --create-table --outbox tableless`."
     )
     assert json.loads(result.stdout)["failed"] == 2
 

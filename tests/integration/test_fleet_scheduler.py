@@ -52,7 +52,7 @@ def far_cluster() -> Iterator[TemporaryCluster]:
         with psycopg.connect(cluster.dsn, autocommit=True) as conn:
             conn.execute("CREATE DATABASE far")
         with Database(load_settings(dsn=cluster.dsn_for("far"))) as db:
-            init_db(db)
+            init_db(db, create_table=True)
         yield cluster
 
 

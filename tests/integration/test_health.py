@@ -239,7 +239,7 @@ def test_a_gone_standbys_slot_holds_the_horizon_of_every_database(fake_clock, wr
             psycopg.connect(primary.dsn, autocommit=True) as su,
             psycopg.connect(primary.dsn, autocommit=True, row_factory=dict_row) as su_rows,
         ):
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             su.execute("SELECT pg_create_physical_replication_slot('standby_1', true)")
             standby = FeedbackStandby(primary).start()
             try:

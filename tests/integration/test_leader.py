@@ -171,7 +171,7 @@ def outage_cluster():
             admin.execute("CREATE DATABASE outbox")
         dsn = cluster.dsn_for("outbox")
         with Database(load_settings(dsn=dsn)) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
         yield cluster, dsn
 
 

@@ -66,7 +66,7 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
     roles = Roles(viewer="app_v_ro", scheduler="app_v_sched", operator="app_v_ops")
     settings = load_settings(dsn=empty_dsn, table="app.outbox")
     with Database(settings) as db:
-        init_db(db, create_indexes=False)
+        init_db(db, create_table=True, create_indexes=False)
     printed = cli(
         *("init-db", "--print-grants", "--table", "app.outbox"),
         *("--viewer-role", roles.viewer, "--scheduler-role", roles.scheduler),

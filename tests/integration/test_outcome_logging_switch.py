@@ -403,7 +403,7 @@ def test_the_migration_keeps_logging_where_breakers_exist(empty_dsn, monkeypatch
     up_to_008 = [m for m in migration_files() if m[0] <= 8]
     monkeypatch.setattr(schema, "migration_files", lambda: up_to_008)
     with Database(load_settings(dsn=empty_dsn)) as db:
-        schema.init_db(db, create_indexes=False)
+        schema.init_db(db, create_table=True, create_indexes=False)
         with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
             if existing:
                 write_control(conn, "crm.%", **existing)

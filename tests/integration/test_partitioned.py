@@ -72,7 +72,7 @@ def _make_template(cluster, name: str, *, default: bool) -> None:
             conn, "public", "integration_outbox", _bounds(conn), default=default
         )
     with Database(load_settings(dsn=dsn)) as db:
-        schema.init_db(db)
+        schema.init_db(db, create_table=True)
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +366,7 @@ def test_init_db_builds_every_recommended_index_partition_by_partition(empty_dsn
             "FROM generate_series(0, 150) AS g"
         )
         with Database(load_settings(dsn=empty_dsn)) as db:
-            first = schema.init_db(db, flow_control=True)
+            first = schema.init_db(db, create_table=True, flow_control=True)
             second = schema.init_db(db, flow_control=True)
             assert missing_recommended_indexes(db) == []
         assert first.created_tables == ["public.integration_idempotency"]

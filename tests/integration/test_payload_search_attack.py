@@ -53,7 +53,7 @@ def test_a_table_named_with_quotes_a_dot_and_capitals(pg_cluster):
         conn.execute('CREATE SCHEMA "Ops"')
     settings = load_settings(dsn=dsn, table="Ops.OutBox")
     with Database(settings) as db:
-        schema.init_db(db)
+        schema.init_db(db, create_table=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL(

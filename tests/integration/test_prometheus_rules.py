@@ -520,7 +520,7 @@ def exposed(pg_cluster) -> Exposed:
     dsn = pg_cluster.dsn_for(name)
     with psycopg.connect(dsn, autocommit=True) as conn:
         with Database(load_settings(dsn=dsn)) as setup:
-            init_db(setup, create_indexes=False)
+            init_db(setup, create_table=True, create_indexes=False)
         for event_type, status in (
             ("notification.email", "pending"),
             ("order.paid", "processing"),

@@ -22,7 +22,7 @@ def _columns(conn, table="integration_outbox"):
 
 def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
     with Database(load_settings(dsn=empty_dsn)) as db:
-        first = schema.init_db(db)
+        first = schema.init_db(db, create_table=True)
         second = schema.init_db(db)
         assert first.created_tables == [
             "public.integration_outbox",
@@ -68,7 +68,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
     table = "o" * 61
     cut = table[:34]  # 63 bytes - len("_<8 hex>_pending_by_type_idx") for the longest purpose
     with Database(load_settings(dsn=empty_dsn, table=f"public.{table}")) as db:
-        created = schema.init_db(db, flow_control=True).created_indexes
+        created = schema.init_db(db, create_table=True, flow_control=True).created_indexes
         # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
         assert len(set(created)) == 4 and all(len(name) <= 63 for name in created)
         assert created[3].startswith(cut) and created[3].endswith("_pending_by_type_idx")
@@ -86,7 +86,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
 
 def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
     with Database(load_settings(dsn=empty_dsn)) as db:
-        assert schema.init_db(db, create_indexes=False).created_indexes == []
+        assert schema.init_db(db, create_table=True, create_indexes=False).created_indexes == []
         missing = indexes.missing_recommended_indexes(db)
         assert [m.split(":")[0] for m in missing] == [
             "integration_outbox_finished_idx",
@@ -97,7 +97,7 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
 
 def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
     with Database(load_settings(dsn=empty_dsn)) as db:
-        schema.init_db(db, create_indexes=False)
+        schema.init_db(db, create_table=True, create_indexes=False)
         with psycopg.connect(empty_dsn, autocommit=True) as conn:
             # two rows of one aggregate: a unique build on it fails and leaves its index invalid
             conn.execute(
@@ -124,7 +124,7 @@ def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
 def test_init_db_never_alters_an_existing_user_table(empty_dsn):
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         with Database(load_settings(dsn=empty_dsn)) as db:
-            schema.init_db(db, create_indexes=False)
+            schema.init_db(db, create_table=True, create_indexes=False)
         conn.execute("ALTER TABLE integration_outbox ADD COLUMN tenant text DEFAULT 'acme'")
         conn.execute(
             "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,"
@@ -140,7 +140,7 @@ def test_init_db_never_alters_an_existing_user_table(empty_dsn):
 
 def _init_db(dsn):
     with Database(load_settings(dsn=dsn)) as db:
-        return schema.init_db(db)
+        return schema.init_db(db, create_table=True)
 
 
 def test_two_init_db_at_once_are_safe(empty_dsn):
@@ -179,7 +179,7 @@ def test_a_figure_on_a_missing_table_raises_table_missing(empty_dsn):
 def test_monitor_schema_absent_is_reported(empty_dsn):
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         with Database(load_settings(dsn=empty_dsn)) as db:
-            schema.init_db(db, create_indexes=False)
+            schema.init_db(db, create_table=True, create_indexes=False)
         conn.execute("DROP SCHEMA outbox_monitor CASCADE")
     with (
         Database(load_settings(dsn=empty_dsn)) as db,
@@ -191,7 +191,7 @@ def test_monitor_schema_absent_is_reported(empty_dsn):
 def test_custom_schema_and_mixed_case_table_name(dsn):
     settings = load_settings(dsn=dsn, table="billing.Outbox_Events")
     with Database(settings) as db:
-        report = schema.init_db(db)
+        report = schema.init_db(db, create_table=True)
         assert "billing.Outbox_Events" in report.created_tables
         assert "billing.integration_idempotency" in report.created_tables
         with psycopg.connect(dsn, autocommit=True) as conn:

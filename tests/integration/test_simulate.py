@@ -205,7 +205,7 @@ def test_two_outboxes_in_one_database_each_get_their_own_traffic(settings, dsn):
     row of its history and of what its app published, and its own workers finished them."""
     billing = load_settings(dsn=dsn, table="public.billing_outbox")
     with Database(billing) as db:
-        init_db(db)
+        init_db(db, create_table=True)
     mixes = {
         settings.table: (settings, ("order.paid", "payment.captured")),
         billing.table: (billing, ("invoice.sent", PERMANENT_EVENT_TYPE)),

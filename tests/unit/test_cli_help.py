@@ -59,8 +59,9 @@ def test_the_reference_names_every_command_init_db_print_grants_and_healthcheck(
     assert "| `--pid` |" in healthcheck and "| `--timeout` |" in healthcheck
     top = " ".join(help_text().split())
     assert (
-        "init-db Create the schema and the recommended indexes; with --print-grants, print the "
-        "database roles' GRANT statements instead. limit"
+        "init-db Create the schema and the recommended indexes (with --create-table, a missing "
+        "outbox table); with --print-grants, print the database roles' GRANT statements "
+        "instead. limit"
     ) in top
     assert "healthcheck Container HEALTHCHECK: probe what the" in top
 

@@ -2406,3 +2406,17 @@ SELECT outbox_monitor.control_barrier(%(table_regclass)s::regclass, %(wait_secon
 -- name: statement_timeout_restore
 -- Restore the transaction's statement_timeout read by control_barrier_statement_timeout.
 SELECT set_config('statement_timeout', %(previous)s, true) AS now_set;
+
+-- name: outbox_like_tables
+-- Tables (ordinary or partitioned parents, never a partition) of this database that have every column of %(columns)s, as schema and name, in order: the candidates init-db and the table check name when the configured outbox table is missing (issue 29 item 11). Names from the catalog only; no row is read.
+SELECT n.nspname AS schema, c.relname AS name
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'outbox_monitor')
+  AND n.nspname NOT LIKE 'pg\_%%'
+  AND a.attname = ANY(%(columns)s::text[])
+GROUP BY n.nspname, c.relname
+HAVING count(*) = cardinality(%(columns)s::text[])
+ORDER BY n.nspname, c.relname;
