@@ -70,6 +70,7 @@ def deliver_due(
     max_messages: int = MAX_MESSAGES_PER_PASS,
     rule: str | None = None,
     fence: Callable[[psycopg.Connection], None] | None = None,
+    on_refused: Callable[[str, str], None] | None = None,
 ) -> dict[str, int]:
     """Deliver the due notifications, one pass (issue 3 §3; the scheduler's sender job).
 
@@ -90,6 +91,9 @@ def deliver_due(
             from any process); ``None``: every row.
         fence: called first in each delivery transaction (``Leadership.fence``: raises
             ``LeadershipLost`` once the lease was taken over, so the old leader stops).
+        on_refused: called with (route, Slack's answer) for each message Slack refused for
+            good (``PermanentError``: failed at once, the route goes on), e.g.
+            ``SchedulerStatus.refused`` for ``/metrics``.
 
     Returns:
         Counts: ``sent``, ``failed``, ``suppressed``, ``rate_limited`` and ``retrying``
@@ -135,6 +139,10 @@ def deliver_due(
             run.counts["waiting"] += len(rows)
             continue
         _deliver_route(run, route_name, rows, now, max_messages)
+    if on_refused is not None:
+        for (route_name, answer), count in run.refused.items():
+            for _ in range(count):
+                on_refused(route_name, answer)
     return dict(run.counts)
 
 

@@ -142,3 +142,12 @@ def process_families(status: SchedulerStatus) -> Iterator[Metric]:
     for outcome, count in status.notification_counts().items():
         counter.add_metric([outcome], count)
     yield counter
+    refused = CounterMetricFamily(
+        "outbox_monitor_slack_refused",
+        "Messages Slack refused for good (failed at once, the route went on), by route and "
+        "Slack's answer (no_service, channel_is_archived, invalid_token, ...).",
+        labels=["route", "answer"],
+    )
+    for (route, answer), count in sorted(status.refusal_counts().items()):
+        refused.add_metric([route, answer], count)
+    yield refused

@@ -345,6 +345,7 @@ def add_sender_job(
             transports=transports,
             fence=runtime.leadership.fence,
             retry_interval=interval,
+            on_refused=runtime.status.refused,
         )
         runtime.status.delivered(counts)
         if counts.get("messages") or counts.get("failed"):

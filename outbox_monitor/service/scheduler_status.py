@@ -44,6 +44,7 @@ class SchedulerStatus:
         self._notifications: Counter[str] = Counter(
             {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
         )
+        self._refused: Counter[tuple[str, str]] = Counter()
 
     def attach(self, scheduler: Any, leadership: Any, interval: float) -> None:
         """Bind the scheduler (``running``), its ``Leadership`` and its interval (seconds)."""
@@ -134,6 +135,17 @@ class SchedulerStatus:
         with self._lock:
             for outcome in NOTIFICATION_OUTCOMES:
                 self._notifications[outcome] += int(counts.get(outcome, 0))
+
+    def refused(self, route: str, answer: str) -> None:
+        """Slack refused a message of ``route`` for good with ``answer`` (its error code,
+        ``slack_outcomes.answer_label``): the message failed, the route went on."""
+        with self._lock:
+            self._refused[(route, answer)] += 1
+
+    def refusal_counts(self) -> dict[tuple[str, str], int]:
+        """Messages refused for good since start, by (route, answer)."""
+        with self._lock:
+            return dict(self._refused)
 
     @property
     def is_leader(self) -> bool:
