@@ -138,7 +138,11 @@ class WebhookTransport:
         what = "incoming webhook"
         try:
             response = self._client.send(
-                text=message.text, blocks=message.blocks, unfurl_links=False, unfurl_media=False
+                text=message.text,
+                blocks=message.blocks,
+                unfurl_links=False,
+                unfurl_media=False,
+                metadata=message.metadata,
             )
         except Exception as error:
             raise self._redacted(classify_exception(error, what)) from None

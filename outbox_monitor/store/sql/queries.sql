@@ -1709,7 +1709,7 @@ ON CONFLICT (rule, instance) DO NOTHING;
 -- name: alert_instance_lock
 -- One instance's state row, locked for this transaction (a second evaluator waits, then sees it).
 SELECT rule, instance, labels, state, value, threshold, pending_since, firing_since,
-       cleared_since, last_evaluated_at, last_notified_at, firing_seq, error
+       cleared_since, last_evaluated_at, last_notified_at, firing_seq, error, episode_id
 FROM outbox_monitor.alert_instances
 WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s
 FOR UPDATE;
@@ -1720,7 +1720,8 @@ UPDATE outbox_monitor.alert_instances
 SET labels = %(labels)s, state = %(state)s, value = %(value)s, threshold = %(threshold)s,
     pending_since = %(pending_since)s, firing_since = %(firing_since)s,
     cleared_since = %(cleared_since)s, last_evaluated_at = %(last_evaluated_at)s,
-    last_notified_at = %(last_notified_at)s, firing_seq = %(firing_seq)s, error = %(error)s
+    last_notified_at = %(last_notified_at)s, firing_seq = %(firing_seq)s, error = %(error)s,
+    episode_id = %(episode_id)s
 WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s;
 
 -- name: alert_instances_of_rule
@@ -1736,11 +1737,12 @@ WHERE outbox = %(outbox)s AND state <> 'inactive' AND NOT (rule = ANY(%(rules)s)
 ORDER BY rule, instance;
 
 -- name: alert_transition_insert
--- Record one state transition of a rule instance.
+-- Record one state transition of a rule instance; its id (an episode's id when it starts one).
 INSERT INTO outbox_monitor.alert_transitions
     (outbox, rule, instance, from_state, to_state, value, at, detail)
 VALUES (%(outbox)s, %(rule)s, %(instance)s, %(from_state)s, %(to_state)s, %(value)s, %(at)s,
-        %(detail)s);
+        %(detail)s)
+RETURNING id;
 
 -- name: notification_insert
 -- Queue one notification of an outbox (same transaction as its transition); a known dedupe_key is skipped.
