@@ -24,8 +24,10 @@
 
 A message's rows are locked (``FOR UPDATE SKIP LOCKED``) while it is sent, so two senders
 never post the same row; a crash between Slack's answer and the commit re-sends it once
-(at-least-once, the usual outbox trade-off). Sending one message and recording its outcome
-is ``message_delivery``'s; the test message of a route is ``route_check``'s.
+(at least once, the usual outbox trade-off): both posts carry the same key
+(``message_key``), by which a receiver drops the repeat. Sending one message and
+recording its outcome is ``message_delivery``'s; the test message of a route is
+``route_check``'s.
 """
 
 import logging

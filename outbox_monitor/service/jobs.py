@@ -6,7 +6,9 @@ added to an APScheduler with its interval (what reaper, pruner and retention do:
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval; a background loop never dies on one error. Every
 job runs only in the process holding the evaluator lease (``alerts.leader``), so any number
-of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2, §4; issue 5),
+of scheduler processes evaluate, reap and prune once per pass and send each notification
+at least once — twice when a leader dies mid-post, with one key (``alerts.message_key``;
+issue 3 §2, §4; issue 5; issue 29 item 8),
 except the ``watchdog``, which runs in every process: it renews or takes over the lease
 and watches for a stalled evaluation (``alerts.stall``; issue 10 §2). ``scheduler`` builds
 and runs the process around them.
