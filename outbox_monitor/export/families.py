@@ -127,6 +127,12 @@ def process_families(status: SchedulerStatus) -> Iterator[Metric]:
         "1 when no alert evaluation completed for more than 3 intervals (Slack is told).",
         value=1.0 if status.stalled else 0.0,
     )
+    yield GaugeMetricFamily(
+        "outbox_monitor_writes_failing",
+        "1 while this process's writes to the database fail (disk full, read-only, I/O "
+        "error; Slack is told after 3 intervals).",
+        value=0.0 if status.writes_failing_since is None else 1.0,
+    )
     replica = status.replica_reading
     yield GaugeMetricFamily(
         "outbox_monitor_evaluation_skipped",

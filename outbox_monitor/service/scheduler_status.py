@@ -45,6 +45,8 @@ class SchedulerStatus:
             {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
         )
         self._refused: Counter[tuple[str, str]] = Counter()
+        self.writes: Any = None
+        """The process's ``alerts.write_health.WriteHealth`` (``None``: not watched)."""
 
     def attach(self, scheduler: Any, leadership: Any, interval: float) -> None:
         """Bind the scheduler (``running``), its ``Leadership`` and its interval (seconds)."""
@@ -136,6 +138,11 @@ class SchedulerStatus:
             for outcome in NOTIFICATION_OUTCOMES:
                 self._notifications[outcome] += int(counts.get(outcome, 0))
 
+    @property
+    def writes_failing_since(self) -> datetime | None:
+        """When this process's writes began to fail (``None``: they succeed, or unwatched)."""
+        return None if self.writes is None else self.writes.failing_since
+
     def refused(self, route: str, answer: str) -> None:
         """Slack refused a message of ``route`` for good with ``answer`` (its error code,
         ``slack_outcomes.answer_label``): the message failed, the route went on."""
@@ -177,7 +184,8 @@ class SchedulerStatus:
         on the dashboard and in Slack.
 
         A read replica lagging over ``OUTBOX_MONITOR_MAX_REPLICA_LAG`` is not this
-        process's fault either: ``/healthz`` stays 200 and says it (``notice``).
+        process's fault either: ``/healthz`` stays 200 and says it (``notice``); so are
+        writes the database refuses (a full disk: ``alerts.write_health``).
 
         Returns:
             ``(healthy, {"status": "ok"|"unavailable", "reason" (``None`` when ok),
@@ -208,7 +216,14 @@ class SchedulerStatus:
             "status": "ok" if reason is None else "unavailable",
             "reason": reason,
             "notice": "; ".join(
-                filter(None, (_replica_notice(replica), _retention_notice(retention)))
+                filter(
+                    None,
+                    (
+                        _replica_notice(replica),
+                        _retention_notice(retention),
+                        self._writes_notice(),
+                    ),
+                )
             )
             or None,
             "scheduler_running": running,
@@ -225,6 +240,16 @@ class SchedulerStatus:
             },
         }
         return reason is None, details
+
+    def _writes_notice(self) -> str | None:
+        """``/healthz``'s notice while this process's writes fail (``alerts.write_health``)."""
+        since = self.writes_failing_since
+        if since is None:
+            return None
+        return (
+            f"writes fail since {since.isoformat(timespec='seconds')}: "
+            f"{self.writes.last_error or 'no error text'}"
+        )
 
 
 def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:

@@ -4,7 +4,11 @@
   is in flight (the local Slack sink posts the message and holds its answer) makes the next
   leader post the same FIRING again: two deliveries carrying the same key, which a
   receiver drops; a resolve and the next episode carry keys of their own.
-- Item 7: ``test_writes_failing_*`` below.
+- Item 7: when the leader's writes fail while reads work (a test-owned trigger raising
+  SQLSTATE 53100 "disk full" on every table the scheduler writes: samples, alert state and
+  transitions, notifications, the lease), one message goes straight to Slack after 3
+  intervals and one resolve when the writes succeed again; the dashboard shows a banner,
+  ``/metrics`` and ``/healthz`` say it; no stalled-alerting message doubles it.
 
 Real PostgreSQL, real scheduler processes (``python -m outbox_monitor scheduler``) with the
 scheduler role's login, the real local Slack sink on 127.0.0.1.
@@ -13,8 +17,12 @@ scheduler role's login, the real local Slack sink on 127.0.0.1.
 import os
 import signal
 import time
+from pathlib import Path
 
+import psycopg
 import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
 
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.message_key import (
@@ -26,7 +34,10 @@ from outbox_monitor.alerts.message_key import (
 )
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
+from outbox_monitor.alerts.write_health import FAILED_INTERVALS, read_writes_failing
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.store.db import Database
 from tests.alerting import (
     Scheduler,
     drain,
@@ -37,6 +48,7 @@ from tests.alerting import (
     wait_for,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 0.5
 RULES = stuck_lock_rules(f"{INTERVAL}s")
 HOLD_SECONDS = 60.0
@@ -163,3 +175,116 @@ def test_kill_9_during_the_post_delivers_the_firing_twice_with_one_key(
     assert len(messages) == 2 and len(set(keys)) == 1
     assert keys[0] == row_message_key({**row, "outbox": "", "rule": "stuck-lock", "instance": ""})
     assert row["status"] == "sent" and row["kind"] == "firing"
+
+
+WRITTEN_TABLES = (
+    "samples",
+    "event_type_samples",
+    "alert_instances",
+    "alert_transitions",
+    "notifications",
+    "leader_leases",
+)
+"""The tables the leader writes every interval (a full disk refuses them all)."""
+BANNER = "The scheduler cannot write"
+
+
+def fail_writes(conn: psycopg.Connection) -> None:
+    """Make every write to ``WRITTEN_TABLES`` fail as a full disk does (SQLSTATE 53100),
+    reads untouched: a test-owned trigger on each."""
+    conn.execute(
+        "CREATE FUNCTION public.test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'"
+        " USING ERRCODE = '53100'; END $$"
+    )
+    for table in WRITTEN_TABLES:
+        conn.execute(
+            f"CREATE TRIGGER test_disk_full BEFORE INSERT OR UPDATE OR DELETE"
+            f" ON outbox_monitor.{table} FOR EACH ROW EXECUTE FUNCTION public.test_disk_full()"
+        )
+
+
+def writes_work_again(conn: psycopg.Connection) -> None:
+    for table in WRITTEN_TABLES:
+        conn.execute(f"DROP TRIGGER test_disk_full ON outbox_monitor.{table}")
+    conn.execute("DROP FUNCTION public.test_disk_full()")
+
+
+def banners(dsn: str, rules: Path, monkeypatch) -> dict[str, list[str]]:
+    """The "cannot write" banners of the Overview and the Alerts page (AppTest)."""
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    for name in [n for n in os.environ if n.startswith("OUTBOX_MONITOR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OUTBOX_MONITOR_DSN", dsn)
+    monkeypatch.setenv("OUTBOX_MONITOR_ACTOR", "fault-test")
+    monkeypatch.setenv("OUTBOX_MONITOR_RULES", str(rules))
+    found = {}
+    for page in ("overview", "alerts"):
+        at = AppTest.from_file(str(REPO / "dashboard.py"), default_timeout=30)
+        at.switch_page(f"pages/{page}.py").run()
+        found[page] = [e.value.replace("\\", "") for e in at.error if BANNER in e.value]
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    return found
+
+
+def writes_messages(sink: SlackSink) -> list[dict]:
+    return [m for m in sink.messages() if "writes-failing" in m["text"]]
+
+
+def test_writes_failing_for_3_intervals_post_one_message_and_one_resolve(
+    dsn, conn, logins, slack_sink: SlackSink, scheduler_env, tmp_path, monkeypatch
+):
+    rules = rules_file(tmp_path, RULES)
+    scheduler = Scheduler(scheduler_env, rules, tmp_path / "scheduler.log")
+    viewer = Database(load_settings(dsn=logins.dsn(dsn, logins.read)))
+    try:
+        evaluated = wait_for(
+            lambda: conn.execute(
+                "SELECT count(*) AS n FROM outbox_monitor.leader_leases"
+                " WHERE evaluated_at IS NOT NULL"
+            ).fetchone()["n"],
+            timeout=60,
+        )
+        assert evaluated, scheduler.output
+        fail_writes(conn)
+        started = time.monotonic()
+        alerted = wait_for(lambda: writes_messages(slack_sink), timeout=60)
+        assert alerted, "no writes-failing message: " + scheduler.output
+        took = time.monotonic() - started
+        assert took >= FAILED_INTERVALS * INTERVAL
+        assert wait_for(lambda: scheduler.metric("outbox_monitor_writes_failing") == 1, 10)
+        assert "writes fail since" in scheduler.get("/healthz")[1]
+        assert wait_for(lambda: read_writes_failing(viewer).processes == 1, 10)
+        shown = banners(dsn, rules, monkeypatch)
+        assert [len(found) for found in shown.values()] == [1, 1], shown
+        time.sleep(4 * INTERVAL)  # more failing passes: still one message
+        assert len(writes_messages(slack_sink)) == 1
+        writes_work_again(conn)
+        resumed = time.monotonic()
+        resolved = wait_for(lambda: len(writes_messages(slack_sink)) >= 2, timeout=60)
+        assert resolved, "no resolve: " + scheduler.output
+        resolve_took = time.monotonic() - resumed
+        time.sleep(6 * INTERVAL)  # a stalled-alerting message would come by now
+        messages = slack_sink.messages()
+        assert wait_for(lambda: scheduler.metric("outbox_monitor_writes_failing") == 0, 10)
+        assert wait_for(lambda: read_writes_failing(viewer).processes == 0, 10)
+        assert banners(dsn, rules, monkeypatch) == {"overview": [], "alerts": []}
+    finally:
+        scheduler.stop()
+        viewer.close()
+    headers = [m["blocks"][0]["text"]["text"] for m in messages]
+    print(
+        f"\n[writes failing] message {took:.1f} s after the writes began to fail "
+        f"(3 intervals = {FAILED_INTERVALS * INTERVAL:g} s), resolve {resolve_took:.1f} s "
+        f"after they work again; messages: {headers}"
+    )
+    assert len(messages) == 2, headers
+    firing, resolve = messages
+    assert "writes-failing" in headers[0] and "RESOLVED" not in headers[0]
+    assert "RESOLVED" in headers[1] and "writes-failing" in headers[1]
+    assert "53100" not in firing["text"] and "No space left on device" in firing["text"]
+    firing_key = keys_of(firing)["message_key"]
+    assert firing_key != keys_of(resolve)["message_key"]
+    assert firing_key.rsplit(":", 1)[0] == keys_of(resolve)["message_key"].rsplit(":", 1)[0]

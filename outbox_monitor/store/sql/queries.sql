@@ -1921,6 +1921,16 @@ SELECT now() AS now, l.holder, l.holder_pid, l.term, l.acquired_at, l.renewed_at
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_monitor.leader_leases AS l ON l.table_name = %(table_name)s;
 
+-- name: lease_mark_application
+-- Rename the lease connection's session (application_name; writes nothing): the leader's mark while its writes fail (issue 29 item 7).
+SELECT set_config('application_name', %(name)s, false);
+
+-- name: scheduler_writes_failing
+-- Scheduler lease connections of this database marked as failing to write (their application_name, issue 29 item 7), with the oldest mark's session start.
+SELECT count(*)::int AS processes, min(backend_start) AS since
+FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = %(name)s;
+
 -- name: replica_heartbeat
 -- Record this replica's heartbeat in its fleet (its connection's backend pid, expiring after %(ttl)s s, the leases it holds) and forget the fleet's expired replicas.
 WITH forgotten AS (
