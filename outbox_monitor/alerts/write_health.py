@@ -85,6 +85,7 @@ class WriteEpisode:
     error: str
     was_leader: bool
     ended_at: datetime | None = None
+    marked: bool = False
     alerts: dict[str, DirectPost] = field(default_factory=dict)
     resolves: dict[str, DirectPost] = field(default_factory=dict)
 
@@ -279,8 +280,9 @@ class WriteHealth:
                     self._row(episode, name, "error"),
                     clock=self.clock,
                 )
-        if episode.alerted and self.mark is not None:
+        if episode.alerted and not episode.marked and self.mark is not None:
             self.mark(True)
+            episode.marked = True
 
     def _post_resolves(self, episode: WriteEpisode, now: float) -> None:
         alerted = [name for name, post in episode.alerts.items() if post.posted_at is not None]
@@ -296,7 +298,7 @@ class WriteHealth:
                     clock=self.clock,
                 )
         if all(episode.resolves[name].posted_at is not None for name in alerted):
-            if self.mark is not None:
+            if episode.marked and self.mark is not None:
                 self.mark(False)
             with self._lock:
                 if self.episode is episode:

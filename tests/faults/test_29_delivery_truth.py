@@ -32,11 +32,18 @@ from outbox_monitor.alerts.message_key import (
     message_key,
     row_message_key,
 )
+from outbox_monitor.alerts.outage import DatabaseHealth
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import transports_for
-from outbox_monitor.alerts.write_health import FAILED_INTERVALS, read_writes_failing
+from outbox_monitor.alerts.write_health import (
+    FAILED_INTERVALS,
+    WriteHealth,
+    is_write_failure,
+    read_writes_failing,
+)
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.store.db import Database
 from tests.alerting import (
     Scheduler,
@@ -288,3 +295,46 @@ def test_writes_failing_for_3_intervals_post_one_message_and_one_resolve(
     firing_key = keys_of(firing)["message_key"]
     assert firing_key != keys_of(resolve)["message_key"]
     assert firing_key.rsplit(":", 1)[0] == keys_of(resolve)["message_key"].rsplit(":", 1)[0]
+
+
+def test_writes_failing_is_quiet_while_the_database_is_unreachable(
+    db, conn, write_rules, slack_sink: SlackSink
+):
+    ruleset = write_rules(RULES)
+    transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
+    database = DatabaseHealth(
+        db, identity="host-a:1", ruleset=ruleset, transports=transports, alert_after=0.0
+    )
+    marks: list[bool] = []
+    writes = WriteHealth(
+        db,
+        identity="host-a:1",
+        ruleset=ruleset,
+        transports=transports,
+        database=database,
+        alert_after=0.0,
+        mark=marks.append,
+    )
+    with pytest.raises(psycopg.Error) as raised:  # a real 53100 from the server
+        conn.execute(
+            "DO $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'"
+            " USING ERRCODE = '53100'; END $$"
+        )
+    lost = DatabaseUnavailable("lost the database at host/db: server closed the connection")
+    assert is_write_failure(raised.value) and not is_write_failure(lost)
+    database.failed(lost, was_leader=True)
+    writes.failed("evaluate", raised.value, was_leader=True)
+    writes.tick()
+    assert writes_messages(slack_sink) == [] and marks == []  # database-unreachable says more
+    database.succeeded()
+    writes.tick()
+    assert len(writes_messages(slack_sink)) == 1 and marks == [True]
+    writes.tick()
+    assert len(writes_messages(slack_sink)) == 1  # once per route
+    writes.succeeded("sender")  # a job that wrote nothing proves nothing
+    assert writes.failing_since is not None
+    writes.succeeded("evaluate", proves_writes=True)
+    writes.tick()
+    messages = writes_messages(slack_sink)
+    assert len(messages) == 2 and "RESOLVED" in messages[1]["blocks"][0]["text"]["text"]
+    assert marks == [True, False] and not writes.in_episode
