@@ -233,9 +233,9 @@ class WriteHealth:
             return
         try:
             if ended:
-                self._post_resolves(episode, now)
+                self._post_resolves(episode)
             else:
-                self._post_alerts(episode, now)
+                self._post_alerts(episode)
         finally:
             self._posting.release()
 
@@ -268,35 +268,33 @@ class WriteHealth:
             outbox=self.db.alert_outbox,
         )
 
-    def _post_alerts(self, episode: WriteEpisode, now: float) -> None:
-        for name in self.ruleset.routes:
-            post = episode.alerts.setdefault(name, DirectPost())
+    def _post_due(
+        self, episode: WriteEpisode, posts: dict[str, DirectPost], routes: list[str], kind: str
+    ) -> None:
+        """Post ``kind`` (``error``: the alert, ``resolved``) to each of ``routes`` not yet
+        posted whose next try is due, recording each outcome in ``posts``."""
+        now = time.monotonic()
+        for name in routes:
+            post = posts.setdefault(name, DirectPost())
             if post.posted_at is None and now >= post.next_at:
                 post_directly(
                     self.transports,
                     self.ruleset,
                     name,
                     post,
-                    self._row(episode, name, "error"),
+                    self._row(episode, name, kind),
                     clock=self.clock,
                 )
+
+    def _post_alerts(self, episode: WriteEpisode) -> None:
+        self._post_due(episode, episode.alerts, list(self.ruleset.routes), "error")
         if episode.alerted and not episode.marked and self.mark is not None:
             self.mark(True)
             episode.marked = True
 
-    def _post_resolves(self, episode: WriteEpisode, now: float) -> None:
+    def _post_resolves(self, episode: WriteEpisode) -> None:
         alerted = [name for name, post in episode.alerts.items() if post.posted_at is not None]
-        for name in alerted:
-            post = episode.resolves.setdefault(name, DirectPost())
-            if post.posted_at is None and now >= post.next_at:
-                post_directly(
-                    self.transports,
-                    self.ruleset,
-                    name,
-                    post,
-                    self._row(episode, name, "resolved"),
-                    clock=self.clock,
-                )
+        self._post_due(episode, episode.resolves, alerted, "resolved")
         if all(episode.resolves[name].posted_at is not None for name in alerted):
             if episode.marked and self.mark is not None:
                 self.mark(False)
