@@ -48,11 +48,13 @@ from outbox_monitor.store.db import Database
 from tests.alerting import (
     Scheduler,
     drain,
+    fail_writes,
     notifications,
     rules_file,
     stuck_lock_rules,
     subprocess_env,
     wait_for,
+    writes_work_again,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,37 +186,7 @@ def test_kill_9_during_the_post_delivers_the_firing_twice_with_one_key(
     assert row["status"] == "sent" and row["kind"] == "firing"
 
 
-WRITTEN_TABLES = (
-    "samples",
-    "event_type_samples",
-    "alert_instances",
-    "alert_transitions",
-    "notifications",
-    "leader_leases",
-)
-"""The tables the leader writes every interval (a full disk refuses them all)."""
 BANNER = "The scheduler cannot write"
-
-
-def fail_writes(conn: psycopg.Connection) -> None:
-    """Make every write to ``WRITTEN_TABLES`` fail as a full disk does (SQLSTATE 53100),
-    reads untouched: a test-owned trigger on each."""
-    conn.execute(
-        "CREATE FUNCTION public.test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'"
-        " USING ERRCODE = '53100'; END $$"
-    )
-    for table in WRITTEN_TABLES:
-        conn.execute(
-            f"CREATE TRIGGER test_disk_full BEFORE INSERT OR UPDATE OR DELETE"
-            f" ON outbox_monitor.{table} FOR EACH ROW EXECUTE FUNCTION public.test_disk_full()"
-        )
-
-
-def writes_work_again(conn: psycopg.Connection) -> None:
-    for table in WRITTEN_TABLES:
-        conn.execute(f"DROP TRIGGER test_disk_full ON outbox_monitor.{table}")
-    conn.execute("DROP FUNCTION public.test_disk_full()")
 
 
 def banners(dsn: str, rules: Path, monkeypatch) -> dict[str, list[str]]:
