@@ -255,9 +255,11 @@ class JobRuntime:
                     if self._releasing:
                         return
                     self._running += 1
+            ran = False
             try:
                 if not leader_only or self.leadership.try_acquire():
                     job()
+                    ran = True
             except LeadershipLost as error:
                 log.info("%s", error)
             except DatabaseUnavailable as error:
@@ -276,7 +278,7 @@ class JobRuntime:
             self.status.database_ok()
             self.health.succeeded()
             if self.writes is not None:
-                self.writes.succeeded(name, proves_writes=writes)
+                self.writes.succeeded(name, proves_writes=writes and ran)
 
         return run
 
