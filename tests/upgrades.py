@@ -39,6 +39,8 @@ UNDO_SINCE_008 = (
     "ALTER TABLE outbox_monitor.notifications DROP COLUMN outbox; "
     # 018: the scheduler replicas' registry
     "DROP TABLE outbox_monitor.scheduler_replicas; "
+    # 021: the episode of each alert instance (issue 29 item 8)
+    "ALTER TABLE outbox_monitor.alert_instances DROP COLUMN episode_id; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""
