@@ -145,9 +145,11 @@ class WriteHealth:
         with self._lock:
             self._failing[job] = message
             episode = self.episode
-            if episode is None or episode.ended_at is not None:
-                if episode is not None:  # a resolve not yet posted: a new episode replaces it
-                    log.warning("writes fail again before the resolve of %s was posted", RULE_NAME)
+            if episode is not None and episode.ended_at is not None:
+                # failing again before the resolve was posted: the alert stays open
+                log.warning("writes fail again before the resolve of %s was posted", RULE_NAME)
+                episode.ended_at = None
+            if episode is None:
                 self.episode = WriteEpisode(
                     id=str(uuid.uuid4()),
                     started_at=self.clock(),

@@ -306,6 +306,10 @@ def test_writes_failing_is_quiet_while_the_database_is_unreachable(
     writes.succeeded("sender")  # a job that wrote nothing proves nothing
     assert writes.failing_since is not None
     writes.succeeded("evaluate", proves_writes=True)
+    writes.failed("evaluate", raised.value, was_leader=True)  # again, before the resolve went
+    writes.tick()
+    assert len(writes_messages(slack_sink)) == 1 and writes.failing_since is not None
+    writes.succeeded("evaluate", proves_writes=True)
     writes.tick()
     messages = writes_messages(slack_sink)
     assert len(messages) == 2 and "RESOLVED" in messages[1]["blocks"][0]["text"]["text"]
