@@ -57,6 +57,7 @@ state_tab, notifications_tab, transitions_tab, silences_tab, test_tab = st.tabs(
 def live_state() -> None:
     with banners.guarded(wait_out_outage=True):
         alert_rules.show_stall(alert_loaders.evaluator_lease(ctx.db), ruleset)
+        alert_rules.show_writes_failing(alert_loaders.writes_failing(ctx.db))
         instances = alert_loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
         counts = alert_rules.state_counts(instances)

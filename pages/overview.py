@@ -64,10 +64,11 @@ def tile(column, label: str, value: str, badge: rule_state.Badge | None, help: s
 
 def alerting() -> tuple:
     """The rules, their persisted states and why they cannot be trusted (``None`` when a
-    scheduler evaluates); renders the stall banner."""
+    scheduler evaluates); renders the stall and writes-failing banners."""
     loaded = alert_rules.load_ruleset()
     lease = alert_loaders.evaluator_lease(ctx.db)
     alert_rules.show_stall(lease, loaded.ruleset)
+    alert_rules.show_writes_failing(alert_loaders.writes_failing(ctx.db))
     instances = alert_loaders.alert_instances(ctx.db)
     return loaded.ruleset, instances, rule_state.alerting_down(lease, loaded.ruleset)
 

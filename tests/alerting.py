@@ -289,3 +289,36 @@ class Scheduler:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+WRITTEN_TABLES = (
+    "samples",
+    "event_type_samples",
+    "alert_instances",
+    "alert_transitions",
+    "notifications",
+    "leader_leases",
+)
+"""The tables the leader writes every interval (a full disk refuses them all)."""
+
+
+def fail_writes(conn: psycopg.Connection) -> None:
+    """Make every write to ``WRITTEN_TABLES`` fail as a full disk does (SQLSTATE 53100),
+    reads untouched: a test-owned trigger on each."""
+    conn.execute(
+        "CREATE FUNCTION public.test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'"
+        " USING ERRCODE = '53100'; END $$"
+    )
+    for table in WRITTEN_TABLES:
+        conn.execute(
+            f"CREATE TRIGGER test_disk_full BEFORE INSERT OR UPDATE OR DELETE"
+            f" ON outbox_monitor.{table} FOR EACH ROW EXECUTE FUNCTION public.test_disk_full()"
+        )
+
+
+def writes_work_again(conn: psycopg.Connection) -> None:
+    """Drop ``fail_writes``'s triggers and their function: writes succeed again."""
+    for table in WRITTEN_TABLES:
+        conn.execute(f"DROP TRIGGER test_disk_full ON outbox_monitor.{table}")
+    conn.execute("DROP FUNCTION public.test_disk_full()")

@@ -41,6 +41,8 @@ UNDO_SINCE_008 = (
     "DROP TABLE outbox_monitor.scheduler_replicas; "
     # 022: the control change's lock (008 replaces claim and creates claim_grants again)
     "DROP FUNCTION outbox_monitor.control_barrier, outbox_monitor.change_lock_key; "
+    # 021: the episode of each alert instance (issue 29 item 8)
+    "ALTER TABLE outbox_monitor.alert_instances DROP COLUMN episode_id; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

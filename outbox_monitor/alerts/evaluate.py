@@ -24,6 +24,9 @@ are written in ONE transaction that holds the instance's row lock, so a crash, a
 a second evaluator can neither lose nor duplicate a notification. A notification's
 ``dedupe_key`` is ``rule|instance|firing_seq|kind`` (``…|repeat-<n>`` for repeats; the
 instance as stored: scoped by a fleet file's outbox, ``outbox_scope.scoped_instance``).
+Each episode also has an id, the one of the transition that started it (kept in
+``alert_instances.episode_id`` while it lasts, carried in every notification's payload as
+``episode``): the Slack message's key is made of it (``message_key``).
 
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
 a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
@@ -65,6 +68,7 @@ from outbox_monitor.alerts.outbox_scope import (
 from outbox_monitor.alerts.removed_rules import retire_removed_rules
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.state_machine import (
+    ERROR_KIND,
     FIRING,
     FIRING_KIND,
     INACTIVE,
@@ -222,9 +226,8 @@ class Evaluator:
         with self.db.transaction() as conn:
             self._fence(conn)
             conn.execute(self.db.compose("alert_instance_ensure"), {**key, "labels": Jsonb(labels)})
-            current = InstanceState.from_row(
-                conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
-            )
+            locked = conn.execute(self.db.compose("alert_instance_lock"), key).fetchone()
+            current, episode = InstanceState.from_row(locked), locked["episode_id"]
             new, steps = advance(
                 current,
                 now=context.now,
@@ -235,7 +238,7 @@ class Evaluator:
             )
             kinds: list[str] = []
             for step in steps:
-                conn.execute(
+                transition = conn.execute(
                     self.db.compose("alert_transition_insert"),
                     {
                         **key,
@@ -246,7 +249,9 @@ class Evaluator:
                         "detail": step.detail
                         + (" (no longer reported)" if observation.vanished else ""),
                     },
-                )
+                ).fetchone()
+                if step.kind in (FIRING_KIND, ERROR_KIND) and step.seq != current.firing_seq:
+                    episode = transition["id"]  # this transition starts the episode
                 if step.kind is None:
                     continue
                 suppressed = silenced
@@ -270,6 +275,7 @@ class Evaluator:
                     previous=current,
                     figures_db=self.figures_db,
                     route=route_name,
+                    episode=episode,
                 )
                 if sent is not None:
                     kinds.append(step.kind)
@@ -307,6 +313,7 @@ class Evaluator:
                         repeat=repeats + 1,
                         figures_db=self.figures_db,
                         route=route_name,
+                        episode=episode,
                     )
                     is not None
                 ):
@@ -327,6 +334,7 @@ class Evaluator:
                     "last_notified_at": new.last_notified_at,
                     "firing_seq": new.firing_seq,
                     "error": new.error,
+                    "episode_id": episode,
                 },
             )
         return InstanceReport(

@@ -58,6 +58,10 @@ LEADER_STATEMENT_TIMEOUT_MS = 5000
 LEADER_LOCK_TIMEOUT_MS = 1000
 """A takeover waits at most this long for the old leader's fenced transactions (then the
 next tick tries again)."""
+WRITES_FAILING_APPLICATION = f"{APPLICATION_NAME} leader writes-failing"
+"""The ``application_name`` of a leader's lease connection while its writes fail
+(``mark_writes_failing``): a session setting, seen in ``pg_stat_activity`` by every login,
+so the dashboard can say so while nothing can be written."""
 LEASE_MIN_TTL_SECONDS = 5.0
 LEASE_MAX_TTL_SECONDS = 15.0
 """Kubernetes' default lease duration (``leaseDuration``)."""
@@ -108,6 +112,7 @@ class Leadership:
         self._conn: psycopg.Connection | None = None
         self._term: int | None = None
         self._held = False
+        self._writes_failing = False
         self._mutex = threading.RLock()
 
     # ------------------------------------------------------------------ public
@@ -244,6 +249,24 @@ class Leadership:
             if was_held:
                 log.info("%s released the evaluator lease of %s", self.identity, self.table_name)
 
+    def mark_writes_failing(self, failing: bool) -> None:
+        """Name the lease connection ``WRITES_FAILING_APPLICATION`` while ``failing`` (the
+        writes-failing alert, ``alerts.write_health``), its usual name else; a connection
+        opened later takes the same name. ``set_config`` changes a session setting only,
+        which a database refusing writes still accepts. Never raises (logged)."""
+        with self._mutex:
+            self._writes_failing = failing
+            conn = self._conn
+            if conn is None or conn.closed:
+                return
+            try:
+                conn.execute(
+                    compose("lease_mark_application"),
+                    {"name": self._connect_kwargs()["application_name"]},
+                )
+            except psycopg.Error as error:
+                log.warning("could not mark the lease connection: %s", first_line(error))
+
     def __enter__(self) -> "Leadership":
         return self
 
@@ -322,7 +345,10 @@ class Leadership:
         return conn
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        return lease_connect_kwargs("leader")
+        kwargs = lease_connect_kwargs("leader")
+        if self._writes_failing:
+            kwargs["application_name"] = WRITES_FAILING_APPLICATION
+        return kwargs
 
 
 def lease_connect_kwargs(purpose: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from outbox_monitor.alerts.message_key import message_metadata, pack_key, row_message_key
 from outbox_monitor.alerts.mrkdwn import (
     MAX_BUTTON_URL_CHARS,
     clip,
@@ -66,15 +67,22 @@ class SlackMessage:
 
     text: str
     blocks: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+    """Slack message metadata carrying the message's keys (``message_key.message_metadata``);
+    ``None`` for a message of no notification (a route's test message)."""
 
     def as_payload(self) -> dict[str, Any]:
-        """The JSON body fields: ``{"text", "blocks", "unfurl_links", "unfurl_media"}``."""
-        return {
+        """The JSON body fields: ``{"text", "blocks", "unfurl_links", "unfurl_media"}`` and
+        ``metadata`` when the message has keys."""
+        payload: dict[str, Any] = {
             "text": self.text,
             "blocks": self.blocks,
             "unfurl_links": False,
             "unfurl_media": False,
         }
+        if self.metadata is not None:
+            payload["metadata"] = self.metadata
+        return payload
 
 
 def _severity_rank(severity: object) -> int:
@@ -173,8 +181,10 @@ def _assemble(
     left_out: int,
     mention: str | None,
     footer: str,
+    keys: Sequence[str] = (),
 ) -> SlackMessage:
-    """Blocks and fallback text from prepared, escaped parts, within Slack's limits."""
+    """Blocks and fallback text from prepared, escaped parts, within Slack's limits; the
+    notifications' ``keys`` (``message_key``) in the metadata and, packed, in the footer."""
     blocks: list[Block] = [HeaderBlock(text=PlainTextObject(text=header, emoji=True))]
     prefix = f"{mention} " if mention else ""
     for index, (text, url) in enumerate(sections):
@@ -188,6 +198,8 @@ def _assemble(
     if left_out:
         note = f"…and {left_out} more instance(s) not shown here: open the dashboard."
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=note)]))
+    if keys:
+        footer += f" · key {pack_key(keys)}"
     footer_text = clip_mrkdwn(footer, MAX_CONTEXT_CHARS)
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=footer_text)]))
     text = prefix + escape_mrkdwn(header) + "\n" + "\n".join(fallback_lines)
@@ -198,6 +210,7 @@ def _assemble(
     return SlackMessage(
         text=clip_mrkdwn(text, MAX_TEXT_CHARS),
         blocks=[block.to_dict() for block in blocks[:MAX_BLOCKS]],
+        metadata=message_metadata(keys) if keys else None,
     )
 
 
@@ -233,7 +246,9 @@ def render_notifications(
 
     Returns:
         A ``SlackMessage``: header, one section per instance with a dashboard button,
-        a "left out" note beyond 45 instances, a footer; and the fallback ``text``.
+        a "left out" note beyond 45 instances, a footer with the message's key; the
+        fallback ``text``; and the ``metadata`` carrying each notification's
+        ``message_key.row_message_key`` (rows with a ``dedupe_key``).
 
     Raises:
         ValueError: ``rows`` is empty.
@@ -260,6 +275,7 @@ def render_notifications(
         left_out=len(rows) - len(shown),
         mention=mention if pages and mention else None,
         footer=_footer(now, route),
+        keys=[row_message_key(row) for row in rows if row.get("dedupe_key")],
     )
 
 

@@ -20,6 +20,7 @@ from outbox_monitor.alerts.slack_outcomes import (
     DeliveryError,
     PermanentError,
     RateLimited,
+    answer_label,
     redact,
 )
 from outbox_monitor.errors import clean_error
@@ -91,6 +92,8 @@ class SenderPass:
     dashboard_url: str
     fence: Callable[[psycopg.Connection], None] | None = None
     counts: Counter[str] = field(default_factory=Counter)
+    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Messages failed for good this pass, by (route, Slack's answer: ``answer_label``)."""
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -129,7 +132,15 @@ def deliver_pack(
         except PermanentError as error:
             _record(run, conn, "sender_mark_failed", pack, error)
             run.counts["failed"] += len(pack.rows)
-            _log_failure(run, pack, error, "failed for good")
+            run.refused[(pack.route, answer_label(error.code))] += 1
+            log.error(
+                "notifications %s on route %s failed for good: Slack answered %s; the route "
+                "goes on with its next message (%s)",
+                pack.ids,
+                pack.route,
+                answer_label(error.code) if error.code else "no code",
+                error_text(error, secrets=run.secrets),
+            )
             return True
         except DeliveryError as error:
             until = now + timedelta(seconds=run.retry_interval * (1 - RETRY_MARGIN))

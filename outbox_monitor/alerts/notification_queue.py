@@ -77,6 +77,7 @@ def queue_notification(
     repeat: int | None = None,
     figures_db: Database | None = None,
     route: str | None = None,
+    episode: int | None = None,
 ) -> int | None:
     """Insert the ``kind`` notification of an instance's episode ``seq`` (``repeat``: the
     repeat's number) with its payload, ``suppressed`` or pending, in ``conn``'s transaction
@@ -86,6 +87,8 @@ def queue_notification(
     outbox (``db.alert_outbox``), the payload's dashboard paths ``?outbox=``, and the row's
     instance and dedupe key are scoped by it (``outbox_scope.scoped_instance``).
     ``instance``: the instance's key as the rule knows it (``""``, ``event_type=…``).
+    ``episode``: the id of the transition that started the episode, put in the payload as
+    ``episode`` (``message_key.row_message_key``); ``None``: an episode older than it.
 
     Returns:
         The row's id; ``None`` when a row with its dedupe key was already there.
@@ -96,6 +99,8 @@ def queue_notification(
     stored = scoped_instance(db.alert_outbox, instance)
     if repeat is not None:
         payload["repeat"] = repeat
+    if episode is not None:
+        payload["episode"] = episode
     row = conn.execute(
         db.compose("notification_insert"),
         {

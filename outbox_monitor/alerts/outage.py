@@ -83,8 +83,8 @@ POST_RETRY_CAP_SECONDS = 60.0
 
 
 @dataclass
-class _Post:
-    """The alert's delivery to one route."""
+class DirectPost:
+    """An own alert's delivery to one route, straight to Slack (``post_directly``)."""
 
     attempts: int = 0
     next_at: float = 0.0
@@ -103,12 +103,104 @@ class Outage:
     started_monotonic: float
     error: str
     was_leader: bool
-    posts: dict[str, _Post] = field(default_factory=dict)
+    posts: dict[str, DirectPost] = field(default_factory=dict)
 
     @property
     def posted(self) -> bool:
         """Whether the alert reached at least one route."""
         return any(post.posted_at is not None for post in self.posts.values())
+
+
+def direct_row(
+    rule: str,
+    identity: str,
+    *,
+    episode: str,
+    route: str,
+    kind: str,
+    summary: str,
+    error: str,
+    since: datetime,
+    outbox: str,
+) -> dict[str, Any]:
+    """The notification row of one of the scheduler's own alerts posted straight to Slack
+    (``kind`` ``error``) or of its resolve: rule, instance (this process, ``host:pid``),
+    dedupe key ``<rule>|<host:pid>|<episode>/<route>|<kind>`` (so its ``message_key``
+    differs per episode and kind), and the payload the message is rendered from (critical,
+    ``error`` the line shown, ``since`` the episode's start; with a fleet file the outbox)."""
+    payload = {
+        "rule": rule,
+        "instance": identity,
+        "severity": "critical",
+        "summary": summary,
+        "metric": "database",
+        "op": None,
+        "threshold": None,
+        "value": None,
+        "unit": "seconds",
+        "since": since.isoformat(),
+        "labels": {"rule": rule, "severity": "critical", "monitor": identity},
+        "offenders": [],
+        "runbook_url": None,
+        "dashboard_path": "/",
+        "kind": kind,
+        "error": error,
+    }
+    return {
+        "dedupe_key": f"{rule}|{identity}|{episode}/{route}|{kind}",
+        "rule": rule,
+        "instance": identity,
+        "kind": kind,
+        "route": route,
+        "payload": scope_payload(payload, outbox),
+    }
+
+
+def post_directly(
+    transports: Mapping[str, Any] | None,
+    ruleset: Any,
+    name: str,
+    post: DirectPost,
+    row: Mapping[str, Any],
+    *,
+    clock: Clock,
+) -> None:
+    """Post ``row`` (``direct_row``) to route ``name`` straight to Slack, recording the
+    outcome in ``post``: posted (time, channel, ts), or the next try — a 429 after its
+    ``Retry-After``, another failure with a backoff doubling from ``POST_RETRY_BASE_SECONDS``
+    up to ``POST_RETRY_CAP_SECONDS`` (logged as a WARNING). A route without a transport is
+    never tried. Never raises (a transport bug is logged with its traceback)."""
+    transport = transports.get(name) if transports else None
+    if transport is None:
+        post.next_at = float("inf")
+        return
+    what = f"{row['rule']} {'resolve' if row['kind'] == 'resolved' else 'alert'}"
+    post.attempts += 1
+    try:
+        message = render_notifications(
+            [row],
+            mention=getattr(ruleset.routes[name], "mention", None),
+            dashboard_url=dashboard_base_url(),
+            now=clock(),
+            route=name,
+        )
+        delivery = transport.post(message)
+    except RateLimited as error:
+        post.last_error = str(error)
+        post.next_at = time.monotonic() + max(error.retry_after_seconds, 1.0)
+    except DeliveryError as error:
+        post.last_error = str(error)
+        delay = POST_RETRY_BASE_SECONDS * 2 ** min(post.attempts - 1, 16)
+        post.next_at = time.monotonic() + min(POST_RETRY_CAP_SECONDS, delay)
+        log.warning("%s to route %s failed: %s", what, name, error)
+    except Exception as error:  # a transport bug must not kill the scheduler's job
+        post.last_error = f"{type(error).__name__}: {error}"
+        post.next_at = time.monotonic() + POST_RETRY_CAP_SECONDS
+        log.exception("%s to route %s failed", what, name)
+    else:
+        post.posted_at = clock()
+        post.channel, post.ts = delivery.channel, delivery.ts
+        log.warning("posted the %s to route %s", what, name)
 
 
 class DatabaseHealth:
@@ -237,7 +329,7 @@ class DatabaseHealth:
                 return
             due = []
             for name in self.ruleset.routes:
-                post = outage.posts.setdefault(name, _Post())
+                post = outage.posts.setdefault(name, DirectPost())
                 if post.posted_at is None and now >= post.next_at:
                     due.append((name, post))
         if not due or not self._posting.acquire(blocking=False):
@@ -265,68 +357,29 @@ class DatabaseHealth:
                 f"Since {since} alert evaluation and sending are stopped; a resolve follows "
                 f"when the database is back. Last error: {outage.error}"
             )
-        payload = {
-            "rule": RULE_NAME,
-            "instance": self.identity,
-            "severity": "critical",
-            "summary": summary,
-            "metric": "database",
-            "op": None,
-            "threshold": None,
-            "value": None,
-            "unit": "seconds",
-            "since": outage.started_at.isoformat(),
-            "labels": {"rule": RULE_NAME, "severity": "critical", "monitor": self.identity},
-            "offenders": [],
-            "runbook_url": None,
-            "dashboard_path": "/",
-            "kind": kind,
-            "error": f"outbox-monitor cannot reach the database {target}",
-            "outage_id": outage.id,
-        }
-        payload = scope_payload(payload, self.db.alert_outbox)
-        return {
-            "dedupe_key": f"{RULE_NAME}|{self.identity}|{outage.id}/{route}|{kind}",
-            "rule": RULE_NAME,
-            "instance": self.identity,
-            "kind": kind,
-            "route": route,
-            "payload": payload,
-        }
+        row = direct_row(
+            RULE_NAME,
+            self.identity,
+            episode=outage.id,
+            route=route,
+            kind=kind,
+            summary=summary,
+            error=f"outbox-monitor cannot reach the database {target}",
+            since=outage.started_at,
+            outbox=self.db.alert_outbox,
+        )
+        row["payload"]["outage_id"] = outage.id
+        return row
 
-    def _post(self, outage: Outage, name: str, post: _Post) -> None:
-        transport = self.transports.get(name) if self.transports else None
-        if transport is None:
-            post.next_at = float("inf")
-            return
-        route = self.ruleset.routes[name]
-        row = self._row(outage, name, "error")
-        post.attempts += 1
-        try:
-            message = render_notifications(
-                [row],
-                mention=getattr(route, "mention", None),
-                dashboard_url=dashboard_base_url(),
-                now=self.clock(),
-                route=name,
-            )
-            delivery = transport.post(message)
-        except RateLimited as error:
-            post.last_error = str(error)
-            post.next_at = time.monotonic() + max(error.retry_after_seconds, 1.0)
-        except DeliveryError as error:
-            post.last_error = str(error)
-            delay = POST_RETRY_BASE_SECONDS * 2 ** min(post.attempts - 1, 16)
-            post.next_at = time.monotonic() + min(POST_RETRY_CAP_SECONDS, delay)
-            log.warning("database-unreachable alert to route %s failed: %s", name, error)
-        except Exception as error:  # a transport bug must not kill the scheduler's job
-            post.last_error = f"{type(error).__name__}: {error}"
-            post.next_at = time.monotonic() + POST_RETRY_CAP_SECONDS
-            log.exception("database-unreachable alert to route %s failed", name)
-        else:
-            post.posted_at = self.clock()
-            post.channel, post.ts = delivery.channel, delivery.ts
-            log.warning("posted the database-unreachable alert to route %s", name)
+    def _post(self, outage: Outage, name: str, post: DirectPost) -> None:
+        post_directly(
+            self.transports,
+            self.ruleset,
+            name,
+            post,
+            self._row(outage, name, "error"),
+            clock=self.clock,
+        )
 
     def _record_end(self, outage: Outage) -> None:
         ended = self.clock()

@@ -55,7 +55,7 @@ def _retire(
     with db.transaction() as conn:
         fence(conn)
         row = conn.execute(db.compose("alert_instance_lock"), key).fetchone()
-        current, labels = InstanceState.from_row(row), row["labels"]
+        current, labels, episode = InstanceState.from_row(row), row["labels"], row["episode_id"]
         if current.state == INACTIVE:
             return InstanceReport(rule, instance, INACTIVE, current.value, None)
         detail = "rule removed from the rules file"
@@ -122,6 +122,7 @@ def _retire(
                 "last_notified_at": current.last_notified_at,
                 "firing_seq": current.firing_seq,
                 "error": None,
+                "episode_id": episode,
             },
         )
     return InstanceReport(

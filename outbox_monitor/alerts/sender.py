@@ -24,8 +24,10 @@
 
 A message's rows are locked (``FOR UPDATE SKIP LOCKED``) while it is sent, so two senders
 never post the same row; a crash between Slack's answer and the commit re-sends it once
-(at-least-once, the usual outbox trade-off). Sending one message and recording its outcome
-is ``message_delivery``'s; the test message of a route is ``route_check``'s.
+(at least once, the usual outbox trade-off): both posts carry the same key
+(``message_key``), by which a receiver drops the repeat. Sending one message and
+recording its outcome is ``message_delivery``'s; the test message of a route is
+``route_check``'s.
 """
 
 import logging
@@ -70,6 +72,7 @@ def deliver_due(
     max_messages: int = MAX_MESSAGES_PER_PASS,
     rule: str | None = None,
     fence: Callable[[psycopg.Connection], None] | None = None,
+    on_refused: Callable[[str, str], None] | None = None,
 ) -> dict[str, int]:
     """Deliver the due notifications, one pass (issue 3 §3; the scheduler's sender job).
 
@@ -90,6 +93,9 @@ def deliver_due(
             from any process); ``None``: every row.
         fence: called first in each delivery transaction (``Leadership.fence``: raises
             ``LeadershipLost`` once the lease was taken over, so the old leader stops).
+        on_refused: called with (route, Slack's answer) for each message Slack refused for
+            good (``PermanentError``: failed at once, the route goes on), e.g.
+            ``SchedulerStatus.refused`` for ``/metrics``.
 
     Returns:
         Counts: ``sent``, ``failed``, ``suppressed``, ``rate_limited`` and ``retrying``
@@ -135,6 +141,10 @@ def deliver_due(
             run.counts["waiting"] += len(rows)
             continue
         _deliver_route(run, route_name, rows, now, max_messages)
+    if on_refused is not None:
+        for (route_name, answer), count in run.refused.items():
+            for _ in range(count):
+                on_refused(route_name, answer)
     return dict(run.counts)
 
 

@@ -24,7 +24,7 @@ from outbox_monitor.alerts.slack_outcomes import (
     DeliveryError,
     PermanentError,
     classify_exception,
-    classify_status,
+    classify_webhook_answer,
     redact,
 )
 from outbox_monitor.config.settings import DEFAULT_SLACK_TIMEOUT_SECONDS
@@ -129,7 +129,8 @@ class WebhookTransport:
         return f"incoming webhook {parts.scheme}://{parts.netloc}/<redacted>"
 
     def post(self, message: SlackMessage) -> Delivery:
-        """Post ``message``; returns ``Delivery(None, None)``.
+        """Post ``message``; returns ``Delivery(None, None)``. Only HTTP 200 with the body
+        ``ok`` is a delivery (``classify_webhook_answer``).
 
         Raises:
             RateLimited, TransientError, PermanentError (redacted messages).
@@ -137,15 +138,18 @@ class WebhookTransport:
         what = "incoming webhook"
         try:
             response = self._client.send(
-                text=message.text, blocks=message.blocks, unfurl_links=False, unfurl_media=False
+                text=message.text,
+                blocks=message.blocks,
+                unfurl_links=False,
+                unfurl_media=False,
+                metadata=message.metadata,
             )
         except Exception as error:
             raise self._redacted(classify_exception(error, what)) from None
-        if response.status_code != 200:
-            code = redact(" ".join(str(response.body or "").split())[:200], self.secrets)
-            raise self._redacted(
-                classify_status(response.status_code, code, response.headers, what)
-            )
+        body = redact(" ".join(str(response.body or "").split())[:200], self.secrets)
+        failure = classify_webhook_answer(response.status_code, body, response.headers)
+        if failure is not None:
+            raise self._redacted(failure)
         return Delivery(None, None)
 
     def update(self, channel: str, ts: str, message: SlackMessage) -> Delivery:

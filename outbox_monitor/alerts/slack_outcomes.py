@@ -37,6 +37,33 @@ TRANSIENT_API_ERRORS = frozenset(
     {"internal_error", "fatal_error", "service_unavailable", "request_timeout", "team_is_busy"}
 )
 RATE_LIMIT_API_ERRORS = frozenset({"ratelimited", "rate_limited", "message_limit_exceeded"})
+WEBHOOK_OK = "ok"
+"""The one body of an incoming webhook's answer that means the message was posted."""
+PERMANENT_WEBHOOK_ANSWERS = frozenset(
+    {
+        "invalid_payload",
+        "user_not_found",
+        "action_prohibited",
+        "channel_not_found",
+        "channel_is_archived",
+        "no_service",
+        "no_service_id",
+        "no_team",
+        "team_disabled",
+        "invalid_token",
+        "posting_to_general_channel_denied",
+        "too_many_attachments",
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "missing_text_or_fallback_or_attachments",
+    }
+)
+"""Incoming-webhook answers that no retry can change (Slack's "Handling errors" list of
+incoming webhooks and its 2016-05-17 changelog: a disabled or deleted webhook, an archived
+or missing channel, a workspace restriction, a malformed message). Answered with HTTP 200
+(some proxies and old webhooks do) or a 4xx, they fail the message at once, so that the
+route's next message is not held behind it; any other body is retried like a 5xx."""
+_ANSWER_LABEL = re.compile(r"^[a-z_]{1,60}$")
 
 _SECRET_PATTERNS = (
     (re.compile(r"xox[a-z]-[A-Za-z0-9-]+"), "xox*-<redacted>"),
@@ -155,6 +182,46 @@ def classify_status(
         status=status,
         code=code,
     )
+
+
+def classify_webhook_answer(
+    status: int, body: str, headers: Mapping[str, Any] | None
+) -> DeliveryError | None:
+    """What an incoming webhook's answer means: ``None`` when it posted (HTTP 200 and the
+    body ``ok``), else the outcome error.
+
+    Args:
+        status: the HTTP status.
+        body: the answer's body (already redacted and cut by the caller).
+        headers: the answer's headers (``Retry-After``).
+
+    Returns:
+        ``None`` (posted); ``PermanentError`` for a known permanent answer
+        (``PERMANENT_WEBHOOK_ANSWERS``) whatever its status, and for other 4xx;
+        ``RateLimited`` for a 429; ``TransientError`` for a 5xx and for a 200 whose body is
+        neither ``ok`` nor a known answer (a proxy's page, an unknown text).
+    """
+    code = " ".join(body.split())[:200]
+    what = "incoming webhook"
+    if status == 200 and code == WEBHOOK_OK:
+        return None
+    if code in PERMANENT_WEBHOOK_ANSWERS:
+        return PermanentError(
+            f"{what}: Slack refused the message: HTTP {status} {code}", status=status, code=code
+        )
+    if status == 200:
+        return TransientError(
+            f"{what}: HTTP 200 without the body 'ok' (got {code[:80]!r}): not posted, retrying",
+            status=status,
+            code=code,
+        )
+    return classify_status(status, code, headers, what)
+
+
+def answer_label(code: str | None) -> str:
+    """Slack's answer as a ``/metrics`` label: its error code when it is one
+    (lower-case letters and ``_``, at most 60), else ``other`` (a bounded label)."""
+    return code if code and _ANSWER_LABEL.match(code) else "other"
 
 
 def classify_exception(error: BaseException, what: str) -> DeliveryError:

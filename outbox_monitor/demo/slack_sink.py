@@ -13,8 +13,8 @@
 It checks the Block Kit limits the renderer must respect (``slack_limits``: ≤ 50 blocks,
 header ≤ 150 chars, section text ≤ 3000, button url ≤ 3000, text ≤ 40,000) and refuses a
 message that breaks them like Slack (``invalid_blocks`` / ``msg_too_long``). Tests can make
-it misbehave: ``fail_next``, ``hang_next`` (``slack_sink_faults``), ``down``/``up``. Its
-HTTP side is ``slack_sink_http``. Standard library only.
+it misbehave: ``fail_next``, ``hang_next``, ``hold_next`` (``slack_sink_faults``),
+``down``/``up``. Its HTTP side is ``slack_sink_http``. Standard library only.
 
 Run it alone with ``python -m outbox_monitor.demo.slack_sink --port 3210``.
 """
@@ -203,6 +203,14 @@ class SlackSink:
             for _ in range(n):
                 self._faults.append(Fault("hang", seconds=seconds))
 
+    def hold_next(self, n: int = 1, seconds: float = 5.0) -> None:
+        """Make the next ``n`` POSTs post their message, then hold the answer ``seconds``
+        (or until ``stop``) before sending it: Slack took the message but the sender has
+        not heard so yet (a client killed meanwhile never does). Recorded as posted."""
+        with self._lock:
+            for _ in range(n):
+                self._faults.append(Fault("hold", seconds=seconds))
+
     def reset(self) -> None:
         """Forget recorded requests, messages and pending faults."""
         with self._lock:
@@ -278,7 +286,7 @@ class SlackSink:
         if fault is not None and fault.kind == "hang":
             record(None, "hung")
             return float(fault.seconds)
-        if fault is not None:
+        if fault is not None and fault.kind != "hold":
             reply = fault_reply(fault, is_webhook)
             record(reply.status, f"injected:{fault.status}")
             return reply
@@ -291,6 +299,8 @@ class SlackSink:
         else:
             reply, outcome = text_reply(404, "not_found"), "error:not_found"
         record(reply.status, outcome)
+        if fault is not None:  # a hold: answered once held
+            reply.delay = float(fault.seconds)
         return reply
 
     def _webhook(self, path: str, body: Any) -> tuple[Reply, str]:
@@ -313,6 +323,7 @@ class SlackSink:
             "thread_ts": body.get("thread_ts"),
             "text": body.get("text") or "",
             "blocks": body.get("blocks") or [],
+            "metadata": body.get("metadata"),
             "via": via,
             "posted_at": datetime.now(UTC).isoformat(),
             "edits": 0,

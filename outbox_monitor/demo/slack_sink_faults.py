@@ -15,9 +15,10 @@ _ERROR_CODES = {400: "invalid_payload", 403: "invalid_token", 404: "no_service",
 
 @dataclass
 class Fault:
-    """One pending failure: ``kind`` is ``"fail"`` (answer ``status``) or ``"hang"``."""
+    """One pending failure: ``kind`` is ``"fail"`` (answer ``status``), ``"hang"`` (no
+    answer, nothing posted) or ``"hold"`` (posted, the answer held ``seconds``)."""
 
-    kind: str  # "fail" | "hang"
+    kind: str  # "fail" | "hang" | "hold"
     status: int = 500
     retry_after: float | str | None = None
     error: str | None = None

@@ -37,12 +37,14 @@ class RecordedRequest:
 
 @dataclass
 class Reply:
-    """An answer to write: status, body, content type and extra headers."""
+    """An answer to write: status, body, content type, extra headers, and the seconds to
+    hold it before writing (``SlackSink.hold_next``)."""
 
     status: int
     body: bytes
     content_type: str = "application/json; charset=utf-8"
     headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
 
 
 def json_reply(status: int, data: dict[str, Any], **headers: str) -> Reply:
@@ -116,6 +118,8 @@ class Handler(BaseHTTPRequestHandler):
             self.sink._stall(reply)
             self.close_connection = True
             return
+        if reply.delay:
+            self.sink._stall(reply.delay)
         self._send(reply)
 
     def _send(self, reply: Reply) -> None:

@@ -127,6 +127,12 @@ def process_families(status: SchedulerStatus) -> Iterator[Metric]:
         "1 when no alert evaluation completed for more than 3 intervals (Slack is told).",
         value=1.0 if status.stalled else 0.0,
     )
+    yield GaugeMetricFamily(
+        "outbox_monitor_writes_failing",
+        "1 while this process's writes to the database fail (disk full, read-only, I/O "
+        "error; Slack is told after 3 intervals).",
+        value=0.0 if status.writes_failing_since is None else 1.0,
+    )
     replica = status.replica_reading
     yield GaugeMetricFamily(
         "outbox_monitor_evaluation_skipped",
@@ -142,3 +148,12 @@ def process_families(status: SchedulerStatus) -> Iterator[Metric]:
     for outcome, count in status.notification_counts().items():
         counter.add_metric([outcome], count)
     yield counter
+    refused = CounterMetricFamily(
+        "outbox_monitor_slack_refused",
+        "Messages Slack refused for good (failed at once, the route went on), by route and "
+        "Slack's answer (no_service, channel_is_archived, invalid_token, ...).",
+        labels=["route", "answer"],
+    )
+    for (route, answer), count in sorted(status.refusal_counts().items()):
+        refused.add_metric([route, answer], count)
+    yield refused

@@ -6,7 +6,9 @@ added to an APScheduler with its interval (what reaper, pruner and retention do:
 Every job is wrapped by ``guarded``: an error is logged with the job's name and target and
 the job runs again at its next interval; a background loop never dies on one error. Every
 job runs only in the process holding the evaluator lease (``alerts.leader``), so any number
-of scheduler processes evaluate, send, reap and prune exactly once (issue 3 §2, §4; issue 5),
+of scheduler processes evaluate, reap and prune once per pass and send each notification
+at least once — twice when a leader dies mid-post, with one key (``alerts.message_key``;
+issue 3 §2, §4; issue 5; issue 29 item 8),
 except the ``watchdog``, which runs in every process: it renews or takes over the lease
 and watches for a stalled evaluation (``alerts.stall``; issue 10 §2). ``scheduler`` builds
 and runs the process around them.
@@ -36,6 +38,7 @@ from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.stall import StallWatch
+from outbox_monitor.alerts.write_health import WriteHealth, is_write_failure
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.health.claim_plan import record_claim_plans
@@ -173,8 +176,9 @@ def add_claim_plan_job(scheduler: BaseScheduler, runtime: "JobRuntime", *, targe
 class JobRuntime:
     """What the jobs of one scheduler share: the Database of the figures (``db``) and of
     the writes (``primary``, default ``db``), the evaluator lease, the database health,
-    the status the exporter reads (``SchedulerStatus``) and the read replica's lag watch
-    (``store.standby``; ``None``: no check)."""
+    the status the exporter reads (``SchedulerStatus``), the read replica's lag watch
+    (``store.standby``; ``None``: no check) and the writes-failing watch
+    (``alerts.write_health``; ``None``: none)."""
 
     def __init__(
         self,
@@ -185,8 +189,10 @@ class JobRuntime:
         *,
         primary: Database | None = None,
         replica: ReplicaLagWatch | None = None,
+        writes: WriteHealth | None = None,
     ) -> None:
         self.db = db
+        self.writes = writes
         self.primary = primary or db
         self.leadership = leadership
         self.health = health
@@ -219,20 +225,28 @@ class JobRuntime:
             return False
         return self.replica.check(self.leadership.term).exceeds(self.replica.max_lag)
 
-    def as_leader(self, job: Callable[[], Any]) -> Callable[[], None]:
+    def as_leader(self, job: Callable[[], Any], *, writes: bool = False) -> Callable[[], None]:
         """Run ``job`` only while this process is the leader (renewing or taking the lease
         first), backing off while the database is unreachable (``DatabaseHealth``);
         failures still reach ``guarded``. A lease taken over mid-job (``LeadershipLost``
-        from a fence) ends the job quietly: ``Leadership`` has logged it."""
-        return self._reporting(job, leader_only=True)
+        from a fence) ends the job quietly: ``Leadership`` has logged it. ``writes``: every
+        successful run of ``job`` writes (the evaluator), so it proves the writes work
+        again for every job (``WriteHealth.succeeded``)."""
+        return self._reporting(job, leader_only=True, writes=writes)
 
     def in_every_process(self, job: Callable[[], Any]) -> Callable[[], None]:
         """Like ``as_leader``, but ``job`` runs whether or not this process leads."""
         return self._reporting(job, leader_only=False)
 
-    def _reporting(self, job: Callable[[], Any], *, leader_only: bool) -> Callable[[], None]:
+    def _reporting(
+        self, job: Callable[[], Any], *, leader_only: bool, writes: bool = False
+    ) -> Callable[[], None]:
+        name = getattr(job, "__name__", repr(job))
+
         def run() -> None:
             self.health.tick()
+            if self.writes is not None:
+                self.writes.tick()
             if not self.health.due():
                 return
             was_leader = self.leadership.held
@@ -241,9 +255,11 @@ class JobRuntime:
                     if self._releasing:
                         return
                     self._running += 1
+            ran = False
             try:
                 if not leader_only or self.leadership.try_acquire():
                     job()
+                    ran = True
             except LeadershipLost as error:
                 log.info("%s", error)
             except DatabaseUnavailable as error:
@@ -252,6 +268,8 @@ class JobRuntime:
                 raise
             except Exception as error:
                 self.status.database_failed(error)
+                if self.writes is not None and is_write_failure(error):
+                    self.writes.failed(name, error, was_leader=was_leader or self.leadership.held)
                 raise
             finally:
                 if leader_only:
@@ -259,6 +277,8 @@ class JobRuntime:
             self.running.answered()
             self.status.database_ok()
             self.health.succeeded()
+            if self.writes is not None:
+                self.writes.succeeded(name, proves_writes=writes and ran)
 
         return run
 
@@ -317,7 +337,7 @@ def add_evaluator_job(
     add_interval_job(
         scheduler,
         EVALUATOR_JOB_ID,
-        guarded(EVALUATOR_JOB_ID, runtime.as_leader(evaluate), target=target),
+        guarded(EVALUATOR_JOB_ID, runtime.as_leader(evaluate, writes=True), target=target),
         seconds=interval,
         name="evaluate alert rules",
     )
@@ -345,6 +365,7 @@ def add_sender_job(
             transports=transports,
             fence=runtime.leadership.fence,
             retry_interval=interval,
+            on_refused=runtime.status.refused,
         )
         runtime.status.delivered(counts)
         if counts.get("messages") or counts.get("failed"):
@@ -369,7 +390,8 @@ def add_watchdog_job(
 ) -> None:
     """Add the watchdog every ``tick`` s in every process: renew the lease (leader) or take
     it over when expired or its holder is gone (followers), then ``watch.check()`` (the
-    stalled-alerting alert; ``None``: no rules, nothing to watch)."""
+    stalled-alerting alert; ``None``: no rules, nothing to watch), whose count restarts
+    while the writes fail (``alerts.write_health``: that alert says why)."""
 
     def watchdog() -> None:
         started = time.monotonic()
@@ -380,6 +402,8 @@ def add_watchdog_job(
                 watch.lost_database()
             raise
         if watch is not None:
+            if runtime.writes is not None and runtime.writes.in_episode:
+                watch.lost_database()  # the writes-failing alert says why; recount after it
             watch.check(waited=time.monotonic() - started)
 
     add_interval_job(

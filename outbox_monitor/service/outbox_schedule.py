@@ -21,6 +21,7 @@ from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
 from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.stall import StallWatch
+from outbox_monitor.alerts.write_health import FAILED_INTERVALS, WriteHealth
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.service.hang_watch import HangWatch, hang_after
 from outbox_monitor.service.job_activity import TimedJobs
@@ -109,7 +110,20 @@ def add_outbox_jobs(
         status=status,
         fence=leadership.fence,
     )
-    runtime = JobRuntime(db, leadership, health, status, primary=primary, replica=replica)
+    writes = WriteHealth(
+        primary,
+        identity=leadership.identity,
+        ruleset=ruleset,
+        transports=transports,
+        database=health,
+        alert_after=FAILED_INTERVALS * interval,
+        mark=leadership.mark_writes_failing,
+        clock=clock,
+    )
+    status.writes = writes
+    runtime = JobRuntime(
+        db, leadership, health, status, primary=primary, replica=replica, writes=writes
+    )
     jobs = TimedJobs(scheduler, runtime.running)
     target = f"{db.table_name} at {describe_target(db.settings.dsn)}"
     watch = (

@@ -46,6 +46,9 @@ class SchedulerStatus:
         self._notifications: Counter[str] = Counter(
             {outcome: 0 for outcome in NOTIFICATION_OUTCOMES}
         )
+        self._refused: Counter[tuple[str, str]] = Counter()
+        self.writes: Any = None
+        """The process's ``alerts.write_health.WriteHealth`` (``None``: not watched)."""
 
     def attach(self, scheduler: Any, leadership: Any, interval: float) -> None:
         """Bind the scheduler (``running``), its ``Leadership`` and its interval (seconds)."""
@@ -151,6 +154,22 @@ class SchedulerStatus:
                 self._notifications[outcome] += int(counts.get(outcome, 0))
 
     @property
+    def writes_failing_since(self) -> datetime | None:
+        """When this process's writes began to fail (``None``: they succeed, or unwatched)."""
+        return None if self.writes is None else self.writes.failing_since
+
+    def refused(self, route: str, answer: str) -> None:
+        """Slack refused a message of ``route`` for good with ``answer`` (its error code,
+        ``slack_outcomes.answer_label``): the message failed, the route went on."""
+        with self._lock:
+            self._refused[(route, answer)] += 1
+
+    def refusal_counts(self) -> dict[tuple[str, str], int]:
+        """Messages refused for good since start, by (route, answer)."""
+        with self._lock:
+            return dict(self._refused)
+
+    @property
     def is_leader(self) -> bool:
         """Whether this process held the evaluator lease at its last check."""
         return bool(self.leadership is not None and self.leadership.held)
@@ -183,7 +202,8 @@ class SchedulerStatus:
         process's fault either: ``/healthz`` stays 200 and says it (``notice``); so is a
         database the jobs' last attempt could not reach (``database unreachable: <last
         error>``, from start too: issue 29 item 13), as a fleet's ``/healthz`` names each
-        unreachable outbox (``export.fleet.FleetStatus``).
+        unreachable outbox (``export.fleet.FleetStatus``); so are writes the database refuses (a
+        full disk: ``alerts.write_health``).
 
         Returns:
             ``(healthy, {"status": "ok"|"unavailable", "reason" (``None`` when ok),
@@ -220,6 +240,7 @@ class SchedulerStatus:
                         _database_notice(self.unreachable, last_error),
                         _replica_notice(replica),
                         _retention_notice(retention),
+                        self._writes_notice(),
                     ),
                 )
             )
@@ -238,6 +259,16 @@ class SchedulerStatus:
             },
         }
         return reason is None, details
+
+    def _writes_notice(self) -> str | None:
+        """``/healthz``'s notice while this process's writes fail (``alerts.write_health``)."""
+        since = self.writes_failing_since
+        if since is None:
+            return None
+        return (
+            f"writes fail since {since.isoformat(timespec='seconds')}: "
+            f"{self.writes.last_error or 'no error text'}"
+        )
 
 
 def _database_notice(unreachable: bool, last_error: str | None) -> str | None:

@@ -12,6 +12,7 @@ from outbox_monitor.access import Identity
 from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import stall as alert_stall
 from outbox_monitor.alerts import state as alert_state
+from outbox_monitor.alerts import write_health
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import loaders
 from outbox_monitor.ui.cache import cached, db_key
@@ -26,6 +27,17 @@ def evaluator_lease(db: Database) -> alert_stall.LeaseStatus:
     """``alerts.stall.read_lease``: the evaluator lease of the table and the database's now
     (for the "alerting is stalled" banner)."""
     return _evaluator_lease(db_key(db), db)
+
+
+@cached
+def _writes_failing(key: str, _db: Database) -> write_health.WritesFailing:
+    return write_health.read_writes_failing(_db)
+
+
+def writes_failing(db: Database) -> write_health.WritesFailing:
+    """``alerts.write_health.read_writes_failing``: schedulers whose writes fail (for the
+    "writes fail" banner)."""
+    return _writes_failing(db_key(db), db)
 
 
 @cached

@@ -18,6 +18,7 @@ from outbox_monitor.alerts.notification_text import held_note
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.rules_file import RulesError, load_rules, resolve_rules_path
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
+from outbox_monitor.alerts.write_health import WritesFailing, describe_writes_failing
 from outbox_monitor.durations import duration_label
 from outbox_monitor.ui import format
 from outbox_monitor.units import format_value
@@ -105,6 +106,21 @@ def show_stall(lease: LeaseStatus, ruleset: RuleSet | None) -> None:
         st.error(
             f"**Alerting is stalled** — {format.md_text(text)}",
             icon=":material/notifications_off:",
+        )
+
+
+def show_writes_failing(reading: WritesFailing) -> None:
+    """A red "The scheduler cannot write" banner while a scheduler's writes fail
+    (``alerts.write_health.describe_writes_failing``); nothing otherwise.
+
+    Args:
+        reading: ``alert_loaders.writes_failing``.
+    """
+    text = describe_writes_failing(reading)
+    if text:
+        st.error(
+            f"**The scheduler cannot write** — {format.md_text(text)}",
+            icon=":material/edit_off:",
         )
 
 

@@ -319,6 +319,7 @@ def test_every_rule_alerts_per_outbox_on_a_fleet(dsn, slack_sink, tmp_path):
         "database-unreachable": {'{outbox="orders"}': 1, '{outbox="billing"}': 1},
         "sampler-stalled": each("outbox_monitor_sampler_lag_seconds", 0, 30),
         "alerting-stalled": both,
+        "writes-failing": both,  # the writes of both outboxes' leaders succeed
     }
     assert set(expected) == set(rules)
     firing = firing_by_hand(age)

@@ -23,6 +23,8 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError, transports_for
 from outbox_monitor.demo.slack_sink import SlackSink
+from outbox_monitor.export.families import process_families
+from outbox_monitor.service.scheduler_status import SchedulerStatus
 from tests.alerting import FakeClock, notifications
 
 TIMEOUT = 1.0
@@ -444,6 +446,75 @@ def test_permanent_errors_fail_the_row_and_the_route_goes_on(deliver, notes, sla
     assert notes.get(good)["status"] == "sent"
     assert deliver()["attempts"] == 0  # a failed row is not retried
     print_traffic("400", slack_sink)
+    assert len(posted(slack_sink)) == 1
+
+
+def test_a_webhook_200_without_ok_is_retried_like_a_5xx_not_counted_sent(
+    deliver, notes, slack_sink, fake_clock
+):
+    """Issue 29 item 6: a proxy's page answered with HTTP 200 is no delivery."""
+    row_id = notes.add()
+    slack_sink.fail_next(1, status=200, error="<html><title>Sign in to the proxy</title></html>")
+    counts = deliver()
+    assert counts["sent"] == 0 and counts["retrying"] == 1
+    row = notes.get(row_id)
+    assert row["status"] == "pending" and row["last_status"] == 200
+    assert "without the body 'ok'" in row["last_error"]
+    fake_clock.now = row["available_at"]
+    assert deliver()["sent"] == 1
+    assert notes.get(row_id)["attempts"] == 2
+    assert len(posted(slack_sink)) == 1 and len(message_requests(slack_sink)) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "answer"),
+    [
+        (200, "no_service"),
+        (404, "no_service"),
+        (410, "channel_is_archived"),
+        (403, "invalid_token"),
+        (200, "posting_to_general_channel_denied"),
+        (403, "action_prohibited"),
+    ],
+)
+def test_a_permanent_webhook_answer_fails_at_once_and_the_route_goes_on(
+    db, ruleset, env, notes, slack_sink, fake_clock, caplog, status, answer
+):
+    """Issue 29 item 6: Slack's permanent answers fail the message in one attempt, the
+    route's next message goes in the same pass; an ERROR names the route and the answer;
+    ``/metrics`` counts it by route and answer."""
+    transports = transports_for(ruleset, env, timeout=TIMEOUT, quick_retry_seconds=QUICK_RETRY)
+    status_of = SchedulerStatus()
+    dead = notes.add()
+    behind = notes.add("backlog", "")
+    slack_sink.fail_next(1, status=status, error=answer)
+    with caplog.at_level(logging.ERROR, logger="outbox_monitor.alerts.sender"):
+        counts = deliver_due(
+            db,
+            ruleset,
+            clock=fake_clock,
+            transports=transports,
+            env=env,
+            on_refused=status_of.refused,
+        )
+    assert counts["failed"] == 1 and counts["sent"] == 1 and counts["attempts"] == 2
+    row = notes.get(dead)
+    assert row["status"] == "failed" and row["attempts"] == 1 and row["last_status"] == status
+    assert answer in row["last_error"]
+    assert notes.get(behind)["status"] == "sent"
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "route hook" in errors[0] and f"answered {answer}" in errors[0]
+    assert status_of.refusal_counts() == {("hook", answer): 1}
+    family = next(
+        f for f in process_families(status_of) if f.name == "outbox_monitor_slack_refused"
+    )
+    assert [(s.labels, s.value) for s in family.samples if s.name.endswith("_total")] == [
+        ({"route": "hook", "answer": answer}, 1.0)
+    ]
+    fake_clock.advance(3600)
+    assert (
+        deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)["attempts"] == 0
+    )  # never retried
     assert len(posted(slack_sink)) == 1
 
 

@@ -257,18 +257,32 @@ def test_a_silenced_alert_shows_what_would_have_been_posted(open_page, ruleset, 
 
 
 @pytest.mark.parametrize(
-    ("status", "outcome", "said"),
+    ("status", "answer", "outcome", "said"),
     [
-        (500, "pending", "Not posted yet: 1 attempt failed (HTTP 500): "),
-        (404, "failed", "Failed for good after 1 attempt: "),
+        (500, None, "pending", "Not posted yet: 1 attempt failed (HTTP 500): "),
+        (404, None, "failed", "Failed for good after 1 attempt: "),
+        (
+            200,
+            "no_service",
+            "failed",
+            "Failed for good after 1 attempt: incoming webhook: Slack refused the message: "
+            "HTTP 200 no_service.",
+        ),
+        (
+            200,
+            "<html>proxy sign-in</html>",
+            "pending",
+            "Not posted yet: 1 attempt failed (HTTP 200): incoming webhook: HTTP 200 without "
+            "the body 'ok'",
+        ),
     ],
 )
 def test_a_failed_delivery_shows_the_slack_error(
-    open_page, ruleset, db, rows, sink, status, outcome, said
+    open_page, ruleset, db, rows, sink, status, answer, outcome, said
 ):
     dead_letter(rows, "payment.captured", 60)
     Evaluator(db, ruleset).run_once()
-    sink.fail_next(1, status=status)
+    sink.fail_next(1, status=status, error=answer)
     deliver_due(
         db, ruleset, transports=transports_for(ruleset, {"SLACK_WEBHOOK_URL": sink.webhook_url})
     )

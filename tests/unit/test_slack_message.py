@@ -26,6 +26,7 @@ from outbox_monitor.alerts.message import (
     render_test,
     render_thread_update,
 )
+from outbox_monitor.alerts.message_key import row_message_key
 from outbox_monitor.alerts.mrkdwn import clip_mrkdwn, escape_mrkdwn
 from outbox_monitor.alerts.notification_text import MAX_SECTION_CHARS, format_value
 from outbox_monitor.alerts.slack import BotTransport, WebhookTransport
@@ -102,8 +103,9 @@ def test_escape_mrkdwn_turns_markup_into_entities():
 
 
 def test_firing_message_has_every_part_and_units():
+    firing = row(unit="seconds", value=420, threshold=300, metric="oldest_pending_age")
     message = render_notifications(
-        [row(unit="seconds", value=420, threshold=300, metric="oldest_pending_age")],
+        [firing],
         mention=MENTION,
         now=NOW,
         route="oncall",
@@ -124,9 +126,15 @@ def test_firing_message_has_every_part_and_units():
     )
     assert message.text.startswith(MENTION + " 🔥 FIRING")
     assert "[FIRING] payment-failed event_type=payment.captured (critical): 7m 0s" in message.text
+    key = row_message_key(firing)
     assert message.blocks[-1]["elements"][0]["text"] == (
-        "outbox-monitor · route oncall · sent 2026-03-02 10:30:00 UTC"
+        f"outbox-monitor · route oncall · sent 2026-03-02 10:30:00 UTC · key {key}"
     )
+    assert message.metadata == {
+        "event_type": "outbox_monitor_alert",
+        "event_payload": {"message_key": key, "notification_keys": [key]},
+    }
+    assert message.as_payload()["metadata"] == message.metadata
     assert_within_limits(message)
 
 

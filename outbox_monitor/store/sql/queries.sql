@@ -1725,7 +1725,7 @@ ON CONFLICT (rule, instance) DO NOTHING;
 -- name: alert_instance_lock
 -- One instance's state row, locked for this transaction (a second evaluator waits, then sees it).
 SELECT rule, instance, labels, state, value, threshold, pending_since, firing_since,
-       cleared_since, last_evaluated_at, last_notified_at, firing_seq, error
+       cleared_since, last_evaluated_at, last_notified_at, firing_seq, error, episode_id
 FROM outbox_monitor.alert_instances
 WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s
 FOR UPDATE;
@@ -1736,7 +1736,8 @@ UPDATE outbox_monitor.alert_instances
 SET labels = %(labels)s, state = %(state)s, value = %(value)s, threshold = %(threshold)s,
     pending_since = %(pending_since)s, firing_since = %(firing_since)s,
     cleared_since = %(cleared_since)s, last_evaluated_at = %(last_evaluated_at)s,
-    last_notified_at = %(last_notified_at)s, firing_seq = %(firing_seq)s, error = %(error)s
+    last_notified_at = %(last_notified_at)s, firing_seq = %(firing_seq)s, error = %(error)s,
+    episode_id = %(episode_id)s
 WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s;
 
 -- name: alert_instances_of_rule
@@ -1752,11 +1753,12 @@ WHERE outbox = %(outbox)s AND state <> 'inactive' AND NOT (rule = ANY(%(rules)s)
 ORDER BY rule, instance;
 
 -- name: alert_transition_insert
--- Record one state transition of a rule instance.
+-- Record one state transition of a rule instance; its id (an episode's id when it starts one).
 INSERT INTO outbox_monitor.alert_transitions
     (outbox, rule, instance, from_state, to_state, value, at, detail)
 VALUES (%(outbox)s, %(rule)s, %(instance)s, %(from_state)s, %(to_state)s, %(value)s, %(at)s,
-        %(detail)s);
+        %(detail)s)
+RETURNING id;
 
 -- name: notification_insert
 -- Queue one notification of an outbox (same transaction as its transition); a known dedupe_key is skipped.
@@ -1934,6 +1936,16 @@ SELECT now() AS now, l.holder, l.holder_pid, l.term, l.acquired_at, l.renewed_at
        EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = l.holder_pid) AS holder_connected
 FROM (SELECT 1) AS one
 LEFT JOIN outbox_monitor.leader_leases AS l ON l.table_name = %(table_name)s;
+
+-- name: lease_mark_application
+-- Rename the lease connection's session (application_name; writes nothing): the leader's mark while its writes fail (issue 29 item 7).
+SELECT set_config('application_name', %(name)s, false);
+
+-- name: scheduler_writes_failing
+-- Scheduler lease connections of this database marked as failing to write (their application_name, issue 29 item 7), with the oldest mark's session start.
+SELECT count(*)::int AS processes, min(backend_start) AS since
+FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = %(name)s;
 
 -- name: replica_heartbeat
 -- Record this replica's heartbeat in its fleet (its connection's backend pid, expiring after %(ttl)s s, the leases it holds) and forget the fleet's expired replicas.
