@@ -6,6 +6,10 @@ from typing import Any
 
 from psycopg import sql
 
+EVENT_TYPE_KEY_CHARS = 200
+"""How many characters of ``event_type`` the indexes by type key on (``left(event_type, 200)``:
+``store.indexes`` says why)."""
+
 
 def like_escape(text: str) -> str:
     """Escape ``\\`` and ``_`` so that only ``%`` stays a wildcard in a LIKE pattern."""
@@ -43,12 +47,33 @@ class Where:
         """SPEC §2 event-type filter: a value with ``%`` is a LIKE pattern in which ``_``
         and ``\\`` are literal; any other value, and an ``ExactEventType`` always, is
         compared for equality; empty = no filter.
+
+        Each condition also states what it implies of ``left(event_type, 200)``, the key of
+        the indexes by type (``store.indexes.EVENT_TYPE_KEY_CHARS``), so that the planner
+        can find the rows through them; the exact condition rechecks each row.
         """
         if not value:
             return self
         if "%" in value and not isinstance(value, ExactEventType):
-            return self.add("event_type LIKE %(event_type)s", event_type=like_escape(value))
-        return self.add("event_type = %(event_type)s", event_type=str(value))
+            head = value.split("%", 1)[0]
+            if not head:  # a pattern starting with %: no prefix to look up
+                return self.add("event_type LIKE %(event_type)s", event_type=like_escape(value))
+            if len(head) >= EVENT_TYPE_KEY_CHARS:
+                key_condition, key = "= %(event_type_key)s", head[:EVENT_TYPE_KEY_CHARS]
+            else:
+                key_condition, key = "LIKE %(event_type_key)s", like_escape(head) + "%"
+            return self.add(
+                f"left(event_type, {EVENT_TYPE_KEY_CHARS}) {key_condition}"
+                " AND event_type LIKE %(event_type)s",
+                event_type=like_escape(value),
+                event_type_key=key,
+            )
+        return self.add(
+            f"left(event_type, {EVENT_TYPE_KEY_CHARS}) = %(event_type_key)s"
+            " AND event_type = %(event_type)s",
+            event_type=str(value),
+            event_type_key=str(value)[:EVENT_TYPE_KEY_CHARS],
+        )
 
     def between(self, column: str, since: datetime | None, until: datetime | None) -> "Where":
         """``column >= since`` and/or ``column < until``; ``None`` leaves that side open."""

@@ -303,7 +303,7 @@ def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
     row's xmin through the outbox)."""
     if pending_by_type:
         assert schema.init_db(db, flow_control=True).created_indexes == [
-            index_name("integration_outbox", "pending_by_type")
+            index_name("integration_outbox", "pending_types")
         ]
     rows.add(event_type="crm.sync", created_ago=100 * DAY)
     wanted = rows.add(event_type="order.paid", created_ago=45 * DAY)
