@@ -326,7 +326,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--marginal",
         metavar="PURPOSE",
         help="time one index alone: 'before' (every other index of init-db --flow-control) "
-        "against 'with' (all of them), e.g. pending_by_type",
+        "against 'with' (all of them), e.g. pending_types",
     )
     parser.add_argument(
         "--shared-buffers",
