@@ -15,6 +15,7 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
@@ -30,6 +31,7 @@ from outbox_monitor.export.collector import OutboxCollector
 from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store import schema
+from outbox_monitor.store.filters import ExactEventType, Where
 from outbox_monitor.units import MAX_KEY_CHARS, bounded_key
 from tests.alerting import notifications
 from tests.flow import control
@@ -243,3 +245,28 @@ rules:
     assert counts["messages"] == 1
     [message] = slack_sink.messages()
     assert long[:100] in message["text"]
+
+
+@pytest.mark.parametrize(
+    "event_type", ["type.7", "type.1%", ExactEventType("type.7")], ids=["exact", "like", "instance"]
+)
+def test_filters_by_type_still_find_dead_letters_through_failed_by_type(indexed, conn, event_type):
+    """Retry pressure by event type (exact, a LIKE prefix, an alert instance's exact type)
+    plans an index scan of failed_by_type: the filter states left(event_type, 200) beside the
+    exact condition, which rechecks each row. 20,000 dead letters of 40 types."""
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, status, attempts, processed_at)"
+        " SELECT 'type.' || (g % 40), 'a', g::text, 'dead:' || g, '{}', 'failed', 1 + g % 10,"
+        " now() - interval '1 day' FROM generate_series(1, 20000) AS g"
+    )
+    conn.execute("ANALYZE integration_outbox")
+    where = Where().event_type(event_type)
+    query = indexed.compose("attempts_histogram_dead_letters", and_filters=where.fragment)
+    plan = "\n".join(
+        row["QUERY PLAN"]
+        for row in conn.execute(sql.SQL("EXPLAIN ") + query, where.params).fetchall()
+    )
+    assert "integration_outbox_failed_by_type_idx" in plan, plan
+    expected = 11 * 500 if event_type == "type.1%" else 500  # type.1, type.10 … type.19
+    assert sum(metrics.attempts_histogram(indexed, event_type=event_type).values()) == expected
