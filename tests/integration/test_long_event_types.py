@@ -270,3 +270,45 @@ def test_filters_by_type_still_find_dead_letters_through_failed_by_type(indexed,
     assert "integration_outbox_failed_by_type_idx" in plan, plan
     expected = 11 * 500 if event_type == "type.1%" else 500  # type.1, type.10 … type.19
     assert sum(metrics.attempts_histogram(indexed, event_type=event_type).values()) == expected
+
+
+def test_init_db_retires_the_indexes_keyed_on_the_whole_type(db, conn):
+    """IF NOT EXISTS matches by name, so the new definitions come under new names and the old
+    indexes, exactly as an earlier init-db built them, are dropped; after that the long type
+    that they refused is published and dead-lettered. A users' index of an old name but
+    another definition stays."""
+    conn.execute("DROP INDEX integration_outbox_failed_by_type_idx")
+    conn.execute(
+        "CREATE INDEX integration_outbox_dead_letters_idx ON integration_outbox"
+        " (event_type, attempts) WHERE status = 'failed'"
+    )
+    conn.execute(
+        "CREATE INDEX integration_outbox_pending_by_type_idx ON integration_outbox"
+        " (event_type, available_at, created_at)"
+        " WHERE status = 'pending' AND event_type IS NOT NULL"
+    )
+    report = schema.init_db(db, flow_control=True)
+    assert report.created_indexes == [
+        "integration_outbox_failed_by_type_idx",
+        "integration_outbox_pending_types_idx",
+    ]
+    assert report.dropped_indexes == [
+        "integration_outbox_dead_letters_idx",
+        "integration_outbox_pending_by_type_idx",
+    ]
+    assert schema.init_db(db, flow_control=True).dropped_indexes == []
+    row_id = outbox.publish(
+        conn,
+        event_type=long_type(3_200),
+        aggregate_type="order",
+        aggregate_id="1",
+        event_key="k",
+        payload={},
+    )
+    outbox.claim(conn, WORKER)
+    assert outbox.dead_letter(conn, row_id, WORKER, "HTTP 401") == "failed"
+
+    conn.execute(
+        "CREATE INDEX integration_outbox_dead_letters_idx ON integration_outbox (attempts)"
+    )
+    assert schema.init_db(db).dropped_indexes == []
