@@ -312,3 +312,67 @@ def test_init_db_retires_the_indexes_keyed_on_the_whole_type(db, conn):
         "CREATE INDEX integration_outbox_dead_letters_idx ON integration_outbox (attempts)"
     )
     assert schema.init_db(db).dropped_indexes == []
+
+
+REFUSING_TRIGGER = """
+CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.event_key = 'bad' THEN
+        RAISE EXCEPTION 'row % may not change', OLD.id;
+    END IF;
+    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+END $$;
+CREATE TRIGGER refuse_bad BEFORE UPDATE OR DELETE ON integration_outbox
+    FOR EACH ROW EXECUTE FUNCTION refuse_bad();
+"""
+
+
+@pytest.mark.parametrize("action", ["reap", "replay", "prune"])
+def test_a_row_the_table_refuses_never_blocks_its_batch_and_is_reported_and_audited(
+    indexed, conn, action, caplog
+):
+    """Our indexes refuse no row now, but the users' own trigger or constraint still may: 51
+    rows, the 25th refused by a trigger, batches of 10. The other 50 are applied, the 25th is
+    left as it was, named in the result and a WARNING, and audited. On main the run stopped
+    at the batch holding it: 20 applied, the 31 others never reached."""
+    status, age = {
+        "reap": ("processing", "now() - interval '2 hours'"),
+        "replay": ("failed", "now() - interval '1 hour'"),
+        "prune": ("failed", "now() - interval '40 days'"),
+    }[action]
+    ids = [
+        row["id"]
+        for row in conn.execute(
+            "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+            " payload, status, attempts, locked_at, locked_by, processed_at, created_at)"
+            f" SELECT 'order.paid', 'order', g::text, CASE WHEN g = 25 THEN 'bad' ELSE 'k' || g"
+            f" END, '{{}}', %s, 3, {age}, 'gone', {age}, {age} - interval '1 minute'"
+            " FROM generate_series(1, 51) AS g RETURNING id",
+            (status,),
+        ).fetchall()
+    ]
+    conn.execute(REFUSING_TRIGGER)
+    preview = {
+        "reap": lambda: preview_reap(indexed, lock_timeout=600),
+        "replay": lambda: preview_replay(indexed, ReplaySelection(event_type="order.paid")),
+        "prune": lambda: preview_prune(indexed, done_older_than=None, failed_older_than=30 * 86400),
+    }[action]()
+
+    result = apply(indexed, preview, actor=ACTOR, batch_size=10)
+
+    bad = ids[24]
+    assert (result.matched, result.changed) == (51, 50)
+    assert list(result.refused) == [bad] and f"row {bad} may not change" in result.refused[bad]
+    left = conn.execute("SELECT id, status FROM integration_outbox ORDER BY id").fetchall()
+    if action == "prune":
+        assert left == [{"id": bad, "status": "failed"}]
+    else:
+        assert [row["id"] for row in left if row["status"] == status] == [bad]
+    audit = conn.execute(
+        "SELECT affected_count, filter FROM outbox_monitor.audit_log ORDER BY id"
+    ).fetchall()
+    assert sum(row["affected_count"] for row in audit) == 50
+    assert [row["filter"]["refused_id"] for row in audit if "refused_id" in row["filter"]] == [
+        str(bad)
+    ]
+    assert f"row {bad} was left as it was" in caplog.text
