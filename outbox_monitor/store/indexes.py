@@ -33,6 +33,11 @@ class RecommendedIndex:
         return index_name(table, self.purpose)
 
 
+FAILED_BY_TYPE = RecommendedIndex(
+    "failed_by_type",
+    "create_index_failed_by_type",
+    "(left(event_type, 200), attempts) of failed rows: retry pressure",
+)
 # The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
 # can serve the users' claim (no created_at order, no predicate its clauses imply) and the
 # claim's UPDATE to 'processing' writes an entry in none of them.
@@ -42,11 +47,7 @@ RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
         "create_index_finished",
         "(status, processed_at) of done/failed rows: latency, throughput, failures, prune",
     ),
-    RecommendedIndex(
-        "failed_by_type",
-        "create_index_failed_by_type",
-        "(left(event_type, 200), attempts) of failed rows: retry pressure",
-    ),
+    FAILED_BY_TYPE,
     RecommendedIndex(
         "clock_skew",
         "create_index_clock_skew",
@@ -72,10 +73,13 @@ class RetiredIndex:
     predicate as Postgres prints it (``pg_get_expr``; either spelling of a text or a varchar
     ``status``). One without a predicate is taken for ours only where an early release ran
     init-db (``retired_index_present``): Postgres gives the users' own ``CREATE INDEX ON t
-    (created_at)`` the same name."""
+    (created_at)`` the same name. ``replaced_by``: the index init-db builds in its place
+    wherever it finds it, asked or not (an install of ``--flow-control`` keeps its claim's
+    skip of held rows through a plain ``init-db``)."""
 
     columns: tuple[str, ...]
     predicates: tuple[str, ...] = ()
+    replaced_by: RecommendedIndex | None = None
 
 
 # Indexes an earlier init-db created, by name suffix. (created_at) let the users' claim walk
@@ -91,6 +95,7 @@ RETIRED_INDEXES: dict[str, RetiredIndex] = {
     "dead_letters": RetiredIndex(
         ("event_type", "attempts"),
         ("(status = 'failed'::text)", "((status)::text = 'failed'::text)"),
+        FAILED_BY_TYPE,
     ),
     "pending_by_type": RetiredIndex(
         ("event_type", "available_at", "created_at"),
@@ -98,6 +103,7 @@ RETIRED_INDEXES: dict[str, RetiredIndex] = {
             "((status = 'pending'::text) AND (event_type IS NOT NULL))",
             "(((status)::text = 'pending'::text) AND (event_type IS NOT NULL))",
         ),
+        FLOW_CONTROL_INDEX,
     ),
 }
 

@@ -147,6 +147,7 @@ def init_db(db: Database, *, create_indexes: bool = True, flow_control: bool = F
         if create_indexes:
             with _index_builder_lock(conn):
                 wanted = RECOMMENDED_INDEXES + ((FLOW_CONTROL_INDEX,) if flow_control else ())
+                wanted += tuple(index for index in _replacements(db, conn) if index not in wanted)
                 _create_indexes(db, conn, wanted, report)
                 _drop_retired_indexes(db, conn, report)
     return report
@@ -205,6 +206,20 @@ def _create_indexes(
 def _is_partitioned(conn, schema: str, table: str) -> bool:
     row = conn.execute(compose("outbox_shape"), {"schema": schema, "name": table}).fetchone()
     return bool(row and row["partitioned"])
+
+
+def _replacements(db: Database, conn) -> list[RecommendedIndex]:
+    """The indexes replacing the retired ones the table still has (``RetiredIndex.replaced_by``)."""
+    schema, table = db.settings.table_parts
+    return [
+        retired.replaced_by
+        for purpose, retired in RETIRED_INDEXES.items()
+        if retired.replaced_by
+        for name in retired_index_names(table, purpose)
+        if conn.execute(
+            compose("retired_index_present"), retired_params(schema, table, name, retired)
+        ).fetchone()["present"]
+    ]
 
 
 def _drop_retired_indexes(db: Database, conn, report: InitReport) -> None:
