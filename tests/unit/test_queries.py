@@ -66,10 +66,12 @@ def test_like_escape_keeps_only_percent_as_wildcard():
 
 
 def test_where_exact_and_pattern():
-    exact = Where().event_type("order.paid")
+    assert "left(" not in Where().event_type("order.paid").fragment.as_string()  # not keyed
+    exact = Where(keyed=True).event_type("order.paid")
+    assert "left(" not in exact.estimated_fragment.as_string()
     assert exact.params == {"event_type": "order.paid", "event_type_key": "order.paid"}
     assert "left(event_type, 200) = %(event_type_key)s" in exact.fragment.as_string()
-    pattern = Where().event_type("order_%")
+    pattern = Where(keyed=True).event_type("order_%")
     assert pattern.params == {"event_type": "order\\_%", "event_type_key": "order\\_%"}
     assert "left(event_type, 200) LIKE %(event_type_key)s" in pattern.fragment.as_string()
     assert "event_type LIKE %(event_type)s" in pattern.fragment.as_string()
@@ -77,7 +79,8 @@ def test_where_exact_and_pattern():
     long = "é" * 250
     assert Where().event_type(long).params["event_type_key"] == "é" * 200
     assert Where().event_type(long + ".%").params["event_type_key"] == "é" * 200
-    assert "left(event_type, 200) =" in Where().event_type(long + "%").fragment.as_string()
+    keyed = Where(keyed=True).event_type(long + "%").fragment.as_string()
+    assert "left(event_type, 200) =" in keyed
     assert Where().event_type("%.paid").params == {"event_type": "%.paid"}  # no head
     assert Where().event_type("").fragment.as_string() == ""
 
@@ -91,7 +94,7 @@ def test_the_indexes_by_type_and_their_readers_key_on_one_prefix():
             assert key in compose(index.block, **_BUILD).as_string(), index.purpose
     claim = next(text for version, _, text in migration_files() if version == 24)
     assert f"left(o.event_type, {EVENT_TYPE_KEY_CHARS})" in claim
-    assert key in Where().event_type("order.paid").fragment.as_string()
+    assert key in Where(keyed=True).event_type("order.paid").fragment.as_string()
 
 
 _BUILD = {
