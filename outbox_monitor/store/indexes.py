@@ -75,11 +75,13 @@ class RetiredIndex:
     init-db (``retired_index_present``): Postgres gives the users' own ``CREATE INDEX ON t
     (created_at)`` the same name. ``replaced_by``: the index init-db builds in its place
     wherever it finds it, asked or not (an install of ``--flow-control`` keeps its claim's
-    skip of held rows through a plain ``init-db``)."""
+    skip of held rows through a plain ``init-db``). ``harm``: why it goes, as the Overview
+    and init-db say it."""
 
     columns: tuple[str, ...]
     predicates: tuple[str, ...] = ()
     replaced_by: RecommendedIndex | None = None
+    harm: str = "slows the workers' claim once a backlog forms"
 
 
 # Indexes an earlier init-db created, by name suffix. (created_at) let the users' claim walk
@@ -89,6 +91,7 @@ class RetiredIndex:
 # every row whose type was longer than a btree entry holds (issue 29 item 1): replaced by
 # failed_by_type and pending_types (EVENT_TYPE_KEY_CHARS). IF NOT EXISTS matches by name, so a
 # changed definition needs a new name and the old one retired.
+REFUSES_LONG_TYPES = "refuses every row whose event type is longer than an index entry holds"
 RETIRED_INDEXES: dict[str, RetiredIndex] = {
     "created_at": RetiredIndex(("created_at",)),
     "status_processed_at": RetiredIndex(("status", "processed_at")),
@@ -96,6 +99,7 @@ RETIRED_INDEXES: dict[str, RetiredIndex] = {
         ("event_type", "attempts"),
         ("(status = 'failed'::text)", "((status)::text = 'failed'::text)"),
         FAILED_BY_TYPE,
+        REFUSES_LONG_TYPES,
     ),
     "pending_by_type": RetiredIndex(
         ("event_type", "available_at", "created_at"),
@@ -104,6 +108,7 @@ RETIRED_INDEXES: dict[str, RetiredIndex] = {
             "(((status)::text = 'pending'::text) AND (event_type IS NOT NULL))",
         ),
         FLOW_CONTROL_INDEX,
+        REFUSES_LONG_TYPES,
     ),
 }
 
@@ -186,6 +191,15 @@ def retired_indexes_present(db: Database) -> list[str]:
             if db.fetch_one("retired_index_present", params)["present"]:
                 found.append(name)
     return found
+
+
+def retired_harm(table: str, name: str) -> str:
+    """Why the retired index ``name`` of ``table`` goes (``RetiredIndex.harm``)."""
+    return next(
+        retired.harm
+        for purpose, retired in RETIRED_INDEXES.items()
+        if name in retired_index_names(table, purpose)
+    )
 
 
 def retired_params(schema: str, table: str, name: str, retired: RetiredIndex) -> dict:

@@ -30,7 +30,7 @@ from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.export.collector import OutboxCollector
 from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.service.scheduler_status import SchedulerStatus
-from outbox_monitor.store import schema
+from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.filters import ExactEventType, Where
 from outbox_monitor.units import MAX_KEY_CHARS, bounded_key
 from tests.alerting import notifications
@@ -288,6 +288,11 @@ def test_init_db_retires_the_indexes_keyed_on_the_whole_type(db, conn):
         " (event_type, available_at, created_at)"
         " WHERE status = 'pending' AND event_type IS NOT NULL"
     )
+    old = ["integration_outbox_dead_letters_idx", "integration_outbox_pending_by_type_idx"]
+    assert indexes.retired_indexes_present(db) == old  # the Overview names them, and why:
+    assert {indexes.retired_harm("integration_outbox", name) for name in old} == {
+        "refuses every row whose event type is longer than an index entry holds"
+    }
     report = schema.init_db(db)  # not asked: --flow-control's index replaces its old one
     assert report.created_indexes == [
         "integration_outbox_failed_by_type_idx",
