@@ -56,31 +56,20 @@ class Where:
         compared for equality; empty = no filter.
 
         ``keyed``: each condition also states what it implies of ``left(event_type, 200)``,
-        the key of the indexes by type (``store.indexes.EVENT_TYPE_KEY_CHARS``), so that the
+        the key of the indexes by type (``EVENT_TYPE_KEY_CHARS``), so that the
         planner can find the rows through them; the exact condition rechecks each row.
         """
         if not value:
             return self
         if "%" in value and not isinstance(value, ExactEventType):
-            head = value.split("%", 1)[0]
-            if not head:  # a pattern starting with %: no prefix to look up
-                return self.add("event_type LIKE %(event_type)s", event_type=like_escape(value))
+            head = value.split("%", 1)[0]  # empty for a pattern starting with %: no key
             if len(head) >= EVENT_TYPE_KEY_CHARS:
-                key_condition, key = "= %(event_type_key)s", head[:EVENT_TYPE_KEY_CHARS]
-            else:
-                key_condition, key = "LIKE %(event_type_key)s", like_escape(head) + "%"
-            self._key(f"{key_condition}")
-            return self.add(
-                "event_type LIKE %(event_type)s",
-                event_type=like_escape(value),
-                event_type_key=key,
-            )
-        self._key("= %(event_type_key)s")
-        return self.add(
-            "event_type = %(event_type)s",
-            event_type=str(value),
-            event_type_key=str(value)[:EVENT_TYPE_KEY_CHARS],
-        )
+                self._key("=", head[:EVENT_TYPE_KEY_CHARS])
+            elif head:
+                self._key("LIKE", like_escape(head) + "%")
+            return self.add("event_type LIKE %(event_type)s", event_type=like_escape(value))
+        self._key("=", str(value)[:EVENT_TYPE_KEY_CHARS])
+        return self.add("event_type = %(event_type)s", event_type=str(value))
 
     def between(self, column: str, since: datetime | None, until: datetime | None) -> "Where":
         """``column >= since`` and/or ``column < until``; ``None`` leaves that side open."""
@@ -95,9 +84,13 @@ class Where:
                 )
         return self
 
-    def _key(self, comparison: str) -> None:
+    def _key(self, operator: str, key: str) -> None:
+        """With ``keyed``, the condition ``left(event_type, 200) <operator> key``."""
         if self.keyed:
-            self.keys.append(sql.SQL(f"left(event_type, {EVENT_TYPE_KEY_CHARS}) {comparison}"))
+            self.keys.append(
+                sql.SQL(f"left(event_type, {EVENT_TYPE_KEY_CHARS}) {operator} %(event_type_key)s")
+            )
+            self.params["event_type_key"] = key
 
     @property
     def fragment(self) -> sql.Composable:

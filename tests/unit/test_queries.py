@@ -66,7 +66,9 @@ def test_like_escape_keeps_only_percent_as_wildcard():
 
 
 def test_where_exact_and_pattern():
-    assert "left(" not in Where().event_type("order.paid").fragment.as_string()  # not keyed
+    unkeyed = Where().event_type("order.paid")
+    assert unkeyed.params == {"event_type": "order.paid"}
+    assert "left(" not in unkeyed.fragment.as_string()
     exact = Where(keyed=True).event_type("order.paid")
     assert "left(" not in exact.estimated_fragment.as_string()
     assert exact.params == {"event_type": "order.paid", "event_type_key": "order.paid"}
@@ -77,11 +79,11 @@ def test_where_exact_and_pattern():
     assert "event_type LIKE %(event_type)s" in pattern.fragment.as_string()
     # the index key of a type or a pattern's head longer than 200 characters: its first 200
     long = "é" * 250
-    assert Where().event_type(long).params["event_type_key"] == "é" * 200
-    assert Where().event_type(long + ".%").params["event_type_key"] == "é" * 200
+    assert Where(keyed=True).event_type(long).params["event_type_key"] == "é" * 200
+    assert Where(keyed=True).event_type(long + ".%").params["event_type_key"] == "é" * 200
     keyed = Where(keyed=True).event_type(long + "%").fragment.as_string()
     assert "left(event_type, 200) =" in keyed
-    assert Where().event_type("%.paid").params == {"event_type": "%.paid"}  # no head
+    assert Where(keyed=True).event_type("%.paid").params == {"event_type": "%.paid"}  # no head
     assert Where().event_type("").fragment.as_string() == ""
 
 
