@@ -204,7 +204,8 @@ def apply(
         raise _interrupted(result, preview, error) from error
     except psycopg.Error as error:
         raise _interrupted(result, preview, error) from error
-    skipped = max(preview.matched - result.changed, 0) if preview.exact else None
+    left = result.changed + len(result.refused)
+    skipped = max(preview.matched - left, 0) if preview.exact else None
     result = replace(result, skipped=skipped)
     log.log(
         logging.WARNING if result.applied_nothing or result.refused else logging.INFO,

@@ -69,6 +69,9 @@ def describe_result(result: ActionResult) -> str:
     if result.detached or result.kept:
         lines = outcome_lines(result.detached, result.kept)
         text += " " + format.md_text("; ".join(lines) + ".")
+    for row_id, cause in result.refused.items():
+        refused = f"Row {row_id} was left as it was, the table refused it: {cause}."
+        text += " " + format.md_text(refused)
     return text
 
 

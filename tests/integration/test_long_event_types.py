@@ -32,6 +32,7 @@ from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.filters import ExactEventType, Where
+from outbox_monitor.ui.flows import describe_result
 from outbox_monitor.units import MAX_KEY_CHARS, bounded_key
 from tests.alerting import notifications
 from tests.flow import control
@@ -339,8 +340,8 @@ def test_a_row_the_table_refuses_never_blocks_its_batch_and_is_reported_and_audi
 ):
     """Our indexes refuse no row now, but the users' own trigger or constraint still may: 51
     rows, the 25th refused by a trigger, batches of 10. The other 50 are applied, the 25th is
-    left as it was, named in the result and a WARNING, and audited. On main the run stopped
-    at the batch holding it: 20 applied, the 31 others never reached."""
+    left as it was, named in the result, the page's sentence and a WARNING, and audited. On
+    main the run stopped at the batch holding it: 20 applied, the 31 others never reached."""
     status, age = {
         "reap": ("processing", "now() - interval '2 hours'"),
         "replay": ("failed", "now() - interval '1 hour'"),
@@ -367,7 +368,7 @@ def test_a_row_the_table_refuses_never_blocks_its_batch_and_is_reported_and_audi
     result = apply(indexed, preview, actor=ACTOR, batch_size=10)
 
     bad = ids[24]
-    assert (result.matched, result.changed) == (51, 50)
+    assert (result.matched, result.changed, result.skipped) == (51, 50, 0)
     assert list(result.refused) == [bad] and f"row {bad} may not change" in result.refused[bad]
     left = conn.execute("SELECT id, status FROM integration_outbox ORDER BY id").fetchall()
     if action == "prune":
@@ -382,3 +383,4 @@ def test_a_row_the_table_refuses_never_blocks_its_batch_and_is_reported_and_audi
         str(bad)
     ]
     assert f"row {bad} was left as it was" in caplog.text
+    assert f"Row {bad} was left as it was" in describe_result(result)
