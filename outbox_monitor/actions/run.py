@@ -72,8 +72,9 @@ class ActionResult:
 
     @property
     def applied_nothing(self) -> bool:
-        """The preview matched rows but none was changed (``APPLIED_NOTHING`` says why)."""
-        return self.changed == 0 and self.matched > 0
+        """The preview matched rows but none was changed, and none was refused
+        (``APPLIED_NOTHING`` says why)."""
+        return self.changed == 0 and self.matched > 0 and not self.refused
 
 
 def apply(

@@ -155,6 +155,8 @@ def _run_action(
         outcome.update(follow(result))
     if as_json:
         emit_json({**payload, **outcome})
+    if result.refused:  # applied but for the rows named: not a success to a script
+        sys.exit(EXIT_ERROR)
 
 
 def _print_preview(preview: Preview) -> None:
