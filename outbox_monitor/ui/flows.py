@@ -163,6 +163,8 @@ def action_flow(
                 f"{describe_result(result)} {APPLIED_NOTHING.capitalize()}.",
                 icon=":material/warning:",
             )
+        elif result.refused:  # applied but for the rows the table refused: named
+            st.warning(describe_result(result), icon=":material/warning:")
         else:
             st.success(describe_result(result), icon=":material/check_circle:")
         st.caption(
