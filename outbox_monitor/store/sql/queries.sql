@@ -51,8 +51,9 @@ INCLUDE (created_at) WHERE status IN ('done', 'failed');
 -- name: create_index_failed_by_type
 -- Recommended: dead letters by the first 200 characters of event_type and attempts, for retry
 -- pressure without reading the heap of every dead letter. Partial to status = 'failed'. Keyed
--- on a prefix (indexes.EVENT_TYPE_KEY_CHARS), so that it accepts every event type the table
--- does; a query by type states left(event_type, 200) and the exact condition (filters.Where).
+-- on a prefix (filters.EVENT_TYPE_KEY_CHARS), so that it accepts every event type the table
+-- does; a query by type states left(event_type, 200) and the exact condition (filters.Where,
+-- keyed).
 -- Outside a transaction.
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (left(event_type, 200), attempts)
 WHERE status = 'failed';
@@ -64,7 +65,7 @@ WHERE status = 'failed';
 -- the ack write no entry; a publish and a retry write one. event_type IS NOT NULL holds for
 -- every row (a NOT NULL column) but no users' claim states it, so the planner cannot give the
 -- users' claim this index; the shared claim states it. Keyed on a prefix
--- (indexes.EVENT_TYPE_KEY_CHARS): it accepts every event type the table does. Outside a
+-- (filters.EVENT_TYPE_KEY_CHARS): it accepts every event type the table does. Outside a
 -- transaction.
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (left(event_type, 200), available_at, created_at)
 WHERE status = 'pending' AND event_type IS NOT NULL;
