@@ -23,7 +23,7 @@ are a backlog of ``--backlog`` ``order.paid`` rows (default 0.5 % of the table),
    to the claim: migration 022's try of the change lock against 009).
 2. **Claim latency behind held rows**: three copies of the table get ``--held`` older
    ``crm.contact_updated`` rows in front of the backlog, due and held by a pause on
-   ``crm.%`` in two copies (one without the recommended ``pending_by_type`` index, as after
+   ``crm.%`` in two copies (one without the recommended ``pending_types`` index, as after
    ``init-db --no-indexes``), in backoff in the third (which claims the same due rows). One
    claim of ``--batch`` in a rolled-back transaction, only the statement timed, per round:
    the third copy without a control, the third copy with the same pause (holding nothing:
@@ -167,7 +167,7 @@ LATENCY_CELLS = (
     ("held", f"{HELD_TABLE}: pause {HOLD_FILTER} holding the older rows"),
     (
         "held, no index",
-        f"{HELD_NO_INDEX_TABLE}: the same, without the flow-control index pending_by_type",
+        f"{HELD_NO_INDEX_TABLE}: the same, without the flow-control index pending_types",
     ),
 )
 
@@ -445,7 +445,7 @@ def prepare_held_tables(
     source: RecordingDatabase, args: argparse.Namespace, anchor: datetime
 ) -> dict[str, RecordingDatabase]:
     """Three copies of the table with ``args.held`` older crm rows: due and held by a pause in
-    two, one of them without the recommended ``pending_by_type`` index (as after ``init-db
+    two, one of them without the recommended ``pending_types`` index (as after ``init-db
     --no-indexes``); in backoff (not due) in the third."""
     dbs = {}
     for name, due in ((HELD_TABLE, True), (HELD_NO_INDEX_TABLE, True), (PLAIN_TABLE, False)):
@@ -464,7 +464,7 @@ def prepare_held_tables(
             )
             if name == HELD_NO_INDEX_TABLE:
                 found = db.fetch_one(
-                    "benchmark_flow_pending_by_type_index", {"table_regclass": db.table_name}
+                    "benchmark_flow_pending_types_index", {"table_regclass": db.table_name}
                 )
                 conn.execute(
                     sql.SQL("DROP INDEX {}").format(sql.Identifier("public", found["name"]))

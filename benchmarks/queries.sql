@@ -599,8 +599,8 @@ SET auto_explain.log_nested_statements = on;
 SET auto_explain.log_format = 'json';
 SET client_min_messages = 'log';
 
--- name: benchmark_flow_pending_by_type_index
--- Benchmark only (flow_control.py): the name of the outbox table's copy of init-db's pending_by_type index (CREATE TABLE … LIKE … INCLUDING ALL names it by its columns).
+-- name: benchmark_flow_pending_types_index
+-- Benchmark only (flow_control.py): the name of the outbox table's copy of init-db's pending_types index (CREATE TABLE … LIKE … INCLUDING ALL names it by its columns).
 SELECT c.relname AS name
 FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
 WHERE i.indrelid = %(table_regclass)s::regclass

@@ -32,12 +32,10 @@ if missing:
         "(it only creates what is absent, with CREATE INDEX CONCURRENTLY).",
         icon=":material/warning:",
     )
-retired = loaders.retired_indexes(ctx.db)
-if retired:
+for name, harm in loaders.retired_indexes(ctx.db).items():
     st.warning(
-        f"Index {', '.join(format.md_code(name) for name in retired)} on "
-        f"{format.md_code(ctx.db.table_name)}, created by an earlier outbox-monitor, slows the "
-        "workers' claim once a backlog forms. Fix: run `outbox-monitor init-db` (it drops it "
+        f"Index {format.md_code(name)} on {format.md_code(ctx.db.table_name)}, created by an "
+        f"earlier outbox-monitor, {harm}. Fix: run `outbox-monitor init-db` (it drops it "
         "with DROP INDEX CONCURRENTLY, which never blocks the workers).",
         icon=":material/warning:",
     )

@@ -95,7 +95,8 @@ def preview_part(
         count_cap
     ):
         return preview_part(db, query, batch_query, where, params)
-    estimate = max(estimates.planner_rows(db, rows, values), count_cap + 1)
+    estimated = db.compose(rows_query, and_filters=where.estimated_fragment)
+    estimate = max(estimates.planner_rows(db, estimated, values), count_cap + 1)
     max_id = db.fetch_one("max_id", values, rows=rows)["max_id"]
     return Part(batch_query, where, params, estimate, max_id, exact=False)
 

@@ -35,7 +35,7 @@ class ReplaySelection:
 
     def where(self) -> Where:
         """The selection as SQL conditions with bound parameters."""
-        where = Where().event_type(self.event_type)
+        where = Where(keyed=True).event_type(self.event_type)  # dead letters: failed_by_type
         if self.ids:
             where.add("id = ANY(%(ids)s)", ids=list(self.ids))
         if self.error_group:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import psycopg
+from psycopg import sql
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions import partition_detach
@@ -21,6 +22,10 @@ from outbox_monitor.store.filters import Where
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_PRUNE_BATCH_SIZE = 5000
 MIN_ID = -(2**63)
+ROW_REFUSALS = ("22", "23", "54", "P0")
+"""SQLSTATE classes of an error one row can cause — data exception, integrity constraint,
+program limit (an index entry too large), a trigger's RAISE: the run goes on past the row
+(``ActionResult.refused``); any other error interrupts the run."""
 PAST_TENSE = {"reap": "reaped", "replay": "replayed", "prune": "deleted"}
 
 # Runs log as the module they had before the actions became a package: log filters and the
@@ -44,7 +49,10 @@ class ActionResult:
     ``changed`` rows were changed (or deleted); ``skipped`` = matched at preview but no
     longer eligible (acked, re-claimed, already replayed), ``None`` when the preview's count
     was an estimate (``matched`` is then that estimate); ``dead_lettered`` counts reaped
-    rows that reached the maximum attempts; ``ids`` are the first ``MAX_AUDIT_IDS``. A prune
+    rows that reached the maximum attempts; ``ids`` are the first ``MAX_AUDIT_IDS``;
+    ``refused`` names each row the table refused to change (id → the database's error: a
+    users' trigger or constraint), left as it was and audited, the rest of its batch applied.
+    A prune
     of a partitioned outbox names the partitions it ``detached`` (and dropped: their rows are
     in ``changed``, each one counts as a batch) and those of its preview it ``kept``, with why
     (their rows were pruned row by row, or, detach pending, will be by the next prune).
@@ -60,11 +68,13 @@ class ActionResult:
     ids: list[int]
     detached: tuple[str, ...] = ()
     kept: dict[str, str] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
 
     @property
     def applied_nothing(self) -> bool:
-        """The preview matched rows but none was changed (``APPLIED_NOTHING`` says why)."""
-        return self.changed == 0 and self.matched > 0
+        """The preview matched rows but none was changed, and none was refused
+        (``APPLIED_NOTHING`` says why)."""
+        return self.changed == 0 and self.matched > 0 and not self.refused
 
 
 def apply(
@@ -84,7 +94,13 @@ def apply(
     (``replay_drip_batch``), which walks ``(created_at, id)`` by keyset and numbers its
     rows across batches from the first batch's start (SPEC §5). Each batch is one
     transaction with its own audit row; a run that changes nothing still writes one audit
-    row. Every run is logged with its run id: INFO when done, ERROR when it failed. A prune
+    row. A batch that fails on one row (``ROW_REFUSALS``: a users' trigger or constraint
+    refusing the change) is applied without it: the row is found by halving the batch's id
+    range in rolled-back tries, the rows before it are applied, and it is left as it was,
+    logged (WARNING), audited (an audit row of no row whose filter names it and the error)
+    and reported in ``ActionResult.refused``; the run goes on after it (a drip replay's
+    keyset walk is interrupted instead). Every run is logged with its run id: INFO when done,
+    ERROR when it failed. A prune
     first detaches and drops the partitions its preview listed (``actions.partition_detach``,
     each re-checked and audited; one it cannot is left to the batches).
 
@@ -134,6 +150,7 @@ def apply(
             if part.max_id is None:
                 continue
             after: dict = {"after_id": MIN_ID, "after_created_at": None}
+            refusal: tuple[int, str] | None = None  # a refused row located: id, error
             while True:
                 params = {
                     **part.params,
@@ -141,25 +158,34 @@ def apply(
                     **after,
                     "t0": t0,
                     "before": result.changed,
-                    "max_id": part.max_id,
+                    "max_id": part.max_id if refusal is None else refusal[0] - 1,
                     "batch": size,
                 }
-                with db.transaction() as conn:
-                    row = conn.execute(
-                        db.compose(part.batch_query, and_filters=part.where.fragment), params
-                    ).fetchone()
-                    if row["last_picked_id"] is None:
+                query = db.compose(part.batch_query, and_filters=part.where.fragment)
+                try:
+                    with db.transaction() as conn:
+                        row = conn.execute(query, params).fetchone()
+                        if row["ids"]:
+                            _audit(conn, db, run_id, actor, preview, row["ids"])
+                            if part.follow_up:
+                                follow = {"ids": row["ids"], "table_regclass": db.table_regclass}
+                                conn.execute(db.compose(part.follow_up), follow)
+                except psycopg.Error as error:
+                    if refusal or part.batch_query == "replay_drip_batch" or not _refusal(error):
+                        raise
+                    refusal = _locate_refusal(db, query, params, error)
+                    continue
+                if row["last_picked_id"] is None:
+                    if refusal is None:
                         break
-                    after = {
-                        "after_id": row["last_picked_id"],
-                        "after_created_at": row.get("last_picked_created_at"),
-                    }
-                    t0 = row.get("t0", t0)
-                    if row["ids"]:
-                        _audit(conn, db, run_id, actor, preview, row["ids"])
-                        if part.follow_up:
-                            follow = {"ids": row["ids"], "table_regclass": db.table_regclass}
-                            conn.execute(db.compose(part.follow_up), follow)
+                    result = _refuse(db, run_id, actor, preview, result, *refusal)
+                    after, refusal = {"after_id": refusal[0], "after_created_at": None}, None
+                    continue
+                after = {
+                    "after_id": row["last_picked_id"],
+                    "after_created_at": row.get("last_picked_created_at"),
+                }
+                t0 = row.get("t0", t0)
                 result = replace(
                     result,
                     changed=result.changed + len(row["ids"]),
@@ -179,20 +205,99 @@ def apply(
         raise _interrupted(result, preview, error) from error
     except psycopg.Error as error:
         raise _interrupted(result, preview, error) from error
-    skipped = max(preview.matched - result.changed, 0) if preview.exact else None
+    left = result.changed + len(result.refused)
+    skipped = max(preview.matched - left, 0) if preview.exact else None
     result = replace(result, skipped=skipped)
     log.log(
-        logging.WARNING if result.applied_nothing else logging.INFO,
-        "%s run %s by %s: %d row(s) changed of %s previewed, in %d batch(es)%s",
+        logging.WARNING if result.applied_nothing or result.refused else logging.INFO,
+        "%s run %s by %s: %d row(s) changed of %s previewed, in %d batch(es)%s%s",
         preview.action,
         run_id,
         actor.name,
         result.changed,
         previewed(preview),
         result.batches,
+        f"; {len(result.refused)} row(s) refused by the table, left as they were: "
+        + ", ".join(map(str, result.refused))
+        if result.refused
+        else "",
         f"; {APPLIED_NOTHING}" if result.applied_nothing else "",
     )
     return result
+
+
+def _refusal(error: psycopg.Error) -> bool:
+    """Whether one row can have caused ``error`` (``ROW_REFUSALS``)."""
+    return (error.sqlstate or "")[:2] in ROW_REFUSALS
+
+
+def _locate_refusal(
+    db: Database, query: sql.Composed, params: dict, error: psycopg.Error
+) -> tuple[int, str]:
+    """The id of the first row of a failed batch that the table refuses, with the error:
+    the batch is tried again in rolled-back transactions with its id ceiling halved between
+    the last id done (``after_id``) and the one that failed (each try that fails holds the
+    row; ≈ 64 tries at most). Ids walk in order, so every row under that id is one the batch
+    would apply.
+
+    Raises:
+        error: the batch alone does not fail (the audit or a follow-up did): not a row's.
+    """
+    done, failing = params["after_id"], params["max_id"]
+    if not _fails(db, query, params):
+        raise error
+    while failing - done > 1:
+        middle = (done + failing) // 2
+        if _fails(db, query, {**params, "max_id": middle}):
+            failing = middle
+        else:
+            done = middle
+    return failing, _cause(error)
+
+
+def _fails(db: Database, query: sql.Composed, params: dict) -> bool:
+    """Whether the batch ``query`` fails on a row (``_refusal``), tried and rolled back."""
+    try:
+        with db.connection() as conn, conn.transaction(force_rollback=True):
+            conn.execute(query, params)
+    except psycopg.Error as error:
+        if _refusal(error):
+            return True
+        raise
+    return False
+
+
+def _refuse(
+    db: Database,
+    run_id: str,
+    actor: Identity,
+    preview: Preview,
+    result: ActionResult,
+    row_id: int,
+    cause: str,
+) -> ActionResult:
+    """Report and audit one row the table refused to change: a WARNING, an audit row of no
+    row changed whose filter names it and why, and ``result.refused``."""
+    log.warning(
+        "%s run %s: row %d was left as it was, the table refused the change: %s",
+        preview.action,
+        run_id,
+        row_id,
+        cause,
+    )
+    details = {**preview.filter, "refused_id": str(row_id), "refused_because": cause}
+    with db.transaction() as conn:
+        record_audit(
+            conn, db, actor=actor, action=preview.action, details=details, ids=[], run_id=run_id
+        )
+    return replace(result, refused={**result.refused, row_id: cause})
+
+
+def _cause(error: psycopg.Error) -> str:
+    """The database's message of ``error`` with its SQLSTATE."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    cause = error.diag.message_primary or lines[0]
+    return cause + (f" (SQLSTATE {error.sqlstate})" if error.sqlstate else "")
 
 
 def _detach_partitions(
@@ -221,10 +326,7 @@ def _interrupted(
     if isinstance(error, OutboxMonitorError):
         cause, cause_hint = (str(error.args[0]) if error.args else type(error).__name__), error.hint
     else:
-        lines = str(error).strip().splitlines() or [type(error).__name__]
-        cause = error.diag.message_primary or lines[0]
-        cause += f" (SQLSTATE {error.sqlstate})" if error.sqlstate else ""
-        cause_hint = ""
+        cause, cause_hint = _cause(error), ""
     verb = PAST_TENSE.get(preview.action, "changed")
     batches = f"{result.batches:,} committed batch{'es' if result.batches != 1 else ''}"
     message = (

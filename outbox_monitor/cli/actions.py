@@ -136,6 +136,8 @@ def _run_action(
     if result.detached or result.kept:
         outcome["partitions_detached"] = list(result.detached)
         outcome["partitions_kept"] = result.kept
+    if result.refused:
+        outcome["refused"] = {str(row_id): cause for row_id, cause in result.refused.items()}
     if not as_json:
         echo(
             f"{preview.action}: {result.changed} row(s) changed, {result.skipped} no longer "
@@ -145,12 +147,16 @@ def _run_action(
         )
         for line in outcome_lines(result.detached, result.kept):
             echo(f"  {line}")
+        for row_id, cause in result.refused.items():
+            echo(f"warning: row {row_id} left as it was, the table refused it: {cause}", err=True)
         if result.applied_nothing:
             echo(f"warning: {APPLIED_NOTHING}", err=True)
     if follow is not None and result.changed:
         outcome.update(follow(result))
     if as_json:
         emit_json({**payload, **outcome})
+    if result.refused:  # applied but for the rows named: not a success to a script
+        sys.exit(EXIT_ERROR)
 
 
 def _print_preview(preview: Preview) -> None:

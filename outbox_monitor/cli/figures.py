@@ -26,6 +26,7 @@ from outbox_monitor.logs import escape_controls
 from outbox_monitor.store import grants, schema
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
+from outbox_monitor.store.indexes import retired_harm
 from outbox_monitor.store.standby import ReplicaStatus, replica_status
 from outbox_monitor.units import format_bytes, format_value, per_minute
 
@@ -146,8 +147,9 @@ def init_db_command(
         for label in changes:
             for item in payload[label]:
                 echo(f"  {label.replace('_', ' ')}: {item}")
+        _, table = settings.table_parts
         for name in report.dropped_indexes:
-            echo(f"  ({name} was created by an earlier release; it slows the workers' claim)")
+            echo(f"  ({name} was created by an earlier release; it {retired_harm(table, name)})")
         echo(f"  schema version: {report.schema_version}")
         for name in report.missing_tables:
             echo(
@@ -159,7 +161,7 @@ def init_db_command(
             )
         for name, reason in report.undropped_indexes.items():
             echo(
-                f"error: could not drop {name}, which slows the workers' claim: {reason}. "
+                f"error: could not drop {name}, which {retired_harm(table, name)}: {reason}. "
                 "Everything else is done; run `outbox-monitor init-db` again.",
                 err=True,
             )

@@ -56,7 +56,7 @@ def capped(db: Database, where: Where, cap: int) -> tuple[dict[int, int], bool]:
 def _sampled(db: Database, where: Where, cap: int) -> dict[int, int] | None:
     """Dead letters by attempts estimated from a sample of the table's pages, or ``None``
     when counting them is cheaper or a sample cannot tell (see ``capped``)."""
-    dead_letters = db.compose("dead_letter_rows", and_filters=where.fragment)
+    dead_letters = db.compose("dead_letter_rows", and_filters=where.estimated_fragment)
     expected = estimates.planner_rows(db, dead_letters, where.params)
     if expected < DEAD_LETTERS_PER_SAMPLED_PAGE * DEAD_LETTERS_SAMPLE_PAGES:
         return None

@@ -283,7 +283,7 @@ def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[i
     Returns:
         ``{attempts: rows}`` in ascending attempts; only values that occur.
     """
-    where = Where().event_type(event_type)
+    where = Where(keyed=True).event_type(event_type)
     return dead_letter_attempts.added(
         backlog(db, event_type=event_type)["attempts_histogram"],
         dead_letter_attempts.exact(db, where),
@@ -309,7 +309,9 @@ def attempts_histogram_capped(
         ``({attempts: rows}, exact)``: ascending attempts; ``exact`` false when the dead
         letters' counts are estimates.
     """
-    dead_letters, exact = dead_letter_attempts.capped(db, Where().event_type(event_type), cap)
+    dead_letters, exact = dead_letter_attempts.capped(
+        db, Where(keyed=True).event_type(event_type), cap
+    )
     backlog_part = backlog(db, event_type=event_type)["attempts_histogram"]
     return dead_letter_attempts.added(backlog_part, dead_letters), exact
 
@@ -403,7 +405,7 @@ def status(
     window = _window(db, window)
     lock_timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     failed = failed_by_event_type(db, window=window, event_type=event_type)
-    where = Where().event_type(event_type)
+    where = Where(keyed=True).event_type(event_type)
     if count_cap is None:
         dead_letters, exact = dead_letter_attempts.exact(db, where), True
     else:

@@ -9,6 +9,14 @@ from outbox_monitor.store.db import Database
 from outbox_monitor.store.queries import compose
 
 MAX_IDENTIFIER_LENGTH = 63
+# Why the indexes by type key on ``left(event_type, 200)`` (filters.EVENT_TYPE_KEY_CHARS,
+# written so in queries.sql, migration 024 and filters.Where): a btree entry holds at most
+# 2,704 bytes and the users' table takes an event type of any length, so an index on the whole
+# column refused (a publish, a dead-lettering) every row whose type was longer (issue 29 item
+# 1). 200 characters of at most 4 bytes each are 800 bytes, with the other key columns (16
+# bytes) far under the limit. Every query reading these indexes states the prefix *and* the
+# exact condition on event_type (the prefix finds the entries, the exact condition rechecks
+# the row): the prefix index of MySQL's ``KEY (col(200))``, written as an expression index.
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,11 @@ class RecommendedIndex:
         return index_name(table, self.purpose)
 
 
+FAILED_BY_TYPE = RecommendedIndex(
+    "failed_by_type",
+    "create_index_failed_by_type",
+    "(left(event_type, 200), attempts) of failed rows: retry pressure",
+)
 # The recommended indexes (SPEC §1, chosen by benchmarks/claim.py and figures.py). None of them
 # can serve the users' claim (no created_at order, no predicate its clauses imply) and the
 # claim's UPDATE to 'processing' writes an entry in none of them.
@@ -34,11 +47,7 @@ RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
         "create_index_finished",
         "(status, processed_at) of done/failed rows: latency, throughput, failures, prune",
     ),
-    RecommendedIndex(
-        "dead_letters",
-        "create_index_dead_letters",
-        "(event_type, attempts) of failed rows: retry pressure",
-    ),
+    FAILED_BY_TYPE,
     RecommendedIndex(
         "clock_skew",
         "create_index_clock_skew",
@@ -51,16 +60,56 @@ RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
 # at 1 M rows (benchmarks/RESULTS.md), a cost the others need not pay. Without it a claim reads
 # every held row, and the product says so wherever controls are shown.
 FLOW_CONTROL_INDEX = RecommendedIndex(
-    "pending_by_type",
-    "create_index_pending_by_type",
-    "(event_type, available_at, created_at) of pending rows: claims skip held rows unread",
+    "pending_types",
+    "create_index_pending_types",
+    "(left(event_type, 200), available_at, created_at) of pending rows: claims skip held rows "
+    "unread",
 )
-# Indexes an earlier init-db created, by name suffix and key columns. (created_at) let the
-# users' claim walk the whole history in created_at order once a backlog formed, and
-# (status, processed_at) let it read every pending row in a retry storm (benchmarks/RESULTS.md).
-RETIRED_INDEXES: dict[str, tuple[str, ...]] = {
-    "created_at": ("created_at",),
-    "status_processed_at": ("status", "processed_at"),
+
+
+@dataclass(frozen=True)
+class RetiredIndex:
+    """An index an earlier init-db created: its key columns and, for a partial one, its
+    predicate as Postgres prints it (``pg_get_expr``; either spelling of a text or a varchar
+    ``status``). One without a predicate is taken for ours only where an early release ran
+    init-db (``retired_index_present``): Postgres gives the users' own ``CREATE INDEX ON t
+    (created_at)`` the same name. ``replaced_by``: the index init-db builds in its place
+    wherever it finds it, asked or not (an install of ``--flow-control`` keeps its claim's
+    skip of held rows through a plain ``init-db``). ``harm``: why it goes, as the Overview
+    and init-db say it."""
+
+    columns: tuple[str, ...]
+    predicates: tuple[str, ...] = ()
+    replaced_by: RecommendedIndex | None = None
+    harm: str = "slows the workers' claim once a backlog forms"
+
+
+# Indexes an earlier init-db created, by name suffix. (created_at) let the users' claim walk
+# the whole history in created_at order once a backlog formed, and (status, processed_at) let
+# it read every pending row in a retry storm (benchmarks/RESULTS.md). (event_type, attempts)
+# and (event_type, available_at, created_at) keyed on the whole event type, so they refused
+# every row whose type was longer than a btree entry holds (issue 29 item 1): replaced by
+# failed_by_type and pending_types (EVENT_TYPE_KEY_CHARS). IF NOT EXISTS matches by name, so a
+# changed definition needs a new name and the old one retired.
+REFUSES_LONG_TYPES = "refuses every row whose event type is longer than an index entry holds"
+RETIRED_INDEXES: dict[str, RetiredIndex] = {
+    "created_at": RetiredIndex(("created_at",)),
+    "status_processed_at": RetiredIndex(("status", "processed_at")),
+    "dead_letters": RetiredIndex(
+        ("event_type", "attempts"),
+        ("(status = 'failed'::text)", "((status)::text = 'failed'::text)"),
+        FAILED_BY_TYPE,
+        REFUSES_LONG_TYPES,
+    ),
+    "pending_by_type": RetiredIndex(
+        ("event_type", "available_at", "created_at"),
+        (
+            "((status = 'pending'::text) AND (event_type IS NOT NULL))",
+            "(((status)::text = 'pending'::text) AND (event_type IS NOT NULL))",
+        ),
+        FLOW_CONTROL_INDEX,
+        REFUSES_LONG_TYPES,
+    ),
 }
 
 
@@ -77,10 +126,12 @@ def index_name(table: str, purpose: str) -> str:
     return table.encode()[:room].decode(errors="ignore") + suffix
 
 
-def retired_index_name(table: str, purpose: str) -> str:
-    """The name an earlier release gave an index: ``<table>_<purpose>_idx`` cut to 63 bytes,
-    as Postgres cuts a longer one."""
-    return f"{table}_{purpose}_idx".encode()[:MAX_IDENTIFIER_LENGTH].decode(errors="ignore")
+def retired_index_names(table: str, purpose: str) -> list[str]:
+    """The names an earlier release gave an index: ``<table>_<purpose>_idx`` cut to 63 bytes,
+    as Postgres cuts a longer one, and (a release with ``index_name``) cut with the table's
+    md5; one name when the table's is short."""
+    cut = f"{table}_{purpose}_idx".encode()[:MAX_IDENTIFIER_LENGTH].decode(errors="ignore")
+    return list(dict.fromkeys((cut, index_name(table, purpose))))
 
 
 def present_indexes(db: Database, conn) -> set[str]:
@@ -134,9 +185,30 @@ def retired_indexes_present(db: Database) -> list[str]:
     """
     schema, table = db.settings.table_parts
     found = []
-    for purpose, columns in RETIRED_INDEXES.items():
-        name = retired_index_name(table, purpose)
-        params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
-        if db.fetch_one("retired_index_present", params)["present"]:
-            found.append(name)
+    for purpose, retired in RETIRED_INDEXES.items():
+        for name in retired_index_names(table, purpose):
+            params = retired_params(schema, table, name, retired)
+            if db.fetch_one("retired_index_present", params)["present"]:
+                found.append(name)
     return found
+
+
+def retired_harm(table: str, name: str) -> str:
+    """Why the retired index ``name`` of ``table`` goes (``RetiredIndex.harm``)."""
+    return next(
+        retired.harm
+        for purpose, retired in RETIRED_INDEXES.items()
+        if name in retired_index_names(table, purpose)
+    )
+
+
+def retired_params(schema: str, table: str, name: str, retired: RetiredIndex) -> dict:
+    """The parameters of ``retired_index_present`` for ``retired`` named ``name`` on
+    ``schema.table``."""
+    return {
+        "schema": schema,
+        "table": table,
+        "name": name,
+        "columns": list(retired.columns),
+        "predicates": list(retired.predicates),
+    }

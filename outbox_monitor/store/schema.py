@@ -16,10 +16,12 @@ from outbox_monitor.store.indexes import (
     RECOMMENDED_INDEXES,
     RETIRED_INDEXES,
     RecommendedIndex,
+    RetiredIndex,
     build_index,
     index_name,
     present_indexes,
-    retired_index_name,
+    retired_index_names,
+    retired_params,
 )
 from outbox_monitor.store.partitioned_indexes import create_partitioned_index
 from outbox_monitor.store.partitioning import check_partitioning, table_shape
@@ -172,6 +174,7 @@ def init_db(
         if create_indexes:
             with _index_builder_lock(conn):
                 wanted = RECOMMENDED_INDEXES + ((FLOW_CONTROL_INDEX,) if flow_control else ())
+                wanted += tuple(index for index in _replacements(db, conn) if index not in wanted)
                 _create_indexes(db, conn, wanted, report)
                 _drop_retired_indexes(db, conn, report)
     return report
@@ -232,30 +235,56 @@ def _is_partitioned(conn, schema: str, table: str) -> bool:
     return bool(row and row["partitioned"])
 
 
+def _replacements(db: Database, conn) -> list[RecommendedIndex]:
+    """The indexes replacing the retired ones the table still has (``RetiredIndex.replaced_by``)."""
+    schema, table = db.settings.table_parts
+    return [
+        retired.replaced_by
+        for purpose, retired in RETIRED_INDEXES.items()
+        if retired.replaced_by
+        for name in retired_index_names(table, purpose)
+        if conn.execute(
+            compose("retired_index_present"), retired_params(schema, table, name, retired)
+        ).fetchone()["present"]
+    ]
+
+
 def _drop_retired_indexes(db: Database, conn, report: InitReport) -> None:
     schema, table = db.settings.table_parts
     partitioned = _is_partitioned(conn, schema, table)
     with lock_timeout(conn, DROP_LOCK_TIMEOUT_SECONDS):
-        for purpose, columns in RETIRED_INDEXES.items():
-            name = retired_index_name(table, purpose)
-            params = {"schema": schema, "table": table, "name": name, "columns": list(columns)}
-            if not conn.execute(compose("retired_index_present"), params).fetchone()["present"]:
-                continue
-            if partitioned:  # DROP INDEX CONCURRENTLY cannot drop a partitioned index
-                report.undropped_indexes[name] = (
-                    "a partitioned index, which only a DROP INDEX holding every partition "
-                    "exclusively can drop: drop it yourself at a quiet moment"
-                )
-                continue
-            try:
-                conn.execute(compose("drop_index", index=sql.Identifier(schema, name)))
-            except psycopg.errors.LockNotAvailable:
-                report.undropped_indexes[name] = (
-                    f"lock timeout ({DROP_LOCK_TIMEOUT_SECONDS:g} s): a long transaction or "
-                    "another DDL holds the table"
-                )
-                continue
-            report.dropped_indexes.append(name)
+        for purpose, retired in RETIRED_INDEXES.items():
+            for name in retired_index_names(table, purpose):
+                _drop_retired_index(conn, schema, table, name, retired, partitioned, report)
+
+
+def _drop_retired_index(
+    conn,
+    schema: str,
+    table: str,
+    name: str,
+    retired: RetiredIndex,
+    partitioned: bool,
+    report: InitReport,
+) -> None:
+    params = retired_params(schema, table, name, retired)
+    if not conn.execute(compose("retired_index_present"), params).fetchone()["present"]:
+        return
+    if partitioned:  # DROP INDEX CONCURRENTLY cannot drop a partitioned index
+        report.undropped_indexes[name] = (
+            "a partitioned index, which only a DROP INDEX holding every partition "
+            "exclusively can drop: drop it yourself at a quiet moment"
+        )
+        return
+    try:
+        conn.execute(compose("drop_index", index=sql.Identifier(schema, name)))
+    except psycopg.errors.LockNotAvailable:
+        report.undropped_indexes[name] = (
+            f"lock timeout ({DROP_LOCK_TIMEOUT_SECONDS:g} s): a long transaction or "
+            "another DDL holds the table"
+        )
+        return
+    report.dropped_indexes.append(name)
 
 
 def _one_of(types: tuple[str, ...]) -> str:

@@ -69,6 +69,9 @@ def describe_result(result: ActionResult) -> str:
     if result.detached or result.kept:
         lines = outcome_lines(result.detached, result.kept)
         text += " " + format.md_text("; ".join(lines) + ".")
+    for row_id, cause in result.refused.items():
+        refused = f"Row {row_id} was left as it was, the table refused it: {cause}."
+        text += " " + format.md_text(refused)
     return text
 
 
@@ -160,6 +163,8 @@ def action_flow(
                 f"{describe_result(result)} {APPLIED_NOTHING.capitalize()}.",
                 icon=":material/warning:",
             )
+        elif result.refused:  # applied but for the rows the table refused: named
+            st.warning(describe_result(result), icon=":material/warning:")
         else:
             st.success(describe_result(result), icon=":material/check_circle:")
         st.caption(

@@ -114,13 +114,17 @@ def missing_indexes(db: Database) -> list[str]:
 
 
 @cached
-def _retired_indexes(key: str, _db: Database) -> list[str]:
-    return indexes.retired_indexes_present(_db)
+def _retired_indexes(key: str, _db: Database) -> dict[str, str]:
+    _, table = _db.settings.table_parts
+    return {
+        name: indexes.retired_harm(table, name) for name in indexes.retired_indexes_present(_db)
+    }
 
 
-def retired_indexes(db: Database) -> list[str]:
-    """``indexes.retired_indexes_present``: names of indexes an earlier init-db created that
-    slow the workers' claim."""
+def retired_indexes(db: Database) -> dict[str, str]:
+    """``indexes.retired_indexes_present``: the indexes an earlier init-db created that
+    init-db drops, each with why (``indexes.retired_harm``: it slows the workers' claim, or it
+    refuses rows of a long event type)."""
     return _retired_indexes(db_key(db), db)
 
 

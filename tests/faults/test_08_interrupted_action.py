@@ -1,6 +1,9 @@
 """Issue 10, item 8: a database error in the middle of an action ends in one summary.
 
-A real trigger on the outbox table raises on the 3rd batch: the CLI prints one summary
+A real trigger on the outbox table raises a serialization failure on the 3rd batch (an error
+of the transaction, not of one row: a row the table refuses, SQLSTATE 22, 23, 54 or P0, is
+left and audited while the run goes on, ``tests/integration/test_long_event_types.py``):
+the CLI prints one summary
 (committed batches, run id, the error, what to do) as text or as one JSON object under
 ``--json`` and exits 1; the dashboard shows the same summary, never a traceback.
 """
@@ -19,7 +22,8 @@ TRIGGER = """
     CREATE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         IF OLD.id = {row_id} THEN
-            RAISE EXCEPTION 'row % refused by the test trigger', OLD.id;
+            RAISE EXCEPTION 'row % could not be serialized (test trigger)', OLD.id
+                USING ERRCODE = 'serialization_failure';
         END IF;
         RETURN COALESCE(NEW, OLD);
     END
@@ -81,7 +85,9 @@ def test_replay_json_is_one_summary_of_the_committed_batches(cli, conn):
     summary = json.loads(result.stdout)  # exactly one JSON object, nothing else on stdout
     assert (summary["applied"], summary["interrupted"]) == (False, True)
     assert (summary["matched"], summary["batches"], summary["changed"]) == (7, 2, 4)
-    assert summary["cause"] == f"row {ids[4]} refused by the test trigger (SQLSTATE P0001)"
+    assert summary["cause"] == (
+        f"row {ids[4]} could not be serialized (test trigger) (SQLSTATE 40001)"
+    )
     assert summary["error"] == (
         f"replay stopped after 2 committed batches (4 of 7 previewed rows replayed), run "
         f"{summary['run_id']}: {summary['cause']}"
@@ -106,7 +112,7 @@ def test_prune_text_is_one_summary_on_stderr_and_exit_1(cli, conn):
     [run_id] = RUN_ID.findall(summary)
     assert summary == (
         f"error: prune stopped after 2 committed batches (4 of 5 previewed rows deleted), "
-        f"run {run_id}: row {ids[4]} refused by the test trigger (SQLSTATE P0001)"
+        f"run {run_id}: row {ids[4]} could not be serialized (test trigger) (SQLSTATE 40001)"
     )
     assert "Fix the cause, then preview again and confirm" in result.stderr
     assert "Traceback" not in result.output
@@ -127,8 +133,8 @@ def test_the_dashboard_shows_the_same_summary(open_page, conn):  # noqa: F811
     [run_id] = audit_runs(conn)
     assert plain(banner.value) == (
         f"**Action stopped part-way** — replay stopped after 2 committed batches (2,000 of "
-        f"2,500 previewed rows replayed), run {run_id}: row {ids[2100]} refused by the test "
-        "trigger (SQLSTATE P0001)"
+        f"2,500 previewed rows replayed), run {run_id}: row {ids[2100]} could not be "
+        "serialized (test trigger) (SQLSTATE 40001)"
     )
     hint = " ".join(box.value for box in at.info)
     assert f"(2 committed batches, 2,000 rows) stays applied and audited under run {run_id}" in (

@@ -235,10 +235,13 @@ def test_the_cli_prints_outbox_text_escaped(dsn, rows, conn, tmp_path):
     assert applied.returncode == 1, applied.stderr
     assert not RAW_CONTROL.search(applied.stderr), repr(applied.stderr)
     errors = applied.stderr.splitlines()
-    # the ERROR log line (logs.OneLineFormatter), the summary, and what to do
+    # a row the table refuses is left, named and audited (issue 29 item 1): the WARNING log
+    # lines (logs.OneLineFormatter) of the row and of the run, and the CLI's warning
     assert len(errors) == 3, errors
-    assert RECORD_START.match(errors[0]) and "ERROR outbox_monitor.actions" in errors[0]
-    assert errors[1].startswith("error: replay stopped after 0 committed batches")
-    assert errors[1].endswith(f": refused {shown_type} (SQLSTATE P0001)")
-    assert errors[2].startswith("Nothing was changed; the failed batch was rolled back.")
+    assert all(RECORD_START.match(line) for line in errors[:2])
+    assert "WARNING outbox_monitor.actions" in errors[0]
+    assert errors[2] == (
+        f"warning: row {dead} left as it was, the table refused it: refused {shown_type}"
+        " (SQLSTATE P0001)"
+    )
     assert rows.get(dead)["status"] == "failed"

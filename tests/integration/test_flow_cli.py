@@ -69,7 +69,7 @@ def test_without_the_flow_control_index_every_listing_and_change_says_claims_rea
     assert "init-db --flow-control" in cli("controls").output
 
     made = as_json(cli("init-db", "--flow-control", "--json"))
-    assert made["created_indexes"] == ["integration_outbox_pending_by_type_idx"]
+    assert made["created_indexes"] == ["integration_outbox_pending_types_idx"]
     assert as_json(cli("controls", "--json"))["claims_read_held_rows"] is False
     assert "init-db --flow-control" not in cli("controls").output
     assert (

@@ -108,7 +108,7 @@ def test_a_claim_reads_no_row_a_pause_holds(db, conn, rows):
     assert read <= 3 + 2
 
     # the same claim without the flow-control index reads every held row (migration 008)
-    conn.execute("DROP INDEX integration_outbox_pending_by_type_idx")
+    conn.execute("DROP INDEX integration_outbox_pending_types_idx")
     got, read = _claim_reading(conn, 50)
     assert sorted(row["id"] for row in got) == due
     assert read >= HELD
@@ -164,7 +164,7 @@ def test_over_1000_pending_types_the_claim_reads_held_rows_and_still_skips_them(
     control(conn, "crm.%", paused=True)
 
     scans = (
-        "SELECT pg_stat_get_xact_numscans('integration_outbox_pending_by_type_idx'::regclass) AS n"
+        "SELECT pg_stat_get_xact_numscans('integration_outbox_pending_types_idx'::regclass) AS n"
     )
     with conn.transaction(force_rollback=True):
         got = outbox.claim(conn, "w1", limit=50)

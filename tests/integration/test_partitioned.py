@@ -296,14 +296,14 @@ def test_claim_ack_and_fail_through_the_shared_functions(dsn, rows, conn):
     assert _partition_of(conn, old) != _partition_of(conn, new)
 
 
-@pytest.mark.parametrize("pending_by_type", [False, True], ids=["008", "009 index"])
-def test_flow_control_across_partitions(db, dsn, rows, conn, pending_by_type):
+@pytest.mark.parametrize("pending_types", [False, True], ids=["008", "024 index"])
+def test_flow_control_across_partitions(db, dsn, rows, conn, pending_types):
     """A pause skips its rows (with init-db --flow-control's index, by migration 009's loose
     scan of the partitioned index), and a breaker logs the outcome of an ack (which reads the
     row's xmin through the outbox)."""
-    if pending_by_type:
+    if pending_types:
         assert schema.init_db(db, flow_control=True).created_indexes == [
-            index_name("integration_outbox", "pending_by_type")
+            index_name("integration_outbox", "pending_types")
         ]
     rows.add(event_type="crm.sync", created_ago=100 * DAY)
     wanted = rows.add(event_type="order.paid", created_ago=45 * DAY)

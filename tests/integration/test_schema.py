@@ -50,10 +50,11 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "021_alert_episode_ids",
             "022_control_change_barrier",
             "023_workers_seen_last_fail",
+            "024_bounded_type_keys",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",
-            "integration_outbox_dead_letters_idx",
+            "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
         assert first.dropped_indexes == []
@@ -68,12 +69,12 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
 
 def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty_dsn):
     table = "o" * 61
-    cut = table[:34]  # 63 bytes - len("_<8 hex>_pending_by_type_idx") for the longest purpose
+    cut = table[:35]  # 63 bytes - len("_<8 hex>_failed_by_type_idx") for the longest purpose
     with Database(load_settings(dsn=empty_dsn, table=f"public.{table}")) as db:
         created = schema.init_db(db, create_table=True, flow_control=True).created_indexes
         # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
         assert len(set(created)) == 4 and all(len(name) <= 63 for name in created)
-        assert created[3].startswith(cut) and created[3].endswith("_pending_by_type_idx")
+        assert created[3].startswith(cut) and created[3].endswith("_pending_types_idx")
         assert indexes.missing_recommended_indexes(db) == []
         assert schema.init_db(db, flow_control=True).created_indexes == []
     with psycopg.connect(empty_dsn) as conn:
@@ -92,7 +93,7 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
         missing = indexes.missing_recommended_indexes(db)
         assert [m.split(":")[0] for m in missing] == [
             "integration_outbox_finished_idx",
-            "integration_outbox_dead_letters_idx",
+            "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
 
@@ -319,7 +320,7 @@ def test_the_workers_claim_can_use_no_recommended_index(db, conn, rows):
     """Even without the users' claim index and with sequential scans disabled, the planner
     finds no index init-db creates (--flow-control's too) to serve the SPEC §1 claim: none
     orders by created_at and none has a predicate that the claim's clauses imply
-    (pending_by_type's also needs event_type IS NOT NULL, which holds but which the users'
+    (pending_types' also needs event_type IS NOT NULL, which holds but which the users'
     claim never states)."""
     assert schema.init_db(db, flow_control=True).created_indexes == [
         indexes.FLOW_CONTROL_INDEX.name("integration_outbox")

@@ -20,7 +20,7 @@ from outbox_monitor.store.uninstall import plan_uninstall, uninstall
 
 PRODUCT_INDEXES = [
     "integration_outbox_clock_skew_idx",
-    "integration_outbox_dead_letters_idx",
+    "integration_outbox_failed_by_type_idx",
     "integration_outbox_finished_idx",
 ]
 INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox' ORDER BY 1"
@@ -44,7 +44,7 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     # The users' own: an index, and one named like the flow-control index but built by hand.
     conn.execute("CREATE INDEX outbox_payload_idx ON public.integration_outbox USING gin (payload)")
     conn.execute(
-        "CREATE INDEX integration_outbox_pending_by_type_idx"
+        "CREATE INDEX integration_outbox_pending_types_idx"
         " ON public.integration_outbox (event_type)"
     )
     before_rows = conn.execute(ROWS).fetchall()
@@ -70,7 +70,7 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     assert conn.execute(ROWS).fetchall() == before_rows
     after_indexes = [row["indexname"] for row in conn.execute(INDEXES)]
     assert after_indexes == sorted(set(before_indexes) - set(PRODUCT_INDEXES))
-    assert "integration_outbox_pending_by_type_idx" in after_indexes
+    assert "integration_outbox_pending_types_idx" in after_indexes
     assert conn.execute("SELECT count(*) AS n FROM public.integration_idempotency").fetchone()
 
     again = cli("uninstall", "--yes")
@@ -91,9 +91,7 @@ def test_a_fresh_install_with_flow_control_has_no_outside_dependents(cli, conn, 
     init_db(db, flow_control=True)
     preview = json.loads(cli("uninstall", "--dry-run", "--json").stdout)
     assert preview["blockers"] == [] and preview["applied"] is False
-    assert preview["indexes"] == sorted(
-        [*PRODUCT_INDEXES, "integration_outbox_pending_by_type_idx"]
-    )
+    assert preview["indexes"] == sorted([*PRODUCT_INDEXES, "integration_outbox_pending_types_idx"])
     assert preview["functions"] > 20 and "schema_migrations" in preview["tables"]
 
 
@@ -105,7 +103,7 @@ def test_on_a_partitioned_outbox_the_parents_indexes_go_with_their_partitions(em
     with Database(load_settings(dsn=empty_dsn)) as db:
         assert init_db(db).created_indexes == [
             "integration_outbox_finished_idx",
-            "integration_outbox_dead_letters_idx",
+            "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
         with psycopg.connect(empty_dsn) as conn:
@@ -118,7 +116,7 @@ def test_on_a_partitioned_outbox_the_parents_indexes_go_with_their_partitions(em
         after = conn.execute(ALL_INDEXES).fetchall()
     gone = {name for (name,) in before} - {name for (name,) in after}
     # each recommended index of the parent and its three partitions' (two ranges, default)
-    purposes = ("finished", "dead_letters", "clock_skew")
+    purposes = ("finished", "failed_by_type", "clock_skew")
     assert len(gone) == 3 * 4
     assert all(any(purpose in name for purpose in purposes) for name in gone), gone
 

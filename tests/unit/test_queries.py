@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from psycopg import sql
 
-from outbox_monitor.store.filters import Where, like_escape
+from outbox_monitor.store.filters import EVENT_TYPE_KEY_CHARS, Where, like_escape
+from outbox_monitor.store.indexes import FLOW_CONTROL_INDEX, RECOMMENDED_INDEXES
 from outbox_monitor.store.queries import all_queries, compose, migration_files, parse_queries
 
 
@@ -65,10 +66,42 @@ def test_like_escape_keeps_only_percent_as_wildcard():
 
 
 def test_where_exact_and_pattern():
-    exact = Where().event_type("order.paid")
-    assert exact.params == {"event_type": "order.paid"}
-    assert "=" in exact.fragment.as_string()
-    pattern = Where().event_type("order_%")
-    assert pattern.params == {"event_type": "order\\_%"}
-    assert "LIKE" in pattern.fragment.as_string()
+    unkeyed = Where().event_type("order.paid")
+    assert unkeyed.params == {"event_type": "order.paid"}
+    assert "left(" not in unkeyed.fragment.as_string()
+    exact = Where(keyed=True).event_type("order.paid")
+    assert "left(" not in exact.estimated_fragment.as_string()
+    assert exact.params == {"event_type": "order.paid", "event_type_key": "order.paid"}
+    assert "left(event_type, 200) = %(event_type_key)s" in exact.fragment.as_string()
+    pattern = Where(keyed=True).event_type("order_%")
+    assert pattern.params == {"event_type": "order\\_%", "event_type_key": "order\\_%"}
+    assert "left(event_type, 200) LIKE %(event_type_key)s" in pattern.fragment.as_string()
+    assert "event_type LIKE %(event_type)s" in pattern.fragment.as_string()
+    # the index key of a type or a pattern's head longer than 200 characters: its first 200
+    long = "é" * 250
+    assert Where(keyed=True).event_type(long).params["event_type_key"] == "é" * 200
+    assert Where(keyed=True).event_type(long + ".%").params["event_type_key"] == "é" * 200
+    keyed = Where(keyed=True).event_type(long + "%").fragment.as_string()
+    assert "left(event_type, 200) =" in keyed
+    assert Where(keyed=True).event_type("%.paid").params == {"event_type": "%.paid"}  # no head
     assert Where().event_type("").fragment.as_string() == ""
+
+
+def test_the_indexes_by_type_and_their_readers_key_on_one_prefix():
+    """init-db's indexes by type, migration 024's claim and filters.Where state the same
+    left(event_type, N): a planner uses an expression index only for the same expression."""
+    key = f"left(event_type, {EVENT_TYPE_KEY_CHARS})"
+    for index in (*RECOMMENDED_INDEXES, FLOW_CONTROL_INDEX):
+        if "event_type" in compose(index.block, **_BUILD).as_string():
+            assert key in compose(index.block, **_BUILD).as_string(), index.purpose
+    claim = next(text for version, _, text in migration_files() if version == 24)
+    assert f"left(o.event_type, {EVENT_TYPE_KEY_CHARS})" in claim
+    assert key in Where(keyed=True).event_type("order.paid").fragment.as_string()
+
+
+_BUILD = {
+    "index": sql.Identifier("i"),
+    "table": sql.Identifier("t"),
+    "concurrently": sql.SQL(""),
+    "only": sql.SQL(""),
+}

@@ -48,20 +48,26 @@ CREATE TABLE IF NOT EXISTS {ledger} (
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (status, processed_at)
 INCLUDE (created_at) WHERE status IN ('done', 'failed');
 
--- name: create_index_dead_letters
--- Recommended: dead letters by event_type and attempts, for retry pressure without reading
--- the heap of every dead letter. Partial to status = 'failed'. Outside a transaction.
-CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (event_type, attempts)
+-- name: create_index_failed_by_type
+-- Recommended: dead letters by the first 200 characters of event_type and attempts, for retry
+-- pressure without reading the heap of every dead letter. Partial to status = 'failed'. Keyed
+-- on a prefix (filters.EVENT_TYPE_KEY_CHARS), so that it accepts every event type the table
+-- does; a query by type states left(event_type, 200) and the exact condition (filters.Where,
+-- keyed).
+-- Outside a transaction.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (left(event_type, 200), attempts)
 WHERE status = 'failed';
 
--- name: create_index_pending_by_type
--- With init-db --flow-control: pending rows by event_type, so that a claim under flow control
--- (migration 009) reads no row a pause or an open breaker holds (SPEC section 5). Partial to
--- status = 'pending': the claim's UPDATE to 'processing' and the ack write no entry; a publish
--- and a retry write one. event_type IS NOT NULL holds for every row (a NOT NULL column) but no
--- users' claim states it, so the planner cannot give the users' claim this index; the shared
--- claim's clauses on event_type imply it. Outside a transaction.
-CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (event_type, available_at, created_at)
+-- name: create_index_pending_types
+-- With init-db --flow-control: pending rows by the first 200 characters of event_type, so that
+-- a claim under flow control (migrations 009, 024) reads no row a pause or an open breaker
+-- holds (SPEC section 5). Partial to status = 'pending': the claim's UPDATE to 'processing' and
+-- the ack write no entry; a publish and a retry write one. event_type IS NOT NULL holds for
+-- every row (a NOT NULL column) but no users' claim states it, so the planner cannot give the
+-- users' claim this index; the shared claim states it. Keyed on a prefix
+-- (filters.EVENT_TYPE_KEY_CHARS): it accepts every event type the table does. Outside a
+-- transaction.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (left(event_type, 200), available_at, created_at)
 WHERE status = 'pending' AND event_type IS NOT NULL;
 
 -- name: create_index_clock_skew
@@ -77,17 +83,18 @@ COMMENT ON INDEX {index} IS 'outbox-monitor recommended index, created by init-d
 
 -- name: retired_index_present
 -- Whether the table has a btree of this name on exactly these key columns, not unique, without
--- predicate, expression or included column: an index an earlier init-db created. Postgres
--- names CREATE INDEX ON t (created_at) the same, so only where an init-db of a release that
--- created them ran (migrations up to 005 applied before 006, in an earlier run): on a
--- first install such an index is the users' own.
-SELECT EXISTS (
+-- expression or included column, and with one of the %(predicates)s (as pg_get_expr prints
+-- them) or, when that list is empty, none: an index an earlier init-db created. Postgres
+-- names CREATE INDEX ON t (created_at) the same, so one without predicate only where an init-db
+-- of a release that created them ran (migrations up to 005 applied before 006, in an earlier
+-- run): on a first install such an index is the users' own.
+SELECT (cardinality(%(predicates)s::text[]) > 0 OR EXISTS (
     SELECT 1 FROM outbox_monitor.schema_migrations AS early
     WHERE early.version <= 5
       AND early.applied_at < (SELECT coalesce(max(late.applied_at), 'infinity')
                               FROM outbox_monitor.schema_migrations AS late
                               WHERE late.version = 6)
-) AND EXISTS (
+)) AND EXISTS (
     SELECT 1
     FROM pg_index ix
     JOIN pg_class t ON t.oid = ix.indrelid
@@ -96,7 +103,9 @@ SELECT EXISTS (
     JOIN pg_am am ON am.oid = i.relam
     WHERE n.nspname = %(schema)s AND t.relname = %(table)s AND i.relname = %(name)s
       AND am.amname = 'btree' AND NOT ix.indisunique
-      AND ix.indpred IS NULL AND ix.indexprs IS NULL AND ix.indnatts = ix.indnkeyatts
+      AND CASE WHEN cardinality(%(predicates)s::text[]) = 0 THEN ix.indpred IS NULL
+               ELSE pg_get_expr(ix.indpred, ix.indrelid) = ANY(%(predicates)s::text[]) END
+      AND ix.indexprs IS NULL AND ix.indnatts = ix.indnkeyatts
       AND ARRAY(SELECT a.attname::text
                 FROM unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
                 JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
