@@ -39,6 +39,8 @@ UNDO_SINCE_008 = (
     "ALTER TABLE outbox_monitor.notifications DROP COLUMN outbox; "
     # 018: the scheduler replicas' registry
     "DROP TABLE outbox_monitor.scheduler_replicas; "
+    # 019: the login and the address of each audit row
+    "ALTER TABLE outbox_monitor.audit_log DROP COLUMN db_login, DROP COLUMN client_addr; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

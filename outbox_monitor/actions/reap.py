@@ -1,7 +1,5 @@
 """The reap action's preview: ``processing`` rows whose lock expired, or orphans (SPEC §4)."""
 
-from dataclasses import replace
-
 from outbox_monitor.actions.preview import Preview, id_text, preview_part, preview_sample
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
@@ -22,9 +20,7 @@ def preview_reap(
     timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
     where = Where().event_type(event_type)
     params = {"lock_timeout": timeout, "max_attempts": db.settings.max_attempts}
-    part = replace(
-        preview_part(db, "reap_preview", "reap_batch", where, params), follow_up="reap_outcomes"
-    )
+    part = preview_part(db, "reap_preview", "reap_batch", where, params)
     return Preview(
         action="reap",
         matched=part.matched,

@@ -11,10 +11,11 @@ import psycopg
 
 from outbox_monitor.access import Identity, Role, require
 from outbox_monitor.actions import partition_detach
-from outbox_monitor.actions.audit import MAX_AUDIT_IDS, record_audit
+from outbox_monitor.actions.audit import MAX_AUDIT_IDS, audit_fields
 from outbox_monitor.actions.partitions import Partition
-from outbox_monitor.actions.preview import Preview, previewed
+from outbox_monitor.actions.preview import Part, Preview, previewed
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
+from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
 
@@ -130,36 +131,34 @@ def apply(
                 result = replace(result, kept={**result.kept, step.partition: step.kept})
             if on_progress:
                 on_progress(result.changed, preview.matched)
+        fields = audit_fields(actor, preview.filter, run_id)
+        statement_writer = writer(db.settings, preview.action)
         for part in preview.parts:
             if part.max_id is None:
                 continue
             after: dict = {"after_id": MIN_ID, "after_created_at": None}
             while True:
-                params = {
-                    **part.params,
-                    **part.where.params,
-                    **after,
-                    "t0": t0,
-                    "before": result.changed,
-                    "max_id": part.max_id,
-                    "batch": size,
+                row = _batch(
+                    db,
+                    part,
+                    statement_writer,
+                    {
+                        **fields,
+                        **after,
+                        "t0": t0,
+                        "before": result.changed,
+                        "max_id": part.max_id,
+                        "batch": size,
+                        "audit_empty": False,
+                    },
+                )
+                if row["last_picked_id"] is None:
+                    break
+                after = {
+                    "after_id": row["last_picked_id"],
+                    "after_created_at": row.get("last_picked_created_at"),
                 }
-                with db.transaction() as conn:
-                    row = conn.execute(
-                        db.compose(part.batch_query, and_filters=part.where.fragment), params
-                    ).fetchone()
-                    if row["last_picked_id"] is None:
-                        break
-                    after = {
-                        "after_id": row["last_picked_id"],
-                        "after_created_at": row.get("last_picked_created_at"),
-                    }
-                    t0 = row.get("t0", t0)
-                    if row["ids"]:
-                        _audit(conn, db, run_id, actor, preview, row["ids"])
-                        if part.follow_up:
-                            follow = {"ids": row["ids"], "table_regclass": db.table_regclass}
-                            conn.execute(db.compose(part.follow_up), follow)
+                t0 = row.get("t0", t0)
                 result = replace(
                     result,
                     changed=result.changed + len(row["ids"]),
@@ -169,9 +168,23 @@ def apply(
                 )
                 if on_progress:
                     on_progress(result.changed, preview.matched)
-        if result.changed == 0:
-            with db.transaction() as conn:
-                _audit(conn, db, run_id, actor, preview, [])
+        if result.changed == 0:  # one audit row still says the run happened
+            part = preview.parts[0]
+            _batch(
+                db,
+                part,
+                statement_writer,
+                {
+                    **fields,
+                    "after_id": MIN_ID,
+                    "after_created_at": None,
+                    "t0": t0,
+                    "before": 0,
+                    "max_id": MIN_ID,
+                    "batch": 1,
+                    "audit_empty": True,
+                },
+            )
     except OutboxMonitorError as error:
         if result.batches == 0:  # nothing happened: the error says it all (e.g. a grant)
             log.error("%s run %s changed nothing: %s", preview.action, run_id, error.args[0])
@@ -253,15 +266,12 @@ def _interrupted(
     )
 
 
-def _audit(
-    conn, db: Database, run_id: str, actor: Identity, preview: Preview, ids: list[int]
-) -> None:
-    record_audit(
-        conn,
-        db,
-        actor=actor,
-        action=preview.action,
-        details=preview.filter,
-        ids=ids,
-        run_id=run_id,
-    )
+def _batch(db: Database, part: Part, statement_writer, params: dict) -> dict:
+    """One batch of ``part`` in a transaction of its own: the rows picked by the preview's
+    filter, changed by the outbox's audited writer of the action (the guard inside its
+    statement, its audit row in the same transaction)."""
+    with db.transaction() as conn:
+        statement = db.compose(
+            part.batch_query, and_filters=part.where.fragment, writer=statement_writer
+        )
+        return conn.execute(statement, {**part.params, **part.where.params, **params}).fetchone()

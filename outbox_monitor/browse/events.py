@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.actions.audit import note_read
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.privacy.redaction import Redactor
 from outbox_monitor.store.db import Database
@@ -303,8 +303,9 @@ def reveal_payload(
     """Read one event's raw (unredacted) payload and last_error, and audit that read.
 
     The role is checked first; then one transaction reads the row and writes an audit
-    row (action ``reveal``, ``affected_ids`` ``[id]``, actor ``identity.name``), so a
-    reveal the audit log cannot record (e.g. no INSERT grant) shows nothing.
+    row (action ``reveal``, ``affected_ids`` ``[id]``, actor ``identity.name``) through the
+    outbox's audited ``note`` writer, so a reveal the audit log cannot record (a login
+    without the operator's grants) shows nothing.
 
     Args:
         db: the Database of actions (``OUTBOX_MONITOR_ACTIONS_DSN``): it writes the audit
@@ -328,7 +329,7 @@ def reveal_payload(
         ).fetchone()
         if row is None:
             return None
-        audit_id = record_audit(
+        audit_id = note_read(
             conn, db, actor=identity, action="reveal", details={"id": str(id)}, ids=[id]
         )
     return RevealedPayload(

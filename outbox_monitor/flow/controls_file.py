@@ -35,7 +35,6 @@ from pydantic import (
 )
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.alerts.rule_values import PositiveDuration, quoted
 from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
 from outbox_monitor.errors import ConfigError
@@ -47,7 +46,7 @@ from outbox_monitor.flow.model import (
     check_filter,
     default_burst,
 )
-from outbox_monitor.flow.rows import check_table, delete, key, settings_of, write
+from outbox_monitor.flow.rows import check_table, deleted, key, lock, save, settings_of, written
 from outbox_monitor.store.db import Database
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
@@ -305,9 +304,8 @@ def apply_controls(
     with db.transaction() as conn:
         if wanted:
             check_table(conn, db)
-        rows = conn.execute(
-            db.compose("control_rows", lock=sql.SQL("FOR UPDATE")), key(db, None)
-        ).fetchall()
+        lock(conn, db)
+        rows = conn.execute(db.compose("control_rows", lock=sql.SQL("")), key(db, None)).fetchall()
         present = {r["event_type_filter"]: settings_of(r) for r in rows if r["layer"] == "file"}
         for event_type_filter, settings in wanted.items():
             target = (
@@ -317,17 +315,15 @@ def apply_controls(
         report.removed.extend(f for f in present if f not in wanted)
         if dry_run or not (report.written or report.removed):
             return report
-        for event_type_filter in report.written:
-            settings = wanted[event_type_filter]
-            write(conn, db, event_type_filter, settings, layer="file", expires_at=None, actor=actor)
-        for event_type_filter in report.removed:
-            delete(conn, db, event_type_filter, layer="file")
-        audit_id = record_audit(
+        audit_id = save(
             conn,
             db,
+            [
+                *(written(f, wanted[f], layer="file", expires_at=None) for f in report.written),
+                *(deleted(f, layer="file") for f in report.removed),
+            ],
             actor=actor,
             action="apply controls",
             details={"written": report.written, "removed": report.removed},
-            ids=[],
         )
     return ApplyReport(report.written, report.removed, report.unchanged, audit_id)
