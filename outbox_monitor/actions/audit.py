@@ -6,17 +6,22 @@ Changes (reap, replay, prune) write their audit rows inside the outbox's audited
 makes them (``actions.run``); no login but the schema's owner may call the audit log's
 internal writer ``outbox_monitor.record_audit``."""
 
+import logging
 import uuid
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.access import Identity
+from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.errors import AccessDenied, OutboxMonitorError
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 
 MAX_AUDIT_IDS = 1000
+
+# Refusals log as the actions do: log filters key on the logger name.
+log = logging.getLogger("outbox_monitor.actions")
 
 
 def audit_fields(
@@ -118,3 +123,46 @@ def recent_audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
     first_ids (up to 20), db_login (the database login that wrote it; ``None`` before
     migration 019) and client_addr (its address; ``None`` over a Unix socket)."""
     return db.fetch_all("audit_recent", {"limit": limit, "table_name": db.table_name})
+
+
+def require_audited(db: Database, actor: Identity, role: Role, what: str, action: str) -> None:
+    """``access.require``, and when it refuses: a WARNING log line (who, the outbox, the
+    action) and a rate-limited ``refused`` audit row through the outbox's ``refused`` writer
+    (one per person and action a minute, 30 a minute per outbox; the row names the login
+    that wrote it: the dashboard's actions login, never the viewer's). A row that cannot be
+    written (a login without the operator's grants, the database down) is said on the same
+    WARNING line; the refusal stands either way.
+
+    Args:
+        db: the Database of actions of the outbox acted on.
+        actor: who asks.
+        role: the least role the action needs.
+        what: the action in words, for ``AccessDenied``.
+        action: the audit action refused (``reap``, ``pause`` …).
+
+    Raises:
+        AccessDenied: ``actor`` lacks ``role`` (after the log line and the row).
+    """
+    try:
+        require(actor, role, what)
+    except AccessDenied:
+        try:
+            with db.transaction() as conn:
+                row = conn.execute(
+                    db.compose("audit_refused", writer=writer(db.settings, "refused")),
+                    {"actor": actor.name, "refused_action": action},
+                ).fetchone()
+            recorded = (
+                f"audit row {row['id']}" if row["id"] else "audit row folded by the rate limit"
+            )
+        except OutboxMonitorError as error:
+            recorded = f"no audit row: {error.args[0] if error.args else error}"
+        log.warning(
+            "refused: %s (%s) may not %s on outbox %s (%s)",
+            actor.name,
+            actor.role.name,
+            action,
+            db.table_name,
+            recorded,
+        )
+        raise

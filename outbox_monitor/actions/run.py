@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 
 import psycopg
 
-from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import partition_detach
-from outbox_monitor.actions.audit import MAX_AUDIT_IDS, audit_fields
+from outbox_monitor.actions.audit import MAX_AUDIT_IDS, audit_fields, require_audited
 from outbox_monitor.actions.partitions import Partition
 from outbox_monitor.actions.preview import Part, Preview, previewed
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
@@ -109,7 +109,7 @@ def apply(
             the message is the run's summary (committed batches and rows, run id, the
             cause) and the hint says what to do.
     """
-    require(actor, Role.operator, f"{preview.action} rows")
+    require_audited(db, actor, Role.operator, f"{preview.action} rows", preview.action)
     default = DEFAULT_PRUNE_BATCH_SIZE if preview.action == "prune" else DEFAULT_BATCH_SIZE
     size = batch_size or default
     if preview.action == "replay":  # every replayed id audited: replay outcomes are exact

@@ -25,8 +25,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import audit_fields
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import audit_fields, require_audited
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
@@ -114,7 +114,7 @@ def create_silence(
             or naive, an empty comment. Nothing is written then.
         DatabaseUnavailable and the connector's errors.
     """
-    require(created_by, Role.operator, "create silences")
+    require_audited(db, created_by, Role.operator, "create silences", "silence")
     cleaned = _scoped(db, _validated_matchers(matchers))
     comment = (comment or "").strip()
     if not comment:
@@ -162,7 +162,7 @@ def expire_silence(
             matcher); nothing changes.
         DatabaseUnavailable and the connector's errors.
     """
-    require(by, Role.operator, "expire silences")
+    require_audited(db, by, Role.operator, "expire silences", "expire silence")
     instant = now or _db_now(db)
     with db.transaction() as conn:
         row = conn.execute(

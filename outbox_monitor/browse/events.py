@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import note_read
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import note_read, require_audited
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.privacy.redaction import Redactor
 from outbox_monitor.store.db import Database
@@ -322,7 +322,7 @@ def reveal_payload(
         PermissionDenied: the actions role may not read the outbox or write the audit log.
         DatabaseUnavailable, QueryTimeout: from the connector.
     """
-    require(identity, Role.operator, "reveal raw payloads")
+    require_audited(db, identity, Role.operator, "reveal raw payloads", "reveal")
     with db.transaction() as conn:
         row = conn.execute(
             db.compose("event_reveal"), {"id": id, "max_payload_bytes": max_payload_bytes}

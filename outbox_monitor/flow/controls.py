@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from psycopg import sql
 
-from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import require_audited
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
@@ -270,7 +271,7 @@ def change(
             table the claim could not apply controls to (``rows.check_table``).
         The connector's errors.
     """
-    require(actor, Role.operator, f"{action} {event_type_filter!r}")
+    require_audited(db, actor, Role.operator, f"{action} {event_type_filter!r}", action)
     try:
         check_filter(event_type_filter)
     except ValueError as error:

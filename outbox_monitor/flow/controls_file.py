@@ -34,7 +34,8 @@ from pydantic import (
     field_validator,
 )
 
-from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import require_audited
 from outbox_monitor.alerts.rule_values import PositiveDuration, quoted
 from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
 from outbox_monitor.errors import ConfigError
@@ -299,7 +300,7 @@ def apply_controls(
         ActionRefused: a table the claim could not apply controls to (``rows.check_table``).
         The connector's errors.
     """
-    require(actor, Role.operator, "apply a controls file")
+    require_audited(db, actor, Role.operator, "apply a controls file", "apply controls")
     report = ApplyReport()
     with db.transaction() as conn:
         if wanted:
