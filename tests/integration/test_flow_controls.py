@@ -66,7 +66,7 @@ def test_a_viewer_may_not_pause_and_nothing_is_written(db, conn, rows):
         flow.pause(db, "crm.%", actor=VIEWER)
     assert flow.controls(db) == []
     assert audit(conn) == [
-        {"actor": "vic@example.com", "action": "refused", "filter": {"action": "pause"}}
+        {"actor": "viewer@example.com", "action": "refused", "filter": {"action": "pause"}}
     ]
 
 
