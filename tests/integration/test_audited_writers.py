@@ -21,7 +21,9 @@ from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.silences import create_silence, expire_silence
 from outbox_monitor.browse.events import reveal_payload
 from outbox_monitor.config.settings import load_settings
+from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.flow.controls import pause, resume
+from outbox_monitor.service.maintenance import prune_retention, reap_stuck_locks
 from outbox_monitor.store.audited_writers import KINDS, writer_name
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
@@ -276,3 +278,42 @@ def test_a_table_with_a_long_name_gets_hashed_writer_names_that_work(empty_dsn, 
             actor=local_identity(settings, name="ops"),
         )
     assert result.changed == 1
+
+
+def test_the_schedulers_reaper_and_pruner_go_through_the_writers_under_its_login(
+    dsn, logins, rows, conn
+):
+    """The scheduler's automatic reap and prune go through the same writers, audited as
+    `scheduler` under the scheduler's login: with the scheduler role alone the database
+    refuses them (no writer is its); its login granted the operator role too (docs/deploy.md),
+    they run."""
+    stuck = rows.add(status="processing", created_ago=3600, locked_ago=30 * 60)
+    old = rows.add(status="done", created_ago=40 * 86400, processed_ago=40 * 86400)
+    settings = load_settings(dsn=logins.dsn(dsn, logins.scheduler), auto_prune_done=30 * 86400)
+    with Database(settings) as db, pytest.raises(PermissionDenied, match="lacks EXECUTE"):
+        reap_stuck_locks(db)
+    conn.execute(
+        psycopg.sql.SQL("GRANT {} TO {}").format(
+            psycopg.sql.Identifier(logins.roles.operator), psycopg.sql.Identifier(logins.scheduler)
+        )
+    )
+    conn.commit()
+    try:
+        with Database(settings) as db:
+            assert reap_stuck_locks(db).changed == 1
+            assert prune_retention(db).changed == 1
+    finally:
+        conn.execute(
+            psycopg.sql.SQL("REVOKE {} FROM {}").format(
+                psycopg.sql.Identifier(logins.roles.operator),
+                psycopg.sql.Identifier(logins.scheduler),
+            )
+        )
+        conn.commit()
+    audit = conn.execute(
+        "SELECT action, actor, db_login, affected_ids FROM outbox_monitor.audit_log ORDER BY id"
+    ).fetchall()
+    assert [(a["action"], a["actor"], a["db_login"], a["affected_ids"]) for a in audit] == [
+        ("reap", "scheduler", logins.scheduler, [stuck]),
+        ("prune", "scheduler", logins.scheduler, [old]),
+    ]
