@@ -41,6 +41,8 @@ UNDO_SINCE_008 = (
     "DROP TABLE outbox_monitor.scheduler_replicas; "
     # 019: the login and the address of each audit row
     "ALTER TABLE outbox_monitor.audit_log DROP COLUMN db_login, DROP COLUMN client_addr; "
+    # 020: the rows a reap writer reports to the breakers (record_outcome went with 008)
+    "DROP TABLE outbox_monitor.writer_outcomes; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

@@ -22,7 +22,7 @@ from outbox_monitor.alerts.silences import create_silence, expire_silence
 from outbox_monitor.browse.events import reveal_payload
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import PermissionDenied
-from outbox_monitor.flow.controls import pause, resume
+from outbox_monitor.flow.controls import change, pause, resume
 from outbox_monitor.service.maintenance import prune_retention, reap_stuck_locks
 from outbox_monitor.store.audited_writers import KINDS, writer_name
 from outbox_monitor.store.db import Database
@@ -317,3 +317,26 @@ def test_the_schedulers_reaper_and_pruner_go_through_the_writers_under_its_login
         ("reap", "scheduler", logins.scheduler, [stuck]),
         ("prune", "scheduler", logins.scheduler, [old]),
     ]
+
+
+def test_a_reap_by_the_operator_login_feeds_the_circuit_breaker(dsn, logins, rows, conn):
+    """SPEC §5: each reaped row is a transient failure for its type's breaker, also when the
+    reap runs as the operator login, which may not claim (migration 020)."""
+    settings = load_settings(dsn=dsn, actions_dsn=logins.dsn(dsn, logins.actions))
+    person = local_identity(settings, name="oncall@example.com")
+    with Database(settings, purpose="actions") as db:
+        change(
+            db,
+            "crm.%",
+            actor=person,
+            action="breaker",
+            changes={"breaker": True, "breaker_min_attempts": 3, "breaker_ratio": 1},
+        )
+        for _ in range(3):
+            rows.add(event_type="crm.contact", status="processing", locked_ago=3600)
+        assert apply(db, preview_reap(db), actor=person).changed == 3
+    state = conn.execute("SELECT breaker_state FROM outbox_monitor.control_state").fetchone()
+    assert state == {"breaker_state": "open"}  # 3 reaps: 3 transient failures of 3 outcomes
+    assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.writer_outcomes").fetchone() == {
+        "n": 0
+    }

@@ -221,6 +221,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "017_alert_state_per_outbox",
         "018_scheduler_replicas",
         "019_audit_login",
+        "020_writer_outcomes",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

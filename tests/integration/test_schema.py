@@ -48,6 +48,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "017_alert_state_per_outbox",
             "018_scheduler_replicas",
             "019_audit_login",
+            "020_writer_outcomes",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

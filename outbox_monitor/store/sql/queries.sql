@@ -2084,11 +2084,18 @@ BEGIN
     INTO v_ids, v_dead
     FROM changed AS c;
     -- each reaped row is a transient failure for the table's circuit breakers (SPEC section 5)
+    -- (listed for record_outcome, which counts a login's outcomes only where it may claim:
+    -- migration 020)
     IF cardinality(v_ids) > 0 AND EXISTS (
         SELECT FROM outbox_monitor.controls AS k WHERE k.outbox = {regclass}::regclass AND k.breaker
     ) THEN
+        INSERT INTO outbox_monitor.writer_outcomes (xid, outbox, id)
+        SELECT pg_catalog.pg_current_xact_id(), {regclass}::regclass::oid, r.id
+        FROM pg_catalog.unnest(v_ids) AS r(id);
         PERFORM outbox_monitor.record_outcome({regclass}::regclass, o.id, o.event_type, 'transient')
         FROM {table} AS o WHERE o.id = ANY(v_ids);
+        DELETE FROM outbox_monitor.writer_outcomes AS w
+        WHERE w.xid = pg_catalog.pg_current_xact_id();
     END IF;
     IF cardinality(v_ids) > 0 OR p_audit_empty THEN
         PERFORM outbox_monitor.record_audit(p_run_id, p_actor, 'reap', {table_name}, p_filter,
