@@ -78,6 +78,8 @@ def test_the_operator_login_cannot_call_the_audit_writer(dsn, logins, conn):
         "'{}', 0, '{}')",
         "UPDATE outbox_monitor.audit_log SET actor = 'alice'",
         "DELETE FROM outbox_monitor.audit_log",
+        # the rows a reap writer reports to the breakers (migration 020): the owner's alone
+        "INSERT INTO outbox_monitor.writer_outcomes VALUES (pg_current_xact_id(), 1, 1)",
     ],
 )
 def test_the_operator_login_cannot_write_the_outbox_controls_silences_or_audit_directly(
