@@ -1,6 +1,6 @@
 -- A reap through the outbox's audited writer feeds the circuit breakers whoever calls it
 -- (issue 29 item 2). record_outcome counts only outcomes of a login that may claim
--- (may_claim: UPDATE on the outbox) — which the operator login, changing the outbox only
+-- (may_claim: UPDATE on the outbox): which the operator login, changing the outbox only
 -- through its audited writers, no longer has. The reap writer (running as the owner) lists
 -- the rows it reaped here, in its own transaction, before it reports them; record_outcome
 -- also accepts a row listed for the current transaction. No login but the owner may write
