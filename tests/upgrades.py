@@ -43,6 +43,10 @@ UNDO_SINCE_008 = (
     "DROP FUNCTION outbox_monitor.control_barrier, outbox_monitor.change_lock_key; "
     # 021: the episode of each alert instance (issue 29 item 8)
     "ALTER TABLE outbox_monitor.alert_instances DROP COLUMN episode_id; "
+    # 019: the login and the address of each audit row
+    "ALTER TABLE outbox_monitor.audit_log DROP COLUMN db_login, DROP COLUMN client_addr; "
+    # 020: the rows a reap writer reports to the breakers (record_outcome went with 008)
+    "DROP TABLE outbox_monitor.writer_outcomes; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

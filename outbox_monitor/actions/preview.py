@@ -15,8 +15,8 @@ SAMPLE_SIZE = 20
 class Part:
     """One guarded statement of an action: its batch query, filter and id ceiling (exact);
     ``matched`` is an estimate when ``exact`` is false (a dashboard preview above its cap).
-    ``follow_up`` names a query run after each batch in its transaction with the batch's
-    ``%(ids)s`` (a reap's outcomes for the circuit breakers, SPEC §5)."""
+    The batch query picks rows by the filter and hands them to the outbox's audited writer
+    of the action (``store.audited_writers``), which changes them under the guard."""
 
     batch_query: str
     where: Where
@@ -24,7 +24,6 @@ class Part:
     matched: int
     max_id: int | None
     exact: bool = True
-    follow_up: str | None = None
 
     @property
     def count(self) -> estimates.Count:

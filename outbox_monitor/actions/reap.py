@@ -4,7 +4,7 @@ holders as evidence."""
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from outbox_monitor.actions.preview import (
@@ -142,9 +142,7 @@ def preview_auto_reap(db: Database) -> Preview:
     )
     ids = [row["id"] for row in taken]
     bounded = Where().add("id = ANY(%(reap_ids)s::bigint[])", reap_ids=ids)
-    part = Part(
-        "reap_batch", bounded, params, len(ids), max(ids, default=None), follow_up="reap_outcomes"
-    )
+    part = Part("reap_batch", bounded, params, len(ids), max(ids, default=None))
     holders, others = _holders(db, taken)
     details = {
         "budget": budget.describe(len(ids)),
@@ -197,9 +195,8 @@ def _stuck(
 
 
 def _reap_part(db: Database, where: Where, params: dict[str, Any]) -> Part:
-    return replace(
-        preview_part(db, "reap_preview", "reap_batch", where, params), follow_up="reap_outcomes"
-    )
+    # the outbox's audited reap writer reports the reaped rows to the breakers (migration 020)
+    return preview_part(db, "reap_preview", "reap_batch", where, params)
 
 
 def _filter(event_type: str | None, timeout: float, max_id: int | None) -> dict[str, Any]:

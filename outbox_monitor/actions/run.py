@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 import psycopg
 from psycopg import sql
 
-from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import partition_detach
-from outbox_monitor.actions.audit import MAX_AUDIT_IDS, record_audit
+from outbox_monitor.actions.audit import MAX_AUDIT_IDS, audit_fields, require_audited
 from outbox_monitor.actions.partitions import Partition
-from outbox_monitor.actions.preview import Preview, previewed
+from outbox_monitor.actions.preview import Part, Preview, previewed
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
+from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
 
@@ -124,7 +125,7 @@ def apply(
             the message is the run's summary (committed batches and rows, run id, the
             cause) and the hint says what to do.
     """
-    require(actor, Role.operator, f"{preview.action} rows")
+    require_audited(db, actor, Role.operator, f"{preview.action} rows", preview.action)
     default = DEFAULT_PRUNE_BATCH_SIZE if preview.action == "prune" else DEFAULT_BATCH_SIZE
     size = batch_size or default
     if preview.action == "replay":  # every replayed id audited: replay outcomes are exact
@@ -146,6 +147,8 @@ def apply(
                 result = replace(result, kept={**result.kept, step.partition: step.kept})
             if on_progress:
                 on_progress(result.changed, preview.matched)
+        fields = audit_fields(actor, preview.filter, run_id)
+        statement_writer = writer(db.settings, preview.action)
         for part in preview.parts:
             if part.max_id is None:
                 continue
@@ -153,32 +156,26 @@ def apply(
             refusal: tuple[int, str] | None = None  # a refused row located: id, error
             while True:
                 params = {
-                    **part.params,
-                    **part.where.params,
+                    **fields,
                     **after,
                     "t0": t0,
                     "before": result.changed,
                     "max_id": part.max_id if refusal is None else refusal[0] - 1,
                     "batch": size,
+                    "audit_empty": False,
                 }
-                query = db.compose(part.batch_query, and_filters=part.where.fragment)
                 try:
-                    with db.transaction() as conn:
-                        row = conn.execute(query, params).fetchone()
-                        if row["ids"]:
-                            _audit(conn, db, run_id, actor, preview, row["ids"])
-                            if part.follow_up:
-                                follow = {"ids": row["ids"], "table_regclass": db.table_regclass}
-                                conn.execute(db.compose(part.follow_up), follow)
+                    row = _batch(db, part, statement_writer, params)
                 except psycopg.Error as error:
                     if refusal or part.batch_query == "replay_drip_batch" or not _refusal(error):
                         raise
-                    refusal = _locate_refusal(db, query, params, error)
+                    refusal = _locate_refusal(db, part, statement_writer, params, error)
                     continue
                 if row["last_picked_id"] is None:
                     if refusal is None:
                         break
-                    result = _refuse(db, run_id, actor, preview, result, *refusal)
+                    result = _refuse(db, part, statement_writer, run_id, actor, preview, result,
+                                     *refusal)  # fmt: skip
                     after, refusal = {"after_id": refusal[0], "after_created_at": None}, None
                     continue
                 after = {
@@ -195,9 +192,23 @@ def apply(
                 )
                 if on_progress:
                     on_progress(result.changed, preview.matched)
-        if result.changed == 0:
-            with db.transaction() as conn:
-                _audit(conn, db, run_id, actor, preview, [])
+        if result.changed == 0:  # one audit row still says the run happened
+            part = preview.parts[0]
+            _batch(
+                db,
+                part,
+                statement_writer,
+                {
+                    **fields,
+                    "after_id": MIN_ID,
+                    "after_created_at": None,
+                    "t0": t0,
+                    "before": 0,
+                    "max_id": MIN_ID,
+                    "batch": 1,
+                    "audit_empty": True,
+                },
+            )
     except OutboxMonitorError as error:
         if result.batches == 0:  # nothing happened: the error says it all (e.g. a grant)
             log.error("%s run %s changed nothing: %s", preview.action, run_id, error.args[0])
@@ -232,7 +243,7 @@ def _refusal(error: psycopg.Error) -> bool:
 
 
 def _locate_refusal(
-    db: Database, query: sql.Composed, params: dict, error: psycopg.Error
+    db: Database, part: Part, statement_writer: sql.Composable, params: dict, error: psycopg.Error
 ) -> tuple[int, str]:
     """The id of the first row of a failed batch that the table refuses, with the error:
     the batch is tried again in rolled-back transactions with its id ceiling halved between
@@ -244,22 +255,21 @@ def _locate_refusal(
         error: the batch alone does not fail (the audit or a follow-up did): not a row's.
     """
     done, failing = params["after_id"], params["max_id"]
-    if not _fails(db, query, params):
+    if not _fails(db, part, statement_writer, params):
         raise error
     while failing - done > 1:
         middle = (done + failing) // 2
-        if _fails(db, query, {**params, "max_id": middle}):
+        if _fails(db, part, statement_writer, {**params, "max_id": middle}):
             failing = middle
         else:
             done = middle
     return failing, _cause(error)
 
 
-def _fails(db: Database, query: sql.Composed, params: dict) -> bool:
-    """Whether the batch ``query`` fails on a row (``_refusal``), tried and rolled back."""
+def _fails(db: Database, part: Part, statement_writer: sql.Composable, params: dict) -> bool:
+    """Whether the batch fails on a row (``_refusal``), tried and rolled back."""
     try:
-        with db.connection() as conn, conn.transaction(force_rollback=True):
-            conn.execute(query, params)
+        _batch(db, part, statement_writer, params, rollback=True)
     except psycopg.Error as error:
         if _refusal(error):
             return True
@@ -269,6 +279,8 @@ def _fails(db: Database, query: sql.Composed, params: dict) -> bool:
 
 def _refuse(
     db: Database,
+    part: Part,
+    statement_writer: sql.Composable,
     run_id: str,
     actor: Identity,
     preview: Preview,
@@ -277,7 +289,8 @@ def _refuse(
     cause: str,
 ) -> ActionResult:
     """Report and audit one row the table refused to change: a WARNING, an audit row of no
-    row changed whose filter names it and why, and ``result.refused``."""
+    row changed whose filter names it and why (through the action's audited writer, given
+    no row), and ``result.refused``."""
     log.warning(
         "%s run %s: row %d was left as it was, the table refused the change: %s",
         preview.action,
@@ -286,10 +299,21 @@ def _refuse(
         cause,
     )
     details = {**preview.filter, "refused_id": str(row_id), "refused_because": cause}
-    with db.transaction() as conn:
-        record_audit(
-            conn, db, actor=actor, action=preview.action, details=details, ids=[], run_id=run_id
-        )
+    _batch(
+        db,
+        part,
+        statement_writer,
+        {
+            **audit_fields(actor, details, run_id),
+            "after_id": MIN_ID,
+            "after_created_at": None,
+            "t0": None,
+            "before": result.changed,
+            "max_id": MIN_ID,
+            "batch": 1,
+            "audit_empty": True,
+        },
+    )
     return replace(result, refused={**result.refused, row_id: cause})
 
 
@@ -355,15 +379,19 @@ def _interrupted(
     )
 
 
-def _audit(
-    conn, db: Database, run_id: str, actor: Identity, preview: Preview, ids: list[int]
-) -> None:
-    record_audit(
-        conn,
-        db,
-        actor=actor,
-        action=preview.action,
-        details=preview.filter,
-        ids=ids,
-        run_id=run_id,
+def _batch(
+    db: Database, part: Part, statement_writer, params: dict, *, rollback: bool = False
+) -> dict:
+    """One batch of ``part`` in a transaction of its own: the rows picked by the preview's
+    filter, changed by the outbox's audited writer of the action (the guard inside its
+    statement, its audit row in the same transaction); ``rollback``: tried, then rolled back
+    (``_fails``)."""
+    statement = db.compose(
+        part.batch_query, and_filters=part.where.fragment, writer=statement_writer
     )
+    values = {**part.params, **part.where.params, **params}
+    if rollback:
+        with db.connection() as conn, conn.transaction(force_rollback=True):
+            return conn.execute(statement, values).fetchone()
+    with db.transaction() as conn:
+        return conn.execute(statement, values).fetchone()

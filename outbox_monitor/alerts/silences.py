@@ -25,15 +25,14 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import audit_fields, require_audited
 from outbox_monitor.errors import ActionRefused
+from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 
 DEFAULT_LIST_LIMIT = 200
 MAX_COMMENT_CHARS = 2000
-AUDIT_CREATE = "silence"
-AUDIT_EXPIRE = "expire silence"
 OUTBOX_MATCHER = "outbox"
 """The label naming a fleet file's outbox (``alerts.outbox_scope.OUTBOX_LABEL``)."""
 
@@ -115,7 +114,7 @@ def create_silence(
             or naive, an empty comment. Nothing is written then.
         DatabaseUnavailable and the connector's errors.
     """
-    require(created_by, Role.operator, "create silences")
+    require_audited(db, created_by, Role.operator, "create silences", "silence")
     cleaned = _scoped(db, _validated_matchers(matchers))
     comment = (comment or "").strip()
     if not comment:
@@ -129,16 +128,16 @@ def create_silence(
         raise _refuse(f"the end time {until.isoformat()} is not in the future")
     with db.transaction() as conn:
         row = conn.execute(
-            db.compose("silence_insert"),
+            db.compose("silence_insert", writer=writer(db.settings, "silence")),
             {
                 "matchers": Jsonb(cleaned),
                 "starts_at": start,
                 "ends_at": until,
                 "comment": comment,
                 "created_by": created_by.name,
+                "filter": audit_fields(created_by, {"matchers": cleaned, "until": until})["filter"],
             },
         ).fetchone()
-        _audit(db, conn, created_by, AUDIT_CREATE, {"matchers": cleaned, "until": until}, row)
     return row["id"]
 
 
@@ -163,11 +162,12 @@ def expire_silence(
             matcher); nothing changes.
         DatabaseUnavailable and the connector's errors.
     """
-    require(by, Role.operator, "expire silences")
+    require_audited(db, by, Role.operator, "expire silences", "expire silence")
     instant = now or _db_now(db)
     with db.transaction() as conn:
         row = conn.execute(
-            db.compose("silence_expire"), {"id": silence_id, "now": instant}
+            db.compose("silence_expire", writer=writer(db.settings, "expire_silence")),
+            {"id": silence_id, "now": instant, "actor": by.name},
         ).fetchone()
         if row is None:
             return False
@@ -177,14 +177,7 @@ def expire_silence(
                 f"silence {silence_id} is outbox {owner}'s; end it on that outbox (the "
                 f"dashboard's outbox, or --outbox {owner})"
             )
-        _audit(db, conn, by, AUDIT_EXPIRE, {"id": silence_id, "matchers": row["matchers"]}, row)
     return True
-
-
-def _audit(
-    db: Database, conn: Any, actor: Identity, action: str, details: dict[str, Any], row: dict
-) -> None:
-    record_audit(conn, db, actor=actor, action=action, details=details, ids=[row["id"]])
 
 
 def active_silences(db: Database, now: datetime) -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import note_read, require_audited
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.privacy.redaction import Redactor
 from outbox_monitor.store.db import Database
@@ -303,8 +303,9 @@ def reveal_payload(
     """Read one event's raw (unredacted) payload and last_error, and audit that read.
 
     The role is checked first; then one transaction reads the row and writes an audit
-    row (action ``reveal``, ``affected_ids`` ``[id]``, actor ``identity.name``), so a
-    reveal the audit log cannot record (e.g. no INSERT grant) shows nothing.
+    row (action ``reveal``, ``affected_ids`` ``[id]``, actor ``identity.name``) through the
+    outbox's audited ``note`` writer, so a reveal the audit log cannot record (a login
+    without the operator's grants) shows nothing.
 
     Args:
         db: the Database of actions (``OUTBOX_MONITOR_ACTIONS_DSN``): it writes the audit
@@ -321,14 +322,14 @@ def reveal_payload(
         PermissionDenied: the actions role may not read the outbox or write the audit log.
         DatabaseUnavailable, QueryTimeout: from the connector.
     """
-    require(identity, Role.operator, "reveal raw payloads")
+    require_audited(db, identity, Role.operator, "reveal raw payloads", "reveal")
     with db.transaction() as conn:
         row = conn.execute(
             db.compose("event_reveal"), {"id": id, "max_payload_bytes": max_payload_bytes}
         ).fetchone()
         if row is None:
             return None
-        audit_id = record_audit(
+        audit_id = note_read(
             conn, db, actor=identity, action="reveal", details={"id": str(id)}, ids=[id]
         )
     return RevealedPayload(

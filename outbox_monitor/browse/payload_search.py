@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.actions.audit import note_read
 from outbox_monitor.errors import QueryTimeout
 from outbox_monitor.privacy.redaction import Redactor
 from outbox_monitor.store.db import Database
@@ -426,7 +426,7 @@ def search_payloads(
                     "event_type": search.event_type,
                 }
                 found = [row["id"] for row in rows[:limit]]
-                audit_id = record_audit(
+                audit_id = note_read(
                     conn, writer, actor=identity, action=AUDIT_ACTION, details=details, ids=found
                 )
     except QueryTimeout as error:

@@ -38,7 +38,9 @@ state}`` (1 for the instance's state, 0 for the others; ``alert_instance`` becau
 Prometheus owns the ``instance`` label), ``outbox_monitor_evaluation_duration_seconds``
 (last pass of this process), ``outbox_monitor_notifications_total{outcome}`` (the
 sender's counts), ``outbox_monitor_sampler_lag_seconds`` (now − the newest sample of the
-table, whoever sampled it), ``outbox_monitor_figures_duration_seconds``, and from this
+table, whoever sampled it), ``outbox_monitor_refused_actions`` (the audit log's ``refused``
+rows of the table in the last hour, issue 29 item 5),
+``outbox_monitor_figures_duration_seconds``, and from this
 process's stall watch (``alerts.stall``, every tick): ``outbox_monitor_last_evaluation_age_seconds``
 (now − the last completed evaluation of the table, by any scheduler; database clock) and
 ``outbox_monitor_alerting_stalled`` (1 when none completed for more than 3 intervals).
@@ -274,6 +276,16 @@ class OutboxCollector(Collector):
         if lag is not None:
             sampler.add_metric([], max(lag, 0.0))
         families.append(sampler)
+        refused = self.primary.fetch_one("audit_refused_count", {"table_name": db.table_name})
+        families.append(
+            GaugeMetricFamily(
+                "outbox_monitor_refused_actions",
+                "Actions refused to a person's role on this outbox table in the last hour: "
+                "the refused rows of the audit log (rate-limited: one per person and action "
+                "a minute, 30 a minute).",
+                value=refused["refused"],
+            )
+        )
         return families
 
     def _flow_families(self, pinned: set[str]) -> list[Metric]:

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from psycopg import sql
 
-from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import require_audited
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
@@ -30,10 +30,12 @@ from outbox_monitor.flow.rows import (
     barrier,
     check_table,
     claims_in_flight_note,
-    delete,
+    deleted,
     key,
+    lock,
+    save,
     settings_of,
-    write,
+    written,
 )
 from outbox_monitor.store.db import Database
 
@@ -281,7 +283,7 @@ def change(
             table the claim could not apply controls to (``rows.check_table``).
         The connector's errors.
     """
-    require(actor, Role.operator, f"{action} {event_type_filter!r}")
+    require_audited(db, actor, Role.operator, f"{action} {event_type_filter!r}", action)
     try:
         check_filter(event_type_filter)
     except ValueError as error:
@@ -289,8 +291,10 @@ def change(
     with db.transaction() as conn:
         reached = barrier(conn, db)
         check_table(conn, db)
-        locked = db.compose("control_rows", lock=sql.SQL("FOR UPDATE"))
-        rows = conn.execute(locked, key(db, event_type_filter)).fetchall()
+        lock(conn, db)
+        rows = conn.execute(
+            db.compose("control_rows", lock=sql.SQL("")), key(db, event_type_filter)
+        ).fetchall()
         layers = {row["layer"]: row for row in rows}
         ui, file = layers.get("ui"), layers.get("file")
         in_force = ui if ui is not None and ui["unexpired"] else file
@@ -307,30 +311,23 @@ def change(
         if file is not None:
             file_settings = settings_of(file)
             if clear or after == file_settings:
-                delete(conn, db, event_type_filter, layer="ui")
+                change_rows = [deleted(event_type_filter, layer="ui")]
                 after = file_settings
             else:
                 now = conn.execute("SELECT now() AS now").fetchone()["now"]
                 expires_at = after.paused_until or now + timedelta(
                     seconds=override_seconds or DEFAULT_OVERRIDE_SECONDS
                 )
-                write(
-                    conn,
-                    db,
-                    event_type_filter,
-                    after,
-                    layer="ui",
-                    expires_at=expires_at,
-                    actor=actor,
-                )
+                change_rows = [written(event_type_filter, after, layer="ui", expires_at=expires_at)]
         elif after.is_empty:
-            delete(conn, db, event_type_filter, layer="ui")
+            change_rows = [deleted(event_type_filter, layer="ui")]
             after = None
         else:
-            write(conn, db, event_type_filter, after, layer="ui", expires_at=None, actor=actor)
-        audit_id = record_audit(
+            change_rows = [written(event_type_filter, after, layer="ui", expires_at=None)]
+        audit_id = save(
             conn,
             db,
+            change_rows,
             actor=actor,
             action=action,
             details={
@@ -339,7 +336,6 @@ def change(
                 "after": after.model_dump(mode="json") if after else None,
                 "expires_at": expires_at,
             },
-            ids=[],
         )
     note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ControlChange(

@@ -34,8 +34,8 @@ from pydantic import (
     field_validator,
 )
 
-from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import record_audit
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.actions.audit import require_audited
 from outbox_monitor.alerts.rule_values import PositiveDuration, quoted
 from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
 from outbox_monitor.errors import ConfigError
@@ -51,10 +51,12 @@ from outbox_monitor.flow.rows import (
     barrier,
     check_table,
     claims_in_flight_note,
-    delete,
+    deleted,
     key,
+    lock,
+    save,
     settings_of,
-    write,
+    written,
 )
 from outbox_monitor.store.db import Database
 
@@ -313,7 +315,7 @@ def apply_controls(
         ActionRefused: a table the claim could not apply controls to (``rows.check_table``).
         The connector's errors.
     """
-    require(actor, Role.operator, "apply a controls file")
+    require_audited(db, actor, Role.operator, "apply a controls file", "apply controls")
     report = ApplyReport()
     with db.transaction() as conn:
         # first, before any row lock (as every change: two changes never wait for each other
@@ -321,9 +323,8 @@ def apply_controls(
         reached = dry_run or barrier(conn, db)
         if wanted:
             check_table(conn, db)
-        rows = conn.execute(
-            db.compose("control_rows", lock=sql.SQL("FOR UPDATE")), key(db, None)
-        ).fetchall()
+        lock(conn, db)
+        rows = conn.execute(db.compose("control_rows", lock=sql.SQL("")), key(db, None)).fetchall()
         present = {r["event_type_filter"]: settings_of(r) for r in rows if r["layer"] == "file"}
         for event_type_filter, settings in wanted.items():
             target = (
@@ -333,18 +334,16 @@ def apply_controls(
         report.removed.extend(f for f in present if f not in wanted)
         if dry_run or not (report.written or report.removed):
             return report
-        for event_type_filter in report.written:
-            settings = wanted[event_type_filter]
-            write(conn, db, event_type_filter, settings, layer="file", expires_at=None, actor=actor)
-        for event_type_filter in report.removed:
-            delete(conn, db, event_type_filter, layer="file")
-        audit_id = record_audit(
+        audit_id = save(
             conn,
             db,
+            [
+                *(written(f, wanted[f], layer="file", expires_at=None) for f in report.written),
+                *(deleted(f, layer="file") for f in report.removed),
+            ],
             actor=actor,
             action="apply controls",
             details={"written": report.written, "removed": report.removed},
-            ids=[],
         )
     note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ApplyReport(report.written, report.removed, report.unchanged, audit_id, note)

@@ -6,9 +6,13 @@ import math
 from datetime import datetime
 from typing import Any, Literal
 
+from psycopg.types.json import Jsonb
+
 from outbox_monitor.access import Identity
+from outbox_monitor.actions.audit import audit_fields
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
+from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 
 log = logging.getLogger("outbox_monitor.flow")
@@ -44,38 +48,54 @@ def check_table(conn: Any, db: Database) -> None:
         )
 
 
-def write(
-    conn: Any,
-    db: Database,
+def written(
     event_type_filter: str,
     settings: ControlSettings,
     *,
     layer: Layer,
     expires_at: datetime | None,
+) -> dict[str, Any]:
+    """One change for ``save``: insert or replace the control row of one layer (its state
+    row made sure of: a full bucket when new; cut to a smaller burst; the breaker closed
+    when switched off)."""
+    row = {**settings.model_dump(mode="json"), "expires_at": _iso(expires_at)}
+    return {"event_type_filter": event_type_filter, "layer": layer, "row": row}
+
+
+def deleted(event_type_filter: str, *, layer: Layer) -> dict[str, Any]:
+    """One change for ``save``: delete the control row of one layer (its state row stays,
+    unused)."""
+    return {"event_type_filter": event_type_filter, "layer": layer, "row": None}
+
+
+def lock(conn: Any, db: Database) -> None:
+    """Take the table's controls lock (a transaction advisory lock; the audited controls
+    writer takes it too), so that changes of one table's controls run one at a time."""
+    conn.execute(db.compose("controls_lock"), key(db, None))
+
+
+def save(
+    conn: Any,
+    db: Database,
+    changes: list[dict[str, Any]],
+    *,
     actor: Identity,
-) -> None:
-    """Insert or replace the control row of one layer, and make sure its state row exists
-    (a full bucket when new; cut to a smaller burst; the breaker closed when switched off)."""
-    params = key(db, event_type_filter)
-    conn.execute(
-        db.compose("control_upsert"),
-        {
-            **params,
-            **settings.model_dump(),
-            "layer": layer,
-            "expires_at": expires_at,
-            "updated_by": actor.name,
-        },
-    )
-    conn.execute(
-        db.compose("control_state_ensure"),
-        {**params, "burst": settings.burst, "breaker": settings.breaker},
-    )
+    action: str,
+    details: dict[str, Any],
+) -> int:
+    """Apply ``changes`` (``written``, ``deleted``) and write their audit row, in the
+    caller's transaction, through the outbox's audited controls writer
+    (``store.audited_writers``): the operator login has no write grant on the controls.
 
-
-def delete(conn: Any, db: Database, event_type_filter: str, *, layer: Layer) -> None:
-    """Delete the control row of one layer (its state row stays, unused)."""
-    conn.execute(db.compose("control_delete"), {**key(db, event_type_filter), "layer": layer})
+    Returns:
+        The audit row's id.
+    """
+    fields = audit_fields(actor, details)
+    row = conn.execute(
+        db.compose("controls_save", writer=writer(db.settings, "controls")),
+        {**fields, "action": action, "changes": Jsonb(changes)},
+    ).fetchone()
+    return row["id"]
 
 
 def claims_in_flight_note(wait_seconds: float) -> str:
@@ -111,3 +131,7 @@ def barrier(conn: Any, db: Database) -> bool:
     if not reached:
         log.warning("control change on %s: %s", db.table_name, claims_in_flight_note(wait))
     return reached
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None

@@ -3,14 +3,16 @@
 Three group roles, each granted only what its processes do today:
 
 - ``viewer`` (``outbox_viewer``): SELECT on the outbox table and the ``outbox_monitor``
-  tables, EXECUTE on its functions — every dashboard page, ``status``, ``check`` and the
-  previews of actions. The login of ``OUTBOX_MONITOR_DSN``.
+  tables, EXECUTE on no function that writes (the reading ones keep PUBLIC's) — every
+  dashboard page, ``status``, ``check`` and the previews of actions. The login of
+  ``OUTBOX_MONITOR_DSN``.
 - ``scheduler`` (``outbox_scheduler``): the viewer's, plus writing samples, alert state
   and notifications; never the outbox.
-- ``operator`` (``outbox_operator``): the viewer's, plus UPDATE/DELETE on the outbox
-  (reap, replay, prune), EXECUTE on ``outbox_monitor.record_audit`` (the audit log's only
-  writer: no role may INSERT into the table, and the viewer's EXECUTE on every function
-  is revoked for this one), EXECUTE on ``outbox_monitor.record_test_notification`` (the
+- ``operator`` (``outbox_operator``): the viewer's, plus EXECUTE on the outbox's audited
+  writers (``store.audited_writers``: reap, replay, prune, the notes of reveals and
+  searches, refusals; no UPDATE, DELETE or INSERT on the outbox, and no role may call the
+  audit log's internal writer ``outbox_monitor.record_audit`` but its owner), EXECUTE on
+  ``outbox_monitor.record_test_notification`` (the
   "send test alert" message's writer: no INSERT on notifications, whose rows the sender
   posts and whose dedupe keys suppress alerts) and INSERT/UPDATE on silences. The login
   of ``OUTBOX_MONITOR_ACTIONS_DSN``.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from outbox_monitor.config.settings import Settings
+from outbox_monitor.store.audited_writers import writer_privileges
 from outbox_monitor.store.queries import compose
 
 DEFAULT_VIEWER_ROLE = "outbox_viewer"
@@ -41,6 +44,8 @@ _GRANT = re.compile(
     r"(?:TO|FROM) (?P<role>\S+);$",
     re.M | re.S,
 )
+_REVOKE = "REVOKE EXECUTE ON FUNCTION {} FROM {};"
+_GRANT_TO = "GRANT EXECUTE ON FUNCTION {} TO {};"
 _IN_SCHEMA = re.compile(r"^ALL (?P<kind>TABLES|FUNCTIONS|SEQUENCES) IN SCHEMA (?P<schema>\S+)$")
 _KINDS = {"TABLES": "table", "FUNCTIONS": "function", "SEQUENCES": "sequence"}
 
@@ -108,6 +113,9 @@ def grant_statements(settings: Settings, roles: Roles = Roles()) -> str:
         viewer=sql.Identifier(roles.viewer),
         scheduler=sql.Identifier(roles.scheduler),
         operator=sql.Identifier(roles.operator),
+        writers_from_public=writer_privileges(settings, _REVOKE, sql.SQL("PUBLIC")),
+        writers_from_viewer=writer_privileges(settings, _REVOKE, sql.Identifier(roles.viewer)),
+        writers_to_operator=writer_privileges(settings, _GRANT_TO, sql.Identifier(roles.operator)),
     ).as_string()
 
 

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql
 
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
+from outbox_monitor.store.audited_writers import create_writers
 from outbox_monitor.store.db import Database, lock_timeout
 from outbox_monitor.store.indexes import (
     FLOW_CONTROL_INDEX,
@@ -121,7 +122,9 @@ def init_db(
     (partitions created later get the index from the parent) — and drops the indexes an
     earlier release created that harm the users' claim (``RETIRED_INDEXES``: only by name and
     exact definition) with ``DROP INDEX CONCURRENTLY`` under a lock timeout of
-    ``DROP_LOCK_TIMEOUT_SECONDS``. Running it twice is a no-op.
+    ``DROP_LOCK_TIMEOUT_SECONDS``. It (re)creates the table's audited writers
+    (``store.audited_writers``: the functions through which the operator login changes the
+    outbox, each writing its audit row). Running it twice is a no-op.
 
     Args:
         db: the connector of the target database.
@@ -171,6 +174,7 @@ def init_db(
                     report.applied_migrations.append(f"{version:03d}_{name}")
                     current = version
             report.schema_version = current
+            create_writers(conn, db.settings)
         if create_indexes:
             with _index_builder_lock(conn):
                 wanted = RECOMMENDED_INDEXES + ((FLOW_CONTROL_INDEX,) if flow_control else ())

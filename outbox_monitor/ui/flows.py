@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from outbox_monitor.access import Identity
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import prune, reap, replay, run
 from outbox_monitor.actions.partition_lines import outcome_lines, preview_lines
 from outbox_monitor.actions.preview import Preview
@@ -118,7 +118,9 @@ def action_flow(
         after_result: optional extra rendering under the last result (a replay's outcome).
         refused: why this identity may not act (e.g. a viewer): the preview button is shown
             disabled with that reason and nothing else renders; ``run.apply`` checks the
-            role again whatever the page shows.
+            role again whatever the page shows. Default: when ``actor`` — its role on the
+            outbox acted on, ``db``'s, not the one a link or the page list was made for —
+            is not an operator, a sentence naming that role and outbox.
 
     A confirmed preview is applied in the run after the click if ``signature`` is still
     the one it was made for, else a warning says that nothing was changed (and a log line).
@@ -127,6 +129,12 @@ def action_flow(
     its hint; the progress bar is removed and the preview dropped, and the rest of the page
     keeps rendering.
     """
+    if refused is None and not actor.can(Role.operator):
+        outbox = db.settings.fleet_outbox or db.table_name
+        refused = (
+            f"{format.md_code(actor.name)} is a {actor.role.name} on the outbox "
+            f"{format.md_code(outbox)}: {noun} needs the operator role."
+        )
     if refused is not None:
         st.button(preview_label, key=f"{key}.preview_button", disabled=True, help=refused)
         st.caption(refused)

@@ -436,4 +436,8 @@ def open_overview(
         st.switch_page(linked[0], query_params=linked[1])
     query = {key: st.query_params.get_all(key) for key in st.query_params}
     landing = fleet if fleet is not None and OUTBOX_PARAM not in query else overview
-    st.switch_page(landing, query_params=query)
+    # a parameter bound to a sidebar widget (the outbox chosen on a page the new outbox's
+    # role does not list: Streamlit falls back to the root) follows its widget by itself;
+    # setting it would raise
+    kept = {key: value for key, value in query.items() if key not in st.session_state}
+    st.switch_page(landing, query_params=kept)

@@ -118,7 +118,10 @@ def test_each_role_can_do_its_job_and_no_more(grants_db, tmp_path):
     assert refused.returncode == 1
     error = json.loads(refused.stdout)
     assert "permission denied" in error["error"].lower()
-    assert '"test_viewer" lacks UPDATE on table public.integration_outbox' in error["error"]
+    assert (
+        '"test_viewer" lacks EXECUTE on function outbox_monitor.replay__public__integration_outbox'
+        in error["error"]
+    )
     assert "member of outbox_operator" in error["hint"]
     assert "OUTBOX_MONITOR_ACTIONS_DSN is unset" in error["hint"]
 
@@ -129,7 +132,10 @@ def test_each_role_can_do_its_job_and_no_more(grants_db, tmp_path):
         home=tmp_path,
     )
     assert scheduler_refused.returncode == 1, "the scheduler never changes the outbox"
-    assert "lacks UPDATE on table public.integration_outbox" in scheduler_refused.stdout
+    assert (
+        "lacks EXECUTE on function outbox_monitor.replay__public__integration_outbox"
+        in scheduler_refused.stdout
+    )
 
     operator = run_as(
         "monitor_dashboard",

@@ -1,8 +1,9 @@
 """Item 11: the actions role cannot forge an audit row. Audit rows are written only
 through ``outbox_monitor.record_audit(...)`` (SECURITY DEFINER, owned by the schema's
-owner), which the operator role may EXECUTE; it stamps the row with the database's time
+owner), which only its owner may EXECUTE since issue 29 (the outbox's audited writers call
+it: tests/integration/test_audited_writers.py); it stamps the row with the database's time
 and checks its fields. No role of ``init-db --print-grants`` may INSERT, UPDATE or DELETE
-the audit table, and the viewer (hence the scheduler) may not call the function."""
+the audit table, nor call the function."""
 
 import uuid
 from datetime import UTC, datetime
@@ -48,6 +49,11 @@ def connect(logins, dsn, login):
     return psycopg.connect(logins.dsn(dsn, login), row_factory=dict_row)
 
 
+def owner(dsn):
+    """The schema's owner (the superuser that ran init-db): record_audit's only caller."""
+    return psycopg.connect(dsn, row_factory=dict_row)
+
+
 def test_the_operator_login_cannot_insert_a_back_dated_audit_row(dsn, logins, conn):
     with (
         connect(logins, dsn, logins.actions) as ops,
@@ -74,7 +80,7 @@ def test_the_operator_login_cannot_insert_a_back_dated_audit_row(dsn, logins, co
 
 
 def test_the_function_stamps_the_database_time_and_there_is_no_time_to_pass(dsn, logins, conn):
-    with connect(logins, dsn, logins.actions) as ops:
+    with owner(dsn) as ops:
         before = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
         audit_id = ops.execute(RECORD, audit_fields()).fetchone()["id"]
         after = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
@@ -100,7 +106,7 @@ def test_the_function_stamps_the_database_time_and_there_is_no_time_to_pass(dsn,
 def test_a_transaction_held_open_does_not_back_date_the_row(dsn, logins, conn):
     """An operator login that opens a transaction, waits 2 s, then records: the row
     carries the time of the call, not the transaction's start (now())."""
-    with connect(logins, dsn, logins.actions) as ops:
+    with owner(dsn) as ops:
         started = ops.execute("SELECT now() AS t").fetchone()["t"]
         ops.execute("SELECT pg_sleep(2)")
         before = ops.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
@@ -117,13 +123,13 @@ def test_a_run_keeps_one_actor_and_one_action(dsn, logins, conn):
     """The batches of one run share actor and action; a row of another actor or another
     action under an existing run_id is refused, the run keeps its own rows."""
     run_id = uuid.uuid4()
-    with connect(logins, dsn, logins.actions) as ops:
+    with owner(dsn) as ops:
         ops.execute(RECORD, audit_fields(run_id=run_id, actor="bob@example.com"))
         ops.execute(RECORD, audit_fields(run_id=run_id, actor="bob@example.com"))  # batch 2
         ops.commit()
     for changes in ({"actor": "alice@example.com"}, {"action": "prune"}):
         with (
-            connect(logins, dsn, logins.actions) as ops,
+            owner(dsn) as ops,
             pytest.raises(
                 psycopg.errors.InvalidParameterValue,
                 match=f"audit row: run_id {run_id} belongs to another run "
@@ -140,8 +146,8 @@ def test_a_run_keeps_one_actor_and_one_action(dsn, logins, conn):
     assert rows == [{"actor": "bob@example.com", "action": "replay"}] * 2
 
 
-def test_the_viewer_and_the_scheduler_may_not_write_audit_rows(dsn, logins, conn):
-    for login in (logins.read, logins.scheduler):
+def test_no_login_of_the_grants_may_write_audit_rows(dsn, logins, conn):
+    for login in (logins.read, logins.scheduler, logins.actions):
         with (
             connect(logins, dsn, login) as reader,
             pytest.raises(
@@ -169,7 +175,7 @@ def test_the_viewer_and_the_scheduler_may_not_write_audit_rows(dsn, logins, conn
 )
 def test_the_function_refuses_malformed_fields(dsn, logins, conn, changes, complaint):
     with (
-        connect(logins, dsn, logins.actions) as ops,
+        owner(dsn) as ops,
         pytest.raises(psycopg.errors.InvalidParameterValue, match=f"audit row: {complaint}"),
     ):
         ops.execute(RECORD, audit_fields(**changes))
@@ -179,8 +185,8 @@ def test_the_function_refuses_malformed_fields(dsn, logins, conn, changes, compl
 def test_a_login_without_execute_on_the_function_is_told_which_grant_is_missing(
     dsn, logins, rows, pg_cluster
 ):
-    """A hand-made login that may change the outbox but not write audit rows: the batch
-    rolls back and the error names the function and the operator role."""
+    """A hand-made login that may change the outbox (UPDATE) but holds no audited writer:
+    the batch fails and the error names the writer and the operator role."""
     login = f"{logins.nothing}_noaudit"
     with psycopg.connect(dsn, autocommit=True) as su:
         if not su.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,)).fetchone():
@@ -202,7 +208,8 @@ def test_a_login_without_execute_on_the_function_is_told_which_grant_is_missing(
         apply(db, preview, actor=local_identity(settings))
 
     assert str(caught.value).startswith(
-        f'the database role "{login}" lacks EXECUTE on function outbox_monitor.record_audit'
+        f'the database role "{login}" lacks EXECUTE on function '
+        "outbox_monitor.replay__public__integration_outbox"
     )
     assert "member of outbox_operator" in caught.value.hint
     assert rows.get(dead)["status"] == "failed"
@@ -211,8 +218,9 @@ def test_a_login_without_execute_on_the_function_is_told_which_grant_is_missing(
 def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, conn):
     """A database of the previous version, granted with the previous `--print-grants`
     (INSERT on the audit log for the operator, EXECUTE on every new function for the
-    viewer by default privileges): init-db's migration leaves no one but the owner able
-    to write audit rows until the new grants are run, which give the operator EXECUTE."""
+    viewer by default privileges): init-db's migrations leave no one but the owner able
+    to write audit rows, and the new grants keep it so (the operator writes them through
+    the outbox's audited writers only)."""
     ops, viewer = logins.roles.operator, logins.roles.viewer
     with psycopg.connect(dsn, autocommit=True) as su:  # back to the previous version
         su.execute(
@@ -252,6 +260,6 @@ def test_upgrading_takes_back_the_insert_grant_of_the_old_grants(dsn, logins, co
         viewer: {"insert": False, "execute": False},
     }
     assert granted == {
-        ops: {"insert": False, "execute": True},
+        ops: {"insert": False, "execute": False},
         viewer: {"insert": False, "execute": False},
     }

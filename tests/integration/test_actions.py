@@ -305,4 +305,7 @@ def test_a_viewer_is_refused_inside_apply_and_nothing_changes(db, rows, conn):
         with pytest.raises(AccessDenied, match=r"^vic@example.com \(viewer\) may not"):
             apply(db, preview, actor=viewer)
     assert (rows.get(failed)["status"], rows.get(stuck)["status"]) == ("failed", "processing")
-    assert _audit(conn) == []
+    # only the refusals (issue 29 item 5), one per action refused
+    assert [(a["action"], a["actor"], a["filter"]) for a in _audit(conn)] == [
+        ("refused", "vic@example.com", {"action": action}) for action in ("replay", "reap", "prune")
+    ]

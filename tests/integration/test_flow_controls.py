@@ -64,7 +64,10 @@ def test_a_pause_holds_the_matching_due_rows_shows_them_and_resume_releases_them
 def test_a_viewer_may_not_pause_and_nothing_is_written(db, conn, rows):
     with pytest.raises(AccessDenied, match="needs the operator role"):
         flow.pause(db, "crm.%", actor=VIEWER)
-    assert flow.controls(db) == [] and audit(conn) == []
+    assert flow.controls(db) == []
+    assert audit(conn) == [
+        {"actor": "viewer@example.com", "action": "refused", "filter": {"action": "pause"}}
+    ]
 
 
 def test_a_concurrency_limit_shows_its_grant_and_the_throttled_rows(db, conn, rows):

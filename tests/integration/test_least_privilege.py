@@ -83,10 +83,12 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
         read, sched, ops = roles.viewer, roles.scheduler, roles.operator
         s, siu, sid = {"SELECT"}, {"SELECT", "INSERT", "UPDATE"}, {"SELECT", "INSERT", "DELETE"}
         expected = {
-            "app.outbox": {read: s, sched: s, ops: {"SELECT", "UPDATE", "DELETE"}},
+            # the outbox, silences and controls change only through the audited writers
+            "app.outbox": {read: s, sched: s, ops: s},
             "app.integration_idempotency": {read: set(), sched: set(), ops: set()},
             "outbox_monitor.audit_log": {read: s, sched: s, ops: s},  # record_audit writes
-            "outbox_monitor.silences": {read: s, sched: s, ops: siu},
+            "outbox_monitor.silences": {read: s, sched: s, ops: s},
+            "outbox_monitor.controls": {read: s, sched: s, ops: s},
             "outbox_monitor.samples": {read: s, sched: sid, ops: s},
             "outbox_monitor.alert_instances": {read: s, sched: siu, ops: s},
             # the operator records the "send test alert" message only through
@@ -111,7 +113,6 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
             False,
         )
         for role, sequence in (
-            (ops, "outbox_monitor.silences_id_seq"),
             (sched, "outbox_monitor.notifications_id_seq"),
             (sched, "outbox_monitor.alert_transitions_id_seq"),
         ):
@@ -138,7 +139,10 @@ def test_printed_grants_for_another_table_and_role_names_are_exactly_these(empty
                 "text, text)",
             )
         }
-        assert list(executes.values()) == [{read: False, sched: False, ops: True}] * 2
+        assert list(executes.values()) == [
+            {read: False, sched: False, ops: False},  # internal: the audited writers call it
+            {read: False, sched: False, ops: True},
+        ]
         # issue 14: the Health page sees every session's horizon (pg_read_all_stats)
         monitors = "SELECT pg_has_role(%s, 'pg_monitor', 'USAGE')"
         assert [su.execute(monitors, (role,)).fetchone()[0] for role in (read, sched, ops)] == [
@@ -179,7 +183,9 @@ def test_the_scheduler_login_samples_evaluates_and_delivers_but_never_acts(
         ("firing", "sent"),
         ("resolved", "sent"),
     ]
-    assert "lacks UPDATE on table public.integration_outbox" in str(refused.value)
+    assert "lacks EXECUTE on function outbox_monitor.reap__public__integration_outbox" in str(
+        refused.value
+    )
     assert "member of outbox_operator" in refused.value.hint
     assert rows.get(stuck)["status"] == "processing"
 
@@ -283,11 +289,13 @@ def test_cli_replay_through_a_read_only_actions_dsn_names_the_grant(dsn, logins,
     as_json = cli("replay", "--id", str(dead), "--yes", "--json", home=tmp_path, **env)
 
     assert text.returncode == 1, text.stdout + text.stderr
-    assert "lacks UPDATE on table public.integration_outbox" in text.stderr
+    assert (
+        "lacks EXECUTE on function outbox_monitor.replay__public__integration_outbox" in text.stderr
+    )
     assert "OUTBOX_MONITOR_ACTIONS_DSN" in text.stderr and "outbox_operator" in text.stderr
     assert as_json.returncode == 1
     error = json.loads(as_json.stdout)
-    assert f'the database role "{logins.read}" lacks UPDATE on table' in error["error"]
+    assert f'the database role "{logins.read}" lacks EXECUTE on function' in error["error"]
     assert "outbox-monitor init-db --print-grants" in error["hint"]
     assert rows.get(dead)["status"] == "failed"
 

@@ -17,7 +17,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
+from outbox_monitor.access import Identity, Role
 from outbox_monitor.config.settings import load_settings
+from outbox_monitor.flow import controls as flow
 from outbox_monitor.store import schema
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.queries import migration_files
@@ -359,22 +361,22 @@ def test_the_owner_and_grants_of_ack_and_fail_survive_a_swap_and_workers_still_c
     plain = owners_and_grants()
     for _ in range(4):
         rows.add(event_type="crm.contact")
+    settings = load_settings(dsn=dsn, actions_dsn=operator)
+    oncall = Identity("oncall", Role.operator, "cli")
     with (
+        Database(settings, purpose="actions") as actions,
         psycopg.connect(operator, autocommit=True) as ops,
         psycopg.connect(worker, autocommit=True, row_factory=dict_row) as w,
     ):
-        ops.execute(BREAKER_ROW.format("crm.%"))  # the operator owns neither ack nor fail
-        assert bodies(conn) == "logging" and owners_and_grants() == plain
-        conn.execute(
-            "INSERT INTO outbox_monitor.control_state (outbox, event_type_filter)"
-            f" VALUES ('{TABLE}', 'crm.%')"
-        )
+        # the operator owns neither ack nor fail; it changes controls through their writer
+        flow.change(actions, "crm.%", actor=oncall, action="breaker", changes={"breaker": True})
+        assert bodies(conn) == "logging" and owners_and_grants() == plain  # its state row made
         first, second, third, fourth = outbox.claim(w, "w1", limit=4)
         assert outbox.fail(w, first["id"], "w1", "503") == "pending"
         assert outbox.ack(w, second["id"], "w1")
         assert outcomes(conn) == {"outcomes": 2, "failures": 1}
 
-        ops.execute("DELETE FROM outbox_monitor.controls")
+        flow.change(actions, "crm.%", actor=oncall, action="clear control", clear=True)
         assert bodies(conn) == "plain" and owners_and_grants() == plain
         assert outbox.fail(w, third["id"], "w1", "503") == "pending"
         assert outbox.ack(w, fourth["id"], "w1")
@@ -387,8 +389,8 @@ def test_the_owner_and_grants_of_ack_and_fail_survive_a_swap_and_workers_still_c
             w.execute(
                 "SELECT outbox_monitor.ack_plain('integration_outbox', %s, 'w1')", (first["id"],)
             )
-        # the viewer's grants give EXECUTE on every function; a trigger's is still refused
-        with pytest.raises(psycopg.errors.FeatureNotSupported, match="only be called as trig"):
+        # no role of the grants may execute the trigger's function (issue 29)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
             ops.execute(call)
 
 
@@ -451,17 +453,26 @@ def test_no_login_can_stop_control_changes_by_holding_the_switchs_lock(dsn, conn
         assert bodies(conn) == "logging"
 
 
-def test_a_viewer_cannot_fire_the_switch_from_a_table_of_its_own(dsn, logins):
-    """The viewer's grants give EXECUTE on every function of the schema: it may attach the
-    switch's function to a temporary table of its own, but firing it there is refused (it
-    would run as the owner and take the switch's lock)."""
+def test_a_viewer_cannot_fire_the_switch_from_a_table_of_its_own(dsn, logins, conn):
+    """The viewer may not attach the switch's function to a temporary table of its own (no
+    EXECUTE since issue 29); a login that could (granted EXECUTE by hand) is refused when it
+    fires it there (it would run as the owner and take the switch's lock)."""
     viewer = logins.dsn(dsn, logins.read)
+    trigger = (
+        "CREATE TRIGGER mine_switch BEFORE INSERT ON mine FOR EACH STATEMENT"
+        " EXECUTE FUNCTION outbox_monitor.sync_outcome_logging()"
+    )
     with psycopg.connect(viewer, autocommit=True) as reader:
         reader.execute("CREATE TEMP TABLE mine (x int)")
-        reader.execute(
-            "CREATE TRIGGER mine_switch BEFORE INSERT ON mine FOR EACH STATEMENT"
-            " EXECUTE FUNCTION outbox_monitor.sync_outcome_logging()"
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+            reader.execute(trigger)
+        conn.execute(
+            psycopg.sql.SQL(
+                "GRANT EXECUTE ON FUNCTION outbox_monitor.sync_outcome_logging() TO {}"
+            ).format(psycopg.sql.Identifier(logins.read))
         )
+        conn.commit()
+        reader.execute(trigger)
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="controls only"):
             reader.execute("INSERT INTO mine VALUES (1)")
 

@@ -94,7 +94,9 @@ def test_a_viewer_is_refused_and_nothing_is_audited(db, conn, rows):
     with pytest.raises(AccessDenied, match=r"vic@example.com \(viewer\) may not reveal"):
         events.reveal_payload(db, row_id, VIEWER)
 
-    assert audit_rows(conn) == []
+    assert [(a["action"], a["filter"]) for a in audit_rows(conn)] == [
+        ("refused", {"action": "reveal"})
+    ]
 
 
 def test_revealing_a_missing_event_audits_nothing(db, conn):

@@ -47,6 +47,8 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "016_own_retention",
             "017_alert_state_per_outbox",
             "018_scheduler_replicas",
+            "019_audit_login",
+            "020_writer_outcomes",
             "021_alert_episode_ids",
             "022_control_change_barrier",
             "023_workers_seen_last_fail",

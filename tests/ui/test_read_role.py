@@ -103,7 +103,9 @@ def test_a_replay_through_a_read_only_actions_login_names_the_missing_grant(
     assert not at.exception
     (banner,) = at.error
     assert plain(banner.value).startswith("**Permission denied** — ")
-    assert "lacks UPDATE on table public.integration_outbox" in plain(banner.value)
+    assert "lacks EXECUTE on function outbox_monitor.replay__public__integration_outbox" in plain(
+        banner.value
+    )
     assert f'"{logins.read}"' in plain(banner.value)
     hint = " ".join(i.value for i in at.info)
     assert "OUTBOX_MONITOR_ACTIONS_DSN" in hint and "outbox_operator" in hint
@@ -121,7 +123,9 @@ def test_without_an_actions_dsn_the_hint_first_suggests_an_operator_login(
     at = replay_failed_row(open_page)
 
     assert not at.exception
-    assert "lacks UPDATE on table public.integration_outbox" in plain(at.error[0].value)
+    assert "lacks EXECUTE on function outbox_monitor.replay__public__integration_outbox" in plain(
+        at.error[0].value
+    )
     hint = " ".join(i.value for i in at.info)
     assert hint.startswith(
         "Point OUTBOX_MONITOR_ACTIONS_DSN at an operator login (a member of outbox_operator)"

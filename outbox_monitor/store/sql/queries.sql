@@ -960,8 +960,7 @@ ORDER BY locked_at NULLS FIRST, id
 LIMIT %(limit)s;
 
 -- name: reap_batch
--- Reap up to %(batch)s stuck rows (orphans included) with id in (after_id, max_id]: back to
--- pending as one more attempt, or failed at the maximum; the guard is repeated in the UPDATE.
+-- Reap up to %(batch)s stuck rows (orphans included) with id in (after_id, max_id], through the outbox's audited reap function ({writer}, store/audited_writers.py): back to pending as one more attempt, or failed at the maximum, the guard repeated in its UPDATE, each reaped row a transient failure for the table's breakers, its audit row in this transaction.
 WITH picked AS (
     SELECT id FROM {table}
     WHERE status = 'processing'
@@ -969,37 +968,13 @@ WITH picked AS (
           AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
     ORDER BY id
     LIMIT %(batch)s
-), changed AS (
-    UPDATE {table} AS o SET
-        attempts = o.attempts + 1,
-        status = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN 'failed' ELSE 'pending' END,
-        available_at = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN o.available_at
-                            ELSE now() END,
-        processed_at = CASE WHEN o.attempts + 1 >= %(max_attempts)s THEN now() END,
-        last_error = left('lock expired: claimed by ' || coalesce(o.locked_by, 'unknown')
-                          || coalesce(' at ' || o.locked_at::text || ', not acked within '
-                                      || %(lock_timeout)s::text || ' s',
-                                      ' with no lock time (locked_at null: an orphan)'), 2000),
-        locked_at = NULL,
-        locked_by = NULL
-    FROM picked
-    WHERE o.id = picked.id AND o.status = 'processing'
-          AND (o.locked_at < now() - make_interval(secs => %(lock_timeout)s)
-               OR o.locked_at IS NULL)
-    RETURNING o.id, o.status
 )
-SELECT (SELECT max(id) FROM picked) AS last_picked_id,
-       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
-       count(*) FILTER (WHERE status = 'failed') AS dead_lettered
-FROM changed;
-
--- name: reap_outcomes
--- After a reap batch, in its transaction: each reaped row is a transient failure for the circuit breakers of its event type (SPEC section 5), when the table has a breaker.
-SELECT outbox_monitor.record_outcome(%(table_regclass)s::regclass, o.id, o.event_type, 'transient')
-FROM {table} o
-WHERE o.id = ANY(%(ids)s::bigint[])
-      AND EXISTS (SELECT FROM outbox_monitor.controls c
-                  WHERE c.outbox = %(table_regclass)s::regclass AND c.breaker);
+SELECT (SELECT max(id) FROM picked) AS last_picked_id, w.ids, w.dead_lettered
+FROM {writer}(
+    p_run_id => %(run_id)s, p_actor => %(actor)s, p_filter => %(filter)s,
+    p_ids => ARRAY(SELECT id FROM picked ORDER BY id),
+    p_lock_timeout => %(lock_timeout)s, p_max_attempts => %(max_attempts)s,
+    p_audit_empty => %(audit_empty)s) AS w;
 
 -- name: replay_preview
 -- How many failed rows match the replay filter, and the largest id.
@@ -1015,28 +990,21 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: replay_batch
--- Replay up to %(batch)s failed rows with id in (after_id, max_id]: back to pending, attempts
--- reset, due now; last_error kept. Only rows still failed change.
+-- Replay up to %(batch)s failed rows with id in (after_id, max_id], through the outbox's audited replay function ({writer}): back to pending, attempts reset, due now; last_error kept; only rows still failed change; its audit row in this transaction.
 WITH picked AS (
     SELECT id FROM {table}
     WHERE status = 'failed' AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
     ORDER BY id
     LIMIT %(batch)s
-), changed AS (
-    UPDATE {table} AS o SET
-        status = 'pending', attempts = 0, available_at = now(), processed_at = NULL,
-        locked_at = NULL, locked_by = NULL
-    FROM picked
-    WHERE o.id = picked.id AND o.status = 'failed'
-    RETURNING o.id
 )
-SELECT (SELECT max(id) FROM picked) AS last_picked_id,
-       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
-       0 AS dead_lettered
-FROM changed;
+SELECT (SELECT max(id) FROM picked) AS last_picked_id, w.ids, 0 AS dead_lettered
+FROM {writer}(
+    p_run_id => %(run_id)s, p_actor => %(actor)s, p_filter => %(filter)s,
+    p_ids => ARRAY(SELECT id FROM picked ORDER BY id), p_t0 => NULL, p_before => 0,
+    p_rate => NULL, p_audit_empty => %(audit_empty)s) AS w;
 
 -- name: replay_drip_batch
--- Drip replay (SPEC section 5): up to %(batch)s failed rows with id <= max_id after the keyset (after_created_at, after_id), in (created_at, id) order, each locked; the k-th row of the run (k = before + its number here) becomes due at t0 + (k - 1) / rate seconds, t0 the start of the run's first batch.
+-- Drip replay (SPEC section 5): up to %(batch)s failed rows with id <= max_id after the keyset (after_created_at, after_id), in (created_at, id) order, through the outbox's audited replay function ({writer}), which locks them; the k-th row of the run (k = before + its number here) becomes due at t0 + (k - 1) / rate seconds, t0 the start of the run's first batch.
 WITH picked AS (
     SELECT id, created_at FROM {table}
     WHERE status = 'failed' AND id <= %(max_id)s
@@ -1045,27 +1013,15 @@ WITH picked AS (
           {and_filters}
     ORDER BY created_at, id
     LIMIT %(batch)s
-    FOR UPDATE
-), numbered AS (
-    SELECT id, row_number() OVER (ORDER BY created_at, id) AS n FROM picked
-), started AS (
-    SELECT coalesce(%(t0)s::timestamptz, now()) AS t0
-), changed AS (
-    UPDATE {table} AS o SET
-        status = 'pending', attempts = 0,
-        available_at = started.t0
-                       + make_interval(secs => (%(before)s + numbered.n - 1) / %(rate)s::float8),
-        processed_at = NULL, locked_at = NULL, locked_by = NULL
-    FROM numbered, started
-    WHERE o.id = numbered.id AND o.status = 'failed'
-    RETURNING o.id
 )
 SELECT (SELECT id FROM picked ORDER BY created_at DESC, id DESC LIMIT 1) AS last_picked_id,
        (SELECT max(created_at) FROM picked) AS last_picked_created_at,
-       (SELECT t0 FROM started) AS t0,
-       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
-       0 AS dead_lettered
-FROM changed;
+       w.t0, w.ids, 0 AS dead_lettered
+FROM {writer}(
+    p_run_id => %(run_id)s, p_actor => %(actor)s, p_filter => %(filter)s,
+    p_ids => ARRAY(SELECT id FROM picked), p_t0 => %(t0)s::timestamptz,
+    p_before => %(before)s, p_rate => %(rate)s::float8,
+    p_audit_empty => %(audit_empty)s) AS w;
 
 -- name: replay_superseded
 -- The condition (used inside a filter on the unaliased outbox table) that a row's aggregate already has a later event, any type, with status done: later created_at, id breaking ties; served by the users' index (aggregate_type, aggregate_id, created_at).
@@ -1114,8 +1070,7 @@ ORDER BY processed_at, id
 LIMIT %(limit)s;
 
 -- name: prune_batch
--- Delete up to %(batch)s rows of one terminal status older than the cutoff, id in
--- (after_id, max_id]; pending and processing rows can never match.
+-- Delete up to %(batch)s rows of one terminal status older than the cutoff, id in (after_id, max_id], through the outbox's audited prune function ({writer}): pending and processing rows can never match; its audit row in this transaction.
 WITH picked AS (
     SELECT id FROM {table}
     WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
@@ -1123,17 +1078,12 @@ WITH picked AS (
           AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
     ORDER BY id
     LIMIT %(batch)s
-), changed AS (
-    DELETE FROM {table} AS o
-    USING picked
-    WHERE o.id = picked.id AND o.status = %(status)s AND o.status IN ('done', 'failed')
-          AND o.processed_at < now() - make_interval(secs => %(older_than)s)
-    RETURNING o.id
 )
-SELECT (SELECT max(id) FROM picked) AS last_picked_id,
-       coalesce(array_agg(id ORDER BY id), ARRAY[]::bigint[]) AS ids,
-       0 AS dead_lettered
-FROM changed;
+SELECT (SELECT max(id) FROM picked) AS last_picked_id, w.ids, 0 AS dead_lettered
+FROM {writer}(
+    p_run_id => %(run_id)s, p_actor => %(actor)s, p_filter => %(filter)s,
+    p_ids => ARRAY(SELECT id FROM picked ORDER BY id), p_status => %(status)s,
+    p_older_than => %(older_than)s, p_audit_empty => %(audit_empty)s) AS w;
 
 -- name: prune_partitions
 -- The partitions a prune may detach whole (actions/partitions.py): the ordinary tables attached directly to the partitioned outbox, not its default partition, whose range on created_at ends at least %(older_than)s seconds ago (the shortest retention), or whose detach an earlier prune left pending; each with its bounds (NULL for MINVALUE or MAXVALUE) and whether this login owns it and the outbox (DETACH and DROP need the owner).
@@ -1209,17 +1159,33 @@ SELECT pg_advisory_unlock(
     hashtextextended('outbox_monitor.prune_partitions:' || %(table_regclass)s::regclass::oid, 0)
 ) AS unlocked;
 
+-- name: audit_note
+-- The audit row of a read that changes nothing (a payload reveal, an operator's payload search), through the outbox's audited note function ({writer}: reads only, its table fixed); returns its id.
+SELECT {writer}(
+    p_run_id => %(run_id)s, p_actor => %(actor)s, p_action => %(action)s,
+    p_filter => %(filter)s, p_ids => %(affected_ids)s) AS id;
+
 -- name: audit_record
--- One audit row per audited change, through the only writer of the audit log (migration 003: it stamps now() and checks the fields); returns its id.
+-- One audit row through the internal writer of the audit log (migration 003, 019): callable only by its owner (the role that ran init-db), for a partition a prune detached and dropped as that owner; returns its id.
 SELECT outbox_monitor.record_audit(
     p_run_id => %(run_id)s, p_actor => %(actor)s, p_action => %(action)s,
     p_table_name => %(table_name)s, p_filter => %(filter)s,
     p_affected_count => %(affected_count)s, p_affected_ids => %(affected_ids)s) AS id;
 
+-- name: audit_refused
+-- A rate-limited `refused` audit row (who, this outbox, the action refused) through the outbox's refusal function ({writer}); NULL when the rate limit folded it into an earlier row.
+SELECT {writer}(p_actor => %(actor)s, p_refused_action => %(refused_action)s) AS id;
+
+-- name: audit_refused_count
+-- How many `refused` audit rows this outbox table (%(table_name)s) got in the last hour (the scheduler's /metrics), through audit_log_at_idx.
+SELECT count(*) AS refused FROM outbox_monitor.audit_log
+WHERE at > now() - interval '1 hour' AND action = 'refused' AND table_name = %(table_name)s;
+
 -- name: audit_recent
 -- The newest audit rows of the outbox table (the outboxes of one database keep apart).
 SELECT id, run_id, at, actor, action, table_name, filter, affected_count,
-       cardinality(affected_ids) AS ids_recorded, affected_ids[1:20] AS first_ids
+       cardinality(affected_ids) AS ids_recorded, affected_ids[1:20] AS first_ids,
+       db_login, client_addr::text AS client_addr
 FROM outbox_monitor.audit_log
 WHERE table_name = %(table_name)s
 ORDER BY at DESC, id DESC
@@ -1293,46 +1259,15 @@ ORDER BY c.event_type_filter, c.layer
 -- Whether flow control can work on the table: a permanent table owned by the owner of the outbox_monitor schema (migration 008).
 SELECT outbox_monitor.flow_table_ok(%(table_regclass)s::regclass) AS ok;
 
--- name: control_upsert
--- Write one control row of a layer (insert, or replace its settings).
-INSERT INTO outbox_monitor.controls AS c (
-    outbox, event_type_filter, layer, paused, paused_until, pause_reason, concurrency_limit,
-    rate_per_second, burst, breaker, breaker_window_seconds, breaker_min_attempts,
-    breaker_ratio, breaker_cooldown_seconds, probe_timeout_seconds, expires_at, updated_by)
-VALUES (%(table_regclass)s::regclass, %(event_type_filter)s, %(layer)s, %(paused)s,
-        %(paused_until)s, %(pause_reason)s, %(concurrency_limit)s, %(rate_per_second)s,
-        %(burst)s, %(breaker)s, %(breaker_window_seconds)s, %(breaker_min_attempts)s,
-        %(breaker_ratio)s, %(breaker_cooldown_seconds)s, %(probe_timeout_seconds)s,
-        %(expires_at)s, %(updated_by)s)
-ON CONFLICT (outbox, event_type_filter, layer) DO UPDATE SET
-    paused = EXCLUDED.paused, paused_until = EXCLUDED.paused_until,
-    pause_reason = EXCLUDED.pause_reason, concurrency_limit = EXCLUDED.concurrency_limit,
-    rate_per_second = EXCLUDED.rate_per_second, burst = EXCLUDED.burst,
-    breaker = EXCLUDED.breaker, breaker_window_seconds = EXCLUDED.breaker_window_seconds,
-    breaker_min_attempts = EXCLUDED.breaker_min_attempts,
-    breaker_ratio = EXCLUDED.breaker_ratio,
-    breaker_cooldown_seconds = EXCLUDED.breaker_cooldown_seconds,
-    probe_timeout_seconds = EXCLUDED.probe_timeout_seconds, expires_at = EXCLUDED.expires_at,
-    updated_at = now(), updated_by = EXCLUDED.updated_by
-RETURNING c.id;
+-- name: controls_lock
+-- The table's controls lock, held to the end of the transaction: changes of one table's controls run one at a time (the audited controls writer takes it too).
+SELECT pg_advisory_xact_lock(
+    hashtextextended('outbox_monitor.controls:' || (%(table_regclass)s::regclass::oid)::text, 0));
 
--- name: control_delete
--- Delete the control row of one layer; returns its id.
-DELETE FROM outbox_monitor.controls
-WHERE outbox = %(table_regclass)s::regclass AND event_type_filter = %(event_type_filter)s
-      AND layer = %(layer)s
-RETURNING id;
-
--- name: control_state_ensure
--- The state row of a control: a full bucket when new; a bucket cut to a smaller burst; the breaker reset to closed when it is switched off.
-INSERT INTO outbox_monitor.control_state AS s (outbox, event_type_filter, tokens)
-VALUES (%(table_regclass)s::regclass, %(event_type_filter)s, %(burst)s)
-ON CONFLICT (outbox, event_type_filter) DO UPDATE SET
-    tokens = CASE WHEN EXCLUDED.tokens IS NULL THEN NULL
-                  ELSE least(coalesce(s.tokens, EXCLUDED.tokens), EXCLUDED.tokens) END,
-    breaker_state = CASE WHEN %(breaker)s THEN s.breaker_state ELSE 'closed' END,
-    probe_id = CASE WHEN %(breaker)s THEN s.probe_id END,
-    probe_at = CASE WHEN %(breaker)s THEN s.probe_at END;
+-- name: controls_save
+-- Changes of the table's control rows (%(changes)s: a JSON array of filter, layer and the row's settings, or null to delete it) and their audit row, through the outbox's audited controls writer ({writer}); returns the audit row's id.
+SELECT {writer}(p_run_id => %(run_id)s, p_actor => %(actor)s, p_action => %(action)s,
+                p_filter => %(filter)s, p_changes => %(changes)s) AS id;
 
 -- name: claims_read_held_rows
 -- Whether a claim of the table reads every row flow control holds: no index of the table lets it skip them (migration 009's pending_types_index; init-db --flow-control creates one).
@@ -1853,17 +1788,15 @@ LIMIT %(limit)s;
 -- ===================================================================== alerts: silences
 
 -- name: silence_insert
--- Create a silence; returns its id.
-INSERT INTO outbox_monitor.silences (matchers, starts_at, ends_at, comment, created_by)
-VALUES (%(matchers)s, %(starts_at)s, %(ends_at)s, %(comment)s, %(created_by)s)
-RETURNING id, starts_at, ends_at;
+-- Create a silence through the outbox's audited silence writer ({writer}), its audit row in the same transaction; returns its id.
+SELECT id, starts_at, ends_at
+FROM {writer}(p_actor => %(created_by)s, p_matchers => %(matchers)s, p_starts_at => %(starts_at)s,
+              p_ends_at => %(ends_at)s, p_comment => %(comment)s, p_filter => %(filter)s);
 
 -- name: silence_expire
--- End a silence now (kept for history); returns nothing when it had already ended.
-UPDATE outbox_monitor.silences
-SET expired_at = %(now)s
-WHERE id = %(id)s AND expired_at IS NULL AND ends_at > %(now)s
-RETURNING id, matchers, expired_at;
+-- End a silence now (kept for history) through the outbox's audited writer ({writer}), its audit row in the same transaction; returns nothing when it had already ended.
+SELECT id, matchers, expired_at
+FROM {writer}(p_actor => %(actor)s, p_id => %(id)s, p_now => %(now)s);
 
 -- name: silences_active
 -- Silences in force at an instant: started, not ended, not expired.
@@ -2143,6 +2076,366 @@ FROM outbox_monitor.samples
 WHERE table_name = %(table_name)s;
 
 
+-- ===================================================================== audited writers (issue 29 item 2)
+
+-- name: audited_writers
+-- The functions through which the operator login changes one outbox table and writes its audit rows, created by init-db for {table} (store/audited_writers.py): each SECURITY DEFINER with its search_path pinned, the table fixed in its body (no table parameter: it would lend the owner's rights on any table it owns), its audit row written by record_audit in the same transaction; EXECUTE revoked from PUBLIC here, granted to the operator role by --print-grants.
+CREATE OR REPLACE FUNCTION {reap}(
+    p_run_id uuid, p_actor text, p_filter jsonb, p_ids bigint[],
+    p_lock_timeout double precision, p_max_attempts integer, p_audit_empty boolean)
+RETURNS TABLE (ids bigint[], dead_lettered bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+    v_dead bigint;
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) > 100000 OR p_lock_timeout IS NULL
+       OR NOT p_lock_timeout >= 0 OR p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION 'reap: up to 100000 ids, a lock timeout of at least 0 s and at least '
+                        '1 attempt are needed' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    WITH changed AS (
+        UPDATE {table} AS o SET
+            attempts = o.attempts + 1,
+            status = CASE WHEN o.attempts + 1 >= p_max_attempts THEN 'failed' ELSE 'pending' END,
+            available_at = CASE WHEN o.attempts + 1 >= p_max_attempts THEN o.available_at
+                                ELSE pg_catalog.now() END,
+            processed_at = CASE WHEN o.attempts + 1 >= p_max_attempts THEN pg_catalog.now() END,
+            last_error = pg_catalog.left(
+                'lock expired: claimed by ' || coalesce(o.locked_by, 'unknown')
+                || coalesce(' at ' || o.locked_at::text || ', not acked within '
+                            || p_lock_timeout::text || ' s',
+                            ' with no lock time (locked_at null: an orphan)'), 2000),
+            locked_at = NULL,
+            locked_by = NULL
+        WHERE o.id = ANY(p_ids) AND o.status = 'processing'
+              AND (o.locked_at < pg_catalog.now() - pg_catalog.make_interval(secs => p_lock_timeout)
+                   OR o.locked_at IS NULL)
+        RETURNING o.id, o.status
+    )
+    SELECT coalesce(pg_catalog.array_agg(c.id ORDER BY c.id), ARRAY[]::bigint[]),
+           pg_catalog.count(*) FILTER (WHERE c.status = 'failed')
+    INTO v_ids, v_dead
+    FROM changed AS c;
+    -- each reaped row is a transient failure for the table's circuit breakers (SPEC section 5)
+    -- (listed for record_outcome, which counts a login's outcomes only where it may claim:
+    -- migration 020)
+    IF cardinality(v_ids) > 0 AND EXISTS (
+        SELECT FROM outbox_monitor.controls AS k WHERE k.outbox = {regclass}::regclass AND k.breaker
+    ) THEN
+        INSERT INTO outbox_monitor.writer_outcomes (xid, outbox, id)
+        SELECT pg_catalog.pg_current_xact_id(), {regclass}::regclass::oid, r.id
+        FROM pg_catalog.unnest(v_ids) AS r(id);
+        PERFORM outbox_monitor.record_outcome({regclass}::regclass, o.id, o.event_type, 'transient')
+        FROM {table} AS o WHERE o.id = ANY(v_ids);
+        DELETE FROM outbox_monitor.writer_outcomes AS w
+        WHERE w.xid = pg_catalog.pg_current_xact_id();
+    END IF;
+    IF cardinality(v_ids) > 0 OR p_audit_empty THEN
+        PERFORM outbox_monitor.record_audit(p_run_id, p_actor, 'reap', {table_name}, p_filter,
+                                            cardinality(v_ids), v_ids[1:1000]);
+    END IF;
+    RETURN QUERY SELECT v_ids, v_dead;
+END
+$fn$;
+REVOKE ALL ON FUNCTION {reap}(uuid, text, jsonb, bigint[], double precision, integer, boolean)
+    FROM PUBLIC;
+COMMENT ON FUNCTION {reap}(uuid, text, jsonb, bigint[], double precision, integer, boolean)
+    IS {reap_comment};
+
+CREATE OR REPLACE FUNCTION {replay}(
+    p_run_id uuid, p_actor text, p_filter jsonb, p_ids bigint[],
+    p_t0 timestamptz, p_before bigint, p_rate double precision, p_audit_empty boolean)
+RETURNS TABLE (ids bigint[], t0 timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+    v_t0 timestamptz := coalesce(p_t0, pg_catalog.now());
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) > 1000 OR p_before IS NULL OR p_before < 0
+       OR NOT coalesce(p_rate, 1) > 0 THEN
+        RAISE EXCEPTION 'replay: up to 1000 ids, rows before of at least 0 and a rate above 0 '
+                        'are needed' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_rate IS NULL THEN
+        WITH changed AS (
+            UPDATE {table} AS o SET
+                status = 'pending', attempts = 0, available_at = pg_catalog.now(),
+                processed_at = NULL, locked_at = NULL, locked_by = NULL
+            WHERE o.id = ANY(p_ids) AND o.status = 'failed'
+            RETURNING o.id
+        )
+        SELECT coalesce(pg_catalog.array_agg(c.id ORDER BY c.id), ARRAY[]::bigint[])
+        INTO v_ids FROM changed AS c;
+    ELSE
+        -- drip (SPEC section 5): the k-th row of the run, in (created_at, id) order, is due at
+        -- t0 + (k - 1) / rate seconds
+        WITH picked AS (
+            SELECT o.id, o.created_at FROM {table} AS o
+            WHERE o.id = ANY(p_ids) AND o.status = 'failed'
+            ORDER BY o.created_at, o.id
+            FOR UPDATE
+        ), numbered AS (
+            SELECT p.id, pg_catalog.row_number() OVER (ORDER BY p.created_at, p.id) AS n
+            FROM picked AS p
+        ), changed AS (
+            UPDATE {table} AS o SET
+                status = 'pending', attempts = 0,
+                available_at = v_t0 + pg_catalog.make_interval(
+                    secs => (p_before + numbered.n - 1) / p_rate),
+                processed_at = NULL, locked_at = NULL, locked_by = NULL
+            FROM numbered
+            WHERE o.id = numbered.id AND o.status = 'failed'
+            RETURNING o.id
+        )
+        SELECT coalesce(pg_catalog.array_agg(c.id ORDER BY c.id), ARRAY[]::bigint[])
+        INTO v_ids FROM changed AS c;
+    END IF;
+    IF cardinality(v_ids) > 0 OR p_audit_empty THEN
+        PERFORM outbox_monitor.record_audit(p_run_id, p_actor, 'replay', {table_name}, p_filter,
+                                            cardinality(v_ids), v_ids[1:1000]);
+    END IF;
+    RETURN QUERY SELECT v_ids, v_t0;
+END
+$fn$;
+REVOKE ALL ON FUNCTION {replay}(uuid, text, jsonb, bigint[], timestamptz, bigint,
+    double precision, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION {replay}(uuid, text, jsonb, bigint[], timestamptz, bigint,
+    double precision, boolean) IS {replay_comment};
+
+CREATE OR REPLACE FUNCTION {prune}(
+    p_run_id uuid, p_actor text, p_filter jsonb, p_ids bigint[],
+    p_status text, p_older_than double precision, p_audit_empty boolean)
+RETURNS TABLE (ids bigint[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) > 100000 OR p_status IS NULL
+       OR p_status NOT IN ('done', 'failed') OR p_older_than IS NULL OR NOT p_older_than >= 0 THEN
+        RAISE EXCEPTION 'prune: up to 100000 ids, status done or failed and an age of at '
+                        'least 0 s are needed' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    WITH changed AS (
+        DELETE FROM {table} AS o
+        WHERE o.id = ANY(p_ids) AND o.status = p_status AND o.status IN ('done', 'failed')
+              AND o.processed_at < pg_catalog.now() - pg_catalog.make_interval(secs => p_older_than)
+        RETURNING o.id
+    )
+    SELECT coalesce(pg_catalog.array_agg(c.id ORDER BY c.id), ARRAY[]::bigint[])
+    INTO v_ids FROM changed AS c;
+    IF cardinality(v_ids) > 0 OR p_audit_empty THEN
+        PERFORM outbox_monitor.record_audit(p_run_id, p_actor, 'prune', {table_name}, p_filter,
+                                            cardinality(v_ids), v_ids[1:1000]);
+    END IF;
+    RETURN QUERY SELECT v_ids;
+END
+$fn$;
+REVOKE ALL ON FUNCTION {prune}(uuid, text, jsonb, bigint[], text, double precision, boolean)
+    FROM PUBLIC;
+COMMENT ON FUNCTION {prune}(uuid, text, jsonb, bigint[], text, double precision, boolean)
+    IS {prune_comment};
+
+CREATE OR REPLACE FUNCTION {note}(
+    p_run_id uuid, p_actor text, p_action text, p_filter jsonb, p_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- reads only: the login that may call this may read the rows anyway (SELECT), so the
+    -- row says what it read; a change is audited only by the function that makes it
+    IF p_action IS NULL OR p_action NOT IN ('reveal', 'payload search') THEN
+        RAISE EXCEPTION 'audit note: only a read (reveal, payload search) is noted here, '
+                        'a change is audited by the function that makes it, got %',
+                        coalesce(pg_catalog.to_json(pg_catalog.left(p_action, 60))::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_ids IS NULL THEN
+        RAISE EXCEPTION 'audit note: ids are needed' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN outbox_monitor.record_audit(p_run_id, p_actor, p_action, {table_name}, p_filter,
+                                       cardinality(p_ids), p_ids[1:1000]);
+END
+$fn$;
+REVOKE ALL ON FUNCTION {note}(uuid, text, text, jsonb, bigint[]) FROM PUBLIC;
+COMMENT ON FUNCTION {note}(uuid, text, text, jsonb, bigint[]) IS {note_comment};
+
+CREATE OR REPLACE FUNCTION {refused}(p_actor text, p_refused_action text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF p_refused_action IS NULL OR pg_catalog.length(p_refused_action) > 40
+       OR p_refused_action !~ '^[a-z]+([ _][a-z]+)*$' THEN
+        RAISE EXCEPTION 'refused: the action refused must be lower-case words, got %',
+                        coalesce(pg_catalog.to_json(pg_catalog.left(p_refused_action, 60))::text,
+                                 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- rate limit: one row per person and action refused a minute, 30 a minute per outbox;
+    -- callers of one outbox wait for each other so the counts below are exact
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtextextended('outbox_monitor.refused:' || {table_name}, 0));
+    IF EXISTS (
+        SELECT FROM outbox_monitor.audit_log AS a
+        WHERE a.at > pg_catalog.clock_timestamp() - interval '1 minute'
+              AND a.action = 'refused' AND a.table_name = {table_name}
+              AND a.actor = p_actor AND a.filter ->> 'action' = p_refused_action
+    ) OR (
+        SELECT pg_catalog.count(*) FROM outbox_monitor.audit_log AS a
+        WHERE a.at > pg_catalog.clock_timestamp() - interval '1 minute'
+              AND a.action = 'refused' AND a.table_name = {table_name}
+    ) >= 30 THEN
+        RETURN NULL;
+    END IF;
+    RETURN outbox_monitor.record_audit(pg_catalog.gen_random_uuid(), p_actor, 'refused',
+                                       {table_name},
+                                       pg_catalog.jsonb_build_object('action', p_refused_action),
+                                       0, ARRAY[]::bigint[]);
+END
+$fn$;
+REVOKE ALL ON FUNCTION {refused}(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION {refused}(text, text) IS {refused_comment};
+
+CREATE OR REPLACE FUNCTION {silence}(
+    p_actor text, p_matchers jsonb, p_starts_at timestamptz, p_ends_at timestamptz,
+    p_comment text, p_filter jsonb)
+RETURNS TABLE (id bigint, starts_at timestamptz, ends_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_row record;
+BEGIN
+    INSERT INTO outbox_monitor.silences AS s (matchers, starts_at, ends_at, comment, created_by)
+    VALUES (p_matchers, p_starts_at, p_ends_at, p_comment, p_actor)
+    RETURNING s.id, s.starts_at, s.ends_at INTO v_row;
+    PERFORM outbox_monitor.record_audit(pg_catalog.gen_random_uuid(), p_actor, 'silence',
+                                        {table_name}, p_filter, 1, ARRAY[v_row.id]::bigint[]);
+    RETURN QUERY SELECT v_row.id::bigint, v_row.starts_at, v_row.ends_at;
+END
+$fn$;
+REVOKE ALL ON FUNCTION {silence}(text, jsonb, timestamptz, timestamptz, text, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION {silence}(text, jsonb, timestamptz, timestamptz, text, jsonb)
+    IS {silence_comment};
+
+CREATE OR REPLACE FUNCTION {expire_silence}(p_actor text, p_id bigint, p_now timestamptz)
+RETURNS TABLE (id bigint, matchers jsonb, expired_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_row record;
+BEGIN
+    UPDATE outbox_monitor.silences AS s
+    SET expired_at = p_now
+    WHERE s.id = p_id AND s.expired_at IS NULL AND s.ends_at > p_now
+    RETURNING s.id, s.matchers, s.expired_at INTO v_row;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM outbox_monitor.record_audit(
+        pg_catalog.gen_random_uuid(), p_actor, 'expire silence', {table_name},
+        pg_catalog.jsonb_build_object('id', p_id, 'matchers', v_row.matchers), 1,
+        ARRAY[v_row.id]::bigint[]);
+    RETURN QUERY SELECT v_row.id::bigint, v_row.matchers, v_row.expired_at;
+END
+$fn$;
+REVOKE ALL ON FUNCTION {expire_silence}(text, bigint, timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION {expire_silence}(text, bigint, timestamptz) IS {expire_silence_comment};
+
+CREATE OR REPLACE FUNCTION {controls}(
+    p_run_id uuid, p_actor text, p_action text, p_filter jsonb, p_changes jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_change jsonb;
+    v_layer text;
+    v_type text;
+    v_row outbox_monitor.controls;
+BEGIN
+    IF p_action IS NULL
+       OR p_action NOT IN ('pause', 'resume', 'limit', 'breaker', 'clear control', 'apply controls')
+    THEN
+        RAISE EXCEPTION 'controls: the action must be a change of controls (pause, resume, '
+                        'limit, breaker, clear control, apply controls), got %',
+                        coalesce(pg_catalog.to_json(pg_catalog.left(p_action, 60))::text, 'NULL')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_changes IS NULL OR pg_catalog.jsonb_typeof(p_changes) <> 'array' THEN
+        RAISE EXCEPTION 'controls: the changes must be a JSON array'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- one change of this table's controls at a time (flow.rows.lock takes it first)
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(
+        'outbox_monitor.controls:' || ({regclass}::regclass::oid)::text, 0));
+    FOR v_change IN SELECT c.value FROM pg_catalog.jsonb_array_elements(p_changes) AS c LOOP
+        v_layer := v_change ->> 'layer';
+        v_type := v_change ->> 'event_type_filter';
+        IF v_layer IS NULL OR v_layer NOT IN ('ui', 'file') OR v_type IS NULL OR v_type = '' THEN
+            RAISE EXCEPTION 'controls: each change names a filter and a layer (ui or file)'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF pg_catalog.jsonb_typeof(v_change -> 'row') IS DISTINCT FROM 'object' THEN
+            DELETE FROM outbox_monitor.controls AS k
+            WHERE k.outbox = {regclass}::regclass AND k.event_type_filter = v_type
+                  AND k.layer = v_layer;
+            CONTINUE;
+        END IF;
+        v_row := pg_catalog.jsonb_populate_record(NULL::outbox_monitor.controls, v_change -> 'row');
+        INSERT INTO outbox_monitor.controls AS c (
+            outbox, event_type_filter, layer, paused, paused_until, pause_reason,
+            concurrency_limit, rate_per_second, burst, breaker, breaker_window_seconds,
+            breaker_min_attempts, breaker_ratio, breaker_cooldown_seconds,
+            probe_timeout_seconds, expires_at, updated_by)
+        VALUES ({regclass}::regclass, v_type, v_layer, v_row.paused, v_row.paused_until,
+                v_row.pause_reason, v_row.concurrency_limit, v_row.rate_per_second, v_row.burst,
+                v_row.breaker, v_row.breaker_window_seconds, v_row.breaker_min_attempts,
+                v_row.breaker_ratio, v_row.breaker_cooldown_seconds, v_row.probe_timeout_seconds,
+                v_row.expires_at, p_actor)
+        ON CONFLICT (outbox, event_type_filter, layer) DO UPDATE SET
+            paused = EXCLUDED.paused, paused_until = EXCLUDED.paused_until,
+            pause_reason = EXCLUDED.pause_reason, concurrency_limit = EXCLUDED.concurrency_limit,
+            rate_per_second = EXCLUDED.rate_per_second, burst = EXCLUDED.burst,
+            breaker = EXCLUDED.breaker, breaker_window_seconds = EXCLUDED.breaker_window_seconds,
+            breaker_min_attempts = EXCLUDED.breaker_min_attempts,
+            breaker_ratio = EXCLUDED.breaker_ratio,
+            breaker_cooldown_seconds = EXCLUDED.breaker_cooldown_seconds,
+            probe_timeout_seconds = EXCLUDED.probe_timeout_seconds,
+            expires_at = EXCLUDED.expires_at, updated_at = pg_catalog.now(),
+            updated_by = EXCLUDED.updated_by;
+        INSERT INTO outbox_monitor.control_state AS s (outbox, event_type_filter, tokens)
+        VALUES ({regclass}::regclass, v_type, v_row.burst)
+        ON CONFLICT (outbox, event_type_filter) DO UPDATE SET
+            tokens = CASE WHEN EXCLUDED.tokens IS NULL THEN NULL
+                          ELSE least(coalesce(s.tokens, EXCLUDED.tokens), EXCLUDED.tokens)
+                     END,
+            breaker_state = CASE WHEN v_row.breaker THEN s.breaker_state ELSE 'closed' END,
+            probe_id = CASE WHEN v_row.breaker THEN s.probe_id END,
+            probe_at = CASE WHEN v_row.breaker THEN s.probe_at END;
+    END LOOP;
+    RETURN outbox_monitor.record_audit(p_run_id, p_actor, p_action, {table_name}, p_filter, 0,
+                                       ARRAY[]::bigint[]);
+END
+$fn$;
+REVOKE ALL ON FUNCTION {controls}(uuid, text, text, jsonb, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION {controls}(uuid, text, text, jsonb, jsonb) IS {controls_comment};
+
 -- ===================================================================== access: database roles (issue 4)
 
 -- name: grants
@@ -2157,21 +2450,35 @@ GRANT USAGE ON SCHEMA {outbox_schema} TO {viewer};
 GRANT SELECT ON {table} TO {viewer};
 GRANT USAGE ON SCHEMA outbox_monitor TO {viewer};
 GRANT SELECT ON ALL TABLES IN SCHEMA outbox_monitor TO {viewer};
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox_monitor TO {viewer};
 ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT SELECT ON TABLES TO {viewer};
-ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor GRANT EXECUTE ON FUNCTIONS TO {viewer};
+-- no function is granted to the viewer wholesale (earlier grants did, and gave it every
+-- function created later): the functions that read keep PUBLIC's EXECUTE, a function that
+-- writes is REVOKEd from PUBLIC and granted by name to the role whose job it is
+ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor REVOKE EXECUTE ON FUNCTIONS FROM {viewer};
 -- the error groups' cache (migration 006) is written only through this function, which
 -- stores what it computes from the outbox table (no INSERT on the cache: a planted row
 -- would mislabel dead letters); without it the dashboard normalises every dead letter
 GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
--- but not the only writers of audit rows and test messages (the operator's), nor the
--- audit log's retention (the scheduler's)
+-- and no function that writes: not the audit log's internal writer (its owner's alone),
+-- the writers of test messages and of the outbox's audited changes (the operator's), the
+-- audit log's retention (the scheduler's), nor the controls' trigger
+REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
+    integer, bigint[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {viewer};
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
+    integer, text, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
     integer, text, text, text) FROM {viewer};
 REVOKE EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
+    FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision, integer)
     FROM {viewer};
+REVOKE EXECUTE ON FUNCTION outbox_monitor.sync_outcome_logging() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox_monitor.sync_outcome_logging() FROM {viewer};
+-- the audited writers of {table} (created by init-db; store/audited_writers.py)
+{writers_from_public}
+{writers_from_viewer}
 -- viewer: the Health page (xmin horizon holders, running vacuums) sees another role's session
 -- only as pid, role, application and xids without pg_read_all_stats, which pg_monitor holds
 -- (read-only statistics). Granting it takes CREATEROLE up to PostgreSQL 15, from 16 a
@@ -2210,21 +2517,26 @@ GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
 -- (OUTBOX_MONITOR_ACTIONS_DSN)
 DO $$ BEGIN CREATE ROLE {operator} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
 GRANT {viewer} TO {operator};
-GRANT UPDATE, DELETE ON {table} TO {operator};
--- audit rows only through this function, which stamps the time (no INSERT on audit_log)
-GRANT EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
-    integer, bigint[]) TO {operator};
-GRANT INSERT, UPDATE ON outbox_monitor.silences TO {operator};
-GRANT USAGE ON SEQUENCE outbox_monitor.silences_id_seq TO {operator};
+-- the outbox is changed only through its audited writers (no UPDATE, DELETE or INSERT on
+-- it, none on the audit log): each changes rows under the SPEC section 4 guard and writes
+-- the audit row, with the database login and the client address, in the same transaction
+REVOKE UPDATE, DELETE, INSERT, TRUNCATE ON {table} FROM {operator};
+REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
+    integer, bigint[]) FROM {operator};
+{writers_to_operator}
+-- silences only through the audited writers above (none on the table itself)
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON outbox_monitor.silences FROM {operator};
+REVOKE USAGE ON SEQUENCE outbox_monitor.silences_id_seq FROM {operator};
 -- operator: the "send test alert" message is recorded through this function, which
 -- writes only a sent or failed test message (no INSERT on notifications: a forged row
 -- could be posted to Slack or suppress a real alert)
 GRANT EXECUTE ON FUNCTION outbox_monitor.record_test_notification(text, jsonb, text,
     integer, text, text, text) TO {operator};
 -- operator: flow control (SPEC section 5): pause, limits and breakers per event type
-GRANT INSERT, UPDATE, DELETE ON outbox_monitor.controls TO {operator};
-GRANT USAGE ON SEQUENCE outbox_monitor.controls_id_seq TO {operator};
-GRANT INSERT, UPDATE ON outbox_monitor.control_state TO {operator};
+-- only through the audited controls writer above (none on the tables themselves)
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON outbox_monitor.controls,
+    outbox_monitor.control_state FROM {operator};
+REVOKE USAGE ON SEQUENCE outbox_monitor.controls_id_seq FROM {operator};
 -- Not granted: INSERT on the outbox (your application's) and the idempotency ledger
 -- {ledger} (your workers').
 -- Logins, one per DSN (give them passwords), for example:
