@@ -257,7 +257,7 @@ def test_a_table_with_a_long_name_gets_hashed_writer_names_that_work(empty_dsn, 
     table = "s__x." + "t" * 60
     settings = load_settings(dsn=empty_dsn, table=table)
     with Database(settings) as db:
-        init_db(db, create_indexes=False)
+        init_db(db, create_table=True, create_indexes=False)
     names = {writer_name(kind, "s__x", "t" * 60) for kind in KINDS}
     assert all(len(name.encode()) <= 63 for name in names)
     with psycopg.connect(empty_dsn, row_factory=dict_row) as su:
