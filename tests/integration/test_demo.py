@@ -84,6 +84,7 @@ EVERY_SETTING = {
     "auto_reap": True,
     "auto_reap_max_rows": 200,
     "auto_reap_max_share": 0.25,
+    "control_barrier_timeout": 7,
     "auto_prune_done": "30d",
     "auto_prune_failed": "90d",
     "auth": "oidc",
