@@ -29,7 +29,6 @@ from outbox_monitor.flow.rows import (
     Layer,
     barrier,
     check_table,
-    claims_in_flight_note,
     delete,
     key,
     settings_of,
@@ -287,7 +286,7 @@ def change(
     except ValueError as error:
         raise ActionRefused(str(error)) from None
     with db.transaction() as conn:
-        reached = barrier(conn, db)
+        note = barrier(conn, db)
         check_table(conn, db)
         locked = db.compose("control_rows", lock=sql.SQL("FOR UPDATE"))
         rows = conn.execute(locked, key(db, event_type_filter)).fetchall()
@@ -341,7 +340,6 @@ def change(
             },
             ids=[],
         )
-    note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ControlChange(
         event_type_filter=event_type_filter,
         action=action,
