@@ -59,8 +59,12 @@ class Budget:
     @property
     def take(self) -> int:
         """Rows the run takes: ``min(max_rows, ⌈max_share × stuck⌉)`` (the product rounded to
-        1e-6 first, so that 0.3 × 10 is 3, not 4)."""
-        return min(self.max_rows, math.ceil(round(self.max_share * self.stuck, 6)))
+        1e-6 first, so that 0.3 × 10 is 3, not 4), and at least 1 when a row is stuck: a
+        share rounded up is never 0 (a share of 1e-7 and 1 stuck row take that row, not 0 on
+        every run for ever)."""
+        if not self.stuck:
+            return 0
+        return min(self.max_rows, max(1, math.ceil(round(self.max_share * self.stuck, 6))))
 
     def describe(self, taken: int) -> dict[str, Any]:
         """The budget and what it let the run take: ``stuck``, ``taken`` and ``left`` (for

@@ -193,6 +193,13 @@ def _forecast_line(payload: Mapping[str, Any]) -> list[str]:
     return [f"*Forecast:* {plain(forecast['text'], MAX_SUMMARY_CHARS)}"]
 
 
+def _has_figure(payload: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
+    """Whether a message has a value or a threshold to show: the scheduler's own alerts
+    posted straight to Slack (``outage.direct_row``: database unreachable, writes failing)
+    have neither, and their resolve said "no value now vs threshold no value (?)"."""
+    return source.get("value") is not None or payload.get("threshold") is not None
+
+
 def section_text(
     row: Mapping[str, Any],
     *,
@@ -227,9 +234,10 @@ def section_text(
     elif kind == "test":
         pass
     elif kind == "resolved" or resolved_payload is not None:
-        label = _value_label(source, "Value now")
-        figure = f"*{label}* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
-        lines.append(figure + (f" ({op})" if op else ""))
+        if _has_figure(payload, source):
+            label = _value_label(source, "Value now")
+            figure = f"*{label}* {escape_mrkdwn(value)} vs threshold {escape_mrkdwn(threshold)}"
+            lines.append(figure + (f" ({op})" if op else ""))
         if since:
             lines.append(f"Was firing since {since}")
     else:
@@ -316,7 +324,7 @@ def fallback_line(
     unit = payload.get("unit")
     if kind == "error":
         text += f": {payload.get('error') or 'evaluation error'}"
-    elif kind != "test":
+    elif kind != "test" and _has_figure(payload, source):
         value = format_value(source.get("value"), unit)
         now = " now" if kind == "resolved" else ""
         threshold = format_value(payload.get("threshold"), unit)

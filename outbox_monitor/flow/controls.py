@@ -29,7 +29,6 @@ from outbox_monitor.flow.rows import (
     Layer,
     barrier,
     check_table,
-    claims_in_flight_note,
     deleted,
     key,
     lock,
@@ -289,7 +288,7 @@ def change(
     except ValueError as error:
         raise ActionRefused(str(error)) from None
     with db.transaction() as conn:
-        reached = barrier(conn, db)
+        note = barrier(conn, db)
         check_table(conn, db)
         lock(conn, db)
         rows = conn.execute(
@@ -337,7 +336,6 @@ def change(
                 "expires_at": expires_at,
             },
         )
-    note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ControlChange(
         event_type_filter=event_type_filter,
         action=action,

@@ -50,7 +50,6 @@ from outbox_monitor.flow.model import (
 from outbox_monitor.flow.rows import (
     barrier,
     check_table,
-    claims_in_flight_note,
     deleted,
     key,
     lock,
@@ -320,7 +319,7 @@ def apply_controls(
     with db.transaction() as conn:
         # first, before any row lock (as every change: two changes never wait for each other
         # in opposite orders); a dry run changes nothing and waits for no claim
-        reached = dry_run or barrier(conn, db)
+        note = None if dry_run else barrier(conn, db)
         if wanted:
             check_table(conn, db)
         lock(conn, db)
@@ -345,5 +344,4 @@ def apply_controls(
             action="apply controls",
             details={"written": report.written, "removed": report.removed},
         )
-    note = None if reached else claims_in_flight_note(db.settings.control_barrier_timeout)
     return ApplyReport(report.written, report.removed, report.unchanged, audit_id, note)

@@ -3,6 +3,7 @@ transaction: the one place that knows the table's columns (``control_*`` queries
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -98,24 +99,55 @@ def save(
     return row["id"]
 
 
-def claims_in_flight_note(wait_seconds: float) -> str:
-    """What a change says when its wait for the claims in flight ran out (``barrier``)."""
+def claims_in_flight_note(wait_seconds: float, holders: Sequence[Mapping[str, Any]]) -> str:
+    """What a change says when its wait for the outbox's change lock ran out (``barrier``).
+
+    Args:
+        wait_seconds: the wait (``control_barrier_timeout``).
+        holders: the ``control_lock_holders`` rows (pid, mode, usename, application_name).
+
+    Returns:
+        When a session holds the lock exclusively: that it is no claim but a session that
+        stops every claim of the outbox, named (pid, login, application) with how to end it.
+        Else: claims that started before the change may still hand out rows it forbids,
+        naming the sessions holding it when they are known.
+    """
+    exclusive = [h for h in holders if h["mode"] == "ExclusiveLock"]
+    if exclusive:
+        return (
+            f"The outbox's change lock was held exclusively by {_sessions(exclusive)} for the "
+            f"whole {wait_seconds:g}s wait (OUTBOX_MONITOR_CONTROL_BARRIER_TIMEOUT): no claim "
+            "holds it so, a session took it, and while it keeps it no claim of this outbox "
+            "hands out any row. The change is in force; end that session "
+            f"(SELECT pg_terminate_backend({exclusive[0]['pid']})) to let the workers claim "
+            "again (docs/security.md)."
+        )
     return (
         f"Claims that started before this change were still running after {wait_seconds:g}s "
         "(OUTBOX_MONITOR_CONTROL_BARRIER_TIMEOUT): they may still hand out rows it forbids, "
         "which then show as processing; the change is in force for every later claim."
+        + (f" The change lock was held by {_sessions(holders)}." if holders else "")
     )
 
 
-def barrier(conn: Any, db: Database) -> bool:
+def _sessions(holders: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(
+        f"pid {h['pid']} ({h['usename'] or 'unknown login'}, "
+        f"{h['application_name'] or 'no application_name'})"
+        for h in holders
+    )
+
+
+def barrier(conn: Any, db: Database) -> str | None:
     """Make the caller's control change a barrier (SPEC §5): take the outbox's change lock
     exclusively until the transaction ends, waiting at most ``control_barrier_timeout``
     seconds for the claims in flight (claims started meanwhile hand out no row). Call it
     first in the change's transaction, before any row lock.
 
     Returns:
-        ``True`` when every claim in flight ended; ``False`` when the wait ran out (logged
-        as a WARNING; the change goes on, and the caller shows ``claims_in_flight_note``).
+        ``None`` when every claim in flight ended; when the wait ran out, the note the
+        caller shows (``claims_in_flight_note`` with the lock's holders, logged as a
+        WARNING; the change goes on).
 
     Raises:
         The connector's errors.
@@ -128,9 +160,12 @@ def barrier(conn: Any, db: Database) -> bool:
         db.compose("control_barrier"), {**key(db, None), "wait_seconds": wait}
     ).fetchone()["reached"]
     conn.execute(db.compose("statement_timeout_restore"), {"previous": previous})
-    if not reached:
-        log.warning("control change on %s: %s", db.table_name, claims_in_flight_note(wait))
-    return reached
+    if reached:
+        return None
+    holders = conn.execute(db.compose("control_lock_holders"), key(db, None)).fetchall()
+    note = claims_in_flight_note(wait, holders)
+    log.warning("control change on %s: %s", db.table_name, note)
+    return note
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import streamlit as st
+from streamlit import runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from outbox_monitor.access import (
     FORWARDED_ALLOW_IPS,
@@ -139,7 +141,8 @@ def _peer() -> str | None:
     ``X-Forwarded-For`` value when the peer is one of ``FORWARDED_ALLOW_IPS`` (by default
     ``127.0.0.1,::1``); ``outbox-monitor dashboard`` sets that variable empty. Started
     another way, a request carrying ``X-Forwarded-For`` has no known peer: refused.
-    Streamlit gives ``127.0.0.1`` and ``::1`` as ``None``: read as ``127.0.0.1``.
+    The address is the connection's own (``_connection_address``: ``::1`` is not
+    ``127.0.0.1``); a session with headers but no recorded peer is read as ``127.0.0.1``.
     """
     if os.environ.get(FORWARDED_ALLOW_IPS) != "" and "X-Forwarded-For" in st.context.headers:
         log.warning(
@@ -156,10 +159,23 @@ def _peer() -> str | None:
             "identity header is not believed. Start the dashboard with `outbox-monitor "
             "dashboard` (docs/security.md).",
         )
-    raw = st.context.ip_address
-    if st.context.headers and raw is None:  # Streamlit's None for 127.0.0.1 and ::1
+    raw = _connection_address() or st.context.ip_address
+    if st.context.headers and raw is None:  # no session client: read as 127.0.0.1
         return "127.0.0.1"
     return raw if isinstance(raw, str) else None
+
+
+def _connection_address() -> str | None:
+    """The TCP peer of this session's websocket as Streamlit's server recorded it, ``::1``
+    and ``127.0.0.1`` told apart (``st.context.ip_address`` gives both as ``None``, so a
+    proxy at ``::1`` was taken for ``127.0.0.1``: refused by a list of ``::1/128``, believed
+    by one of ``127.0.0.1/32``); ``None`` when the session has no client (AppTest)."""
+    script = get_script_run_ctx()
+    if script is None or not runtime.exists():
+        return None
+    client = runtime.get_instance().get_client(script.session_id)
+    address = getattr(getattr(client, "client_context", None), "remote_ip", None)
+    return address if isinstance(address, str) else None
 
 
 def _proxy_email(settings: Settings) -> str:

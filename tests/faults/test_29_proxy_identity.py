@@ -17,6 +17,7 @@ against real ``outbox-monitor dashboard`` processes through a raw websocket sess
 address; the fleet case runs in Chromium (``tests/browser/test_proxy_identity_browser.py``).
 """
 
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,32 @@ def test_x_forwarded_for_naming_a_listed_address_is_not_believed(proxied):
     _refused(
         url, [_header(OPERATOR), "X-Forwarded-For: 10.1.2.3"], "This request comes from `127.0.0.1`"
     )
+
+
+def test_a_proxy_at_ipv6_loopback_is_told_apart_from_127_0_0_1(pg_cluster, tmp_path):
+    """Streamlit's ``st.context.ip_address`` gives ``::1`` and ``127.0.0.1`` both as ``None``,
+    which was read as ``127.0.0.1``: a proxy at ``[::1]`` with the list ``::1/128`` was refused
+    as "a request from 127.0.0.1". The peer is the connection's own address."""
+    if not _ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback")
+    settings = {"dsn": module_database(pg_cluster, "proxy29v6"), "auth": "proxy", **MAPPING}
+    dashboard = Dashboard("v6", {**settings, "trusted_proxies": "::1/128"}, address="::")
+    with serve([dashboard], tmp_path):
+        text = rendered_text(f"http://[::1]:{dashboard.port}", [_header(OPERATOR)])
+        assert f"Signed in as `{OPERATOR}` · operator" in text, text[-2000:]
+        # IPv4 loopback reaches a dual-stack socket as ::ffff:127.0.0.1: not ::1/128
+        _refused(dashboard.url, [_header(OPERATOR)], "not a trusted proxy")
+    line = log_line(tmp_path / "v6.log", "WARNING", "request from ::ffff:127.0.0.1", "::1/128")
+    assert line is not None, (tmp_path / "v6.log").read_text()[-2000:]
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
 
 
 def test_a_header_from_another_machine_is_refused_and_logged(proxied):

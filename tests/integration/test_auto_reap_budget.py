@@ -126,6 +126,23 @@ def test_auto_reap_takes_at_most_its_share_of_the_stuck_rows(budget_db, conn):
     assert (budget["stuck"], budget["taken"], budget["left"]) == (10, 5, 5)
 
 
+def test_a_tiny_share_still_takes_one_stuck_row_per_run(dsn, conn):
+    """A share at its lower bound (any share above 0 is accepted: 0.00001 % is 1e-7) rounds up
+    to one row, never to none: 1e-7 × 1 stuck row is 1e-7, rounded up 1 (the 1e-6 rounding of
+    the product once made it 0, so the only stuck row was never reaped, run after run)."""
+    settings = load_settings(dsn=dsn, auto_reap_max_rows=MAX_ROWS, auto_reap_max_share="0.00001%")
+    by_id = insert_stuck(conn, 1)
+    with Database(settings) as db:
+        preview = preview_auto_reap(db)
+        result = reap_stuck_locks(db)
+
+    assert preview.matched == 1
+    assert result is not None and set(result.ids) == set(by_id)
+    assert processing(conn) == set()
+    budget = reap_audits(conn)[0]["filter"]["budget"]
+    assert (budget["stuck"], budget["taken"], budget["left"]) == (1, 1, 0)
+
+
 def test_a_reap_by_hand_takes_every_stuck_row_whatever_the_budget(budget_db, conn):
     by_id = insert_stuck(conn, STUCK)
 

@@ -231,10 +231,36 @@ def test_at_the_bound_the_change_is_made_and_says_claims_may_still_hand_out_rows
     assert change.barrier_note.startswith(
         "Claims that started before this change were still running after 0.5s"
     )
+    assert "The change lock was held by pid " in change.barrier_note  # the claim in flight
     assert report.written == ["legacy.%"] and report.barrier_note == change.barrier_note
     # the change is in force all the same
     assert outbox.claim(conn, "w1") == []
     assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.controls").fetchone()["n"] == 2
+
+
+def test_a_session_holding_the_change_lock_exclusively_is_named_not_taken_for_claims(
+    dsn, short_barrier_db, conn, rows
+):
+    """A session that took the change lock itself (any login may) stops every claim; a change
+    it blocks said "Claims that started before this change were still running" (no claim
+    was) and named no one. It names the session and says no claim hands out a row."""
+    rows.add(event_type="crm.contact")
+    with psycopg.connect(dsn, autocommit=True) as holder:
+        holder.execute(
+            "SELECT pg_advisory_lock(outbox_monitor.change_lock_key('integration_outbox'))"
+        )
+        pid = holder.execute("SELECT pg_backend_pid()").fetchone()[0]
+        assert outbox.claim(conn, "w1") == []  # every claim stopped
+        change = flow.pause(short_barrier_db, "legacy.%", actor=OPERATOR)
+    assert change.barrier_note is not None
+    assert change.barrier_note.startswith(
+        f"The outbox's change lock was held exclusively by pid {pid} (postgres, "
+    ), change.barrier_note
+    assert "no claim of this outbox hands out any row" in change.barrier_note
+    assert f"pg_terminate_backend({pid})" in change.barrier_note
+    assert "Claims that started before this change" not in change.barrier_note
+    # the holder gone, the claims hand out rows again (the pause is of another type)
+    assert [r["event_type"] for r in outbox.claim(conn, "w1")] == ["crm.contact"]
 
 
 def test_the_cli_shows_a_change_that_stopped_waiting_for_claims(

@@ -2753,3 +2753,15 @@ WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
 GROUP BY n.nspname, c.relname
 HAVING count(*) = cardinality(%(columns)s::text[])
 ORDER BY n.nspname, c.relname;
+
+-- name: control_lock_holders
+-- The other sessions holding the outbox's change lock (migration 022's change_lock_key) when a control change's wait for it ran out: pid, mode (ShareLock: a claim in flight; ExclusiveLock: a session that took the lock itself, which stops every claim), login and application_name. Read from pg_locks and pg_stat_activity; no row is read.
+SELECT l.pid, l.mode, a.usename, a.application_name
+FROM pg_locks l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.pid <> pg_backend_pid()
+  AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+  AND l.objsubid = 1
+  AND l.classid::bigint = outbox_monitor.change_lock_key(%(table_regclass)s::regclass) >> 32
+  AND l.objid::bigint = outbox_monitor.change_lock_key(%(table_regclass)s::regclass) & 4294967295
+ORDER BY l.mode DESC, l.pid;
