@@ -16,7 +16,7 @@ from outbox_monitor.errors import TableMissing
 from outbox_monitor.service.jobs import SAMPLER_JOB_ID
 from outbox_monitor.service.scheduler import build_scheduler, run_scheduler
 from outbox_monitor.store.db import Database
-from tests.alerting import PROCESS_START_SECONDS, free_port, wait_for
+from tests.alerting import LOADED_DEADLINE, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,10 +100,10 @@ def test_run_scheduler_samples_until_sigterm(dsn):
     try:
         sampled = wait_for(
             lambda: process.poll() is not None or count_samples(dsn) >= 2,
-            timeout=PROCESS_START_SECONDS,
+            timeout=LOADED_DEADLINE,
         )
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=PROCESS_START_SECONDS)
+        _, stderr = process.communicate(timeout=LOADED_DEADLINE)
     finally:
         if process.poll() is None:  # never left running: it would sample on for the session
             process.kill()
