@@ -29,7 +29,7 @@ import yaml
 
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH
 from outbox_monitor.demo.pgcluster import free_port
-from tests.alerting import REPO, wait_for
+from tests.alerting import LOADED_DEADLINE, REPO, wait_for
 from tests.integration.test_exporter import Samples, scrape
 from tests.integration.test_fleet_scheduler import FLEET, add_pending, fleet_env
 from tests.integration.test_prometheus_rules import (
@@ -157,11 +157,18 @@ def fleet_scrape(dsn: str, tmp_path: Path, webhook_url: str, alerts: int) -> Sam
         return found if both and len(scheduler_firing(found)) >= alerts else None
 
     try:
-        found = wait_for(sampled, timeout=30, step=0.2)
-    finally:
+        # the process imports, connects to both outboxes, samples and evaluates: seconds on a
+        # quiet machine, more than 30 s at load average 16-21
+        found = wait_for(
+            lambda: process.poll() is not None or sampled(), timeout=LOADED_DEADLINE, step=0.2
+        )
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-    assert found, log.read_text()[-3000:]
+        process.wait(timeout=LOADED_DEADLINE)
+    finally:
+        if process.poll() is None:  # never left running beside the next tests
+            process.kill()
+            process.wait()
+    assert isinstance(found, dict), log.read_text()[-3000:]
     return found
 
 

@@ -16,7 +16,7 @@ from outbox_monitor.errors import TableMissing
 from outbox_monitor.service.jobs import SAMPLER_JOB_ID
 from outbox_monitor.service.scheduler import build_scheduler, run_scheduler
 from outbox_monitor.store.db import Database
-from tests.alerting import wait_for
+from tests.alerting import LOADED_DEADLINE, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,12 @@ def test_run_scheduler_checks_the_table_before_starting(dsn):
 
 def test_run_scheduler_samples_until_sigterm(dsn):
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    env.update(OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_SAMPLE_INTERVAL="1")
+    env.update(
+        OUTBOX_MONITOR_DSN=dsn,
+        OUTBOX_MONITOR_SAMPLE_INTERVAL="1",
+        # its own port: the default 9108 may be held by another process on the machine
+        OUTBOX_MONITOR_METRICS_PORT=str(free_port()),
+    )
     code = (
         "from outbox_monitor.config.settings import load_settings; "
         "from outbox_monitor.service.scheduler import run_scheduler; run_scheduler(load_settings())"
@@ -93,8 +98,15 @@ def test_run_scheduler_samples_until_sigterm(dsn):
         [sys.executable, "-c", code], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert wait_for(lambda: count_samples(dsn) >= 2, timeout=15)
-    finally:
+        sampled = wait_for(
+            lambda: process.poll() is not None or count_samples(dsn) >= 2,
+            timeout=LOADED_DEADLINE,
+        )
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=20)
+        _, stderr = process.communicate(timeout=LOADED_DEADLINE)
+    finally:
+        if process.poll() is None:  # never left running: it would sample on for the session
+            process.kill()
+            process.communicate()
+    assert sampled and count_samples(dsn) >= 2, stderr
     assert process.returncode == 0, stderr

@@ -1,5 +1,6 @@
 """The traffic simulator: live workers and the backfill, checked through SPEC §2 figures."""
 
+import logging
 import re
 import threading
 
@@ -21,6 +22,7 @@ from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.outbox import PermanentError
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
+from tests.alerting import LOADED_DEADLINE, wait_for
 
 FAILING_TYPES = {PERMANENT_EVENT_TYPE, "notification.email"}  # 401 and bounces
 WORKER_ID = re.compile(r"^sim-worker-\d+@\S+$")
@@ -80,10 +82,42 @@ def test_a_generator_of_some_event_types_publishes_those_in_their_relative_weigh
         TrafficGenerator(11, ("payment.refunded",))
 
 
-def test_live_traffic_acks_retries_dead_letters_and_crashes(settings, db):
-    result = run_simulation(
-        settings, rate=60, workers=4, duration=5, backfill=0, seed=7, crash_every=2
+def enough_traffic(db, caplog) -> bool:
+    """Live traffic has shown every case the test checks: more than 200 rows published, more
+    than 50 acked, a retry scheduled, a dead letter of the permanently failing type, and a
+    worker crashed holding rows (its log line)."""
+    with db.connection() as conn:
+        found = conn.execute(
+            "SELECT count(*) > 200 AND count(*) FILTER (WHERE status = 'done') > 50"
+            " AND bool_or(status = 'pending' AND attempts > 0)"
+            " AND bool_or(status = 'failed' AND event_type = %s) AS enough"
+            " FROM integration_outbox",
+            (PERMANENT_EVENT_TYPE,),
+        ).fetchone()
+    crashed = any("crashed holding" in record.getMessage() for record in caplog.records)
+    return bool(found["enough"]) and crashed
+
+
+def test_live_traffic_acks_retries_dead_letters_and_crashes(settings, db, caplog):
+    # traffic runs until it has shown every case (≈ 4 s at 60 events/s on a quiet machine),
+    # not for a fixed duration: a loaded machine publishes fewer events per second
+    caplog.set_level(logging.INFO, logger="outbox_monitor.demo.simulate")
+    stop, results = threading.Event(), []
+    thread = threading.Thread(
+        target=lambda: results.append(
+            run_simulation(
+                settings, rate=60, workers=4, backfill=0, seed=7, crash_every=2, stop_event=stop
+            )
+        )
     )
+    thread.start()
+    try:
+        assert wait_for(lambda: enough_traffic(db, caplog), timeout=LOADED_DEADLINE, step=0.2)
+    finally:
+        stop.set()
+        thread.join(LOADED_DEADLINE)
+    assert not thread.is_alive()
+    (result,) = results
 
     window = 3600
     status = metrics.status(db, window=window)

@@ -10,8 +10,8 @@ One scenario, in the order an on-call engineer would live it:
 2. 80 more events, with scripted faults: 401 (always, until fixed), 500 once or twice,
    "timeout" (the effect is applied, the answer never comes). The shipped credential
    files (reading PG* variables) replace the generated ones; n8n is started again with
-   the poller active (1 s schedule). ``outbox-monitor reap`` (5 s lock timeout) recovers
-   the stuck batch. Failures are retried with growing ``available_at``; the test moves
+   the poller active (1 s schedule), once ``outbox-monitor reap`` (5 s lock timeout) has
+   recovered the stuck batch. Failures are retried with growing ``available_at``; the test moves
    the waiting retries to now() after checking their delay (30–33 s, then 2–2.2 min),
    instead of waiting for them.
 3. Every event ends done, except the 401s; every effect was applied exactly once on both
@@ -228,14 +228,25 @@ def test_poller_and_nudge_apply_every_effect_once_through_faults_crash_and_repla
             == BATCH
         )
 
-        # ---- 2. the poller takes over; reap recovers the crashed batch
+        # ---- 2. reap recovers the crashed batch; the poller takes over
         publish(conn, rest)
         n8n.import_credentials(SHIPPED_FOLDER / "credentials")  # replaces the generated ones
         downstream.authorization = TOKEN  # the shipped credential reads it from the env
         n8n.set_active(POLLER_ID)
-        n8n.start()
+
+        def crashed_batch_stale() -> bool:
+            return conn.execute(
+                "SELECT bool_and(locked_at < now() - %s::interval) AS stale"
+                " FROM integration_outbox WHERE status = 'processing'",
+                (LOCK_TIMEOUT,),
+            ).fetchone()["stale"]
+
+        # the reap before the poller claims: a live batch held past the 5 s lock timeout (its
+        # calls wait for 1.5 s timeouts; a loaded machine is slower still) would be reaped too
+        assert wait_for(crashed_batch_stale, timeout=30)
         reaped = cli(dsn, "reap", "--yes")
         assert reaped["changed"] == BATCH and reaped["dead_lettered"] == 0
+        n8n.start()
         wait_settled(conn)
 
         rows = rows_by_key(conn)
