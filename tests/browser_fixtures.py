@@ -8,7 +8,6 @@ one session-wide Playwright, whichever folders' browser tests run in one session
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,8 +22,8 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ELEMENT_TIMEOUT_MS,
-    START_TIMEOUT_SECONDS,
-    healthy,
+    stop,
+    wait_healthy,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,19 +64,10 @@ def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
         server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + START_TIMEOUT_SECONDS
-            while not healthy(url):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"streamlit did not start:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.2)
+            wait_healthy(url, server, log_path)
             yield url
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server)
 
 
 @pytest.fixture(scope="session")
