@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from outbox_monitor.demo.pgcluster import free_port
@@ -22,6 +22,7 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ELEMENT_TIMEOUT_MS,
+    settled,
     stop,
     wait_healthy,
 )
@@ -105,12 +106,15 @@ def screenshot(page: Page):
 @pytest.fixture
 def choose(page: Page):
     """``choose("Error group", re.compile("40c9…"))`` picks an option of a selectbox (in
-    ``within``, default the page). A click that lands while the page is still rerunning
-    (its first run after load) leaves the list closed: it clicks again."""
+    ``within``, default the page), once the page's run has ended (a click on a widget still
+    being drawn leaves the list closed). A click that lands as a live refresh reruns it
+    leaves it closed too: it clicks again."""
 
     def pick(label: str, option: str | re.Pattern, within: Locator | None = None) -> None:
         selectbox = (within or page).locator('[data-testid="stSelectbox"]').filter(has_text=label)
         choice = page.get_by_role("option", name=option)
+        expect(selectbox).to_be_visible()
+        settled(page)
         for _ in range(5):
             selectbox.click()
             try:

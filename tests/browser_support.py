@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 CHROMIUM = "/usr/bin/chromium"
 """The system's Chromium (Debian package), never a downloaded one."""
@@ -74,3 +74,11 @@ def stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def settled(page: Page) -> None:
+    """Wait until the page's script run has ended (Streamlit's own ``data-test-script-state``
+    of ``stApp``): what it draws is all there and stays where it is. Call it once the page
+    shows something of the run meant (a run not yet started is ``notRunning`` too)."""
+    app = page.locator('[data-testid="stApp"]')
+    expect(app).to_have_attribute("data-test-script-state", "notRunning")
