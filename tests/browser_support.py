@@ -64,16 +64,17 @@ def wait_healthy(url: str, process: subprocess.Popen, log_path: Path) -> None:
         time.sleep(0.2)
 
 
-def stop(process: subprocess.Popen) -> None:
+def stop(process: subprocess.Popen) -> int:
     """End ``process``: SIGTERM, then SIGKILL when it is still running after
-    ``STOP_TIMEOUT_SECONDS``; returns once it has exited (never leaves it running)."""
+    ``STOP_TIMEOUT_SECONDS``; returns its exit code once it has exited (``-9`` when killed),
+    never leaving it running."""
     if process.poll() is None:
         process.terminate()
     try:
-        process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        return process.wait(timeout=STOP_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
         process.kill()
-        process.wait()
+        return process.wait()
 
 
 def settled(page: Page) -> None:
