@@ -123,6 +123,9 @@ n8n:
 # starved the browser tests: on a quiet machine a sign-in test missed Streamlit's "Page not
 # found" dialog (1,573 tests, 488 s, 1 failed); three passed under the load of a second run.
 # One file alone: .venv/bin/pytest tests/…  (no workers).
+# The browser tests' deadlines (a page's first run, a dashboard's start and stop) are set
+# once in tests/browser_support.py for a 2-core machine at load average ≈ 20;
+# OUTBOX_MONITOR_TEST_SLOWDOWN=2 make test doubles them on a slower one.
 TEST_WORKERS ?= 3
 test: install browser podman promtool oidc-provider lint
 	@mkdir -p test-artifacts

@@ -8,13 +8,12 @@ one session-wide Playwright, whichever folders' browser tests run in one session
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from outbox_monitor.demo.pgcluster import free_port
@@ -23,8 +22,9 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ELEMENT_TIMEOUT_MS,
-    START_TIMEOUT_SECONDS,
-    healthy,
+    settled,
+    stop,
+    wait_healthy,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,19 +65,10 @@ def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
         server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + START_TIMEOUT_SECONDS
-            while not healthy(url):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"streamlit did not start:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.2)
+            wait_healthy(url, server, log_path)
             yield url
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server)
 
 
 @pytest.fixture(scope="session")
@@ -115,12 +106,15 @@ def screenshot(page: Page):
 @pytest.fixture
 def choose(page: Page):
     """``choose("Error group", re.compile("40c9…"))`` picks an option of a selectbox (in
-    ``within``, default the page). A click that lands while the page is still rerunning
-    (its first run after load) leaves the list closed: it clicks again."""
+    ``within``, default the page), once the page's run has ended (a click on a widget still
+    being drawn leaves the list closed). A click that lands as a live refresh reruns it
+    leaves it closed too: it clicks again."""
 
     def pick(label: str, option: str | re.Pattern, within: Locator | None = None) -> None:
         selectbox = (within or page).locator('[data-testid="stSelectbox"]').filter(has_text=label)
         choice = page.get_by_role("option", name=option)
+        expect(selectbox).to_be_visible()
+        settled(page)
         for _ in range(5):
             selectbox.click()
             try:

@@ -30,7 +30,7 @@ from playwright.sync_api import BrowserContext, Page
 from psycopg import sql
 
 from outbox_monitor.demo.pgcluster import free_port
-from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+from tests.browser_support import START_TIMEOUT_SECONDS, stop, wait_healthy
 from tests.conftest import TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,16 +89,6 @@ def _metadata(url: str) -> dict | None:
         return None
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextmanager
 def run_provider(
     *,
@@ -153,7 +143,7 @@ def run_provider(
                 time.sleep(0.1)
             yield provider
         finally:
-            _stop(process)
+            stop(process)
             process.stdout.close()
 
 
@@ -231,20 +221,15 @@ def serve(dashboards: Sequence[Dashboard], directory: Path) -> Iterator[None]:
                         stdin=subprocess.DEVNULL,
                     )
                 )
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
         for dashboard, process in zip(dashboards, processes, strict=True):
-            while not healthy(dashboard.url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log = (directory / f"{dashboard.name}.log").read_text()[-3000:]
-                    pytest.fail(f"the {dashboard.name} dashboard did not start:\n{log}")
-                time.sleep(0.2)
+            wait_healthy(dashboard.url, process, directory / f"{dashboard.name}.log")
         yield
     finally:
         for process in processes:  # SIGTERM all, then wait for each (≈ 1 s each alone)
             if process.poll() is None:
                 process.terminate()
         for process in processes:
-            _stop(process)
+            stop(process)
 
 
 def oidc_settings(provider: OidcProvider, dashboard: Dashboard) -> dict[str, str]:

@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from outbox_monitor.figures import error_grouping
+from tests.browser_support import ELEMENT_TIMEOUT_MS
 
 pytestmark = pytest.mark.browser
 
@@ -82,7 +83,7 @@ def new_york(browser: Browser):
     context = browser.new_context(
         viewport={"width": 1400, "height": 2000}, timezone_id="America/New_York"
     )
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(ELEMENT_TIMEOUT_MS)
     yield context.new_page()
     context.close()
 

@@ -5,14 +5,17 @@ page instead of an admin session (docs/security.md)."""
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from outbox_monitor.demo.pgcluster import free_port
-from tests.browser_support import START_TIMEOUT_SECONDS, healthy, outward_address
+from tests.browser_support import (
+    outward_address,
+    stop,
+    wait_healthy,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.browser
@@ -37,13 +40,11 @@ def test_a_browser_on_another_machine_is_refused_in_local_mode(dsn, rows, page: 
         "--browser.gatherUsageStats=false",
         "--server.fileWatcherType=none",
     ]  # no --server.address: Streamlit listens on every interface
-    log = (tmp_path / "streamlit.log").open("w")
-    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log_path = tmp_path / "streamlit.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not healthy(f"http://127.0.0.1:{port}"):
-            assert server.poll() is None and time.monotonic() < deadline, "streamlit died"
-            time.sleep(0.2)
+        wait_healthy(f"http://127.0.0.1:{port}", server, log_path)
 
         page.goto(f"http://{address}:{port}/")
         expect(page.get_by_role("heading", name="Sign-in required")).to_be_visible()
@@ -56,6 +57,4 @@ def test_a_browser_on_another_machine_is_refused_in_local_mode(dsn, rows, page: 
         expect(page.get_by_role("heading", name="Overview")).to_be_visible()
         expect(page.get_by_text("local-admin")).to_be_visible()
     finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+        stop(server)  # SIGKILL when SIGTERM is not enough in time: never left running

@@ -27,8 +27,10 @@ def test_the_timeline_renders_around_the_linked_instant(
     chart = page.locator(".vega-embed").first
     expect(chart.locator("svg")).to_be_visible()
     expect(chart).to_contain_text("alertactionerror groupbreaker")
-    # a time axis spanning the hour: ticks every 10 min (an empty domain drew none)
-    ticks = chart.locator("svg text").filter(has_text=re.compile(r"^\d\d:\d0$"))
+    # a time axis spanning the hour: ticks every 10 min (an empty domain drew none); an hour
+    # across midnight UTC labels them with the day too (charts.DATE_TIME_FORMAT)
+    tick_label = re.compile(r"^([A-Z][a-z]{2} \d\d )?\d\d:\d0$")
+    ticks = chart.locator("svg text").filter(has_text=tick_label)
     expect(ticks.first).to_be_visible()
     assert ticks.count() in (6, 7)  # 7 when the range starts on a whole ten minutes
     expect(page.locator("[data-testid='stDataFrame']").first).to_be_visible()

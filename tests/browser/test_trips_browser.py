@@ -11,6 +11,7 @@ from outbox_monitor.alerts.links import OVERVIEW_PATH
 from outbox_monitor.alerts.message import dashboard_link
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.ui.cache import CACHE_TTL_SECONDS
+from tests.browser_support import settled
 
 pytestmark = pytest.mark.browser
 
@@ -101,6 +102,9 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
     main = page.locator('[data-testid="stMain"]')
     expect(main.locator("h3").first).to_be_visible()
     table = main.locator('[data-testid="stDataFrame"]').nth(1)
+    # a click by coordinates lands where the grid is once the page's run has ended (a run
+    # still drawing moves it down), not where it was drawn first
+    settled(page)
     assert_cell_shows_in_full(page, table, error)
     box = table.bounding_box()
     # the row marker of the first row: header ≈ 35 px, a row ≈ 35 px
@@ -118,9 +122,7 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
     for name in PAGES:
         page.goto(f"{dashboard}/{name}")
         expect(main.get_by_role("heading").first).to_be_visible()
-        # the page's run has ended (its charts and tables are drawn), not a fixed wait
-        app = page.locator('[data-testid="stApp"]')
-        expect(app).to_have_attribute("data-test-script-state", "notRunning")
+        settled(page)  # its charts and tables are drawn, not a fixed wait
         screenshot(f"1440-{name}")
 
 
@@ -164,7 +166,7 @@ def test_a_script_chunk_lost_under_load_reloads_the_page(dashboard, page, rows):
     page.route("**/static/js/*.js", fail_twice)
     page.goto(f"{dashboard}/dead_letters")
     main = page.locator('[data-testid="stMain"]')
-    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible(timeout=30_000)
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
     expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
     assert len(failed) == 2
     assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
@@ -192,6 +194,6 @@ def test_a_chunk_lost_before_the_listener_exists_reloads_the_page(dashboard, pag
     expect(main.get_by_text("Failed to fetch dynamically imported module")).to_be_visible()
     assert len(failed) == 2 and len(held) == 1
     held[0].continue_()
-    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible(timeout=30_000)
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
     expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
     assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")

@@ -17,6 +17,7 @@ import streamlit as st
 from playwright.sync_api import expect
 
 from outbox_monitor.ui import cache
+from tests.browser_support import settled
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (fixtures)
 from tests.ui.rendered import plain
 
@@ -134,6 +135,7 @@ def test_in_the_browser_a_confirm_after_new_failures_replays_the_preview(
     page.goto(f"{dashboard}/dead_letters?error_group={GROUP}")
     rows_to_replay = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Rows to replay")
     expect(rows_to_replay).to_be_visible()
+    settled(page)  # a click on a widget its run is still drawing leaves the list closed
     rows_to_replay.click()
     page.get_by_role("option", name="Select all").click()
     page.keyboard.press("Escape")

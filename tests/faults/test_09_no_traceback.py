@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.ui import inputs
+from tests.browser_support import settled
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (fixtures)
 from tests.ui.rendered import plain
 
@@ -107,11 +108,13 @@ def test_the_browser_sees_no_traceback_nor_server_path(dashboard, page, rows, co
 
     page.goto(f"{dashboard}/overview?event_type={quote(chr(0))}x")
     expect(page.get_by_text(NUL_MESSAGE).first).to_be_visible()
+    settled(page)  # the whole page: a traceback drawn after the message would count
     overview = page.locator("body").inner_text()
 
     conn.execute(BROKEN_FUNCTION)
     page.goto(f"{dashboard}/dead_letters")
     expect(page.get_by_text("Unexpected error")).to_be_visible()
+    settled(page)
     dead_letters = page.locator("body").inner_text()
 
     for text in (overview, dead_letters):

@@ -3,7 +3,6 @@
 itself does not ask for one."""
 
 import subprocess
-import time
 
 import pytest
 
@@ -11,7 +10,7 @@ from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.serve import check_exposure
-from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+from tests.browser_support import stop, wait_healthy
 from tests.oidc_support import dashboard_command, dashboard_environment
 from tests.raw_session import rendered_text
 
@@ -44,15 +43,10 @@ def test_dashboard_on_127_0_0_2_serves_the_overview(dsn, tmp_path):
             stdin=subprocess.DEVNULL,
         )
     try:
-        started = time.monotonic()
-        while not healthy(url):
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() - started < START_TIMEOUT_SECONDS, log_path.read_text()
-            time.sleep(0.2)
+        wait_healthy(url, process, log_path)
         text = rendered_text(url, [])
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        stop(process)
     assert "Acting as `loopback-test` (local, admin)" in text
     assert "Sign-in required" not in text
     assert "WARNING" not in log_path.read_text()

@@ -34,8 +34,8 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ELEMENT_TIMEOUT_MS,
-    START_TIMEOUT_SECONDS,
-    healthy,
+    stop,
+    wait_healthy,
 )
 
 pytestmark = pytest.mark.browser
@@ -75,11 +75,7 @@ class Served:
     log_path: Path
 
     def wait_healthy(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not healthy(self.url):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"streamlit did not start:\n{self.log_path.read_text()[-3000:]}")
-            time.sleep(0.1)
+        wait_healthy(self.url, self.process, self.log_path)
 
 
 @pytest.fixture
@@ -119,12 +115,7 @@ def served(dsn: str, rules_path: Path, tmp_path: Path) -> Iterator[Served]:
         try:
             yield Served(f"http://127.0.0.1:{port}", process, log_path)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 @pytest.fixture

@@ -3,11 +3,10 @@ refused, unless ``--insecure-no-auth`` says a network boundary guards it, which 
 serves on every interface and prints the warning."""
 
 import subprocess
-import time
 from pathlib import Path
 
 from outbox_monitor.demo.pgcluster import free_port
-from tests.browser_support import START_TIMEOUT_SECONDS, healthy
+from tests.browser_support import healthy, stop, wait_healthy
 from tests.oidc_support import dashboard_command, dashboard_environment
 
 LISTEN = "0A"
@@ -57,15 +56,10 @@ def test_insecure_no_auth_serves_on_every_interface_with_a_warning(dsn, tmp_path
             stdin=subprocess.DEVNULL,
         )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not healthy(f"http://127.0.0.1:{port}"):
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.2)
+        wait_healthy(f"http://127.0.0.1:{port}", process, log_path)
         assert listening_on_all_interfaces(port)
     finally:
-        process.terminate()
-        returncode = process.wait(timeout=20)
+        returncode = stop(process)
     assert returncode == 0
     warnings = [line for line in log_path.read_text().splitlines() if "WARNING" in line]
     assert warnings == [
