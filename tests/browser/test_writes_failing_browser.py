@@ -45,13 +45,13 @@ def test_the_overview_says_the_scheduler_cannot_write(
         fail_writes(conn)
         assert wait_for(lambda: writes_messages(slack_sink), timeout=60), scheduler.output
         page.goto(f"{dashboard}/overview")
-        expect(page.get_by_text(BANNER)).to_be_visible(timeout=30_000)
+        expect(page.get_by_text(BANNER)).to_be_visible()
         screenshot("writes-failing-banner")
         writes_work_again(conn)
         assert wait_for(lambda: len(writes_messages(slack_sink)) == 2, timeout=60)
         page.goto(f"{dashboard}/overview")
         # the tiles render after the banners: once they show, the banner would have too
-        expect(page.get_by_text("Queue depth", exact=True).first).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("Queue depth", exact=True).first).to_be_visible()
         expect(page.get_by_text(BANNER)).to_have_count(0)
     finally:
         scheduler.stop()
