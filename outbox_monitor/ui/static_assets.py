@@ -11,9 +11,10 @@ script chunk that failed ("Failed to fetch dynamically imported module", seen at
 start under load: the sidebar's inputs replaced by that error) cannot be fetched again in
 the page — the browser keeps the failed import — so the tab reloads itself, at most once in
 ``RELOAD_GUARD_S`` seconds. This script is itself an element whose code Streamlit loads
-lazily, so under load a chunk may fail before the listener exists: for ``SCAN_S`` seconds
-after it is installed, an error box of a failed import already on the page reloads the tab
-too (same guard).
+lazily, so under load a chunk or a stylesheet may fail before the listener exists (seen in a
+fresh-clone CI: the dead letters' grid replaced by "Unable to preload CSS" for 60 s): for
+``SCAN_S`` seconds after it is installed, an error box of either failed import already on
+the page reloads the tab too (same guard).
 """
 
 import streamlit as st
@@ -63,12 +64,13 @@ if (!window.__outboxMonitorStylesheetRetry) {{
     }}
     if (reload(message)) event.preventDefault();
   }});
-  // a chunk that failed before this listener existed left its error box on the page
-  const failedImport = "Failed to fetch dynamically imported module";
+  // a chunk or stylesheet that failed before this listener existed left its error box on
+  // the page (the element's import failed for good): only a reload fetches it again
+  const failedImports = ["Failed to fetch dynamically imported module", "Unable to preload CSS"];
   const started = Date.now();
   const scan = setInterval(() => {{
     const shown = [...document.querySelectorAll('[role="alert"]')].find(
-      (box) => box.textContent.includes(failedImport));
+      (box) => failedImports.some((text) => box.textContent.includes(text)));
     if ((shown && reload(shown.textContent)) || Date.now() - started > {SCAN_S} * 1000) {{
       clearInterval(scan);
     }}

@@ -197,3 +197,35 @@ def test_a_chunk_lost_before_the_listener_exists_reloads_the_page(dashboard, pag
     expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
     expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
     assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
+
+
+def test_a_stylesheet_lost_before_the_listener_exists_reloads_the_page(dashboard, page, rows):
+    # as under load in a fresh-clone CI: the grid's stylesheet failed while the listener's own
+    # code had not loaded yet, and "Unable to preload CSS" stood in the grid's place
+    rows.add_failed()
+    failed: list[str] = []
+    held = []
+
+    def fail_the_stylesheet_once(route) -> None:
+        if "/DataFrame." in route.request.url and not failed:
+            failed.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    def hold_the_listener(route) -> None:
+        if "/Html." in route.request.url and not held:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/static/css/*.css", fail_the_stylesheet_once)
+    page.route("**/static/js/*.js", hold_the_listener)
+    page.goto(f"{dashboard}/dead_letters")
+    main = page.locator('[data-testid="stMain"]')
+    expect(main.get_by_text("Unable to preload CSS")).to_be_visible()
+    assert len(failed) == 1 and len(held) == 1
+    held[0].continue_()
+    expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
+    expect(page.get_by_text("Unable to preload CSS")).to_have_count(0)
+    assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")

@@ -31,6 +31,7 @@ from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.service.scheduler import build_scheduler
 from outbox_monitor.store.db import Database
+from outbox_monitor.store.schema import init_db
 from tests.alerting import SENDER_INTERVAL, drain, messages_after, rules_file, running_scheduler
 
 RULES = """
@@ -72,7 +73,10 @@ def fleet(dsn: str, tmp_path: Path) -> Fleet:
         )
     path = tmp_path / "outboxes.yml"
     path.write_text(FLEET)
-    return load_fleet(load_settings(dsn=dsn), path, env={"TEST_DSN": dsn})
+    fleet = load_fleet(load_settings(dsn=dsn), path, env={"TEST_DSN": dsn})
+    with Database(fleet.get("billing").settings) as db:
+        init_db(db, create_indexes=False)  # billing's audited writers (silences go through them)
+    return fleet
 
 
 @pytest.fixture
