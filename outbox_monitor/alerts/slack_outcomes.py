@@ -8,6 +8,7 @@ Every failure is one of ``RateLimited`` (HTTP 429, with Retry-After), ``Transien
 """
 
 import http.client
+import json
 import logging
 import math
 import re
@@ -188,7 +189,8 @@ def classify_webhook_answer(
     status: int, body: str, headers: Mapping[str, Any] | None
 ) -> DeliveryError | None:
     """What an incoming webhook's answer means: ``None`` when it posted (HTTP 200 and the
-    body ``ok``), else the outcome error.
+    body ``ok``, or the JSON ``{"ok": true}`` a Slack workflow's webhook answers: retrying
+    that would post it again), else the outcome error.
 
     Args:
         status: the HTTP status.
@@ -203,7 +205,7 @@ def classify_webhook_answer(
     """
     code = " ".join(body.split())[:200]
     what = "incoming webhook"
-    if status == 200 and code == WEBHOOK_OK:
+    if status == 200 and (code == WEBHOOK_OK or _json_ok(body)):
         return None
     if code in PERMANENT_WEBHOOK_ANSWERS:
         return PermanentError(
@@ -216,6 +218,15 @@ def classify_webhook_answer(
             code=code,
         )
     return classify_status(status, code, headers, what)
+
+
+def _json_ok(body: str) -> bool:
+    """Whether ``body`` is a JSON object whose ``ok`` is ``true``."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(answer, dict) and answer.get("ok") is True
 
 
 def answer_label(code: str | None) -> str:

@@ -466,6 +466,21 @@ def test_a_webhook_200_without_ok_is_retried_like_a_5xx_not_counted_sent(
     assert len(posted(slack_sink)) == 1 and len(message_requests(slack_sink)) == 2
 
 
+def test_a_workflow_webhooks_json_ok_counts_sent_and_is_not_posted_again(
+    deliver, notes, slack_sink
+):
+    """A Slack workflow's webhook answers HTTP 200 ``{"ok": true}``: the message was taken, and
+    a retry would post it a second time (the hostile pass of issue 29 saw it retried for ever)."""
+    row_id = notes.add()
+    slack_sink.fail_next(1, status=200, error='{"ok": true}')
+    counts = deliver()
+    assert counts["sent"] == 1 and counts["retrying"] == 0
+    row = notes.get(row_id)
+    assert row["status"] == "sent" and row["attempts"] == 1
+    assert deliver()["attempts"] == 0
+    assert len(message_requests(slack_sink)) == 1
+
+
 @pytest.mark.parametrize(
     ("status", "answer"),
     [
