@@ -137,6 +137,7 @@ def init_db_command(
         "undropped_indexes": report.undropped_indexes,
         "unfinished_indexes": report.unfinished_indexes,
         "schema_version": report.schema_version,
+        "near_tables": report.near_tables,
     }
     if as_json:
         emit_json(payload)
@@ -157,6 +158,13 @@ def init_db_command(
                 f"created: workers that guard their effects need it; `outbox-monitor init-db "
                 f"{schema.CREATE_TABLE_FLAG}` creates it (OUTBOX_MONITOR_LEDGER_TABLE names "
                 "another).",
+                err=True,
+            )
+        for name, near in report.near_tables.items():
+            echo(
+                f"warning: created the new, empty outbox {name}, yet this database has "
+                f"{' and '.join(near)} with the outbox's columns: if you meant "
+                f"{near[0]}, set the table to it and drop {name} (DROP TABLE {name}).",
                 err=True,
             )
         for name, reason in report.undropped_indexes.items():

@@ -52,6 +52,9 @@ CREATE_TABLE_FLAG = "--create-table"
 LISTED_CANDIDATES = 5
 """A missing table's message lists every table with the outbox's columns up to this many;
 beyond it, only the close matches of the name (``difflib``) and the count."""
+NEAR_NAME_RATIO = 0.85
+"""A missing table's name this similar to an outbox table's (``difflib`` ratio) is taken for
+a misspelling of it: its hint never offers ``--create-table``, which warns when it creates one."""
 DROP_LOCK_TIMEOUT_SECONDS = 5.0
 INDEX_LOCK_POLL_SECONDS = 0.2
 
@@ -60,9 +63,9 @@ INDEX_LOCK_POLL_SECONDS = 0.2
 class InitReport:
     """What ``init_db`` did: names of what it created or dropped, the ledger it left absent
     (``missing_tables``: not created without ``create_table``), the schema version reached,
-    the retired indexes it could not drop (left in place, with the reason) and, on a
-    partitioned outbox, the recommended indexes it could not finish (not valid yet, with the
-    reason: run init-db again)."""
+    the retired indexes it could not drop (left in place, with the reason), on a
+    partitioned outbox the recommended indexes it could not finish (not valid yet, with the
+    reason: run init-db again), and the outbox tables named close to one it created."""
 
     created_tables: list[str] = field(default_factory=list)
     missing_tables: list[str] = field(default_factory=list)
@@ -72,6 +75,9 @@ class InitReport:
     schema_version: int = 0
     undropped_indexes: dict[str, str] = field(default_factory=dict)
     unfinished_indexes: dict[str, str] = field(default_factory=dict)
+    near_tables: dict[str, list[str]] = field(default_factory=dict)
+    """A table ``--create-table`` created → the existing outbox tables named close to it
+    (a misspelled name is created as asked, and said)."""
 
 
 OUTBOX_KEYS = sql.SQL("PRIMARY KEY (id), UNIQUE (event_key)")
@@ -154,8 +160,13 @@ def init_db(
             conn.execute(compose("lock_migrations"))
             if not create_table:
                 _refuse_missing_outbox(db, conn)
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             if not _exists(conn, schema, table):
+                near = near_outbox_tables(f"{schema}.{table}", outbox_like_tables(conn))
+                if near:  # --create-table of a name one typo from an outbox: say so
+                    report.near_tables[f"{schema}.{table}"] = near
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+                )
                 conn.execute(create_outbox_table(db.table, table, keys=OUTBOX_KEYS))
                 report.created_tables.append(f"{schema}.{table}")
             if not _exists(conn, ledger_schema, ledger) and not create_table:
@@ -323,8 +334,9 @@ def missing_outbox_table(wanted: str, candidates: list[str], outbox: str = "") -
     ``candidates`` (``outbox_like_tables``) as "did you mean …?" (``difflib``), else every
     candidate when there are at most ``LISTED_CANDIDATES``, else their count; the hint says
     to point the table's setting (``OUTBOX_MONITOR_TABLE``, ``--table``, or the fleet
-    file's ``table:`` of ``outbox``) at the real table, or to create a new empty outbox
-    with ``init-db --create-table``.
+    file's ``table:`` of ``outbox``) at the table meant when one is a typo away
+    (``near_outbox_tables``), else at the real table or to create a new empty outbox with
+    ``init-db --create-table``.
     """
     init_db_command, table_setting = _fixes(outbox)
     close = difflib.get_close_matches(wanted, candidates, n=3, cutoff=0.6)
@@ -337,12 +349,25 @@ def missing_outbox_table(wanted: str, candidates: list[str], outbox: str = "") -
     else:
         found = f"{len(candidates)} tables have the outbox's columns, none named like it"
     create = init_db_command.replace("init-db", f"init-db {CREATE_TABLE_FLAG}")
+    setting = f"{table_setting}{'' if outbox else ' (or --table)'}"
+    near = near_outbox_tables(wanted, candidates)
+    if near:  # a misspelling: never hint at creating it
+        hint = f"Set {setting} to the table you meant ({near[0]})."
+    else:
+        hint = (
+            f"Set {setting} to your outbox table (schema.table). "
+            f"To create a new, empty outbox named {wanted}, run {create}."
+        )
     return TableMissing(
-        f"the outbox table {wanted} does not exist in this database; {found}",
-        hint=f"Set {table_setting}{'' if outbox else ' (or --table)'} to your outbox "
-        "table (schema.table). "
-        f"To create a new, empty outbox named {wanted}, run {create}.",
+        f"the outbox table {wanted} does not exist in this database; {found}", hint=hint
     )
+
+
+def near_outbox_tables(wanted: str, candidates: list[str]) -> list[str]:
+    """The tables of ``candidates`` (``outbox_like_tables``) whose names are a typo away
+    from ``wanted``: ``difflib`` ratio at least ``NEAR_NAME_RATIO`` (``integration_outbx``
+    0.98; ``no_such_outbox`` against ``integration_outbox`` 0.70 is not)."""
+    return difflib.get_close_matches(wanted, candidates, n=3, cutoff=NEAR_NAME_RATIO)
 
 
 def _refuse_missing_outbox(db: Database, conn) -> None:

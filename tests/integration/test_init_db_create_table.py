@@ -44,7 +44,9 @@ def test_a_misspelled_table_exits_1_naming_the_real_one_and_creates_nothing(cli,
     assert status.exit_code == 1
     assert f"the outbox table {TYPO} does not exist" in status.stderr
     assert "did you mean public.integration_outbox?" in status.stderr
-    assert "init-db --create-table" in status.stderr  # the hint says what it would do
+    # a misspelling's hint points at the table meant, never at creating the typo
+    assert "to the table you meant (public.integration_outbox)" in status.stderr
+    assert "--create-table" not in status.stderr
 
     followed = cli(dsn, "init-db", "--table", TYPO)  # the user follows the hint's command
     assert followed.exit_code == 1, followed.output
@@ -57,7 +59,27 @@ def test_a_misspelled_table_exits_1_naming_the_real_one_and_creates_nothing(cli,
     assert as_json.exit_code == 1
     payload = json.loads(as_json.stdout)
     assert "did you mean public.integration_outbox?" in payload["error"]
-    assert "--create-table" in payload["hint"]
+    assert "--create-table" not in payload["hint"]
+
+
+def test_a_name_like_none_hints_at_creating_it(cli, dsn):
+    result = cli(dsn, "init-db", "--table", "ops.zz", "--json")
+    assert result.exit_code == 1
+    assert "init-db --create-table" in json.loads(result.stdout)["hint"]
+
+
+def test_create_table_of_a_near_name_creates_it_and_says_which_outbox_was_likely_meant(
+    cli, dsn
+):
+    made = cli(dsn, "init-db", "--table", "publc.integration_outbox", "--create-table")
+    assert made.exit_code == 0, made.output
+    assert "created tables: publc.integration_outbox" in made.stdout
+    assert (
+        "warning: created the new, empty outbox publc.integration_outbox, yet this database "
+        "has public.integration_outbox with the outbox's columns" in made.stderr
+    )
+    again = cli(dsn, "init-db", "--table", "publc.integration_outbox", "--json")
+    assert again.exit_code == 0 and json.loads(again.stdout)["near_tables"] == {}
 
 
 def test_a_name_like_none_lists_the_tables_with_the_outbox_columns(cli, dsn):
