@@ -287,7 +287,8 @@ class Settings(BaseSettings):
     address of the connection, never ``X-Forwarded-For``. Empty: loopback only
     (``127.0.0.0/8``, ``::1``), and the dashboard refuses to start in ``proxy`` mode on a
     non-loopback ``--address``. Set: exactly these networks (add ``127.0.0.1`` if the proxy
-    also runs on this machine)."""
+    also runs on this machine), none wider than ``/8`` (IPv6 ``/7``): ``0.0.0.0/0`` is
+    refused."""
     admins: CommaList = ()
     """Who is an admin (an operator, and settings-like pages): comma-separated e-mails
     (``alice@example.com``), domains (``@example.com``) or claim matches

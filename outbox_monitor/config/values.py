@@ -126,6 +126,12 @@ def interface_address(value: str) -> str:
     return address
 
 
+WIDEST_TRUSTED_PREFIX = {4: 8, 6: 7}
+"""The widest network a list of trusted proxies may hold, by IP version: 10.0.0.0/8 and the
+IPv6 unique-local fc00::/7 are private ranges; 0.0.0.0/0, ::/0 or a /1 would believe an
+identity header from the whole internet."""
+
+
 def check_networks(value: tuple[str, ...]) -> tuple[str, ...]:
     """Networks in CIDR notation (``10.0.0.0/8``, ``fd00::/8``; a bare address is its own
     network, ``/32`` or ``/128``), written as ``ipaddress`` writes them.
@@ -134,18 +140,27 @@ def check_networks(value: tuple[str, ...]) -> tuple[str, ...]:
         The networks' texts, normalised (``10.0.0.1`` → ``10.0.0.1/32``).
 
     Raises:
-        ValueError: naming the first entry that is not a network, or has host bits set
-            (``10.0.0.5/8``: which was meant, the host or the network?).
+        ValueError: naming the first entry that is not a network, has host bits set
+            (``10.0.0.5/8``: which was meant, the host or the network?), or is wider than
+            ``WIDEST_TRUSTED_PREFIX`` (``0.0.0.0/0``).
     """
     networks = []
     for entry in value:
         try:
-            networks.append(str(ipaddress.ip_network(entry)))
+            network = ipaddress.ip_network(entry)
         except ValueError as error:
             raise ValueError(
                 f"{entry[:60]!r} is not a network in CIDR notation such as 10.0.0.0/8, "
                 f"172.16.0.0/12 or fd00::/8 ({error})"
             ) from None
+        if network.prefixlen < WIDEST_TRUSTED_PREFIX[network.version]:
+            raise ValueError(
+                f"{network} trusts {network.num_addresses:,} addresses: anyone who reaches "
+                "the dashboard from one of them could send an identity header and be "
+                "believed; list your proxies' own networks (at most "
+                f"/{WIDEST_TRUSTED_PREFIX[network.version]}, e.g. 10.0.0.0/8 or fc00::/7)"
+            )
+        networks.append(str(network))
     return tuple(networks)
 
 

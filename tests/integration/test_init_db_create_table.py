@@ -68,9 +68,7 @@ def test_a_name_like_none_hints_at_creating_it(cli, dsn):
     assert "init-db --create-table" in json.loads(result.stdout)["hint"]
 
 
-def test_create_table_of_a_near_name_creates_it_and_says_which_outbox_was_likely_meant(
-    cli, dsn
-):
+def test_create_table_of_a_near_name_creates_it_and_says_which_outbox_was_likely_meant(cli, dsn):
     made = cli(dsn, "init-db", "--table", "publc.integration_outbox", "--create-table")
     assert made.exit_code == 0, made.output
     assert "created tables: publc.integration_outbox" in made.stdout

@@ -110,6 +110,20 @@ def test_proxy_mode_beyond_loopback_needs_trusted_proxies():
     assert check_exposure(listed, "0.0.0.0", insecure_no_auth=False) == []
 
 
+@pytest.mark.parametrize("networks", ["0.0.0.0/0", "10.0.0.0/8, ::/0", "128.0.0.0/1"])
+def test_trusted_proxies_wider_than_a_private_range_are_refused_naming_the_setting(
+    networks, monkeypatch
+):
+    """A hostile pass of issue 29: 0.0.0.0/0 believed an identity header from anyone."""
+    monkeypatch.setenv("OUTBOX_MONITOR_TRUSTED_PROXIES", networks)
+    with pytest.raises(ConfigError, match="OUTBOX_MONITOR_TRUSTED_PROXIES") as refused:
+        load_settings(auth="proxy", viewers="@example.com")
+    monkeypatch.delenv("OUTBOX_MONITOR_TRUSTED_PROXIES")
+    assert "addresses: anyone who reaches the dashboard" in str(refused.value)
+    kept = load_settings(trusted_proxies="10.0.0.0/8, fc00::/7, 192.168.1.7")
+    assert kept.trusted_proxies == ("10.0.0.0/8", "fc00::/7", "192.168.1.7/32")
+
+
 def test_a_sign_in_mode_with_no_one_mapped_warns():
     [warning] = check_exposure(load_settings(**OIDC), "0.0.0.0", insecure_no_auth=False)
     assert warning.startswith("WARNING: oidc sign-in with no one mapped to a role")
