@@ -46,7 +46,13 @@ from psycopg.rows import dict_row
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.store.db import APPLICATION_NAME, CONNECT_TIMEOUT_SECONDS
-from outbox_monitor.store.db_errors import describe_target, first_line, mapped_errors
+from outbox_monitor.store.db_errors import (
+    PRIMARY_DSN_SETTING,
+    READ_DSN_SETTING,
+    connect_error,
+    first_line,
+    mapped_errors,
+)
 from outbox_monitor.store.queries import compose
 
 log = logging.getLogger(__name__)
@@ -337,10 +343,9 @@ class Leadership:
         try:
             conn = psycopg.connect(self.settings.dsn or "", **self._connect_kwargs())
         except psycopg.OperationalError as error:
-            raise DatabaseUnavailable(
-                f"cannot connect to {describe_target(self.settings.dsn)}: {first_line(error)}",
-                hint="The scheduler retries with backoff; check that Postgres is running.",
-            ) from None
+            # a refused login is LoginRefused, as every other connection of ours says it
+            setting = PRIMARY_DSN_SETTING if self.settings.primary_dsn else READ_DSN_SETTING
+            raise connect_error(error, self.settings, setting) from None
         self._conn = conn
         return conn
 

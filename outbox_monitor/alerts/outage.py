@@ -69,6 +69,7 @@ from outbox_monitor.alerts.message import dashboard_base_url, render_notificatio
 from outbox_monitor.alerts.outbox_scope import scope_payload
 from outbox_monitor.alerts.slack_outcomes import DeliveryError, RateLimited
 from outbox_monitor.durations import format_duration
+from outbox_monitor.errors import LoginRefused
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
 
@@ -104,6 +105,9 @@ class Outage:
     error: str
     was_leader: bool
     posts: dict[str, DirectPost] = field(default_factory=dict)
+    login_refused: bool = False
+    """The last failure was the server refusing the login (``LoginRefused``): reached, but
+    not let in — the message says so rather than "cannot reach"."""
 
     @property
     def posted(self) -> bool:
@@ -265,6 +269,7 @@ class DatabaseHealth:
         with self._lock:
             now = time.monotonic()
             message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            login_refused = isinstance(error, LoginRefused)
             was_leader = was_leader or not self.reached
             if self.outage is None:
                 began = now if since is None else min(now, since)
@@ -274,9 +279,11 @@ class DatabaseHealth:
                     started_monotonic=began,
                     error=message,
                     was_leader=was_leader,
+                    login_refused=login_refused,
                 )
                 log.warning(
-                    "database unreachable (%s); %s",
+                    "%s (%s); %s",
+                    "database refuses the login" if login_refused else "database unreachable",
                     message,
                     f"this process {'was the leader' if self.reached else 'started in it'} and "
                     f"alerts after {format_duration(self.alert_after)}"
@@ -286,6 +293,7 @@ class DatabaseHealth:
             else:
                 self.outage.was_leader = self.outage.was_leader or was_leader
                 self.outage.error = message
+                self.outage.login_refused = login_refused
             self._failures += 1
             delay = min(self.backoff_cap, BACKOFF_BASE_SECONDS * 2 ** min(self._failures - 1, 16))
             self._next_try = now + delay
@@ -364,7 +372,10 @@ class DatabaseHealth:
             route=route,
             kind=kind,
             summary=summary,
-            error=f"outbox-monitor cannot reach the database {target}",
+            error=f"the database {target} refuses outbox-monitor's login: check its user and "
+            "password"
+            if outage.login_refused
+            else f"outbox-monitor cannot reach the database {target}",
             since=outage.started_at,
             outbox=self.db.alert_outbox,
         )

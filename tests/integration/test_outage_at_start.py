@@ -8,6 +8,7 @@ tests/browser). A configuration that cannot work still stops the start: a malfor
 (named), and a missing table found once the database answers. The route whose Slack variable
 is unset is logged with its fix said once."""
 
+import json
 import signal
 import subprocess
 import time
@@ -128,6 +129,32 @@ def test_a_scheduler_started_in_an_outage_alerts_once_and_resolves(stopped, slac
     text = log.read_text()
     assert process.returncode == 0, text[-3000:]
     assert "unreachable at start" in text
+
+
+def test_a_refused_login_is_said_as_one_not_as_an_unreachable_database(
+    cluster, slack_sink, tmp_path
+):
+    """A hostile pass of issue 29: a wrong login read "cannot reach the database" in Slack.
+    The process stays up (a password may be mid-rotation) and says what the server said."""
+    port = free_port()
+    dsn = cluster.dsn_for("outbox").replace("postgres@", "nobody@", 1)
+    assert "nobody@" in dsn
+    env = scheduler_env(tmp_path, dsn, SLACK_WEBHOOK_URL=slack_sink.webhook_url)
+    log = tmp_path / "scheduler.log"
+    command = dashboard_command("scheduler", "--metrics-port", str(port))
+    with log.open("w") as output:
+        process = subprocess.Popen(command, cwd=REPO, env=env, stderr=output)
+    try:
+        assert wait_for(lambda: unreachable_messages(slack_sink), timeout=30), log.read_text()
+        [message] = [m for m in slack_sink.messages() if "database-unreachable" in m["text"]]
+        assert "refuses outbox-monitor's login: check its user and password" in message["text"]
+        assert "cannot reach" not in message["text"]
+        assert 'role \\"nobody\\" does not exist' in json.dumps(message["blocks"])
+        assert process.poll() is None, log.read_text()[-3000:]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    assert "database refuses the login" in log.read_text()
 
 
 def test_the_unset_slack_variable_is_said_once(cluster, tmp_path):
