@@ -31,7 +31,7 @@ from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.leader import Leadership, lease_ttl
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.config.fleet import Fleet, Outbox
-from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.export.fleet import FleetCollector, FleetStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.logs import for_outbox
@@ -50,10 +50,9 @@ from outbox_monitor.service.replica_registry import (
     registry_target,
 )
 from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.start_check import StartCheck
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
-from outbox_monitor.store.schema import check_outbox_table
-from outbox_monitor.store.standby import check_write_target
 
 log = logging.getLogger("outbox_monitor.scheduler")
 
@@ -77,11 +76,11 @@ this one)."""
 
 class OutboxJobs:
     """A scheduler as one outbox's jobs see it: ``add_job`` suffixes the job's id with
-    ``@<outbox>`` and its name with the outbox, runs the job in the outbox's own thread pool
-    (``OUTBOX_WORKERS``) and inside ``logs.for_outbox`` (its log lines name the outbox), and
-    delays an interval job's first run by ``phase`` (0 ≤ phase < 1) of its interval, so the
-    outboxes' passes spread over the interval instead of all starting at once; everything
-    else is the scheduler's."""
+    ``@<outbox>`` (``remove_job`` takes the id without it) and its name with the outbox,
+    runs the job in the outbox's own thread pool (``OUTBOX_WORKERS``) and inside
+    ``logs.for_outbox`` (its log lines name the outbox), and delays an interval job's first
+    run by ``phase`` (0 ≤ phase < 1) of its interval, so the outboxes' passes spread over
+    the interval instead of all starting at once; everything else is the scheduler's."""
 
     def __init__(self, scheduler: BaseScheduler, outbox: str, phase: float = 0.0) -> None:
         self.scheduler, self.outbox, self.phase = scheduler, outbox, phase
@@ -106,6 +105,10 @@ class OutboxJobs:
             **kwargs,
         )
 
+    def remove_job(self, id: str) -> None:
+        """Remove this outbox's job ``id`` (the one ``add_job`` added as ``<id>@<outbox>``)."""
+        self.scheduler.remove_job(f"{id}@{self.outbox}")
+
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.scheduler, attribute)
 
@@ -113,12 +116,14 @@ class OutboxJobs:
 @dataclass
 class FleetMember:
     """One outbox of the process: its Databases (``db`` of figures, ``primary`` of writes),
-    its status (``/metrics``, ``/healthz``) and, once scheduled, its jobs' runtime."""
+    its status (``/metrics``, ``/healthz``), its start-up check (passed, or retried by its
+    ``start_check`` job once its database answers) and, once scheduled, its jobs' runtime."""
 
     outbox: Outbox
     db: Database
     primary: Database
     status: SchedulerStatus
+    check: StartCheck
     runtime: JobRuntime | None = None
 
 
@@ -129,7 +134,9 @@ def open_members(fleet: Fleet, stack: ExitStack) -> list[FleetMember]:
     Raises:
         ConfigError, TableMissing, ColumnsMissing, SchemaNotInitialised, PermissionDenied:
             the message starts with ``outbox "<name>":``. An unreachable database is logged
-            and recorded in the outbox's status instead.
+            and recorded in the outbox's status instead, and its check retried by the
+            outbox's ``start_check`` job: a misconfiguration found then shuts the scheduler
+            down and is raised as the ``served_fleet_scheduler`` block ends.
     """
     members = []
     for outbox in fleet.outboxes:
@@ -139,10 +146,11 @@ def open_members(fleet: Fleet, stack: ExitStack) -> list[FleetMember]:
         primary = db
         if settings.primary_dsn and settings.primary_dsn != settings.dsn:
             primary = stack.enter_context(Database(settings, purpose="primary", **pool))
-        member = FleetMember(outbox, db, primary, SchedulerStatus())
+        member = FleetMember(
+            outbox, db, primary, SchedulerStatus(), StartCheck(db, primary, outbox=outbox.name)
+        )
         try:
-            check_write_target(db, primary)
-            check_outbox_table(db)
+            member.check.run()
         except DatabaseUnavailable as error:
             member.status.database_failed(error)
             log.warning(
@@ -152,9 +160,6 @@ def open_members(fleet: Fleet, stack: ExitStack) -> list[FleetMember]:
                 describe_target(settings.dsn),
                 str(error).splitlines()[0],
             )
-        except OutboxMonitorError as error:
-            error.args = (f'outbox "{outbox.name}": {error.args[0]}', *error.args[1:])
-            raise
         members.append(member)
     return members
 
@@ -211,6 +216,7 @@ def build_fleet_scheduler(
             outbox=member.outbox,
             hang_seconds=hang_seconds,
             hang_watches=watches,
+            start_check=member.check,
         )
         runtimes.append(member.runtime)
     add_hang_watch_job(scheduler, watches)
@@ -279,7 +285,9 @@ def served_fleet_scheduler(
         ConfigError: the registry is a standby or lacks its table (naming
             ``OUTBOX_MONITOR_REGISTRY_DSN``), an outbox's writes would reach a standby, the
             address or port cannot be served.
-        TableMissing, ColumnsMissing, SchemaNotInitialised: an outbox's table (named).
+        TableMissing, ColumnsMissing, SchemaNotInitialised: an outbox's table (named), at
+            start or, for an outbox unreachable then, as the block ends (its ``start_check``
+            job found it once the database answered and shut the scheduler down).
     """
     dsn, source = registry_target(fleet)
     with ExitStack() as stack:
@@ -318,6 +326,8 @@ def served_fleet_scheduler(
             "; Ctrl-C to stop" if blocking else ", in the background",
         )
         yield scheduler, server
+    for member in members:  # an outbox unreachable at start, misconfigured once it answered
+        member.check.raise_failure()
 
 
 def run_fleet_scheduler(

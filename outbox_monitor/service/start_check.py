@@ -36,10 +36,11 @@ class StartCheck:
     Args:
         db: the Database of the figures (``OUTBOX_MONITOR_DSN``).
         primary: the Database of the writes (``db`` when there is no primary DSN).
+        outbox: a fleet's outbox name: its errors' messages start with ``outbox "<name>":``.
     """
 
-    def __init__(self, db: Database, primary: Database) -> None:
-        self.db, self.primary = db, primary
+    def __init__(self, db: Database, primary: Database, *, outbox: str | None = None) -> None:
+        self.db, self.primary, self.outbox = db, primary, outbox
         self.passed = False
         self.failure: OutboxMonitorError | None = None
         """The configuration error the deferred check found (the scheduler was shut down)."""
@@ -50,16 +51,24 @@ class StartCheck:
         Raises:
             DatabaseUnavailable: the database cannot be reached (retry later).
             ConfigError, TableMissing, ColumnsMissing, SchemaNotInitialised,
-            PermissionDenied: a configuration that cannot work.
+            PermissionDenied: a configuration that cannot work (naming the outbox of a
+                fleet).
         """
-        found = check_write_target(self.db, self.primary)
-        if found.in_recovery:
-            log.info(
-                "figures come from the %s; the scheduler writes to %s",
-                found.describe(),
-                describe_target(self.primary.settings.dsn),
-            )
-        check_outbox_table(self.db)
+        try:
+            found = check_write_target(self.db, self.primary)
+            if found.in_recovery:
+                log.info(
+                    "figures come from the %s; the scheduler writes to %s",
+                    found.describe(),
+                    describe_target(self.primary.settings.dsn),
+                )
+            check_outbox_table(self.db)
+        except DatabaseUnavailable:
+            raise
+        except OutboxMonitorError as error:
+            if self.outbox is not None:
+                error.args = (f'outbox "{self.outbox}": {error.args[0]}', *error.args[1:])
+            raise
         self.passed = True
 
     def at_start(self, status: SchedulerStatus) -> None:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -304,6 +305,32 @@ def test_an_outbox_unreachable_at_start_stops_nothing(dsn, tmp_path, service):
     assert by(found, "outbox_monitor_up", "outbox") == {"orders": 1, "gone": 0}
     assert 'outbox "gone" (public.integration_outbox at ' in stderr
     assert "unreachable at start" in stderr
+
+
+def test_an_outbox_unreachable_at_start_is_checked_once_it_answers(dsn, tmp_path):
+    """A hostile pass of issue 29: an outbox unreachable at start never had its table checked
+    once its database answered. Its database is created (without the outbox) while the
+    scheduler runs: the start-up check, retried, stops the scheduler naming the outbox, as a
+    start with the database up would have."""
+    late = f"late_{uuid.uuid4().hex[:8]}"
+    env = fleet_env(
+        tmp_path, ONE_AND_GONE, ORDERS_DSN=dsn, GONE_DSN=dsn.rsplit("/", 1)[0] + "/" + late
+    )
+    command = [sys.executable, "-m", "outbox_monitor", "scheduler", "--metrics-port", "0"]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: leases({"orders": dsn})["orders"], timeout=30)
+        assert process.poll() is None
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(late)))
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 1, stderr
+    assert "unreachable at start" in stderr
+    assert 'outbox "gone": the outbox table public.integration_outbox does not exist' in stderr
 
 
 @pytest.mark.parametrize(
