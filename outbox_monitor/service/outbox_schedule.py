@@ -36,6 +36,7 @@ from outbox_monitor.service.jobs import (
     add_watchdog_job,
 )
 from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.skipped_runs import quiet_skipped_runs
 from outbox_monitor.service.start_check import StartCheck, add_start_check_job
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
@@ -45,15 +46,17 @@ def new_scheduler(*, blocking: bool, workers: int | None = None) -> BaseSchedule
     """An empty APScheduler in UTC: ``BlockingScheduler`` when ``blocking``, else a
     ``BackgroundScheduler``; ``workers`` threads run its jobs (default APScheduler's 10).
     APScheduler's "Running job …" INFO lines (and with ``workers``, a fleet's, its "Added
-    job …" lines) are silenced unless the application configured that logger itself."""
+    job …" lines) are silenced unless the application configured that logger itself; its
+    skipped-run WARNINGs come once a minute per job (``service.skipped_runs``)."""
     executor_log = logging.getLogger("apscheduler.executors.default")
     if executor_log.level == logging.NOTSET:
         executor_log.setLevel(logging.WARNING)
     scheduler_class = BlockingScheduler if blocking else BackgroundScheduler
+    scheduler_log = logging.getLogger("apscheduler.scheduler")
+    quiet_skipped_runs(scheduler_log)  # a hung database: once a minute per job, not 5/s
     if workers is None:
         return scheduler_class(timezone=UTC)
     # a fleet adds jobs by the hundred: APScheduler's "Added job …" lines would flood the log
-    scheduler_log = logging.getLogger("apscheduler.scheduler")
     if scheduler_log.level == logging.NOTSET:
         scheduler_log.setLevel(logging.WARNING)
     return scheduler_class(timezone=UTC, executors={"default": ThreadPoolExecutor(workers)})
