@@ -22,6 +22,9 @@ MAX_LIMIT = 1_000_000
 (SPEC §1), and within the columns' ranges."""
 
 MAX_FILTER_CHARS = 1000
+MAX_FILTER_BYTES = 2000
+"""A filter is a key of the controls' unique index (outbox, filter, layer): a btree entry holds
+at most 2,704 bytes, so 1,000 characters of 4 bytes each were refused by the database."""
 """The longest event-type filter of a control."""
 
 DEFAULT_OVERRIDE_SECONDS = 3600.0
@@ -84,13 +87,18 @@ def check_filter(event_type_filter: str) -> str:
     """A control's event-type filter (SPEC §2), returned unchanged.
 
     Raises:
-        ValueError: empty, longer than ``MAX_FILTER_CHARS``, or holding a NUL or another
-            control character (Postgres text cannot hold a NUL).
+        ValueError: empty, longer than ``MAX_FILTER_CHARS`` or ``MAX_FILTER_BYTES``, or
+            holding a NUL or another control character (Postgres text cannot hold a NUL).
     """
     if not event_type_filter:
         raise ValueError("a control needs an event type or a pattern with %")
     if len(event_type_filter) > MAX_FILTER_CHARS:
         raise ValueError(f"an event-type filter has at most {MAX_FILTER_CHARS} characters")
+    if (size := len(event_type_filter.encode("utf-8", "surrogatepass"))) > MAX_FILTER_BYTES:
+        raise ValueError(
+            f"an event-type filter has at most {MAX_FILTER_BYTES:,} bytes in UTF-8 (this one "
+            f"{size:,}: {len(event_type_filter)} characters of up to 4 bytes each)"
+        )
     if any(ord(ch) < 32 or 0xD800 <= ord(ch) <= 0xDFFF for ch in event_type_filter):
         raise ValueError("an event-type filter cannot hold control characters")
     return event_type_filter

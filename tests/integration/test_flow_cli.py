@@ -269,3 +269,15 @@ def test_a_pause_of_a_file_control_silences_no_longer_than_its_override(
     ).fetchall()
     assert paused["expires_at"] is not None
     assert [s["minutes"] for s in spans] == [60]  # the override's hour, not a day
+
+
+def test_a_filter_of_many_4_byte_characters_is_refused_before_the_database(cli, conn):
+    """A hostile pass of issue 29: 700 emoji (2,800 bytes, under 1,000 characters) reached the
+    controls' unique index and failed there ("index row size … exceeds … 2704")."""
+    wide = "\U0001f4e6" * 700 + "%"
+    result = cli("pause", wide, "--reason", "test")
+    assert result.exit_code == 1, result.output
+    assert "at most 2,000 bytes in UTF-8 (this one 2,801: 701 characters" in result.output
+    assert "index row size" not in result.output
+    held = conn.execute("SELECT count(*) AS n FROM outbox_monitor.controls").fetchone()["n"]
+    assert held == 0
