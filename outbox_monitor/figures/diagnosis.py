@@ -114,8 +114,7 @@ class Line:
     def text(self) -> str:
         """The line as plain text: ``"order.paid — 704 waiting, 23 retrying with “HTTP 503
         from erp” since 15:55 UTC (12m 0s), breaker open, growing 72.0/min; likely cause:
-        downstream failing (23 of 23 retrying rows fail with one error) → Controls ·
-        Events"``."""
+        downstream failing (one error for 23 of 23 retrying rows) → Controls · Events"``."""
         return "".join(part.text for part in self.parts)
 
     def as_payload(self) -> list[dict[str, Any]]:
@@ -296,7 +295,10 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
     events = path("events", event_type=name)
     pending = path("events", event_type=name, status="pending")
     controls_path = path("controls", event_type=name)
-    retry_group = _dominant(retry_groups, "retrying", retrying)
+    # the groups are one snapshot, the table's count another (read apart, or cached apart):
+    # their share is of the larger, so that it never reads "4 of 3"
+    retry_total = max(retrying, sum(g["retrying"] for g in retry_groups))
+    retry_group = _dominant(retry_groups, "retrying", retry_total)
     biggest_retry = max(retry_groups, key=lambda g: g["retrying"], default=None)
     recent = [
         g for g in error_groups if (now - g["last_seen"]).total_seconds() <= evidence.window_seconds
@@ -304,7 +306,8 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
     poison = (
         _dominant(recent, "failed", int(error_groups[0]["failed_total"])) if error_groups else None
     )
-    sinces: list[datetime] = []
+    # each sign of trouble with a time, and the clause that says it (None: the first clause)
+    sinces: list[tuple[datetime, list[Part] | None]] = []
 
     clauses: list[list[Part]] = []
     if row["queue_depth"]:
@@ -316,7 +319,7 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
             error = _quoted(biggest_retry["sample_error"])
             retry_clause += [Part(" with “"), Part(error, kind="error"), Part("”")]
         if biggest_retry is not None and biggest_retry.get("oldest_created_at") is not None:
-            sinces.append(biggest_retry["oldest_created_at"])
+            sinces.append((biggest_retry["oldest_created_at"], retry_clause))
         clauses.append(retry_clause)
     dead_clause: list[Part] = []
     if failed:
@@ -324,26 +327,30 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
         dead = path("dead_letters", event_type=name, error_group=group, window=window)
         dead_clause.append(Part(f"{failed:,} dead-lettered in {window}", dead))
         if poison is not None:
-            sinces.append(poison["first_seen"])
+            sinces.append((poison["first_seen"], dead_clause))
         clauses.append(dead_clause)
     if row["stuck_locks"]:
         clauses.append([Part(f"{row['stuck_locks']:,} stuck", path("workers"))])
     age = row["oldest_pending_age"]
     if age is not None and age > evidence.oldest_pending_slo:
         clauses.append([Part(f"oldest pending {format_duration(age)}", pending)])
-        sinces.append(now - timedelta(seconds=age))
+        sinces.append((now - timedelta(seconds=age), clauses[-1]))
     since_firing = (evidence.firing or {}).get(name)
     if since_firing is not None:
-        sinces.append(since_firing)
-    sinces += [
-        c.breaker_since for c in matching if c.breaker_state in OPEN_STATES and c.breaker_since
-    ]
-    since = min(sinces) if sinces else None
-    if since is not None and clauses:
-        # said after the retries (or the dead letters): the trouble they are the sign of
-        (retry_clause or dead_clause or clauses[-1]).append(Part(f" since {_when(since, now)}"))
+        sinces.append((since_firing, None))
     if flow is not None and flow.state != "running":
         clauses.append([Part(flow.state, controls_path)])
+        sinces += [
+            (c.breaker_since, clauses[-1])
+            for c in matching
+            if c.breaker_state in OPEN_STATES and c.breaker_since
+        ]
+    since = min((at for at, _ in sinces), default=None)
+    if since is not None and clauses:
+        # said after the clause whose evidence is the earliest sign of the trouble (the first
+        # said, of signs a second apart: a retrying row that is also the oldest pending one)
+        said_by = next(c for at, c in sinces if (at - since).total_seconds() < 1)
+        (said_by or clauses[0]).append(Part(f" since {_when(since, now)}"))
     rate = _trend(evidence.history, name, now)
     if rate is not None:
         if abs(rate) < STEADY_PER_MINUTE:
@@ -352,7 +359,8 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
             word = f"{'growing' if rate > 0 else 'draining'} {per_minute(abs(rate))}"
         clauses.append([Part(word, path("overview", event_type=name, view="Charts"))])
 
-    cause, evidence_text, evidence_path = _cause(row, evidence, flow, matching, retry_group, poison)
+    retry = (retry_group, retry_total)
+    cause, evidence_text, evidence_path = _cause(row, evidence, flow, matching, retry, poison)
     parts = [Part(name, events, kind="event_type"), Part(" — ")]
     for index, clause in enumerate(clauses):
         if index:
@@ -375,10 +383,12 @@ def _cause(
     evidence: Evidence,
     flow: EventTypeFlow | None,
     matching: Sequence[Control],
-    retry_group: Mapping[str, Any] | None,
+    retry: tuple[Mapping[str, Any] | None, int],
     poison: Mapping[str, Any] | None,
 ) -> tuple[str, str, str | None]:
-    """``(cause, its evidence in words, the path of the evidence)`` (the module's order)."""
+    """``(cause, its evidence in words, the path of the evidence)`` (the module's order);
+    ``retry``: the dominant retry group, if any, and the retrying rows it is a share of."""
+    retry_group, retry_total = retry
     name = row["event_type"]
     held = flow.held if flow is not None else 0
     controls_path = path("controls", event_type=name)
@@ -397,8 +407,7 @@ def _cause(
     if retry_group is not None:
         return (
             "downstream failing",
-            f"{retry_group['retrying']:,} of {_rows(row['retrying'], 'retrying row')} fail "
-            "with one error",
+            f"one error for {retry_group['retrying']:,} of {_rows(retry_total, 'retrying row')}",
             path("events", event_type=name, status="pending"),
         )
     if poison is not None:

@@ -88,14 +88,14 @@ def test_downstream_failing_names_the_retry_error_the_breaker_and_the_trend(db, 
     assert line.text == (
         "order.paid — 3 waiting, 4 retrying with “HTTP 503 from erp” since "
         f"{when(rows, HOURS)} (2h 0m), oldest pending 2h 0m, breaker open, growing 1.00/min; "
-        "likely cause: downstream failing (3 of 4 retrying rows fail with one error) "
+        "likely cause: downstream failing (one error for 3 of 4 retrying rows) "
         "→ Controls · Events"
     )
     links = {part.text: part.path for part in line.parts if part.path}
     assert links["breaker open"] == "controls?event_type=order.paid"
     assert links["Controls"] == "controls?event_type=order.paid"
     assert links["4 retrying"] == "events?event_type=order.paid&status=pending"
-    assert links["likely cause: downstream failing (3 of 4 retrying rows fail with one error)"] == (
+    assert links["likely cause: downstream failing (one error for 3 of 4 retrying rows)"] == (
         "events?event_type=order.paid&status=pending"
     )
 
@@ -263,7 +263,7 @@ def test_the_slack_message_of_a_per_type_alert_opens_with_the_line(
     expected = (
         "order.paid — 2 retrying with “HTTP 503 from erp &lt;!channel&gt;” since "
         f"{when(rows, HOURS)} (2h 0m), oldest pending 2h 0m; likely cause: downstream "
-        "failing (2 of 2 retrying rows fail with one error) → Controls · Events"
+        "failing (one error for 2 of 2 retrying rows) → Controls · Events"
     )
     assert message["text"].splitlines()[1] == expected
     section = message["blocks"][1]["text"]["text"]

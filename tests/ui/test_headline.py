@@ -57,7 +57,7 @@ def test_the_overview_opens_with_what_is_wrong_each_clause_a_link(open_page, row
     assert text_of(first.value) == (
         "order.paid — 1 waiting, 2 retrying with “HTTP 503 from erp” since "
         f"{since:%H:%M} UTC (2h 0m), oldest pending 2h 0m, breaker open; likely cause: "
-        "downstream failing (2 of 2 retrying rows fail with one error) → Controls · Events"
+        "downstream failing (one error for 2 of 2 retrying rows) → Controls · Events"
     )
     links = dict(
         (text_of(label), html.unescape(href))
@@ -69,7 +69,7 @@ def test_the_overview_opens_with_what_is_wrong_each_clause_a_link(open_page, row
         "2 retrying": "events?event_type=order.paid&status=pending",
         "oldest pending 2h 0m": "events?event_type=order.paid&status=pending",
         "breaker open": "controls?event_type=order.paid",
-        "likely cause: downstream failing (2 of 2 retrying rows fail with one error)": (
+        "likely cause: downstream failing (one error for 2 of 2 retrying rows)": (
             "events?event_type=order.paid&status=pending"
         ),
         "Controls": "controls?event_type=order.paid",
