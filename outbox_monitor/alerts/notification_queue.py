@@ -31,7 +31,7 @@ from outbox_monitor.alerts.state_machine import (
     dedupe_key,
 )
 from outbox_monitor.errors import DatabaseUnavailable
-from outbox_monitor.figures.diagnosis import line_for
+from outbox_monitor.figures.diagnosis import line_for, line_in, read_evidence
 from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow.held import held_note
 from outbox_monitor.store.db import Database
@@ -179,7 +179,7 @@ def _payload(
     if kind in (FIRING_KIND, REPEAT_KIND):
         payload.update(_flow_notes(db, rule, event_type))
         if event_type and (rule.by or "%" not in event_type):
-            payload.update(_diagnosis(db, event_type, state.firing_since or context.now))
+            payload.update(_diagnosis(db, event_type, state.firing_since or context.now, context))
     if kind == ERROR_KIND:
         payload["error"] = observation.error
         payload["summary"] = (
@@ -228,13 +228,20 @@ def _flow_notes(db: Database, rule: Rule, event_type: str | None) -> dict[str, A
     return notes
 
 
-def _diagnosis(db: Database, event_type: str, since: datetime) -> dict[str, Any]:
-    """What is wrong with the alert's one event type (``diagnosis.line_for``, the line the
-    Overview's headline shows), as ``{"diagnosis": [parts]}`` with its paths to ``db``'s
-    outbox (``?outbox=`` with a fleet file); ``{}`` when the type is not troubled by the
-    headline's definition, or — logged — when it cannot be read."""
+def _diagnosis(
+    db: Database, event_type: str, since: datetime, context: EvaluationPass
+) -> dict[str, Any]:
+    """What is wrong with the alert's one event type (the line the Overview's headline
+    shows): from the pass's evidence, read once (``diagnosis.read_evidence`` of every type,
+    ``diagnosis.line_in``), else of that type alone (``diagnosis.line_for``: a type folded
+    into ``other``); as ``{"diagnosis": [parts]}`` with its paths to ``db``'s outbox
+    (``?outbox=`` with a fleet file); ``{}`` — logged — when it cannot be read."""
     try:
-        found = line_for(db, event_type, firing_since=since)
+        if "evidence" not in context.diagnoses:
+            context.diagnoses["evidence"] = read_evidence(db)
+        found = line_in(context.diagnoses["evidence"], event_type, firing_since=since)
+        if found is None:
+            found = line_for(db, event_type, firing_since=since)
     except DatabaseUnavailable:
         raise
     except Exception as error:  # as for offenders: the message goes out without the line

@@ -33,7 +33,7 @@ without the dashboard's caches (Slack, the Fleet page, the tests).
 """
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -564,6 +564,22 @@ def firing_instances(db: Database) -> dict[str, datetime | None]:
     except SchemaNotInitialised:
         return {}
     return firing_since_by_type(instances)
+
+
+def line_in(
+    evidence: Evidence, event_type: str, *, firing_since: datetime | None = None
+) -> Line | None:
+    """The line of ``event_type`` from evidence already read (``read_evidence`` of every
+    type), the type counted as firing since ``firing_since`` (an alert about it); ``None``
+    when the evidence has no row of its own for it (folded into ``other``, or no rows). Its
+    groups were read if it has retrying rows or dead letters: it was troubled then."""
+    row = next((r for r in evidence.rows if r["event_type"] == event_type), None)
+    if row is None:
+        return None
+    firing = dict(evidence.firing or {})
+    known = [t for t in (firing.get(event_type), firing_since) if t is not None]
+    firing[event_type] = min(known) if known else None
+    return line(row, replace(evidence, firing=firing))
 
 
 def line_for(db: Database, event_type: str, *, firing_since: datetime | None = None) -> Line | None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.config.fleet import Outbox
-from outbox_monitor.figures.diagnosis import diagnose, line_for, read_evidence
+from outbox_monitor.figures.diagnosis import diagnose, line_for, line_in, read_evidence
 from outbox_monitor.figures.fleet_figures import measure_outbox
 from tests.alerting import notifications
 from tests.flow import control
@@ -227,6 +227,12 @@ def test_a_firing_alert_makes_its_type_troubled_since_it_fired(db, rows):
         f"order.paid — 1 waiting since {when(rows, HOURS)} (2h 0m); cause unknown "
         "→ Controls · Events"
     )
+    # an alert's message: from the evidence of every type read once per evaluation pass
+    # (the type is not troubled there until the alert counts), or of that type alone
+    read_once = line_in(read_evidence(db), "order.paid", firing_since=fired)
+    alone = line_for(db, "order.paid", firing_since=fired)
+    assert read_once is not None and alone is not None
+    assert read_once.text == alone.text == line.text
 
 
 RETRYING_RULES = {
