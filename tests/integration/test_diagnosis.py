@@ -42,6 +42,16 @@ def add_retrying(rows, *ages: float, error: str = "HTTP 503 from erp") -> None:
         )
 
 
+def open_breaker(conn, rows, seconds_ago: float) -> None:
+    """A breaker on order.paid, open since ``seconds_ago`` before the rows' t0."""
+    control(conn, "order.paid", breaker=True)
+    conn.execute(
+        "UPDATE outbox_monitor.control_state SET breaker_state = 'open',"
+        " since = %s, cooldown_seconds = 900",
+        (rows.t0 - timedelta(seconds=seconds_ago),),
+    )
+
+
 def only_line(db, **options):
     found = diagnose(read_evidence(db, **options))
     assert len(found.lines) == 1, [line.text for line in found.lines]
@@ -67,12 +77,7 @@ def test_downstream_failing_names_the_retry_error_the_breaker_and_the_trend(db, 
     add_retrying(rows, HOURS, 3600, 1800)
     add_retrying(rows, 900, error="read timeout")
     claims_recently(rows)
-    control(conn, "order.paid", breaker=True)
-    conn.execute(
-        "UPDATE outbox_monitor.control_state SET breaker_state = 'open',"
-        " since = %s, cooldown_seconds = 900",
-        (rows.t0 - timedelta(seconds=1800),),
-    )
+    open_breaker(conn, rows, 1800)
     # the type's queue depth sampled 0, 5 and 10 over the last ten minutes: +1 row/min
     for ago, depth in ((600, 0), (300, 5), (0, 10)):
         conn.execute(

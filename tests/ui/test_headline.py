@@ -8,8 +8,7 @@ from datetime import UTC, timedelta
 
 from rendered import plain
 
-from tests.flow import control
-from tests.integration.test_diagnosis import HOURS, add_retrying, claims_recently
+from tests.integration.test_diagnosis import HOURS, add_retrying, claims_recently, open_breaker
 
 PAGE_FRAME = ("html", "title")
 """What comes before any page's content: the stylesheet's script and the page's title."""
@@ -40,12 +39,7 @@ def test_the_overview_opens_with_what_is_wrong_each_clause_a_link(open_page, row
     add_retrying(rows, HOURS, 1800)
     rows.add(event_type="order.paid", created_ago=60)
     claims_recently(rows)
-    control(conn, "order.paid", breaker=True)
-    conn.execute(
-        "UPDATE outbox_monitor.control_state SET breaker_state = 'open', since = %s,"
-        " cooldown_seconds = 900",
-        (rows.t0 - timedelta(seconds=600),),
-    )
+    open_breaker(conn, rows, 600)
 
     at = open_page("overview")
 
