@@ -442,19 +442,22 @@ def nothing_wrong(window_seconds: float, oldest_pending_slo: float) -> str:
 
 
 def diagnose(evidence: Evidence) -> Diagnosis:
-    """Every troubled event type's line (``troubled``, ``line``), or the nothing-wrong line.
+    """Every troubled event type's line (``troubled``, ``line``), or the nothing-wrong line:
+    the types a firing alert names first, those of unknown cause last, the rest in the rows'
+    order (most troubled first).
 
     Pure: reads only ``evidence``.
     """
+    firing = evidence.firing or {}
     found = troubled(
-        evidence.rows,
-        evidence.flows,
-        list(evidence.firing or {}),
-        oldest_pending_slo=evidence.oldest_pending_slo,
+        evidence.rows, evidence.flows, list(firing), oldest_pending_slo=evidence.oldest_pending_slo
+    )
+    lines = sorted(
+        (line(row, evidence) for row in found),
+        key=lambda said: (said.event_type not in firing, said.cause == UNKNOWN),
     )
     return Diagnosis(
-        tuple(line(row, evidence) for row in found),
-        nothing_wrong(evidence.window_seconds, evidence.oldest_pending_slo),
+        tuple(lines), nothing_wrong(evidence.window_seconds, evidence.oldest_pending_slo)
     )
 
 

@@ -318,3 +318,20 @@ def test_line_for_one_type_reads_that_type_alone(db, rows):
     quiet = line_for(db, "nothing.here")
     assert quiet is not None
     assert quiet.text == "nothing.here — cause unknown → Controls · Events"
+
+
+def test_lines_named_by_a_firing_alert_first_those_of_unknown_cause_last(db, rows):
+    rows.add(event_type="report.build", status="processing", created_ago=3700, locked_ago=3600)
+    rows.add(event_type="report.build", status="processing", created_ago=3700, locked_ago=3600)
+    add_retrying(rows, 1800)  # order.paid: downstream failing
+    rows.add(event_type="mail.sent", created_ago=30)
+    claims_recently(rows)
+
+    found = diagnose(read_evidence(db, firing={"mail.sent": None}))
+
+    # the table ranks report.build first (stuck locks), the rest by queue depth and age
+    assert [(line.event_type, line.cause) for line in found.lines] == [
+        ("mail.sent", "cause unknown"),
+        ("order.paid", "downstream failing"),
+        ("report.build", "cause unknown"),
+    ]
