@@ -13,6 +13,7 @@ from outbox_monitor.ui import (
     event_types,
     firing_alerts,
     format,
+    headline,
     health,
     loaders,
     rule_state,
@@ -82,6 +83,7 @@ def forecasts(column, ruleset, metric: str, now, figures: dict | None = None) ->
 @st.fragment(run_every=ctx.filters.refresh)
 def live_figures() -> None:
     with banners.guarded(wait_out_outage=True):
+        what_is_wrong = st.container()  # first; filled once the by-event-type table is read
         f = state.filters()
         figures = loaders.status(ctx.db, window=f.window, event_type=f.event_type)
         failed_24h = loaders.failed_last_24h(ctx.db, event_type=f.event_type)
@@ -174,6 +176,9 @@ def live_figures() -> None:
         top = ctx.settings.overview_top_event_types
         table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
         firing_alerts.fill(ctx.db, cards, table, now=now, f=f)
+        headline.show(
+            what_is_wrong, ctx.db, f, figures, table, None if down else instances, now=now
+        )
         samples = loaders.samples(ctx.db, window=f.window)
         health.overview_tiles(figures["health"], samples, badge("xmin_horizon_age"))
 

@@ -64,10 +64,13 @@ class Observation:
 
 @dataclass
 class EvaluationPass:
-    """What a pass carries from rule to rule: its id and instant, the active silences, and
-    the offenders fetched so far (``notification_queue.cached_offenders``)."""
+    """What a pass carries from rule to rule: its id and instant, the active silences, the
+    offenders fetched so far (``notification_queue.cached_offenders``) and the evidence of
+    what is wrong once read (``figures.diagnosis.Evidence`` under ``"evidence"``: the
+    messages of several event types' alerts read it once)."""
 
     evaluation_id: str
     now: datetime
     silences: list[dict[str, Any]]
     offenders: dict[tuple[str, str | None], list[dict[str, Any]]] = field(default_factory=dict)
+    diagnoses: dict[str, Any] = field(default_factory=dict)

@@ -145,6 +145,38 @@ def _timeline_line(row: Mapping[str, Any], dashboard_url: str) -> str:
     return "\n" + link(dashboard_link(dashboard_url, path), "Timeline")
 
 
+def _diagnosis_parts(row: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    """The payload's ``diagnosis`` parts (``figures.diagnosis.Line.as_payload``) of a firing
+    or repeat message; none else."""
+    parts = row_payload(row).get("diagnosis")
+    if kind not in ("firing", "repeat") or not isinstance(parts, list):
+        return []
+    return [part for part in parts if isinstance(part, Mapping)]
+
+
+def diagnosis_mrkdwn(row: Mapping[str, Any], kind: str, dashboard_url: str) -> str:
+    """What is wrong with the alert's event type, opening its section (the Overview's
+    headline line, ``figures.diagnosis``): each part escaped (``mrkdwn``), a linked part a
+    link into the dashboard, the event type in code and the error in italics, followed by a
+    line break; ``""`` without one."""
+    shown = []
+    for part in _diagnosis_parts(row, kind):
+        text = str(part.get("text") or "")
+        if part.get("path"):
+            shown.append(link(dashboard_link(dashboard_url, part["path"]), text))
+        elif part.get("kind") == "error":
+            shown.append(f"_{escape_mrkdwn(text)}_")
+        else:
+            shown.append(escape_mrkdwn(text))
+    return "".join(shown) + "\n" if shown else ""
+
+
+def diagnosis_plain(row: Mapping[str, Any], kind: str) -> str:
+    """``diagnosis_mrkdwn`` as the fallback text's first line (escaped, no links)."""
+    text = "".join(str(part.get("text") or "") for part in _diagnosis_parts(row, kind))
+    return escape_mrkdwn(text) + "\n" if text else ""
+
+
 def _outbox_part(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """``["outbox orders"]`` when the rows are of a fleet file's outboxes (their payload's
     ``outbox``, ``outbox_scope.scope_payload``), else nothing (a fleet of one)."""
@@ -259,14 +291,15 @@ def render_notifications(
     shown = list(zip(rows, kinds, strict=True))[:MAX_INSTANCES]
     sections = [
         (
-            section_text(row, kind=kind, now=now)
+            diagnosis_mrkdwn(row, kind, dashboard_url)
+            + section_text(row, kind=kind, now=now)
             + _pause_line(row, kind, dashboard_url)
             + _timeline_line(row, dashboard_url),
             dashboard_link(dashboard_url, row_payload(row).get("dashboard_path")),
         )
         for row, kind in shown
     ]
-    fallback = [fallback_line(row, kind) for row, kind in shown]
+    fallback = [diagnosis_plain(row, kind) + fallback_line(row, kind) for row, kind in shown]
     pages = any(k in ("firing", "repeat", "error") for k in kinds)
     return _assemble(
         _header_text(kinds, rows),
@@ -336,7 +369,9 @@ def render_thread_update(
         else:
             source = event if event is not None else row
             kind = row_kind(source)
-            text = section_text(source, kind=kind, now=now)
+            text = diagnosis_mrkdwn(source, kind, dashboard_url) + section_text(
+                source, kind=kind, now=now
+            )
         url = dashboard_link(dashboard_url, row_payload(row).get("dashboard_path"))
         sections.append((text + _timeline_line(event or row, dashboard_url), url))
         fallback.append(fallback_line(row, kind, resolved))

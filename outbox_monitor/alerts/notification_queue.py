@@ -5,6 +5,7 @@ transaction under its ``dedupe_key`` (a row already there is not written again).
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -18,7 +19,7 @@ from outbox_monitor.alerts.links import (
     pause_path,
     timeline_path,
 )
-from outbox_monitor.alerts.outbox_scope import scope_payload, scoped_instance
+from outbox_monitor.alerts.outbox_scope import link_outbox, scope_payload, scoped_instance
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.alerts.state_machine import (
     ERROR,
@@ -30,6 +31,7 @@ from outbox_monitor.alerts.state_machine import (
     dedupe_key,
 )
 from outbox_monitor.errors import DatabaseUnavailable
+from outbox_monitor.figures.diagnosis import line_for, line_in, read_evidence
 from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow.held import held_note
 from outbox_monitor.store.db import Database
@@ -176,6 +178,8 @@ def _payload(
             payload["summary"] = f"{rule.name}: forecast: {observation.forecast.text}"
     if kind in (FIRING_KIND, REPEAT_KIND):
         payload.update(_flow_notes(db, rule, event_type))
+        if event_type and (rule.by or "%" not in event_type):
+            payload.update(_diagnosis(db, event_type, state.firing_since or context.now, context))
     if kind == ERROR_KIND:
         payload["error"] = observation.error
         payload["summary"] = (
@@ -222,6 +226,33 @@ def _flow_notes(db: Database, rule: Rule, event_type: str | None) -> dict[str, A
     if event_type and rule.metric in PAUSE_LINKED:
         notes["pause_path"] = pause_path(event_type, reason=f"alert {rule.name}")
     return notes
+
+
+def _diagnosis(
+    db: Database, event_type: str, since: datetime, context: EvaluationPass
+) -> dict[str, Any]:
+    """What is wrong with the alert's one event type (the line the Overview's headline
+    shows): from the pass's evidence, read once (``diagnosis.read_evidence`` of every type,
+    ``diagnosis.line_in``), else of that type alone (``diagnosis.line_for``: a type folded
+    into ``other``); as ``{"diagnosis": [parts]}`` with its paths to ``db``'s outbox
+    (``?outbox=`` with a fleet file); ``{}`` — logged — when it cannot be read."""
+    try:
+        if "evidence" not in context.diagnoses:
+            context.diagnoses["evidence"] = read_evidence(db)
+        found = line_in(context.diagnoses["evidence"], event_type, firing_since=since)
+        if found is None:
+            found = line_for(db, event_type, firing_since=since)
+    except DatabaseUnavailable:
+        raise
+    except Exception as error:  # as for offenders: the message goes out without the line
+        log.warning("alert on %s: no diagnosis for the message: %s", event_type, error)
+        return {}
+    if found is None:
+        return {}
+    parts = found.as_payload()
+    for part in parts:
+        part["path"] = link_outbox(part["path"], db.alert_outbox)
+    return {"diagnosis": parts}
 
 
 def _single_error_group(offenders: Sequence[dict[str, Any]]) -> str | None:

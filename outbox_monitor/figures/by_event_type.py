@@ -17,6 +17,8 @@ from typing import Any
 
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import metrics
+from outbox_monitor.flow.controls import Control
+from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows
 from outbox_monitor.store.db import Database
 
 COUNTS = (
@@ -158,6 +160,23 @@ def measure(
                 named_sum = sum(row[key] for row in named)
                 rows[-1][key] = max(value - named_sum, 0.0)
     return rows
+
+
+def flows(rows: Sequence[Mapping[str, Any]], found: Sequence[Control]) -> dict[str, EventTypeFlow]:
+    """The flow-control state of each row's event type (``other`` left out): SPEC §5's
+    ``event_type_flows`` of its pending, due and processing rows under the controls ``found``
+    (``flow.controls.controls``), by event type."""
+    named = [
+        {
+            "event_type": row["event_type"],
+            "pending": row["pending_total"],
+            "due": row["queue_depth"],
+            "processing": row["processing"],
+        }
+        for row in rows
+        if row["event_type"] != OTHER
+    ]
+    return {flow.event_type: flow for flow in event_type_flows(named, found)}
 
 
 def history(

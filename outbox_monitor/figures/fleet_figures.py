@@ -22,6 +22,7 @@ from outbox_monitor.config.fleet import Fleet, Outbox
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, SchemaNotInitialised
 from outbox_monitor.figures import metrics
+from outbox_monitor.figures.diagnosis import Diagnosis, diagnose, firing_instances, read_evidence
 from outbox_monitor.store.db import APPLICATION_NAME, Database, MonitorConnection
 from outbox_monitor.store.db_errors import READ_DSN_SETTING, connect_error
 
@@ -54,7 +55,9 @@ class OutboxRow:
     (seconds of created→processed; also ``None`` when nothing was done in the window),
     ``failed_in_window`` (rows dead-lettered in the window), ``firing_alerts`` and
     ``alert_errors`` (rule instances firing, in error; ``None`` when the database has no
-    alert state: ``init-db`` not run).
+    alert state: ``init-db`` not run). ``diagnosis``: what is wrong (``figures.diagnosis``:
+    a line per troubled event type, the Overview's headline), ``None`` when not read
+    (``diagnosis_problem`` says why, when it failed on its own).
     """
 
     name: str
@@ -67,6 +70,8 @@ class OutboxRow:
     failed_in_window: int | None = None
     firing_alerts: int | None = None
     alert_errors: int | None = None
+    diagnosis: Diagnosis | None = None
+    diagnosis_problem: str | None = None
 
     @property
     def reachable(self) -> bool:
@@ -193,7 +198,35 @@ def measure_outbox(db: Database, outbox: Outbox, *, window: float) -> OutboxRow:
         return OutboxRow(**base, status="error", problem=_first_line(error))
     firing, errors = alerts if alerts is not None else (None, None)
     status: Status = "firing" if firing else "ok"
-    return OutboxRow(**base, status=status, **figures, firing_alerts=firing, alert_errors=errors)
+    found, problem = what_is_wrong(db, window=window)
+    return OutboxRow(
+        **base,
+        status=status,
+        **figures,
+        firing_alerts=firing,
+        alert_errors=errors,
+        diagnosis=found,
+        diagnosis_problem=problem,
+    )
+
+
+def what_is_wrong(db: Database, *, window: float) -> tuple[Diagnosis | None, str | None]:
+    """The outbox's diagnosis (``diagnosis.read_evidence`` with its firing alerts, over
+    ``window`` seconds) on one connection, or ``(None, why)`` when a read failed (a statement
+    timeout, a column missing): the row keeps its figures.
+
+    Raises:
+        DatabaseUnavailable: the database stopped answering.
+    """
+    try:
+        with db.session():
+            firing = firing_instances(db)
+            found = diagnose(read_evidence(db, window=window, firing=firing))
+    except DatabaseUnavailable:
+        raise
+    except Exception as error:  # whatever it is, the row keeps its figures and says it
+        return None, _first_line(error)
+    return found, None
 
 
 def _measure(connections: FleetConnections, outbox: Outbox, window: float) -> OutboxRow:

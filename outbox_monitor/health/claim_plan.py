@@ -41,6 +41,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from outbox_monitor.config.settings import DEFAULT_CLAIM_BATCH
@@ -49,6 +50,7 @@ from outbox_monitor.health.claim_verdicts import (
     STATEMENTS,
     ClaimHealth,
     IndexInfo,
+    cost_jumped,
     judge,
 )
 from outbox_monitor.health.statements import record_statements, worker_statements
@@ -245,3 +247,42 @@ def plan_series(db: Database, *, window: float) -> PlanSeries:
     return PlanSeries(
         db.fetch_all("claim_plans_series", {"table_name": db.table_name, "window": window})
     )
+
+
+RECORDED_PLANS_FRESH = 3
+"""A recorded claim plan older than this many ``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``s is not
+taken for the plan now (the scheduler stopped recording)."""
+
+
+def recorded_degradation(db: Database) -> str | None:
+    """What the newest recorded plans say of the claim, without planning it again (query
+    ``claim_plans_latest``: the plans of the last ``RECORDED_PLANS_FRESH`` claim-plan
+    intervals, judged as ``claim_health`` judges them: it walks non-pending rows, or its cost
+    jumped over the costs recorded before it, ``claim_verdicts.cost_jumped``).
+
+    Returns:
+        ``"outbox_monitor.claim() walks non-pending rows, recorded 02:31 UTC"``,
+        ``"users' claim (SPEC §1 SQL) cost jumped 12×, recorded …"`` — the first degraded
+        statement in ``STATEMENTS``' order — or ``None`` when none is degraded or recorded.
+
+    Raises:
+        The connector's errors; ``SchemaNotInitialised`` without migration 011.
+    """
+    rows = db.fetch_all(
+        "claim_plans_latest",
+        {
+            "table_name": db.table_name,
+            "statements": list(STATEMENTS),
+            "limit": COST_BASELINE_SAMPLES,
+            "within": RECORDED_PLANS_FRESH * db.settings.claim_plan_interval,
+        },
+    )
+    for row in sorted(rows, key=lambda r: list(STATEMENTS).index(r["statement"])):
+        recorded = row["sampled_at"].astimezone(UTC).strftime("recorded %H:%M UTC")
+        baseline, jumped = cost_jumped(row["total_cost"], row["earlier_costs"])
+        if row["walks_non_pending"]:
+            return f"{STATEMENTS[row['statement']]} walks non-pending rows, {recorded}"
+        if jumped and baseline:
+            times = row["total_cost"] / baseline
+            return f"{STATEMENTS[row['statement']]} cost jumped {times:.0f}×, {recorded}"
+    return None

@@ -19,7 +19,6 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type
 from outbox_monitor.flow.controls import controls
-from outbox_monitor.flow.event_types import event_type_flows
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
@@ -48,24 +47,13 @@ def _table(
         rows = by_event_type.measure(
             _db, top=top, window=window, event_type=event_type, pinned=pinned
         )
-        named = [row for row in rows if row["event_type"] != OTHER]
-        flows = event_type_flows(
-            [
-                {
-                    "event_type": row["event_type"],
-                    "pending": row["pending_total"],
-                    "due": row["queue_depth"],
-                    "processing": row["processing"],
-                }
-                for row in named
-            ],
-            controls(_db),
-        )
+        found = controls(_db)
         names = [bounded_key(row["event_type"]) for row in rows]  # as the samples key them
         history = by_event_type.history(_db, event_types=names, window=window)
     return {
         "rows": rows,
-        "flow": {flow.event_type: flow for flow in flows},
+        "flow": by_event_type.flows(rows, found),
+        "controls": found,
         "history": history,
         "window_seconds": window,
     }
@@ -178,8 +166,8 @@ def load(
         instances, ruleset: the alert states and rules (which types are pinned).
 
     Returns:
-        ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "history": [...],
-        "window_seconds": the window}``.
+        ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "controls": [Control]
+        (``flow.controls.controls``), "history": [...], "window_seconds": the window}``.
     """
     pinned = tuple(coverage.firing_event_types(instances, ruleset))
     return _table(db_key(db), db, f.window, f.event_type, top, pinned)

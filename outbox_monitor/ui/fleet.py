@@ -11,7 +11,7 @@ import streamlit as st
 from outbox_monitor.access import Identity
 from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.figures.fleet_figures import FleetConnections, OutboxRow, measure_fleet
-from outbox_monitor.ui import access, format
+from outbox_monitor.ui import access, format, headline
 from outbox_monitor.ui.cache import cached
 from outbox_monitor.ui.state import OUTBOX_PARAM, WINDOW_PARAM
 
@@ -64,16 +64,31 @@ def _cell(value: str) -> str:
     return value if value else format.NO_VALUE
 
 
+def what_is_wrong(row: OutboxRow) -> str:
+    """A row's "What is wrong" cell: its most troubled event type's line (the Overview's
+    headline, links opening that outbox) and how many more types are troubled; that nothing
+    is; or why it could not be read."""
+    if row.diagnosis is None:
+        return f"not read: {format.md_text(row.diagnosis_problem)}" if row.diagnosis_problem else ""
+    if not row.diagnosis.lines:
+        return "nothing wrong"
+    more = len(row.diagnosis.lines) - 1
+    tail = f" (+{format.plural(more, 'more event type')})" if more else ""
+    return headline.line_html(row.diagnosis.lines[0], outbox=row.name) + tail
+
+
 def table(found: list[OutboxRow], window_label: str) -> str:
     """The rows as one markdown table (drawn with ``unsafe_allow_html``: every value but the
     outbox's name and link is escaped by ``format.md_text``, ``<`` included): each outbox's
     name links into its Overview in the same tab; its
-    status, queue depth, oldest pending age, P95 latency and dead letters of the window,
-    firing alerts, and whether its database answered (with why not)."""
+    status, what is wrong (``what_is_wrong``), queue depth, oldest pending age, P95 latency
+    and dead letters of the window, firing alerts, and whether its database answered (with
+    why not)."""
     lines = [
-        f"| Outbox | Status | Queue depth | Oldest pending | P95 latency ({window_label}) "
-        f"| Failed ({window_label}) | Firing alerts | Database | Labels |",
-        "|---|---|--:|--:|--:|--:|--:|---|---|",
+        "| Outbox | Status | What is wrong | Queue depth | Oldest pending "
+        f"| P95 latency ({window_label}) | Failed ({window_label}) "
+        "| Firing alerts | Database | Labels |",
+        "|---|---|---|--:|--:|--:|--:|--:|---|---|",
     ]
     for row in found:
         firing = format.count(row.firing_alerts)
@@ -91,6 +106,7 @@ def table(found: list[OutboxRow], window_label: str) -> str:
             f'<a href="{html.escape(overview_link(row.name, window_label))}" '
             f'target="_self">{row.name}</a>',
             STATUS_TEXT[row.status],
+            what_is_wrong(row),
             format.count(row.queue_depth) if measured else "",
             format.duration(row.oldest_pending_age) if measured else "",
             format.duration(row.latency_p95) if measured else "",

@@ -52,7 +52,7 @@ def test_fleet_page_links_into_each_outbox_with_its_role(
         expect(table.locator("tbody tr")).to_have_count(3)  # no row of secret
         billing_row = table.locator("tbody tr").filter(has_text="billing")
         expect(billing_row).to_contain_text("firing")
-        expect(billing_row.locator("td").nth(2)).to_have_text("1")
+        expect(billing_row.locator("td").nth(3)).to_have_text("1")  # queue depth
         screenshot("fleet")
 
         billing_row.get_by_role("link", name="billing").click()

@@ -5,6 +5,7 @@ URL from page to page."""
 
 import html
 import re
+from datetime import UTC, timedelta
 
 import pytest
 from rendered import plain
@@ -20,16 +21,38 @@ ROWS = [
 ]
 
 
-def table(at) -> dict[str, list[str]]:
-    """The fleet table's rows by outbox: each cell as read (markup of links and colours
-    removed), the outbox's link apart under ``"link"``."""
+def cells(at) -> dict[str, list[str]]:
+    """The fleet table's cells by outbox, as drawn (markdown with inline HTML)."""
     (source,) = [m.value for m in at.markdown if m.value.startswith("| Outbox |")]
     found = {}
     for line in source.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip("|").split(" | ")]
-        link, name = re.fullmatch(r'<a href="(.*)" target="_self">(.*)</a>', cells[0]).groups()
-        status = cells[1].split("[")[1].rstrip("]")
-        found[name] = [name, status, *(plain(c) for c in cells[2:8]), html.unescape(link)]
+        row = [c.strip() for c in line.strip("|").split(" | ")]
+        name = re.fullmatch(r'<a href=".*" target="_self">(.*)</a>', row[0]).group(1)
+        found[name] = row
+    return found
+
+
+def table(at) -> dict[str, list[str]]:
+    """The fleet table's rows by outbox: each cell as read (markup of links and colours
+    removed) but "What is wrong" (``what_is_wrong``), the outbox's link apart under
+    ``"link"``."""
+    found = {}
+    for name, row in cells(at).items():
+        link = re.fullmatch(r'<a href="(.*)" target="_self">.*</a>', row[0]).group(1)
+        status = row[1].split("[")[1].rstrip("]")
+        found[name] = [name, status, *(plain(c) for c in row[3:9]), html.unescape(link)]
+    return found
+
+
+def what_is_wrong(at) -> dict[str, tuple[str, dict[str, str]]]:
+    """Each outbox's "What is wrong" cell as read, and its links by their text."""
+    found = {}
+    for name, row in cells(at).items():
+        links = {
+            plain(label): html.unescape(href)
+            for href, label in re.findall(r'<a href="([^"]*)" target="_self">(.*?)</a>', row[2])
+        }
+        found[name] = (plain(html.unescape(re.sub(r"<[^>]+>", "", row[2]))), links)
     return found
 
 
@@ -54,6 +77,32 @@ def test_one_row_per_outbox_with_its_figures_and_link(open_page, fleet_env):
     assert [row[:-1] for row in found.values()] == ROWS
     assert found["billing"][-1] == "overview?outbox=billing&window=1h"
     assert any("3 outboxes · window 1h" in c.value for c in at.caption)
+
+
+def test_each_row_says_what_is_wrong_with_links_into_its_outbox(open_page, fleet_env, rows):
+    fleet_env()
+    at = open_page("fleet")
+
+    assert not at.exception and not at.error
+    found = what_is_wrong(at)
+    since = (rows.t0 - timedelta(seconds=7200)).astimezone(UTC)
+    # orders: its two dead letters (one in the hour, one two hours ago) are one error group
+    text, links = found["orders"]
+    assert text == (
+        f"order.paid — 2 waiting, 1 dead-lettered in 1h since {since:%H:%M} UTC (2h 0m), "
+        "oldest pending 2h 0m; likely cause: poison event (2 dead letters of one error group) "
+        "→ Controls · Events"
+    )
+    assert links["Controls"] == "controls?event_type=order.paid&outbox=orders"
+    # shipping: due rows of 1 to 3 hours and no claim, no outcome ever: the workers are down
+    text, links = found["shipping"]
+    assert text.startswith("parcel.sent — 3 waiting, oldest pending 3h 0m since ")
+    assert text.endswith(
+        "; likely cause: workers down (3 due rows, no claim for 3h 0m) → Controls · Events"
+    )
+    assert links["likely cause: workers down (3 due rows, no claim for 3h 0m)"] == (
+        "workers?outbox=shipping"
+    )
 
 
 def test_an_unreachable_database_degrades_only_its_row(open_page, fleet_env):

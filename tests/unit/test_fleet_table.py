@@ -3,8 +3,20 @@ value from a database, the file or libpq is escaped, so none becomes markup or a
 
 import re
 
+from outbox_monitor.figures.diagnosis import Diagnosis, Line, Part
 from outbox_monitor.figures.fleet_figures import OutboxRow
 from outbox_monitor.ui.fleet import table
+
+HOSTILE_LINE = Line(
+    "<img src=x>",
+    "cause unknown",
+    (
+        Part("<img src=x>", "events?event_type=%3Cimg+src%3Dx%3E", kind="event_type"),
+        Part(" — 1 retrying with “"),
+        Part("a|b <script>", kind="error"),
+        Part("”; cause unknown"),
+    ),
+)
 
 
 def test_values_are_escaped_and_the_link_keeps_the_window():
@@ -16,15 +28,24 @@ def test_values_are_escaped_and_the_link_keeps_the_window():
             problem='relation "a|b" does not exist <script>',
         ),
         OutboxRow("orders", queue_depth=1234, oldest_pending_age=90.0, firing_alerts=2),
+        OutboxRow("shipping", diagnosis=Diagnosis((HOSTILE_LINE,), "Nothing wrong")),
     ]
 
     text = table(rows, "6h")
 
     lines = text.splitlines()
-    assert len(lines) == 4 and all(line.count(" | ") == 8 for line in lines[2:])
-    # no "<" but the links' own, each other one escaped (a backslashed "<" is text)
-    assert re.findall(r"(?<!\\)<(?!a href=|/a>)", text) == []
+    assert len(lines) == 5 and all(line.count(" | ") == 9 for line in lines[2:])
+    # no "<" but the links' and the headline's own tags, each other one escaped (a
+    # backslashed "<" is text)
+    assert re.findall(r"(?<!\\)<(?!a href=|/a>|code>|/code>|em>|/em>)", text) == []
     assert "\\<script\\>" in text and "a\\|b" in text and "a|b" not in text
     assert '<a href="overview?outbox=billing&amp;window=6h" target="_self">billing</a>' in text
-    assert lines[3].split(" | ")[1:7] == [":green[ok]", "1,234", "1m 30s", "–", "–", "2"]
-    assert lines[2].split(" | ")[2:7] == ["–"] * 5  # an error: no figure shown
+    assert lines[3].split(" | ")[1:8] == [":green[ok]", "–", "1,234", "1m 30s", "–", "–", "2"]
+    assert lines[2].split(" | ")[2:8] == ["–"] * 6  # an error: no figure shown
+    # the headline's line: its link opens the outbox, its texts escaped
+    wrong = lines[4].split(" | ")[2]
+    assert wrong.startswith(
+        '<a href="events?event_type=%3Cimg+src%3Dx%3E&amp;outbox=shipping" target="_self">'
+        "<code>\\<img src\\=x\\></code></a>"
+    )
+    assert "<em>a\\|b \\<script\\></em>" in wrong

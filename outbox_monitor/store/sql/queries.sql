@@ -1460,6 +1460,24 @@ SELECT s.statement,
               LIMIT %(limit)s) AS costs
 FROM unnest(%(statements)s::text[]) AS s(statement);
 
+-- name: claim_plans_latest
+-- The newest recorded plan of each of %(statements)s of a table, recorded within the last %(within)s seconds, with the costs recorded before it, newest first (its cost-jump baseline): what the claim's plan was last judged, without planning it again (a backward walk of the primary key per statement).
+SELECT s.statement, l.sampled_at, l.total_cost, l.walks_non_pending, l.reasons,
+       ARRAY(SELECT p.total_cost FROM outbox_monitor.claim_plans p
+              WHERE p.table_name = %(table_name)s AND p.statement = s.statement
+                AND p.sampled_at < l.sampled_at
+              ORDER BY p.sampled_at DESC
+              LIMIT %(limit)s) AS earlier_costs
+FROM unnest(%(statements)s::text[]) AS s(statement)
+JOIN LATERAL (
+    SELECT p.sampled_at, p.total_cost, p.walks_non_pending, p.reasons
+    FROM outbox_monitor.claim_plans p
+    WHERE p.table_name = %(table_name)s AND p.statement = s.statement
+      AND p.sampled_at > now() - make_interval(secs => %(within)s)
+    ORDER BY p.sampled_at DESC
+    LIMIT 1
+) AS l ON true;
+
 -- name: claim_plans_series
 -- Recorded claim plans of a table over the window, oldest first (the Health page's chart and table).
 SELECT sampled_at, statement, shape, total_cost, plan_rows, walks_non_pending, reasons
