@@ -19,7 +19,7 @@ outboxes:
 DOWN = FLEET + "  - {name: lost, dsn_env: LOST_DSN}\n"
 
 EXPECTED = {
-    # status, queue depth, oldest pending age (whole s: hours, read ms later), P95 latency
+    # status, queue depth, oldest pending age (s: hours, plus the time until read), P95 latency
     # over 1 h (s), failed in 1 h, firing alerts (orders and shipping share a database, each
     # its own alert state: migration 017's outbox column)
     "orders": ("ok", 2, 7200, 29.0, 1, 0),
