@@ -1,6 +1,11 @@
-"""What the alert rules say of one event type (issue 15 item 1): its status label comes only
-from a firing instance whose scope contains the type, named with the rule that set it;
-otherwise it is "healthy" when a rule covering it is ok, or "no rule covers it".
+"""Whose verdict a status or a badge is (issue 15 item 1, issue 30 item 4): the state of the
+rules whose scope — outbox, event-type filter, window — contains what a tile or a table row
+shows, each named with that scope; a rule watching other rows never gives it a bare "ok".
+
+An event type's status label (``verdict``) comes only from a firing instance whose scope
+contains the type, named with the rule that set it; otherwise it is "healthy" when a rule
+covering it is ok, or "no rule covers it". A tile's rules are sorted by ``relation``:
+containing what it shows, watching only part of it, or other rows apart.
 
 Pure: it reads the persisted instances (``alerts.state.list_instances``) and the loaded
 rules; a rule's scope is its own (``Rule.covers``), never computed again here. A rule that
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox_monitor.alerts.rules import Rule, RuleSet
+from outbox_monitor.durations import duration_label
 from outbox_monitor.flow.model import matches
 
 LABELS: dict[str, str] = {
@@ -64,6 +70,16 @@ def _contains(rule: Rule, instance: Mapping[str, Any], event_type: str) -> bool:
     return matches(own, event_type) if rule.spec.candidates else own == event_type
 
 
+def _covering(rule: Rule, instances: Sequence[Mapping[str, Any]], event_type: str) -> bool:
+    """Whether the rule watches the type: its scope covers it (``Rule.covers``) and, for a
+    figure whose instances are the controls' filters, one of its instances matches it."""
+    if not rule.covers(event_type):
+        return False
+    if not rule.spec.candidates:
+        return True
+    return any(row["rule"] == rule.name and _contains(rule, row, event_type) for row in instances)
+
+
 def verdict(
     event_type: str, instances: Iterable[Mapping[str, Any]], ruleset: RuleSet | None
 ) -> Verdict:
@@ -77,12 +93,15 @@ def verdict(
     Returns:
         The worst label of the firing instances whose scope contains the type, with their
         rules; else ``UNKNOWN`` when a covering rule's instance for it is in error; else
-        ``HEALTHY`` with the covering rules; else ``UNCOVERED``.
+        ``HEALTHY`` with the covering rules; else ``UNCOVERED``. A rule whose instances are
+        the controls' filters (``breaker_open``) covers only the types one of its instances
+        matches: a type that no breaker watches is not "healthy" by it.
     """
     if ruleset is None:
         return Verdict(NO_RULES)
+    instances = list(instances)
     rules = {rule.name: rule for rule in ruleset.rules}
-    covering = [rule.name for rule in ruleset.rules if rule.covers(event_type)]
+    covering = [rule.name for rule in ruleset.rules if _covering(rule, instances, event_type)]
     firing: dict[str, list[str]] = {}
     errors = []
     for instance in instances:
@@ -141,3 +160,119 @@ def unscoped_firing(
         for instance in instances
         if instance["state"] == "firing" and instance["rule"] in rules
     ]
+
+
+# ------------------------------------------------------------- scopes, for people and tiles
+
+CONTAINS, PART, APART = "contains", "part", "apart"
+"""How a rule's scope stands to what a tile shows (``relation``): it contains all of it, it
+watches only part of it (other types too perhaps, or another window), or other rows only."""
+ALL_TYPES = "all types"
+
+
+def scope_text(rule: Rule) -> str:
+    """A rule's scope in words: ``"all types"``, ``"payment.%, per event type, over 15m"``,
+    ``"the table"``, ``"all types, forecast 30m"``, ``"each breaker's filter"`` — its
+    event-type filter (or all event types, the whole table, or for a figure whose instances
+    are the controls' filters, ``breaker_open``, those), ``by``, its window when it has one,
+    its ``predict``."""
+    if rule.spec.scope == "table":
+        parts = ["the table"]
+    elif rule.spec.candidates is not None:  # its instances are the controls' filters
+        within = f" within {rule.event_type}" if rule.event_type else ""
+        return f"each breaker's filter{within}"
+    else:
+        parts = [rule.event_type or ALL_TYPES]
+    if rule.by:
+        parts.append("per event type")
+    if rule.window is not None:
+        parts.append(f"over {duration_label(rule.window)}")
+    if rule.predict is not None:
+        parts.append(f"forecast {duration_label(rule.predict)}")
+    return ", ".join(parts)
+
+
+def set_by(found: Verdict, ruleset: RuleSet | None) -> str:
+    """The rules of a verdict, each with its scope (``scope_text``): ``"payment-failed
+    [payment.%, per event type, over 15m]"``; ``"–"`` when none."""
+    rules = {rule.name: rule for rule in ruleset.rules} if ruleset is not None else {}
+    said = [
+        f"{name} [{scope_text(rules[name])}]" if name in rules else name for name in found.rules
+    ]
+    return "; ".join(said) or "–"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a tile shows: its ``event_type`` filter (``None``: all types; exact, or LIKE with
+    ``%``, SPEC §2) and its ``window`` in seconds (``None``: the figure has none)."""
+
+    event_type: str | None = None
+    window: float | None = None
+
+
+def _ends(pattern: str) -> tuple[str, str]:
+    """A LIKE pattern's literal text before its first ``%`` and after its last one."""
+    return pattern.split("%", 1)[0], pattern.rsplit("%", 1)[-1]
+
+
+def types_relation(watched: str | None, shown: str | None) -> str:
+    """How a rule's event-type filter stands to a tile's (SPEC §2: LIKE with ``%``, else
+    equality; ``None``: all types).
+
+    Returns:
+        ``CONTAINS`` when every type the tile shows is one the rule watches (no filter, the
+        same filter, an exact type it matches, or a pattern within a ``prefix%`` or
+        ``%suffix`` one); ``APART`` when none can be (an exact type it does not match,
+        patterns whose literal ends differ); else ``PART``.
+    """
+    if watched is None or watched == shown:
+        return CONTAINS
+    if shown is None:
+        return PART
+    if "%" not in shown:
+        return CONTAINS if matches(watched, shown) else APART
+    if "%" not in watched:
+        return PART if matches(shown, watched) else APART
+    (watched_head, watched_tail), (shown_head, shown_tail) = _ends(watched), _ends(shown)
+    if watched.count("%") == 1 and (
+        (watched_tail == "" and shown_head.startswith(watched_head))
+        or (watched_head == "" and shown_tail.endswith(watched_tail))
+    ):
+        return CONTAINS
+    heads = shown_head.startswith(watched_head) or watched_head.startswith(shown_head)
+    tails = shown_tail.endswith(watched_tail) or watched_tail.endswith(shown_tail)
+    return PART if heads and tails else APART
+
+
+def rule_window(rule: Rule, default_window: float) -> float | None:
+    """The seconds a rule's figure is measured over: its ``window``, else
+    ``default_window`` (``OUTBOX_MONITOR_WINDOW``) for a figure whose window is optional;
+    ``None`` for a figure without one."""
+    if rule.spec.window == "none":
+        return None
+    return rule.window if rule.window is not None else default_window
+
+
+def relation(rule: Rule, shown: Shown, default_window: float) -> str:
+    """How a rule's scope stands to what a tile shows: ``CONTAINS``, ``PART`` or ``APART``
+    (``types_relation`` of the event-type filters; a figure of the whole table contains
+    every tile of it; a windowed figure over another window than the tile's is ``PART`` at
+    most — a rule on 15 min of failures says nothing of 24 h of them)."""
+    if rule.spec.scope == "table":
+        return CONTAINS
+    types = types_relation(rule.event_type, shown.event_type)
+    if types == APART:
+        return APART
+    window = rule_window(rule, default_window)
+    if window is not None and shown.window is not None and window != shown.window:
+        return PART
+    return types
+
+
+def instance_shown(instance: Mapping[str, Any], shown: Shown) -> bool:
+    """Whether a rule instance's rows are among what a tile shows: an instance of one event
+    type (its ``event_type`` label) only when the tile's filter holds that type; a rule's
+    single instance always (``relation`` says how its scope stands)."""
+    own = (instance.get("labels") or {}).get("event_type")
+    return own is None or shown.event_type is None or matches(shown.event_type, own)

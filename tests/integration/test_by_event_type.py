@@ -363,7 +363,8 @@ def test_an_open_breaker_labels_the_types_its_filter_matches(db, rows, conn, wri
     assert coverage.verdict("crm.contact", instances, ruleset) == coverage.Verdict(
         "paused", ("breaker-open",)
     )
-    # covered (by without a filter: every type), its breaker instance is another filter's
+    # no breaker watches it: the breaker rule, whose instances are the breakers' filters, does
+    # not make it "healthy" (issue 30 item 4)
     assert coverage.verdict("erp.order", instances, ruleset) == coverage.Verdict(
-        "healthy", ("breaker-open",)
+        "no rule covers it"
     )

@@ -21,6 +21,10 @@ def ruleset(environment: pytest.MonkeyPatch, tmp_path: Path):
     return load_rules(path)
 
 
+PAYMENT_FAILED = "payment-failed [payment.%, per event type, over 15m]"
+"""A rule as the table names it: with its scope (issue 30 item 4)."""
+
+
 def by_type(at) -> dict[str, dict]:
     (frame,) = [d.value for d in at.dataframe if "event type" in d.value.columns]
     return {row["event type"]: row for row in frame.to_dict("records")}
@@ -47,9 +51,9 @@ def test_the_table_names_each_type_its_status_and_the_rule_that_set_it(
     shown = {name: (row["status"], row["set by"]) for name, row in table.items()}
     assert shown == {
         "order.paid": ("no rule covers it", "–"),
-        "payment.captured": ("failing", "payment-failed"),
-        "notification.email": ("backlogged", "notifications-late"),
-        "payment.refunded": ("healthy", "payment-failed"),
+        "payment.captured": ("failing", PAYMENT_FAILED),
+        "notification.email": ("backlogged", "notifications-late [notification.%]"),
+        "payment.refunded": ("healthy", PAYMENT_FAILED),
     }
     order = table["order.paid"]
     assert order["flow control"] == "paused"
