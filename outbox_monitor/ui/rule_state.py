@@ -137,7 +137,7 @@ def _short(
     """``"FIRING for all types: 89"``, ``"ok for payment.% over 15m only"``, ``"FIRING for
     order.paid: 3"`` (one ``by`` instance, or the tile's one type), ``"FIRING for 2 event
     types"``, ``"ok for each payment.% type"``: the value only when the words name the one
-    instance it is of."""
+    instance it is of, and it has one."""
     one = len(rows) == 1
     exact = shown.event_type if shown.event_type and "%" not in shown.event_type else None
     if rule.spec.scope == "table":
@@ -157,7 +157,8 @@ def _short(
         words += f" over {format.duration_label(window)}"
     if related == coverage.PART:
         words += " only"
-    value = f": {rule.format(rows[0].get('value'))}" if one and state != "error" else ""
+    known = one and state != "error" and rows[0].get("value") is not None
+    value = f": {rule.format(rows[0]['value'])}" if known else ""
     return f"{LABELS.get(state, state)} for {words}{value}"
 
 

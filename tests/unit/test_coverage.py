@@ -139,3 +139,13 @@ def test_a_badge_says_the_scope_of_its_verdict(tmp_path):
     # the tile filtered to another type does not count that instance
     found = badge(tmp_path, "failed_in_window", [paid], event_type="payment.refunded", window=900)
     assert (found.text, found.color) == ("ok for payment.refunded", "green")
+
+
+def test_a_badge_without_a_value_says_no_number(tmp_path):
+    # nothing done in the window: the latency rule is ok and has no value
+    slo = {"rule": "latency-slo", "instance": "", "state": "inactive", "value": None}
+    assert badge(tmp_path, "latency_p95", [slo], window=HOUR).text == "ok for all types"
+    # over 6 h it is another window than the rule's 1 h (OUTBOX_MONITOR_WINDOW)
+    found = badge(tmp_path, "latency_p95", [slo], window=6 * HOUR)
+    assert found.text == "no rule watches this"
+    assert found.line == "No rule watches all of this; latency-slo: ok for all types over 1h only"
