@@ -14,6 +14,7 @@ from outbox_monitor.figures.error_grouping import error_groups
 from outbox_monitor.ui import alert_rules, firing_alerts, rule_state
 from tests.alerting import evaluate_as_scheduler, rules_file
 from tests.flow import control
+from tests.sampler_rows import sampler_pass
 
 RULES = """
 version: 1
@@ -38,23 +39,10 @@ def seed(rows) -> None:
 
 
 def type_samples(conn, event_type: str, samples: list[tuple[int, int, int]]) -> None:
-    """The sampler's passes: ``(seconds ago, queue depth, failed in window)`` each, the headline
-    row and the type's own (the only type: the same depth) at one instant, as the sampler
-    writes them."""
+    """The sampler's passes: ``(seconds ago, queue depth, failed in window)`` each, of the
+    only type (the headline depth the same)."""
     for ago, depth, failed in samples:
-        at = conn.execute("SELECT now() - make_interval(secs => %s) AS at", (ago,)).fetchone()
-        conn.execute(
-            "INSERT INTO outbox_monitor.samples (table_name, sampled_at, queue_depth,"
-            " pending_total, scheduled_retries, processing, stuck_locks, failed_in_window)"
-            " VALUES ('public.integration_outbox', %s, %s, %s, 0, 0, 0, %s)",
-            (at["at"], depth, depth, failed),
-        )
-        conn.execute(
-            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
-            " queue_depth, failed_in_window, retrying)"
-            " VALUES ('public.integration_outbox', %s, %s, %s, %s, 0)",
-            (at["at"], event_type, depth, failed),
-        )
+        sampler_pass(conn, ago, depth, types={event_type: (depth, failed)})
 
 
 def card_text(at, rule: str, context: str) -> str:

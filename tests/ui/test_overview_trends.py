@@ -7,6 +7,7 @@ from rendered import plain
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from tests.alerting import evaluate_as_scheduler, oncall_rules, rules_file
+from tests.sampler_rows import sampler_pass
 
 RULES = oncall_rules(
     """  - {name: backlog, metric: queue_depth, op: ">", threshold: 40, route: oncall}
@@ -19,23 +20,9 @@ RULES = oncall_rules(
 
 
 def sample(conn, ago: int, depth: int, *, typed: bool = True) -> None:
-    """One sampler pass ``ago`` seconds ago: the headline row and, at the same instant (as the
-    sampler writes them), order.paid's own row — the only type: the same depth — unless
-    ``typed`` is false (none of its rows was open)."""
-    at = conn.execute("SELECT now() - make_interval(secs => %s) AS at", (ago,)).fetchone()["at"]
-    conn.execute(
-        "INSERT INTO outbox_monitor.samples (table_name, sampled_at, queue_depth, pending_total,"
-        " scheduled_retries, processing, stuck_locks, failed_in_window)"
-        " VALUES ('public.integration_outbox', %s, %s, %s, 0, 0, 0, 0)",
-        (at, depth, depth),
-    )
-    if typed:
-        conn.execute(
-            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
-            " queue_depth, failed_in_window, retrying)"
-            " VALUES ('public.integration_outbox', %s, 'order.paid', %s, 0, 0)",
-            (at, depth),
-        )
+    """One sampler pass ``ago`` seconds ago: order.paid is the only type (its depth the
+    headline's); ``typed`` false: it had no row (none of its rows was open)."""
+    sampler_pass(conn, ago, depth, types={"order.paid": (depth, 0)} if typed else None)
 
 
 def captions(at) -> list[str]:
