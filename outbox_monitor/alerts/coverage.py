@@ -4,13 +4,16 @@ shows, each named with that scope; a rule watching other rows never gives it a b
 
 An event type's status label (``verdict``) comes only from a firing instance whose scope
 contains the type, named with the rule that set it; otherwise it is "healthy" when a rule
-covering it is ok, or "no rule covers it". A tile's rules are sorted by ``relation``:
+covering it is ok; with no rule watching it apart, "FIRING for all types" or "ok for all
+types" from the rules over all types, which hold its rows too; "no rule covers it" only when
+no rule does. A tile's rules are sorted by ``relation``:
 containing what it shows, watching only part of it, or other rows apart.
 
 Pure: it reads the persisted instances (``alerts.state.list_instances``) and the loaded
 rules; a rule's scope is its own (``Rule.covers``), never computed again here. A rule that
-watches the whole outbox or table (``Rule.scoped`` false: the SPEC §3 backlog) labels no
-event type: ``unscoped_firing`` lists its firing instances, shown above the table.
+watches the whole outbox or table (``Rule.scoped`` false: the SPEC §3 backlog) gives no event
+type a label of its own: ``unscoped_firing`` lists its firing instances, shown above the
+table.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +40,10 @@ SEVERITY = ("failing", "stuck", "paused", BACKLOGGED)
 HEALTHY = "healthy"
 UNKNOWN = "unknown"
 """A covering rule's instance is in error (its value could not be measured)."""
+ALL_FIRING = "FIRING for all types"
+ALL_OK = "ok for all types"
+"""A type no rule watches apart, whose rows the rules over all types contain: one of them is
+firing, or none is (the tiles' words, ``ui.rule_state``)."""
 UNCOVERED = "no rule covers it"
 NO_RULES = "rules file invalid"
 
@@ -44,8 +51,9 @@ NO_RULES = "rules file invalid"
 @dataclass(frozen=True)
 class Verdict:
     """An event type's ``label`` (one of ``SEVERITY``, ``HEALTHY``, ``UNKNOWN``,
-    ``UNCOVERED``, ``NO_RULES``) and ``rules``: the rules that set it — the firing ones
-    (``"payment-failed"``), else the covering ones that are ok or in error."""
+    ``ALL_FIRING``, ``ALL_OK``, ``UNCOVERED``, ``NO_RULES``) and ``rules``: the rules that set
+    it — the firing ones (``"payment-failed"``), else the covering ones that are ok or in
+    error."""
 
     label: str
     rules: tuple[str, ...] = ()
@@ -93,9 +101,11 @@ def verdict(
     Returns:
         The worst label of the firing instances whose scope contains the type, with their
         rules; else ``UNKNOWN`` when a covering rule's instance for it is in error; else
-        ``HEALTHY`` with the covering rules; else ``UNCOVERED``. A rule whose instances are
-        the controls' filters (``breaker_open``) covers only the types one of its instances
-        matches: a type that no breaker watches is not "healthy" by it.
+        ``HEALTHY`` with the covering rules; else, when rules over all types of the outbox's
+        rows contain it (``Rule.scoped`` false; not the table's), ``ALL_FIRING`` with the
+        firing ones or ``ALL_OK`` with them all; else ``UNCOVERED``. A rule whose instances
+        are the controls' filters (``breaker_open``) covers only the types one of its
+        instances matches: a type that no breaker watches is not "healthy" by it.
     """
     if ruleset is None:
         return Verdict(NO_RULES)
@@ -118,13 +128,29 @@ def verdict(
             return Verdict(label, tuple(dict.fromkeys(names)))
     if errors:
         return Verdict(UNKNOWN, tuple(dict.fromkeys(errors)))
-    return Verdict(HEALTHY, tuple(covering)) if covering else Verdict(UNCOVERED)
+    if covering:
+        return Verdict(HEALTHY, tuple(covering))
+    return _all_types(instances, ruleset)
+
+
+def _all_types(instances: Sequence[Mapping[str, Any]], ruleset: RuleSet) -> Verdict:
+    """The verdict of the rules over all types of the outbox's rows for a type none watches
+    apart: they contain its rows too (never "no rule covers it" beside them)."""
+    whole = [
+        rule.name for rule in ruleset.rules if rule.spec.scope == "event_type" and not rule.scoped
+    ]
+    if not whole:
+        return Verdict(UNCOVERED)
+    firing = [row["rule"] for row in instances if row["rule"] in whole and row["state"] == "firing"]
+    if firing:
+        return Verdict(ALL_FIRING, tuple(dict.fromkeys(firing)))
+    return Verdict(ALL_OK, tuple(whole))
 
 
 def worst(verdicts: Sequence[Verdict]) -> Verdict:
     """One verdict for several event types (the folded ``other`` row): the worst label, the
     rules of every verdict with that label."""
-    order = (*SEVERITY, UNKNOWN, HEALTHY, UNCOVERED, NO_RULES)
+    order = (*SEVERITY, UNKNOWN, ALL_FIRING, HEALTHY, ALL_OK, UNCOVERED, NO_RULES)
     if not verdicts:
         return Verdict(UNCOVERED)
     label = min((v.label for v in verdicts), key=order.index)

@@ -78,8 +78,9 @@ def test_a_type_no_breaker_watches_is_not_healthy_by_the_breaker_rule(
     shown = {row["event type"]: (row["status"], row["set by"]) for _, row in frame.iterrows()}
     assert shown == {
         "crm.contact": ("healthy", "breaker-open [each breaker's filter]"),
-        # the "status healthy · set by breaker-open" for a type no breaker covers
-        "erp.order": ("no rule covers it", "–"),
+        # the "status healthy · set by breaker-open" for a type no breaker covers: only
+        # the rule over all types holds it
+        "erp.order": ("ok for all types", "stuck-lock [all types]"),
     }
 
 

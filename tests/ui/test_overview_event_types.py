@@ -50,7 +50,8 @@ def test_the_table_names_each_type_its_status_and_the_rule_that_set_it(
     ]
     shown = {name: (row["status"], row["set by"]) for name, row in table.items()}
     assert shown == {
-        "order.paid": ("no rule covers it", "–"),
+        # no rule watches it apart: the backlog over all types (firing) holds its rows
+        "order.paid": ("FIRING for all types", "backlog [all types]"),
         "payment.captured": ("failing", PAYMENT_FAILED),
         "notification.email": ("backlogged", "notifications-late [notification.%]"),
         "payment.refunded": ("healthy", PAYMENT_FAILED),
@@ -83,7 +84,7 @@ def test_thirty_types_show_the_top_n_and_one_other_row(open_page, environment, r
 
     assert list(table) == ["t29", "t28", "t27", "t26", "t25", "other (25 event types)"]
     other = table["other (25 event types)"]
-    assert (other["queue depth"], other["status"]) == (325, "no rule covers it")
+    assert (other["queue depth"], other["status"]) == (325, "ok for all types")  # backlog's
     assert pd.isna(other["events"]) and pd.isna(other["P95 (s)"])
 
 

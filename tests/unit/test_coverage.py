@@ -72,7 +72,7 @@ def test_each_rule_is_named_with_its_scope(tmp_path):
 
 
 def test_a_breaker_rule_covers_only_the_types_a_breaker_watches(tmp_path):
-    ruleset, _ = rules(tmp_path)
+    ruleset, named = rules(tmp_path)
     # one breaker, on crm.%, closed: its instance is ok
     instances = [
         {
@@ -85,9 +85,19 @@ def test_a_breaker_rule_covers_only_the_types_a_breaker_watches(tmp_path):
     assert coverage.verdict("crm.contact", instances, ruleset) == coverage.Verdict(
         coverage.HEALTHY, ("breaker-open",)
     )
-    # the "healthy · set by breaker-open" for a type no breaker covers
-    assert coverage.verdict("erp.order", instances, ruleset) == coverage.Verdict(coverage.UNCOVERED)
-    assert coverage.verdict("erp.order", [], ruleset) == coverage.Verdict(coverage.UNCOVERED)
+    # the "healthy · set by breaker-open" for a type no breaker covers: the rules over
+    # all types hold its rows, none firing; with none of them, no rule covers it
+    assert coverage.verdict("erp.order", instances, ruleset) == coverage.Verdict(
+        coverage.ALL_OK, ("stuck-lock", "backlog", "latency-slo")
+    )
+    breakers = ruleset.model_copy(update={"rules": [named["breaker-open"]]})
+    assert coverage.verdict("erp.order", instances, breakers) == coverage.Verdict(
+        coverage.UNCOVERED
+    )
+    stuck = {"rule": "stuck-lock", "instance": "", "state": "firing", "value": 3.0}
+    assert coverage.verdict("erp.order", [*instances, stuck], ruleset) == coverage.Verdict(
+        coverage.ALL_FIRING, ("stuck-lock",)
+    )
 
 
 def badge(tmp_path, metric, instances, **shown):
