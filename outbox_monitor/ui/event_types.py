@@ -71,14 +71,15 @@ def _table(
         )
         samples = metrics.samples_series(_db, window=DEFAULT_LOOKBACK_SECONDS)
         now = database_now(_db)
-    trends = {
-        row["event_type"]: series_trend(
-            scope_points(
-                samples, history, "queue_depth", now, event_type=bounded_key(row["event_type"])
-            )
-        )
-        for row in named
-    }
+    by_key: dict[str, list[dict[str, Any]]] = {}  # each type's rows, read once for all
+    for sample in history:
+        by_key.setdefault(sample["event_type"], []).append(sample)
+    trends = {}
+    for row in named:
+        key = bounded_key(row["event_type"])
+        mine = [*by_key.get(key, []), *by_key.get(OTHER, [])]
+        points = scope_points(samples, mine, "queue_depth", now, event_type=key)
+        trends[row["event_type"]] = series_trend(points)
     return {
         "rows": rows,
         "flow": {flow.event_type: flow for flow in flows},
