@@ -111,3 +111,17 @@ def test_without_samples_no_trend_is_made_up(open_page, rows):
     assert "Trend over 15m: none yet (0 samples, needs 3: the scheduler records them)" in said, said
     assert row_of(at, "order.paid")["drain ETA"] == "unknown"
     assert not [c for c in said if "Drain ETA" in c or "grows by" in c]
+
+
+def test_a_pattern_has_no_trend_and_says_why(open_page, rows, conn):
+    rows.add(event_type="order.paid", created_ago=60)
+    for ago, depth in ((600, 4), (300, 7), (0, 10)):
+        sample(conn, ago, depth)
+
+    at = open_page("overview", event_type="order.%")
+
+    assert not at.exception
+    said = captions(at)
+    assert "No trend for the pattern order.%: the samples are per event type." in said
+    # its one type's row still has its own
+    assert row_of(at, "order.paid")["depth trend"] == "+0.60 rows/min"
