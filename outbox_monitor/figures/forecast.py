@@ -103,7 +103,9 @@ def drain_eta_of(figures: Mapping[str, Any]) -> DrainEta:
     """``drain_eta`` of one set of figures under their ``status --json`` keys
     (``queue_depth``, ``processed_per_minute``, ``created_per_minute``, and when both are
     present ``failed_in_window`` over ``window_seconds``): ``metrics.status`` for a filter,
-    or one event type's row of the per-type table."""
+    or one event type's row of the per-type table. At the window's rates: not what the
+    Overview says — its drain ETA is its trend's (``SeriesTrend.drain``, one estimator over one
+    window), which these rates would contradict beside it."""
     failed, window = figures.get("failed_in_window"), figures.get("window_seconds")
     return drain_eta(
         int(figures["queue_depth"]),
