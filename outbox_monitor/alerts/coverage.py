@@ -219,13 +219,15 @@ def scope_text(rule: Rule) -> str:
 
 
 def set_by(found: Verdict, ruleset: RuleSet | None) -> str:
-    """The rules of a verdict, each with its scope (``scope_text``): ``"payment-failed
-    [payment.%, per event type, over 15m]"``; ``"–"`` when none."""
+    """The rules of a verdict, named with their scope (``scope_text``), those of one scope
+    together: ``"payment-failed [payment.%, per event type, over 15m]"``, ``"backlog,
+    stuck-lock [all types]; latency-slo [all types, over 1h]"``; ``"–"`` when none."""
     rules = {rule.name: rule for rule in ruleset.rules} if ruleset is not None else {}
-    said = [
-        f"{name} [{scope_text(rules[name])}]" if name in rules else name for name in found.rules
-    ]
-    return "; ".join(said) or "–"
+    scopes: dict[str, list[str]] = {}
+    for name in found.rules:
+        scope = f" [{scope_text(rules[name])}]" if name in rules else ""
+        scopes.setdefault(scope, []).append(name)
+    return "; ".join(f"{', '.join(names)}{scope}" for scope, names in scopes.items()) or "–"
 
 
 @dataclass(frozen=True)

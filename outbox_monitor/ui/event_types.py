@@ -150,14 +150,16 @@ def table_rows(
             {
                 "event type": label,
                 "status": verdict.label,
+                # the backlog and its one trend before who says (a long "set by" would push
+                # them out of sight at 1440 px)
+                "queue depth": row["queue_depth"],
+                "depth trend": trend,
+                "drain ETA": drains,
                 "set by": coverage.set_by(verdict, ruleset),
                 "events": events,
                 "dead letters": dead,
                 "flow control": flow,
                 "depth": spark,
-                "queue depth": row["queue_depth"],
-                "depth trend": trend,
-                "drain ETA": drains,
                 "pending": row["pending_total"],
                 "oldest pending (s)": row["oldest_pending_age"],
                 "processing": row["processing"],

@@ -30,7 +30,7 @@ def test_the_trend_is_stated_once_and_badges_name_their_scope(
     expect(page.get_by_text("ok for all types: 10", exact=True)).to_be_visible()  # backlog
     # payment-failed watches payment.% over 15 min: it says nothing of this 24 h tile
     expect(page.get_by_text("no rule watches this", exact=True).first).to_be_visible()
+    screenshot("overview-one-trend")
     grid = page.locator('[data-testid="stDataFrame"]').filter(has_text="order.paid")
     expect(grid.get_by_text("+0.60 rows/min", exact=True)).to_be_attached()
     expect(grid.get_by_text("depth trend (15m)", exact=True)).to_be_attached()
-    screenshot("overview-one-trend")

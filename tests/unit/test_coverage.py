@@ -69,6 +69,8 @@ def test_each_rule_is_named_with_its_scope(tmp_path):
         "payment-failed [payment.%, per event type, over 15m]; stuck-lock [all types]"
     )
     assert coverage.set_by(coverage.Verdict(coverage.UNCOVERED), ruleset) == "–"
+    whole = coverage.Verdict(coverage.ALL_OK, ("stuck-lock", "backlog", "latency-slo"))
+    assert coverage.set_by(whole, ruleset) == "stuck-lock, backlog, latency-slo [all types]"
 
 
 def test_a_breaker_rule_covers_only_the_types_a_breaker_watches(tmp_path):
