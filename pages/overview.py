@@ -62,21 +62,23 @@ def tile(column, label: str, value: str, badge: rule_state.Badge | None, help: s
 
 
 def alerting() -> tuple:
-    """The rules, their persisted states and why they cannot be trusted (``None`` when a
-    scheduler evaluates); renders the stall and writes-failing banners."""
+    """The rules of this outbox, their persisted states and why they cannot be trusted
+    (``None`` when a scheduler evaluates); renders the stall and writes-failing banners."""
     loaded = alert_rules.load_ruleset()
     lease = alert_loaders.evaluator_lease(ctx.db)
     alert_rules.show_stall(lease, loaded.ruleset)
     alert_rules.show_writes_failing(alert_loaders.writes_failing(ctx.db))
     instances = alert_loaders.alert_instances(ctx.db)
-    return loaded.ruleset, instances, rule_state.alerting_down(lease, loaded.ruleset)
+    ruleset = rule_state.for_outbox(loaded.ruleset, ctx.db)
+    return ruleset, instances, rule_state.alerting_down(lease, loaded.ruleset)
 
 
-def forecasts(column, ruleset, metric: str, now, figures: dict | None = None) -> None:
-    """Under a tile: the drain ETA (``figures`` given) and its rules' breach forecasts."""
-    if figures is not None:
-        column.caption(tile_forecasts.drain_text(figures))
-    for text in tile_forecasts.breach_forecasts(ctx.db, ruleset, metric, now):
+def forecasts(column, ruleset, metric: str, now, event_type, backlog: int | None = None) -> None:
+    """Under a tile: its trend stated once (with the drain ETA of ``backlog``), then when its
+    rules break."""
+    for text in tile_forecasts.captions(
+        ctx.db, ruleset, metric, now, event_type=event_type, backlog=backlog
+    ):
         column.caption(format.md_text(text))
 
 
@@ -105,8 +107,17 @@ def live_figures() -> None:
         # firing type's figures are written into its card once the table is read, after them
         cards = firing_alerts.section(ruleset, instances, down=down, now=now)
 
-        def badge(metric: str) -> rule_state.Badge:
-            return rule_state.badge(metric, ruleset, instances, down=down, now=now)
+        def badge(metric: str, window: float | None = None) -> rule_state.Badge:
+            return rule_state.badge(
+                metric,
+                ruleset,
+                instances,
+                down=down,
+                now=now,
+                event_type=f.event_type,
+                window=window,
+                default_window=ctx.settings.window,
+            )
 
         first = st.columns(4)
         tile(
@@ -124,13 +135,13 @@ def live_figures() -> None:
             badge("oldest_pending_age"),
             "Since the oldest pending row was created, including rows waiting in backoff.",
         )
-        forecasts(first[0], ruleset, "queue_depth", now, figures)
-        forecasts(first[1], ruleset, "oldest_pending_age", now)
+        forecasts(first[0], ruleset, "queue_depth", now, f.event_type, figures["queue_depth"])
+        forecasts(first[1], ruleset, "oldest_pending_age", now, f.event_type)
         tile(
             first[2],
             "P95 latency",
             format.duration(latency["p95"]),
-            badge("latency_p95"),
+            badge("latency_p95", f.window),
             f"processed_at − created_at of rows done in the last {f.window_label}. "
             f"P50 {format.duration(latency['p50'])}, P99 {format.duration(latency['p99'])}.",
         )
@@ -138,7 +149,7 @@ def live_figures() -> None:
             first[3],
             "Failed (24 h)",
             format.count(failed_24h),
-            badge("failed_in_window"),
+            badge("failed_in_window", slo.FAILED_TILE_WINDOW_SECONDS),
             "Rows dead-lettered in the last 24 hours (by time of failure).",
         )
         second = st.columns(4)

@@ -13,13 +13,16 @@ that type (the tests compare them).
 """
 
 from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import metrics
+from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
 from outbox_monitor.flow.controls import Control
 from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows
 from outbox_monitor.store.db import Database
+from outbox_monitor.units import bounded_key
 
 COUNTS = (
     "queue_depth",
@@ -211,3 +214,44 @@ def sampled_event_types(db: Database, *, window: float | None = None, limit: int
         },
     )
     return [row["event_type"] for row in rows]
+
+
+def depth_trends(
+    rows: Sequence[Mapping[str, Any]],
+    history: Sequence[Mapping[str, Any]],
+    samples: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> dict[str, SeriesTrend]:
+    """Each named event type's queue-depth trend, the one the Overview's tile, per-type row,
+    firing alerts and "what is wrong" line all say: ``forecast.series_trend`` of
+    ``forecast.scope_points`` (its rows and ``other``'s, as the evaluator reads a
+    ``predict`` rule's).
+
+    Args:
+        rows: ``measure`` rows (``other``'s is skipped).
+        history: ``history`` rows of those types and ``other``, over at least
+            ``forecast.DEFAULT_LOOKBACK_SECONDS``.
+        samples: ``metrics.samples_series`` rows of that window.
+        now: the database clock they were read at.
+
+    Returns:
+        ``{event_type: SeriesTrend}``.
+    """
+    by_key: dict[str, list[Mapping[str, Any]]] = {}  # each type's rows, grouped once for all
+    for sample in history:
+        by_key.setdefault(sample["event_type"], []).append(sample)
+    trends = {}
+    for row in rows:
+        if row["event_type"] == OTHER:
+            continue
+        key = bounded_key(row["event_type"])
+        mine = [*by_key.get(key, []), *by_key.get(OTHER, [])]
+        points = scope_points(samples, mine, "queue_depth", now, event_type=key)
+        trends[row["event_type"]] = series_trend(points)
+    return trends
+
+
+def trend_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ``history`` keys ``depth_trends`` needs: each row's type as the samples key it
+    (``units.bounded_key``), and ``other`` (a sample that folded a type holds no point)."""
+    return list(dict.fromkeys([*(bounded_key(row["event_type"]) for row in rows), OTHER]))

@@ -41,8 +41,8 @@ from urllib.parse import urlencode
 from outbox_monitor.durations import duration_label, format_duration
 from outbox_monitor.errors import SchemaNotInitialised
 from outbox_monitor.export.labels import OTHER
-from outbox_monitor.figures import by_event_type, error_grouping
-from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS, fit_trend, sample_points
+from outbox_monitor.figures import by_event_type, error_grouping, metrics
+from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS, SeriesTrend
 from outbox_monitor.figures.workers import liveness
 from outbox_monitor.flow.controls import Control, controls
 from outbox_monitor.flow.event_types import EventTypeFlow
@@ -52,7 +52,7 @@ from outbox_monitor.health.claim_plan import recorded_degradation
 from outbox_monitor.health.horizon import horizon
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import ExactEventType
-from outbox_monitor.units import bounded_key, per_minute
+from outbox_monitor.units import per_minute
 
 WORKERS_DOWN_SECONDS = 10 * 60.0
 """No claim, outcome or retry for this long while rows are due: the workers are down (the
@@ -133,8 +133,8 @@ class Evidence:
         rows: ``by_event_type.measure`` rows (``other`` is ignored).
         flows: ``flow.event_types.event_type_flows`` by event type.
         controls: ``flow.controls.controls`` (breakers' and pauses' times).
-        history: ``by_event_type.history`` rows (per-type samples, keyed by
-            ``units.bounded_key``), over at least the last ``DEFAULT_LOOKBACK_SECONDS``.
+        trends: event type → its queue-depth ``SeriesTrend`` (``by_event_type.depth_trends``:
+            the one trend the Overview says everywhere).
         workers: ``workers.Liveness.as_json()`` (``due_rows``,
             ``no_claim_while_due_seconds``).
         horizon_age: seconds the xmin horizon has been held (0: nothing holds it).
@@ -152,7 +152,7 @@ class Evidence:
     rows: Sequence[Mapping[str, Any]]
     flows: Mapping[str, EventTypeFlow]
     controls: Sequence[Control]
-    history: Sequence[Mapping[str, Any]]
+    trends: Mapping[str, SeriesTrend]
     workers: Mapping[str, Any]
     horizon_age: float = 0.0
     horizon_holder: str | None = None
@@ -262,16 +262,6 @@ def _when(since: datetime, now: datetime) -> str:
     return f"{shown} ({format_duration(max(0.0, (now - since).total_seconds()))})"
 
 
-def _trend(history: Sequence[Mapping[str, Any]], event_type: str, now: datetime) -> float | None:
-    """The type's queue-depth trend in rows per minute (``forecast.fit_trend`` over its
-    samples of the last ``DEFAULT_LOOKBACK_SECONDS``, as the firing alerts' context), or
-    ``None`` with too few samples."""
-    key, start = bounded_key(event_type), now.timestamp() - DEFAULT_LOOKBACK_SECONDS
-    own = [s for s in history if s["event_type"] == key and s["sampled_at"].timestamp() >= start]
-    fitted = fit_trend(sample_points(own, "queue_depth", now))
-    return None if fitted is None else fitted.per_minute
-
-
 def _dominant(groups: Sequence[Mapping[str, Any]], count: str, total: int) -> Mapping | None:
     biggest = max(groups, key=lambda g: g[count], default=None)
     if biggest is None or total <= 0 or biggest[count] < DOMINANT_SHARE * total:
@@ -351,7 +341,8 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
         # said, of signs a second apart: a retrying row that is also the oldest pending one)
         said_by = next(c for at, c in sinces if (at - since).total_seconds() < 1)
         (said_by or clauses[0]).append(Part(f" since {_when(since, now)}"))
-    rate = _trend(evidence.history, name, now)
+    trend = evidence.trends.get(name)
+    rate = None if trend is None or trend.trend is None else trend.trend.per_minute
     if rate is not None:
         if abs(rate) < STEADY_PER_MINUTE:
             word = "steady"
@@ -500,7 +491,8 @@ def read_evidence(
 ) -> Evidence:
     """The evidence of a diagnosis, read now on one connection: the per-type figures
     (``by_event_type.measure`` without rates), controls, per-type samples of the last
-    ``DEFAULT_LOOKBACK_SECONDS``, the workers' liveness, the xmin horizon, the newest recorded
+    ``DEFAULT_LOOKBACK_SECONDS`` (its types' and ``other``'s) with the headline samples for
+    the trends, the workers' liveness, the xmin horizon, the newest recorded
     claim plan, and the retry and dead-letter error groups of the troubled types only.
 
     Args:
@@ -526,10 +518,9 @@ def read_evidence(
         found = controls(db)
         by_type = by_event_type.flows(named, found)
         history = by_event_type.history(
-            db,
-            event_types=[bounded_key(r["event_type"]) for r in named],
-            window=DEFAULT_LOOKBACK_SECONDS,
+            db, event_types=by_event_type.trend_keys(named), window=DEFAULT_LOOKBACK_SECONDS
         )
+        samples = metrics.samples_series(db, window=DEFAULT_LOOKBACK_SECONDS)
         workers = liveness(db, flow=held_by(found)).as_json()
         holders = horizon(db)
         claim = recorded_degradation(db)
@@ -539,6 +530,7 @@ def read_evidence(
             lambda name: error_grouping.error_groups(db, event_type=ExactEventType(name)),
         )
         now = db.fetch_one("db_now")["now"]
+    trends = by_event_type.depth_trends(named, history, samples, now)
     oldest = holders.oldest
     return Evidence(
         now=now,
@@ -546,7 +538,7 @@ def read_evidence(
         rows=named,
         flows=by_type,
         controls=found,
-        history=history,
+        trends=trends,
         workers=workers,
         horizon_age=holders.age_seconds,
         horizon_holder=oldest.summary if oldest is not None else None,

@@ -49,11 +49,12 @@ class OutboxRow:
 
     ``status``: ``unreachable`` (its database did not answer: ``problem`` says why),
     ``error`` (it answered, but a figure could not be read: ``problem``), ``firing`` (at
-    least one alert firing) or ``ok``. Figures (SPEC §2, over ``window`` seconds where
-    windowed) are ``None`` when not measured: ``queue_depth`` (rows due now),
-    ``oldest_pending_age`` (seconds; also ``None`` when nothing is pending), ``latency_p95``
-    (seconds of created→processed; also ``None`` when nothing was done in the window),
-    ``failed_in_window`` (rows dead-lettered in the window), ``firing_alerts`` and
+    least one alert firing) or ``ok`` (no alert firing — it says nothing of a figure no rule
+    watches: the Fleet page says "no alert firing", never a bare "ok"). Figures (SPEC §2,
+    over ``window`` seconds where windowed) are ``None`` when not measured: ``queue_depth``
+    (rows due now), ``oldest_pending_age`` (seconds; also ``None`` when nothing is pending),
+    ``latency_p95`` (seconds of created→processed; also ``None`` when nothing was done in the
+    window), ``failed_in_window`` (rows dead-lettered in the window), ``firing_alerts`` and
     ``alert_errors`` (rule instances firing, in error; ``None`` when the database has no
     alert state: ``init-db`` not run). ``diagnosis``: what is wrong (``figures.diagnosis``:
     a line per troubled event type, the Overview's headline), ``None`` when not read

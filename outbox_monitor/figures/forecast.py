@@ -2,9 +2,12 @@
 and the linear trend of a sampled figure with the time it crosses a rule's threshold (least
 squares over the sampled history, as Prometheus' ``predict_linear``; issue 15 item 4).
 
-The dashboard, the per-event-type table and the evaluator (a rule's ``predict``) call the same
-functions; ``alerts.measure.rule_forecasts`` reads the samples they are given (the headline
-samples, or one event type's ``event_type_samples``).
+One estimator per series (issue 30 item 3): ``series_trend`` fits a series' samples of the
+last ``DEFAULT_LOOKBACK_SECONDS``, and the Overview's tile, the per-event-type table's row and
+a firing alert's card all say that one ``SeriesTrend`` — its slope, the drain ETA at it, and
+when a rule without ``predict`` breaks by it. A rule with ``predict`` is forecast over its
+own window, as the evaluator does (``alerts.measure.rule_forecasts``, which reads the samples
+they are given: the headline samples, or one event type's ``event_type_samples``).
 """
 
 import math
@@ -20,7 +23,9 @@ from outbox_monitor.units import format_value, per_minute
 MIN_SAMPLES = 3
 """A trend needs at least this many samples (at two instants or more); fewer: no forecast."""
 DEFAULT_LOOKBACK_SECONDS = 15 * 60.0
-"""The samples a rule without ``predict`` is forecast from on the Overview (and its horizon)."""
+"""The one window of the Overview's trends (``series_trend``): the samples of the last 15 min,
+the tiles', the per-event-type table's and the firing alerts' alike; a rule without ``predict``
+is forecast from them on its tile (this is its horizon too)."""
 PREDICTABLE = ("queue_depth", "pending_total", "scheduled_retries", "oldest_pending_age")
 """The depth and age figures a rule may ``predict``: sampled gauges a trend extrapolates."""
 TYPE_SAMPLED = {"queue_depth": "queue_depth", "oldest_pending_age": "oldest_pending_age_seconds"}
@@ -98,7 +103,9 @@ def drain_eta_of(figures: Mapping[str, Any]) -> DrainEta:
     """``drain_eta`` of one set of figures under their ``status --json`` keys
     (``queue_depth``, ``processed_per_minute``, ``created_per_minute``, and when both are
     present ``failed_in_window`` over ``window_seconds``): ``metrics.status`` for a filter,
-    or one event type's row of the per-type table."""
+    or one event type's row of the per-type table. At the window's rates: not what the
+    Overview says — its drain ETA is its trend's (``SeriesTrend.drain``, one estimator over one
+    window), which these rates would contradict beside it."""
     failed, window = figures.get("failed_in_window"), figures.get("window_seconds")
     return drain_eta(
         int(figures["queue_depth"]),
@@ -230,6 +237,34 @@ def type_sample_points(
     return TypePoints(points, folded, unsampled)
 
 
+def scope_points(
+    samples: Sequence[Mapping[str, Any]],
+    type_rows: Sequence[Mapping[str, Any]],
+    column: str,
+    now: datetime,
+    *,
+    event_type: str | None = None,
+) -> list[tuple[float, float]]:
+    """A series' points over one scope, as the evaluator reads them.
+
+    Args:
+        samples: ``metrics.samples_series`` rows.
+        type_rows: ``by_event_type.history`` rows holding the type's and ``other``'s (others
+            are ignored); unused for all event types.
+        column: a column of both tables (``"queue_depth"``, ``"oldest_pending_age_seconds"``).
+        event_type: ``None`` for all event types (``sample_points`` of the headline samples),
+            else one event type as the samples key it (``units.bounded_key``):
+            ``type_sample_points`` of its rows and ``other``'s, as ``measure.rule_forecasts``.
+
+    Returns:
+        ``(seconds from now, value)`` points, oldest first.
+    """
+    if event_type is None:
+        return sample_points(samples, column, now)
+    mine = [row for row in type_rows if row["event_type"] in (event_type, OTHER)]
+    return type_sample_points(samples, mine, event_type, column, now).points
+
+
 def fit_trend(points: Sequence[tuple[float, float]]) -> Trend | None:
     """The least-squares line through ``(t, value)`` points (``predict_linear``'s fit).
 
@@ -248,6 +283,115 @@ def fit_trend(points: Sequence[tuple[float, float]]) -> Trend | None:
         return None
     slope = math.fsum((t - mean_t) * (v - mean_v) for t, v in points) / spread
     return Trend(mean_v - slope * mean_t, slope, len(points))
+
+
+def signed_rate(rate: float, unit: str) -> str:
+    """A rate per minute with its sign and unit: ``"+830 rows/min"``, ``"−0.60 rows/min"``,
+    ``"+1m 0s/min"`` (``unit`` ``"seconds"``)."""
+    sign = "+" if rate >= 0 else "−"
+    if unit == "seconds":
+        return f"{sign}{format_duration(abs(rate))}/min"
+    return f"{sign}{per_minute(abs(rate)).removesuffix('/min')} {unit}/min"
+
+
+@dataclass(frozen=True)
+class SeriesTrend:
+    """The one trend of a sampled series (``series_trend``): the least-squares line through
+    its samples of the last ``window`` seconds, in ``unit`` per minute.
+
+    ``samples``: the points it was fitted on; ``trend`` ``None`` with fewer than
+    ``MIN_SAMPLES`` (or all at one instant). The Overview's tile, the per-event-type row and a
+    firing alert's card say this object of the same samples, so their numbers agree.
+    """
+
+    window: float
+    samples: int
+    trend: Trend | None
+    unit: str = "rows"
+
+    @property
+    def rate_text(self) -> str:
+        """``"+72.3 rows/min"`` (``signed_rate``), or ``"no trend"`` without one."""
+        return "no trend" if self.trend is None else signed_rate(self.trend.per_minute, self.unit)
+
+    @property
+    def missing(self) -> str:
+        """Why there is no trend (``""`` when there is one): ``"2 samples, needs 3: the
+        scheduler records them"`` (of the window, said beside it)."""
+        if self.trend is not None:
+            return ""
+        noun = "sample" if self.samples == 1 else "samples"
+        return f"{self.samples} {noun}, needs {MIN_SAMPLES}: the scheduler records them"
+
+    def drain(self, backlog: int) -> DrainEta | None:
+        """The drain ETA of ``backlog`` rows at this trend (a queue-depth series): its slope
+        is the net drain rate now (``drain_eta(backlog, −slope, 0)``); ``None`` without a
+        trend unless the backlog is empty."""
+        if self.trend is None:
+            return drain_eta(backlog, None, None) if backlog <= 0 else None
+        return drain_eta(backlog, -self.trend.per_minute, 0.0)
+
+    def drain_text(self, backlog: int) -> str:
+        """The drain ETA in a word or two: ``"empty"``, ``"never"`` (the trend grows or
+        holds), ``"≈ 12 min"``, or ``"unknown"`` (no trend)."""
+        eta = self.drain(backlog)
+        if eta is None:
+            return "unknown"
+        if eta.backlog <= 0:
+            return "empty"
+        return "never" if eta.seconds is None else about(eta.seconds)
+
+    def drain_clause(self, backlog: int) -> str:
+        """The drain ETA as said beside the trend: ``"drains never"``, ``"drains in ≈ 12
+        min"``, ``"queue empty"``, or ``"drain ETA unknown"`` (no trend)."""
+        drains = self.drain_text(backlog)
+        if drains == "empty":
+            return "queue empty"
+        if drains == "unknown":
+            return "drain ETA unknown"
+        return f"drains {'never' if drains == 'never' else 'in ' + drains}"
+
+    def text(self, backlog: int | None = None) -> str:
+        """The trend stated once, with its window: ``"trend over 15m: +72.3 rows/min ·
+        drains never"`` (``backlog`` given: a queue depth's ``drain_clause``), ``"trend over
+        15m: −30.0 rows/min · drains in ≈ 4 min"``, ``"… · queue empty"``, or ``"trend over
+        15m: none yet (2 samples, needs 3: the scheduler records them)"``."""
+        head = f"trend over {duration_label(self.window)}: "
+        if self.trend is None:
+            said = f"{head}none yet ({self.missing})"
+            return said + (" · queue empty" if backlog is not None and backlog <= 0 else "")
+        said = head + self.rate_text
+        return said if backlog is None else f"{said} · {self.drain_clause(backlog)}"
+
+    def breach(self, metric: str, op: str, threshold: float) -> "Forecast":
+        """When a rule without ``predict`` on this series breaks by this trend: a
+        ``Forecast`` over the same window (horizon and lookback), its ``crossing_text`` said
+        beside the trend stated once."""
+        return Forecast(
+            metric, self.unit, op, threshold, self.window, self.window, self.samples, self.trend
+        )
+
+
+def series_trend(
+    points: Sequence[tuple[float, float]],
+    *,
+    window: float = DEFAULT_LOOKBACK_SECONDS,
+    unit: str = "rows",
+) -> SeriesTrend:
+    """The one trend of a series: ``fit_trend`` of its points of the last ``window`` seconds.
+
+    Args:
+        points: ``(seconds from now, value)``, from ``sample_points`` (the headline samples)
+            or ``type_sample_points`` (one event type's); those older than ``window`` are
+            left out (the samples read for a longer chart serve too).
+        window: seconds (``DEFAULT_LOOKBACK_SECONDS``: what the Overview says everywhere).
+        unit: the series' unit (``"rows"``, ``"seconds"``).
+
+    Returns:
+        A ``SeriesTrend`` (its ``trend`` ``None`` with too few points).
+    """
+    kept = [(t, value) for t, value in points if t > -window]
+    return SeriesTrend(window, len(kept), fit_trend(kept), unit)
 
 
 def seconds_to_cross(trend: Trend, op: str, threshold: float) -> float | None:
@@ -332,11 +476,7 @@ class Forecast:
     def slope_text(self) -> str:
         """The trend per minute with its sign: ``"+830 rows/min"``, ``"+1m 0s/min"``."""
         assert self.trend is not None
-        rate = self.trend.per_minute
-        sign = "+" if rate >= 0 else "−"
-        if self.unit == "seconds":
-            return f"{sign}{format_duration(abs(rate))}/min"
-        return f"{sign}{per_minute(abs(rate)).removesuffix('/min')} {self.unit}/min"
+        return signed_rate(self.trend.per_minute, self.unit)
 
     @property
     def text(self) -> str:
@@ -383,6 +523,21 @@ class Forecast:
         if crossing == 0:
             return f"breached by its trend ({self.slope_text()})"
         return f"breaches in {about(crossing)} at {self.slope_text()}"
+
+    @property
+    def crossing_text(self) -> str:
+        """``breach_text`` without the slope, beside a trend stated once
+        (``SeriesTrend.breach``): ``"breaches in ≈ 12 min"``, ``"breached by this trend"``,
+        ``"no breach at this trend"``, ``"no breach within 25h at this trend"``, or ``"no
+        forecast"`` without a trend."""
+        if self.trend is None:
+            return "no forecast"
+        crossing = self.crossing
+        if crossing is None:
+            return f"no breach{self._beyond()} at this trend"
+        if crossing == 0:
+            return "breached by this trend"
+        return f"breaches in {about(crossing)}"
 
     def as_payload(self) -> dict[str, Any]:
         """JSON-safe for a notification's payload: ``text``, ``value``, ``horizon_seconds``,

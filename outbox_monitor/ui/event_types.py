@@ -8,6 +8,7 @@ the rules' own state (``alerts.coverage``); firing rules over the whole outbox a
 above it. The history split by event type is ``split_chart`` (the Overview's Charts).
 """
 
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,8 +17,10 @@ import streamlit as st
 
 from outbox_monitor.alerts import coverage
 from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.browse.events import database_now
 from outbox_monitor.export.labels import OTHER
-from outbox_monitor.figures import by_event_type
+from outbox_monitor.figures import by_event_type, metrics
+from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
@@ -48,13 +51,22 @@ def _table(
             _db, top=top, window=window, event_type=event_type, pinned=pinned
         )
         found = controls(_db)
-        names = [bounded_key(row["event_type"]) for row in rows]  # as the samples key them
-        history = by_event_type.history(_db, event_types=names, window=window)
+        history = by_event_type.history(
+            _db,
+            event_types=by_event_type.trend_keys(rows),
+            window=max(window, DEFAULT_LOOKBACK_SECONDS),
+        )
+        samples = metrics.samples_series(_db, window=DEFAULT_LOOKBACK_SECONDS)
+        now = database_now(_db)
+    trends = by_event_type.depth_trends(rows, history, samples, now)
     return {
         "rows": rows,
         "flow": by_event_type.flows(rows, found),
         "controls": found,
         "history": history,
+        "samples": samples,
+        "trends": trends,
+        "now": now,
         "window_seconds": window,
     }
 
@@ -76,17 +88,23 @@ def _link(page: str, event_type: str, f: Filters) -> str | None:
 def table_rows(
     loaded: dict[str, Any], instances: list[dict], ruleset: RuleSet | None, f: Filters
 ) -> list[dict[str, Any]]:
-    """The table's rows: per event type its status and the rule that set it, flow control,
-    the depth sparkline and the figures; links to Events and Dead letters pre-filtered.
+    """The table's rows: per event type its status and the rules that set it, each with its
+    scope (``coverage.set_by``), flow control, the depth sparkline, the figures, and the depth
+    trend with its drain ETA (the one trend of the type's samples, ``forecast.series_trend``:
+    what its firing alert and a tile filtered to it say); links to Events and Dead letters
+    pre-filtered.
 
     Args:
-        loaded: ``_table``'s value (``by_event_type.measure`` rows, flows, history).
+        loaded: ``_table``'s value (``by_event_type.measure`` rows, flows, history, trends).
         instances: ``alerts.state.list_instances``'s rows.
         ruleset: the loaded rules (``None``: the file is invalid).
         f: the sidebar's filters (window for the links).
     """
     depth: dict[str, list[float]] = {}
+    since = loaded["now"] - timedelta(seconds=loaded["window_seconds"])
     for sample in loaded["history"]:
+        if sample["sampled_at"] <= since:
+            continue  # read over the trends' window too, when it is the longer
         depth.setdefault(sample["event_type"], []).append(float(sample["queue_depth"]))
     result = []
     for row in loaded["rows"]:
@@ -98,6 +116,7 @@ def table_rows(
             )
             label = f"other ({format.plural(row['event_types'], 'event type')})"
             flow, spark, events, dead = "–", [], None, None
+            trend, drains = "–", "–"
         else:
             verdict = coverage.verdict(name, instances, ruleset)
             label = name
@@ -105,16 +124,22 @@ def table_rows(
             flow = state.state if state else "running"
             spark = depth.get(bounded_key(name), [])  # the samples' key of the type
             events, dead = _link("events", name, f), _link("dead_letters", name, f)
+            said = loaded["trends"][name]
+            trend, drains = said.rate_text, said.drain_text(int(row["queue_depth"]))
         result.append(
             {
                 "event type": label,
                 "status": verdict.label,
-                "set by": ", ".join(verdict.rules) or "–",
+                # the backlog and its one trend before who says (a long "set by" would push
+                # them out of sight at 1440 px)
+                "queue depth": row["queue_depth"],
+                "depth trend": trend,
+                "drain ETA": drains,
+                "set by": coverage.set_by(verdict, ruleset),
                 "events": events,
                 "dead letters": dead,
                 "flow control": flow,
                 "depth": spark,
-                "queue depth": row["queue_depth"],
                 "pending": row["pending_total"],
                 "oldest pending (s)": row["oldest_pending_age"],
                 "processing": row["processing"],
@@ -131,6 +156,15 @@ def table_rows(
 COLUMNS = {
     "depth": st.column_config.LineChartColumn(
         "depth over window", help="Queue depth per sample (the sampler's history per event type)."
+    ),
+    "depth trend": st.column_config.TextColumn(
+        f"depth trend ({format.duration_label(DEFAULT_LOOKBACK_SECONDS)})",
+        help="Queue depth per minute, least squares over the last "
+        f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples: the trend the tiles "
+        "and the firing alerts say too.",
+    ),
+    "drain ETA": st.column_config.TextColumn(
+        help="When the queue depth reaches 0 at its depth trend; never when it grows or holds."
     ),
     "oldest pending (s)": st.column_config.NumberColumn(format="%.0f"),
     "P95 (s)": st.column_config.NumberColumn(format="%.1f"),
@@ -167,7 +201,11 @@ def load(
 
     Returns:
         ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "controls": [Control]
-        (``flow.controls.controls``), "history": [...], "window_seconds": the window}``.
+        (``flow.controls.controls``), "history": [...] (over the window, and at least the
+        trends' ``forecast.DEFAULT_LOOKBACK_SECONDS``; `other`'s rows too), "samples": [...]
+        (the headline samples of the trends' window), "trends": {event_type: SeriesTrend}
+        (each named type's depth, ``forecast.series_trend`` of ``forecast.scope_points``),
+        "now": the database clock they were read at, "window_seconds": the window}``.
     """
     pinned = tuple(coverage.firing_event_types(instances, ruleset))
     return _table(db_key(db), db, f.window, f.event_type, top, pinned)
@@ -200,8 +238,9 @@ def section(
     st.caption(
         f"The {format.plural(top, 'event type')} in the most trouble (firing first, then "
         f"stuck, dead-lettered, queue depth, oldest age), the rest as one row; figures over "
-        f"the last {f.window_label}. A status comes only from a firing alert rule whose scope "
-        "holds the type."
+        f"the last {f.window_label}, the depth trend over the last "
+        f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples. A status comes only "
+        "from the alert rules whose scope holds the type, named with their scope."
         + ("" if ruleset is not None else " The alert rules file is invalid: no status.")
     )
     frame = pd.DataFrame(table_rows(loaded, instances, ruleset, f))

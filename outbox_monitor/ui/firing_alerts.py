@@ -4,8 +4,9 @@ one event type, that type's trend, drain ETA and dead letters from the by-event-
 with one click to its replay.
 
 The states are the evaluator's (``outbox_monitor.alert_instances``); the type's figures are
-the by-event-type table's (``ui.event_types.load``), the trend is ``forecast.fit_trend`` over
-the sampler's per-event-type history: nothing here is measured a second way.
+the by-event-type table's (``ui.event_types.load``), its depth trend and drain ETA are the
+table row's own ``forecast.SeriesTrend`` (one estimator over one window, issue 30 item 3):
+nothing here is measured a second way.
 """
 
 from collections.abc import Mapping, Sequence
@@ -17,13 +18,8 @@ import streamlit as st
 
 from outbox_monitor.alerts.links import instance_event_type
 from outbox_monitor.alerts.rules import Rule, RuleSet
-from outbox_monitor.figures.forecast import (
-    DEFAULT_LOOKBACK_SECONDS,
-    drain_eta,
-    drain_eta_of,
-    forecast,
-    sample_points,
-)
+from outbox_monitor.export.labels import OTHER
+from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import format, loaders
 from outbox_monitor.ui.rule_state import (
@@ -96,12 +92,13 @@ def firing_rows(
 @dataclass(frozen=True)
 class TypeContext:
     """What the by-event-type table says of the event type a firing instance is about:
-    ``trend`` (``"failed in window +12 rows/min over 15m"``, or why there is none),
-    ``eta`` (``"Drain ETA never: grows by 80/min (trend of 15m)"``: from the depth's trend
-    when the trend is the depth's and there is one, else the window's rates), ``failed``
-    (dead letters in the window), ``figures`` (``"queue depth 1,240 · oldest pending 7m
-    26s"``) and ``flow`` (its flow-control state: ``running``, ``paused``, ``breaker open``,
-    …)."""
+    ``trend`` (its one depth trend stated with its window, and the rule's own figure's when
+    that is another series: ``"trend over 15m: queue depth +72.3 rows/min, drains never;
+    failed in window +0.20 rows/min"``), ``eta`` (the drain ETA at that depth trend, as the
+    table's row and a tile filtered to the type say it: ``"never"``, ``"≈ 5 min"``,
+    ``"empty"``, ``"unknown"``), ``failed`` (dead letters in the window), ``figures``
+    (``"queue depth 1,240 · oldest pending 7m 26s"``) and ``flow`` (its flow-control state:
+    ``running``, ``paused``, ``breaker open``, …)."""
 
     event_type: str
     trend: str
@@ -119,62 +116,43 @@ def type_context(
     ``other``).
 
     Args:
-        rule: the firing rule (its metric picks the trend's sample column, ``TREND_COLUMNS``).
+        rule: the firing rule (its metric picks a second series, ``TREND_COLUMNS``).
         event_type: the instance's event type (``links.instance_event_type``).
-        table: ``ui.event_types.load``'s value (rows, flows, history), or ``None``.
-        now: the database clock; the trend is fitted on the last 15 min of samples
-            (``forecast.DEFAULT_LOOKBACK_SECONDS``).
+        table: ``ui.event_types.load``'s value (rows, flows, history, samples, trends), or
+            ``None``.
+        now: the database clock; every trend is fitted on the last
+            ``forecast.DEFAULT_LOOKBACK_SECONDS`` of samples (``forecast.series_trend``), the
+            depth's being the table's own (``table["trends"]``).
     """
     if table is None:
         return None
     row = next((r for r in table["rows"] if r["event_type"] == event_type), None)
-    if row is None:
+    if row is None or row["event_type"] == OTHER:
         return None
-    column = TREND_COLUMNS.get(rule.metric, "queue_depth")
-    unit = "seconds" if column.endswith("_seconds") else "rows"
-    lookback = DEFAULT_LOOKBACK_SECONDS
-    since = now.timestamp() - lookback
-    key = bounded_key(event_type)  # as the samples key the type
-    history = [
-        sample
-        for sample in table["history"]
-        if sample["event_type"] == key and sample["sampled_at"].timestamp() >= since
-    ]
-    fitted = forecast(
-        column, unit, ">", 0.0, sample_points(history, column, now), horizon=0, lookback=lookback
-    )
-    name = column.removesuffix("_seconds").replace("_", " ")
-    if fitted.trend is None:
-        trend = (
-            f"{name}: no trend yet ({format.plural(fitted.samples, 'sample')} in the last "
-            f"{format.duration_label(lookback)}; the scheduler records them)"
-        )
+    depth: SeriesTrend = table["trends"][event_type]
+    backlog = int(row["queue_depth"])
+    head = f"trend over {format.duration_label(depth.window)}: queue depth"
+    if depth.trend is None:
+        trend = f"{head} none yet ({depth.missing})"
     else:
-        trend = f"{name} {fitted.slope_text()} over the last {format.duration_label(lookback)}"
+        trend = f"{head} {depth.rate_text}, {depth.drain_clause(backlog)}"
+    column = TREND_COLUMNS.get(rule.metric, "queue_depth")
+    if column != "queue_depth":
+        unit = "seconds" if column.endswith("_seconds") else "rows"
+        points = scope_points(
+            table["samples"], table["history"], column, now, event_type=bounded_key(event_type)
+        )
+        own = series_trend(points, window=depth.window, unit=unit)
+        trend += f"; {column.removesuffix('_seconds').replace('_', ' ')} {own.rate_text}"
     age = row["oldest_pending_age"]
-    figures = f"queue depth {format.count(row['queue_depth'])}" + (
+    figures = f"queue depth {format.count(backlog)}" + (
         f" · oldest pending {format_value(age, 'seconds')}" if age is not None else ""
     )
-    if column == "queue_depth" and fitted.trend is not None:
-        # the depth's own trend is the net drain rate now; the window's rates lag an outage
-        eta = drain_eta(int(row["queue_depth"]), -fitted.trend.per_minute, 0.0)
-        basis = f" (trend of {format.duration_label(lookback)})"
-    else:
-        eta = drain_eta_of(
-            {
-                "queue_depth": row["queue_depth"],
-                "processed_per_minute": row.get("processed_per_minute"),
-                "created_per_minute": row.get("created_per_minute"),
-                "failed_in_window": row["failed_in_window"],
-                "window_seconds": table["window_seconds"],
-            }
-        )
-        basis = ""
     flow = table["flow"].get(event_type)
     return TypeContext(
         event_type,
         trend,
-        f"Drain ETA{':' if eta.backlog <= 0 else ''} {eta.text}{basis}",
+        depth.drain_text(backlog),
         int(row["failed_in_window"]),
         figures,
         flow.state if flow is not None else "running",
@@ -308,7 +286,7 @@ def fill(
         held = "" if context.flow == "running" else f" · flow control: {context.flow}"
         card.detail.markdown(
             format.md_text(
-                f"{context.event_type}: {context.figures} · {context.trend} · {context.eta}"
+                f"{context.event_type}: {context.figures} · {context.trend}"
                 f" · {format.count(context.failed)} dead-lettered in {f.window_label}{held}"
             )
         )

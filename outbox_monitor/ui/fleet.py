@@ -16,12 +16,15 @@ from outbox_monitor.ui.cache import cached
 from outbox_monitor.ui.state import OUTBOX_PARAM, WINDOW_PARAM
 
 STATUS_TEXT = {
-    "ok": ":green[ok]",
-    "firing": ":red[firing]",
+    "ok": "no alert firing",
+    "firing": ":red[alert firing]",
     "error": ":orange[error]",
     "unreachable": ":red[unreachable]",
 }
-"""Each ``OutboxRow.status`` as the table shows it."""
+"""Each ``OutboxRow.status`` as the table shows it: what it is — whether an alert fires —
+never a green "ok" beside figures no rule watches (issue 30 item 4); ``NO_ALERT_STATE`` when
+the database keeps no alert state."""
+NO_ALERT_STATE = "no alert state"
 
 
 def _close(connections: FleetConnections) -> None:
@@ -105,7 +108,9 @@ def table(found: list[OutboxRow], window_label: str) -> str:
             # same tab (a markdown link would open a new one); the name is [a-z0-9_-] only
             f'<a href="{html.escape(overview_link(row.name, window_label))}" '
             f'target="_self">{row.name}</a>',
-            STATUS_TEXT[row.status],
+            NO_ALERT_STATE
+            if row.status == "ok" and row.firing_alerts is None
+            else STATUS_TEXT[row.status],
             what_is_wrong(row),
             format.count(row.queue_depth) if measured else "",
             format.duration(row.oldest_pending_age) if measured else "",

@@ -53,7 +53,7 @@ def evidence(
     Args:
         db: the page's Database.
         figures: ``loaders.status``'s value (``workers``, ``health``).
-        table: ``event_types.load``'s value (``rows``, ``flow``, ``controls``, ``history``,
+        table: ``event_types.load``'s value (``rows``, ``flow``, ``controls``, ``trends``,
             ``window_seconds``).
         instances: the alert instances (``None``: their states are unknown, none counts).
         now: the database clock.
@@ -80,7 +80,7 @@ def evidence(
         rows=table["rows"],
         flows=flows,
         controls=table["controls"],
-        history=table["history"],
+        trends=table["trends"],
         workers=figures["workers"],
         horizon_age=health["xmin_horizon_age_seconds"],
         horizon_holder=holding[0]["summary"] if holding else None,

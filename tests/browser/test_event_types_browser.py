@@ -25,9 +25,9 @@ def test_the_table_shows_statuses_with_their_rules_and_links(dashboard, page, db
     expect(grid).to_be_visible()
     for text in (
         "failing",
-        "payment-failed",
+        "payment-failed [payment.%, per event type, over 15m]",  # each rule with its scope
         "backlogged",
-        "notifications-late",
+        "notifications-late [notification.%]",
         "notification.email",
         "order.paid",
     ):

@@ -17,9 +17,9 @@ def test_the_firing_section_shows_the_instance(dashboard, page, rows, settings, 
 
     page.goto(dashboard)
     expect(page.get_by_role("heading", name="Firing alerts")).to_be_visible()
-    shown = page.get_by_text("stuck-lock: 1 vs > 0", exact=False).filter(visible=True)
+    shown = page.get_by_text("stuck-lock [all types]: 1 vs > 0", exact=False).filter(visible=True)
     expect(shown.first).to_be_visible()
-    expect(page.get_by_text("FIRING · stuck-lock", exact=True)).to_be_visible()  # badge
+    expect(page.get_by_text("FIRING for all types: 1", exact=True)).to_be_visible()  # badge
     screenshot("overview-firing-alerts")
 
     page.get_by_role("link", name="Open alert").click()

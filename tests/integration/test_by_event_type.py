@@ -148,8 +148,9 @@ def test_status_comes_from_the_firing_instance_of_the_rule_that_covers_the_type(
     assert status("notification.email") == coverage.Verdict("backlogged", ("notifications-late",))
     # covered by payment-failed (payment.%), whose instances name only payment.captured
     assert status("payment.refunded") == coverage.Verdict("healthy", ("payment-failed",))
-    # paused, stuck, 3 due: no rule's scope holds it, so no label of ours either
-    assert status("order.paid") == coverage.Verdict("no rule covers it")
+    # paused, stuck, 3 due: no rule watches it apart; the backlog over all types (5, not > 5)
+    # holds its rows too, and is ok (issue 30 item 4: not "no rule covers it")
+    assert status("order.paid") == coverage.Verdict("ok for all types", ("backlog",))
     # backlog (queue depth 3 + 1 + 1 = 5, not > 5) is ok; unscoped: it labels no type
     assert coverage.unscoped_firing(instances, ruleset) == []
     assert coverage.firing_event_types(instances, ruleset) == ["payment.captured"]
@@ -165,7 +166,9 @@ def test_an_unscoped_firing_rule_is_listed_apart(db, rows, conn, write_rules):
     (firing,) = coverage.unscoped_firing(instances, ruleset)
 
     assert (firing["rule"], firing["value"]) == ("backlog", 6)
-    assert coverage.verdict("order.paid", instances, ruleset).label == "no rule covers it"
+    assert coverage.verdict("order.paid", instances, ruleset) == coverage.Verdict(
+        "FIRING for all types", ("backlog",)
+    )
 
 
 def insert_types(conn, count: int) -> None:
@@ -363,7 +366,8 @@ def test_an_open_breaker_labels_the_types_its_filter_matches(db, rows, conn, wri
     assert coverage.verdict("crm.contact", instances, ruleset) == coverage.Verdict(
         "paused", ("breaker-open",)
     )
-    # covered (by without a filter: every type), its breaker instance is another filter's
+    # no breaker watches it: the breaker rule, whose instances are the breakers' filters, does
+    # not make it "healthy" (issue 30 item 4)
     assert coverage.verdict("erp.order", instances, ruleset) == coverage.Verdict(
-        "healthy", ("breaker-open",)
+        "no rule covers it"
     )

@@ -13,6 +13,7 @@ from outbox_monitor.figures.fleet_figures import measure_outbox
 from tests.alerting import notifications
 from tests.flow import control
 from tests.health import idle_in_transaction, wait_until
+from tests.sampler_rows import sampler_pass
 
 HOURS = 7200  # rows two hours old: "2h 0m" whatever the seconds between insert and read
 
@@ -78,14 +79,10 @@ def test_downstream_failing_names_the_retry_error_the_breaker_and_the_trend(db, 
     add_retrying(rows, 900, error="read timeout")
     claims_recently(rows)
     open_breaker(conn, rows, 1800)
-    # the type's queue depth sampled 0, 5 and 10 over the last ten minutes: +1 row/min
+    # the type's queue depth sampled 0, 5 and 10 over the last ten minutes: +1 row/min (the
+    # sampler's passes: the headline row and the type's at one instant)
     for ago, depth in ((600, 0), (300, 5), (0, 10)):
-        conn.execute(
-            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
-            " queue_depth, failed_in_window, retrying) VALUES ('public.integration_outbox', %s,"
-            " 'order.paid', %s, 0, 4)",
-            (rows.t0 - timedelta(seconds=ago), depth),
-        )
+        sampler_pass(conn, ago, depth, types={"order.paid": (depth, 0)})
 
     line = only_line(db)
 

@@ -13,11 +13,13 @@ from rendered import plain
 from tests.fleet_rows import seed_fleet, write_fleet
 
 # Outbox, status, queue depth, oldest pending, P95 latency (1h), failed (1h), firing alerts
-# (orders and shipping share a database, each its own alert state), database
+# (orders and shipping share a database, each its own alert state), database. A status says
+# what it is: orders has a dead letter in the hour and no alert firing, never a green "ok"
+# (issue 30 item 4)
 ROWS = [
-    ["orders", "ok", "2", "2h 0m", "29s", "1", "0", "reachable"],
-    ["shipping", "firing", "3", "3h 0m", "–", "0", "1", "reachable"],
-    ["billing", "firing", "1", "5h 0m", "5.0s", "2", "1", "reachable"],
+    ["orders", "no alert firing", "2", "2h 0m", "29s", "1", "0", "reachable"],
+    ["shipping", "alert firing", "3", "3h 0m", "–", "0", "1", "reachable"],
+    ["billing", "alert firing", "1", "5h 0m", "5.0s", "2", "1", "reachable"],
 ]
 
 
@@ -39,7 +41,7 @@ def table(at) -> dict[str, list[str]]:
     found = {}
     for name, row in cells(at).items():
         link = re.fullmatch(r'<a href="(.*)" target="_self">.*</a>', row[0]).group(1)
-        status = row[1].split("[")[1].rstrip("]")
+        status = re.sub(r":\w+\[(.*)\]", r"\1", row[1])  # a colour's markup removed
         found[name] = [name, status, *(plain(c) for c in row[3:9]), html.unescape(link)]
     return found
 

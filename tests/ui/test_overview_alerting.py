@@ -14,6 +14,7 @@ from outbox_monitor.figures.error_grouping import error_groups
 from outbox_monitor.ui import alert_rules, firing_alerts, rule_state
 from tests.alerting import evaluate_as_scheduler, rules_file
 from tests.flow import control
+from tests.sampler_rows import sampler_pass
 
 RULES = """
 version: 1
@@ -38,15 +39,10 @@ def seed(rows) -> None:
 
 
 def type_samples(conn, event_type: str, samples: list[tuple[int, int, int]]) -> None:
-    """The sampler's per-type rows: ``(seconds ago, queue depth, failed in window)`` each."""
+    """The sampler's passes: ``(seconds ago, queue depth, failed in window)`` each, of the
+    only type (the headline depth the same)."""
     for ago, depth, failed in samples:
-        conn.execute(
-            "INSERT INTO outbox_monitor.event_type_samples (table_name, sampled_at, event_type,"
-            " queue_depth, failed_in_window, retrying)"
-            " VALUES ('public.integration_outbox', now() - make_interval(secs => %s), %s, %s,"
-            " %s, 0)",
-            (ago, event_type, depth, failed),
-        )
+        sampler_pass(conn, ago, depth, types={event_type: (depth, failed)})
 
 
 def card_text(at, rule: str, context: str) -> str:
@@ -90,25 +86,31 @@ def test_badges_are_the_rules_state_scoped_like_the_rule(
     value, badge = shown["Oldest pending age"]
     # the figure over all event types, read by the page: 446 s at t0, older by the page's time
     assert 446 - 0.5 <= seconds_shown(value) <= 446 + opened + 0.5
-    assert badge == "ok · notifications-late"
+    # notifications-late watches notification.% only: no rule watches all types' age (issue 30
+    # item 4), and the caption says what the narrower rule says
+    assert badge == "no rule watches this"
     # the rule's persisted value, at the evaluation's instant: 63.7 s at t0 (1m 4s on a quiet
     # machine), older by the time the evaluation came after t0; whole seconds on the page
-    (state,) = [c for c in captions if c.startswith("notifications-late [notification.%]: ")]
-    age = re.fullmatch(r"notifications-late \[notification\.%\]: (.+) vs > 5m 0s", state)
+    head = "No rule watches all of this; notifications-late: ok for notification.% only: "
+    (state,) = [c for c in captions if c.startswith(head)]
+    age = re.fullmatch(re.escape(head) + r"(.+)", state)
     assert age, state
     assert 63.7 - 0.5 <= seconds_shown(age.group(1)) <= 63.7 + evaluated + 0.5
-    assert shown["Failed (24 h)"] == ("1", "ok · payment-failed")
-    assert "payment-failed [payment.%, per event type]: no instance" in captions
-    assert shown["Queue depth"] == ("2", "ok · backlog")
-    assert "backlog: 2 vs > 1,000" in captions
-    assert shown["Stuck locks"] == ("1", "FIRING · stuck-lock")
-    assert "stuck-lock: 1 vs > 0" in captions
-    assert shown["P95 latency"] == ("–", "no rule")
-    assert shown["xmin horizon held"][1] == "no rule"
-    assert captions.count("No rule covers this figure.") == 2
+    assert shown["Failed (24 h)"] == ("1", "no rule watches this")
     assert (
-        "notifications-late: no forecast (it watches notification.%; the samples, all event types)"
+        "No rule watches all of this; payment-failed: ok for each payment.% type over 15m only"
         in captions
+    )
+    assert shown["Queue depth"] == ("2", "ok for all types: 2")
+    assert "backlog [all types]: 2 vs > 1,000" in captions
+    assert shown["Stuck locks"] == ("1", "FIRING for all types: 1")
+    assert "stuck-lock [all types]: 1 vs > 0" in captions
+    assert shown["P95 latency"] == ("–", "no rule watches this")
+    assert shown["xmin horizon held"][1] == "no rule watches this"
+    assert captions.count("No rule watches this figure.") == 2
+    assert (
+        "notifications-late (> 5m 0s for notification.%): no trend of a pattern (the samples "
+        "are per event type)" in captions
     )
     colours = {m.label: m.proto.color for m in at.metric if m.delta}
     assert colours["Stuck locks"] != colours["Oldest pending age"]
@@ -116,15 +118,15 @@ def test_badges_are_the_rules_state_scoped_like_the_rule(
     section = [plain(m.value) for m in at.markdown if "stuck-lock" in plain(m.value)]
     assert len(section) == 1
     assert section[0].startswith(
-        ":material/local_fire_department: **FIRING** · warning · stuck-lock: 1 vs > 0"
+        ":material/local_fire_department: **FIRING** · warning · stuck-lock [all types]: 1 vs > 0"
     )
     links = [link for link in at.get("page_link") if link.proto.label == "Open alert"]
     assert len(links) == 1 and links[0].proto.page == "alerts"
     assert links[0].proto.query_string == "rule=stuck-lock&instance="
-    # the queue-depth tile's drain ETA: 2 due, none processed or created per minute → never
-    assert any(c.value.startswith("Drain ETA never") for c in at.caption)
-    forecast = "backlog: no forecast: 0 sample(s) in the last 15m (needs 3)"
-    assert any(plain(c.value) == forecast for c in at.caption)
+    # no samples: no trend, so no drain ETA nor breach time made up from the window's rates
+    trend = "Trend over 15m: none yet (0 samples, needs 3: the scheduler records them)"
+    assert captions.count(trend) == 2  # queue depth and oldest age
+    assert "backlog (> 1,000): no forecast" in captions
 
 
 def test_a_stalled_scheduler_is_said_instead_of_stale_badges(
@@ -143,7 +145,7 @@ def test_a_stalled_scheduler_is_said_instead_of_stale_badges(
 
     shown = tiles(at)
     assert shown["Stuck locks"] == ("1", "state unknown")
-    assert shown["P95 latency"][1] == "no rule"
+    assert shown["P95 latency"][1] == "no rule watches this"
     assert "Alerting is not running: see above." in [plain(c.value) for c in at.caption]
     assert any("Alert states unknown" in w.value for w in at.warning)
     assert any("Alerting is stalled" in e.value for e in at.error)
@@ -173,10 +175,12 @@ def test_an_alert_held_open_by_keep_firing_for_says_so(tmp_path):
         "firing_since": now - timedelta(minutes=5),
         "cleared_since": now - timedelta(seconds=40),
     }
-    badge = rule_state.badge("stuck_locks", ruleset, [held], down=None, now=now)
-    assert badge.text == "FIRING · stuck-lock"
+    badge = rule_state.badge(
+        "stuck_locks", ruleset, [held], down=None, now=now, default_window=3600.0
+    )
+    assert badge.text == "FIRING for all types: 0"
     note = "held by keep_firing_for 2m: clear since 2026-01-01 14:04:20 UTC (40s ago)"
-    assert badge.line == f"stuck-lock: 0 vs > 0 ({note})"
+    assert badge.line == f"stuck-lock [all types]: 0 vs > 0 ({note})"
     [row] = firing_alerts.firing_rows(ruleset, [held], now)
     assert row["held"] == note
     assert row["ago"] == "5m 0s"
@@ -208,9 +212,11 @@ def test_a_pending_alert_says_how_long_of_its_for(tmp_path):
         "value": 1200.0,
         "pending_since": now - timedelta(minutes=2),
     }
-    badge = rule_state.badge("queue_depth", ruleset, [pending], down=None, now=now)
-    assert (badge.text, badge.color) == ("pending · backlog", "orange")
-    assert badge.line == "backlog: 1,200 vs > 1,000 (pending 2m 0s of for 10m)"
+    badge = rule_state.badge(
+        "queue_depth", ruleset, [pending], down=None, now=now, default_window=3600.0
+    )
+    assert (badge.text, badge.color) == ("pending for all types: 1,200", "orange")
+    assert badge.line == "backlog [all types]: 1,200 vs > 1,000 (pending 2m 0s of for 10m)"
 
 
 FAILING = """
@@ -246,12 +252,17 @@ def test_a_firing_type_says_its_trend_eta_and_links_to_its_replay(
 
     assert not at.exception
     text = card_text(at, "payment-failed", "payment.captured:")
-    assert "**FIRING** · critical · payment-failed [per event type] payment.captured: 3" in text
-    # 7 rows created in the hour (4 pending, 3 failed) and none done: 7/60 per minute in,
-    # 3/60 per minute out (dead-lettered): grows by 4/60 = 0.07/min
+    assert (
+        "**FIRING** · critical · payment-failed [all types, per event type, over 1h] "
+        "payment.captured: 3" in text
+    )
     assert "payment.captured: queue depth 4 · oldest pending 5m " in text
-    assert "failed in window +0.20 rows/min over the last 15m" in text
-    assert "Drain ETA never: grows by 0.07/min · 3 dead-lettered in 1h" in text
+    # one window, stated once: the depth held at 4 (never drains), the dead letters rose
+    assert (
+        "trend over 15m: queue depth +0.00 rows/min, drains never; failed in window +0.20 "
+        "rows/min · 3 dead-lettered in 1h" in text
+    )
+    assert "grows by" not in text
     (group,) = error_groups(db, event_type="payment.captured")
     (replay,) = [p for p in at.get("page_link") if p.proto.label == "Replay dead letters"]
     assert replay.proto.page == "dead_letters"
@@ -290,8 +301,7 @@ def test_a_held_type_links_to_its_controls_and_its_older_dead_letters(
 
     assert not at.exception
     text = card_text(at, "payment-failed", "payment.captured:")
-    assert "queue depth −0.60 rows/min over the last 15m" in text
-    assert "Drain ETA ≈ 5 min (drains 0.60/min net) (trend of 15m)" in text
+    assert "trend over 15m: queue depth −0.60 rows/min, drains in ≈ 5 min" in text
     assert "0 dead-lettered in 1h · flow control: paused" in text
     labels = {p.proto.label: p.proto for p in at.get("page_link")}
     assert labels["Open controls"].query_string == "event_type=payment.captured"

@@ -21,6 +21,10 @@ def ruleset(environment: pytest.MonkeyPatch, tmp_path: Path):
     return load_rules(path)
 
 
+PAYMENT_FAILED = "payment-failed [payment.%, per event type, over 15m]"
+"""A rule as the table names it: with its scope (issue 30 item 4)."""
+
+
 def by_type(at) -> dict[str, dict]:
     (frame,) = [d.value for d in at.dataframe if "event type" in d.value.columns]
     return {row["event type"]: row for row in frame.to_dict("records")}
@@ -46,10 +50,11 @@ def test_the_table_names_each_type_its_status_and_the_rule_that_set_it(
     ]
     shown = {name: (row["status"], row["set by"]) for name, row in table.items()}
     assert shown == {
-        "order.paid": ("no rule covers it", "–"),
-        "payment.captured": ("failing", "payment-failed"),
-        "notification.email": ("backlogged", "notifications-late"),
-        "payment.refunded": ("healthy", "payment-failed"),
+        # no rule watches it apart: the backlog over all types (firing) holds its rows
+        "order.paid": ("FIRING for all types", "backlog [all types]"),
+        "payment.captured": ("failing", PAYMENT_FAILED),
+        "notification.email": ("backlogged", "notifications-late [notification.%]"),
+        "payment.refunded": ("healthy", PAYMENT_FAILED),
     }
     order = table["order.paid"]
     assert order["flow control"] == "paused"
@@ -79,7 +84,7 @@ def test_thirty_types_show_the_top_n_and_one_other_row(open_page, environment, r
 
     assert list(table) == ["t29", "t28", "t27", "t26", "t25", "other (25 event types)"]
     other = table["other (25 event types)"]
-    assert (other["queue depth"], other["status"]) == (325, "no rule covers it")
+    assert (other["queue depth"], other["status"]) == (325, "ok for all types")  # backlog's
     assert pd.isna(other["events"]) and pd.isna(other["P95 (s)"])
 
 

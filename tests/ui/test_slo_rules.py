@@ -118,5 +118,5 @@ def test_overview_badges_follow_the_rules_of_the_file(
     at = open_page("overview")
     assert not at.exception
     shown = {m.label: (m.value, m.delta) for m in at.metric}
-    assert shown["Queue depth"] == ("2", "FIRING · backlog")  # the file's rule
-    assert shown["Stuck locks"] == ("0", "no rule")  # none in the file
+    assert shown["Queue depth"] == ("2", "FIRING for all types: 2")  # the file's rule
+    assert shown["Stuck locks"] == ("0", "no rule watches this")  # none in the file

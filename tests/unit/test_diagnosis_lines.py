@@ -28,7 +28,7 @@ def test_a_group_read_after_the_table_is_a_share_of_the_larger_count():
         rows=[row],
         flows={},
         controls=[],
-        history=[],
+        trends={},
         workers={"no_claim_while_due_seconds": 0.0, "due_rows": 0},
         retry_groups={"mail.sent": [group]},
     )

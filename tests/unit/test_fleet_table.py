@@ -40,7 +40,7 @@ def test_values_are_escaped_and_the_link_keeps_the_window():
     assert re.findall(r"(?<!\\)<(?!a href=|/a>|code>|/code>|em>|/em>)", text) == []
     assert "\\<script\\>" in text and "a\\|b" in text and "a|b" not in text
     assert '<a href="overview?outbox=billing&amp;window=6h" target="_self">billing</a>' in text
-    assert lines[3].split(" | ")[1:8] == [":green[ok]", "–", "1,234", "1m 30s", "–", "–", "2"]
+    assert lines[3].split(" | ")[1:8] == ["no alert firing", "–", "1,234", "1m 30s", "–", "–", "2"]
     assert lines[2].split(" | ")[2:8] == ["–"] * 6  # an error: no figure shown
     # the headline's line: its link opens the outbox, its texts escaped
     wrong = lines[4].split(" | ")[2]
@@ -49,3 +49,14 @@ def test_values_are_escaped_and_the_link_keeps_the_window():
         "<code>\\<img src\\=x\\></code></a>"
     )
     assert "<em>a\\|b \\<script\\></em>" in wrong
+
+
+def test_a_status_says_it_is_about_alerts_only():
+    # the billing "ok" beside 6,474 failures in 1 h: no alert fired, which is all it says
+    quiet = OutboxRow("billing", failed_in_window=6474, firing_alerts=0)
+    firing = OutboxRow("orders", status="firing", firing_alerts=1)
+    no_state = OutboxRow("shipping", failed_in_window=3)  # init-db not run: no alert state
+    lines = table([quiet, firing, no_state], "1h").splitlines()
+    statuses = [line.split(" | ")[1] for line in lines[2:]]
+    assert statuses == ["no alert firing", ":red[alert firing]", "no alert state"]
+    assert lines[2].split(" | ")[6] == "6,474"

@@ -12,7 +12,9 @@ from outbox_monitor.figures.forecast import (
     fit_trend,
     forecast,
     sample_points,
+    scope_points,
     seconds_to_cross,
+    series_trend,
     type_sample_points,
 )
 
@@ -182,3 +184,67 @@ def test_a_draining_backlog_past_the_threshold_is_not_called_a_breach():
         seconds_to_cross(fit_trend([(-60.0, 3000.0), (0.0, 3500.0), (-30.0, 3250.0)]), ">", 1000)
         == 0
     )
+
+
+def test_one_trend_gives_the_slope_the_drain_eta_and_the_breach():
+    # depth 30, 20, 10 at −10, −5 and 0 min: −10 rows per 5 min = −2.00 rows/min, 10 left
+    draining = series_trend([(-600.0, 30.0), (-300.0, 20.0), (0.0, 10.0)])
+    assert (draining.window, draining.samples) == (900.0, 3)
+    assert draining.trend is not None and draining.trend.per_minute == pytest.approx(-2.0)
+    assert draining.rate_text == "−2.00 rows/min"
+    # 10 rows at 2 rows/min: 5 min
+    assert draining.drain(10).seconds == pytest.approx(300.0)
+    assert draining.drain_text(10) == "≈ 5 min"
+    assert draining.text(10) == "trend over 15m: −2.00 rows/min · drains in ≈ 5 min"
+    assert draining.text(0) == "trend over 15m: −2.00 rows/min · queue empty"
+    assert draining.text() == "trend over 15m: −2.00 rows/min"  # an age: no drain ETA
+    # depth 4, 7, 10: +3 rows per 5 min = +0.60 rows/min; it never drains
+    growing = series_trend([(-600.0, 4.0), (-300.0, 7.0), (0.0, 10.0)])
+    assert growing.text(10) == "trend over 15m: +0.60 rows/min · drains never"
+    # a rule without predict breaks by the same trend: (100 − 10) / 0.01 per s = 9,000 s
+    breach = growing.breach("queue_depth", ">", 100)
+    assert (breach.lookback, breach.horizon, breach.samples) == (900.0, 900.0, 3)
+    assert breach.crossing == pytest.approx(9000.0)
+    assert breach.crossing_text == "breaches in ≈ 2h 30m"
+    assert growing.breach("queue_depth", ">", 5).crossing_text == "breached by this trend"
+    assert draining.breach("queue_depth", ">", 100).crossing_text == "no breach at this trend"
+
+
+def test_the_trend_keeps_only_its_window_and_says_why_it_has_none():
+    # a point 20 min old is outside the 15 min: two points left, no trend
+    found = series_trend([(-1200.0, 100.0), (-600.0, 4.0), (0.0, 10.0)])
+    assert (found.samples, found.trend) == (2, None)
+    assert found.rate_text == "no trend"
+    assert found.drain(10) is None and found.drain_text(10) == "unknown"
+    assert found.drain_text(0) == "empty"  # nothing to drain needs no trend
+    assert found.text(10) == (
+        "trend over 15m: none yet (2 samples, needs 3: the scheduler records them)"
+    )
+    assert found.breach("queue_depth", ">", 100).crossing_text == "no forecast"
+    # an age's trend: +1m 0s per minute
+    age = series_trend([(-120.0, 100.0), (-60.0, 160.0), (0.0, 220.0)], unit="seconds")
+    assert age.rate_text == "+1m 0s/min"
+
+
+def test_scope_points_read_all_types_or_one_as_the_evaluator_does():
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    samples = [
+        {"sampled_at": now - timedelta(minutes=m), "pending_total": 9, "queue_depth": d}
+        for m, d in ((10, 9), (5, 9), (0, 9))
+    ]
+    type_rows = [
+        {"sampled_at": now - timedelta(minutes=10), "event_type": "order.paid", "queue_depth": 4},
+        {"sampled_at": now - timedelta(minutes=10), "event_type": "mail.sent", "queue_depth": 5},
+        {"sampled_at": now - timedelta(minutes=5), "event_type": "other", "queue_depth": 9},
+        {"sampled_at": now, "event_type": "order.paid", "queue_depth": 6},
+    ]
+    assert scope_points(samples, type_rows, "queue_depth", now) == [
+        (-600.0, 9.0),
+        (-300.0, 9.0),
+        (0.0, 9.0),
+    ]
+    # its own rows; 5 min ago folded into other: no point (mail.sent's row is not its)
+    assert scope_points(samples, type_rows, "queue_depth", now, event_type="order.paid") == [
+        (-600.0, 4.0),
+        (0.0, 6.0),
+    ]
