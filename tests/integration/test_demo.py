@@ -179,7 +179,9 @@ def running_demo(
     try:
         yield _wait_for(lines, "Ctrl-C to stop", process, timeout=timeout)
     finally:
-        os.killpg(process.pid, signal.SIGINT)
+        # a demo that died at start left no process group: its pipe is still closed below
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
         code = process.wait(60)
         reader.join(5)
         process.stdout.close()
