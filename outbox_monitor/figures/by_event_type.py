@@ -192,3 +192,36 @@ def sampled_event_types(db: Database, *, window: float | None = None, limit: int
         },
     )
     return [row["event_type"] for row in rows]
+
+
+def known_event_types(db: Database, *, window: float, limit: int) -> list[str]:
+    """The event types known without reading the outbox's history (``known_event_types``):
+    the planner's statistics of its ``event_type`` column (most common values, histogram
+    bounds), the types of its pending and processing rows (the backlog, through the claim
+    index) and those of the per-event-type samples of the last ``window`` seconds (without
+    ``other``). A type with only old finished rows that the statistics missed is not among
+    them.
+
+    Args:
+        window: seconds of samples to read.
+        limit: at most this many types, in order.
+
+    Returns:
+        The event types, sorted.
+
+    Raises:
+        The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
+    """
+    schema, table = db.settings.table_parts
+    rows = db.fetch_all(
+        "known_event_types",
+        {
+            "schema": schema,
+            "table": table,
+            "table_name": db.table_name,
+            "window": window,
+            "other": OTHER,
+            "limit": limit,
+        },
+    )
+    return [row["event_type"] for row in rows]
