@@ -194,17 +194,21 @@ def sampled_event_types(db: Database, *, window: float | None = None, limit: int
     return [row["event_type"] for row in rows]
 
 
-def known_event_types(db: Database, *, window: float, limit: int) -> list[str]:
+def known_event_types(db: Database, *, window: float, limit: int, dead_letters: bool) -> list[str]:
     """The event types known without reading the outbox's history (``known_event_types``):
     the planner's statistics of its ``event_type`` column (most common values, histogram
     bounds), the types of its pending and processing rows (the backlog, through the claim
-    index) and those of the per-event-type samples of the last ``window`` seconds (without
-    ``other``). A type with only old finished rows that the statistics missed is not among
-    them.
+    index), those of the per-event-type samples of the last ``window`` seconds (without
+    ``other``) and, with ``dead_letters``, those of its dead letters (their first 200
+    characters, ``filters.EVENT_TYPE_KEY_CHARS``: one probe of the recommended
+    ``failed_by_type`` index per type). A type with only done rows that the statistics
+    missed is not among them.
 
     Args:
         window: seconds of samples to read.
         limit: at most this many types, in order.
+        dead_letters: read the dead letters' types: only when the ``failed_by_type`` index
+            is there (without it each probe would scan the table).
 
     Returns:
         The event types, sorted.
@@ -222,6 +226,7 @@ def known_event_types(db: Database, *, window: float, limit: int) -> list[str]:
             "window": window,
             "other": OTHER,
             "limit": limit,
+            "dead_letters": dead_letters,
         },
     )
     return [row["event_type"] for row in rows]

@@ -4,8 +4,8 @@ seen — says so above every page (its figures and lists are then of no rows, no
 type), with the closest known types to switch to in one click.
 
 The known types are ``loaders.known_event_types``: the planner's statistics of the
-``event_type`` column, the backlog's types and the last hour's samples — read without
-scanning the outbox's history.
+``event_type`` column, the backlog's types, the dead letters' types and the last hour's
+samples — read without scanning the outbox's history.
 """
 
 import difflib
@@ -15,6 +15,7 @@ import streamlit as st
 
 from outbox_monitor.flow.model import matches
 from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import EVENT_TYPE_KEY_CHARS
 from outbox_monitor.ui import format, loaders
 from outbox_monitor.ui.state import EVENT_TYPE_PARAM
 
@@ -56,13 +57,15 @@ def show(db: Database, event_filter: str | None) -> None:
     """A warning above the page when the sidebar's event-type filter matches no known event
     type (``matches_none`` over ``loaders.known_event_types``): what was looked at, the
     closest known types (``closest``) each with a button that sets the filter to it, or a
-    few known types when none is close. Nothing without a filter, or when it matches one.
+    few known types when none is close. Nothing without a filter, when it matches one, or
+    when it is longer than ``EVENT_TYPE_KEY_CHARS`` (the dead letters' types are known by
+    their first characters).
 
     Raises:
         The connector's errors (shown by the page's ``banners.guarded``).
     """
-    if not event_filter:
-        return
+    if not event_filter or len(event_filter) > EVENT_TYPE_KEY_CHARS:
+        return  # a longer type: the dead letters' types are known by their first characters
     known = loaders.known_event_types(db)
     if not matches_none(event_filter, known):
         return
@@ -77,8 +80,8 @@ def show(db: Database, event_filter: str | None) -> None:
         hint = "No event type is known yet: the outbox has no rows waiting and no statistics."
     st.warning(
         f"**No event type matches {format.md_code(event_filter)}**: the figures and lists "
-        "below are of no rows (looked at: rows waiting now, the planner's statistics of "
-        f"`event_type` and the last hour's samples). {hint}",
+        "below are of no rows (looked at: rows waiting now, dead letters, the planner's "
+        f"statistics of `event_type` and the last hour's samples). {hint}",
         icon=":material/filter_alt_off:",
     )
     if near:

@@ -359,16 +359,20 @@ MAX_KNOWN_TYPES = 5000
 
 
 @cached
-def _known_event_types(key: str, _db: Database) -> list[str]:
+def _known_event_types(key: str, _db: Database, dead_letters: bool) -> list[str]:
     return by_event_type.known_event_types(
-        _db, window=KNOWN_TYPES_WINDOW_SECONDS, limit=MAX_KNOWN_TYPES
+        _db, window=KNOWN_TYPES_WINDOW_SECONDS, limit=MAX_KNOWN_TYPES, dead_letters=dead_letters
     )
 
 
 def known_event_types(db: Database) -> list[str]:
-    """``by_event_type.known_event_types`` over the last hour's samples: the event types the
-    sidebar's filter is checked against (``ui.filter_check``), sorted."""
-    return _known_event_types(db_key(db), db)
+    """``by_event_type.known_event_types`` over the last hour's samples, with the dead
+    letters' types when the recommended index by type of the dead letters is there
+    (``missing_indexes``): the event types the sidebar's filter is checked against
+    (``ui.filter_check``), sorted."""
+    index = indexes.FAILED_BY_TYPE.name(db.settings.table_parts[1])
+    indexed = not any(missing.startswith(f"{index}:") for missing in missing_indexes(db))
+    return _known_event_types(db_key(db), db, indexed)
 
 
 def database_now(db: Database) -> datetime:

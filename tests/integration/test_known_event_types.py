@@ -1,6 +1,6 @@
 """The event types the dashboard's event-type filter is checked against (issue 30 item 7):
-the backlog's types, the last hour's per-type samples and the planner's statistics of the
-event_type column — read without scanning the outbox's history."""
+the backlog's types, the last hour's per-type samples, the dead letters' types and the
+planner's statistics of the event_type column — read without scanning the outbox's history."""
 
 from outbox_monitor.figures.by_event_type import known_event_types
 
@@ -24,20 +24,27 @@ def test_known_types_are_the_backlogs_the_recent_samples_and_the_statistics(db, 
     sample(conn, "payment.captured", 2 * 3600)  # older
     sample(conn, "other", 60)  # the folded rest: no type
 
-    assert known_event_types(db, window=3600, limit=100) == [
+    assert known_event_types(db, window=3600, limit=100, dead_letters=False) == [
+        "notification.email",
+        "order.paid",
+        "shipment.created",
+    ]
+    # the dead letters' types: one probe of the failed_by_type index each
+    assert known_event_types(db, window=3600, limit=100, dead_letters=True) == [
+        "crm.upsert",
         "notification.email",
         "order.paid",
         "shipment.created",
     ]
     conn.execute("ANALYZE integration_outbox")
-    assert known_event_types(db, window=3600, limit=100) == [
+    assert known_event_types(db, window=3600, limit=100, dead_letters=False) == [
         "crm.upsert",
         "invoice.sent",
         "notification.email",
         "order.paid",
         "shipment.created",
     ]
-    assert known_event_types(db, window=3 * 3600, limit=3) == [
+    assert known_event_types(db, window=3 * 3600, limit=3, dead_letters=True) == [
         "crm.upsert",
         "invoice.sent",
         "notification.email",
