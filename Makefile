@@ -46,9 +46,9 @@ lock:
 	  -o requirements-runtime.lock
 
 # The references generated from the code: docs/reference/ (configuration, CLI, alerts.yml, the
-# controls and fleet files), the files' JSON Schemas in outbox_monitor/schemas/ and the line
-# naming its schema atop each shipped YAML file. tests/unit/test_reference.py fails when one
-# is stale.
+# controls and fleet files), the files' JSON Schemas in outbox_monitor/schemas/, the line
+# naming its schema atop each shipped YAML file, and docs/when-paged.md from the shipped rules'
+# runbook steps. tests/unit/test_reference.py fails when one is stale.
 reference: install
 	$(BIN)/python -m outbox_monitor.cli.reference
 

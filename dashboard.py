@@ -18,6 +18,7 @@ from outbox_monitor.ui import (
     alert_rules,
     banners,
     deep_link,
+    filter_check,
     format,
     state,
     static_assets,
@@ -126,5 +127,7 @@ with banners.guarded(wait_out_outage=True, retry_key="dashboard.retry"):
             max_lag=settings.max_replica_lag,
             refresh=chosen.refresh if chosen else max(settings.refresh, state.MIN_REFRESH_SECONDS),
         )
+        # a filter naming no event type says so, with the closest known ones (issue 30 item 7)
+        filter_check.show(db, chosen.event_type if chosen else None)
     with state.dashboard_run(identity, linked):
         page.run()

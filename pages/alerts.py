@@ -14,6 +14,7 @@ from outbox_monitor.ui import (
     banners,
     format,
     loaders,
+    runbooks,
     state,
 )
 
@@ -97,6 +98,7 @@ def live_state() -> None:
         st.dataframe(
             table, hide_index=True, width="stretch", column_config=format.column_config(table)
         )
+        runbooks.section(ruleset.rules if ruleset else [], focus=rule, instance=instance)
 
 
 @st.fragment(run_every=ctx.filters.refresh)

@@ -1,18 +1,19 @@
 """Render Slack messages (Block Kit + plain-text fallback) from notification rows, safely.
 
 Everything that comes from the outbox or the rules (event types, errors, keys, summaries,
-labels) is escaped for Slack mrkdwn (``&`` ``<`` ``>``), so no row can ping ``<!channel>``
-or disguise a link; the route's ``mention`` (from alerts.yml only) is the one special text
-left as is. Every block stays within Slack's limits (header ≤ 150 chars, section text ≤
-3000, ≤ 50 blocks, button url ≤ 3000, fallback text ≤ 40,000); what does not fit is cut
-with "…" and the number of instances left out is said. Each notification's section and
+labels, runbook steps) is escaped for Slack mrkdwn (``&`` ``<`` ``>``), so no row can ping
+``<!channel>`` or disguise a link; the route's ``mention`` (from alerts.yml only) and the
+date tokens of its instants (``mrkdwn.slack_date``) are the only special texts.
+Every block stays within Slack's limits (header ≤ 150 chars, section text ≤ 3000, ≤ 50
+blocks, button url ≤ 3000, fallback text ≤ 40,000); what does not fit is cut with "…" and
+the number of instances left out is said. Each notification's section and
 fallback line are ``notification_text``'s; escaping and clipping are ``mrkdwn``'s.
 """
 
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
@@ -34,6 +35,7 @@ from outbox_monitor.alerts.mrkdwn import (
     escape_mrkdwn,
     link,
     plain,
+    slack_date,
 )
 from outbox_monitor.alerts.notification_text import (
     KIND_LABELS,
@@ -42,6 +44,7 @@ from outbox_monitor.alerts.notification_text import (
     row_kind,
     row_payload,
     row_rule,
+    runbook_section,
     section_text,
 )
 from outbox_monitor.config.settings import DEFAULT_DASHBOARD_URL
@@ -53,7 +56,12 @@ MAX_HEADER_CHARS = 150
 MAX_CONTEXT_CHARS = 3000
 MAX_TEXT_CHARS = 40_000
 MAX_INSTANCES = 45
-"""Instance sections per message: header + 45 + "left out" note + footer ≤ 50 blocks."""
+"""Instance and runbook sections per message: header + 45 + "left out" note + footer ≤ 50
+blocks."""
+MAX_RUNBOOKS = 3
+"""Runbook sections per message: one per paging rule with ``runbook`` steps, the first 3 (the
+others are named, and on the Alerts page)."""
+PAGING_KINDS = ("firing", "repeat", "error")
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
 
 
@@ -177,6 +185,26 @@ def diagnosis_plain(row: Mapping[str, Any], kind: str) -> str:
     return escape_mrkdwn(text) + "\n" if text else ""
 
 
+def _runbooks(lines: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[str, str]]:
+    """The runbook sections of a message (``notification_text.runbook_section``, no button):
+    one per rule whose line pages (firing, repeat, error) and whose payload has steps, in
+    order, at most ``MAX_RUNBOOKS``; the last one names the rules left out."""
+    found: dict[str, str] = {}
+    for row, kind in lines:
+        rule = row_rule(row)
+        if kind in PAGING_KINDS and rule not in found:
+            text = runbook_section(rule, row_payload(row).get("runbook"))
+            if text:
+                found[rule] = text
+    shown = list(found.values())[:MAX_RUNBOOKS]
+    left = list(found)[MAX_RUNBOOKS:]
+    if left:
+        named = ", ".join(plain(rule, 60) for rule in left)
+        note = f"\n_Runbooks of {named}: on the Alerts page._"
+        shown[-1] = clip_mrkdwn(shown[-1], MAX_SECTION_CHARS - len(note)) + note
+    return [(text, "") for text in shown]
+
+
 def _outbox_part(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """``["outbox orders"]`` when the rows are of a fleet file's outboxes (their payload's
     ``outbox``, ``outbox_scope.scope_payload``), else nothing (a fleet of one)."""
@@ -251,7 +279,7 @@ def _footer(now: datetime | None, route: str | None) -> str:
     if route:
         parts.append(f"route {plain(route, 60)}")
     if now is not None:
-        parts.append(now.astimezone(UTC).strftime("sent %Y-%m-%d %H:%M:%S UTC"))
+        parts.append(f"sent {slack_date(now)}")
     return " · ".join(parts)
 
 
@@ -277,8 +305,10 @@ def render_notifications(
         route: the route name, for the footer.
 
     Returns:
-        A ``SlackMessage``: header, one section per instance with a dashboard button,
-        a "left out" note beyond 45 instances, a footer with the message's key; the
+        A ``SlackMessage``: header, one section per instance with a dashboard button
+        (its "since" in Slack's date formatting: each reader's own time zone), then the
+        runbook steps of each paging rule (``_runbooks``), a "left out" note beyond 45
+        sections, a footer with the sending time and the message's key; the
         fallback ``text``; and the ``metadata`` carrying each notification's
         ``message_key.row_message_key`` (rows with a ``dedupe_key``).
 
@@ -288,7 +318,8 @@ def render_notifications(
     if not rows:
         raise ValueError("render_notifications needs at least one notification row")
     kinds = [row_kind(r) for r in rows]
-    shown = list(zip(rows, kinds, strict=True))[:MAX_INSTANCES]
+    runbooks = _runbooks(list(zip(rows, kinds, strict=True)))
+    shown = list(zip(rows, kinds, strict=True))[: MAX_INSTANCES - len(runbooks)]
     sections = [
         (
             diagnosis_mrkdwn(row, kind, dashboard_url)
@@ -298,7 +329,7 @@ def render_notifications(
             dashboard_link(dashboard_url, row_payload(row).get("dashboard_path")),
         )
         for row, kind in shown
-    ]
+    ] + runbooks
     fallback = [diagnosis_plain(row, kind) + fallback_line(row, kind) for row, kind in shown]
     pages = any(k in ("firing", "repeat", "error") for k in kinds)
     return _assemble(
@@ -357,7 +388,11 @@ def render_thread_update(
         elif row_kind(row) in ("resolved", "error"):
             latest[episode] = row
     lines = list(originals.items())
-    shown = lines[:MAX_INSTANCES]
+    now_kinds = [
+        (row, row_kind(latest.get(episode, row))) for episode, row in lines
+    ]  # each line's kind now: its latest resolve or error, else its own
+    runbooks = _runbooks(now_kinds)
+    shown = lines[: MAX_INSTANCES - len(runbooks)]
     sections, fallback = [], []
     for episode, row in shown:
         event = latest.get(episode)
@@ -375,6 +410,7 @@ def render_thread_update(
         url = dashboard_link(dashboard_url, row_payload(row).get("dashboard_path"))
         sections.append((text + _timeline_line(event or row, dashboard_url), url))
         fallback.append(fallback_line(row, kind, resolved))
+    sections += runbooks
     done = sum(1 for e in latest.values() if row_kind(e) == "resolved")
     rules = " · ".join(
         [*_outbox_part(thread_rows), ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))]

@@ -4,9 +4,13 @@ an entity or a link, and links only to http(s) URLs.
 """
 
 import re
+from datetime import UTC, datetime
 
 MAX_BUTTON_URL_CHARS = 3000
 ELLIPSIS = "…"
+SLACK_DATE_FORMAT = "{date_short_pretty} {time}"
+"""How Slack writes an instant of a message, in each reader's own time zone ("Today 10:18",
+"Mar 2nd 10:18")."""
 
 _ENTITY_TAIL = re.compile(r"&[a-z]{0,4}$")
 
@@ -60,3 +64,19 @@ def link(url: object, label: str) -> str:
         return escape_mrkdwn(f"{label}: {target}") if target else ""
     target = escape_mrkdwn(clip(target, MAX_BUTTON_URL_CHARS)).replace("|", "%7C")
     return f"<{target}|{escape_mrkdwn(label)}>"
+
+
+def slack_date(instant: datetime) -> str:
+    """An instant as Slack's date formatting, which each reader sees in their own time zone:
+    ``<!date^1772446680^{date_short_pretty} {time}|2026-03-02 10:18:00 UTC>``.
+
+    Args:
+        instant: an aware datetime (a naive one is taken as UTC).
+
+    Returns:
+        The mrkdwn token; its fallback (clients that cannot format dates, notifications) is
+        the instant in UTC to the second.
+    """
+    aware = instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+    fallback = aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"<!date^{int(aware.timestamp())}^{SLACK_DATE_FORMAT}|{fallback}>"

@@ -161,6 +161,8 @@ def _payload(
         "labels": labels,
         "offenders": offenders,
         "runbook_url": rule.render_runbook_url(event_type),
+        # the steps, as the rule had them when it fired (a resolve needs none)
+        "runbook": list(rule.runbook_steps) if kind != RESOLVED_KIND else [],
         "dashboard_path": dashboard_path(rule, event_type, group),
         # around the breach's start (what changed before it); a resolve or an evaluation
         # error around now (what ended it)

@@ -9,7 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outbox_monitor import units
-from outbox_monitor.alerts.mrkdwn import clip, clip_mrkdwn, escape_mrkdwn, link, plain
+from outbox_monitor.alerts.mrkdwn import (
+    clip,
+    clip_mrkdwn,
+    escape_mrkdwn,
+    link,
+    plain,
+    slack_date,
+)
 from outbox_monitor.durations import duration_label, format_duration
 
 MAX_SECTION_CHARS = 3000
@@ -19,6 +26,7 @@ MAX_OFFENDERS = 5
 MAX_OFFENDER_CHARS = 160
 MAX_LABELS_CHARS = 300
 MAX_FALLBACK_LINE_CHARS = 300
+MAX_STEP_CHARS = 600
 
 KIND_LABELS = {
     "firing": ("🔥", "FIRING"),
@@ -37,13 +45,20 @@ def format_value(value: object, unit: object) -> str:
 
 
 def _since(payload: Mapping[str, Any], now: datetime | None) -> str:
-    return instant_text(payload.get("since"), now)
+    return instant_text(payload.get("since"), now, slack=True)
 
 
-def instant_text(raw: object, now: datetime | None) -> str:
+def instant_text(raw: object, now: datetime | None, *, slack: bool = False) -> str:
     """An instant (``datetime`` or ISO text) for people: ``"2026-03-02 10:18:00 UTC (40s
     ago)"`` (the "ago" when ``now`` is given and later); ``""`` for none; text that is no
-    instant is shown clipped as it is."""
+    instant is shown clipped (and escaped) as it is.
+
+    Args:
+        raw: the instant.
+        now: the clock of the "ago".
+        slack: write the instant as Slack's date formatting (``mrkdwn.slack_date``: each
+            reader's own time zone, the UTC text as its fallback) — mrkdwn, for a message.
+    """
     if not raw:
         return ""
     try:
@@ -51,7 +66,7 @@ def instant_text(raw: object, now: datetime | None) -> str:
     except ValueError:
         return plain(raw, 40)
     since = since if since.tzinfo else since.replace(tzinfo=UTC)
-    text = since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    text = slack_date(since) if slack else since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     if now is not None and now >= since:
         text += f" ({format_duration((now - since).total_seconds())} ago)"
     return text
@@ -68,11 +83,17 @@ def _held_now(row: Mapping[str, Any], payload: Mapping[str, Any], now: datetime 
         row.get("instance_state"),
         row.get("instance_cleared_since"),
         now,
+        slack=True,
     )
 
 
 def held_note(
-    keep_firing_for: float | None, state: object, cleared_since: object, now: datetime | None
+    keep_firing_for: float | None,
+    state: object,
+    cleared_since: object,
+    now: datetime | None,
+    *,
+    slack: bool = False,
 ) -> str:
     """Why a firing instance whose figure is back within its threshold still fires:
     ``"held by keep_firing_for 10m: clear since 2026-03-02 10:18:00 UTC (2m 25s ago)"`` (it
@@ -85,11 +106,13 @@ def held_note(
         cleared_since: when its figure came back within the threshold (``datetime`` or ISO
             text), ``None`` while breached.
         now: the evaluator's (database) clock, for the "ago".
+        slack: the instant as Slack's date formatting (``instant_text``), for a message.
     """
     if state != "firing" or not cleared_since:
         return ""
     keep = duration_label(keep_firing_for or 0)
-    return f"held by keep_firing_for {keep}: clear since {instant_text(cleared_since, now)}"
+    since = instant_text(cleared_since, now, slack=slack)
+    return f"held by keep_firing_for {keep}: clear since {since}"
 
 
 # ---------------------------------------------------------------------------- rows
@@ -247,8 +270,8 @@ def section_text(
     lines.extend(_forecast_line(source))
     if kind in ("firing", "repeat") and resolved_payload is None:
         held = _held_now(row, payload, now)
-        if held:
-            lines.append(plain(f"Back within the threshold, {held}", MAX_SUMMARY_CHARS))
+        if held:  # mrkdwn already: a duration and a date token
+            lines.append(f"Back within the threshold, {held}")
     if kind in ("firing", "repeat", "error") and resolved_payload is None:
         lines.extend(_offender_lines(payload.get("offenders"), unit))
         if payload.get("held_rows"):
@@ -264,6 +287,23 @@ def section_text(
     if runbook:
         lines.append(runbook)
     return clip_mrkdwn("\n".join(lines), MAX_SECTION_CHARS)
+
+
+def runbook_section(rule: object, steps: object) -> str:
+    """The mrkdwn of a rule's runbook in a message: ``📋 *Runbook · rule*`` and its numbered
+    steps (a payload's ``runbook``, ``Rule.runbook_steps``), each escaped
+    (``mrkdwn.escape_mrkdwn``: no step can ping or disguise a link) and clipped to
+    ``MAX_STEP_CHARS``, the whole to a section; ``""`` without steps."""
+    if not isinstance(steps, list | tuple):
+        return ""
+    lines = [
+        f"{number}. {plain(step, MAX_STEP_CHARS)}"
+        for number, step in enumerate((s for s in steps if str(s or "").strip()), 1)
+    ]
+    if not lines:
+        return ""
+    title = f"📋 *Runbook · {plain(rule, 120)}*"
+    return clip_mrkdwn("\n".join([title, *lines]), MAX_SECTION_CHARS)
 
 
 def _holder_lines(offenders: object) -> list[str]:

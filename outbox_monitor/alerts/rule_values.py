@@ -17,6 +17,9 @@ from outbox_monitor.durations import duration_json_schema, parse_duration
 
 MAX_NAME_LENGTH = 63
 MAX_TEMPLATE_LENGTH = 1000
+MAX_RUNBOOK_LENGTH = 2000
+"""A rule's ``runbook`` steps, at most this many characters (what one Slack section holds
+beside its markup, escaped)."""
 TEMPLATE_VARIABLES = ("value", "threshold", "event_type", "rule")
 
 
@@ -143,6 +146,37 @@ def check_template(value: Any) -> str:
             f"only plain placeholders are supported ({allowed}); no filters, expressions or blocks",
         )
     return value
+
+
+def check_runbook(value: Any) -> str:
+    """A rule's runbook: static text (no ``{{ }}`` placeholder: nothing is filled in), not
+    blank, at most ``MAX_RUNBOOK_LENGTH`` characters; ``fail`` otherwise."""
+    if not isinstance(value, str):
+        raise fail("runbook", f"expected text (numbered steps), got {quoted(value)}")
+    if not value.strip():
+        raise fail("runbook", "expected numbered steps, got empty text")
+    if len(value) > MAX_RUNBOOK_LENGTH:
+        raise fail(
+            "runbook",
+            f"{len(value):,} characters, at most {MAX_RUNBOOK_LENGTH:,}: keep the steps short "
+            "and put the long story behind runbook_url",
+        )
+    if _TEMPLATE_SYNTAX.search(value):
+        raise fail(
+            "runbook",
+            "static text: nothing in it is filled in, so {{ }}, {% %} and {# #} are refused",
+        )
+    return value
+
+
+RUNBOOK_SCHEMA = {
+    "type": "string",
+    "maxLength": MAX_RUNBOOK_LENGTH,
+    "pattern": r"\S",
+    "not": {"pattern": _TEMPLATE_SYNTAX.pattern},
+}
+"""A runbook: text with a character that is not a space, at most 2,000 characters, no
+template syntax (``check_runbook``)."""
 
 
 def _slug(value: Any) -> str:

@@ -40,12 +40,14 @@ from outbox_monitor.alerts.rule_values import (
     PLACEHOLDER,
     POSITIVE_DURATION_SCHEMA,
     ROUTE_NAME_SCHEMA,
+    RUNBOOK_SCHEMA,
     TEMPLATE_SCHEMA,
     Duration,
     PositiveDuration,
     Slug,
     check_outbox_selector,
     check_route_name,
+    check_runbook,
     check_template,
     fail,
     looks_like_duration,
@@ -72,6 +74,7 @@ Severity = Literal["critical", "warning", "info"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STEP_NUMBER = re.compile(r"^\s*\d+[.)]\s+")
 _NUMBER = r"^\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$"
 """A number written as text (``"1000"``, ``"2.5e3"``), as JSON Schema: what a threshold's
 text may be besides a duration."""
@@ -212,6 +215,13 @@ class Rule(_Model):
         or_null({**TEMPLATE_SCHEMA, "pattern": r"^https?://(?:\{\{\s*[^{}]*?\s*\}\}|\S)+$"}),
     ] = None
     """An http(s) link in the message; the same placeholders as ``summary``, URL-quoted."""
+    runbook: Annotated[str | None, or_null(RUNBOOK_SCHEMA)] = None
+    """What the on-call engineer does, as numbered steps (``1. Open …``, one step per
+    number; a line that is not numbered continues the step above): which page to open,
+    which figure to read, which action to take and its CLI command. Static text of at most
+    2,000 characters (no placeholders); shown in the Slack message (escaped), on the
+    Overview's alert card, on the Alerts page, and on the docs' "When paged" page, generated
+    from the shipped rules."""
     route: Annotated[str, WithJsonSchema(ROUTE_NAME_SCHEMA)]
     """The name of a route of ``routes``: where the alerts go."""
     outboxes: Annotated[
@@ -235,6 +245,11 @@ class Rule(_Model):
     @classmethod
     def _check_templates(cls, value: Any) -> Any:
         return None if value is None else check_template(value)
+
+    @field_validator("runbook", mode="before")
+    @classmethod
+    def _check_runbook(cls, value: Any) -> Any:
+        return None if value is None else check_runbook(value)
 
     @field_validator("metric", mode="before")
     @classmethod
@@ -457,6 +472,24 @@ class Rule(_Model):
         )
         template = self.summary or default
         return render_template(template, self._variables(value, event_type))
+
+    @property
+    def runbook_steps(self) -> tuple[str, ...]:
+        """The ``runbook``'s steps, each one line without its number: a line starting with
+        ``1.`` or ``1)`` starts a step, a blank line ends one, any other line continues the
+        step above (joined with a space); ``()`` without a runbook."""
+        steps: list[list[str]] = []
+        open_step = False
+        for line in (self.runbook or "").splitlines():
+            text = line.strip()
+            if not text:
+                open_step = False
+                continue
+            if _STEP_NUMBER.match(line) or not open_step:
+                steps.append([])
+                open_step = True
+            steps[-1].append(_STEP_NUMBER.sub("", line).strip())
+        return tuple(" ".join(parts) for parts in steps)
 
     def render_runbook_url(self, event_type: str | None = None) -> str | None:
         """The rule's ``runbook_url`` with placeholders filled in, URL-quoted; ``None``

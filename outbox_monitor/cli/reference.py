@@ -1,8 +1,8 @@
 """The references generated from the code, never written by hand: ``docs/reference/`` —
 the configuration (the ``Settings`` model), the CLI (the click commands), alerts.yml, the
-controls file and the fleet file (their models, ``cli.file_reference``) — and the files'
+controls file and the fleet file (their models, ``cli.file_reference``) — the files'
 JSON Schemas shipped in ``outbox_monitor/schemas/``, named on the shipped YAML files' first
-line.
+line, and the docs' "When paged" page from the shipped rules' runbooks (``cli.when_paged``).
 
 Run in a checkout: ``make reference`` (``python -m outbox_monitor.cli.reference``);
 ``--check`` changes nothing and exits 1 naming what is stale. The output depends on the code
@@ -32,6 +32,8 @@ from outbox_monitor.cli.file_reference import (
     schema_text,
 )
 from outbox_monitor.cli.markdown import code, paragraph, paragraphs, table
+from outbox_monitor.cli.when_paged import PAGE as WHEN_PAGED_PAGE
+from outbox_monitor.cli.when_paged import when_paged_page
 from outbox_monitor.config.fleet import FLEET_ENV
 from outbox_monitor.config.settings import ENV_PREFIX, Settings
 from outbox_monitor.config.values import CommaList, OptionalSeconds, Seconds, Share
@@ -329,8 +331,10 @@ def shipped_files(root: Path) -> dict[Path, str]:
 
 def wanted(root: Path) -> dict[Path, str]:
     """What the files under ``root`` (a checkout) should hold, by path relative to it:
-    ``generated`` and ``shipped_files``."""
-    return {**generated(), **shipped_files(root)}
+    ``generated``, ``shipped_files`` and the docs' "When paged" page from the checkout's
+    alerts.yml (``cli.when_paged``)."""
+    rules = root / SHIPPED_FILES["alerts"].relative_to(CHECKOUT_FOLDER)
+    return {**generated(), **shipped_files(root), WHEN_PAGED_PAGE: when_paged_page(rules)}
 
 
 def stale(root: Path = CHECKOUT_FOLDER, files: dict[Path, str] | None = None) -> list[Path]:
@@ -379,8 +383,9 @@ def write(root: Path = CHECKOUT_FOLDER) -> list[Path]:
     help="The checkout to write into (default: this one).",
 )
 def regenerate(check: bool, root: Path) -> None:
-    """Write docs/reference/, outbox_monitor/schemas/ and the shipped YAML files' first line
-    from the code, in a checkout; with --check, say what is stale (exit 1) instead."""
+    """Write docs/reference/, outbox_monitor/schemas/, the shipped YAML files' first line
+    and docs/when-paged.md from the code and the shipped rules, in a checkout; with --check,
+    say what is stale (exit 1) instead."""
     if not (root / "pyproject.toml").is_file():
         raise click.UsageError(f"{root} is no checkout of outbox-monitor (no pyproject.toml)")
     changed = stale(root) if check else write(root)

@@ -255,3 +255,41 @@ def trend_keys(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The ``history`` keys ``depth_trends`` needs: each row's type as the samples key it
     (``units.bounded_key``), and ``other`` (a sample that folded a type holds no point)."""
     return list(dict.fromkeys([*(bounded_key(row["event_type"]) for row in rows), OTHER]))
+
+
+def known_event_types(db: Database, *, window: float, limit: int, dead_letters: bool) -> list[str]:
+    """The event types known without reading the outbox's history (``known_event_types``):
+    the planner's statistics of its ``event_type`` column (most common values, histogram
+    bounds), the types of its pending and processing rows (the backlog, through the claim
+    index), those of the per-event-type samples of the last ``window`` seconds (without
+    ``other``) and, with ``dead_letters``, those of its dead letters (their first 200
+    characters, ``filters.EVENT_TYPE_KEY_CHARS``: one probe of the recommended
+    ``failed_by_type`` index per type). A type with only done rows that the statistics
+    missed is not among them.
+
+    Args:
+        window: seconds of samples to read.
+        limit: at most this many types, in order.
+        dead_letters: read the dead letters' types: only when the ``failed_by_type`` index
+            is there (without it each probe would scan the table).
+
+    Returns:
+        The event types, sorted.
+
+    Raises:
+        The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
+    """
+    schema, table = db.settings.table_parts
+    rows = db.fetch_all(
+        "known_event_types",
+        {
+            "schema": schema,
+            "table": table,
+            "table_name": db.table_name,
+            "window": window,
+            "other": OTHER,
+            "limit": limit,
+            "dead_letters": dead_letters,
+        },
+    )
+    return [row["event_type"] for row in rows]

@@ -21,7 +21,7 @@ from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
 from outbox_monitor.store.db import Database
-from outbox_monitor.ui import format, loaders
+from outbox_monitor.ui import format, loaders, runbooks
 from outbox_monitor.ui.rule_state import (
     INSTANCE_PARAM,
     LABELS,
@@ -188,7 +188,8 @@ def section(
     now: datetime,
 ) -> list[Card]:
     """The Overview's "Firing alerts", above its tiles: each firing instance (rule, severity,
-    value vs condition, since) with a link to it on the Alerts page; what is pending; or why
+    value vs condition, since, its rule's runbook steps in an expander) with a link to it on
+    the Alerts page; what is pending; or why
     the states are unknown. The context of an instance about one event type comes after the
     tiles (``fill``): its figures need the by-event-type table, which the tiles need not
     wait for.
@@ -240,6 +241,9 @@ def _card(row: Mapping[str, Any]) -> Card:
         text, links = st.columns([5, 1], vertical_alignment="center")
         text.markdown("  \n".join(line for line in lines if line))
         detail = text.container()
+        with text:
+            rule: Rule = row["rule_model"]
+            runbooks.expander(rule, event_type=instance_event_type(rule, row["instance"], {}))
         with links:
             actions = st.container()
             st.page_link(

@@ -13,7 +13,7 @@ from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.browse import events
 from outbox_monitor.browse.events import EventFilter, RevealedPayload
-from outbox_monitor.figures import error_grouping, estimates, metrics
+from outbox_monitor.figures import by_event_type, error_grouping, estimates, metrics
 from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
 from outbox_monitor.store import indexes
 from outbox_monitor.store.db import Database
@@ -350,6 +350,29 @@ def audit(db: Database, *, limit: int = 50) -> list[dict[str, Any]]:
 def clear_audit() -> None:
     """Forget the cached audit log (an audited change was just made)."""
     _audit.clear()
+
+
+KNOWN_TYPES_WINDOW_SECONDS = 3600.0
+"""The samples an event-type filter is checked against: the last hour's."""
+MAX_KNOWN_TYPES = 5000
+"""Event types read for that check, at most."""
+
+
+@cached
+def _known_event_types(key: str, _db: Database, dead_letters: bool) -> list[str]:
+    return by_event_type.known_event_types(
+        _db, window=KNOWN_TYPES_WINDOW_SECONDS, limit=MAX_KNOWN_TYPES, dead_letters=dead_letters
+    )
+
+
+def known_event_types(db: Database) -> list[str]:
+    """``by_event_type.known_event_types`` over the last hour's samples, with the dead
+    letters' types when the recommended index by type of the dead letters is there
+    (``missing_indexes``): the event types the sidebar's filter is checked against
+    (``ui.filter_check``), sorted."""
+    index = indexes.FAILED_BY_TYPE.name(db.settings.table_parts[1])
+    indexed = not any(missing.startswith(f"{index}:") for missing in missing_indexes(db))
+    return _known_event_types(db_key(db), db, indexed)
 
 
 def database_now(db: Database) -> datetime:

@@ -185,7 +185,7 @@ def test_validate_prints_a_summary_or_every_error(cli, tmp_path):
         f'error: {path}: rules[0] "backlog": op: expected one of > >= < <= == !=, got "=>"',
         f'{path}: rules[0] "backlog": treshold: unknown key; did you mean "threshold"? '
         "(allowed: name, metric, window, attempts, event_type, by, op, threshold, predict, for, "
-        "keep_firing_for, severity, labels, summary, runbook_url, route, outboxes)",
+        "keep_firing_for, severity, labels, summary, runbook_url, runbook, route, outboxes)",
         f'{path}: rules[0] "backlog": route: unknown route "pager" (routes: oncall)',
     ]
 

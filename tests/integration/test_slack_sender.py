@@ -213,7 +213,11 @@ def test_a_firing_line_sent_while_held_open_says_so(deliver, notes, conn, slack_
     )
     assert deliver()["sent"] == 1
     [text] = sections(posted(slack_sink)[0])
-    when = cleared.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    # Slack's date formatting: each reader's own time zone, the UTC text as its fallback
+    utc = cleared.astimezone(UTC)
+    when = (
+        f"<!date^{int(utc.timestamp())}^{{date_short_pretty}} {{time}}|{utc:%Y-%m-%d %H:%M:%S} UTC>"
+    )
     assert (
         f"Back within the threshold, held by keep_firing_for 2m: clear since {when} (40s ago)"
         in text

@@ -20,6 +20,7 @@ from jsonschema import Draft202012Validator
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.cli import reference
 from outbox_monitor.cli.file_reference import FILES, MODELINE, SHIPPED_FILES, file_schema
+from outbox_monitor.cli.when_paged import when_paged_page
 from outbox_monitor.config import fleet as fleet_module
 from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
 from outbox_monitor.config.settings import ENV_PREFIX, Settings, load_settings
@@ -431,3 +432,42 @@ def test_the_schema_refuses_each_malformed_controls_file_of_a_type_or_enum(tmp_p
     with pytest.raises(ControlsError):
         load_controls(path)
     assert refused("controls", yaml.safe_load(path.read_text())) != []
+
+
+# ------------------------------------------------------------ When paged (issue 30 item 10)
+
+
+def test_when_paged_is_generated_from_every_shipped_rules_runbook_steps():
+    page = (REPO / "docs/when-paged.md").read_text()
+    assert page == when_paged_page(REPO / "alerts.yml")  # up to date (`make reference`)
+    ruleset = load_rules(REPO / "alerts.yml")
+    headings = re.findall(r"^## (\S+)$", page, re.M)
+    assert headings == [rule.name for rule in ruleset.rules]
+    for rule in ruleset.rules:
+        body = page.split(f"## {rule.name}\n", 1)[1].split("\n## ", 1)[0]
+        steps = re.findall(r"^(\d+)\. (.+)$", body, re.M)  # wrapped: continued indented
+        assert [int(n) for n, _ in steps] == list(range(1, len(rule.runbook_steps) + 1))
+        assert f"**Fires** ({rule.severity}) when `{rule.metric}`" in body
+        assert f"`{rule.condition}`" in " ".join(body.split())
+    # a step's code span stays code, its other markup is escaped
+    stuck = " ".join(page.split("## stuck-lock\n", 1)[1].split())
+    assert "CLI `outbox-monitor reap --dry-run`, then `outbox-monitor reap --yes`." in stuck
+    assert '("–" for an orphan without a lock time)' in stuck
+    late = " ".join(page.split("## notifications-late\n", 1)[1].split("\n## ", 1)[0].split())
+    assert (
+        "**Fires** (critical) when `oldest_pending_age` (Seconds since the oldest pending row "
+        "was created (absent when none is pending)) of the event types `notification.%` is "
+        "`> 5m 0s`, at once; it resolves once clear for 2m (`keep_firing_for`)."
+    ) in late
+
+
+def test_a_changed_runbook_step_makes_when_paged_stale(tmp_path):
+    for relative in [*reference.wanted(REPO), Path("pyproject.toml")]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / relative, tmp_path / relative)
+    assert reference.stale(tmp_path) == []
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(rules.read_text().replace("Reap stuck locks lists", "Reap stuck locks shows"))
+    assert reference.stale(tmp_path) == [Path("docs/when-paged.md")]
+    assert reference.write(tmp_path) == [Path("docs/when-paged.md")]
+    assert "Reap stuck locks shows every stuck row" in (tmp_path / "docs/when-paged.md").read_text()

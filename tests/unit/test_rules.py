@@ -173,6 +173,36 @@ def test_shipped_alerts_yml_encodes_spec_section_3_exactly():
     ]
 
 
+def test_every_shipped_rule_has_numbered_runbook_steps_that_end_with_when_it_is_over():
+    ruleset = load_rules(SHIPPED_RULES_PATH)
+    for rule in ruleset.rules:
+        assert rule.runbook is not None, rule.name
+        numbers = [line.split(".")[0] for line in rule.runbook.splitlines()]
+        assert numbers == [str(n) for n in range(1, len(numbers) + 1)], rule.name
+        steps = rule.runbook_steps
+        assert len(steps) >= 4 and len(steps) == len(numbers), rule.name
+        # the last step says when it is over; a step names a page or runs a command
+        assert steps[-1].startswith("Over "), rule.name
+        assert any("`" in step for step in steps), f"{rule.name}: no CLI or SQL line"
+
+
+def test_runbook_steps_split_on_their_numbers_and_2000_characters_are_accepted(write_rules):
+    text = (
+        "1. Open the Overview,\n   read the queue depth.\n2) Reap: `outbox-monitor reap`\n\nA note."
+    )
+    long = "1. " + "x" * 1997
+    data = variant(lambda d: d["rules"][0].update({"runbook": text}))
+    data["rules"][1]["runbook"] = long
+    backlog, payments, retries = write_rules(data).rules
+    assert backlog.runbook_steps == (
+        "Open the Overview, read the queue depth.",
+        "Reap: `outbox-monitor reap`",
+        "A note.",
+    )
+    assert len(payments.runbook) == 2000 and payments.runbook_steps == ("x" * 1997,)
+    assert retries.runbook is None and retries.runbook_steps == ()
+
+
 def test_a_metric_of_the_whole_table_takes_no_event_type_and_no_by(write_rules):
     def rules(**extra: Any) -> dict[str, Any]:
         rule = {"name": "horizon", "metric": "xmin_horizon_age", "op": ">", "threshold": "10m"}
@@ -390,6 +420,26 @@ MALFORMED = [
         id="runbook-not-a-url",
     ),
     pytest.param(
+        _rule(0, runbook="1. " + "x" * 1998),
+        'rules[0] "backlog": runbook: 2,001 characters, at most 2,000: keep the steps short',
+        id="runbook-2001-characters",
+    ),
+    pytest.param(
+        _rule(0, runbook="1. Open {{ event_type }}"),
+        'rules[0] "backlog": runbook: static text: nothing in it is filled in',
+        id="runbook-placeholder",
+    ),
+    pytest.param(
+        _rule(0, runbook=["1. Open the Overview"]),
+        'rules[0] "backlog": runbook: expected text (numbered steps), got a list',
+        id="runbook-not-text",
+    ),
+    pytest.param(
+        _rule(0, runbook="  \n"),
+        'rules[0] "backlog": runbook: expected numbered steps, got empty text',
+        id="runbook-blank",
+    ),
+    pytest.param(
         _rule(0, labels={"team": 7}),
         'rules[0] "backlog": labels: team: expected text, got 7',
         id="label-not-text",
@@ -539,7 +589,7 @@ def test_every_problem_is_reported_at_once_in_file_order(tmp_path):
         "(e.g. window: 15m)",
         f'{path}: rules[1] "payment-failed": treshold: unknown key; did you mean "threshold"? '
         "(allowed: name, metric, window, attempts, event_type, by, op, threshold, predict, for, "
-        "keep_firing_for, severity, labels, summary, runbook_url, route, outboxes)",
+        "keep_firing_for, severity, labels, summary, runbook_url, runbook, route, outboxes)",
         f'{path}: rules[2] "backlog": name: duplicate rule name "backlog" (also rules[0]); '
         "rule names must be unique",
     ]

@@ -6,7 +6,7 @@ what Slack would refuse (over-long blocks, too many blocks, a broken payload).
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from urllib.request import urlopen
 
 import pytest
@@ -27,7 +27,7 @@ from outbox_monitor.alerts.message import (
     render_thread_update,
 )
 from outbox_monitor.alerts.message_key import row_message_key
-from outbox_monitor.alerts.mrkdwn import clip_mrkdwn, escape_mrkdwn
+from outbox_monitor.alerts.mrkdwn import clip_mrkdwn, escape_mrkdwn, slack_date
 from outbox_monitor.alerts.notification_text import MAX_SECTION_CHARS, format_value
 from outbox_monitor.alerts.slack import BotTransport, WebhookTransport
 from outbox_monitor.demo.slack_limits import check_blocks
@@ -35,6 +35,10 @@ from outbox_monitor.demo.slack_sink import SlackSink
 
 NOW = datetime(2026, 3, 2, 10, 30, tzinfo=UTC)
 MENTION = "<!subteam^S0123>"
+DATE_TOKEN = re.compile(
+    r"<!date\^\d+\^\{date_short_pretty\} \{time\}\|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC>"
+)
+"""Slack's date formatting of an instant, its UTC text the fallback."""
 HOSTILE = "<!channel> <@U123> <https://evil.example|click> & <!here>"
 
 
@@ -117,7 +121,9 @@ def test_firing_message_has_every_part_and_units():
     assert text.startswith(MENTION + " 🔥 *payment-failed* · `event_type=payment.captured`")
     # seconds go through format_duration: 420 s → 7m 0s, 300 s → 5m 0s; op escaped.
     assert "*Value* 7m 0s vs threshold 5m 0s (&gt;)" in text
-    assert "since 2026-03-02 10:18:00 UTC (12m 0s ago)" in text
+    # Slack writes the instant in each reader's own time zone; the fallback is UTC
+    since = "<!date^1772446680^{date_short_pretty} {time}|2026-03-02 10:18:00 UTC>"
+    assert f"since {since} (12m 0s ago)" in text
     assert '*Top offenders:* payment.captured — 3: "timeout"' in text
     assert "<https://runbooks.example.com/payments?step=1&amp;mode=replay|Runbook>" in text
     assert "_Labels:_ team=payments" in text
@@ -128,7 +134,8 @@ def test_firing_message_has_every_part_and_units():
     assert "[FIRING] payment-failed event_type=payment.captured (critical): 7m 0s" in message.text
     key = row_message_key(firing)
     assert message.blocks[-1]["elements"][0]["text"] == (
-        f"outbox-monitor · route oncall · sent 2026-03-02 10:30:00 UTC · key {key}"
+        "outbox-monitor · route oncall · sent "
+        f"<!date^1772447400^{{date_short_pretty}} {{time}}|2026-03-02 10:30:00 UTC> · key {key}"
     )
     assert message.metadata == {
         "event_type": "outbox_monitor_alert",
@@ -179,6 +186,7 @@ def test_mention_injection_from_the_outbox_arrives_escaped(sink):
         summary=f"failures in {HOSTILE}",
         labels={"event_type": HOSTILE, "team": HOSTILE},
         offenders=[{"event_type": HOSTILE, "count": 2, "last_error": HOSTILE}],
+        runbook=[f"Ping {HOSTILE} then `reap`", "*bold* & _it_"],
     )
     error = row(rule="latency-slo", instance="", kind="error", error=f"relation {HOSTILE}")
     message = render_notifications([hostile, error], mention=MENTION, now=NOW)
@@ -187,9 +195,19 @@ def test_mention_injection_from_the_outbox_arrives_escaped(sink):
         assert raw not in everything
     assert "&lt;!channel&gt;" in everything and "&lt;@U123&gt;" in everything
     assert "&lt;https://evil.example|click&gt;" in everything
-    # The only markup left: the route's mention and the runbook links from the rules.
+    # the runbook's steps after the instances, escaped: no step can ping or link
+    assert message.blocks[3]["text"]["text"] == (
+        "📋 *Runbook · payment-failed*\n"
+        "1. Ping &lt;!channel&gt; &lt;@U123&gt; &lt;https://evil.example|click&gt; &amp; "
+        "&lt;!here&gt; then `reap`\n"
+        "2. *bold* &amp; _it_"
+    )
+    # The only markup left: the route's mention, the runbook links from the rules and the
+    # date tokens of the instants (each reader's own time zone)
     tokens = set(re.findall(r"<[^<>]*>", everything))
-    assert tokens == {
+    dates = {token for token in tokens if DATE_TOKEN.fullmatch(token)}
+    assert len(dates) == 2  # the instances' since (one instant) and the footer's sent
+    assert tokens - dates == {
         MENTION,
         "<https://runbooks.example.com/payments?step=1&amp;mode=replay|Runbook>",
     }
@@ -279,7 +297,10 @@ def test_resolved_message_has_no_mention():
     assert message.blocks[0]["text"]["text"] == "✅ RESOLVED · payment-failed"
     text = message.blocks[1]["text"]["text"]
     assert "*Value now* 0 vs threshold 0 (&gt;)" in text
-    assert "Was firing since 2026-03-02 10:18:00 UTC" in text
+    assert (
+        "Was firing since <!date^1772446680^{date_short_pretty} {time}|2026-03-02 10:18:00 UTC>"
+        in text
+    )
 
 
 def test_mixed_kinds_say_how_many_of_each():
@@ -376,7 +397,7 @@ def held_row(instance_seq: int) -> dict:
 
 HELD = (
     "Back within the threshold, held by keep_firing_for 10m: "
-    "clear since 2026-03-02 10:27:35 UTC (2m 25s ago)"
+    "clear since <!date^1772447255^{date_short_pretty} {time}|2026-03-02 10:27:35 UTC> (2m 25s ago)"
 )
 
 
@@ -390,3 +411,64 @@ def test_a_line_held_open_by_keep_firing_for_says_so():
     assert "keep_firing_for" not in all_text(render_notifications([held_row(2)], now=NOW))
     breached = held_row(1) | {"instance_cleared_since": None}
     assert "keep_firing_for" not in all_text(render_notifications([breached], now=NOW))
+
+
+STEPS = ["Open Dead letters on the group", "Replay it: `outbox-monitor replay --dry-run`"]
+
+
+def test_each_paging_rules_runbook_follows_its_instances_once(sink):
+    rows = [
+        row(runbook=STEPS),
+        row(instance="event_type=payment.refunded", runbook=STEPS),
+        row(rule="backlog", instance="", runbook=["Add workers"]),
+        row(rule="stuck-lock", instance="", kind="resolved", runbook=["Reap"]),
+        row(rule="latency-slo", instance=""),  # a rule without runbook steps
+    ]
+    message = render_notifications(rows, now=NOW)
+    assert_within_limits(message)
+    sections = [b for b in message.blocks if b["type"] == "section"]
+    assert [s["text"]["text"].split("\n")[0] for s in sections[5:]] == [
+        "📋 *Runbook · payment-failed*",
+        "📋 *Runbook · backlog*",
+    ]  # one per rule that pages; a resolve and a rule without steps have none
+    assert sections[5]["text"]["text"] == (
+        "📋 *Runbook · payment-failed*\n"
+        "1. Open Dead letters on the group\n"
+        "2. Replay it: `outbox-monitor replay --dry-run`"
+    )
+    assert all("accessory" not in s for s in sections[5:])  # no button of their own
+    # a thread update keeps the runbook of a line still firing, not of one resolved since
+    first = rows[0] | {"id": 1}
+    resolve = row(kind="resolved", value=0) | {"id": 2}
+    backlog = rows[2] | {"id": 3}
+    update = render_thread_update([first, backlog, resolve], now=NOW)
+    runbooks = [
+        b["text"]["text"] for b in update.blocks if "📋" in b.get("text", {}).get("text", "")
+    ]
+    assert [text.split("\n")[0] for text in runbooks] == ["📋 *Runbook · backlog*"]
+    WebhookTransport(sink.webhook_url, timeout=1).post(message)  # Slack-shaped: accepted
+
+
+def test_runbooks_beyond_three_are_named_and_instances_make_room(sink):
+    rules = [f"rule-{n}" for n in range(5)]
+    rows = [
+        row(rule=rule, instance=f"event_type=t{i:02d}", runbook=STEPS)
+        for rule in rules
+        for i in range(12)
+    ]
+    message = render_notifications(rows, now=NOW)
+    assert_within_limits(message)
+    sections = [b for b in message.blocks if b["type"] == "section"]
+    runbooks = [s["text"]["text"] for s in sections if s["text"]["text"].startswith("📋")]
+    assert len(sections) == MAX_INSTANCES and len(runbooks) == 3
+    assert runbooks[-1].endswith("\n_Runbooks of rule-3, rule-4: on the Alerts page._")
+    note = message.blocks[-2]["elements"][0]["text"]
+    assert note == "…and 18 more instance(s) not shown here: open the dashboard."  # 60 − 42
+    BotTransport(sink.token, "#alerts", sink.api_url, timeout=1).post(message)
+
+
+def test_slack_dates_are_each_readers_time_zone_with_a_utc_fallback():
+    paris = timezone(timedelta(hours=1))
+    token = slack_date(datetime(2026, 3, 2, 11, 18, 0, tzinfo=paris))
+    assert token == "<!date^1772446680^{date_short_pretty} {time}|2026-03-02 10:18:00 UTC>"
+    assert slack_date(datetime(2026, 3, 2, 10, 18)) == token  # naive: UTC

@@ -706,6 +706,42 @@ GROUP BY event_type
 ORDER BY max(sampled_at) DESC, max(queue_depth) DESC, event_type
 LIMIT %(limit)s;
 
+-- name: known_event_types
+-- The event types known without reading the outbox's history, for the check of the dashboard's event-type filter (issue 30 item 7): the planner's statistics of the outbox's event_type column (pg_stats: most common values and histogram bounds, a catalog read; a partitioned outbox's inherited ones), the types of the pending and processing rows (the claim index: the backlog only), those of the per-event-type samples over the window (migration 014's primary key, without 'other') and, when %(dead_letters)s (the recommended failed_by_type index is there), the dead letters' types, keyed on their first 200 characters: a skip scan of that index, one probe per type. At most %(limit)s, in order.
+WITH RECURSIVE failed_types AS (
+    (SELECT left(event_type, 200) AS event_type FROM {table}
+     WHERE %(dead_letters)s AND status = 'failed' AND event_type IS NOT NULL
+     ORDER BY left(event_type, 200) LIMIT 1)
+    UNION ALL
+    SELECT (SELECT left(o.event_type, 200) FROM {table} AS o
+            WHERE o.status = 'failed' AND o.event_type IS NOT NULL
+              AND left(o.event_type, 200) > f.event_type
+            ORDER BY left(o.event_type, 200) LIMIT 1)
+    FROM failed_types AS f
+    WHERE f.event_type IS NOT NULL
+)
+SELECT event_type FROM (
+    SELECT unnest(s.most_common_vals::text::text[]) AS event_type
+    FROM pg_catalog.pg_stats AS s
+    WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s AND s.attname = 'event_type'
+    UNION
+    SELECT unnest(s.histogram_bounds::text::text[])
+    FROM pg_catalog.pg_stats AS s
+    WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s AND s.attname = 'event_type'
+    UNION
+    SELECT event_type FROM {table} WHERE status IN ('pending', 'processing')
+    UNION
+    SELECT event_type FROM outbox_monitor.event_type_samples
+    WHERE table_name = %(table_name)s
+      AND sampled_at > now() - make_interval(secs => %(window)s)
+      AND event_type <> %(other)s
+    UNION
+    SELECT event_type FROM failed_types
+) AS known
+WHERE event_type IS NOT NULL
+ORDER BY event_type
+LIMIT %(limit)s;
+
 
 -- ===================================================================== table health (issue 14)
 -- Catalog and statistics views only: none of these reads a row of the outbox table.
