@@ -19,6 +19,7 @@ import psycopg
 
 from outbox_monitor.alerts.outbox_scope import unscoped_instance
 from outbox_monitor.alerts.state import transition_kind
+from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.privacy.redaction import Redactor
@@ -218,14 +219,24 @@ def _action(row: dict[str, Any], full_audit: bool) -> TimelineEntry:
     count = row["affected_count"]
     rows = f"{count:,} row" + ("" if count == 1 else "s")
     parts = [rows] if row["action"] in ROW_ACTIONS or count else []
-    parts += [f"{key} {_filter_value(shown[key])}" for key in sorted(shown)]
-    detail = " · ".join(parts)
+    detail = " · ".join(part for part in [*parts, filter_text(shown)] if part)
     return TimelineEntry(
         at=row["at"],
         kind=ACTION,
         title=f"{row['action']} by {row['actor']}",
         detail=detail,
         link=ACTIONS_PATH if full_audit else None,
+    )
+
+
+def filter_text(audit_filter: Mapping[str, Any]) -> str:
+    """An audit row's filter in words, its keys in order: ``"event_type order.paid · status
+    failed"`` (never raw JSON: a key without a value is left out; a value that is neither text
+    nor a list of ids or names is written as compact JSON, alone)."""
+    return " · ".join(
+        f"{key} {_filter_value(value)}"
+        for key, value in sorted(audit_filter.items())
+        if value is not None
     )
 
 
@@ -253,7 +264,7 @@ def _breaker(row: dict[str, Any]) -> TimelineEntry:
     if row["outcomes"] is not None:
         parts.append(f"{row['failures'] or 0:,} of {row['outcomes']:,} outcomes failed")
     if row["cooldown_seconds"] is not None and row["transition"] == "opened":
-        parts.append(f"cool-down {row['cooldown_seconds']:g} s")
+        parts.append(f"cool-down {format_duration(row['cooldown_seconds'])}")
     return TimelineEntry(
         at=row["at"],
         kind=BREAKER,
