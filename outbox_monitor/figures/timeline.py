@@ -8,7 +8,6 @@ reason in ``Timeline.failures`` and the others are still returned; only a databa
 cannot be reached at all (``DatabaseUnavailable``) raises.
 """
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -231,8 +230,8 @@ def _action(row: dict[str, Any], full_audit: bool) -> TimelineEntry:
 
 def filter_text(audit_filter: Mapping[str, Any]) -> str:
     """An audit row's filter in words, its keys in order: ``"event_type order.paid · status
-    failed"`` (never raw JSON: a key without a value is left out; a value that is neither text
-    nor a list of ids or names is written as compact JSON, alone)."""
+    failed"``, ``"after (breaker yes · breaker_cooldown_seconds 30)"``; never raw JSON (a key
+    without a value is left out)."""
     return " · ".join(
         f"{key} {_filter_value(value)}"
         for key, value in sorted(audit_filter.items())
@@ -241,12 +240,19 @@ def filter_text(audit_filter: Mapping[str, Any]) -> str:
 
 
 def _filter_value(value: Any) -> str:
-    """An audit filter's value in words: text as it is, lists joined, anything else as JSON."""
+    """An audit filter's value in words: text as it is, a yes/no, a number, a list joined, an
+    object (a control change's ``before`` and ``after``) as its keys and values in brackets."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(item, str | int) for item in value):
-        return ", ".join(str(item) for item in value)
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return ", ".join(_filter_value(item) for item in value)
+    if isinstance(value, dict):
+        return f"({filter_text(value)})"
+    return str(value)
 
 
 def _error_group(row: dict[str, Any], redactor: Redactor) -> TimelineEntry:

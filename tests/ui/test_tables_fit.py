@@ -110,6 +110,9 @@ def test_values_are_written_with_their_units_and_never_none(seeded, open_page, d
     filters = {(row["actor"], row["action"]): row["filter"] for row in audit}
     assert filters[("alice@example.com", "pause")] == "event_type order.% · reason deploy"
     assert filters[("bob", "replay")] == "event_type order.paid · status failed"
+    # a control change's before and after, in words: the breaker set on crm.% (open_breaker)
+    change = filters[("oncall@example.com", "breaker")]
+    assert "after (breaker yes · breaker_cooldown_seconds 30" in change, change
 
 
 def test_a_long_value_is_wrapped_and_shown_whole_for_the_chosen_row(seeded, open_page, db):
