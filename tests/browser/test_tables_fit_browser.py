@@ -74,6 +74,9 @@ def test_every_page_fits_its_tables_at_1440_px(dashboard, page, conn, db, rows, 
             settled(page)
             sidebar = page.locator('[data-testid="stSidebar"]')
             assert sidebar.bounding_box()["width"] >= SIDEBAR_PX, "the sidebar is not open"
+            # the first screen once drawn: its tables there, no element still a placeholder
+            expect(main.get_by_test_id("stDataFrame").first).to_be_visible()
+            expect(page.get_by_test_id("stSkeleton")).to_have_count(0)
             page.screenshot(path=str(DOCS_IMAGES / f"1440-{name}.png"))
             tabs = TABS.get(name, {"": list(tables)})
             for tab, keys in tabs.items():
