@@ -97,6 +97,10 @@ def settled(page: Page) -> None:
     expect(app).to_have_attribute("data-test-script-state", "notRunning")
 
 
+DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+"""Where the screens at 1440 px are saved (``1440-<page>.png``, issue 30: every page)."""
+SCREEN_1440 = {"width": 1440, "height": 900}
+"""A laptop's first screen, the size the issue measures at."""
 GRID_HEADER_PX = 35
 """The height of a table's header row (Streamlit's grid)."""
 

@@ -4,21 +4,18 @@ its shown columns are within its visible box, which is as wide as ``format.GRID_
 says); each page's first screen is saved as ``docs/images/1440-<page>.png``."""
 
 import re
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.ui import format
-from tests.browser_support import settled
+from tests.browser_support import DOCS_IMAGES, SCREEN_1440, settled
 from tests.health import idle_in_transaction
 from tests.tables_rows import KEYS, seed_every_table, write_rules
 
 pytestmark = pytest.mark.browser
 
-DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
-VIEWPORT = {"width": 1440, "height": 900}
 SIDEBAR_PX = 300
 """Streamlit's open sidebar (18.75 rem): the main area is what is left of 1440 px."""
 TABS = {
@@ -64,7 +61,7 @@ def test_every_page_fits_its_tables_at_1440_px(dashboard, page, conn, db, rows, 
     seed_every_table(conn, db, rows, write_rules(tmp_path))
     [group] = [g for g in error_grouping.error_groups(db) if "HTTP 502" in g["fingerprint"]]
     DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size(VIEWPORT)
+    page.set_viewport_size(SCREEN_1440)
     main = page.locator('[data-testid="stMain"]')
     with idle_in_transaction(dsn, "forgotten-report"):
         for name, tables in KEYS.items():
