@@ -1,8 +1,6 @@
 """Actions: reap stuck locks, replay by filter, prune old rows — each previewed — and the
 audit log of everything done."""
 
-import json
-
 import streamlit as st
 
 from outbox_monitor.actions.preview import Preview
@@ -16,24 +14,13 @@ DEFAULT_FAILED_DAYS = 90
 # comment: Streamlit's magic would write a bare string onto the page.
 MAX_DAYS = 36500
 
-REAP_COLUMNS = [
-    "id",
-    "event_type",
-    "event_key",
-    "locked_by",
-    "lock_age_seconds",
-    "locked_at",
-    "attempts",
-]
-
 ctx = state.context()
 f = ctx.filters
 scope = f"event type {format.md_code(f.event_type)}" if f.event_type else "all event types"
 st.caption(
-    f"Every action shows a preview first and is audited as {format.md_code(ctx.identity.name)}; "
-    "it applies to "
-    f"what the preview matched ({scope}, the sidebar filter) and only to rows that still "
-    "qualify when it runs."
+    f"Acting on {scope} (the sidebar filter) as {format.md_code(ctx.identity.name)}",
+    help="Every action shows a preview first and is audited; it applies to what the preview "
+    "matched and only to rows that still qualify when it runs.",
 )
 
 reap, replay, prune, audit = st.tabs(["Reap stuck locks", "Replay by filter", "Prune", "Audit log"])
@@ -41,10 +28,10 @@ reap, replay, prune, audit = st.tabs(["Reap stuck locks", "Replay by filter", "P
 with reap:
     st.caption(
         "Processing rows locked longer than the lock timeout "
-        f"({format.duration_label(ctx.settings.lock_timeout)}), or with no lock time at all "
-        "(orphans): their worker crashed or hung. "
-        "A reap puts them back to pending and counts one attempt; a row reaching the "
-        f"maximum ({ctx.settings.max_attempts}) is dead-lettered instead."
+        f"({format.duration_label(ctx.settings.lock_timeout)}) or with no lock time",
+        help="Their worker crashed or hung (a row with no lock time is an orphan). A reap puts "
+        "them back to pending and counts one attempt; a row reaching the maximum "
+        f"({ctx.settings.max_attempts}) is dead-lettered instead.",
     )
     flows.action_flow(
         "actions.reap",
@@ -54,8 +41,7 @@ with reap:
         make_preview=lambda: flows.preview_reap(ctx.db, event_type=f.event_type),
         preview_label="Refresh stuck locks",
         noun="reap",
-        sample_columns=REAP_COLUMNS,
-        sample_durations=["lock_age_seconds"],
+        sample_columns=flows.REAP_SAMPLE_COLUMNS,
         auto_preview=True,
     )
     st.markdown("**The automatic reaper's next run**")
@@ -76,16 +62,15 @@ with reap:
         make_preview=lambda: flows.preview_auto_reap(ctx.db),
         preview_label="Preview the automatic reaper's next run",
         noun="budgeted reap",
-        sample_columns=REAP_COLUMNS,
-        sample_durations=["lock_age_seconds"],
+        sample_columns=flows.REAP_SAMPLE_COLUMNS,
         details=flows.budget_lines,
     )
 
 with replay:
     st.caption(
-        f"Failed rows of {scope} (sidebar filter; `%` means every event type), optionally "
-        "of one error group and failed within a time range, back to pending with attempts "
-        "reset."
+        f"Failed rows of {scope} back to pending, attempts reset",
+        help="The sidebar filter chooses the event types (`%` means every event type); "
+        "optionally one error group, and rows failed within a time range.",
     )
     columns = st.columns(3)
     error_group = columns[0].text_input(
@@ -161,8 +146,9 @@ with replay:
 
 with prune:
     st.caption(
-        "Delete done and failed rows processed long ago, in batches of 5,000 (one "
-        "transaction and one audit row each). Pending and processing rows are never touched."
+        "Delete done and failed rows processed long ago",
+        help="In batches of 5,000 (one transaction and one audit row each). Pending and "
+        "processing rows are never touched.",
     )
     columns = st.columns(2)
     prune_done = columns[0].checkbox("Delete done rows", value=True, key="actions.prune_done")
@@ -223,38 +209,13 @@ with prune:
         ),
         preview_label="Preview prune",
         noun="prune",
-        sample_columns=["id", "event_type", "event_key", "status", "processed_at"],
+        sample_columns=flows.PRUNE_SAMPLE_COLUMNS,
         details=prune_counts,
     )
-
-AUDIT_COLUMNS = [
-    "at",
-    "actor",
-    "action",
-    "affected_count",
-    "filter",
-    "first_ids",
-    "ids_recorded",
-    "run_id",
-]
 
 with audit:
     entries = loaders.audit(ctx.db)
     if entries:
-        shown = [{**row, "filter": json.dumps(row["filter"], sort_keys=True)} for row in entries]
-        audit_table = format.table(
-            shown,
-            AUDIT_COLUMNS,
-        )
-        picked = st.dataframe(
-            audit_table,
-            hide_index=True,
-            width="stretch",
-            column_config=format.column_config(audit_table),
-            on_select="rerun",
-            selection_mode="single-row",
-            key="actions.audit",
-        )
-        format.row_detail(shown, picked)
+        format.grid(flows.audit_rows(entries), flows.AUDIT_COLUMNS, key="actions.audit")
     else:
         st.caption("No action has been taken yet.")

@@ -20,20 +20,6 @@ from outbox_monitor.ui import (
 
 FLASH = "alerts.flash"
 TEST_OUTCOME = "alerts.test_outcome"
-NOTIFICATION_COLUMNS = [
-    "id",
-    "created",
-    "kind",
-    "rule",
-    "instance",
-    "route",
-    "status",
-    "silenced",
-    "attempts",
-    "last_status",
-    "last_error",
-    "sent",
-]
 
 ctx = state.context()
 loaded = alert_rules.load_ruleset()
@@ -43,10 +29,10 @@ if loaded.error is not None:
 else:
     routes = ", ".join(format.md_code(route) for route in ruleset.routes) or "none"
     st.caption(
-        f"{format.plural(len(ruleset.rules), 'rule')} from {format.md_code(loaded.path)}, "
-        "evaluated every "
-        f"{format.duration(ruleset.defaults.interval)} by `outbox-monitor scheduler` "
-        f"(or `outbox-monitor dashboard --with-scheduler`); routes: {routes}."
+        f"{format.plural(len(ruleset.rules), 'rule')} from {format.md_code(loaded.path)} · "
+        f"evaluated every {format.duration(ruleset.defaults.interval)} · routes: {routes}",
+        help="The scheduler evaluates them: `outbox-monitor scheduler`, or "
+        "`outbox-monitor dashboard --with-scheduler`.",
     )
 
 state_tab, notifications_tab, transitions_tab, silences_tab, test_tab = st.tabs(
@@ -94,9 +80,10 @@ def live_state() -> None:
                 for name in ("rule", "instance"):
                     st.query_params.pop(name, None)
                 st.rerun()
-        table = format.table(rows)
-        st.dataframe(
-            table, hide_index=True, width="stretch", column_config=format.column_config(table)
+        format.grid(
+            rows,
+            alert_rules.state_columns(fleet=bool(ctx.db.alert_outbox)),
+            key="alerts.state",
         )
         runbooks.section(ruleset.rules if ruleset else [], focus=rule, instance=instance)
 
@@ -109,13 +96,14 @@ def live_notifications() -> None:
             st.caption("No notification yet.")
             return
         st.caption(
-            "The notification outbox, newest first: every firing, resolved, repeat, error "
-            "and test message with its delivery outcome (pending, sent, suppressed, failed)."
+            "The notification outbox, newest first",
+            help="Every firing, resolved, repeat, error and test message with its delivery "
+            "outcome (pending, sent, suppressed, failed).",
         )
-        st.dataframe(
-            format.table(alert_history.notification_rows(rows), NOTIFICATION_COLUMNS),
-            hide_index=True,
-            width="stretch",
+        format.grid(
+            alert_history.notification_rows(rows),
+            alert_history.NOTIFICATION_COLUMNS,
+            key="alerts.notifications",
         )
         by_id = {row["id"]: row for row in rows}
         chosen = st.selectbox(
@@ -137,8 +125,11 @@ def live_transitions() -> None:
         if not rows:
             st.caption("No state transition yet.")
             return
-        st.dataframe(
-            format.table(alert_history.transition_rows(rows)), hide_index=True, width="stretch"
+        units = {rule.name: rule.unit for rule in ruleset.rules} if ruleset else None
+        format.grid(
+            alert_history.transition_rows(rows, units),
+            alert_history.TRANSITION_COLUMNS,
+            key="alerts.transitions",
         )
 
 
@@ -157,9 +148,10 @@ with silences_tab:
     instances = alert_loaders.alert_instances(ctx.db)
     now = loaders.database_now(ctx.db)
     st.caption(
-        "A silenced alert still changes state (see State), but its notifications are "
+        "A silenced alert still changes state; its notifications are not posted.",
+        help="A silenced alert still changes state (see State), but its notifications are "
         "recorded as suppressed and never posted. Every matcher must match; an event type "
-        "with % is a LIKE pattern."
+        "with % is a LIKE pattern.",
     )
     if not can_act:
         st.info(
@@ -236,7 +228,7 @@ with silences_tab:
     ended = alert_silences.ended_silence_rows(everything)
     if ended:
         st.subheader(f"Expired or ended ({len(ended)})")
-        st.dataframe(format.table(ended), hide_index=True, width="stretch")
+        format.grid(ended, alert_silences.ENDED_COLUMNS, key="alerts.ended_silences")
 
 with test_tab:
     if ruleset is None:

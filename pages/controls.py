@@ -14,13 +14,7 @@ found = controls.view(ctx.db)
 refusal = controls.refusal(ctx.identity)
 linked = controls.prefill_from_link()
 
-st.caption(
-    "Stop the bleeding: a pause holds an event type's due rows (they stay pending and keep "
-    "their attempts), a limit caps how many are handed out, a circuit breaker pauses by "
-    f"itself when the downstream fails. Every change shows the rows it matches first and is "
-    f"audited as {format.md_code(ctx.identity.name)}."
-)
-controls.bypass_note()
+st.markdown(controls.held_summary(found))
 controls.held_rows_read_note(found)
 if refusal:
     st.warning(refusal, icon=":material/lock:")
@@ -29,32 +23,23 @@ if linked:
         f"Pre-filled from the link: pause {format.md_code(linked)}. Preview, then confirm.",
         icon=":material/link:",
     )
+controls.about(ctx.identity.name)
 
 st.subheader("Event types")
 scope = ctx.filters.event_type
 st.caption(
-    "Event types with pending or processing rows now"
+    "With pending or processing rows now"
     + (f", matching {format.md_code(scope)} (sidebar filter)" if scope else "")
-    + ". Held: due rows a control hands out none of now."
 )
-st.markdown(controls.held_summary(found))
 event_rows = controls.event_type_rows(found, scope)
 if event_rows:
-    st.dataframe(
-        format.table(event_rows, controls.EVENT_TYPE_COLUMNS),
-        hide_index=True,
-        width="stretch",
-    )
+    format.grid(event_rows, controls.EVENT_TYPE_COLUMNS, key="controls.event_types")
 else:
     st.caption("No pending or processing rows.")
 
 st.subheader("Controls in force")
 if found.controls:
-    st.dataframe(
-        format.table(controls.control_rows(found), controls.CONTROL_COLUMNS),
-        hide_index=True,
-        width="stretch",
-    )
+    format.grid(controls.control_rows(found), controls.CONTROL_COLUMNS, key="controls.in_force")
     for control in found.controls:
         if control.layer == "file":
             st.caption(
@@ -172,6 +157,6 @@ with breaker:
 st.subheader("Breaker transitions")
 transitions = controls.transition_rows(found)
 if transitions:
-    st.dataframe(format.table(transitions), hide_index=True, width="stretch")
+    format.grid(transitions, controls.TRANSITION_COLUMNS, key="controls.transitions")
 else:
     st.caption("No breaker has opened yet.")

@@ -15,25 +15,24 @@ FLOW = "dead_letters.replay"
 IDS_KEY = "dead_letters.ids"
 IDS_GROUP_KEY = "dead_letters.ids_group"
 GROUP_COLUMNS = [
-    "group_id",
-    "event_type",
-    "failed",
-    "first_seen",
-    "last_seen",
-    "fingerprint",
-    "sample_error",
+    format.Column("group_id", "error group", 120),
+    format.Column("event_type", "event type", 150),
+    format.Column("failed", "failed", 70),
+    format.Column("last_seen", "last failed", 170, unit="instant"),
+    format.Column("fingerprint", "error (normalised)", 400),
+    format.Column("first_seen", "first failed", unit="instant"),
+    format.Column("sample_error", "sample error"),
 ]
-ROW_COLUMNS = [  # last_error before the instants: in view, wrapped, at 1440 px
-    "id",
-    "event_key",
-    "aggregate_type",
-    "aggregate_id",
-    "attempts",
-    "last_error",
-    "created_at",
-    "processed_at",
+ROW_COLUMNS = [  # last error before the instants: in view, wrapped, at 1440 px
+    format.Column("id", "id", 80),
+    format.Column("event_key", "event key", 150),
+    format.Column("attempts", "attempts", 75),
+    format.Column("last_error", "last error", 400),
+    format.Column("processed_at", "failed at", 170, unit="instant"),
+    format.Column("aggregate_type", "aggregate type"),
+    format.Column("aggregate_id", "aggregate id"),
+    format.Column("created_at", "created at", unit="instant"),
 ]
-SAMPLE_COLUMNS = ["id", "event_type", "event_key", "attempts", "processed_at", "last_error"]
 
 ctx = state.context()
 f = ctx.filters
@@ -110,18 +109,11 @@ listed = (
 )
 st.caption(
     f"{format.plural(loaded.total, 'failed row')} in "
-    f"{format.plural(loaded.group_count, 'error group')} ({scope}){listed}, grouped by event "
-    "type and normalised last_error (ids, numbers and quoted values replaced; HTTP codes "
-    "kept)."
+    f"{format.plural(loaded.group_count, 'error group')} ({scope}){listed}",
+    help="Grouped by event type and normalised last error (ids, numbers and quoted values "
+    "replaced; HTTP codes kept).",
 )
-group_table = format.table(groups, GROUP_COLUMNS)
-st.dataframe(
-    group_table,
-    hide_index=True,
-    width="stretch",
-    column_config=format.column_config(group_table),
-    row_height=format.row_height(group_table),
-)
+format.grid(groups, GROUP_COLUMNS, key="dead_letters.groups")
 
 by_id = {group["group_id"]: group for group in groups}
 options = list(by_id)
@@ -159,18 +151,7 @@ st.caption(
     f"last {format.instant(group['last_seen'])}"
     + ("" if loaded.complete else f" · showing the newest {len(rows)}")
 )
-row_table = format.table(rows, ROW_COLUMNS)
-picked = st.dataframe(
-    row_table,
-    hide_index=True,
-    width="stretch",
-    column_config=format.column_config(row_table),
-    row_height=format.row_height(row_table),
-    on_select="rerun",
-    selection_mode="single-row",
-    key="dead_letters.rows",
-)
-format.row_detail(rows, picked)
+format.grid(rows, ROW_COLUMNS, key="dead_letters.rows")
 
 if not ctx.identity.can(Role.operator):
     st.info(
@@ -205,7 +186,7 @@ else:
         make_preview=lambda: flows.preview_replay(ctx.db, selection),
         preview_label="Preview replay",
         noun="replay",
-        sample_columns=SAMPLE_COLUMNS,
+        sample_columns=replay_flows.SAMPLE_COLUMNS,
         details=replay_flows.preview_details,
         after_result=lambda result: replay_flows.show_outcome(ctx.db, result),
     )

@@ -18,18 +18,30 @@ CURSOR = "events.cursor"
 SIGNATURE = "events.signature"
 REVEALED = "events.revealed"
 REVEAL_ERROR = "events.reveal_error"
-LIST_COLUMNS = [  # last_error before the wide keys: in view, wrapped, at 1440 px
-    "id",
-    "event_type",
-    "status",
-    "attempts",
-    "last_error",
-    "event_key",
-    "aggregate_type",
-    "aggregate_id",
-    "created_at",
-    "processed_at",
-    "locked_by",
+LIST_COLUMNS = [  # last error before the wide keys: in view, wrapped, at 1440 px
+    format.Column("id", "id", 70),
+    format.Column("event_type", "event type", 140),
+    format.Column("status", "status", 85),
+    format.Column("attempts", "attempts", 75),
+    format.Column("last_error", "last error", 280),
+    format.Column("event_key", "event key", 125),
+    format.Column("created_at", "created at", 170, unit="instant"),
+    format.Column("aggregate_type", "aggregate type"),
+    format.Column("aggregate_id", "aggregate id"),
+    format.Column("processed_at", "processed at", unit="instant"),
+    format.Column("locked_by", "locked by"),
+]
+# the event detail's fields and its aggregate's timeline
+FIELD_COLUMNS = [format.Column("field", "field", 200), format.Column("value", "value", 600)]
+TIMELINE_COLUMNS = [
+    format.Column("", "this", 45, help="The event shown above."),
+    format.Column("id", "id", 80),
+    format.Column("created_at", "created at", 170, unit="instant"),
+    format.Column("event_type", "event type", 150),
+    format.Column("status", "status", 85),
+    format.Column("attempts", "attempts", 75),
+    format.Column("last_error", "last error", 280),
+    format.Column("processed_at", "processed at", unit="instant"),
 ]
 
 ctx = state.context()
@@ -116,17 +128,7 @@ if searchable:
 
     position = f"page {len(cursor) + 1}" + (" (newest)" if not cursor else "")
     st.caption(f"{format.plural(len(page_rows), 'event')}, newest id first · {position}")
-    listed = format.table(page_rows, LIST_COLUMNS)
-    selection = st.dataframe(
-        listed,
-        hide_index=True,
-        width="stretch",
-        column_config=format.column_config(listed),
-        row_height=format.row_height(listed),
-        on_select="rerun",
-        selection_mode="single-row",
-        key="events.table",
-    )
+    selection = format.grid(page_rows, LIST_COLUMNS, key="events.table", detail=False)
     buttons = st.columns([1, 1, 2, 4])
     buttons[0].button(
         "Newest", key="events.newest", on_click=show_newest, disabled=not cursor, width="stretch"
@@ -186,19 +188,17 @@ st.markdown(
     f"**{format.md_text(detail['status'])}** · attempts **{detail['attempts']}**"
 )
 fields = {
-    "event_key": detail["event_key"],
+    "event key": detail["event_key"],
     "aggregate": f"{detail['aggregate_type']} {detail['aggregate_id']}",
-    "created_at": format.instant(detail["created_at"]),
-    "available_at": format.instant(detail["available_at"]),
-    "locked_at": format.instant(detail["locked_at"]),
-    "locked_by": detail["locked_by"] or format.NO_VALUE,
-    "processed_at": format.instant(detail["processed_at"]),
+    "created at": format.instant(detail["created_at"]),
+    "available at": format.instant(detail["available_at"]),
+    "locked at": format.instant(detail["locked_at"]),
+    "locked by": detail["locked_by"] or format.NO_VALUE,
+    "processed at": format.instant(detail["processed_at"]),
     "payload size": format.size(detail["payload_bytes"]),
 }
-st.dataframe(
-    format.table([{"field": k, "value": v} for k, v in fields.items()]),
-    hide_index=True,
-    width="stretch",
+format.grid(
+    [{"field": k, "value": v} for k, v in fields.items()], FIELD_COLUMNS, key="events.fields"
 )
 replay_flows.replay_event(db=ctx.db, actions_db=ctx.actions_db, identity=ctx.identity, event=detail)
 
@@ -289,12 +289,8 @@ st.subheader(
     f"{format.md_text(detail['aggregate_id'])}"
 )
 timeline = loaders.redacted_timeline(ctx.db, detail["aggregate_type"], detail["aggregate_id"])
-st.dataframe(
-    format.table(
-        [{"": "▶" if row["id"] == detail_id else "", **row} for row in timeline],
-        ["", "id", "created_at", "event_type", "status", "attempts", "processed_at", "last_error"],
-        instants=("created_at", "processed_at"),
-    ),
-    hide_index=True,
-    width="stretch",
+format.grid(
+    [{"": "▶" if row["id"] == detail_id else "", **row} for row in timeline],
+    TIMELINE_COLUMNS,
+    key="events.aggregate_timeline",
 )

@@ -20,9 +20,10 @@ def live_health() -> None:
         found = health.load(ctx.db)
         samples = loaders.samples(ctx.db, window=f.window)
         st.caption(
-            f"Refreshes every {format.duration_label(f.refresh)} · from PostgreSQL's "
-            "statistics views and catalog: nothing here reads a row of the outbox · "
-            f"charts over the last {f.window_label} of samples"
+            f"Refreshes every {format.duration_label(f.refresh)} · "
+            f"charts over the last {f.window_label} of samples",
+            help="From PostgreSQL's statistics views and catalog: nothing here reads a row of "
+            "the outbox.",
         )
         health.hidden_warnings(found)
         health.horizon_section(found)

@@ -15,9 +15,9 @@ def live_workers() -> None:
         f = state.filters()
         found = workers.view(ctx.db)
         st.caption(
-            f"Refreshes every {format.duration_label(f.refresh)} · from the outbox's due, "
-            "processing and newest finished rows, and what the sampler saw in each worker's "
-            "hand · whatever the event-type filter"
+            f"Refreshes every {format.duration_label(f.refresh)} · whatever the event-type filter",
+            help="From the outbox's due, processing and newest finished rows, and what the "
+            "sampler saw in each worker's hand.",
         )
         workers.liveness_section(found)
         workers.workers_section(found)

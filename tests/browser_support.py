@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 CHROMIUM = "/usr/bin/chromium"
 """The system's Chromium (Debian package), never a downloaded one."""
@@ -95,3 +95,24 @@ def settled(page: Page) -> None:
     shows something of the run meant (a run not yet started is ``notRunning`` too)."""
     app = page.locator('[data-testid="stApp"]')
     expect(app).to_have_attribute("data-test-script-state", "notRunning")
+
+
+DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+"""Where the screens at 1440 px are saved (``1440-<page>.png``, issue 30: every page)."""
+SCREEN_1440 = {"width": 1440, "height": 900}
+"""A laptop's first screen, the size the issue measures at."""
+GRID_HEADER_PX = 35
+"""The height of a table's header row (Streamlit's grid)."""
+
+
+def choose_row(page: Page, grid: Locator, index: int) -> None:
+    """Tick the row-selection checkbox of data row ``index`` (from 0) of ``grid`` (a
+    ``stDataFrame``), once the page's run has ended: the grid is a canvas, so the click goes
+    to the checkbox's place, found from the number of rows in the grid's accessible table and
+    the grid's height (rows are taller than 35 px when a long value wraps)."""
+    settled(page)
+    rows = grid.locator('table[role="grid"] tbody tr[role="row"]')
+    expect(rows.first).to_be_attached()
+    box = grid.bounding_box()
+    row_px = (box["height"] - GRID_HEADER_PX) / rows.count()
+    page.mouse.click(box["x"] + 15, box["y"] + GRID_HEADER_PX + (index + 0.5) * row_px)

@@ -8,6 +8,9 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from outbox_monitor import outbox
+from outbox_monitor.access import Identity
+from outbox_monitor.flow.controls import change
+from outbox_monitor.store.db import Database
 
 TABLE = "integration_outbox"
 
@@ -170,3 +173,22 @@ def race_claims(dsn: str, seconds: float, *, workers: int = 4, limit: int = 10) 
     for thread in threads:
         thread.join()
     return handed
+
+
+def open_breaker(
+    db: Database, conn: psycopg.Connection, event_type_filter: str, actor: Identity
+) -> None:
+    """A breaker on ``event_type_filter`` set by ``actor`` (cool-down 30 s), opened 30 s ago
+    with its cool-down doubled twice (120 s): its next probe is due in 90 s."""
+    change(
+        db,
+        event_type_filter,
+        actor=actor,
+        action="breaker",
+        changes={"breaker": True, "breaker_cooldown_seconds": 30},
+    )
+    conn.execute(
+        "UPDATE outbox_monitor.control_state SET breaker_state = 'open', cooldown_seconds = 120,"
+        " since = now() - interval '30 seconds' WHERE event_type_filter = %s",
+        (event_type_filter,),
+    )

@@ -8,7 +8,6 @@ reason in ``Timeline.failures`` and the others are still returned; only a databa
 cannot be reached at all (``DatabaseUnavailable``) raises.
 """
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +18,7 @@ import psycopg
 
 from outbox_monitor.alerts.outbox_scope import unscoped_instance
 from outbox_monitor.alerts.state import transition_kind
+from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.privacy.redaction import Redactor
@@ -218,8 +218,7 @@ def _action(row: dict[str, Any], full_audit: bool) -> TimelineEntry:
     count = row["affected_count"]
     rows = f"{count:,} row" + ("" if count == 1 else "s")
     parts = [rows] if row["action"] in ROW_ACTIONS or count else []
-    parts += [f"{key} {_filter_value(shown[key])}" for key in sorted(shown)]
-    detail = " · ".join(parts)
+    detail = " · ".join(part for part in [*parts, filter_text(shown)] if part)
     return TimelineEntry(
         at=row["at"],
         kind=ACTION,
@@ -229,13 +228,31 @@ def _action(row: dict[str, Any], full_audit: bool) -> TimelineEntry:
     )
 
 
+def filter_text(audit_filter: Mapping[str, Any]) -> str:
+    """An audit row's filter in words, its keys in order: ``"event_type order.paid · status
+    failed"``, ``"after (breaker yes · breaker_cooldown_seconds 30)"``; never raw JSON (a key
+    without a value is left out)."""
+    return " · ".join(
+        f"{key} {_filter_value(value)}"
+        for key, value in sorted(audit_filter.items())
+        if value is not None
+    )
+
+
 def _filter_value(value: Any) -> str:
-    """An audit filter's value in words: text as it is, lists joined, anything else as JSON."""
+    """An audit filter's value in words: text as it is, a yes/no, a number, a list joined, an
+    object (a control change's ``before`` and ``after``) as its keys and values in brackets."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(item, str | int) for item in value):
-        return ", ".join(str(item) for item in value)
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return ", ".join(_filter_value(item) for item in value)
+    if isinstance(value, dict):
+        return f"({filter_text(value)})"
+    return str(value)
 
 
 def _error_group(row: dict[str, Any], redactor: Redactor) -> TimelineEntry:
@@ -253,7 +270,7 @@ def _breaker(row: dict[str, Any]) -> TimelineEntry:
     if row["outcomes"] is not None:
         parts.append(f"{row['failures'] or 0:,} of {row['outcomes']:,} outcomes failed")
     if row["cooldown_seconds"] is not None and row["transition"] == "opened":
-        parts.append(f"cool-down {row['cooldown_seconds']:g} s")
+        parts.append(f"cool-down {format_duration(row['cooldown_seconds'])}")
     return TimelineEntry(
         at=row["at"],
         kind=BREAKER,

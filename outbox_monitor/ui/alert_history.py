@@ -9,11 +9,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from outbox_monitor.ui import format
+from outbox_monitor.ui.format import Column
+from outbox_monitor.units import format_value
 
 
-def transition_rows(transitions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def transition_rows(
+    transitions: Sequence[Mapping[str, Any]], units: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """``alerts.state.list_transitions`` rows for the table: at, rule, instance, change
-    (``"pending → firing"``), kind, value (as stored, in the rule's unit) and detail."""
+    (``"pending → firing"``), kind, value and detail.
+
+    Args:
+        transitions: the rows, newest first.
+        units: rule name → its figure's unit (``Rule.unit``): the value is written in it
+            (``units.format_value``: ``"14m 37s"``, not ``876.719``); a rule no longer in the
+            file writes its value as a bare number.
+    """
+    units = units or {}
     return [
         {
             "at": format.instant(row["at"]),
@@ -21,11 +33,23 @@ def transition_rows(transitions: Sequence[Mapping[str, Any]]) -> list[dict[str, 
             "instance": row["instance"] or "all",
             "change": f"{row['from_state']} → {row['to_state']}",
             "kind": row["kind"],
-            "value": row["value"],
+            "value": format_value(row["value"], units.get(row["rule"])),
             "detail": row["detail"] or "",
         }
         for row in transitions
     ]
+
+
+TRANSITION_COLUMNS = [
+    Column("at", "at", 170),
+    Column("rule", "rule", 150),
+    Column("instance", "instance", 170, help="The event type or labels of a rule with `by`."),
+    Column("change", "change", 150),
+    Column("value", "value", 100, help="The rule's figure, in its unit, when it changed."),
+    Column("detail", "detail", 170),
+    Column("kind", "kind"),
+]
+"""The transitions table's columns (``format.grid``)."""
 
 
 def delivery(row: Mapping[str, Any]) -> str:
@@ -86,6 +110,23 @@ def notification_rows(notifications: Sequence[Mapping[str, Any]]) -> list[dict[s
         }
         for row in notifications
     ]
+
+
+NOTIFICATION_COLUMNS = [
+    Column("id", "id", 60),
+    Column("created", "created", 170),
+    Column("kind", "kind", 80, help="firing, resolved, repeat, error or test"),
+    Column("rule", "rule", 150),
+    Column("instance", "instance", 170),
+    Column("status", "delivery", 90, help="pending, sent, suppressed or failed"),
+    Column("last_error", "last error", 220),
+    Column("route", "route"),
+    Column("silenced", "silenced"),
+    Column("attempts", "attempts"),
+    Column("last_status", "last HTTP status"),
+    Column("sent", "sent"),
+]
+"""The notifications table's columns (``format.grid``)."""
 
 
 def as_shown_in_slack(text: str | None) -> str | None:

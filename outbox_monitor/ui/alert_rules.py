@@ -21,6 +21,7 @@ from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from outbox_monitor.alerts.write_health import WritesFailing, describe_writes_failing
 from outbox_monitor.durations import duration_label
 from outbox_monitor.ui import format
+from outbox_monitor.ui.format import Column
 from outbox_monitor.units import format_value
 
 NOT_EVALUATED = "not evaluated yet"
@@ -243,6 +244,34 @@ def state_rows(
                 }
             )
     return table
+
+
+_DETAIL_COLUMNS = [
+    Column("metric", "figure"),
+    Column("for", "for"),
+    Column("keep_firing_for", "keep firing for"),
+    Column("route", "route"),
+    Column("last_evaluated", "last evaluated"),
+    Column("error", "evaluation error"),
+]
+
+
+def state_columns(fleet: bool) -> list[Column]:
+    """The state table's columns (``format.grid``) for ``state_rows(…, outbox)``: with a
+    fleet file (``fleet``: its ``outbox`` is not ``""``) the outboxes a rule applies to are
+    shown second and its condition moves to a chosen row's detail, with the rule's figure,
+    timings, route, last evaluation and error."""
+    shown = [
+        Column("rule", "rule", 140),
+        *([Column("outboxes", "outboxes", 120)] if fleet else []),
+        Column("instance", "instance", 160, help="The event type or labels of a rule with `by`."),
+        Column("state", "state", 120),
+        Column("value", "value", 90, help="The rule's figure at its last evaluation, in its unit."),
+        *([] if fleet else [Column("condition", "condition", 100)]),
+        Column("since", "since", 245, help="When the instance entered its state."),
+        Column("severity", "severity", 70 if fleet else 75),
+    ]
+    return shown + ([Column("condition", "condition")] if fleet else []) + _DETAIL_COLUMNS
 
 
 def focus_rows(

@@ -13,6 +13,7 @@ from typing import Any
 from outbox_monitor.alerts.rules import SEVERITIES, RuleSet
 from outbox_monitor.durations import parse_duration
 from outbox_monitor.ui import format
+from outbox_monitor.ui.format import Column
 
 _DURATION_LIKE = re.compile(r"^\d+(?:\.\d+)?\s*[smhdw]?$")
 ANY = "(any)"
@@ -116,3 +117,15 @@ def ended_silence_rows(silences: Sequence[Mapping[str, Any]]) -> list[dict[str, 
         for row in silences
         if not row["active"]
     ]
+
+
+ENDED_COLUMNS = [
+    Column("id", "id", 60),
+    Column("matchers", "matchers", 260),
+    Column("ends_at", "ends", 170),
+    Column("expired_at", "expired", 170),
+    Column("created_by", "created by", 130),
+    Column("comment", "comment", 150),
+    Column("starts_at", "starts"),
+]
+"""The ended silences table's columns (``format.grid``)."""

@@ -20,10 +20,32 @@ from outbox_monitor.health.statements import WorkerStatements, worker_statements
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
+from outbox_monitor.ui.format import Column
 from outbox_monitor.units import per_minute
 
-PLAN_COLUMNS = ["statement", "verdict", "shape", "estimated cost", "estimated rows"]
-STATEMENT_COLUMNS = ["statement", "calls", "mean", "max", "recent mean"]
+PLAN_COLUMNS = [
+    Column("statement", "statement", 220),
+    Column("verdict", "verdict", 100),
+    Column("shape", "plan shape", 380),
+    Column("estimated cost", "estimated cost", 120),
+    Column("estimated rows", "estimated rows", 120),
+]
+"""The plans table's columns (``format.grid``)."""
+CHANGE_COLUMNS = [
+    Column("recorded at", "recorded at", 170),
+    Column("statement", "statement", 220),
+    Column("shape", "plan shape", 380),
+    Column("walks non-pending rows", "walks non-pending rows", 170),
+]
+"""The recorded shape changes' columns (``format.grid``)."""
+STATEMENT_COLUMNS = [
+    Column("statement", "statement", 220),
+    Column("calls", "calls", 120),
+    Column("mean", "mean", 120),
+    Column("max", "max", 120),
+    Column("recent mean", "recent mean", 120),
+]
+"""The workers' statements table's columns (``format.grid``)."""
 FIX = (
     "Make sure the users' claim index `(status, available_at, created_at)` exists and is "
     "valid; drop an index over every row that the claim walks (`DROP INDEX CONCURRENTLY "
@@ -165,14 +187,13 @@ def section(db: Database, *, window: float, window_label: str) -> None:
     ``pg_stat_statements`` costs (or why they are not shown)."""
     found = view(db, window=window)
     st.subheader("Claim health")
-    st.caption(
-        "The workers' claim as Postgres plans it now (EXPLAIN, never run): the SPEC §1 SQL "
-        "users write and `outbox_monitor.claim()`. A plan that walks an index over every "
-        "row, filters by status or scans the table reads rows it cannot hand out."
-    )
     _verdicts(found.health)
-    st.dataframe(
-        format.table(plan_rows(found.health), PLAN_COLUMNS), hide_index=True, width="stretch"
+    format.grid(plan_rows(found.health), PLAN_COLUMNS, key="health.claim_plans")
+    st.caption(
+        "The workers' claim as Postgres plans it now",
+        help="EXPLAIN, never run: the SPEC §1 SQL users write and `outbox_monitor.claim()`. "
+        "A plan that walks an index over every row, filters by status or scans the table "
+        "reads rows it cannot hand out.",
     )
     st.markdown(f"**Recorded estimated cost, last {window_label}**")
     if found.recorded:
@@ -187,7 +208,7 @@ def section(db: Database, *, window: float, window_label: str) -> None:
             for row in found.shape_changes
         ]
         st.caption("Plan shapes as recorded, each change once:")
-        st.dataframe(format.table(changes), hide_index=True, width="stretch")
+        format.grid(changes, CHANGE_COLUMNS, key="health.plan_changes")
     else:
         st.caption(
             "No plan recorded in this window: the scheduler records one every "
@@ -197,11 +218,7 @@ def section(db: Database, *, window: float, window_label: str) -> None:
     if not found.statements.available:
         st.info(found.statements.note or "", icon=":material/info:")
     elif found.statements.costs:
-        st.dataframe(
-            format.table(statement_rows(found.statements), STATEMENT_COLUMNS),
-            hide_index=True,
-            width="stretch",
-        )
+        format.grid(statement_rows(found.statements), STATEMENT_COLUMNS, key="health.statements")
         st.caption(
             "Mean and max since the counters' last reset; calls per minute and recent mean "
             "since the scheduler's last reading."

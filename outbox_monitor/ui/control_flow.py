@@ -42,6 +42,11 @@ from outbox_monitor.ui.state import PageContext
 log = logging.getLogger(__name__)
 SILENCED_KEY = "controls.silenced"
 """Where the silences of the last pause or resume wait to be shown with its result."""
+PREVIEW_COLUMNS = [
+    format.Column("event_type", "event type", 300),
+    format.Column("due_rows", "due rows it matches now", 200),
+]
+"""The preview table's columns (``format.grid``)."""
 
 DONE = {
     "pause": "Paused",
@@ -276,13 +281,10 @@ def _show_preview(stored: HoldPreview, found: controls.ControlsView) -> None:
             f"{name} matches **{total:,}** due {format.inflect(total, 'row')} now, of "
             f"{format.plural(len(stored.held), 'event type')}:"
         )
-        st.dataframe(
-            format.table(
-                [{"event_type": t, "due_rows": n} for t, n in stored.held.items()],
-                ["event_type", "due_rows"],
-            ),
-            hide_index=True,
-            width="stretch",
+        format.grid(
+            [{"event_type": t, "due_rows": n} for t, n in stored.held.items()],
+            PREVIEW_COLUMNS,
+            key=f"controls.{request.action}.preview_table",
         )
     else:
         st.markdown(f"{name} matches no due row now.")

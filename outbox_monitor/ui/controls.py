@@ -23,6 +23,7 @@ from outbox_monitor.store.db import Database
 from outbox_monitor.ui import format, inputs, loaders
 from outbox_monitor.ui.alert_rules import load_ruleset
 from outbox_monitor.ui.cache import cached, db_key
+from outbox_monitor.ui.format import Column
 
 PAUSE_FILTER_KEY = "controls.pause.filter"
 PAUSE_REASON_KEY = "controls.pause.reason"
@@ -138,7 +139,16 @@ def flow_note(figures: dict[str, Any]) -> str | None:
     return "Flow control: " + "; ".join(parts) + ". They count in queue depth and oldest age."
 
 
-EVENT_TYPE_COLUMNS = ["event_type", "state", "due", "held", "pending", "processing", "controls"]
+EVENT_TYPE_COLUMNS = [
+    Column("event_type", "event type", 220),
+    Column("state", "state", 140),
+    Column("due", "due", 70, help="Pending rows due now."),
+    Column("held", "held", 70, help="Due rows a control hands out none of now."),
+    Column("pending", "pending", 80, help="Every pending row, due or in backoff."),
+    Column("processing", "processing", 90),
+    Column("controls", "controls", 250, help="The filters of the controls that match it."),
+]
+"""The event-type table's columns (``format.grid``)."""
 
 
 def owner(control: Control) -> str:
@@ -150,20 +160,34 @@ def owner(control: Control) -> str:
     return f"operator ({control.updated_by})"
 
 
+def next_probe(control: Control) -> str:
+    """When a breaker's next probe goes out, shortly: ``"in 1m 30s"``, ``"at the next
+    claim"`` (due, or a half-open breaker's probe not yet handed out), ``"handed out"``;
+    ``"–"`` for a breaker closed or off (``Control.breaker_note`` says it in full)."""
+    if control.breaker_state == "half_open":
+        return "at the next claim" if control.probe_at is None else "handed out"
+    if control.breaker_state != "open" or control.next_probe_at is None:
+        return format.NO_VALUE
+    seconds = control.next_probe_in_seconds or 0.0
+    return f"in {format.duration(seconds)}" if seconds > 0 else "at the next claim"
+
+
 def control_rows(found: ControlsView) -> list[dict[str, Any]]:
-    """The controls table: state, breaker (an open one's cool-down now and next probe, as
-    ``Control.breaker_note``), rows held and throttled, settings in words,
-    owner, an override's expiry and drift from the file (``the file says …``)."""
+    """The controls table: state, the next probe of an open breaker, rows held and
+    throttled, settings in words, reason, owner; the breaker in full (an open one's
+    cool-down now and next probe, as ``Control.breaker_note``), an override's expiry, drift
+    from the file (``the file says …``) and the last change for a chosen row's detail."""
     return [
         {
             "filter": c.event_type_filter,
             "state": c.state,
-            "breaker": c.breaker_note or BREAKER_WORDS.get(c.breaker_state, str(c.breaker_state)),
+            "next probe": next_probe(c),
             "rows_held": c.rows_held,
             "throttled": c.throttled,
             "settings": describe(c.settings),
             "reason": c.settings.pause_reason or "",
             "owner": owner(c),
+            "breaker": c.breaker_note or BREAKER_WORDS.get(c.breaker_state, str(c.breaker_state)),
             "override_expires": format.instant(c.expires_at) if c.expires_at else "",
             "drift": f"the file says: {describe(c.file_settings)}" if c.file_settings else "",
             "updated": f"{format.instant(c.updated_at)} by {c.updated_by}",
@@ -173,33 +197,48 @@ def control_rows(found: ControlsView) -> list[dict[str, Any]]:
 
 
 CONTROL_COLUMNS = [
-    "filter",
-    "state",
-    "breaker",
-    "rows_held",
-    "throttled",
-    "settings",
-    "reason",
-    "owner",
-    "override_expires",
-    "drift",
-    "updated",
+    Column("filter", "event type filter", 130),
+    Column("state", "state", 130),
+    Column("next probe", "next probe", 100, help="When an open breaker lets one row through."),
+    Column("rows_held", "rows held", 80),
+    Column("throttled", "throttled", 80, help="Due rows beyond a limit's grant now."),
+    Column("settings", "settings", 190),
+    Column("reason", "reason", 110),
+    Column("owner", "owner", 120),
+    Column("breaker", "breaker"),
+    Column("override_expires", "override expires"),
+    Column("drift", "drift from the controls file"),
+    Column("updated", "last change"),
 ]
+"""The controls table's columns (``format.grid``): the breaker in full, an override's expiry,
+drift and the last change show with a chosen row's detail."""
 
 
 def transition_rows(found: ControlsView) -> list[dict[str, Any]]:
-    """The breaker transitions table, newest first."""
+    """The breaker transitions table, newest first: outcomes and failures of the window
+    that opened a breaker (``–`` for a close), its cool-down in words."""
     return [
         {
-            "at": format.instant(t["at"]),
+            "at": t["at"],
             "filter": t["event_type_filter"],
             "transition": t["transition"],
             "outcomes": t["outcomes"],
             "failures": t["failures"],
-            "cooldown": format.duration(t["cooldown_seconds"]),
+            "cooldown": t["cooldown_seconds"],
         }
         for t in found.transitions
     ]
+
+
+TRANSITION_COLUMNS = [
+    Column("at", "at", 170, unit="instant"),
+    Column("filter", "event type filter", 200),
+    Column("transition", "transition", 110),
+    Column("outcomes", "outcomes", 100, help="Outcomes in the window that opened it."),
+    Column("failures", "failures", 100, help="Failed outcomes among them."),
+    Column("cooldown", "cool-down", 110, unit="seconds"),
+]
+"""The breaker transitions table's columns (``format.grid``)."""
 
 
 def prefill_from_link() -> str | None:
@@ -256,9 +295,17 @@ def current_settings(found: ControlsView, event_type_filter: str | None) -> None
     st.caption(text)
 
 
-def bypass_note() -> None:
-    """The note that workers running their own SQL claim bypass every control (SPEC §5)."""
-    st.info(format.md_text(BYPASS_NOTE), icon=":material/alt_route:")
+def about(actor: str) -> None:
+    """What controls do and whom they bind (SPEC §5), in a closed expander: the page opens
+    with its data, the definitions one click away. ``actor``: who a change is audited as."""
+    with st.expander("What controls do", icon=":material/help:"):
+        st.markdown(
+            "Stop the bleeding: a pause holds an event type's due rows (they stay pending and "
+            "keep their attempts), a limit caps how many are handed out, a circuit breaker "
+            "pauses by itself when the downstream fails. Every change shows the rows it "
+            f"matches first and is audited as {format.md_code(actor)}."
+        )
+        st.info(format.md_text(BYPASS_NOTE), icon=":material/alt_route:")
 
 
 def held_rows_read_note(found: ControlsView) -> None:

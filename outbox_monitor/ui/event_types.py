@@ -12,7 +12,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-import pandas as pd
 import streamlit as st
 
 from outbox_monitor.alerts import coverage
@@ -25,6 +24,7 @@ from outbox_monitor.flow.controls import controls
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
 from outbox_monitor.ui.cache import cached, db_key
+from outbox_monitor.ui.format import Column
 from outbox_monitor.ui.state import Filters
 from outbox_monitor.units import bounded_key
 
@@ -141,10 +141,10 @@ def table_rows(
                 "flow control": flow,
                 "depth": spark,
                 "pending": row["pending_total"],
-                "oldest pending (s)": row["oldest_pending_age"],
+                "oldest pending": row["oldest_pending_age"],
                 "processing": row["processing"],
                 "stuck": row["stuck_locks"],
-                "P95 (s)": row["latency_p95"],
+                "P95 latency": row["latency_p95"],
                 "processed/min": row.get("processed_per_minute"),
                 "created/min": row.get("created_per_minute"),
                 "failed": row["failed_in_window"],
@@ -153,26 +153,58 @@ def table_rows(
     return result
 
 
-COLUMNS = {
-    "depth": st.column_config.LineChartColumn(
-        "depth over window", help="Queue depth per sample (the sampler's history per event type)."
+COLUMNS = [
+    Column("event type", "event type", 130),
+    Column(
+        "status",
+        "status",
+        120,
+        help="The state of the alert rules whose scope holds the type (the rule: in the row's "
+        "detail); a status comes only from a rule, never from the figures themselves.",
     ),
-    "depth trend": st.column_config.TextColumn(
-        f"depth trend ({format.duration_label(DEFAULT_LOOKBACK_SECONDS)})",
+    Column("flow control", "flow control", 95, help="Paused, limited or a breaker's state."),
+    Column("queue depth", "queue depth", 90, help="Pending rows due now."),
+    Column(
+        "depth trend",
+        f"trend ({format.duration_label(DEFAULT_LOOKBACK_SECONDS)})",
+        100,
         help="Queue depth per minute, least squares over the last "
         f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples: the trend the tiles "
         "and the firing alerts say too.",
     ),
-    "drain ETA": st.column_config.TextColumn(
-        help="When the queue depth reaches 0 at its depth trend; never when it grows or holds."
+    Column(
+        "drain ETA",
+        "drain ETA",
+        78,
+        help="When the queue depth reaches 0 at its trend; never when it grows or holds.",
     ),
-    "oldest pending (s)": st.column_config.NumberColumn(format="%.0f"),
-    "P95 (s)": st.column_config.NumberColumn(format="%.1f"),
-    "processed/min": st.column_config.NumberColumn(format="%.2f"),
-    "created/min": st.column_config.NumberColumn(format="%.2f"),
-    "events": st.column_config.LinkColumn("events", display_text="events"),
-    "dead letters": st.column_config.LinkColumn("dead letters", display_text="dead letters"),
-}
+    Column(
+        "oldest pending",
+        "oldest pending",
+        110,
+        unit="seconds",
+        help="Since the oldest pending row was created, including rows waiting in backoff.",
+    ),
+    Column("stuck", "stuck", 50, help="Processing rows past the lock timeout."),
+    Column("failed", "failed", 58, help="Dead-lettered in the window."),
+    Column("dead letters", "dead letters", 95, link="dead letters"),
+    Column(
+        "depth",
+        "depth over the window",
+        help="Queue depth per sample over the window (the sampler's history per event type).",
+        chart=True,
+    ),
+    Column("P95 latency", "P95 latency", unit="seconds"),
+    Column("events", "events", link="events"),
+    Column("set by", "status set by"),
+    Column("pending", "pending"),
+    Column("processing", "processing"),
+    Column("processed/min", "processed per minute", unit="rows/min"),
+    Column("created/min", "created per minute", unit="rows/min"),
+]
+"""The table's columns: its key columns fit at 1440 px (``format.grid``); the depth's
+sparkline, P95 latency, the rule that set the status, pending, processing, the rates and the
+link to its events show with a chosen row's detail."""
 
 
 def _unscoped(instances: list[dict], ruleset: RuleSet | None) -> None:
@@ -236,15 +268,15 @@ def section(
         )
         return
     st.caption(
-        f"The {format.plural(top, 'event type')} in the most trouble (firing first, then "
-        f"stuck, dead-lettered, queue depth, oldest age), the rest as one row; figures over "
-        f"the last {f.window_label}, the depth trend over the last "
-        f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples. A status comes only "
-        "from the alert rules whose scope holds the type, named with their scope."
-        + ("" if ruleset is not None else " The alert rules file is invalid: no status.")
+        f"The {format.plural(top, 'event type')} in the most trouble, the rest as one row · "
+        f"figures over the last {f.window_label}, the trend over the last "
+        f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples"
+        + ("" if ruleset is not None else " · the alert rules file is invalid: no status"),
+        help="Most troubled first: firing, then stuck, dead-lettered, queue depth, oldest age. "
+        "A status comes only from the alert rules whose scope holds the type, named with "
+        "their scope. Select a row for the rest of its figures.",
     )
-    frame = pd.DataFrame(table_rows(loaded, instances, ruleset, f))
-    st.dataframe(frame, hide_index=True, column_config=COLUMNS, width="stretch")
+    format.grid(table_rows(loaded, instances, ruleset, f), COLUMNS, key="overview.by_type")
 
 
 def split_chart(db: Database, f: Filters, troubled: list[str]) -> None:

@@ -18,8 +18,9 @@ and are never cached; ``apply`` then clears the caches the action made stale.
 """
 
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
@@ -30,6 +31,7 @@ from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, Progress
 from outbox_monitor.errors import ActionRefused, OutboxMonitorError
+from outbox_monitor.figures.timeline import filter_text
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import banners, format, loaders
 
@@ -50,6 +52,41 @@ NO_LONGER = {
     "prune": "no longer matched",
 }
 """What happened to the skipped rows; ``{was}`` agrees with their number."""
+REAP_SAMPLE_COLUMNS = [
+    format.Column("id", "id", 80),
+    format.Column("event_type", "event type", 160),
+    format.Column("event_key", "event key", 150),
+    format.Column("locked_by", "locked by", 150),
+    format.Column("lock_age_seconds", "lock age", 100, unit="seconds"),
+    format.Column("locked_at", "locked at", 170, unit="instant"),
+    format.Column("attempts", "attempts", 75),
+]
+"""A reap preview's sample rows (``format.grid``)."""
+PRUNE_SAMPLE_COLUMNS = [
+    format.Column("id", "id", 80),
+    format.Column("event_type", "event type", 170),
+    format.Column("event_key", "event key", 200),
+    format.Column("status", "status", 90),
+    format.Column("processed_at", "processed at", 170, unit="instant"),
+]
+"""A prune preview's sample rows (``format.grid``)."""
+AUDIT_COLUMNS = [
+    format.Column("at", "at", 170, unit="instant"),
+    format.Column("actor", "actor", 160),
+    format.Column("action", "action", 90),
+    format.Column("affected_count", "rows", 70),
+    format.Column("filter", "filter", 330),
+    format.Column("first_ids", "first ids", 120),
+    format.Column("ids_recorded", "ids recorded"),
+    format.Column("run_id", "run id"),
+]
+"""The audit log's columns (``format.grid``); ``audit_rows`` writes its filter in words."""
+
+
+def audit_rows(entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``loaders.audit``'s rows for the audit log's table: the filter in words
+    (``timeline.filter_text``: ``"event_type order.paid · status failed"``), never JSON."""
+    return [{**row, "filter": filter_text(row["filter"])} for row in entries]
 
 
 def describe_result(result: ActionResult) -> str:
@@ -94,8 +131,7 @@ def action_flow(
     make_preview: Callable[[], Preview],
     preview_label: str,
     noun: str,
-    sample_columns: Sequence[str] | None = None,
-    sample_durations: Sequence[str] = (),
+    sample_columns: Sequence[format.Column] = (),
     auto_preview: bool = False,
     details: Callable[[Preview], None] | None = None,
     after_result: Callable[[ActionResult], None] | None = None,
@@ -112,7 +148,7 @@ def action_flow(
             or ``.prune``); ``ActionRefused`` becomes an inline banner.
         preview_label: label of the preview button, e.g. ``"Preview replay"``.
         noun: what the confirm button names, e.g. ``"replay"`` → ``"Confirm replay of 3 rows"``.
-        sample_columns, sample_durations: how to show the preview's sample rows.
+        sample_columns: the columns of the preview's sample rows (``format.grid``).
         auto_preview: make the preview on first render (e.g. the list of stuck locks).
         details: optional extra rendering of a preview (e.g. prune counts per status).
         after_result: optional extra rendering under the last result (a replay's outcome).
@@ -202,11 +238,7 @@ def action_flow(
         details(preview)
     shown = len(preview.sample)
     st.caption(f"Sample of {shown} of {format.estimated_rows(preview.count)}:")
-    st.dataframe(
-        format.table(preview.sample, sample_columns, durations=sample_durations),
-        hide_index=True,
-        width="stretch",
-    )
+    format.grid(preview.sample, sample_columns, key=f"{key}.sample")
     st.button(
         f"Confirm {noun} of {format.estimated_rows(preview.count)}",
         key=f"{key}.confirm",

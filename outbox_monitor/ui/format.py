@@ -2,33 +2,30 @@
 tables, and values from the URL, the database or the rules inside markdown (shown literally).
 """
 
+import math
+import numbers
 import re
-from collections.abc import Iterable, Sequence
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from outbox_monitor.durations import duration_label as duration_label  # re-exported for pages
 from outbox_monitor.durations import format_duration
 from outbox_monitor.figures.estimates import Count
-from outbox_monitor.units import format_bytes
+from outbox_monitor.units import format_bytes, format_value
 from outbox_monitor.units import per_minute as per_minute  # re-exported for pages
 
 NO_VALUE = "–"
 ID_COLUMNS = ("id", "max_id")
 ID_LIST_COLUMNS = ("ids", "first_ids")
-LONG_TEXT_COLUMNS = ("last_error", "sample_error", "fingerprint", "filter", "metric", "query")
-"""Columns whose values run long: drawn wide (``column_config``), wrapped in taller rows when
-a value needs more than one line (``row_height``); a page shows a chosen row's full text
-below its table (``row_detail``)."""
-ONE_LINE_CHARS = 50
-"""Characters a ``LONG_TEXT_COLUMNS`` cell (400 px wide) shows on one line of the grid."""
-WRAPPED_ROW_HEIGHT = 104
-"""Pixels per row of a table holding a longer value: above Streamlit's 64 px the grid wraps
-text cells, and 104 px hold five lines of its 14 px text: a 200-character error (the lists
-read ``left(last_error, 200)``) in a 400 px column needs four."""
+LINK = "link"
+"""``table``'s unit of a column of relative links (``Column.link``), left as they are."""
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark; escaping all of
 # them leaves no emphasis, code span, link, autolink, HTML, math ($), directive (:red[…]),
@@ -172,83 +169,242 @@ def size(num_bytes: int | None) -> str:
     return format_bytes(num_bytes)
 
 
+def _missing(value: object) -> bool:
+    """Whether a cell holds no value (``None``, NaN, NaT); a list (a sparkline) never."""
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, bool | np.bool_)
+
+
 def table(
     rows: Iterable[dict[str, Any]],
     columns: Sequence[str] | None = None,
     *,
-    durations: Sequence[str] = (),
-    instants: Sequence[str] = (),
+    units: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Rows as a DataFrame for ``st.dataframe``.
+    """Rows as a DataFrame for ``st.dataframe`` (``grid`` draws it), every value for people.
 
-    Id columns become strings (ids may exceed 2^53, which JavaScript numbers cannot hold);
-    columns named in ``durations`` (seconds) become readable text, named without their
-    ``_seconds`` suffix (a missing one, as an orphan's lock age, shows as ``–``); columns
-    named in ``instants`` become ``instant`` text. A missing value of a text column shows
-    as ``–`` (``NO_VALUE``), never as Streamlit's "None".
+    Id columns become strings (ids may exceed 2^53, which JavaScript numbers cannot hold); a
+    column given a unit in ``units`` is written in it
+    (``units.format_value``: ``"seconds"`` → ``"4m 12s"``, ``"rows/min"`` → ``"1.50/min"``,
+    ``"bytes"`` → ``"3.4 MiB"``; ``"instant"`` → ``instant`` text; ``LINK``: links, left as
+    they are). A missing value shows as ``–`` (``NO_VALUE``), never as Streamlit's "None": in
+    a text column as that text; in a column of numbers, of links or of instants as a gap that
+    ``grid`` draws as ``–`` (whole numbers beside a gap stay whole: ``20``, not ``20.0``).
 
     Args:
         rows: dict rows, e.g. from a loader.
         columns: the columns to keep, in order (default: all, as given).
-        durations: columns holding seconds.
-        instants: columns holding instants (``datetime``, ISO text or ``None``).
+        units: column → unit of its values (``format_value``'s, or ``"instant"``).
     """
+    units = units or {}
     frame = pd.DataFrame(list(rows), columns=list(columns) if columns else None)
     for column in frame.columns:
-        if column in instants:
-            frame[column] = [instant(None if pd.isna(v) else v) for v in frame[column]]
+        unit = units.get(column)
+        if unit == LINK:
+            continue  # a row without a link: a gap, drawn as "–"
         if column in ID_COLUMNS or column.endswith("_id"):
-            frame[column] = frame[column].map(lambda v: NO_VALUE if v is None else str(v))
-        if column in ID_LIST_COLUMNS:
+            frame[column] = frame[column].map(lambda v: NO_VALUE if _missing(v) else str(v))
+        elif column in ID_LIST_COLUMNS:
             frame[column] = frame[column].map(lambda v: ", ".join(str(i) for i in v or ()))
-        if column in durations:  # a missing duration (NULL, NaN in a float column) → "–"
-            frame[column] = frame[column].map(lambda v: duration(None if pd.isna(v) else v))
-        values = frame[column].dropna()
-        if len(values) < len(frame) and values.map(lambda v: isinstance(v, str)).all():
-            frame[column] = frame[column].map(lambda v: NO_VALUE if pd.isna(v) else v)
-    return frame.rename(columns={c: c.removesuffix("_seconds") for c in durations})
+        elif unit == "instant":
+            frame[column] = [instant(None if _missing(v) else v) for v in frame[column]]
+        elif unit is not None:
+            frame[column] = [format_value(None if _missing(v) else v, unit) for v in frame[column]]
+        values = [v for v in frame[column] if not _missing(v)]
+        if len(values) < len(frame):
+            if all(isinstance(v, str) for v in values):
+                frame[column] = [NO_VALUE if _missing(v) else v for v in frame[column]]
+            elif all(_is_number(v) and float(v).is_integer() for v in values):
+                frame[column] = pd.array(
+                    [None if _missing(v) else int(v) for v in frame[column]], dtype="Int64"
+                )
+    return frame
 
 
-def column_config(frame: pd.DataFrame) -> dict[str, Any]:
-    """``st.dataframe``'s ``column_config`` for ``frame``: ``LONG_TEXT_COLUMNS`` wide, with a
-    hint that a chosen row shows its full text; instants as ``2026-11-29 23:45:14 UTC``
-    (UTC, no ``+00:00`` tail), so that the key columns stay readable at 1440 px."""
+GRID_WIDTH_PX = 980
+"""The width of a table in the main area at 1440 px with the sidebar open (layout "wide"):
+the columns ``grid`` shows must fit in it, so that no key column needs a horizontal scroll.
+Measured in Chromium (``tests/browser/test_tables_fit_browser.py`` checks it)."""
+ROW_MARKER_PX = 35
+"""The checkbox column a table drawn with row selection adds on its left."""
+CHAR_PX = 6.5
+"""The width of a character of the grid's 14 px text, rounded up (its mean over an error
+message measured 6.3 px in Chromium; an instant, ``2026-12-04 01:02:03 UTC``, 143 px): a value
+longer than its column's width over this (less ``CELL_PADDING_PX``) is cut on one line."""
+CELL_PADDING_PX = 17
+"""A cell's padding, both sides (8.5 px a side)."""
+WRAPPED_ROW_HEIGHT = 104
+"""The fewest pixels per row of a table holding a value longer than its column: above
+Streamlit's 64 px the grid wraps text cells, and 104 px hold five lines of its 14 px text (a
+200-character error, as the lists read ``left(last_error, 200)``, in a 400 px column needs
+four); a value needing more lines gets them, up to ``MAX_WRAPPED_LINES``."""
+LINE_PX = 14 * 1.4
+"""A wrapped line of the grid's 14 px text."""
+MAX_WRAPPED_LINES = 8
+"""The most lines a row grows to; a longer value shows in full with the chosen row."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table drawn by ``grid``.
+
+    Attributes:
+        name: the row's key.
+        label: the header, in words (no ``snake_case``).
+        width: pixels in the grid; ``0`` for a secondary column, left out of the grid and
+            shown with a chosen row's detail. The widths of a table's shown columns sum to at
+            most ``GRID_WIDTH_PX``.
+        unit: what its values are written in (``table``'s ``units``: ``"seconds"``,
+            ``"rows"``, ``"rows/min"``, ``"bytes"``, ``"fraction"``, ``"instant"``), or
+            ``None`` for values shown as they are.
+        help: the header's tooltip: what the column means.
+        link: a link column's text (its values are relative links).
+        chart: a sparkline of each row's list of numbers.
+    """
+
+    name: str
+    label: str
+    width: int = 0
+    unit: str | None = None
+    help: str | None = None
+    link: str | None = None
+    chart: bool = False
+
+
+def _lines(value: object, width: float) -> int:
+    """The lines a text value needs in a column ``width`` pixels wide, wrapped at spaces as
+    the grid wraps it (a word longer than a line is broken)."""
+    per_line = max(int((width - CELL_PADDING_PX) // CHAR_PX), 1)
+    return max(len(textwrap.wrap(str(value), per_line)), 1)
+
+
+def _most_lines(frame: pd.DataFrame, column: Column) -> int:
+    """The most lines a value of a shown text column needs (1: every value fits one line)."""
+    if column.link or column.chart or not column.width or column.name not in frame:
+        return 1
+    return max(
+        (_lines(v, column.width) for v in frame[column.name] if isinstance(v, str)), default=1
+    )
+
+
+def row_height(frame: pd.DataFrame, columns: Sequence[Column]) -> int | None:
+    """``st.dataframe``'s ``row_height`` for ``frame`` drawn with ``columns``: ``None`` (one
+    line, Streamlit's rows) when every shown value fits its column, else tall enough for
+    the longest one's lines (at least ``WRAPPED_ROW_HEIGHT``, at most ``MAX_WRAPPED_LINES``
+    lines), so that its cell wraps and reads in full without a click."""
+    lines = max((_most_lines(frame, column) for column in columns), default=1)
+    if lines <= 1:
+        return None
+    return max(WRAPPED_ROW_HEIGHT, math.ceil(min(lines, MAX_WRAPPED_LINES) * LINE_PX + 6))
+
+
+def grid_config(frame: pd.DataFrame, columns: Sequence[Column]) -> dict[str, Any]:
+    """``st.dataframe``'s ``column_config`` of the shown ``columns``: each labelled in words,
+    at its width, with its tooltip; links and sparklines as such, a column whose values are
+    cut with a tooltip saying where they show in full."""
     config: dict[str, Any] = {}
-    for column in frame.columns:
-        if column in LONG_TEXT_COLUMNS:
-            config[column] = st.column_config.TextColumn(
-                width="large", help=f"Select a row to read its full {column}."
+    for column in columns:
+        if not column.width:
+            continue
+        options = {"width": column.width, "help": column.help}
+        if column.link:
+            config[column.name] = st.column_config.LinkColumn(
+                column.label, display_text=column.link, **options
             )
-        elif isinstance(frame[column].dtype, pd.DatetimeTZDtype):
-            config[column] = st.column_config.DatetimeColumn(
-                format="YYYY-MM-DD HH:mm:ss [UTC]", timezone="UTC"
-            )
+        elif column.chart:
+            config[column.name] = st.column_config.LineChartColumn(column.label, **options)
+        else:
+            if _most_lines(frame, column) > 1:
+                options["help"] = " ".join(
+                    filter(None, [column.help, "Select a row to read it in full."])
+                )
+            config[column.name] = st.column_config.Column(column.label, **options)
     return config
 
 
-def row_height(frame: pd.DataFrame) -> int | None:
-    """``st.dataframe``'s ``row_height`` for ``frame``: ``WRAPPED_ROW_HEIGHT`` when a
-    ``LONG_TEXT_COLUMNS`` value is longer than ``ONE_LINE_CHARS`` (its cell then wraps,
-    readable in full without a click), else ``None`` (Streamlit's one-line rows)."""
-    for column in LONG_TEXT_COLUMNS:
-        if column in frame.columns and any(
-            isinstance(value, str) and len(value) > ONE_LINE_CHARS for value in frame[column]
-        ):
-            return WRAPPED_ROW_HEIGHT
-    return None
-
-
-def row_detail(rows: Sequence[dict[str, Any]], selection: Any) -> None:
-    """Below a table drawn with ``on_select``: the chosen row's ``LONG_TEXT_COLUMNS`` in
-    full (``st.code``, wrapped), which the table's cells cut off.
+def grid(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[Column],
+    *,
+    key: str,
+    detail: bool = True,
+) -> Any:
+    """Draw ``rows`` as a table whose key columns fit the main area at 1440 px: the shown
+    ``columns`` (``width`` > 0) in words at their widths, values for people (``table``),
+    cells wrapped in taller rows when a value is longer than its column; the secondary
+    columns (``width`` 0) and every value in full in a chosen row's detail below. Every table
+    lets one row be chosen (its checkbox column, ``ROW_MARKER_PX``), and a missing value
+    reads ``–``.
 
     Args:
-        rows: the rows the table shows, in its order (``selection`` indexes them).
+        rows: dict rows holding each column's ``name``.
+        columns: the table's columns, shown and secondary, in order.
+        key: the table's widget key (unique on its page; its container's CSS class is
+            ``st-key-<key>``).
+        detail: show a chosen row's detail (``row_detail``) below the table; ``False`` when
+            the caller shows the chosen row itself (the Events list opens the event).
+
+    Returns:
+        ``st.dataframe``'s value: ``.selection.rows`` indexes ``rows``.
+    """
+    frame = table(
+        rows,
+        [c.name for c in columns],
+        units={c.name: LINK if c.link else c.unit for c in columns if c.unit or c.link},
+    )
+    shown = [c for c in columns if c.width]
+    height = row_height(frame, shown)
+    picked = st.dataframe(
+        frame,
+        hide_index=True,
+        width="stretch",
+        column_config=grid_config(frame, columns),
+        column_order=[c.name for c in shown],
+        row_height=height,
+        on_select="rerun",
+        placeholder=NO_VALUE,
+        selection_mode="single-row",
+        key=key,
+    )
+    if detail:
+        row_detail(frame, columns, picked)
+    return picked
+
+
+def row_detail(frame: pd.DataFrame, columns: Sequence[Column], selection: Any) -> None:
+    """Below a ``grid``: the chosen row in an expander, every column by its label — the
+    secondary ones the grid leaves out, a link as a link — and each value the grid cuts in
+    full (``st.code``, wrapped), under ``"Row <id> · full <label>"``.
+
+    Args:
+        frame: the table the grid shows (``table``'s values for people).
+        columns: its columns.
         selection: ``st.dataframe``'s return value (``.selection.rows``).
     """
-    chosen = [rows[i] for i in selection.selection.rows if i < len(rows)]
-    for row in chosen:
-        for column in LONG_TEXT_COLUMNS:
-            if row.get(column) not in (None, ""):
-                st.caption(f"Row {row.get('id', '')} · full {column}")
-                st.code(str(row[column]), language=None, wrap_lines=True)
+    for index in selection.selection.rows:
+        if index >= len(frame):
+            continue
+        row = frame.iloc[index]
+        name = row["id"] if "id" in frame else row[columns[0].name]
+        with st.expander(f"Row {md_text(name)}", expanded=True, icon=":material/table_rows:"):
+            lines, full = [], []
+            for column in columns:
+                value = row[column.name]
+                if column.chart or _missing(value) or value in ("", NO_VALUE):
+                    continue
+                if column.link:  # a relative link of ours (``[a-z_]+?query``): opened here
+                    lines.append(f"- [{md_text(column.link)}]({value})")
+                    continue
+                if isinstance(value, bool | np.bool_):
+                    value = "yes" if value else "no"
+                if isinstance(value, str) and _lines(value, column.width or GRID_WIDTH_PX) > 1:
+                    full.append((column.label, value))
+                else:
+                    lines.append(f"- **{md_text(column.label)}**: {md_text(value)}")
+            st.markdown("\n".join(lines))
+            for label, value in full:
+                st.caption(f"Row {md_text(name)} · full {md_text(label)}")
+                st.code(value, language=None, wrap_lines=True)

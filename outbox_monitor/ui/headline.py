@@ -26,6 +26,9 @@ from outbox_monitor.ui import format, loaders, slo
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.state import Filters
 
+LINE_ICON = ":material/error:"
+"""Opens each line of the headline (a troubled event type): data, not a definition."""
+
 
 @cached
 def _retry_groups(key: str, _db: Database, event_type: str) -> list[dict[str, Any]]:
@@ -146,4 +149,4 @@ def show(
             return
         with st.container(border=True):
             for line in found.lines:
-                st.markdown(":material/error: " + line_html(line), unsafe_allow_html=True)
+                st.markdown(LINE_ICON + " " + line_html(line), unsafe_allow_html=True)

@@ -17,22 +17,32 @@ from outbox_monitor.health.status import health_status
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format, rule_state, slo
 from outbox_monitor.ui.cache import cached, db_key
+from outbox_monitor.ui.format import Column
 from outbox_monitor.units import format_value
 
 HOLDER_COLUMNS = [
-    "kind",
-    "name",
-    "application",
-    "role",
-    "client",
-    "state",
-    "held_seconds",
-    "held_from",
-    "xid_age",
-    "command",
-    "query",
+    Column("kind", "kind", 130),
+    Column("name", "name", 80),
+    Column("application", "application", 120),
+    Column("state", "state", 150),
+    Column("held_seconds", "held for", 80, unit="seconds"),
+    Column("xid_age", "xid age", 70, help="Transactions since its snapshot's xmin."),
+    Column("command", "command that ends it", 300, help="Shown, never run: copy it into psql."),
+    Column("role", "role"),
+    Column("client", "client"),
+    Column("held_from", "held counted from"),
+    Column("query", "last statement"),
 ]
-INDEX_COLUMNS = ["index", "size", "scans", "unique", "valid"]
+"""The holders table's columns (``format.grid``): role, client, how the hold is counted and
+the last statement show with a chosen row's detail."""
+INDEX_COLUMNS = [
+    Column("index", "index", 320),
+    Column("size", "size", 100),
+    Column("scans", "scans", 90),
+    Column("unique", "unique", 80),
+    Column("valid", "valid", 80),
+]
+"""The indexes table's columns (``format.grid``)."""
 MIB = 1024 * 1024
 NOTABLE_HOLD = 1.0
 """Seconds: a shorter hold is a statement running now (every query holds the horizon while
@@ -98,16 +108,13 @@ def horizon_section(health: Mapping[str, Any]) -> None:
             icon=":material/check_circle:",
         )
     if health["xmin_horizon_holders"]:
-        st.dataframe(
-            format.table(holder_rows(health), HOLDER_COLUMNS, durations=["held_seconds"]),
-            hide_index=True,
-            width="stretch",
-        )
+        format.grid(holder_rows(health), HOLDER_COLUMNS, key="health.holders")
     st.caption(
-        "Sessions of this database holding a snapshot or a transaction id (or idle in a "
+        "Who may hold the horizon: sessions, prepared transactions, replication slots",
+        help="Sessions of this database holding a snapshot or a transaction id (or idle in a "
         "transaction), prepared transactions, and replication slots: a slot's `xmin` holds "
         "back vacuum in every database, its `catalog_xmin` the system catalogs' only. "
-        "PostgreSQL keeps no time for a slot's xmin: its xid age tells how old it is."
+        "PostgreSQL keeps no time for a slot's xmin: its xid age tells how old it is.",
     )
 
 
@@ -116,7 +123,7 @@ def holder_rows(health: Mapping[str, Any]) -> list[dict[str, Any]]:
     hidden value shows as ``hidden``."""
     rows = []
     for holder in health["xmin_horizon_holders"]:
-        row = {column: holder.get(column) for column in HOLDER_COLUMNS}
+        row = {column.name: holder.get(column.name) for column in HOLDER_COLUMNS}
         if holder["hidden"]:
             row.update(state="hidden", query="hidden: grant pg_monitor")
         if not holder["holds_horizon"]:
@@ -249,7 +256,7 @@ def size_section(health: Mapping[str, Any], samples: Sequence[Mapping[str, Any]]
         )
     else:
         no_samples_note()
-    st.dataframe(format.table(index_rows(health), INDEX_COLUMNS), hide_index=True, width="stretch")
+    format.grid(index_rows(health), INDEX_COLUMNS, key="health.indexes")
 
 
 def index_rows(health: Mapping[str, Any]) -> list[dict[str, Any]]:

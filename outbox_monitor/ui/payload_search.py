@@ -6,6 +6,7 @@ submitted (a callback: access check, EXPLAIN, the first page) and when a page bu
 pressed; the results stay in the session until the next search.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -185,7 +186,7 @@ def _plan(results: _Results, table: str) -> None:
         st.caption(format.md_text(describe_advice(plan)))
 
 
-def section(ctx: PageContext, columns: list[str]) -> int | None:
+def section(ctx: PageContext, columns: Sequence[format.Column]) -> int | None:
     """Render the payload search: the form, then the last search's plan and page.
 
     Args:
@@ -232,17 +233,7 @@ def section(ctx: PageContext, columns: list[str]) -> int | None:
         f"{format.instant(search.since)} to {format.instant(search.until)}, newest first · "
         f"page {len(results.cursors) + 1}"
     )
-    listed = format.table(shown, columns)
-    selection = st.dataframe(
-        listed,
-        hide_index=True,
-        width="stretch",
-        column_config=format.column_config(listed),
-        row_height=format.row_height(listed),
-        on_select="rerun",
-        selection_mode="single-row",
-        key="payload_search.table",
-    )
+    selection = format.grid(shown, columns, key="payload_search.table", detail=False)
     buttons = st.columns([1, 1, 6])
     buttons[0].button(
         "Newest",

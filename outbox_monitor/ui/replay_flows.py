@@ -23,7 +23,32 @@ from outbox_monitor.actions.run import ActionResult
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import flows, format
 
-SAMPLE_COLUMNS = ["id", "event_type", "event_key", "attempts", "processed_at", "last_error"]
+SAMPLE_COLUMNS = [
+    format.Column("id", "id", 80),
+    format.Column("event_type", "event type", 160),
+    format.Column("event_key", "event key", 150),
+    format.Column("attempts", "attempts", 75),
+    format.Column("processed_at", "failed at", 170, unit="instant"),
+    format.Column("last_error", "last error", 280),
+]
+"""A replay preview's sample rows (``format.grid``)."""
+GROUP_COLUMNS = [
+    format.Column("group_id", "error group", 120),
+    format.Column("event_type", "event type", 180),
+    format.Column("rows", "rows", 70),
+    format.Column("sample_error", "sample error", 400),
+]
+"""The error groups a replay's rows failed again with (``format.grid``)."""
+RUN_COLUMNS = [
+    format.Column("at", "at", 170, unit="instant"),
+    format.Column("actor", "actor", 140),
+    format.Column("replayed", "replayed", 80),
+    *(format.Column(status, status, 85) for status in ("done", "failed", "pending", "processing")),
+    format.Column("failed again with", "failed again with", 210),
+    format.Column("gone", "gone (pruned)"),
+    format.Column("run_id", "run id"),
+]
+"""The recent replay runs' columns (``format.grid``)."""
 RECENT_RUNS = 5
 
 
@@ -75,11 +100,7 @@ def show_outcome(db: Database, result: ActionResult) -> None:
         icon=":material/monitoring:",
     )
     if outcome.failed_groups:
-        st.dataframe(
-            format.table(outcome.failed_groups, ["group_id", "event_type", "rows", "sample_error"]),
-            hide_index=True,
-            width="stretch",
-        )
+        format.grid(outcome.failed_groups, GROUP_COLUMNS, key=f"outcome.{result.run_id}.groups")
     st.button("Refresh outcome", key=f"outcome.{result.run_id}.refresh")
 
 
@@ -102,7 +123,7 @@ def recent_runs(db: Database) -> None:
                 "run_id": run["run_id"],
             }
         )
-    st.dataframe(format.table(table), hide_index=True, width="stretch")
+    format.grid(table, RUN_COLUMNS, key="replay.recent_runs")
 
 
 def replay_event(

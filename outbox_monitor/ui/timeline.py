@@ -28,7 +28,15 @@ SOURCE_NAMES = {
 KIND_COLORS = ["#e45756", "#4c78a8", "#f58518", "#54a24b"]
 """One colour per kind, in ``timeline.KINDS`` order."""
 CHART_HEIGHT = 200
-TABLE_COLUMNS = ["at", "kind", "title", "detail", "link"]
+TABLE_COLUMNS = [
+    format.Column("at", "at", 170, unit="instant"),
+    format.Column("kind", "kind", 110),
+    format.Column("title", "what changed", 290),
+    format.Column("detail", "detail", 300),
+    format.Column("link", "open", 60, link="open"),
+]
+"""The table's columns (``format.grid``): a detail too long for its cell wraps, and shows
+in full with a chosen row."""
 
 
 def parse_at(value: str | None) -> datetime | None:
@@ -144,9 +152,10 @@ def section(ctx: PageContext) -> None:
     )
     st.caption(
         f"{format.instant(since)} – {format.instant(until)}: {where}, newest first · all event "
-        "types (the event-type filter does not apply) · alert transitions that page (firing, "
-        "evaluation error, resolved), audited changes, error groups first seen, breaker "
-        "transitions."
+        "types",
+        help="The event-type filter does not apply. Shown: alert transitions that page "
+        "(firing, evaluation error, resolved), audited changes, error groups first seen, "
+        "breaker transitions.",
     )
     if at is not None and st.button(
         f"Show the last {ctx.filters.window_label} instead", key="timeline.now"
@@ -177,13 +186,4 @@ def section(ctx: PageContext) -> None:
         {**asdict(entry), "link": entry.link.lstrip("/") if entry.link else None}
         for entry in found.entries
     ]
-    st.dataframe(
-        format.table(rows, TABLE_COLUMNS),
-        hide_index=True,
-        width="stretch",
-        column_config={
-            "at": st.column_config.DatetimeColumn("at (UTC)", format="YYYY-MM-DD HH:mm:ss"),
-            "detail": st.column_config.TextColumn("detail", width="large"),
-            "link": st.column_config.LinkColumn("open", display_text="open"),
-        },
-    )
+    format.grid(rows, TABLE_COLUMNS, key="timeline.table")

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from outbox_monitor.figures.registry import FIGURES
@@ -25,23 +24,25 @@ from outbox_monitor.figures.workers import workers as list_workers
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import alert_rules, format
 from outbox_monitor.ui.cache import cached, db_key
+from outbox_monitor.ui.format import Column
 
 METRIC = "no_claim_while_due"
 """The registry's figure of the fleet's liveness (``figures.registry.WORKER_FIGURES``)."""
 NO_LOCKED_BY = "(no locked_by: orphans)"
 """How the view names processing rows with no ``locked_by`` (SPEC §2: stuck by definition)."""
 COLUMNS = [
-    "worker",
-    "rows in hand",
-    "stuck",
-    "oldest lock",
-    "last claim",
-    "last ack (seen)",
-    "last seen holding",
-    "acks seen",
-    "dead-lettered seen",
-    "returned seen",
+    Column("worker", "worker", 200),
+    Column("rows in hand", "rows in hand", 95),
+    Column("stuck", "stuck", 60, help="Its rows locked past the lock timeout."),
+    Column("oldest lock", "oldest lock", 110),
+    Column("last claim", "last claim", 110),
+    Column("last ack (seen)", "last ack (seen)", 120, help="As the sampler saw it."),
+    Column("acks seen", "acks seen", 80),
+    Column("dead-lettered seen", "dead-lettered seen", 135),
+    Column("last seen holding", "last seen holding"),
+    Column("returned seen", "returned seen"),
 ]
+"""The workers table's columns (``format.grid``)."""
 UNKNOWABLE = (
     "A row loses `locked_by` at its ack (SPEC §1), so the table alone cannot say when a worker "
     "last acked. Every sampler pass (`outbox-monitor scheduler`) remembers the rows in each "
@@ -159,7 +160,7 @@ def workers_section(found: WorkersView) -> None:
     st.subheader("Workers")
     rows = worker_rows(found)
     if rows:
-        st.dataframe(pd.DataFrame(rows, columns=COLUMNS), hide_index=True, width="stretch")
+        format.grid(rows, COLUMNS, key="workers.workers")
     else:
         st.info(
             "No worker holds a row and the sampler has seen none: start `outbox-monitor "
@@ -172,4 +173,5 @@ def workers_section(found: WorkersView) -> None:
             f"the sampler knows more than {WORKERS_SHOWN} `locked_by` values; listed are those "
             "holding rows now, then those seen holding rows last."
         )
-    st.caption(UNKNOWABLE)
+    with st.expander("What the table cannot know", icon=":material/help:"):
+        st.markdown(UNKNOWABLE)

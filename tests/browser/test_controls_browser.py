@@ -28,6 +28,8 @@ def test_pause_from_the_page_shows_the_held_rows_then_resume(
     expect(page.get_by_role("heading", name="Controls", exact=True)).to_be_visible()
     expect(page.get_by_text("Pre-filled from the link: pause crm.%")).to_be_visible()
     expect(page.get_by_text("No due row is held now.")).to_be_visible()
+    expect(page.get_by_text("bypasses them")).to_be_hidden()  # definitions after the data
+    page.get_by_text("What controls do").click()
     expect(page.get_by_text("bypasses them")).to_be_visible()
 
     page.get_by_role("button", name="Preview pause").click()

@@ -9,6 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser_support import DOCS_IMAGES, SCREEN_1440
 from tests.fleet_rows import seed_fleet, write_fleet
 from tests.oidc_support import Dashboard, serve
 from tests.proxy_support import header_proxy
@@ -54,6 +55,13 @@ def test_fleet_page_links_into_each_outbox_with_its_role(
         expect(billing_row).to_contain_text("firing")
         expect(billing_row.locator("td").nth(3)).to_have_text("1")  # queue depth
         screenshot("fleet")
+        # at 1440 px with the sidebar open every column is within the main area (issue 30)
+        page.set_viewport_size(SCREEN_1440)
+        block = page.get_by_test_id("stMainBlockContainer").bounding_box()
+        box = table.bounding_box()
+        assert box["x"] + box["width"] <= block["x"] + block["width"], (box, block)
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOCS_IMAGES / "1440-fleet.png"))
 
         billing_row.get_by_role("link", name="billing").click()
         expect(page.get_by_role("heading", name="Overview")).to_be_visible()

@@ -5,6 +5,8 @@ would serve it; an input error names its field."""
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser_support import choose_row
+
 pytestmark = pytest.mark.browser
 
 
@@ -49,9 +51,7 @@ def test_a_clicked_match_opens_its_detail(dashboard, page, rows, screenshot):
     expect(ids).to_have_text([str(newer), str(older)])
 
     results.scroll_into_view_if_needed()
-    box = results.bounding_box()
-    # the row marker of the second match (the older one): header ≈ 35 px, a row ≈ 35 px
-    page.mouse.click(box["x"] + 15, box["y"] + 35 + 35 + 17)
+    choose_row(page, results, 1)  # the second match: the older one
     summary = main.locator("p").filter(has_text=f"{older} · order.paid · status pending")
     expect(summary).to_be_visible()
     payload = main.locator('[data-testid="stCode"]').filter(has_text='"amount": 300')

@@ -11,7 +11,7 @@ from outbox_monitor.alerts.links import OVERVIEW_PATH
 from outbox_monitor.alerts.message import dashboard_link
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.ui.cache import CACHE_TTL_SECONDS
-from tests.browser_support import settled
+from tests.browser_support import choose_row, settled
 
 pytestmark = pytest.mark.browser
 
@@ -75,16 +75,16 @@ WRAPPED_LINES = """([text, width]) => {
     }
     return lines;
 }"""
-LARGE_COLUMN_PX = 400
-"""Streamlit's ``width="large"`` column (``format.column_config``'s long text columns)."""
+LAST_ERROR_PX = {"dead_letters": 400, "events": 280}
+"""The last error column's width on each page (its ``format.Column``)."""
 
 
-def assert_cell_shows_in_full(page, table, error: str) -> None:
+def assert_cell_shows_in_full(page, table, error: str, width: int) -> None:
     """The grid's cell holds ``error`` whole (its accessible table, the cell's text) and its
     row is tall enough to draw every wrapped line of it (rows over 64 px wrap)."""
     cell = table.locator('table[role="grid"] td').filter(has_text=error[:40])
     expect(cell.first).to_have_text(error)
-    lines = page.evaluate(WRAPPED_LINES, [error, LARGE_COLUMN_PX])
+    lines = page.evaluate(WRAPPED_LINES, [error, width])
     header_px, line_px, padding_px = 35, 14 * 1.4, 2 * 3
     height = table.bounding_box()["height"] - header_px
     assert height > 64, f"rows of {height} px draw one line of {lines}"
@@ -105,18 +105,17 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
     # a click by coordinates lands where the grid is once the page's run has ended (a run
     # still drawing moves it down), not where it was drawn first
     settled(page)
-    assert_cell_shows_in_full(page, table, error)
-    box = table.bounding_box()
-    # the row marker of the first row: header ≈ 35 px, a row ≈ 35 px
-    page.mouse.click(box["x"] + 15, box["y"] + 35 + 17)
-    expect(main.get_by_text(f"Row {row_id} · full last_error")).to_be_visible()
+    assert_cell_shows_in_full(page, table, error, LAST_ERROR_PX["dead_letters"])
+    choose_row(page, table, 0)
+    expect(main.get_by_text(f"Row {row_id} · full last error")).to_be_visible()
     shown = main.locator('[data-testid="stCode"]').filter(has_text="HTTP 502").last
     assert shown.inner_text().strip() == error
     screenshot("1440-dead_letters-detail")
 
     page.goto(f"{dashboard}/events")  # the Events list: the same cell, wrapped
     expect(main.get_by_role("heading", name="Events").first).to_be_visible()
-    assert_cell_shows_in_full(page, main.locator('[data-testid="stDataFrame"]').first, error)
+    listed = main.locator('[data-testid="stDataFrame"]').first
+    assert_cell_shows_in_full(page, listed, error, LAST_ERROR_PX["events"])
     screenshot("1440-events-long-error")
 
     for name in PAGES:

@@ -105,9 +105,9 @@ def test_reap_previews_and_applies_to_orphans(db, rows):
 def test_the_dashboard_preview_table_shows_an_orphans_lock_age_as_a_dash(db, rows):
     orphan, old, _ = three_processing_rows(rows)
     sample = preview_reap(db).sample
-    shown = format.table(sample, ["id", "lock_age_seconds"], durations=["lock_age_seconds"])
+    shown = format.table(sample, ["id", "lock_age_seconds"], units={"lock_age_seconds": "seconds"})
     assert list(shown["id"]) == [str(orphan), str(old)]
-    orphan_age, old_age = list(shown["lock_age"])
+    orphan_age, old_age = list(shown["lock_age_seconds"])
     assert orphan_age == "–" and old_age.startswith("20m")
 
 
@@ -126,7 +126,9 @@ def test_the_actions_page_lists_and_reaps_an_orphan(rows, dsn, monkeypatch):
         assert not at.exception
         sample = at.dataframe[0].value
         assert [int(i) for i in sample["id"]] == [orphan, old]
-        assert sample["lock_age"][0] == "–" and sample["lock_age"][1].startswith("20m")
+        assert sample["lock_age_seconds"][0] == "–" and sample["lock_age_seconds"][1].startswith(
+            "20m"
+        )
         assert any("**2** rows would be reaped" in m.value for m in at.markdown)
         at.button(key="actions.reap.confirm").click().run()
         assert not at.exception

@@ -35,7 +35,7 @@ def expected(conn, rows, *, operator: bool) -> list[TimelineEntry]:
                       "/actions" if operator else None),
         TimelineEntry(at(40), "alert", "stuck-lock firing", "value 3", "/alerts?rule=stuck-lock"),
         TimelineEntry(at(45), "breaker", "breaker opened · order.%",
-                      "19 of 20 outcomes failed · cool-down 30 s", breakers),
+                      "19 of 20 outcomes failed · cool-down 30s", breakers),
         TimelineEntry(at(50), "error group", f"new error group {group} · order.paid",
                       "2 failed so far · mail to [redacted] failed, order <n>",
                       f"/dead_letters?event_type=order.paid&error_group={group}"),

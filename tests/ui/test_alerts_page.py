@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from grids import assert_fits, grids
 from rendered import plain, unprotected
 
 from outbox_monitor.access import Identity, Role
@@ -223,6 +224,8 @@ def test_with_a_fleet_each_rule_says_which_outboxes_it_applies_to(
         ("old-rule", "–", "all"),
     ]
     assert list(at.dataframe[0].value.columns[:3]) == ["rule", "outboxes", "instance"]
+    # the outboxes shown too, the table still fits at 1440 px (issue 30 item 5)
+    assert_fits(grids(at)["alerts.state"], ["rule", "outboxes", "instance", "state", "since"])
 
 
 def test_a_silenced_alert_shows_what_would_have_been_posted(open_page, ruleset, db, rows, sink):

@@ -18,6 +18,7 @@ from outbox_monitor.flow.controls_file import apply_controls
 from outbox_monitor.flow.model import ControlSettings
 from outbox_monitor.ui import access as ui_access
 from outbox_monitor.ui.control_flow import ControlRequest, HoldPreview
+from tests.flow import open_breaker
 
 PAGE = "controls"
 ACTOR = "ui-test"  # tests/ui/conftest.py's OUTBOX_MONITOR_ACTOR
@@ -64,7 +65,8 @@ def test_pause_from_the_page_holds_exactly_the_due_rows_and_resume_releases_them
 
     at = open_page(PAGE)
     assert not at.exception
-    assert "bypasses them" in texts(at)  # the bypass note
+    assert "bypasses them" in texts(at)  # the bypass note, in the "What controls do" expander
+    assert [e.label for e in at.expander][:1] == ["What controls do"]
     assert "init-db --flow-control" not in texts(at)  # no control yet: nothing is held
     types = by(table(at, "event_types"), "event_type")
     assert {t: (r["due"], r["pending"], r["held"]) for t, r in types.items()} == {
@@ -332,17 +334,7 @@ def test_an_open_breaker_shows_its_cool_down_now_and_next_probe(open_page, rows,
     """The breaker column says the cool-down now (30 s doubled twice: 2m 0s), the setting and
     when the next probe is due — not the setting alone."""
     seed_crm(rows)
-    flow.change(
-        db,
-        "crm.%",
-        actor=OPERATOR,
-        action="breaker",
-        changes={"breaker": True, "breaker_cooldown_seconds": 30},
-    )
-    conn.execute(
-        "UPDATE outbox_monitor.control_state SET breaker_state = 'open', cooldown_seconds = 120,"
-        " since = now() - interval '30 seconds'"
-    )
+    open_breaker(db, conn, "crm.%", OPERATOR)
     at = open_page(PAGE)
     breaker = by(table(at, "controls"), "filter")["crm.%"]["breaker"]
     assert breaker.startswith("open, cool-down 2m 0s now (set: 30s; each failed probe doubles it)")

@@ -73,10 +73,10 @@ def test_detail_shows_payload_error_timestamps_and_timeline(open_page, rows):
     assert "HTTP 500 from stripe: upstream timeout" in codes
     assert any(json.loads(c) == payload for c in codes if c.startswith("{"))
     fields = dict(zip(at.dataframe[1].value["field"], at.dataframe[1].value["value"], strict=True))
-    assert fields["event_key"] == "order.paid:42:pay_9"
+    assert fields["event key"] == "order.paid:42:pay_9"
     assert fields["aggregate"] == "order 42"
-    assert fields["processed_at"] == rows.at(200).strftime("%Y-%m-%d %H:%M:%S UTC")
-    assert fields["locked_at"] == "–"
+    assert fields["processed at"] == rows.at(200).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert fields["locked at"] == "–"
     assert any("attempts **4**" in m.value for m in at.markdown)
     timeline = at.dataframe[2].value
     assert [int(i) for i in timeline["id"]] == [first, shown, later]

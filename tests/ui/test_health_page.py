@@ -43,7 +43,10 @@ def test_the_page_names_the_session_holding_the_horizon_and_how_to_end_it(
         assert "outbox-monitor shows commands, it never runs them" in shown
         [holder] = [r for r in holders_table(at) if r["application"] == "forgotten-report"]
         assert holder["kind"] == "session" and holder["state"] == "idle in transaction"
-        assert holder["held"] != "–" and holder["command"] == f"SELECT pg_terminate_backend({pid});"
+        assert (
+            holder["held_seconds"] != "–"
+            and holder["command"] == f"SELECT pg_terminate_backend({pid});"
+        )
         metrics = {m.label: m.value for m in at.metric}
         assert metrics["Dead tuples"] == "6"
         assert metrics["Dead / all tuples"] == "42.9 %"  # 6 of 14
@@ -64,7 +67,7 @@ def test_a_login_without_pg_monitor_is_told_what_is_hidden(open_page, environmen
         assert "session(s) of other roles are hidden" in shown and "grant pg_monitor to" in shown
         [holder] = [r for r in holders_table(at) if r["application"] == "superuser-report"]
         assert holder["state"] == "hidden" and holder["query"] == "hidden: grant pg_monitor"
-        assert holder["held"] == "–"
+        assert holder["held_seconds"] == "–"
 
 
 def test_the_overview_shows_the_health_tiles_and_links_to_the_page(open_page, dsn):

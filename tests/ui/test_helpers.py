@@ -74,22 +74,47 @@ def test_formats():
 def test_table_keeps_big_ids_exact_and_formats_durations():
     frame = format.table(
         [{"id": 2**53 + 1, "run_id": None, "lock_age_seconds": 1230.0, "first_ids": [1, 2]}],
-        durations=["lock_age_seconds"],
+        units={"lock_age_seconds": "seconds"},
     )
-    assert list(frame.columns) == ["id", "run_id", "lock_age", "first_ids"]
+    assert list(frame.columns) == ["id", "run_id", "lock_age_seconds", "first_ids"]
     assert frame["id"][0] == "9007199254740993"
     assert frame["run_id"][0] == "–"
-    assert frame["lock_age"][0] == "20m 30s"
+    assert frame["lock_age_seconds"][0] == "20m 30s"
     assert frame["first_ids"][0] == "1, 2"
 
 
-def test_rows_wrap_only_when_a_long_text_value_needs_more_than_one_line():
-    short = format.table([{"id": 1, "last_error": "x" * 50, "event_key": "k" * 300}])
-    assert format.row_height(short) is None  # event_key is not a long text column
-    error = "HTTP 502 " + "y" * 42  # 51 characters
+def test_rows_wrap_only_when_a_shown_value_needs_more_than_one_line_of_its_column():
+    columns = [
+        format.Column("id", "id", 80),
+        format.Column("last_error", "last error", 400),
+        format.Column("event_key", "event key"),  # secondary: not in the grid, never wraps
+    ]
+    # a 400 px column holds (400 - 17) / 6.5 = 58 characters on a line
+    short = format.table([{"id": 1, "last_error": "x" * 58, "event_key": "k" * 300}])
+    assert format.row_height(short, columns) is None
+    error = "HTTP 502 " + "y" * 50  # 59 characters: two lines
     long = format.table([{"id": 1, "last_error": None}, {"id": 2, "last_error": error}])
-    assert format.row_height(long) == format.WRAPPED_ROW_HEIGHT == 104
-    assert format.row_height(format.table([{"fingerprint": error}])) == 104
+    assert format.row_height(long, columns) == format.WRAPPED_ROW_HEIGHT == 104
+    # 400 characters: 7 lines of 19.6 px and 6 px of padding; past 8 lines, 8 (then: the detail)
+    seven = format.table([{"last_error": "z" * 400}])
+    assert format.row_height(seven, columns) == 144
+    longer = [format.table([{"last_error": "z" * n}]) for n in (480, 1000)]
+    assert [format.row_height(frame, columns) for frame in longer] == [163, 163]
+
+
+def test_a_missing_text_shows_as_a_dash_a_number_stays_whole_and_units_write_values():
+    frame = format.table(
+        [
+            {"outcomes": 20, "cooldown": 30.0, "at": None, "note": "x", "link": "events"},
+            {"outcomes": None, "cooldown": None, "at": None, "note": None, "link": None},
+        ],
+        units={"cooldown": "seconds", "at": "instant", "link": format.LINK},
+    )
+    assert frame["outcomes"][0] == 20 and pd.isna(frame["outcomes"][1])  # drawn as "–"
+    assert list(frame["cooldown"]) == ["30s", "–"]
+    assert list(frame["at"]) == ["–", "–"]
+    assert list(frame["note"]) == ["x", "–"]
+    assert frame["link"][0] == "events" and pd.isna(frame["link"][1])  # a gap: drawn as "–"
 
 
 def test_time_and_id_inputs():
