@@ -15,6 +15,7 @@ from outbox_monitor.ui import (
     format,
     health,
     loaders,
+    retrying,
     rule_state,
     slo,
     state,
@@ -170,6 +171,7 @@ def live_figures() -> None:
             None,
             f"Rows dead-lettered in the last {f.window_label}.",
         )
+        retrying.section(ctx.db, f, figures, tile=tile, badge=badge("retrying"))
 
         top = ctx.settings.overview_top_event_types
         table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
@@ -244,6 +246,7 @@ def charts_tab(f: state.Filters, figures: dict, samples: list, troubled: list[st
         else:
             st.caption(f"No dead letters in the last {f.window_label}.")
 
+    retrying.chart(samples)
     event_types.split_chart(ctx.db, f, troubled)
 
 
