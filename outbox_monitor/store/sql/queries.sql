@@ -919,6 +919,10 @@ WHERE true {and_filters}
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: event_rows
+-- The events a search matches, one id each: what the Events page counts up to its cap (count_capped).
+SELECT id FROM {table} WHERE true {and_filters}
+
 -- name: event_detail
 -- One event with its payload when it is at most %(max_payload_bytes)s bytes as text.
 SELECT id, event_type, aggregate_type, aggregate_id, event_key, status, attempts,
