@@ -1859,13 +1859,17 @@ WHERE starts_at <= %(now)s AND ends_at > %(now)s AND expired_at IS NULL
 ORDER BY id;
 
 -- name: silences_all
--- Every silence of an outbox (its matcher named by label equal to outbox, '' for none), newest first, with whether it is in force now.
--- Filtered before the LIMIT, so other outboxes' silences never push an outbox's own out.
-SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at,
-       (starts_at <= now() AND ends_at > now() AND expired_at IS NULL) AS active
-FROM outbox_monitor.silences
-WHERE COALESCE(matchers ->> %(label)s::text, '') = %(outbox)s
-ORDER BY id DESC
+-- Every silence of an outbox (its matcher named by label equal to outbox, '' for none), those in force now first, each part newest first, with whether it is in force now.
+-- Filtered before the LIMIT, so other outboxes' silences never push an outbox's own out; silences_total and active_total count every silence of the outbox, not only the %(limit)s listed.
+SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at, active,
+       count(*) OVER () AS silences_total, count(*) FILTER (WHERE active) OVER () AS active_total
+FROM (
+    SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at,
+           (starts_at <= now() AND ends_at > now() AND expired_at IS NULL) AS active
+    FROM outbox_monitor.silences
+    WHERE COALESCE(matchers ->> %(label)s::text, '') = %(outbox)s
+) AS own
+ORDER BY active DESC, id DESC
 LIMIT %(limit)s;
 
 
