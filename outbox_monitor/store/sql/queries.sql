@@ -566,15 +566,15 @@ FROM outbox_monitor.refresh_retry_error_groups(%(table_regclass)s::regclass, %(b
 -- name: retry_error_groups_cached
 -- The retry_error_groups rows from the cache of migration 025 (read after retry_error_groups_refresh): the retrying rows read now through the claim index (status, available_at, created_at) and their heap rows, each grouped by its cached fingerprint when its (id, attempts, hash of last_error) is cached, else normalised here (a row changed since the refresh); a group's text cached, else normalised from its sample row.
 -- groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed.
+-- Each row's cached fingerprint is a scalar subquery (a primary-key probe per row): a join would let stale statistics pick a nested loop over both sets in a retry storm.
 WITH retrying_rows AS MATERIALIZED (
     SELECT o.id, o.event_type, o.created_at, o.available_at,
-           coalesce(c.fingerprint_md5,
+           coalesce((SELECT c.fingerprint_md5 FROM outbox_monitor.retry_fingerprints AS c
+                     WHERE c.table_oid = %(table_regclass)s::regclass AND c.id = o.id
+                       AND c.attempts = o.attempts
+                       AND c.error_hash = hashtextextended(coalesce(o.last_error, ''), 0)),
                     md5(outbox_monitor.normalize_error(o.last_error))::uuid) AS fingerprint_md5
     FROM {table} AS o
-    LEFT JOIN outbox_monitor.retry_fingerprints AS c
-      ON c.table_oid = %(table_regclass)s::regclass AND c.id = o.id
-     AND c.attempts = o.attempts
-     AND c.error_hash = hashtextextended(coalesce(o.last_error, ''), 0)
     WHERE o.status = 'pending' AND o.attempts > 0 {and_filters}
 ), grouped AS (
     SELECT event_type, fingerprint_md5, count(*) AS retrying,

@@ -82,7 +82,10 @@ BEGIN
     -- One snapshot: the retrying rows now, the cached rows no longer retrying (forgotten),
     -- the retrying rows whose key is not cached (changed: new, failed again, or last_error
     -- rewritten), at most p_batch of them normalised (their last_error read again by id in
-    -- the same snapshot) and stored with their fingerprint's text.
+    -- the same snapshot) and stored with their fingerprint's text. Each check of one row
+    -- against the other side is a scalar subquery, one primary-key probe per row, never a
+    -- join the planner could turn into a scan of the whole outbox table or a nested loop
+    -- over both sets (the statistics lag behind a retry storm).
     EXECUTE format($sql$
         WITH retrying AS MATERIALIZED (
             SELECT o.id, o.created_at, o.attempts,
@@ -91,15 +94,17 @@ BEGIN
             WHERE o.status = 'pending' AND o.attempts > 0
         ), forgotten AS (
             DELETE FROM outbox_monitor.retry_fingerprints AS c
-            WHERE c.table_oid = $1 AND NOT EXISTS (SELECT FROM retrying AS r WHERE r.id = c.id)
+            WHERE c.table_oid = $1
+              AND (SELECT 1 FROM %1$s AS o
+                   WHERE o.id = c.id AND o.status = 'pending' AND o.attempts > 0
+                   LIMIT 1) IS NULL
             RETURNING c.id
         ), changed AS MATERIALIZED (
             SELECT r.id, r.created_at, r.attempts, r.error_hash
             FROM retrying AS r
-            WHERE NOT EXISTS (
-                SELECT FROM outbox_monitor.retry_fingerprints AS c
-                WHERE c.table_oid = $1 AND c.id = r.id AND c.attempts = r.attempts
-                  AND c.error_hash = r.error_hash)
+            WHERE (SELECT 1 FROM outbox_monitor.retry_fingerprints AS c
+                   WHERE c.table_oid = $1 AND c.id = r.id AND c.attempts = r.attempts
+                     AND c.error_hash = r.error_hash) IS NULL
         ), picked AS MATERIALIZED (
             SELECT p.id, p.attempts, p.error_hash, n.fingerprint,
                    md5(n.fingerprint)::uuid AS fingerprint_md5
