@@ -566,22 +566,37 @@ FROM outbox_monitor.refresh_retry_error_groups(%(table_regclass)s::regclass, %(b
 -- name: retry_error_groups_cached
 -- The retry_error_groups rows from the cache of migration 025 (read after retry_error_groups_refresh): the retrying rows read now through the claim index (status, available_at, created_at) and their heap rows, each grouped by its cached fingerprint when its (id, attempts, hash of last_error) is cached, else normalised here (a row changed since the refresh); a group's text cached, else normalised from its sample row.
 -- groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed.
--- Each row's cached fingerprint is a scalar subquery (a primary-key probe per row): a join would let stale statistics pick a nested loop over both sets in a retry storm.
+-- Each retrying row meets its cached key by grouping both sides on the key, never by a join (stale statistics after a storm would plan a nested loop over both sets); only a row without one reads its last_error again by id, in the same snapshot.
 WITH retrying_rows AS MATERIALIZED (
-    SELECT o.id, o.event_type, o.created_at, o.available_at,
-           coalesce((SELECT c.fingerprint_md5 FROM outbox_monitor.retry_fingerprints AS c
-                     WHERE c.table_oid = %(table_regclass)s::regclass AND c.id = o.id
-                       AND c.attempts = o.attempts
-                       AND c.error_hash = hashtextextended(coalesce(o.last_error, ''), 0)),
-                    md5(outbox_monitor.normalize_error(o.last_error))::uuid) AS fingerprint_md5
+    SELECT o.id, o.event_type, o.created_at, o.available_at, o.attempts,
+           hashtextextended(coalesce(o.last_error, ''), 0) AS error_hash
     FROM {table} AS o
     WHERE o.status = 'pending' AND o.attempts > 0 {and_filters}
+), keyed AS MATERIALIZED (
+    SELECT id, max(event_type) AS event_type, max(created_at) AS created_at,
+           max(available_at) AS available_at,
+           (array_agg(fingerprint_md5) FILTER (WHERE fingerprint_md5 IS NOT NULL))[1] AS cached
+    FROM (SELECT id, attempts, error_hash, event_type, created_at, available_at,
+                 NULL::uuid AS fingerprint_md5, true AS live
+          FROM retrying_rows
+          UNION ALL
+          SELECT id, attempts, error_hash, NULL, NULL, NULL, fingerprint_md5, false
+          FROM outbox_monitor.retry_fingerprints
+          WHERE table_oid = %(table_regclass)s::regclass) AS both_sides
+    GROUP BY id, attempts, error_hash
+    HAVING bool_or(live)
+), retrying_groups AS (
+    SELECT k.id, k.event_type, k.created_at, k.available_at,
+           coalesce(k.cached,
+                    (SELECT md5(outbox_monitor.normalize_error(o.last_error))::uuid
+                     FROM {table} AS o WHERE o.id = k.id)) AS fingerprint_md5
+    FROM keyed AS k
 ), grouped AS (
     SELECT event_type, fingerprint_md5, count(*) AS retrying,
            count(*) FILTER (WHERE available_at <= now()) AS due_now,
            min(created_at) AS oldest_created_at, max(available_at) AS last_due_at,
            max(id) AS sample_id
-    FROM retrying_rows
+    FROM retrying_groups
     GROUP BY event_type, fingerprint_md5
 ), named AS (
     SELECT g.*, coalesce(t.fingerprint,

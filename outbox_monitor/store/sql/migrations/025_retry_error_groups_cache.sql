@@ -79,32 +79,35 @@ BEGIN
     PERFORM pg_advisory_xact_lock(
         hashtextextended('outbox_monitor.retry_error_groups:' || v_oid, 0));
 
-    -- One snapshot: the retrying rows now, the cached rows no longer retrying (forgotten),
-    -- the retrying rows whose key is not cached (changed: new, failed again, or last_error
-    -- rewritten), at most p_batch of them normalised (their last_error read again by id in
-    -- the same snapshot) and stored with their fingerprint's text. Each check of one row
-    -- against the other side is a scalar subquery, one primary-key probe per row, never a
-    -- join the planner could turn into a scan of the whole outbox table or a nested loop
-    -- over both sets (the statistics lag behind a retry storm).
+    -- One snapshot: the retrying rows now, each beside its cached key, the cached rows no
+    -- longer retrying (forgotten), the retrying rows whose key is not cached (changed: new,
+    -- failed again, or last_error rewritten), at most p_batch of them normalised (their
+    -- last_error read again by id in the same snapshot) and stored with their
+    -- fingerprint's text. The two sides are matched by grouping on the key, never by a
+    -- join: right after a retry storm the statistics are stale, and a join planned for a
+    -- few rows (a nested loop over both sets) costs the square of the storm.
     EXECUTE format($sql$
         WITH retrying AS MATERIALIZED (
             SELECT o.id, o.created_at, o.attempts,
                    hashtextextended(coalesce(o.last_error, ''), 0) AS error_hash
             FROM %1$s AS o
             WHERE o.status = 'pending' AND o.attempts > 0
+        ), keyed AS MATERIALIZED (
+            SELECT id, attempts, error_hash, max(created_at) AS created_at,
+                   bool_or(live) AS retrying, bool_or(NOT live) AS cached
+            FROM (SELECT id, attempts, error_hash, created_at, true AS live FROM retrying
+                  UNION ALL
+                  SELECT id, attempts, error_hash, NULL, false
+                  FROM outbox_monitor.retry_fingerprints WHERE table_oid = $1) AS both_sides
+            GROUP BY id, attempts, error_hash
+        ), gone AS (
+            SELECT id FROM keyed GROUP BY id HAVING NOT bool_or(retrying)
         ), forgotten AS (
             DELETE FROM outbox_monitor.retry_fingerprints AS c
-            WHERE c.table_oid = $1
-              AND (SELECT 1 FROM %1$s AS o
-                   WHERE o.id = c.id AND o.status = 'pending' AND o.attempts > 0
-                   LIMIT 1) IS NULL
+            WHERE c.table_oid = $1 AND c.id = ANY(ARRAY(SELECT id FROM gone))
             RETURNING c.id
         ), changed AS MATERIALIZED (
-            SELECT r.id, r.created_at, r.attempts, r.error_hash
-            FROM retrying AS r
-            WHERE (SELECT 1 FROM outbox_monitor.retry_fingerprints AS c
-                   WHERE c.table_oid = $1 AND c.id = r.id AND c.attempts = r.attempts
-                     AND c.error_hash = r.error_hash) IS NULL
+            SELECT id, created_at, attempts, error_hash FROM keyed WHERE retrying AND NOT cached
         ), picked AS MATERIALIZED (
             SELECT p.id, p.attempts, p.error_hash, n.fingerprint,
                    md5(n.fingerprint)::uuid AS fingerprint_md5
