@@ -155,9 +155,10 @@ def retry_groups(
     each one's heap row (``attempts`` and ``last_error`` are in no index) — bounded by the
     backlog, never the table's history —, plus the cache's rows of this table, matched with
     them by grouping both on the key (never a join, which stale statistics after a storm
-    could plan as a nested loop over both), and one row per group. Only a retrying row whose ``(id, attempts,
-    hashtextextended(last_error))`` is not cached is normalised (new, failed again, or its
-    ``last_error`` rewritten in place); the others keep their fingerprint, so a refresh costs
+    could plan as a nested loop over both), and one row per group. Only a retrying row
+    whose ``(id, attempts, hashtextextended(last_error))`` is not cached is normalised (new,
+    failed again, or its ``last_error`` rewritten in place); the others keep their
+    fingerprint, so a refresh costs
     O(backlog) reads and O(changed rows) normalisations. A row that changes between the two
     statements is normalised by the read itself, so the groups are exact for the read's
     snapshot: the same rows, group ids and counts as the live statement (``status --json``
