@@ -277,8 +277,8 @@ def matches_header(before: int, shown: int, more: bool) -> str:
     """
     seen = before + shown
     total = (
-        f"more than {format.plural(seen, 'match', 'matches')}"
+        f"More than {format.plural(seen, 'match', 'matches')}"
         if more
-        else (format.plural(seen, "match", "matches"))
+        else format.plural(seen, "match", "matches")
     )
     return total if not (before or more) else f"{total} ({before + 1:,}–{seen:,} shown)"
