@@ -687,3 +687,31 @@ GROUP BY application_name ORDER BY application_name;
 -- Benchmark only (flow_control.py --previous-claim): a schema for the claim of the migration before the newest one that defines it.
 DROP SCHEMA IF EXISTS bench_previous CASCADE;
 CREATE SCHEMA bench_previous;
+
+-- name: benchmark_retrying_storm
+-- Benchmark only (retrying.py): a retry storm: the newest %(rows)s done rows back to pending after 1-3 failures, due from 60 s ago to 4 min ahead, with the errors of 4 failing downstreams (a variable part each that normalisation replaces: numbers of 4 digits or more, quoted values, hex).
+UPDATE {table} AS o
+SET status = 'pending', attempts = 1 + o.id %% 3, processed_at = NULL, locked_at = NULL,
+    locked_by = NULL,
+    available_at = now() + make_interval(secs => (o.id %% 300) - 60),
+    last_error = CASE o.id %% 4
+        WHEN 0 THEN 'HTTP 503 from erp for order ' || (100000 + o.id)
+        WHEN 1 THEN 'timeout after ' || (1000 + o.id %% 5000) || ' ms calling ''crm-'
+                    || (o.id %% 7) || ''''
+        WHEN 2 THEN 'HTTP 429 rate limited, request req_' || md5(o.id::text)
+        ELSE 'connection refused for tenant ''' || (o.id %% 255) || ''''
+    END
+WHERE o.id IN (SELECT id FROM {table} WHERE status = 'done' ORDER BY id DESC LIMIT %(rows)s);
+
+-- name: benchmark_retrying_churn
+-- Benchmark only (retrying.py): %(rows)s retrying rows fail once more (attempts + 1, a new error text, due in 2 minutes): the rows the next refresh normalises.
+UPDATE {table} AS o
+SET attempts = o.attempts + 1, available_at = now() + interval '2 minutes',
+    last_error = 'HTTP 503 from erp for order ' || o.id || ' (attempt ' || (o.attempts + 1) || ')'
+WHERE o.id IN (SELECT id FROM {table} WHERE status = 'pending' AND attempts > 0
+               ORDER BY random() LIMIT %(rows)s);
+
+-- name: benchmark_retrying_rows
+-- Benchmark only (retrying.py): the pending rows and those retrying (a report line).
+SELECT count(*) AS pending, count(*) FILTER (WHERE attempts > 0) AS retrying
+FROM {table} WHERE status = 'pending';

@@ -48,7 +48,7 @@ def live_state() -> None:
         instances = alert_loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
         counts = alert_rules.state_counts(instances)
-        silenced = sum(1 for row in alert_loaders.silences(ctx.db) if row["active"])
+        silenced = alert_silences.totals(alert_loaders.silences(ctx.db))[0]
         columns = st.columns(5)
         columns[0].metric("Firing", counts["firing"], border=True)
         columns[1].metric("Pending", counts["pending"], border=True)
@@ -209,7 +209,8 @@ with silences_tab:
 
     everything = alert_loaders.silences(ctx.db)
     active = [row for row in everything if row["active"]]
-    st.subheader(f"Active silences ({len(active)})")
+    active_total, ended_total = alert_silences.totals(everything)
+    st.subheader(alert_silences.heading("Active silences", active_total, len(active)))
     if not active:
         st.caption("None.")
     for row in active:
@@ -227,7 +228,7 @@ with silences_tab:
                 st.rerun()
     ended = alert_silences.ended_silence_rows(everything)
     if ended:
-        st.subheader(f"Expired or ended ({len(ended)})")
+        st.subheader(alert_silences.heading("Expired or ended", ended_total, len(ended)))
         format.grid(ended, alert_silences.ENDED_COLUMNS, key="alerts.ended_silences")
 
 with test_tab:

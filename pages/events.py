@@ -127,7 +127,11 @@ if searchable:
     page_rows, has_older = fetched[:PAGE_SIZE], len(fetched) > PAGE_SIZE
 
     position = f"page {len(cursor) + 1}" + (" (newest)" if not cursor else "")
-    st.caption(f"{format.plural(len(page_rows), 'event')}, newest id first · {position}")
+    matching = loaders.matching_events(ctx.db, **filters)
+    shown = format.rows_shown(
+        len(cursor) * PAGE_SIZE, len(page_rows), matching, loaders.count_cap(), "event"
+    )
+    st.caption(f"{shown}, newest id first · {position}")
     selection = format.grid(page_rows, LIST_COLUMNS, key="events.table", detail=False)
     buttons = st.columns([1, 1, 2, 4])
     buttons[0].button(

@@ -16,6 +16,7 @@ from outbox_monitor.ui import (
     headline,
     health,
     loaders,
+    retrying,
     rule_state,
     slo,
     state,
@@ -183,6 +184,7 @@ def live_figures() -> None:
             None,
             f"Rows dead-lettered in the last {f.window_label}.",
         )
+        retrying.section(ctx.db, f, figures, tile=tile, badge=badge("retrying"))
 
         top = ctx.settings.overview_top_event_types
         table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
@@ -260,6 +262,7 @@ def charts_tab(f: state.Filters, figures: dict, samples: list, troubled: list[st
         else:
             st.caption(f"No dead letters in the last {f.window_label}.")
 
+    retrying.chart(samples)
     event_types.split_chart(ctx.db, f, troubled)
 
 

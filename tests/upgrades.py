@@ -47,6 +47,10 @@ UNDO_SINCE_008 = (
     "ALTER TABLE outbox_monitor.audit_log DROP COLUMN db_login, DROP COLUMN client_addr; "
     # 020: the rows a reap writer reports to the breakers (record_outcome went with 008)
     "DROP TABLE outbox_monitor.writer_outcomes; "
+    # 025: the retry error groups' cache and the samples' retrying
+    "DROP FUNCTION outbox_monitor.refresh_retry_error_groups; "
+    "DROP TABLE outbox_monitor.retry_fingerprints, outbox_monitor.retry_fingerprint_texts; "
+    "ALTER TABLE outbox_monitor.samples DROP COLUMN retrying; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

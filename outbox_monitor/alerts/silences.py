@@ -191,13 +191,14 @@ def active_silences(db: Database, now: datetime) -> list[dict[str, Any]]:
 
 
 def list_silences(db: Database, *, limit: int = DEFAULT_LIST_LIMIT) -> list[dict[str, Any]]:
-    """The newest ``limit`` silences of ``db``'s outbox (``in_outbox``, chosen in SQL before
-    the limit, so other outboxes' silences never crowd them out), newest first, with
-    ``active`` (in force at the database's now).
+    """At most ``limit`` silences of ``db``'s outbox (``in_outbox``, chosen in SQL before
+    the limit, so other outboxes' silences never crowd them out): those in force first, then
+    the ended ones, each part newest first, with ``active`` (in force at the database's now).
 
     Returns:
         Rows with id, matchers, starts_at, ends_at, comment, created_by, created_at,
-        expired_at, active.
+        expired_at, active, and the outbox's totals ``silences_total`` and ``active_total``
+        (every silence, listed or not: the same in every row).
     """
     params = {"label": OUTBOX_MATCHER, "outbox": db.alert_outbox, "limit": limit}
     return db.fetch_all("silences_all", params)

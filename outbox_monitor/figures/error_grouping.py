@@ -1,9 +1,11 @@
 """Error groups of SPEC §2: failed rows grouped by event type and normalised ``last_error``,
 read from the cache the SQL function ``outbox_monitor.refresh_error_groups`` keeps up to date
 (migration 006), or computed from every failed row when this login cannot refresh it; and the
-retry error groups: the retrying rows grouped the same way, computed live."""
+retry error groups: the retrying rows grouped the same way, with the fingerprints of the
+retrying rows cached by ``outbox_monitor.refresh_retry_error_groups`` (migration 025)."""
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from outbox_monitor.errors import PermissionDenied, ReadOnlyDatabase, SchemaNotInitialised
@@ -23,6 +25,30 @@ RETRY_ERROR_GROUPS_LIMIT = 20
 # the tests key on the logger name.
 log = logging.getLogger("outbox_monitor.metrics")
 _warned_exact_error_groups: set[str] = set()  # tables warned about, once per process
+_warned_live_retry_groups: set[str] = set()  # the same for the retry error groups
+_UNCACHED = (PermissionDenied, SchemaNotInitialised, ReadOnlyDatabase)
+"""What a login that may not bring a cache current gets from its refresh function."""
+
+
+def _warn_uncached(
+    db: Database, warned: set[str], what: str, rows: str, function: str, error: Exception
+) -> None:
+    """The WARNING, once per process and table (``warned``), that ``what`` are computed from
+    every one of ``rows`` because ``function`` failed with ``error``."""
+    if db.table_name in warned:
+        return
+    warned.add(db.table_name)
+    log.warning(
+        "%s of %s are computed from every %s: outbox_monitor.%s failed: %s. Give this login "
+        "EXECUTE on it (run the output of `outbox-monitor init-db --print-grants` again) and "
+        "a read-write connection to the primary; the function reads only a table owned by "
+        "the role that ran `init-db`, so run it as the table's owner.",
+        what,
+        db.table_name,
+        rows,
+        function,
+        str(error).splitlines()[0],
+    )
 
 
 def error_groups(
@@ -53,18 +79,15 @@ def error_groups(
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
     try:
         refresh_error_groups(db)
-    except (PermissionDenied, SchemaNotInitialised, ReadOnlyDatabase) as error:
-        if db.table_name not in _warned_exact_error_groups:
-            _warned_exact_error_groups.add(db.table_name)
-            log.warning(
-                "error groups of %s are computed from every failed row (slow with many dead "
-                "letters): outbox_monitor.refresh_error_groups failed: %s. Give this login "
-                "EXECUTE on it (run the output of `outbox-monitor init-db --print-grants` "
-                "again) and a read-write connection to the primary; the function reads only "
-                "a table owned by the role that ran `init-db`, so run it as the table's owner.",
-                db.table_name,
-                str(error).splitlines()[0],
-            )
+    except _UNCACHED as error:
+        _warn_uncached(
+            db,
+            _warned_exact_error_groups,
+            "error groups",
+            "failed row (slow with many dead letters)",
+            "refresh_error_groups",
+            error,
+        )
         return db.fetch_all("error_groups_exact", params, and_filters=where.fragment)
     return db.fetch_all("error_groups", params, and_filters=where.fragment)
 
@@ -91,6 +114,125 @@ def refresh_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH) -> in
     return calls
 
 
+RETRY_GROUP_KEYS = (
+    "group_id",
+    "event_type",
+    "fingerprint",
+    "retrying",
+    "due_now",
+    "oldest_created_at",
+    "last_due_at",
+    "sample_error",
+)
+"""The keys of a retry error group (``retry_error_groups``; ``status --json``)."""
+
+
+@dataclass(frozen=True)
+class RetryGroups:
+    """Retry error groups with the totals of every group matching the filter.
+
+    ``groups``: ``retry_error_groups``'s rows (at most the limit, biggest first);
+    ``groups_total`` and ``retrying_total``: every matching group and its rows (the
+    ``retrying`` of the filter, when no row changed between the statements); ``cached``:
+    false when this login could not bring the cache current (every row normalised now).
+    """
+
+    groups: list[dict[str, Any]]
+    groups_total: int
+    retrying_total: int
+    cached: bool
+
+
+def retry_groups(
+    db: Database, *, event_type: str | None = None, limit: int = RETRY_ERROR_GROUPS_LIMIT
+) -> RetryGroups:
+    """The retry error groups of ``retry_error_groups`` with their totals (``RetryGroups``):
+    what the Overview lists and says in its header (issue 30 items 1 and 8).
+
+    Brings the cache current first (``refresh_retry_error_groups``), then reads the groups
+    (named query ``retry_error_groups_cached``). What each statement reads: the table's
+    pending rows through the users' claim index ``(status, available_at, created_at)`` and
+    each one's heap row (``attempts`` and ``last_error`` are in no index) — bounded by the
+    backlog, never the table's history —, plus the cache's rows of this table, matched with
+    them by grouping both on the key (never a join, which stale statistics after a storm
+    could plan as a nested loop over both), and one row per group. Only a retrying row
+    whose ``(id, attempts, hashtextextended(last_error))`` is not cached is normalised (new,
+    failed again, or its ``last_error`` rewritten in place); the others keep their
+    fingerprint, so a refresh costs
+    O(backlog) reads and O(changed rows) normalisations. A row that changes between the two
+    statements is normalised by the read itself, so the groups are exact for the read's
+    snapshot: the same rows, group ids and counts as the live statement (``status --json``
+    stays exact).
+
+    A login that may not execute ``outbox_monitor.refresh_retry_error_groups`` (grants of an
+    older ``--print-grants``), or whose transactions are read-only (a standby), gets the same
+    groups computed live, every retrying row normalised (named query ``retry_error_groups``),
+    and a WARNING once per process and table, as ``error_groups`` does.
+
+    Args:
+        event_type: the SPEC §2 event-type filter (exact, or LIKE with ``%``).
+        limit: groups at most (default ``RETRY_ERROR_GROUPS_LIMIT``, 20).
+
+    Returns:
+        ``RetryGroups``; each group's texts redacted by the database's settings.
+
+    Raises:
+        QueryTimeout, DatabaseUnavailable: from the connector; SchemaNotInitialised when
+        ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
+    """
+    where = Where().event_type(event_type)
+    params = {"limit": limit, "table_regclass": db.table_name, **where.params}
+    try:
+        refresh_retry_error_groups(db)
+        name, cached = "retry_error_groups_cached", True
+    except _UNCACHED as error:
+        _warn_uncached(
+            db,
+            _warned_live_retry_groups,
+            "retry error groups",
+            "retrying row (slow in a retry storm)",
+            "refresh_retry_error_groups",
+            error,
+        )
+        name, cached = "retry_error_groups", False
+    rows = db.fetch_all(name, params, and_filters=where.fragment)
+    groups = [{key: row[key] for key in RETRY_GROUP_KEYS} for row in rows]
+    return RetryGroups(
+        groups=redactor_for(db.settings).redact_rows(groups, ("fingerprint", "sample_error")),
+        groups_total=rows[0]["groups_total"] if rows else 0,
+        retrying_total=rows[0]["retrying_total"] if rows else 0,
+        cached=cached,
+    )
+
+
+def refresh_retry_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH) -> int:
+    """Bring the cached fingerprints of the retrying rows current (SPEC §2 retry error
+    groups; migration 025).
+
+    Calls ``outbox_monitor.refresh_retry_error_groups`` until it reports nothing left to
+    normalise. Each call is one statement under the statement timeout: it reads the pending
+    rows (the users' claim index and their heap rows), forgets the cached rows no longer
+    retrying (acked, claimed, dead-lettered, replayed, deleted) and normalises at most
+    ``batch`` retrying rows whose id, attempts or ``last_error`` are not cached yet.
+
+    Returns:
+        The rows normalised over all calls (0 when nothing changed since the last refresh).
+
+    Raises:
+        PermissionDenied: the login may not execute the function (or SELECT the table).
+        SchemaNotInitialised: migration 025 is not applied (run ``init-db``).
+        ReadOnlyDatabase: a read-only transaction (a standby).
+        QueryTimeout, DatabaseUnavailable: from the connector.
+    """
+    params = {"table_regclass": db.table_name, "batch": batch}
+    normalised = 0
+    while True:
+        step = db.fetch_one("retry_error_groups_refresh", params)
+        normalised += step["normalised"]
+        if step["done"]:
+            return normalised
+
+
 def retry_error_groups(
     db: Database, *, event_type: str | None = None, limit: int = RETRY_ERROR_GROUPS_LIMIT
 ) -> list[dict[str, Any]]:
@@ -100,11 +242,9 @@ def retry_error_groups(
     and the dead letters it turns into share an id. What a failing downstream answers before
     anything is dead-lettered.
 
-    Exact and live: one grouped statement (named query ``retry_error_groups``) normalises
-    every retrying row of the filter now, under the statement timeout — the rows retrying are
-    bounded by the backlog, and ``status --json`` runs it once. It is not cached: the
-    dashboard, which refreshes, is to read them from a cache kept incrementally as error
-    groups are (issue 30), not from this function.
+    Exact: ``retry_groups``' groups, read with the cache of migration 025 brought current
+    first (only rows new or changed since the last refresh are normalised), or computed live
+    for a login that may not refresh it (see ``retry_groups``: what each statement reads).
 
     A retry keeps no time of its failure (``fail`` clears ``processed_at`` and sets
     ``available_at`` to the failure plus the backoff; a reap sets it to now), so a group has
@@ -126,8 +266,4 @@ def retry_error_groups(
         QueryTimeout, DatabaseUnavailable: from the connector; SchemaNotInitialised when
         ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
     """
-    where = Where().event_type(event_type)
-    groups = db.fetch_all(
-        "retry_error_groups", {"limit": limit, **where.params}, and_filters=where.fragment
-    )
-    return redactor_for(db.settings).redact_rows(groups, ("fingerprint", "sample_error"))
+    return retry_groups(db, event_type=event_type, limit=limit).groups

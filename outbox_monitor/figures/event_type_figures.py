@@ -183,6 +183,8 @@ EVENT_TYPE_FIGURES: tuple[Figure, ...] = (
         "Pending rows with attempts > 0: waiting for or due for another try after a failure.",
         lambda db, window, event_type, _: metrics.retrying(db, event_type=event_type),
         _PENDING,
+        sample_column="retrying",
+        sample_label="Retrying",
     ),
     Figure(
         "rows_held",

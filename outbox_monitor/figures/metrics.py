@@ -389,8 +389,9 @@ def status(
         "created_per_minute", "failed_in_window", "failed_by_event_type",
         "attempts_histogram" ({"<attempts>": rows}),
         "retry_error_groups" (without ``count_cap`` only: the retrying rows' error groups,
-        exact, ``error_grouping.retry_error_groups``; the dashboard, which passes
-        ``count_cap``, is to read them from a cache kept incrementally), "rows_held",
+        exact, ``error_grouping.retry_error_groups``, read with the cache of migration 025;
+        the dashboard, which passes ``count_cap``, reads them with their totals through
+        ``error_grouping.retry_groups``), "rows_held",
         "rows_held_by_event_type" ({event type: due rows held by a control, SPEC §5}),
         "rows_throttled", "rows_throttled_by_control" ({control filter: rows}),
         "breakers_open" (circuit breakers open or half-open),

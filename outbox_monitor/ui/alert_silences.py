@@ -102,6 +102,22 @@ def silence_text(row: Mapping[str, Any], now: datetime | None) -> str:
     return f"**#{row['id']}** {matchers} — until {until} · by {format.md_code(row['created_by'])}"
 
 
+def totals(silences: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """``(in force, ended)``: every silence of the outbox, listed or not (``list_silences``'
+    totals), for the headers (issue 30 item 8)."""
+    if not silences:
+        return 0, 0
+    active = silences[0]["active_total"]
+    return active, silences[0]["silences_total"] - active
+
+
+def heading(label: str, total: int, listed: int) -> str:
+    """A silences header over every silence: ``"Expired or ended (205; the newest 197
+    listed)"``, or ``"Active silences (3)"`` when all are listed."""
+    more = f"; the newest {listed:,} listed" if listed < total else ""
+    return f"{label} ({total:,}{more})"
+
+
 def ended_silence_rows(silences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Silences no longer in force, for the history table."""
     return [

@@ -76,7 +76,7 @@ def _choices(key: str, _db: Database, window: float) -> list[str]:
     return by_event_type.sampled_event_types(_db, window=window, limit=SPLIT_CHOICES)
 
 
-def _link(page: str, event_type: str, f: Filters) -> str | None:
+def type_link(page: str, event_type: str, f: Filters) -> str | None:
     """A relative link to a page pre-filtered on exactly this type and the window; ``None``
     for a type holding ``%``: the pages' filter would read it as a LIKE pattern (SPEC §2)
     and show — and offer to replay — other types too."""
@@ -123,7 +123,7 @@ def table_rows(
             state = loaded["flow"].get(name)
             flow = state.state if state else "running"
             spark = depth.get(bounded_key(name), [])  # the samples' key of the type
-            events, dead = _link("events", name, f), _link("dead_letters", name, f)
+            events, dead = type_link("events", name, f), type_link("dead_letters", name, f)
             said = loaded["trends"][name]
             trend, drains = said.rate_text, said.drain_text(int(row["queue_depth"]))
         result.append(
@@ -133,6 +133,7 @@ def table_rows(
                 # the backlog and its one trend before who says (a long "set by" would push
                 # them out of sight at 1440 px)
                 "queue depth": row["queue_depth"],
+                "retrying": row["retrying"],
                 "depth trend": trend,
                 "drain ETA": drains,
                 "set by": coverage.set_by(verdict, ruleset),
@@ -173,10 +174,12 @@ COLUMNS = [
         "and the firing alerts say too.",
     ),
     Column(
-        "drain ETA",
-        "drain ETA",
-        78,
-        help="When the queue depth reaches 0 at its trend; never when it grows or holds.",
+        "retrying",
+        "retrying",
+        70,
+        help="Pending rows with attempts > 0 (SPEC §2 retrying): waiting for, or due for, "
+        "another try after a failure — what a failing downstream answers before anything is "
+        "dead-lettered.",
     ),
     Column(
         "oldest pending",
@@ -194,6 +197,11 @@ COLUMNS = [
         help="Queue depth per sample over the window (the sampler's history per event type).",
         chart=True,
     ),
+    Column(
+        "drain ETA",
+        "drain ETA",
+        help="When the queue depth reaches 0 at its trend; never when it grows or holds.",
+    ),
     Column("P95 latency", "P95 latency", unit="seconds"),
     Column("events", "events", link="events"),
     Column("set by", "status set by"),
@@ -203,8 +211,8 @@ COLUMNS = [
     Column("created/min", "created per minute", unit="rows/min"),
 ]
 """The table's columns: its key columns fit at 1440 px (``format.grid``); the depth's
-sparkline, P95 latency, the rule that set the status, pending, processing, the rates and the
-link to its events show with a chosen row's detail."""
+sparkline, the drain ETA, P95 latency, the rule that set the status, pending, processing,
+the rates and the link to its events show with a chosen row's detail."""
 
 
 def _unscoped(instances: list[dict], ruleset: RuleSet | None) -> None:

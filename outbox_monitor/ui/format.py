@@ -100,6 +100,25 @@ def plural(count: int | float, noun: str, plural_noun: str | None = None) -> str
     return f"{count:,} {inflect(count, noun, plural_noun)}"
 
 
+def rows_shown(before: int, shown: int, matching: int, cap: int, noun: str) -> str:
+    """A page's header over every matching row, not the page (issue 30 item 8): ``"Events
+    51–100 of 1,234"``, ``"Events 1–50 of more than 10,000"`` (``matching`` counted up to
+    ``cap`` + 1 only), ``"No events"``.
+
+    Args:
+        before: rows on the pages before this one.
+        shown: rows on this page.
+        matching: rows matching on every page, counted up to ``cap`` + 1.
+        cap: the count's cap.
+        noun: the rows' noun in the singular (``"event"``).
+    """
+    nouns = inflect(2, noun).capitalize()
+    if not shown:
+        return f"No {inflect(2, noun)}"
+    total = f"more than {cap:,}" if matching > cap else f"{max(matching, before + shown):,}"
+    return f"{nouns} {before + 1:,}–{before + shown:,} of {total}"
+
+
 def inflect(count: int | float, singular: str, plural_form: str | None = None) -> str:
     """The word that goes with ``count`` (the number not included): ``inflect(1, "row")``
     → ``"row"``, ``inflect(3, "was", "were")`` → ``"were"``; for text like

@@ -253,6 +253,22 @@ def events_page(db: Database, *, limit: int, **filters: Any) -> list[dict[str, A
 
 
 @cached
+def _matching_events(key: str, _db: Database, search: EventFilter, cap: int) -> int:
+    return estimates.count_up_to(_db, "event_rows", cap=cap, where=search.where())
+
+
+def matching_events(db: Database, **filters: Any) -> int:
+    """The events ``EventFilter(**filters)`` matches on every page (no cursor), counted up to
+    ``count_cap()`` only: a value above the cap means "more than the cap" (the Events page's
+    header, issue 30 item 8). Reads at most cap + 1 matching rows.
+
+    Raises:
+        ValueError: an unknown status; TypeError: an unknown filter.
+    """
+    return _matching_events(db_key(db), db, EventFilter(**filters), count_cap())
+
+
+@cached
 def _event(key: str, _db: Database, event_id: int) -> dict[str, Any] | None:
     return events.get_event(_db, event_id)
 

@@ -229,9 +229,9 @@ def section(ctx: PageContext, columns: Sequence[format.Column]) -> int | None:
     shown = loaders.redactor(ctx.db).redact_rows(page.rows, head=ERROR_HEAD_CHARS)
     search = results.search
     st.caption(
-        f"{format.plural(len(shown), 'match', 'matches')} created from "
-        f"{format.instant(search.since)} to {format.instant(search.until)}, newest first · "
-        f"page {len(results.cursors) + 1}"
+        f"{matches_header(len(results.cursors) * PAGE_SIZE, len(shown), page.has_older)} "
+        f"created from {format.instant(search.since)} to {format.instant(search.until)}, "
+        f"newest first · page {len(results.cursors) + 1}"
     )
     selection = format.grid(shown, columns, key="payload_search.table", detail=False)
     buttons = st.columns([1, 1, 6])
@@ -253,3 +253,23 @@ def section(ctx: PageContext, columns: Sequence[format.Column]) -> int | None:
     )
     chosen = [i for i in selection.selection.rows if i < len(shown)]
     return shown[chosen[0]]["id"] if chosen else None
+
+
+def matches_header(before: int, shown: int, more: bool) -> str:
+    """The page's count over every match, never the page's alone (issue 30 item 8): the total
+    once the last page is reached (``"2 matches"``, ``"55 matches (51–55 shown)"``), else
+    what is known of it (``"More than 50 matches (1–50 shown)"``): the search reads the range
+    a page at a time, and counting every match would read the whole range.
+
+    Args:
+        before: matches on the pages before this one.
+        shown: matches on this page.
+        more: an older page exists.
+    """
+    seen = before + shown
+    total = (
+        f"More than {format.plural(seen, 'match', 'matches')}"
+        if more
+        else format.plural(seen, "match", "matches")
+    )
+    return total if not (before or more) else f"{total} ({before + 1:,}–{seen:,} shown)"

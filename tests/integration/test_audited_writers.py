@@ -35,8 +35,8 @@ RECORD = (
 WORKERS_GUARDED = {"claim_grants", "claim_consume", "record_outcome"}
 """SECURITY DEFINER functions of the workers' claim, ack and fail: each refuses, or does
 nothing for, a login without UPDATE on the outbox (``may_claim`` of ``session_user``)."""
-CACHE = {"refresh_error_groups"}
-"""Writes only the error groups' cache, computed from the outbox (migration 006/007)."""
+CACHE = {"refresh_error_groups", "refresh_retry_error_groups"}
+"""Write only the error groups' caches, computed from the outbox (migrations 006/007, 025)."""
 
 
 def as_login(logins, dsn, login):

@@ -3,6 +3,7 @@
 import pytest
 
 from outbox_monitor.config.settings import load_settings
+from outbox_monitor.figures import metrics
 from outbox_monitor.service.sampler import HEADLINE, record_sample
 from outbox_monitor.store.db import Database
 
@@ -87,3 +88,48 @@ def test_retention_deletes_only_old_samples_of_this_table(dsn, conn):
     ]
     assert len(ages) == 2 and 1795 <= ages[0] <= 1805 and ages[1] <= 5
     assert len(stored_samples(conn, "other.outbox")) == 1
+
+
+def test_samples_store_retrying_scheduled_retries_and_each_types_p95(db, rows, conn):
+    """Issue 30 item 1: the stored retrying and scheduled retries, and the stored P95 of
+    each event type, against values worked out from the rows."""
+    rows.add(event_type="order.paid", created_ago=30)  # due, never tried
+    rows.add(event_type="order.paid", attempts=2, created_ago=300, available_ago=10)  # due again
+    rows.add(event_type="order.paid", attempts=1, created_ago=300, available_ago=-60)  # backoff
+    rows.add(event_type="mail.sent", created_ago=30, available_ago=-600)  # published for later
+    rows.add(event_type="mail.sent", attempts=3, created_ago=900, available_ago=-120)  # backoff
+    rows.add(event_type="order.paid", status="processing", attempts=4, locked_ago=5)  # claimed
+    rows.add(event_type="mail.sent", status="failed", attempts=10, processed_ago=50)
+    # order.paid done with latencies 10, 20 and 40 s; mail.sent with 4 and 8 s
+    for event_type, created, processed in (
+        ("order.paid", 110, 100),
+        ("order.paid", 220, 200),
+        ("order.paid", 340, 300),
+        ("mail.sent", 54, 50),
+        ("mail.sent", 68, 60),
+    ):
+        rows.add(event_type=event_type, status="done", created_ago=created, processed_ago=processed)
+
+    recorded = record_sample(db)
+
+    (stored,) = stored_samples(conn)
+    # retrying: pending with attempts > 0 — order.paid's due one and its one in backoff,
+    # mail.sent's in backoff; scheduled retries: pending not yet due — order.paid's backoff,
+    # mail.sent's row published for later and its backoff
+    assert (stored["retrying"], stored["scheduled_retries"]) == (3, 3)
+    assert (recorded["retrying"], recorded["scheduled_retries"]) == (3, 3)
+    by_type = {
+        row["event_type"]: row
+        for row in conn.execute(
+            "SELECT * FROM outbox_monitor.event_type_samples WHERE sampled_at = %s",
+            (stored["sampled_at"],),
+        ).fetchall()
+    }
+    assert set(by_type) == {"order.paid", "mail.sent"}
+    # continuous P95: order.paid {10, 20, 40}: 20 + 0.9 * (40 - 20) = 38;
+    # mail.sent {4, 8}: 4 + 0.95 * (8 - 4) = 7.8
+    assert by_type["order.paid"]["latency_p95_seconds"] == pytest.approx(38)
+    assert by_type["mail.sent"]["latency_p95_seconds"] == pytest.approx(7.8)
+    assert (by_type["order.paid"]["retrying"], by_type["mail.sent"]["retrying"]) == (2, 1)
+    (series,) = metrics.samples_series(db)
+    assert (series["retrying"], series["scheduled_retries"]) == (3, 3)

@@ -53,6 +53,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "022_control_change_barrier",
             "023_workers_seen_last_fail",
             "024_bounded_type_keys",
+            "025_retry_error_groups_cache",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

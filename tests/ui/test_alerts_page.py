@@ -349,6 +349,29 @@ def test_create_a_silence_through_the_form_then_expire_it(open_page, ruleset, co
     assert "Active silences (0)" in [h.value for h in at.subheader]
 
 
+def test_the_silence_headers_count_every_silence_not_the_listed_ones(open_page, ruleset, conn):
+    """Issue 30 item 8: 3 silences in force and 205 ended; 200 are listed, those in force
+    first."""
+    conn.execute(
+        "INSERT INTO outbox_monitor.silences (matchers, starts_at, ends_at, comment, created_by)"
+        " SELECT '{}', now() - interval '2 hours', now() + interval '1 day', 'on', 'alice'"
+        " FROM generate_series(1, 3)"
+    )
+    conn.execute(
+        "INSERT INTO outbox_monitor.silences (matchers, starts_at, ends_at, comment, created_by)"
+        " SELECT '{}', now() - interval '2 hours', now() - interval '1 hour', 'off', 'alice'"
+        " FROM generate_series(1, 205)"
+    )
+
+    at = open_page(PAGE)
+
+    assert not at.exception
+    headers = [h.value for h in at.subheader]
+    assert "Active silences (3)" in headers
+    assert "Expired or ended (205; the newest 197 listed)" in headers
+    assert {m.label: m.value for m in at.metric}["Active silences"] == "3"
+
+
 @pytest.mark.parametrize(
     ("rule", "event_type", "until", "comment", "error"),
     [

@@ -28,6 +28,27 @@ def test_keyset_pages_older_and_newest(open_page, rows):
     assert not at.exception
 
 
+def test_the_header_counts_every_matching_event_not_the_page(open_page, rows, monkeypatch):
+    """Issue 30 item 8: 55 events and 3 of another type; 50 listed per page."""
+    for _ in range(55):
+        rows.add(event_type="order.paid")
+    for _ in range(3):
+        rows.add(event_type="mail.sent")
+
+    at = open_page(PAGE, event_type="order.paid")
+    header = "Events 1–50 of 55, newest id first · page 1 (newest)"
+    assert any(c.value == header for c in at.caption)
+    at.button(key="events.older").click().run()
+    assert any(c.value == "Events 51–55 of 55, newest id first · page 2" for c in at.caption)
+
+    # above the dashboard's cap the count stops: "more than" the cap
+    monkeypatch.setattr("outbox_monitor.figures.estimates.DASHBOARD_COUNT_CAP", 40)
+    st.cache_data.clear()
+    at = open_page(PAGE)
+    header = "Events 1–50 of more than 40, newest id first · page 1 (newest)"
+    assert any(c.value == header for c in at.caption)
+
+
 def test_search_filters_from_url_and_inputs(open_page, rows):
     old = rows.add(event_type="order.paid", created_ago=3 * 3600, aggregate=("order", "7"))
     failed = rows.add(event_type="order.paid", status="failed", processed_ago=60, last_error="e")

@@ -74,7 +74,7 @@ def test_a_type_no_breaker_watches_is_not_healthy_by_the_breaker_rule(
     at = open_page("overview")
 
     assert not at.exception
-    (frame,) = [d.value for d in at.dataframe if "event type" in d.value.columns]
+    (frame,) = [d.value for d in at.dataframe if "depth trend" in d.value.columns]
     shown = {row["event type"]: (row["status"], row["set by"]) for _, row in frame.iterrows()}
     assert shown == {
         "crm.contact": ("healthy", "breaker-open [each breaker's filter]"),

@@ -30,7 +30,7 @@ def captions(at) -> list[str]:
 
 
 def row_of(at, name: str) -> dict:
-    (frame,) = [d.value for d in at.dataframe if "event type" in d.value.columns]
+    (frame,) = [d.value for d in at.dataframe if "depth trend" in d.value.columns]
     (row,) = [r for r in frame.to_dict("records") if r["event type"] == name]
     return row
 

@@ -37,6 +37,10 @@ def search(at, *, document=None, path=None, value=None, since="1h"):
     return at.button(key="payload_search.submit").click().run()
 
 
+def captions(at) -> list[str]:
+    return [c.value for c in at.caption]
+
+
 def test_containment_runs_on_submit_in_keyset_pages_with_index_advice(open_page, rows, conn):
     matches = [rows.add(payload={"customer": {"id": "42"}}, created_ago=600 - n) for n in range(52)]
     rows.add(payload={"customer": {"id": "7"}}, created_ago=30)
@@ -57,10 +61,13 @@ def test_containment_runs_on_submit_in_keyset_pages_with_index_advice(open_page,
         "USING gin (payload jsonb_path_ops);" in [c.value for c in at.code]
     )
     assert at.button(key="payload_search.newest").disabled
+    # issue 30 item 8: the header counts every match known, never the page's alone
+    assert any(c.startswith("More than 50 matches (1–50 shown) created from") for c in captions(at))
 
     at.button(key="payload_search.older").click().run()
     assert found_ids(at) == newest_first[50:]
     assert at.button(key="payload_search.older").disabled
+    assert any(c.startswith("52 matches (51–52 shown) created from") for c in captions(at))
     at.button(key="payload_search.newest").click().run()
     assert found_ids(at) == newest_first[:50]
 

@@ -71,6 +71,7 @@ def test_alerts_exporter_and_sampler_read_the_registry():
         "queue_depth",
         "pending_total",
         "scheduled_retries",
+        "retrying",
         "oldest_pending_age_seconds",
         "processing",
         "stuck_locks",

@@ -531,16 +531,17 @@ LEFT JOIN LATERAL (SELECT o.last_error FROM {table} AS o WHERE o.id = grouped.sa
 ORDER BY failed DESC, last_seen DESC;
 
 -- name: retry_error_groups
--- Retrying rows (pending, attempts > 0) grouped by event_type and normalised last_error exactly as error_groups_exact groups the failed ones (same fingerprint, same group id), biggest first, at most %(limit)s.
--- The fingerprint is computed once per row; the sample (the group's largest id) is fetched after grouping.
+-- Retrying rows (pending, attempts > 0) grouped by event_type and normalised last_error exactly as error_groups_exact groups the failed ones (same fingerprint, same group id), biggest first, at most %(limit)s: every retrying row normalised now (for a login that may not run retry_error_groups_refresh).
+-- The fingerprint is computed once per row; the sample (the group's largest id) is fetched after grouping. groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed.
 SELECT left(md5(event_type || ':' || fingerprint), 12) AS group_id,
        grouped.event_type, fingerprint, retrying, due_now, oldest_created_at, last_due_at,
-       s.last_error AS sample_error
+       s.last_error AS sample_error, groups_total, retrying_total
 FROM (
     SELECT event_type, fingerprint, count(*) AS retrying,
            count(*) FILTER (WHERE available_at <= now()) AS due_now,
            min(created_at) AS oldest_created_at, max(available_at) AS last_due_at,
-           max(id) AS sample_id
+           max(id) AS sample_id,
+           count(*) OVER () AS groups_total, sum(count(*)) OVER ()::bigint AS retrying_total
     FROM (
         SELECT id, event_type, created_at, available_at,
                outbox_monitor.normalize_error(last_error) AS fingerprint
@@ -556,6 +557,68 @@ LEFT JOIN LATERAL (
     SELECT left(o.last_error, 2000) AS last_error FROM {table} AS o WHERE o.id = grouped.sample_id
 ) AS s ON true
 ORDER BY retrying DESC, last_due_at DESC, event_type, fingerprint;
+
+-- name: retry_error_groups_refresh
+-- Bring the cached fingerprints of the outbox table's retrying rows up to date (migration 025): done false when more than %(batch)s rows had to be normalised (call again); normalised and forgotten: rows normalised, cached rows no longer retrying.
+SELECT done, normalised, forgotten
+FROM outbox_monitor.refresh_retry_error_groups(%(table_regclass)s::regclass, %(batch)s);
+
+-- name: retry_error_groups_cached
+-- The retry_error_groups rows from the cache of migration 025 (read after retry_error_groups_refresh): the retrying rows read now through the claim index (status, available_at, created_at) and their heap rows, each grouped by its cached fingerprint when its (id, attempts, hash of last_error) is cached, else normalised here (a row changed since the refresh); a group's text cached, else normalised from its sample row.
+-- groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed.
+-- Each retrying row meets its cached key by grouping both sides on the key, never by a join (stale statistics after a storm would plan a nested loop over both sets); only a row without one reads its last_error again by id, in the same snapshot.
+WITH retrying_rows AS MATERIALIZED (
+    SELECT o.id, o.event_type, o.created_at, o.available_at, o.attempts,
+           hashtextextended(coalesce(o.last_error, ''), 0) AS error_hash
+    FROM {table} AS o
+    WHERE o.status = 'pending' AND o.attempts > 0 {and_filters}
+), keyed AS MATERIALIZED (
+    SELECT id, max(event_type) AS event_type, max(created_at) AS created_at,
+           max(available_at) AS available_at,
+           (array_agg(fingerprint_md5) FILTER (WHERE fingerprint_md5 IS NOT NULL))[1] AS cached
+    FROM (SELECT id, attempts, error_hash, event_type, created_at, available_at,
+                 NULL::uuid AS fingerprint_md5, true AS live
+          FROM retrying_rows
+          UNION ALL
+          SELECT id, attempts, error_hash, NULL, NULL, NULL, fingerprint_md5, false
+          FROM outbox_monitor.retry_fingerprints
+          WHERE table_oid = %(table_regclass)s::regclass) AS both_sides
+    GROUP BY id, attempts, error_hash
+    HAVING bool_or(live)
+), retrying_groups AS (
+    SELECT k.id, k.event_type, k.created_at, k.available_at,
+           coalesce(k.cached,
+                    (SELECT md5(outbox_monitor.normalize_error(o.last_error))::uuid
+                     FROM {table} AS o WHERE o.id = k.id)) AS fingerprint_md5
+    FROM keyed AS k
+), grouped AS (
+    SELECT event_type, fingerprint_md5, count(*) AS retrying,
+           count(*) FILTER (WHERE available_at <= now()) AS due_now,
+           min(created_at) AS oldest_created_at, max(available_at) AS last_due_at,
+           max(id) AS sample_id
+    FROM retrying_groups
+    GROUP BY event_type, fingerprint_md5
+), named AS (
+    SELECT g.*, coalesce(t.fingerprint,
+                         (SELECT outbox_monitor.normalize_error(o.last_error)
+                          FROM {table} AS o WHERE o.id = g.sample_id)) AS fingerprint
+    FROM grouped AS g
+    LEFT JOIN outbox_monitor.retry_fingerprint_texts AS t
+      ON t.table_oid = %(table_regclass)s::regclass AND t.fingerprint_md5 = g.fingerprint_md5
+)
+SELECT left(md5(n.event_type || ':' || n.fingerprint), 12) AS group_id, n.event_type,
+       n.fingerprint, n.retrying, n.due_now, n.oldest_created_at, n.last_due_at,
+       s.last_error AS sample_error, n.groups_total, n.retrying_total
+FROM (
+    SELECT *, count(*) OVER () AS groups_total, sum(retrying) OVER ()::bigint AS retrying_total
+    FROM named
+    ORDER BY retrying DESC, last_due_at DESC, event_type, fingerprint
+    LIMIT %(limit)s
+) AS n
+LEFT JOIN LATERAL (
+    SELECT left(o.last_error, 2000) AS last_error FROM {table} AS o WHERE o.id = n.sample_id
+) AS s ON true
+ORDER BY n.retrying DESC, n.last_due_at DESC, n.event_type, n.fingerprint;
 
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the
@@ -638,11 +701,12 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- name: sample_insert
 -- Record one sample of the headline figures and of the table's health.
 INSERT INTO outbox_monitor.samples (
-    table_name, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
-    failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds,
-    dead_tuples, live_tuples, table_bytes, indexes_bytes, xmin_horizon_age_seconds)
+    table_name, queue_depth, pending_total, scheduled_retries, retrying, processing,
+    stuck_locks, failed_in_window, oldest_pending_age_seconds, latency_p50_seconds,
+    latency_p95_seconds, dead_tuples, live_tuples, table_bytes, indexes_bytes,
+    xmin_horizon_age_seconds)
 VALUES (%(table_name)s, %(queue_depth)s, %(pending_total)s, %(scheduled_retries)s,
-        %(processing)s, %(stuck_locks)s, %(failed_in_window)s,
+        %(retrying)s, %(processing)s, %(stuck_locks)s, %(failed_in_window)s,
         %(oldest_pending_age_seconds)s, %(latency_p50_seconds)s, %(latency_p95_seconds)s,
         %(dead_tuples)s, %(live_tuples)s, %(table_bytes)s, %(indexes_bytes)s,
         %(xmin_horizon_age_seconds)s)
@@ -659,8 +723,8 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM outbox_monitor.samples
 
 -- name: samples_series
 -- Samples of one table over the window, oldest first.
-SELECT sampled_at, queue_depth, pending_total, scheduled_retries, processing, stuck_locks,
-       failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds,
+SELECT sampled_at, queue_depth, pending_total, scheduled_retries, retrying, processing,
+       stuck_locks, failed_in_window, oldest_pending_age_seconds, latency_p50_seconds, latency_p95_seconds,
        dead_tuples, live_tuples, table_bytes, indexes_bytes, xmin_horizon_age_seconds
 FROM outbox_monitor.samples
 WHERE table_name = %(table_name)s
@@ -905,6 +969,10 @@ FROM {table}
 WHERE true {and_filters}
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: event_rows
+-- The events a search matches, one id each: what the Events page counts up to its cap (count_capped).
+SELECT id FROM {table} WHERE true {and_filters}
 
 -- name: event_detail
 -- One event with its payload when it is at most %(max_payload_bytes)s bytes as text.
@@ -1860,13 +1928,17 @@ WHERE starts_at <= %(now)s AND ends_at > %(now)s AND expired_at IS NULL
 ORDER BY id;
 
 -- name: silences_all
--- Every silence of an outbox (its matcher named by label equal to outbox, '' for none), newest first, with whether it is in force now.
--- Filtered before the LIMIT, so other outboxes' silences never push an outbox's own out.
-SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at,
-       (starts_at <= now() AND ends_at > now() AND expired_at IS NULL) AS active
-FROM outbox_monitor.silences
-WHERE COALESCE(matchers ->> %(label)s::text, '') = %(outbox)s
-ORDER BY id DESC
+-- Every silence of an outbox (its matcher named by label equal to outbox, '' for none), those in force now first, each part newest first, with whether it is in force now.
+-- Filtered before the LIMIT, so other outboxes' silences never push an outbox's own out; silences_total and active_total count every silence of the outbox, not only the %(limit)s listed.
+SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at, active,
+       count(*) OVER () AS silences_total, count(*) FILTER (WHERE active) OVER () AS active_total
+FROM (
+    SELECT id, matchers, starts_at, ends_at, comment, created_by, created_at, expired_at,
+           (starts_at <= now() AND ends_at > now() AND expired_at IS NULL) AS active
+    FROM outbox_monitor.silences
+    WHERE COALESCE(matchers ->> %(label)s::text, '') = %(outbox)s
+) AS own
+ORDER BY active DESC, id DESC
 LIMIT %(limit)s;
 
 
@@ -2513,6 +2585,9 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor REVOKE EXECUTE ON FUNCTIONS FR
 -- stores what it computes from the outbox table (no INSERT on the cache: a planted row
 -- would mislabel dead letters); without it the dashboard normalises every dead letter
 GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
+-- the retry error groups' cache (migration 025) likewise
+GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_retry_error_groups(regclass, integer)
+    TO {viewer};
 -- and no function that writes: not the audit log's internal writer (its owner's alone),
 -- the writers of test messages and of the outbox's audited changes (the operator's), the
 -- audit log's retention (the scheduler's), nor the controls' trigger

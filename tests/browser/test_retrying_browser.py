@@ -1,0 +1,34 @@
+"""The Overview's retrying in a real headless Chromium (issue 30 item 1): the Retrying tile
+and a retry error group's error text, with no scheduler running (the read fills the cache)."""
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_overview_shows_the_retrying_tile_and_a_retry_groups_error(
+    dashboard, page, rows, screenshot
+):
+    for order in (1001, 1002, 1003):
+        rows.add(
+            event_type="order.paid",
+            attempts=1,
+            created_ago=300,
+            available_ago=-60,
+            last_error=f"HTTP 503 from erp for order {order}",
+        )
+    rows.add(event_type="order.paid", created_ago=30)  # never tried: not retrying
+
+    page.goto(dashboard)
+    tile = page.locator('[data-testid="stMetric"]').filter(has_text="Retrying")
+    expect(tile).to_be_visible()
+    expect(tile.locator('[data-testid="stMetricValue"]')).to_have_text("3")
+    expect(
+        page.get_by_text("3 rows retrying in 1 retry error group (all event types).")
+    ).to_be_visible()
+    grid = page.locator('[data-testid="stDataFrame"]').filter(has_text="rows retrying")
+    expect(grid).to_be_visible()
+    # the grid's accessible table holds each cell's value
+    expect(grid.get_by_text("HTTP 503 from erp for order 1003", exact=True)).to_be_attached()
+    screenshot("overview-retrying")

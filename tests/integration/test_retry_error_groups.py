@@ -1,0 +1,270 @@
+"""SPEC §2 retry error groups from the cache of migration 025 (issue 30 item 1): after every
+kind of change — a new failure, an error that changed, a row acked, dead-lettered or
+replayed — the groups equal hand-computed ones and those of the live statement (every
+retrying row normalised now), and a refresh normalises only the rows that changed."""
+
+import hashlib
+import logging
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from outbox_monitor import outbox
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
+
+AUTH = "HTTP 401 invalid API key for account <n>"
+UPSTREAM = "HTTP 500 upstream <str> failed"
+TIMEOUT = "timeout after <n> ms calling <str>"
+
+
+def group_id(event_type: str, fingerprint: str) -> str:
+    """SPEC §2: the first 12 hex digits of md5(event_type || ':' || normalised)."""
+    return hashlib.md5(f"{event_type}:{fingerprint}".encode()).hexdigest()[:12]
+
+
+def live(db: Database, event_type: str | None = None) -> list[dict]:
+    """The live statement's groups (every retrying row normalised now), without totals."""
+    where = Where().event_type(event_type)
+    found = db.fetch_all(
+        "retry_error_groups", {"limit": 20, **where.params}, and_filters=where.fragment
+    )
+    groups = [{key: row[key] for key in error_grouping.RETRY_GROUP_KEYS} for row in found]
+    return redactor_for(db.settings).redact_rows(groups, ("fingerprint", "sample_error"))
+
+
+def counts(db: Database, event_type: str | None = None) -> dict[str, tuple[int, int]]:
+    """{group_id: (retrying, due_now)} of the cached groups, after checking that every field
+    equals the live statement's and that the totals add up."""
+    loaded = error_grouping.retry_groups(db, event_type=event_type)
+    assert loaded.cached
+    assert loaded.groups == live(db, event_type)
+    assert loaded.groups_total == len(loaded.groups)
+    assert loaded.retrying_total == metrics.retrying(db, event_type=event_type)
+    return {g["group_id"]: (g["retrying"], g["due_now"]) for g in loaded.groups}
+
+
+def retrying(rows, event_type: str, error: str, *, due_in: float = 60, attempts: int = 1) -> int:
+    """A pending row after ``attempts`` failures, due in ``due_in`` seconds."""
+    return rows.add(
+        event_type=event_type,
+        status="pending",
+        attempts=attempts,
+        created_ago=600,
+        available_ago=-due_in,
+        last_error=error,
+    )
+
+
+def make_due(conn, row_id: int) -> None:
+    """The row's backoff is over (the clock moved on): the only due row, so the next claim
+    takes it."""
+    conn.execute(
+        "UPDATE integration_outbox SET available_at = now() - interval '1 second' WHERE id = %s",
+        (row_id,),
+    )
+
+
+def claim_only(conn, row_id: int) -> None:
+    (claimed,) = outbox.claim(conn, "w1")
+    assert claimed["id"] == row_id
+
+
+def cached_ids(conn) -> set[int]:
+    return {row["id"] for row in conn.execute("SELECT id FROM outbox_monitor.retry_fingerprints")}
+
+
+def test_each_change_is_counted_exactly_and_only_changed_rows_are_normalised(db, rows, conn):
+    a1 = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 67890", due_in=30)
+    b1 = retrying(rows, "crm.upsert", "HTTP 500 upstream 'svc-a' failed", due_in=120)
+    c1 = retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'", due_in=300)
+    fresh = rows.add(event_type="crm.upsert", created_ago=30)  # never tried: not retrying
+    rows.add(
+        event_type="crm.upsert",
+        status="failed",
+        attempts=10,
+        processed_ago=5,
+        last_error="HTTP 401 invalid API key for account 1",
+    )  # a dead letter: not retrying
+    auth, upstream = group_id("crm.upsert", AUTH), group_id("crm.upsert", UPSTREAM)
+    order = group_id("order.paid", TIMEOUT)
+
+    assert error_grouping.refresh_retry_error_groups(db) == 4  # the four retrying rows
+    assert error_grouping.refresh_retry_error_groups(db) == 0  # nothing changed
+    assert counts(db) == {auth: (2, 0), upstream: (1, 0), order: (1, 0)}
+    assert counts(db, event_type="order.%") == {order: (1, 0)}
+
+    # a new failure: the fresh row (the only due one) fails once
+    claim_only(conn, fresh)
+    assert outbox.fail(conn, fresh, "w1", "HTTP 500 upstream 'svc-b' failed") == "pending"
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    assert counts(db) == {auth: (2, 0), upstream: (2, 0), order: (1, 0)}
+
+    # an error that changed: a1 fails again with another error (attempts 2)
+    make_due(conn, a1)
+    claim_only(conn, a1)
+    assert outbox.fail(conn, a1, "w1", "timeout after 5000 ms calling 'crm'") == "pending"
+    crm_timeout = group_id("crm.upsert", TIMEOUT)
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    assert counts(db) == {auth: (1, 0), upstream: (2, 0), order: (1, 0), crm_timeout: (1, 0)}
+
+    # last_error rewritten in place, attempts unchanged (no worker does this; a user may)
+    conn.execute(
+        "UPDATE integration_outbox SET last_error = 'HTTP 401 invalid API key for account 5555'"
+        " WHERE id = %s",
+        (c1,),
+    )
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    order_auth = group_id("order.paid", AUTH)
+    assert counts(db) == {auth: (1, 0), upstream: (2, 0), order_auth: (1, 0), crm_timeout: (1, 0)}
+
+    # acked: fresh (retrying since its failure) succeeds on its next try
+    make_due(conn, fresh)
+    claim_only(conn, fresh)
+    assert outbox.ack(conn, fresh, "w1")
+    assert error_grouping.refresh_retry_error_groups(db) == 0
+    assert fresh not in cached_ids(conn)
+    assert counts(db) == {auth: (1, 0), upstream: (1, 0), order_auth: (1, 0), crm_timeout: (1, 0)}
+
+    # dead-lettered: b1 fails permanently
+    make_due(conn, b1)
+    claim_only(conn, b1)
+    assert outbox.dead_letter(conn, b1, "w1", "HTTP 500 upstream 'svc-a' failed") == "failed"
+    assert error_grouping.refresh_retry_error_groups(db) == 0
+    assert counts(db) == {auth: (1, 0), order_auth: (1, 0), crm_timeout: (1, 0)}
+
+    # replayed: back to pending with attempts reset (not retrying), then it fails again
+    conn.execute(
+        "UPDATE integration_outbox SET status = 'pending', attempts = 0,"
+        " available_at = now() - interval '1 second', processed_at = NULL WHERE id = %s",
+        (b1,),
+    )
+    assert error_grouping.refresh_retry_error_groups(db) == 0
+    assert counts(db) == {auth: (1, 0), order_auth: (1, 0), crm_timeout: (1, 0)}
+    claim_only(conn, b1)
+    assert outbox.fail(conn, b1, "w1", "HTTP 500 upstream 'svc-c' failed") == "pending"
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    assert counts(db) == {auth: (1, 0), upstream: (1, 0), order_auth: (1, 0), crm_timeout: (1, 0)}
+    # only the retrying rows are cached, and each group's text once
+    assert cached_ids(conn) == {
+        row["id"]
+        for row in conn.execute(
+            "SELECT id FROM integration_outbox WHERE status = 'pending' AND attempts > 0"
+        )
+    }
+    texts = conn.execute("SELECT fingerprint FROM outbox_monitor.retry_fingerprint_texts")
+    assert sorted(row["fingerprint"] for row in texts) == sorted([AUTH, UPSTREAM, TIMEOUT])
+
+
+def test_a_row_changed_after_the_refresh_is_normalised_by_the_read(db, rows, conn):
+    """The read groups what it reads: a row that failed again between the refresh and the
+    read is normalised by the read itself, never counted in its old group."""
+    row = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    conn.execute(
+        "UPDATE integration_outbox SET attempts = 2,"
+        " last_error = 'timeout after 1000 ms calling ''x''' WHERE id = %s",
+        (row,),
+    )
+    where = Where()
+    read = db.fetch_all(
+        "retry_error_groups_cached",
+        {"limit": 20, "table_regclass": db.table_name, **where.params},
+        and_filters=where.fragment,
+    )
+    assert [(g["group_id"], g["retrying"], g["fingerprint"]) for g in read] == [
+        (group_id("crm.upsert", TIMEOUT), 1, TIMEOUT)
+    ]
+
+
+def test_a_first_fill_larger_than_a_batch_takes_several_calls(db, rows):
+    for account in range(5):  # 3 due since 10 s, 2 due in a minute
+        due_in = -10 if account < 3 else 60
+        retrying(
+            rows, "crm.upsert", f"HTTP 401 invalid API key for account {account:04d}", due_in=due_in
+        )
+    assert error_grouping.refresh_retry_error_groups(db, batch=2) == 5
+    assert error_grouping.refresh_retry_error_groups(db, batch=2) == 0
+    assert counts(db) == {group_id("crm.upsert", AUTH): (5, 3)}
+
+
+def test_the_header_totals_count_every_group_beyond_the_limit(db, rows):
+    """Issue 30 item 8: 25 groups of 1 row and one of 2 (27 rows); 10 listed."""
+    for n in range(25):
+        retrying(rows, f"bulk.{n}", "HTTP 500 upstream 'x' failed")
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 1001")
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 1002")
+    loaded = error_grouping.retry_groups(db, limit=10)
+    assert (len(loaded.groups), loaded.groups_total, loaded.retrying_total) == (10, 26, 27)
+    assert loaded.groups[0]["group_id"] == group_id("crm.upsert", AUTH)
+
+
+def test_each_outbox_table_has_its_own_cache(dsn, db, rows, conn):
+    """Under a fleet each outbox table's rows are cached under its own oid (migration 006's
+    keying): another table's retrying rows never enter this table's groups."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    conn.execute("CREATE TABLE public.second_outbox (LIKE integration_outbox INCLUDING ALL)")
+    conn.execute(
+        "INSERT INTO public.second_outbox SELECT * FROM integration_outbox;"
+        " UPDATE public.second_outbox SET event_type = 'billing.sent'"
+    )
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    with Database(load_settings(dsn=dsn, table="public.second_outbox")) as second:
+        assert error_grouping.refresh_retry_error_groups(second) == 1
+        assert [g["event_type"] for g in error_grouping.retry_error_groups(second)] == [
+            "billing.sent"
+        ]
+    assert [g["event_type"] for g in error_grouping.retry_error_groups(db)] == ["crm.upsert"]
+    assert error_grouping.refresh_retry_error_groups(db) == 0
+
+
+def test_a_login_without_the_function_gets_the_live_groups_and_a_warning(dsn, logins, rows, caplog):
+    """Grants of an older --print-grants (no EXECUTE on refresh_retry_error_groups): the same
+    groups, every retrying row normalised now, and one WARNING per process and table."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    with psycopg.connect(dsn, autocommit=True) as su:
+        su.execute(
+            sql.SQL(
+                "REVOKE EXECUTE ON FUNCTION outbox_monitor.refresh_retry_error_groups("
+                "regclass, integer) FROM {}"
+            ).format(sql.Identifier(logins.roles.viewer))
+        )
+    error_grouping._warned_live_retry_groups.clear()
+    with (
+        Database(load_settings(dsn=logins.dsn(dsn, logins.read))) as viewer,
+        caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
+    ):
+        first = error_grouping.retry_groups(viewer)
+        again = error_grouping.retry_error_groups(viewer, event_type="order.%")
+    assert not first.cached
+    assert {g["group_id"]: g["retrying"] for g in first.groups} == {
+        group_id("crm.upsert", AUTH): 1,
+        group_id("order.paid", TIMEOUT): 1,
+    }
+    assert (first.groups_total, first.retrying_total) == (2, 2)
+    assert [g["group_id"] for g in again] == [group_id("order.paid", TIMEOUT)]
+    warnings = [r for r in caplog.records if "computed from every retrying row" in r.message]
+    assert len(warnings) == 1
+    assert "--print-grants" in warnings[0].message
+
+
+def test_the_viewer_login_fills_the_cache_through_the_function_only(dsn, logins, rows):
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    with Database(load_settings(dsn=logins.dsn(dsn, logins.read))) as viewer:
+        loaded = error_grouping.retry_groups(viewer)
+        assert loaded.cached
+        assert [g["retrying"] for g in loaded.groups] == [1]
+        with viewer.connection() as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                "INSERT INTO outbox_monitor.retry_fingerprints VALUES "
+                "('integration_outbox'::regclass, 1, 1, 0, gen_random_uuid())"
+            )
+    with psycopg.connect(dsn) as su:
+        found = su.execute("SELECT count(*) FROM outbox_monitor.retry_fingerprints").fetchone()
+        assert found[0] == 1

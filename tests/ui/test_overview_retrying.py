@@ -1,0 +1,148 @@
+"""The Overview's retrying (issue 30 items 1 and 8): the Retrying tile, and the retry error
+groups beside it, from hand-computed rows; the header counts every group, not the listed."""
+
+import streamlit as st
+from rendered import plain
+from streamlit.testing.v1 import AppTest
+
+SAMPLE_503 = "HTTP 503 from erp for order 1002"
+
+
+def seed(rows) -> None:
+    """4 retrying rows in 3 groups (2 types), one never tried; window 1 h."""
+    rows.add(
+        event_type="order.paid",
+        attempts=2,
+        created_ago=600,
+        available_ago=30,  # due again since 30 s
+        last_error="HTTP 503 from erp for order 1001",
+    )
+    rows.add(
+        event_type="order.paid",
+        attempts=1,
+        created_ago=500,
+        available_ago=-60,  # in backoff for a minute
+        last_error=SAMPLE_503,
+    )
+    rows.add(
+        event_type="order.paid",
+        attempts=1,
+        created_ago=400,
+        available_ago=-90,
+        last_error="timeout after 3000 ms calling 'erp'",
+    )
+    rows.add(
+        event_type="mail.sent",
+        attempts=3,
+        created_ago=300,
+        available_ago=-30,
+        last_error="HTTP 421 too many connections",
+    )
+    rows.add(event_type="mail.sent", created_ago=60)  # never tried: not retrying
+
+
+def tile(at: AppTest, label: str) -> str:
+    [value] = [m.value for m in at.metric if m.label == label]
+    return value
+
+
+def groups_frame(at: AppTest):
+    [frame] = [d.value for d in at.dataframe if "rows retrying" in d.value.columns]
+    return frame
+
+
+def header(at: AppTest) -> str:
+    [caption] = [plain(c.value) for c in at.caption if "retry error group" in c.value]
+    return caption.replace("**", "")  # the rows in bold
+
+
+def test_the_tile_and_the_groups_show_hand_computed_figures(open_page, rows):
+    seed(rows)
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert tile(at, "Retrying") == "4"
+    assert header(at) == "4 rows retrying in 3 retry error groups (all event types)."
+    frame = groups_frame(at)
+    # biggest first; the two of one row: the one due latest (in 90 s) first
+    assert frame[["event type", "rows retrying", "due now"]].values.tolist() == [
+        ["order.paid", 2, 1],
+        ["order.paid", 1, 0],
+        ["mail.sent", 1, 0],
+    ]
+    assert frame["sample_error"].tolist() == [
+        SAMPLE_503,  # the group's newest row
+        "timeout after 3000 ms calling 'erp'",
+        "HTTP 421 too many connections",
+    ]
+    assert frame["events"].tolist()[0] == "events?event_type=order.paid&window=1h"
+    assert frame["events"].tolist()[2] == "events?event_type=mail.sent&window=1h"
+
+
+def test_a_filtered_type_shows_its_figure_and_the_total(open_page, rows):
+    seed(rows)
+
+    at = open_page("overview", event_type="mail.%")
+
+    assert tile(at, "Retrying") == "1"
+    assert any(plain(c.value) == "mail.% only; 4 retrying in all event types." for c in at.caption)
+    assert header(at) == "1 row retrying in 1 retry error group (mail.%)."
+    assert groups_frame(at)["event type"].tolist() == ["mail.sent"]
+
+
+def test_the_header_counts_every_group_not_the_listed_ones(open_page, rows):
+    """Issue 30 item 8: 12 groups of one row and one of two; the 10 biggest listed."""
+    for n in range(12):
+        rows.add(event_type=f"bulk.{n}", attempts=1, last_error="HTTP 500 upstream")
+    for account in (1001, 1002):
+        rows.add(
+            event_type="crm.upsert",
+            attempts=1,
+            last_error=f"HTTP 401 invalid API key for account {account}",
+        )
+
+    at = open_page("overview")
+
+    assert tile(at, "Retrying") == "14"
+    assert header(at) == (
+        "14 rows retrying in 13 retry error groups (all event types); the 10 biggest listed."
+    )
+    frame = groups_frame(at)
+    assert len(frame) == 10
+    assert frame["event type"].tolist()[0] == "crm.upsert"
+
+
+def test_no_retrying_row_says_so(open_page, rows):
+    rows.add(event_type="order.paid", created_ago=60)
+
+    at = open_page("overview")
+
+    assert tile(at, "Retrying") == "0"
+    assert any("No row is retrying" in c.value for c in at.caption)
+    assert not [d for d in at.dataframe if "rows retrying" in d.value.columns]
+
+
+def test_the_chart_of_retrying_over_time_from_the_samples(open_page, rows, conn):
+    seed(rows)
+    at = open_page("overview", view="Charts")
+    assert any("No samples of retrying yet" in c.value for c in at.caption)
+
+    conn.execute(
+        """INSERT INTO outbox_monitor.samples (table_name, sampled_at, queue_depth,
+               pending_total, scheduled_retries, retrying, processing, stuck_locks,
+               failed_in_window)
+           VALUES ('public.integration_outbox', now() - interval '2 minutes', 1, 4, 3, 4, 0, 0,
+                   0),
+                  ('public.integration_outbox', now() - interval '1 minute', 2, 5, 3, 4, 0, 0,
+                   0)"""
+    )
+    st.cache_data.clear()  # the samples loader would serve its cached empty list for 5 s
+    at = open_page("overview", view="Charts")
+
+    assert not [c for c in at.caption if "No samples of retrying yet" in c.value]
+    # the legend's labels are values of the chart's data (Arrow, UTF-8)
+    [chart] = [
+        c for c in at.get("vega_lite_chart") if b"waiting in backoff" in c.proto.SerializeToString()
+    ]
+    assert b"retrying (attempts > 0)" in chart.proto.SerializeToString()
