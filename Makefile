@@ -19,7 +19,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test test-fast lint docs install lock reference browser podman promtool oidc-provider n8n clean
+.PHONY: demo test test-fast lint docs docs-images install lock reference browser podman promtool oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -107,6 +107,13 @@ lint: install
 # The docs site on http://127.0.0.1:8000, rebuilt on every edit.
 docs: install
 	$(MKDOCS) serve -a 127.0.0.1:8000
+
+# The docs' screenshots (docs/images: every page at 1440 px, the outage drill's first
+# screen), taken anew by the browser tests that check them; a plain test run leaves them.
+docs-images: install browser
+	OUTBOX_MONITOR_DOCS_IMAGES=1 $(BIN)/pytest -p no:randomly \
+	  tests/browser/test_tables_fit_browser.py tests/browser/test_fleet_browser.py \
+	  tests/browser/test_outage_drill_browser.py
 
 # n8n, the real worker of the tests/n8n end-to-end test (≈ 10 min and 1.8 GB the first
 # time, into ~/.cache/outbox-monitor/n8n-<version>; nothing when it is there).

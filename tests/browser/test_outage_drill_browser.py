@@ -2,22 +2,21 @@
 demo``, then ``demo-downstream break`` on order.paid; the Overview's first screen (1440×900)
 says what is wrong — the failing type, its retry error's text, since when, one trend, the
 breaker and the likely cause — and its Controls link opens the type's controls. The
-screenshot is kept in the docs (docs/images/overview-outage.png)."""
+screenshot is kept in the docs (docs/images/overview-outage.png, `make docs-images`)."""
 
 import re
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.demo.outage import OUTAGE_ERROR
-from tests.browser_support import ELEMENT_TIMEOUT_MS
+from tests.browser_support import DOCS_IMAGES, ELEMENT_TIMEOUT_MS
 from tests.integration.test_demo import running_demo
 from tests.integration.test_demo_outage import BROKEN, demo_downstream
 
 pytestmark = pytest.mark.browser
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "overview-outage.png"
+SCREENSHOT = DOCS_IMAGES / "overview-outage.png"
 DRILL_DEADLINE_MS = 4 * ELEMENT_TIMEOUT_MS
 """From the break to a line naming its cause and trend: the breaker opens within a minute
 (tests/integration/test_demo_outage.py) and the trend needs three samples of the type (one
@@ -47,6 +46,7 @@ def test_the_outage_drills_first_screen_says_what_is_wrong(tmp_path, browser):
             text = line.inner_text()
             assert f"retrying with “DownstreamError: {OUTAGE_ERROR}”" in text
             assert re.search(r"since \d\d:\d\d UTC \(", text), text
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOT))  # the viewport: what the first screen shows
 
             line.get_by_role("link", name="Controls", exact=True).click()

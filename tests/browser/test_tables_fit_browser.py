@@ -1,7 +1,8 @@
 """Every page at 1440×900 in a real headless Chromium (issue 30 item 5): the sidebar open, each
 table's key columns are among its header cells and the grid needs no horizontal scroll (all
 its shown columns are within its visible box, which is as wide as ``format.GRID_WIDTH_PX``
-says); each page's first screen is saved as ``docs/images/1440-<page>.png``."""
+says); each page's first screen is saved as ``docs/images/1440-<page>.png`` (by
+``make docs-images``)."""
 
 import re
 

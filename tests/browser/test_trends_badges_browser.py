@@ -33,4 +33,4 @@ def test_the_trend_is_stated_once_and_badges_name_their_scope(
     screenshot("overview-one-trend")
     grid = page.locator('[data-testid="stDataFrame"]').filter(has_text="order.paid")
     expect(grid.get_by_text("+0.60 rows/min", exact=True)).to_be_attached()
-    expect(grid.get_by_text("depth trend (15m)", exact=True)).to_be_attached()
+    expect(grid.get_by_text("trend (15m)", exact=True)).to_be_attached()
