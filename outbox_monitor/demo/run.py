@@ -223,9 +223,6 @@ def run_demo(
     load_settings()  # an invalid setting stops the demo now, naming it (ConfigError)
     if worker not in WORKERS:
         raise OutboxMonitorError(f"unknown worker {worker!r}; expected one of {WORKERS}")
-    # before any settings are loaded: the dashboard's links (the Alerts page renders stored
-    # messages with them) and Slack's name this demo's port, not the default 8501
-    os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
     if outboxes != 1:
         if worker != "simulator":
             raise OutboxMonitorError(
@@ -239,6 +236,10 @@ def run_demo(
     if n8n_binary is not None:
         workflows_folder()
     check_port_free(port)
+    # before any settings are loaded: the dashboard's links (the Alerts page renders stored
+    # messages with them) and Slack's name this demo's port, not the default 8501 (set once
+    # the port is known free: a refused start changes nothing)
+    os.environ.setdefault(DASHBOARD_URL_ENV, f"http://{DEMO_ADDRESS}:{port}")
     cluster = TemporaryCluster()
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}

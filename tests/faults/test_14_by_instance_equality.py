@@ -78,10 +78,12 @@ def test_the_slack_message_of_the_odd_type_says_1_failed(
     transports = transports_for(ruleset, {"SLACK_WEBHOOK_URL": slack_sink.webhook_url})
     assert deliver_due(db, ruleset, clock=fake_clock, transports=transports)["sent"] == 4
     [message] = slack_sink.messages()  # the four firing instances, grouped (one route)
-    sections = {
-        block["text"]["text"].split("\n")[0]: block["text"]["text"]
+    sections = {  # by the instance's line (after the "what is wrong" line that opens it)
+        line: block["text"]["text"]
         for block in message["blocks"]
         if block["type"] == "section"
+        for line in block["text"]["text"].split("\n")
+        if line.startswith("🔥 ")
     }
     failed = sections[f"🔥 *failed-by-type* · `event_type={ODD}` · warning"]
     assert f"1 {ODD} dead-lettered\n*Value* 1 vs threshold 0" in failed

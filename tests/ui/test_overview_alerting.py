@@ -107,7 +107,8 @@ def test_badges_are_the_rules_state_scoped_like_the_rule(
     assert "stuck-lock [all types]: 1 vs > 0" in captions
     assert shown["P95 latency"] == ("–", "no rule watches this")
     assert shown["xmin horizon held"][1] == "no rule watches this"
-    assert captions.count("No rule watches this figure.") == 2
+    assert shown["Retrying"][1] == "no rule watches this"  # the rules file watches none
+    assert captions.count("No rule watches this figure.") == 3
     assert (
         "notifications-late (> 5m 0s for notification.%): no trend of a pattern (the samples "
         "are per event type)" in captions
