@@ -73,7 +73,10 @@ def ranked(
         Rows of ``open_by_event_type``'s keys plus ``failed_in_window`` (zeros for a type
         with none of those rows).
     """
-    empty = dict.fromkeys((*COUNTS, "retrying"), 0) | {"oldest_pending_age": None}
+    empty = dict.fromkeys((*COUNTS, "retrying"), 0) | {
+        "oldest_pending_age": None,
+        "oldest_pending_at": None,
+    }
     rows = {row["event_type"]: {**empty, **row, "failed_in_window": 0} for row in open_rows}
     for event_type in (*failed, *pinned):
         rows.setdefault(event_type, {**empty, "event_type": event_type, "failed_in_window": 0})
@@ -98,9 +101,11 @@ def fold(rows: Sequence[Mapping[str, Any]], *, top: int) -> list[dict[str, Any]]
     ]
     if rest:
         ages = [row["oldest_pending_age"] for row in rest if row["oldest_pending_age"] is not None]
+        created = [row["oldest_pending_at"] for row in rest if row.get("oldest_pending_at")]
         other: dict[str, Any] = {
             "event_type": OTHER,
             "oldest_pending_age": max(ages, default=None),
+            "oldest_pending_at": min(created, default=None),
             "event_types": len(rest),
             "folded": [row["event_type"] for row in rest],
         }

@@ -324,7 +324,10 @@ def line(row: Mapping[str, Any], evidence: Evidence) -> Line:
     age = row["oldest_pending_age"]
     if age is not None and age > evidence.oldest_pending_slo:
         clauses.append([Part(f"oldest pending {format_duration(age)}", pending)])
-        sinces.append((now - timedelta(seconds=age), clauses[-1]))
+        # the oldest row's own created_at (``now`` is read after the age: under load, seconds
+        # later); ``now`` minus its age for rows that do not carry it
+        oldest = row.get("oldest_pending_at") or now - timedelta(seconds=age)
+        sinces.append((oldest, clauses[-1]))
     since_firing = (evidence.firing or {}).get(name)
     if since_firing is not None:
         sinces.append((since_firing, None))

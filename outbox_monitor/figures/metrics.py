@@ -262,7 +262,8 @@ def open_by_event_type(
     Returns:
         One row per event type with open rows, by name: ``event_type``, ``queue_depth``,
         ``pending_total``, ``scheduled_retries``, ``oldest_pending_age`` (seconds, ``None``
-        when nothing of that type is pending), ``processing``, ``stuck_locks`` and
+        when nothing of that type is pending), ``oldest_pending_at`` (that row's
+        ``created_at``), ``processing``, ``stuck_locks`` and
         ``retrying`` (pending rows with ``attempts >= 1``: retries in backoff or due again)
         and ``created_open_in_window`` (its open rows created in the window: ``throughput``'s
         ``open_created``).

@@ -2168,13 +2168,15 @@ ORDER BY n.id;
 -- name: open_by_event_type
 -- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above, retrying (pending rows with attempts >= 1) and created_open_in_window (the open part of created per minute).
 -- Same predicates as those blocks, each as a FILTER; an event type with nothing pending
--- has oldest_pending_age NULL. Only pending and processing rows are read (claim index).
+-- has oldest_pending_age (and oldest_pending_at, that row's created_at) NULL. Only pending
+-- and processing rows are read (claim index).
 SELECT event_type,
        count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS queue_depth,
        count(*) FILTER (WHERE status = 'pending') AS pending_total,
        count(*) FILTER (WHERE status = 'pending' AND available_at > now()) AS scheduled_retries,
        extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
            AS oldest_pending_age,
+       min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending_at,
        count(*) FILTER (WHERE status = 'processing') AS processing,
        count(*) FILTER (
            WHERE status = 'processing'
