@@ -14,12 +14,14 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
+from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.base import BaseScheduler
 
 from outbox_monitor.alerts.rules import RuleSet
@@ -113,6 +115,10 @@ def build_scheduler(db: Database, *, blocking: bool, **options: Any) -> BaseSche
     add_hang_watch_job(scheduler, watches)
     scheduler.add_listener(lambda event: runtime.leadership.release(), EVENT_SCHEDULER_SHUTDOWN)
     return scheduler
+
+
+STOP_RETRY_SECONDS = 0.1
+"""While a scheduler asked to stop is still starting, its shutdown is tried again this often."""
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -430,14 +436,41 @@ def run_scheduler(
 
 def serve_until_stopped(scheduler: BaseScheduler, server: MetricsServer | None) -> None:
     """Run a blocking ``scheduler`` until SIGINT or SIGTERM, then shut it down (its leases
-    released) and stop ``server``."""
-    with interrupt_on_sigterm():
-        try:
-            scheduler.start()
-        except KeyboardInterrupt:
-            log.info("scheduler stopping")
-        finally:
-            if scheduler.running:
+    released, its running jobs finished) and stop ``server``.
+
+    A signal only sets an event; a thread of its own shuts the scheduler down (retrying while
+    it is still starting). Raising ``KeyboardInterrupt`` in the main thread, as before, could
+    be swallowed: a signal that came while APScheduler called a listener (it catches
+    ``BaseException`` there) was lost, and a scheduler SIGTERMed under load right after its
+    start kept running (seen in CI, reproduced with 4 busy loops: 2 of 4 starts).
+    """
+    requested = threading.Event()
+
+    def stop_when_asked() -> None:
+        requested.wait()
+        log.info("scheduler stopping")
+        while True:
+            try:
                 scheduler.shutdown(wait=True)
-            if server is not None:
-                server.stop()
+                return
+            except SchedulerNotRunningError:
+                if stopped.is_set():
+                    return  # it ended by itself (a start-up check failed)
+                time.sleep(STOP_RETRY_SECONDS)  # still starting: not running yet
+
+    stopped = threading.Event()
+    previous = {
+        number: signal.signal(number, lambda *_: requested.set())
+        for number in (signal.SIGINT, signal.SIGTERM)
+    }
+    threading.Thread(target=stop_when_asked, name="stop-on-signal", daemon=True).start()
+    try:
+        scheduler.start()  # returns once shut down
+    finally:
+        stopped.set()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if scheduler.running:
+            scheduler.shutdown(wait=True)
+        if server is not None:
+            server.stop()
