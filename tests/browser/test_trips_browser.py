@@ -125,6 +125,21 @@ def test_a_long_last_error_is_readable_at_1440_px(dashboard, page, rows, db, scr
         screenshot(f"1440-{name}")
 
 
+def documents_loaded(page) -> list[str]:
+    """The page's documents requested from now on (its first load, each reload; Streamlit's
+    own page switches load none). Vite preloads a chunk (``modulepreload``) and imports it:
+    the browser sends one request for both or two, so a test counts loads, not requests (a
+    loaded CI saw one)."""
+    documents: list[str] = []
+
+    def on_request(request) -> None:
+        if request.is_navigation_request() and request.frame == page.main_frame:
+            documents.append(request.url)
+
+    page.on("request", on_request)
+    return documents
+
+
 def test_a_stylesheet_lost_under_load_is_fetched_again(dashboard, page, rows):
     rows.add_failed()
     failed: list[str] = []
@@ -152,22 +167,23 @@ def test_a_stylesheet_lost_under_load_is_fetched_again(dashboard, page, rows):
 def test_a_script_chunk_lost_under_load_reloads_the_page(dashboard, page, rows):
     rows.add_failed()
     failed: list[str] = []
+    documents = documents_loaded(page)
 
-    def fail_twice(route) -> None:
-        # the data grid's code fails to load twice (Streamlit's own try and its retry), as the
+    def fail_on_first_load(route) -> None:
+        # the data grid's code fails to load while the page is first loaded, as the
         # sidebar's inputs did at a demo's start under load
-        if "/DataFrame." in route.request.url and len(failed) < 2:
+        if "/DataFrame." in route.request.url and len(documents) == 1:
             failed.append(route.request.url)
             route.abort()
         else:
             route.continue_()
 
-    page.route("**/static/js/*.js", fail_twice)
+    page.route("**/static/js/*.js", fail_on_first_load)
     page.goto(f"{dashboard}/dead_letters")
     main = page.locator('[data-testid="stMain"]')
     expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
     expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
-    assert len(failed) == 2
+    assert 1 <= len(failed) <= 2 and len(documents) == 2  # one reload
     assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
 
 
@@ -177,9 +193,10 @@ def test_a_chunk_lost_before_the_listener_exists_reloads_the_page(dashboard, pag
     rows.add_failed()
     failed: list[str] = []
     held = []
+    documents = documents_loaded(page)
 
     def hold_the_listener(route) -> None:
-        if "/DataFrame." in route.request.url and len(failed) < 2:
+        if "/DataFrame." in route.request.url and len(documents) == 1:
             failed.append(route.request.url)
             route.abort()
         elif "/Html." in route.request.url and not held:
@@ -191,9 +208,10 @@ def test_a_chunk_lost_before_the_listener_exists_reloads_the_page(dashboard, pag
     page.goto(f"{dashboard}/dead_letters")
     main = page.locator('[data-testid="stMain"]')
     expect(main.get_by_text("Failed to fetch dynamically imported module")).to_be_visible()
-    assert len(failed) == 2 and len(held) == 1
+    assert 1 <= len(failed) <= 2 and len(held) == 1
     held[0].continue_()
     expect(main.locator('[data-testid="stDataFrame"]').first).to_be_visible()
+    assert len(documents) == 2  # one reload
     expect(page.get_by_text("Failed to fetch dynamically imported module")).to_have_count(0)
     assert page.evaluate("Number(sessionStorage.getItem('outboxMonitorChunkReload')) > 0")
 
