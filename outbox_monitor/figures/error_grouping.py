@@ -2,10 +2,12 @@
 read from the cache the SQL function ``outbox_monitor.refresh_error_groups`` keeps up to date
 (migration 006), or computed from every failed row when this login cannot refresh it; and the
 retry error groups: the retrying rows grouped the same way, with the fingerprints of the
-retrying rows cached by ``outbox_monitor.refresh_retry_error_groups`` (migration 025)."""
+retrying rows cached and the groups counted by ``outbox_monitor.refresh_retry_error_groups``
+(migrations 025, 026)."""
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from outbox_monitor.errors import PermissionDenied, ReadOnlyDatabase, SchemaNotInitialised
@@ -16,6 +18,12 @@ from outbox_monitor.store.filters import Where
 ERROR_GROUPS_BATCH = 10_000
 """Failed rows one ``error_groups_refresh`` call normalises at most (≈ 0.3 s of regexes
 for stack traces of ≈ 900 characters; benchmarks/error_groups.py)."""
+
+RETRY_GROUPS_MAX_AGE_SECONDS = 60.0
+"""How old the counted retry error groups may be when a page or a message reads them
+(seconds): older, the reader counts them again (one pass over the backlog); younger, it
+reads the counts (one row per group). The scheduler's sampler counts them every
+``sample_interval`` (15 s by default), so with a scheduler a page only reads them."""
 
 RETRY_ERROR_GROUPS_LIMIT = 20
 """Retry error groups ``status --json`` lists at most, biggest first (compare their rows with
@@ -133,36 +141,40 @@ class RetryGroups:
 
     ``groups``: ``retry_error_groups``'s rows (at most the limit, biggest first);
     ``groups_total`` and ``retrying_total``: every matching group and its rows (the
-    ``retrying`` of the filter, when no row changed between the statements); ``cached``:
-    false when this login could not bring the cache current (every row normalised now).
+    ``retrying`` of the filter when they were counted); ``cached``: false when this login
+    could not bring the cache current (every row normalised now); ``counted_at``: when an
+    earlier call counted the groups read (the database's clock; ``None`` when this call
+    counted them or computed them live: as fresh as the read).
     """
 
     groups: list[dict[str, Any]]
     groups_total: int
     retrying_total: int
     cached: bool
+    counted_at: datetime | None = None
 
 
 def retry_groups(
-    db: Database, *, event_type: str | None = None, limit: int = RETRY_ERROR_GROUPS_LIMIT
+    db: Database,
+    *,
+    event_type: str | None = None,
+    limit: int = RETRY_ERROR_GROUPS_LIMIT,
+    max_age: float = RETRY_GROUPS_MAX_AGE_SECONDS,
 ) -> RetryGroups:
     """The retry error groups of ``retry_error_groups`` with their totals (``RetryGroups``):
     what the Overview lists and says in its header (issue 30 items 1 and 8).
 
-    Brings the cache current first (``refresh_retry_error_groups``), then reads the groups
-    (named query ``retry_error_groups_cached``). What each statement reads: the table's
-    pending rows through the users' claim index ``(status, available_at, created_at)`` and
-    each one's heap row (``attempts`` and ``last_error`` are in no index) — bounded by the
-    backlog, never the table's history —, plus the cache's rows of this table, matched with
-    them by grouping both on the key (never a join, which stale statistics after a storm
-    could plan as a nested loop over both), and one row per group. Only a retrying row
-    whose ``(id, attempts, hashtextextended(last_error))`` is not cached is normalised (new,
-    failed again, or its ``last_error`` rewritten in place); the others keep their
-    fingerprint, so a refresh costs
-    O(backlog) reads and O(changed rows) normalisations. A row that changes between the two
-    statements is normalised by the read itself, so the groups are exact for the read's
-    snapshot: the same rows, group ids and counts as the live statement (``status --json``
-    stays exact).
+    Counts them again when the last count is ``max_age`` seconds old or older
+    (``refresh_retry_error_groups``), then reads the counts (named query
+    ``retry_error_groups_cached``: one row per group, and each listed group's sample row by
+    id — never the backlog). Counting reads the table's pending rows once, through the
+    users' claim index ``(status, available_at, created_at)`` and each one's heap row
+    (``attempts`` and ``last_error`` are in no index): bounded by the backlog, never the
+    table's history. Only a retrying row whose ``(id, attempts,
+    hashtextextended(last_error))`` is not cached is normalised (new, failed again, or its
+    ``last_error`` rewritten in place). Readers never wait for each other: while one
+    session counts, the others read the last counts. The groups are exact for the instant
+    they were counted (``counted_at``); ``max_age=0`` counts them now (``status --json``).
 
     A login that may not execute ``outbox_monitor.refresh_retry_error_groups`` (grants of an
     older ``--print-grants``), or whose transactions are read-only (a standby), gets the same
@@ -172,6 +184,8 @@ def retry_groups(
     Args:
         event_type: the SPEC §2 event-type filter (exact, or LIKE with ``%``).
         limit: groups at most (default ``RETRY_ERROR_GROUPS_LIMIT``, 20).
+        max_age: seconds; counts at least this old are taken again first (default
+            ``RETRY_GROUPS_MAX_AGE_SECONDS``; 0: always).
 
     Returns:
         ``RetryGroups``; each group's texts redacted by the database's settings.
@@ -183,18 +197,12 @@ def retry_groups(
     where = Where().event_type(event_type)
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
     try:
-        refresh_retry_error_groups(db)
+        step = _refresh_retry_error_groups(db, max_age=max_age, batch=ERROR_GROUPS_BATCH)
+        counted_at = None if step["counted"] else step["refreshed_at"]
         name, cached = "retry_error_groups_cached", True
     except _UNCACHED as error:
-        _warn_uncached(
-            db,
-            _warned_live_retry_groups,
-            "retry error groups",
-            "retrying row (slow in a retry storm)",
-            "refresh_retry_error_groups",
-            error,
-        )
-        name, cached = "retry_error_groups", False
+        _warn_live_retry_groups(db, error)
+        name, cached, counted_at = "retry_error_groups", False, None
     rows = db.fetch_all(name, params, and_filters=where.fragment)
     groups = [{key: row[key] for key in RETRY_GROUP_KEYS} for row in rows]
     return RetryGroups(
@@ -202,39 +210,93 @@ def retry_groups(
         groups_total=rows[0]["groups_total"] if rows else 0,
         retrying_total=rows[0]["retrying_total"] if rows else 0,
         cached=cached,
+        counted_at=counted_at,
     )
 
 
-def refresh_retry_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH) -> int:
-    """Bring the cached fingerprints of the retrying rows current (SPEC §2 retry error
-    groups; migration 025).
+def count_retry_error_groups(
+    db: Database, *, max_age: float = 0.0, batch: int = ERROR_GROUPS_BATCH
+) -> datetime | None:
+    """Bring the retry error groups' cache and counts current (SPEC §2 retry error groups;
+    migrations 025, 026) unless they are younger than ``max_age`` seconds.
 
     Calls ``outbox_monitor.refresh_retry_error_groups`` until it reports nothing left to
     normalise. Each call is one statement under the statement timeout: it reads the pending
     rows (the users' claim index and their heap rows), forgets the cached rows no longer
-    retrying (acked, claimed, dead-lettered, replayed, deleted) and normalises at most
-    ``batch`` retrying rows whose id, attempts or ``last_error`` are not cached yet.
+    retrying (acked, claimed, dead-lettered, replayed, deleted), normalises at most
+    ``batch`` retrying rows whose id, attempts or ``last_error`` are not cached yet, and,
+    once none is left, stores the groups' counts with their time. With ``max_age`` above 0
+    it returns at once when the counts are younger, or while another session counts them.
+
+    Returns:
+        When the counts were taken (the database's ``statement_timestamp()``); ``None`` when
+        never (another session is taking the first ones).
+
+    Raises:
+        PermissionDenied: the login may not execute the function (or SELECT the table).
+        SchemaNotInitialised: migration 026 is not applied (run ``init-db``).
+        ReadOnlyDatabase: a read-only transaction (a standby).
+        QueryTimeout, DatabaseUnavailable: from the connector.
+    """
+    return _refresh_retry_error_groups(db, max_age=max_age, batch=batch)["refreshed_at"]
+
+
+def refresh_retry_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH) -> int:
+    """Count the retry error groups now (``count_retry_error_groups`` with ``max_age=0``).
 
     Returns:
         The rows normalised over all calls (0 when nothing changed since the last refresh).
 
     Raises:
-        PermissionDenied: the login may not execute the function (or SELECT the table).
-        SchemaNotInitialised: migration 025 is not applied (run ``init-db``).
-        ReadOnlyDatabase: a read-only transaction (a standby).
-        QueryTimeout, DatabaseUnavailable: from the connector.
+        As ``count_retry_error_groups``.
     """
-    params = {"table_regclass": db.table_name, "batch": batch}
+    return _refresh_retry_error_groups(db, max_age=0.0, batch=batch)["normalised"]
+
+
+def _refresh_retry_error_groups(db: Database, *, max_age: float, batch: int) -> dict[str, Any]:
+    """Call ``retry_error_groups_refresh`` until done; the last step, its rows summed."""
+    params = {"table_regclass": db.table_name, "batch": batch, "max_age_seconds": max_age}
     normalised = 0
     while True:
         step = db.fetch_one("retry_error_groups_refresh", params)
         normalised += step["normalised"]
         if step["done"]:
-            return normalised
+            return {**step, "normalised": normalised}
+
+
+def _warn_live_retry_groups(db: Database, error: Exception) -> None:
+    """``_warn_uncached`` for the retry error groups."""
+    _warn_uncached(
+        db,
+        _warned_live_retry_groups,
+        "retry error groups",
+        "retrying row (slow in a retry storm)",
+        "refresh_retry_error_groups",
+        error,
+    )
+
+
+def keep_retry_error_groups_counted(db: Database, *, max_age: float) -> datetime | None:
+    """The scheduler's side of ``count_retry_error_groups``: count them when ``max_age``
+    seconds old, so a page only reads them; a login that may not (older grants, a standby)
+    gets the WARNING once and ``None`` (the pages then compute them live).
+
+    Raises:
+        QueryTimeout, DatabaseUnavailable: from the connector.
+    """
+    try:
+        return count_retry_error_groups(db, max_age=max_age)
+    except _UNCACHED as error:
+        _warn_live_retry_groups(db, error)
+        return None
 
 
 def retry_error_groups(
-    db: Database, *, event_type: str | None = None, limit: int = RETRY_ERROR_GROUPS_LIMIT
+    db: Database,
+    *,
+    event_type: str | None = None,
+    limit: int = RETRY_ERROR_GROUPS_LIMIT,
+    max_age: float = RETRY_GROUPS_MAX_AGE_SECONDS,
 ) -> list[dict[str, Any]]:
     """The retrying rows (``pending`` with ``attempts > 0``, SPEC §2 retrying) grouped exactly
     like error groups: by event type and ``outbox_monitor.normalize_error(last_error)``, with
@@ -242,9 +304,10 @@ def retry_error_groups(
     and the dead letters it turns into share an id. What a failing downstream answers before
     anything is dead-lettered.
 
-    Exact: ``retry_groups``' groups, read with the cache of migration 025 brought current
-    first (only rows new or changed since the last refresh are normalised), or computed live
-    for a login that may not refresh it (see ``retry_groups``: what each statement reads).
+    Exact for the instant they were counted: ``retry_groups``' groups, counted again when
+    the last count is ``max_age`` seconds old (only rows new or changed since the last count
+    are normalised; ``max_age=0``: counted now, as ``status --json`` does), or computed live
+    for a login that may not count them (see ``retry_groups``: what each statement reads).
 
     A retry keeps no time of its failure (``fail`` clears ``processed_at`` and sets
     ``available_at`` to the failure plus the backoff; a reap sets it to now), so a group has
@@ -253,6 +316,7 @@ def retry_error_groups(
     Args:
         event_type: the SPEC §2 event-type filter (exact, or LIKE with ``%``).
         limit: groups at most (default ``RETRY_ERROR_GROUPS_LIMIT``, 20).
+        max_age: seconds (``retry_groups``).
 
     Returns:
         Rows ``{group_id (12 hex), event_type, fingerprint, retrying (rows), due_now (of
@@ -266,4 +330,4 @@ def retry_error_groups(
         QueryTimeout, DatabaseUnavailable: from the connector; SchemaNotInitialised when
         ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
     """
-    return retry_groups(db, event_type=event_type, limit=limit).groups
+    return retry_groups(db, event_type=event_type, limit=limit, max_age=max_age).groups

@@ -390,7 +390,7 @@ def status(
         "created_per_minute", "failed_in_window", "failed_by_event_type",
         "attempts_histogram" ({"<attempts>": rows}),
         "retry_error_groups" (without ``count_cap`` only: the retrying rows' error groups,
-        exact, ``error_grouping.retry_error_groups``, read with the cache of migration 025;
+        exact, ``error_grouping.retry_error_groups`` counted now (migrations 025, 026);
         the dashboard, which passes ``count_cap``, reads them with their totals through
         ``error_grouping.retry_groups``), "rows_held",
         "rows_held_by_event_type" ({event type: due rows held by a control, SPEC §5}),
@@ -439,7 +439,8 @@ def status(
         workers=liveness(db, flow=held_by(found) if event_type else flow).as_json(),
     )
     if count_cap is None:
-        figures["retry_error_groups"] = retry_error_groups(db, event_type=event_type)
+        # counted now: status --json is exact (SPEC §2)
+        figures["retry_error_groups"] = retry_error_groups(db, event_type=event_type, max_age=0)
     else:
         figures["estimated"] = [] if exact else ["attempts_histogram"]
     return figures

@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.figures import by_event_type, metrics
+from outbox_monitor.figures.error_grouping import keep_retry_error_groups_counted
 from outbox_monitor.figures.registry import FIGURES, SAMPLED
 from outbox_monitor.figures.worker_sightings import record_workers
 from outbox_monitor.store.db import Database
@@ -94,7 +95,9 @@ def measure_event_types(db: Database) -> list[dict[str, Any]]:
 
 def record_sample(db: Database, *, primary: Database | None = None) -> dict[str, Any]:
     """Record one sample of the headline figures, then drop samples past the retention; then
-    one pass over the workers (``worker_sightings.record_workers``).
+    one pass over the workers (``worker_sightings.record_workers``); then the retry error
+    groups' count when half an interval old (``error_grouping.keep_retry_error_groups_counted``),
+    so the pages only read it.
 
     Measures through ``db``, inserts one row with the named query ``sample_insert``
     (``sampled_at`` is the writing database's ``now()``) and the per-event-type rows at the
@@ -113,7 +116,8 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
         ``{"table_name", "sampled_at" (datetime), <every HEADLINE column>,
         "event_types" (``measure_event_types``'s rows), "pruned" (samples deleted by the
         retention), "event_types_pruned" (per-event-type rows deleted), "workers" (workers
-        recorded)}``.
+        recorded), "retry_groups_counted_at" (when the retry error groups were counted;
+        ``None`` when this login may not count them)}``.
 
     Raises:
         DatabaseUnavailable, QueryTimeout, SchemaNotInitialised (no samples table: run
@@ -142,6 +146,8 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
         pruned = conn.execute(writes.compose("samples_prune"), retention).rowcount
         types_pruned = conn.execute(writes.compose("event_type_samples_prune"), retention).rowcount
     workers = record_workers(db, primary=writes)
+    # counted every pass (its count is an interval old), unless a page or status just did
+    counted_at = keep_retry_error_groups_counted(writes, max_age=db.settings.sample_interval / 2)
     log.debug("sample of %s: %s (pruned %d, %d workers)", db.table_name, figures, pruned, workers)
     return {
         "table_name": db.table_name,
@@ -151,4 +157,5 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
         "pruned": pruned,
         "event_types_pruned": types_pruned,
         "workers": workers,
+        "retry_groups_counted_at": counted_at,
     }

@@ -2,17 +2,20 @@
 error groups beside it — what a failing downstream answers before anything is
 dead-lettered —, and the chart of retrying and scheduled retries over time from the samples.
 
-The groups come from ``error_grouping.retry_groups`` (the cache of migration 025, brought
-current by this read: with or without a scheduler); their header counts every group and row
-matching the filter, not the listed ones (issue 30 item 8).
+The groups come from ``error_grouping.retry_groups``: the counts of migration 026, read as
+one row per group, counted again by this read when ``RETRY_GROUPS_MAX_AGE_SECONDS`` old (the
+scheduler's sampler counts them every interval, so with a scheduler the page only reads
+them); their header counts every group and row matching the filter, not the listed ones
+(issue 30 item 8), and says how long ago they were counted.
 """
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import streamlit as st
 
-from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.figures import error_grouping
 from outbox_monitor.figures.error_grouping import RetryGroups
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import charts, format
@@ -20,7 +23,7 @@ from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.event_types import type_link
 from outbox_monitor.ui.format import Column
 from outbox_monitor.ui.rule_state import Badge
-from outbox_monitor.ui.state import Filters
+from outbox_monitor.ui.state import MIN_REFRESH_SECONDS, Filters
 
 GROUPS_SHOWN = 10
 """Retry error groups the Overview lists, biggest first (the header counts them all)."""
@@ -53,9 +56,10 @@ def load_groups(db: Database, f: Filters, *, limit: int = GROUPS_SHOWN) -> Retry
     return _groups(db_key(db), db, f.event_type, limit)
 
 
-@cached
-def _all_types(key: str, _db: Database) -> int:
-    return metrics.retrying(_db)
+def _all_types(db: Database) -> int:
+    """Retrying rows of every event type, from the retry error groups' counts (one row per
+    group, not a pass over the backlog)."""
+    return _groups(db_key(db), db, None, 1).retrying_total
 
 
 def section(
@@ -80,16 +84,17 @@ def section(
     if f.event_type:
         left.caption(
             f"{format.md_code(f.event_type)} only; "
-            f"{format.count(_all_types(db_key(db), db))} retrying in all event types."
+            f"{format.count(_all_types(db))} retrying in all event types."
         )
     with right:
-        groups_table(load_groups(db, f), f)
+        groups_table(load_groups(db, f), f, now=figures.get("now"))
 
 
-def header(loaded: RetryGroups, f: Filters) -> str:
-    """The groups' header: every row and group matching the filter, and how many are listed
-    when not all are ("1,204 rows retrying in 31 error groups (all event types); the 10
-    biggest listed")."""
+def header(loaded: RetryGroups, f: Filters, *, now: datetime | str | None = None) -> str:
+    """The groups' header: every row and group matching the filter, how many are listed
+    when not all are, and how long ago they were counted when ``now`` (the database's clock)
+    is given ("1,204 rows retrying in 31 error groups (all event types); the 10 biggest
+    listed; counted 40s ago.")."""
     scope = format.md_code(f.event_type) if f.event_type else "all event types"
     text = (
         f"**{format.plural(loaded.retrying_total, 'row')} retrying** in "
@@ -97,6 +102,11 @@ def header(loaded: RetryGroups, f: Filters) -> str:
     )
     if loaded.groups_total > len(loaded.groups):
         text += f"; the {len(loaded.groups)} biggest listed"
+    if loaded.counted_at and now:
+        now = datetime.fromisoformat(now) if isinstance(now, str) else now
+        age = (now - loaded.counted_at).total_seconds()
+        if age >= MIN_REFRESH_SECONDS:  # younger: as good as live
+            text += f"; counted {format.duration(round(age))} ago"
     return text + "."
 
 
@@ -115,14 +125,15 @@ def group_rows(loaded: RetryGroups, f: Filters) -> list[dict[str, Any]]:
     ]
 
 
-def groups_table(loaded: RetryGroups, f: Filters) -> None:
-    """The retry error groups, biggest first, under their header; a line when none."""
+def groups_table(loaded: RetryGroups, f: Filters, *, now: datetime | str | None = None) -> None:
+    """The retry error groups, biggest first, under their header (``header``); a line when
+    none."""
     st.markdown("**Retry error groups**")
     if not loaded.groups:
         scope = f" of {format.md_code(f.event_type)}" if f.event_type else ""
         st.caption(f"No row{scope} is retrying: no failure is waiting for another try.")
         return
-    st.caption(header(loaded, f))
+    st.caption(header(loaded, f, now=now))
     format.grid(group_rows(loaded, f), COLUMNS, key="overview.retry_groups")
     if not loaded.cached:
         st.caption(

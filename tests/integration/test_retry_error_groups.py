@@ -1,7 +1,8 @@
-"""SPEC §2 retry error groups from the cache of migration 025 (issue 30 item 1): after every
-kind of change — a new failure, an error that changed, a row acked, dead-lettered or
-replayed — the groups equal hand-computed ones and those of the live statement (every
-retrying row normalised now), and a refresh normalises only the rows that changed."""
+"""SPEC §2 retry error groups from the cache and counts of migrations 025 and 026 (issue 30
+item 1): after every kind of change — a new failure, an error that changed, a row acked,
+dead-lettered or replayed — the groups counted equal hand-computed ones and those of the
+live statement (every retrying row normalised now), a count normalises only the rows that
+changed, and a reader within the maximum age reads the last counts without counting."""
 
 import hashlib
 import logging
@@ -14,6 +15,7 @@ from outbox_monitor import outbox
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.privacy.redaction import redactor_for
+from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
 
@@ -40,7 +42,7 @@ def live(db: Database, event_type: str | None = None) -> list[dict]:
 def counts(db: Database, event_type: str | None = None) -> dict[str, tuple[int, int]]:
     """{group_id: (retrying, due_now)} of the cached groups, after checking that every field
     equals the live statement's and that the totals add up."""
-    loaded = error_grouping.retry_groups(db, event_type=event_type)
+    loaded = error_grouping.retry_groups(db, event_type=event_type, max_age=0)
     assert loaded.cached
     assert loaded.groups == live(db, event_type)
     assert loaded.groups_total == len(loaded.groups)
@@ -161,25 +163,83 @@ def test_each_change_is_counted_exactly_and_only_changed_rows_are_normalised(db,
     assert sorted(row["fingerprint"] for row in texts) == sorted([AUTH, UPSTREAM, TIMEOUT])
 
 
-def test_a_row_changed_after_the_refresh_is_normalised_by_the_read(db, rows, conn):
-    """The read groups what it reads: a row that failed again between the refresh and the
-    read is normalised by the read itself, never counted in its old group."""
+def stamp(conn) -> object:
+    """When the counts of integration_outbox were taken (migration 026)."""
+    found = conn.execute(
+        "SELECT refreshed_at FROM outbox_monitor.retry_error_groups_refreshed"
+        " WHERE table_oid = 'integration_outbox'::regclass"
+    ).fetchone()
+    return found and found["refreshed_at"]
+
+
+def age_counts(conn) -> None:
+    """Make the counts 2 minutes old."""
+    conn.execute(
+        "UPDATE outbox_monitor.retry_error_groups_refreshed"
+        " SET refreshed_at = refreshed_at - interval '2 minutes'"
+    )
+
+
+def test_a_reader_within_the_max_age_reads_the_last_counts_and_their_time(db, rows, conn):
+    """A row that failed again after the count: a reader within the maximum age gets the
+    groups as counted (and when), a reader past it counts them again (one row normalised)."""
     row = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
     assert error_grouping.refresh_retry_error_groups(db) == 1
+    counted = stamp(conn)
     conn.execute(
         "UPDATE integration_outbox SET attempts = 2,"
         " last_error = 'timeout after 1000 ms calling ''x''' WHERE id = %s",
         (row,),
     )
-    where = Where()
-    read = db.fetch_all(
-        "retry_error_groups_cached",
-        {"limit": 20, "table_regclass": db.table_name, **where.params},
-        and_filters=where.fragment,
-    )
-    assert [(g["group_id"], g["retrying"], g["fingerprint"]) for g in read] == [
-        (group_id("crm.upsert", TIMEOUT), 1, TIMEOUT)
+    young = error_grouping.retry_groups(db, max_age=3600)
+    assert [(g["group_id"], g["retrying"]) for g in young.groups] == [
+        (group_id("crm.upsert", AUTH), 1)
     ]
+    assert young.counted_at == counted
+    assert stamp(conn) == counted  # nothing counted
+    age_counts(conn)
+    old = error_grouping.retry_groups(db, max_age=60)
+    assert [(g["group_id"], g["retrying"]) for g in old.groups] == [
+        (group_id("crm.upsert", TIMEOUT), 1)
+    ]
+    assert old.counted_at is None  # counted by this read: as fresh as it
+    assert stamp(conn) > counted
+    assert error_grouping.refresh_retry_error_groups(db) == 0  # normalised by that reader
+
+
+def test_a_reader_never_waits_for_a_session_counting(dsn, db, rows, conn):
+    """While another session counts (it holds the count's lock), a reader past the maximum
+    age reads the last counts at once instead of waiting."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    assert error_grouping.refresh_retry_error_groups(db) == 1
+    retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    age_counts(conn)
+    with psycopg.connect(dsn) as counting:  # a transaction holding the lock
+        counting.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended("
+            "'outbox_monitor.retry_error_groups:' || 'integration_outbox'::regclass::oid, 0))"
+        )
+        loaded = error_grouping.retry_groups(db, max_age=60)
+        assert [g["event_type"] for g in loaded.groups] == ["crm.upsert"]
+    assert [g["event_type"] for g in error_grouping.retry_groups(db, max_age=60).groups] == [
+        "crm.upsert",
+        "order.paid",
+    ]
+
+
+def test_the_sampler_counts_them_so_pages_only_read(db, rows, conn):
+    """Each sample counts the retry error groups when half an interval old: a page after it
+    reads the counts (no row normalised by the page)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345", due_in=-5)
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 67890")
+    sample = record_sample(db)
+    assert sample["retry_groups_counted_at"] == stamp(conn)
+    counted = conn.execute(
+        "SELECT event_type, retrying, due_now FROM outbox_monitor.retry_error_group_counts"
+    ).fetchall()
+    assert [tuple(r.values()) for r in counted] == [("crm.upsert", 2, 1)]
+    assert error_grouping.retry_groups(db).counted_at == sample["retry_groups_counted_at"]
+    assert error_grouping.refresh_retry_error_groups(db) == 0
 
 
 def test_a_first_fill_larger_than_a_batch_takes_several_calls(db, rows):
@@ -232,7 +292,7 @@ def test_a_login_without_the_function_gets_the_live_groups_and_a_warning(dsn, lo
         su.execute(
             sql.SQL(
                 "REVOKE EXECUTE ON FUNCTION outbox_monitor.refresh_retry_error_groups("
-                "regclass, integer) FROM {}"
+                "regclass, integer, interval) FROM {}"
             ).format(sql.Identifier(logins.roles.viewer))
         )
     error_grouping._warned_live_retry_groups.clear()

@@ -1,9 +1,13 @@
 """The Overview's retrying (issue 30 items 1 and 8): the Retrying tile, and the retry error
 groups beside it, from hand-computed rows; the header counts every group, not the listed."""
 
+import re
+
 import streamlit as st
 from rendered import plain
 from streamlit.testing.v1 import AppTest
+
+from outbox_monitor.figures import error_grouping
 
 SAMPLE_503 = "HTTP 503 from erp for order 1002"
 
@@ -111,6 +115,26 @@ def test_the_header_counts_every_group_not_the_listed_ones(open_page, rows):
     frame = groups_frame(at)
     assert len(frame) == 10
     assert frame["event type"].tolist()[0] == "crm.upsert"
+
+
+def test_counts_taken_earlier_say_how_old_they_are(open_page, rows, db, conn):
+    """A scheduler's sampler counted the groups 40 s ago (younger than the 60 s a page
+    waits before counting them itself): the page reads those counts and says their age;
+    a row that failed since is not in them yet."""
+    seed(rows)
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute(
+        "UPDATE outbox_monitor.retry_error_groups_refreshed"
+        " SET refreshed_at = refreshed_at - interval '40 seconds'"
+    )
+    rows.add(event_type="mail.sent", attempts=1, last_error="HTTP 421 too many connections")
+
+    at = open_page("overview")
+
+    assert tile(at, "Retrying") == "5"  # the tile's figure is read now
+    text = header(at)
+    assert text.startswith("4 rows retrying in 3 retry error groups (all event types); counted ")
+    assert re.fullmatch(r".*; counted 4[0-9]s ago\.", text), text
 
 
 def test_no_retrying_row_says_so(open_page, rows):

@@ -559,60 +559,26 @@ LEFT JOIN LATERAL (
 ORDER BY retrying DESC, last_due_at DESC, event_type, fingerprint;
 
 -- name: retry_error_groups_refresh
--- Bring the cached fingerprints of the outbox table's retrying rows up to date (migration 025): done false when more than %(batch)s rows had to be normalised (call again); normalised and forgotten: rows normalised, cached rows no longer retrying.
-SELECT done, normalised, forgotten
-FROM outbox_monitor.refresh_retry_error_groups(%(table_regclass)s::regclass, %(batch)s);
+-- Bring the outbox table's retry error groups up to date (migration 026): the cached fingerprints of its retrying rows and the groups' counts. With max_age above zero it returns at once when the counts are younger than max_age or another session is counting them. done false when more than %(batch)s rows had to be normalised (call again); normalised and forgotten: rows normalised, cached rows no longer retrying; refreshed_at: when the counts were taken (NULL: never); counted: by this call.
+SELECT done, normalised, forgotten, refreshed_at, counted
+FROM outbox_monitor.refresh_retry_error_groups(
+    %(table_regclass)s::regclass, %(batch)s, make_interval(secs => %(max_age_seconds)s));
 
 -- name: retry_error_groups_cached
--- The retry_error_groups rows from the cache of migration 025 (read after retry_error_groups_refresh): the retrying rows read now through the claim index (status, available_at, created_at) and their heap rows, each grouped by its cached fingerprint when its (id, attempts, hash of last_error) is cached, else normalised here (a row changed since the refresh); a group's text cached, else normalised from its sample row.
+-- The retry_error_groups rows as the last refresh counted them (migration 026; refreshed_at says when): one row per group from the counts table, never the outbox's backlog; only the sample of each listed group (its largest id) is read from the outbox table, by id.
 -- groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed.
--- Each retrying row meets its cached key by grouping both sides on the key, never by a join (stale statistics after a storm would plan a nested loop over both sets); only a row without one reads its last_error again by id, in the same snapshot.
-WITH retrying_rows AS MATERIALIZED (
-    SELECT o.id, o.event_type, o.created_at, o.available_at, o.attempts,
-           hashtextextended(coalesce(o.last_error, ''), 0) AS error_hash
-    FROM {table} AS o
-    WHERE o.status = 'pending' AND o.attempts > 0 {and_filters}
-), keyed AS MATERIALIZED (
-    SELECT id, max(event_type) AS event_type, max(created_at) AS created_at,
-           max(available_at) AS available_at,
-           (array_agg(fingerprint_md5) FILTER (WHERE fingerprint_md5 IS NOT NULL))[1] AS cached
-    FROM (SELECT id, attempts, error_hash, event_type, created_at, available_at,
-                 NULL::uuid AS fingerprint_md5, true AS live
-          FROM retrying_rows
-          UNION ALL
-          SELECT id, attempts, error_hash, NULL, NULL, NULL, fingerprint_md5, false
-          FROM outbox_monitor.retry_fingerprints
-          WHERE table_oid = %(table_regclass)s::regclass) AS both_sides
-    GROUP BY id, attempts, error_hash
-    HAVING bool_or(live)
-), retrying_groups AS (
-    SELECT k.id, k.event_type, k.created_at, k.available_at,
-           coalesce(k.cached,
-                    (SELECT md5(outbox_monitor.normalize_error(o.last_error))::uuid
-                     FROM {table} AS o WHERE o.id = k.id)) AS fingerprint_md5
-    FROM keyed AS k
-), grouped AS (
-    SELECT event_type, fingerprint_md5, count(*) AS retrying,
-           count(*) FILTER (WHERE available_at <= now()) AS due_now,
-           min(created_at) AS oldest_created_at, max(available_at) AS last_due_at,
-           max(id) AS sample_id
-    FROM retrying_groups
-    GROUP BY event_type, fingerprint_md5
-), named AS (
-    SELECT g.*, coalesce(t.fingerprint,
-                         (SELECT outbox_monitor.normalize_error(o.last_error)
-                          FROM {table} AS o WHERE o.id = g.sample_id)) AS fingerprint
-    FROM grouped AS g
-    LEFT JOIN outbox_monitor.retry_fingerprint_texts AS t
-      ON t.table_oid = %(table_regclass)s::regclass AND t.fingerprint_md5 = g.fingerprint_md5
-)
 SELECT left(md5(n.event_type || ':' || n.fingerprint), 12) AS group_id, n.event_type,
        n.fingerprint, n.retrying, n.due_now, n.oldest_created_at, n.last_due_at,
        s.last_error AS sample_error, n.groups_total, n.retrying_total
 FROM (
-    SELECT *, count(*) OVER () AS groups_total, sum(retrying) OVER ()::bigint AS retrying_total
-    FROM named
-    ORDER BY retrying DESC, last_due_at DESC, event_type, fingerprint
+    SELECT g.event_type, t.fingerprint, g.retrying, g.due_now, g.oldest_created_at,
+           g.last_due_at, g.sample_id,
+           count(*) OVER () AS groups_total, sum(g.retrying) OVER ()::bigint AS retrying_total
+    FROM outbox_monitor.retry_error_group_counts AS g
+    JOIN outbox_monitor.retry_fingerprint_texts AS t
+      ON t.table_oid = g.table_oid AND t.fingerprint_md5 = g.fingerprint_md5
+    WHERE g.table_oid = %(table_regclass)s::regclass {and_filters}
+    ORDER BY g.retrying DESC, g.last_due_at DESC, g.event_type, t.fingerprint
     LIMIT %(limit)s
 ) AS n
 LEFT JOIN LATERAL (
@@ -2587,9 +2553,9 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA outbox_monitor REVOKE EXECUTE ON FUNCTIONS FR
 -- stores what it computes from the outbox table (no INSERT on the cache: a planted row
 -- would mislabel dead letters); without it the dashboard normalises every dead letter
 GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_error_groups(regclass, integer) TO {viewer};
--- the retry error groups' cache (migration 025) likewise
-GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_retry_error_groups(regclass, integer)
-    TO {viewer};
+-- the retry error groups' cache and counts (migrations 025, 026) likewise
+GRANT EXECUTE ON FUNCTION outbox_monitor.refresh_retry_error_groups(regclass, integer,
+    interval) TO {viewer};
 -- and no function that writes: not the audit log's internal writer (its owner's alone),
 -- the writers of test messages and of the outbox's audited changes (the operator's), the
 -- audit log's retention (the scheduler's), nor the controls' trigger
