@@ -48,11 +48,11 @@ without the dashboard's caches (Slack, the Fleet page, the tests).
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from outbox_monitor.durations import duration_label, format_duration
+from outbox_monitor.durations import clock_label, duration_label, format_duration
 from outbox_monitor.errors import SchemaNotInitialised
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, error_grouping, metrics
@@ -310,11 +310,8 @@ def _quoted(text: object) -> str:
 
 def _when(since: datetime, now: datetime) -> str:
     """``"15:55 UTC (12m 0s)"``; another day than ``now``'s: ``"2026-12-01 15:55 UTC (…)"``."""
-    at = since.astimezone(UTC)
-    shown = at.strftime(
-        "%H:%M UTC" if at.date() == now.astimezone(UTC).date() else "%Y-%m-%d %H:%M UTC"
-    )
-    return f"{shown} ({format_duration(max(0.0, (now - since).total_seconds()))})"
+    elapsed = format_duration(max(0.0, (now - since).total_seconds()))
+    return f"{clock_label(since, now)} ({elapsed})"
 
 
 def _dominant(groups: Sequence[Mapping[str, Any]], count: str, total: int) -> Mapping | None:

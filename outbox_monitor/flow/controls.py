@@ -17,7 +17,7 @@ from psycopg import sql
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.audit import require_audited
-from outbox_monitor.durations import format_duration
+from outbox_monitor.durations import format_duration, until_label
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
     DEFAULT_OVERRIDE_SECONDS,
@@ -66,7 +66,8 @@ class Control:
     failed probe, at most 15 min); ``next_probe_at`` when it ends (the next claim after it
     hands out the probe) and ``next_probe_in_seconds`` how long until then (negative: due,
     no claim since), ``None`` unless open; ``probe_at`` when a half-open breaker's probe was
-    handed out (``None``: the next claim hands it out).
+    handed out (``None``: the next claim hands it out). ``now`` is the database clock it was
+    read at (``None``: unknown).
     """
 
     event_type_filter: str
@@ -88,14 +89,16 @@ class Control:
     grant: int | None
     held: dict[str, int] = field(default_factory=dict)
     throttled: int = 0
+    now: datetime | None = None
 
     @property
     def state(self) -> str:
-        """In words: ``paused``, ``paused until …``, ``breaker open``, ``breaker half-open``,
-        ``limited`` (a limit with headroom 0 now, or a throttle), or ``running``."""
+        """In words: ``paused``, ``paused until 14:05 UTC (in 23m 0s)``
+        (``durations.until_label``), ``breaker open``, ``breaker half-open``, ``limited`` (a
+        limit with headroom 0 now, or a throttle), or ``running``."""
         if self.pause_in_force:
             until = self.settings.paused_until
-            return f"paused until {until.isoformat(timespec='seconds')}" if until else "paused"
+            return f"paused until {until_label(until, self.now)}" if until else "paused"
         if self.breaker_state == "open":
             return "breaker open"
         if self.breaker_state == "half_open":
@@ -198,6 +201,7 @@ def controls(db: Database) -> list[Control]:
                 processing=row["processing"],
                 grant=grant,
                 held=matching if grant == 0 else {},
+                now=row["now"],
                 throttled=max(0, sum(matching.values()) - grant) if grant else 0,
             )
         )
