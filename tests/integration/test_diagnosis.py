@@ -379,42 +379,30 @@ def test_lines_named_by_a_firing_alert_first_those_of_unknown_cause_last(db, row
 
 # Each threshold of "troubled" (figures/diagnosis.py), both sides, from inserted rows. The
 # window's traffic is the retrying (or dead-lettered) rows plus ``done`` rows created in it.
+SIGNS = {  # the rows, the cause they read and the line's clause
+    "retrying": ("downstream failing", "retrying with “HTTP 503 from erp”"),
+    "dead letters": ("poison event", "dead-lettered in 1h since "),
+}
+
+
+@pytest.mark.parametrize("sign", sorted(SIGNS))
 @pytest.mark.parametrize(
-    ("retrying", "done", "listed"),
+    ("count", "done", "listed"),
     [
-        # 10 retrying rows, 5 % of the 200 rows created in the window: listed
-        (RETRYING_MIN_ROWS, 190, True),
-        # 10 of 201 rows: under 5 % (a transient retry or two in busy traffic)
-        (RETRYING_MIN_ROWS, 191, False),
-        # 9 retrying rows of 9 created: under the 10 rows
-        (RETRYING_MIN_ROWS - 1, 0, False),
+        (10, 190, True),  # 10 rows, 5 % of the 200 rows created in the window: listed
+        (10, 191, False),  # 10 of 201 rows: under 5 % (a transient retry in busy traffic)
+        (9, 0, False),  # 9 rows of 9 created: under the 10 rows
     ],
 )
-def test_retrying_rows_trouble_a_type_over_a_count_and_a_share(
-    db, rows, conn, retrying, done, listed
+def test_retrying_rows_or_dead_letters_trouble_a_type_over_a_count_and_a_share(
+    db, rows, conn, sign, count, done, listed
 ):
-    assert MIN_TRAFFIC_SHARE == 0.05  # the hand-computed shares above
-    add_retrying(rows, *[240] * retrying)  # within the 5 min SLO
-    add_done(conn, done)
-    claims_recently(rows)
-
-    found = diagnose(read_evidence(db))
-
-    if listed:
-        [line] = found.lines
-        assert line.cause == "downstream failing"
-        assert f"one error for {retrying} of {retrying} retrying rows" in line.text
+    assert RETRYING_MIN_ROWS == DEAD_LETTERS_MIN_ROWS == 10 and MIN_TRAFFIC_SHARE == 0.05
+    if sign == "retrying":
+        add_retrying(rows, *[240] * count)  # within the 5 min SLO
     else:
-        assert found.lines == ()
-
-
-@pytest.mark.parametrize(
-    ("failed", "done", "listed"),
-    [(DEAD_LETTERS_MIN_ROWS, 190, True), (DEAD_LETTERS_MIN_ROWS, 191, False), (9, 0, False)],
-)
-def test_dead_letters_trouble_a_type_over_a_count_and_a_share(db, rows, conn, failed, done, listed):
-    for _ in range(failed):
-        rows.add_failed(event_type="order.paid", created_ago=600, processed_ago=300)
+        for _ in range(count):
+            rows.add_failed(event_type="order.paid", created_ago=240, processed_ago=200)
     add_done(conn, done)
     claims_recently(rows)
 
@@ -422,8 +410,9 @@ def test_dead_letters_trouble_a_type_over_a_count_and_a_share(db, rows, conn, fa
 
     if listed:
         [line] = found.lines
-        assert line.cause == "poison event"
-        assert line.text.startswith(f"order.paid — {failed} dead-lettered in 1h since ")
+        cause, clause = SIGNS[sign]
+        assert line.cause == cause
+        assert f"order.paid — {count} {clause}" in line.text
     else:
         assert found.lines == ()
 
