@@ -119,6 +119,27 @@ def format_duration(seconds: float | None) -> str:
     return " ".join(parts)
 
 
+def clock_label(at: datetime, now: datetime | None = None) -> str:
+    """An instant as people read it at a glance: ``"14:05 UTC"`` on ``now``'s UTC day,
+    ``"2026-12-05 14:05 UTC"`` on another day or without ``now``."""
+    shown = at.astimezone(UTC)
+    same_day = now is not None and shown.date() == now.astimezone(UTC).date()
+    return shown.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
+
+
+def until_label(until: datetime, now: datetime | None = None) -> str:
+    """When something ends, for people: ``"14:05 UTC (in 23m 0s)"``; on another day
+    ``"2026-12-05 14:05 UTC (in 1d 2h)"``; already past ``"14:05 UTC (2m 0s ago)"``;
+    without ``now`` (the clock unknown) the instant alone (``clock_label``)."""
+    shown = clock_label(until, now)
+    if now is None:
+        return shown
+    seconds = (until - now).total_seconds()
+    if seconds >= 0:
+        return f"{shown} (in {format_duration(seconds)})"
+    return f"{shown} ({format_duration(-seconds)} ago)"
+
+
 def duration_label(seconds: float) -> str:
     """The shortest exact label of a duration, as settings, rules, dashboard URLs and
     Prometheus labels write it: 45 → ``"45s"``, 300 → ``"5m"``, 5400 → ``"90m"``, 86400 →

@@ -64,6 +64,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
 from outbox_monitor.alerts.outbox_scope import scope_payload
@@ -131,7 +132,8 @@ def direct_row(
     (``kind`` ``error``) or of its resolve: rule, instance (this process, ``host:pid``),
     dedupe key ``<rule>|<host:pid>|<episode>/<route>|<kind>`` (so its ``message_key``
     differs per episode and kind), and the payload the message is rendered from (critical,
-    ``error`` the line shown, ``since`` the episode's start; with a fleet file the outbox)."""
+    ``error`` the line shown, ``since`` the episode's start, the alert's ``runbook`` steps
+    — ``own_runbooks.steps`` —; with a fleet file the outbox)."""
     payload = {
         "rule": rule,
         "instance": identity,
@@ -146,6 +148,7 @@ def direct_row(
         "labels": {"rule": rule, "severity": "critical", "monitor": identity},
         "offenders": [],
         "runbook_url": None,
+        "runbook": own_runbooks.steps(rule) if kind == "error" else [],
         "dashboard_path": "/",
         "kind": kind,
         "error": error,

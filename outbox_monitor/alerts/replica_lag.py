@@ -33,6 +33,7 @@ from typing import Any
 
 import psycopg
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.own_alerts import (
     insert_all,
@@ -191,6 +192,7 @@ class ReplicaLagWatch:
             "labels": {"rule": RULE_NAME, "severity": "critical"},
             "offenders": [],
             "runbook_url": None,
+            "runbook": own_runbooks.steps(RULE_NAME),
             "dashboard_path": "/",
             "kind": "error",
             "episode": episode,

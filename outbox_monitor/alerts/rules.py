@@ -152,6 +152,25 @@ def _metric_conditions(schema: dict[str, Any]) -> None:
     ]
 
 
+def steps_of(runbook: str | None) -> tuple[str, ...]:
+    """A ``runbook``'s steps, each one line without its number: a line starting with ``1.``
+    or ``1)`` starts a step, a blank line ends one, any other line continues the step above
+    (joined with a space); ``()`` for ``None`` or blank text. A rule's (``Rule.runbook_steps``)
+    and the scheduler's own alerts' (``own_runbooks``)."""
+    steps: list[list[str]] = []
+    open_step = False
+    for line in (runbook or "").splitlines():
+        text = line.strip()
+        if not text:
+            open_step = False
+            continue
+        if _STEP_NUMBER.match(line) or not open_step:
+            steps.append([])
+            open_step = True
+        steps[-1].append(_STEP_NUMBER.sub("", line).strip())
+    return tuple(" ".join(parts) for parts in steps)
+
+
 class Rule(_Model):
     """One SLO rule: a metric compared with a threshold, and where its alerts go."""
 
@@ -475,21 +494,8 @@ class Rule(_Model):
 
     @property
     def runbook_steps(self) -> tuple[str, ...]:
-        """The ``runbook``'s steps, each one line without its number: a line starting with
-        ``1.`` or ``1)`` starts a step, a blank line ends one, any other line continues the
-        step above (joined with a space); ``()`` without a runbook."""
-        steps: list[list[str]] = []
-        open_step = False
-        for line in (self.runbook or "").splitlines():
-            text = line.strip()
-            if not text:
-                open_step = False
-                continue
-            if _STEP_NUMBER.match(line) or not open_step:
-                steps.append([])
-                open_step = True
-            steps[-1].append(_STEP_NUMBER.sub("", line).strip())
-        return tuple(" ".join(parts) for parts in steps)
+        """The ``runbook``'s steps (``steps_of``); ``()`` without a runbook."""
+        return steps_of(self.runbook)
 
     def render_runbook_url(self, event_type: str | None = None) -> str | None:
         """The rule's ``runbook_url`` with placeholders filled in, URL-quoted; ``None``

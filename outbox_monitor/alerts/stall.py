@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.own_alerts import (
     insert_all,
@@ -401,6 +402,7 @@ class StallWatch:
             "labels": {"rule": RULE_NAME, "severity": "critical"},
             "offenders": [],
             "runbook_url": None,
+            "runbook": own_runbooks.steps(RULE_NAME) if kind == "error" else [],
             "dashboard_path": "/alerts",
             "kind": kind,
             "episode": episode,

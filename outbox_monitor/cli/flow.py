@@ -21,7 +21,7 @@ from outbox_monitor.cli.support import (
     open_for_actions,
 )
 from outbox_monitor.config.settings import Settings
-from outbox_monitor.durations import parse_instant
+from outbox_monitor.durations import parse_instant, until_label
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls import BYPASS_NOTE, HELD_ROWS_READ_NOTE
 from outbox_monitor.flow.model import default_burst, describe
@@ -380,14 +380,14 @@ def controls(ctx: click.Context, settings: Settings, as_json: bool) -> None:
         throttled = f", {control.throttled} throttled" if control.throttled else ""
         who = "controls file" if control.layer == "file" else f"operator {control.updated_by}"
         echo(f"{control.event_type_filter}: {control.state}{held}{throttled} (set by {who})")
-        echo(f"  {describe(control.settings)}")
+        echo(f"  {describe(control.settings, now=control.now)}")
         if control.breaker_note:
             echo(f"  breaker: {control.breaker_note}")
         if control.file_settings is not None and control.expires_at is not None:
             echo(
                 f"  overrides the controls file until "
-                f"{control.expires_at.isoformat(timespec='seconds')}; the file says: "
-                f"{describe(control.file_settings)}"
+                f"{until_label(control.expires_at, control.now)}; the file says: "
+                f"{describe(control.file_settings, now=control.now)}"
             )
     if found and reads_held:
         echo(HELD_ROWS_READ_NOTE)

@@ -33,7 +33,7 @@ from outbox_monitor.cli.file_reference import (
 )
 from outbox_monitor.cli.markdown import code, paragraph, paragraphs, table
 from outbox_monitor.cli.when_paged import PAGE as WHEN_PAGED_PAGE
-from outbox_monitor.cli.when_paged import when_paged_page
+from outbox_monitor.cli.when_paged import SCHEDULER_PAGE, scheduler_page, when_paged_page
 from outbox_monitor.config.fleet import FLEET_ENV
 from outbox_monitor.config.settings import ENV_PREFIX, Settings
 from outbox_monitor.config.values import CommaList, OptionalSeconds, Seconds, Share
@@ -331,10 +331,16 @@ def shipped_files(root: Path) -> dict[Path, str]:
 
 def wanted(root: Path) -> dict[Path, str]:
     """What the files under ``root`` (a checkout) should hold, by path relative to it:
-    ``generated``, ``shipped_files`` and the docs' "When paged" page from the checkout's
-    alerts.yml (``cli.when_paged``)."""
+    ``generated``, ``shipped_files``, the docs' "When paged" page from the checkout's
+    alerts.yml and "When the scheduler pages" from the scheduler's own alerts
+    (``cli.when_paged``)."""
     rules = root / SHIPPED_FILES["alerts"].relative_to(CHECKOUT_FOLDER)
-    return {**generated(), **shipped_files(root), WHEN_PAGED_PAGE: when_paged_page(rules)}
+    return {
+        **generated(),
+        **shipped_files(root),
+        WHEN_PAGED_PAGE: when_paged_page(rules),
+        SCHEDULER_PAGE: scheduler_page(),
+    }
 
 
 def stale(root: Path = CHECKOUT_FOLDER, files: dict[Path, str] | None = None) -> list[Path]:

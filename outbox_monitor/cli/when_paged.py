@@ -1,13 +1,17 @@
 """The docs' "When paged" page (``docs/when-paged.md``), generated from the shipped alerts.yml
 (issue 30 item 10): one section per rule — what fires it, in words from the rule itself, and
 its ``runbook:`` steps, the same steps its Slack message, the Overview's alert card and the
-Alerts page show. ``cli.reference`` writes it with the other generated files (``make
-reference``) and finds it stale when a rule changed (``tests/unit/test_reference.py``).
+Alerts page show. And "When the scheduler pages" (``docs/scheduler-alerts.md``), generated
+from the scheduler's own alerts' drills and steps (``alerts.own_runbooks``), the steps their
+Slack messages show. ``cli.reference`` writes both with the other generated files (``make
+reference``) and finds them stale when a rule or a drill changed
+(``tests/unit/test_reference.py``).
 """
 
 import textwrap
 from pathlib import Path
 
+from outbox_monitor.alerts.own_runbooks import OWN_ALERTS, OwnAlert, steps
 from outbox_monitor.alerts.rules import Rule
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.cli.markdown import code, paragraph
@@ -17,6 +21,8 @@ WIDTH = 96
 """The page's lines wrap at this many characters (the docs keep lines short)."""
 PAGE = Path("docs") / "when-paged.md"
 """The page, relative to a checkout's root."""
+SCHEDULER_PAGE = Path("docs") / "scheduler-alerts.md"
+"""The page of the scheduler's own alerts, relative to a checkout's root."""
 NOTE = (
     "<!-- Generated from the shipped alerts.yml's runbook steps by `make reference`; do not "
     "edit. -->"
@@ -26,8 +32,9 @@ One runbook per rule of the shipped `alerts.yml`, generated from the rule: what 
 the numbered steps of its `runbook:` — the same steps its Slack message, the Overview's alert
 card and the Alerts page show. Write your own rules' steps the same way
 ([alerts.yml](reference/alerts-file.md), `runbook` and `runbook_url`). The alerts the scheduler
-raises about itself — `database-unreachable`, `alerting-stalled`, `replica-lag`, a rule's
-evaluation error — and Prometheus' `sampler-stalled` are on
+raises about itself — `database-unreachable`, `alerting-stalled`, `replica-lag`,
+`writes-failing`, a rule's evaluation error — and Prometheus' `sampler-stalled`, with their
+steps, are on
 [When the scheduler pages](scheduler-alerts.md).
 
 Every Slack message carries the dashboard link where the fix is (pre-filtered), a
@@ -42,6 +49,20 @@ only, `--yes` applies without asking. Flow-control changes (`pause`, `resume`, `
 A pause with `--silence` (the Controls page's checkbox) mutes the rules it will trip until
 resumed; a silence for anything else is made on the **Alerts** page (matchers, until when, a
 comment), audited and expired there."""
+
+
+SCHEDULER_NOTE = (
+    "<!-- Generated from outbox_monitor/alerts/own_runbooks.py by `make reference`; do not "
+    "edit. -->"
+)
+SCHEDULER_INTRO = """\
+The alerts the scheduler raises about itself — it cannot reach the database, alert evaluation
+stalled, its replica lags, its writes fail — a rule's evaluation error, and the one alert only
+the Prometheus rules have (`sampler-stalled`). They are no rules of `alerts.yml`: their runbook
+steps are the product's own, and their Slack messages show them as a rule's `runbook:` steps
+are shown. Each drill says what the alert means, where to look first, the likely causes, the
+fix, its steps and how you know it is over. The shipped rules' runbooks are on
+[When paged](when-paged.md)."""
 
 
 def fires_when(rule: Rule) -> str:
@@ -115,4 +136,36 @@ def when_paged_page(rules_path: Path) -> str:
     lines = ["# When paged", "", NOTE, "", INTRO, ""]
     for rule in ruleset.rules:
         lines += rule_section(rule)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def own_alert_section(alert: OwnAlert) -> list[str]:
+    """An own alert's section: its heading, the drill's paragraphs (``Means``, ``First
+    look``, ``Likely causes``, ``Fix``), its numbered steps (``own_runbooks.steps``, as its
+    Slack message shows them) and ``Over when``."""
+    lines = [f"## {alert.name}", ""]
+    for label, text in (
+        ("Means", alert.means),
+        ("First look", alert.first_look),
+        ("Likely causes", alert.causes),
+        ("Fix", alert.fix),
+    ):
+        lines += [wrapped(f"**{label}.** {' '.join(text.split())}"), ""]
+    numbered = steps(alert.name)
+    if numbered:
+        lines += ["**Steps** (its Slack message shows them):", ""]
+        lines += [
+            wrapped(paragraph(step), " " * (len(str(number)) + 2), f"{number}. ")
+            for number, step in enumerate(numbered, 1)
+        ]
+        lines.append("")
+    lines += [wrapped(f"**Over when.** {' '.join(alert.over.split())}"), ""]
+    return lines
+
+
+def scheduler_page() -> str:
+    """The "When the scheduler pages" page from ``own_runbooks.OWN_ALERTS``."""
+    lines = ["# When the scheduler pages", "", SCHEDULER_NOTE, "", SCHEDULER_INTRO, ""]
+    for alert in OWN_ALERTS:
+        lines += own_alert_section(alert)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -135,7 +135,8 @@ def measure(
         rates: also measure processed and created per minute (the table; not the samples).
 
     Returns:
-        ``fold``'s rows, each with ``latency_p95`` (seconds; ``None`` for ``other``:
+        ``fold``'s rows, each named type's with ``created_in_window`` (rows created in the
+        window, open or finished), each with ``latency_p95`` (seconds; ``None`` for ``other``:
         percentiles do not add up, and for a type with no row done in the window) and, with
         ``rates``, ``processed_per_minute`` and ``created_per_minute`` (``other``'s: the
         filter's total less the kept types').
@@ -157,11 +158,13 @@ def measure(
         for row in named:
             done = finished.get(row["event_type"], {})
             row["latency_p95"] = done.get("latency_p95")
+            # the open part of created came with the one pass over the backlog
+            row["created_in_window"] = row["created_open_in_window"] + done.get(
+                "created_finished", 0
+            )
             if rates:
-                # the open part of created per minute came with the one pass over the backlog
-                created = row["created_open_in_window"] + done.get("created_finished", 0)
                 row["processed_per_minute"] = done.get("processed", 0) / (seconds / 60)
-                row["created_per_minute"] = created / (seconds / 60)
+                row["created_per_minute"] = row["created_in_window"] / (seconds / 60)
         if rates and rows and rows[-1]["event_type"] == OTHER:
             total = metrics.throughput(db, window=seconds, event_type=event_type)
             for key, value in total.items():

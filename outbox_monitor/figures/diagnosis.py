@@ -6,10 +6,23 @@ one event type (``alerts/notification_queue.py`` stores the line, ``alerts/messa
 the message with it) and the Fleet page's row (``figures/fleet_figures.py``) all show the
 ``Line`` that ``diagnose`` builds here.
 
-**Troubled** (``troubled``): an event type with a firing alert naming it, retrying rows (SPEC
-§2), dead letters in the window, stuck locks, due rows held by flow control or an open (or
-half-open) circuit breaker (SPEC §5), or its oldest pending row older than the oldest-pending
-SLO (SPEC §3 ``notifications-late``, 5 min by default).
+**Troubled** (``troubled``): an event type is listed only on evidence over a stated
+threshold, so that calm traffic — a transient retry, an e-mail bounce, a crashed worker's
+stuck lock that the ``stuck-lock`` alert already reports — lists nothing:
+
+- a firing alert names it (the rule's own threshold);
+- its oldest pending row is older than the oldest-pending SLO (the Overview's tile
+  threshold, SPEC §3 ``notifications-late``: 5 min by default);
+- it has at least ``RETRYING_MIN_ROWS`` retrying rows (SPEC §2), and they are at least
+  ``MIN_TRAFFIC_SHARE`` of its rows created in the window;
+- it has at least ``DEAD_LETTERS_MIN_ROWS`` dead letters in the window, and they are at least
+  ``MIN_TRAFFIC_SHARE`` of its rows created in the window;
+- a pause, a limit or an open (or half-open) circuit breaker holds its due rows (SPEC §5);
+- the workers are down for it: it has due rows no control holds and no claim, outcome or retry
+  was seen for ``WORKERS_DOWN_SECONDS``.
+
+Stuck locks alone do not list a type (a crashed worker's batch, reported by the ``stuck-lock``
+alert and the Workers page); a listed type's line says them.
 
 **Likely cause** (``CAUSES``), the first that fits, in this order:
 
@@ -17,10 +30,11 @@ SLO (SPEC §3 ``notifications-late``, 5 min by default).
    every other reading);
 2. ``workers down`` — it has due rows no control holds and no claim, outcome or retry was
    seen for ``WORKERS_DOWN_SECONDS`` (``workers.Liveness.no_claim_while_due``);
-3. ``downstream failing`` — it has retrying rows and one retry error group holds at least
-   ``DOMINANT_SHARE`` of them (``error_grouping.retry_error_groups``);
-4. ``poison event`` — dead letters in the window, one error group holding at least
-   ``DOMINANT_SHARE`` of its dead letters (``error_grouping.error_groups``);
+3. ``downstream failing`` — its retrying rows are over the thresholds above (or a breaker is
+   open on it) and one retry error group holds at least ``DOMINANT_SHARE`` of them
+   (``error_grouping.retry_error_groups``);
+4. ``poison event`` — its dead letters in the window are over the thresholds above and one
+   error group holds at least ``DOMINANT_SHARE`` of them (``error_grouping.error_groups``);
 5. ``held by flow control`` — an open breaker or a limit holds its due rows;
 6. ``claim degraded`` — it has due rows and the newest recorded claim plan is degraded
    (``health.claim_plan.recorded_degradation``);
@@ -34,11 +48,11 @@ without the dashboard's caches (Slack, the Fleet page, the tests).
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from outbox_monitor.durations import duration_label, format_duration
+from outbox_monitor.durations import clock_label, duration_label, format_duration
 from outbox_monitor.errors import SchemaNotInitialised
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, error_grouping, metrics
@@ -57,6 +71,18 @@ from outbox_monitor.units import per_minute
 WORKERS_DOWN_SECONDS = 10 * 60.0
 """No claim, outcome or retry for this long while rows are due: the workers are down (the
 shipped ``no-claim-while-due`` rule's threshold)."""
+RETRYING_MIN_ROWS = 10
+"""Retrying rows (SPEC §2) an event type needs at least to be troubled by them (and to read
+``downstream failing`` without an open breaker): fewer are a transient retry or two."""
+DEAD_LETTERS_MIN_ROWS = 10
+"""Dead letters in the window an event type needs at least to be troubled by them (and to read
+``poison event``); a rule (``payment-failed``: any) lists a type on fewer by firing."""
+MIN_TRAFFIC_SHARE = 0.05
+"""The share at least of an event type's rows created in the window (``created_in_window`` of
+``by_event_type.measure``) that its retrying rows, or its dead letters in the window, must be
+to trouble it: calm traffic retries well under 1 % of it (the demo's 4 % of failed attempts
+wait 30 s to 2 min, a fraction of an hour's rows) and dead-letters a steady 1–2 % (bounced
+e-mails); an outage retries every new row, a poison event dead-letters them."""
 DOMINANT_SHARE = 0.5
 """One error group holding at least this share of a type's retrying rows (or dead letters)
 names the cause."""
@@ -206,19 +232,48 @@ def _held(flow: EventTypeFlow | None) -> bool:
     return flow is not None and (flow.held > 0 or flow.state.startswith("breaker"))
 
 
+def _over(count: int, row: Mapping[str, Any], minimum: int, share: float) -> bool:
+    return count >= minimum and count >= share * row.get("created_in_window", 0)
+
+
+def retrying_over(row: Mapping[str, Any]) -> bool:
+    """Whether a type's retrying rows are over ``RETRYING_MIN_ROWS`` and
+    ``MIN_TRAFFIC_SHARE`` of its rows created in the window (``row``: a
+    ``by_event_type.measure`` row)."""
+    return _over(int(row.get("retrying", 0)), row, RETRYING_MIN_ROWS, MIN_TRAFFIC_SHARE)
+
+
+def dead_letters_over(row: Mapping[str, Any]) -> bool:
+    """Whether a type's dead letters in the window are over ``DEAD_LETTERS_MIN_ROWS`` and
+    ``MIN_TRAFFIC_SHARE`` of its rows created in the window."""
+    count = int(row["failed_in_window"])
+    return _over(count, row, DEAD_LETTERS_MIN_ROWS, MIN_TRAFFIC_SHARE)
+
+
+def _workers_down(
+    row: Mapping[str, Any], flow: EventTypeFlow | None, workers: Mapping[str, Any]
+) -> bool:
+    silent = float(workers.get("no_claim_while_due_seconds") or 0.0)
+    held = flow.held if flow is not None else 0
+    return row["queue_depth"] > held and silent >= WORKERS_DOWN_SECONDS
+
+
 def troubled(
     rows: Sequence[Mapping[str, Any]],
     flows: Mapping[str, EventTypeFlow],
     firing: Collection[str],
     *,
+    workers: Mapping[str, Any] | None = None,
     oldest_pending_slo: float = OLDEST_PENDING_SLO_SECONDS,
 ) -> list[Mapping[str, Any]]:
-    """The rows of troubled event types (the module's definition), in the rows' order.
+    """The rows of troubled event types (the module's definition, its thresholds), in the
+    rows' order.
 
     Args:
         rows: ``by_event_type.measure`` rows; ``other`` is never troubled (no one type).
         flows: ``event_type_flows`` by event type.
         firing: event types a firing alert names.
+        workers: ``workers.Liveness.as_json()`` (``None``: the workers' liveness unknown).
         oldest_pending_slo: seconds.
     """
     return [
@@ -227,10 +282,10 @@ def troubled(
         if row["event_type"] != OTHER
         and (
             row["event_type"] in firing
-            or row.get("retrying", 0) > 0
-            or row["failed_in_window"] > 0
-            or row["stuck_locks"] > 0
+            or retrying_over(row)
+            or dead_letters_over(row)
             or _held(flows.get(row["event_type"]))
+            or _workers_down(row, flows.get(row["event_type"]), workers or {})
             or (row["oldest_pending_age"] or 0.0) > oldest_pending_slo
         )
     ]
@@ -255,11 +310,8 @@ def _quoted(text: object) -> str:
 
 def _when(since: datetime, now: datetime) -> str:
     """``"15:55 UTC (12m 0s)"``; another day than ``now``'s: ``"2026-12-01 15:55 UTC (…)"``."""
-    at = since.astimezone(UTC)
-    shown = at.strftime(
-        "%H:%M UTC" if at.date() == now.astimezone(UTC).date() else "%Y-%m-%d %H:%M UTC"
-    )
-    return f"{shown} ({format_duration(max(0.0, (now - since).total_seconds()))})"
+    elapsed = format_duration(max(0.0, (now - since).total_seconds()))
+    return f"{clock_label(since, now)} ({elapsed})"
 
 
 def _dominant(groups: Sequence[Mapping[str, Any]], count: str, total: int) -> Mapping | None:
@@ -390,21 +442,22 @@ def _cause(
     if paused and held:
         return "held by flow control", f"paused: {_rows(held, 'due row')} held", controls_path
     workers = evidence.workers
-    silent = float(workers.get("no_claim_while_due_seconds") or 0.0)
-    if row["queue_depth"] > held and silent >= WORKERS_DOWN_SECONDS:
+    if _workers_down(row, flow, workers):
+        silent = float(workers.get("no_claim_while_due_seconds") or 0.0)
         due = int(workers.get("due_rows") or 0)
         return (
             "workers down",
             f"{_rows(due, 'due row')}, no claim for {format_duration(silent)}",
             path(EVIDENCE_PAGES["workers down"]),
         )
-    if retry_group is not None:
+    breaker = any(c.breaker_state in OPEN_STATES for c in matching)
+    if retry_group is not None and (breaker or retrying_over(row)):
         return (
             "downstream failing",
             f"one error for {retry_group['retrying']:,} of {_rows(retry_total, 'retrying row')}",
             path("events", event_type=name, status="pending"),
         )
-    if poison is not None:
+    if poison is not None and dead_letters_over(row):
         text = f"{_rows(poison['failed'], 'dead letter')} of one error group"
         group = path(
             "dead_letters",
@@ -427,11 +480,14 @@ def _cause(
 
 
 def nothing_wrong(window_seconds: float, oldest_pending_slo: float) -> str:
-    """The one line said when no event type is troubled."""
+    """The one line said when no event type is troubled, naming the thresholds it checked."""
+    window = duration_label(window_seconds)
     return (
-        "Nothing wrong: no event type has a firing alert, retrying rows, dead letters in the "
-        f"last {duration_label(window_seconds)}, stuck locks, held rows, an open breaker, or "
-        f"a pending row older than {duration_label(oldest_pending_slo)}."
+        "Nothing wrong: no event type has a firing alert, a pending row older than "
+        f"{duration_label(oldest_pending_slo)}, {RETRYING_MIN_ROWS}+ retrying rows or "
+        f"{DEAD_LETTERS_MIN_ROWS}+ dead letters in the last {window} (each at least "
+        f"{MIN_TRAFFIC_SHARE:.0%} of its rows created then), held rows, an open breaker, or "
+        f"due rows with no claim for {duration_label(WORKERS_DOWN_SECONDS)}."
     )
 
 
@@ -444,7 +500,11 @@ def diagnose(evidence: Evidence) -> Diagnosis:
     """
     firing = evidence.firing or {}
     found = troubled(
-        evidence.rows, evidence.flows, list(firing), oldest_pending_slo=evidence.oldest_pending_slo
+        evidence.rows,
+        evidence.flows,
+        list(firing),
+        workers=evidence.workers,
+        oldest_pending_slo=evidence.oldest_pending_slo,
     )
     lines = sorted(
         (line(row, evidence) for row in found),
@@ -528,7 +588,9 @@ def read_evidence(
         holders = horizon(db)
         claim = recorded_degradation(db)
         retry_groups, error_groups = read_groups(
-            troubled(named, by_type, firing, oldest_pending_slo=oldest_pending_slo),
+            troubled(
+                named, by_type, firing, workers=workers, oldest_pending_slo=oldest_pending_slo
+            ),
             lambda name: error_grouping.retry_error_groups(db, event_type=ExactEventType(name)),
             lambda name: error_grouping.error_groups(db, event_type=ExactEventType(name)),
         )

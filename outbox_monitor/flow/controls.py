@@ -17,7 +17,7 @@ from psycopg import sql
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.audit import require_audited
-from outbox_monitor.durations import format_duration
+from outbox_monitor.durations import clock_label, format_duration, until_label
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
     DEFAULT_OVERRIDE_SECONDS,
@@ -66,7 +66,8 @@ class Control:
     failed probe, at most 15 min); ``next_probe_at`` when it ends (the next claim after it
     hands out the probe) and ``next_probe_in_seconds`` how long until then (negative: due,
     no claim since), ``None`` unless open; ``probe_at`` when a half-open breaker's probe was
-    handed out (``None``: the next claim hands it out).
+    handed out (``None``: the next claim hands it out). ``now`` is the database clock it was
+    read at (``None``: unknown).
     """
 
     event_type_filter: str
@@ -88,14 +89,16 @@ class Control:
     grant: int | None
     held: dict[str, int] = field(default_factory=dict)
     throttled: int = 0
+    now: datetime | None = None
 
     @property
     def state(self) -> str:
-        """In words: ``paused``, ``paused until …``, ``breaker open``, ``breaker half-open``,
-        ``limited`` (a limit with headroom 0 now, or a throttle), or ``running``."""
+        """In words: ``paused``, ``paused until 14:05 UTC (in 23m 0s)``
+        (``durations.until_label``), ``breaker open``, ``breaker half-open``, ``limited`` (a
+        limit with headroom 0 now, or a throttle), or ``running``."""
         if self.pause_in_force:
             until = self.settings.paused_until
-            return f"paused until {until.isoformat(timespec='seconds')}" if until else "paused"
+            return f"paused until {until_label(until, self.now)}" if until else "paused"
         if self.breaker_state == "open":
             return "breaker open"
         if self.breaker_state == "half_open":
@@ -107,13 +110,13 @@ class Control:
     @property
     def breaker_note(self) -> str | None:
         """An open or half-open breaker's probe in words, for the CLI: ``"open, cool-down
-        2m 0s now (set: 30s; each failed probe doubles it); next probe at
-        2026-11-29T10:00:30+00:00 (in 1m 30s)"``, ``"half-open, probe handed out at …"``,
+        2m 0s now (set: 30s; each failed probe doubles it); next probe at 10:00 UTC (in 1m
+        30s)"`` (``durations.clock_label``), ``"half-open, probe handed out at 09:59 UTC"``,
         ``"half-open, the next claim hands out a probe"``; ``None`` when closed or off."""
         if self.breaker_state == "half_open":
             if self.probe_at is None:
                 return "half-open, the next claim hands out a probe"
-            return f"half-open, probe handed out at {self.probe_at.isoformat(timespec='seconds')}"
+            return f"half-open, probe handed out at {clock_label(self.probe_at, self.now)}"
         if self.breaker_state != "open" or self.next_probe_at is None:
             return None
         cooldown = format_duration(self.cooldown_seconds)
@@ -122,7 +125,7 @@ class Control:
         when = f"in {format_duration(seconds)}" if seconds > 0 else "due: at the next claim"
         return (
             f"open, cool-down {cooldown} now (set: {configured}; each failed probe doubles "
-            f"it); next probe at {self.next_probe_at.isoformat(timespec='seconds')} ({when})"
+            f"it); next probe at {clock_label(self.next_probe_at, self.now)} ({when})"
         )
 
     @property
@@ -198,6 +201,7 @@ def controls(db: Database) -> list[Control]:
                 processing=row["processing"],
                 grant=grant,
                 held=matching if grant == 0 else {},
+                now=row["now"],
                 throttled=max(0, sum(matching.values()) - grant) if grant else 0,
             )
         )

@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from outbox_monitor.durations import format_duration
+from outbox_monitor.durations import format_duration, until_label
 
 MAX_COOLDOWN_SECONDS = 900.0
 """A breaker's cool-down doubles after each failed probe, up to 15 min (SPEC §5)."""
@@ -118,16 +118,17 @@ def matches(event_type_filter: str, event_type: str) -> bool:
     return like_regex(event_type_filter).match(event_type) is not None
 
 
-def describe(settings: ControlSettings | None) -> str:
+def describe(settings: ControlSettings | None, *, now: datetime | None = None) -> str:
     """A control's settings in words, as the CLI and the Controls page show them:
-    ``"paused until 2026-11-29T10:00:00+00:00; at most 3 processing"``; no control →
-    ``"no control (rows flow freely)"``."""
+    ``"paused until 2026-11-29 10:00 UTC; at most 3 processing"``; with ``now`` (the
+    database clock) the end of a pause as ``durations.until_label`` says it, ``"paused until
+    10:00 UTC (in 23m 0s)"``; no control → ``"no control (rows flow freely)"``."""
     if settings is None or settings.is_empty:
         return "no control (rows flow freely)"
     parts = []
     if settings.paused:
         until = settings.paused_until
-        parts.append(f"paused until {until.isoformat(timespec='seconds')}" if until else "paused")
+        parts.append(f"paused until {until_label(until, now)}" if until else "paused")
     if settings.concurrency_limit:
         parts.append(f"at most {settings.concurrency_limit} processing")
     if settings.rate_per_second:

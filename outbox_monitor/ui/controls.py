@@ -184,7 +184,7 @@ def control_rows(found: ControlsView) -> list[dict[str, Any]]:
             "next probe": next_probe(c),
             "rows_held": c.rows_held,
             "throttled": c.throttled,
-            "settings": describe(c.settings),
+            "settings": describe(c.settings, now=c.now),
             "reason": c.settings.pause_reason or "",
             "owner": owner(c),
             "breaker": c.breaker_note or BREAKER_WORDS.get(c.breaker_state, str(c.breaker_state)),

@@ -64,7 +64,9 @@ def evidence(
     flows = table["flow"]
     firing = diagnosis.firing_since_by_type(instances or [])
     limit = slo.OLDEST_PENDING_AGE.limit
-    found = diagnosis.troubled(table["rows"], flows, list(firing), oldest_pending_slo=limit)
+    found = diagnosis.troubled(
+        table["rows"], flows, list(firing), workers=figures["workers"], oldest_pending_slo=limit
+    )
 
     def dead_letter_groups(name: str) -> list[dict[str, Any]]:
         # the Dead letters page's own read; a name holding % would be a LIKE pattern there

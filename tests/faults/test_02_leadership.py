@@ -27,6 +27,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost, lease_ttl
 from outbox_monitor.alerts.sender import deliver_due
@@ -140,6 +141,10 @@ def test_a_stranger_holding_the_lease_alerts_stalled_once_then_resolved(
         time.sleep(1.5)  # every follower notices it many times over
         [alert] = stall_messages(slack_sink)
         assert STALLED in alert["text"]
+        # its runbook steps, as a rule's (alerts/own_runbooks.py), numbered after the title
+        sections = [b["text"]["text"] for b in alert["blocks"] if b.get("type") == "section"]
+        [runbook] = [t for t in sections if t.startswith("📋 *Runbook · alerting-stalled*")]
+        assert runbook.splitlines()[1] == f"1. {own_runbooks.steps('alerting-stalled')[0]}"
         for scheduler in followers:
             assert scheduler.metric("outbox_monitor_alerting_stalled") == 1
             assert scheduler.metric("outbox_monitor_last_evaluation_age_seconds") > 3 * INTERVAL

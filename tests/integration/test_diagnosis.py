@@ -5,10 +5,21 @@ type opening with the same sentence; the Fleet page's row."""
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.config.fleet import Outbox
-from outbox_monitor.figures.diagnosis import diagnose, line_for, line_in, read_evidence
+from outbox_monitor.figures.diagnosis import (
+    DEAD_LETTERS_MIN_ROWS,
+    MIN_TRAFFIC_SHARE,
+    RETRYING_MIN_ROWS,
+    WORKERS_DOWN_SECONDS,
+    diagnose,
+    line_for,
+    line_in,
+    read_evidence,
+)
 from outbox_monitor.figures.fleet_figures import measure_outbox
 from tests.alerting import notifications
 from tests.flow import control
@@ -28,6 +39,19 @@ def when(rows, seconds_ago: float) -> str:
 def claims_recently(rows) -> None:
     """A row of another type acked 10 s ago: the workers are alive (no ``workers down``)."""
     rows.add(event_type="audit.ok", status="done", created_ago=20, processed_ago=10)
+
+
+def add_done(conn, count: int, *, event_type: str = "order.paid") -> None:
+    """``count`` rows of ``event_type`` created 60 s before now and done 50 s before, in one
+    statement: traffic of the window that neither retries nor dead-letters."""
+    conn.execute(
+        """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
+               payload, status, attempts, available_at, created_at, processed_at)
+           SELECT %(event_type)s, 'order', '1', %(event_type)s || ':done:' || n, '{}', 'done',
+                  1, now() - interval '60 s', now() - interval '60 s', now() - interval '50 s'
+           FROM generate_series(1, %(count)s) AS n""",
+        {"event_type": event_type, "count": count},
+    )
 
 
 def add_retrying(rows, *ages: float, error: str = "HTTP 503 from erp") -> None:
@@ -67,8 +91,9 @@ def test_nothing_wrong_says_so_in_one_line(db, rows):
 
     assert found.lines == ()
     assert found.summary == (
-        "Nothing wrong: no event type has a firing alert, retrying rows, dead letters in the "
-        "last 1h, stuck locks, held rows, an open breaker, or a pending row older than 5m."
+        "Nothing wrong: no event type has a firing alert, a pending row older than 5m, 10+ "
+        "retrying rows or 10+ dead letters in the last 1h (each at least 5% of its rows "
+        "created then), held rows, an open breaker, or due rows with no claim for 10m."
     )
 
 
@@ -103,7 +128,9 @@ def test_downstream_failing_names_the_retry_error_the_breaker_and_the_trend(db, 
 
 
 def test_poison_event_names_the_dead_letters_of_one_error_group(db, rows):
-    for _ in range(3):  # one group: quoted values and long digit runs are placeholders
+    for _ in range(
+        DEAD_LETTERS_MIN_ROWS
+    ):  # one group: quoted values, long digit runs are placeholders
         rows.add_failed(
             event_type="payment.captured",
             created_ago=HOURS + 60,
@@ -122,12 +149,12 @@ def test_poison_event_names_the_dead_letters_of_one_error_group(db, rows):
 
     assert line.cause == "poison event"
     assert line.text == (
-        f"payment.captured — 4 dead-lettered in 3h since {when(rows, HOURS)} (2h 0m); "
-        "likely cause: poison event (3 dead letters of one error group) → Controls · Events"
+        f"payment.captured — 11 dead-lettered in 3h since {when(rows, HOURS)} (2h 0m); "
+        "likely cause: poison event (10 dead letters of one error group) → Controls · Events"
     )
     [group] = [p.path for p in line.parts if p.text.startswith("likely cause")]
     assert group.startswith("dead_letters?event_type=payment.captured&error_group=")
-    assert [p.path for p in line.parts if p.text == "4 dead-lettered in 3h"] == [group]
+    assert [p.path for p in line.parts if p.text == "11 dead-lettered in 3h"] == [group]
 
 
 def test_workers_down_when_due_rows_wait_with_no_claim(db, rows):
@@ -209,13 +236,26 @@ def test_vacuum_blocked_while_a_session_holds_the_xmin_horizon(db, rows, dsn, co
 
 
 def test_cause_unknown_when_no_evidence_fits(db, rows):
+    rows.add(event_type="report.build", created_ago=HOURS)  # past the SLO, workers alive
     rows.add(event_type="report.build", status="processing", created_ago=3700, locked_ago=3600)
     claims_recently(rows)
 
     line = only_line(db)
 
     assert line.cause == "cause unknown"
-    assert line.text == "report.build — 1 stuck; cause unknown → Controls · Events"
+    assert line.text == (
+        f"report.build — 1 waiting, 1 stuck, oldest pending 2h 0m since {when(rows, HOURS)} "
+        "(2h 0m); cause unknown → Controls · Events"
+    )
+
+
+def test_stuck_locks_alone_list_no_type(db, rows):
+    # a crashed worker's batch: the stuck-lock alert and the Workers page say it
+    for _ in range(3):
+        rows.add(event_type="report.build", status="processing", created_ago=3700, locked_ago=3600)
+    claims_recently(rows)
+
+    assert diagnose(read_evidence(db)).lines == ()
 
 
 def test_a_firing_alert_makes_its_type_troubled_since_it_fired(db, rows):
@@ -257,7 +297,9 @@ RETRYING_RULES = {
 def test_the_slack_message_of_a_per_type_alert_opens_with_the_line(
     db, rows, conn, write_rules, slack_sink
 ):
-    add_retrying(rows, HOURS, 1800, error="HTTP 503 from erp <!channel>")
+    add_retrying(
+        rows, HOURS, *[1800] * (RETRYING_MIN_ROWS - 1), error="HTTP 503 from erp <!channel>"
+    )
     claims_recently(rows)
     base = "http://dash.example:8611"
     env = {"TEST_HOOK_URL": slack_sink.webhook_url, "OUTBOX_MONITOR_DASHBOARD_URL": base}
@@ -269,15 +311,15 @@ def test_the_slack_message_of_a_per_type_alert_opens_with_the_line(
 
     [message] = slack_sink.messages()
     expected = (
-        "order.paid — 2 retrying with “HTTP 503 from erp &lt;!channel&gt;” since "
+        "order.paid — 10 retrying with “HTTP 503 from erp &lt;!channel&gt;” since "
         f"{when(rows, HOURS)} (2h 0m), oldest pending 2h 0m; likely cause: downstream "
-        "failing (one error for 2 of 2 retrying rows) → Controls · Events"
+        "failing (one error for 10 of 10 retrying rows) → Controls · Events"
     )
     assert message["text"].splitlines()[1] == expected
     section = message["blocks"][1]["text"]["text"]
     assert section.startswith(
         f"<{base}/events?event_type=order.paid|order.paid> — "
-        f"<{base}/events?event_type=order.paid&amp;status=pending|2 retrying> with "
+        f"<{base}/events?event_type=order.paid&amp;status=pending|10 retrying> with "
         "“_HTTP 503 from erp &lt;!channel&gt;_” since "
     )
     assert f"<{base}/controls?event_type=order.paid|Controls>" in section
@@ -320,7 +362,8 @@ def test_line_for_one_type_reads_that_type_alone(db, rows):
 def test_lines_named_by_a_firing_alert_first_those_of_unknown_cause_last(db, rows):
     rows.add(event_type="report.build", status="processing", created_ago=3700, locked_ago=3600)
     rows.add(event_type="report.build", status="processing", created_ago=3700, locked_ago=3600)
-    add_retrying(rows, 1800)  # order.paid: downstream failing
+    rows.add(event_type="report.build", created_ago=600)  # past the 5 min SLO
+    add_retrying(rows, *[1800] * RETRYING_MIN_ROWS)  # order.paid: downstream failing
     rows.add(event_type="mail.sent", created_ago=30)
     claims_recently(rows)
 
@@ -332,3 +375,98 @@ def test_lines_named_by_a_firing_alert_first_those_of_unknown_cause_last(db, row
         ("order.paid", "downstream failing"),
         ("report.build", "cause unknown"),
     ]
+
+
+# Each threshold of "troubled" (figures/diagnosis.py), both sides, from inserted rows. The
+# window's traffic is the retrying (or dead-lettered) rows plus ``done`` rows created in it.
+SIGNS = {  # the rows, the cause they read and the line's clause
+    "retrying": ("downstream failing", "retrying with “HTTP 503 from erp”"),
+    "dead letters": ("poison event", "dead-lettered in 1h since "),
+}
+
+
+@pytest.mark.parametrize("sign", sorted(SIGNS))
+@pytest.mark.parametrize(
+    ("count", "done", "listed"),
+    [
+        (10, 190, True),  # 10 rows, 5 % of the 200 rows created in the window: listed
+        (10, 191, False),  # 10 of 201 rows: under 5 % (a transient retry in busy traffic)
+        (9, 0, False),  # 9 rows of 9 created: under the 10 rows
+    ],
+)
+def test_retrying_rows_or_dead_letters_trouble_a_type_over_a_count_and_a_share(
+    db, rows, conn, sign, count, done, listed
+):
+    assert RETRYING_MIN_ROWS == DEAD_LETTERS_MIN_ROWS == 10 and MIN_TRAFFIC_SHARE == 0.05
+    if sign == "retrying":
+        add_retrying(rows, *[240] * count)  # within the 5 min SLO
+    else:
+        for _ in range(count):
+            rows.add_failed(event_type="order.paid", created_ago=240, processed_ago=200)
+    add_done(conn, done)
+    claims_recently(rows)
+
+    found = diagnose(read_evidence(db))
+
+    if listed:
+        [line] = found.lines
+        cause, clause = SIGNS[sign]
+        assert line.cause == cause
+        assert f"order.paid — {count} {clause}" in line.text
+    else:
+        assert found.lines == ()
+
+
+def test_a_single_retry_error_is_not_a_failing_downstream(db, rows):
+    # troubled by its age (past the SLO), one retrying row: the cause is not "downstream"
+    add_retrying(rows, 600)
+    claims_recently(rows)
+
+    line = only_line(db)
+
+    assert line.cause == "cause unknown"
+    assert line.text.startswith("order.paid — 1 retrying with “HTTP 503 from erp” since ")
+
+
+@pytest.mark.parametrize(("created_ago", "listed"), [(330, True), (270, False)])
+def test_oldest_pending_age_troubles_a_type_past_the_slo(db, rows, created_ago, listed):
+    rows.add(event_type="mail.sent", created_ago=created_ago)  # 5 min SLO: 5m 30s, 4m 30s
+    claims_recently(rows)
+
+    found = diagnose(read_evidence(db))
+
+    assert [line.event_type for line in found.lines] == (["mail.sent"] if listed else [])
+
+
+@pytest.mark.parametrize(("breaker_state", "listed"), [("open", True), ("closed", False)])
+def test_a_breaker_troubles_a_type_while_open(db, rows, conn, breaker_state, listed):
+    rows.add(event_type="order.paid", created_ago=30)
+    claims_recently(rows)
+    control(conn, "order.paid", breaker=True)
+    conn.execute(
+        "UPDATE outbox_monitor.control_state SET breaker_state = %s, since = now(),"
+        " cooldown_seconds = 900",
+        (breaker_state,),
+    )
+
+    found = diagnose(read_evidence(db))
+
+    assert [(line.event_type, line.cause) for line in found.lines] == (
+        [("order.paid", "held by flow control")] if listed else []
+    )
+
+
+@pytest.mark.parametrize(
+    ("silent", "listed"), [(WORKERS_DOWN_SECONDS + 60, True), (WORKERS_DOWN_SECONDS - 60, False)]
+)
+def test_workers_down_troubles_a_type_with_due_rows_after_10_minutes(db, rows, silent, listed):
+    # due since ``silent`` seconds, created 2 min ago (within the SLO); the last outcome
+    # (another type's row) as long ago: no claim for ``silent`` seconds
+    rows.add(event_type="mail.sent", created_ago=120, available_ago=silent)
+    rows.add(event_type="audit.ok", status="done", created_ago=silent + 10, processed_ago=silent)
+
+    found = diagnose(read_evidence(db))
+
+    assert [(line.event_type, line.cause) for line in found.lines] == (
+        [("mail.sent", "workers down")] if listed else []
+    )

@@ -2,7 +2,7 @@
 breaker, controls --json and controls apply, against real rows and the real claim."""
 
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -111,7 +111,10 @@ def test_controls_shows_an_open_breakers_cool_down_now_and_its_next_probe(cli, c
         "UPDATE outbox_monitor.control_state SET breaker_state = 'open', cooldown_seconds = 120,"
         " since = now() - interval '29.5 seconds' RETURNING since"
     ).fetchone()["since"]
-    next_probe = (since + timedelta(seconds=120)).isoformat(timespec="seconds")
+    # the next probe's clock time in words (the date only on another UTC day), never ISO
+    probe = (since + timedelta(seconds=120)).astimezone(UTC)
+    same_day = probe.date() == since.astimezone(UTC).date()
+    next_probe = probe.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
 
     text = cli("controls")
     assert text.exit_code == 0, text.output

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from psycopg.rows import dict_row
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.cli import main
@@ -200,6 +201,9 @@ def test_a_lagging_standby_skips_evaluation_and_alerts_once_then_resolves(
         delay = (alert.at - over_at).total_seconds()
         print(f"\nlag over {MAX_LAG:g} s → Slack message in {delay:.2f} s")
         assert "rules not evaluated: replica lags" in json.dumps(alert.body)
+        # its runbook steps, as a rule's (alerts/own_runbooks.py)
+        runbook = f"📋 *Runbook · replica-lag*\n1. {own_runbooks.steps('replica-lag')[0]}"
+        assert runbook in json.dumps(alert.body, ensure_ascii=False).replace("\\n", "\n")
         status, body = _get(server.url + "/healthz")
         assert status == 200 and body.startswith("ok: rules not evaluated: replica lags"), body
         metrics = _get(server.url + "/metrics")[1]

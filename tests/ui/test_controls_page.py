@@ -3,16 +3,19 @@ due rows (checked with the workers' claim), resume releases them; a viewer sees 
 disabled and the server refuses anyway; a file-owned control is read-only and a change to
 it an expiring override; an alert's pause link pre-fills the form."""
 
+import re
 from datetime import UTC
 from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
+from click.testing import CliRunner
 from psycopg.rows import dict_row
 from rendered import plain
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.links import pause_link
+from outbox_monitor.cli import main
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls_file import apply_controls
 from outbox_monitor.flow.model import ControlSettings
@@ -137,7 +140,7 @@ def test_a_pause_that_stopped_waiting_for_a_claim_in_flight_says_so(
     )
 
 
-def test_a_pause_for_a_duration_ends_then(open_page, rows, conn, db):
+def test_a_pause_for_a_duration_ends_then(open_page, rows, conn, db, dsn):
     seed_crm(rows)
     at = open_page(PAGE)
     at.text_input(key="controls.pause.filter").set_value("crm.deal").run()
@@ -146,11 +149,25 @@ def test_a_pause_for_a_duration_ends_then(open_page, rows, conn, db):
     at.button(key="controls.pause.confirm").click().run()
 
     (control,) = flow.controls(db)
-    left = conn.execute(
-        "SELECT extract(epoch FROM paused_until - now()) AS s FROM outbox_monitor.controls"
-    ).fetchone()["s"]
-    assert 29 * 60 < left <= 30 * 60
-    assert control.state.startswith("paused until ")
+    found = conn.execute(
+        "SELECT paused_until, extract(epoch FROM paused_until - now()) AS s, now()"
+        " FROM outbox_monitor.controls"
+    ).fetchone()
+    assert 29 * 60 < found["s"] <= 30 * 60
+    # the end in words, never an ISO string: the clock time (the date only on another UTC
+    # day) and how long is left, in the table's state and settings and the CLI's listing
+    until = found["paused_until"].astimezone(UTC)
+    same_day = until.date() == found["now"].astimezone(UTC).date()
+    clock = until.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
+    said = re.compile(rf"paused until {clock} \(in (29m \d+s|30m 0s)\)")
+    (row,) = table(at, "controls")
+    assert said.fullmatch(row["state"]), row["state"]
+    assert said.fullmatch(row["settings"]), row["settings"]
+    assert said.fullmatch(control.state), control.state
+    listed = CliRunner().invoke(main, ["controls"], env={"OUTBOX_MONITOR_DSN": dsn})
+    assert listed.exit_code == 0, listed.output
+    state, settings = listed.output.splitlines()[:2]
+    assert said.search(state) and said.fullmatch(settings.strip()), listed.output
 
 
 def test_a_viewer_sees_the_forms_disabled_and_the_server_refuses(

@@ -6,6 +6,7 @@ import streamlit as st
 from rendered import plain, unprotected
 
 PAGE = "events"
+TEXT = ("caption", "markdown")
 
 
 def listed_ids(at) -> list[int]:
@@ -190,3 +191,28 @@ def test_a_huge_duration_says_so_and_the_detail_still_works(open_page, rows):
     at.text_input(key="since").set_value("2h").run()
     assert not at.error
     assert listed_ids(at) == [row_id]
+
+
+def in_order(node) -> list:
+    """The main area's elements in page order (columns and containers opened)."""
+    children = getattr(node, "children", None)
+    if children is None:
+        return [node]
+    return [leaf for index in sorted(children) for leaf in in_order(children[index])]
+
+
+def test_the_search_fields_come_before_the_list_and_the_list_before_any_definition(open_page, rows):
+    # issue 30 item 9's data first holds for the list; the fields that narrow it sit above it
+    rows.add(event_type="order.paid")
+
+    at = open_page(PAGE)
+
+    assert not at.exception
+    elements = in_order(at.main)
+    keys = [getattr(e, "key", None) for e in elements]
+    listed = keys.index("events.table")
+    fields = ["event_key", "aggregate_type", "aggregate_id", "status", "since", "until"]
+    assert all(keys.index(name) < listed for name in fields), keys[: listed + 1]
+    # between the fields and the list: one-line captions at most (the sidebar filter, the count)
+    between = [e for e in elements[keys.index("until") + 1 : listed] if e.type in TEXT]
+    assert between and all(len(plain(e.value)) <= 140 for e in between), between

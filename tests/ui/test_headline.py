@@ -81,7 +81,8 @@ def test_nothing_wrong_is_one_line_first(open_page, rows):
     assert not at.exception
     first = next(e for e in in_order(at) if e.type not in PAGE_FRAME)
     assert first.value == (
-        "Nothing wrong: no event type has a firing alert, retrying rows, dead letters in the "
-        "last 1h, stuck locks, held rows, an open breaker, or a pending row older than 5m."
+        "Nothing wrong: no event type has a firing alert, a pending row older than 5m, 10+ "
+        "retrying rows or 10+ dead letters in the last 1h (each at least 5% of its rows "
+        "created then), held rows, an open breaker, or due rows with no claim for 10m."
     )
     assert at.success[0].value == first.value

@@ -12,13 +12,13 @@ def test_a_group_read_after_the_table_is_a_share_of_the_larger_count():
     row = {
         "event_type": "mail.sent",
         "queue_depth": 0,
-        "retrying": 3,  # the table's count, read first
+        "retrying": 10,  # the table's count, read first
         "failed_in_window": 0,
         "stuck_locks": 0,
         "oldest_pending_age": 60.0,
     }
     group = {  # the groups' read, a moment later: one more row failed meanwhile
-        "retrying": 4,
+        "retrying": 11,
         "sample_error": "SMTP 421 too many connections",
         "oldest_created_at": NOW - timedelta(minutes=1),
     }
@@ -36,6 +36,7 @@ def test_a_group_read_after_the_table_is_a_share_of_the_larger_count():
     [line] = diagnose(evidence).lines
 
     assert line.text == (
-        "mail.sent — 3 retrying with “SMTP 421 too many connections” since 02:29 UTC (1m 0s); "
-        "likely cause: downstream failing (one error for 4 of 4 retrying rows) → Controls · Events"
+        "mail.sent — 10 retrying with “SMTP 421 too many connections” since 02:29 UTC (1m 0s); "
+        "likely cause: downstream failing (one error for 11 of 11 retrying rows) "
+        "→ Controls · Events"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from outbox_monitor.alerts import outage, replica_lag, stall
+from outbox_monitor.alerts import outage, replica_lag, stall, write_health
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -60,16 +60,19 @@ def test_docs_spec_is_the_shared_spec():
 def test_every_shipped_alert_has_its_runbook_or_drill_when_paged():
     shipped = yaml.safe_load((REPO / "alerts.yml").read_text())
     rules = [rule["name"] for rule in shipped["rules"]]
-    own = [stall.RULE_NAME, outage.RULE_NAME, replica_lag.RULE_NAME]
-    assert own == ["alerting-stalled", "database-unreachable", "replica-lag"]
+    own = [stall.RULE_NAME, outage.RULE_NAME, replica_lag.RULE_NAME, write_health.RULE_NAME]
+    assert own == ["alerting-stalled", "database-unreachable", "replica-lag", "writes-failing"]
     # the shipped rules: their runbook steps, generated (tests/unit/test_reference.py)
     page = (DOCS / "when-paged.md").read_text()
     assert re.findall(r"^## (.+)$", page, re.MULTILINE) == rules
     assert "[When the scheduler pages](scheduler-alerts.md)" in page
-    # the scheduler's own alerts (no rule, no runbook field): a drill each, by hand
+    # the scheduler's own alerts (no rule): a drill each with its steps, generated from
+    # alerts/own_runbooks.py (tests/unit/test_reference.py holds it current)
     drills = (DOCS / "scheduler-alerts.md").read_text()
     titles = re.findall(r"^## (.+)$", drills, re.MULTILINE)
     assert set(own) <= {title.split()[0] for title in titles}
+    for name in own:
+        assert "**Steps** (its Slack message shows them):" in drills.split(f"## {name}\n")[1]
     # each drill says what it means, where to look, why, what to do and when it is over
     for title in titles:
         body = drills.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]

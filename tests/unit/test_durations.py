@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from outbox_monitor.durations import format_duration, parse_duration, parse_instant
+from outbox_monitor.durations import format_duration, parse_duration, parse_instant, until_label
 
 
 @pytest.mark.parametrize(
@@ -70,3 +70,19 @@ def test_relative_instants_stay_in_range():
     assert parse_instant("36500d", now).year == 1926
     with pytest.raises(ValueError, match="longer than 100 years"):
         parse_instant("9999999d", now)
+
+
+NOW = datetime(2026, 12, 4, 13, 42, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("until", "now", "text"),
+    [
+        (datetime(2026, 12, 4, 14, 5, tzinfo=UTC), NOW, "14:05 UTC (in 23m 0s)"),
+        (datetime(2026, 12, 5, 15, 42, tzinfo=UTC), NOW, "2026-12-05 15:42 UTC (in 1d 2h)"),
+        (datetime(2026, 12, 4, 13, 40, tzinfo=UTC), NOW, "13:40 UTC (2m 0s ago)"),
+        (datetime(2026, 12, 4, 14, 5, tzinfo=UTC), None, "2026-12-04 14:05 UTC"),
+    ],
+)
+def test_until_label_says_when_something_ends_in_words(until, now, text):
+    assert until_label(until, now) == text

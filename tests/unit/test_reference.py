@@ -17,10 +17,11 @@ import yaml
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.cli import reference
 from outbox_monitor.cli.file_reference import FILES, MODELINE, SHIPPED_FILES, file_schema
-from outbox_monitor.cli.when_paged import when_paged_page
+from outbox_monitor.cli.when_paged import scheduler_page, when_paged_page
 from outbox_monitor.config import fleet as fleet_module
 from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
 from outbox_monitor.config.settings import ENV_PREFIX, Settings, load_settings
@@ -459,6 +460,19 @@ def test_when_paged_is_generated_from_every_shipped_rules_runbook_steps():
         "was created (absent when none is pending)) of the event types `notification.%` is "
         "`> 5m 0s`, at once; it resolves once clear for 2m (`keep_firing_for`)."
     ) in late
+
+
+def test_the_scheduler_alerts_page_is_generated_from_their_drills_and_steps():
+    page = (REPO / "docs/scheduler-alerts.md").read_text()
+    assert page == scheduler_page()  # up to date (`make reference`)
+    headings = re.findall(r"^## (.+)$", page, re.M)
+    assert headings == [alert.name for alert in own_runbooks.OWN_ALERTS]
+    for alert in own_runbooks.OWN_ALERTS:
+        body = page.split(f"## {alert.name}\n", 1)[1].split("\n## ", 1)[0]
+        steps = re.findall(r"^(\d+)\. (.+)$", body, re.M)  # wrapped: continued indented
+        assert [int(n) for n, _ in steps] == list(range(1, len(own_runbooks.steps(alert.name)) + 1))
+    unreachable = " ".join(page.split("## database-unreachable\n", 1)[1].split())
+    assert "2. From the scheduler's host run `outbox-monitor status`: it fails" in unreachable
 
 
 def test_a_changed_runbook_step_makes_when_paged_stale(tmp_path):

@@ -1350,6 +1350,7 @@ SELECT e.event_type_filter, e.layer, e.paused, e.paused_until, e.pause_reason,
        e.breaker_min_attempts, e.breaker_ratio, e.breaker_cooldown_seconds,
        e.probe_timeout_seconds, e.expires_at, e.updated_at, e.updated_by,
        e.paused AND (e.paused_until IS NULL OR e.paused_until > clock_timestamp()) AS pause_in_force,
+       clock_timestamp() AS now,
        CASE WHEN e.rate_per_second IS NOT NULL THEN
            least(e.burst::float8, coalesce(s.tokens, e.burst) + e.rate_per_second
                  * greatest(0, extract(epoch FROM clock_timestamp() - s.refilled_at)))
