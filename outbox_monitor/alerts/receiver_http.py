@@ -83,6 +83,9 @@ def post_json(
             preload_content=True,
             redirect=False,
         )
+    except urllib3.exceptions.NewConnectionError as error:  # a ConnectTimeoutError subclass
+        text = redact(f"{what}: cannot reach the receiver: {error}", secrets)
+        raise TransientError(text) from None
     except urllib3.exceptions.TimeoutError as error:
         text = redact(f"{what}: timed out waiting for an answer ({error})", secrets)
         raise TransientError(text) from None

@@ -1,0 +1,357 @@
+"""PagerDuty and the signed webhook as receivers, against local servers on 127.0.0.1 that
+speak their documented shapes (tests/receiver_fakes.py), the real Postgres, the real
+evaluator and sender (a fake clock moves the backoffs on).
+
+Routes: the rule ``backlog`` (critical) goes to ``oncall``, whose branches send it to
+``pd``, ``hook`` and ``slack`` (``continue``): one notification row per receiver.
+"""
+
+import statistics
+import time
+import uuid
+from datetime import timedelta
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.message_key import alert_key, message_key
+from outbox_monitor.alerts.receivers import transports_for
+from outbox_monitor.alerts.sender import deliver_due
+from outbox_monitor.alerts.slack import TransportConfigError
+from tests.alerting import drain
+from tests.receiver_fakes import FakePagerDuty, FakeWebhook
+
+TIMEOUT = 1.0
+ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
+SECRET = "whsec-0123456789-SeCrEt"
+
+RULES = """
+version: 1
+defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
+routes:
+  oncall:
+    webhook_url_env: TEST_SLACK_URL
+    routes:
+      - {matchers: {severity: critical}, route: pd, continue: true}
+      - {matchers: {severity: critical}, route: hook, continue: true}
+      - {matchers: {severity: critical}, route: slack}
+  pd: {type: pagerduty, routing_key_env: PD_ROUTING_KEY, url_env: PD_EVENTS_URL}
+  hook: {type: webhook, url_env: HOOK_URL, secret_env: HOOK_SECRET}
+  slack: {webhook_url_env: TEST_SLACK_URL}
+rules:
+  - {name: backlog, metric: queue_depth, op: ">", threshold: 2, severity: critical,
+     route: oncall, summary: "Backlog: {{ value }} rows due"}
+"""
+
+
+@pytest.fixture
+def pagerduty():
+    fake = FakePagerDuty(ROUTING_KEY)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def webhook():
+    fake = FakeWebhook(SECRET)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def env(pagerduty, webhook, slack_sink):
+    return {
+        "PD_ROUTING_KEY": ROUTING_KEY,
+        "PD_EVENTS_URL": pagerduty.url,
+        "HOOK_URL": f"{webhook.url}/alerts",
+        "HOOK_SECRET": SECRET,
+        "TEST_SLACK_URL": f"{slack_sink.url}/services/T0/B0/hooksecret0123",
+    }
+
+
+@pytest.fixture
+def ruleset(write_rules):
+    return write_rules(RULES)
+
+
+@pytest.fixture
+def deliver(db, ruleset, env, fake_clock):
+    transports = transports_for(ruleset, env, timeout=TIMEOUT, quick_retry_seconds=0.05)
+
+    def run() -> dict:
+        return deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
+
+    return run
+
+
+def firing_transitions(conn: psycopg.Connection) -> list[int]:
+    """The ids of backlog's transitions into firing (each starts an episode), in order."""
+    found = conn.execute(
+        "SELECT id FROM outbox_monitor.alert_transitions WHERE rule = 'backlog'"
+        " AND to_state = 'firing' ORDER BY id"
+    ).fetchall()
+    return [row["id"] for row in found]
+
+
+def test_one_episode_triggers_and_resolves_one_dedup_key_and_the_next_gets_a_new_one(
+    db, conn, rows, ruleset, fake_clock, deliver, pagerduty, webhook, slack_sink
+):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    backlog = [rows.add(status="pending", created_ago=30) for _ in range(3)]
+    evaluator.run_once()
+    queued = conn.execute(
+        "SELECT route, dedupe_key FROM outbox_monitor.notifications ORDER BY id"
+    ).fetchall()
+    assert [(n["route"], n["dedupe_key"]) for n in queued] == [  # one per receiver
+        ("pd", "backlog||1|firing"),
+        ("hook", "hook@backlog||1|firing"),
+        ("slack", "slack@backlog||1|firing"),
+    ]
+    assert deliver()["sent"] == 3
+    [first] = firing_transitions(conn)
+    key = alert_key("", "backlog", "", first)
+    assert len(key) == 68
+    [trigger] = pagerduty.requests
+    assert trigger.body["event_action"] == "trigger" and trigger.body["dedup_key"] == key
+    assert trigger.body["payload"] == {
+        "summary": "Backlog: 3 rows due",
+        "source": "outbox-monitor",
+        "severity": "critical",
+        "component": "outbox",
+        "group": "default",
+        "class": "queue_depth",
+        "custom_details": trigger.body["payload"]["custom_details"],
+    }
+    assert trigger.body["payload"]["custom_details"]["value"] == 3
+    assert trigger.body["links"][0]["text"] == "Dashboard"
+    assert pagerduty.incidents[key]["status"] == "triggered"
+    [taken] = webhook.taken
+    assert taken["message_id"] == message_key("", "backlog", "", first, "firing")
+    assert taken["alert_key"] == key and taken["status"] == "firing" and taken["value"] == 3
+    assert len(slack_sink.messages()) == 1
+
+    drain(conn, backlog)
+    fake_clock.advance(30)
+    evaluator.run_once()
+    assert deliver()["sent"] == 3
+    resolve = pagerduty.requests[-1].body
+    assert resolve == {"routing_key": ROUTING_KEY, "event_action": "resolve", "dedup_key": key}
+    assert pagerduty.incidents[key]["status"] == "resolved"
+    assert webhook.taken[-1]["message_id"] == message_key("", "backlog", "", first, "resolved")
+
+    fake_clock.advance(30)
+    [rows.add(status="pending", created_ago=30) for _ in range(3)]
+    evaluator.run_once()
+    assert deliver()["sent"] == 3
+    first_again, second = firing_transitions(conn)
+    assert first_again == first and second > first
+    new_key = alert_key("", "backlog", "", second)
+    assert new_key != key and pagerduty.requests[-1].body["dedup_key"] == new_key
+    assert pagerduty.incidents[new_key] == {
+        "status": "triggered",
+        "triggers": 1,
+        "summary": "Backlog: 3 rows due",
+    }
+    assert [t["kind"] for t in webhook.taken] == ["firing", "resolved", "firing"]
+
+
+def test_a_resend_after_a_crash_is_dropped_but_never_a_resolve_nor_the_next_episode(
+    db, conn, rows, ruleset, fake_clock, deliver, pagerduty, webhook
+):
+    """A leader that died between the receiver's answer and its commit: the row is pending
+    again and is sent again with the same key; PagerDuty merges it into the open incident,
+    the webhook's receiver (the docs' snippet) drops it."""
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    backlog = [rows.add(status="pending", created_ago=30) for _ in range(3)]
+    evaluator.run_once()
+    deliver()
+    conn.execute(
+        "UPDATE outbox_monitor.notifications SET status = 'pending', sent_at = NULL"
+        " WHERE route IN ('pd', 'hook')"
+    )
+    assert deliver()["sent"] == 2
+    [key] = pagerduty.incidents
+    assert pagerduty.incidents[key]["triggers"] == 2  # one incident, the repeat merged
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated"]
+    assert [r.outcome for r in webhook.requests] == ["taken", "repeat dropped"]
+    drain(conn, backlog)
+    fake_clock.advance(30)
+    evaluator.run_once()
+    [rows.add(status="pending", created_ago=30) for _ in range(3)]
+    fake_clock.advance(30)
+    evaluator.run_once()
+    deliver()
+    assert [r.outcome for r in webhook.requests][2:] == ["taken", "taken"]
+    assert [t["kind"] for t in webhook.taken] == ["firing", "resolved", "firing"]
+    assert [r.outcome for r in pagerduty.requests][2:] == ["resolved", "triggered"]
+    assert len(pagerduty.incidents) == 2
+
+
+class Rows:
+    """Notification rows of one receiver inserted by hand (the evaluator's shape)."""
+
+    def __init__(self, conn: psycopg.Connection, clock) -> None:
+        self.conn = conn
+        self.clock = clock
+
+    def add(self, route: str, seq: int, kind: str = "firing") -> int:
+        payload = {
+            "rule": "backlog",
+            "instance": "",
+            "severity": "critical",
+            "summary": f"backlog {seq}",
+            "metric": "queue_depth",
+            "value": 3,
+            "labels": {"rule": "backlog", "severity": "critical"},
+            "dashboard_path": "/overview",
+            "episode": 1000 + seq,
+            "kind": kind,
+        }
+        return self.conn.execute(
+            "INSERT INTO outbox_monitor.notifications (dedupe_key, rule, instance, kind, route,"
+            " evaluation_id, payload, available_at, created_at)"
+            " VALUES (%s, 'backlog', '', %s, %s, %s, %s, %s, %s) RETURNING id",
+            (
+                f"{route}@backlog||{seq}|{kind}",
+                kind,
+                route,
+                str(uuid.uuid4()),
+                Jsonb(payload),
+                self.clock(),
+                self.clock(),
+            ),
+        ).fetchone()["id"]
+
+    def get(self, row_id: int) -> dict:
+        return self.conn.execute(
+            "SELECT * FROM outbox_monitor.notifications WHERE id = %s", (row_id,)
+        ).fetchone()
+
+
+FAULTS = ["down", "429", "503", "hang", "200-error-body"]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("receiver", ["pd", "hook"])
+def test_a_receiver_fault_is_retried_in_order_and_never_holds_up_the_other(
+    conn, fake_clock, deliver, pagerduty, webhook, receiver, fault
+):
+    fake = pagerduty if receiver == "pd" else webhook
+    other, other_fake = ("hook", webhook) if receiver == "pd" else ("pd", pagerduty)
+    notes = Rows(conn, fake_clock)
+    first, second = notes.add(receiver, 1), notes.add(receiver, 2)
+    beside = notes.add(other, 3)
+    if fault == "down":
+        fake.stop()
+    elif fault == "429":
+        fake.fail_next(1, 429, '{"status": "throttle event"}', **{"Retry-After": "7"})
+    elif fault == "503":
+        fake.fail_next(1, 503, "upstream down")
+    elif fault == "hang":
+        fake.hang_next(1)
+    else:
+        error = '{"status": "invalid event"}' if receiver == "pd" else '{"ok": false}'
+        fake.fail_next(1, 200, error)
+    started = fake_clock()
+    counts = deliver()
+    assert notes.get(beside)["status"] == "sent"  # the other receiver went on
+    assert len(other_fake.requests) == 1
+    head, behind = notes.get(first), notes.get(second)
+    assert head["status"] == "pending" and head["attempts"] == 1
+    assert behind["status"] == "pending" and behind["attempts"] == 0  # order kept
+    assert counts["waiting"] == 1  # the row behind the head
+    if fault == "429":
+        assert counts["rate_limited"] == 1 and head["last_status"] == 429
+        assert head["available_at"] == started + timedelta(seconds=7)
+    else:
+        assert counts["retrying"] == 1
+        assert head["available_at"] <= started + timedelta(seconds=2)
+        expected = {
+            "down": "cannot reach the receiver",
+            "503": "HTTP 503",
+            "hang": "timed out",
+            "200-error-body": "not taken, retrying",
+        }[fault]
+        assert expected in head["last_error"], head["last_error"]
+    assert ROUTING_KEY not in head["last_error"] and SECRET not in head["last_error"]
+    if fault == "down":
+        fake.start()
+    fake_clock.now = head["available_at"]
+    assert deliver()["sent"] == 2
+    assert [notes.get(i)["status"] for i in (first, second)] == ["sent", "sent"]
+    delivered = [r for r in fake.requests if r.status in (200, 202) and "injected" not in r.outcome]
+    summaries = [
+        r.body["payload"]["summary"] if receiver == "pd" else r.body["summary"] for r in delivered
+    ]
+    assert summaries == ["backlog 1", "backlog 2"]  # each once, in order
+
+
+@pytest.mark.parametrize("receiver", ["pd", "hook"])
+def test_a_400_fails_for_good_and_the_route_goes_on(
+    conn, fake_clock, deliver, pagerduty, webhook, receiver
+):
+    fake = pagerduty if receiver == "pd" else webhook
+    notes = Rows(conn, fake_clock)
+    first, second = notes.add(receiver, 1), notes.add(receiver, 2)
+    fake.fail_next(1, 400, '{"status": "invalid event", "errors": ["dedup_key too long"]}')
+    counts = deliver()
+    assert counts["failed"] == 1 and counts["sent"] == 1
+    row = notes.get(first)
+    assert row["status"] == "failed" and row["last_status"] == 400
+    assert "never retried" in row["last_error"] and "dedup_key too long" in row["last_error"]
+    assert notes.get(second)["status"] == "sent"
+    fake_clock.advance(60)
+    assert deliver()["attempts"] == 0  # never tried again
+
+
+def test_a_forged_or_stale_webhook_request_is_refused_by_the_docs_snippet(webhook):
+    verify = webhook.verifier["verify"]
+    body = b'{"message_id": "om1-x:firing"}'
+    now = time.time()
+    from outbox_monitor.alerts.signed_webhook import signature
+
+    headers = {
+        "X-Outbox-Monitor-Timestamp": str(int(now)),
+        "X-Outbox-Monitor-Message-Id": "om1-x:firing",
+        "X-Outbox-Monitor-Signature": signature(SECRET, str(int(now)), "om1-x:firing", body),
+    }
+    assert verify(SECRET, headers, body, now=now) is True
+    assert verify(SECRET, headers, body, now=now + 1) is False  # a replay within the window
+    with pytest.raises(PermissionError, match="signature"):
+        verify(SECRET, headers, body + b" ", now=now)
+    with pytest.raises(PermissionError, match="signature"):
+        verify(SECRET, {**headers, "X-Outbox-Monitor-Message-Id": "om1-y:firing"}, body, now=now)
+    with pytest.raises(PermissionError, match="5 minutes"):
+        verify(SECRET, headers, body, now=now + 301)
+
+
+def test_a_missing_receiver_variable_is_a_configuration_error_naming_route_and_variable(
+    ruleset, env
+):
+    with pytest.raises(TransportConfigError) as caught:
+        transports_for(ruleset, {k: v for k, v in env.items() if k != "PD_ROUTING_KEY"})
+    assert str(caught.value.args[0]) == (
+        'alerts.yml route "pd" (pagerduty): routing_key_env names PD_ROUTING_KEY, which is not set'
+    )
+    with pytest.raises(TransportConfigError, match=r'route "hook" .*HOOK_SECRET'):
+        transports_for(ruleset, {k: v for k, v in env.items() if k != "HOOK_SECRET"})
+
+
+def test_delivery_timings_per_receiver(conn, fake_clock, deliver, pagerduty, webhook, slack_sink):
+    """Wall time of a sender pass delivering one message to each receiver (20 passes)."""
+    notes = Rows(conn, fake_clock)
+    seconds: dict[str, list[float]] = {"pd": [], "hook": []}
+    for seq in range(20):
+        for route in seconds:
+            notes.add(route, seq)
+            started = time.perf_counter()
+            assert deliver()["sent"] == 1
+            seconds[route].append(time.perf_counter() - started)
+    for route, values in seconds.items():
+        print(
+            f"\n[{route}] sender pass with one delivery: median "
+            f"{statistics.median(values) * 1000:.1f} ms, max {max(values) * 1000:.1f} ms"
+        )
+    assert len(pagerduty.incidents) == 20 and len(webhook.taken) == 20
