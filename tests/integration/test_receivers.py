@@ -17,9 +17,11 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.message_key import alert_key, message_key
+from outbox_monitor.alerts.receiver_health import FAILING_ATTEMPTS, read_health, watch_receivers
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError
+from outbox_monitor.export.families import receiver_families
 from tests.alerting import drain
 from tests.receiver_fakes import FakePagerDuty, FakeWebhook
 
@@ -355,3 +357,62 @@ def test_delivery_timings_per_receiver(conn, fake_clock, deliver, pagerduty, web
             f"{statistics.median(values) * 1000:.1f} ms, max {max(values) * 1000:.1f} ms"
         )
     assert len(pagerduty.incidents) == 20 and len(webhook.taken) == 20
+
+
+def test_a_receiver_that_keeps_failing_is_told_through_the_others_and_on_metrics(
+    db, conn, ruleset, fake_clock, deliver, pagerduty, webhook, slack_sink
+):
+    notes = Rows(conn, fake_clock)
+    head = notes.add("pd", 1)
+    pagerduty.stop()
+    for attempt in range(1, FAILING_ATTEMPTS + 1):
+        deliver()
+        told = watch_receivers(db, ruleset, clock=fake_clock)
+        assert told["raised"] == ([] if attempt < FAILING_ATTEMPTS else ["pd"])
+        fake_clock.now = notes.get(head)["available_at"]
+    assert notes.get(head)["attempts"] == FAILING_ATTEMPTS
+    health = {h.route: h for h in read_health(db, ruleset, fake_clock())}
+    assert health["pd"].failing and health["pd"].undelivered == 1
+    assert [r for r, h in health.items() if h.failing] == ["pd"]
+    samples = {
+        (family.name, s.labels["route"]): s.value
+        for family in receiver_families(db, ruleset)
+        for s in family.samples
+    }
+    assert samples[("outbox_monitor_receiver_failing", "pd")] == 1.0
+    assert samples[("outbox_monitor_receiver_failing", "hook")] == 0.0
+    assert samples[("outbox_monitor_receiver_undelivered", "pd")] == 1.0
+    assert watch_receivers(db, ruleset, clock=fake_clock)["raised"] == []  # once an episode
+    deliver()  # the alert goes out through every receiver that works
+    [alert] = [t for t in webhook.taken if t["rule"] == "receiver-failing"]
+    assert alert["kind"] == "error" and alert["instance"] == "route=pd"
+    assert (
+        "Receiver pd (pagerduty) keeps failing: 1 message(s) undelivered after 3 attempts"
+        in (alert["summary"])
+    )
+    assert "cannot reach the receiver" in alert["summary"]
+    assert any("Receiver pd (pagerduty)" in str(m) for m in slack_sink.messages())
+    pagerduty.start()
+    fake_clock.now = notes.get(head)["available_at"]
+    deliver()
+    assert notes.get(head)["status"] == "sent"
+    assert watch_receivers(db, ruleset, clock=fake_clock) == {"raised": [], "resolved": ["pd"]}
+    deliver()
+    resolve = webhook.taken[-1]
+    assert resolve["rule"] == "receiver-failing" and resolve["kind"] == "resolved"
+    assert resolve["alert_key"] == alert["alert_key"]
+
+
+def test_a_refusal_for_good_marks_the_receiver_failing_until_it_delivers(
+    db, conn, ruleset, fake_clock, deliver, webhook
+):
+    notes = Rows(conn, fake_clock)
+    notes.add("hook", 1)
+    webhook.fail_next(1, 403, '{"error": "revoked"}')
+    deliver()
+    [hook] = [h for h in read_health(db, ruleset, fake_clock()) if h.route == "hook"]
+    assert hook.failing and hook.last_outcome == "failed" and "HTTP 403" in hook.last_error
+    assert watch_receivers(db, ruleset, clock=fake_clock)["raised"] == ["hook"]
+    notes.add("hook", 2)
+    deliver()
+    assert watch_receivers(db, ruleset, clock=fake_clock)["resolved"] == ["hook"]
