@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from outbox_monitor.alerts.message import dashboard_link
-from outbox_monitor.alerts.message_key import alert_key, row_alert_key, row_message_key
+from outbox_monitor.alerts.message_key import row_alert_key, row_message_key
 from outbox_monitor.alerts.receiver_http import Answer, classify, new_pool, post_json
 from outbox_monitor.alerts.slack_outcomes import Delivery, TransientError
 
@@ -114,8 +114,8 @@ class PagerDutyTransport:
         return f"PagerDuty Events v2 at {self._url}"
 
     def deliver(self, row: Mapping[str, Any], *, dashboard_url: str) -> Delivery:
-        """Send the row's event; a ``test`` row triggers and at once resolves an event of
-        its own key (``alerts test``).
+        """Send the row's event; a ``test`` row (``alerts test``, its own episode) triggers
+        and at once resolves an event of its own key.
 
         Raises:
             PermanentError: 400 (PagerDuty's ``errors`` in its text) or another 4xx.
@@ -123,7 +123,7 @@ class PagerDutyTransport:
             than PagerDuty's 202 (a proxy's 200 page).
         """
         if row["kind"] == "test":
-            key = alert_key("", "test", self._what, dashboard_url)
+            key = row_alert_key(row)
             for action in ("trigger", "resolve"):
                 test = {"routing_key": self._key, "event_action": action, "dedup_key": key}
                 if action == "trigger":

@@ -87,7 +87,11 @@ def send_test(
             delivery = (
                 transport.post(message)
                 if transport.packs
-                else transport.deliver(row, dashboard_url=dashboard_base_url(environment))
+                else transport.deliver(
+                    # its own episode: each test message has a key of its own
+                    {**row, "payload": {**row["payload"], "episode": clock().isoformat()}},
+                    dashboard_url=dashboard_base_url(environment),
+                )
             )
         except DeliveryError as error:
             text = error_text(error, secrets=tuple(getattr(transport, "secrets", ())))

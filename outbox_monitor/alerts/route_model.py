@@ -43,6 +43,19 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
+def _of_type(receiver: str) -> dict[str, Any]:
+    """The JSON Schema condition "this route's ``type`` is ``receiver``"."""
+    return {"required": ["type"], "properties": {"type": {"const": receiver}}}
+
+
+def _fields(required: list[str], refused: list[str]) -> dict[str, Any]:
+    """The JSON Schema of a receiver type's fields: ``required`` given, ``refused`` empty."""
+    return {
+        "required": required,
+        "properties": {field: {"type": "null"} for field in refused},
+    }
+
+
 class RouteBranch(BaseModel):
     """One of a route's ``routes``: the notifications whose labels satisfy every one of
     ``matchers`` go to the route named ``route`` instead (the first branch that matches)."""
@@ -83,7 +96,8 @@ class Route(BaseModel):
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
-        # not both transports (``_check_webhook_url_env``)
+        # not both transports (``_check_webhook_url_env``); each type's fields (``_only_for``,
+        # ``_receiver_env``)
         json_schema_extra={
             "not": {
                 "required": ["channel", "webhook_url_env"],
@@ -91,7 +105,21 @@ class Route(BaseModel):
                     "channel": {"type": "string"},
                     "webhook_url_env": {"type": "string"},
                 },
-            }
+            },
+            "allOf": [
+                {
+                    "if": _of_type("pagerduty"),
+                    "then": _fields(["routing_key_env"], ["secret_env", *SLACK_FIELDS]),
+                },
+                {
+                    "if": _of_type("webhook"),
+                    "then": _fields(["url_env", "secret_env"], ["routing_key_env", *SLACK_FIELDS]),
+                },
+                {
+                    "if": {"anyOf": [{"not": {"required": ["type"]}}, _of_type("slack")]},
+                    "then": _fields([], ["routing_key_env", "url_env", "secret_env"]),
+                },
+            ],
         },
     )
 

@@ -7,6 +7,8 @@ Routes: the rule ``backlog`` (critical) goes to ``oncall``, whose branches send 
 """
 
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -19,10 +21,11 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.message_key import alert_key, message_key
 from outbox_monitor.alerts.receiver_health import FAILING_ATTEMPTS, read_health, watch_receivers
 from outbox_monitor.alerts.receivers import transports_for
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.export.families import receiver_families
-from tests.alerting import drain
+from tests.alerting import LOADED_DEADLINE, REPO, drain, subprocess_env
 from tests.receiver_fakes import FakePagerDuty, FakeWebhook
 
 TIMEOUT = 1.0
@@ -341,6 +344,27 @@ def test_a_missing_receiver_variable_is_a_configuration_error_naming_route_and_v
         transports_for(ruleset, {k: v for k, v in env.items() if k != "HOOK_SECRET"})
 
 
+def test_the_scheduler_exits_2_naming_route_and_variable_when_a_receiver_variable_is_missing(
+    dsn, tmp_path, env
+):
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(RULES)
+    extra = {k: v for k, v in env.items() if k != "HOOK_SECRET"}
+    result = subprocess.run(
+        [sys.executable, "-m", "outbox_monitor", "scheduler", "--rules", str(rules)],
+        cwd=REPO,
+        env=subprocess_env(dsn, **extra),
+        capture_output=True,
+        text=True,
+        timeout=LOADED_DEADLINE,
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        'alerts.yml route "hook" (webhook): secret_env names HOOK_SECRET, which is not set'
+        in result.stderr
+    )
+
+
 def test_delivery_timings_per_receiver(conn, fake_clock, deliver, pagerduty, webhook, slack_sink):
     """Wall time of a sender pass delivering one message to each receiver (20 passes)."""
     notes = Rows(conn, fake_clock)
@@ -416,3 +440,18 @@ def test_a_refusal_for_good_marks_the_receiver_failing_until_it_delivers(
     notes.add("hook", 2)
     deliver()
     assert watch_receivers(db, ruleset, clock=fake_clock)["resolved"] == ["hook"]
+
+
+def test_alerts_test_reaches_pagerduty_and_the_webhook_each_with_a_key_of_its_own(
+    db, ruleset, env, pagerduty, webhook
+):
+    for _ in range(2):
+        results = send_test(db, ruleset, "pd", requested_by="t", env=env)
+        assert results["pd"]["ok"], results
+        assert send_test(db, ruleset, "hook", requested_by="t", env=env)["hook"]["ok"]
+    actions = [(r.body["event_action"], r.body["dedup_key"]) for r in pagerduty.requests]
+    assert [a for a, _ in actions] == ["trigger", "resolve", "trigger", "resolve"]
+    assert actions[0][1] == actions[1][1] != actions[2][1] == actions[3][1]
+    assert [incident["status"] for incident in pagerduty.incidents.values()] == ["resolved"] * 2
+    assert [t["status"] for t in webhook.taken] == ["test", "test"]  # neither dropped
+    assert webhook.taken[0]["message_id"] != webhook.taken[1]["message_id"]
