@@ -13,6 +13,7 @@ docs/receivers.md ("Verifying a request"), executed as the page prints it.
 import json
 import re
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,7 +27,8 @@ SEVERITIES = ("critical", "error", "warning", "info")
 @dataclass
 class Request:
     """One request received: its path, headers, raw body, parsed JSON, the status answered
-    (``None``: hung) and what the fake made of it (``outcome``)."""
+    (``None``: hung), what the fake made of it (``outcome``) and when it came (``at``, Unix
+    seconds)."""
 
     path: str
     headers: dict[str, str]
@@ -34,6 +36,7 @@ class Request:
     body: Any
     status: int | None = None
     outcome: str = ""
+    at: float = field(default_factory=time.time)
 
 
 @dataclass

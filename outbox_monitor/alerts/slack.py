@@ -262,12 +262,12 @@ def http_url(variable: str, value: str) -> str:
     except ValueError as error:
         raise TransportConfigError(
             f"{variable}: not a valid URL ({error}), got {redact(value)[:40]!r}",
-            hint=f"Set {variable} to the URL Slack gave (or unset it).",
+            hint=f"Set {variable} to the URL the receiver (Slack, PagerDuty, your webhook) gave.",
         ) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise TransportConfigError(
             f"{variable}: expected an http(s):// URL, got {redact(value)[:40]!r}",
-            hint=f"Set {variable} to the URL Slack gave (or unset it).",
+            hint=f"Set {variable} to the URL the receiver (Slack, PagerDuty, your webhook) gave.",
         )
     return value
 

@@ -25,7 +25,8 @@ from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.export.families import receiver_families
-from tests.alerting import LOADED_DEADLINE, REPO, drain, subprocess_env
+from outbox_monitor.service.scheduler import build_scheduler
+from tests.alerting import LOADED_DEADLINE, REPO, drain, subprocess_env, wait_for
 from tests.receiver_fakes import FakePagerDuty, FakeWebhook
 
 TIMEOUT = 1.0
@@ -455,3 +456,47 @@ def test_alerts_test_reaches_pagerduty_and_the_webhook_each_with_a_key_of_its_ow
     assert [incident["status"] for incident in pagerduty.incidents.values()] == ["resolved"] * 2
     assert [t["status"] for t in webhook.taken] == ["test", "test"]  # neither dropped
     assert webhook.taken[0]["message_id"] != webhook.taken[1]["message_id"]
+
+
+def test_a_running_scheduler_delivers_to_every_receiver_and_tells_of_one_that_is_down(
+    db, conn, rows, write_rules, env, pagerduty, webhook, slack_sink
+):
+    """The real jobs on the real clock (evaluation every second, sender every 0.2 s): the
+    seconds from the notification's row to each receiver's receipt, and from the PagerDuty
+    server's stop to the receiver-failing alert at the webhook."""
+    ruleset = write_rules(RULES.replace("interval: 30s", "interval: 1s"))
+    [rows.add(status="pending", created_ago=30) for _ in range(3)]
+    transports = transports_for(ruleset, env, timeout=TIMEOUT)
+    scheduler = build_scheduler(
+        db, blocking=False, ruleset=ruleset, transports=transports, sender_interval=0.2
+    )
+    scheduler.start()
+    try:
+        wait_for(lambda: pagerduty.requests and webhook.taken and slack_sink.messages(), 60)
+        [created] = {
+            r["created_at"].timestamp()
+            for r in conn.execute("SELECT created_at FROM outbox_monitor.notifications")
+        }
+        seconds = {
+            "pd": pagerduty.requests[0].at - created,
+            "hook": webhook.requests[0].at - created,
+        }
+        print("\nqueued → received: " + ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))
+        assert all(0 <= value < LOADED_DEADLINE for value in seconds.values())
+
+        pagerduty.stop()
+        stopped = time.time()
+        conn.execute(
+            "UPDATE outbox_monitor.notifications SET status = 'pending', attempts = 0"
+            " WHERE route = 'pd'"
+        )  # a message for the stopped server (as a re-send would be)
+
+        def told() -> list:
+            return [t for t in webhook.taken if t["rule"] == "receiver-failing"]
+
+        [alert] = wait_for(told, LOADED_DEADLINE)
+        arrived = next(r.at for r in webhook.requests if r.body.get("rule") == "receiver-failing")
+        print(f"PagerDuty stopped → receiver-failing at the webhook: {arrived - stopped:.2f} s")
+        assert alert["instance"] == "route=pd" and alert["kind"] == "error"
+    finally:
+        scheduler.shutdown(wait=True)
