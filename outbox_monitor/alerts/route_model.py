@@ -236,6 +236,11 @@ class Route(BaseModel):
     def _check_url_env(cls, value: Any, info: ValidationInfo) -> Any:
         if info.data.get("type") == "pagerduty":
             return _env_name("url_env", value, "the Events API's base URL") if value else None
+        if info.data.get("type") == "slack" and value is not None:
+            raise fail(
+                "receiver_field",
+                "only a webhook or pagerduty route takes url_env (this route's type is slack)",
+            )
         return _receiver_env("url_env", value, info, required_by="webhook", holds="URL")
 
     @field_validator("secret_env", mode="before")

@@ -553,6 +553,12 @@ MALFORMED = [
         id="slack-with-a-routing-key",
     ),
     pytest.param(
+        lambda d: d["routes"]["oncall"].update({"url_env": "HOOK_URL"}),
+        "routes.oncall.url_env: only a webhook or pagerduty route takes url_env (this route's "
+        "type is slack)",
+        id="slack-with-a-url-env",
+    ),
+    pytest.param(
         lambda d: d["routes"]["oncall"].update(
             {"routes": [{"matchers": {"a": "b"}, "route": "payments", "continue": "yes"}]}
         ),
