@@ -4,6 +4,7 @@ product talks HTTP to them).
 
 ``FakeReceiver`` records every request and can misbehave on demand: ``fail_next`` (a status
 and body), ``hang_next`` (read the request, answer nothing until the client gave up),
+``hold_next`` (take it, answer late),
 ``stop``/``start`` (nothing listening on its port). ``FakePagerDuty`` checks each event as
 PagerDuty does (400 with ``errors`` for an invalid one) and keeps incidents by
 ``dedup_key``; ``FakeWebhook`` verifies each request with the Python snippet of
@@ -41,10 +42,11 @@ class Request:
 
 @dataclass
 class Fault:
-    kind: str  # "status" or "hang"
+    kind: str  # "status", "hang" or "hold"
     status: int = 500
     body: str = ""
     headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
 
 
 class FakeReceiver:
@@ -82,20 +84,26 @@ class FakeReceiver:
                     owner._release.wait(30)
                     self.close_connection = True
                     return
-                if fault is not None:
+                if fault is not None and fault.kind == "hold":
+                    status, text, headers = owner.answer(request, self.headers)
+                    owner._release.wait(fault.seconds)  # taken, but not answered yet
+                elif fault is not None:
                     status, text, headers = fault.status, fault.body, fault.headers
                     request.outcome = f"injected:{status}"
                 else:
                     status, text, headers = owner.answer(request, self.headers)
                 request.status = status
                 data = text.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client is gone (killed while an answer was held)
+                    self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -123,6 +131,12 @@ class FakeReceiver:
     def hang_next(self, n: int = 1) -> None:
         with self._lock:
             self._faults.extend(Fault("hang") for _ in range(n))
+
+    def hold_next(self, seconds: float) -> None:
+        """The next request is taken (as without a fault) but answered only after ``seconds``
+        (or at ``close``): a client killed meanwhile never hears that it was."""
+        with self._lock:
+            self._faults.append(Fault("hold", seconds=seconds))
 
     def answer(self, request: Request, headers: Any) -> tuple[int, str, dict[str, str]]:
         raise NotImplementedError

@@ -26,7 +26,7 @@ from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.export.families import receiver_families
 from outbox_monitor.service.scheduler import build_scheduler
-from tests.alerting import LOADED_DEADLINE, REPO, drain, subprocess_env, wait_for
+from tests.alerting import LOADED_DEADLINE, REPO, Scheduler, drain, subprocess_env, wait_for
 from tests.receiver_fakes import FakePagerDuty, FakeWebhook
 
 TIMEOUT = 1.0
@@ -500,3 +500,69 @@ def test_a_running_scheduler_delivers_to_every_receiver_and_tells_of_one_that_is
         assert alert["instance"] == "route=pd" and alert["kind"] == "error"
     finally:
         scheduler.shutdown(wait=True)
+
+
+CRASH_RULES = """
+version: 1
+defaults: {interval: 1s, for: 0s, keep_firing_for: 0s}
+routes:
+  fan:
+    webhook_url_env: TEST_SLACK_URL
+    routes:
+      - {matchers: {rule: backlog}, route: pd, continue: true}
+      - {matchers: {rule: backlog}, route: hook}
+  pd: {type: pagerduty, routing_key_env: PD_ROUTING_KEY, url_env: PD_EVENTS_URL}
+  hook: {type: webhook, url_env: HOOK_URL, secret_env: HOOK_SECRET}
+rules:
+  - {name: backlog, metric: queue_depth, op: ">", threshold: 2, severity: critical, route: fan}
+"""
+
+
+@pytest.mark.parametrize("receiver", ["pd", "hook"])
+def test_kill_9_while_a_receiver_holds_its_answer_the_next_leader_resends_and_it_is_dropped(
+    conn, rows, dsn, tmp_path, env, pagerduty, webhook, receiver
+):
+    """Item 2 with a real crash: the leader is killed (SIGKILL) after the receiver took the
+    message and before it answered; the next leader sends it again with the same key, and
+    PagerDuty merges it into the open incident / the webhook's verifier drops it."""
+    fake = pagerduty if receiver == "pd" else webhook
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(CRASH_RULES)
+    fake.hold_next(30)
+    [rows.add(status="pending", created_ago=30) for _ in range(3)]
+    scheduler_env = subprocess_env(dsn, **env)
+    first = Scheduler(scheduler_env, rules, tmp_path / "first.log")
+    second = None
+    try:
+        assert wait_for(lambda: fake.requests, LOADED_DEADLINE), first.output
+        first.process.kill()  # the answer is held: the row stays pending
+        first.process.wait(10)
+        killed = time.monotonic()
+        second = Scheduler(scheduler_env, rules, tmp_path / "second.log")
+        assert wait_for(lambda: len(fake.requests) >= 2, LOADED_DEADLINE), second.output
+        resent = time.monotonic() - killed
+        assert wait_for(
+            lambda: (
+                {
+                    n["status"]
+                    for n in conn.execute("SELECT status FROM outbox_monitor.notifications")
+                }
+                == {"sent"}
+            ),
+            LOADED_DEADLINE,
+        )
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    print(f"\n[{receiver}] kill -9 with the answer held: re-sent {resent:.1f} s after the kill")
+    held, again = fake.requests[:2]
+    if receiver == "pd":
+        assert held.body["dedup_key"] == again.body["dedup_key"]
+        assert [held.outcome, again.outcome] == ["triggered", "deduplicated"]
+        assert len(pagerduty.incidents) == 1
+    else:
+        message_id = "X-Outbox-Monitor-Message-Id"
+        assert held.headers[message_id] == again.headers[message_id]
+        assert [held.outcome, again.outcome] == ["taken", "repeat dropped"]
+        assert len(webhook.taken) == 1
