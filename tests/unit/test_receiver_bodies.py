@@ -4,9 +4,14 @@ computed by hand: keys within 255 characters whatever the instance holds (an eve
 
 import hashlib
 import hmac
+import re
+from pathlib import Path
+
+import yaml
 
 from outbox_monitor.alerts.message_key import alert_key, message_key
 from outbox_monitor.alerts.pagerduty import event
+from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.signed_webhook import body, signature
 
 HUGE = "order." + "x" * 100_000
@@ -73,3 +78,20 @@ def test_the_webhook_message_id_is_the_message_key_and_the_signature_covers_it()
     raw = b'{"a":1}'
     by_hand = hmac.new(b"secret", b"1700000000.om1-x:firing." + raw, hashlib.sha256).hexdigest()
     assert signature("secret", "1700000000", "om1-x:firing", raw) == f"v1={by_hand}"
+
+
+def test_every_alerts_yml_example_of_the_receivers_page_loads(tmp_path):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "receivers.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    types = set()
+    for number, example in enumerate(examples):
+        document = {"version": 1, **yaml.safe_load(example)}
+        first = next(iter(document["routes"]))
+        document.setdefault(
+            "rules",
+            [{"name": "x", "metric": "queue_depth", "op": ">", "threshold": 1, "route": first}],
+        )
+        path = tmp_path / f"alerts-{number}.yml"
+        path.write_text(yaml.safe_dump(document))
+        types |= {route.type for route in load_rules(path).routes.values()}
+    assert len(examples) == 4 and types == {"slack", "pagerduty", "webhook"}
