@@ -23,8 +23,8 @@ import psycopg
 import yaml
 from apscheduler.schedulers.base import BaseScheduler
 
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config.settings import ENV_PREFIX
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink

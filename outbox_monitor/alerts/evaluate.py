@@ -58,7 +58,7 @@ from outbox_monitor.alerts.evaluation_pass import (
 from outbox_monitor.alerts.links import instance_event_type, instance_labels
 from outbox_monitor.alerts.notification_queue import cached_offenders, queue_notification
 from outbox_monitor.alerts.outbox_scope import (
-    route_for,
+    routes_for,
     scope_labels,
     scoped_instance,
     selected_rules,
@@ -116,7 +116,7 @@ class Evaluator:
             it are evaluated (``outbox_scope.rule_selects``; ``None``: the single outbox
             named ``default``). The state is keyed by ``db.alert_outbox``; with a fleet file
             the instances' labels carry ``outbox`` and the outbox's labels, which routes
-            may match (``outbox_scope.route_for``).
+            may match (``outbox_scope.routes_for``).
     """
 
     def __init__(
@@ -203,8 +203,8 @@ class Evaluator:
         self, rule: Rule, instance: str, observation: Observation, context: EvaluationPass
     ) -> InstanceReport:
         params = self._timing(rule)
-        route_name = route_for(self.ruleset, rule.route, observation.labels)
-        route = self.ruleset.routes.get(route_name)
+        route_names = routes_for(self.ruleset, rule.route, observation.labels)
+        route = self.ruleset.routes.get(route_names[0])  # its repeat_interval times repeats
         stored = scoped_instance(self.db.alert_outbox, instance)
         key = {"outbox": self.db.alert_outbox, "rule": rule.name, "instance": stored}
         # A look without the lock: fetch the offenders before the transaction when a firing
@@ -254,12 +254,12 @@ class Evaluator:
                     episode = transition["id"]  # this transition starts the episode
                 if step.kind is None:
                     continue
-                suppressed = silenced
-                if step.kind == RESOLVED_KIND:
-                    told = current.last_notified_at is not None
-                    suppressed = (
-                        silenced or not told or (route is not None and not route.send_resolved)
-                    )
+                told = current.last_notified_at is not None
+                suppressed = {
+                    name: silenced
+                    or (step.kind == RESOLVED_KIND and not (told and _sends_resolved(self, name)))
+                    for name in route_names
+                }
                 sent = queue_notification(
                     self.db,
                     conn,
@@ -270,16 +270,15 @@ class Evaluator:
                     observation,
                     context,
                     silenced=silenced,
-                    suppressed=suppressed,
+                    routes=suppressed,
                     state=new,
                     previous=current,
                     figures_db=self.figures_db,
-                    route=route_name,
                     episode=episode,
                 )
                 if sent is not None:
                     kinds.append(step.kind)
-                    if not suppressed and step.kind != RESOLVED_KIND:
+                    if not silenced and step.kind != RESOLVED_KIND:
                         new = replace(new, last_notified_at=context.now)
             if (
                 new.state == FIRING
@@ -307,12 +306,11 @@ class Evaluator:
                         observation,
                         context,
                         silenced=False,
-                        suppressed=False,
+                        routes=dict.fromkeys(route_names, False),
                         state=new,
                         previous=current,
                         repeat=repeats + 1,
                         figures_db=self.figures_db,
-                        route=route_name,
                         episode=episode,
                     )
                     is not None
@@ -366,6 +364,13 @@ class Evaluator:
                 defaults.keep_firing_for if rule.keep_firing_for is None else rule.keep_firing_for
             ),
         }
+
+
+def _sends_resolved(evaluator: Evaluator, name: str) -> bool:
+    """Whether the route ``name`` sends resolves (an unknown route: yes, the sender fails
+    its row naming it)."""
+    route = evaluator.ruleset.routes.get(name)
+    return route is None or route.send_resolved
 
 
 def _may_notify_firing(

@@ -14,7 +14,8 @@ import psycopg
 
 from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.message import SlackMessage, render_notifications, render_thread_update
-from outbox_monitor.alerts.slack import Transport, TransportConfigError, transport_for_route
+from outbox_monitor.alerts.receivers import Receiver, transport_for_route
+from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.alerts.slack_outcomes import (
     Delivery,
     DeliveryError,
@@ -59,9 +60,9 @@ class RouteTransports:
         self._ruleset = ruleset
         self._env = env
         self._timeout = timeout
-        self._built: dict[str, Transport | None] = {}
+        self._built: dict[str, Receiver | None] = {}
 
-    def get(self, name: str) -> Transport | None:
+    def get(self, name: str) -> Receiver | None:
         if name not in self._built:
             route = self._ruleset.routes.get(name)
             try:
@@ -75,7 +76,7 @@ class RouteTransports:
                 self._built[name] = None
         return self._built[name]
 
-    def values(self) -> list[Transport]:
+    def values(self) -> list[Receiver]:
         return [t for t in self._built.values() if t is not None]
 
 
@@ -87,7 +88,7 @@ class SenderPass:
     db: Database
     ruleset: Any
     clock: Clock
-    transports: Mapping[str, Transport] | RouteTransports
+    transports: Mapping[str, Receiver] | RouteTransports
     retry_interval: float
     dashboard_url: str
     fence: Callable[[psycopg.Connection], None] | None = None
@@ -102,7 +103,7 @@ class SenderPass:
 
 
 def deliver_pack(
-    run: SenderPass, route: Any, transport: Transport, pack: Pack, now: datetime
+    run: SenderPass, route: Any, transport: Receiver, pack: Pack, now: datetime
 ) -> bool:
     """Send one message with its rows locked; record the outcome (``now``: the pass's start).
 
@@ -134,7 +135,7 @@ def deliver_pack(
             run.counts["failed"] += len(pack.rows)
             run.refused[(pack.route, answer_label(error.code))] += 1
             log.error(
-                "notifications %s on route %s failed for good: Slack answered %s; the route "
+                "notifications %s on route %s failed for good: the receiver answered %s; the route "
                 "goes on with its next message (%s)",
                 pack.ids,
                 pack.route,
@@ -177,14 +178,19 @@ def deliver_pack(
 
 
 def _send(
-    run: SenderPass, conn: psycopg.Connection, route: Any, transport: Transport, pack: Pack
+    run: SenderPass, conn: psycopg.Connection, route: Any, transport: Receiver, pack: Pack
 ) -> tuple[Delivery, str | None]:
-    """Post the pack's message, or update its thread's message and reply there.
+    """Post the pack's message, or update its thread's message and reply there; to a
+    receiver that takes one row per request, send its one row.
 
     Returns:
         The ``Delivery`` to store on the rows (a thread reply stores the thread's channel
         and ts) and a note for ``last_error`` (a failed ``chat.update`` whose reply went).
     """
+    if not transport.packs:  # a receiver of one row per request (PagerDuty, webhook)
+        delivery = transport.deliver(pack.rows[0], dashboard_url=run.dashboard_url)
+        run.counts["messages"] += 1
+        return delivery, None
     now = run.clock()
     message = render_notifications(
         pack.rows,

@@ -84,18 +84,31 @@ def row_message_key(row: Mapping[str, Any]) -> str:
         row: with ``rule``, ``instance``, ``kind``, ``payload`` and, when stored,
             ``outbox`` and ``dedupe_key``.
     """
+    parts, kind = _row_parts(row)
+    return message_key(*parts, kind)
+
+
+def row_alert_key(row: Mapping[str, Any]) -> str:
+    """The ``alert_key`` of a notification row (its episode's key, shared by the episode's
+    firing, repeats, error and resolve: PagerDuty's ``dedup_key``); ``row`` as for
+    ``row_message_key``."""
+    return alert_key(*_row_parts(row)[0])
+
+
+def _row_parts(row: Mapping[str, Any]) -> tuple[tuple[str, str, str, object], str]:
+    """``((outbox, rule, instance, episode), kind)`` of a notification row."""
     dedupe = str(row.get("dedupe_key") or "")
     head, _, kind = dedupe.rpartition("|")
     episode_part = head.rpartition("|")[2] if head else ""
     payload = row.get("payload") if isinstance(row.get("payload"), Mapping) else {}
     episode = payload.get("episode")
-    return message_key(
+    parts = (
         str(row.get("outbox") or ""),
         str(row.get("rule") or ""),
         str(row.get("instance") or ""),
         episode if episode is not None else episode_part,
-        kind or str(row.get("kind") or ""),
     )
+    return parts, kind or str(row.get("kind") or "")
 
 
 def pack_key(keys: Sequence[str]) -> str:

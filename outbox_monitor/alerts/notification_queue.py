@@ -4,7 +4,7 @@ transaction under its ``dedupe_key`` (a row already there is not written again).
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -73,19 +73,21 @@ def queue_notification(
     context: EvaluationPass,
     *,
     silenced: bool,
-    suppressed: bool,
+    routes: Mapping[str, bool],
     state: InstanceState,
     previous: InstanceState,
     repeat: int | None = None,
     figures_db: Database | None = None,
-    route: str | None = None,
     episode: int | None = None,
 ) -> int | None:
     """Insert the ``kind`` notification of an instance's episode ``seq`` (``repeat``: the
-    repeat's number) with its payload, ``suppressed`` or pending, in ``conn``'s transaction
-    (a connection of ``db``). The payload's figures (offenders, rows held) are read through
-    ``figures_db`` (default ``db``). ``route``: where it goes (``outbox_scope.route_for`` of
-    its labels; default the rule's). With a fleet file the row and payload carry the
+    repeat's number) with its payload, one row per route (one delivery per receiver), in
+    ``conn``'s transaction (a connection of ``db``). The payload's figures (offenders, rows
+    held) are read through ``figures_db`` (default ``db``). ``routes``: where it goes
+    (``outbox_scope.routes_for`` of its labels), each route with whether its row is
+    ``suppressed`` (else pending). The first route's row has the dedupe key
+    (``state_machine.dedupe_key``), each further route's ``<route>@<dedupe key>`` (its
+    own row, retried and ordered on its own). With a fleet file the row and payload carry the
     outbox (``db.alert_outbox``), the payload's dashboard paths ``?outbox=``, and the row's
     instance and dedupe key are scoped by it (``outbox_scope.scoped_instance``).
     ``instance``: the instance's key as the rule knows it (``""``, ``event_type=…``).
@@ -93,7 +95,8 @@ def queue_notification(
     ``episode`` (``message_key.row_message_key``); ``None``: an episode older than it.
 
     Returns:
-        The row's id; ``None`` when a row with its dedupe key was already there.
+        The first route's row id (else the first row inserted); ``None`` when every row's
+        dedupe key was already there.
     """
     figures = figures_db or db
     payload = _payload(figures, rule, instance, kind, seq, observation, context, state, previous)
@@ -103,23 +106,28 @@ def queue_notification(
         payload["repeat"] = repeat
     if episode is not None:
         payload["episode"] = episode
-    row = conn.execute(
-        db.compose("notification_insert"),
-        {
-            "outbox": db.alert_outbox,
-            "dedupe_key": dedupe_key(rule.name, stored, seq, kind, repeat),
-            "rule": rule.name,
-            "instance": stored,
-            "kind": kind,
-            "route": route or rule.route,
-            "evaluation_id": context.evaluation_id,
-            "payload": Jsonb(payload),
-            "silenced": silenced,
-            "status": "suppressed" if suppressed else "pending",
-            "now": context.now,
-        },
-    ).fetchone()
-    return None if row is None else row["id"]
+    key = dedupe_key(rule.name, stored, seq, kind, repeat)
+    inserted = []
+    for index, (route, suppressed) in enumerate(routes.items()):
+        row = conn.execute(
+            db.compose("notification_insert"),
+            {
+                "outbox": db.alert_outbox,
+                "dedupe_key": key if index == 0 else f"{route}@{key}",
+                "rule": rule.name,
+                "instance": stored,
+                "kind": kind,
+                "route": route,
+                "evaluation_id": context.evaluation_id,
+                "payload": Jsonb(payload),
+                "silenced": silenced,
+                "status": "suppressed" if suppressed else "pending",
+                "now": context.now,
+            },
+        ).fetchone()
+        if row is not None:
+            inserted.append(row["id"])
+    return inserted[0] if inserted else None
 
 
 def _payload(

@@ -83,15 +83,19 @@ def with_scope(labels: Mapping[str, str], scope: Mapping[str, str]) -> dict[str,
     return merged
 
 
-def route_for(ruleset: RuleSet, name: str, labels: Mapping[str, str]) -> str:
-    """The route a notification of the rule's route ``name`` takes: the first of its
-    ``routes`` whose matchers ``labels`` satisfy (``silences.matches``: equality, LIKE with
-    ``%``), else ``name`` itself."""
+def routes_for(ruleset: RuleSet, name: str, labels: Mapping[str, str]) -> list[str]:
+    """The routes a notification of the rule's route ``name`` takes, in order, each once:
+    its ``routes`` whose matchers ``labels`` satisfy (``silences.matches``: equality, LIKE
+    with ``%``), up to and including the first matching branch without ``continue``
+    (Alertmanager's routing); ``[name]`` when none matches."""
     route = ruleset.routes.get(name)
+    found: list[str] = []
     for branch in route.routes if route is not None else ():
         if matches(branch.matchers, labels):
-            return branch.route
-    return name
+            found.append(branch.route)
+            if not branch.continue_:
+                break
+    return list(dict.fromkeys(found)) or [name]
 
 
 def link_outbox(path: str | None, key: str) -> str | None:

@@ -13,7 +13,8 @@ from psycopg.types.json import Jsonb
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import dashboard_base_url, render_test, test_row
 from outbox_monitor.alerts.message_delivery import error_text
-from outbox_monitor.alerts.slack import Transport, TransportConfigError, transport_for_route
+from outbox_monitor.alerts.receivers import Receiver, transport_for_route
+from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.alerts.slack_outcomes import DeliveryError
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.store.db import Database
@@ -28,7 +29,7 @@ def send_test(
     route_name: str | None = None,
     *,
     requested_by: str,
-    transports: Mapping[str, Transport] | None = None,
+    transports: Mapping[str, Receiver] | None = None,
     env: Mapping[str, str] | None = None,
     clock: Clock = system_clock,
 ) -> dict[str, dict[str, Any]]:
@@ -83,7 +84,15 @@ def send_test(
             now=clock(),
         )
         try:
-            delivery = transport.post(message)
+            delivery = (
+                transport.post(message)
+                if transport.packs
+                else transport.deliver(
+                    # its own episode: each test message has a key of its own
+                    {**row, "payload": {**row["payload"], "episode": clock().isoformat()}},
+                    dashboard_url=dashboard_base_url(environment),
+                )
+            )
         except DeliveryError as error:
             text = error_text(error, secrets=tuple(getattr(transport, "secrets", ())))
             results[name] = {

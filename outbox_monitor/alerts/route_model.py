@@ -1,10 +1,12 @@
-"""alerts.yml's ``routes``: where notifications go (a Slack channel through the bot token, or
-an incoming webhook named by its environment variable), validated with the field named; a
-route's ``routes`` send the notifications whose labels match elsewhere (Alertmanager's child
-routes, first match wins: ``alerts.outbox_scope.route_for``)."""
+"""alerts.yml's ``routes``: where notifications go — a receiver of a ``type``: ``slack`` (a
+channel through the bot token, or an incoming webhook named by its environment variable),
+``pagerduty`` (Events API v2) or ``webhook`` (a signed JSON POST) —, validated with the field
+named; a route's ``routes`` send the notifications whose labels match elsewhere
+(Alertmanager's child routes: the first match wins unless it says ``continue``,
+``alerts.outbox_scope.routes_for``)."""
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -29,11 +31,29 @@ from outbox_monitor.alerts.rule_values import (
 
 DEFAULT_WEBHOOK_ENV = "SLACK_WEBHOOK_URL"
 """The webhook variable of a route that names neither a channel nor ``webhook_url_env``."""
+ReceiverType = Literal["slack", "pagerduty", "webhook"]
+RECEIVER_TYPES: tuple[str, ...] = get_args(ReceiverType)
+"""The receivers a route may be (``type``); ``slack`` when a route names none."""
+SLACK_FIELDS = ("channel", "webhook_url_env", "mention")
+"""The fields only a ``slack`` route takes."""
 DEFAULT_REPEAT_INTERVAL_SECONDS = 4 * 3600.0
 MAX_MENTION_LENGTH = 200
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+
+def _of_type(receiver: str) -> dict[str, Any]:
+    """The JSON Schema condition "this route's ``type`` is ``receiver``"."""
+    return {"required": ["type"], "properties": {"type": {"const": receiver}}}
+
+
+def _fields(required: list[str], refused: list[str]) -> dict[str, Any]:
+    """The JSON Schema of a receiver type's fields: ``required`` given, ``refused`` empty."""
+    return {
+        "required": required,
+        "properties": {field: {"type": "null"} for field in refused},
+    }
 
 
 class RouteBranch(BaseModel):
@@ -50,6 +70,10 @@ class RouteBranch(BaseModel):
     route: Annotated[str, WithJsonSchema(ROUTE_NAME_SCHEMA)]
     """The route that takes the notification: another route of ``routes``, without
     ``routes`` of its own (one level)."""
+    continue_: StrictBool = Field(False, alias="continue")
+    """After this branch matched, keep trying the next branches (Alertmanager's
+    ``continue``): the notification goes to every matching branch up to the first without
+    ``continue``, one delivery per route."""
 
     @field_validator("matchers", mode="before")
     @classmethod
@@ -63,14 +87,17 @@ class RouteBranch(BaseModel):
 
 
 class Route(BaseModel):
-    """One destination of notifications, through exactly one transport: a ``channel`` (the
-    bot token) or an incoming webhook (``webhook_url_env``)."""
+    """One receiver of notifications, of a ``type``: ``slack`` (through exactly one
+    transport: a ``channel`` with the bot token, or an incoming webhook,
+    ``webhook_url_env``), ``pagerduty`` (``routing_key_env``) or ``webhook`` (``url_env``,
+    ``secret_env``)."""
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
-        # not both transports (``_check_webhook_url_env``)
+        # not both transports (``_check_webhook_url_env``); each type's fields (``_only_for``,
+        # ``_receiver_env``)
         json_schema_extra={
             "not": {
                 "required": ["channel", "webhook_url_env"],
@@ -78,10 +105,27 @@ class Route(BaseModel):
                     "channel": {"type": "string"},
                     "webhook_url_env": {"type": "string"},
                 },
-            }
+            },
+            "allOf": [
+                {
+                    "if": _of_type("pagerduty"),
+                    "then": _fields(["routing_key_env"], ["secret_env", *SLACK_FIELDS]),
+                },
+                {
+                    "if": _of_type("webhook"),
+                    "then": _fields(["url_env", "secret_env"], ["routing_key_env", *SLACK_FIELDS]),
+                },
+                {
+                    "if": {"anyOf": [{"not": {"required": ["type"]}}, _of_type("slack")]},
+                    "then": _fields([], ["routing_key_env", "url_env", "secret_env"]),
+                },
+            ],
         },
     )
 
+    type: Annotated[ReceiverType, WithJsonSchema({"enum": list(RECEIVER_TYPES)})] = "slack"
+    """The receiver: ``slack`` (the default), ``pagerduty`` (Events API v2) or ``webhook``
+    (a JSON body signed with HMAC-SHA256)."""
     channel: Annotated[str | None, or_null({"type": "string", "pattern": _CHANNEL.pattern})] = None
     """A Slack channel (``#alerts`` or a channel id), posted to with the bot token
     ``SLACK_BOT_TOKEN``; not with ``webhook_url_env``."""
@@ -101,13 +145,41 @@ class Route(BaseModel):
     send_resolved: StrictBool = True
     """Send a message when the alert resolves (with the bot token it updates the first
     message and replies in its thread)."""
+    routing_key_env: Annotated[
+        str | None, or_null({"type": "string", "pattern": _ENV_NAME.pattern})
+    ] = Field(None, validate_default=True)
+    """``pagerduty`` only, required: the name of the environment variable holding the
+    Events API v2 integration's routing key (never the key)."""
+    url_env: Annotated[str | None, or_null({"type": "string", "pattern": _ENV_NAME.pattern})] = (
+        Field(None, validate_default=True)
+    )
+    """``webhook``: required, the name of the environment variable holding the URL the
+    messages are POSTed to. ``pagerduty``: optional, the name of a variable holding the
+    Events API's base URL (default ``https://events.pagerduty.com``; ``/v2/enqueue`` is
+    added)."""
+    secret_env: Annotated[str | None, or_null({"type": "string", "pattern": _ENV_NAME.pattern})] = (
+        Field(None, validate_default=True)
+    )
+    """``webhook`` only, required: the name of the environment variable holding the
+    HMAC-SHA256 secret every request is signed with."""
     routes: tuple[RouteBranch, ...] = ()
     """Branches by label, tried in order: the first whose ``matchers`` the notification's
-    labels satisfy sends it to its ``route`` instead."""
+    labels satisfy sends it to its ``route`` instead (and the next ones too while the
+    matching branches say ``continue``)."""
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _check_type(cls, value: Any) -> Any:
+        if value not in RECEIVER_TYPES or not isinstance(value, str):
+            raise fail(
+                "receiver_type", f"expected one of {', '.join(RECEIVER_TYPES)}, got {quoted(value)}"
+            )
+        return value
 
     @field_validator("channel", mode="before")
     @classmethod
-    def _check_channel(cls, value: Any) -> Any:
+    def _check_channel(cls, value: Any, info: ValidationInfo) -> Any:
+        _only_for("slack", "channel", value, info)
         if value is not None and (not isinstance(value, str) or not _CHANNEL.match(value)):
             raise fail(
                 "channel",
@@ -118,6 +190,9 @@ class Route(BaseModel):
     @field_validator("webhook_url_env", mode="before")
     @classmethod
     def _check_webhook_url_env(cls, value: Any, info: ValidationInfo) -> Any:
+        _only_for("slack", "webhook_url_env", value, info)
+        if info.data.get("type", "slack") != "slack":
+            return None
         has_channel = info.data.get("channel") is not None
         if value is None:
             return None if has_channel or "channel" not in info.data else DEFAULT_WEBHOOK_ENV
@@ -137,7 +212,8 @@ class Route(BaseModel):
 
     @field_validator("mention", mode="before")
     @classmethod
-    def _check_mention(cls, value: Any) -> Any:
+    def _check_mention(cls, value: Any, info: ValidationInfo) -> Any:
+        _only_for("slack", "mention", value, info)
         if value is not None and (
             not isinstance(value, str) or "\n" in value or len(value) > MAX_MENTION_LENGTH
         ):
@@ -148,7 +224,74 @@ class Route(BaseModel):
             )
         return value
 
+    @field_validator("routing_key_env", mode="before")
+    @classmethod
+    def _check_routing_key_env(cls, value: Any, info: ValidationInfo) -> Any:
+        return _receiver_env(
+            "routing_key_env", value, info, required_by="pagerduty", holds="routing key"
+        )
+
+    @field_validator("url_env", mode="before")
+    @classmethod
+    def _check_url_env(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("type") == "pagerduty":
+            return _env_name("url_env", value, "the Events API's base URL") if value else None
+        if info.data.get("type") == "slack" and value is not None:
+            raise fail(
+                "receiver_field",
+                "only a webhook or pagerduty route takes url_env (this route's type is slack)",
+            )
+        return _receiver_env("url_env", value, info, required_by="webhook", holds="URL")
+
+    @field_validator("secret_env", mode="before")
+    @classmethod
+    def _check_secret_env(cls, value: Any, info: ValidationInfo) -> Any:
+        return _receiver_env(
+            "secret_env", value, info, required_by="webhook", holds="HMAC-SHA256 secret"
+        )
+
     @property
     def transport(self) -> str:
-        """``"bot"`` (a channel) or ``"webhook"``."""
-        return "bot" if self.channel else "webhook"
+        """``"bot"`` (a Slack channel), ``"webhook"`` (a Slack incoming webhook),
+        ``"pagerduty"`` or ``"signed-webhook"``."""
+        if self.type == "slack":
+            return "bot" if self.channel else "webhook"
+        return "pagerduty" if self.type == "pagerduty" else "signed-webhook"
+
+
+def _only_for(receiver: str, field: str, value: Any, info: ValidationInfo) -> None:
+    """Refuse ``field`` given on a route whose ``type`` is not ``receiver``."""
+    kind = info.data.get("type", "slack")
+    if value is not None and kind != receiver:
+        raise fail(
+            "receiver_field",
+            f"only a {receiver} route takes {field} (this route's type is {kind})",
+        )
+
+
+def _env_name(field: str, value: Any, holds: str) -> str:
+    """``value`` when it is the name of an environment variable; else the error of ``field``."""
+    if not isinstance(value, str) or not _ENV_NAME.match(value):
+        raise fail(
+            "env_name",
+            f"expected the name of an environment variable that holds {holds}, got {quoted(value)}",
+        )
+    return value
+
+
+def _receiver_env(
+    field: str, value: Any, info: ValidationInfo, *, required_by: str, holds: str
+) -> str | None:
+    """A variable name of one receiver type: required on it, refused on the others."""
+    if "type" not in info.data:  # the type itself is wrong: said once, there
+        return None
+    if info.data["type"] != required_by:
+        _only_for(required_by, field, value, info)
+        return None
+    if value is None:
+        raise fail(
+            "receiver_field",
+            f"a {required_by} route needs {field}: the name of the environment variable "
+            f"holding its {holds}",
+        )
+    return _env_name(field, value, f"the {holds}")

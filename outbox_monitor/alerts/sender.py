@@ -1,4 +1,5 @@
-"""Drain the notification outbox to Slack: one message per evaluation and route, order kept.
+"""Drain the notification outbox to the receivers: one message per evaluation and Slack route
+(one per row to PagerDuty and webhooks), order kept per route.
 
 ``deliver_due`` is the sender job of the scheduler (issue 3 §3). It owns every retry:
 
@@ -47,7 +48,7 @@ from outbox_monitor.alerts.message_delivery import (
     deliver_pack,
     mark,
 )
-from outbox_monitor.alerts.slack import Transport
+from outbox_monitor.alerts.receivers import Receiver
 from outbox_monitor.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def deliver_due(
     ruleset: Any,
     *,
     clock: Clock = system_clock,
-    transports: Mapping[str, Transport] | None = None,
+    transports: Mapping[str, Receiver] | None = None,
     env: Mapping[str, str] | None = None,
     retry_interval: float = SEND_INTERVAL_SECONDS,
     max_messages: int = MAX_MESSAGES_PER_PASS,
@@ -182,7 +183,7 @@ def _deliver_route(
 
 
 def _action(
-    run: SenderPass, route_name: str, transport: Transport, row: dict[str, Any]
+    run: SenderPass, route_name: str, transport: Receiver, row: dict[str, Any]
 ) -> tuple[str, str] | None:
     """(channel, ts) of the episode's posted message when ``row`` belongs in its thread."""
     if row["kind"] not in THREAD_KINDS or not transport.supports_threads:
@@ -206,16 +207,17 @@ def _action(
 def _take_pack(
     run: SenderPass,
     route_name: str,
-    transport: Transport,
+    transport: Receiver,
     queue: list[dict[str, Any]],
     now: datetime,
 ) -> Pack:
     """Remove the head's message from ``queue``: the due rows of its evaluation that go
-    the same way (a new post, or the same thread)."""
+    the same way (a new post, or the same thread); the head alone for a receiver that
+    takes one row per request."""
     head = queue[0]
     target = _action(run, route_name, transport, head)
     rows = [head]
-    if head["evaluation_id"] is not None:
+    if head["evaluation_id"] is not None and transport.packs:
         for row in queue[1:]:
             if (
                 row["evaluation_id"] == head["evaluation_id"]

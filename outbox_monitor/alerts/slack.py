@@ -8,7 +8,6 @@ errors of ``slack_outcomes``, its message redacted.
 """
 
 import logging
-import os
 import re
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -63,6 +62,8 @@ class Transport(Protocol):
 
     kind: str
     """``"webhook"`` or ``"bot"``."""
+    packs: bool
+    """``True``: one message packs one evaluation's rows of a route (``post``)."""
     supports_threads: bool
     """Whether ``update`` and ``reply`` work (bot transport only)."""
     secrets: tuple[str, ...]
@@ -98,6 +99,7 @@ class WebhookTransport:
     """
 
     kind = "webhook"
+    packs = True
     supports_threads = False
 
     def __init__(
@@ -178,6 +180,7 @@ class BotTransport:
     """
 
     kind = "bot"
+    packs = True
     supports_threads = True
 
     def __init__(
@@ -249,7 +252,7 @@ class BotTransport:
         )
 
 
-def _http_url(variable: str, value: str) -> str:
+def http_url(variable: str, value: str) -> str:
     """``value`` when it is an http(s) URL with a host; else ``TransportConfigError``
     naming ``variable`` (the value is redacted: it may hold a webhook secret), also when
     ``urlsplit`` cannot split it (``http://[::1/x``: an unclosed IPv6 bracket)."""
@@ -259,12 +262,12 @@ def _http_url(variable: str, value: str) -> str:
     except ValueError as error:
         raise TransportConfigError(
             f"{variable}: not a valid URL ({error}), got {redact(value)[:40]!r}",
-            hint=f"Set {variable} to the URL Slack gave (or unset it).",
+            hint=f"Set {variable} to the URL the receiver (Slack, PagerDuty, your webhook) gave.",
         ) from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise TransportConfigError(
             f"{variable}: expected an http(s):// URL, got {redact(value)[:40]!r}",
-            hint=f"Set {variable} to the URL Slack gave (or unset it).",
+            hint=f"Set {variable} to the URL the receiver (Slack, PagerDuty, your webhook) gave.",
         )
     return value
 
@@ -307,7 +310,7 @@ def transport_for_route(
                 "alerts.yml).",
             )
         return WebhookTransport(
-            _http_url(webhook_env, url), timeout=timeout, quick_retry_seconds=quick_retry_seconds
+            http_url(webhook_env, url), timeout=timeout, quick_retry_seconds=quick_retry_seconds
         )
     if channel:
         token = env.get(BOT_TOKEN_ENV, "").strip()
@@ -321,7 +324,7 @@ def transport_for_route(
         return BotTransport(
             token,
             channel,
-            base_url and _http_url(API_URL_ENV, base_url),
+            base_url and http_url(API_URL_ENV, base_url),
             timeout=timeout,
             quick_retry_seconds=quick_retry_seconds,
         )
@@ -334,49 +337,5 @@ def transport_for_route(
             f"{BOT_TOKEN_ENV}.",
         )
     return WebhookTransport(
-        _http_url(WEBHOOK_URL_ENV, url), timeout=timeout, quick_retry_seconds=quick_retry_seconds
+        http_url(WEBHOOK_URL_ENV, url), timeout=timeout, quick_retry_seconds=quick_retry_seconds
     )
-
-
-def transports_for(
-    ruleset: Any,
-    env: Mapping[str, str] | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT_SECONDS,
-    quick_retry_seconds: float = QUICK_RETRY_SECONDS,
-) -> dict[str, Transport]:
-    """Build one transport per route of a rule set.
-
-    Args:
-        ruleset: a ``rules.RuleSet`` (its ``routes: dict[str, Route]``).
-        env: the environment; default ``os.environ``.
-        timeout: client timeout in seconds (``Settings.slack_timeout``).
-        quick_retry_seconds: pause before slack-sdk's one retry after a connection error.
-
-    Returns:
-        ``{route_name: transport}``.
-
-    Raises:
-        TransportConfigError: every route that cannot be built, one line each, naming
-            the variable; a ``TransportNotConfigured`` when every one of them is only
-            missing a variable.
-    """
-    environment = os.environ if env is None else env
-    transports: dict[str, Transport] = {}
-    problems: list[TransportConfigError] = []
-    for name, route in ruleset.routes.items():
-        try:
-            transports[name] = transport_for_route(
-                name, route, environment, timeout=timeout, quick_retry_seconds=quick_retry_seconds
-            )
-        except TransportConfigError as error:
-            problems.append(error)
-    if len(problems) == 1:
-        raise problems[0]
-    if problems:
-        only_missing = all(isinstance(p, TransportNotConfigured) for p in problems)
-        raise (TransportNotConfigured if only_missing else TransportConfigError)(
-            "\n".join(p.args[0] for p in problems),
-            hint=" ".join(dict.fromkeys(p.hint for p in problems if p.hint)),
-        )
-    return transports

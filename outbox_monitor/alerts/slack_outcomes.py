@@ -131,7 +131,7 @@ class PermanentError(DeliveryError):
     retrying the same request cannot succeed."""
 
 
-def _retry_after(headers: Mapping[str, Any] | None) -> float:
+def retry_after(headers: Mapping[str, Any] | None) -> float:
     """Seconds to wait after a 429: the ``Retry-After`` header when it is a finite,
     non-negative number, at most ``MAX_RETRY_AFTER_SECONDS`` (a larger value is cut and
     logged as a WARNING); ``DEFAULT_RETRY_AFTER_SECONDS`` when it is missing or anything
@@ -167,7 +167,7 @@ def classify_status(
 ) -> DeliveryError:
     """Map Slack's answer (HTTP status, API error code) to an outcome class."""
     if status == 429 or code in RATE_LIMIT_API_ERRORS:
-        seconds = _retry_after(headers)
+        seconds = retry_after(headers)
         return RateLimited(
             f"{what}: rate limited by Slack (HTTP {status}), Retry-After {seconds:g} s",
             retry_after_seconds=seconds,

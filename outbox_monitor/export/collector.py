@@ -79,6 +79,7 @@ from outbox_monitor.export.families import (
     figure_family,
     health_families,
     process_families,
+    receiver_families,
     replica_families,
     worker_families,
 )
@@ -171,6 +172,7 @@ class OutboxCollector(Collector):
         self.windows = figure_windows(settings.window, ruleset)
         patterns = {rule.event_type for rule in getattr(ruleset, "rules", ()) if rule.event_type}
         self.pinned_patterns = sorted(like_escape(pattern) for pattern in patterns)
+        self.ruleset = ruleset
         self.clock = clock
         self._lock = threading.Lock()
         self._snapshot: _Snapshot | None = None
@@ -263,6 +265,7 @@ class OutboxCollector(Collector):
         families += self._flow_families(pinned)
         families += health_families(self.db)
         families.append(alert_state_family(self.primary))
+        families += receiver_families(self.primary, self.ruleset)
         families += replica_families(replica_status(db))
         families += claim_plan_families(db)
         families += worker_families(db)

@@ -1,11 +1,14 @@
 """``/metrics`` families without event types: the table's health, the claim's plan, the
-workers' liveness, the read replica, the alert states and the scheduler process's own
+workers' liveness, the read replica, the alert states, the receivers and the scheduler process's own
 state."""
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from outbox_monitor.alerts.receiver_health import read_health
 from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.figures.registry import FIGURES, HEALTH_FIGURES
 from outbox_monitor.figures.workers import no_claim_while_due
@@ -97,6 +100,29 @@ def alert_state_family(primary: Database) -> Metric:
                 [row["rule"], row["instance"], state], 1.0 if row["state"] == state else 0.0
             )
     return family
+
+
+def receiver_families(primary: Database, ruleset: Any) -> list[Metric]:
+    """``outbox_monitor_receiver_failing{route,type}`` (1 while the route keeps failing,
+    ``alerts.receiver_health``) and ``outbox_monitor_receiver_undelivered{route,type}``
+    (its messages waiting), read from ``primary``; none without rules."""
+    if ruleset is None:
+        return []
+    failing = GaugeMetricFamily(
+        "outbox_monitor_receiver_failing",
+        "1 while a receiver (route) keeps failing: its oldest undelivered message tried 3 "
+        "times, or its newest refused for good; told through the other receivers.",
+        labels=["route", "type"],
+    )
+    undelivered = GaugeMetricFamily(
+        "outbox_monitor_receiver_undelivered",
+        "Messages of a receiver (route) not delivered yet (pending, not silenced).",
+        labels=["route", "type"],
+    )
+    for receiver in read_health(primary, ruleset, datetime.now(UTC)):
+        failing.add_metric([receiver.route, receiver.type], 1.0 if receiver.failing else 0.0)
+        undelivered.add_metric([receiver.route, receiver.type], receiver.undelivered)
+    return [failing, undelivered]
 
 
 def process_families(status: SchedulerStatus) -> Iterator[Metric]:

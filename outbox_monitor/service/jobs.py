@@ -34,6 +34,7 @@ from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
 from outbox_monitor.alerts.outage import DatabaseHealth
+from outbox_monitor.alerts.receiver_health import watch_receivers
 from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
@@ -354,8 +355,10 @@ def add_sender_job(
     target: str,
 ) -> None:
     """Add the notification sender (``sender.deliver_due``) every ``interval`` s, on the
-    leader only, fenced by its lease term. It also drives the database-unreachable alert
-    (``DatabaseHealth.tick``; ``hang_watch`` does while this job waits on a hung database)."""
+    leader only, fenced by its lease term, then ``receiver_health.watch_receivers`` (a
+    receiver that keeps failing is told through the others). It also drives the
+    database-unreachable alert (``DatabaseHealth.tick``; ``hang_watch`` does while this job
+    waits on a hung database)."""
 
     def send() -> None:
         counts = deliver_due(
@@ -368,6 +371,13 @@ def add_sender_job(
             on_refused=runtime.status.refused,
         )
         runtime.status.delivered(counts)
+        told = watch_receivers(
+            runtime.primary, ruleset, clock=clock, fence=runtime.leadership.fence
+        )
+        for route in told["raised"]:
+            log.error("receiver %s keeps failing: told through the other receivers", route)
+        for route in told["resolved"]:
+            log.warning("receiver %s delivers again", route)
         if counts.get("messages") or counts.get("failed"):
             log.info("sender: %s", ", ".join(f"{k} {v}" for k, v in counts.items() if v))
 

@@ -24,13 +24,10 @@ from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.base import BaseScheduler
 
+from outbox_monitor.alerts.receivers import transport_for_route
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
-from outbox_monitor.alerts.slack import (
-    TransportConfigError,
-    TransportNotConfigured,
-    transport_for_route,
-)
+from outbox_monitor.alerts.slack import TransportConfigError, TransportNotConfigured
 from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.config.values import interface_address

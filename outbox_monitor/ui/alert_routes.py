@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from outbox_monitor.access import Identity, Role, require
+from outbox_monitor.alerts.receivers import transport_for_route
 from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules import RuleSet
-from outbox_monitor.alerts.slack import TransportConfigError, transport_for_route
+from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.store.db import Database
 
 

@@ -30,8 +30,8 @@ from streamlit.testing.v1 import AppTest
 from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost, lease_ttl
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from tests.alerting import (
     Scheduler,

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 import pytest
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.slack_outcomes import (
     DEFAULT_RETRY_AFTER_SECONDS,
     MAX_RETRY_AFTER_SECONDS,

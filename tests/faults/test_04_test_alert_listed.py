@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.cli import main
 from outbox_monitor.demo.slack_sink import SlackSink
 from tests.ui.conftest import environment, fresh_caches, open_page  # noqa: F401 (AppTest)

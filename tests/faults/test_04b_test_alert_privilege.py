@@ -20,9 +20,9 @@ import pytest
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db

@@ -19,10 +19,10 @@ import pytest
 
 from outbox_monitor.alerts import measure
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.slack_sink import DEFAULT_TOKEN
 from tests.alerting import rules_file
 

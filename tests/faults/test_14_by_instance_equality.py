@@ -4,8 +4,8 @@ for its own event type by equality, even when the type holds the LIKE characters
 
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.measure import measure, offenders
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from tests.alerting import notifications
 
 RULES = """

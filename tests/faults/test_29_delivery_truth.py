@@ -33,8 +33,8 @@ from outbox_monitor.alerts.message_key import (
     row_message_key,
 )
 from outbox_monitor.alerts.outage import DatabaseHealth
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.write_health import (
     FAILED_INTERVALS,
     WriteHealth,

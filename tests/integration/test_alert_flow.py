@@ -22,8 +22,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.figures import error_grouping, metrics

@@ -10,6 +10,7 @@ import pytest
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import deliver_due
@@ -19,7 +20,6 @@ from outbox_monitor.alerts.silences import (
     expire_silence,
     list_silences,
 )
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.state import list_instances, list_notifications, list_transitions
 from outbox_monitor.errors import AccessDenied, ActionRefused
 from outbox_monitor.store.db import Database

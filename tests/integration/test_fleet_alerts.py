@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts import silences, state
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import load_rules
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.cli import main
 from outbox_monitor.config.fleet import FLEET_ENV, Fleet, load_fleet
 from outbox_monitor.config.settings import load_settings

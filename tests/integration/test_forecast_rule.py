@@ -5,8 +5,8 @@ by least squares, it fires with a message that says it is a forecast — to the 
 import pytest
 
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.alerts.state import list_notifications
 from tests.alerting import notifications, oncall_rules
 

@@ -8,8 +8,8 @@ import re
 import time
 
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from tests.alerting import notifications
 from tests.health import idle_in_transaction
 

@@ -20,10 +20,10 @@ from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence, expire_silence
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.service.sampler import record_sample

@@ -25,8 +25,8 @@ from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.export.collector import OutboxCollector
 from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.service.scheduler_status import SchedulerStatus

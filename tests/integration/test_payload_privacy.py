@@ -12,8 +12,8 @@ import pytest
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.measure import offenders
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.browse import events
 from outbox_monitor.browse.events import EventFilter
 from outbox_monitor.config.settings import load_settings

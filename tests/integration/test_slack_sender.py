@@ -18,10 +18,11 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
-from outbox_monitor.alerts.slack import TransportConfigError, transports_for
+from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.export.families import process_families
 from outbox_monitor.service.scheduler_status import SchedulerStatus

@@ -9,8 +9,8 @@ import pytest
 
 from outbox_monitor import outbox
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.figures import metrics
 from outbox_monitor.figures.worker_sightings import record_workers
 from outbox_monitor.figures.workers import in_hand, liveness, no_claim_while_due, workers

@@ -37,8 +37,8 @@ from psycopg.rows import dict_row
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, Downstream, poller_settings
 from outbox_monitor.demo.n8n import POLLER_ID, N8n
 from outbox_monitor.demo.slack_sink import SlackSink

@@ -13,11 +13,11 @@ from rendered import plain, unprotected
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.silences import create_silence
-from outbox_monitor.alerts.slack import transports_for
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.figures import error_grouping
 from outbox_monitor.ui import alert_rules, state

@@ -8,7 +8,7 @@ import pytest
 
 from outbox_monitor.alerts.outbox_scope import (
     link_outbox,
-    route_for,
+    routes_for,
     rule_selects,
     scope_labels,
     scope_payload,
@@ -123,7 +123,7 @@ def test_a_route_branch_is_checked_against_the_routes(tmp_path):
             [
                 f"{at}[2].matchers: required",
                 f'{at}[2].matcher: unknown key; did you mean "matchers"? '
-                "(allowed: matchers, route)",
+                "(allowed: matchers, route, continue)",
             ],
         ),
         (
@@ -152,11 +152,11 @@ def test_a_route_branch_is_checked_against_the_routes(tmp_path):
 def test_the_first_branch_whose_matchers_all_match_takes_the_notification(tmp_path):
     ruleset = _load(tmp_path, RULES)
     payments = with_scope({"rule": "x", "severity": "warning"}, scope_labels(BILLING, "billing"))
-    assert route_for(ruleset, "oncall", payments) == "payments-oncall"
-    assert route_for(ruleset, "oncall", {**payments, "severity": "critical"}) == "payments-page"
-    assert route_for(ruleset, "oncall", {"event_type": "crm.contact"}) == "crm"  # LIKE
-    assert route_for(ruleset, "oncall", {"team": "checkout"}) == "oncall"
-    assert route_for(ruleset, "crm", payments) == "crm"  # a route without branches
+    assert routes_for(ruleset, "oncall", payments) == ["payments-oncall"]
+    assert routes_for(ruleset, "oncall", {**payments, "severity": "critical"}) == ["payments-page"]
+    assert routes_for(ruleset, "oncall", {"event_type": "crm.contact"}) == ["crm"]  # LIKE
+    assert routes_for(ruleset, "oncall", {"team": "checkout"}) == ["oncall"]
+    assert routes_for(ruleset, "crm", payments) == ["crm"]  # a route without branches
 
 
 def test_outbox_labels_only_with_a_fleet_file():
@@ -238,3 +238,31 @@ def test_a_selection_of_the_fleet_checks_rules_against_the_whole_file(tmp_path):
         match=r'unknown outbox "shipping" \(outboxes.yml lists orders, billing, ledger\)',
     ):
         _load(tmp_path, RULES.replace("[orders, ledger]", "[orders, shipping]"), only_orders)
+
+
+def test_continue_sends_to_every_matching_branch_up_to_the_first_without_it(tmp_path):
+    ruleset = _load(
+        tmp_path,
+        """
+version: 1
+routes:
+  oncall:
+    routes:
+      - {matchers: {severity: critical}, route: pager, continue: true}
+      - {matchers: {team: payments}, route: hook, continue: true}
+      - {matchers: {team: payments}, route: payments}
+      - {matchers: {severity: critical}, route: never}
+  pager: {type: pagerduty, routing_key_env: PD_KEY}
+  hook: {type: webhook, url_env: HOOK_URL, secret_env: HOOK_SECRET}
+  payments: {channel: "#payments"}
+  never: {channel: "#never"}
+rules:
+  - {name: backlog, metric: stuck_locks, op: ">", threshold: 0, route: oncall}
+""",
+    )
+    critical_payments = {"severity": "critical", "team": "payments"}
+    assert routes_for(ruleset, "oncall", critical_payments) == ["pager", "hook", "payments"]
+    # a matching branch with continue and none after it: only that branch, not the parent
+    assert routes_for(ruleset, "oncall", {"severity": "critical"}) == ["pager", "never"]
+    assert routes_for(ruleset, "oncall", {"team": "payments"}) == ["hook", "payments"]
+    assert routes_for(ruleset, "oncall", {"team": "crm"}) == ["oncall"]

@@ -510,6 +510,61 @@ MALFORMED = [
         'rules[3]: expected a mapping (key: value), got "backlog"',
         id="rule-not-a-mapping",
     ),
+    pytest.param(
+        lambda d: d["routes"].update({"pd": {"type": "opsgenie"}}),
+        'routes.pd.type: expected one of slack, pagerduty, webhook, got "opsgenie"',
+        id="receiver-type-unknown",
+    ),
+    pytest.param(
+        lambda d: d["routes"].update({"pd": {"type": "pagerduty"}}),
+        "routes.pd.routing_key_env: a pagerduty route needs routing_key_env: the name of the "
+        "environment variable holding its routing key",
+        id="pagerduty-without-routing-key-env",
+    ),
+    pytest.param(
+        lambda d: d["routes"].update({"pd": {"type": "pagerduty", "routing_key_env": "k-1"}}),
+        "routes.pd.routing_key_env: expected the name of an environment variable that holds "
+        'the routing key, got "k-1"',
+        id="pagerduty-routing-key-env-not-a-name",
+    ),
+    pytest.param(
+        lambda d: d["routes"].update(
+            {"pd": {"type": "pagerduty", "routing_key_env": "PD_KEY", "channel": "#x"}}
+        ),
+        "routes.pd.channel: only a slack route takes channel (this route's type is pagerduty)",
+        id="pagerduty-with-a-channel",
+    ),
+    pytest.param(
+        lambda d: d["routes"].update({"hook": {"type": "webhook", "url_env": "HOOK_URL"}}),
+        "routes.hook.secret_env: a webhook route needs secret_env: the name of the environment "
+        "variable holding its HMAC-SHA256 secret",
+        id="webhook-without-secret-env",
+    ),
+    pytest.param(
+        lambda d: d["routes"].update({"hook": {"type": "webhook", "secret_env": "S"}}),
+        "routes.hook.url_env: a webhook route needs url_env: the name of the environment "
+        "variable holding its URL",
+        id="webhook-without-url-env",
+    ),
+    pytest.param(
+        lambda d: d["routes"]["oncall"].update({"routing_key_env": "PD_KEY"}),
+        "routes.oncall.routing_key_env: only a pagerduty route takes routing_key_env (this "
+        "route's type is slack)",
+        id="slack-with-a-routing-key",
+    ),
+    pytest.param(
+        lambda d: d["routes"]["oncall"].update({"url_env": "HOOK_URL"}),
+        "routes.oncall.url_env: only a webhook or pagerduty route takes url_env (this route's "
+        "type is slack)",
+        id="slack-with-a-url-env",
+    ),
+    pytest.param(
+        lambda d: d["routes"]["oncall"].update(
+            {"routes": [{"matchers": {"a": "b"}, "route": "payments", "continue": "yes"}]}
+        ),
+        'routes.oncall.routes[0].continue: expected true or false, got "yes"',
+        id="continue-not-bool",
+    ),
 ]
 
 

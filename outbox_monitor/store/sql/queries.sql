@@ -2130,6 +2130,31 @@ WHERE n.slack_channel = %(channel)s AND n.slack_ts = %(ts)s AND n.status = 'sent
 ORDER BY n.id;
 
 
+-- ===================================================================== alerts: receiver health (issue 31)
+
+-- name: receiver_health
+-- Each route's delivery over an outbox's notifications (alerts/receiver_health.py): its undelivered unsilenced rows, the most attempts of one, the oldest tried one (failing_id, failing_since) and its error; its newest finished row since %(since)s (sent or failed) and that row's error. Pending rows through notifications_due_idx; finished ones through notifications_created_at_idx.
+WITH pending AS (
+    SELECT route, count(*)::int AS undelivered, max(attempts)::int AS attempts,
+           min(id) FILTER (WHERE attempts > 0) AS failing_id,
+           min(created_at) FILTER (WHERE attempts > 0) AS failing_since
+    FROM outbox_monitor.notifications
+    WHERE status = 'pending' AND NOT silenced AND outbox = %(outbox)s
+    GROUP BY route
+), finished AS (
+    SELECT DISTINCT ON (route) route, id, status
+    FROM outbox_monitor.notifications
+    WHERE status IN ('sent', 'failed') AND outbox = %(outbox)s AND created_at > %(since)s
+    ORDER BY route, id DESC
+)
+SELECT coalesce(p.route, f.route) AS route, coalesce(p.undelivered, 0) AS undelivered,
+       coalesce(p.attempts, 0) AS attempts, p.failing_id, p.failing_since,
+       f.status AS last_outcome, f.id AS last_id,
+       (SELECT n.last_error FROM outbox_monitor.notifications n
+        WHERE n.id = coalesce(p.failing_id, f.id)) AS last_error
+FROM pending p FULL JOIN finished f ON f.route = p.route
+ORDER BY 1;
+
 -- ===================================================================== exporter (Prometheus)
 
 -- name: open_by_event_type
