@@ -11,6 +11,7 @@ from outbox_monitor.ui import (
     alert_routes,
     alert_rules,
     alert_silences,
+    alertmanager_status,
     banners,
     format,
     loaders,
@@ -45,6 +46,7 @@ def live_state() -> None:
     with banners.guarded(wait_out_outage=True):
         alert_rules.show_stall(alert_loaders.evaluator_lease(ctx.db), ruleset)
         alert_rules.show_writes_failing(alert_loaders.writes_failing(ctx.db))
+        alertmanager_status.show_unreachable(alert_loaders.alertmanager_down(ctx.db))
         instances = alert_loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
         counts = alert_rules.state_counts(instances)

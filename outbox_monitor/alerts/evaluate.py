@@ -28,6 +28,9 @@ Each episode also has an id, the one of the transition that started it (kept in
 ``alert_instances.episode_id`` while it lasts, carried in every notification's payload as
 ``episode``): the Slack message's key is made of it (``message_key``).
 
+A route of ``type: alertmanager`` queues no notification: its alerts are posted from the
+instances' state by ``alerts.alertmanager``.
+
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
 a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
 notification was silenced (nobody was told it fired).
@@ -66,6 +69,7 @@ from outbox_monitor.alerts.outbox_scope import (
     with_scope,
 )
 from outbox_monitor.alerts.removed_rules import retire_removed_rules
+from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.state_machine import (
     ERROR_KIND,
@@ -211,8 +215,12 @@ class Evaluator:
         # or repeat message may be queued (the locked step below is the one that counts).
         peek = self.db.fetch_one("alert_instance_lock", key)
         before = InstanceState() if peek is None else InstanceState.from_row(peek)
-        if observation.error is None and _may_notify_firing(
-            before, observation.breached, context.now, params, route
+        # an alertmanager route's alerts are posted from the state (``alerts.alertmanager``)
+        queues = route is None or route.type != ALERTMANAGER
+        if (
+            queues
+            and observation.error is None
+            and _may_notify_firing(before, observation.breached, context.now, params, route)
         ):
             cached_offenders(
                 self.figures_db,
@@ -252,7 +260,7 @@ class Evaluator:
                 ).fetchone()
                 if step.kind in (FIRING_KIND, ERROR_KIND) and step.seq != current.firing_seq:
                     episode = transition["id"]  # this transition starts the episode
-                if step.kind is None:
+                if step.kind is None or not queues:
                     continue
                 suppressed = silenced
                 if step.kind == RESOLVED_KIND:
@@ -282,7 +290,8 @@ class Evaluator:
                     if not suppressed and step.kind != RESOLVED_KIND:
                         new = replace(new, last_notified_at=context.now)
             if (
-                new.state == FIRING
+                queues
+                and new.state == FIRING
                 and not steps
                 and observation.breached
                 and not silenced

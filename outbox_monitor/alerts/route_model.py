@@ -1,10 +1,11 @@
-"""alerts.yml's ``routes``: where notifications go (a Slack channel through the bot token, or
-an incoming webhook named by its environment variable), validated with the field named; a
+"""alerts.yml's ``routes``: where notifications go (a Slack channel through the bot token, an
+incoming webhook named by its environment variable, or — ``type: alertmanager`` — one or
+more Prometheus Alertmanagers, ``alerts.alertmanager``), validated with the field named; a
 route's ``routes`` send the notifications whose labels match elsewhere (Alertmanager's child
 routes, first match wins: ``alerts.outbox_scope.route_for``)."""
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -14,6 +15,7 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from outbox_monitor.alerts.rule_values import (
@@ -33,6 +35,13 @@ DEFAULT_REPEAT_INTERVAL_SECONDS = 4 * 3600.0
 MAX_MENTION_LENGTH = 200
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HTTP_URL = re.compile(r"^https?://[^\s/?#]+(?:/[^\s?#]*)?$")
+"""An Alertmanager's base URL: http(s), a host, an optional path prefix; no query."""
+RouteType = Literal["slack", "alertmanager"]
+ALERTMANAGER = "alertmanager"
+SLACK_ONLY = ("channel", "webhook_url_env", "mention", "repeat_interval", "send_resolved")
+"""A Slack route's fields, refused on an ``alertmanager`` route (Alertmanager repeats,
+resolves and mentions by its own configuration)."""
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
@@ -63,8 +72,10 @@ class RouteBranch(BaseModel):
 
 
 class Route(BaseModel):
-    """One destination of notifications, through exactly one transport: a ``channel`` (the
-    bot token) or an incoming webhook (``webhook_url_env``)."""
+    """One destination of notifications: Slack (``type: slack``, the default) through
+    exactly one transport, a ``channel`` (the bot token) or an incoming webhook
+    (``webhook_url_env``); or Prometheus Alertmanagers (``type: alertmanager``) at
+    ``alertmanager_urls`` or the URLs in ``alertmanager_urls_env``."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -82,6 +93,30 @@ class Route(BaseModel):
         },
     )
 
+    type: RouteType = "slack"
+    """``slack``: a Slack message per transition, through the notification outbox.
+    ``alertmanager``: every firing instance routed here is posted to each Alertmanager
+    (``POST /api/v2/alerts``) every evaluation interval, its resolve too, and the
+    ``Watchdog`` alert always; Alertmanager groups, inhibits, repeats and notifies."""
+    alertmanager_urls: Annotated[
+        tuple[str, ...] | None,
+        or_null(
+            {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "pattern": _HTTP_URL.pattern},
+            }
+        ),
+    ] = None
+    """``type: alertmanager``: the base URLs of the Alertmanagers (``http://alertmanager:9093``,
+    with a ``--web.route-prefix`` path if any); each HA peer gets every alert. Not with
+    ``alertmanager_urls_env``."""
+    alertmanager_urls_env: Annotated[
+        str | None, or_null({"type": "string", "pattern": _ENV_NAME.pattern})
+    ] = None
+    """``type: alertmanager``: the name of an environment variable holding the base URLs,
+    separated by commas (for URLs that differ per deployment or carry credentials). Not with
+    ``alertmanager_urls``."""
     channel: Annotated[str | None, or_null({"type": "string", "pattern": _CHANNEL.pattern})] = None
     """A Slack channel (``#alerts`` or a channel id), posted to with the bot token
     ``SLACK_BOT_TOKEN``; not with ``webhook_url_env``."""
@@ -115,9 +150,50 @@ class Route(BaseModel):
             )
         return value
 
+    @field_validator("type", mode="before")
+    @classmethod
+    def _check_type(cls, value: Any) -> Any:
+        if value not in get_args(RouteType):
+            raise fail(
+                "type", f"expected one of {', '.join(get_args(RouteType))}, got {quoted(value)}"
+            )
+        return value
+
+    @field_validator("alertmanager_urls", mode="before")
+    @classmethod
+    def _check_alertmanager_urls(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value:
+            raise fail(
+                "alertmanager_urls",
+                f"expected a list of Alertmanager URLs (e.g. [http://alertmanager:9093]), "
+                f"got {quoted(value)}",
+            )
+        for url in value:
+            if not isinstance(url, str) or not _HTTP_URL.match(url):
+                raise fail(
+                    "alertmanager_urls",
+                    f"expected an http:// or https:// URL without a query, got {quoted(url)}",
+                )
+        return tuple(value)
+
+    @field_validator("alertmanager_urls_env", mode="before")
+    @classmethod
+    def _check_alertmanager_urls_env(cls, value: Any) -> Any:
+        if value is not None and (not isinstance(value, str) or not _ENV_NAME.match(value)):
+            raise fail(
+                "env_name",
+                "expected the name of an environment variable that holds the Alertmanager "
+                f"URLs (e.g. ALERTMANAGER_URLS), got {quoted(value)}",
+            )
+        return value
+
     @field_validator("webhook_url_env", mode="before")
     @classmethod
     def _check_webhook_url_env(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("type") == ALERTMANAGER:
+            return value  # refused when given (``_check_receiver``)
         has_channel = info.data.get("channel") is not None
         if value is None:
             return None if has_channel or "channel" not in info.data else DEFAULT_WEBHOOK_ENV
@@ -147,6 +223,30 @@ class Route(BaseModel):
                 f"e.g. <!subteam^S0123> or <!here>; got {quoted(value)}",
             )
         return value
+
+    @model_validator(mode="after")
+    def _check_receiver(self) -> "Route":
+        """An ``alertmanager`` route has its URLs (one way) and no Slack field; a Slack
+        route no Alertmanager field."""
+        url_fields = [f for f in ("alertmanager_urls", "alertmanager_urls_env") if getattr(self, f)]
+        if self.type == ALERTMANAGER:
+            given = [f for f in SLACK_ONLY if f in self.model_fields_set]
+            if given:
+                raise fail(
+                    given[0],
+                    f"{given[0]} is a Slack route's; a type: alertmanager route takes "
+                    "alertmanager_urls or alertmanager_urls_env (Alertmanager's own "
+                    "configuration repeats, resolves and notifies)",
+                )
+            if len(url_fields) != 1:
+                raise fail(
+                    "alertmanager_urls",
+                    "a type: alertmanager route needs exactly one of alertmanager_urls (a list "
+                    "of URLs) or alertmanager_urls_env (a variable holding them)",
+                )
+        elif url_fields:
+            raise fail(url_fields[0], f"{url_fields[0]} needs type: alertmanager on the route")
+        return self
 
     @property
     def transport(self) -> str:

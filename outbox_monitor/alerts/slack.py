@@ -19,6 +19,7 @@ from slack_sdk.http_retry import ConnectionErrorRetryHandler, FixedValueRetryInt
 from slack_sdk.webhook import WebhookClient
 
 from outbox_monitor.alerts.message import SlackMessage
+from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.slack_outcomes import (
     Delivery,
     DeliveryError,
@@ -365,6 +366,8 @@ def transports_for(
     transports: dict[str, Transport] = {}
     problems: list[TransportConfigError] = []
     for name, route in ruleset.routes.items():
+        if route.type == ALERTMANAGER:
+            continue  # posted by alerts.alertmanager, never through Slack
         try:
             transports[name] = transport_for_route(
                 name, route, environment, timeout=timeout, quick_retry_seconds=quick_retry_seconds

@@ -1,0 +1,318 @@
+"""The ``alertmanager`` receiver and the dead-man's switch (issue 31 items 1, 2, 7) against a
+REAL Alertmanager (Debian's, ``make alertmanager``), observed through its own ``GET
+/api/v2/alerts``: firing, re-post (``endsAt`` moves on, the fingerprint stays), resolve (gone
+from the active alerts), the Watchdog, label values of 100 kB event types; a fault matrix
+(down, 503, hanging) beside a working Alertmanager; the heartbeat pinged after each
+successful evaluation and never after a failed one.
+
+Every wait polls with ``LOADED_DEADLINE``; the timings printed (``-s``) are what the report
+quotes.
+"""
+
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, alertmanager_urls
+from outbox_monitor.alerts.alertmanager_health import RULE_NAME, AlertmanagerHealth, open_episodes
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.demo.pgcluster import free_port
+from outbox_monitor.export.families import dead_mans_switch_families
+from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.store.db import Database
+from outbox_monitor.units import bounded_key
+from tests.alerting import LOADED_DEADLINE, running_scheduler, wait_for
+from tests.alertmanager_support import LocalServer, active_alerts, running_alertmanager
+from tests.conftest import Rows
+
+LONG_A = "x" * 100_000 + "a"
+LONG_B = "x" * 100_000 + "b"
+
+
+def rules(urls: list[str], interval: str = "1s") -> str:
+    listed = ", ".join(urls)
+    return f"""
+version: 1
+defaults: {{interval: {interval}, for: 0s, keep_firing_for: 0s}}
+routes:
+  am: {{type: alertmanager, alertmanager_urls: [{listed}]}}
+rules:
+  - name: backlog
+    metric: queue_depth
+    by: [event_type]
+    op: ">"
+    threshold: 0
+    severity: critical
+    labels: {{team: payments}}
+    route: am
+    summary: "{{{{ event_type }}}} backlog: {{{{ value }}}} rows"
+"""
+
+
+def named(alerts: list[dict], event_type: str) -> list[dict]:
+    wanted = bounded_key(event_type)
+    return [
+        a
+        for a in alerts
+        if a["labels"].get("alertname") == "backlog" and a["labels"].get("event_type") == wanted
+    ]
+
+
+def transition_at(conn: psycopg.Connection, event_type: str, to_state: str) -> datetime:
+    row = conn.execute(
+        "SELECT at FROM outbox_monitor.alert_transitions WHERE instance = %s AND to_state = %s "
+        "ORDER BY id DESC LIMIT 1",
+        (f"event_type={event_type}", to_state),
+    ).fetchone()
+    return row["at"]
+
+
+def test_firing_repost_resolve_and_watchdog_in_a_real_alertmanager(
+    tmp_path: Path, db: Database, rows: Rows, conn: psycopg.Connection, write_rules
+) -> None:
+    with running_alertmanager(tmp_path / "am") as am:
+        ruleset = write_rules(rules([am]))
+        for event_type in ("order.paid", LONG_A, LONG_B):
+            rows.add(event_type=event_type)
+        with running_scheduler(db, ruleset=ruleset):
+            seen = wait_for(lambda: named(active_alerts(am), "order.paid"), LOADED_DEADLINE)
+            visible = time.time()
+            assert seen, "the firing alert never reached Alertmanager"
+            fired = transition_at(conn, "order.paid", "firing")
+            first = seen[0]
+            assert first["labels"] == {
+                "alertname": "backlog",
+                "rule": "backlog",
+                "severity": "critical",
+                "team": "payments",
+                "event_type": "order.paid",
+            }
+            assert first["annotations"]["summary"] == "order.paid backlog: 1 rows"
+            assert first["status"]["state"] == "active"
+            assert datetime.fromisoformat(first["startsAt"]) == fired.replace(
+                microsecond=fired.microsecond // 1000 * 1000
+            )
+            assert first["generatorURL"].endswith("/overview?event_type=order.paid")
+
+            # the 100 kB event types: one alert each, their labels bounded and apart
+            long_alerts = wait_for(
+                lambda: named(active_alerts(am), LONG_A) and named(active_alerts(am), LONG_B),
+                LOADED_DEADLINE,
+            )
+            assert long_alerts
+            alerts = active_alerts(am)
+            a, b = named(alerts, LONG_A)[0], named(alerts, LONG_B)[0]
+            assert len(a["labels"]["event_type"]) == 200 and a["labels"] != b["labels"]
+            assert a["fingerprint"] != b["fingerprint"]
+
+            watchdog = [x for x in alerts if x["labels"].get("alertname") == "Watchdog"]
+            assert [w["labels"] for w in watchdog] == [
+                {"alertname": "Watchdog", "severity": "none"}
+            ]
+
+            # re-post: endsAt moves on, the label set (fingerprint) does not change
+            ends = datetime.fromisoformat(first["endsAt"])
+            moved = wait_for(
+                lambda: [
+                    x
+                    for x in named(active_alerts(am), "order.paid")
+                    if datetime.fromisoformat(x["endsAt"]) > ends
+                ],
+                LOADED_DEADLINE,
+            )
+            assert moved and moved[0]["fingerprint"] == first["fingerprint"]
+            assert datetime.fromisoformat(moved[0]["startsAt"]) == datetime.fromisoformat(
+                first["startsAt"]
+            )
+            ahead = datetime.fromisoformat(moved[0]["endsAt"]) - datetime.fromisoformat(
+                moved[0]["updatedAt"]
+            )
+            assert 3.0 <= ahead.total_seconds() <= 4.5  # 4 intervals of 1 s after the post
+
+            # resolve: gone from Alertmanager's active alerts; the others stay
+            conn.execute(
+                "UPDATE integration_outbox SET status = 'done', processed_at = now() "
+                "WHERE event_type = 'order.paid'"
+            )
+            gone = wait_for(lambda: not named(active_alerts(am), "order.paid"), LOADED_DEADLINE)
+            removed = time.time()
+            assert gone, "the resolved alert is still active in Alertmanager"
+            resolved = transition_at(conn, "order.paid", "inactive")
+            assert named(active_alerts(am), LONG_A)
+        print(
+            f"\nfiring -> visible in Alertmanager: {visible - fired.timestamp():.2f} s; "
+            f"resolve -> gone: {removed - resolved.timestamp():.2f} s"
+        )
+
+
+def test_fault_matrix_down_503_hanging_beside_a_working_alertmanager(
+    tmp_path: Path, db: Database, rows: Rows, write_rules, caplog: pytest.LogCaptureFixture
+) -> None:
+    late_port = free_port()
+    late = f"http://127.0.0.1:{late_port}"  # down until started below
+    broken, hanging = LocalServer(status=503), LocalServer(hang=True)
+    caplog.set_level(logging.WARNING, logger="outbox_monitor.alerts.alertmanager")
+    try:
+        with running_alertmanager(tmp_path / "am") as am:
+            ruleset = write_rules(rules([am, late, broken.url, hanging.url]))
+            rows.add(event_type="order.paid")
+            Evaluator(db, ruleset).run_once()
+            receiver = AlertmanagerReceiver(
+                db, ruleset, alertmanager_urls(ruleset), interval=1.0, timeout=1.0
+            )
+            receiver.evaluated()
+            started = time.monotonic()
+            posted = receiver.run_once()
+            took = time.monotonic() - started
+            assert posted == {am: 2, late: 2, broken.url: 2, hanging.url: 2}  # Watchdog + 1
+            assert 1.0 <= took < 1.0 + LOADED_DEADLINE  # the hang cost its own timeout once
+            assert len(named(active_alerts(am), "order.paid")) == 1  # the working one got it
+            state = {s.url: s for s in receiver.status.urls()}
+            assert state[am].failing_since is None and state[am].failures_total == 0
+            assert state[late].last_error == "connection refused"
+            assert state[broken.url].last_error == "HTTP 503: upstream broken"
+            assert state[hanging.url].last_error == "timed out after 1 s"
+            warned = [r.getMessage() for r in caplog.records]
+            assert sum(late in line for line in warned) == 1
+            assert sum(broken.url in line for line in warned) == 1
+
+            # never silent: /healthz's notice and detail, /metrics' counters
+            status = SchedulerStatus()
+            status.alertmanager = receiver.status
+            _, health = status.health()
+            for url in (late, broken.url, hanging.url):
+                assert f"alertmanager {url} failing since" in health["notice"]
+            assert [u["url"] for u in health["alertmanager"]] == [am, late, broken.url, hanging.url]
+            families = {f.name: f for f in dead_mans_switch_families(status)}
+            failures = {
+                s.labels["url"]: s.value
+                for s in families["outbox_monitor_alertmanager_post_failures"].samples
+                if s.name.endswith("_total")
+            }
+            assert failures == {am: 0, late: 1, broken.url: 1, hanging.url: 1}
+            success = families["outbox_monitor_alertmanager_last_success_timestamp_seconds"]
+            assert [s.labels["url"] for s in success.samples] == [am]
+
+            # a second pass: failed URLs are tried again at once, warned about once a minute
+            receiver.run_once()
+            assert receiver.status.urls()[2].failures_total == 2
+            assert sum(broken.url in r.getMessage() for r in caplog.records) == 1
+
+            # the Alertmanager that was down starts: the next pass delivers, and says so
+            with running_alertmanager(tmp_path / "late", port=late_port):
+                receiver.run_once()
+                assert len(named(active_alerts(late), "order.paid")) == 1
+                assert receiver.status.urls()[1].failing_since is None
+                assert any(
+                    f"alertmanager {late} accepts alerts again" in r.getMessage()
+                    for r in caplog.records
+                )
+    finally:
+        broken.stop()
+        hanging.stop()
+
+
+def test_heartbeat_after_each_successful_evaluation_none_when_it_fails(
+    dsn: str, conn: psycopg.Connection, write_rules, caplog: pytest.LogCaptureFixture
+) -> None:
+    check = LocalServer()
+    caplog.set_level(logging.ERROR, logger="outbox_monitor.scheduler")
+    try:
+        settings = load_settings(dsn=dsn, heartbeat_url=check.url + "/ping/abc")
+        ruleset = write_rules(
+            rules(["http://127.0.0.1:9"]).replace(
+                "type: alertmanager, alertmanager_urls: [http://127.0.0.1:9]",
+                "webhook_url_env: SLACK_WEBHOOK_URL",
+            )
+        )
+        with Database(settings) as db, running_scheduler(db, ruleset=ruleset):
+            assert wait_for(lambda: len(check.requests) >= 2, LOADED_DEADLINE)
+            assert {(method, path) for _, method, path in check.requests} == {("GET", "/ping/abc")}
+
+            def failures() -> int:
+                return sum("evaluator" in r.getMessage() for r in caplog.records)
+
+            conn.execute("ALTER TABLE outbox_monitor.alert_instances RENAME TO broken")
+            assert wait_for(lambda: failures() >= 2, LOADED_DEADLINE)
+            pings = len(check.requests)  # a ping started before the first failure has landed
+            assert wait_for(lambda: failures() >= 4, LOADED_DEADLINE)
+            assert len(check.requests) == pings
+            conn.execute("ALTER TABLE outbox_monitor.broken RENAME TO alert_instances")
+            assert wait_for(lambda: len(check.requests) > pings, LOADED_DEADLINE)
+    finally:
+        check.stop()
+
+
+def test_an_alertmanager_failing_for_3_intervals_is_an_alert_of_its_own(
+    db: Database, rows: Rows, conn: psycopg.Connection, write_rules, fake_clock
+) -> None:
+    broken = LocalServer(status=503)
+    try:
+        text = rules([broken.url]).replace(
+            "routes:\n", "routes:\n  oncall: {webhook_url_env: SLACK_WEBHOOK_URL}\n"
+        )
+        ruleset = write_rules(text)
+        rows.add(event_type="order.paid")
+        Evaluator(db, ruleset).run_once()
+
+        def leader() -> AlertmanagerReceiver:
+            health = AlertmanagerHealth(db, ruleset, interval=1.0, clock=fake_clock)
+            return AlertmanagerReceiver(
+                db,
+                ruleset,
+                alertmanager_urls(ruleset),
+                interval=1.0,
+                clock=fake_clock,
+                health=health,
+            )
+
+        def episodes() -> list[tuple[str, str, str]]:
+            return [
+                (r["instance"], r["from_state"], r["to_state"])
+                for r in conn.execute(
+                    "SELECT instance, from_state, to_state FROM outbox_monitor.alert_transitions "
+                    "WHERE rule = %s ORDER BY id",
+                    (RULE_NAME,),
+                )
+            ]
+
+        receiver = leader()
+        receiver.run_once()
+        fake_clock.advance(2.9)
+        receiver.run_once()
+        assert episodes() == []  # under 3 intervals: the WARNING line only
+        fake_clock.advance(0.1)
+        receiver.run_once()
+        instance = f"url={broken.url}"
+        assert episodes() == [(instance, "inactive", "error")]
+        [opened] = open_episodes(db)
+        assert opened["url"] == broken.url and opened["error"] == "HTTP 503: upstream broken"
+        messages = conn.execute(
+            "SELECT route, kind, status FROM outbox_monitor.notifications WHERE rule = %s",
+            (RULE_NAME,),
+        ).fetchall()
+        assert [tuple(m.values()) for m in messages] == [("oncall", "error", "pending")]
+
+        # a new leader reads the open episode: failing on, it opens none again
+        receiver = leader()
+        fake_clock.advance(10)
+        receiver.run_once()
+        receiver.run_once()
+        assert episodes() == [(instance, "inactive", "error")]
+
+        broken.status = 200
+        receiver.run_once()
+        assert episodes() == [(instance, "inactive", "error"), (instance, "error", "inactive")]
+        assert open_episodes(db) == []
+        kinds = conn.execute(
+            "SELECT kind FROM outbox_monitor.notifications WHERE rule = %s ORDER BY id",
+            (RULE_NAME,),
+        ).fetchall()
+        assert [k["kind"] for k in kinds] == ["error", "resolved"]
+    finally:
+        broken.stop()
