@@ -360,7 +360,8 @@ class AlertmanagerReceiver:
 
     def run_once(self) -> dict[str, int]:
         """One pass: read the instances, post to each URL whose alerts changed since its
-        last accepted post, that failed last, or whose last post is one interval old.
+        last accepted post, that failed last, or whose last post is one interval old (never
+        an empty list: before the first evaluation there is nothing to say).
 
         Returns:
             ``{url: alerts posted}`` of the URLs posted to this pass (failed ones too).
@@ -373,7 +374,9 @@ class AlertmanagerReceiver:
         alerts = self._alerts(now)
         tick = time.monotonic()
         due = {
-            url: batch for url, batch in alerts.items() if self._due(url, _signature(batch), tick)
+            url: batch
+            for url, batch in alerts.items()
+            if batch and self._due(url, _signature(batch), tick)
         }
         if not due:
             return {}

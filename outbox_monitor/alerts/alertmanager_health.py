@@ -44,7 +44,8 @@ def open_episodes(db: Database) -> list[dict[str, Any]]:
     episode (the Alerts page's banner).
 
     Returns:
-        ``[{"url", "since" (aware datetime), "error" (the transition's detail)}]`` by URL.
+        ``[{"url", "since" (aware datetime: when the alert opened), "error" (the
+        transition's detail: the last error and since when the posts fail)}]`` by URL.
     """
     rows = db.fetch_all("own_alert_open_instances", {"outbox": db.alert_outbox, "rule": RULE_NAME})
     return [
@@ -149,7 +150,8 @@ class AlertmanagerHealth:
         with self.db.transaction() as conn:
             self._fenced(conn)
             insert_all(self.db, conn, rows)
-            self._transition(conn, instance, "inactive", "error", status, str(status.last_error))
+            detail = f"{status.last_error} (failing since {since.isoformat(timespec='seconds')})"
+            self._transition(conn, instance, "inactive", "error", status, detail)
         log.warning("alertmanager %s: %s alert opened", status.url, RULE_NAME)
 
     def _resolve(self, status: UrlStatus, now: datetime) -> None:

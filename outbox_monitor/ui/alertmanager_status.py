@@ -18,8 +18,9 @@ def show_unreachable(episodes: Sequence[dict[str, Any]]) -> None:
     """
     for episode in episodes:
         st.error(
-            f"**Alertmanager {format.md_code(episode['url'])} refuses alerts** since "
-            f"{format.instant(episode['since'])}: {format.md_text(episode['error'] or '')}. "
+            f"**Alertmanager {format.md_code(episode['url'])} refuses alerts**: "
+            f"{format.md_text(episode['error'] or '')}; alerted at "
+            f"{format.instant(episode['since'])}. "
             "Its alerts there end 4 evaluation intervals after the last post that worked; "
             "the scheduler retries every few seconds (`/healthz`, "
             "`outbox_monitor_alertmanager_post_failures_total`).",

@@ -291,7 +291,8 @@ def test_an_alertmanager_failing_for_3_intervals_is_an_alert_of_its_own(
         instance = f"url={broken.url}"
         assert episodes() == [(instance, "inactive", "error")]
         [opened] = open_episodes(db)
-        assert opened["url"] == broken.url and opened["error"] == "HTTP 503: upstream broken"
+        assert opened["url"] == broken.url
+        assert opened["error"].startswith("HTTP 503: upstream broken (failing since ")
         messages = conn.execute(
             "SELECT route, kind, status FROM outbox_monitor.notifications WHERE rule = %s",
             (RULE_NAME,),
