@@ -30,7 +30,7 @@ from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
 
-from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver
+from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, shown_url
 from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
@@ -403,7 +403,9 @@ def add_alertmanager_job(
     def post() -> None:
         posted = receiver.run_once()
         if posted:
-            log.debug("alertmanager: %s", ", ".join(f"{u} {n}" for u, n in posted.items()))
+            log.debug(
+                "alertmanager: %s", ", ".join(f"{shown_url(u)} {n}" for u, n in posted.items())
+            )
 
     add_interval_job(
         scheduler,

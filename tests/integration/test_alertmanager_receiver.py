@@ -10,6 +10,8 @@ quotes.
 """
 
 import logging
+import re
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,14 +22,20 @@ import pytest
 from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, alertmanager_urls
 from outbox_monitor.alerts.alertmanager_health import RULE_NAME, AlertmanagerHealth, open_episodes
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.export.families import dead_mans_switch_families
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.units import bounded_key
-from tests.alerting import LOADED_DEADLINE, running_scheduler, wait_for
-from tests.alertmanager_support import LocalServer, active_alerts, running_alertmanager
+from tests.alerting import LOADED_DEADLINE, rules_file, running_scheduler, wait_for
+from tests.alertmanager_support import (
+    LocalServer,
+    active_alerts,
+    alertmanager_binary,
+    running_alertmanager,
+)
 from tests.conftest import Rows
 
 LONG_A = "x" * 100_000 + "a"
@@ -317,3 +325,20 @@ def test_an_alertmanager_failing_for_3_intervals_is_an_alert_of_its_own(
         assert [k["kind"] for k in kinds] == ["error", "resolved"]
     finally:
         broken.stop()
+
+
+def test_the_docs_examples_are_a_valid_alerts_yml_and_alertmanager_config(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs/alertmanager.md").read_text()
+    ours, theirs = re.findall(r"```yaml\n(.*?)```", page, re.S)
+    ruleset = load_rules(rules_file(tmp_path, ours))
+    assert alertmanager_urls(ruleset, {}) == {
+        "alertmanager": ("http://alertmanager-0:9093", "http://alertmanager-1:9093")
+    }
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(theirs)
+    amtool = Path(alertmanager_binary()).with_name("amtool")
+    checked = subprocess.run(
+        [str(amtool), "check-config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS" in checked.stdout
