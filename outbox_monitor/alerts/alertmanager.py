@@ -52,10 +52,11 @@ from outbox_monitor.alerts.links import dashboard_path, instance_event_type
 from outbox_monitor.alerts.message import dashboard_base_url, dashboard_link
 from outbox_monitor.alerts.message_key import alert_key
 from outbox_monitor.alerts.outbox_scope import link_outbox, route_for, unscoped_instance
-from outbox_monitor.alerts.route_model import ALERTMANAGER
+from outbox_monitor.alerts.route_model import ALERTMANAGER, Route
 from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.slack import TransportNotConfigured
+from outbox_monitor.alerts.slack_outcomes import Delivery, DeliveryError
 from outbox_monitor.alerts.stall import STALL_INTERVALS
-from outbox_monitor.errors import ConfigError
 from outbox_monitor.store.db import Database
 from outbox_monitor.units import bounded_key
 
@@ -89,28 +90,63 @@ def alertmanager_urls(
         such a route.
 
     Raises:
-        ConfigError: a route's ``alertmanager_urls_env`` is unset, empty, or holds a value
-            that is not an http(s) URL (naming the variable, never echoing its value).
+        TransportNotConfigured: a route's ``alertmanager_urls_env`` is unset, empty, or
+            holds a value that is not an http(s) URL (naming the variable, never echoing its
+            value; a ``ConfigError``: the scheduler does not start).
     """
     environment = os.environ if env is None else env
-    found: dict[str, tuple[str, ...]] = {}
-    for name, route in (ruleset.routes if ruleset is not None else {}).items():
-        if route.type != ALERTMANAGER:
-            continue
-        urls = route.alertmanager_urls
-        if urls is None:
-            variable = route.alertmanager_urls_env or ""
-            urls = tuple(u.strip() for u in environment.get(variable, "").split(",") if u.strip())
-            bad = [u for u in urls if urllib3.util.parse_url(u).scheme not in ("http", "https")]
-            if not urls or bad:
-                raise ConfigError(
-                    f"route {name}: {variable} "
-                    + ("is not set" if not urls else "holds a value that is not an http(s) URL"),
-                    hint=f"Set {variable} to the Alertmanager URLs, separated by commas "
-                    "(e.g. http://alertmanager:9093).",
-                )
-        found[name] = tuple(url.rstrip("/") for url in urls)
-    return found
+    return {
+        name: route_urls(name, route, environment)
+        for name, route in (ruleset.routes if ruleset is not None else {}).items()
+        if route.type == ALERTMANAGER
+    }
+
+
+def route_urls(name: str, route: Route, env: Mapping[str, str]) -> tuple[str, ...]:
+    """One ``type: alertmanager`` route's base URLs (``alertmanager_urls``), without a
+    trailing ``/``; raises ``TransportNotConfigured`` as ``alertmanager_urls`` does."""
+    urls = route.alertmanager_urls
+    if urls is None:
+        variable = route.alertmanager_urls_env or ""
+        urls = tuple(u.strip() for u in env.get(variable, "").split(",") if u.strip())
+        bad = [u for u in urls if urllib3.util.parse_url(u).scheme not in ("http", "https")]
+        if not urls or bad:
+            raise TransportNotConfigured(
+                f"route {name}: {variable} "
+                + ("is not set" if not urls else "holds a value that is not an http(s) URL"),
+                hint=f"Set {variable} to the Alertmanager URLs, separated by commas "
+                "(e.g. http://alertmanager:9093).",
+            )
+    return tuple(url.rstrip("/") for url in urls)
+
+
+def post_alerts(
+    pool: urllib3.PoolManager, url: str, alerts: list[dict[str, Any]], timeout: float
+) -> str | None:
+    """POST ``alerts`` to ``url``'s ``/api/v2/alerts`` (the URL's credentials as basic
+    auth). Returns ``None`` when Alertmanager answered 200, else what went wrong in a few
+    words (``connection refused``, ``timed out after 5 s``, ``HTTP 503: <body>``); never
+    raises."""
+    parsed = urllib3.util.parse_url(url + ALERTS_PATH)
+    headers = {"Content-Type": "application/json"}
+    if parsed.auth:
+        headers.update(urllib3.make_headers(basic_auth=parsed.auth))
+    try:
+        response = pool.request(
+            "POST",
+            parsed._replace(auth=None).url,
+            body=json.dumps(alerts).encode(),
+            headers=headers,
+        )
+    except urllib3.exceptions.HTTPError as failure:
+        return _failure_text(failure, timeout)
+    except Exception as failure:  # never lose a job to one URL
+        log.exception("alertmanager %s: posting failed unexpectedly", shown_url(url))
+        return f"{type(failure).__name__}: {failure}"
+    if response.status == 200:
+        return None
+    text = response.data[:300].decode("utf-8", "replace").strip()
+    return f"HTTP {response.status}" + (f": {text}" if text else "")
 
 
 def shown_url(url: str) -> str:
@@ -437,26 +473,7 @@ class AlertmanagerReceiver:
         return name if name in self.routes else None
 
     def _post(self, url: str, batch: list[tuple[dict[str, Any], bool]], tick: float) -> None:
-        parsed = urllib3.util.parse_url(url + ALERTS_PATH)
-        headers = {"Content-Type": "application/json"}
-        if parsed.auth:
-            headers.update(urllib3.make_headers(basic_auth=parsed.auth))
-        error: str | None = None
-        try:
-            response = self._pool.request(
-                "POST",
-                parsed._replace(auth=None).url,
-                body=json.dumps([alert for alert, _ in batch]).encode(),
-                headers=headers,
-            )
-            if response.status != 200:
-                text = response.data[:300].decode("utf-8", "replace").strip()
-                error = f"HTTP {response.status}" + (f": {text}" if text else "")
-        except urllib3.exceptions.HTTPError as failure:
-            error = _failure_text(failure, self.timeout)
-        except Exception as failure:  # never lose the job to one URL
-            log.exception("alertmanager %s: posting failed unexpectedly", shown_url(url))
-            error = f"{type(failure).__name__}: {failure}"
+        error = post_alerts(self._pool, url, [alert for alert, _ in batch], self.timeout)
         self.status.record(url, self.clock(), len(batch), error)
         if error is None:
             self._posted[url] = (_signature(batch), tick)
@@ -483,3 +500,64 @@ def _failure_text(error: BaseException, timeout: float) -> str:
     if "refused" in text.lower():
         return "connection refused"
     return text
+
+
+TEST_ALERT = "OutboxMonitorTest"
+TEST_ALERT_SECONDS = 300.0
+"""How long the test alert stays in Alertmanager (it ends by itself)."""
+
+
+class AlertmanagerTestTransport:
+    """A ``type: alertmanager`` route as the test message's transport (``outbox-monitor
+    alerts test``, the Alerts page's button; ``route_check.send_test``): ``post`` sends one
+    alert ``alertname=OutboxMonitorTest``, ``severity=none``, ``route=<name>`` (its summary
+    the test message's text) to every URL of the route, ending after ``TEST_ALERT_SECONDS``.
+
+    Args:
+        name: the route's name.
+        urls: its URLs (``route_urls``).
+        timeout: each POST's total timeout, seconds.
+    """
+
+    kind = ALERTMANAGER
+    supports_threads = False
+
+    def __init__(self, name: str, urls: tuple[str, ...], *, timeout: float = TIMEOUT_SECONDS):
+        self.name = name
+        self.urls = urls
+        self.timeout = timeout
+        self._pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The URLs' passwords: no error text may carry them."""
+        found = (urllib3.util.parse_url(url).auth or "" for url in self.urls)
+        return tuple(auth.partition(":")[2] for auth in found if ":" in auth)
+
+    def describe(self) -> str:
+        """``Alertmanager http://am-1:9093, http://am-2:9093`` (no credentials)."""
+        return "Alertmanager " + ", ".join(shown_url(url) for url in self.urls)
+
+    def post(self, message: Any) -> Delivery:
+        """Post the test alert to every URL.
+
+        Raises:
+            DeliveryError: one URL or more refused it, each named with what went wrong
+                (the others got it).
+        """
+        now = datetime.now(UTC)
+        alert = {
+            "labels": {"alertname": TEST_ALERT, "severity": "none", "route": self.name},
+            "annotations": {"summary": _cut(getattr(message, "text", "") or "test")},
+            "startsAt": _instant(now),
+            "endsAt": _instant(now + timedelta(seconds=TEST_ALERT_SECONDS)),
+            "generatorURL": dashboard_link(dashboard_base_url(), "/alerts"),
+        }
+        failed = [
+            f"{shown_url(url)}: {error}"
+            for url in self.urls
+            if (error := post_alerts(self._pool, url, [alert], self.timeout)) is not None
+        ]
+        if failed:
+            raise DeliveryError("; ".join(failed))
+        return Delivery(None, None)

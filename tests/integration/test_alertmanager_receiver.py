@@ -22,6 +22,7 @@ import pytest
 from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, alertmanager_urls
 from outbox_monitor.alerts.alertmanager_health import RULE_NAME, AlertmanagerHealth, open_episodes
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.route_check import send_test
 from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
@@ -342,3 +343,31 @@ def test_the_docs_examples_are_a_valid_alerts_yml_and_alertmanager_config(tmp_pa
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout
+
+
+def test_a_test_alert_through_an_alertmanager_route_lands_in_each_and_names_a_failing_one(
+    tmp_path: Path, db: Database, conn: psycopg.Connection, write_rules
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    with running_alertmanager(tmp_path / "am") as am:
+        ruleset = write_rules(rules([am]))
+        [outcome] = send_test(db, ruleset, "am", requested_by="tester").values()
+        assert outcome["ok"] and outcome["destination"] == f"Alertmanager {am}"
+        [test] = [a for a in active_alerts(am) if a["labels"]["alertname"] == "OutboxMonitorTest"]
+        assert test["labels"] == {
+            "alertname": "OutboxMonitorTest",
+            "severity": "none",
+            "route": "am",
+        }
+
+        ruleset = write_rules(rules([am, down]))
+        [outcome] = send_test(db, ruleset, "am", requested_by="tester").values()
+        assert not outcome["ok"] and outcome["error"] == f"{down}: connection refused"
+    recorded = conn.execute(
+        "SELECT status, last_error FROM outbox_monitor.notifications WHERE kind = 'test' "
+        "ORDER BY id"
+    ).fetchall()
+    assert [(r["status"], r["last_error"]) for r in recorded] == [
+        ("sent", None),
+        ("failed", f"{down}: connection refused"),
+    ]

@@ -6,6 +6,7 @@ whatever the event type's length (item 2's fingerprint part). No database: the r
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from click.testing import CliRunner
 
 from outbox_monitor.alerts.alertmanager import (
     alertmanager_urls,
@@ -15,7 +16,9 @@ from outbox_monitor.alerts.alertmanager import (
     watchdog_alert,
 )
 from outbox_monitor.alerts.message_key import alert_key
+from outbox_monitor.cli import main
 from outbox_monitor.errors import ConfigError
+from tests.alerting import rules_file
 from tests.unit.test_rules import only_problem, variant
 
 AM = {"type": "alertmanager", "alertmanager_urls": ["http://am-1:9093", "http://am-2:9093/"]}
@@ -193,3 +196,19 @@ def test_the_watchdog_carries_the_outbox_labels_and_severity_none():
         "team": "payments",
     }
     assert bounded_labels({"b": 1, "a": ""}) == {"b": "1"}
+
+
+def test_validate_names_the_alertmanagers_without_credentials(tmp_path, monkeypatch):
+    monkeypatch.delenv("OUTBOX_MONITOR_OUTBOXES", raising=False)
+    routes = {
+        "am": {"type": "alertmanager", "alertmanager_urls": ["http://am-1:9093"]},
+        "am-env": {"type": "alertmanager", "alertmanager_urls_env": "AM_URLS"},
+    }
+    data = variant(lambda d: d["routes"].update(routes))
+    path = rules_file(tmp_path, data)
+    result = CliRunner().invoke(main, ["alerts", "validate", "--rules", str(path)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "route(s): oncall ($SLACK_WEBHOOK_URL), payments (#payments-alerts), "
+        "am (alertmanager http://am-1:9093), am-env (alertmanager $AM_URLS);"
+    ) in result.output
