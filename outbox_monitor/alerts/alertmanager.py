@@ -3,9 +3,9 @@ the routes with ``type: alertmanager`` to each of their Alertmanagers (``POST
 /api/v2/alerts``), as Prometheus does, and the always-firing ``Watchdog``.
 
 Unlike Slack, nothing goes through the notification outbox: Alertmanager keeps its own
-state and expects a firing alert to be sent again before its ``endsAt`` passes. Every
-``REPOST`` (one evaluation interval) and at once when something changed (a firing, a
-resolve; checked every sender tick), each Alertmanager gets:
+state and expects a firing alert to be sent again before its ``endsAt`` passes. Right after
+each evaluation pass (``evaluated``, on a thread of its own) and at the job's ticks, each
+Alertmanager whose alerts changed, or whose last post is one evaluation interval old, gets:
 
 - every instance routed to it that is firing or in error, ``startsAt`` the transition that
   started its episode, ``endsAt`` now + ``ENDS_AFTER_INTERVALS`` (4) intervals — a monitor
@@ -388,16 +388,34 @@ class AlertmanagerReceiver:
         self._posted: dict[str, tuple[Any, float]] = {}
         self._evaluated_at: float | None = None
         self._watchdog_since: datetime | None = None
+        self._passing = threading.Lock()
 
-    def evaluated(self) -> None:
-        """An evaluation pass of this process completed (the Watchdog fires while the last
-        one is at most ``STALL_INTERVALS`` intervals old)."""
+    def evaluated(self) -> threading.Thread:
+        """An evaluation pass of this process completed: the Watchdog fires while the last
+        one is at most ``STALL_INTERVALS`` intervals old, and what the pass changed is
+        posted at once, on a thread of its own (the job's next tick would be up to its
+        interval later; the evaluation never waits for Alertmanager).
+
+        Returns:
+            The posting thread (tests join it); a failure there is logged, and the job
+            tries again at its next tick.
+        """
         self._evaluated_at = time.monotonic()
+        thread = threading.Thread(target=self._post_now, name="alertmanager-post", daemon=True)
+        thread.start()
+        return thread
+
+    def _post_now(self) -> None:
+        try:
+            self.run_once()
+        except Exception as error:  # the job's next tick tries again, and logs its own
+            log.warning("alertmanager: posting after the evaluation failed: %s", error)
 
     def run_once(self) -> dict[str, int]:
         """One pass: read the instances, post to each URL whose alerts changed since its
         last accepted post, that failed last, or whose last post is one interval old (never
-        an empty list: before the first evaluation there is nothing to say).
+        an empty list: before the first evaluation there is nothing to say). A pass that
+        finds another one running (the job's tick beside ``evaluated``'s) does nothing.
 
         Returns:
             ``{url: alerts posted}`` of the URLs posted to this pass (failed ones too).
@@ -406,6 +424,14 @@ class AlertmanagerReceiver:
             DatabaseUnavailable and the connector's errors (nothing is posted then: the
             alerts already in Alertmanager end after their ``endsAt``); ``health``'s.
         """
+        if not self._passing.acquire(blocking=False):
+            return {}
+        try:
+            return self._pass()
+        finally:
+            self._passing.release()
+
+    def _pass(self) -> dict[str, int]:
         now = self.clock()
         alerts = self._alerts(now)
         tick = time.monotonic()

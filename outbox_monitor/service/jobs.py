@@ -396,9 +396,10 @@ def add_alertmanager_job(
     target: str,
 ) -> None:
     """Add the ``alertmanager`` job every ``tick`` s (the sender's), leader only: post the
-    alerts of the ``type: alertmanager`` routes and the Watchdog (``alerts.alertmanager``:
-    at once after a change, else once per evaluation interval). A URL that fails is the
-    receiver's to report; the job itself fails only when the alert state cannot be read."""
+    alerts of the ``type: alertmanager`` routes and the Watchdog (``alerts.alertmanager``: to a
+    URL whose last post failed, and again once per evaluation interval; what an evaluation
+    changes is posted right after it, ``AlertmanagerReceiver.evaluated``). A URL that fails is
+    the receiver's to report; the job itself fails only when the alert state cannot be read."""
 
     def post() -> None:
         posted = receiver.run_once()

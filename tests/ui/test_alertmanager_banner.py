@@ -53,8 +53,8 @@ def test_an_alertmanager_refusing_alerts_is_named_on_the_alerts_page(
         clock=fake_clock,
         health=AlertmanagerHealth(db, ruleset, interval=1.0, clock=fake_clock),
     )
-    receiver.evaluated()
-    receiver.run_once()
+    receiver.evaluated().join()  # posts at once: refused
+    assert receiver.status.urls()[0].failures_total == 1
     assert banners(open_page) == []
 
     fake_clock.advance(3)
