@@ -252,8 +252,9 @@ def watchdog_alert(
 
 @dataclass
 class UrlStatus:
-    """One Alertmanager URL's delivery, as ``/metrics``, ``/healthz`` and the page show it.
-    Times are UTC; ``failures_total`` counts failed POSTs since start."""
+    """One URL's deliveries (an Alertmanager's posts, the heartbeat's pings), as
+    ``/metrics``, ``/healthz`` and the page show them. Times are UTC; ``failures_total``
+    counts failed requests since start."""
 
     url: str
     last_attempt_at: datetime | None = None
@@ -264,6 +265,32 @@ class UrlStatus:
     posts_total: int = 0
     alerts_posted: int = 0
     warned_at: float | None = field(default=None, repr=False)
+
+    def record(self, now: datetime, error: str | None, alerts: int = 0) -> str | None:
+        """One request ended at ``now``: ``error`` ``None`` when it worked (``alerts``
+        posted), else its text.
+
+        Returns:
+            What to log: ``"recovered"`` (the first success after failures), ``"failed"``
+            (a failure, at most once per ``WARN_EVERY_SECONDS``), else ``None``. The caller
+            holds its lock.
+        """
+        self.last_attempt_at = now
+        if error is None:
+            said = "recovered" if self.failing_since is not None else None
+            self.last_success_at, self.failing_since = now, None
+            self.posts_total += 1
+            self.alerts_posted = alerts
+            self.last_error, self.warned_at = None, None
+            return said
+        self.failures_total += 1
+        self.last_error = error
+        self.failing_since = self.failing_since or now
+        tick = time.monotonic()
+        if self.warned_at is not None and tick - self.warned_at < WARN_EVERY_SECONDS:
+            return None
+        self.warned_at = tick
+        return "failed"
 
     def as_json(self) -> dict[str, Any]:
         """The ``/healthz`` form: times ISO 8601, no private field."""
@@ -300,27 +327,17 @@ class ReceiverStatus:
         ``WARN_EVERY_SECONDS`` per URL) and the first success after failures."""
         with self._lock:
             status = self._urls[url]
-            status.last_attempt_at = now
-            if error is None:
-                if status.failing_since is not None:
-                    log.warning(
-                        "alertmanager %s accepts alerts again (failing since %s, %d failed "
-                        "post(s) in all)",
-                        status.url,
-                        status.failing_since.isoformat(timespec="seconds"),
-                        status.failures_total,
-                    )
-                status.last_success_at, status.failing_since = now, None
-                status.posts_total += 1
-                status.alerts_posted = alerts
-                status.last_error, status.warned_at = None, None
-                return
-            status.failures_total += 1
-            status.last_error = error
-            status.failing_since = status.failing_since or now
-            tick = time.monotonic()
-            if status.warned_at is None or tick - status.warned_at >= WARN_EVERY_SECONDS:
-                status.warned_at = tick
+            since = status.failing_since
+            said = status.record(now, error, alerts)
+            if said == "recovered" and since is not None:
+                log.warning(
+                    "alertmanager %s accepts alerts again (failing since %s, %d failed "
+                    "post(s) in all)",
+                    status.url,
+                    since.isoformat(timespec="seconds"),
+                    status.failures_total,
+                )
+            elif said == "failed" and status.failing_since is not None:
                 log.warning(
                     "alertmanager %s: posting %d alert(s) failed: %s (failing since %s, "
                     "%d failed post(s); retried every tick; its alerts end in Alertmanager "

@@ -5,24 +5,24 @@ death, a hung leader, a database it cannot evaluate on, noticed without it.
 
 A ping is a GET on a thread of its own, at most one in flight (a ping still waiting when the
 next pass ends is not doubled): a slow or dead heartbeat URL never delays or stops an
-evaluation. A failed ping is a WARNING (once per ``WARN_EVERY_SECONDS``), a ping that works
+evaluation. A failed ping is a WARNING (once a minute), a ping that works
 again a line too; ``/healthz`` and ``/metrics`` say the last success (``Heartbeat.as_json``). A
 failed evaluation sends nothing, so the check's timer runs out.
 """
 
 import logging
 import threading
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
 
+from outbox_monitor.alerts.alertmanager import UrlStatus
+
 log = logging.getLogger("outbox_monitor.scheduler")
 
 TIMEOUT_SECONDS = 10.0
 """A ping's total timeout (on its own thread: the evaluation does not wait for it)."""
-WARN_EVERY_SECONDS = 60.0
 
 
 def shown(url: str) -> str:
@@ -45,12 +45,13 @@ class Heartbeat:
         self._pool = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout))
         self._lock = threading.Lock()
         self._in_flight = False
-        self._warned_at: float | None = None
-        self.last_success_at: datetime | None = None
-        self.failing_since: datetime | None = None
-        self.last_error: str | None = None
-        self.pings_total = 0
-        self.failures_total = 0
+        self._status = UrlStatus(shown(url))
+
+    @property
+    def last_success_at(self) -> datetime | None:
+        """When the URL last answered a ping (UTC), ``None``: never."""
+        with self._lock:
+            return self._status.last_success_at
 
     def ping(self) -> threading.Thread | None:
         """Start one ping on a daemon thread, unless one is still in flight.
@@ -83,40 +84,22 @@ class Heartbeat:
         self._record(error)
 
     def _record(self, error: str | None) -> None:
-        now = datetime.now(UTC)
         with self._lock:
-            self.pings_total += 1
-            if error is None:
-                if self.failing_since is not None:
-                    log.warning("heartbeat %s answers again", shown(self.url))
-                self.last_success_at, self.failing_since = now, None
-                self.last_error, self._warned_at = None, None
-                return
-            self.failures_total += 1
-            self.last_error = error
-            self.failing_since = self.failing_since or now
-            tick = time.monotonic()
-            if self._warned_at is None or tick - self._warned_at >= WARN_EVERY_SECONDS:
-                self._warned_at = tick
-                log.warning(
-                    "heartbeat %s failed: %s (failing since %s; evaluation goes on, the "
-                    "heartbeat's check will alert when its pings stop)",
-                    shown(self.url),
-                    error,
-                    self.failing_since.isoformat(timespec="seconds"),
-                )
+            said = self._status.record(datetime.now(UTC), error)
+            since = self._status.failing_since
+        if said == "recovered":
+            log.warning("heartbeat %s answers again", shown(self.url))
+        elif said == "failed" and since is not None:
+            log.warning(
+                "heartbeat %s failed: %s (failing since %s; evaluation goes on, the "
+                "heartbeat's check will alert when its pings stop)",
+                shown(self.url),
+                error,
+                since.isoformat(timespec="seconds"),
+            )
 
     def as_json(self) -> dict[str, Any]:
-        """``/healthz``'s ``heartbeat``: the URL shown, last success, failing since, error."""
+        """``/healthz``'s ``heartbeat``: the URL shown, last success, failing since, error,
+        failed pings (``alerts.alertmanager.UrlStatus.as_json``)."""
         with self._lock:
-            return {
-                "url": shown(self.url),
-                "last_success_at": None
-                if self.last_success_at is None
-                else self.last_success_at.isoformat(timespec="seconds"),
-                "failing_since": None
-                if self.failing_since is None
-                else self.failing_since.isoformat(timespec="seconds"),
-                "last_error": self.last_error,
-                "failures_total": self.failures_total,
-            }
+            return self._status.as_json()

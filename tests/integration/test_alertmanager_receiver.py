@@ -27,6 +27,7 @@ from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.export.families import dead_mans_switch_families
+from outbox_monitor.service.heartbeat import Heartbeat
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.units import bounded_key
@@ -375,3 +376,45 @@ def test_a_test_alert_through_an_alertmanager_route_lands_in_each_and_names_a_fa
         ("sent", None),
         ("failed", f"{down}: connection refused"),
     ]
+
+
+def test_a_failing_heartbeat_is_logged_once_a_minute_counted_and_on_healthz(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    check = LocalServer(status=503)
+    caplog.set_level(logging.WARNING, logger="outbox_monitor.scheduler")
+    try:
+        heartbeat = Heartbeat(check.url + "/ping/secret-uuid")
+        status = SchedulerStatus()
+        status.heartbeat = heartbeat
+        for _ in range(2):
+            thread = heartbeat.ping()
+            assert thread is not None
+            thread.join()
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines == [
+            f"heartbeat {check.url} failed: HTTP 503 (failing since "
+            f"{heartbeat.as_json()['failing_since']}; evaluation goes on, the heartbeat's "
+            "check will alert when its pings stop)"
+        ]
+        assert all("secret-uuid" not in line for line in lines)
+        _, health = status.health()
+        assert f"heartbeat {check.url} failing since" in health["notice"]
+        families = {f.name: f for f in dead_mans_switch_families(status)}
+        [failed] = [
+            s
+            for s in families["outbox_monitor_heartbeat_failures"].samples
+            if s.name.endswith("_total")
+        ]
+        assert failed.value == 2
+        assert families["outbox_monitor_heartbeat_last_success_timestamp_seconds"].samples == []
+
+        check.status = 200
+        heartbeat.ping().join()
+        assert caplog.records[-1].getMessage() == f"heartbeat {check.url} answers again"
+        assert heartbeat.as_json()["failing_since"] is None
+        assert status.health()[1]["notice"] is None
+        families = {f.name: f for f in dead_mans_switch_families(status)}
+        assert len(families["outbox_monitor_heartbeat_last_success_timestamp_seconds"].samples) == 1
+    finally:
+        check.stop()
