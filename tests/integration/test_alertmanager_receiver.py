@@ -28,6 +28,7 @@ from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.export.families import dead_mans_switch_families
 from outbox_monitor.service.heartbeat import Heartbeat
+from outbox_monitor.service.scheduler import build_scheduler
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.units import bounded_key
@@ -39,6 +40,8 @@ from tests.alertmanager_support import (
     running_alertmanager,
 )
 from tests.conftest import Rows
+from tests.integration.test_fleet_alerts import _stuck_row_in_each as stuck_row_in_each
+from tests.integration.test_fleet_alerts import databases, fleet  # noqa: F401 (fixtures)
 
 LONG_A = "x" * 100_000 + "a"
 LONG_B = "x" * 100_000 + "b"
@@ -418,3 +421,58 @@ def test_a_failing_heartbeat_is_logged_once_a_minute_counted_and_on_healthz(
         assert len(families["outbox_monitor_heartbeat_last_success_timestamp_seconds"].samples) == 1
     finally:
         check.stop()
+
+
+FLEET_RULES = """
+version: 1
+defaults: {{interval: 0.5s, for: 0s, keep_firing_for: 0s}}
+routes:
+  am: {{type: alertmanager, alertmanager_urls: [{url}]}}
+rules:
+  - {{name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: am}}
+"""
+
+
+def test_a_fleet_posts_one_watchdog_and_one_alert_per_outbox_labelled_by_it(
+    fleet,  # noqa: F811 (test_fleet_alerts' fixture)
+    databases,  # noqa: F811
+    conn,
+    rows,
+    tmp_path: Path,
+) -> None:
+    with running_alertmanager(tmp_path / "am") as am:
+        ruleset = load_rules(rules_file(tmp_path, FLEET_RULES.format(url=am)), fleet)
+        stuck_row_in_each(conn, rows)
+        schedulers = [
+            build_scheduler(
+                databases[name], blocking=False, ruleset=ruleset, outbox=fleet.get(name)
+            )
+            for name in ("orders", "billing")
+        ]
+        for scheduler in schedulers:
+            scheduler.start()
+        try:
+
+            def held() -> list[tuple[str, str, str]]:
+                return sorted(
+                    (a["labels"]["alertname"], a["labels"]["outbox"], a["labels"]["team"])
+                    for a in active_alerts(am)
+                )
+
+            expected = [
+                ("Watchdog", "billing", "payments"),
+                ("Watchdog", "orders", "checkout"),
+                ("stuck-lock", "billing", "payments"),
+                ("stuck-lock", "orders", "checkout"),
+            ]
+            assert wait_for(lambda: held() == expected, LOADED_DEADLINE), held()
+            links = {
+                a["labels"]["outbox"]: a["generatorURL"]
+                for a in active_alerts(am)
+                if a["labels"]["alertname"] == "stuck-lock"
+            }
+            assert links["orders"].endswith("/actions?outbox=orders")
+            assert links["billing"].endswith("/actions?outbox=billing")
+        finally:
+            for scheduler in schedulers:
+                scheduler.shutdown(wait=True)
