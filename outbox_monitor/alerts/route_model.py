@@ -42,6 +42,8 @@ ALERTMANAGER = "alertmanager"
 SLACK_ONLY = ("channel", "webhook_url_env", "mention", "repeat_interval", "send_resolved")
 """A Slack route's fields, refused on an ``alertmanager`` route (Alertmanager repeats,
 resolves and mentions by its own configuration)."""
+_AM_URL_FIELDS = ("alertmanager_urls", "alertmanager_urls_env")
+_IS_ALERTMANAGER = {"required": ["type"], "properties": {"type": {"const": ALERTMANAGER}}}
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
@@ -81,7 +83,8 @@ class Route(BaseModel):
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
-        # not both transports (``_check_webhook_url_env``)
+        # not both transports (``_check_webhook_url_env``); an alertmanager route's fields
+        # (``_check_receiver``)
         json_schema_extra={
             "not": {
                 "required": ["channel", "webhook_url_env"],
@@ -89,7 +92,23 @@ class Route(BaseModel):
                     "channel": {"type": "string"},
                     "webhook_url_env": {"type": "string"},
                 },
-            }
+            },
+            "allOf": [
+                {
+                    "if": _IS_ALERTMANAGER,
+                    "then": {
+                        "not": {"anyOf": [{"required": [name]} for name in SLACK_ONLY]},
+                        "anyOf": [
+                            {"required": [one], "not": {"required": [other]}}
+                            for one, other in (_AM_URL_FIELDS, _AM_URL_FIELDS[::-1])
+                        ],
+                    },
+                },
+                {
+                    "if": {"not": _IS_ALERTMANAGER},
+                    "then": {"not": {"anyOf": [{"required": [f]} for f in _AM_URL_FIELDS]}},
+                },
+            ],
         },
     )
 
@@ -228,7 +247,7 @@ class Route(BaseModel):
     def _check_receiver(self) -> "Route":
         """An ``alertmanager`` route has its URLs (one way) and no Slack field; a Slack
         route no Alertmanager field."""
-        url_fields = [f for f in ("alertmanager_urls", "alertmanager_urls_env") if getattr(self, f)]
+        url_fields = [f for f in _AM_URL_FIELDS if getattr(self, f)]
         if self.type == ALERTMANAGER:
             given = [f for f in SLACK_ONLY if f in self.model_fields_set]
             if given:

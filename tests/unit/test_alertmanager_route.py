@@ -19,6 +19,7 @@ from outbox_monitor.alerts.message_key import alert_key
 from outbox_monitor.cli import main
 from outbox_monitor.errors import ConfigError
 from tests.alerting import rules_file
+from tests.unit.test_reference import refused
 from tests.unit.test_rules import only_problem, variant
 
 AM = {"type": "alertmanager", "alertmanager_urls": ["http://am-1:9093", "http://am-2:9093/"]}
@@ -212,3 +213,13 @@ def test_validate_names_the_alertmanagers_without_credentials(tmp_path, monkeypa
         "route(s): oncall ($SLACK_WEBHOOK_URL), payments (#payments-alerts), "
         "am (alertmanager http://am-1:9093), am-env (alertmanager $AM_URLS);"
     ) in result.output
+
+
+@pytest.mark.parametrize(("route", "expected"), MALFORMED)
+def test_the_schema_refuses_each_malformed_alertmanager_route(route, expected):
+    assert refused("alerts", variant(with_am(route))), f"the loader says {expected!r}"
+
+
+def test_the_schema_takes_the_valid_routes():
+    for route in (AM, {"type": "alertmanager", "alertmanager_urls_env": "AM_URLS"}, {}):
+        assert refused("alerts", variant(with_am(route))) == []
