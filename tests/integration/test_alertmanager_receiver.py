@@ -476,3 +476,26 @@ def test_a_fleet_posts_one_watchdog_and_one_alert_per_outbox_labelled_by_it(
         finally:
             for scheduler in schedulers:
                 scheduler.shutdown(wait=True)
+
+
+def test_the_watchdog_ends_in_alertmanager_4_intervals_after_the_monitor_dies(
+    tmp_path: Path, db: Database, write_rules
+) -> None:
+    with running_alertmanager(tmp_path / "am") as am:
+        ruleset = write_rules(rules([am], interval="0.5s"))
+
+        def watchdogs() -> list[dict]:
+            return [a for a in active_alerts(am) if a["labels"]["alertname"] == "Watchdog"]
+
+        with running_scheduler(db, ruleset=ruleset):
+            [alive] = wait_for(watchdogs, LOADED_DEADLINE)
+            moved = wait_for(
+                lambda: [w for w in watchdogs() if w["endsAt"] > alive["endsAt"]], LOADED_DEADLINE
+            )
+            assert moved and moved[0]["startsAt"] == alive["startsAt"]  # one alert, kept alive
+        died = time.monotonic()  # the scheduler is shut down: no more posts
+        last_ends = datetime.fromisoformat(watchdogs()[0]["endsAt"])
+        assert wait_for(lambda: not watchdogs(), LOADED_DEADLINE), "the Watchdog never ended"
+        gone = time.monotonic() - died
+        assert last_ends <= datetime.now(last_ends.tzinfo)
+        print(f"\nmonitor dies -> Watchdog gone from Alertmanager: {gone:.2f} s (4 × 0.5 s)")
