@@ -19,7 +19,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test test-fast lint docs docs-images install lock reference browser podman promtool oidc-provider n8n clean
+.PHONY: demo test test-fast lint docs docs-images install lock reference browser podman promtool alertmanager oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -73,6 +73,24 @@ promtool:
 	  echo "unpacking Debian's promtool for the Prometheus rules tests"; \
 	  apt-get update -qq && mkdir -p $(PROMTOOL_DIR) && cd $(PROMTOOL_DIR) && \
 	  apt-get download -qq prometheus && dpkg-deb -x prometheus_*.deb . && rm prometheus_*.deb; }
+
+# Alertmanager for tests/integration/test_alertmanager_receiver.py (the alertmanager receiver
+# and the Watchdog posted to a real one): Debian's prometheus-alertmanager unpacked, never
+# installed (no service starts, nothing listens on 9093/9094), into
+# ~/.cache/outbox-monitor/alertmanager-deb; the tests run its binary on a loopback port.
+# Debian's build reads its notification templates from a fixed path, so the two template
+# files (text only) are copied to /usr/share/prometheus/alertmanager (root on these machines,
+# as `make browser` installs chromium). Nothing when both are there.
+ALERTMANAGER_DIR := $(HOME)/.cache/outbox-monitor/alertmanager-deb
+ALERTMANAGER_TEMPLATES := /usr/share/prometheus/alertmanager
+alertmanager:
+	@test -x $(ALERTMANAGER_DIR)/usr/bin/prometheus-alertmanager || { \
+	  echo "unpacking Debian's Alertmanager for the alertmanager receiver tests"; \
+	  apt-get update -qq && mkdir -p $(ALERTMANAGER_DIR) && cd $(ALERTMANAGER_DIR) && \
+	  apt-get download -qq prometheus-alertmanager && \
+	  dpkg-deb -x prometheus-alertmanager_*.deb . && rm prometheus-alertmanager_*.deb; }
+	@test -f $(ALERTMANAGER_TEMPLATES)/default.tmpl || { mkdir -p $(ALERTMANAGER_TEMPLATES) && \
+	  cp $(ALERTMANAGER_DIR)$(ALERTMANAGER_TEMPLATES)/*.tmpl $(ALERTMANAGER_TEMPLATES)/; }
 
 # Debian's podman for the image and compose tests (tests/deploy/test_image.py,
 # test_compose_up.py; no Docker engine runs here): runc (crun fails on these machines),
@@ -134,11 +152,11 @@ n8n:
 # once in tests/browser_support.py for a 2-core machine at load average ≈ 20;
 # OUTBOX_MONITOR_TEST_SLOWDOWN=2 make test doubles them on a slower one.
 TEST_WORKERS ?= 3
-test: install browser podman promtool oidc-provider lint
+test: install browser podman promtool alertmanager oidc-provider lint
 	@mkdir -p test-artifacts
 	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
 	OUTBOX_MONITOR_REQUIRE_N8N=1 OUTBOX_MONITOR_REQUIRE_PODMAN=1 \
-	OUTBOX_MONITOR_REQUIRE_PROMTOOL=1 $(BIN)/pytest \
+	OUTBOX_MONITOR_REQUIRE_PROMTOOL=1 OUTBOX_MONITOR_REQUIRE_ALERTMANAGER=1 $(BIN)/pytest \
 	  -n $(TEST_WORKERS) --no-loadscope-reorder; status=$$?; \
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \

@@ -12,6 +12,7 @@ from outbox_monitor.ui import (
     alert_routes,
     alert_rules,
     alert_silences,
+    alertmanager_status,
     banners,
     format,
     loaders,
@@ -47,6 +48,7 @@ def live_state() -> None:
         alert_rules.show_stall(alert_loaders.evaluator_lease(ctx.db), ruleset)
         alert_rules.show_writes_failing(alert_loaders.writes_failing(ctx.db))
         alert_receivers.show_failing(ctx.db, ruleset)
+        alertmanager_status.show_unreachable(alert_loaders.alertmanager_down(ctx.db))
         instances = alert_loaders.alert_instances(ctx.db)
         now = loaders.database_now(ctx.db)
         counts = alert_rules.state_counts(instances)

@@ -28,6 +28,9 @@ Each episode also has an id, the one of the transition that started it (kept in
 ``alert_instances.episode_id`` while it lasts, carried in every notification's payload as
 ``episode``): the Slack message's key is made of it (``message_key``).
 
+A route of ``type: alertmanager`` queues no notification: its alerts are posted from the
+instances' state by ``alerts.alertmanager``.
+
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
 a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
 notification was silenced (nobody was told it fired).
@@ -66,6 +69,7 @@ from outbox_monitor.alerts.outbox_scope import (
     with_scope,
 )
 from outbox_monitor.alerts.removed_rules import retire_removed_rules
+from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.alerts.state_machine import (
     ERROR_KIND,
@@ -203,16 +207,26 @@ class Evaluator:
         self, rule: Rule, instance: str, observation: Observation, context: EvaluationPass
     ) -> InstanceReport:
         params = self._timing(rule)
-        route_names = routes_for(self.ruleset, rule.route, observation.labels)
-        route = self.ruleset.routes.get(route_names[0])  # its repeat_interval times repeats
+        # an alertmanager route's alerts are posted from the state (``alerts.alertmanager``):
+        # only the other routes queue notifications
+        route_names = [
+            name
+            for name in routes_for(self.ruleset, rule.route, observation.labels)
+            if getattr(self.ruleset.routes.get(name), "type", None) != ALERTMANAGER
+        ]
+        queues = bool(route_names)
+        # the first one's repeat_interval times repeats
+        route = self.ruleset.routes.get(route_names[0]) if queues else None
         stored = scoped_instance(self.db.alert_outbox, instance)
         key = {"outbox": self.db.alert_outbox, "rule": rule.name, "instance": stored}
         # A look without the lock: fetch the offenders before the transaction when a firing
         # or repeat message may be queued (the locked step below is the one that counts).
         peek = self.db.fetch_one("alert_instance_lock", key)
         before = InstanceState() if peek is None else InstanceState.from_row(peek)
-        if observation.error is None and _may_notify_firing(
-            before, observation.breached, context.now, params, route
+        if (
+            queues
+            and observation.error is None
+            and _may_notify_firing(before, observation.breached, context.now, params, route)
         ):
             cached_offenders(
                 self.figures_db,
@@ -252,7 +266,7 @@ class Evaluator:
                 ).fetchone()
                 if step.kind in (FIRING_KIND, ERROR_KIND) and step.seq != current.firing_seq:
                     episode = transition["id"]  # this transition starts the episode
-                if step.kind is None:
+                if step.kind is None or not queues:
                     continue
                 told = current.last_notified_at is not None
                 suppressed = {
@@ -281,7 +295,8 @@ class Evaluator:
                     if not silenced and step.kind != RESOLVED_KIND:
                         new = replace(new, last_notified_at=context.now)
             if (
-                new.state == FIRING
+                queues
+                and new.state == FIRING
                 and not steps
                 and observation.breached
                 and not silenced

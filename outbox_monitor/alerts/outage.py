@@ -339,7 +339,7 @@ class DatabaseHealth:
             if now - outage.started_monotonic < self.alert_after:
                 return
             due = []
-            for name in self.ruleset.routes:
+            for name in self.ruleset.message_routes:
                 post = outage.posts.setdefault(name, DirectPost())
                 if post.posted_at is None and now >= post.next_at:
                     due.append((name, post))

@@ -1,13 +1,14 @@
 """The scheduler's own alerts (database-unreachable, alerting-stalled, replica-lag,
-writes-failing), a rule's evaluation error and Prometheus' sampler-stalled, described once:
-what each means, where to look first, its likely causes, the fix, when it is over — and, for
-those that page, their ``runbook`` steps (as a rule's ``runbook:``: static text, at most
-``rule_values.MAX_RUNBOOK_LENGTH`` characters, numbered steps).
+writes-failing, receiver-failing, alertmanager-unreachable), a rule's evaluation error and
+Prometheus' sampler-stalled, described once: what each means, where to look first, its likely
+causes, the fix, when it is over — and, for those that page, their ``runbook`` steps (as a
+rule's ``runbook:``: static text, at most ``rule_values.MAX_RUNBOOK_LENGTH`` characters,
+numbered steps).
 
 The steps go into each alert's payload (its ``runbook``: ``outage.direct_row``, which
-``write_health`` shares, ``stall``, ``replica_lag``), so their Slack message shows them as a
-rule's runbook is shown (``notification_text.runbook_section``: escaped for mrkdwn,
-clipped); the docs' "When the
+``write_health`` shares, ``stall``, ``replica_lag``, ``receiver_health``,
+``alertmanager_health``), so their Slack message shows them as a rule's runbook is shown
+(``notification_text.runbook_section``: escaped for mrkdwn, clipped); the docs' "When the
 scheduler pages" page is generated from this module (``cli.when_paged.scheduler_page``,
 ``make reference``).
 """
@@ -170,6 +171,68 @@ route that got the alert.""",
    OUTBOX_MONITOR_PRIMARY_DSN at the writable primary after a failover.
 4. The scheduler needs no restart: its jobs write again once the database takes them.
 5. Over when the writes succeed again: one resolve per route.
+""",
+    ),
+    OwnAlert(
+        name="receiver-failing",
+        means="""A receiver of `alerts.yml` (a Slack route, PagerDuty, a signed webhook) keeps
+failing: its oldest undelivered message was tried 3 times without being taken (down, 429, 5xx,
+no answer, an error body), or its newest message was refused for good (a 400, a revoked
+webhook). Its alerts wait, in order (or were refused). Sent by the leader's sender through
+every *other* receiver that is not failing, one per route; with no other receiver, only the
+Alerts page, the log and `/metrics` say it.""",
+        first_look="""**Alerts**: the red banner naming the route, its type, since when, the
+messages waiting and the last error; `outbox_monitor_receiver_failing{route,type} 1` and
+`outbox_monitor_receiver_undelivered` on `/metrics`; the scheduler's ERROR line.""",
+        causes="""The receiver's service is down or rate limits; a revoked or rotated secret
+(a routing key, a webhook URL, the HMAC secret, the Slack token); a proxy or firewall between
+the scheduler and the receiver.""",
+        fix="""On the receiver's side, or the variable the route names (then restart the
+scheduler). `outbox-monitor alerts test --route <name>` sends one message and prints the
+receiver's answer. Nothing needs replaying: the waiting messages are delivered in order once it
+takes them (a message refused for good is not sent again).""",
+        over="""A message of the route is delivered: the resolve through the other
+receivers, the banner gone.""",
+        runbook="""\
+1. Read the alert's last error: refused or timed out (the receiver or the network), 401/403
+   (a revoked or rotated secret), 429 (rate limited: it waits and retries), 400 (refused for
+   good).
+2. Run `outbox-monitor alerts test --route <name>` from the scheduler's host: it prints the
+   receiver's answer.
+3. A secret: export the new value in the variable the route names and restart the scheduler.
+4. Nothing needs replaying: the waiting messages go out in order once the receiver takes them.
+5. Over when the resolve arrives and the Alerts page's banner is gone.
+""",
+    ),
+    OwnAlert(
+        name="alertmanager-unreachable",
+        means="""An Alertmanager of a `type: alertmanager` route has refused every post of the
+leading scheduler for 3 evaluation intervals (down, an HTTP error, no answer within 5 s). The
+alerts it already holds end there 4 intervals after the last post that worked, and Alertmanager
+sends their resolves: its receivers are told the alerts ended when they did not. One message
+per other route per episode (instance `url=<the URL>`); with Alertmanager as the only receiver,
+only the Alerts page, the log and `/metrics` say it.""",
+        first_look="""**Alerts**: the red line naming the URL, the error and since when; the
+scheduler's WARNING lines (`alertmanager <url>: posting … failed: …`);
+`outbox_monitor_alertmanager_post_failures_total{url}` rising and
+`outbox_monitor_alertmanager_last_success_timestamp_seconds{url}` stopped; `/healthz` ("ok:
+alertmanager <url> failing since …").""",
+        causes="""Alertmanager restarting or down; a wrong URL or port in `alertmanager_urls`
+(or its variable); a route prefix (`--web.route-prefix`) missing from the URL (HTTP 404); a
+proxy in front refusing the credentials (401/403); the network between the two.""",
+        fix="""On the Alertmanager side, or the URL in `alerts.yml` (then restart the
+scheduler). `outbox-monitor alerts test --route <name>` posts a test alert to each URL of the
+route and names the one that refuses it. Nothing needs replaying: the next post after it
+recovers carries every firing alert again.""",
+        over="""A post to it works again: one resolve per route, the red line gone.""",
+        runbook="""\
+1. Read the error: refused or timed out (Alertmanager down or restarting), 404 (a
+   --web.route-prefix missing from the URL), 401/403 (a proxy refusing the credentials).
+2. Run `outbox-monitor alerts test --route <name>`: it posts a test alert to each URL of the
+   route and names the one that refuses it.
+3. Fix Alertmanager, or the URL in alerts.yml (or its variable) and restart the scheduler.
+4. Nothing needs replaying: the next post that works carries every firing alert again.
+5. Over when the resolve arrives and the Alerts page's red line is gone.
 """,
     ),
     OwnAlert(

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.own_alerts import (
     insert_all,
@@ -166,6 +167,7 @@ def _alert(receiver: ReceiverHealth, target: str, now: datetime) -> dict[str, An
         "labels": {"rule": RULE_NAME, "severity": "critical", "route": receiver.route},
         "offenders": [],
         "runbook_url": None,
+        "runbook": own_runbooks.steps(RULE_NAME),
         "dashboard_path": "/alerts",
         "kind": "error",
         "episode": receiver.episode,

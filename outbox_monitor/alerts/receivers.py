@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from outbox_monitor.alerts.pagerduty import DEFAULT_EVENTS_URL, PagerDutyTransport
+from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.signed_webhook import SignedWebhookTransport
 from outbox_monitor.alerts.slack import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -121,7 +122,8 @@ def transports_for(
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     quick_retry_seconds: float = QUICK_RETRY_SECONDS,
 ) -> dict[str, Receiver]:
-    """Build one transport per route of a rule set.
+    """Build one transport per route of a rule set that takes queued notifications (every
+    route but ``type: alertmanager``).
 
     Args:
         ruleset: a ``rules.RuleSet`` (its ``routes: dict[str, Route]``).
@@ -141,6 +143,8 @@ def transports_for(
     transports: dict[str, Receiver] = {}
     problems: list[TransportConfigError] = []
     for name, route in ruleset.routes.items():
+        if route.type == ALERTMANAGER:
+            continue  # posted from the alerts' state by alerts.alertmanager, never queued
         try:
             transports[name] = transport_for_route(
                 name, route, environment, timeout=timeout, quick_retry_seconds=quick_retry_seconds

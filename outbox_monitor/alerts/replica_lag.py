@@ -207,7 +207,7 @@ class ReplicaLagWatch:
                 payload=payload,
                 now=now,
             )
-            for route in self.ruleset.routes
+            for route in self.ruleset.message_routes
         ]
         with self.primary.transaction() as conn:
             self._fenced(conn)

@@ -10,10 +10,12 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts.alertmanager import AlertmanagerTestTransport, route_urls
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.message import dashboard_base_url, render_test, test_row
 from outbox_monitor.alerts.message_delivery import error_text
-from outbox_monitor.alerts.receivers import Receiver, transport_for_route
+from outbox_monitor.alerts.receivers import DEFAULT_TIMEOUT_SECONDS, Receiver, transport_for_route
+from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.alerts.slack_outcomes import DeliveryError
 from outbox_monitor.errors import OutboxMonitorError
@@ -60,8 +62,12 @@ def send_test(
         ``notification_id`` (the row written) or, when the row could not be written,
         ``record_error`` (why; the message was posted or refused all the same).
 
+    A ``type: alertmanager`` route posts a test alert to each of its Alertmanagers instead
+    (``alertmanager.AlertmanagerTestTransport``).
+
     Raises:
-        TransportConfigError: the route is unknown or its Slack variable is missing.
+        TransportConfigError: the route is unknown or its Slack variable (an alertmanager
+            route's ``alertmanager_urls_env``) is missing.
     """
     environment = os.environ if env is None else env
     names = list(ruleset.routes) if route_name is None else [route_name]
@@ -74,7 +80,7 @@ def send_test(
         transport = (
             transports[name]
             if transports is not None and name in transports
-            else transport_for_route(name, route, environment, timeout=db.settings.slack_timeout)
+            else test_transport(name, route, environment, timeout=db.settings.slack_timeout)
         )
         row = test_row(name)
         message = render_test(
@@ -113,6 +119,22 @@ def send_test(
             _record_test(db, name, {**row["payload"], "requested_by": requested_by}, results[name])
         )
     return results
+
+
+def test_transport(
+    name: str, route: Any, env: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> Any:
+    """What a test message of route ``name`` goes through: its Slack transport
+    (``receivers.transport_for_route``) or, for a ``type: alertmanager`` route, its Alertmanagers
+    (``alertmanager.AlertmanagerTestTransport``).
+
+    Raises:
+        TransportConfigError: as ``transport_for_route``; ``TransportNotConfigured`` when an
+            alertmanager route's ``alertmanager_urls_env`` is not set.
+    """
+    if route.type == ALERTMANAGER:
+        return AlertmanagerTestTransport(name, route_urls(name, route, env))
+    return transport_for_route(name, route, env, timeout=timeout)
 
 
 def _record_test(

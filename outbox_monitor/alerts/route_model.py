@@ -1,8 +1,9 @@
 """alerts.yml's ``routes``: where notifications go — a receiver of a ``type``: ``slack`` (a
 channel through the bot token, or an incoming webhook named by its environment variable),
-``pagerduty`` (Events API v2) or ``webhook`` (a signed JSON POST) —, validated with the field
-named; a route's ``routes`` send the notifications whose labels match elsewhere
-(Alertmanager's child routes: the first match wins unless it says ``continue``,
+``pagerduty`` (Events API v2), ``webhook`` (a signed JSON POST) or ``alertmanager`` (one or
+more Prometheus Alertmanagers, ``alerts.alertmanager``) —, validated with the field named; a
+route's ``routes`` send the notifications whose labels match elsewhere (Alertmanager's child
+routes: the first match wins unless it says ``continue``,
 ``alerts.outbox_scope.routes_for``)."""
 
 import re
@@ -16,6 +17,7 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from outbox_monitor.alerts.rule_values import (
@@ -31,16 +33,23 @@ from outbox_monitor.alerts.rule_values import (
 
 DEFAULT_WEBHOOK_ENV = "SLACK_WEBHOOK_URL"
 """The webhook variable of a route that names neither a channel nor ``webhook_url_env``."""
-ReceiverType = Literal["slack", "pagerduty", "webhook"]
+ReceiverType = Literal["slack", "pagerduty", "webhook", "alertmanager"]
 RECEIVER_TYPES: tuple[str, ...] = get_args(ReceiverType)
 """The receivers a route may be (``type``); ``slack`` when a route names none."""
 SLACK_FIELDS = ("channel", "webhook_url_env", "mention")
 """The fields only a ``slack`` route takes."""
+ALERTMANAGER = "alertmanager"
+NOTIFYING_FIELDS = ("repeat_interval", "send_resolved")
+"""Fields of the receivers this process notifies through the notification outbox, refused on
+an ``alertmanager`` route (Alertmanager repeats and resolves by its own configuration)."""
+_AM_URL_FIELDS = ("alertmanager_urls", "alertmanager_urls_env")
 DEFAULT_REPEAT_INTERVAL_SECONDS = 4 * 3600.0
 MAX_MENTION_LENGTH = 200
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CHANNEL = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+_HTTP_URL = re.compile(r"^https?://[^\s/?#]+(?:/[^\s?#]*)?$")
+"""An Alertmanager's base URL: http(s), a host, an optional path prefix; no query."""
 
 
 def _of_type(receiver: str) -> dict[str, Any]:
@@ -89,15 +98,15 @@ class RouteBranch(BaseModel):
 class Route(BaseModel):
     """One receiver of notifications, of a ``type``: ``slack`` (through exactly one
     transport: a ``channel`` with the bot token, or an incoming webhook,
-    ``webhook_url_env``), ``pagerduty`` (``routing_key_env``) or ``webhook`` (``url_env``,
-    ``secret_env``)."""
+    ``webhook_url_env``), ``pagerduty`` (``routing_key_env``), ``webhook`` (``url_env``,
+    ``secret_env``) or ``alertmanager`` (``alertmanager_urls`` or ``alertmanager_urls_env``)."""
 
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         use_attribute_docstrings=True,
         # not both transports (``_check_webhook_url_env``); each type's fields (``_only_for``,
-        # ``_receiver_env``)
+        # ``_receiver_env``, ``_check_alertmanager``)
         json_schema_extra={
             "not": {
                 "required": ["channel", "webhook_url_env"],
@@ -109,23 +118,44 @@ class Route(BaseModel):
             "allOf": [
                 {
                     "if": _of_type("pagerduty"),
-                    "then": _fields(["routing_key_env"], ["secret_env", *SLACK_FIELDS]),
+                    "then": _fields(
+                        ["routing_key_env"], ["secret_env", *SLACK_FIELDS, *_AM_URL_FIELDS]
+                    ),
                 },
                 {
                     "if": _of_type("webhook"),
-                    "then": _fields(["url_env", "secret_env"], ["routing_key_env", *SLACK_FIELDS]),
+                    "then": _fields(
+                        ["url_env", "secret_env"],
+                        ["routing_key_env", *SLACK_FIELDS, *_AM_URL_FIELDS],
+                    ),
                 },
                 {
                     "if": {"anyOf": [{"not": {"required": ["type"]}}, _of_type("slack")]},
-                    "then": _fields([], ["routing_key_env", "url_env", "secret_env"]),
+                    "then": _fields(
+                        [], ["routing_key_env", "url_env", "secret_env", *_AM_URL_FIELDS]
+                    ),
+                },
+                {
+                    "if": _of_type(ALERTMANAGER),
+                    "then": {
+                        **_fields([], ["routing_key_env", "url_env", "secret_env", *SLACK_FIELDS]),
+                        "not": {"anyOf": [{"required": [f]} for f in NOTIFYING_FIELDS]},
+                        "anyOf": [
+                            {"required": [one], "not": {"required": [other]}}
+                            for one, other in (_AM_URL_FIELDS, _AM_URL_FIELDS[::-1])
+                        ],
+                    },
                 },
             ],
         },
     )
 
     type: Annotated[ReceiverType, WithJsonSchema({"enum": list(RECEIVER_TYPES)})] = "slack"
-    """The receiver: ``slack`` (the default), ``pagerduty`` (Events API v2) or ``webhook``
-    (a JSON body signed with HMAC-SHA256)."""
+    """The receiver: ``slack`` (the default), ``pagerduty`` (Events API v2), ``webhook`` (a
+    JSON body signed with HMAC-SHA256) or ``alertmanager``: every firing instance routed here
+    is posted to each Alertmanager (``POST /api/v2/alerts``) every evaluation interval, its
+    resolve too, and the ``Watchdog`` alert always; Alertmanager groups, inhibits, repeats
+    and notifies."""
     channel: Annotated[str | None, or_null({"type": "string", "pattern": _CHANNEL.pattern})] = None
     """A Slack channel (``#alerts`` or a channel id), posted to with the bot token
     ``SLACK_BOT_TOKEN``; not with ``webhook_url_env``."""
@@ -162,6 +192,25 @@ class Route(BaseModel):
     )
     """``webhook`` only, required: the name of the environment variable holding the
     HMAC-SHA256 secret every request is signed with."""
+    alertmanager_urls: Annotated[
+        tuple[str, ...] | None,
+        or_null(
+            {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "pattern": _HTTP_URL.pattern},
+            }
+        ),
+    ] = None
+    """``alertmanager``: the base URLs of the Alertmanagers (``http://alertmanager:9093``,
+    with a ``--web.route-prefix`` path if any); each HA peer gets every alert. Not with
+    ``alertmanager_urls_env``."""
+    alertmanager_urls_env: Annotated[
+        str | None, or_null({"type": "string", "pattern": _ENV_NAME.pattern})
+    ] = None
+    """``alertmanager``: the name of an environment variable holding the base URLs,
+    separated by commas (for URLs that differ per deployment or carry credentials). Not with
+    ``alertmanager_urls``."""
     routes: tuple[RouteBranch, ...] = ()
     """Branches by label, tried in order: the first whose ``matchers`` the notification's
     labels satisfy sends it to its ``route`` instead (and the next ones too while the
@@ -250,13 +299,64 @@ class Route(BaseModel):
             "secret_env", value, info, required_by="webhook", holds="HMAC-SHA256 secret"
         )
 
+    @field_validator("alertmanager_urls", mode="before")
+    @classmethod
+    def _check_alertmanager_urls(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value:
+            raise fail(
+                "alertmanager_urls",
+                f"expected a list of Alertmanager URLs (e.g. [http://alertmanager:9093]), "
+                f"got {quoted(value)}",
+            )
+        for url in value:
+            if not isinstance(url, str) or not _HTTP_URL.match(url):
+                raise fail(
+                    "alertmanager_urls",
+                    f"expected an http:// or https:// URL without a query, got {quoted(url)}",
+                )
+        return tuple(value)
+
+    @field_validator("alertmanager_urls_env", mode="before")
+    @classmethod
+    def _check_alertmanager_urls_env(cls, value: Any) -> Any:
+        return None if value is None else _env_name("alertmanager_urls_env", value, "the URLs")
+
+    @model_validator(mode="after")
+    def _check_alertmanager(self) -> "Route":
+        """An ``alertmanager`` route has its URLs (one way) and neither ``repeat_interval``
+        nor ``send_resolved``; another route no Alertmanager field."""
+        url_fields = [f for f in _AM_URL_FIELDS if getattr(self, f)]
+        if self.type == ALERTMANAGER:
+            given = [f for f in NOTIFYING_FIELDS if f in self.model_fields_set]
+            if given:
+                raise fail(
+                    "receiver_field",
+                    f"a type: alertmanager route takes no {given[0]} (Alertmanager's own "
+                    "configuration repeats, resolves and notifies)",
+                )
+            if len(url_fields) != 1:
+                raise fail(
+                    "alertmanager_urls",
+                    "a type: alertmanager route needs exactly one of alertmanager_urls (a list "
+                    "of URLs) or alertmanager_urls_env (a variable holding them)",
+                )
+        elif url_fields:
+            raise fail(
+                "receiver_field",
+                f"only an alertmanager route takes {url_fields[0]} (this route's type is "
+                f"{self.type})",
+            )
+        return self
+
     @property
     def transport(self) -> str:
         """``"bot"`` (a Slack channel), ``"webhook"`` (a Slack incoming webhook),
-        ``"pagerduty"`` or ``"signed-webhook"``."""
+        ``"pagerduty"``, ``"signed-webhook"`` or ``"alertmanager"``."""
         if self.type == "slack":
             return "bot" if self.channel else "webhook"
-        return "pagerduty" if self.type == "pagerduty" else "signed-webhook"
+        return {"webhook": "signed-webhook"}.get(self.type, self.type)
 
 
 def _only_for(receiver: str, field: str, value: Any, info: ValidationInfo) -> None:

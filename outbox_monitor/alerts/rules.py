@@ -33,7 +33,7 @@ from pydantic import (
     field_validator,
 )
 
-from outbox_monitor.alerts.route_model import Route
+from outbox_monitor.alerts.route_model import ALERTMANAGER, Route
 from outbox_monitor.alerts.rule_values import (
     DURATION_SCHEMA,
     OUTBOX_SELECTOR_SCHEMA,
@@ -549,6 +549,12 @@ class RuleSet(_Model):
     def path(self) -> str:
         """The file this rule set was loaded from."""
         return self._path
+
+    @property
+    def message_routes(self) -> list[str]:
+        """The routes that take messages (every route but ``type: alertmanager``, whose
+        alerts are posted from the state): the scheduler's own alerts go to these."""
+        return [name for name, route in self.routes.items() if route.type != ALERTMANAGER]
 
     def rule(self, name: str) -> Rule:
         """The rule called ``name``; raises ``KeyError`` when there is none."""

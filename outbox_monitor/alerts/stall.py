@@ -307,7 +307,9 @@ class StallWatch:
         if self._queued == episode:
             return
         with self.db.transaction() as conn:
-            rows = [self._row(lease, episode, route, "error") for route in self.ruleset.routes]
+            rows = [
+                self._row(lease, episode, route, "error") for route in self.ruleset.message_routes
+            ]
             queued = insert_all(self.db, conn, rows)
             if queued:
                 self._transition(conn, "inactive", "error", age, lease.explain())

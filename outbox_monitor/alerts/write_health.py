@@ -289,7 +289,7 @@ class WriteHealth:
                 )
 
     def _post_alerts(self, episode: WriteEpisode) -> None:
-        self._post_due(episode, episode.alerts, list(self.ruleset.routes), "error")
+        self._post_due(episode, episode.alerts, self.ruleset.message_routes, "error")
         if episode.alerted and not episode.marked and self.mark is not None:
             self.mark(True)
             episode.marked = True

@@ -150,15 +150,25 @@ def validate(rules_path: str | None) -> None:
     """Check the rules file; print every problem (exit 2) or a one-line summary (exit 0).
     With a fleet file (OUTBOX_MONITOR_OUTBOXES), the outboxes rules name must be in it."""
     ruleset = _load(rules_path, with_fleet=True)
-    routes = ", ".join(
-        f"{name} ({route.channel or '$' + str(route.webhook_url_env)})"
-        for name, route in ruleset.routes.items()
-    )
+    routes = ", ".join(f"{name} ({_destination(route)})" for name, route in ruleset.routes.items())
     echo(
         f"{ruleset.path}: valid — {len(ruleset.rules)} rule(s), {len(ruleset.routes)} "
         f"route(s){': ' + routes if routes else ''}; evaluated every "
         f"{format_duration(ruleset.defaults.interval)}"
     )
+
+
+def _destination(route: Any) -> str:
+    """A route in ``validate``'s line: its channel, ``$VARIABLE`` of its webhook, or
+    ``alertmanager <URLs or $VARIABLE>`` (URLs without credentials)."""
+    from outbox_monitor.alerts.alertmanager import shown_url
+    from outbox_monitor.alerts.route_model import ALERTMANAGER
+
+    if route.type == ALERTMANAGER:
+        urls = route.alertmanager_urls
+        shown = ", ".join(map(shown_url, urls)) if urls else f"${route.alertmanager_urls_env}"
+        return f"alertmanager {shown}"
+    return route.channel or f"${route.webhook_url_env}"
 
 
 @alerts.command("test")

@@ -57,7 +57,8 @@ SCHEDULER_NOTE = (
 )
 SCHEDULER_INTRO = """\
 The alerts the scheduler raises about itself — it cannot reach the database, alert evaluation
-stalled, its replica lags, its writes fail — a rule's evaluation error, and the one alert only
+stalled, its replica lags, its writes fail, a receiver keeps failing, an Alertmanager refuses
+its alerts — a rule's evaluation error, and the one alert only
 the Prometheus rules have (`sampler-stalled`). They are no rules of `alerts.yml`: their runbook
 steps are the product's own, and their Slack messages show them as a rule's `runbook:` steps
 are shown. Each drill says what the alert means, where to look first, the likely causes, the

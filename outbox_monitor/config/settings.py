@@ -245,6 +245,11 @@ class Settings(BaseSettings):
     """The Slack client's timeout of each request (at least ``1s``)."""
     dashboard_url: str = DEFAULT_DASHBOARD_URL
     """The base of the links in Slack messages (an http(s) URL)."""
+    heartbeat_url: str | None = None
+    """A dead-man's switch outside the monitor (a Healthchecks-style ping URL): the leading
+    scheduler GETs it after each successful evaluation pass, never after a failed one, so
+    the check alerts when the pings stop. A failed ping is logged and on ``/healthz``;
+    evaluation never waits for it. With a fleet file, each outbox's evaluation pings."""
     auto_reap: bool = False
     """The leading scheduler reaps stuck locks every lock timeout / 3, at most a budget per
     run (the next two settings), the oldest locks first; the rest wait for its next run."""
@@ -331,6 +336,19 @@ class Settings(BaseSettings):
                 f"expected the dashboard's http(s) URL, e.g. https://monitor.example.com, "
                 f"got {value!r} (the buttons of Slack messages link to it)"
             )
+        return url
+
+    @field_validator("heartbeat_url")
+    @classmethod
+    def _check_heartbeat_url(cls, value: str | None) -> str | None:
+        """An http(s) URL (``service.heartbeat``); empty: none. Its value is never echoed:
+        the path of a ping URL is its check's secret."""
+        url = (value or "").strip()
+        if not url:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("expected an http(s) URL, e.g. https://hc-ping.com/<uuid>")
         return url
 
     @field_validator("metrics_cache")

@@ -183,3 +183,41 @@ def process_families(status: SchedulerStatus) -> Iterator[Metric]:
     for (route, answer), count in sorted(status.refusal_counts().items()):
         refused.add_metric([route, answer], count)
     yield refused
+    yield from dead_mans_switch_families(status)
+
+
+def dead_mans_switch_families(status: SchedulerStatus) -> Iterator[Metric]:
+    """The receivers outside the notification outbox (issue 31 items 1, 7): each Alertmanager
+    URL's failed posts and last accepted post, the heartbeat's failed pings and last success
+    (absent without them; a URL without its credentials)."""
+    failures = CounterMetricFamily(
+        "outbox_monitor_alertmanager_post_failures",
+        "POSTs of alerts to an Alertmanager that failed (refused, 4xx/5xx, timed out), by URL.",
+        labels=["url"],
+    )
+    success = GaugeMetricFamily(
+        "outbox_monitor_alertmanager_last_success_timestamp_seconds",
+        "When an Alertmanager last accepted this process's alerts (Unix time), by URL.",
+        labels=["url"],
+    )
+    for url in status.alertmanager.urls() if status.alertmanager is not None else ():
+        failures.add_metric([url.url], url.failures_total)
+        if url.last_success_at is not None:
+            success.add_metric([url.url], url.last_success_at.timestamp())
+    yield failures
+    yield success
+    heartbeat = None if status.heartbeat is None else status.heartbeat.as_json()
+    pings = CounterMetricFamily(
+        "outbox_monitor_heartbeat_failures",
+        "Heartbeat pings (OUTBOX_MONITOR_HEARTBEAT_URL) that failed.",
+    )
+    last = GaugeMetricFamily(
+        "outbox_monitor_heartbeat_last_success_timestamp_seconds",
+        "When the heartbeat URL last answered a ping (Unix time).",
+    )
+    if heartbeat is not None:
+        pings.add_metric([], heartbeat["failures_total"])
+        if status.heartbeat.last_success_at is not None:
+            last.add_metric([], status.heartbeat.last_success_at.timestamp())
+    yield pings
+    yield last

@@ -30,6 +30,7 @@ from typing import Any
 
 from apscheduler.schedulers.base import BaseScheduler
 
+from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, shown_url
 from outbox_monitor.alerts.clock import Clock
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.leader import Leadership, LeadershipLost
@@ -62,6 +63,7 @@ PRUNER_JOB_ID = "pruner"
 WATCHDOG_JOB_ID = "watchdog"
 CLAIM_PLAN_JOB_ID = "claim_plan"
 RETENTION_JOB_ID = "retention"
+ALERTMANAGER_JOB_ID = "alertmanager"
 SENDER_INTERVAL_SECONDS = SEND_INTERVAL_SECONDS
 """Seconds between sender passes (due notifications wait at most this long; a message that
 failed transiently is tried again at the next pass)."""
@@ -299,6 +301,7 @@ def add_evaluator_job(
     clock: Clock,
     target: str,
     outbox: Outbox | None = None,
+    after_pass: Callable[[], Any] | None = None,
 ) -> None:
     """Add the rule evaluator (``Evaluator.run_once``) every ``ruleset.defaults.interval`` s,
     on the leader only, fenced by its lease term; the first pass runs at once. A completed
@@ -308,7 +311,9 @@ def add_evaluator_job(
     ``runtime.primary``. A pass skipped because the read replica lags
     (``JobRuntime.replica_lags``) is stamped too: the replica-lag alert says why no rule is
     evaluated, and the stall alert would say it twice. ``outbox``: the fleet's outbox
-    evaluated (``Evaluator``'s: the rules selecting it, its labels)."""
+    evaluated (``Evaluator``'s: the rules selecting it, its labels). ``after_pass`` is called
+    after each completed pass, never after a failed or skipped one (``outbox_schedule``: the
+    Alertmanager Watchdog and the heartbeat)."""
     evaluator = Evaluator(
         runtime.primary,
         ruleset,
@@ -325,6 +330,8 @@ def add_evaluator_job(
         report = evaluator.run_once()
         runtime.leadership.record_evaluation()
         runtime.status.evaluated(report.duration_seconds)
+        if after_pass is not None:
+            after_pass()
         for rule, instance, transition in report.transitions:
             log.info("alert %s%s: %s", rule, f" [{instance}]" if instance else "", transition)
         log.debug(
@@ -387,6 +394,36 @@ def add_sender_job(
         guarded(SENDER_JOB_ID, runtime.as_leader(send), target=target),
         seconds=interval,
         name="send due notifications",
+    )
+
+
+def add_alertmanager_job(
+    scheduler: BaseScheduler,
+    runtime: JobRuntime,
+    receiver: AlertmanagerReceiver,
+    *,
+    tick: float,
+    target: str,
+) -> None:
+    """Add the ``alertmanager`` job every ``tick`` s (the sender's), leader only: post the
+    alerts of the ``type: alertmanager`` routes and the Watchdog (``alerts.alertmanager``: to a
+    URL whose last post failed, and again once per evaluation interval; what an evaluation
+    changes is posted right after it, ``AlertmanagerReceiver.evaluated``). A URL that fails is
+    the receiver's to report; the job itself fails only when the alert state cannot be read."""
+
+    def post() -> None:
+        posted = receiver.run_once()
+        if posted:
+            log.debug(
+                "alertmanager: %s", ", ".join(f"{shown_url(u)} {n}" for u, n in posted.items())
+            )
+
+    add_interval_job(
+        scheduler,
+        ALERTMANAGER_JOB_ID,
+        guarded(ALERTMANAGER_JOB_ID, runtime.as_leader(post), target=target),
+        seconds=tick,
+        name="post alerts to Alertmanager",
     )
 
 

@@ -6,7 +6,7 @@ and end noted for its hang watch (``hang_watch``).
 every outbox of a fleet to one scheduler (issue 16 item 5)."""
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import Any
 
@@ -15,19 +15,24 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.schedulers.blocking import BlockingScheduler
 
+from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, alertmanager_urls
+from outbox_monitor.alerts.alertmanager_health import AlertmanagerHealth
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.leader import Leadership, lease_ttl
 from outbox_monitor.alerts.outage import BACKOFF_CAP_SECONDS, DatabaseHealth
+from outbox_monitor.alerts.outbox_scope import scope_labels
 from outbox_monitor.alerts.replica_lag import ReplicaLagWatch
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.alerts.write_health import FAILED_INTERVALS, WriteHealth
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.service.hang_watch import HangWatch, hang_after
+from outbox_monitor.service.heartbeat import Heartbeat
 from outbox_monitor.service.job_activity import TimedJobs
 from outbox_monitor.service.jobs import (
     SENDER_INTERVAL_SECONDS,
     JobRuntime,
+    add_alertmanager_job,
     add_claim_plan_job,
     add_evaluator_job,
     add_maintenance_jobs,
@@ -153,7 +158,12 @@ def add_outbox_jobs(
     add_claim_plan_job(jobs, runtime, target=target)
     add_maintenance_jobs(jobs, runtime, target=target)
     if ruleset is not None:
-        add_evaluator_job(jobs, runtime, ruleset, clock=clock, target=target, outbox=outbox)
+        after_pass = _after_pass_hooks(
+            jobs, runtime, ruleset, outbox=outbox, tick=tick, target=target
+        )
+        add_evaluator_job(
+            jobs, runtime, ruleset, clock=clock, target=target, outbox=outbox, after_pass=after_pass
+        )
         if transports is not None:
             add_sender_job(
                 jobs,
@@ -165,3 +175,48 @@ def add_outbox_jobs(
                 target=target,
             )
     return runtime
+
+
+def _after_pass_hooks(
+    jobs: Any,
+    runtime: JobRuntime,
+    ruleset: RuleSet,
+    *,
+    outbox: Outbox | None,
+    tick: float,
+    target: str,
+) -> Callable[[], None] | None:
+    """What follows each completed evaluation (issue 31 item 7): with ``type: alertmanager``
+    routes, their receiver (its job added; the Watchdog fires while passes complete) and,
+    with ``OUTBOX_MONITOR_HEARTBEAT_URL``, a heartbeat ping. ``None`` when neither."""
+    hooks: list[Callable[[], Any]] = []
+    urls = alertmanager_urls(ruleset)
+    if urls:
+        receiver = AlertmanagerReceiver(
+            runtime.primary,
+            ruleset,
+            urls,
+            interval=ruleset.defaults.interval,
+            scope=scope_labels(outbox, runtime.primary.alert_outbox),
+            health=AlertmanagerHealth(
+                runtime.primary,
+                ruleset,
+                interval=ruleset.defaults.interval,
+                fence=runtime.leadership.fence,
+            ),
+        )
+        runtime.status.alertmanager = receiver.status
+        add_alertmanager_job(jobs, runtime, receiver, tick=tick, target=target)
+        hooks.append(receiver.evaluated)
+    if runtime.db.settings.heartbeat_url:
+        heartbeat = Heartbeat(runtime.db.settings.heartbeat_url)
+        runtime.status.heartbeat = heartbeat
+        hooks.append(heartbeat.ping)
+    if not hooks:
+        return None
+
+    def after_pass() -> None:
+        for hook in hooks:
+            hook()
+
+    return after_pass

@@ -24,7 +24,9 @@ from apscheduler.events import EVENT_SCHEDULER_SHUTDOWN
 from apscheduler.schedulers import SchedulerNotRunningError
 from apscheduler.schedulers.base import BaseScheduler
 
+from outbox_monitor.alerts.alertmanager import alertmanager_urls
 from outbox_monitor.alerts.receivers import transport_for_route
+from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import TransportConfigError, TransportNotConfigured
@@ -180,7 +182,10 @@ def load_alerting(
     timeout = (settings or load_settings()).slack_timeout
     transports: dict[str, Any] = {}
     invalid: list[TransportConfigError] = []
+    alertmanager_urls(ruleset)  # a route's unset URL variable stops the start, named
     for name, route in ruleset.routes.items():
+        if route.type == ALERTMANAGER:
+            continue  # posted by alerts.alertmanager, never through Slack
         try:
             transports[name] = transport_for_route(name, route, os.environ, timeout=timeout)
         except TransportNotConfigured as error:  # str(error) holds the hint: said once

@@ -49,6 +49,11 @@ class SchedulerStatus:
         self._refused: Counter[tuple[str, str]] = Counter()
         self.writes: Any = None
         """The process's ``alerts.write_health.WriteHealth`` (``None``: not watched)."""
+        self.alertmanager: Any = None
+        """The ``alerts.alertmanager.ReceiverStatus`` of its Alertmanager URLs (``None``:
+        no ``type: alertmanager`` route)."""
+        self.heartbeat: Any = None
+        """Its ``service.heartbeat.Heartbeat`` (``None``: no ``OUTBOX_MONITOR_HEARTBEAT_URL``)."""
 
     def attach(self, scheduler: Any, leadership: Any, interval: float) -> None:
         """Bind the scheduler (``running``), its ``Leadership`` and its interval (seconds)."""
@@ -211,7 +216,10 @@ class SchedulerStatus:
             "scheduler_running", "jobs" (id → next run, ISO, or ``None`` when it has none),
             "seconds_since_database_contact" (``None``: never), "last_error",
             "replica" (``None`` before a check, else ``{"in_recovery", "lag_seconds",
-            "max_lag_seconds", "evaluating"}``)})``; the last four are information only.
+            "max_lag_seconds", "evaluating"}``), "alertmanager" (``None``, or each URL's
+            ``UrlStatus.as_json``), "heartbeat" (``None``, or ``Heartbeat.as_json``)})``;
+            the last six are information only (a failing Alertmanager or heartbeat is a
+            notice).
         """
         with self._lock:
             last_ok, last_error = self._last_ok, self._last_error
@@ -241,6 +249,8 @@ class SchedulerStatus:
                         _replica_notice(replica),
                         _retention_notice(retention),
                         self._writes_notice(),
+                        None if self.alertmanager is None else self.alertmanager.notice(),
+                        _heartbeat_notice(self.heartbeat),
                     ),
                 )
             )
@@ -250,6 +260,10 @@ class SchedulerStatus:
             "seconds_since_database_contact": None if since is None else round(since, 3),
             "last_error": last_error,
             "retention": retention,
+            "alertmanager": None
+            if self.alertmanager is None
+            else [url.as_json() for url in self.alertmanager.urls()],
+            "heartbeat": None if self.heartbeat is None else self.heartbeat.as_json(),
             "replica": None
             if replica is None
             else {
@@ -275,6 +289,14 @@ def _database_notice(unreachable: bool, last_error: str | None) -> str | None:
     """``/healthz``'s notice while the jobs' last attempt could not reach the database:
     ``database unreachable: <its first line>``."""
     return f"database unreachable: {last_error}" if unreachable else None
+
+
+def _heartbeat_notice(heartbeat: Any) -> str | None:
+    """``/healthz``'s notice while the heartbeat's pings fail (``service.heartbeat``)."""
+    state = None if heartbeat is None else heartbeat.as_json()
+    if state is None or state["failing_since"] is None:
+        return None
+    return f"heartbeat {state['url']} failing since {state['failing_since']}: {state['last_error']}"
 
 
 def _replica_notice(replica: tuple[Any, bool, float] | None) -> str | None:

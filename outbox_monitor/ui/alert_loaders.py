@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.access import Identity
+from outbox_monitor.alerts import alertmanager_health, write_health
 from outbox_monitor.alerts import silences as alert_silences
 from outbox_monitor.alerts import stall as alert_stall
 from outbox_monitor.alerts import state as alert_state
-from outbox_monitor.alerts import write_health
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import loaders
 from outbox_monitor.ui.cache import cached, db_key
@@ -27,6 +27,17 @@ def evaluator_lease(db: Database) -> alert_stall.LeaseStatus:
     """``alerts.stall.read_lease``: the evaluator lease of the table and the database's now
     (for the "alerting is stalled" banner)."""
     return _evaluator_lease(db_key(db), db)
+
+
+@cached
+def _alertmanager_down(key: str, _db: Database) -> list[dict[str, Any]]:
+    return alertmanager_health.open_episodes(_db)
+
+
+def alertmanager_down(db: Database) -> list[dict[str, Any]]:
+    """``alerts.alertmanager_health.open_episodes``: the Alertmanagers that refuse alerts
+    (for the Alerts page's banner)."""
+    return _alertmanager_down(db_key(db), db)
 
 
 @cached

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.alerts.receivers import transport_for_route
-from outbox_monitor.alerts.route_check import send_test
+from outbox_monitor.alerts.route_check import send_test, test_transport
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.store.db import Database
@@ -32,7 +31,7 @@ def route_destination(
     """Where a route's messages would go from this process, without posting anything."""
     route = ruleset.routes[route_name]
     try:
-        transport = transport_for_route(route_name, route, os.environ if env is None else env)
+        transport = test_transport(route_name, route, os.environ if env is None else env)
     except TransportConfigError as error:
         return Destination(None, error)
     return Destination(transport.describe())

@@ -512,7 +512,7 @@ MALFORMED = [
     ),
     pytest.param(
         lambda d: d["routes"].update({"pd": {"type": "opsgenie"}}),
-        'routes.pd.type: expected one of slack, pagerduty, webhook, got "opsgenie"',
+        'routes.pd.type: expected one of slack, pagerduty, webhook, alertmanager, got "opsgenie"',
         id="receiver-type-unknown",
     ),
     pytest.param(

@@ -1847,6 +1847,24 @@ LEFT JOIN LATERAL (
 WHERE i.outbox = %(outbox)s
 ORDER BY i.rule, i.instance;
 
+-- name: alertmanager_instances
+-- What an alertmanager receiver posts (issue 31 item 1): the instances of an outbox firing or in
+-- error now, and those whose episode ended (firing or error -> inactive) at or after %(since)s,
+-- with their episode's start (the transition that started it) and the time of that resolve.
+SELECT i.rule, i.instance, i.labels, i.state, i.value, i.error, i.episode_id, i.firing_seq,
+       coalesce(e.at, i.firing_since, i.last_evaluated_at) AS started_at,
+       CASE WHEN i.state IN ('firing', 'error') THEN NULL ELSE r.at END AS resolved_at
+FROM outbox_monitor.alert_instances AS i
+LEFT JOIN outbox_monitor.alert_transitions AS e ON e.id = i.episode_id
+LEFT JOIN LATERAL (
+    SELECT at FROM outbox_monitor.alert_transitions AS t
+    WHERE t.outbox = i.outbox AND t.rule = i.rule AND t.instance = i.instance
+      AND t.to_state = 'inactive' AND t.from_state IN ('firing', 'error') AND t.at >= %(since)s
+    ORDER BY t.id DESC LIMIT 1
+) AS r ON true
+WHERE i.outbox = %(outbox)s AND (i.state IN ('firing', 'error') OR r.at IS NOT NULL)
+ORDER BY i.rule, i.instance;
+
 -- name: alert_instances_firing_count
 -- Rule instances of one outbox (migration 017's key) firing now, and those in error (the fleet
 -- page's row of an outbox).
@@ -2010,6 +2028,18 @@ DELETE FROM outbox_monitor.scheduler_replicas WHERE fleet = %(fleet)s AND replic
 -- Whether the registry database can hold heartbeats: a primary with migration 018's table.
 SELECT pg_is_in_recovery() AS in_recovery,
        to_regclass('outbox_monitor.scheduler_replicas') IS NOT NULL AS has_table;
+
+-- name: own_alert_open_instances
+-- The instances of one of the scheduler's own alerts (alertmanager-unreachable) whose last transition entered 'error': the open episodes, with their start and detail.
+SELECT instance, at, detail
+FROM (
+    SELECT DISTINCT ON (instance) instance, to_state, at, detail
+    FROM outbox_monitor.alert_transitions
+    WHERE outbox = %(outbox)s AND rule = %(rule)s
+    ORDER BY instance, id DESC
+) AS last
+WHERE to_state = 'error'
+ORDER BY instance;
 
 -- name: open_error_notifications
 -- A scheduler alert's notifications (alerting-stalled, replica-lag: one per route and episode) whose resolve is not queued yet.

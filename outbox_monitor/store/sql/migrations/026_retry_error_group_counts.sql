@@ -1,5 +1,5 @@
 -- The retry error groups counted by their refresh, so a page reads the groups without
--- reading the backlog (issue 30 item 1's cost: the Overview's new reads ≤ 5 ms at 10 M rows).
+-- reading the backlog (issue 30 item 1's cost: the Overview's new reads at most 5 ms at 10 M rows).
 --
 -- Since migration 025 every read of the retry error groups brought the cache current and
 -- then grouped the retrying rows it read again: two heap passes over the backlog per
@@ -10,7 +10,7 @@
 -- retry_error_group_counts      per outbox table (by oid) and group (event type,
 --                               fingerprint): rows retrying, due at the refresh, the oldest
 --                               created_at, the latest available_at, the largest id (the
---                               sample) — written whole by each refresh that finished
+--                               sample), written whole by each refresh that finished
 -- retry_error_groups_refreshed  per outbox table: when the counts were taken
 -- refresh_retry_error_groups(p_table, p_batch, p_max_age)
 --                               as migration 025's, plus: with p_max_age above zero it
