@@ -500,3 +500,35 @@ def test_the_watchdog_ends_in_alertmanager_4_intervals_after_the_monitor_dies(
         gone = time.monotonic() - died
         assert last_ends <= datetime.now(last_ends.tzinfo)
         print(f"\nmonitor dies -> Watchdog gone from Alertmanager: {gone:.2f} s (4 × 0.5 s)")
+
+
+def test_continue_sends_one_alert_to_alertmanager_and_queues_the_other_receiver(
+    tmp_path: Path, db: Database, rows: Rows, conn: psycopg.Connection, write_rules, monkeypatch
+) -> None:
+    """A branch with ``continue`` to an alertmanager route, then a Slack route: the alert is
+    posted to Alertmanager (never queued for it) and queued once for the Slack route."""
+    monkeypatch.delenv("OM_TEST_CHAT_URL", raising=False)  # the Slack route's rows wait
+    with running_alertmanager(tmp_path / "am") as am:
+        ruleset = write_rules(
+            rules([am])
+            .replace(
+                "  am: {type: alertmanager",
+                "  main:\n"
+                "    webhook_url_env: OM_TEST_CHAT_URL\n"
+                "    routes:\n"
+                "      - {matchers: {team: payments}, route: am, continue: true}\n"
+                "      - {matchers: {team: payments}, route: chat}\n"
+                "  chat: {webhook_url_env: OM_TEST_CHAT_URL}\n"
+                "  am: {type: alertmanager",
+            )
+            .replace("route: am\n    summary", "route: main\n    summary")
+        )
+        rows.add(event_type="order.paid")
+        with running_scheduler(db, ruleset=ruleset):
+            seen = wait_for(lambda: named(active_alerts(am), "order.paid"), LOADED_DEADLINE)
+            assert seen, "the firing alert never reached Alertmanager"
+            queued = conn.execute(
+                "SELECT route, kind FROM outbox_monitor.notifications"
+                " WHERE rule = 'backlog' ORDER BY id"
+            ).fetchall()
+    assert [(r["route"], r["kind"]) for r in queued] == [("chat", "firing")]
