@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -95,6 +96,7 @@ class SlackSink:
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._held: socket.socket | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -108,6 +110,7 @@ class SlackSink:
         """Stop serving, release the port and wake any hung request."""
         self._stopping.set()
         self._shutdown()
+        self._release_port()
 
     def __enter__(self) -> "SlackSink":
         return self.start()
@@ -116,13 +119,26 @@ class SlackSink:
         self.stop()
 
     def down(self) -> None:
-        """Close the listening socket: new connections are refused until ``up()``."""
+        """Close the listening socket: new connections are refused until ``up()``. The port
+        stays bound (a socket that does not listen: the kernel refuses connections to it), so
+        no other server started meanwhile on this host gets it (a loaded test run saw another
+        test's server answer on a port freed this way)."""
         self._shutdown()
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind((self.host, self.port))
+        self._held = held
 
     def up(self) -> None:
         """Listen again on the same port after ``down()``."""
+        self._release_port()
         if self._server is None:
             self._serve()
+
+    def _release_port(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     @property
     def is_up(self) -> bool:
