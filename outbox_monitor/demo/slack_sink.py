@@ -63,6 +63,24 @@ def _channel_id(channel: str) -> str:
     return f"C{digest}"
 
 
+def held_port(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` that does not listen: the kernel refuses every
+    connection to the port (as to a stopped server) and no other socket may bind it until
+    this one is closed. A fake server that goes "down" holds its port with it.
+
+    Raises:
+        OSError: the port is bound already.
+    """
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        held.bind((host, port))
+    except OSError:
+        held.close()
+        raise
+    return held
+
+
 class SlackSink:
     """A Slack-compatible HTTP server on 127.0.0.1, in a background thread.
 
@@ -124,10 +142,7 @@ class SlackSink:
         no other server started meanwhile on this host gets it (a loaded test run saw another
         test's server answer on a port freed this way)."""
         self._shutdown()
-        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind((self.host, self.port))
-        self._held = held
+        self._held = held_port(self.host, self.port)
 
     def up(self) -> None:
         """Listen again on the same port after ``down()``."""
