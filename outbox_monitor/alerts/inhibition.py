@@ -184,3 +184,19 @@ class PassInhibitions:
             self.sources[(rule, instance)] = Source(rule, instance, dict(labels))
         else:
             self.sources.pop((rule, instance), None)
+
+
+def inhibited_instances(db: Database) -> dict[tuple[str, str], str]:
+    """What inhibits each instance of ``db``'s outbox now, as the last pass found
+    (``alert_instances.inhibited_by``, migration 027): ``{(rule, instance): source name}``,
+    the instance as the rule knows it (``""``, ``event_type=…``); only inhibited ones.
+
+    Raises:
+        DatabaseUnavailable and the connector's errors.
+    """
+    outbox = db.alert_outbox
+    rows = db.fetch_all("alert_instances_inhibited", {"outbox": outbox})
+    return {
+        (row["rule"], unscoped_instance(outbox, row["instance"])): row["inhibited_by"]
+        for row in rows
+    }
