@@ -372,7 +372,10 @@ class Evaluator:
                 },
             )
             marked = source.name if source is not None and new.state != INACTIVE else None
-            conn.execute(self.db.compose("alert_instance_inhibit"), {**key, "inhibited_by": marked})
+            if context.inhibitions.remark(rule.name, instance, marked):
+                conn.execute(
+                    self.db.compose("alert_instance_inhibit"), {**key, "inhibited_by": marked}
+                )
         context.inhibitions.observe(rule.name, instance, labels, new.state == FIRING)
         return InstanceReport(
             rule=rule.name,

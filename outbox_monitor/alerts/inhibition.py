@@ -66,19 +66,14 @@ def _rank(labels: Mapping[str, str]) -> int:
     return SEVERITY_RANK.get(labels.get("severity", ""), 0)
 
 
-def inhibits(entry: InhibitRule, source: Source, labels: Mapping[str, str]) -> bool:
-    """Whether ``source`` inhibits a target of ``labels`` by ``entry`` (self aside: see
-    ``inhibitor``): both sides' matchers, every ``equal`` label present on both sides with
-    one value, the source's severity at least the target's."""
-    return (
-        matches(entry.target_matchers, labels)
-        and matches(entry.source_matchers, source.labels)
-        and all(
-            name in labels and name in source.labels and labels[name] == source.labels[name]
-            for name in entry.equal
-        )
-        and _rank(source.labels) >= _rank(labels)
-    )
+def _shares(entry: InhibitRule, source: Source, labels: Mapping[str, str]) -> bool:
+    """Whether a source matching ``entry``'s ``source_matchers`` may inhibit a target of
+    ``labels`` matching its ``target_matchers``: every ``equal`` label present on both
+    sides with one value, the source's severity at least the target's."""
+    return all(
+        name in labels and name in source.labels and labels[name] == source.labels[name]
+        for name in entry.equal
+    ) and _rank(source.labels) >= _rank(labels)
 
 
 def inhibitor(
@@ -89,16 +84,10 @@ def inhibitor(
     labels: Mapping[str, str],
 ) -> Source | None:
     """The first of ``sources`` that inhibits the instance ``(rule, instance)`` of
-    ``labels`` by one of ``entries`` (in file order, then the sources' order); never the
-    instance itself. ``None``: not inhibited."""
-    listed = list(sources)
-    for entry in entries:
-        for source in listed:
-            if (source.rule, source.instance) != (rule, instance) and inhibits(
-                entry, source, labels
-            ):
-                return source
-    return None
+    ``labels`` by one of ``entries`` (in file order, then the sources' order): both sides'
+    matchers, ``_shares``, and never the instance itself. ``None``: not inhibited."""
+    keyed = {(source.rule, source.instance): source for source in sources}
+    return PassInhibitions(entries, keyed).inhibitor(rule, instance, labels)
 
 
 def may_inhibit(rule: Rule, entries: Sequence[InhibitRule]) -> bool:
@@ -135,6 +124,12 @@ class PassInhibitions:
 
     entries: Sequence[InhibitRule]
     sources: dict[tuple[str, str], Source] = field(default_factory=dict)
+    marks: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``alert_instances.inhibited_by`` as stored, by (rule, instance): written only when
+    it changes (``remark``)."""
+    _matching: dict[int, list[Source]] = field(default_factory=dict, repr=False)
+    """Each entry's sources matching its ``source_matchers``, by entry index (found once,
+    forgotten when the sources change: a pass asks for every instance)."""
 
     @classmethod
     def read(
@@ -148,15 +143,16 @@ class PassInhibitions:
         """The sources at a pass's start: ``db``'s outbox's instances of ``rules`` firing
         now (``alert_instances_firing``), its open ``alerting-stalled`` alert, and the own
         alerts ``own_sources`` names (``(rule, instance)`` pairs: ``database-unreachable``
-        from ``outage.DatabaseHealth.firing_sources``). Without ``entries`` nothing is read.
+        from ``outage.DatabaseHealth.firing_sources``), and the marks stored (``marks``).
+        Without ``entries`` only the marks are read (those left by a removed entry).
 
         Raises:
             DatabaseUnavailable and the connector's errors.
         """
-        found = cls(entries)
+        outbox = db.alert_outbox
+        found = cls(entries, marks=_marks(db, active_only=False))
         if not entries:
             return found
-        outbox = db.alert_outbox
         rows = db.fetch_all(
             "alert_instances_firing", {"outbox": outbox, "rules": [rule.name for rule in rules]}
         )
@@ -171,19 +167,48 @@ class PassInhibitions:
         return found
 
     def inhibitor(self, rule: str, instance: str, labels: Mapping[str, str]) -> Source | None:
-        """What inhibits the instance now (``inhibitor`` over the pass's sources)."""
-        if not self.entries:
-            return None
-        return inhibitor(self.entries, self.sources.values(), rule, instance, labels)
+        """What inhibits the instance now: the first of the pass's sources matching an
+        entry's ``source_matchers``, for the first entry whose ``target_matchers`` the
+        instance's ``labels`` match, that ``_shares`` with it and is not the instance itself;
+        ``None`` when none (module ``inhibitor``)."""
+        for index, entry in enumerate(self.entries):
+            if not matches(entry.target_matchers, labels):
+                continue
+            if index not in self._matching:
+                self._matching[index] = [
+                    source
+                    for source in self.sources.values()
+                    if matches(entry.source_matchers, source.labels)
+                ]
+            for source in self._matching[index]:
+                if (source.rule, source.instance) != (rule, instance) and _shares(
+                    entry, source, labels
+                ):
+                    return source
+        return None
+
+    def remark(self, rule: str, instance: str, mark: str | None) -> bool:
+        """Note the instance's mark now (a source's name, ``None``: not inhibited); whether
+        it differs from the one stored, so that it must be written."""
+        key = (rule, instance)
+        changed = self.marks.get(key) != mark
+        if mark is None:
+            self.marks.pop(key, None)
+        else:
+            self.marks[key] = mark
+        return changed
 
     def observe(self, rule: str, instance: str, labels: Mapping[str, str], firing: bool) -> None:
         """The pass moved an instance: a source while ``firing``, else no longer one."""
         if not self.entries:
             return
+        key, before = (rule, instance), self.sources.get((rule, instance))
         if firing:
-            self.sources[(rule, instance)] = Source(rule, instance, dict(labels))
+            self.sources[key] = Source(rule, instance, dict(labels))
         else:
-            self.sources.pop((rule, instance), None)
+            self.sources.pop(key, None)
+        if before != self.sources.get(key):
+            self._matching.clear()
 
 
 def inhibited_instances(db: Database) -> dict[tuple[str, str], str]:
@@ -194,9 +219,17 @@ def inhibited_instances(db: Database) -> dict[tuple[str, str], str]:
     Raises:
         DatabaseUnavailable and the connector's errors.
     """
+    return _marks(db, active_only=True)
+
+
+def _marks(db: Database, *, active_only: bool) -> dict[tuple[str, str], str]:
+    """``alert_instances.inhibited_by`` of ``db``'s outbox by (rule, instance as the rule
+    knows it); ``active_only``: not of an inactive instance (a removed rule's retired
+    instance keeps its last mark)."""
     outbox = db.alert_outbox
     rows = db.fetch_all("alert_instances_inhibited", {"outbox": outbox})
     return {
         (row["rule"], unscoped_instance(outbox, row["instance"])): row["inhibited_by"]
         for row in rows
+        if not (active_only and row["state"] == "inactive")
     }

@@ -62,7 +62,8 @@ def kinds(conn: psycopg.Connection, rule: str, instance: str) -> list[tuple[str,
 
 
 def marks(db: Database) -> dict[tuple[str, str], str | None]:
-    """What ``alert_instances.inhibited_by`` says of each instance, by (rule, instance)."""
+    """What ``alert_instances.inhibited_by`` says of each instance, by (rule, instance),
+    raw (an inactive instance's too)."""
     rows = db.fetch_all("alert_instances_inhibited", {"outbox": db.alert_outbox})
     return {(row["rule"], row["instance"]): row["inhibited_by"] for row in rows}
 

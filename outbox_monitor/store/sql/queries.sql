@@ -1798,9 +1798,9 @@ WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s
   AND inhibited_by IS DISTINCT FROM %(inhibited_by)s;
 
 -- name: alert_instances_inhibited
--- The instances of an outbox that an alert inhibits now, with what inhibits each (the Alerts page's mark); never an inactive one (a removed rule's retired instance keeps its last mark).
-SELECT rule, instance, inhibited_by FROM outbox_monitor.alert_instances
-WHERE outbox = %(outbox)s AND inhibited_by IS NOT NULL AND state <> 'inactive'
+-- The instances of an outbox marked inhibited, with what inhibits each and their state (the Alerts page's mark; the evaluator writes only a mark that changes).
+SELECT rule, instance, state, inhibited_by FROM outbox_monitor.alert_instances
+WHERE outbox = %(outbox)s AND inhibited_by IS NOT NULL
 ORDER BY rule, instance;
 
 -- name: alert_transition_insert
