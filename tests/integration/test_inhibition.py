@@ -11,13 +11,16 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.outage import DatabaseHealth
 from outbox_monitor.alerts.own_alerts import insert_all, notification_params, resolve_params
 from outbox_monitor.alerts.receivers import transports_for
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.errors import DatabaseUnavailable
+from outbox_monitor.flow import controls as flow
 from outbox_monitor.store.db import Database
 from tests.alerting import drain, notifications
 from tests.alertmanager_support import active_alerts, running_alertmanager
 from tests.conftest import Rows
+from tests.integration.test_flow_alerts import BREAKER, OPERATOR, fail_all
 
 HEAD = """
 version: 1
@@ -290,3 +293,31 @@ def _rows(conn: psycopg.Connection, rule: str) -> list[dict]:
         "SELECT route, status FROM outbox_monitor.notifications WHERE rule = %s ORDER BY id",
         (rule,),
     ).fetchall()
+
+
+TYPE_WARNING = """  - {name: type-retrying, metric: retrying, by: [event_type], op: ">",
+     threshold: 0, severity: warning, route: oncall}
+"""
+
+
+def test_the_shipped_file_mutes_a_types_warnings_while_its_real_breaker_is_open(
+    db, conn, rows: Rows, fake_clock, write_rules
+) -> None:
+    """The shipped entry with a real circuit breaker (SPEC §5) on order.paid, beside the
+    shipped rules and one per-type warning of a team's own: its order.paid instance is
+    inhibited by the breaker, its order.shipped one is not."""
+    shipped = SHIPPED_RULES_PATH.read_text()
+    at = shipped.index("\n# Inhibition")
+    ruleset = write_rules(shipped[:at] + "\n" + TYPE_WARNING + shipped[at:])
+    flow.change(db, "order.paid", actor=OPERATOR, action="breaker", changes=BREAKER)
+    fail_all(conn, rows, 2, "order.paid")  # the breaker opens; its rows retry
+    fail_all(conn, rows, 1, "order.shipped")  # retrying, no breaker
+
+    report = Evaluator(db, ruleset, clock=fake_clock).run_once()
+
+    assert report.instance("breaker-open", PAID).state == "firing"
+    assert report.instance("type-retrying", PAID).inhibited_by == "breaker-open " + PAID
+    assert report.instance("type-retrying", SHIPPED).inhibited_by is None
+    assert kinds(conn, "type-retrying", PAID) == [("firing", "suppressed", "breaker-open " + PAID)]
+    assert kinds(conn, "type-retrying", SHIPPED) == [("firing", "pending", None)]
+    assert kinds(conn, "breaker-open", PAID) == [("firing", "pending", None)]
