@@ -11,15 +11,16 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.outage import DatabaseHealth
 from outbox_monitor.alerts.own_alerts import insert_all, notification_params, resolve_params
 from outbox_monitor.alerts.receivers import transports_for
-from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH
+from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.store.db import Database
-from tests.alerting import drain, notifications
+from tests.alerting import drain, notifications, rules_file
 from tests.alertmanager_support import active_alerts, running_alertmanager
 from tests.conftest import Rows
+from tests.integration.test_fleet_alerts import databases, fleet  # noqa: F401 (fixtures)
 from tests.integration.test_flow_alerts import BREAKER, OPERATOR, fail_all
 
 HEAD = """
@@ -321,3 +322,54 @@ def test_the_shipped_file_mutes_a_types_warnings_while_its_real_breaker_is_open(
     assert kinds(conn, "type-retrying", PAID) == [("firing", "suppressed", "breaker-open " + PAID)]
     assert kinds(conn, "type-retrying", SHIPPED) == [("firing", "pending", None)]
     assert kinds(conn, "breaker-open", PAID) == [("firing", "pending", None)]
+
+
+FLEET_RULES = HEAD.replace("SLACK_WEBHOOK_URL", "ONCALL_HOOK") + (
+    BACKLOGS.replace("TARGET_SEVERITY", "critical")
+    + """inhibit:
+  - {source_matchers: {rule: alerting-stalled, outbox: "%"},
+     target_matchers: {event_type: "%"}, equal: [outbox]}
+"""
+)
+
+
+def test_with_a_fleet_an_outboxs_own_alert_inhibits_its_alerts_only(
+    fleet,  # noqa: F811 (test_fleet_alerts' fixture)
+    databases,  # noqa: F811
+    conn,
+    rows: Rows,
+    tmp_path: Path,
+    fake_clock,
+) -> None:
+    """Two outboxes of a fleet file in one database: orders' open ``alerting-stalled``
+    (labelled ``outbox=orders``) inhibits orders' per-type alert, never billing's."""
+    ruleset = load_rules(rules_file(tmp_path, FLEET_RULES), fleet)
+    rows.add(event_type="order.paid")
+    conn.execute("INSERT INTO public.billing_outbox SELECT * FROM integration_outbox")
+    orders = databases["orders"]
+    stalled = notification_params(
+        rule="alerting-stalled",
+        instance=orders.table_name,
+        route="oncall",
+        kind="error",
+        episode="never",
+        payload={"rule": "alerting-stalled", "instance": orders.table_name, "kind": "error"},
+        now=fake_clock(),
+    )
+    with orders.transaction() as tx:
+        insert_all(orders, tx, [stalled])
+    reports = {
+        name: Evaluator(db, ruleset, clock=fake_clock, outbox=fleet.get(name)).run_once()
+        for name, db in databases.items()
+    }
+    source = f"alerting-stalled {orders.table_name}"
+    assert reports["orders"].instance("type-backlog", PAID).inhibited_by == source
+    assert reports["billing"].instance("type-backlog", PAID).inhibited_by is None
+    statuses = conn.execute(
+        "SELECT outbox, status FROM outbox_monitor.notifications WHERE rule = 'type-backlog'"
+        " ORDER BY outbox"
+    ).fetchall()
+    assert [(r["outbox"], r["status"]) for r in statuses] == [
+        ("billing", "pending"),
+        ("orders", "suppressed"),
+    ]
