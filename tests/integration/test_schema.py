@@ -55,6 +55,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "024_bounded_type_keys",
             "025_retry_error_groups_cache",
             "026_retry_error_group_counts",
+            "027_alert_inhibited_by",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",
