@@ -6,6 +6,7 @@ changed, and a reader within the maximum age reads the last counts without count
 
 import hashlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
+from tests.alerting import wait_for
 
 AUTH = "HTTP 401 invalid API key for account <n>"
 UPSTREAM = "HTTP 500 upstream <str> failed"
@@ -328,3 +330,28 @@ def test_the_viewer_login_fills_the_cache_through_the_function_only(dsn, logins,
     with psycopg.connect(dsn) as su:
         found = su.execute("SELECT count(*) FROM outbox_monitor.retry_fingerprints").fetchone()
         assert found[0] == 1
+
+
+def test_readers_waiting_for_the_first_count_read_it_instead_of_counting_again(dsn, db, rows, conn):
+    """No count yet: a reader (maximum age 60 s) waits for the session taking the first one,
+    then reads it — before, each waiting reader counted the backlog again, one after the
+    other (N viewers opening the Overview at once: N passes in a row)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    params = {"table_regclass": db.table_name, "batch": 10, "max_age_seconds": 60}
+    with psycopg.connect(dsn) as counting, ThreadPoolExecutor(1) as pool:
+        # the first count, its lock held until this transaction commits
+        counting.execute(
+            "SELECT * FROM outbox_monitor.refresh_retry_error_groups("
+            "'integration_outbox', 10, interval '0')"
+        )
+        reader = pool.submit(db.fetch_one, "retry_error_groups_refresh", params)
+        wait_for(
+            lambda: conn.execute(
+                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()["n"],
+            timeout=30,
+        )
+        counting.commit()
+        step = reader.result(timeout=60)
+    assert (step["done"], step["counted"]) == (True, False)
+    assert step["refreshed_at"] == stamp(conn)

@@ -16,7 +16,8 @@
 --                               as migration 025's, plus: with p_max_age above zero it
 --                               returns at once when the counts are younger than p_max_age,
 --                               or when another session is refreshing them (readers never
---                               wait for each other: they read the counts there are); with
+--                               wait for each other: they read the counts there are;
+--                               before the first count they wait for it and read it); with
 --                               p_max_age zero it always refreshes (status --json and
 --                               alerts stay exact). Returns refreshed_at too, and
 --                               counted: whether this call took them.
@@ -93,14 +94,19 @@ BEGIN
            OR NOT pg_try_advisory_xact_lock(v_lock) THEN
             RETURN;
         END IF;
-        -- counted by another session while this one waited for its snapshot
+    ELSE
+        -- never counted (nothing to read: wait for a session taking the first count), or
+        -- counted now whatever their age
+        PERFORM pg_advisory_xact_lock(v_lock);
+    END IF;
+    IF p_max_age > interval '0' THEN
+        -- counted by another session while this one waited for the lock or its snapshot
+        -- (readers arriving before the first count: each would count again, in turn)
         SELECT s.refreshed_at INTO refreshed_at
         FROM outbox_monitor.retry_error_groups_refreshed AS s WHERE s.table_oid = v_oid;
         IF clock_timestamp() - refreshed_at < p_max_age THEN
             RETURN;
         END IF;
-    ELSE
-        PERFORM pg_advisory_xact_lock(v_lock);
     END IF;
 
     -- One snapshot, as migration 025: the retrying rows now beside their cached keys
