@@ -14,7 +14,7 @@ from psycopg import sql
 
 from outbox_monitor import outbox
 from outbox_monitor.config.settings import load_settings
-from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.figures import diagnosis, error_grouping, metrics
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.store.db import Database
@@ -355,3 +355,26 @@ def test_readers_waiting_for_the_first_count_read_it_instead_of_counting_again(d
         step = reader.result(timeout=60)
     assert (step["done"], step["counted"]) == (True, False)
     assert step["refreshed_at"] == stamp(conn)
+
+
+def test_an_alerts_diagnosis_reads_the_groups_as_they_are_now(db, rows):
+    """An alert's message (``notification_queue``: ``diagnosis.read_evidence`` and
+    ``line_for``) names the error of the rows retrying now, as docs/figures.md promises
+    ("status --json and the alerts, at each call"): before, it read counts a sample took
+    less than 60 s earlier, and 30 rows failing since with another error were not in them."""
+    for account in range(10):
+        retrying(rows, "crm.upsert", f"HTTP 401 invalid API key for account {1000 + account}")
+    error_grouping.refresh_retry_error_groups(db)  # the sampler's count, just taken
+    for millis in range(30):
+        retrying(rows, "crm.upsert", f"timeout after {1000 + millis} ms calling 'erp'")
+
+    evidence = diagnosis.read_evidence(db)
+    assert {g["group_id"]: g["retrying"] for g in evidence.retry_groups["crm.upsert"]} == {
+        group_id("crm.upsert", AUTH): 10,
+        group_id("crm.upsert", TIMEOUT): 30,
+    }
+    found = diagnosis.line_for(db, "crm.upsert")
+    assert found is not None
+    text = "".join(part["text"] for part in found.as_payload())
+    assert "40 retrying with “timeout after 10" in text  # the newest row's error
+    assert "likely cause: downstream failing (one error for 30 of 40 retrying rows)" in text
