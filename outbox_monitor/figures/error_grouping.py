@@ -6,11 +6,17 @@ retrying rows cached and the groups counted by ``outbox_monitor.refresh_retry_er
 (migrations 025, 026)."""
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.errors import PermissionDenied, ReadOnlyDatabase, SchemaNotInitialised
+from outbox_monitor.errors import (
+    PermissionDenied,
+    QueryTimeout,
+    ReadOnlyDatabase,
+    SchemaNotInitialised,
+)
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
@@ -34,6 +40,9 @@ RETRY_ERROR_GROUPS_LIMIT = 20
 log = logging.getLogger("outbox_monitor.metrics")
 _warned_exact_error_groups: set[str] = set()  # tables warned about, once per process
 _warned_live_retry_groups: set[str] = set()  # the same for the retry error groups
+_recount_failed: dict[tuple[str, str], tuple[float, QueryTimeout]] = {}
+"""Per database and table, when (``time.monotonic()``) and how counting its retry error groups
+last timed out in this process: a page reads the last counts for ``max_age`` seconds after."""
 _UNCACHED = (PermissionDenied, SchemaNotInitialised, ReadOnlyDatabase)
 """What a login that may not bring a cache current gets from its refresh function."""
 
@@ -144,7 +153,9 @@ class RetryGroups:
     ``retrying`` of the filter when they were counted); ``cached``: false when this login
     could not bring the cache current (every row normalised now); ``counted_at``: when an
     earlier call counted the groups read (the database's clock; ``None`` when this call
-    counted them or computed them live: as fresh as the read).
+    counted them or computed them live: as fresh as the read); ``recount_failed``: why
+    counting them again failed (the first line of the statement timeout), the last counts
+    read instead.
     """
 
     groups: list[dict[str, Any]]
@@ -152,6 +163,7 @@ class RetryGroups:
     retrying_total: int
     cached: bool
     counted_at: datetime | None = None
+    recount_failed: str | None = None
 
 
 def retry_groups(
@@ -175,6 +187,9 @@ def retry_groups(
     ``last_error`` rewritten in place). Readers never wait for each other: while one
     session counts, the others read the last counts. The groups are exact for the instant
     they were counted (``counted_at``); ``max_age=0`` counts them now (``status --json``).
+    When counting them again hits the statement timeout and ``max_age`` is above 0 (a
+    page), the last counts are read (``recount_failed`` says why; a WARNING is logged), and
+    for ``max_age`` seconds this process reads them without trying again.
 
     A login that may not execute ``outbox_monitor.refresh_retry_error_groups`` (grants of an
     older ``--print-grants``), or whose transactions are read-only (a standby), gets the same
@@ -191,18 +206,38 @@ def retry_groups(
         ``RetryGroups``; each group's texts redacted by the database's settings.
 
     Raises:
-        QueryTimeout, DatabaseUnavailable: from the connector; SchemaNotInitialised when
-        ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
+        QueryTimeout: counting them timed out with ``max_age`` 0 or before any count, or
+            reading them did; DatabaseUnavailable: from the connector; SchemaNotInitialised
+            when ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
     """
     where = Where().event_type(event_type)
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
+    name, cached, failed = "retry_error_groups_cached", True, None
     try:
+        where_counted = (db.settings.dsn or "", db.table_name)
+        failed = _recount_failed.get(where_counted) if max_age > 0 else None
+        if failed is not None and time.monotonic() - failed[0] < max_age:
+            raise failed[1]  # the last count timed out less than max_age ago: read the counts
         step = _refresh_retry_error_groups(db, max_age=max_age, batch=ERROR_GROUPS_BATCH)
-        counted_at = None if step["counted"] else step["refreshed_at"]
-        name, cached = "retry_error_groups_cached", True
+        counted_at, failed = (None if step["counted"] else step["refreshed_at"]), None
     except _UNCACHED as error:
         _warn_live_retry_groups(db, error)
         name, cached, counted_at = "retry_error_groups", False, None
+    except QueryTimeout as error:
+        last = db.fetch_one("retry_error_groups_counted_at", params) if max_age > 0 else None
+        if last is None:  # counted now was asked for, or there are no counts to read
+            raise
+        if failed is None or failed[1] is not error:
+            _recount_failed[where_counted] = (time.monotonic(), error)
+            log.warning(
+                "retry error groups of %s: counting them again failed: %s; the counts of %s "
+                "are read instead for %.0f s (raise OUTBOX_MONITOR_STATEMENT_TIMEOUT)",
+                db.table_name,
+                str(error).splitlines()[0],
+                last["refreshed_at"].isoformat(),
+                max_age,
+            )
+        counted_at, failed = last["refreshed_at"], str(error).splitlines()[0]
     rows = db.fetch_all(name, params, and_filters=where.fragment)
     groups = [{key: row[key] for key in RETRY_GROUP_KEYS} for row in rows]
     return RetryGroups(
@@ -211,6 +246,7 @@ def retry_groups(
         retrying_total=rows[0]["retrying_total"] if rows else 0,
         cached=cached,
         counted_at=counted_at,
+        recount_failed=failed,
     )
 
 

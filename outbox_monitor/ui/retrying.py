@@ -150,6 +150,8 @@ def groups_table(loaded: RetryGroups, f: Filters, *, now: datetime | str | None 
         )
         return
     st.caption(header(loaded, f, now=now))
+    if loaded.recount_failed:
+        st.caption(f"Counting them again failed: {loaded.recount_failed}")
     format.grid(group_rows(loaded, f), COLUMNS, key="overview.retry_groups")
     if not loaded.cached:
         st.caption(

@@ -14,6 +14,7 @@ from psycopg import sql
 
 from outbox_monitor import outbox
 from outbox_monitor.config.settings import load_settings
+from outbox_monitor.errors import QueryTimeout
 from outbox_monitor.figures import diagnosis, error_grouping, metrics
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.service.sampler import record_sample
@@ -378,3 +379,35 @@ def test_an_alerts_diagnosis_reads_the_groups_as_they_are_now(db, rows):
     text = "".join(part["text"] for part in found.as_payload())
     assert "40 retrying with “timeout after 10" in text  # the newest row's error
     assert "likely cause: downstream failing (one error for 30 of 40 retrying rows)" in text
+
+
+def test_a_page_whose_count_times_out_reads_the_last_counts_and_their_age(
+    dsn, db, rows, conn, caplog
+):
+    """Counts 2 minutes old, and counting them again hits the statement timeout (here a
+    session holding the counts' time row): a page reads the last counts, with their time and
+    why they are not newer, and logs a WARNING — before, the QueryTimeout ended the Overview
+    below the Retrying tile at every refresh. ``status --json`` (max_age 0) still fails."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn)
+    counted = stamp(conn)
+    retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    with (
+        Database(load_settings(dsn=dsn, statement_timeout=1)) as page_db,
+        psycopg.connect(dsn) as holding,
+        caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
+    ):
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        loaded = error_grouping.retry_groups(page_db, max_age=60)
+        with pytest.raises(QueryTimeout):
+            error_grouping.retry_groups(page_db, max_age=0)
+        holding.rollback()
+        # within the 60 s after the failure, this process reads the counts without trying
+        again = error_grouping.retry_groups(page_db, max_age=60)
+        assert (again.counted_at, again.recount_failed) == (counted, loaded.recount_failed)
+    assert [(g["event_type"], g["retrying"]) for g in loaded.groups] == [("crm.upsert", 1)]
+    assert loaded.counted_at == counted
+    assert loaded.recount_failed and "statement timeout" in loaded.recount_failed
+    assert caplog.text.count("counting them again failed") == 1
+    assert error_grouping.retry_groups(db, max_age=0).counted_at is None  # status: counted now

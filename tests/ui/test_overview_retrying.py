@@ -3,6 +3,7 @@ groups beside it, from hand-computed rows; the header counts every group, not th
 
 import re
 
+import psycopg
 import streamlit as st
 from rendered import plain
 from streamlit.testing.v1 import AppTest
@@ -212,3 +213,26 @@ def test_the_total_of_all_types_from_earlier_counts_says_how_old_it_is(open_page
     assert re.fullmatch(
         r"mail\.% only; 3 retrying in all event types when counted 4[0-9]s ago\.", line
     ), line
+
+
+def test_a_count_that_times_out_shows_the_last_counts_and_why(
+    open_page, environment, rows, db, conn, dsn
+):
+    """Counting the groups again hits the statement timeout (a session holds the counts'
+    time row; 1 s timeout): the Overview shows the last counts, their age and why — before,
+    the QueryTimeout replaced everything below the Retrying tile with an error."""
+    seed(rows)
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn, 120)
+    environment.setenv("OUTBOX_MONITOR_STATEMENT_TIMEOUT", "1")
+    with psycopg.connect(dsn) as holding:
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        at = open_page("overview")
+
+    assert not at.exception and not at.error
+    assert re.fullmatch(r".*; counted 2m [0-9]+s ago\.", header(at)), header(at)
+    assert any(
+        plain(c.value).startswith("Counting them again failed: a monitor query was cancelled")
+        for c in at.caption
+    )
+    assert len(groups_frame(at)) == 3

@@ -586,6 +586,11 @@ LEFT JOIN LATERAL (
 ) AS s ON true
 ORDER BY n.retrying DESC, n.last_due_at DESC, n.event_type, n.fingerprint;
 
+-- name: retry_error_groups_counted_at
+-- When the outbox table's retry error groups were last counted (migration 026), for a reader whose own count failed; no row: never counted.
+SELECT refreshed_at FROM outbox_monitor.retry_error_groups_refreshed
+WHERE table_oid = %(table_regclass)s::regclass;
+
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the
 -- created rows in the disjoint parts of created_open_in_window and created_finished_in_window (done and failed apart, as there).
