@@ -140,7 +140,9 @@ def groups_table(loaded: RetryGroups, f: Filters, *, now: datetime | str | None 
     """The retry error groups, biggest first, under their header (``header``); a line when
     none (with the counts' age, ``counted_ago``, when taken earlier)."""
     st.markdown("**Retry error groups**")
-    if not loaded.groups:
+    if loaded.groups:
+        st.caption(header(loaded, f, now=now))
+    else:
         scope = f" of {format.md_code(f.event_type)}" if f.event_type else ""
         ago = counted_ago(loaded, now)
         st.caption(
@@ -148,10 +150,10 @@ def groups_table(loaded: RetryGroups, f: Filters, *, now: datetime | str | None 
             if ago
             else f"No row{scope} is retrying: no failure is waiting for another try."
         )
-        return
-    st.caption(header(loaded, f, now=now))
     if loaded.recount_failed:
         st.caption(f"Counting them again failed: {loaded.recount_failed}")
+    if not loaded.groups:
+        return
     format.grid(group_rows(loaded, f), COLUMNS, key="overview.retry_groups")
     if not loaded.cached:
         st.caption(

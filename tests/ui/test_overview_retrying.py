@@ -215,6 +215,15 @@ def test_the_total_of_all_types_from_earlier_counts_says_how_old_it_is(open_page
     ), line
 
 
+def open_while_counting_times_out(open_page, environment, dsn: str) -> AppTest:
+    """The Overview while counting the retry error groups again hits the statement timeout:
+    a session holds the counts' time row, the timeout is 1 s."""
+    environment.setenv("OUTBOX_MONITOR_STATEMENT_TIMEOUT", "1")
+    with psycopg.connect(dsn) as holding:
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        return open_page("overview")
+
+
 def test_a_count_that_times_out_shows_the_last_counts_and_why(
     open_page, environment, rows, db, conn, dsn
 ):
@@ -224,10 +233,7 @@ def test_a_count_that_times_out_shows_the_last_counts_and_why(
     seed(rows)
     error_grouping.refresh_retry_error_groups(db)
     age_counts(conn, 120)
-    environment.setenv("OUTBOX_MONITOR_STATEMENT_TIMEOUT", "1")
-    with psycopg.connect(dsn) as holding:
-        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
-        at = open_page("overview")
+    at = open_while_counting_times_out(open_page, environment, dsn)
 
     assert not at.exception and not at.error
     assert re.fullmatch(r".*; counted 2m [0-9]+s ago\.", header(at)), header(at)
@@ -236,3 +242,19 @@ def test_a_count_that_times_out_shows_the_last_counts_and_why(
         for c in at.caption
     )
     assert len(groups_frame(at)) == 3
+
+
+def test_a_count_that_times_out_with_no_group_counted_says_why_too(
+    open_page, environment, rows, db, conn, dsn
+):
+    rows.add(event_type="order.paid", created_ago=60)
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn, 120)
+    at = open_while_counting_times_out(open_page, environment, dsn)
+
+    captions = [plain(c.value) for c in at.caption]
+    assert any(
+        re.fullmatch(r"No row was retrying when the groups were counted 2m [0-9]+s ago\.", c)
+        for c in captions
+    ), captions
+    assert any(c.startswith("Counting them again failed: a monitor query") for c in captions)
