@@ -411,3 +411,24 @@ def test_a_page_whose_count_times_out_reads_the_last_counts_and_their_age(
     assert loaded.recount_failed and "statement timeout" in loaded.recount_failed
     assert caplog.text.count("counting them again failed") == 1
     assert error_grouping.retry_groups(db, max_age=0).counted_at is None  # status: counted now
+
+
+def test_a_groups_sample_read_after_its_count_is_an_error_of_that_group(db, rows, conn):
+    """Counted with the group's newest row as its sample; that row then failed again with
+    another error (or was acked): within the maximum age the group's sample_error is still
+    an error of that group — before, it was the row's new error (a timeout shown as the
+    sample of the HTTP 401 group) or nothing."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    newest = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 67890")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute(
+        "UPDATE integration_outbox SET attempts = 2,"
+        " last_error = 'timeout after 1000 ms calling ''x''' WHERE id = %s",
+        (newest,),
+    )
+    [group] = error_grouping.retry_groups(db, max_age=3600).groups
+    assert group["group_id"] == group_id("crm.upsert", AUTH)
+    assert group["sample_error"] == AUTH  # the group's fingerprint: its row changed
+    conn.execute("UPDATE integration_outbox SET status = 'done' WHERE id = %s", (newest,))
+    [group] = error_grouping.retry_groups(db, max_age=3600).groups
+    assert (group["retrying"], group["sample_error"]) == (2, AUTH)  # as counted
