@@ -432,3 +432,34 @@ def test_a_groups_sample_read_after_its_count_is_an_error_of_that_group(db, rows
     conn.execute("UPDATE integration_outbox SET status = 'done' WHERE id = %s", (newest,))
     [group] = error_grouping.retry_groups(db, max_age=3600).groups
     assert (group["retrying"], group["sample_error"]) == (2, AUTH)  # as counted
+
+
+def test_a_partial_count_leaves_the_last_counts_whole(db, rows, conn):
+    """A call that normalised a batch but had more left (done false: no new counts) kept
+    the last counts, yet deleted the text of a group whose rows had all left: a reader
+    then got those counts without that group (3 rows in 2 groups read as 2 in 1)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 67890")
+    gone = retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute("UPDATE integration_outbox SET status = 'done' WHERE id = %s", (gone,))
+    for n in range(3):
+        retrying(rows, "billing.sent", f"HTTP 500 upstream 'x{n}' failed")
+    step = db.fetch_one(
+        "retry_error_groups_refresh",
+        {"table_regclass": db.table_name, "batch": 2, "max_age_seconds": 0},
+    )
+    assert (step["done"], step["counted"], step["normalised"]) == (False, False, 2)
+
+    loaded = error_grouping.retry_groups(db, max_age=3600)
+    assert {g["group_id"]: g["retrying"] for g in loaded.groups} == {
+        group_id("crm.upsert", AUTH): 2,
+        group_id("order.paid", TIMEOUT): 1,
+    }
+    assert (loaded.groups_total, loaded.retrying_total) == (2, 3)
+    assert counts(db) == {  # the next count: every group as it is now, no text left behind
+        group_id("crm.upsert", AUTH): (2, 0),
+        group_id("billing.sent", UPSTREAM): (3, 0),
+    }
+    texts = conn.execute("SELECT fingerprint FROM outbox_monitor.retry_fingerprint_texts")
+    assert sorted(row["fingerprint"] for row in texts) == sorted([AUTH, UPSTREAM])

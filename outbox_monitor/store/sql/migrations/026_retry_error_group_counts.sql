@@ -197,13 +197,17 @@ BEGIN
     INTO done, normalised, forgotten, refreshed_at, counted
     USING v_oid, p_batch, refreshed_at;
 
-    -- The texts of fingerprints no cached row has any more (a group that ended).
-    IF forgotten > 0 OR normalised > 0 THEN
+    -- The texts of fingerprints no cached row and no stored count has any more (a group
+    -- that ended; the counts a call that was not done kept are read with their texts).
+    IF forgotten > 0 OR normalised > 0 OR counted THEN
         DELETE FROM outbox_monitor.retry_fingerprint_texts AS t
         WHERE t.table_oid = v_oid
           AND NOT EXISTS (
               SELECT FROM outbox_monitor.retry_fingerprints AS c
-              WHERE c.table_oid = v_oid AND c.fingerprint_md5 = t.fingerprint_md5);
+              WHERE c.table_oid = v_oid AND c.fingerprint_md5 = t.fingerprint_md5)
+          AND NOT EXISTS (
+              SELECT FROM outbox_monitor.retry_error_group_counts AS g
+              WHERE g.table_oid = v_oid AND g.fingerprint_md5 = t.fingerprint_md5);
     END IF;
 END
 $fn$;
