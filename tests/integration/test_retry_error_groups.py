@@ -463,3 +463,23 @@ def test_a_partial_count_leaves_the_last_counts_whole(db, rows, conn):
     }
     texts = conn.execute("SELECT fingerprint FROM outbox_monitor.retry_fingerprint_texts")
     assert sorted(row["fingerprint"] for row in texts) == sorted([AUTH, UPSTREAM])
+
+
+def test_counts_stamped_in_the_future_are_counted_again(db, rows, conn):
+    """The counts' time is ahead of the clock (the server's clock was set back, or a
+    failover to a server whose clock is behind): a reader counts them again — before, they
+    passed for younger than any maximum age until the clock caught up (here an hour)."""
+    row = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute(
+        "UPDATE outbox_monitor.retry_error_groups_refreshed"
+        " SET refreshed_at = now() + interval '1 hour'"
+    )
+    conn.execute(
+        "UPDATE integration_outbox SET attempts = 2,"
+        " last_error = 'timeout after 1000 ms calling ''x''' WHERE id = %s",
+        (row,),
+    )
+    loaded = error_grouping.retry_groups(db, max_age=60)
+    assert [g["group_id"] for g in loaded.groups] == [group_id("crm.upsert", TIMEOUT)]
+    assert loaded.counted_at is None  # counted by this read

@@ -90,7 +90,8 @@ BEGIN
     FROM outbox_monitor.retry_error_groups_refreshed AS s WHERE s.table_oid = v_oid;
     IF p_max_age > interval '0' AND refreshed_at IS NOT NULL THEN
         -- young enough, or another session is counting them now: read what there is
-        IF clock_timestamp() - refreshed_at < p_max_age
+        -- (a time ahead of the clock, which was set back, is no age: counted again)
+        IF (clock_timestamp() - refreshed_at < p_max_age AND refreshed_at <= clock_timestamp())
            OR NOT pg_try_advisory_xact_lock(v_lock) THEN
             RETURN;
         END IF;
@@ -104,7 +105,8 @@ BEGIN
         -- (readers arriving before the first count: each would count again, in turn)
         SELECT s.refreshed_at INTO refreshed_at
         FROM outbox_monitor.retry_error_groups_refreshed AS s WHERE s.table_oid = v_oid;
-        IF clock_timestamp() - refreshed_at < p_max_age THEN
+        IF clock_timestamp() - refreshed_at < p_max_age AND refreshed_at <= clock_timestamp()
+        THEN
             RETURN;
         END IF;
     END IF;
