@@ -187,7 +187,10 @@ def retry_groups(
     ``last_error`` rewritten in place). Readers never wait for each other: while one
     session counts, the others read the last counts. The groups are exact for the instant
     they were counted (``counted_at``); ``max_age=0`` counts them now (``status --json``).
-    When counting them again hits the statement timeout and ``max_age`` is above 0 (a
+    With ``max_age`` above 0 (a page) a read makes one call when there are counts to read:
+    after a storm larger than a batch it normalises one batch (progress kept) and reads the
+    last counts, their time in ``counted_at``; the sampler, or the next reads, finish the
+    count. When counting them again hits the statement timeout and ``max_age`` is above 0 (a
     page), the last counts are read (``recount_failed`` says why; a WARNING is logged), and
     for ``max_age`` seconds this process reads them without trying again.
 
@@ -218,7 +221,9 @@ def retry_groups(
         failed = _recount_failed.get(where_counted) if max_age > 0 else None
         if failed is not None and time.monotonic() - failed[0] < max_age:
             raise failed[1]  # the last count timed out less than max_age ago: read the counts
-        step = _refresh_retry_error_groups(db, max_age=max_age, batch=ERROR_GROUPS_BATCH)
+        step = _refresh_retry_error_groups(
+            db, max_age=max_age, batch=ERROR_GROUPS_BATCH, once=max_age > 0
+        )
         counted_at, failed = (None if step["counted"] else step["refreshed_at"]), None
     except _UNCACHED as error:
         _warn_live_retry_groups(db, error)
@@ -289,14 +294,17 @@ def refresh_retry_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH)
     return _refresh_retry_error_groups(db, max_age=0.0, batch=batch)["normalised"]
 
 
-def _refresh_retry_error_groups(db: Database, *, max_age: float, batch: int) -> dict[str, Any]:
-    """Call ``retry_error_groups_refresh`` until done; the last step, its rows summed."""
+def _refresh_retry_error_groups(
+    db: Database, *, max_age: float, batch: int, once: bool = False
+) -> dict[str, Any]:
+    """Call ``retry_error_groups_refresh`` until done (with ``once``, only until there are
+    counts to read: a page's one step); the last step, its rows summed."""
     params = {"table_regclass": db.table_name, "batch": batch, "max_age_seconds": max_age}
     normalised = 0
     while True:
         step = db.fetch_one("retry_error_groups_refresh", params)
         normalised += step["normalised"]
-        if step["done"]:
+        if step["done"] or (once and step["refreshed_at"] is not None):
             return {**step, "normalised": normalised}
 
 

@@ -483,3 +483,33 @@ def test_counts_stamped_in_the_future_are_counted_again(db, rows, conn):
     loaded = error_grouping.retry_groups(db, max_age=60)
     assert [g["group_id"] for g in loaded.groups] == [group_id("crm.upsert", TIMEOUT)]
     assert loaded.counted_at is None  # counted by this read
+
+
+def test_a_page_in_a_storm_makes_one_step_and_reads_the_last_counts(db, rows, conn):
+    """Counts 2 minutes old, then more rows failed than one call normalises (a storm): a
+    page's read makes one call (one batch normalised, the others' progress kept) and reads
+    the last counts with their age — before, it called again until the whole storm was
+    normalised, the viewer waiting for it. The next read finishes the count."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn)
+    counted = stamp(conn)
+    storm = error_grouping.ERROR_GROUPS_BATCH + 1
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, status, attempts, last_error, available_at)"
+        " SELECT 'order.paid', 'order', n::text, 'storm-' || n, '{}', 'pending', 1,"
+        " 'timeout after ' || (1000 + n) || ' ms calling ''erp''', now() + interval '1 minute'"
+        " FROM generate_series(1, %s) AS n",
+        (storm,),
+    )
+    first = error_grouping.retry_groups(db, max_age=60)
+    assert first.counted_at == counted
+    assert [(g["event_type"], g["retrying"]) for g in first.groups] == [("crm.upsert", 1)]
+    assert len(cached_ids(conn)) == 1 + error_grouping.ERROR_GROUPS_BATCH
+    second = error_grouping.retry_groups(db, max_age=60)
+    assert second.counted_at is None  # counted by this read
+    assert [(g["event_type"], g["retrying"]) for g in second.groups] == [
+        ("order.paid", storm),
+        ("crm.upsert", 1),
+    ]
