@@ -244,6 +244,8 @@ def retry_groups(
             )
         counted_at, failed = last["refreshed_at"], str(error).splitlines()[0]
     rows = db.fetch_all(name, params, and_filters=where.fragment)
+    if cached and rows and counted_at is not None:
+        counted_at = rows[0]["counted_at"]  # the counts read: another session's, if newer
     groups = [{key: row[key] for key in RETRY_GROUP_KEYS} for row in rows]
     return RetryGroups(
         groups=redactor_for(db.settings).redact_rows(groups, ("fingerprint", "sample_error")),

@@ -513,3 +513,34 @@ def test_a_page_in_a_storm_makes_one_step_and_reads_the_last_counts(db, rows, co
         ("order.paid", storm),
         ("crm.upsert", 1),
     ]
+
+
+def test_counts_taken_while_a_reader_reads_carry_their_own_time(dsn, db, rows, conn):
+    """A reader past the maximum age finds another session counting (it reads the last
+    counts' time, 2 minutes old) and then reads the counts that session has just committed:
+    the time it reports is theirs — before, fresh counts came back labelled 2 minutes old
+    (the Overview's header said "counted 2m 0s ago" of counts taken now)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn)
+    retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    with psycopg.connect(dsn) as counting, ThreadPoolExecutor(1) as pool:
+        counting.execute(
+            "SELECT * FROM outbox_monitor.refresh_retry_error_groups("
+            "'integration_outbox', 10, interval '0')"
+        )
+        # the reader's read of the counts waits for this session's commit
+        counting.execute("LOCK TABLE outbox_monitor.retry_error_group_counts")
+        reader = pool.submit(error_grouping.retry_groups, db, max_age=60)
+        wait_for(
+            lambda: conn.execute(
+                "SELECT count(*) AS n FROM pg_locks"
+                " WHERE relation = 'outbox_monitor.retry_error_group_counts'::regclass"
+                " AND NOT granted"
+            ).fetchone()["n"],
+            timeout=30,
+        )
+        counting.commit()
+        loaded = reader.result(timeout=60)
+    assert [g["event_type"] for g in loaded.groups] == ["crm.upsert", "order.paid"]
+    assert loaded.counted_at == stamp(conn)
