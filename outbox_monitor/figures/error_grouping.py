@@ -40,9 +40,40 @@ RETRY_ERROR_GROUPS_LIMIT = 20
 log = logging.getLogger("outbox_monitor.metrics")
 _warned_exact_error_groups: set[str] = set()  # tables warned about, once per process
 _warned_live_retry_groups: set[str] = set()  # the same for the retry error groups
-_recount_failed: dict[tuple[str, str], tuple[float, QueryTimeout]] = {}
-"""Per database and table, when (``time.monotonic()``) and how counting its retry error groups
-last timed out in this process: a page reads the last counts for ``max_age`` seconds after."""
+
+
+@dataclass(frozen=True)
+class _RecountFailure:
+    """A count of the retry error groups that timed out: when (``time.monotonic()``), its
+    error's first line, and the time of the counts read instead."""
+
+    at: float
+    message: str
+    counted_at: datetime
+
+
+_recount_failed: dict[tuple[str, str], _RecountFailure] = {}
+"""Per database and table, the last count of its retry error groups that timed out in this
+process: a page reads the last counts for ``max_age`` seconds after, unless counted since."""
+
+
+def _still_failing(
+    db: Database, params: dict[str, Any], key: tuple[str, str], max_age: float
+) -> _RecountFailure | None:
+    """The failure a page reads the last counts after (``_recount_failed``): less than
+    ``max_age`` seconds old and no count since (the sampler's or ``status``'s); else
+    ``None`` (forgotten: the page counts as usual)."""
+    failure = _recount_failed.get(key) if max_age > 0 else None
+    if failure is None:
+        return None
+    last = db.fetch_one("retry_error_groups_counted_at", params)
+    fresh = last is not None and last["refreshed_at"] > failure.counted_at
+    if time.monotonic() - failure.at < max_age and last is not None and not fresh:
+        return failure
+    _recount_failed.pop(key, None)  # pages of several sessions: another may have popped it
+    return None
+
+
 _UNCACHED = (PermissionDenied, SchemaNotInitialised, ReadOnlyDatabase)
 """What a login that may not bring a cache current gets from its refresh function."""
 
@@ -215,34 +246,34 @@ def retry_groups(
     """
     where = Where().event_type(event_type)
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
-    name, cached, failed = "retry_error_groups_cached", True, None
+    name, cached = "retry_error_groups_cached", True
+    key = (db.settings.dsn or "", db.table_name)
+    failed = _still_failing(db, params, key, max_age)
     try:
-        where_counted = (db.settings.dsn or "", db.table_name)
-        failed = _recount_failed.get(where_counted) if max_age > 0 else None
-        if failed is not None and time.monotonic() - failed[0] < max_age:
-            raise failed[1]  # the last count timed out less than max_age ago: read the counts
-        step = _refresh_retry_error_groups(
-            db, max_age=max_age, batch=ERROR_GROUPS_BATCH, once=max_age > 0
-        )
-        counted_at, failed = (None if step["counted"] else step["refreshed_at"]), None
+        if failed is not None:  # the last count timed out less than max_age ago: read
+            counted_at, failed_text = failed.counted_at, failed.message
+        else:
+            step = _refresh_retry_error_groups(
+                db, max_age=max_age, batch=ERROR_GROUPS_BATCH, once=max_age > 0
+            )
+            counted_at, failed_text = (None if step["counted"] else step["refreshed_at"]), None
     except _UNCACHED as error:
         _warn_live_retry_groups(db, error)
-        name, cached, counted_at = "retry_error_groups", False, None
+        name, cached, counted_at, failed_text = "retry_error_groups", False, None, None
     except QueryTimeout as error:
         last = db.fetch_one("retry_error_groups_counted_at", params) if max_age > 0 else None
         if last is None:  # counted now was asked for, or there are no counts to read
             raise
-        if failed is None or failed[1] is not error:
-            _recount_failed[where_counted] = (time.monotonic(), error)
-            log.warning(
-                "retry error groups of %s: counting them again failed: %s; the counts of %s "
-                "are read instead for %.0f s (raise OUTBOX_MONITOR_STATEMENT_TIMEOUT)",
-                db.table_name,
-                str(error).splitlines()[0],
-                last["refreshed_at"].isoformat(),
-                max_age,
-            )
-        counted_at, failed = last["refreshed_at"], str(error).splitlines()[0]
+        counted_at, failed_text = last["refreshed_at"], str(error).splitlines()[0]
+        _recount_failed[key] = _RecountFailure(time.monotonic(), failed_text, counted_at)
+        log.warning(
+            "retry error groups of %s: counting them again failed: %s; the counts of %s are "
+            "read instead for %.0f s (raise OUTBOX_MONITOR_STATEMENT_TIMEOUT)",
+            db.table_name,
+            failed_text,
+            counted_at.isoformat(),
+            max_age,
+        )
     rows = db.fetch_all(name, params, and_filters=where.fragment)
     if cached and rows and counted_at is not None:
         counted_at = rows[0]["counted_at"]  # the counts read: another session's, if newer
@@ -253,7 +284,7 @@ def retry_groups(
         retrying_total=rows[0]["retrying_total"] if rows else 0,
         cached=cached,
         counted_at=counted_at,
-        recount_failed=failed,
+        recount_failed=failed_text,
     )
 
 

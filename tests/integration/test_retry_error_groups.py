@@ -411,6 +411,8 @@ def test_a_page_whose_count_times_out_reads_the_last_counts_and_their_age(
     assert loaded.recount_failed and "statement timeout" in loaded.recount_failed
     assert caplog.text.count("counting them again failed") == 1
     assert error_grouping.retry_groups(db, max_age=0).counted_at is None  # status: counted now
+    after = error_grouping.retry_groups(db, max_age=60)  # counted since the failure: no note
+    assert (after.counted_at, after.recount_failed) == (stamp(conn), None)
 
 
 def test_a_groups_sample_read_after_its_count_is_an_error_of_that_group(db, rows, conn):
