@@ -356,16 +356,24 @@ def _warn_live_retry_groups(db: Database, error: Exception) -> None:
 def keep_retry_error_groups_counted(db: Database, *, max_age: float) -> datetime | None:
     """The scheduler's side of ``count_retry_error_groups``: count them when ``max_age``
     seconds old, so a page only reads them; a login that may not (older grants, a standby)
-    gets the WARNING once and ``None`` (the pages then compute them live).
+    gets the WARNING once and ``None`` (the pages then compute them live); a count that hits
+    the statement timeout, a WARNING at each pass and ``None`` (the pages read the last
+    counts with their age, ``retry_groups``).
 
     Raises:
-        QueryTimeout, DatabaseUnavailable: from the connector.
+        DatabaseUnavailable: from the connector.
     """
     try:
         return count_retry_error_groups(db, max_age=max_age)
     except _UNCACHED as error:
         _warn_live_retry_groups(db, error)
-        return None
+    except QueryTimeout as error:
+        log.warning(
+            "retry error groups of %s not counted: %s (raise OUTBOX_MONITOR_STATEMENT_TIMEOUT)",
+            db.table_name,
+            str(error).splitlines()[0],
+        )
+    return None
 
 
 def retry_error_groups(

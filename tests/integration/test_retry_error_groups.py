@@ -546,3 +546,24 @@ def test_counts_taken_while_a_reader_reads_carry_their_own_time(dsn, db, rows, c
         loaded = reader.result(timeout=60)
     assert [g["event_type"] for g in loaded.groups] == ["crm.upsert", "order.paid"]
     assert loaded.counted_at == stamp(conn)
+
+
+def test_a_sample_whose_count_times_out_is_recorded_and_says_so(dsn, rows, conn, caplog):
+    """The sampler's count of the retry error groups hits the statement timeout: the sample
+    is recorded, the pass returns no count time and logs a WARNING naming the groups —
+    before, record_sample raised QueryTimeout after writing the sample, and the scheduler
+    logged "sampler … failed" for a sample it had written."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    with (
+        Database(load_settings(dsn=dsn, statement_timeout=1)) as scheduler_db,
+        psycopg.connect(dsn) as holding,
+        caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
+    ):
+        error_grouping.refresh_retry_error_groups(scheduler_db)
+        age_counts(conn)
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        sample = record_sample(scheduler_db)
+    assert sample["retry_groups_counted_at"] is None
+    recorded = conn.execute("SELECT retrying FROM outbox_monitor.samples").fetchall()
+    assert [r["retrying"] for r in recorded] == [1]
+    assert "retry error groups of public.integration_outbox not counted" in caplog.text
