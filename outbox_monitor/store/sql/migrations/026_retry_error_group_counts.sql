@@ -17,10 +17,12 @@
 --                               returns at once when the counts are younger than p_max_age,
 --                               or when another session is refreshing them (readers never
 --                               wait for each other: they read the counts there are;
---                               before the first count they wait for it and read it); with
---                               p_max_age zero it always refreshes (status --json and
---                               alerts stay exact). Returns refreshed_at too, and
---                               counted: whether this call took them.
+--                               before the first count they wait for it and read it; a
+--                               time ahead of the clock is no age); with p_max_age zero it
+--                               always refreshes (status --json and alerts' messages stay
+--                               exact). Returns refreshed_at too, and counted: whether
+--                               this call took them. A call not done (more than p_batch
+--                               rows to normalise) keeps the last counts and their texts.
 --
 -- A reader shows the counts' time; the scheduler's sampler refreshes them every interval,
 -- so with a scheduler a page only reads them. As migration 025, nothing is written to the
