@@ -3,6 +3,7 @@ and a retry error group's error text, with no scheduler running (the read fills 
 
 import re
 
+import psycopg
 import pytest
 from playwright.sync_api import expect
 
@@ -60,3 +61,28 @@ def test_counts_taken_earlier_say_their_age_when_no_group_was_retrying(
         )
     ).to_be_visible()
     screenshot("overview-retrying-counted-earlier")
+
+
+def test_a_count_that_times_out_shows_the_last_counts_and_why(
+    dashboard, page, rows, db, conn, dsn, screenshot
+):
+    """Counts 2 minutes old; counting them again hits the statement timeout (a session
+    holds the counts' time row for the page's whole load): Chromium shows the last counts,
+    their age and why, and the rest of the Overview below them."""
+    rows.add(event_type="order.paid", attempts=1, last_error="HTTP 503 from erp for order 7")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute(
+        "UPDATE outbox_monitor.retry_error_groups_refreshed"
+        " SET refreshed_at = refreshed_at - interval '2 minutes'"
+    )
+    with psycopg.connect(dsn) as holding:
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        page.goto(dashboard)
+        expect(
+            page.get_by_text(re.compile(r"Counting them again failed: a monitor query"))
+        ).to_be_visible()
+        expect(
+            page.get_by_text(re.compile(r"1 row retrying in 1 retry error group .*counted 2m"))
+        ).to_be_visible()
+        expect(page.get_by_text("Dead tuples")).to_be_visible()  # the health tiles below
+        screenshot("overview-retrying-count-timed-out")
