@@ -551,6 +551,7 @@ def read_evidence(
     window: float | None = None,
     oldest_pending_slo: float = OLDEST_PENDING_SLO_SECONDS,
     horizon_held: float = HORIZON_HELD_SECONDS,
+    max_age: float = 0.0,
 ) -> Evidence:
     """The evidence of a diagnosis, read now on one connection: the per-type figures
     (``by_event_type.measure`` without rates), controls, per-type samples of the last
@@ -565,6 +566,9 @@ def read_evidence(
         firing: ``firing_since_by_type`` of the alert instances (default: none firing).
         window: seconds of the dead letters counted (default: settings).
         oldest_pending_slo, horizon_held: seconds (``Evidence``).
+        max_age: seconds; the retry error groups are counted again first when their counts
+            are this old (``error_grouping.retry_groups``); default 0: counted now, as an
+            alert's message needs them (a page passes its own maximum age).
 
     Raises:
         The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
@@ -591,7 +595,9 @@ def read_evidence(
             troubled(
                 named, by_type, firing, workers=workers, oldest_pending_slo=oldest_pending_slo
             ),
-            lambda name: error_grouping.retry_error_groups(db, event_type=ExactEventType(name)),
+            lambda name: error_grouping.retry_error_groups(
+                db, event_type=ExactEventType(name), max_age=max_age
+            ),
             lambda name: error_grouping.error_groups(db, event_type=ExactEventType(name)),
         )
         now = db.fetch_one("db_now")["now"]

@@ -6,11 +6,17 @@ retrying rows cached and the groups counted by ``outbox_monitor.refresh_retry_er
 (migrations 025, 026)."""
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.errors import PermissionDenied, ReadOnlyDatabase, SchemaNotInitialised
+from outbox_monitor.errors import (
+    PermissionDenied,
+    QueryTimeout,
+    ReadOnlyDatabase,
+    SchemaNotInitialised,
+)
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
@@ -34,6 +40,40 @@ RETRY_ERROR_GROUPS_LIMIT = 20
 log = logging.getLogger("outbox_monitor.metrics")
 _warned_exact_error_groups: set[str] = set()  # tables warned about, once per process
 _warned_live_retry_groups: set[str] = set()  # the same for the retry error groups
+
+
+@dataclass(frozen=True)
+class _RecountFailure:
+    """A count of the retry error groups that timed out: when (``time.monotonic()``), its
+    error's first line, and the time of the counts read instead."""
+
+    at: float
+    message: str
+    counted_at: datetime
+
+
+_recount_failed: dict[tuple[str, str], _RecountFailure] = {}
+"""Per database and table, the last count of its retry error groups that timed out in this
+process: a page reads the last counts for ``max_age`` seconds after, unless counted since."""
+
+
+def _still_failing(
+    db: Database, params: dict[str, Any], key: tuple[str, str], max_age: float
+) -> _RecountFailure | None:
+    """The failure a page reads the last counts after (``_recount_failed``): less than
+    ``max_age`` seconds old and no count since (the sampler's or ``status``'s); else
+    ``None`` (forgotten: the page counts as usual)."""
+    failure = _recount_failed.get(key) if max_age > 0 else None
+    if failure is None:
+        return None
+    last = db.fetch_one("retry_error_groups_counted_at", params)
+    fresh = last is not None and last["refreshed_at"] > failure.counted_at
+    if time.monotonic() - failure.at < max_age and last is not None and not fresh:
+        return failure
+    _recount_failed.pop(key, None)  # pages of several sessions: another may have popped it
+    return None
+
+
 _UNCACHED = (PermissionDenied, SchemaNotInitialised, ReadOnlyDatabase)
 """What a login that may not bring a cache current gets from its refresh function."""
 
@@ -144,7 +184,9 @@ class RetryGroups:
     ``retrying`` of the filter when they were counted); ``cached``: false when this login
     could not bring the cache current (every row normalised now); ``counted_at``: when an
     earlier call counted the groups read (the database's clock; ``None`` when this call
-    counted them or computed them live: as fresh as the read).
+    counted them or computed them live: as fresh as the read); ``recount_failed``: why
+    counting them again failed (the first line of the statement timeout), the last counts
+    read instead.
     """
 
     groups: list[dict[str, Any]]
@@ -152,6 +194,7 @@ class RetryGroups:
     retrying_total: int
     cached: bool
     counted_at: datetime | None = None
+    recount_failed: str | None = None
 
 
 def retry_groups(
@@ -175,6 +218,12 @@ def retry_groups(
     ``last_error`` rewritten in place). Readers never wait for each other: while one
     session counts, the others read the last counts. The groups are exact for the instant
     they were counted (``counted_at``); ``max_age=0`` counts them now (``status --json``).
+    With ``max_age`` above 0 (a page) a read makes one call when there are counts to read:
+    after a storm larger than a batch it normalises one batch (progress kept) and reads the
+    last counts, their time in ``counted_at``; the sampler, or the next reads, finish the
+    count. When counting them again hits the statement timeout and ``max_age`` is above 0 (a
+    page), the last counts are read (``recount_failed`` says why; a WARNING is logged), and
+    for ``max_age`` seconds this process reads them without trying again.
 
     A login that may not execute ``outbox_monitor.refresh_retry_error_groups`` (grants of an
     older ``--print-grants``), or whose transactions are read-only (a standby), gets the same
@@ -191,19 +240,43 @@ def retry_groups(
         ``RetryGroups``; each group's texts redacted by the database's settings.
 
     Raises:
-        QueryTimeout, DatabaseUnavailable: from the connector; SchemaNotInitialised when
-        ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
+        QueryTimeout: counting them timed out with ``max_age`` 0 or before any count, or
+            reading them did; DatabaseUnavailable: from the connector; SchemaNotInitialised
+            when ``outbox_monitor.normalize_error`` is missing (run ``init-db``).
     """
     where = Where().event_type(event_type)
     params = {"limit": limit, "table_regclass": db.table_name, **where.params}
+    name, cached = "retry_error_groups_cached", True
+    key = (db.settings.dsn or "", db.table_name)
+    failed = _still_failing(db, params, key, max_age)
     try:
-        step = _refresh_retry_error_groups(db, max_age=max_age, batch=ERROR_GROUPS_BATCH)
-        counted_at = None if step["counted"] else step["refreshed_at"]
-        name, cached = "retry_error_groups_cached", True
+        if failed is not None:  # the last count timed out less than max_age ago: read
+            counted_at, failed_text = failed.counted_at, failed.message
+        else:
+            step = _refresh_retry_error_groups(
+                db, max_age=max_age, batch=ERROR_GROUPS_BATCH, once=max_age > 0
+            )
+            counted_at, failed_text = (None if step["counted"] else step["refreshed_at"]), None
     except _UNCACHED as error:
         _warn_live_retry_groups(db, error)
-        name, cached, counted_at = "retry_error_groups", False, None
+        name, cached, counted_at, failed_text = "retry_error_groups", False, None, None
+    except QueryTimeout as error:
+        last = db.fetch_one("retry_error_groups_counted_at", params) if max_age > 0 else None
+        if last is None:  # counted now was asked for, or there are no counts to read
+            raise
+        counted_at, failed_text = last["refreshed_at"], str(error).splitlines()[0]
+        _recount_failed[key] = _RecountFailure(time.monotonic(), failed_text, counted_at)
+        log.warning(
+            "retry error groups of %s: counting them again failed: %s; the counts of %s are "
+            "read instead for %.0f s (raise OUTBOX_MONITOR_STATEMENT_TIMEOUT)",
+            db.table_name,
+            failed_text,
+            counted_at.isoformat(),
+            max_age,
+        )
     rows = db.fetch_all(name, params, and_filters=where.fragment)
+    if cached and rows and counted_at is not None:
+        counted_at = rows[0]["counted_at"]  # the counts read: another session's, if newer
     groups = [{key: row[key] for key in RETRY_GROUP_KEYS} for row in rows]
     return RetryGroups(
         groups=redactor_for(db.settings).redact_rows(groups, ("fingerprint", "sample_error")),
@@ -211,6 +284,7 @@ def retry_groups(
         retrying_total=rows[0]["retrying_total"] if rows else 0,
         cached=cached,
         counted_at=counted_at,
+        recount_failed=failed_text,
     )
 
 
@@ -253,14 +327,17 @@ def refresh_retry_error_groups(db: Database, *, batch: int = ERROR_GROUPS_BATCH)
     return _refresh_retry_error_groups(db, max_age=0.0, batch=batch)["normalised"]
 
 
-def _refresh_retry_error_groups(db: Database, *, max_age: float, batch: int) -> dict[str, Any]:
-    """Call ``retry_error_groups_refresh`` until done; the last step, its rows summed."""
+def _refresh_retry_error_groups(
+    db: Database, *, max_age: float, batch: int, once: bool = False
+) -> dict[str, Any]:
+    """Call ``retry_error_groups_refresh`` until done (with ``once``, only until there are
+    counts to read: a page's one step); the last step, its rows summed."""
     params = {"table_regclass": db.table_name, "batch": batch, "max_age_seconds": max_age}
     normalised = 0
     while True:
         step = db.fetch_one("retry_error_groups_refresh", params)
         normalised += step["normalised"]
-        if step["done"]:
+        if step["done"] or (once and step["refreshed_at"] is not None):
             return {**step, "normalised": normalised}
 
 
@@ -279,16 +356,24 @@ def _warn_live_retry_groups(db: Database, error: Exception) -> None:
 def keep_retry_error_groups_counted(db: Database, *, max_age: float) -> datetime | None:
     """The scheduler's side of ``count_retry_error_groups``: count them when ``max_age``
     seconds old, so a page only reads them; a login that may not (older grants, a standby)
-    gets the WARNING once and ``None`` (the pages then compute them live).
+    gets the WARNING once and ``None`` (the pages then compute them live); a count that hits
+    the statement timeout, a WARNING at each pass and ``None`` (the pages read the last
+    counts with their age, ``retry_groups``).
 
     Raises:
-        QueryTimeout, DatabaseUnavailable: from the connector.
+        DatabaseUnavailable: from the connector.
     """
     try:
         return count_retry_error_groups(db, max_age=max_age)
     except _UNCACHED as error:
         _warn_live_retry_groups(db, error)
-        return None
+    except QueryTimeout as error:
+        log.warning(
+            "retry error groups of %s not counted: %s (raise OUTBOX_MONITOR_STATEMENT_TIMEOUT)",
+            db.table_name,
+            str(error).splitlines()[0],
+        )
+    return None
 
 
 def retry_error_groups(

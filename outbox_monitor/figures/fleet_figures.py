@@ -23,6 +23,7 @@ from outbox_monitor.config.settings import Settings
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError, SchemaNotInitialised
 from outbox_monitor.figures import metrics
 from outbox_monitor.figures.diagnosis import Diagnosis, diagnose, firing_instances, read_evidence
+from outbox_monitor.figures.error_grouping import RETRY_GROUPS_MAX_AGE_SECONDS
 from outbox_monitor.store.db import APPLICATION_NAME, Database, MonitorConnection
 from outbox_monitor.store.db_errors import READ_DSN_SETTING, connect_error
 
@@ -213,8 +214,9 @@ def measure_outbox(db: Database, outbox: Outbox, *, window: float) -> OutboxRow:
 
 def what_is_wrong(db: Database, *, window: float) -> tuple[Diagnosis | None, str | None]:
     """The outbox's diagnosis (``diagnosis.read_evidence`` with its firing alerts, over
-    ``window`` seconds) on one connection, or ``(None, why)`` when a read failed (a statement
-    timeout, a column missing): the row keeps its figures.
+    ``window`` seconds, the retry error groups as a page reads them: counted again when
+    ``RETRY_GROUPS_MAX_AGE_SECONDS`` old) on one connection, or ``(None, why)`` when a read
+    failed (a statement timeout, a column missing): the row keeps its figures.
 
     Raises:
         DatabaseUnavailable: the database stopped answering.
@@ -222,7 +224,11 @@ def what_is_wrong(db: Database, *, window: float) -> tuple[Diagnosis | None, str
     try:
         with db.session():
             firing = firing_instances(db)
-            found = diagnose(read_evidence(db, window=window, firing=firing))
+            found = diagnose(
+                read_evidence(
+                    db, window=window, firing=firing, max_age=RETRY_GROUPS_MAX_AGE_SECONDS
+                )
+            )
     except DatabaseUnavailable:
         raise
     except Exception as error:  # whatever it is, the row keeps its figures and says it

@@ -117,7 +117,7 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
         "event_types" (``measure_event_types``'s rows), "pruned" (samples deleted by the
         retention), "event_types_pruned" (per-event-type rows deleted), "workers" (workers
         recorded), "retry_groups_counted_at" (when the retry error groups were counted;
-        ``None`` when this login may not count them)}``.
+        ``None`` when this login may not count them or the count timed out: logged)}``.
 
     Raises:
         DatabaseUnavailable, QueryTimeout, SchemaNotInitialised (no samples table: run

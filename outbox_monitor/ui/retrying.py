@@ -56,10 +56,10 @@ def load_groups(db: Database, f: Filters, *, limit: int = GROUPS_SHOWN) -> Retry
     return _groups(db_key(db), db, f.event_type, limit)
 
 
-def _all_types(db: Database) -> int:
-    """Retrying rows of every event type, from the retry error groups' counts (one row per
-    group, not a pass over the backlog)."""
-    return _groups(db_key(db), db, None, 1).retrying_total
+def _all_types(db: Database) -> RetryGroups:
+    """The retry error groups of every event type, for their total (``retrying_total``):
+    from the counts (one row per group, not a pass over the backlog)."""
+    return _groups(db_key(db), db, None, 1)
 
 
 def section(
@@ -82,9 +82,12 @@ def section(
     left, right = st.columns([1, 3])
     tile(left, "Retrying", format.count(figures["retrying"]), badge, HELP)
     if f.event_type:
+        every = _all_types(db)
+        ago = counted_ago(every, figures.get("now"))
         left.caption(
             f"{format.md_code(f.event_type)} only; "
-            f"{format.count(_all_types(db))} retrying in all event types."
+            f"{format.count(every.retrying_total)} retrying in all event types"
+            + (f" when {ago}." if ago else ".")
         )
     with right:
         groups_table(load_groups(db, f), f, now=figures.get("now"))
@@ -102,12 +105,20 @@ def header(loaded: RetryGroups, f: Filters, *, now: datetime | str | None = None
     )
     if loaded.groups_total > len(loaded.groups):
         text += f"; the {len(loaded.groups)} biggest listed"
-    if loaded.counted_at and now:
-        now = datetime.fromisoformat(now) if isinstance(now, str) else now
-        age = (now - loaded.counted_at).total_seconds()
-        if age >= MIN_REFRESH_SECONDS:  # younger: as good as live
-            text += f"; counted {format.duration(round(age))} ago"
-    return text + "."
+    ago = counted_ago(loaded, now)
+    return text + (f"; {ago}." if ago else ".")
+
+
+def counted_ago(loaded: RetryGroups, now: datetime | str | None) -> str | None:
+    """``"counted 40s ago"`` when an earlier call counted the groups at least
+    ``MIN_REFRESH_SECONDS`` before ``now`` (the database's clock, a datetime or its ISO
+    text); ``None`` when this read counted them, they were computed live, they are younger
+    (as good as live) or ``now`` is not given."""
+    if not (loaded.counted_at and now):
+        return None
+    now = datetime.fromisoformat(now) if isinstance(now, str) else now
+    age = (now - loaded.counted_at).total_seconds()
+    return f"counted {format.duration(round(age))} ago" if age >= MIN_REFRESH_SECONDS else None
 
 
 def group_rows(loaded: RetryGroups, f: Filters) -> list[dict[str, Any]]:
@@ -127,13 +138,22 @@ def group_rows(loaded: RetryGroups, f: Filters) -> list[dict[str, Any]]:
 
 def groups_table(loaded: RetryGroups, f: Filters, *, now: datetime | str | None = None) -> None:
     """The retry error groups, biggest first, under their header (``header``); a line when
-    none."""
+    none (with the counts' age, ``counted_ago``, when taken earlier)."""
     st.markdown("**Retry error groups**")
-    if not loaded.groups:
+    if loaded.groups:
+        st.caption(header(loaded, f, now=now))
+    else:
         scope = f" of {format.md_code(f.event_type)}" if f.event_type else ""
-        st.caption(f"No row{scope} is retrying: no failure is waiting for another try.")
+        ago = counted_ago(loaded, now)
+        st.caption(
+            f"No row{scope} was retrying when the groups were {ago}."
+            if ago
+            else f"No row{scope} is retrying: no failure is waiting for another try."
+        )
+    if loaded.recount_failed:
+        st.caption(f"Counting them again failed: {loaded.recount_failed}")
+    if not loaded.groups:
         return
-    st.caption(header(loaded, f, now=now))
     format.grid(group_rows(loaded, f), COLUMNS, key="overview.retry_groups")
     if not loaded.cached:
         st.caption(

@@ -6,6 +6,7 @@ changed, and a reader within the maximum age reads the last counts without count
 
 import hashlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -13,11 +14,13 @@ from psycopg import sql
 
 from outbox_monitor import outbox
 from outbox_monitor.config.settings import load_settings
-from outbox_monitor.figures import error_grouping, metrics
+from outbox_monitor.errors import QueryTimeout
+from outbox_monitor.figures import diagnosis, error_grouping, metrics
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
+from tests.alerting import wait_for
 
 AUTH = "HTTP 401 invalid API key for account <n>"
 UPSTREAM = "HTTP 500 upstream <str> failed"
@@ -328,3 +331,239 @@ def test_the_viewer_login_fills_the_cache_through_the_function_only(dsn, logins,
     with psycopg.connect(dsn) as su:
         found = su.execute("SELECT count(*) FROM outbox_monitor.retry_fingerprints").fetchone()
         assert found[0] == 1
+
+
+def test_readers_waiting_for_the_first_count_read_it_instead_of_counting_again(dsn, db, rows, conn):
+    """No count yet: a reader (maximum age 60 s) waits for the session taking the first one,
+    then reads it — before, each waiting reader counted the backlog again, one after the
+    other (N viewers opening the Overview at once: N passes in a row)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    params = {"table_regclass": db.table_name, "batch": 10, "max_age_seconds": 60}
+    with psycopg.connect(dsn) as counting, ThreadPoolExecutor(1) as pool:
+        # the first count, its lock held until this transaction commits
+        counting.execute(
+            "SELECT * FROM outbox_monitor.refresh_retry_error_groups("
+            "'integration_outbox', 10, interval '0')"
+        )
+        reader = pool.submit(db.fetch_one, "retry_error_groups_refresh", params)
+        wait_for(
+            lambda: conn.execute(
+                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()["n"],
+            timeout=30,
+        )
+        counting.commit()
+        step = reader.result(timeout=60)
+    assert (step["done"], step["counted"]) == (True, False)
+    assert step["refreshed_at"] == stamp(conn)
+
+
+def test_an_alerts_diagnosis_reads_the_groups_as_they_are_now(db, rows):
+    """An alert's message (``notification_queue``: ``diagnosis.read_evidence`` and
+    ``line_for``) names the error of the rows retrying now, as docs/figures.md promises
+    ("status --json and the alerts, at each call"): before, it read counts a sample took
+    less than 60 s earlier, and 30 rows failing since with another error were not in them."""
+    for account in range(10):
+        retrying(rows, "crm.upsert", f"HTTP 401 invalid API key for account {1000 + account}")
+    error_grouping.refresh_retry_error_groups(db)  # the sampler's count, just taken
+    for millis in range(30):
+        retrying(rows, "crm.upsert", f"timeout after {1000 + millis} ms calling 'erp'")
+
+    evidence = diagnosis.read_evidence(db)
+    assert {g["group_id"]: g["retrying"] for g in evidence.retry_groups["crm.upsert"]} == {
+        group_id("crm.upsert", AUTH): 10,
+        group_id("crm.upsert", TIMEOUT): 30,
+    }
+    found = diagnosis.line_for(db, "crm.upsert")
+    assert found is not None
+    text = "".join(part["text"] for part in found.as_payload())
+    assert "40 retrying with “timeout after 10" in text  # the newest row's error
+    assert "likely cause: downstream failing (one error for 30 of 40 retrying rows)" in text
+
+
+def test_a_page_whose_count_times_out_reads_the_last_counts_and_their_age(
+    dsn, db, rows, conn, caplog
+):
+    """Counts 2 minutes old, and counting them again hits the statement timeout (here a
+    session holding the counts' time row): a page reads the last counts, with their time and
+    why they are not newer, and logs a WARNING — before, the QueryTimeout ended the Overview
+    below the Retrying tile at every refresh. ``status --json`` (max_age 0) still fails."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn)
+    counted = stamp(conn)
+    retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    with (
+        Database(load_settings(dsn=dsn, statement_timeout=1)) as page_db,
+        psycopg.connect(dsn) as holding,
+        caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
+    ):
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        loaded = error_grouping.retry_groups(page_db, max_age=60)
+        with pytest.raises(QueryTimeout):
+            error_grouping.retry_groups(page_db, max_age=0)
+        holding.rollback()
+        # within the 60 s after the failure, this process reads the counts without trying
+        again = error_grouping.retry_groups(page_db, max_age=60)
+        assert (again.counted_at, again.recount_failed) == (counted, loaded.recount_failed)
+    assert [(g["event_type"], g["retrying"]) for g in loaded.groups] == [("crm.upsert", 1)]
+    assert loaded.counted_at == counted
+    assert loaded.recount_failed and "statement timeout" in loaded.recount_failed
+    assert caplog.text.count("counting them again failed") == 1
+    assert error_grouping.retry_groups(db, max_age=0).counted_at is None  # status: counted now
+    after = error_grouping.retry_groups(db, max_age=60)  # counted since the failure: no note
+    assert (after.counted_at, after.recount_failed) == (stamp(conn), None)
+
+
+def test_a_groups_sample_read_after_its_count_is_an_error_of_that_group(db, rows, conn):
+    """Counted with the group's newest row as its sample; that row then failed again with
+    another error (or was acked): within the maximum age the group's sample_error is still
+    an error of that group — before, it was the row's new error (a timeout shown as the
+    sample of the HTTP 401 group) or nothing."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    newest = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 67890")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute(
+        "UPDATE integration_outbox SET attempts = 2,"
+        " last_error = 'timeout after 1000 ms calling ''x''' WHERE id = %s",
+        (newest,),
+    )
+    [group] = error_grouping.retry_groups(db, max_age=3600).groups
+    assert group["group_id"] == group_id("crm.upsert", AUTH)
+    assert group["sample_error"] == AUTH  # the group's fingerprint: its row changed
+    conn.execute("UPDATE integration_outbox SET status = 'done' WHERE id = %s", (newest,))
+    [group] = error_grouping.retry_groups(db, max_age=3600).groups
+    assert (group["retrying"], group["sample_error"]) == (2, AUTH)  # as counted
+
+
+def test_a_partial_count_leaves_the_last_counts_whole(db, rows, conn):
+    """A call that normalised a batch but had more left (done false: no new counts) kept
+    the last counts, yet deleted the text of a group whose rows had all left: a reader
+    then got those counts without that group (3 rows in 2 groups read as 2 in 1)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 67890")
+    gone = retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute("UPDATE integration_outbox SET status = 'done' WHERE id = %s", (gone,))
+    for n in range(3):
+        retrying(rows, "billing.sent", f"HTTP 500 upstream 'x{n}' failed")
+    step = db.fetch_one(
+        "retry_error_groups_refresh",
+        {"table_regclass": db.table_name, "batch": 2, "max_age_seconds": 0},
+    )
+    assert (step["done"], step["counted"], step["normalised"]) == (False, False, 2)
+
+    loaded = error_grouping.retry_groups(db, max_age=3600)
+    assert {g["group_id"]: g["retrying"] for g in loaded.groups} == {
+        group_id("crm.upsert", AUTH): 2,
+        group_id("order.paid", TIMEOUT): 1,
+    }
+    assert (loaded.groups_total, loaded.retrying_total) == (2, 3)
+    assert counts(db) == {  # the next count: every group as it is now, no text left behind
+        group_id("crm.upsert", AUTH): (2, 0),
+        group_id("billing.sent", UPSTREAM): (3, 0),
+    }
+    texts = conn.execute("SELECT fingerprint FROM outbox_monitor.retry_fingerprint_texts")
+    assert sorted(row["fingerprint"] for row in texts) == sorted([AUTH, UPSTREAM])
+
+
+def test_counts_stamped_in_the_future_are_counted_again(db, rows, conn):
+    """The counts' time is ahead of the clock (the server's clock was set back, or a
+    failover to a server whose clock is behind): a reader counts them again — before, they
+    passed for younger than any maximum age until the clock caught up (here an hour)."""
+    row = retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    conn.execute(
+        "UPDATE outbox_monitor.retry_error_groups_refreshed"
+        " SET refreshed_at = now() + interval '1 hour'"
+    )
+    conn.execute(
+        "UPDATE integration_outbox SET attempts = 2,"
+        " last_error = 'timeout after 1000 ms calling ''x''' WHERE id = %s",
+        (row,),
+    )
+    loaded = error_grouping.retry_groups(db, max_age=60)
+    assert [g["group_id"] for g in loaded.groups] == [group_id("crm.upsert", TIMEOUT)]
+    assert loaded.counted_at is None  # counted by this read
+
+
+def test_a_page_in_a_storm_makes_one_step_and_reads_the_last_counts(db, rows, conn):
+    """Counts 2 minutes old, then more rows failed than one call normalises (a storm): a
+    page's read makes one call (one batch normalised, the others' progress kept) and reads
+    the last counts with their age — before, it called again until the whole storm was
+    normalised, the viewer waiting for it. The next read finishes the count."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn)
+    counted = stamp(conn)
+    storm = error_grouping.ERROR_GROUPS_BATCH + 1
+    conn.execute(
+        "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,"
+        " payload, status, attempts, last_error, available_at)"
+        " SELECT 'order.paid', 'order', n::text, 'storm-' || n, '{}', 'pending', 1,"
+        " 'timeout after ' || (1000 + n) || ' ms calling ''erp''', now() + interval '1 minute'"
+        " FROM generate_series(1, %s) AS n",
+        (storm,),
+    )
+    first = error_grouping.retry_groups(db, max_age=60)
+    assert first.counted_at == counted
+    assert [(g["event_type"], g["retrying"]) for g in first.groups] == [("crm.upsert", 1)]
+    assert len(cached_ids(conn)) == 1 + error_grouping.ERROR_GROUPS_BATCH
+    second = error_grouping.retry_groups(db, max_age=60)
+    assert second.counted_at is None  # counted by this read
+    assert [(g["event_type"], g["retrying"]) for g in second.groups] == [
+        ("order.paid", storm),
+        ("crm.upsert", 1),
+    ]
+
+
+def test_counts_taken_while_a_reader_reads_carry_their_own_time(dsn, db, rows, conn):
+    """A reader past the maximum age finds another session counting (it reads the last
+    counts' time, 2 minutes old) and then reads the counts that session has just committed:
+    the time it reports is theirs — before, fresh counts came back labelled 2 minutes old
+    (the Overview's header said "counted 2m 0s ago" of counts taken now)."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn)
+    retrying(rows, "order.paid", "timeout after 3000 ms calling 'erp'")
+    with psycopg.connect(dsn) as counting, ThreadPoolExecutor(1) as pool:
+        counting.execute(
+            "SELECT * FROM outbox_monitor.refresh_retry_error_groups("
+            "'integration_outbox', 10, interval '0')"
+        )
+        # the reader's read of the counts waits for this session's commit
+        counting.execute("LOCK TABLE outbox_monitor.retry_error_group_counts")
+        reader = pool.submit(error_grouping.retry_groups, db, max_age=60)
+        wait_for(
+            lambda: conn.execute(
+                "SELECT count(*) AS n FROM pg_locks"
+                " WHERE relation = 'outbox_monitor.retry_error_group_counts'::regclass"
+                " AND NOT granted"
+            ).fetchone()["n"],
+            timeout=30,
+        )
+        counting.commit()
+        loaded = reader.result(timeout=60)
+    assert [g["event_type"] for g in loaded.groups] == ["crm.upsert", "order.paid"]
+    assert loaded.counted_at == stamp(conn)
+
+
+def test_a_sample_whose_count_times_out_is_recorded_and_says_so(dsn, rows, conn, caplog):
+    """The sampler's count of the retry error groups hits the statement timeout: the sample
+    is recorded, the pass returns no count time and logs a WARNING naming the groups —
+    before, record_sample raised QueryTimeout after writing the sample, and the scheduler
+    logged "sampler … failed" for a sample it had written."""
+    retrying(rows, "crm.upsert", "HTTP 401 invalid API key for account 12345")
+    with (
+        Database(load_settings(dsn=dsn, statement_timeout=1)) as scheduler_db,
+        psycopg.connect(dsn) as holding,
+        caplog.at_level(logging.WARNING, logger="outbox_monitor.metrics"),
+    ):
+        error_grouping.refresh_retry_error_groups(scheduler_db)
+        age_counts(conn)
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        sample = record_sample(scheduler_db)
+    assert sample["retry_groups_counted_at"] is None
+    recorded = conn.execute("SELECT retrying FROM outbox_monitor.samples").fetchall()
+    assert [r["retrying"] for r in recorded] == [1]
+    assert "retry error groups of public.integration_outbox not counted" in caplog.text

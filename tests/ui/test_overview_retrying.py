@@ -3,6 +3,7 @@ groups beside it, from hand-computed rows; the header counts every group, not th
 
 import re
 
+import psycopg
 import streamlit as st
 from rendered import plain
 from streamlit.testing.v1 import AppTest
@@ -58,6 +59,15 @@ def groups_frame(at: AppTest):
 def header(at: AppTest) -> str:
     [caption] = [plain(c.value) for c in at.caption if "retry error group" in c.value]
     return caption.replace("**", "")  # the rows in bold
+
+
+def age_counts(conn, seconds: int) -> None:
+    """The counts were taken ``seconds`` earlier (a scheduler's sample)."""
+    conn.execute(
+        "UPDATE outbox_monitor.retry_error_groups_refreshed"
+        " SET refreshed_at = refreshed_at - make_interval(secs => %s)",
+        (seconds,),
+    )
 
 
 def test_the_tile_and_the_groups_show_hand_computed_figures(open_page, rows):
@@ -123,10 +133,7 @@ def test_counts_taken_earlier_say_how_old_they_are(open_page, rows, db, conn):
     a row that failed since is not in them yet."""
     seed(rows)
     error_grouping.refresh_retry_error_groups(db)
-    conn.execute(
-        "UPDATE outbox_monitor.retry_error_groups_refreshed"
-        " SET refreshed_at = refreshed_at - interval '40 seconds'"
-    )
+    age_counts(conn, 40)
     rows.add(event_type="mail.sent", attempts=1, last_error="HTTP 421 too many connections")
 
     at = open_page("overview")
@@ -170,3 +177,84 @@ def test_the_chart_of_retrying_over_time_from_the_samples(open_page, rows, conn)
         c for c in at.get("vega_lite_chart") if b"waiting in backoff" in c.proto.SerializeToString()
     ]
     assert b"retrying (attempts > 0)" in chart.proto.SerializeToString()
+
+
+def test_no_group_in_counts_taken_earlier_says_how_old_they_are(open_page, rows, db, conn):
+    """Counted 40 s ago with nothing retrying, a row failed since: the tile (read now) says
+    1, and the groups' line says when nothing was retrying — before, it said "No row is
+    retrying" beside the tile's 1, with no age."""
+    rows.add(event_type="order.paid", created_ago=60)
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn, 40)
+    rows.add(event_type="order.paid", attempts=1, last_error="HTTP 503 from erp")
+
+    at = open_page("overview")
+
+    assert tile(at, "Retrying") == "1"
+    [line] = [plain(c.value) for c in at.caption if "retrying" in c.value and "No row" in c.value]
+    assert re.fullmatch(r"No row was retrying when the groups were counted 4[0-9]s ago\.", line)
+
+
+def test_the_total_of_all_types_from_earlier_counts_says_how_old_it_is(open_page, rows, db, conn):
+    """The filtered caption's all-types total comes from the counts: taken 40 s ago, before
+    4 mail.sent rows failed, it is below the filter's own tile (read now) — before, with no
+    age, "mail.% only; 3 retrying in all event types" beside a tile of 4."""
+    for n in range(3):
+        rows.add(event_type="order.paid", attempts=1, last_error=f"HTTP 503 for order {n}")
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn, 40)
+    for _ in range(4):
+        rows.add(event_type="mail.sent", attempts=1, last_error="HTTP 421 too many connections")
+
+    at = open_page("overview", event_type="mail.%")
+
+    assert tile(at, "Retrying") == "4"
+    [line] = [plain(c.value) for c in at.caption if c.value.startswith("`mail.%` only")]
+    assert re.fullmatch(
+        r"mail\.% only; 3 retrying in all event types when counted 4[0-9]s ago\.", line
+    ), line
+
+
+def open_while_counting_times_out(open_page, environment, dsn: str) -> AppTest:
+    """The Overview while counting the retry error groups again hits the statement timeout:
+    a session holds the counts' time row, the timeout is 1 s."""
+    environment.setenv("OUTBOX_MONITOR_STATEMENT_TIMEOUT", "1")
+    with psycopg.connect(dsn) as holding:
+        holding.execute("SELECT FROM outbox_monitor.retry_error_groups_refreshed FOR UPDATE")
+        return open_page("overview")
+
+
+def test_a_count_that_times_out_shows_the_last_counts_and_why(
+    open_page, environment, rows, db, conn, dsn
+):
+    """Counting the groups again hits the statement timeout (a session holds the counts'
+    time row; 1 s timeout): the Overview shows the last counts, their age and why — before,
+    the QueryTimeout replaced everything below the Retrying tile with an error."""
+    seed(rows)
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn, 120)
+    at = open_while_counting_times_out(open_page, environment, dsn)
+
+    assert not at.exception and not at.error
+    assert re.fullmatch(r".*; counted 2m [0-9]+s ago\.", header(at)), header(at)
+    assert any(
+        plain(c.value).startswith("Counting them again failed: a monitor query was cancelled")
+        for c in at.caption
+    )
+    assert len(groups_frame(at)) == 3
+
+
+def test_a_count_that_times_out_with_no_group_counted_says_why_too(
+    open_page, environment, rows, db, conn, dsn
+):
+    rows.add(event_type="order.paid", created_ago=60)
+    error_grouping.refresh_retry_error_groups(db)
+    age_counts(conn, 120)
+    at = open_while_counting_times_out(open_page, environment, dsn)
+
+    captions = [plain(c.value) for c in at.caption]
+    assert any(
+        re.fullmatch(r"No row was retrying when the groups were counted 2m [0-9]+s ago\.", c)
+        for c in captions
+    ), captions
+    assert any(c.startswith("Counting them again failed: a monitor query") for c in captions)

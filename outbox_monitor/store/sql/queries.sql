@@ -565,11 +565,13 @@ FROM outbox_monitor.refresh_retry_error_groups(
     %(table_regclass)s::regclass, %(batch)s, make_interval(secs => %(max_age_seconds)s));
 
 -- name: retry_error_groups_cached
--- The retry_error_groups rows as the last refresh counted them (migration 026; refreshed_at says when): one row per group from the counts table, never the outbox's backlog; only the sample of each listed group (its largest id) is read from the outbox table, by id.
--- groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed.
+-- The retry_error_groups rows as the last refresh counted them (migration 026; refreshed_at says when): one row per group from the counts table, never the outbox's backlog; only the sample of each listed group (its largest id when counted) is read from the outbox table, by id, and shown while its error is still of the group (else the group's fingerprint: the row failed again otherwise, or left).
+-- groups_total and retrying_total count every matching group and its rows, not only the %(limit)s listed; counted_at: when the counts read were taken (read with them: a count committed meanwhile carries its own time).
 SELECT left(md5(n.event_type || ':' || n.fingerprint), 12) AS group_id, n.event_type,
        n.fingerprint, n.retrying, n.due_now, n.oldest_created_at, n.last_due_at,
-       s.last_error AS sample_error, n.groups_total, n.retrying_total
+       s.last_error AS sample_error, n.groups_total, n.retrying_total,
+       (SELECT r.refreshed_at FROM outbox_monitor.retry_error_groups_refreshed AS r
+        WHERE r.table_oid = %(table_regclass)s::regclass) AS counted_at
 FROM (
     SELECT g.event_type, t.fingerprint, g.retrying, g.due_now, g.oldest_created_at,
            g.last_due_at, g.sample_id,
@@ -582,9 +584,16 @@ FROM (
     LIMIT %(limit)s
 ) AS n
 LEFT JOIN LATERAL (
-    SELECT left(o.last_error, 2000) AS last_error FROM {table} AS o WHERE o.id = n.sample_id
+    SELECT coalesce(max(left(o.last_error, 2000)), n.fingerprint) AS last_error
+    FROM {table} AS o
+    WHERE o.id = n.sample_id AND outbox_monitor.normalize_error(o.last_error) = n.fingerprint
 ) AS s ON true
 ORDER BY n.retrying DESC, n.last_due_at DESC, n.event_type, n.fingerprint;
+
+-- name: retry_error_groups_counted_at
+-- When the outbox table's retry error groups were last counted (migration 026), for a reader whose own count failed; no row: never counted.
+SELECT refreshed_at FROM outbox_monitor.retry_error_groups_refreshed
+WHERE table_oid = %(table_regclass)s::regclass;
 
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the

@@ -16,10 +16,13 @@
 --                               as migration 025's, plus: with p_max_age above zero it
 --                               returns at once when the counts are younger than p_max_age,
 --                               or when another session is refreshing them (readers never
---                               wait for each other: they read the counts there are); with
---                               p_max_age zero it always refreshes (status --json and
---                               alerts stay exact). Returns refreshed_at too, and
---                               counted: whether this call took them.
+--                               wait for each other: they read the counts there are;
+--                               before the first count they wait for it and read it; a
+--                               time ahead of the clock is no age); with p_max_age zero it
+--                               always refreshes (status --json and alerts' messages stay
+--                               exact). Returns refreshed_at too, and counted: whether
+--                               this call took them. A call not done (more than p_batch
+--                               rows to normalise) keeps the last counts and their texts.
 --
 -- A reader shows the counts' time; the scheduler's sampler refreshes them every interval,
 -- so with a scheduler a page only reads them. As migration 025, nothing is written to the
@@ -89,18 +92,25 @@ BEGIN
     FROM outbox_monitor.retry_error_groups_refreshed AS s WHERE s.table_oid = v_oid;
     IF p_max_age > interval '0' AND refreshed_at IS NOT NULL THEN
         -- young enough, or another session is counting them now: read what there is
-        IF clock_timestamp() - refreshed_at < p_max_age
+        -- (a time ahead of the clock, which was set back, is no age: counted again)
+        IF (clock_timestamp() - refreshed_at < p_max_age AND refreshed_at <= clock_timestamp())
            OR NOT pg_try_advisory_xact_lock(v_lock) THEN
             RETURN;
         END IF;
-        -- counted by another session while this one waited for its snapshot
+    ELSE
+        -- never counted (nothing to read: wait for a session taking the first count), or
+        -- counted now whatever their age
+        PERFORM pg_advisory_xact_lock(v_lock);
+    END IF;
+    IF p_max_age > interval '0' THEN
+        -- counted by another session while this one waited for the lock or its snapshot
+        -- (readers arriving before the first count: each would count again, in turn)
         SELECT s.refreshed_at INTO refreshed_at
         FROM outbox_monitor.retry_error_groups_refreshed AS s WHERE s.table_oid = v_oid;
-        IF clock_timestamp() - refreshed_at < p_max_age THEN
+        IF clock_timestamp() - refreshed_at < p_max_age AND refreshed_at <= clock_timestamp()
+        THEN
             RETURN;
         END IF;
-    ELSE
-        PERFORM pg_advisory_xact_lock(v_lock);
     END IF;
 
     -- One snapshot, as migration 025: the retrying rows now beside their cached keys
@@ -191,13 +201,17 @@ BEGIN
     INTO done, normalised, forgotten, refreshed_at, counted
     USING v_oid, p_batch, refreshed_at;
 
-    -- The texts of fingerprints no cached row has any more (a group that ended).
-    IF forgotten > 0 OR normalised > 0 THEN
+    -- The texts of fingerprints no cached row and no stored count has any more (a group
+    -- that ended; the counts a call that was not done kept are read with their texts).
+    IF forgotten > 0 OR normalised > 0 OR counted THEN
         DELETE FROM outbox_monitor.retry_fingerprint_texts AS t
         WHERE t.table_oid = v_oid
           AND NOT EXISTS (
               SELECT FROM outbox_monitor.retry_fingerprints AS c
-              WHERE c.table_oid = v_oid AND c.fingerprint_md5 = t.fingerprint_md5);
+              WHERE c.table_oid = v_oid AND c.fingerprint_md5 = t.fingerprint_md5)
+          AND NOT EXISTS (
+              SELECT FROM outbox_monitor.retry_error_group_counts AS g
+              WHERE g.table_oid = v_oid AND g.fingerprint_md5 = t.fingerprint_md5);
     END IF;
 END
 $fn$;
