@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.stall import LeaseStatus, describe_stall
 from tests.alerting import (
+    LOADED_DEADLINE,
     Scheduler,
     notifications,
     rules_file,
@@ -138,8 +140,16 @@ def test_a_stranger_holding_the_lease_alerts_stalled_once_then_resolved(
             s.output for s in followers
         )
         stalled_after = time.monotonic() - held
-        time.sleep(1.5)  # every follower notices it many times over
-        [alert] = stall_messages(slack_sink)
+
+        def noticed(scheduler: Scheduler) -> bool:
+            try:
+                return scheduler.metric("outbox_monitor_alerting_stalled") == 1
+            except urllib.error.URLError:  # its /metrics not listening yet (a loaded run)
+                return False
+
+        # every follower noticed it (a loaded run read one follower's gauge before it had)
+        assert wait_for(lambda: all(noticed(s) for s in followers), timeout=LOADED_DEADLINE)
+        [alert] = stall_messages(slack_sink)  # and still one message
         assert STALLED in alert["text"]
         # its runbook steps, as a rule's (alerts/own_runbooks.py), numbered after the title
         sections = [b["text"]["text"] for b in alert["blocks"] if b.get("type") == "section"]
@@ -255,11 +265,13 @@ def test_a_leader_whose_lease_was_taken_over_writes_nothing(
 def test_the_dashboard_shows_a_stalled_evaluation(dsn, conn, tmp_path, monkeypatch):
     st.cache_data.clear()
     st.cache_resource.clear()
+    # the lease stays held however slow the two pages are (a loaded run rendered them
+    # after a lease of 10 s had expired); the last evaluation was 95 s ago
     conn.execute(
         "INSERT INTO outbox_monitor.leader_leases "
         "(table_name, holder, holder_pid, term, acquired_at, expires_at, evaluated_at) "
         "VALUES ('public.integration_outbox', 'host-a:4242', pg_backend_pid(), 7, "
-        "now() - interval '1 h', now() + interval '10 s', now() - interval '95 s')"
+        "now() - interval '1 h', now() + interval '10 min', now() - interval '95 s')"
     )
     rules = rules_file(tmp_path, RULES.replace(f"{INTERVAL}s", "30s"))
     for name in [n for n in os.environ if n.startswith("OUTBOX_MONITOR_")]:
