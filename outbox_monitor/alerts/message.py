@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
     ButtonElement,
     ContextBlock,
@@ -62,6 +63,12 @@ MAX_RUNBOOKS = 3
 """Runbook sections per message: one per paging rule with ``runbook`` steps, the first 3 (the
 others are named, and on the Alerts page)."""
 PAGING_KINDS = ("firing", "repeat", "error")
+ACTION_PREFIX = "outbox-monitor:"
+ACKNOWLEDGE = "acknowledge"
+SILENCE = "silence-1h"
+MAX_ACTION_ROWS = 12
+"""Paging lines of a message that get Acknowledge and Silence 1 h buttons (an actions block
+holds at most 25 elements); the others are acted on from the dashboard."""
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
 
 
@@ -135,6 +142,31 @@ def _button(url: str, index: int) -> ButtonElement:
         url=url,
         action_id=f"open-dashboard-{index}",
     )
+
+
+def action_id(action: str, notification_id: int) -> str:
+    """The ``action_id`` of a Slack button: ``outbox-monitor:<action>:<notification id>``
+    (read back by ``alerts.slack_actions.parse_press``)."""
+    return f"{ACTION_PREFIX}{action}:{notification_id}"
+
+
+def _action_buttons(rows: Sequence[tuple[Mapping[str, Any], str]]) -> ActionsBlock | None:
+    """Acknowledge and Silence 1 h for each paging line with a notification id (the first
+    ``MAX_ACTION_ROWS``); named by rule and instance when the message has several."""
+    paging = [row for row, kind in rows if kind in PAGING_KINDS and row.get("id") is not None]
+    elements = []
+    for row in paging[:MAX_ACTION_ROWS]:
+        what = "" if len(paging) == 1 else f" {row_rule(row)} {row.get('instance') or ''}"
+        for action, label in ((ACKNOWLEDGE, "Acknowledge"), (SILENCE, "Silence 1 h")):
+            elements.append(
+                ButtonElement(
+                    text=PlainTextObject(text=clip(label + what, 75).strip()),
+                    action_id=action_id(action, int(row["id"])),
+                    value=str(row["id"]),
+                    style="primary" if action == ACKNOWLEDGE else None,
+                )
+            )
+    return ActionsBlock(elements=elements) if elements else None
 
 
 def _pause_line(row: Mapping[str, Any], kind: str, dashboard_url: str) -> str:
@@ -242,6 +274,7 @@ def _assemble(
     mention: str | None,
     footer: str,
     keys: Sequence[str] = (),
+    buttons: ActionsBlock | None = None,
 ) -> SlackMessage:
     """Blocks and fallback text from prepared, escaped parts, within Slack's limits; the
     notifications' ``keys`` (``message_key``) in the metadata and, packed, in the footer."""
@@ -258,6 +291,8 @@ def _assemble(
     if left_out:
         note = f"…and {left_out} more instance(s) not shown here: open the dashboard."
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=note)]))
+    if buttons is not None:
+        blocks.append(buttons)
     if keys:
         footer += f" · key {pack_key(keys)}"
     footer_text = clip_mrkdwn(footer, MAX_CONTEXT_CHARS)
@@ -290,6 +325,7 @@ def render_notifications(
     dashboard_url: str = DEFAULT_DASHBOARD_URL,
     now: datetime | None = None,
     route: str | None = None,
+    actions: bool = False,
 ) -> SlackMessage:
     """Render one message for one or more notification rows (one evaluation, one route).
 
@@ -303,6 +339,8 @@ def render_notifications(
         dashboard_url: base of the dashboard links (``dashboard_base_url()``).
         now: the sender's clock, for "since … (12m ago)" and the footer.
         route: the route name, for the footer.
+        actions: add Acknowledge and Silence 1 h buttons to the paging lines
+            (``OUTBOX_MONITOR_SLACK_ACTIONS_PORT`` set: ``alerts.slack_actions``).
 
     Returns:
         A ``SlackMessage``: header, one section per instance with a dashboard button
@@ -340,6 +378,7 @@ def render_notifications(
         mention=mention if pages and mention else None,
         footer=_footer(now, route),
         keys=[row_message_key(row) for row in rows if row.get("dedupe_key")],
+        buttons=_action_buttons(shown) if actions else None,
     )
 
 
@@ -359,6 +398,7 @@ def render_thread_update(
     dashboard_url: str = DEFAULT_DASHBOARD_URL,
     now: datetime | None = None,
     route: str | None = None,
+    acked_by: str | None = None,
 ) -> SlackMessage:
     """Re-render a posted message with the current state of each of its lines.
 
@@ -369,10 +409,13 @@ def render_thread_update(
             change that line: the last one decides whether it shows as resolved (with the
             resolve's "value now") or as an evaluation error.
         dashboard_url, now, route: as for ``render_notifications``.
+        acked_by: who acknowledged the message's episode (a Slack button,
+            ``alerts.slack_actions``), when it was.
 
     Returns:
         The message for ``chat.update``: header "RESOLVED" when every line resolved,
-        else "FIRING · k of n resolved"; no mention (an edit pings nobody).
+        else "ACKED by <who>" when acknowledged, else "FIRING · k of n resolved"; no
+        mention (an edit pings nobody).
 
     Raises:
         ValueError: ``thread_rows`` is empty.
@@ -417,6 +460,8 @@ def render_thread_update(
     )
     if done == len(lines):
         header = f"✅ RESOLVED · {rules}"
+    elif acked_by:
+        header = f"👀 ACKED by {acked_by} · {done} of {len(lines)} resolved · {rules}"
     else:
         header = f"🔥 FIRING · {done} of {len(lines)} resolved · {rules}"
     return _assemble(

@@ -30,6 +30,7 @@ from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import TransportConfigError, TransportNotConfigured
+from outbox_monitor.alerts.slack_actions import card_editor
 from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.config.values import interface_address
@@ -38,6 +39,7 @@ from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.service.hang_watch import HangWatch, add_hang_watch_job
 from outbox_monitor.service.outbox_schedule import add_outbox_jobs, new_scheduler
 from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.slack_listener import slack_listener
 from outbox_monitor.service.start_check import StartCheck
 from outbox_monitor.store.db import Database
 
@@ -410,7 +412,10 @@ def run_scheduler(
             fleet, ruleset, transports, address=address, port=port, serve=serve_until_stopped
         )
         return
-    with scheduler_databases(settings) as (db, primary):
+    with (
+        scheduler_databases(settings) as (db, primary),
+        slack_listener(settings, os.environ, on_acknowledged=card_editor(transports)),
+    ):
         check = StartCheck(db, primary)
         scheduler, server = build_served_scheduler(
             db,
