@@ -105,7 +105,8 @@ def pressed_episode(db: Database, press: Press) -> dict[str, Any]:
     if episode is None:
         raise ActionRefused("this message predates episode ids: acknowledge it on the dashboard")
     if row["current_episode"] != episode or row["state"] not in PAGING_STATES:
-        raise ActionRefused(f"{row['rule']} {row['instance']}: this episode has ended already")
+        what = " ".join(filter(None, (row["rule"], row["instance"])))
+        raise ActionRefused(f"{what}: this episode has ended already")
     return {**row, "episode": int(episode)}
 
 

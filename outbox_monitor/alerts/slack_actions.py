@@ -251,16 +251,15 @@ class SlackActions:
             silence, until = silence_instance(self.db, who, SILENCE_HOURS)
             return f"Silenced until {until:%H:%M} UTC by {email} (silence {silence})."
         acked = acknowledge(self.db, who)
-        rule = acked.notification["rule"]
-        instance = acked.notification["instance"]
+        what = " ".join(filter(None, (acked.notification["rule"], acked.notification["instance"])))
         if acked.already:
-            return f"{rule} {instance}: acknowledged already by {acked.acked_by}."
+            return f"{what}: acknowledged already by {acked.acked_by}."
         if self.on_acknowledged is not None:
             try:
                 self.on_acknowledged(self, acked)
             except Exception as error:  # the acknowledgement stands; the card stays as it was
                 log.error("the Slack card of episode %s was not edited: %s", acked.episode, error)
-        return f"{rule} {instance}: acknowledged by {acked.acked_by}; no more repeats of it."
+        return f"{what}: acknowledged by {acked.acked_by}; no more repeats of it."
 
     def _respond(self, press: PressRequest, text: str) -> None:
         """Post ``text`` to the press's ``response_url`` (only one under the accepted start)."""

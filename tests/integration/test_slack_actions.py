@@ -8,14 +8,12 @@ sender run on a clock the test moves; each refusal is checked to change nothing 
 database (no acknowledgement, no silence, no audit row of either).
 """
 
-import json
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 from slack_sdk.signature import SignatureVerifier
@@ -32,6 +30,7 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.slack_listener import SlackListener, slack_listener
 from outbox_monitor.store.db import Database
 from tests.alerting import LOADED_DEADLINE, notifications
+from tests.slack_presses import post_signed, press_body
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TEAM, USER, EMAIL = "T0ALLOWED", "U0ALICE", "alice@example.com"
@@ -72,37 +71,15 @@ class Setup:
         """POST a press signed as Slack signs (v0 HMAC-SHA256 of ``v0:ts:body``), its
         timestamp ``age`` seconds old; returns the HTTP status and the raw body sent."""
         self.ts += 1
-        payload = {
-            "type": "block_actions",
-            "team": {"id": team},
-            "user": {"id": user, "team_id": team},
-            "response_url": self.sink.webhook_url,
-            "actions": [
-                {
-                    "action_id": f"outbox-monitor:{action}:{self.notification_id}",
-                    "value": str(self.notification_id),
-                    "action_ts": action_ts or f"{time.time():.6f}{self.ts}",
-                }
-            ],
-        }
-        raw = body if body is not None else urlencode({"payload": json.dumps(payload)}).encode()
-        stamp = str(int(time.time() - age))
-        signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=raw)
-        request = urllib.request.Request(
-            self.listener.url,
-            data=raw,
-            headers={
-                "X-Slack-Request-Timestamp": stamp,
-                "X-Slack-Signature": signature or "",
-                "Content-Type": "application/x-www-form-urlencoded",
-            },
+        raw = body or press_body(
+            team=team,
+            user=user,
+            action=action,
+            notification_id=self.notification_id,
+            action_ts=action_ts or f"{time.time():.6f}{self.ts}",
+            response_url=self.sink.webhook_url,
         )
-        try:
-            with urllib.request.urlopen(request, timeout=LOADED_DEADLINE) as answer:
-                return answer.status, raw
-        except urllib.error.HTTPError as error:
-            error.close()
-            return error.code, raw
+        return post_signed(self.listener.url, raw, secret, age=age), raw
 
     def responses(self) -> list[str]:
         """The texts posted to ``response_url`` (the sink's webhook), in order."""
@@ -172,7 +149,7 @@ def test_a_signed_press_acknowledges_the_episode_and_its_repeats_stop(setup, con
     status, _ = setup.press()
     assert status == 200
     (said,) = setup.wait_responses(1)
-    assert said == f"stuck-lock : acknowledged by {EMAIL}; no more repeats of it."
+    assert said == f"stuck-lock: acknowledged by {EMAIL}; no more repeats of it."
     found = changes(conn)
     (ack,) = found["acks"]
     assert (ack["rule"], ack["acked_by"], ack["slack_team_id"], ack["slack_user_id"]) == (
@@ -329,3 +306,21 @@ def test_bad_configuration_stops_the_start_naming_it(dsn, slack_sink, monkeypatc
     monkeypatch.setenv("OUTBOX_MONITOR_METRICS_PORT", "9999")
     with pytest.raises(ConfigError, match="PORT: 9999 is the /metrics port"):
         load_settings(dsn=dsn)
+
+
+def test_a_second_press_says_who_acknowledged_and_writes_nothing(setup, conn):
+    setup.press()
+    setup.wait_responses(1)
+    after_first = changes(conn)
+    setup.press()  # another press (another action_ts) of the same button
+    assert setup.wait_responses(2)[1] == f"stuck-lock: acknowledged already by {EMAIL}."
+    assert changes(conn) == after_first
+
+
+def test_a_press_after_the_resolve_is_refused(setup, conn):
+    conn.execute("UPDATE integration_outbox SET status = 'done', locked_at = NULL")
+    setup.evaluator.run_once()  # resolved
+    before = changes(conn)
+    setup.press()
+    assert setup.wait_responses(1) == ["Refused: stuck-lock: this episode has ended already"]
+    assert changes(conn) == before

@@ -1,0 +1,58 @@
+"""A client that presses outbox-monitor's Slack buttons as Slack does (issue 31 item 6):
+a ``block_actions`` payload, form-encoded, signed v0 HMAC-SHA256 over ``v0:timestamp:body``
+with the app's signing secret (slack-sdk's ``SignatureVerifier.generate_signature``).
+
+Import as ``from tests.slack_presses import …`` (nothing here is a fixture).
+"""
+
+import json
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlencode
+
+from slack_sdk.signature import SignatureVerifier
+
+from tests.alerting import LOADED_DEADLINE
+
+
+def press_body(
+    *, team: str, user: str, action: str, notification_id: int, action_ts: str, response_url: str
+) -> bytes:
+    """The form body Slack posts when ``user`` of ``team`` presses a button of ours."""
+    payload = {
+        "type": "block_actions",
+        "team": {"id": team},
+        "user": {"id": user, "team_id": team},
+        "response_url": response_url,
+        "actions": [
+            {
+                "action_id": f"outbox-monitor:{action}:{notification_id}",
+                "value": str(notification_id),
+                "action_ts": action_ts,
+            }
+        ],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def post_signed(url: str, body: bytes, secret: str, *, age: float = 0) -> int:
+    """POST ``body`` to ``url`` signed with ``secret``, its timestamp ``age`` seconds old
+    (negative: from the future); returns the HTTP status."""
+    stamp = str(int(time.time() - age))
+    signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body) or ""
+    request = urllib.request.Request(
+        url,
+        data=body,
+        headers={
+            "X-Slack-Request-Timestamp": stamp,
+            "X-Slack-Signature": signature,
+            "Content-Type": "application/x-www-form-urlencoded",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=LOADED_DEADLINE) as answer:
+            return answer.status
+    except urllib.error.HTTPError as error:
+        error.close()
+        return error.code
