@@ -15,6 +15,24 @@ from slack_sdk.signature import SignatureVerifier
 
 from tests.alerting import LOADED_DEADLINE
 
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+"""The Slack app's signing secret of the tests (``SLACK_SIGNING_SECRET``)."""
+TEAM, USER, EMAIL = "T0ALLOWED", "U0ALICE", "alice@example.com"
+"""The allowed team, its user who may press, and the operator that user is mapped to."""
+
+
+def stuck_lock_rules(interval: str) -> str:
+    """alerts.yml text: ``stuck-lock`` (``stuck_locks > 0``) evaluated every ``interval``,
+    routed to ``#alerts`` through the bot token, repeated hourly."""
+    return f"""
+version: 1
+defaults: {{interval: {interval}, for: 0s, keep_firing_for: 0s}}
+routes:
+  oncall: {{channel: "#alerts", repeat_interval: 1h}}
+rules:
+  - {{name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}}
+"""
+
 
 def press_body(
     *, team: str, user: str, action: str, notification_id: int, action_ts: str, response_url: str

@@ -30,20 +30,19 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.slack_listener import SlackListener, slack_listener
 from outbox_monitor.store.db import Database
 from tests.alerting import LOADED_DEADLINE, notifications
-from tests.slack_presses import post_signed, press_body
+from tests.slack_presses import (
+    EMAIL,
+    SECRET,
+    TEAM,
+    USER,
+    post_signed,
+    press_body,
+    stuck_lock_rules,
+)
 
-SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-TEAM, USER, EMAIL = "T0ALLOWED", "U0ALICE", "alice@example.com"
 MAX_BODY = 4096
 
-RULES = """
-version: 1
-defaults: {interval: 30s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {channel: "#alerts", repeat_interval: 1h}
-rules:
-  - {name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}
-"""
+RULES = stuck_lock_rules("30s")
 
 
 @dataclass

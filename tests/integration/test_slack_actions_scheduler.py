@@ -15,19 +15,10 @@ import pytest
 
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
+from tests import slack_presses as presses
 from tests.alerting import LOADED_DEADLINE, REPO, drain, rules_file, subprocess_env, wait_for
-from tests.slack_presses import post_signed, press_body
 
-SECRET = "0c3f2a8d6b1e4f5a9c7d2e8f1a3b5c7d"
-TEAM, USER, EMAIL = "T0ALLOWED", "U0ALICE", "alice@example.com"
-RULES = """
-version: 1
-defaults: {interval: 1s, for: 0s, keep_firing_for: 0s}
-routes:
-  oncall: {channel: "#alerts", repeat_interval: 1h}
-rules:
-  - {name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}
-"""
+RULES = presses.stuck_lock_rules("1s")
 
 
 def scheduler(env: dict[str, str], rules: Path, log: Path) -> subprocess.Popen:
@@ -46,11 +37,11 @@ def listener_env(dsn: str, actions_dsn: str, sink: SlackSink, port: int) -> dict
         dsn,
         OUTBOX_MONITOR_ACTIONS_DSN=actions_dsn,
         OUTBOX_MONITOR_SLACK_ACTIONS_PORT=str(port),
-        OUTBOX_MONITOR_SLACK_ACTIONS_TEAMS=TEAM,
-        OUTBOX_MONITOR_SLACK_ACTIONS_PEOPLE=f"{TEAM}/{USER}={EMAIL}",
+        OUTBOX_MONITOR_SLACK_ACTIONS_TEAMS=presses.TEAM,
+        OUTBOX_MONITOR_SLACK_ACTIONS_PEOPLE=f"{presses.TEAM}/{presses.USER}={presses.EMAIL}",
         OUTBOX_MONITOR_SLACK_ACTIONS_RESPONSE_URL=sink.url + "/",
-        OUTBOX_MONITOR_OPERATORS=EMAIL,
-        SLACK_SIGNING_SECRET=SECRET,
+        OUTBOX_MONITOR_OPERATORS=presses.EMAIL,
+        SLACK_SIGNING_SECRET=presses.SECRET,
         SLACK_BOT_TOKEN=sink.token,
         SLACK_API_URL=sink.api_url,
     )
@@ -87,25 +78,26 @@ def test_a_card_goes_firing_acked_resolved_with_a_signed_press(
             if "acknowledge" in e["action_id"]
         ]
         notification = int(button.rsplit(":", 1)[1])
-        body = press_body(
-            team=TEAM,
-            user=USER,
+        body = presses.press_body(
+            team=presses.TEAM,
+            user=presses.USER,
             action="acknowledge",
             notification_id=notification,
             action_ts=f"{time.time():.6f}",
             response_url=slack_sink.webhook_url,
         )
         started = time.monotonic()
-        assert post_signed(f"http://127.0.0.1:{port}/slack/actions", body, SECRET) == 200
+        url = f"http://127.0.0.1:{port}/slack/actions"
+        assert presses.post_signed(url, body, presses.SECRET) == 200
         answered = time.monotonic() - started
         said = wait_for(
             lambda: [m["text"] for m in slack_sink.messages() if m["via"] == "webhook"],
             LOADED_DEADLINE,
         )
-        assert said == [f"stuck-lock: acknowledged by {EMAIL}; no more repeats of it."]
+        assert said == [f"stuck-lock: acknowledged by {presses.EMAIL}; no more repeats of it."]
         acked = wait_for(lambda: "ACKED" in header(slack_sink), LOADED_DEADLINE)
         assert acked, header(slack_sink)
-        assert header(slack_sink).startswith(f"👀 ACKED by {EMAIL}")
+        assert header(slack_sink).startswith(f"👀 ACKED by {presses.EMAIL}")
         print(f"\nthe listener answered the press in {answered * 1000:.0f} ms")
         drain(conn)
         resolved = wait_for(lambda: header(slack_sink).startswith("✅ RESOLVED"), LOADED_DEADLINE)
@@ -115,7 +107,7 @@ def test_a_card_goes_firing_acked_resolved_with_a_signed_press(
         code = process.wait(LOADED_DEADLINE)
     assert code == 0, log.read_text()
     (ack,) = conn.execute("SELECT acked_by, slack_user_id FROM outbox_monitor.alert_acks")
-    assert (ack["acked_by"], ack["slack_user_id"]) == (EMAIL, USER)
+    assert (ack["acked_by"], ack["slack_user_id"]) == (presses.EMAIL, presses.USER)
 
 
 @pytest.mark.parametrize(
