@@ -7,6 +7,8 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
+from outbox_monitor.access import Identity, Role
+from outbox_monitor.alerts.acknowledge import Press, acknowledge
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 
@@ -55,3 +57,27 @@ def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, sc
     assert row["created_by"] == ACTOR
     assert abs(row["ends_at"] - row["starts_at"] - timedelta(hours=3)) < timedelta(seconds=10)
     screenshot("alerts")
+
+
+def test_an_acknowledged_episode_shows_on_the_alerts_page(dashboard, page, db, rows, conn):
+    rows.add(
+        event_type="payment.captured",
+        status="failed",
+        attempts=10,
+        processed_ago=60,
+        last_error="HTTP 402 card declined",
+    )
+    Evaluator(db, load_rules(SHIPPED_RULES_PATH)).run_once()
+    (firing,) = conn.execute(
+        "SELECT id FROM outbox_monitor.notifications WHERE rule = 'payment-failed'"
+    ).fetchall()
+    person = Identity("alice@example.com", Role.operator, "slack")
+    acknowledge(db, Press(person, "T0ALLOWED", "U0ALICE", firing["id"]))
+
+    page.goto(f"{dashboard}/alerts")
+    expect(page.get_by_role("heading", name="Alerts")).to_be_visible()
+    acked = page.locator('[data-testid="stAlertContainer"]').filter(has_text="Acknowledged")
+    expect(acked).to_contain_text(
+        "payment-failed event_type=payment.captured acknowledged by alice@example.com"
+    )
+    expect(acked).to_contain_text("Slack user U0ALICE")
