@@ -21,14 +21,18 @@ TEAM, USER, EMAIL = "T0ALLOWED", "U0ALICE", "alice@example.com"
 """The allowed team, its user who may press, and the operator that user is mapped to."""
 
 
-def stuck_lock_rules(interval: str) -> str:
+def stuck_lock_rules(
+    interval: str, oncall: str = '{channel: "#alerts", repeat_interval: 1h}', more: str = ""
+) -> str:
     """alerts.yml text: ``stuck-lock`` (``stuck_locks > 0``) evaluated every ``interval``,
-    routed to ``#alerts`` through the bot token, repeated hourly."""
+    routed to ``oncall`` (by default ``#alerts`` through the bot token, repeated hourly);
+    ``more``: further routes, as YAML lines indented by two spaces."""
     return f"""
 version: 1
 defaults: {{interval: {interval}, for: 0s, keep_firing_for: 0s}}
 routes:
-  oncall: {{channel: "#alerts", repeat_interval: 1h}}
+  oncall: {oncall}
+{more}
 rules:
   - {{name: stuck-lock, metric: stuck_locks, op: ">", threshold: 0, route: oncall}}
 """

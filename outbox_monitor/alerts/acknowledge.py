@@ -49,15 +49,17 @@ class Press:
 @dataclass(frozen=True)
 class Acknowledged:
     """The outcome of ``acknowledge``: the episode, who acknowledged it and when (the first
-    person, when it was acknowledged before: ``already``), and the notification row the
-    button belongs to (``rule``, ``instance`` unscoped, ``route``, ``slack_channel``,
-    ``slack_ts``, ``payload``)."""
+    person, when it was acknowledged before: ``already``), the notification row the button
+    belongs to as stored (``outbox``, ``dedupe_key``, ``rule``, ``instance``, ``route``,
+    ``slack_channel``, ``slack_ts``, ``payload``, ``labels``) and ``what``: its rule and
+    instance as the rules know them."""
 
     episode: int
     acked_by: str
     acked_at: datetime
     already: bool
     notification: dict[str, Any]
+    what: str
 
 
 def episode_acknowledged(db: Database, conn: psycopg.Connection, episode: int | None) -> bool:
@@ -147,13 +149,15 @@ def acknowledge(db: Database, press: Press) -> Acknowledged:
                 "filter": audit_fields(press.actor, details)["filter"],
             },
         ).fetchone()
-    notification = {**row, "instance": unscoped_instance(db.alert_outbox, row["instance"])}
     return Acknowledged(
         episode=row["episode"],
         acked_by=acked["acked_by"],
         acked_at=acked["acked_at"],
         already=not acked["inserted"],
-        notification=notification,
+        notification=row,
+        what=" ".join(
+            filter(None, (row["rule"], unscoped_instance(db.alert_outbox, row["instance"])))
+        ),
     )
 
 

@@ -35,6 +35,9 @@ from outbox_monitor.alerts.message import (
     render_thread_update,
 )
 from outbox_monitor.alerts.mrkdwn import plain
+from outbox_monitor.alerts.outbox_scope import routes_for
+from outbox_monitor.alerts.rules import RuleSet
+from outbox_monitor.alerts.slack_outcomes import DeliveryError
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.config.values import slack_person
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
@@ -105,7 +108,8 @@ class SlackActions:
         db: the Database of actions (``purpose="actions"``: the operator's login).
         signing_secret: the Slack app's signing secret.
         on_acknowledged: called with ``self`` and the outcome after a new acknowledgement
-            (``card_editor``: the card's edit), its errors logged.
+            (``after_acknowledge``: the card's edit, PagerDuty); returns notes for the
+            presser (what could not be done).
         clock: seconds since the epoch (the signature's window).
     """
 
@@ -115,7 +119,7 @@ class SlackActions:
         db: Database,
         signing_secret: str,
         *,
-        on_acknowledged: Callable[["SlackActions", Acknowledged], None] | None = None,
+        on_acknowledged: Callable[["SlackActions", Acknowledged], list[str]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -251,15 +255,12 @@ class SlackActions:
             silence, until = silence_instance(self.db, who, SILENCE_HOURS)
             return f"Silenced until {until:%H:%M} UTC by {email} (silence {silence})."
         acked = acknowledge(self.db, who)
-        what = " ".join(filter(None, (acked.notification["rule"], acked.notification["instance"])))
         if acked.already:
-            return f"{what}: acknowledged already by {acked.acked_by}."
-        if self.on_acknowledged is not None:
-            try:
-                self.on_acknowledged(self, acked)
-            except Exception as error:  # the acknowledgement stands; the card stays as it was
-                log.error("the Slack card of episode %s was not edited: %s", acked.episode, error)
-        return f"{what}: acknowledged by {acked.acked_by}; no more repeats of it."
+            return f"{acked.what}: acknowledged already by {acked.acked_by}."
+        notes = [] if self.on_acknowledged is None else self.on_acknowledged(self, acked)
+        return " ".join(
+            [f"{acked.what}: acknowledged by {acked.acked_by}; no more repeats of it.", *notes]
+        )
 
     def _respond(self, press: PressRequest, text: str) -> None:
         """Post ``text`` to the press's ``response_url`` (only one under the accepted start)."""
@@ -285,32 +286,72 @@ class _Clock:
         return self._clock()
 
 
-def card_editor(
-    transports: Mapping[str, Any] | None, dashboard_url: str | None = None
-) -> Callable[[SlackActions, Acknowledged], None]:
-    """What edits the pressed message after an acknowledgement: its route's bot transport
-    re-renders the message's lines (``render_thread_update``) under "ACKED by <who>" with
-    ``chat.update``, as a resolve edits it. A route without a bot token (an incoming
-    webhook cannot edit) or a message without its channel and ts is left as it is.
+def after_acknowledge(
+    ruleset: RuleSet | None,
+    transports: Mapping[str, Any] | None,
+    dashboard_url: str | None = None,
+) -> Callable[[SlackActions, Acknowledged], list[str]]:
+    """What follows a new acknowledgement, each failure logged and said to the presser:
+
+    - the pressed message is edited with the route's bot transport: its lines re-rendered
+      (``render_thread_update``) under "ACKED by <who>" with ``chat.update``, as a resolve
+      edits it (a route without a bot token, or a message without channel and ts, is left
+      as it is: an incoming webhook cannot edit);
+    - every ``pagerduty`` route the alert takes (``routes_for`` of its rule's route and its
+      labels) gets an ``acknowledge`` of the episode's ``dedup_key``.
 
     Args:
+        ruleset: the rules (the alert's routes); ``None``: no PagerDuty.
         transports: ``{route: transport}`` of the scheduler (``load_alerting``); ``None``:
-            no edits.
+            nothing follows.
         dashboard_url: the links' base; default ``dashboard_base_url()``.
 
-    Raises (from the returned function, logged by ``SlackActions``):
-        DeliveryError: Slack refused or could not be reached.
+    Returns:
+        The function ``SlackActions`` calls; it returns the notes for the presser
+        ("PagerDuty route pd acknowledged.", "… not told: <why>").
     """
+    built = transports or {}
 
-    def edit(actions: SlackActions, acked: Acknowledged) -> None:
+    def follow(actions: SlackActions, acked: Acknowledged) -> list[str]:
         row = acked.notification
-        transport = (transports or {}).get(row["route"])
-        channel, ts = row.get("slack_channel"), row.get("slack_ts")
-        if transport is None or not transport.supports_threads or not channel or not ts:
-            return
-        lines = actions.db.fetch_all("sender_thread_notifications", {"channel": channel, "ts": ts})
-        if not lines:
-            return
+        notes = []
+        try:
+            _edit_card(actions, acked, built.get(row["route"]), dashboard_url)
+        except Exception as error:  # the acknowledgement stands; the card stays as it was
+            log.error("the Slack card of episode %s was not edited: %s", acked.episode, error)
+            notes.append(f"The card was not edited: {error}.")
+        rule = (
+            None
+            if ruleset is None
+            else next((r for r in ruleset.rules if r.name == row["rule"]), None)
+        )
+        labels = {str(k): str(v) for k, v in (row.get("labels") or {}).items()}
+        for name in [] if rule is None else routes_for(ruleset, rule.route, labels):
+            transport = built.get(name)
+            if getattr(transport, "kind", None) != "pagerduty":
+                continue
+            try:
+                transport.acknowledge(row)
+                notes.append(f"PagerDuty route {name} acknowledged.")
+            except DeliveryError as error:
+                log.error(
+                    "PagerDuty route %s not told of episode %s: %s", name, acked.episode, error
+                )
+                notes.append(f"PagerDuty route {name} not told: {error}.")
+        return notes
+
+    return follow
+
+
+def _edit_card(
+    actions: SlackActions, acked: Acknowledged, transport: Any, dashboard_url: str | None
+) -> None:
+    row = acked.notification
+    channel, ts = row.get("slack_channel"), row.get("slack_ts")
+    if transport is None or not transport.supports_threads or not channel or not ts:
+        return
+    lines = actions.db.fetch_all("sender_thread_notifications", {"channel": channel, "ts": ts})
+    if lines:
         transport.update(
             channel,
             ts,
@@ -322,5 +363,3 @@ def card_editor(
                 acked_by=acked.acked_by,
             ),
         )
-
-    return edit

@@ -30,7 +30,7 @@ from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import TransportConfigError, TransportNotConfigured
-from outbox_monitor.alerts.slack_actions import card_editor
+from outbox_monitor.alerts.slack_actions import after_acknowledge
 from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.config.values import interface_address
@@ -347,7 +347,9 @@ def background_scheduler(
     ruleset, transports = load_alerting(None, settings)
     with (
         scheduler_databases(settings, fallback_dsn=settings.actions_dsn) as (db, primary),
-        slack_listener(settings, os.environ, on_acknowledged=card_editor(transports)),
+        slack_listener(
+            settings, os.environ, on_acknowledged=after_acknowledge(ruleset, transports)
+        ),
     ):
         yield build_served_scheduler(
             db,
@@ -441,7 +443,9 @@ def run_scheduler(
         return
     with (
         scheduler_databases(settings) as (db, primary),
-        slack_listener(settings, os.environ, on_acknowledged=card_editor(transports)),
+        slack_listener(
+            settings, os.environ, on_acknowledged=after_acknowledge(ruleset, transports)
+        ),
     ):
         check = StartCheck(db, primary)
         scheduler, server = build_served_scheduler(

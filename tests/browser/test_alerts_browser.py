@@ -17,14 +17,19 @@ pytestmark = pytest.mark.browser
 ACTOR = "browser-test"  # tests/browser_fixtures.py's OUTBOX_MONITOR_ACTOR
 
 
-def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, screenshot, choose):
-    rows.add(
+def card_declined(rows) -> int:
+    """A payment.captured dead letter failed a minute ago: ``payment-failed`` fires."""
+    return rows.add(
         event_type="payment.captured",
         status="failed",
         attempts=10,
         processed_ago=60,
         last_error="HTTP 402 card declined",
     )
+
+
+def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, screenshot, choose):
+    card_declined(rows)
     # the served dashboard runs in the repository, so it shows the shipped alerts.yml
     Evaluator(db, load_rules(SHIPPED_RULES_PATH)).run_once()
 
@@ -60,13 +65,7 @@ def test_create_a_silence_on_the_alerts_page(dashboard, page, db, rows, conn, sc
 
 
 def test_an_acknowledged_episode_shows_on_the_alerts_page(dashboard, page, db, rows, conn):
-    rows.add(
-        event_type="payment.captured",
-        status="failed",
-        attempts=10,
-        processed_ago=60,
-        last_error="HTTP 402 card declined",
-    )
+    card_declined(rows)
     Evaluator(db, load_rules(SHIPPED_RULES_PATH)).run_once()
     (firing,) = conn.execute(
         "SELECT id FROM outbox_monitor.notifications WHERE rule = 'payment-failed'"

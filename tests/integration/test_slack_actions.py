@@ -22,7 +22,7 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.message import ACKNOWLEDGE, SILENCE
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.alerts.slack_actions import card_editor
+from outbox_monitor.alerts.slack_actions import after_acknowledge
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.demo.slack_sink import SlackSink
@@ -30,6 +30,7 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.slack_listener import SlackListener, slack_listener
 from outbox_monitor.store.db import Database
 from tests.alerting import LOADED_DEADLINE, notifications
+from tests.receiver_fakes import FakePagerDuty
 from tests.slack_presses import (
     EMAIL,
     SECRET,
@@ -41,6 +42,14 @@ from tests.slack_presses import (
 )
 
 MAX_BODY = 4096
+ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
+PAGED_RULES = stuck_lock_rules(
+    "30s",
+    oncall='{channel: "#alerts", routes: [{matchers: {rule: stuck-lock}, route: pd, '
+    "continue: true}, {matchers: {rule: stuck-lock}, route: slack}]}",
+    more="  pd: {type: pagerduty, routing_key_env: PD_ROUTING_KEY, url_env: PD_EVENTS_URL}\n"
+    '  slack: {channel: "#alerts", repeat_interval: 1h}',
+)
 
 RULES = stuck_lock_rules("30s")
 
@@ -108,26 +117,51 @@ def settings_for(dsn: str, actions_dsn: str, sink: SlackSink, **more: Any) -> Se
 
 
 @pytest.fixture
-def setup(dsn, conn, logins, rows, fake_clock, write_rules, slack_sink) -> Iterator[Setup]:
-    ruleset = write_rules(RULES)
+def rules_text() -> str:
+    """The alerts.yml of ``setup`` (a test parametrizes it to change it)."""
+    return RULES
+
+
+@pytest.fixture
+def pagerduty() -> Iterator[FakePagerDuty]:
+    fake = FakePagerDuty(ROUTING_KEY)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def setup(
+    dsn, conn, logins, rows, fake_clock, write_rules, slack_sink, pagerduty, rules_text
+) -> Iterator[Setup]:
+    ruleset = write_rules(rules_text)
     settings = settings_for(dsn, logins.dsn(dsn, logins.actions), slack_sink)
     transports = transports_for(
-        ruleset, {"SLACK_BOT_TOKEN": slack_sink.token, "SLACK_API_URL": slack_sink.api_url}
+        ruleset,
+        {
+            "SLACK_BOT_TOKEN": slack_sink.token,
+            "SLACK_API_URL": slack_sink.api_url,
+            "PD_ROUTING_KEY": ROUTING_KEY,
+            "PD_EVENTS_URL": pagerduty.url,
+        },
     )
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
     with Database(settings) as db:
         evaluator = Evaluator(db, ruleset, clock=fake_clock)
         assert evaluator.run_once().instance("stuck-lock").notifications == ("firing",)
-        assert deliver_due(db, ruleset, clock=fake_clock, transports=transports)["sent"] == 1
+        queued = conn.execute("SELECT id, route FROM outbox_monitor.notifications").fetchall()
+        sent = deliver_due(db, ruleset, clock=fake_clock, transports=transports)["sent"]
+        assert sent == len(queued)
         (posted,) = slack_sink.messages()
         buttons = [e for b in posted["blocks"] if b["type"] == "actions" for e in b["elements"]]
-        (firing,) = notifications(conn, "stuck-lock")
+        (firing,) = [n for n in queued if n["route"] != "pd"]
         assert [b["action_id"] for b in buttons] == [
             f"outbox-monitor:{ACKNOWLEDGE}:{firing['id']}",
             f"outbox-monitor:{SILENCE}:{firing['id']}",
         ]
         env = {"SLACK_SIGNING_SECRET": SECRET}
-        with slack_listener(settings, env, on_acknowledged=card_editor(transports)) as listener:
+        with slack_listener(
+            settings, env, on_acknowledged=after_acknowledge(ruleset, transports)
+        ) as listener:
             assert listener is not None
             yield Setup(db, slack_sink, listener, evaluator, firing["id"])
 
@@ -323,3 +357,31 @@ def test_a_press_after_the_resolve_is_refused(setup, conn):
     setup.press()
     assert setup.wait_responses(1) == ["Refused: stuck-lock: this episode has ended already"]
     assert changes(conn) == before
+
+
+@pytest.mark.parametrize("rules_text", [PAGED_RULES])
+def test_acknowledge_acknowledges_the_pagerduty_incident_of_the_same_alert(setup, pagerduty):
+    (key,) = pagerduty.incidents
+    assert pagerduty.incidents[key]["status"] == "triggered"
+    setup.press()
+    (said,) = setup.wait_responses(1)
+    assert said == (
+        f"stuck-lock: acknowledged by {EMAIL}; no more repeats of it. "
+        "PagerDuty route pd acknowledged."
+    )
+    assert pagerduty.incidents == {key: {**pagerduty.incidents[key], "status": "acknowledged"}}
+    assert [r.body["event_action"] for r in pagerduty.requests] == ["trigger", "acknowledge"]
+    assert pagerduty.requests[1].body["dedup_key"] == key
+
+
+@pytest.mark.parametrize("rules_text", [PAGED_RULES])
+def test_a_pagerduty_refusing_the_acknowledge_is_said_and_the_ack_stands(setup, pagerduty, conn):
+    pagerduty.fail_next(1, status=400, body='{"status": "invalid event"}')
+    setup.press()
+    (said,) = setup.wait_responses(1)
+    assert said.startswith(
+        f"stuck-lock: acknowledged by {EMAIL}; no more repeats of it. PagerDuty route pd not told: "
+    )
+    assert len(changes(conn)["acks"]) == 1
+    (key,) = pagerduty.incidents
+    assert pagerduty.incidents[key]["status"] == "triggered"

@@ -1933,9 +1933,9 @@ ON CONFLICT (team_id, action_ts) DO NOTHING
 RETURNING team_id, action_ts;
 
 -- name: slack_press_notification
--- The notification a Slack button names (its id), of this outbox, with its instance's state now: rule, instance as stored, kind, payload (its episode), the message's channel and ts, the instance's state, current episode and labels.
-SELECT n.id, n.rule, n.instance, n.kind, n.route, n.payload, n.slack_channel, n.slack_ts,
-       i.state, i.episode_id AS current_episode, i.labels
+-- The notification a Slack button names (its id), of this outbox, with its instance's state now: outbox, dedupe key, rule, instance as stored, kind, route, payload (its episode), the message's channel and ts, the instance's state, current episode and labels.
+SELECT n.id, n.outbox, n.dedupe_key, n.rule, n.instance, n.kind, n.route, n.payload,
+       n.slack_channel, n.slack_ts, i.state, i.episode_id AS current_episode, i.labels
 FROM outbox_monitor.notifications AS n
 LEFT JOIN outbox_monitor.alert_instances AS i
        ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
