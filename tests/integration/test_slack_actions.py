@@ -385,3 +385,18 @@ def test_a_pagerduty_refusing_the_acknowledge_is_said_and_the_ack_stands(setup, 
     assert len(changes(conn)["acks"]) == 1
     (key,) = pagerduty.incidents
     assert pagerduty.incidents[key]["status"] == "triggered"
+
+
+def test_the_replay_cache_forgets_presses_past_twice_the_window(setup, conn):
+    conn.execute(
+        "INSERT INTO outbox_monitor.slack_action_requests (team_id, action_ts, received_at)"
+        " VALUES (%s, 'old', now() - interval '11 minutes'),"
+        " (%s, 'recent', now() - interval '9 minutes')",
+        (TEAM, TEAM),
+    )
+    setup.press(action_ts="new")
+    setup.wait_responses(1)
+    kept = conn.execute(
+        "SELECT action_ts FROM outbox_monitor.slack_action_requests ORDER BY action_ts"
+    ).fetchall()
+    assert [row["action_ts"] for row in kept] == ["new", "recent"]
