@@ -1,6 +1,6 @@
-"""Acknowledge one firing episode, or silence its instance for a while: the actions of the
-Slack buttons (issue 31 item 6; ``alerts.slack_actions``), each audited, run with the
-operator's login.
+"""Acknowledge one firing episode, silence its instance or pause its event type for a while:
+the actions of the Slack buttons (issue 31 item 6; ``alerts.slack_actions``), each audited,
+run with the operator's login.
 
 An acknowledged episode (a row of ``outbox_monitor.alert_acks``, migration 028, keyed on
 the id of the transition that started it) queues no more repeats (``evaluate``); its
@@ -20,6 +20,7 @@ from outbox_monitor.actions.audit import audit_fields, require_audited
 from outbox_monitor.alerts.outbox_scope import unscoped_instance
 from outbox_monitor.alerts.silences import create_silence
 from outbox_monitor.errors import ActionRefused
+from outbox_monitor.flow.controls import pause
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 
@@ -186,3 +187,26 @@ def silence_instance(db: Database, press: Press, hours: float) -> tuple[int, dat
         audit_details=press.details(),
     )
     return silence, until
+
+
+def pause_type(db: Database, press: Press, hours: float) -> tuple[str, datetime]:
+    """Pause handing out the rows of the event type of the notification ``press`` names
+    (its ``event_type`` label; flow control, SPEC §5) for ``hours``; audited as a ``pause``
+    whose reason names the person and the Slack ids.
+
+    Returns:
+        The event type (or filter) paused and the pause's end.
+
+    Raises:
+        ActionRefused: the alert is not of one event type (no ``event_type`` label); as
+            ``pressed_episode`` and ``flow.controls.change``.
+        AccessDenied, PermissionDenied, DatabaseUnavailable.
+    """
+    row = pressed_episode(db, press)
+    event_type = (row["labels"] or {}).get("event_type")
+    if not event_type:
+        raise ActionRefused(f"{row['rule']} is not an alert of one event type: nothing to pause")
+    until = db.fetch_one("db_now")["now"] + timedelta(hours=hours)
+    reason = f"paused from Slack by {press.actor.name} ({press.team_id}/{press.user_id})"
+    pause(db, str(event_type), actor=press.actor, until=until, reason=reason)
+    return str(event_type), until

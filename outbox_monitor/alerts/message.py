@@ -66,9 +66,10 @@ PAGING_KINDS = ("firing", "repeat", "error")
 ACTION_PREFIX = "outbox-monitor:"
 ACKNOWLEDGE = "acknowledge"
 SILENCE = "silence-1h"
-MAX_ACTION_ROWS = 12
-"""Paging lines of a message that get Acknowledge and Silence 1 h buttons (an actions block
-holds at most 25 elements); the others are acted on from the dashboard."""
+PAUSE = "pause-1h"
+MAX_ACTION_ROWS = 8
+"""Paging lines of a message that get Acknowledge, Silence 1 h and Pause buttons (an actions
+block holds at most 25 elements); the others are acted on from the dashboard."""
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
 
 
@@ -151,13 +152,17 @@ def action_id(action: str, notification_id: int) -> str:
 
 
 def _action_buttons(rows: Sequence[tuple[Mapping[str, Any], str]]) -> ActionsBlock | None:
-    """Acknowledge and Silence 1 h for each paging line with a notification id (the first
+    """Acknowledge, Silence 1 h and — for an alert of one event type (its ``event_type``
+    label) — Pause this type 1 h, for each paging line with a notification id (the first
     ``MAX_ACTION_ROWS``); named by rule and instance when the message has several."""
     paging = [row for row, kind in rows if kind in PAGING_KINDS and row.get("id") is not None]
     elements = []
     for row in paging[:MAX_ACTION_ROWS]:
         what = "" if len(paging) == 1 else f" {row_rule(row)} {row.get('instance') or ''}"
-        for action, label in ((ACKNOWLEDGE, "Acknowledge"), (SILENCE, "Silence 1 h")):
+        actions = [(ACKNOWLEDGE, "Acknowledge"), (SILENCE, "Silence 1 h")]
+        if (row_payload(row).get("labels") or {}).get("event_type"):
+            actions.append((PAUSE, "Pause this type 1 h"))
+        for action, label in actions:
             elements.append(
                 ButtonElement(
                     text=PlainTextObject(text=clip(label + what, 75).strip()),
@@ -339,8 +344,8 @@ def render_notifications(
         dashboard_url: base of the dashboard links (``dashboard_base_url()``).
         now: the sender's clock, for "since … (12m ago)" and the footer.
         route: the route name, for the footer.
-        actions: add Acknowledge and Silence 1 h buttons to the paging lines
-            (``OUTBOX_MONITOR_SLACK_ACTIONS_PORT`` set: ``alerts.slack_actions``).
+        actions: add Acknowledge, Silence 1 h and Pause this type 1 h buttons to the
+            paging lines (``OUTBOX_MONITOR_SLACK_ACTIONS_PORT`` set: ``alerts.slack_actions``).
 
     Returns:
         A ``SlackMessage``: header, one section per instance with a dashboard button

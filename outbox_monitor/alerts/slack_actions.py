@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -26,10 +27,17 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
 from outbox_monitor.access import Identity, Role, role_for
-from outbox_monitor.alerts.acknowledge import Acknowledged, Press, acknowledge, silence_instance
+from outbox_monitor.alerts.acknowledge import (
+    Acknowledged,
+    Press,
+    acknowledge,
+    pause_type,
+    silence_instance,
+)
 from outbox_monitor.alerts.message import (
     ACKNOWLEDGE,
     ACTION_PREFIX,
+    PAUSE,
     SILENCE,
     dashboard_base_url,
     render_thread_update,
@@ -50,8 +58,8 @@ WINDOW_SECONDS = 5 * 60
 """Slack's window: a request whose timestamp is further off is refused (slack-sdk's own)."""
 REPLAY_KEEP_SECONDS = 2 * WINDOW_SECONDS
 """How long a press stays in the replay cache: past the window its timestamp refuses it."""
-SILENCE_HOURS = 1.0
-ACTIONS = (ACKNOWLEDGE, SILENCE)
+SILENCE_HOURS = PAUSE_HOURS = 1.0
+ACTIONS = (ACKNOWLEDGE, SILENCE, PAUSE)
 RESPONSE_TIMEOUT_SECONDS = 10
 
 
@@ -253,7 +261,15 @@ class SlackActions:
         )
         if press.action == SILENCE:
             silence, until = silence_instance(self.db, who, SILENCE_HOURS)
-            return f"Silenced until {until:%H:%M} UTC by {email} (silence {silence})."
+            return (
+                f"Silenced until {until.astimezone(UTC):%H:%M} UTC by {email} (silence {silence})."
+            )
+        if press.action == PAUSE:
+            event_type, until = pause_type(self.db, who, PAUSE_HOURS)
+            return (
+                f"{event_type} paused until {until.astimezone(UTC):%H:%M} UTC by {email}: its rows "
+                "stay pending."
+            )
         acked = acknowledge(self.db, who)
         if acked.already:
             return f"{acked.what}: acknowledged already by {acked.acked_by}."

@@ -13,13 +13,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, timedelta
 from typing import Any
 
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.message import ACKNOWLEDGE, SILENCE
+from outbox_monitor.alerts.message import ACKNOWLEDGE, PAUSE, SILENCE
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.alerts.slack_actions import after_acknowledge
@@ -147,14 +148,15 @@ def setup(
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
     with Database(settings) as db:
         evaluator = Evaluator(db, ruleset, clock=fake_clock)
-        assert evaluator.run_once().instance("stuck-lock").notifications == ("firing",)
+        report = evaluator.run_once()
+        assert [i.notifications for i in report.instances] == [("firing",)]
         queued = conn.execute("SELECT id, route FROM outbox_monitor.notifications").fetchall()
         sent = deliver_due(db, ruleset, clock=fake_clock, transports=transports)["sent"]
         assert sent == len(queued)
         (posted,) = slack_sink.messages()
         buttons = [e for b in posted["blocks"] if b["type"] == "actions" for e in b["elements"]]
         (firing,) = [n for n in queued if n["route"] != "pd"]
-        assert [b["action_id"] for b in buttons] == [
+        assert [b["action_id"] for b in buttons][:2] == [
             f"outbox-monitor:{ACKNOWLEDGE}:{firing['id']}",
             f"outbox-monitor:{SILENCE}:{firing['id']}",
         ]
@@ -400,3 +402,32 @@ def test_the_replay_cache_forgets_presses_past_twice_the_window(setup, conn):
         "SELECT action_ts FROM outbox_monitor.slack_action_requests ORDER BY action_ts"
     ).fetchall()
     assert [row["action_ts"] for row in kept] == ["new", "recent"]
+
+
+@pytest.mark.parametrize(
+    "rules_text",
+    [RULES.replace("route: oncall}", "by: [event_type], route: oncall}")],
+)
+def test_pause_this_type_pauses_the_alert_event_type_for_an_hour(setup, conn):
+    assert setup.press(action=PAUSE)[0] == 200
+    (said,) = setup.wait_responses(1)
+    (control,) = conn.execute("SELECT * FROM outbox_monitor.controls").fetchall()
+    assert (control["event_type_filter"], control["paused"]) == ("order.paid", True)
+    now = conn.execute("SELECT now() AS now").fetchone()["now"]
+    assert timedelta(minutes=59) < control["paused_until"] - now <= timedelta(hours=1)
+    assert control["pause_reason"] == f"paused from Slack by {EMAIL} ({TEAM}/{USER})"
+    end = control["paused_until"].astimezone(UTC)
+    assert said == f"order.paid paused until {end:%H:%M} UTC by {EMAIL}: its rows stay pending."
+    (audit,) = conn.execute(
+        "SELECT actor, filter FROM outbox_monitor.audit_log WHERE action = 'pause'"
+    ).fetchall()
+    assert audit["actor"] == EMAIL
+    assert audit["filter"]["after"]["pause_reason"] == control["pause_reason"]
+
+
+def test_pause_of_an_alert_of_no_event_type_is_refused(setup, conn):
+    setup.press(action=PAUSE)
+    assert setup.wait_responses(1) == [
+        "Refused: stuck-lock is not an alert of one event type: nothing to pause"
+    ]
+    assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.controls").fetchone()["n"] == 0

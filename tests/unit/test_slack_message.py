@@ -485,13 +485,23 @@ def test_acknowledge_and_silence_buttons_only_when_slack_actions_are_on():
     assert action_ids(message) == [
         "outbox-monitor:acknowledge:41",
         "outbox-monitor:silence-1h:41",
+        "outbox-monitor:pause-1h:41",
     ]
     buttons = next(b for b in message.blocks if b["type"] == "actions")["elements"]
-    assert [b["text"]["text"] for b in buttons] == ["Acknowledge", "Silence 1 h"]
+    assert [b["text"]["text"] for b in buttons] == [
+        "Acknowledge",
+        "Silence 1 h",
+        "Pause this type 1 h",
+    ]
     assert_within_limits(message)
+    no_type = {**row(labels={"rule": "stuck-lock"}), "id": 42}
+    assert action_ids(render_notifications([no_type], now=NOW, actions=True)) == [
+        "outbox-monitor:acknowledge:42",
+        "outbox-monitor:silence-1h:42",
+    ]
 
 
-def test_buttons_for_paging_lines_only_named_when_several_and_at_most_twelve_lines():
+def test_buttons_for_paging_lines_only_named_when_several_and_at_most_eight_lines():
     resolved = {**row(instance="event_type=payment.refunded", kind="resolved"), "id": 7}
     firing = {**row(), "id": 8}
     repeat = {**row(instance="event_type=payment.voided", kind="repeat"), "id": 9}
@@ -500,11 +510,13 @@ def test_buttons_for_paging_lines_only_named_when_several_and_at_most_twelve_lin
     assert [(b["text"]["text"], b["value"]) for b in buttons] == [
         ("Acknowledge payment-failed event_type=payment.captured", "8"),
         ("Silence 1 h payment-failed event_type=payment.captured", "8"),
+        ("Pause this type 1 h payment-failed event_type=payment.captured", "8"),
         ("Acknowledge payment-failed event_type=payment.voided", "9"),
         ("Silence 1 h payment-failed event_type=payment.voided", "9"),
+        ("Pause this type 1 h payment-failed event_type=payment.voided", "9"),
     ]
     many = [{**row(instance=f"event_type=payment.t{i:02d}"), "id": i} for i in range(60)]
     crowded = render_notifications(many, mention=MENTION, now=NOW, actions=True)
     assert_within_limits(crowded)
-    assert len(action_ids(crowded)) == 2 * 12 == 24
+    assert len(action_ids(crowded)) == 3 * 8 == 24
     assert crowded.blocks[-1]["type"] == "context"  # the footer (its key) is kept
