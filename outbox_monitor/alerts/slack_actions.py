@@ -48,7 +48,7 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.slack_outcomes import DeliveryError
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.config.values import slack_person
-from outbox_monitor.errors import ConfigError, OutboxMonitorError
+from outbox_monitor.errors import AccessDenied, ActionRefused, ConfigError, OutboxMonitorError
 from outbox_monitor.store.db import Database
 
 log = logging.getLogger("outbox_monitor.alerts.slack_actions")
@@ -82,24 +82,34 @@ class PressRequest:
     response_url: str
 
 
-def parse_press(body: bytes) -> PressRequest:
+def parse_press(body: bytes) -> PressRequest | None:
     """Read a verified request's form body (``payload=<JSON>``) as a button press.
 
+    Returns:
+        The press, or ``None`` for a button not of ours (the *Open dashboard* link buttons:
+        Slack posts their clicks too; nothing to do).
+
     Raises:
-        Refused: not a block_actions payload, no action of ours, or fields missing.
+        Refused: not a block_actions payload, an action of ours Slack's app does not have,
+            or fields missing.
     """
     try:
         form = parse_qs(body.decode(), strict_parsing=True)
         payload = json.loads(form["payload"][0])
         action = payload["actions"][0]
-        prefix, name, notification = str(action["action_id"]).split(":")
+        action_id = str(action["action_id"])
+        if not action_id.startswith(ACTION_PREFIX):
+            return None
+        name, notification = action_id.removeprefix(ACTION_PREFIX).split(":")
         user = payload["user"]
         team_id = str(payload["team"]["id"])
+        if name not in ACTIONS:
+            raise ValueError(f"no action {name!r}")
         return PressRequest(
             team_id=team_id,
             user_id=str(user["id"]),
             user_team_id=str(user.get("team_id") or team_id),
-            action=name if f"{prefix}:" == ACTION_PREFIX and name in ACTIONS else "",
+            action=name,
             notification_id=int(notification),
             action_ts=str(action["action_ts"]),
             response_url=str(payload["response_url"]),
@@ -197,37 +207,35 @@ class SlackActions:
         return None
 
     def handle(self, body: bytes) -> str:
-        """Act on a verified press and post the result to its ``response_url``.
+        """Act on a verified press and post the result to its ``response_url``: what was
+        done, ``Refused: <why>`` (a WARNING line) or ``Not done: <why>`` (the database
+        down, the login without the grant, an unexpected error: an ERROR line).
 
         Returns:
-            What the presser was told (the refusal's reason, or what was done).
+            What the presser was told; ``""`` for a button not of ours (nothing posted).
         """
         try:
             press = parse_press(body)
         except Refused as refusal:
             log.warning("Slack press refused: %s", refusal)
             return str(refusal)
+        if press is None:
+            log.debug("a click of a link button, nothing to do")
+            return ""
+        who = f"{press.action} of notification {press.notification_id} by {press.user_team_id}/"
+        who += f"{press.user_id} (team {press.team_id})"
         try:
             text = self._act(press)
-            log.info(
-                "Slack press %s of notification %s by %s/%s: %s",
-                press.action,
-                press.notification_id,
-                press.user_team_id,
-                press.user_id,
-                text,
-            )
-        except (Refused, OutboxMonitorError) as refusal:
+            log.info("Slack press %s: %s", who, text)
+        except (Refused, AccessDenied, ActionRefused) as refusal:
             text = f"Refused: {refusal.args[0] if refusal.args else refusal}"
-            log.warning(
-                "Slack press %s of notification %s by %s/%s (team %s) refused: %s",
-                press.action or "?",
-                press.notification_id,
-                press.user_team_id,
-                press.user_id,
-                press.team_id,
-                text,
-            )
+            log.warning("Slack press %s refused: %s", who, text)
+        except OutboxMonitorError as error:
+            text = f"Not done: {error.args[0] if error.args else error}"
+            log.error("Slack press %s failed: %s", who, text)
+        except Exception:
+            text = "Not done: an unexpected error (the monitor's log has it)"
+            log.exception("Slack press %s failed", who)
         self._respond(press, text)
         return text
 
@@ -254,8 +262,6 @@ class SlackActions:
         role = role_for(self.settings, email)
         if role is None:
             raise Refused(f"{email} has no role in the monitor")
-        if not press.action:
-            raise Refused("not a button of outbox-monitor")
         who = Press(
             Identity(email, role, "slack"), press.user_team_id, press.user_id, press.notification_id
         )

@@ -124,6 +124,12 @@ def rules_text() -> str:
 
 
 @pytest.fixture
+def actions_login() -> str:
+    """The ``Logins`` field of ``setup``'s actions login (a test parametrizes it)."""
+    return "actions"
+
+
+@pytest.fixture
 def pagerduty() -> Iterator[FakePagerDuty]:
     fake = FakePagerDuty(ROUTING_KEY)
     yield fake
@@ -132,10 +138,19 @@ def pagerduty() -> Iterator[FakePagerDuty]:
 
 @pytest.fixture
 def setup(
-    dsn, conn, logins, rows, fake_clock, write_rules, slack_sink, pagerduty, rules_text
+    dsn,
+    conn,
+    logins,
+    rows,
+    fake_clock,
+    write_rules,
+    slack_sink,
+    pagerduty,
+    rules_text,
+    actions_login,
 ) -> Iterator[Setup]:
     ruleset = write_rules(rules_text)
-    settings = settings_for(dsn, logins.dsn(dsn, logins.actions), slack_sink)
+    settings = settings_for(dsn, logins.dsn(dsn, getattr(logins, actions_login)), slack_sink)
     transports = transports_for(
         ruleset,
         {
@@ -431,3 +446,29 @@ def test_pause_of_an_alert_of_no_event_type_is_refused(setup, conn):
         "Refused: stuck-lock is not an alert of one event type: nothing to pause"
     ]
     assert conn.execute("SELECT count(*) AS n FROM outbox_monitor.controls").fetchone()["n"] == 0
+
+
+def test_a_click_of_the_dashboard_link_button_is_taken_and_ignored(setup, conn):
+    before = changes(conn)
+    body = press_body(
+        team=TEAM,
+        user=USER,
+        action="x",
+        notification_id=setup.notification_id,
+        action_ts="1733300000.000200",
+        response_url=setup.sink.webhook_url,
+    ).replace(b"outbox-monitor%3Ax%3A", b"open-dashboard-0%3A")
+    assert setup.press(body=body)[0] == 200
+    setup.press(action=SILENCE)  # a press after it: its answer is the first one posted
+    assert setup.wait_responses(1)[0].startswith("Silenced until ")
+    assert changes(conn)["acks"] == before["acks"]
+
+
+@pytest.mark.parametrize("actions_login", ["read"])
+def test_a_login_without_the_operator_grants_is_said_not_done(setup, conn):
+    before = changes(conn)
+    setup.press()
+    (said,) = setup.wait_responses(1)
+    assert said.startswith("Not done: "), said
+    assert "permission" in said.lower() or "privilege" in said.lower(), said
+    assert changes(conn) == before
