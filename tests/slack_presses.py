@@ -58,9 +58,12 @@ def press_body(
     return urlencode({"payload": json.dumps(payload)}).encode()
 
 
-def post_signed(url: str, body: bytes, secret: str, *, age: float = 0) -> int:
+def post_signed(
+    url: str, body: bytes, secret: str, *, age: float = 0, headers: dict[str, str] | None = None
+) -> int:
     """POST ``body`` to ``url`` signed with ``secret``, its timestamp ``age`` seconds old
-    (negative: from the future); returns the HTTP status."""
+    (negative: from the future), with more ``headers`` (``X-Slack-Retry-Num``); returns the
+    HTTP status."""
     stamp = str(int(time.time() - age))
     signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body) or ""
     request = urllib.request.Request(
@@ -70,6 +73,7 @@ def post_signed(url: str, body: bytes, secret: str, *, age: float = 0) -> int:
             "X-Slack-Request-Timestamp": stamp,
             "X-Slack-Signature": signature,
             "Content-Type": "application/x-www-form-urlencoded",
+            **(headers or {}),
         },
     )
     try:

@@ -67,6 +67,10 @@ class Refused(Exception):
     """A believed press that is not acted on; its message is what the presser is told."""
 
 
+class Replayed(Refused):
+    """A press whose ``(team_id, action_ts)`` was received before."""
+
+
 @dataclass(frozen=True)
 class PressRequest:
     """What a block_actions payload says: the team and user (the user's own team: a Slack
@@ -206,13 +210,19 @@ class SlackActions:
             return "the signature does not match (another secret, or a changed body)"
         return None
 
-    def handle(self, body: bytes) -> str:
+    def handle(self, body: bytes, *, retry: bool = False) -> str:
         """Act on a verified press and post the result to its ``response_url``: what was
         done, ``Refused: <why>`` (a WARNING line) or ``Not done: <why>`` (the database
         down, the login without the grant, an unexpected error: an ERROR line).
 
+        Args:
+            body: the raw body.
+            retry: Slack's retry of a request (``X-Slack-Retry-Num``): when its first
+                delivery was received, it is logged only (the presser was told once).
+
         Returns:
-            What the presser was told; ``""`` for a button not of ours (nothing posted).
+            What the presser was told; ``""`` for a button not of ours or a retry of a
+            press received (nothing posted).
         """
         try:
             press = parse_press(body)
@@ -227,6 +237,11 @@ class SlackActions:
         try:
             text = self._act(press)
             log.info("Slack press %s: %s", who, text)
+        except Replayed as replay:
+            text = f"Refused: {replay}"
+            log.warning("Slack press %s refused: %s%s", who, text, " (Slack's retry)" * retry)
+            if retry:
+                return ""
         except (Refused, AccessDenied, ActionRefused) as refusal:
             text = f"Refused: {refusal.args[0] if refusal.args else refusal}"
             log.warning("Slack press %s refused: %s", who, text)
@@ -253,7 +268,7 @@ class SlackActions:
             },
         )
         if claimed is None:
-            raise Refused(f"this press ({press.team_id}, {press.action_ts}) was received before")
+            raise Replayed(f"this press ({press.team_id}, {press.action_ts}) was received before")
         if press.user_team_id not in self.settings.slack_actions_teams:
             raise Refused(f"team {press.user_team_id} may not act on these alerts")
         email = self.people.get((press.user_team_id, press.user_id))

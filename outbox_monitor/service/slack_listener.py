@@ -84,14 +84,14 @@ def _handler(actions: SlackActions, pool: ThreadPoolExecutor, max_body: int) -> 
                 self._answer(401, "refused\n")
                 return
             self._answer(200)
-            pool.submit(_handle, actions, body)
+            pool.submit(_handle, actions, body, "X-Slack-Retry-Num" in self.headers)
 
     return Handler
 
 
-def _handle(actions: SlackActions, body: bytes) -> None:
+def _handle(actions: SlackActions, body: bytes, retry: bool) -> None:
     try:
-        actions.handle(body)
+        actions.handle(body, retry=retry)
     except Exception:  # a worker never dies silently
         log.exception("a Slack press could not be handled")
 

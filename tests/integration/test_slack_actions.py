@@ -30,7 +30,7 @@ from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.slack_listener import SlackListener, slack_listener
 from outbox_monitor.store.db import Database
-from tests.alerting import LOADED_DEADLINE, notifications
+from tests.alerting import LOADED_DEADLINE, notifications, wait_for
 from tests.receiver_fakes import FakePagerDuty
 from tests.slack_presses import (
     EMAIL,
@@ -472,3 +472,19 @@ def test_a_login_without_the_operator_grants_is_said_not_done(setup, conn):
     assert said.startswith("Not done: "), said
     assert "permission" in said.lower() or "privilege" in said.lower(), said
     assert changes(conn) == before
+
+
+def test_slacks_retry_of_a_press_received_is_not_acted_on_nor_answered_twice(setup, conn, caplog):
+    status, raw = setup.press(action_ts="1733300000.000300")
+    assert status == 200
+    setup.wait_responses(1)
+    after_first = changes(conn)
+    retry = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"}
+    assert post_signed(setup.listener.url, raw, SECRET, headers=retry) == 200
+    handled = wait_for(
+        lambda: [r for r in caplog.records if r.getMessage().endswith("(Slack's retry)")],
+        LOADED_DEADLINE,
+    )
+    assert handled, [r.getMessage() for r in caplog.records]
+    assert setup.responses() == [f"stuck-lock: acknowledged by {EMAIL}; no more repeats of it."]
+    assert changes(conn) == after_first
