@@ -8,6 +8,7 @@ from outbox_monitor.errors import ActionRefused
 from outbox_monitor.ui import (
     alert_acks,
     alert_history,
+    alert_inhibition,
     alert_loaders,
     alert_receivers,
     alert_routes,
@@ -77,6 +78,7 @@ def live_state() -> None:
                 f"{format.instant(now)} · refreshes every {refresh}"
             )
         rows = alert_rules.state_rows(ruleset, instances, now, ctx.db.alert_outbox)
+        rows = alert_inhibition.marked(rows, ctx.db)
         rule, instance = st.query_params.get("rule"), st.query_params.get("instance")
         if rule:
             rows = alert_rules.focus_rows(rows, rule, instance)

@@ -13,6 +13,7 @@ docs/receivers.md ("Verifying a request"), executed as the page prints it.
 
 import json
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from outbox_monitor.demo.slack_sink import held_port
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "receivers.md"
 SEVERITIES = ("critical", "error", "warning", "info")
@@ -59,6 +62,7 @@ class FakeReceiver:
         self._release = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
+        self._held: socket.socket | None = None
         self.start()
 
     @property
@@ -108,21 +112,30 @@ class FakeReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
+        self._release_port()
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
-        """Nothing listens on the port any more (connection refused) until ``start``."""
+        """Nothing listens on the port any more (connection refused) until ``start``; the
+        port stays held (``slack_sink.held_port``) so no other server takes it meanwhile."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            self._held = held_port("127.0.0.1", self.port)
 
     def close(self) -> None:
         self._release.set()
         self.stop()
+        self._release_port()
+
+    def _release_port(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     def fail_next(self, n: int = 1, status: int = 500, body: str = "", **headers: str) -> None:
         with self._lock:

@@ -33,8 +33,12 @@ A route of ``type: alertmanager`` queues no notification: its alerts are posted 
 instances' state by ``alerts.alertmanager``.
 
 Suppressed (``status='suppressed'``, never sent): a silenced instance (``silenced=true``);
-a resolve of a route with ``send_resolved: false``; a resolve of an episode whose every
-notification was silenced (nobody was told it fired).
+an inhibited one (``alerts.inhibition``: a firing alert explains it; the payload's
+``inhibited_by`` names it, kept in ``alert_instances.inhibited_by`` for the dashboard) —
+but never the resolve of an episode that was notified; a resolve of a route with
+``send_resolved: false``; a resolve of an episode whose every notification was silenced or
+inhibited (nobody was told it fired). Once neither holds, a firing episode nobody was told of
+is notified at the next pass (a ``repeat``).
 
 The notification rows are ``notification_queue``'s; the instances of rules no longer in the
 file are ``removed_rules``'s; a pass's records and report are ``evaluation_pass``'s.
@@ -60,6 +64,7 @@ from outbox_monitor.alerts.evaluation_pass import (
     InstanceReport,
     Observation,
 )
+from outbox_monitor.alerts.inhibition import PassInhibitions, sources_first
 from outbox_monitor.alerts.links import instance_event_type, instance_labels
 from outbox_monitor.alerts.notification_queue import cached_offenders, queue_notification
 from outbox_monitor.alerts.outbox_scope import (
@@ -123,6 +128,9 @@ class Evaluator:
             named ``default``). The state is keyed by ``db.alert_outbox``; with a fleet file
             the instances' labels carry ``outbox`` and the outbox's labels, which routes
             may match (``outbox_scope.routes_for``).
+        own_sources: the scheduler's own alerts firing in this process, as ``(rule,
+            instance)`` pairs, that may inhibit (``outage.DatabaseHealth.firing_sources``);
+            ``None``: none beside ``alerting-stalled``, read from the database.
     """
 
     def __init__(
@@ -134,8 +142,10 @@ class Evaluator:
         fence: Callable[[psycopg.Connection], None] | None = None,
         figures_db: Database | None = None,
         outbox: Outbox | None = None,
+        own_sources: Callable[[], list[tuple[str, str]]] | None = None,
     ) -> None:
         self.db = db
+        self.own_sources = own_sources
         self.outbox = outbox
         self.scope = scope_labels(outbox, db.alert_outbox)
         self.figures_db = figures_db or db
@@ -159,7 +169,11 @@ class Evaluator:
         report = EvaluationReport(evaluation_id=str(uuid.uuid4()), evaluated_at=now)
         context = EvaluationPass(report.evaluation_id, now, silences.active_silences(self.db, now))
         rules = selected_rules(self.ruleset, self.outbox, self.db.alert_outbox)
-        for rule in rules:
+        inhibit = self.ruleset.inhibit
+        context.inhibitions = PassInhibitions.read(
+            self.db, inhibit, rules, self.scope, self.own_sources
+        )
+        for rule in sources_first(rules, inhibit):
             rule_started = time.perf_counter()
             report.instances.extend(self._evaluate_rule(rule, context))
             report.rule_seconds[rule.name] = time.perf_counter() - rule_started
@@ -239,6 +253,9 @@ class Evaluator:
 
         labels = observation.labels
         silenced = bool(silences.silenced_by(context.silences, labels))
+        # the product's own receivers only: an alertmanager route's Alertmanager inhibits
+        source = context.inhibitions.inhibitor(rule.name, instance, labels) if queues else None
+        muted = silenced or source is not None
         with self.db.transaction() as conn:
             self._fence(conn)
             conn.execute(self.db.compose("alert_instance_ensure"), {**key, "labels": Jsonb(labels)})
@@ -271,8 +288,11 @@ class Evaluator:
                 if step.kind is None or not queues:
                     continue
                 told = current.last_notified_at is not None
+                # a resolve of an episode people were told of is sent even while inhibited
+                inhibited = source is not None and step.kind != RESOLVED_KIND
                 suppressed = {
                     name: silenced
+                    or inhibited
                     or (step.kind == RESOLVED_KIND and not (told and _sends_resolved(self, name)))
                     for name in route_names
                 }
@@ -291,17 +311,18 @@ class Evaluator:
                     previous=current,
                     figures_db=self.figures_db,
                     episode=episode,
+                    inhibited_by=source.name if inhibited else None,
                 )
                 if sent is not None:
                     kinds.append(step.kind)
-                    if not silenced and step.kind != RESOLVED_KIND:
+                    if not muted and step.kind != RESOLVED_KIND:
                         new = replace(new, last_notified_at=context.now)
             if (
                 queues
                 and new.state == FIRING
                 and not steps
                 and observation.breached
-                and not silenced
+                and not muted
                 and route is not None
                 and (
                     new.last_notified_at is None
@@ -353,6 +374,12 @@ class Evaluator:
                     "episode_id": episode,
                 },
             )
+            marked = source.name if source is not None and new.state != INACTIVE else None
+            if context.inhibitions.remark(rule.name, instance, marked):
+                conn.execute(
+                    self.db.compose("alert_instance_inhibit"), {**key, "inhibited_by": marked}
+                )
+        context.inhibitions.observe(rule.name, instance, labels, new.state == FIRING)
         return InstanceReport(
             rule=rule.name,
             instance=instance,
@@ -363,6 +390,7 @@ class Evaluator:
             notifications=tuple(kinds),
             silenced=silenced,
             error=new.error,
+            inhibited_by=marked,
         )
 
     def _labels(self, rule: Rule, measured: dict[str, str] | None) -> dict[str, str]:

@@ -21,6 +21,8 @@ class InstanceReport:
     notifications: tuple[str, ...] = ()
     silenced: bool = False
     error: str | None = None
+    inhibited_by: str | None = None
+    """The firing alert that inhibits it (``inhibition.Source.name``), else ``None``."""
 
 
 @dataclass
@@ -65,12 +67,14 @@ class Observation:
 @dataclass
 class EvaluationPass:
     """What a pass carries from rule to rule: its id and instant, the active silences, the
-    offenders fetched so far (``notification_queue.cached_offenders``) and the evidence of
+    offenders fetched so far (``notification_queue.cached_offenders``), the evidence of
     what is wrong once read (``figures.diagnosis.Evidence`` under ``"evidence"``: the
-    messages of several event types' alerts read it once)."""
+    messages of several event types' alerts read it once) and the alerts that may inhibit
+    (``inhibition.PassInhibitions``, set by the evaluator)."""
 
     evaluation_id: str
     now: datetime
     silences: list[dict[str, Any]]
     offenders: dict[tuple[str, str | None], list[dict[str, Any]]] = field(default_factory=dict)
     diagnoses: dict[str, Any] = field(default_factory=dict)
+    inhibitions: Any = None

@@ -79,6 +79,7 @@ def queue_notification(
     repeat: int | None = None,
     figures_db: Database | None = None,
     episode: int | None = None,
+    inhibited_by: str | None = None,
 ) -> int | None:
     """Insert the ``kind`` notification of an instance's episode ``seq`` (``repeat``: the
     repeat's number) with its payload, one row per route (one delivery per receiver), in
@@ -93,6 +94,8 @@ def queue_notification(
     ``instance``: the instance's key as the rule knows it (``""``, ``event_type=…``).
     ``episode``: the id of the transition that started the episode, put in the payload as
     ``episode`` (``message_key.row_message_key``); ``None``: an episode older than it.
+    ``inhibited_by``: the firing alert that inhibits it (``inhibition.Source.name``), put
+    in the payload as ``inhibited_by`` (the reason of its suppressed rows).
 
     Returns:
         The first route's row id (else the first row inserted); ``None`` when every row's
@@ -106,6 +109,8 @@ def queue_notification(
         payload["repeat"] = repeat
     if episode is not None:
         payload["episode"] = episode
+    if inhibited_by is not None:
+        payload["inhibited_by"] = inhibited_by
     key = dedupe_key(rule.name, stored, seq, kind, repeat)
     inserted = []
     for index, (route, suppressed) in enumerate(routes.items()):

@@ -66,8 +66,9 @@ from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.inhibition import own_labels
 from outbox_monitor.alerts.message import dashboard_base_url, render_notifications
-from outbox_monitor.alerts.outbox_scope import scope_payload
+from outbox_monitor.alerts.outbox_scope import scope_labels, scope_payload
 from outbox_monitor.alerts.slack_outcomes import DeliveryError, RateLimited
 from outbox_monitor.durations import format_duration
 from outbox_monitor.errors import LoginRefused
@@ -133,7 +134,9 @@ def direct_row(
     dedupe key ``<rule>|<host:pid>|<episode>/<route>|<kind>`` (so its ``message_key``
     differs per episode and kind), and the payload the message is rendered from (critical,
     ``error`` the line shown, ``since`` the episode's start, the alert's ``runbook`` steps
-    — ``own_runbooks.steps`` —; with a fleet file the outbox)."""
+    — ``own_runbooks.steps`` —; with a fleet file the outbox; its labels ``rule``,
+    ``severity``, ``monitor`` and with a fleet file ``outbox``, as an inhibition source has
+    them, ``inhibition.own_labels``)."""
     payload = {
         "rule": rule,
         "instance": identity,
@@ -145,7 +148,7 @@ def direct_row(
         "value": None,
         "unit": "seconds",
         "since": since.isoformat(),
-        "labels": {"rule": rule, "severity": "critical", "monitor": identity},
+        "labels": {**own_labels(rule, scope_labels(None, outbox)), "monitor": identity},
         "offenders": [],
         "runbook_url": None,
         "runbook": own_runbooks.steps(rule) if kind == "error" else [],
@@ -350,6 +353,19 @@ class DatabaseHealth:
                 self._post(outage, name, post)
         finally:
             self._posting.release()
+
+    def firing_sources(self) -> list[tuple[str, str]]:
+        """The alert as a source that may inhibit others (``alerts.inhibition``):
+        ``[("database-unreachable", host:pid)]`` while this process alerts an outage (it
+        was the leader and the outage has lasted ``alert_after``), else ``[]``."""
+        with self._lock:
+            outage = self.outage
+            alerting = (
+                outage is not None
+                and outage.was_leader
+                and time.monotonic() - outage.started_monotonic >= self.alert_after
+            )
+        return [(RULE_NAME, self.identity)] if alerting else []
 
     # --------------------------------------------------------------- private
 

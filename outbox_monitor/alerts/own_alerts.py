@@ -47,6 +47,12 @@ def notification_params(
     }
 
 
+def notification_rows(routes: list[str], **params: Any) -> list[dict[str, Any]]:
+    """``notification_params(route=…, **params)`` for each of ``routes``: an own alert's
+    message to every route that takes messages (``RuleSet.message_routes``)."""
+    return [notification_params(route=route, **params) for route in routes]
+
+
 def resolve_params(row: Mapping[str, Any], *, now: datetime, **changes: Any) -> dict[str, Any]:
     """The ``notification_insert`` parameters of the resolve of one open alert row (a row of
     ``open_error_notifications``): its payload with ``kind="resolved"``, ``resolved_at``

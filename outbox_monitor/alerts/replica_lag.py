@@ -38,7 +38,7 @@ from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.own_alerts import (
     insert_all,
     insert_transition,
-    notification_params,
+    notification_rows,
     open_alerts,
     resolve_params,
 )
@@ -197,18 +197,15 @@ class ReplicaLagWatch:
             "kind": "error",
             "episode": episode,
         }
-        rows = [
-            notification_params(
-                rule=RULE_NAME,
-                instance=self.instance,
-                route=route,
-                kind="error",
-                episode=episode,
-                payload=payload,
-                now=now,
-            )
-            for route in self.ruleset.message_routes
-        ]
+        rows = notification_rows(
+            self.ruleset.message_routes,
+            rule=RULE_NAME,
+            instance=self.instance,
+            kind="error",
+            episode=episode,
+            payload=payload,
+            now=now,
+        )
         with self.primary.transaction() as conn:
             self._fenced(conn)
             queued = insert_all(self.primary, conn, rows)

@@ -33,6 +33,7 @@ from pydantic import (
     field_validator,
 )
 
+from outbox_monitor.alerts.inhibit_model import InhibitRule
 from outbox_monitor.alerts.route_model import ALERTMANAGER, Route
 from outbox_monitor.alerts.rule_values import (
     DURATION_SCHEMA,
@@ -535,7 +536,11 @@ class RuleSet(_Model):
     )
     """Where alerts go, by route name (a slug that rules name in ``route``)."""
     rules: list[Rule]
-    """The rules, evaluated in this order."""
+    """The rules, evaluated in this order (a rule that may inhibit others first)."""
+    inhibit: tuple[InhibitRule, ...] = ()
+    """Inhibitions: while an alert matching an entry's ``source_matchers`` fires, the
+    notifications of the alerts it explains are suppressed (Alertmanager's
+    ``inhibit_rules``; see the docs' Alerts page, "Inhibition")."""
     _path: str = PrivateAttr(default="")
 
     @field_validator("version", mode="before")

@@ -16,6 +16,7 @@ from pydantic import (
     ValidationError,
 )
 
+from outbox_monitor.alerts.inhibit_model import InhibitRule, inhibit_problems
 from outbox_monitor.alerts.route_model import Route, RouteBranch
 from outbox_monitor.alerts.rule_values import SECRET_PATTERNS, quoted
 from outbox_monitor.alerts.rules import Defaults, Rule, RuleSet
@@ -75,7 +76,12 @@ def _secret_problems(data: Any) -> list[tuple[tuple, str]]:
     return found
 
 
-_MODELS: dict[str, type[BaseModel]] = {"defaults": Defaults, "routes": Route, "rules": Rule}
+_MODELS: dict[str, type[BaseModel]] = {
+    "defaults": Defaults,
+    "routes": Route,
+    "rules": Rule,
+    "inhibit": InhibitRule,
+}
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -106,7 +112,7 @@ def _where(loc: tuple, data: Any) -> str:
 
 
 def _order(loc: tuple, data: Any) -> tuple:
-    sections = ["version", "defaults", "routes", "rules"]
+    sections = ["version", "defaults", "routes", "rules", "inhibit"]
     head = loc[0] if loc else ""
     rank = sections.index(head) if head in sections else -1
     second = 0
@@ -272,6 +278,7 @@ def load_rules(path: str | Path, fleet: Fleet | None = None) -> RuleSet:
             if not any(loc[: len(secret)] == secret for secret in secret_locs):
                 problems.append((loc, _describe(item)))
     problems.extend(_reference_problems(data, fleet))
+    problems.extend(inhibit_problems(data))
     if problems:
         ranked = sorted(enumerate(problems), key=lambda p: (*_order(p[1][0], data), p[0]))
         lines = list(

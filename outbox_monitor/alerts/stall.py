@@ -42,6 +42,8 @@ from typing import Any
 
 from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.inhibition import own_labels
+from outbox_monitor.alerts.outbox_scope import scope_labels
 from outbox_monitor.alerts.own_alerts import (
     insert_all,
     insert_transition,
@@ -401,7 +403,7 @@ class StallWatch:
             "value": age,
             "unit": "seconds",
             "since": lease.evaluated_at.isoformat() if lease.evaluated_at else None,
-            "labels": {"rule": RULE_NAME, "severity": "critical"},
+            "labels": own_labels(RULE_NAME, scope_labels(None, self.db.alert_outbox)),
             "offenders": [],
             "runbook_url": None,
             "runbook": own_runbooks.steps(RULE_NAME) if kind == "error" else [],

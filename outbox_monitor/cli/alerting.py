@@ -155,6 +155,7 @@ def validate(rules_path: str | None) -> None:
         f"{ruleset.path}: valid — {len(ruleset.rules)} rule(s), {len(ruleset.routes)} "
         f"route(s){': ' + routes if routes else ''}; evaluated every "
         f"{format_duration(ruleset.defaults.interval)}"
+        + (f"; {len(ruleset.inhibit)} inhibit entr(ies)" if ruleset.inhibit else "")
     )
 
 

@@ -24,6 +24,7 @@ import hashlib
 import json
 import re
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -62,6 +63,24 @@ def _channel_id(channel: str) -> str:
     return f"C{digest}"
 
 
+def held_port(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` that does not listen: the kernel refuses every
+    connection to the port (as to a stopped server) and no other socket may bind it until
+    this one is closed. A fake server that goes "down" holds its port with it.
+
+    Raises:
+        OSError: the port is bound already.
+    """
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        held.bind((host, port))
+    except OSError:
+        held.close()
+        raise
+    return held
+
+
 class SlackSink:
     """A Slack-compatible HTTP server on 127.0.0.1, in a background thread.
 
@@ -95,6 +114,7 @@ class SlackSink:
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._held: socket.socket | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -108,6 +128,7 @@ class SlackSink:
         """Stop serving, release the port and wake any hung request."""
         self._stopping.set()
         self._shutdown()
+        self._release_port()
 
     def __enter__(self) -> "SlackSink":
         return self.start()
@@ -116,13 +137,23 @@ class SlackSink:
         self.stop()
 
     def down(self) -> None:
-        """Close the listening socket: new connections are refused until ``up()``."""
+        """Close the listening socket: new connections are refused until ``up()``. The port
+        stays bound (a socket that does not listen: the kernel refuses connections to it), so
+        no other server started meanwhile on this host gets it (a loaded test run saw another
+        test's server answer on a port freed this way)."""
         self._shutdown()
+        self._held = held_port(self.host, self.port)
 
     def up(self) -> None:
         """Listen again on the same port after ``down()``."""
+        self._release_port()
         if self._server is None:
             self._serve()
+
+    def _release_port(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     @property
     def is_up(self) -> bool:

@@ -321,6 +321,7 @@ def add_evaluator_job(
         fence=runtime.leadership.fence,
         figures_db=runtime.db,
         outbox=outbox,
+        own_sources=runtime.health.firing_sources,
     )
 
     def evaluate() -> None:

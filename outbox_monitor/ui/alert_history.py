@@ -56,9 +56,10 @@ def delivery(row: Mapping[str, Any]) -> str:
     """What happened to one notification, in a sentence of markdown (what Slack or the
     sender recorded — channel, ts, error — shown literally).
 
-    ``sent`` → when and where; ``suppressed`` → why it was not posted (silenced, or the
-    reason the sender recorded); ``pending`` → waiting, or retrying after a failure with
-    the next try; ``failed`` → the last error.
+    ``sent`` → when and where; ``suppressed`` → why it was not posted (silenced, inhibited
+    by the alert its payload's ``inhibited_by`` names, or the reason the sender recorded);
+    ``pending`` → waiting, or retrying after a failure with the next try; ``failed`` → the
+    last error.
     """
     status, attempts = row.get("status"), row.get("attempts") or 0
     tries = format.plural(attempts, "attempt")
@@ -74,6 +75,11 @@ def delivery(row: Mapping[str, Any]) -> str:
     if status == "suppressed":
         if row.get("silenced"):
             return "Not posted: a silence matched this alert. Below is what would have been posted."
+        if (row.get("payload") or {}).get("inhibited_by"):
+            source = format.md_code(row["payload"]["inhibited_by"])
+            return (
+                f"Not posted: inhibited by {source}, firing. Below is what would have been posted."
+            )
         reason = error or "nobody was told this alert fired, or its route does not send resolves"
         return f"Not posted ({reason}). Below is what would have been posted."
     if status == "failed":

@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, alertmanager_urls
 from outbox_monitor.alerts.alertmanager_health import RULE_NAME, AlertmanagerHealth, open_episodes
 from outbox_monitor.alerts.evaluate import Evaluator
@@ -316,6 +317,11 @@ def test_an_alertmanager_failing_for_3_intervals_is_an_alert_of_its_own(
             (RULE_NAME,),
         ).fetchall()
         assert [tuple(m.values()) for m in messages] == [("oncall", "error", "pending")]
+        steps = conn.execute(
+            "SELECT payload->'runbook' AS steps FROM outbox_monitor.notifications WHERE rule = %s",
+            (RULE_NAME,),
+        ).fetchone()["steps"]
+        assert steps == own_runbooks.steps(RULE_NAME) and len(steps) == 5
 
         # a new leader reads the open episode: failing on, it opens none again
         receiver = leader()

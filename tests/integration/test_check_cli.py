@@ -175,7 +175,7 @@ def test_validate_prints_a_summary_or_every_error(cli, tmp_path):
     assert result.exit_code == 0
     assert result.stdout == (
         f"{SHIPPED_RULES_PATH}: valid — 11 rule(s), 1 route(s): oncall ($SLACK_WEBHOOK_URL); "
-        "evaluated every 30s\n"
+        "evaluated every 30s; 3 inhibit entr(ies)\n"
     )
     broken = ONE_RULE.replace('op: ">"', 'op: "=>"').replace("route: oncall", "route: pager")
     path = rules_arg(tmp_path, broken + "    treshold: 3\n")

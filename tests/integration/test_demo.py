@@ -87,6 +87,7 @@ EVERY_SETTING = {
     "control_barrier_timeout": 7,
     "auto_prune_done": "30d",
     "auto_prune_failed": "90d",
+    "heartbeat_url": "https://hc-ping.example.com/uuid",
     "auth": "oidc",
     "insecure_no_auth": True,
     "oidc_metadata_url": "https://idp.example.com/.well-known/openid-configuration",

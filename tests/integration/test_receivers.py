@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from outbox_monitor.alerts import own_runbooks
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.message_key import alert_key, message_key
 from outbox_monitor.alerts.receiver_health import FAILING_ATTEMPTS, read_health, watch_receivers
@@ -411,6 +412,7 @@ def test_a_receiver_that_keeps_failing_is_told_through_the_others_and_on_metrics
     deliver()  # the alert goes out through every receiver that works
     [alert] = [t for t in webhook.taken if t["rule"] == "receiver-failing"]
     assert alert["kind"] == "error" and alert["instance"] == "route=pd"
+    assert alert["runbook"] == own_runbooks.steps("receiver-failing")  # its own steps
     assert (
         "Receiver pd (pagerduty) keeps failing: 1 message(s) undelivered after 3 attempts"
         in (alert["summary"])

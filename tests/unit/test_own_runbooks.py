@@ -9,13 +9,28 @@ from datetime import UTC, datetime
 
 import pytest
 
-from outbox_monitor.alerts import outage, own_runbooks, replica_lag, stall, write_health
+from outbox_monitor.alerts import (
+    alertmanager_health,
+    outage,
+    own_runbooks,
+    receiver_health,
+    replica_lag,
+    stall,
+    write_health,
+)
 from outbox_monitor.alerts.message import render_notifications
 from outbox_monitor.alerts.rule_values import MAX_RUNBOOK_LENGTH
 from outbox_monitor.alerts.rules import steps_of
 
 SINCE = datetime(2026, 12, 4, 6, 0, tzinfo=UTC)
-PAGING = [outage.RULE_NAME, stall.RULE_NAME, replica_lag.RULE_NAME, write_health.RULE_NAME]
+PAGING = [
+    outage.RULE_NAME,
+    stall.RULE_NAME,
+    replica_lag.RULE_NAME,
+    write_health.RULE_NAME,
+    receiver_health.RULE_NAME,
+    alertmanager_health.RULE_NAME,
+]
 
 
 def test_every_own_alert_that_pages_has_numbered_steps_within_a_rules_limit():

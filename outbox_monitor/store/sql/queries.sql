@@ -1785,6 +1785,24 @@ SELECT rule, instance FROM outbox_monitor.alert_instances
 WHERE outbox = %(outbox)s AND state <> 'inactive' AND NOT (rule = ANY(%(rules)s))
 ORDER BY rule, instance;
 
+-- name: alert_instances_firing
+-- The instances of an outbox firing now among the rules given, with their labels: the sources that may inhibit others at the start of a pass (issue 31 item 4).
+SELECT rule, instance, labels FROM outbox_monitor.alert_instances
+WHERE outbox = %(outbox)s AND state = 'firing' AND rule = ANY(%(rules)s)
+ORDER BY rule, instance;
+
+-- name: alert_instance_inhibit
+-- Store what inhibits an instance now (NULL: nothing), in its evaluation's transaction; no write when unchanged (migration 027).
+UPDATE outbox_monitor.alert_instances SET inhibited_by = %(inhibited_by)s
+WHERE outbox = %(outbox)s AND rule = %(rule)s AND instance = %(instance)s
+  AND inhibited_by IS DISTINCT FROM %(inhibited_by)s;
+
+-- name: alert_instances_inhibited
+-- The instances of an outbox marked inhibited, with what inhibits each and their state (the Alerts page's mark; the evaluator writes only a mark that changes).
+SELECT rule, instance, state, inhibited_by FROM outbox_monitor.alert_instances
+WHERE outbox = %(outbox)s AND inhibited_by IS NOT NULL
+ORDER BY rule, instance;
+
 -- name: alert_transition_insert
 -- Record one state transition of a rule instance; its id (an episode's id when it starts one).
 INSERT INTO outbox_monitor.alert_transitions
