@@ -403,7 +403,6 @@ def render_thread_update(
     dashboard_url: str = DEFAULT_DASHBOARD_URL,
     now: datetime | None = None,
     route: str | None = None,
-    acked_by: str | None = None,
 ) -> SlackMessage:
     """Re-render a posted message with the current state of each of its lines.
 
@@ -413,14 +412,15 @@ def render_thread_update(
             rows of the episode (``error``, ``resolved``; sent earlier or being sent now)
             change that line: the last one decides whether it shows as resolved (with the
             resolve's "value now") or as an evaluation error.
+            A row's ``acked_by`` names who acknowledged its episode (a Slack button,
+            ``alerts.slack_actions``; ``sender_thread_notifications`` reads it).
         dashboard_url, now, route: as for ``render_notifications``.
-        acked_by: who acknowledged the message's episode (a Slack button,
-            ``alerts.slack_actions``), when it was.
 
     Returns:
-        The message for ``chat.update``: header "RESOLVED" when every line resolved,
-        else "ACKED by <who>" when acknowledged, else "FIRING · k of n resolved"; no
-        mention (an edit pings nobody).
+        The message for ``chat.update``: header "RESOLVED" when every line resolved, else
+        "ACKED by <who> · k of n resolved" when a line's episode was acknowledged (those
+        who did, in order), else "FIRING · k of n resolved"; no mention (an edit pings
+        nobody).
 
     Raises:
         ValueError: ``thread_rows`` is empty.
@@ -463,10 +463,11 @@ def render_thread_update(
     rules = " · ".join(
         [*_outbox_part(thread_rows), ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))]
     )
+    acked = ", ".join(dict.fromkeys(r["acked_by"] for r in thread_rows if r.get("acked_by")))
     if done == len(lines):
         header = f"✅ RESOLVED · {rules}"
-    elif acked_by:
-        header = f"👀 ACKED by {acked_by} · {done} of {len(lines)} resolved · {rules}"
+    elif acked:
+        header = f"👀 ACKED by {clip(acked, 60)} · {done} of {len(lines)} resolved · {rules}"
     else:
         header = f"🔥 FIRING · {done} of {len(lines)} resolved · {rules}"
     return _assemble(

@@ -397,6 +397,5 @@ def _edit_card(
                 dashboard_url=dashboard_url or dashboard_base_url(),
                 now=acked.acked_at,
                 route=row["route"],
-                acked_by=acked.acked_by,
             ),
         )

@@ -520,3 +520,21 @@ def test_buttons_for_paging_lines_only_named_when_several_and_at_most_eight_line
     assert_within_limits(crowded)
     assert len(action_ids(crowded)) == 3 * 8 == 24
     assert crowded.blocks[-1]["type"] == "context"  # the footer (its key) is kept
+
+
+def test_thread_update_keeps_saying_acked_until_every_line_resolved():
+    first = {**row(instance="event_type=payment.captured"), "acked_by": "alice@example.com"}
+    second = row(instance="event_type=payment.refunded")
+    acked = render_thread_update([first, second], now=NOW)
+    assert acked.blocks[0]["text"]["text"] == (
+        "👀 ACKED by alice@example.com · 0 of 2 resolved · payment-failed"
+    )
+    resolve_second = row(instance="event_type=payment.refunded", kind="resolved", value=0)
+    half = render_thread_update([first, second, resolve_second], now=NOW)
+    assert half.blocks[0]["text"]["text"] == (
+        "👀 ACKED by alice@example.com · 1 of 2 resolved · payment-failed"
+    )
+    resolve_first = {**row(kind="resolved", value=0), "acked_by": "alice@example.com"}
+    done = render_thread_update([first, second, resolve_second, resolve_first], now=NOW)
+    assert done.blocks[0]["text"]["text"] == "✅ RESOLVED · payment-failed"
+    assert_within_limits(acked)

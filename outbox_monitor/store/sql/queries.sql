@@ -2209,12 +2209,15 @@ LIMIT 1;
 
 -- name: sender_thread_notifications
 -- Every sent row of one posted message's thread (its lines, then their errors and resolves),
--- with the instance's state now, as sender_pending_notifications.
+-- with the instance's state now, as sender_pending_notifications, and who acknowledged the
+-- row's episode (migration 028; NULL: nobody).
 SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.payload, i.state AS instance_state,
-       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
+       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq,
+       a.acked_by
 FROM outbox_monitor.notifications n
 LEFT JOIN outbox_monitor.alert_instances i
        ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
+LEFT JOIN outbox_monitor.alert_acks a ON a.episode_id::text = n.payload ->> 'episode'
 WHERE n.slack_channel = %(channel)s AND n.slack_ts = %(ts)s AND n.status = 'sent'
 ORDER BY n.id;
 
