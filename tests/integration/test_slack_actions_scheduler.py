@@ -96,9 +96,13 @@ def test_a_card_goes_firing_acked_resolved_with_a_signed_press(
         )
         assert said == [f"stuck-lock: acknowledged by {presses.EMAIL}; no more repeats of it."]
         acked = wait_for(lambda: "ACKED" in header(slack_sink), LOADED_DEADLINE)
+        edited = time.monotonic() - started
         assert acked, header(slack_sink)
         assert header(slack_sink).startswith(f"👀 ACKED by {presses.EMAIL}")
-        print(f"\nthe listener answered the press in {answered * 1000:.0f} ms")
+        print(
+            f"\nthe listener answered the press in {answered * 1000:.0f} ms, the card said "
+            f"ACKED after {edited * 1000:.0f} ms"
+        )
         drain(conn)
         resolved = wait_for(lambda: header(slack_sink).startswith("✅ RESOLVED"), LOADED_DEADLINE)
         assert resolved, header(slack_sink)
