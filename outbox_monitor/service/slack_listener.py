@@ -30,6 +30,8 @@ log = logging.getLogger("outbox_monitor.service.slack_listener")
 PATH = "/slack/actions"
 WORKERS = 2
 """Presses acted on at once; more wait in the pool's queue (each takes milliseconds)."""
+READ_TIMEOUT_SECONDS = 10.0
+"""A connection that sends nothing for this long is closed (a slow client holds no thread)."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -40,8 +42,12 @@ class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def _handler(actions: SlackActions, pool: ThreadPoolExecutor, max_body: int) -> type:
+def _handler(
+    actions: SlackActions, pool: ThreadPoolExecutor, max_body: int, read_timeout: float
+) -> type:
     class Handler(BaseHTTPRequestHandler):
+        timeout = read_timeout
+
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s %s", self.address_string(), format % args)
 
@@ -104,13 +110,23 @@ class SlackListener:
         address, port: where it listens; port ``0`` binds a free one (``port`` after
             ``start``).
         max_body: bytes of a request body read at most.
+        read_timeout: seconds a connection may send nothing before it is closed.
     """
 
-    def __init__(self, actions: SlackActions, *, address: str, port: int, max_body: int) -> None:
+    def __init__(
+        self,
+        actions: SlackActions,
+        *,
+        address: str,
+        port: int,
+        max_body: int,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
+    ) -> None:
         self.actions = actions
         self.address = address
         self.port = port
         self.max_body = max_body
+        self.read_timeout = read_timeout
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="slack-press")
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -127,7 +143,7 @@ class SlackListener:
             ConfigError: the address or port cannot be bound, naming the setting.
         """
         server_class = _Server6 if ":" in self.address else _Server
-        handler = _handler(self.actions, self.pool, self.max_body)
+        handler = _handler(self.actions, self.pool, self.max_body, self.read_timeout)
         try:
             server = server_class((self.address, self.port), handler)
         except OSError as error:

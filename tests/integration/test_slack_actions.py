@@ -8,6 +8,7 @@ sender run on a clock the test moves; each refusal is checked to change nothing 
 database (no acknowledgement, no silence, no audit row of either).
 """
 
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -488,3 +489,19 @@ def test_slacks_retry_of_a_press_received_is_not_acted_on_nor_answered_twice(set
     assert handled, [r.getMessage() for r in caplog.records]
     assert setup.responses() == [f"stuck-lock: acknowledged by {EMAIL}; no more repeats of it."]
     assert changes(conn) == after_first
+
+
+def test_a_client_that_sends_nothing_is_cut_off_and_presses_go_on(setup):
+    quick = SlackListener(
+        setup.listener.actions, address="127.0.0.1", port=0, max_body=MAX_BODY, read_timeout=0.5
+    ).start()
+    setup.listener = quick
+    try:
+        with socket.create_connection(("127.0.0.1", quick.port)) as idle:
+            idle.sendall(b"POST /slack/actions HTTP/1.1\r\nContent-Length: 100\r\n\r\n")
+            assert setup.press(action=SILENCE)[0] == 200  # another connection is served
+            assert setup.wait_responses(1)[0].startswith("Silenced until ")
+            idle.settimeout(LOADED_DEADLINE)  # not closed by then: socket.timeout, a failure
+            assert idle.recv(1) == b""  # closed by the listener, no body ever came
+    finally:
+        quick.stop()
