@@ -6,6 +6,7 @@ import streamlit as st
 from outbox_monitor.access import Role
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.ui import (
+    alert_acks,
     alert_history,
     alert_inhibition,
     alert_loaders,
@@ -60,6 +61,7 @@ def live_state() -> None:
         columns[2].metric("Evaluation errors", counts["error"], border=True)
         columns[3].metric("OK", counts["inactive"], border=True)
         columns[4].metric("Active silences", silenced, border=True)
+        alert_acks.show(ctx.db)
         last = alert_rules.latest_evaluation(instances)
         if last is None:
             st.info(

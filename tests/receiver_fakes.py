@@ -157,7 +157,8 @@ class FakeReceiver:
 
 class FakePagerDuty(FakeReceiver):
     """``POST /v2/enqueue`` as PagerDuty's Events API v2 answers it; ``incidents`` by
-    ``dedup_key``: ``{"status": "triggered"|"resolved", "triggers": n, "summary": …}``."""
+    ``dedup_key``: ``{"status": "triggered"|"acknowledged"|"resolved", "triggers": n,
+    "summary": …}``."""
 
     def __init__(self, routing_key: str) -> None:
         self.routing_key = routing_key
@@ -179,10 +180,11 @@ class FakePagerDuty(FakeReceiver):
             incident["summary"] = event["payload"]["summary"]
             request.outcome = "triggered" if incident["triggers"] == 1 else "deduplicated"
         elif incident is not None:
-            incident["status"] = "resolved"
-            request.outcome = "resolved"
+            action = event["event_action"]
+            incident["status"] = "resolved" if action == "resolve" else "acknowledged"
+            request.outcome = incident["status"]
         else:
-            request.outcome = "resolve of no incident"
+            request.outcome = f"{event['event_action']} of no incident"
         return (
             202,
             json.dumps({"status": "success", "message": "Event processed", "dedup_key": key}),

@@ -26,7 +26,8 @@ a second evaluator can neither lose nor duplicate a notification. A notification
 instance as stored: scoped by a fleet file's outbox, ``outbox_scope.scoped_instance``).
 Each episode also has an id, the one of the transition that started it (kept in
 ``alert_instances.episode_id`` while it lasts, carried in every notification's payload as
-``episode``): the Slack message's key is made of it (``message_key``).
+``episode``): the Slack message's key is made of it (``message_key``). An acknowledged
+episode (``alerts.acknowledge``, a Slack button) queues no more repeats.
 
 A route of ``type: alertmanager`` queues no notification: its alerts are posted from the
 instances' state by ``alerts.alertmanager``.
@@ -55,6 +56,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.alerts import measure, silences
+from outbox_monitor.alerts.acknowledge import episode_acknowledged
 from outbox_monitor.alerts.clock import Clock, system_clock
 from outbox_monitor.alerts.evaluation_pass import (
     EvaluationPass,
@@ -326,6 +328,7 @@ class Evaluator:
                     new.last_notified_at is None
                     or held(new.last_notified_at, context.now, route.repeat_interval)
                 )
+                and not episode_acknowledged(self.db, conn, episode)
             ):
                 prefix = dedupe_key(rule.name, stored, new.firing_seq, "")
                 repeats = conn.execute(

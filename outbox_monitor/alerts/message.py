@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from slack_sdk.models.blocks import (
+    ActionsBlock,
     Block,
     ButtonElement,
     ContextBlock,
@@ -62,6 +63,13 @@ MAX_RUNBOOKS = 3
 """Runbook sections per message: one per paging rule with ``runbook`` steps, the first 3 (the
 others are named, and on the Alerts page)."""
 PAGING_KINDS = ("firing", "repeat", "error")
+ACTION_PREFIX = "outbox-monitor:"
+ACKNOWLEDGE = "acknowledge"
+SILENCE = "silence-1h"
+PAUSE = "pause-1h"
+MAX_ACTION_ROWS = 8
+"""Paging lines of a message that get Acknowledge, Silence 1 h and Pause buttons (an actions
+block holds at most 25 elements); the others are acted on from the dashboard."""
 SEVERITY_ORDER = ("critical", "error", "warning", "info")
 
 
@@ -135,6 +143,35 @@ def _button(url: str, index: int) -> ButtonElement:
         url=url,
         action_id=f"open-dashboard-{index}",
     )
+
+
+def action_id(action: str, notification_id: int) -> str:
+    """The ``action_id`` of a Slack button: ``outbox-monitor:<action>:<notification id>``
+    (read back by ``alerts.slack_actions.parse_press``)."""
+    return f"{ACTION_PREFIX}{action}:{notification_id}"
+
+
+def _action_buttons(rows: Sequence[tuple[Mapping[str, Any], str]]) -> ActionsBlock | None:
+    """Acknowledge, Silence 1 h and — for an alert of one event type (its ``event_type``
+    label) — Pause this type 1 h, for each paging line with a notification id (the first
+    ``MAX_ACTION_ROWS``); named by rule and instance when the message has several."""
+    paging = [row for row, kind in rows if kind in PAGING_KINDS and row.get("id") is not None]
+    elements = []
+    for row in paging[:MAX_ACTION_ROWS]:
+        what = "" if len(paging) == 1 else f" {row_rule(row)} {row.get('instance') or ''}"
+        actions = [(ACKNOWLEDGE, "Acknowledge"), (SILENCE, "Silence 1 h")]
+        if (row_payload(row).get("labels") or {}).get("event_type"):
+            actions.append((PAUSE, "Pause this type 1 h"))
+        for action, label in actions:
+            elements.append(
+                ButtonElement(
+                    text=PlainTextObject(text=clip(label + what, 75).strip()),
+                    action_id=action_id(action, int(row["id"])),
+                    value=str(row["id"]),
+                    style="primary" if action == ACKNOWLEDGE else None,
+                )
+            )
+    return ActionsBlock(elements=elements) if elements else None
 
 
 def _pause_line(row: Mapping[str, Any], kind: str, dashboard_url: str) -> str:
@@ -242,6 +279,7 @@ def _assemble(
     mention: str | None,
     footer: str,
     keys: Sequence[str] = (),
+    buttons: ActionsBlock | None = None,
 ) -> SlackMessage:
     """Blocks and fallback text from prepared, escaped parts, within Slack's limits; the
     notifications' ``keys`` (``message_key``) in the metadata and, packed, in the footer."""
@@ -258,6 +296,8 @@ def _assemble(
     if left_out:
         note = f"…and {left_out} more instance(s) not shown here: open the dashboard."
         blocks.append(ContextBlock(elements=[MarkdownTextObject(text=note)]))
+    if buttons is not None:
+        blocks.append(buttons)
     if keys:
         footer += f" · key {pack_key(keys)}"
     footer_text = clip_mrkdwn(footer, MAX_CONTEXT_CHARS)
@@ -290,6 +330,7 @@ def render_notifications(
     dashboard_url: str = DEFAULT_DASHBOARD_URL,
     now: datetime | None = None,
     route: str | None = None,
+    actions: bool = False,
 ) -> SlackMessage:
     """Render one message for one or more notification rows (one evaluation, one route).
 
@@ -303,6 +344,8 @@ def render_notifications(
         dashboard_url: base of the dashboard links (``dashboard_base_url()``).
         now: the sender's clock, for "since … (12m ago)" and the footer.
         route: the route name, for the footer.
+        actions: add Acknowledge, Silence 1 h and Pause this type 1 h buttons to the
+            paging lines (``OUTBOX_MONITOR_SLACK_ACTIONS_PORT`` set: ``alerts.slack_actions``).
 
     Returns:
         A ``SlackMessage``: header, one section per instance with a dashboard button
@@ -340,6 +383,7 @@ def render_notifications(
         mention=mention if pages and mention else None,
         footer=_footer(now, route),
         keys=[row_message_key(row) for row in rows if row.get("dedupe_key")],
+        buttons=_action_buttons(shown) if actions else None,
     )
 
 
@@ -368,11 +412,15 @@ def render_thread_update(
             rows of the episode (``error``, ``resolved``; sent earlier or being sent now)
             change that line: the last one decides whether it shows as resolved (with the
             resolve's "value now") or as an evaluation error.
+            A row's ``acked_by`` names who acknowledged its episode (a Slack button,
+            ``alerts.slack_actions``; ``sender_thread_notifications`` reads it).
         dashboard_url, now, route: as for ``render_notifications``.
 
     Returns:
-        The message for ``chat.update``: header "RESOLVED" when every line resolved,
-        else "FIRING · k of n resolved"; no mention (an edit pings nobody).
+        The message for ``chat.update``: header "RESOLVED" when every line resolved, else
+        "ACKED by <who> · k of n resolved" when a line's episode was acknowledged (those
+        who did, in order), else "FIRING · k of n resolved"; no mention (an edit pings
+        nobody).
 
     Raises:
         ValueError: ``thread_rows`` is empty.
@@ -415,8 +463,11 @@ def render_thread_update(
     rules = " · ".join(
         [*_outbox_part(thread_rows), ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))]
     )
+    acked = ", ".join(dict.fromkeys(r["acked_by"] for r in thread_rows if r.get("acked_by")))
     if done == len(lines):
         header = f"✅ RESOLVED · {rules}"
+    elif acked:
+        header = f"👀 ACKED by {clip(acked, 60)} · {done} of {len(lines)} resolved · {rules}"
     else:
         header = f"🔥 FIRING · {done} of {len(lines)} resolved · {rules}"
     return _assemble(

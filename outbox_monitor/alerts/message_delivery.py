@@ -198,6 +198,7 @@ def _send(
         dashboard_url=run.dashboard_url,
         now=now,
         route=pack.route,
+        actions=bool(run.db.settings.slack_actions_port),
     )
     if pack.thread is None:
         delivery = transport.post(message)

@@ -1,7 +1,8 @@
 """The ``pagerduty`` receiver: PagerDuty Events API v2 (``POST {base}/v2/enqueue``).
 
 One event per notification: a firing, repeat or evaluation error is a ``trigger``, a
-resolve a ``resolve``, all of one episode under the same ``dedup_key`` — the episode's
+resolve a ``resolve`` (and a press of Slack's Acknowledge an ``acknowledge``), all of one
+episode under the same ``dedup_key`` — the episode's
 ``message_key.alert_key`` (68 characters, whatever the instance holds): PagerDuty merges a
 repeated trigger (a leader's crash re-sends it) into the open incident, a resolve closes it,
 and the next episode opens a new one. HTTP 202 is delivered; 400 (an invalid event) fails
@@ -136,6 +137,26 @@ class PagerDutyTransport:
             return Delivery(None, None)
         self._send(event(row, self._key, dashboard_url))
         return Delivery(None, None)
+
+    def acknowledge(self, row: Mapping[str, Any]) -> None:
+        """Send an ``acknowledge`` of the row's episode: the same ``dedup_key`` as its
+        trigger (``row_alert_key``), so PagerDuty acknowledges the open incident (a press of
+        Slack's Acknowledge button, ``alerts.slack_actions``).
+
+        Args:
+            row: a notification row of the episode (any route's: the key is the episode's):
+                ``rule``, ``instance`` as stored, ``outbox``, ``payload`` (its ``episode``).
+
+        Raises:
+            As ``deliver``.
+        """
+        self._send(
+            {
+                "routing_key": self._key,
+                "event_action": "acknowledge",
+                "dedup_key": row_alert_key(row),
+            }
+        )
 
     def _send(self, body: dict[str, Any]) -> Answer:
         answer = post_json(

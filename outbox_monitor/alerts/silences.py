@@ -90,6 +90,7 @@ def create_silence(
     created_by: Identity,
     *,
     now: datetime | None = None,
+    audit_details: Mapping[str, Any] | None = None,
 ) -> int:
     """Create a silence that starts now and ends at ``until``.
 
@@ -103,6 +104,7 @@ def create_silence(
         created_by: who (the signed-in identity); must be an operator; its name is
             recorded as the silence's creator and in the audit row.
         now: the start instant; default the database's ``now()`` (tests pass their clock).
+        audit_details: more fields of the audit row's filter (a Slack press's ids).
 
     Returns:
         The new silence's id.
@@ -135,7 +137,9 @@ def create_silence(
                 "ends_at": until,
                 "comment": comment,
                 "created_by": created_by.name,
-                "filter": audit_fields(created_by, {"matchers": cleaned, "until": until})["filter"],
+                "filter": audit_fields(
+                    created_by, {"matchers": cleaned, "until": until, **(audit_details or {})}
+                )["filter"],
             },
         ).fetchone()
     return row["id"]

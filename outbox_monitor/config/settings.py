@@ -27,6 +27,7 @@ from outbox_monitor.config.values import (
     check_oidc_url,
     check_role_entries,
     interface_address,
+    slack_person,
     split_table_name,
 )
 from outbox_monitor.errors import ConfigError
@@ -77,6 +78,11 @@ is unset."""
 DEFAULT_METRICS_PORT = 9108
 """Port of the scheduler's ``/metrics`` and ``/healthz`` (0 disables the server)."""
 DEFAULT_METRICS_ADDRESS = "127.0.0.1"
+DEFAULT_SLACK_ACTIONS_ADDRESS = "127.0.0.1"
+DEFAULT_SLACK_ACTIONS_MAX_BODY = 64 * 1024
+"""Bytes of a Slack interactivity request accepted (a block_actions payload of a message of
+50 blocks is ≈ 20 kB); a longer one is refused with 413 before it is read."""
+DEFAULT_SLACK_ACTIONS_RESPONSE_URL = "https://hooks.slack.com/"
 """Interface of that server; ``0.0.0.0`` in a container so Prometheus can reach it."""
 DEFAULT_METRICS_TOP_EVENT_TYPES = 10
 """Event types labelled one by one on ``/metrics``; the rest are summed as ``other``."""
@@ -229,6 +235,29 @@ class Settings(BaseSettings):
     metrics_address: str = DEFAULT_METRICS_ADDRESS
     """The interface of that endpoint (``0.0.0.0`` in a container, so that Prometheus
     reaches it)."""
+    slack_actions_port: int = Field(default=0, ge=0, le=65535)
+    """The port of the listener of Slack's button presses (Acknowledge, Silence 1 h;
+    docs/slack-actions.md), beside the scheduler; ``0``: off, and the Slack messages carry
+    no action buttons. Never the ``/metrics`` port. Needs ``SLACK_SIGNING_SECRET``,
+    ``OUTBOX_MONITOR_ACTIONS_DSN``, ``…_SLACK_ACTIONS_TEAMS`` and ``…_SLACK_ACTIONS_PEOPLE``."""
+    slack_actions_address: str = DEFAULT_SLACK_ACTIONS_ADDRESS
+    """The interface of that listener (behind the HTTPS proxy that Slack's Request URL
+    reaches)."""
+    slack_actions_teams: CommaList = ()
+    """The Slack workspaces (team ids, ``T0123ABCD``, comma-separated) whose people may press
+    the buttons; a press from any other team (Slack Connect: a shared channel's other
+    organisation) is refused and logged."""
+    slack_actions_people: CommaList = ()
+    """Who may press them: ``TEAM/USER=e-mail`` entries (``T0123ABCD/U0456EFGH=alice@example.com``),
+    comma-separated; the e-mail's role is the dashboard's (``OUTBOX_MONITOR_OPERATORS``
+    …, an operator at least) and is what the audit log records. Any other user is refused."""
+    slack_actions_max_body: int = Field(
+        default=DEFAULT_SLACK_ACTIONS_MAX_BODY, ge=1024, le=1024 * 1024
+    )
+    """The largest request body (bytes) the listener reads; a larger one is refused (413)."""
+    slack_actions_response_url: str = DEFAULT_SLACK_ACTIONS_RESPONSE_URL
+    """The start every press's ``response_url`` must have to be posted the result to (Slack's
+    own: ``https://hooks.slack.com/``); a press naming another is refused."""
     metrics_top_event_types: int = Field(
         default=DEFAULT_METRICS_TOP_EVENT_TYPES, ge=1, le=MAX_METRICS_TOP_EVENT_TYPES
     )
@@ -319,10 +348,40 @@ class Settings(BaseSettings):
     def _check_dsn(cls, value: str | None) -> str | None:
         return check_dsn(value)
 
-    @field_validator("metrics_address")
+    @field_validator("metrics_address", "slack_actions_address")
     @classmethod
     def _check_metrics_address(cls, value: str) -> str:
         return interface_address(value)
+
+    @field_validator("slack_actions_people")
+    @classmethod
+    def _check_slack_people(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            slack_person(entry)  # ValueError naming the entry
+        return value
+
+    @model_validator(mode="after")
+    def _check_slack_actions(self) -> "Settings":
+        if not self.slack_actions_port:
+            return self
+        if self.slack_actions_port == self.metrics_port:
+            raise ValueError(
+                f"OUTBOX_MONITOR_SLACK_ACTIONS_PORT: {self.slack_actions_port} is the /metrics "
+                "port (OUTBOX_MONITOR_METRICS_PORT); the Slack listener needs a port of its own"
+            )
+        if not self.slack_actions_teams or not self.slack_actions_people:
+            raise ValueError(
+                "OUTBOX_MONITOR_SLACK_ACTIONS_PORT is set: set OUTBOX_MONITOR_SLACK_ACTIONS_TEAMS "
+                "and OUTBOX_MONITOR_SLACK_ACTIONS_PEOPLE too (nobody could press a button)"
+            )
+        for entry in self.slack_actions_people:
+            team = slack_person(entry)[0]
+            if team not in self.slack_actions_teams:
+                raise ValueError(
+                    f"OUTBOX_MONITOR_SLACK_ACTIONS_PEOPLE: {entry!r} is of team {team}, which "
+                    "OUTBOX_MONITOR_SLACK_ACTIONS_TEAMS does not list"
+                )
+        return self
 
     @field_validator("dashboard_url")
     @classmethod

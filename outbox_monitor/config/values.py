@@ -79,6 +79,33 @@ def _comma_list(value: object) -> object:
 CommaList = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)]
 
 
+_SLACK_ID = re.compile(r"^[A-Z0-9]{2,30}$")
+
+
+def slack_person(entry: str) -> tuple[str, str, str]:
+    """One entry of ``OUTBOX_MONITOR_SLACK_ACTIONS_PEOPLE``: ``TEAM/USER=e-mail``.
+
+    Args:
+        entry: e.g. ``T0123ABCD/U0456EFGH=alice@example.com``.
+
+    Returns:
+        ``(team_id, user_id, e-mail)``, the e-mail lower-case.
+
+    Raises:
+        ValueError: not of that form, or an id that is not Slack's (capitals and digits),
+            naming the entry.
+    """
+    ids, sep, email = entry.partition("=")
+    team, slash, user = ids.strip().partition("/")
+    email = email.strip().lower()
+    if not (sep and slash and _SLACK_ID.match(team) and _SLACK_ID.match(user) and "@" in email):
+        raise ValueError(
+            f"expected TEAM/USER=e-mail entries such as T0123ABCD/U0456EFGH=alice@example.com "
+            f"(Slack's team and user ids), got {entry!r}"
+        )
+    return team, user, email
+
+
 def split_table_name(name: str) -> tuple[str, str]:
     """Split ``schema.table`` (or ``table``, meaning ``public.table``) into its two parts.
 

@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import socket
+import socketserver
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -76,6 +77,30 @@ def make_app(registry: CollectorRegistry, status: HealthSource) -> Callable:
     return app
 
 
+def local_url(address: str, port: int) -> str:
+    """``http://host:port`` of a server listening on ``address`` (``0.0.0.0``/``::`` are
+    reached on localhost; an IPv6 address in brackets)."""
+    host = "127.0.0.1" if address in ("0.0.0.0", "", "::") else address
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def serve_in_thread(server: socketserver.BaseServer, name: str) -> threading.Thread:
+    """Run ``server.serve_forever`` in a daemon thread named ``name``, started."""
+    thread = threading.Thread(target=server.serve_forever, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_serving(server: socketserver.BaseServer | None, thread: threading.Thread | None) -> None:
+    """Stop ``server`` (``None``: stopped already), close its socket, wait for its thread."""
+    if server is None:
+        return
+    server.shutdown()
+    server.server_close()
+    if thread is not None:
+        thread.join(timeout=5)
+
+
 class MetricsServer:
     """``/metrics`` and ``/healthz`` over HTTP in a daemon thread.
 
@@ -129,8 +154,7 @@ class MetricsServer:
     @property
     def url(self) -> str:
         """Base URL (``0.0.0.0``/``::`` are reached on localhost)."""
-        host = "127.0.0.1" if self.address in ("0.0.0.0", "", "::") else self.address
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        return local_url(self.address, self.port)
 
     def start(self) -> "MetricsServer":
         """Bind and serve in a daemon thread; returns ``self``.
@@ -170,22 +194,14 @@ class MetricsServer:
             ) from None
         self._server = server
         self.port = server.server_address[1]
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="outbox-monitor-metrics", daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, "outbox-monitor-metrics")
         log.info("serving %s/metrics and /healthz", self.url)
         return self
 
     def stop(self) -> None:
         """Stop serving and close the socket (idempotent)."""
         server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        stop_serving(server, self._thread)
 
     def __enter__(self) -> "MetricsServer":
         return self.start()

@@ -30,6 +30,7 @@ from outbox_monitor.alerts.route_model import ALERTMANAGER
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules, resolve_rules_path
 from outbox_monitor.alerts.slack import TransportConfigError, TransportNotConfigured
+from outbox_monitor.alerts.slack_actions import after_acknowledge
 from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.config.values import interface_address
@@ -38,6 +39,7 @@ from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.service.hang_watch import HangWatch, add_hang_watch_job
 from outbox_monitor.service.outbox_schedule import add_outbox_jobs, new_scheduler
 from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.service.slack_listener import slack_listener
 from outbox_monitor.service.start_check import StartCheck
 from outbox_monitor.store.db import Database
 
@@ -329,6 +331,8 @@ def background_scheduler(
             writing_with_actions,
         )
 
+        refuse_slack_actions_of_fleet(settings)
+
         ruleset, transports = load_alerting(None, settings, fleet)
         with served_fleet_scheduler(
             writing_with_actions(fleet),
@@ -341,7 +345,12 @@ def background_scheduler(
             yield built
         return
     ruleset, transports = load_alerting(None, settings)
-    with scheduler_databases(settings, fallback_dsn=settings.actions_dsn) as (db, primary):
+    with (
+        scheduler_databases(settings, fallback_dsn=settings.actions_dsn) as (db, primary),
+        slack_listener(
+            settings, os.environ, on_acknowledged=after_acknowledge(ruleset, transports)
+        ),
+    ):
         yield build_served_scheduler(
             db,
             primary,
@@ -351,6 +360,22 @@ def background_scheduler(
             address=address,
             port=port,
             check=StartCheck(db, primary),
+        )
+
+
+def refuse_slack_actions_of_fleet(settings: Settings) -> None:
+    """Refuse the Slack listener (``OUTBOX_MONITOR_SLACK_ACTIONS_PORT``) with a fleet file:
+    its presses act on one outbox's alerts with one actions login, the single outbox's.
+
+    Raises:
+        ConfigError: the port is set, naming it.
+    """
+    if settings.slack_actions_port:
+        raise ConfigError(
+            "OUTBOX_MONITOR_SLACK_ACTIONS_PORT: the Slack buttons act on the single outbox of "
+            "the OUTBOX_MONITOR_* settings; a fleet file's scheduler does not listen for them",
+            hint="Unset OUTBOX_MONITOR_SLACK_ACTIONS_PORT for the scheduler of a fleet file "
+            "(OUTBOX_MONITOR_OUTBOXES).",
         )
 
 
@@ -368,7 +393,9 @@ def run_scheduler(
     ``/metrics`` and ``/healthz`` (``export.server.MetricsServer``) unless the port is 0 (an
     address or port that cannot be served stops the start), then blocks; a database outage
     — at start too (issue 29 item 13: shown on ``/healthz``, alerted after its threshold,
-    retried, resolved) — is never fatal. With a ``fleet`` from a file, one scheduler
+    retried, resolved) — is never fatal. With ``OUTBOX_MONITOR_SLACK_ACTIONS_PORT`` set, the
+    listener of Slack's button presses runs beside it (``service.slack_listener``; its
+    configuration checked at start). With a ``fleet`` from a file, one scheduler
     watches all its outboxes and shares them with the other replicas
     (``fleet_scheduler.run_fleet_scheduler``; an outbox unreachable at start is retried).
 
@@ -393,7 +420,9 @@ def run_scheduler(
         RulesError: the rules file is invalid.
         TransportConfigError: a Slack variable is set but invalid.
         ConfigError: ``--metrics-address`` is not an address, or the address or port
-            cannot be served.
+            cannot be served; the Slack listener's configuration is incomplete
+            (``SLACK_SIGNING_SECRET``, ``OUTBOX_MONITOR_ACTIONS_DSN``, a person without the
+            operator role) or asked of a fleet file's scheduler.
     """
     ruleset, transports = load_alerting(
         rules_path, settings, fleet if fleet is not None and fleet.path is not None else None
@@ -406,11 +435,18 @@ def run_scheduler(
     if fleet is not None and fleet.path is not None:
         from outbox_monitor.service.fleet_scheduler import run_fleet_scheduler
 
+        refuse_slack_actions_of_fleet(settings)
+
         run_fleet_scheduler(
             fleet, ruleset, transports, address=address, port=port, serve=serve_until_stopped
         )
         return
-    with scheduler_databases(settings) as (db, primary):
+    with (
+        scheduler_databases(settings) as (db, primary),
+        slack_listener(
+            settings, os.environ, on_acknowledged=after_acknowledge(ruleset, transports)
+        ),
+    ):
         check = StartCheck(db, primary)
         scheduler, server = build_served_scheduler(
             db,

@@ -25,13 +25,24 @@ from outbox_monitor.store.queries import compose
 
 MAX_IDENTIFIER_BYTES = 63
 HASH_CHARS = 12
-KINDS = ("reap", "replay", "prune", "note", "refused", "silence", "expire_silence", "controls")
+KINDS = (
+    "reap",
+    "replay",
+    "prune",
+    "note",
+    "refused",
+    "silence",
+    "expire_silence",
+    "controls",
+    "acknowledge",
+)
 """``reap``, ``replay``, ``prune``: the SPEC §4 actions, their guard inside their statement;
 ``note``: the audit row of a read (a payload reveal, an operator's payload search);
 ``refused``: the rate-limited row of an action the dashboard refused (issue 29 item 5);
 ``silence``, ``expire_silence``: an alert silence created or ended (silences are the
 database's; the audit row is this outbox's); ``controls``: a change of the table's flow
-controls (SPEC §5: pause, resume, limit, breaker, clear, a controls file applied)."""
+controls (SPEC §5: pause, resume, limit, breaker, clear, a controls file applied);
+``acknowledge``: an alert episode acknowledged (from Slack, ``alerts.acknowledge``)."""
 SIGNATURES = {
     "reap": "uuid, text, jsonb, bigint[], double precision, integer, boolean",
     "replay": "uuid, text, jsonb, bigint[], timestamptz, bigint, double precision, boolean",
@@ -41,6 +52,7 @@ SIGNATURES = {
     "silence": "text, jsonb, timestamptz, timestamptz, text, jsonb",
     "expire_silence": "text, bigint, timestamptz",
     "controls": "uuid, text, text, jsonb, jsonb",
+    "acknowledge": "text, bigint, text, text, text, text, jsonb",
 }
 """Each kind's argument types, as ``GRANT … ON FUNCTION name(types)`` needs them."""
 

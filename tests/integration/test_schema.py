@@ -56,6 +56,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "025_retry_error_groups_cache",
             "026_retry_error_group_counts",
             "027_alert_inhibited_by",
+            "028_slack_actions",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

@@ -3,7 +3,7 @@ notification history with what was (or would have been) posted, silences created
 expired through the form, the test button against the local Slack sink, a broken rules
 file, and the dashboard links that Slack messages carry."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -12,6 +12,7 @@ from grids import assert_fits, grids
 from rendered import plain, unprotected
 
 from outbox_monitor.access import Identity, Role
+from outbox_monitor.alerts.acknowledge import Press, acknowledge
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules import RuleSet
@@ -506,3 +507,20 @@ def test_silence_matchers_comment_and_author_are_shown_literally(
     for shown in (flash, line, said):
         for construct in ("](", "**not", ":red[", "<b>", "$x", "_alice_"):
             assert construct not in unprotected(shown)
+
+
+def test_an_acknowledged_episode_says_by_whom_and_when(open_page, ruleset, db, rows, conn):
+    rows.add(status="processing", created_ago=3600, locked_ago=3600)  # stuck-lock fires
+    Evaluator(db, ruleset).run_once()
+    (firing,) = conn.execute(
+        "SELECT id FROM outbox_monitor.notifications WHERE rule = 'stuck-lock'"
+    ).fetchall()
+    person = Identity("alice@example.com", Role.operator, "slack")
+    acked = acknowledge(db, Press(person, "T0ALLOWED", "U0ALICE", firing["id"]))
+    at = open_page(PAGE)
+    assert (
+        "Acknowledged** — no more repeats of these episodes:\n\n"
+        "- stuck-lock acknowledged by alice@example.com at "
+        f"{acked.acked_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    ) in shown(at), shown(at)
+    assert "Slack user U0ALICE" in shown(at)

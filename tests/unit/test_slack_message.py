@@ -472,3 +472,69 @@ def test_slack_dates_are_each_readers_time_zone_with_a_utc_fallback():
     token = slack_date(datetime(2026, 3, 2, 11, 18, 0, tzinfo=paris))
     assert token == "<!date^1772446680^{date_short_pretty} {time}|2026-03-02 10:18:00 UTC>"
     assert slack_date(datetime(2026, 3, 2, 10, 18)) == token  # naive: UTC
+
+
+def action_ids(message) -> list[str]:
+    return [e["action_id"] for b in message.blocks if b["type"] == "actions" for e in b["elements"]]
+
+
+def test_acknowledge_and_silence_buttons_only_when_slack_actions_are_on():
+    firing = {**row(), "id": 41}
+    assert action_ids(render_notifications([firing], now=NOW)) == []
+    message = render_notifications([firing], now=NOW, actions=True)
+    assert action_ids(message) == [
+        "outbox-monitor:acknowledge:41",
+        "outbox-monitor:silence-1h:41",
+        "outbox-monitor:pause-1h:41",
+    ]
+    buttons = next(b for b in message.blocks if b["type"] == "actions")["elements"]
+    assert [b["text"]["text"] for b in buttons] == [
+        "Acknowledge",
+        "Silence 1 h",
+        "Pause this type 1 h",
+    ]
+    assert_within_limits(message)
+    no_type = {**row(labels={"rule": "stuck-lock"}), "id": 42}
+    assert action_ids(render_notifications([no_type], now=NOW, actions=True)) == [
+        "outbox-monitor:acknowledge:42",
+        "outbox-monitor:silence-1h:42",
+    ]
+
+
+def test_buttons_for_paging_lines_only_named_when_several_and_at_most_eight_lines():
+    resolved = {**row(instance="event_type=payment.refunded", kind="resolved"), "id": 7}
+    firing = {**row(), "id": 8}
+    repeat = {**row(instance="event_type=payment.voided", kind="repeat"), "id": 9}
+    message = render_notifications([resolved, firing, repeat], now=NOW, actions=True)
+    buttons = next(b for b in message.blocks if b["type"] == "actions")["elements"]
+    assert [(b["text"]["text"], b["value"]) for b in buttons] == [
+        ("Acknowledge payment-failed event_type=payment.captured", "8"),
+        ("Silence 1 h payment-failed event_type=payment.captured", "8"),
+        ("Pause this type 1 h payment-failed event_type=payment.captured", "8"),
+        ("Acknowledge payment-failed event_type=payment.voided", "9"),
+        ("Silence 1 h payment-failed event_type=payment.voided", "9"),
+        ("Pause this type 1 h payment-failed event_type=payment.voided", "9"),
+    ]
+    many = [{**row(instance=f"event_type=payment.t{i:02d}"), "id": i} for i in range(60)]
+    crowded = render_notifications(many, mention=MENTION, now=NOW, actions=True)
+    assert_within_limits(crowded)
+    assert len(action_ids(crowded)) == 3 * 8 == 24
+    assert crowded.blocks[-1]["type"] == "context"  # the footer (its key) is kept
+
+
+def test_thread_update_keeps_saying_acked_until_every_line_resolved():
+    first = {**row(instance="event_type=payment.captured"), "acked_by": "alice@example.com"}
+    second = row(instance="event_type=payment.refunded")
+    acked = render_thread_update([first, second], now=NOW)
+    assert acked.blocks[0]["text"]["text"] == (
+        "👀 ACKED by alice@example.com · 0 of 2 resolved · payment-failed"
+    )
+    resolve_second = row(instance="event_type=payment.refunded", kind="resolved", value=0)
+    half = render_thread_update([first, second, resolve_second], now=NOW)
+    assert half.blocks[0]["text"]["text"] == (
+        "👀 ACKED by alice@example.com · 1 of 2 resolved · payment-failed"
+    )
+    resolve_first = {**row(kind="resolved", value=0), "acked_by": "alice@example.com"}
+    done = render_thread_update([first, second, resolve_second, resolve_first], now=NOW)
+    assert done.blocks[0]["text"]["text"] == "✅ RESOLVED · payment-failed"
+    assert_within_limits(acked)

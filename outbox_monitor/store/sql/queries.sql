@@ -1927,6 +1927,47 @@ SELECT id, starts_at, ends_at
 FROM {writer}(p_actor => %(created_by)s, p_matchers => %(matchers)s, p_starts_at => %(starts_at)s,
               p_ends_at => %(ends_at)s, p_comment => %(comment)s, p_filter => %(filter)s);
 
+-- name: episode_acknowledged
+-- Whether a firing episode (its transition id) was acknowledged (migration 028): the evaluator queues no repeat of it.
+SELECT EXISTS (
+    SELECT 1 FROM outbox_monitor.alert_acks WHERE episode_id = %(episode)s
+) AS acked;
+
+-- name: acknowledgements_of_outbox
+-- The acknowledgement of each instance's current episode of this outbox (the Alerts page): rule, instance as stored, who, when, the Slack ids.
+SELECT i.rule, i.instance, a.episode_id, a.acked_by, a.acked_at, a.slack_team_id, a.slack_user_id
+FROM outbox_monitor.alert_instances AS i
+JOIN outbox_monitor.alert_acks AS a ON a.episode_id = i.episode_id
+WHERE i.outbox = %(outbox)s AND i.state IN ('firing', 'error')
+ORDER BY a.acked_at DESC;
+
+-- name: acknowledge_episode
+-- Acknowledge one firing episode through the outbox's audited acknowledge writer ({writer}), its audit row in the same transaction; inserted is false when it was acknowledged before (by acked_by).
+SELECT episode_id, acked_by, acked_at, inserted
+FROM {writer}(p_actor => %(actor)s, p_episode => %(episode)s, p_rule => %(rule)s,
+              p_instance => %(instance)s, p_team => %(team)s, p_user => %(user)s,
+              p_filter => %(filter)s);
+
+-- name: slack_press_claim
+-- Record a Slack button press in the replay cache (migration 028) and drop the entries older than %(keep_seconds)s; no row returned: (team_id, action_ts) was seen before, a replay.
+WITH expired AS (
+    DELETE FROM outbox_monitor.slack_action_requests
+    WHERE received_at < now() - make_interval(secs => %(keep_seconds)s)
+)
+INSERT INTO outbox_monitor.slack_action_requests (team_id, action_ts)
+VALUES (%(team_id)s, %(action_ts)s)
+ON CONFLICT (team_id, action_ts) DO NOTHING
+RETURNING team_id, action_ts;
+
+-- name: slack_press_notification
+-- The notification a Slack button names (its id), of this outbox, with its instance's state now: outbox, dedupe key, rule, instance as stored, kind, route, payload (its episode), the message's channel and ts, the instance's state, current episode and labels.
+SELECT n.id, n.outbox, n.dedupe_key, n.rule, n.instance, n.kind, n.route, n.payload,
+       n.slack_channel, n.slack_ts, i.state, i.episode_id AS current_episode, i.labels
+FROM outbox_monitor.notifications AS n
+LEFT JOIN outbox_monitor.alert_instances AS i
+       ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
+WHERE n.id = %(id)s AND n.outbox = %(outbox)s;
+
 -- name: silence_expire
 -- End a silence now (kept for history) through the outbox's audited writer ({writer}), its audit row in the same transaction; returns nothing when it had already ended.
 SELECT id, matchers, expired_at
@@ -2177,12 +2218,15 @@ LIMIT 1;
 
 -- name: sender_thread_notifications
 -- Every sent row of one posted message's thread (its lines, then their errors and resolves),
--- with the instance's state now, as sender_pending_notifications.
+-- with the instance's state now, as sender_pending_notifications, and who acknowledged the
+-- row's episode (migration 028; NULL: nobody).
 SELECT n.id, n.dedupe_key, n.rule, n.instance, n.kind, n.payload, i.state AS instance_state,
-       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq
+       i.cleared_since AS instance_cleared_since, i.firing_seq AS instance_firing_seq,
+       a.acked_by
 FROM outbox_monitor.notifications n
 LEFT JOIN outbox_monitor.alert_instances i
        ON i.outbox = n.outbox AND i.rule = n.rule AND i.instance = n.instance
+LEFT JOIN outbox_monitor.alert_acks a ON a.episode_id::text = n.payload ->> 'episode'
 WHERE n.slack_channel = %(channel)s AND n.slack_ts = %(ts)s AND n.status = 'sent'
 ORDER BY n.id;
 
@@ -2534,6 +2578,35 @@ $fn$;
 REVOKE ALL ON FUNCTION {expire_silence}(text, bigint, timestamptz) FROM PUBLIC;
 COMMENT ON FUNCTION {expire_silence}(text, bigint, timestamptz) IS {expire_silence_comment};
 
+CREATE OR REPLACE FUNCTION {acknowledge}(
+    p_actor text, p_episode bigint, p_rule text, p_instance text, p_team text, p_user text,
+    p_filter jsonb)
+RETURNS TABLE (episode_id bigint, acked_by text, acked_at timestamptz, inserted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_inserted boolean;
+BEGIN
+    INSERT INTO outbox_monitor.alert_acks AS a
+        (episode_id, rule, instance, acked_by, slack_team_id, slack_user_id)
+    VALUES (p_episode, p_rule, p_instance, p_actor, p_team, p_user)
+    ON CONFLICT (episode_id) DO NOTHING;
+    v_inserted := FOUND;
+    IF v_inserted THEN
+        PERFORM outbox_monitor.record_audit(pg_catalog.gen_random_uuid(), p_actor,
+                                            'acknowledge', {table_name}, p_filter, 1,
+                                            ARRAY[p_episode]::bigint[]);
+    END IF;
+    RETURN QUERY SELECT a.episode_id, a.acked_by, a.acked_at, v_inserted
+                 FROM outbox_monitor.alert_acks AS a WHERE a.episode_id = p_episode;
+END
+$fn$;
+REVOKE ALL ON FUNCTION {acknowledge}(text, bigint, text, text, text, text, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION {acknowledge}(text, bigint, text, text, text, text, jsonb)
+    IS {acknowledge_comment};
+
 CREATE OR REPLACE FUNCTION {controls}(
     p_run_id uuid, p_actor text, p_action text, p_filter jsonb, p_changes jsonb)
 RETURNS bigint
@@ -2704,6 +2777,10 @@ REVOKE UPDATE, DELETE, INSERT, TRUNCATE ON {table} FROM {operator};
 REVOKE EXECUTE ON FUNCTION outbox_monitor.record_audit(uuid, text, text, text, jsonb,
     integer, bigint[]) FROM {operator};
 {writers_to_operator}
+-- Slack button presses (migration 028): the replay cache, written by the listener with
+-- this login; acknowledgements only through the audited writer above
+GRANT INSERT, DELETE ON outbox_monitor.slack_action_requests TO {operator};
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON outbox_monitor.alert_acks FROM {operator};
 -- silences only through the audited writers above (none on the table itself)
 REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON outbox_monitor.silences FROM {operator};
 REVOKE USAGE ON SEQUENCE outbox_monitor.silences_id_seq FROM {operator};
