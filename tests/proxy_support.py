@@ -47,10 +47,14 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             await writer.drain()
 
 
-async def _close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
+async def _close(*writers: asyncio.StreamWriter | None) -> None:
+    """Close every writer first (a cancellation while waiting cannot leave one open: a loaded
+    run saw an unclosed transport's ResourceWarning fail the next test), then wait."""
+    shut = [writer for writer in writers if writer is not None]
+    for writer in shut:
+        writer.close()
     with suppress(ConnectionError):
-        await writer.wait_closed()
+        await asyncio.gather(*(writer.wait_closed() for writer in shut), return_exceptions=True)
 
 
 class HeaderProxy:
@@ -92,10 +96,8 @@ class HeaderProxy:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         finally:
-            if upstream_writer is not None:
-                await _close(upstream_writer)
-            await _close(client_writer)
             self._tasks.discard(asyncio.current_task())
+            await _close(upstream_writer, client_writer)
 
     def start(self) -> "HeaderProxy":
         self._thread.start()
@@ -108,6 +110,7 @@ class HeaderProxy:
     def stop(self) -> None:
         async def shutdown() -> None:
             self._server.close()
+            await asyncio.sleep(0)  # the handlers of connections just accepted register
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
