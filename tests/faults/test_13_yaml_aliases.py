@@ -151,7 +151,8 @@ def test_many_problems_under_the_size_limit_are_reported_quickly(tmp_path):
     problems = raised.value.problems
     assert len(problems) == MAX_LISTED_PROBLEMS + 1
     assert problems[0] == (
-        f"{path}: unknown_key_000000: unknown key (allowed: version, defaults, routes, rules, inhibit)"
+        f"{path}: unknown_key_000000: unknown key "
+        "(allowed: version, defaults, routes, rules, inhibit)"
     )
     assert problems[-1] == (
         f"{path}: … and {10_000 - MAX_LISTED_PROBLEMS:,} more problems "
