@@ -23,6 +23,7 @@ import psycopg
 import yaml
 from apscheduler.schedulers.base import BaseScheduler
 
+from outbox_monitor.alerts.own_alerts import insert_all, notification_params
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.config.settings import ENV_PREFIX
@@ -328,3 +329,19 @@ def writes_work_again(conn: psycopg.Connection) -> None:
     for table in WRITTEN_TABLES:
         conn.execute(f"DROP TRIGGER test_disk_full ON outbox_monitor.{table}")
     conn.execute("DROP FUNCTION public.test_disk_full()")
+
+
+def open_stall_episode(db: Database, now: datetime) -> None:
+    """An alerting-stalled episode of ``db``'s outbox whose resolve is not queued yet, as
+    ``StallWatch`` writes it (a source of the shipped inhibit entries)."""
+    stalled = notification_params(
+        rule="alerting-stalled",
+        instance=db.table_name,
+        route="oncall",
+        kind="error",
+        episode="never",
+        payload={"rule": "alerting-stalled", "instance": db.table_name, "kind": "error"},
+        now=now,
+    )
+    with db.transaction() as tx:
+        insert_all(db, tx, [stalled])

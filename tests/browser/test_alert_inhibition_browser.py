@@ -6,25 +6,14 @@ import pytest
 from playwright.sync_api import expect
 
 from outbox_monitor.alerts.evaluate import Evaluator
-from outbox_monitor.alerts.own_alerts import insert_all, notification_params
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
+from tests.alerting import open_stall_episode
 
 pytestmark = pytest.mark.browser
 
 
 def test_the_alerts_page_marks_an_inhibited_alert(dashboard, page, db, rows, conn, screenshot):
-    # an alerting-stalled episode whose resolve is not queued yet, as StallWatch writes it
-    stalled = notification_params(
-        rule="alerting-stalled",
-        instance=db.table_name,
-        route="oncall",
-        kind="error",
-        episode="never",
-        payload={"rule": "alerting-stalled", "instance": db.table_name, "kind": "error"},
-        now=db.fetch_one("db_now")["now"],
-    )
-    with db.transaction() as tx:
-        insert_all(db, tx, [stalled])
+    open_stall_episode(db, db.fetch_one("db_now")["now"])
     rows.add_failed(event_type="payment.captured")
     report = Evaluator(db, load_rules(SHIPPED_RULES_PATH)).run_once()
     source = f"alerting-stalled {db.table_name}"

@@ -9,7 +9,7 @@ import psycopg
 from outbox_monitor.alerts.alertmanager import AlertmanagerReceiver, alertmanager_urls
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.outage import DatabaseHealth
-from outbox_monitor.alerts.own_alerts import insert_all, notification_params, resolve_params
+from outbox_monitor.alerts.own_alerts import insert_all, resolve_params
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.alerts.sender import deliver_due
@@ -17,7 +17,7 @@ from outbox_monitor.alerts.state import list_instances
 from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.store.db import Database
-from tests.alerting import drain, notifications, rules_file
+from tests.alerting import drain, notifications, open_stall_episode, rules_file
 from tests.alertmanager_support import active_alerts, running_alertmanager
 from tests.conftest import Rows
 from tests.integration.test_fleet_alerts import databases, fleet  # noqa: F401 (fixtures)
@@ -204,18 +204,7 @@ def test_the_schedulers_own_alerts_inhibit_every_per_type_alert_of_the_outbox(
 ) -> None:
     ruleset = write_rules(OWN)
     rows.add(event_type="order.paid")
-    # an alerting-stalled episode whose resolve is not queued yet, as StallWatch writes it
-    stalled = notification_params(
-        rule="alerting-stalled",
-        instance=db.table_name,
-        route="oncall",
-        kind="error",
-        episode="never",
-        payload={"rule": "alerting-stalled", "instance": db.table_name, "kind": "error"},
-        now=fake_clock(),
-    )
-    with db.transaction() as tx:
-        insert_all(db, tx, [stalled])
+    open_stall_episode(db, fake_clock())
     health = DatabaseHealth(db, identity="host-a:41", alert_after=0.0)
     evaluator = Evaluator(db, ruleset, clock=fake_clock, own_sources=health.firing_sources)
 
@@ -347,17 +336,7 @@ def test_with_a_fleet_an_outboxs_own_alert_inhibits_its_alerts_only(
     rows.add(event_type="order.paid")
     conn.execute("INSERT INTO public.billing_outbox SELECT * FROM integration_outbox")
     orders = databases["orders"]
-    stalled = notification_params(
-        rule="alerting-stalled",
-        instance=orders.table_name,
-        route="oncall",
-        kind="error",
-        episode="never",
-        payload={"rule": "alerting-stalled", "instance": orders.table_name, "kind": "error"},
-        now=fake_clock(),
-    )
-    with orders.transaction() as tx:
-        insert_all(orders, tx, [stalled])
+    open_stall_episode(orders, fake_clock())
     reports = {
         name: Evaluator(db, ruleset, clock=fake_clock, outbox=fleet.get(name)).run_once()
         for name, db in databases.items()
