@@ -18,9 +18,11 @@ HISTORY_TEMPLATE = "claim_history"
 _copies = itertools.count()
 
 
-def seed_history(conn: psycopg.Connection, *, history: int = HISTORY_ROWS) -> None:
-    """``history`` done rows over the last 30 days, then ``BACKLOG_ROWS`` due pending rows
-    created a minute ago; ANALYZE."""
+def seed_history(
+    conn: psycopg.Connection, *, history: int = HISTORY_ROWS, backlog: int = BACKLOG_ROWS
+) -> None:
+    """``history`` done rows from 30 days ago, one every 10 s, then ``backlog`` due pending
+    rows created a minute ago; ANALYZE."""
     conn.execute(
         """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
                payload, status, created_at, available_at, processed_at)
@@ -37,7 +39,7 @@ def seed_history(conn: psycopg.Connection, *, history: int = HISTORY_ROWS) -> No
            SELECT 'order.paid', 'order', g::text, 'backlog:' || g, '{}', 'pending',
                   now() - interval '1 minute', now() - interval '1 minute'
            FROM generate_series(1, %(backlog)s) AS g""",
-        {"backlog": BACKLOG_ROWS},
+        {"backlog": backlog},
     )
     conn.execute("ANALYZE integration_outbox")
 

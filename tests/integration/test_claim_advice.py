@@ -1,0 +1,199 @@
+"""The claim advisor (issue 32 item 5) on a real Postgres: an outbox with 200,000 done rows and
+20,000 due pending rows, only the users' indexes for the claim: the claim sorts every due row,
+and the advisor proposes ``(created_at, available_at) WHERE status = 'pending'`` — without an
+estimate when HypoPG is not installed, with one (the claim planned on the hypothetical index,
+its cost down) when the test has installed it; once the index is built (by the test, from the
+printed statement) nothing is proposed; the retired ``(created_at)`` index is never proposed;
+the CLI's output and exit codes. The advisor never creates an index or an extension.
+
+HypoPG is Debian's ``postgresql-<version>-hypopg`` (``make hypopg``); without it the tests
+that need it skip, loudly, and fail under ``make test`` (``OUTBOX_MONITOR_REQUIRE_HYPOPG``).
+"""
+
+import itertools
+import json
+import os
+import re
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from outbox_monitor.cli import main
+from outbox_monitor.cli.claim_advice import EXIT_ERRORS, EXIT_PROPOSED
+from outbox_monitor.config.settings import load_settings
+from outbox_monitor.demo.pgcluster import TemporaryCluster
+from outbox_monitor.health.claim_advice import NO_HYPOPG, advise_claim
+from outbox_monitor.health.claim_proposals import CLAIM_ORDER
+from outbox_monitor.store.db import Database
+from outbox_monitor.store.db_errors import describe_target
+from tests.claim_health import HARMFUL_INDEX, create_harmful_index, seed_history
+from tests.conftest import TEMPLATE
+
+DONE = 200_000
+DUE = 20_000
+BACKLOG_TEMPLATE = "claim_advice_backlog"
+_copies = itertools.count()
+REQUIRE_ENV = "OUTBOX_MONITOR_REQUIRE_HYPOPG"
+"""Set by ``make test`` (which installs HypoPG first): a missing HypoPG fails the test."""
+PROPOSED = (
+    'CREATE INDEX CONCURRENTLY "integration_outbox_claim_order_idx" ON "public".'
+    '"integration_outbox" ("created_at", "available_at") WHERE status = \'pending\';'
+)
+
+
+def catalog(conn: psycopg.Connection) -> tuple[set[str], set[str]]:
+    """The outbox table's index names and the database's extensions."""
+    indexes = conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox'"
+    ).fetchall()
+    extensions = conn.execute("SELECT extname FROM pg_extension").fetchall()
+    return {row[0] for row in indexes}, {row[0] for row in extensions}
+
+
+def install_hypopg(conn: psycopg.Connection) -> None:
+    """The test installs HypoPG in its own database (the product never does); skips (fails
+    under ``REQUIRE_ENV``) when the server has no HypoPG."""
+    try:
+        conn.execute("CREATE EXTENSION hypopg")
+    except psycopg.errors.UndefinedFile:
+        message = "HYPOPG IS MISSING, THE ESTIMATE IS NOT TESTED: make hypopg"
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def backlog_template(pg_cluster: TemporaryCluster) -> str:
+    """A template database: the outbox schema, ``DONE`` rows of done history and ``DUE`` due
+    pending rows (``seed_history``, seeded once)."""
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {BACKLOG_TEMPLATE} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
+    with psycopg.connect(pg_cluster.dsn_for(BACKLOG_TEMPLATE), autocommit=True) as conn:
+        seed_history(conn, history=DONE, backlog=DUE)
+    return BACKLOG_TEMPLATE
+
+
+@pytest.fixture
+def dsn(pg_cluster: TemporaryCluster, backlog_template: str) -> str:
+    """A fresh copy of the backlog template (names of its own: the suite's ``t_<n>``
+    counter lives in the conftest module pytest loaded)."""
+    name = f"{backlog_template}_{next(_copies)}"
+    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {backlog_template} STRATEGY FILE_COPY")
+    return pg_cluster.dsn_for(name)
+
+
+@pytest.fixture
+def backlog(dsn: str) -> psycopg.Connection:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+def test_a_sort_of_every_due_row_gets_the_index_proposed_without_an_estimate(dsn, backlog):
+    before = catalog(backlog)
+    with Database(load_settings(dsn=dsn)) as db:
+        advice = advise_claim(db)
+    assert [(f.statement, f.kind) for f in advice.findings] == [
+        ("users_claim", "sorts_due_rows"),
+        ("shared_claim", "sorts_due_rows"),
+    ]
+    sorted_rows = int(re.search(r"≈ ([\d,]+)", advice.findings[0].text)[1].replace(",", ""))
+    assert 0.9 * DUE <= sorted_rows <= 1.1 * DUE  # the planner's estimate of the due rows
+    proposal = advice.proposal
+    assert proposal.name == "integration_outbox_claim_order_idx"
+    assert proposal.definition == CLAIM_ORDER.definition
+    assert proposal.statements == (PROPOSED,)
+    assert proposal.estimate is None and proposal.estimate_note == NO_HYPOPG
+    assert proposal.entries == {"publish": 1, "claim": 0, "ack": 0, "retry": 1, "dead-letter": 0}
+    assert proposal.write_cost.startswith("Estimate, not measured")
+    assert catalog(backlog) == before  # no index built, no extension created
+    assert "hypopg" not in before[1]
+
+
+def test_with_hypopg_the_claim_is_planned_on_the_hypothetical_index(dsn, backlog):
+    install_hypopg(backlog)
+    before = catalog(backlog)
+    with Database(load_settings(dsn=dsn)) as db:
+        advice = advise_claim(db)
+        estimate = advice.proposal.estimate
+        assert estimate is not None, advice.proposal.estimate_note
+        assert [plan.statement for plan in estimate.plans] == ["users_claim", "shared_claim"]
+        for plan in estimate.plans:
+            assert "Sort" in plan.shape_before, plan.shape_before
+            assert plan.uses_index, plan.shape_after
+            assert "Sort" not in plan.shape_after
+            assert plan.shape_after.startswith("Limit > Index Scan (<")  # HypoPG's <oid>name
+            assert plan.cost_after < plan.cost_before / 10
+        # 20,000 pending entries of two timestamps: HypoPG's estimate, in the right range
+        assert 20 * DUE <= estimate.size_bytes <= 200 * DUE
+        assert f"about {estimate.size_bytes / 1_048_576:,.1f} MB" in advice.proposal.write_cost
+        # nothing left behind: no index built, no hypothetical index in the pool's sessions
+        assert catalog(backlog) == before
+        with db.connection() as conn:
+            assert (
+                conn.execute("SELECT count(*) AS n FROM hypopg_list_indexes").fetchone()["n"] == 0
+            )
+
+        backlog.execute(PROPOSED)  # the person runs the printed statement
+        backlog.execute("ANALYZE integration_outbox")
+        built = advise_claim(db)
+    assert built.findings == () and built.proposal is None
+    assert built.note == "the claim reads due pending rows in its order: no index to propose"
+
+
+def test_an_index_of_the_users_own_that_serves_the_claim_means_no_proposal(dsn, backlog):
+    backlog.execute(
+        "CREATE INDEX my_pending_idx ON integration_outbox (status, created_at, available_at)"
+    )
+    backlog.execute("ANALYZE integration_outbox")
+    with Database(load_settings(dsn=dsn)) as db:
+        advice = advise_claim(db)
+    assert advice.proposal is None and advice.findings == ()
+
+
+def test_the_retired_created_at_index_is_never_proposed_again(history_dsn):
+    """The history walked through ``(created_at)`` (what init-db retired): the advisor
+    proposes the index of pending rows, never ``(created_at)`` again."""
+    create_harmful_index(history_dsn)
+    with Database(load_settings(dsn=history_dsn)) as db:
+        advice = advise_claim(db)
+    kinds = {finding.kind for finding in advice.findings}
+    assert "walks_non_pending" in kinds
+    assert any(HARMFUL_INDEX in finding.text for finding in advice.findings)
+    assert advice.proposal.definition == CLAIM_ORDER.definition
+    [statement] = advice.proposal.statements
+    assert '("created_at")' not in statement and "WHERE status = 'pending'" in statement
+
+
+def test_the_cli_prints_the_statement_and_exits_1_then_0_once_built(dsn, backlog):
+    runner = CliRunner()
+    result = runner.invoke(main, ["claim-advice", "--dsn", dsn], catch_exceptions=False)
+    assert result.exit_code == EXIT_PROPOSED, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"The workers' claim on public.integration_outbox at {describe_target(dsn)}:"
+    assert lines[1].startswith("  users' claim (SPEC §1 SQL): sorts every due row (≈ ")
+    assert "Proposed index: (created_at, available_at) WHERE status = 'pending'" in lines
+    assert PROPOSED in lines  # alone on its line, to copy
+    assert f"Effect on the claim: not estimated. {NO_HYPOPG}" in lines
+    assert any(line.startswith("Write cost: Estimate, not measured") for line in lines)
+
+    result = runner.invoke(main, ["claim-advice", "--dsn", dsn, "--json"])
+    assert result.exit_code == EXIT_PROPOSED
+    shown = json.loads(result.stdout)
+    assert shown["advised"] is True and shown["proposal"]["statements"] == [PROPOSED]
+    assert [f["kind"] for f in shown["findings"]] == ["sorts_due_rows", "sorts_due_rows"]
+
+    backlog.execute(PROPOSED)
+    backlog.execute("ANALYZE integration_outbox")
+    result = runner.invoke(main, ["claim-advice", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1:] == [
+        "the claim reads due pending rows in its order: no index to propose"
+    ]
+
+
+def test_the_cli_exits_2_when_the_advice_cannot_be_read(empty_dsn):
+    result = CliRunner().invoke(main, ["claim-advice", "--dsn", empty_dsn, "--json"])
+    assert result.exit_code == EXIT_ERRORS
+    assert "integration_outbox" in json.loads(result.stdout)["error"]
