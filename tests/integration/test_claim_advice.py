@@ -10,9 +10,7 @@ HypoPG is Debian's ``postgresql-<version>-hypopg`` (``make hypopg``); without it
 that need it skip, loudly, and fail under ``make test`` (``OUTBOX_MONITOR_REQUIRE_HYPOPG``).
 """
 
-import itertools
 import json
-import os
 import re
 
 import psycopg
@@ -22,20 +20,13 @@ from click.testing import CliRunner
 from outbox_monitor.cli import main
 from outbox_monitor.cli.claim_advice import EXIT_ERRORS, EXIT_PROPOSED
 from outbox_monitor.config.settings import load_settings
-from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.health.claim_advice import NO_HYPOPG, advise_claim
 from outbox_monitor.health.claim_proposals import CLAIM_ORDER
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
-from tests.claim_health import HARMFUL_INDEX, create_harmful_index, seed_history
-from tests.conftest import TEMPLATE
+from tests.claim_health import HARMFUL_INDEX, create_harmful_index, install_hypopg
+from tests.claim_health import SORTED_DUE as DUE
 
-DONE = 200_000
-DUE = 20_000
-BACKLOG_TEMPLATE = "claim_advice_backlog"
-_copies = itertools.count()
-REQUIRE_ENV = "OUTBOX_MONITOR_REQUIRE_HYPOPG"
-"""Set by ``make test`` (which installs HypoPG first): a missing HypoPG fails the test."""
 PROPOSED = (
     'CREATE INDEX CONCURRENTLY "integration_outbox_claim_order_idx" ON "public".'
     '"integration_outbox" ("created_at", "available_at") WHERE status = \'pending\';'
@@ -51,37 +42,10 @@ def catalog(conn: psycopg.Connection) -> tuple[set[str], set[str]]:
     return {row[0] for row in indexes}, {row[0] for row in extensions}
 
 
-def install_hypopg(conn: psycopg.Connection) -> None:
-    """The test installs HypoPG in its own database (the product never does); skips (fails
-    under ``REQUIRE_ENV``) when the server has no HypoPG."""
-    try:
-        conn.execute("CREATE EXTENSION hypopg")
-    except psycopg.errors.UndefinedFile:
-        message = "HYPOPG IS MISSING, THE ESTIMATE IS NOT TESTED: make hypopg"
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def backlog_template(pg_cluster: TemporaryCluster) -> str:
-    """A template database: the outbox schema, ``DONE`` rows of done history and ``DUE`` due
-    pending rows (``seed_history``, seeded once)."""
-    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {BACKLOG_TEMPLATE} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
-    with psycopg.connect(pg_cluster.dsn_for(BACKLOG_TEMPLATE), autocommit=True) as conn:
-        seed_history(conn, history=DONE, backlog=DUE)
-    return BACKLOG_TEMPLATE
-
-
 @pytest.fixture
-def dsn(pg_cluster: TemporaryCluster, backlog_template: str) -> str:
-    """A fresh copy of the backlog template (names of its own: the suite's ``t_<n>``
-    counter lives in the conftest module pytest loaded)."""
-    name = f"{backlog_template}_{next(_copies)}"
-    with psycopg.connect(pg_cluster.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {backlog_template} STRATEGY FILE_COPY")
-    return pg_cluster.dsn_for(name)
+def dsn(sorted_claim_dsn: str) -> str:
+    """This module's outbox: its claim sorts every due row."""
+    return sorted_claim_dsn
 
 
 @pytest.fixture
