@@ -54,7 +54,7 @@ def advice_lines(advice: ClaimAdvice) -> list[str]:
                 f"    now:  {plan.shape_before}",
                 f"    with: {plan.shape_after}",
             ]
-    return [*lines, "", f"Write cost: {proposal.write_cost}"]
+    return [*lines, "", proposal.measured, "", f"Write cost: {proposal.write_cost}"]
 
 
 @click.command(

@@ -24,6 +24,7 @@ from outbox_monitor.config.settings import DEFAULT_CLAIM_BATCH
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.health.claim_plan import explain_claims, plan_claims
 from outbox_monitor.health.claim_proposals import (
+    MEASURED_EFFECT,
     PENDING_PREDICATE,
     Candidate,
     Finding,
@@ -116,6 +117,8 @@ class Proposal:
         write_cost: the write cost for people, labelled an estimate.
         estimate: HypoPG's measure, ``None`` without it.
         estimate_note: why there is no estimate (``""`` with one).
+        measured: what benchmarks measured of it on the claim, its trade-off included
+            (``claim_proposals.MEASURED_EFFECT``).
     """
 
     name: str
@@ -125,10 +128,11 @@ class Proposal:
     write_cost: str
     estimate: Estimate | None = None
     estimate_note: str = ""
+    measured: str = MEASURED_EFFECT
 
     def as_json(self) -> dict[str, Any]:
         """``{"name", "definition", "statements", "index_entries", "write_cost",
-        "estimate" (Estimate.as_json or None), "estimate_note"}``."""
+        "estimate" (Estimate.as_json or None), "estimate_note", "measured"}``."""
         return {
             "name": self.name,
             "definition": self.definition,
@@ -137,6 +141,7 @@ class Proposal:
             "write_cost": self.write_cost,
             "estimate": None if self.estimate is None else self.estimate.as_json(),
             "estimate_note": self.estimate_note,
+            "measured": self.measured,
         }
 
 

@@ -91,4 +91,5 @@ def section(db: Database) -> None:
             f"Estimated with HypoPG {format.md_text(proposal.estimate.hypopg_version)}'s "
             "hypothetical index (planner cost units, not time; nothing built)."
         )
+    st.caption(format.md_text(proposal.measured))
     st.caption(f"Write cost — {format.md_text(proposal.write_cost)}")

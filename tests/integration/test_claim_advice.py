@@ -21,9 +21,10 @@ from outbox_monitor.cli import main
 from outbox_monitor.cli.claim_advice import EXIT_ERRORS, EXIT_PROPOSED
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.health.claim_advice import NO_HYPOPG, advise_claim
-from outbox_monitor.health.claim_proposals import CLAIM_ORDER
-from outbox_monitor.store.db import Database
+from outbox_monitor.health.claim_proposals import CLAIM_ORDER, MEASURED_EFFECT
+from outbox_monitor.store.db import APPLICATION_NAME, Database
 from outbox_monitor.store.db_errors import describe_target
+from tests.alerting import LOADED_DEADLINE, wait_for
 from tests.claim_health import HARMFUL_INDEX, create_harmful_index, install_hypopg
 from tests.claim_health import SORTED_DUE as DUE
 
@@ -106,6 +107,47 @@ def test_with_hypopg_the_claim_is_planned_on_the_hypothetical_index(dsn, backlog
     assert built.note == "the claim reads due pending rows in its order: no index to propose"
 
 
+def table_reads(conn: psycopg.Connection) -> tuple:
+    """The outbox table's read and write counters (``pg_stat_user_tables``), read afresh, and
+    the number of tables in the database."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    counters = conn.execute(
+        """SELECT seq_scan, seq_tup_read, coalesce(idx_scan, 0), coalesce(idx_tup_fetch, 0),
+                  n_tup_ins, n_tup_upd, n_tup_del
+           FROM pg_stat_user_tables WHERE relname = 'integration_outbox'"""
+    ).fetchone()
+    [tables] = conn.execute(
+        "SELECT count(*) FROM pg_class WHERE relkind IN ('r', 'p', 'm') "
+        "AND relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)"
+    ).fetchone()
+    return counters, tables
+
+
+def monitor_sessions_ended(conn: psycopg.Connection) -> bool:
+    """Whether no session of outbox-monitor is left on this database: a backend flushes its
+    statistics as it exits, before it leaves pg_stat_activity."""
+    [left] = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+        "AND datname = current_database()",
+        (APPLICATION_NAME,),
+    ).fetchone()
+    return left == 0
+
+
+def test_the_advisor_reads_and_copies_no_row_of_the_outbox(dsn, backlog):
+    install_hypopg(backlog)
+    before = table_reads(backlog)
+    with Database(load_settings(dsn=dsn)) as db:
+        assert advise_claim(db).proposal.estimate is not None  # HypoPG's path too
+    assert wait_for(lambda: monitor_sessions_ended(backlog), timeout=LOADED_DEADLINE)
+    assert table_reads(backlog) == before  # EXPLAIN only: no scan, no row read or written
+    # the measure sees a read: one row read by a session of the same name
+    with psycopg.connect(dsn, application_name=APPLICATION_NAME) as reader:
+        reader.execute("SELECT id FROM integration_outbox LIMIT 1").fetchone()
+    assert wait_for(lambda: monitor_sessions_ended(backlog), timeout=LOADED_DEADLINE)
+    assert table_reads(backlog)[0] != before[0]
+
+
 def test_an_index_of_the_users_own_that_serves_the_claim_means_no_proposal(dsn, backlog):
     backlog.execute(
         "CREATE INDEX my_pending_idx ON integration_outbox (status, created_at, available_at)"
@@ -141,6 +183,7 @@ def test_the_cli_prints_the_statement_and_exits_1_then_0_once_built(dsn, backlog
     assert PROPOSED in lines  # alone on its line, to copy
     assert f"Effect on the claim: not estimated. {NO_HYPOPG}" in lines
     assert any(line.startswith("Write cost: Estimate, not measured") for line in lines)
+    assert MEASURED_EFFECT in lines  # what benchmarks measured, the trade-off included
 
     result = runner.invoke(main, ["claim-advice", "--dsn", dsn, "--json"])
     assert result.exit_code == EXIT_PROPOSED

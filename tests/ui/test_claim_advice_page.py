@@ -46,6 +46,7 @@ def test_the_page_proposes_the_index_then_estimates_it_then_says_nothing(open_pa
     assert "Write cost — Estimate, not measured: one more index entry per publish and retry" in (
         shown
     )
+    assert "The trade-off: in a retry storm, where rows in backoff are older" in shown
     assert estimate_table(at) == []
 
     with psycopg.connect(dsn, autocommit=True) as conn:
