@@ -159,6 +159,6 @@ def test_the_write_cost_is_an_entry_where_the_row_enters_the_predicate():
     assert text.startswith(
         "Estimate, not measured: one more index entry per publish and retry; none per claim, "
         "ack or dead-letter (the row leaves the index's predicate); about 3.0 MB on disk "
-        "(HypoPG's estimate). Measured for an index of the same kind"
+        "(HypoPG's estimate). Measured for this index"
     )
     assert "MB" not in write_cost_text(CLAIM_ORDER, None)
