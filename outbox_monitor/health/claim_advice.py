@@ -49,6 +49,12 @@ NO_HYPOPG = (
     "then measures the proposal with a hypothetical index. It never installs it itself."
 )
 
+PARTITIONED = (
+    "HypoPG does not estimate an index on a partitioned outbox: the planner does not use its "
+    "hypothetical indexes on partitions when it plans the claim through the parent (measured "
+    "with HypoPG 1.3.1), so the effect is not estimated."
+)
+
 
 @dataclass(frozen=True)
 class EstimatedPlan:
@@ -216,15 +222,13 @@ def _free_name(db: Database, schema: str, table: str, candidate: Candidate) -> s
     return index_name(table, candidate.purpose)
 
 
-def _targets(db: Database) -> tuple[list[dict[str, Any]], list[sql.Identifier]]:
-    """The tables a partitioned outbox's index is built on (``partition_tree``, parents first)
-    and its leaves; ``([], [the table])`` for an ordinary one."""
+def _partition_tree(db: Database) -> list[dict[str, Any]]:
+    """The tables under a partitioned outbox (``partition_tree``, parents first); ``[]`` for
+    an ordinary one."""
     shape = table_shape(db)
     if shape is None or not shape.partitioned:
-        return [], [db.table]
-    tree = db.fetch_all("partition_tree", {"table_regclass": db.table_regclass})
-    leaves = [sql.Identifier(part["schema"], part["name"]) for part in tree if part["leaf"]]
-    return tree, leaves
+        return []
+    return db.fetch_all("partition_tree", {"table_regclass": db.table_regclass})
 
 
 def build_statements(
@@ -258,43 +262,41 @@ def build_statements(
 def estimate(
     db: Database,
     candidate: Candidate,
-    leaves: Sequence[sql.Identifier],
     before: Mapping[str, Mapping[str, Any]],
     *,
     flow_control: bool,
+    partitioned: bool = False,
     limit: int = DEFAULT_CLAIM_BATCH,
 ) -> tuple[Estimate | None, str]:
-    """HypoPG's measure of ``candidate``: a hypothetical index on each of ``leaves`` (the
-    table, or a partitioned outbox's leaf partitions) and both claim statements planned
-    again, on a connection of its own under the statement timeout, closed after (the
-    hypothetical indexes end with it).
+    """HypoPG's measure of ``candidate``: a hypothetical index on the outbox table and both
+    claim statements planned again, on a connection of its own under the statement timeout,
+    closed after (the hypothetical index ends with it).
 
     Args:
         before: the plans without it (``explain_claims``' ``plans``).
         flow_control: plan ``outbox_monitor.claim``'s statement as migration 009's.
+        partitioned: the outbox is partitioned: not measured (``PARTITIONED``).
 
     Returns:
-        ``(Estimate, "")``; ``(None, why)`` when HypoPG is not installed in the database or
-        the measure failed (its error named: a timeout, a missing privilege).
+        ``(Estimate, "")``; ``(None, why)`` when HypoPG is not installed in the database, the
+        outbox is partitioned, or the measure failed (its error named: a timeout, a missing
+        privilege).
     """
     found = db.fetch_one("claim_advice_hypopg")
     if found is None:
         return None, NO_HYPOPG
+    if partitioned:
+        return None, PARTITIONED
     functions = {
         "create": sql.Identifier(found["schema"], "hypopg_create_index"),
         "size": sql.Identifier(found["schema"], "hypopg_relation_size"),
     }
     try:
         with db.direct_connection(statement_timeout=db.settings.statement_timeout) as conn:
-            ids, size = [], 0
-            for leaf in leaves:
-                statement = _create(candidate, None, leaf, leaf=True).as_string(conn)
-                row = conn.execute(
-                    compose("claim_advice_hypothetical_index", **functions),
-                    {"statement": statement},
-                ).fetchone()
-                ids.append(f"<{row['indexrelid']}>")
-                size += int(row["bytes"])
+            statement = _create(candidate, None, db.table, leaf=True).as_string(conn)
+            row = conn.execute(
+                compose("claim_advice_hypothetical_index", **functions), {"statement": statement}
+            ).fetchone()
 
             def fetch_one(name: str, params: dict[str, Any]) -> Mapping[str, Any] | None:
                 return conn.execute(db.compose(name), params).fetchone()
@@ -310,11 +312,11 @@ def estimate(
             cost_after=float(after[statement]["Total Cost"]),
             shape_before=plan_shape(before[statement]),
             shape_after=plan_shape(after[statement]),
-            uses_index=any(hypothetical in plan_shape(after[statement]) for hypothetical in ids),
+            uses_index=f"<{row['indexrelid']}>" in plan_shape(after[statement]),
         )
         for statement in STATEMENTS
     )
-    return Estimate(plans, size, found["version"]), ""
+    return Estimate(plans, int(row["bytes"]), found["version"]), ""
 
 
 def advise_claim(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> ClaimAdvice:
@@ -351,13 +353,13 @@ def advise_claim(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> ClaimAdvi
         return ClaimAdvice(findings, None, why, retired)
     schema, table = db.settings.table_parts
     name = _free_name(db, schema, table, candidate)
-    tree, leaves = _targets(db)
+    tree = _partition_tree(db)
     measured, note = estimate(
         db,
         candidate,
-        leaves,
         explained["plans"],
         flow_control=explained["flow_control"],
+        partitioned=bool(tree),
         limit=limit,
     )
     proposal = Proposal(

@@ -20,10 +20,12 @@ from click.testing import CliRunner
 from outbox_monitor.cli import main
 from outbox_monitor.cli.claim_advice import EXIT_ERRORS, EXIT_PROPOSED
 from outbox_monitor.config.settings import load_settings
-from outbox_monitor.health.claim_advice import NO_HYPOPG, advise_claim
+from outbox_monitor.demo.partitioned import create_partitioned_outbox
+from outbox_monitor.health.claim_advice import NO_HYPOPG, PARTITIONED, advise_claim
 from outbox_monitor.health.claim_proposals import CLAIM_ORDER, MEASURED_EFFECT
 from outbox_monitor.store.db import APPLICATION_NAME, Database
 from outbox_monitor.store.db_errors import describe_target
+from outbox_monitor.store.schema import init_db
 from tests.alerting import LOADED_DEADLINE, wait_for
 from tests.claim_health import HARMFUL_INDEX, create_harmful_index, install_hypopg
 from tests.claim_health import SORTED_DUE as DUE
@@ -204,3 +206,91 @@ def test_the_cli_exits_2_when_the_advice_cannot_be_read(empty_dsn):
     result = CliRunner().invoke(main, ["claim-advice", "--dsn", empty_dsn, "--json"])
     assert result.exit_code == EXIT_ERRORS
     assert "integration_outbox" in json.loads(result.stdout)["error"]
+
+
+def test_on_a_partitioned_outbox_the_index_is_built_on_only_the_parent_and_each_partition(
+    empty_dsn,
+):
+    """Three monthly partitions and the default: 60,000 done rows, 20,000 due in the current
+    month. The proposal is ON ONLY the parent, CONCURRENTLY on each partition, each attached
+    (CREATE INDEX CONCURRENTLY refuses a partitioned table); HypoPG does not estimate it, and
+    the proposal says so. Run as printed, the parent's index is valid and nothing more is
+    proposed."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        bounds = [
+            row[0]
+            for row in conn.execute(
+                "SELECT date_trunc('month', now()) + make_interval(months => n) "
+                "FROM generate_series(-2, 1) AS n ORDER BY n"
+            )
+        ]
+        parts = create_partitioned_outbox(conn, "public", "integration_outbox", bounds)
+    with Database(load_settings(dsn=empty_dsn)) as db:
+        init_db(db)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,
+                   event_key, payload, status, created_at, available_at, processed_at)
+               SELECT 'order.paid', 'order', g::text, 'done:' || g, '{}', 'done',
+                      date_trunc('month', now()) - interval '2 months' + g * interval '80 s',
+                      date_trunc('month', now()) - interval '2 months' + g * interval '80 s',
+                      date_trunc('month', now()) - interval '2 months' + g * interval '81 s'
+               FROM generate_series(1, 60000) AS g"""
+        )
+        conn.execute(
+            """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id,
+                   event_key, payload, status, created_at, available_at)
+               SELECT 'order.paid', 'order', g::text, 'due:' || g, '{}', 'pending',
+                      now() - interval '1 minute', now() - interval '1 minute'
+               FROM generate_series(1, %s) AS g""",
+            (DUE,),
+        )
+        conn.execute("ANALYZE integration_outbox")
+        install_hypopg(conn)
+        with Database(load_settings(dsn=empty_dsn)) as db:
+            advice = advise_claim(db)
+            assert "sorts_due_rows" in {finding.kind for finding in advice.findings}
+            statements = advice.proposal.statements
+            assert statements[0] == (
+                'CREATE INDEX "integration_outbox_claim_order_idx" ON ONLY "public".'
+                '"integration_outbox" ("created_at", "available_at") WHERE status = \'pending\';'
+            )
+            for part in parts:
+                own = f"{part}_claim_order_idx"
+                assert (
+                    f'CREATE INDEX CONCURRENTLY "{own}" ON "public"."{part}" ("created_at", '
+                    "\"available_at\") WHERE status = 'pending';"
+                ) in statements
+                assert (
+                    'ALTER INDEX "public"."integration_outbox_claim_order_idx" ATTACH PARTITION '
+                    f'"public"."{own}";'
+                ) in statements
+            assert len(statements) == 1 + 2 * len(parts)
+            # HypoPG is installed, but its indexes on partitions are not planned: said so
+            assert advice.proposal.estimate is None
+            assert advice.proposal.estimate_note == PARTITIONED
+
+            for statement in statements:  # the person runs them in order
+                conn.execute(statement)
+            conn.execute("ANALYZE integration_outbox")
+            [valid] = conn.execute(
+                "SELECT indisvalid FROM pg_index "
+                "WHERE indexrelid = 'integration_outbox_claim_order_idx'::regclass"
+            ).fetchone()
+            assert valid
+            built = advise_claim(db)
+    assert built.proposal is None and built.findings == (), built.as_json()
+
+
+def test_the_read_login_gets_the_advice_and_a_failed_estimate_is_named(dsn, backlog, logins):
+    """The viewer's login (``init-db --print-grants``) reads the advice; where it may not call
+    HypoPG's functions the proposal stands and says why it has no estimate."""
+    install_hypopg(backlog)
+    backlog.execute("REVOKE EXECUTE ON FUNCTION hypopg_create_index(text) FROM PUBLIC")
+    with Database(load_settings(dsn=logins.dsn(dsn, logins.read))) as db:
+        advice = advise_claim(db)
+    assert advice.proposal.statements == (PROPOSED,)
+    assert advice.proposal.estimate is None
+    note = advice.proposal.estimate_note
+    assert note.startswith("HypoPG's estimate failed (PermissionDenied: "), note
+    assert "hypopg_create_index" in note
