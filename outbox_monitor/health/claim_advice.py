@@ -198,7 +198,9 @@ def _columns(candidate: Candidate) -> sql.Composable:
     return sql.SQL(", ").join(sql.Identifier(column) for column in candidate.columns)
 
 
-def _create(candidate: Candidate, name: str | None, table: sql.Identifier, *, leaf: bool):
+def _create(
+    candidate: Candidate, name: str | None, table: sql.Identifier, *, leaf: bool
+) -> sql.Composed:
     return compose(
         "claim_advice_create_index",
         concurrently=sql.SQL(" CONCURRENTLY" if leaf and name else ""),
@@ -210,7 +212,11 @@ def _create(candidate: Candidate, name: str | None, table: sql.Identifier, *, le
     )
 
 
-def _free_name(db: Database, schema: str, table: str, candidate: Candidate) -> str:
+def _free_name(db: Database, schema: str, table: str, candidate: Candidate) -> tuple[str, str]:
+    """The proposed index's name and its purpose: ``<table>_claim_order_idx``, else
+    ``…_claim_order2_idx`` … — the first no relation of the schema has (``IF NOT EXISTS``
+    would silently keep another index of that name); after ``MAX_NAME_TRIES`` the last tried
+    (``CREATE INDEX`` then fails, naming it)."""
     for attempt in range(1, MAX_NAME_TRIES + 1):
         purpose = candidate.purpose if attempt == 1 else f"{candidate.purpose}{attempt}"
         name = index_name(table, purpose)
@@ -218,8 +224,8 @@ def _free_name(db: Database, schema: str, table: str, candidate: Candidate) -> s
             "claim_advice_name_taken", {"name": sql.Identifier(schema, name).as_string()}
         )
         if not taken["taken"]:
-            return name
-    return index_name(table, candidate.purpose)
+            break
+    return name, purpose
 
 
 def _partition_tree(db: Database) -> list[dict[str, Any]]:
@@ -232,20 +238,26 @@ def _partition_tree(db: Database) -> list[dict[str, Any]]:
 
 
 def build_statements(
-    db: Database, candidate: Candidate, name: str, tree: Sequence[Mapping[str, Any]]
+    db: Database,
+    candidate: Candidate,
+    name: str,
+    tree: Sequence[Mapping[str, Any]],
+    *,
+    purpose: str | None = None,
 ) -> tuple[str, ...]:
     """The statements that build ``candidate`` as ``name``: one ``CREATE INDEX CONCURRENTLY``
     on an ordinary table; on a partitioned one (``tree``: ``partition_tree``'s rows) ``ON
     ONLY`` the parent and each partitioned child, ``CONCURRENTLY`` on each leaf, each
-    attached to its parent's (as init-db builds its indexes, ``store.partitioned_indexes``).
-    Names and tables through ``psycopg.sql.Identifier``."""
+    attached to its parent's (as init-db builds its indexes, ``store.partitioned_indexes``),
+    a partition's index named ``<partition>_<purpose>_idx`` (``purpose``: the candidate's
+    unless given). Names and tables through ``psycopg.sql.Identifier``."""
     schema, table = db.settings.table_parts
     if not tree:
         return (_create(candidate, name, db.table, leaf=True).as_string(),)
     statements = [_create(candidate, name, db.table, leaf=False).as_string()]
     index_of = {(schema, table): name}
     for part in tree:
-        own = index_name(part["name"], candidate.purpose)
+        own = index_name(part["name"], purpose or candidate.purpose)
         index_of[(part["schema"], part["name"])] = own
         here = sql.Identifier(part["schema"], part["name"])
         statements.append(_create(candidate, own, here, leaf=part["leaf"]).as_string())
@@ -352,7 +364,7 @@ def advise_claim(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> ClaimAdvi
     if candidate is None:
         return ClaimAdvice(findings, None, why, retired)
     schema, table = db.settings.table_parts
-    name = _free_name(db, schema, table, candidate)
+    name, purpose = _free_name(db, schema, table, candidate)
     tree = _partition_tree(db)
     measured, note = estimate(
         db,
@@ -365,7 +377,7 @@ def advise_claim(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> ClaimAdvi
     proposal = Proposal(
         name=name,
         definition=candidate.definition,
-        statements=build_statements(db, candidate, name, tree),
+        statements=build_statements(db, candidate, name, tree, purpose=purpose),
         entries=index_entries(candidate),
         write_cost=write_cost_text(candidate, None if measured is None else measured.size_bytes),
         estimate=measured,

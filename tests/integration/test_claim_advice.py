@@ -294,3 +294,13 @@ def test_the_read_login_gets_the_advice_and_a_failed_estimate_is_named(dsn, back
     note = advice.proposal.estimate_note
     assert note.startswith("HypoPG's estimate failed (PermissionDenied: "), note
     assert "hypopg_create_index" in note
+
+
+def test_a_name_taken_by_another_index_gets_the_next_free_one(dsn, backlog):
+    backlog.execute(
+        "CREATE INDEX integration_outbox_claim_order_idx ON integration_outbox (aggregate_id)"
+    )
+    with Database(load_settings(dsn=dsn)) as db:
+        proposal = advise_claim(db).proposal
+    assert proposal.name == "integration_outbox_claim_order2_idx"
+    assert proposal.statements == (PROPOSED.replace("claim_order_idx", "claim_order2_idx"),)
