@@ -90,9 +90,12 @@ class IndexShape:
 
     @property
     def serves_claim(self) -> bool:
-        """A valid btree that hands out pending rows in the claim's order: after its
+        """A valid btree that hands out due pending rows in the claim's order: after its
         leading ``status`` (the claim's equality) or on pending rows only, its next key
-        column is ``ORDER_COLUMN``, with no other partial condition."""
+        column is ``ORDER_COLUMN`` and ``DUE_COLUMN`` is a later key column (a row in
+        backoff is skipped inside the index), with no other partial condition. ``(created_at)
+        WHERE status = 'pending'`` alone does not: it reads every row in backoff from the
+        table."""
         if not (self.valid and self.method == "btree"):
             return False
         columns = list(self.columns)
@@ -102,7 +105,7 @@ class IndexShape:
             return False
         if self.predicate is not None and len(conjuncts(self.predicate)) > 1:
             return False  # a further condition the claim does not state
-        return columns[:1] == [ORDER_COLUMN]
+        return columns[:1] == [ORDER_COLUMN] and DUE_COLUMN in columns[1:]
 
 
 @dataclass(frozen=True)

@@ -304,3 +304,31 @@ def test_a_name_taken_by_another_index_gets_the_next_free_one(dsn, backlog):
         proposal = advise_claim(db).proposal
     assert proposal.name == "integration_outbox_claim_order2_idx"
     assert proposal.statements == (PROPOSED.replace("claim_order_idx", "claim_order2_idx"),)
+
+
+def test_a_walk_of_pending_rows_in_backoff_gets_the_index_that_skips_them(dsn, backlog):
+    """The users' own ``(created_at) WHERE status = 'pending'`` instead of their claim index,
+    and 20,000 pending rows in backoff older than the due ones: the claim walks them in
+    ``created_at`` order, reading each from the table to test ``available_at``. The advisor
+    finds the walk and proposes the index that tests ``available_at`` inside it."""
+    backlog.execute("DROP INDEX integration_outbox_claim_idx")
+    backlog.execute(
+        "CREATE INDEX my_pending_idx ON integration_outbox (created_at) WHERE status = 'pending'"
+    )
+    backlog.execute(
+        """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
+               payload, status, attempts, created_at, available_at)
+           SELECT 'order.paid', 'order', g::text, 'backoff:' || g, '{}', 'pending', 1,
+                  now() - interval '2 hours', now() + interval '1 hour'
+           FROM generate_series(1, 20000) AS g"""
+    )
+    backlog.execute("ANALYZE integration_outbox")
+    with Database(load_settings(dsn=dsn)) as db:
+        advice = advise_claim(db)
+    walks = [f for f in advice.findings if f.kind == "walks_not_due"]
+    assert [f.statement for f in walks] == ["users_claim", "shared_claim"], advice.as_json()
+    assert walks[0].text.startswith(
+        "reads pending rows that are not due from the table through my_pending_idx and "
+        "filters them by (available_at <= now())"
+    )
+    assert advice.proposal.statements == (PROPOSED,)

@@ -95,9 +95,11 @@ def test_the_claim_health_verdict_is_carried_with_its_reasons():
     ("columns", "predicate", "serves"),
     [
         (("created_at", "available_at"), "(status = 'pending'::text)", True),
-        (("created_at",), "((status)::text = 'pending'::text)", True),  # a varchar status
-        (("status", "created_at"), None, True),
+        (("created_at", "available_at"), "((status)::text = 'pending'::text)", True),  # varchar
+        (("created_at", "id", "available_at"), "(status = 'pending'::text)", True),
         (("status", "created_at", "available_at"), None, True),
+        (("created_at",), "(status = 'pending'::text)", False),  # reads the rows in backoff
+        (("status", "created_at"), None, False),
         (("status", "available_at", "created_at"), None, False),  # the users' claim index
         (("created_at",), None, False),  # every row: the retired walk
         (("available_at", "created_at"), "(status = 'pending'::text)", False),
@@ -118,7 +120,9 @@ def test_an_invalid_or_non_btree_index_serves_nothing():
 
 
 def test_an_index_that_serves_already_means_no_proposal_naming_it():
-    mine = IndexShape("my_claim_idx", "integration_outbox", ("status", "created_at"))
+    mine = IndexShape(
+        "my_claim_idx", "integration_outbox", ("status", "created_at", "available_at")
+    )
     users = IndexShape("claim_idx", "integration_outbox", ("status", "available_at", "created_at"))
     candidate, why = choose([users, mine])
     assert candidate is None
