@@ -1596,7 +1596,7 @@ JOIN pg_namespace n ON n.oid = e.extnamespace
 WHERE e.extname = 'hypopg';
 
 -- name: claim_advice_create_index
--- The index the claim advisor proposes (printed for people, never run by the product; without a name and CONCURRENTLY, given to HypoPG as a hypothetical index). {concurrently}, {index}, {only} and {where} each empty or a space and its words: CONCURRENTLY, the name, ONLY (a partitioned parent, as init-db builds), the predicate (claim_proposals.PENDING_PREDICATE).
+-- The index the claim advisor proposes (printed for people, never run by the product; without a name and CONCURRENTLY, given to HypoPG as a hypothetical index). {concurrently}, {index}, {only} and {where} each empty or a space and its words: CONCURRENTLY, the name, ONLY (a partitioned parent, as init-db builds), the predicate (health.claim_proposals.PENDING_PREDICATE).
 CREATE INDEX{concurrently}{index} ON{only} {table} ({columns}){where};
 
 -- name: claim_advice_hypothetical_index
