@@ -299,7 +299,8 @@ def write_cost_text(candidate: Candidate, size_bytes: int | None) -> str:
     entries = index_entries(candidate)
     adds = [write for write, count in entries.items() if count]
     spares = [write for write, count in entries.items() if not count]
-    text = f"Estimate, not measured: one more index entry per {_listed(adds, 'and')}"
+    text = "Estimate (HypoPG cannot measure writes): one more index entry per "
+    text += _listed(adds, "and")
     if spares:
         text += f"; none per {_listed(spares, 'or')} (the row leaves the index's predicate)"
     if size_bytes is not None:

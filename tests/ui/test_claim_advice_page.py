@@ -43,9 +43,10 @@ def test_the_page_proposes_the_index_then_estimates_it_then_says_nothing(open_pa
     shown = texts(at)
     assert "Effect on the claim: not estimated. HypoPG is not installed in this database" in shown
     assert "outbox-monitor never builds an index, never installs an extension" in shown
-    assert "Write cost — Estimate, not measured: one more index entry per publish and retry" in (
-        shown
-    )
+    assert (
+        "Write cost — Estimate (HypoPG cannot measure writes): one more index entry per "
+        "publish and retry"
+    ) in shown
     assert "The trade-off: in a retry storm, where rows in backoff are older" in shown
     assert estimate_table(at) == []
 

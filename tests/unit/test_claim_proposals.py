@@ -161,8 +161,8 @@ def test_the_write_cost_is_an_entry_where_the_row_enters_the_predicate():
     assert set(index_entries(every_row).values()) == {1}
     text = write_cost_text(CLAIM_ORDER, 3 * 1_048_576)
     assert text.startswith(
-        "Estimate, not measured: one more index entry per publish and retry; none per claim, "
-        "ack or dead-letter (the row leaves the index's predicate); about 3.0 MB on disk "
-        "(HypoPG's estimate). Measured for this index"
+        "Estimate (HypoPG cannot measure writes): one more index entry per publish and retry; "
+        "none per claim, ack or dead-letter (the row leaves the index's predicate); about "
+        "3.0 MB on disk (HypoPG's estimate). Measured for this index"
     )
     assert "MB" not in write_cost_text(CLAIM_ORDER, None)
