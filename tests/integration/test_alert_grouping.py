@@ -1,0 +1,295 @@
+"""Alert grouping (issue 31 items 3 and 5) on the real Postgres with the real evaluator and
+sender, against the local PagerDuty and webhook fakes (tests/receiver_fakes.py) and the
+Slack-compatible sink with a bot token (its card edited as instances come and go); a fake
+clock stands for time, so every expectation is computed by hand.
+
+Routes: the rule ``type-backlog`` (one instance per event type with a row due) goes to
+``oncall``, whose branches send it to ``pd``, ``hook`` and ``card``, each grouped by
+``rule`` with ``group_wait`` 10 s and ``group_interval`` 60 s: one group per receiver.
+"""
+
+import psycopg
+import pytest
+
+from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.grouping import group_alert_key
+from outbox_monitor.alerts.receivers import transports_for
+from outbox_monitor.alerts.sender import deliver_due
+from outbox_monitor.demo.slack_sink import SlackSink
+from tests.alerting import drain
+from tests.receiver_fakes import FakePagerDuty, FakeWebhook
+
+ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
+SECRET = "whsec-0123456789-SeCrEt"
+BOT_TOKEN = "xoxb-grouping-test-token"
+GROUPED = "group_by: [rule], group_wait: 10s, group_interval: 60s, repeat_interval: 300s"
+
+RULES = f"""
+version: 1
+defaults: {{interval: 5s, for: 0s, keep_firing_for: 0s}}
+routes:
+  oncall:
+    webhook_url_env: TEST_SLACK_URL
+    routes:
+      - {{matchers: {{severity: critical}}, route: pd, continue: true}}
+      - {{matchers: {{severity: critical}}, route: hook, continue: true}}
+      - {{matchers: {{severity: critical}}, route: card}}
+  pd: {{type: pagerduty, routing_key_env: PD_ROUTING_KEY, url_env: PD_EVENTS_URL, {GROUPED}}}
+  hook: {{type: webhook, url_env: HOOK_URL, secret_env: HOOK_SECRET, {GROUPED}}}
+  card: {{channel: "#alerts", {GROUPED}}}
+rules:
+  - {{name: type-backlog, metric: queue_depth, by: [event_type], op: ">", threshold: 0,
+     severity: critical, route: oncall, summary: "{{{{ event_type }}}}: {{{{ value }}}} due"}}
+"""
+GROUP = {"rule": "type-backlog"}
+
+
+@pytest.fixture
+def slack_sink_options() -> dict[str, str]:
+    return {"token": BOT_TOKEN}
+
+
+@pytest.fixture
+def pagerduty():
+    fake = FakePagerDuty(ROUTING_KEY)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def webhook():
+    fake = FakeWebhook(SECRET)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def env(pagerduty, webhook, slack_sink: SlackSink):
+    return {
+        "PD_ROUTING_KEY": ROUTING_KEY,
+        "PD_EVENTS_URL": pagerduty.url,
+        "HOOK_URL": f"{webhook.url}/alerts",
+        "HOOK_SECRET": SECRET,
+        "TEST_SLACK_URL": f"{slack_sink.url}/services/T0/B0/hooksecret0123",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_API_URL": slack_sink.api_url,
+    }
+
+
+@pytest.fixture
+def ruleset(write_rules):
+    return write_rules(RULES)
+
+
+@pytest.fixture
+def deliver(db, ruleset, env, fake_clock):
+    def run(transports=None) -> dict:
+        built = transports or transports_for(ruleset, env, timeout=2.0, quick_retry_seconds=0.05)
+        return deliver_due(db, ruleset, clock=fake_clock, transports=built, env=env)
+
+    return run
+
+
+def sent(conn: psycopg.Connection) -> list[tuple[str, str, str]]:
+    """(route, instance, status) of every notification, in id order."""
+    found = conn.execute(
+        "SELECT route, instance, status FROM outbox_monitor.notifications ORDER BY id"
+    ).fetchall()
+    return [(n["route"], n["instance"], n["status"]) for n in found]
+
+
+def cards(slack_sink: SlackSink) -> list[dict]:
+    return [m for m in slack_sink.messages() if not m["thread_ts"]]
+
+
+def instances_of(body: dict) -> list[tuple[str, str]]:
+    return [(i["instance"], i["status"]) for i in body["group"]["instances"]]
+
+
+def test_a_group_is_one_message_then_updates_no_sooner_than_group_interval_then_one_resolve(
+    db, conn, rows, fake_clock, ruleset, deliver, pagerduty, webhook, slack_sink
+):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    t0 = fake_clock()
+    first = [rows.add(event_type=t, created_ago=30) for t in ("a.paid", "b.paid")]
+    evaluator.run_once()  # t0: a and b fire
+    assert deliver()["sent"] == 0  # within group_wait: nothing yet
+    fake_clock.advance(5)
+    third = rows.add(event_type="c.paid", created_ago=30)
+    evaluator.run_once()  # t0+5: c fires, within the group's wait
+    assert deliver()["sent"] == 0
+    assert pagerduty.requests == [] and webhook.requests == [] and slack_sink.messages() == []
+
+    fake_clock.advance(5)  # t0+10 = the oldest row's queueing + group_wait
+    counts = deliver()
+    assert counts["sent"] == 9 and counts["messages"] == 3  # 3 rows × 3 receivers, 1 each
+    key = group_alert_key("", "pd", GROUP, 1)
+    [trigger] = pagerduty.requests
+    assert trigger.body["dedup_key"] == key and trigger.body["event_action"] == "trigger"
+    assert trigger.body["payload"]["summary"] == "[FIRING:3] rule=type-backlog: type-backlog"
+    assert [i["instance"] for i in trigger.body["payload"]["custom_details"]["instances"]] == [
+        "event_type=a.paid",
+        "event_type=b.paid",
+        "event_type=c.paid",
+    ]
+    [body] = webhook.taken
+    assert body["kind"] == "firing" and body["status"] == "firing"
+    assert body["alert_key"] == group_alert_key("", "hook", GROUP, 1)
+    assert body["message_id"] == body["alert_key"] + ":firing"
+    assert instances_of(body) == [
+        ("event_type=a.paid", "firing"),
+        ("event_type=b.paid", "firing"),
+        ("event_type=c.paid", "firing"),
+    ]
+    assert (body["group"]["labels"], body["group"]["firing"]) == (GROUP, 3)
+    [card] = slack_sink.messages()
+    assert card["via"] == "api" and card["text"].count("type-backlog") >= 3
+    assert "FIRING · group rule=type-backlog · 3 firing, 0 resolved" in card["text"]
+    for event_type in ("a.paid", "b.paid", "c.paid"):
+        assert event_type in card["text"]
+
+    fake_clock.advance(5)  # t0+15: a 4th instance
+    fourth = rows.add(event_type="d.paid", created_ago=30)
+    evaluator.run_once()
+    fake_clock.advance(54)  # t0+69: one second before last message + group_interval
+    evaluator.run_once()
+    assert deliver()["sent"] == 0 and len(pagerduty.requests) == 1
+    fake_clock.advance(1)  # t0+70
+    assert deliver()["sent"] == 3
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated"]
+    assert pagerduty.requests[1].body["dedup_key"] == key
+    assert pagerduty.requests[1].body["payload"]["summary"].startswith("[FIRING:4]")
+    update = webhook.taken[1]
+    assert (update["kind"], update["message_id"]) == ("update", update["alert_key"] + ":update-1")
+    assert [i["changed"] for i in update["group"]["instances"]] == [False, False, False, True]
+    [card] = cards(slack_sink)
+    assert card["edits"] == 1 and "4 firing, 0 resolved" in card["text"]
+    [reply] = [m for m in slack_sink.messages() if m["thread_ts"] == card["ts"]]
+    assert "d.paid" in reply["text"] and "a.paid" not in reply["text"]
+
+    fake_clock.advance(5)  # t0+75: every instance resolves
+    drain(conn, [*first, third, fourth])
+    evaluator.run_once()
+    assert deliver()["sent"] == 0  # a change: due at t0+70 + 60
+    fake_clock.advance(55)  # t0+130
+    assert deliver()["sent"] == 12  # 4 resolves × 3 receivers, one message each
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated", "resolved"]
+    assert pagerduty.requests[2].body == {
+        "routing_key": ROUTING_KEY,
+        "event_action": "resolve",
+        "dedup_key": key,
+    }
+    assert len(pagerduty.incidents) == 1 and pagerduty.incidents[key]["status"] == "resolved"
+    resolve = webhook.taken[2]
+    assert (resolve["kind"], resolve["status"]) == ("resolved", "resolved")
+    assert [s for _, s in instances_of(resolve)] == ["resolved"] * 4
+    [card] = cards(slack_sink)
+    assert card["edits"] == 2 and card["text"].startswith("✅ RESOLVED · group rule=type-backlog")
+    assert all(status == "sent" for _, _, status in sent(conn))
+    assert (fake_clock() - t0).total_seconds() == 130
+
+    # the next episode is a new incident, a new card and a new key
+    fake_clock.advance(5)
+    rows.add(event_type="a.paid", created_ago=30)
+    evaluator.run_once()
+    fake_clock.advance(10)
+    assert deliver()["sent"] == 3
+    second = group_alert_key("", "pd", GROUP, 2)
+    assert pagerduty.requests[3].body["dedup_key"] == second != key
+    assert pagerduty.incidents[second]["status"] == "triggered"
+    assert webhook.taken[3]["kind"] == "firing" and len(cards(slack_sink)) == 2
+
+
+def test_instances_that_fire_and_resolve_within_group_wait_send_nothing(
+    db, conn, rows, fake_clock, ruleset, deliver, pagerduty, webhook, slack_sink
+):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    backlog = rows.add(event_type="a.paid", created_ago=30)
+    evaluator.run_once()
+    fake_clock.advance(5)
+    drain(conn, [backlog])
+    evaluator.run_once()
+    fake_clock.advance(5)
+    counts = deliver()
+    assert (counts["sent"], counts["suppressed"]) == (0, 6)
+    assert pagerduty.requests == [] and webhook.requests == [] and slack_sink.messages() == []
+
+
+def test_a_still_firing_group_repeats_after_repeat_interval(
+    db, conn, rows, fake_clock, ruleset, deliver, pagerduty, webhook
+):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    rows.add(event_type="a.paid", created_ago=30)
+    evaluator.run_once()
+    fake_clock.advance(10)
+    assert deliver()["sent"] == 3
+    fake_clock.advance(295)  # t0+305: the instance's repeat is queued (300 s after it fired)
+    evaluator.run_once()
+    assert deliver()["sent"] == 0  # due at the group's last message (t0+10) + 300 s
+    fake_clock.advance(5)
+    evaluator.run_once()
+    assert deliver()["sent"] == 3
+    assert [t["kind"] for t in webhook.taken] == ["firing", "repeat"]
+    assert webhook.taken[1]["message_id"].endswith(":repeat-1")
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated"]
+
+
+class Crash(BaseException):
+    """A leader killed between the receiver's answer and its commit."""
+
+
+class CrashingAfter:
+    """A transport that sends through ``inner`` and then dies (the commit never happens)."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def deliver_group(self, message, **options):
+        self._inner.deliver_group(message, **options)
+        raise Crash(message.kind)
+
+
+def test_a_leader_crash_mid_group_resends_under_the_same_key_and_never_loses_the_resolve(
+    db, conn, rows, fake_clock, ruleset, env, deliver, pagerduty, webhook
+):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    backlog = [rows.add(event_type=t, created_ago=30) for t in ("a.paid", "b.paid")]
+    evaluator.run_once()
+    fake_clock.advance(10)
+    for route in ("pd", "hook"):  # each leader dies after its receiver took the first message
+        transports = transports_for(ruleset, env, timeout=2.0)
+        transports[route] = CrashingAfter(transports[route])
+        with pytest.raises(Crash):
+            deliver(transports)
+    deliver()  # the next leader: the group's state is as before the crash
+    key = group_alert_key("", "pd", GROUP, 1)
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated"]
+    assert {r.body["dedup_key"] for r in pagerduty.requests} == {key}
+    assert [r.outcome for r in webhook.requests] == ["taken", "repeat dropped"]
+
+    fake_clock.advance(5)
+    drain(conn, backlog)
+    evaluator.run_once()
+    fake_clock.advance(60)
+    for route in ("pd", "hook"):  # and again after the resolve went out
+        transports = transports_for(ruleset, env, timeout=2.0)
+        transports[route] = CrashingAfter(transports[route])
+        with pytest.raises(Crash):
+            deliver(transports)
+    deliver()
+    assert [r.outcome for r in pagerduty.requests][2:] == ["resolved", "resolved"]
+    assert pagerduty.incidents[key]["status"] == "resolved" and len(pagerduty.incidents) == 1
+    assert [r.outcome for r in webhook.requests][2:] == ["taken", "repeat dropped"]
+    assert [t["kind"] for t in webhook.taken] == ["firing", "resolved"]
+    assert {status for _, _, status in sent(conn)} == {"sent"}
+    groups = conn.execute(
+        "SELECT route, episode, open, members FROM outbox_monitor.alert_groups ORDER BY route"
+    ).fetchall()
+    assert [(g["route"], g["episode"], g["open"], g["members"]) for g in groups] == [
+        ("card", 1, False, []),
+        ("hook", 1, False, []),
+        ("pd", 1, False, []),
+    ]
