@@ -333,7 +333,11 @@ class GroupPlan:
         now = run.clock()
         first = message.kind == FIRST
         channel, ts = self.state.get("slack_channel"), self.state.get("slack_ts")
-        card = {"group": self.labels, "keys": [message.message_key]}
+        card = {
+            "group": self.labels,
+            "keys": [message.message_key],
+            "actions": bool(run.db.settings.slack_actions_port),
+        }
         if first or not transport.supports_threads or not ts:
             posted = transport.post(
                 thread_update(
@@ -401,6 +405,26 @@ class GroupPlan:
             len(message.members),
             len(still),
         )
+
+
+def open_group_key(db: Any, route_name: str, route: Any, labels: object) -> str | None:
+    """The key of the open episode of the group an instance of ``labels`` is in on a
+    grouped route (PagerDuty's ``dedup_key`` of its incident: a Slack Acknowledge
+    acknowledges it); ``None`` when its group has no open episode.
+
+    Args:
+        db: the connector (its outbox).
+        route_name, route: the route with ``group_by``.
+        labels: the instance's labels.
+    """
+    group = group_labels(route.group_by, labels)
+    state = db.fetch_one(
+        "alert_group_open",
+        {"outbox": db.alert_outbox, "route": route_name, "group_key": group_hash(group)},
+    )
+    if state is None:
+        return None
+    return group_alert_key(db.alert_outbox, route_name, group, state["episode"])
 
 
 def deliver_groups(

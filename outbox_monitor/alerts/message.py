@@ -407,6 +407,7 @@ def render_thread_update(
     mention: str | None = None,
     keys: Sequence[str] = (),
     updated: bool = True,
+    actions: bool = False,
 ) -> SlackMessage:
     """Re-render a posted message with the current state of each of its lines.
 
@@ -425,6 +426,8 @@ def render_thread_update(
             or a re-post; an edit pings nobody: ``None``).
         keys: the message's keys (``message_key``) for its metadata and footer.
         updated: the footer says "updated" (an edit).
+        actions: Acknowledge, Silence 1 h and Pause buttons on the lines still paging (as
+            ``render_notifications``'s).
 
     Returns:
         The message for ``chat.update``: header "RESOLVED" when every line resolved, else
@@ -492,6 +495,11 @@ def render_thread_update(
         mention=mention if pages and mention else None,
         footer=_footer(now, route) + (" · updated" if updated else ""),
         keys=keys,
+        buttons=_action_buttons(
+            [(row, kind) for (_, row), (_, kind) in zip(shown, now_kinds, strict=False)]
+        )
+        if actions
+        else None,
     )
 
 

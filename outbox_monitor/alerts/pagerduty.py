@@ -200,7 +200,7 @@ class PagerDutyTransport:
         self._send(group_event(message, self._key, dashboard_url))
         return Delivery(None, None)
 
-    def acknowledge(self, row: Mapping[str, Any]) -> None:
+    def acknowledge(self, row: Mapping[str, Any], *, dedup_key: str | None = None) -> None:
         """Send an ``acknowledge`` of the row's episode: the same ``dedup_key`` as its
         trigger (``row_alert_key``), so PagerDuty acknowledges the open incident (a press of
         Slack's Acknowledge button, ``alerts.slack_actions``).
@@ -208,6 +208,8 @@ class PagerDutyTransport:
         Args:
             row: a notification row of the episode (any route's: the key is the episode's):
                 ``rule``, ``instance`` as stored, ``outbox``, ``payload`` (its ``episode``).
+            dedup_key: the incident's key instead of the episode's (a grouped route: the
+                group's, ``grouping.open_group_key``).
 
         Raises:
             As ``deliver``.
@@ -216,7 +218,7 @@ class PagerDutyTransport:
             {
                 "routing_key": self._key,
                 "event_action": "acknowledge",
-                "dedup_key": row_alert_key(row),
+                "dedup_key": dedup_key or row_alert_key(row),
             }
         )
 

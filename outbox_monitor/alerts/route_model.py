@@ -233,7 +233,6 @@ class Route(BaseModel):
                 "type": "array",
                 "minItems": 1,
                 "maxItems": MAX_GROUP_BY,
-                "uniqueItems": True,
                 "items": {"type": "string", "pattern": LABEL_KEY.pattern},
             }
         ),

@@ -2237,6 +2237,12 @@ SELECT group_key, episode, open, seq, last_sent_at
 FROM outbox_monitor.alert_groups
 WHERE outbox = %(outbox)s AND route = %(route)s AND group_key = ANY(%(keys)s);
 
+-- name: alert_group_open
+-- The open episode of one group (a Slack Acknowledge of an instance in it acknowledges the group's PagerDuty incident).
+SELECT episode
+FROM outbox_monitor.alert_groups
+WHERE outbox = %(outbox)s AND route = %(route)s AND group_key = %(group_key)s AND open;
+
 -- name: alert_group_ensure
 -- A group's row, made on its first notification (closed, episode 0); one already there is kept.
 INSERT INTO outbox_monitor.alert_groups (outbox, route, group_key, labels)
