@@ -345,19 +345,13 @@ class Route(BaseModel):
     def _check_alertmanager_urls(cls, value: Any) -> Any:
         if value is None:
             return None
-        if not isinstance(value, list) or not value:
-            raise fail(
-                "alertmanager_urls",
-                f"expected a list of Alertmanager URLs (e.g. [http://alertmanager:9093]), "
-                f"got {quoted(value)}",
-            )
-        for url in value:
-            if not isinstance(url, str) or not _HTTP_URL.match(url):
-                raise fail(
-                    "alertmanager_urls",
-                    f"expected an http:// or https:// URL without a query, got {quoted(url)}",
-                )
-        return tuple(value)
+        return _text_list(
+            "alertmanager_urls",
+            value,
+            _HTTP_URL,
+            whole="expected a list of Alertmanager URLs (e.g. [http://alertmanager:9093])",
+            each="expected an http:// or https:// URL without a query",
+        )
 
     @field_validator("alertmanager_urls_env", mode="before")
     @classmethod
@@ -369,22 +363,17 @@ class Route(BaseModel):
     def _check_group_by(cls, value: Any) -> Any:
         if value is None:
             return None
-        if not isinstance(value, list) or not value or len(value) > MAX_GROUP_BY:
-            raise fail(
-                "group_by",
-                f"expected a list of 1 to {MAX_GROUP_BY} label names (e.g. [rule, event_type]), "
-                f"got {quoted(value)}",
-            )
-        for label in value:
-            if not isinstance(label, str) or not LABEL_KEY.match(label):
-                raise fail(
-                    "group_by",
-                    "expected label names (letters, digits and _, not starting with a digit), "
-                    f"got {quoted(label)}",
-                )
-        if len(set(value)) != len(value):
+        labels = _text_list(
+            "group_by",
+            value,
+            LABEL_KEY,
+            whole=f"expected a list of 1 to {MAX_GROUP_BY} label names (e.g. [rule, event_type])",
+            each="expected label names (letters, digits and _, not starting with a digit)",
+            most=MAX_GROUP_BY,
+        )
+        if len(set(labels)) != len(labels):
             raise fail("group_by", f"names a label twice: {quoted(value)}")
-        return tuple(value)
+        return labels
 
     @model_validator(mode="after")
     def _check_grouping(self) -> "Route":
@@ -435,6 +424,26 @@ class Route(BaseModel):
         if self.type == "slack":
             return "bot" if self.channel else "webhook"
         return {"webhook": "signed-webhook"}.get(self.type, self.type)
+
+
+def _text_list(
+    field: str,
+    value: Any,
+    pattern: re.Pattern[str],
+    *,
+    whole: str,
+    each: str,
+    most: int | None = None,
+) -> tuple[str, ...]:
+    """``value`` as a tuple when it is a non-empty list (of at most ``most`` items) of
+    texts matching ``pattern``; else the error of ``field``: ``whole`` or ``each`` and what
+    it got."""
+    if not isinstance(value, list) or not value or (most is not None and len(value) > most):
+        raise fail(field, f"{whole}, got {quoted(value)}")
+    for item in value:
+        if not isinstance(item, str) or not pattern.match(item):
+            raise fail(field, f"{each}, got {quoted(item)}")
+    return tuple(value)
 
 
 def _only_for(receiver: str, field: str, value: Any, info: ValidationInfo) -> None:

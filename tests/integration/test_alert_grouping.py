@@ -16,11 +16,10 @@ from outbox_monitor.alerts.grouping import group_alert_key
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.demo.slack_sink import SlackSink
-from tests.alerting import drain
-from tests.receiver_fakes import FakePagerDuty, FakeWebhook
+from outbox_monitor.service.scheduler import build_scheduler
+from tests.alerting import LOADED_DEADLINE, drain, wait_for
+from tests.receiver_fakes import ROUTING_KEY, receiver_env
 
-ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
-SECRET = "whsec-0123456789-SeCrEt"
 BOT_TOKEN = "xoxb-grouping-test-token"
 GROUPED = "group_by: [rule], group_wait: 10s, group_interval: 60s, repeat_interval: 300s"
 
@@ -50,27 +49,9 @@ def slack_sink_options() -> dict[str, str]:
 
 
 @pytest.fixture
-def pagerduty():
-    fake = FakePagerDuty(ROUTING_KEY)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def webhook():
-    fake = FakeWebhook(SECRET)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def env(pagerduty, webhook, slack_sink: SlackSink):
     return {
-        "PD_ROUTING_KEY": ROUTING_KEY,
-        "PD_EVENTS_URL": pagerduty.url,
-        "HOOK_URL": f"{webhook.url}/alerts",
-        "HOOK_SECRET": SECRET,
-        "TEST_SLACK_URL": f"{slack_sink.url}/services/T0/B0/hooksecret0123",
+        **receiver_env(pagerduty, webhook, slack_sink),
         "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_API_URL": slack_sink.api_url,
     }
@@ -293,3 +274,51 @@ def test_a_leader_crash_mid_group_resends_under_the_same_key_and_never_loses_the
         ("hook", 1, False, []),
         ("pd", 1, False, []),
     ]
+
+
+def test_a_running_scheduler_waits_group_wait_and_group_interval_on_the_real_clock(
+    db, conn, rows, write_rules, env, pagerduty, webhook, slack_sink
+):
+    """The real jobs on the real clock (evaluation every second, sender every 0.2 s,
+    ``group_wait`` 2 s, ``group_interval`` 3 s): the group's first message no sooner than
+    2 s after its first notification, its update no sooner than 3 s after it, one resolve."""
+    ruleset = write_rules(
+        RULES.replace("interval: 5s", "interval: 1s")
+        .replace("group_wait: 10s", "group_wait: 2s")
+        .replace("group_interval: 60s", "group_interval: 3s")
+    )
+    backlog = [rows.add(event_type=t, created_ago=30) for t in ("a.paid", "b.paid")]
+    transports = transports_for(ruleset, env, timeout=2.0)
+    scheduler = build_scheduler(
+        db, blocking=False, ruleset=ruleset, transports=transports, sender_interval=0.2
+    )
+    scheduler.start()
+    try:
+        [trigger] = wait_for(lambda: pagerduty.requests, LOADED_DEADLINE)
+        queued = conn.execute(
+            "SELECT min(created_at) AS at FROM outbox_monitor.notifications"
+        ).fetchone()["at"]
+        waited = trigger.at - queued.timestamp()
+        details = trigger.body["payload"]["custom_details"]
+        assert [i["instance"] for i in details["instances"]] == [
+            "event_type=a.paid",
+            "event_type=b.paid",
+        ]
+        backlog.append(rows.add(event_type="c.paid", created_ago=30))
+        update = wait_for(lambda: pagerduty.requests[1:], LOADED_DEADLINE)[0]
+        spacing = update.at - trigger.at
+        assert update.body["payload"]["custom_details"]["firing"] == 3
+        drain(conn, backlog)
+        resolve = wait_for(lambda: pagerduty.requests[2:], LOADED_DEADLINE)[0]
+        print(
+            f"\n[grouping, real clock] first message {waited:.2f} s after the first "
+            f"notification (group_wait 2 s), update {spacing:.2f} s after it (group_interval "
+            f"3 s), resolve {resolve.at - update.at:.2f} s after the update"
+        )
+        assert waited >= 2.0 and spacing >= 3.0 and resolve.at - update.at >= 3.0
+        wait_for(lambda: len(webhook.taken) == 3 and cards(slack_sink)[0]["edits"] == 2, 30)
+    finally:
+        scheduler.shutdown(wait=True)
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated", "resolved"]
+    assert [t["kind"] for t in webhook.taken] == ["firing", "update", "resolved"]
+    assert cards(slack_sink)[0]["text"].startswith("✅ RESOLVED")

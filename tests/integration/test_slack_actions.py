@@ -32,7 +32,7 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.slack_listener import SlackListener, slack_listener
 from outbox_monitor.store.db import Database
 from tests.alerting import LOADED_DEADLINE, notifications, wait_for
-from tests.receiver_fakes import FakePagerDuty
+from tests.receiver_fakes import ROUTING_KEY
 from tests.slack_presses import (
     EMAIL,
     SECRET,
@@ -44,7 +44,6 @@ from tests.slack_presses import (
 )
 
 MAX_BODY = 4096
-ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
 PAGED_RULES = stuck_lock_rules(
     "30s",
     oncall='{channel: "#alerts", routes: [{matchers: {rule: stuck-lock}, route: pd, '
@@ -128,13 +127,6 @@ def rules_text() -> str:
 def actions_login() -> str:
     """The ``Logins`` field of ``setup``'s actions login (a test parametrizes it)."""
     return "actions"
-
-
-@pytest.fixture
-def pagerduty() -> Iterator[FakePagerDuty]:
-    fake = FakePagerDuty(ROUTING_KEY)
-    yield fake
-    fake.close()
 
 
 @pytest.fixture
