@@ -15,8 +15,10 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.grouping import group_alert_key
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
+from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.service.scheduler import build_scheduler
+from outbox_monitor.store.db import Database
 from tests.alerting import LOADED_DEADLINE, drain, wait_for
 from tests.receiver_fakes import ROUTING_KEY, receiver_env
 
@@ -322,3 +324,24 @@ def test_a_running_scheduler_waits_group_wait_and_group_interval_on_the_real_clo
     assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated", "resolved"]
     assert [t["kind"] for t in webhook.taken] == ["firing", "update", "resolved"]
     assert cards(slack_sink)[0]["text"].startswith("✅ RESOLVED")
+
+
+def test_the_scheduler_login_keeps_a_groups_state(
+    dsn, logins, rows, conn, fake_clock, ruleset, env, pagerduty, webhook
+):
+    """The scheduler role's grants (``init-db --print-grants``) cover the groups' state."""
+    settings = load_settings(dsn=logins.dsn(dsn, logins.scheduler))
+    with Database(settings) as scheduler_db:
+        evaluator = Evaluator(scheduler_db, ruleset, clock=fake_clock)
+        transports = transports_for(ruleset, env, timeout=2.0)
+        backlog = rows.add(event_type="a.paid", created_ago=30)
+        evaluator.run_once()
+        fake_clock.advance(10)
+        first = deliver_due(scheduler_db, ruleset, clock=fake_clock, transports=transports, env=env)
+        drain(conn, [backlog])
+        fake_clock.advance(5)
+        evaluator.run_once()
+        fake_clock.advance(60)
+        then = deliver_due(scheduler_db, ruleset, clock=fake_clock, transports=transports, env=env)
+    assert (first["sent"], then["sent"]) == (3, 3)
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "resolved"]
