@@ -19,7 +19,7 @@ from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.service.scheduler import build_scheduler
 from outbox_monitor.store.db import Database
-from tests.alerting import LOADED_DEADLINE, drain, wait_for
+from tests.alerting import LOADED_DEADLINE, Scheduler, drain, subprocess_env, wait_for
 from tests.receiver_fakes import ROUTING_KEY, receiver_env
 
 BOT_TOKEN = "xoxb-grouping-test-token"
@@ -43,6 +43,7 @@ rules:
      severity: critical, route: oncall, summary: "{{{{ event_type }}}}: {{{{ value }}}} due"}}
 """
 GROUP = {"rule": "type-backlog"}
+SHORT = "group_by: [rule], group_wait: 1s, group_interval: 2s"
 
 
 @pytest.fixture
@@ -345,3 +346,85 @@ def test_the_scheduler_login_keeps_a_groups_state(
         then = deliver_due(scheduler_db, ruleset, clock=fake_clock, transports=transports, env=env)
     assert (first["sent"], then["sent"]) == (3, 3)
     assert [r.outcome for r in pagerduty.requests] == ["triggered", "resolved"]
+
+
+def test_a_receiver_down_never_holds_up_the_other_groups_and_gets_its_message_once_back(
+    db, conn, rows, fake_clock, ruleset, deliver, pagerduty, webhook, slack_sink
+):
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    [rows.add(event_type=t, created_ago=30) for t in ("a.paid", "b.paid")]
+    evaluator.run_once()
+    fake_clock.advance(10)
+    pagerduty.stop()
+    counts = deliver()
+    assert (counts["sent"], counts["retrying"]) == (4, 2)  # hook and card: 2 rows each
+    assert len(webhook.taken) == 1 and len(cards(slack_sink)) == 1
+    assert [(r, s) for r, _, s in sent(conn)] == [
+        ("pd", "pending"),
+        ("hook", "sent"),
+        ("card", "sent"),
+    ] * 2
+    pagerduty.start()
+    fake_clock.advance(2)  # the next pass: retried
+    assert deliver()["sent"] == 2
+    [trigger] = pagerduty.requests
+    assert trigger.body["payload"]["custom_details"]["firing"] == 2
+    assert len(webhook.taken) == 1 and len(cards(slack_sink)) == 1  # nothing sent twice
+
+
+CRASH_RULES = f"""
+version: 1
+defaults: {{interval: 1s, for: 0s, keep_firing_for: 0s}}
+routes:
+  fan:
+    webhook_url_env: TEST_SLACK_URL
+    routes:
+      - {{matchers: {{rule: type-backlog}}, route: pd, continue: true}}
+      - {{matchers: {{rule: type-backlog}}, route: hook}}
+  pd: {{type: pagerduty, routing_key_env: PD_ROUTING_KEY, url_env: PD_EVENTS_URL, {SHORT}}}
+  hook: {{type: webhook, url_env: HOOK_URL, secret_env: HOOK_SECRET, {SHORT}}}
+rules:
+  - {{name: type-backlog, metric: queue_depth, by: [event_type], op: ">", threshold: 0,
+     severity: critical, route: fan}}
+"""
+
+
+def test_kill_9_mid_group_the_next_leader_resends_under_the_group_key_and_resolves_once(
+    conn, rows, dsn, tmp_path, env, pagerduty, webhook
+):
+    """A real crash: the leader is killed (SIGKILL) while PagerDuty holds its answer to the
+    group's first message; the next leader sends it again under the group's key (merged),
+    then the group's one resolve."""
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(CRASH_RULES)
+    pagerduty.hold_next(30)
+    backlog = [rows.add(event_type=t, created_ago=30) for t in ("a.paid", "b.paid")]
+    scheduler_env = subprocess_env(dsn, **env)
+    first = Scheduler(scheduler_env, rules, tmp_path / "first.log")
+    second = None
+
+    def statuses() -> set[str]:
+        return {
+            n["status"] for n in conn.execute("SELECT status FROM outbox_monitor.notifications")
+        }
+
+    try:
+        assert wait_for(lambda: pagerduty.requests, LOADED_DEADLINE), first.output
+        first.process.kill()  # the answer is held: the rows and the group stay as they were
+        first.process.wait(10)
+        second = Scheduler(scheduler_env, rules, tmp_path / "second.log")
+        assert wait_for(lambda: len(pagerduty.requests) >= 2, LOADED_DEADLINE), second.output
+        assert wait_for(lambda: statuses() == {"sent"}, LOADED_DEADLINE), second.output
+        drain(conn, backlog)
+        assert wait_for(lambda: len(pagerduty.requests) >= 3, LOADED_DEADLINE), second.output
+        assert wait_for(lambda: len(webhook.taken) >= 2, LOADED_DEADLINE), second.output
+        assert wait_for(lambda: statuses() == {"sent"}, LOADED_DEADLINE), second.output
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    key = group_alert_key("", "pd", GROUP, 1)
+    assert [r.outcome for r in pagerduty.requests] == ["triggered", "deduplicated", "resolved"]
+    assert [r.body["dedup_key"] for r in pagerduty.requests] == [key] * 3
+    assert pagerduty.incidents[key]["status"] == "resolved" and len(pagerduty.incidents) == 1
+    assert [t["kind"] for t in webhook.taken] == ["firing", "resolved"]
