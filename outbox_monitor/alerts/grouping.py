@@ -233,7 +233,6 @@ class GroupPlan:
     labels: dict[str, str]
     key: str
     rows: list[dict[str, Any]]
-    now: datetime
     state: dict[str, Any] = field(default_factory=dict)
     message: GroupMessage | None = None
 
@@ -478,7 +477,7 @@ def deliver_groups(
         ):
             run.counts["waiting"] += len(members)
             continue
-        plan = GroupPlan(route_name, route, labels, key, members, now)
+        plan = GroupPlan(route_name, route, labels, key, members)
         if not deliver_pack(run, route, transport, Pack(route_name, members, group=plan), now):
             run.counts["waiting"] += sum(len(m) for _, (_, m) in pending[index:])
             return ungrouped, False
