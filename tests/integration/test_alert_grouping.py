@@ -428,3 +428,35 @@ def test_kill_9_mid_group_the_next_leader_resends_under_the_group_key_and_resolv
     assert [r.body["dedup_key"] for r in pagerduty.requests] == [key] * 3
     assert pagerduty.incidents[key]["status"] == "resolved" and len(pagerduty.incidents) == 1
     assert [t["kind"] for t in webhook.taken] == ["firing", "resolved"]
+
+
+def test_with_send_resolved_false_a_group_closes_quietly_and_its_next_episode_is_new(
+    db, conn, rows, fake_clock, write_rules, env, pagerduty
+):
+    ruleset = write_rules(RULES.replace(GROUPED, GROUPED + ", send_resolved: false"))
+    evaluator = Evaluator(db, ruleset, clock=fake_clock)
+    transports = transports_for(ruleset, env, timeout=2.0)
+
+    def deliver() -> dict:
+        return deliver_due(db, ruleset, clock=fake_clock, transports=transports, env=env)
+
+    backlog = rows.add(event_type="a.paid", created_ago=30)
+    evaluator.run_once()
+    fake_clock.advance(10)
+    assert deliver()["sent"] == 3
+    drain(conn, [backlog])
+    fake_clock.advance(5)
+    evaluator.run_once()
+    fake_clock.advance(60)
+    assert deliver()["suppressed"] == 3  # the resolves: no message, the group closed
+    rows.add(event_type="b.paid", created_ago=30)
+    fake_clock.advance(5)
+    evaluator.run_once()
+    fake_clock.advance(10)
+    assert deliver()["sent"] == 3
+    assert [r.body["event_action"] for r in pagerduty.requests] == ["trigger", "trigger"]
+    first, second = (r.body for r in pagerduty.requests)
+    assert second["dedup_key"] == group_alert_key("", "pd", GROUP, 2) != first["dedup_key"]
+    assert [i["instance"] for i in second["payload"]["custom_details"]["instances"]] == [
+        "event_type=b.paid"
+    ]
