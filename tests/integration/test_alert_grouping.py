@@ -372,21 +372,7 @@ def test_a_receiver_down_never_holds_up_the_other_groups_and_gets_its_message_on
     assert len(webhook.taken) == 1 and len(cards(slack_sink)) == 1  # nothing sent twice
 
 
-CRASH_RULES = f"""
-version: 1
-defaults: {{interval: 1s, for: 0s, keep_firing_for: 0s}}
-routes:
-  fan:
-    webhook_url_env: TEST_SLACK_URL
-    routes:
-      - {{matchers: {{rule: type-backlog}}, route: pd, continue: true}}
-      - {{matchers: {{rule: type-backlog}}, route: hook}}
-  pd: {{type: pagerduty, routing_key_env: PD_ROUTING_KEY, url_env: PD_EVENTS_URL, {SHORT}}}
-  hook: {{type: webhook, url_env: HOOK_URL, secret_env: HOOK_SECRET, {SHORT}}}
-rules:
-  - {{name: type-backlog, metric: queue_depth, by: [event_type], op: ">", threshold: 0,
-     severity: critical, route: fan}}
-"""
+CRASH_RULES = RULES.replace("interval: 5s", "interval: 1s").replace(GROUPED, SHORT)
 
 
 def test_kill_9_mid_group_the_next_leader_resends_under_the_group_key_and_resolves_once(
