@@ -406,6 +406,14 @@ class GroupPlan:
         )
 
 
+def _told_before(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of a closed group's pending rows, the resolves (and errors' resolves) of instances
+    that have no firing or error row among them: their firing was told outside the group
+    (before the route had ``group_by``), so they are resolved as they were told."""
+    fired = {(r["rule"], r["instance"]) for r in rows if r["kind"] in ("firing", "error")}
+    return [r for r in rows if r["kind"] == RESOLVED and (r["rule"], r["instance"]) not in fired]
+
+
 def open_group_key(db: Any, route_name: str, route: Any, labels: object) -> str | None:
     """The key of the open episode of the group an instance of ``labels`` is in on a
     grouped route (PagerDuty's ``dedup_key`` of its incident: a Slack Acknowledge
@@ -447,8 +455,10 @@ def deliver_groups(
         budget: at most this many delivery attempts in the pass.
 
     Returns:
-        The rows that are not grouped (the scheduler's own alerts: no evaluation), for the
-        sender's usual delivery, and whether the route may go on (``False`` after a
+        The rows that are not grouped (the scheduler's own alerts: no evaluation; the
+        resolves of instances told outside any open group, e.g. before ``group_by`` was
+        added: their incident is the instance's), for the sender's usual delivery, and
+        whether the route may go on (``False`` after a
         message that must be retried: the route keeps its order).
     """
     groups: dict[str, tuple[dict[str, str], list[dict[str, Any]]]] = {}
@@ -468,7 +478,14 @@ def deliver_groups(
             {"outbox": run.db.alert_outbox, "route": route_name, "keys": list(groups)},
         )
     }
-    pending = list(groups.items())
+    for key, (_, members) in groups.items():
+        state = states.get(key)
+        if state is None or not state["open"]:
+            told = _told_before(members)
+            ungrouped += told
+            members[:] = [row for row in members if row not in told]
+    ungrouped.sort(key=lambda row: row["id"])
+    pending = [(key, group) for key, group in groups.items() if group[1]]
     for index, (key, (labels, members)) in enumerate(pending):
         if (
             run.counts["attempts"] >= budget

@@ -446,3 +446,27 @@ def test_with_send_resolved_false_a_group_closes_quietly_and_its_next_episode_is
     assert [i["instance"] for i in second["payload"]["custom_details"]["instances"]] == [
         "event_type=b.paid"
     ]
+
+
+def test_alerts_told_before_group_by_was_added_resolve_as_they_were_told(
+    db, conn, rows, fake_clock, write_rules, env, pagerduty, webhook
+):
+    """An upgrade: instances fired while the route had no ``group_by``; their resolves,
+    after it was added, close the incidents they opened (the instance's key)."""
+    before = write_rules(RULES.replace(", " + GROUPED, "").replace(GROUPED, ""))
+    assert before.routes["pd"].group_by is None
+    backlog = rows.add(event_type="a.paid", created_ago=30)
+    Evaluator(db, before, clock=fake_clock).run_once()
+    transports = transports_for(before, env, timeout=2.0)
+    assert deliver_due(db, before, clock=fake_clock, transports=transports, env=env)["sent"] == 3
+    [old_key] = pagerduty.incidents
+
+    after = write_rules(RULES)
+    drain(conn, [backlog])
+    fake_clock.advance(5)
+    Evaluator(db, after, clock=fake_clock).run_once()
+    transports = transports_for(after, env, timeout=2.0)
+    assert deliver_due(db, after, clock=fake_clock, transports=transports, env=env)["sent"] == 3
+    assert pagerduty.incidents == {old_key: {**pagerduty.incidents[old_key], "status": "resolved"}}
+    assert [t["kind"] for t in webhook.taken] == ["firing", "resolved"]
+    assert webhook.taken[1]["rule"] == "type-backlog" and "group" not in webhook.taken[1]
