@@ -1,9 +1,11 @@
 """A real Alertmanager on a loopback port, for the demo's drill (``demo.drill``) and the
 alertmanager receiver's tests: Debian's prometheus-alertmanager as ``make alertmanager``
 unpacks it (``~/.cache/outbox-monitor/alertmanager-deb``), or one on the ``PATH``; no gossip
-(``--cluster.listen-address=``), its storage in a folder of the caller's. ``find_alertmanager``
+(``--cluster.listen-address=``), its storage in a folder of the caller's; or the binary
+``OUTBOX_DEMO_ALERTMANAGER`` names. ``find_alertmanager``
 says where it is, or ``None``: the demo then runs without it and says so."""
 
+import os
 import shutil
 import subprocess
 import time
@@ -13,6 +15,8 @@ from pathlib import Path
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.errors import OutboxMonitorError
 
+BINARY_ENV = "OUTBOX_DEMO_ALERTMANAGER"
+"""The Alertmanager binary to run, when set (else ``UNPACKED``, then the ``PATH``)."""
 UNPACKED = Path.home() / ".cache/outbox-monitor/alertmanager-deb/usr/bin/prometheus-alertmanager"
 TEMPLATE = Path("/usr/share/prometheus/alertmanager/default.tmpl")
 """Where Debian's Alertmanager reads its default template (``make alertmanager`` puts it)."""
@@ -25,8 +29,11 @@ READY_TIMEOUT_SECONDS = 60.0
 
 
 def find_alertmanager() -> Path | None:
-    """``make alertmanager``'s binary (with the template Debian's build reads), else
-    ``prometheus-alertmanager`` or ``alertmanager`` on the ``PATH``; ``None`` when none."""
+    """``$OUTBOX_DEMO_ALERTMANAGER``, else ``make alertmanager``'s binary (with the template
+    Debian's build reads), else ``prometheus-alertmanager`` or ``alertmanager`` on the
+    ``PATH``; ``None`` when none."""
+    if os.environ.get(BINARY_ENV):
+        return Path(os.environ[BINARY_ENV])
     if UNPACKED.exists() and TEMPLATE.exists():
         return UNPACKED
     found = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")

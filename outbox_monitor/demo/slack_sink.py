@@ -106,6 +106,14 @@ def held_port(host: str, port: int) -> socket.socket:
     return held
 
 
+def _version(message: dict[str, Any], at: str) -> dict[str, Any]:
+    """One version of a message, kept in its ``versions``: when, its text and its first
+    block's text (a card's header: FIRING, ACKED, RESOLVED)."""
+    blocks = message["blocks"]
+    header = blocks[0].get("text", {}).get("text", "") if blocks else ""
+    return {"at": at, "text": message["text"], "header": header}
+
+
 def _buttons(message: dict[str, Any]) -> list[tuple[str, str, str]]:
     """A message's buttons of outbox-monitor: (action, label, action_id) each."""
     return [
@@ -379,7 +387,8 @@ class SlackSink:
 
         Returns:
             ``[{"channel", "ts", "thread_ts", "text", "blocks", "via": "webhook"|"api",
-            "posted_at": iso, "edits": int}, ...]``; replies are messages with
+            "posted_at": iso, "edits": int, "versions": [{"at": iso, "text", "header"}]},
+            ...]`` (``versions``: as posted, then after each edit); replies are messages with
             ``thread_ts`` set to their parent's ``ts``.
         """
         with self._lock:
@@ -491,7 +500,7 @@ class SlackSink:
             "posted_at": datetime.now(UTC).isoformat(),
             "edits": 0,
         }
-        message["versions"] = [{"at": message["posted_at"], "text": message["text"]}]
+        message["versions"] = [_version(message, message["posted_at"])]
         with self._lock:
             self._messages.append(message)
         return message
