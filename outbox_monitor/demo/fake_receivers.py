@@ -203,31 +203,6 @@ class FakePagerDuty(FakeReceiver):
             {},
         )
 
-
-def _event_errors(path: str, event: Any, routing_key: str) -> list[str]:
-    """What PagerDuty would refuse in an event (its 400's ``errors``)."""
-    if path != "/v2/enqueue":
-        return [f"unknown path {path}"]
-    if not isinstance(event, dict):
-        return ["Event object is invalid"]
-    errors = []
-    if event.get("routing_key") != routing_key:
-        errors.append("'routing_key' is invalid")
-    if event.get("event_action") not in ("trigger", "acknowledge", "resolve"):
-        errors.append("'event_action' is invalid")
-    key = event.get("dedup_key")
-    if not isinstance(key, str) or not 0 < len(key) <= 255:
-        errors.append("'dedup_key' must be 1 to 255 characters")
-    if event.get("event_action") == "trigger":
-        payload = event.get("payload") or {}
-        if not payload.get("summary") or len(payload["summary"]) > 1024:
-            errors.append("'payload.summary' is missing or longer than 1024")
-        if not payload.get("source"):
-            errors.append("'payload.source' is missing")
-        if payload.get("severity") not in SEVERITIES:
-            errors.append("'payload.severity' is invalid")
-    return errors
-
     def incidents_shown(self) -> dict[str, dict[str, Any]]:
         """Each incident by ``dedup_key`` with its ``events``: every accepted event of the key,
         in order, ``{"action": "trigger"|"acknowledge"|"resolve", "outcome", "at": ISO 8601
@@ -275,3 +250,28 @@ def _event_errors(path: str, event: Any, routing_key: str) -> list[str]:
             f"<th>events (UTC)</th></tr>{rows or '<tr><td colspan=4>none yet</td></tr>'}</table>"
         )
         return 200, "text/html; charset=utf-8", text.encode()
+
+
+def _event_errors(path: str, event: Any, routing_key: str) -> list[str]:
+    """What PagerDuty would refuse in an event (its 400's ``errors``)."""
+    if path != "/v2/enqueue":
+        return [f"unknown path {path}"]
+    if not isinstance(event, dict):
+        return ["Event object is invalid"]
+    errors = []
+    if event.get("routing_key") != routing_key:
+        errors.append("'routing_key' is invalid")
+    if event.get("event_action") not in ("trigger", "acknowledge", "resolve"):
+        errors.append("'event_action' is invalid")
+    key = event.get("dedup_key")
+    if not isinstance(key, str) or not 0 < len(key) <= 255:
+        errors.append("'dedup_key' must be 1 to 255 characters")
+    if event.get("event_action") == "trigger":
+        payload = event.get("payload") or {}
+        if not payload.get("summary") or len(payload["summary"]) > 1024:
+            errors.append("'payload.summary' is missing or longer than 1024")
+        if not payload.get("source"):
+            errors.append("'payload.source' is missing")
+        if payload.get("severity") not in SEVERITIES:
+            errors.append("'payload.severity' is invalid")
+    return errors
