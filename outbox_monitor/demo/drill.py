@@ -190,7 +190,7 @@ class DrillReceivers:
 
 def start_slack_listener(
     settings: Settings, sink: SlackSink, ruleset: Any, transports: Any
-) -> tuple[SlackListener, Database]:
+) -> tuple[SlackListener, Database, Settings]:
     """The listener of Slack's presses for the demo's sink: the demo's signing secret, team
     and user (``DEMO_TEAM``/``DEMO_USER`` = ``DEMO_OPERATOR``, an operator), the answers to
     presses posted back to the sink, the card edited and PagerDuty acknowledged
@@ -202,25 +202,28 @@ def start_slack_listener(
         ruleset, transports: the scheduler's (``load_alerting``).
 
     Returns:
-        The listener, started, and its Database of actions (close it after ``stop``).
+        The listener, started; its Database of actions (close it after ``stop``); and the
+        scheduler's settings: the demo's with the listener's (its port set, so that the
+        messages carry the buttons, ``message_delivery``).
 
     Raises:
         ConfigError: as ``SlackActions.from_settings`` and ``SlackListener.start``.
     """
-    listening = load_settings(
-        dsn=settings.dsn,
-        actions_dsn=settings.dsn,
-        slack_actions_teams=(DEMO_TEAM,),
-        slack_actions_people=(f"{DEMO_TEAM}/{DEMO_USER}={DEMO_OPERATOR}",),
-        slack_actions_response_url=sink.url + "/",
-        operators=(DEMO_OPERATOR,),
-        lock_timeout=settings.lock_timeout,
-        sample_interval=settings.sample_interval,
-    )
-    db = Database(listening, purpose="actions")
+    listening = {
+        "dsn": settings.dsn,
+        "actions_dsn": settings.dsn,
+        "slack_actions_teams": (DEMO_TEAM,),
+        "slack_actions_people": (f"{DEMO_TEAM}/{DEMO_USER}={DEMO_OPERATOR}",),
+        "slack_actions_response_url": sink.url + "/",
+        "operators": (DEMO_OPERATOR,),
+        "lock_timeout": settings.lock_timeout,
+        "sample_interval": settings.sample_interval,
+    }
+    actions_settings = load_settings(**listening)
+    db = Database(actions_settings, purpose="actions")
     try:
         actions = SlackActions.from_settings(
-            listening,
+            actions_settings,
             db,
             {SIGNING_SECRET_ENV: DEMO_SIGNING_SECRET},
             on_acknowledged=after_acknowledge(ruleset, transports),
@@ -229,10 +232,10 @@ def start_slack_listener(
             actions,
             address="127.0.0.1",
             port=0,
-            max_body=listening.slack_actions_max_body,
+            max_body=actions_settings.slack_actions_max_body,
         ).start()
     except OutboxMonitorError:
         db.close()
         raise
     sink.accept_presses(listener.url, DEMO_SIGNING_SECRET, team=DEMO_TEAM, user=DEMO_USER)
-    return listener, db
+    return listener, db, load_settings(**listening, slack_actions_port=listener.port)

@@ -275,7 +275,7 @@ def run_demo(
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
     db = scheduler = process = simulator = output = sink = metrics = None
-    listener = listener_db = None
+    listener = listener_db = own_db = None
     n8n: N8n | None = None
     downstream: Downstream | None = None
     forgotten: ForgottenTransaction | None = None
@@ -362,11 +362,16 @@ def run_demo(
                     f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
                 )
             ruleset, transports = load_alerting(None, settings)
+            scheduler_db = db
             if sink is not None:
-                listener, listener_db = start_slack_listener(settings, sink, ruleset, transports)
+                listener, listener_db, listening = start_slack_listener(
+                    settings, sink, ruleset, transports
+                )
+                # the scheduler's own: its settings name the listener, so cards carry buttons
+                scheduler_db = own_db = Database(listening)
             status = SchedulerStatus()
             scheduler = build_scheduler(
-                db, blocking=False, ruleset=ruleset, transports=transports, status=status
+                scheduler_db, blocking=False, ruleset=ruleset, transports=transports, status=status
             )
             metrics = MetricsServer(db, status, ruleset=ruleset, address=DEMO_ADDRESS).start()
             scheduler.start()
@@ -431,6 +436,8 @@ def run_demo(
                 listener.stop()
             if listener_db is not None:
                 listener_db.close()
+            if own_db is not None:
+                own_db.close()
             receivers.stop()
             if simulator is not None:
                 simulator.join(30)

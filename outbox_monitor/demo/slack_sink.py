@@ -550,9 +550,7 @@ class SlackSink:
             message["text"] = body.get("text") or ""
             message["blocks"] = body.get("blocks") or []
             message["edits"] += 1
-            message["versions"].append(
-                {"at": datetime.now(UTC).isoformat(), "text": message["text"]}
-            )
+            message["versions"].append(_version(message, datetime.now(UTC).isoformat()))
             snapshot = json.loads(json.dumps(message))
         data = {
             "ok": True,

@@ -81,12 +81,12 @@ def post_json(url: str, body: dict) -> tuple[int, dict]:
 
 
 def incidents(pagerduty: str) -> dict[str, dict]:
-    """The demo PagerDuty's incidents of order.paid's breaker-open, by dedup_key."""
+    """The demo PagerDuty's incidents of order.paid's breaker-open (its summary), by dedup_key."""
     shown = get_json(f"{pagerduty}/incidents")["incidents"]
     return {
         key: incident
         for key, incident in shown.items()
-        if PAGED_RULE in incident.get("summary", "") and BROKEN in incident.get("summary", "")
+        if incident.get("summary", "").startswith(f"Circuit breaker open for {BROKEN}:")
     }
 
 
