@@ -9,7 +9,9 @@ breaker per downstream, ``demo/controls.yml``); ``outbox-monitor demo-downstream
 ``heal`` (``demo/outage.py``) break and heal a downstream while it runs, for either worker, and
 ``outbox-monitor demo-forgotten-transaction start`` and ``end`` (``demo/forgotten_transaction.py``)
 hold the xmin horizon with a session idle in a transaction (its alert after 1 minute in the
-demo: ``demo/rules.py``).
+demo: ``demo/rules.py``). For the paging drill (``demo/drill.py``) it runs a local PagerDuty, a
+real Alertmanager when found, and — with the local Slack sink — the listener of Slack's
+button presses, which the sink presses as Slack does.
 """
 
 import logging
@@ -25,8 +27,11 @@ from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
 from outbox_monitor.demo.drill import (
+    ALERTMANAGER_URLS_ENV,
     DEMO_CHANNEL,
     DEMO_OPERATOR,
+    PAGERDUTY_KEY_ENV,
+    PAGERDUTY_URL_ENV,
     DrillReceivers,
     start_slack_listener,
 )
@@ -128,7 +133,9 @@ def _horizon_lines(downstream: Downstream, threshold: str | None) -> tuple[str, 
     )
 
 
-def _drill_lines(receivers: DrillReceivers, sink_url: str | None, listener_url: str | None):
+def _drill_lines(
+    receivers: DrillReceivers, sink_url: str | None, listener_url: str | None, demo_rules: bool
+) -> tuple[str, ...]:
     """The banner's lines of the paging drill (``demo.drill``)."""
     if sink_url is None or listener_url is None:
         press = ("  press      your Slack's buttons reach no listener in the demo",)
@@ -140,14 +147,21 @@ def _drill_lines(receivers: DrillReceivers, sink_url: str | None, listener_url: 
             """application/json' -d '{"action": "acknowledge"}'"""
             f"  (you are {DEMO_OPERATOR}, an operator)",
         )
-    return (
-        "  paging     demo-downstream break pages: breaker-open (critical in the demo) → "
-        "PagerDuty, Alertmanager, Slack;",
-        "             backlog-by-type and latency-by-type of the broken type are inhibited "
-        "meanwhile (Alerts page)",
-        *receivers.banner_lines(),
-        *press,
+    pages = ", ".join(["PagerDuty", *(["Alertmanager"] * bool(receivers.alertmanager)), "Slack"])
+    paging = (
+        (
+            f"  paging     demo-downstream break pages: breaker-open (critical in the demo) → "
+            f"{pages};",
+            "             backlog-by-type and latency-by-type of the broken type are inhibited "
+            "meanwhile (Alerts page)",
+        )
+        if demo_rules
+        else (
+            f"  paging     your rules decide; set for their routes: {PAGERDUTY_KEY_ENV}, "
+            f"{PAGERDUTY_URL_ENV}{f', {ALERTMANAGER_URLS_ENV}' if receivers.alertmanager else ''}",
+        )
     )
+    return (*paging, *receivers.banner_lines(), *press)
 
 
 def _banner(
@@ -400,6 +414,7 @@ def run_demo(
                         receivers,
                         None if sink is None else sink.url,
                         None if listener is None else listener.url,
+                        demo_rules=horizon_threshold is not None,
                     ),
                 ),
                 flush=True,
