@@ -1,13 +1,12 @@
 """A real Alertmanager for the alertmanager receiver's tests: Debian's prometheus-alertmanager
-(``make alertmanager`` unpacks it into ~/.cache/outbox-monitor/alertmanager-deb), run on a
-loopback port with no gossip (``--cluster.listen-address=``) and its storage in a temporary
-folder; and small local HTTP servers that answer as a broken receiver or a heartbeat check
-does. Without the binary the tests skip, loudly, and fail under ``make test``
-(``OUTBOX_MONITOR_REQUIRE_ALERTMANAGER``)."""
+(``make alertmanager`` unpacks it into ~/.cache/outbox-monitor/alertmanager-deb), run as the
+demo runs it (``outbox_monitor.demo.alertmanager_run``: a loopback port, no gossip, its
+storage in a temporary folder); and small local HTTP servers that answer as a broken
+receiver or a heartbeat check does. Without the binary the tests skip, loudly, and fail
+under ``make test`` (``OUTBOX_MONITOR_REQUIRE_ALERTMANAGER``)."""
 
 import json
 import os
-import subprocess
 import threading
 import time
 import urllib.request
@@ -19,77 +18,34 @@ from typing import Any
 
 import pytest
 
-from outbox_monitor.demo.pgcluster import free_port
-from tests.alerting import LOADED_DEADLINE, wait_for
+from outbox_monitor.demo.alertmanager_run import LocalAlertmanager, find_alertmanager
+from tests.alerting import LOADED_DEADLINE
 
 REQUIRE_ENV = "OUTBOX_MONITOR_REQUIRE_ALERTMANAGER"
-UNPACKED = Path.home() / ".cache/outbox-monitor/alertmanager-deb/usr/bin/prometheus-alertmanager"
-TEMPLATE = Path("/usr/share/prometheus/alertmanager/default.tmpl")
-"""Where Debian's Alertmanager reads its default template (``make alertmanager`` puts it)."""
-CONFIG = """
-route: {receiver: blackhole, group_wait: 1s, group_interval: 1s, repeat_interval: 1h}
-receivers: [{name: blackhole}]
-"""
 
 
 def alertmanager_binary() -> str:
-    """``make alertmanager``'s Alertmanager, with the templates Debian's build reads from
-    ``TEMPLATE``; skips (fails under ``REQUIRE_ENV``) when either is missing."""
-    found = str(UNPACKED) if UNPACKED.exists() and TEMPLATE.exists() else None
+    """``make alertmanager``'s Alertmanager (``demo.alertmanager_run.find_alertmanager``);
+    skips (fails under ``REQUIRE_ENV``) when it is missing."""
+    found = find_alertmanager()
     if found is None:
         message = "ALERTMANAGER IS MISSING, THE RECEIVER IS NOT TESTED: make alertmanager"
         if os.environ.get(REQUIRE_ENV):
             pytest.fail(message)
         pytest.skip(message)
-    return found
+    return str(found)
 
 
 @contextmanager
 def running_alertmanager(directory: Path, port: int | None = None) -> Iterator[str]:
     """A real Alertmanager for the block, on ``127.0.0.1:port`` (a free one by default);
     yields its base URL once ``/-/ready`` answers."""
-    binary = alertmanager_binary()
-    port = port or free_port()
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "alertmanager.yml").write_text(CONFIG)
-    log_path = directory / "alertmanager.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={directory / 'alertmanager.yml'}",
-                f"--storage.path={directory / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    alertmanager = LocalAlertmanager(Path(alertmanager_binary()), directory, port)
+    alertmanager.start(timeout=LOADED_DEADLINE)
     try:
-        ready = wait_for(
-            lambda: process.poll() is not None or _answers(url + "/-/ready"),
-            timeout=LOADED_DEADLINE,
-            step=0.1,
-        )
-        ready = ready and process.poll() is None
-        assert ready, f"Alertmanager did not start: {log_path.read_text()[-2000:]}"
-        yield url
+        yield alertmanager.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+        alertmanager.stop()
 
 
 def active_alerts(url: str) -> list[dict[str, Any]]:

@@ -1,19 +1,16 @@
-"""A client that presses outbox-monitor's Slack buttons as Slack does (issue 31 item 6):
-a ``block_actions`` payload, form-encoded, signed v0 HMAC-SHA256 over ``v0:timestamp:body``
-with the app's signing secret (slack-sdk's ``SignatureVerifier.generate_signature``).
+"""A client that presses outbox-monitor's Slack buttons as Slack does (issue 31 item 6): the
+demo's (``outbox_monitor.demo.slack_presses``: a ``block_actions`` payload, form-encoded,
+signed v0 HMAC-SHA256 over ``v0:timestamp:body`` with the app's signing secret), with the
+tests' secret, team and people.
 
 Import as ``from tests.slack_presses import …`` (nothing here is a fixture).
 """
 
-import json
-import time
-import urllib.error
-import urllib.request
-from urllib.parse import urlencode
-
-from slack_sdk.signature import SignatureVerifier
-
+from outbox_monitor.demo.slack_presses import post_signed as _post_signed
+from outbox_monitor.demo.slack_presses import press_body
 from tests.alerting import LOADED_DEADLINE
+
+__all__ = ["EMAIL", "SECRET", "TEAM", "USER", "post_signed", "press_body", "stuck_lock_rules"]
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 """The Slack app's signing secret of the tests (``SLACK_SIGNING_SECRET``)."""
@@ -38,47 +35,8 @@ rules:
 """
 
 
-def press_body(
-    *, team: str, user: str, action: str, notification_id: int, action_ts: str, response_url: str
-) -> bytes:
-    """The form body Slack posts when ``user`` of ``team`` presses a button of ours."""
-    payload = {
-        "type": "block_actions",
-        "team": {"id": team},
-        "user": {"id": user, "team_id": team},
-        "response_url": response_url,
-        "actions": [
-            {
-                "action_id": f"outbox-monitor:{action}:{notification_id}",
-                "value": str(notification_id),
-                "action_ts": action_ts,
-            }
-        ],
-    }
-    return urlencode({"payload": json.dumps(payload)}).encode()
-
-
 def post_signed(
     url: str, body: bytes, secret: str, *, age: float = 0, headers: dict[str, str] | None = None
 ) -> int:
-    """POST ``body`` to ``url`` signed with ``secret``, its timestamp ``age`` seconds old
-    (negative: from the future), with more ``headers`` (``X-Slack-Retry-Num``); returns the
-    HTTP status."""
-    stamp = str(int(time.time() - age))
-    signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body) or ""
-    request = urllib.request.Request(
-        url,
-        data=body,
-        headers={
-            "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": signature,
-            "Content-Type": "application/x-www-form-urlencoded",
-            **(headers or {}),
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=LOADED_DEADLINE) as answer:
-            return answer.status
-    except urllib.error.HTTPError as error:
-        error.close()
-        return error.code
+    """``demo.slack_presses.post_signed`` with the tests' deadline."""
+    return _post_signed(url, body, secret, age=age, headers=headers, timeout=LOADED_DEADLINE)

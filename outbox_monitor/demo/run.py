@@ -9,7 +9,9 @@ breaker per downstream, ``demo/controls.yml``); ``outbox-monitor demo-downstream
 ``heal`` (``demo/outage.py``) break and heal a downstream while it runs, for either worker, and
 ``outbox-monitor demo-forgotten-transaction start`` and ``end`` (``demo/forgotten_transaction.py``)
 hold the xmin horizon with a session idle in a transaction (its alert after 1 minute in the
-demo: ``demo/rules.py``).
+demo: ``demo/rules.py``). For the paging drill (``demo/drill.py``) it runs a local PagerDuty, a
+real Alertmanager when found, and — with the local Slack sink — the listener of Slack's
+button presses, which the sink presses as Slack does.
 """
 
 import logging
@@ -24,6 +26,15 @@ from outbox_monitor.alerts.message import DASHBOARD_URL_ENV
 from outbox_monitor.alerts.rules_file import RULES_ENV, resolve_rules_path
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.downstream import Downstream, poller_settings, simulated_faults
+from outbox_monitor.demo.drill import (
+    ALERTMANAGER_URLS_ENV,
+    DEMO_CHANNEL,
+    DEMO_OPERATOR,
+    PAGERDUTY_KEY_ENV,
+    PAGERDUTY_URL_ENV,
+    DrillReceivers,
+    start_slack_listener,
+)
 from outbox_monitor.demo.forgotten_transaction import (
     APPLICATION_NAME,
     ForgottenTransaction,
@@ -36,6 +47,7 @@ from outbox_monitor.demo.lifecycle import (
     DEMO_CONTROLS,
     DEMO_LOCK_TIMEOUT,
     DEMO_SAMPLE_INTERVAL,
+    SLACK_VARIABLES,
     START_TIMEOUT,
     alert_destination,
     check_port_free,
@@ -121,6 +133,37 @@ def _horizon_lines(downstream: Downstream, threshold: str | None) -> tuple[str, 
     )
 
 
+def _drill_lines(
+    receivers: DrillReceivers, sink_url: str | None, listener_url: str | None, demo_rules: bool
+) -> tuple[str, ...]:
+    """The banner's lines of the paging drill (``demo.drill``)."""
+    if sink_url is None or listener_url is None:
+        press = ("  press      your Slack's buttons reach no listener in the demo",)
+    else:
+        press = (
+            f"  press      the card's buttons as Slack would, signed, to {listener_url}: "
+            f"{sink_url}/_sink/",
+            f"             or curl -X POST {sink_url}/_sink/press -H 'Content-Type: "
+            """application/json' -d '{"action": "acknowledge"}'"""
+            f"  (you are {DEMO_OPERATOR}, an operator)",
+        )
+    pages = ", ".join(["PagerDuty", *(["Alertmanager"] * bool(receivers.alertmanager)), "Slack"])
+    paging = (
+        (
+            f"  paging     demo-downstream break pages: breaker-open (critical in the demo) → "
+            f"{pages};",
+            "             backlog-by-type and latency-by-type of the broken type are inhibited "
+            "meanwhile (Alerts page)",
+        )
+        if demo_rules
+        else (
+            f"  paging     your rules decide; set for their routes: {PAGERDUTY_KEY_ENV}, "
+            f"{PAGERDUTY_URL_ENV}{f', {ALERTMANAGER_URLS_ENV}' if receivers.alertmanager else ''}",
+        )
+    )
+    return (*paging, *receivers.banner_lines(), *press)
+
+
 def _banner(
     *,
     url: str,
@@ -137,6 +180,7 @@ def _banner(
     rules: Path,
     horizon_threshold: str | None = None,
     n8n: N8n | None = None,
+    drill: tuple[str, ...] = (),
 ) -> str:
     traffic, *faults = _worker_lines(rate, workers, n8n)
     rules_note = (
@@ -163,6 +207,7 @@ def _banner(
             *_outage_lines(downstream),
             *_horizon_lines(downstream, horizon_threshold),
             f"  alerts     {slack}",
+            *drill,
             "Ctrl-C to stop.",
             "",
         )
@@ -244,10 +289,12 @@ def run_demo(
     stop, ready = threading.Event(), threading.Event()
     outcome: dict[str, Any] = {}
     db = scheduler = process = simulator = output = sink = metrics = None
+    listener = listener_db = own_db = None
     n8n: N8n | None = None
     downstream: Downstream | None = None
     forgotten: ForgottenTransaction | None = None
     outage = DownstreamOutage()
+    receivers = DrillReceivers(cluster.root)
     n8n_starter: threading.Thread | None = None
     seed = random.SystemRandom().randrange(2**31)
 
@@ -311,7 +358,13 @@ def run_demo(
                     target=_start_n8n, args=(n8n, outcome), name="n8n-start", daemon=True
                 )
                 n8n_starter.start()
-            horizon_threshold = use_demo_rules(cluster.root)  # before the rules are read
+            receivers.start()
+            horizon_threshold = use_demo_rules(  # before the rules are read
+                cluster.root,
+                drill=True,
+                channel=None if any(os.environ.get(n) for n in SLACK_VARIABLES) else DEMO_CHANNEL,
+                alertmanager=receivers.alertmanager is not None,
+            )
             sink, slack_target = alert_destination()
             log_path = cluster.root / "dashboard.log"
             output = log_path.open("wb")
@@ -323,9 +376,16 @@ def run_demo(
                     f"the traffic simulator failed to start: {outcome.get('error', 'timeout')}"
                 )
             ruleset, transports = load_alerting(None, settings)
+            scheduler_db = db
+            if sink is not None:
+                listener, listener_db, listening = start_slack_listener(
+                    settings, sink, ruleset, transports
+                )
+                # the scheduler's own: its settings name the listener, so cards carry buttons
+                scheduler_db = own_db = Database(listening)
             status = SchedulerStatus()
             scheduler = build_scheduler(
-                db, blocking=False, ruleset=ruleset, transports=transports, status=status
+                scheduler_db, blocking=False, ruleset=ruleset, transports=transports, status=status
             )
             metrics = MetricsServer(db, status, ruleset=ruleset, address=DEMO_ADDRESS).start()
             scheduler.start()
@@ -350,6 +410,12 @@ def run_demo(
                     rules=resolve_rules_path(None).resolve(),
                     horizon_threshold=horizon_threshold,
                     n8n=n8n,
+                    drill=_drill_lines(
+                        receivers,
+                        None if sink is None else sink.url,
+                        None if listener is None else listener.url,
+                        demo_rules=horizon_threshold is not None,
+                    ),
                 ),
                 flush=True,
             )
@@ -381,6 +447,13 @@ def run_demo(
                 scheduler.shutdown(wait=True)
             if metrics is not None:
                 metrics.stop()
+            if listener is not None:
+                listener.stop()
+            if listener_db is not None:
+                listener_db.close()
+            if own_db is not None:
+                own_db.close()
+            receivers.stop()
             if simulator is not None:
                 simulator.join(30)
             if db is not None:

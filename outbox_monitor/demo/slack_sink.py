@@ -8,7 +8,14 @@
 - the Web API under ``/api/``: ``chat.postMessage`` (also replies, with ``thread_ts``),
   ``chat.update`` and ``auth.test``, checking the bearer token (``not_authed`` /
   ``invalid_auth`` with HTTP 200 and ``"ok": false``, as Slack does);
-- ``GET /`` (health, ``ok``) and ``GET /_sink/messages`` (what was posted, as JSON).
+- ``GET /`` (health, ``ok``) and ``GET /_sink/messages`` (what was posted, as JSON, each
+  message with its ``versions``: the text of each post and edit, and when);
+- pressing a button as Slack does, once told where (``accept_presses``: the listener's URL,
+  the app's signing secret, the team and user who press): ``POST /_sink/press`` (JSON or form
+  fields ``action`` — ``acknowledge``, ``silence-1h``, ``pause-1h`` — and optional ``ts``, the
+  message; default the newest with that button) signs a ``block_actions`` payload and posts it
+  to the listener (``slack_presses``), its ``response_url`` the sink's webhook; ``GET
+  /_sink/`` lists the messages with their buttons as forms that do so (a page to click).
 
 It checks the Block Kit limits the renderer must respect (``slack_limits``: ≤ 50 blocks,
 header ≤ 150 chars, section text ≤ 3000, button url ≤ 3000, text ≤ 40,000) and refuses a
@@ -21,6 +28,7 @@ Run it alone with ``python -m outbox_monitor.demo.slack_sink --port 3210``.
 
 import argparse
 import hashlib
+import html
 import json
 import re
 import signal
@@ -28,12 +36,14 @@ import socket
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from outbox_monitor.demo.slack_limits import message_problem
+from outbox_monitor.demo.slack_presses import post_signed, press_body
 from outbox_monitor.demo.slack_sink_faults import Fault, fault_reply
 from outbox_monitor.demo.slack_sink_http import (
     Handler,
@@ -51,9 +61,24 @@ TEAM_ID = "T000"
 BOT_USER_ID = "U000"
 BOT_ID = "B000"
 WEBHOOK_PATH = "/services/T000/B000/XXX"
+PRESS_PATH = "/_sink/press"
+PAGE_PATH = "/_sink/"
+ACTION_PREFIX = "outbox-monitor:"
+"""The ``action_id`` prefix of outbox-monitor's buttons (``alerts.message.ACTION_PREFIX``)."""
 
 _WEBHOOK = re.compile(r"^/services/(T[A-Za-z0-9]+)/(B[A-Za-z0-9]+)/([A-Za-z0-9_-]+)$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{6,}$")
+
+
+@dataclass(frozen=True)
+class PressTarget:
+    """Where the sink's presses go: the listener's URL, the app's signing secret, and the
+    Slack team and user who press (``SlackSink.accept_presses``)."""
+
+    url: str
+    secret: str
+    team: str
+    user: str
 
 
 def _channel_id(channel: str) -> str:
@@ -79,6 +104,30 @@ def held_port(host: str, port: int) -> socket.socket:
         held.close()
         raise
     return held
+
+
+def _version(message: dict[str, Any], at: str) -> dict[str, Any]:
+    """One version of a message, kept in its ``versions``: when, its text and its first
+    block's text (a card's header: FIRING, ACKED, RESOLVED)."""
+    blocks = message["blocks"]
+    header = blocks[0].get("text", {}).get("text", "") if blocks else ""
+    return {"at": at, "text": message["text"], "header": header}
+
+
+def _buttons(message: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A message's buttons of outbox-monitor: (action, label, action_id) each."""
+    return [
+        (
+            action_id.removeprefix(ACTION_PREFIX).split(":")[0],
+            str(element.get("text", {}).get("text", "")),
+            action_id,
+        )
+        for block in message["blocks"]
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+        for action_id in [str(element.get("action_id", ""))]
+        if action_id.startswith(ACTION_PREFIX)
+    ]
 
 
 class SlackSink:
@@ -115,6 +164,7 @@ class SlackSink:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._held: socket.socket | None = None
+        self._press_target: PressTarget | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -242,6 +292,81 @@ class SlackSink:
             for _ in range(n):
                 self._faults.append(Fault("hold", seconds=seconds))
 
+    def accept_presses(self, url: str, secret: str, *, team: str, user: str) -> None:
+        """Serve ``POST /_sink/press`` (and the page's buttons): a press of one of a message's
+        buttons by ``user`` of ``team``, signed with ``secret``, posted to the listener at
+        ``url`` (``service.slack_listener``)."""
+        self._press_target = PressTarget(url, secret, team, user)
+
+    def press(self, action: str, ts: str | None = None) -> tuple[int, dict[str, Any]]:
+        """Press ``action`` on the message ``ts`` (default: the newest message with that
+        button) as Slack does: a signed ``block_actions`` payload posted to the listener.
+
+        Returns:
+            (HTTP status for the caller, JSON answer): ``{"ok": true, "listener": status,
+            "action_id", "ts"}``; 404 when no message has that button, 409 before
+            ``accept_presses``.
+
+        Raises:
+            OSError: the listener cannot be reached.
+        """
+        target = self._press_target
+        if target is None:
+            return 409, {"ok": False, "error": "presses_not_accepted"}
+        found = [
+            (message, button_id)
+            for message in self.messages()
+            if ts in (None, message["ts"])
+            for pressed, _, button_id in _buttons(message)
+            if pressed == action
+        ]
+        if not found:
+            return 404, {"ok": False, "error": "no_such_button", "action": action, "ts": ts}
+        message, action_id = found[-1]
+        body = press_body(
+            team=target.team,
+            user=target.user,
+            action=action,
+            notification_id=int(action_id.rsplit(":", 1)[1]),
+            action_ts=f"{time.time():.6f}",
+            response_url=self.webhook_url,
+        )
+        status = post_signed(target.url, body, target.secret)
+        return 200, {
+            "ok": status == 200,
+            "listener": status,
+            "action_id": action_id,
+            "ts": message["ts"],
+        }
+
+    def page(self) -> str:
+        """``GET /_sink/``: the messages, newest first, each with its buttons as forms that
+        press them (``POST /_sink/press``)."""
+        items = []
+        for message in reversed(self.messages()):
+            buttons = "".join(
+                f'<form method=post action="{PRESS_PATH}" style="display:inline">'
+                f'<input type=hidden name=ts value="{html.escape(message["ts"])}">'
+                f'<input type=hidden name=action value="{html.escape(action)}">'
+                f"<button>{html.escape(label)}</button></form> "
+                for action, label, _ in _buttons(message)
+            )
+            items.append(
+                f"<li><small>{html.escape(message['posted_at'])} {html.escape(message['via'])} "
+                f"ts={html.escape(message['ts'])} edits={message['edits']}</small>"
+                f"<pre>{html.escape(message['text'])}</pre>{buttons}</li>"
+            )
+        return (
+            "<!doctype html><title>Slack sink (demo)</title><meta http-equiv=refresh content=10>"
+            "<h1>Messages posted to the demo's Slack sink</h1>"
+            + (
+                ""
+                if self._press_target
+                else "<p>Buttons are not pressed from here: no listener.</p>"
+            )
+            + f"<ol>{''.join(items) or '<li>none yet</li>'}</ol>"
+        )
+
     def reset(self) -> None:
         """Forget recorded requests, messages and pending faults."""
         with self._lock:
@@ -262,7 +387,8 @@ class SlackSink:
 
         Returns:
             ``[{"channel", "ts", "thread_ts", "text", "blocks", "via": "webhook"|"api",
-            "posted_at": iso, "edits": int}, ...]``; replies are messages with
+            "posted_at": iso, "edits": int, "versions": [{"at": iso, "text", "header"}]},
+            ...]`` (``versions``: as posted, then after each edit); replies are messages with
             ``thread_ts`` set to their parent's ``ts``.
         """
         with self._lock:
@@ -311,6 +437,8 @@ class SlackSink:
                 )
             )
 
+        if path == PRESS_PATH:
+            return self._press_request(body, headers)
         with self._lock:
             fault = self._faults.popleft() if self._faults else None
         is_webhook = bool(_WEBHOOK.match(path))
@@ -333,6 +461,19 @@ class SlackSink:
         if fault is not None:  # a hold: answered once held
             reply.delay = float(fault.seconds)
         return reply
+
+    def _press_request(self, body: Any, headers: dict[str, str]) -> Reply:
+        """``POST /_sink/press``: JSON from a client, or a form from the page (then a
+        redirect back to the page)."""
+        fields = body if isinstance(body, dict) else {}
+        try:
+            status, answer = self.press(str(fields.get("action") or ""), fields.get("ts") or None)
+        except OSError as error:
+            status, answer = 502, {"ok": False, "error": f"listener not reached: {error}"}
+        content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+        if "json" not in content_type and status == 200:
+            return Reply(303, b"", "text/plain", {"Location": PAGE_PATH})
+        return json_reply(status, answer)
 
     def _webhook(self, path: str, body: Any) -> tuple[Reply, str]:
         if not isinstance(body, dict):
@@ -359,6 +500,7 @@ class SlackSink:
             "posted_at": datetime.now(UTC).isoformat(),
             "edits": 0,
         }
+        message["versions"] = [_version(message, message["posted_at"])]
         with self._lock:
             self._messages.append(message)
         return message
@@ -408,6 +550,7 @@ class SlackSink:
             message["text"] = body.get("text") or ""
             message["blocks"] = body.get("blocks") or []
             message["edits"] += 1
+            message["versions"].append(_version(message, datetime.now(UTC).isoformat()))
             snapshot = json.loads(json.dumps(message))
         data = {
             "ok": True,

@@ -86,6 +86,8 @@ class Sink(Protocol):
 
     def messages(self) -> list[dict[str, Any]]: ...
 
+    def page(self) -> str: ...
+
     def _handle(self, method: str, raw_path: str, headers: dict[str, str], raw: bytes) -> Any: ...
 
     def _stall(self, seconds: float) -> None: ...
@@ -106,6 +108,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(text_reply(200, "ok"))
         elif path == "/_sink/messages":
             self._send(json_reply(200, {"ok": True, "messages": self.sink.messages()}))
+        elif path == "/_sink/":
+            self._send(Reply(200, self.sink.page().encode(), "text/html; charset=utf-8"))
         else:
             self._send(text_reply(404, "not_found"))
 

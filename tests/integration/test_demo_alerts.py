@@ -6,8 +6,10 @@ This test runs what ``outbox-monitor demo`` runs — its throwaway outbox with i
 index and breakers (``demo/controls.yml``), an hour of history and live traffic from the
 simulator with crashing workers (``run_simulation``, the demo's rate, workers, lock timeout
 and sample interval), the scheduler with the demo's rules (the shipped alerts.yml, only
-``xmin-horizon-held`` lowered to 1 minute: ``demo/rules.py``) posting to the demo's local
-Slack sink — and asserts that the rules which went pending or firing by themselves are
+``xmin-horizon-held`` lowered to 1 minute, plus the paging drill's: ``breaker-open``
+critical, the per-type ``backlog-by-type`` and ``latency-by-type``, ``demo/rules.py``,
+``demo/drill.py``) posting to the demo's local Slack sink with the bot token and to its
+local PagerDuty — and asserts that the rules which went pending or firing by themselves are
 exactly the list's "by itself" ones, and that an operator's reap of the stuck locks (the
 demo's tour, Actions → Reap stuck locks) fires exactly its "after a reap" ones at an
 evaluation that comes before the workers claim the reaped rows. Evaluations are brought
@@ -24,8 +26,19 @@ import pytest
 
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.run import apply
+from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH, load_rules
+from outbox_monitor.alerts.slack import API_URL_ENV, BOT_TOKEN_ENV
 from outbox_monitor.config.settings import load_settings
+from outbox_monitor.demo.drill import (
+    DEMO_CHANNEL,
+    DEMO_ROUTING_KEY,
+    PAGED_RULE,
+    PAGERDUTY_KEY_ENV,
+    PAGERDUTY_URL_ENV,
+    PER_TYPE_RULES,
+)
+from outbox_monitor.demo.fake_receivers import FakePagerDuty
 from outbox_monitor.demo.lifecycle import (
     DEMO_ACTOR,
     DEMO_BACKFILL,
@@ -38,9 +51,10 @@ from outbox_monitor.demo.simulate import DEFAULT_CRASH_EVERY, run_simulation
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
 from outbox_monitor.service.jobs import EVALUATOR_JOB_ID
+from outbox_monitor.service.scheduler import build_scheduler
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
-from tests.alerting import LOADED_DEADLINE, start_scheduler, stop_scheduler, wait_for
+from tests.alerting import LOADED_DEADLINE, SENDER_INTERVAL, stop_scheduler, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "index.md"
@@ -103,12 +117,13 @@ def last_transition(conn) -> int:
 
 @pytest.fixture
 def demo_rules(tmp_path, monkeypatch):
-    """The demo's rules (``use_demo_rules``: the shipped file, its horizon rule at 1 minute),
-    as ``outbox-monitor demo`` writes them; ``OUTBOX_MONITOR_RULES`` restored afterwards."""
+    """The demo's rules (``use_demo_rules``: the shipped file, its horizon rule at 1 minute,
+    the drill's), as ``outbox-monitor demo`` writes them with its Slack sink (and no
+    Alertmanager); ``OUTBOX_MONITOR_RULES`` restored afterwards."""
     monkeypatch.setenv(RULES_ENV, str(SHIPPED_RULES_PATH))  # restored after the test …
     monkeypatch.delenv(RULES_ENV)  # … unset now: the shipped rules are in force
     monkeypatch.chdir(tmp_path)  # no ./alerts.yml of its own
-    assert use_demo_rules(tmp_path) == "1m"
+    assert use_demo_rules(tmp_path, drill=True, channel=DEMO_CHANNEL) == "1m"
     return load_rules(tmp_path / "demo-alerts.yml")
 
 
@@ -117,12 +132,18 @@ def test_the_demo_fires_by_itself_and_after_a_reap_what_its_docs_say(dsn, conn, 
     shipped_rules = load_rules(SHIPPED_RULES_PATH).rules
     shipped = [rule.name for rule in shipped_rules]
     listed = [rule for rules in table.values() for rule in rules]
-    assert sorted(listed) == sorted(shipped)  # every shipped rule, once
-    # the demo's rules are the shipped ones; only xmin-horizon-held alerts sooner (not weaker)
-    for demo, rule in zip(demo_rules.rules, shipped_rules, strict=True):
+    drill = [rule["name"] for rule in PER_TYPE_RULES]
+    assert sorted(listed) == sorted(shipped + drill)  # every rule of the demo, once
+    # the demo's rules are the shipped ones — only xmin-horizon-held alerts sooner (not
+    # weaker) and breaker-open pages (critical) — and the drill's per-type ones after them
+    assert [rule.name for rule in demo_rules.rules] == shipped + drill
+    for demo, rule in zip(demo_rules.rules, shipped_rules, strict=False):
         if rule.name == HORIZON_RULE:
             assert demo.threshold == 60 < rule.threshold
             demo = demo.model_copy(update={"threshold": rule.threshold})
+        if rule.name == PAGED_RULE:
+            assert (demo.severity, rule.severity) == ("critical", "warning")
+            demo = demo.model_copy(update={"severity": rule.severity})
         assert demo == rule, rule.name
     settings = load_settings(
         dsn=dsn, sample_interval=DEMO_SAMPLE_INTERVAL, lock_timeout=DEMO_LOCK_TIMEOUT
@@ -149,6 +170,16 @@ def test_the_demo_fires_by_itself_and_after_a_reap_what_its_docs_say(dsn, conn, 
             ready.set()
 
     with Database(settings) as db, SlackSink() as sink:
+        pagerduty = FakePagerDuty(DEMO_ROUTING_KEY)
+        transports = transports_for(
+            demo_rules,
+            {
+                BOT_TOKEN_ENV: sink.token,
+                API_URL_ENV: sink.api_url,
+                PAGERDUTY_KEY_ENV: DEMO_ROUTING_KEY,
+                PAGERDUTY_URL_ENV: pagerduty.url,
+            },
+        )
         init_db(db, create_table=True, flow_control=True)  # as the demo's outbox
         apply_controls(db, load_controls(DEMO_CONTROLS), actor=DEMO_ACTOR)
         simulator = threading.Thread(target=simulate, name="simulator", daemon=True)
@@ -156,7 +187,14 @@ def test_the_demo_fires_by_itself_and_after_a_reap_what_its_docs_say(dsn, conn, 
         scheduler = None
         try:
             assert ready.wait(LOADED_DEADLINE) and "error" not in outcome, outcome
-            scheduler = start_scheduler(db, ruleset=demo_rules, sink=sink)
+            scheduler = build_scheduler(
+                db,
+                blocking=False,
+                ruleset=demo_rules,
+                transports=transports,
+                sender_interval=SENDER_INTERVAL,
+            )
+            scheduler.start()
             started = datetime.now(UTC)
             evaluate_now(scheduler, conn)  # the evaluation at start
             stop.wait(LIVE_SECONDS)
@@ -210,3 +248,4 @@ def test_the_demo_fires_by_itself_and_after_a_reap_what_its_docs_say(dsn, conn, 
             if scheduler is not None:
                 stop_scheduler(scheduler)
             simulator.join(LOADED_DEADLINE)
+            pagerduty.close()
