@@ -2299,6 +2299,10 @@ WHERE table_name = %(table_name)s;
 
 -- ===================================================================== audited writers (issue 29 item 2)
 
+-- name: install_worker_functions
+-- The worker functions of the outbox %(table_regclass)s (claim, ack, fail, ack_many with static, plan-cached statements; migration 031), registered, and the shared entry points' dispatchers regenerated; run by init-db as the table's owner.
+SELECT outbox_monitor.install_worker_functions(%(table_regclass)s::regclass);
+
 -- name: audited_writers
 -- The functions through which the operator login changes one outbox table and writes its audit rows, created by init-db for {table} (store/audited_writers.py): each SECURITY DEFINER with its search_path pinned, the table fixed in its body (no table parameter: it would lend the owner's rights on any table it owns), its audit row written by record_audit in the same transaction; EXECUTE revoked from PUBLIC here, granted to the operator role by --print-grants.
 CREATE OR REPLACE FUNCTION {reap}(

@@ -1,0 +1,633 @@
+-- The workers' functions run static, plan-cached statements (issue 32 item 2), and ack_many.
+--
+-- Until now claim, ack and fail ran their statements on the outbox through EXECUTE format(…):
+-- planned at every call. An ack cost 1.45 times the same UPDATE sent by the worker (psycopg
+-- prepares a statement it runs often), and claim → ack ran at 0.46 times the users' own SQL.
+-- PL/pgSQL caches the plan of a static statement per session; a static statement must name
+-- its table, so init-db now writes, for each outbox table, the worker functions of that
+-- table, and the shared entry points dispatch to them:
+--
+-- worker_outboxes     one row per outbox table prepared by init-db (its oid as regclass and
+--                     its name then): the dispatchers are generated from it.
+-- install_worker_functions(p_table)
+--                     (re)creates p_table's functions, named as the audited writers are
+--                     (worker_function_name: <kind>__<schema>__<table>, or cut with a hash
+--                     past 63 bytes) — claim, ack, ack_logging, fail, fail_logging,
+--                     ack_many, ack_many_logging — each with the table written into its
+--                     static statements and the entry point's signature (p_table first: the
+--                     controls and the change lock are keyed by it). It registers the table,
+--                     regenerates the dispatchers and fires migration 010's switch. Called by
+--                     init-db (store/schema.py) as the table's owner, and below for the
+--                     outboxes this database already knows.
+-- The dispatchers     claim (directly) and the templates ack_plain, ack_logging_outcomes,
+--                     fail_plain, fail_logging_outcomes, ack_many_plain,
+--                     ack_many_logging_outcomes: one branch per registered table, comparing
+--                     p_table with its oid (a simple expression, no statement), then its
+--                     name as regclass prints it (a renamed table's static statements would
+--                     fail with "relation does not exist": refused first with the fix); a
+--                     table no branch names is refused with the fix (run init-db for it).
+--                     Migration 010's switch copies the wanted template into ack, fail and,
+--                     since this migration, ack_many: while no breaker exists the entry
+--                     points call the plain functions, which log no outcome.
+-- claim               the per-table claim tries the change lock (migration 022) and, with no
+--                     control on the table, runs migration 001's statement, static; with
+--                     controls it runs claim_with_controls(p_table, …): migration 022's
+--                     controls path, unchanged (dynamic: its cost is the controls'
+--                     bookkeeping more than its planning).
+-- fail                static; with p_ledger and p_ledger_action the ledger row is deleted by a
+--                     second, dynamic statement in the same call (the ledger is a parameter).
+-- ack_many(p_table, p_ids, p_worker)
+--                     acks every row of p_ids this worker still holds, in one statement, and
+--                     returns their ids (ascending); logs each acked row's breaker outcome as
+--                     ack does. When that statement fails (a user's trigger refusing one
+--                     row, say), it acks row by row, each in a savepoint: a row whose
+--                     recording fails stays processing (for the reaper) with a WARNING
+--                     naming it, the others are acked. Rows not returned were not held by
+--                     this worker (reaped or re-claimed), or their recording failed.
+--
+-- After a dump and restore the oids differ: the dispatchers refuse every table until init-db
+-- runs again (the error says so).
+
+CREATE TABLE outbox_monitor.worker_outboxes (
+    outbox       regclass PRIMARY KEY,
+    schema_name  text NOT NULL,
+    table_name   text NOT NULL,
+    installed_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The name of one of a table's worker functions: store/audited_writers.writer_name's rule.
+CREATE FUNCTION outbox_monitor.worker_function_name(p_kind text, p_schema text, p_table text)
+RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    plain text := p_kind || '__' || p_schema || '__' || p_table;
+    head text;
+BEGIN
+    IF octet_length(plain) <= 63 AND strpos(p_schema, '__') = 0 AND strpos(p_table, '__') = 0 THEN
+        RETURN plain;
+    END IF;
+    head := left(plain, 49);
+    WHILE octet_length(head) > 49 LOOP
+        head := left(head, -1);
+    END LOOP;
+    RETURN head || '__' || left(md5(p_schema || '.' || p_table), 12);
+END
+$$;
+
+-- A dispatcher's refusal: p_table has no worker functions (never prepared, or prepared
+-- before a dump and restore), or was renamed since (p_prepared: the name it had).
+CREATE FUNCTION outbox_monitor.worker_functions_missing(p_table regclass, p_prepared text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_prepared IS NOT NULL THEN
+        RAISE EXCEPTION 'outbox table % was renamed since init-db prepared its worker functions (as %)', p_table, p_prepared
+              USING ERRCODE = 'object_not_in_prerequisite_state',
+                    HINT = format('Run outbox-monitor init-db with OUTBOX_MONITOR_TABLE=%s', p_table);
+    END IF;
+    RAISE EXCEPTION 'outbox table % has no worker functions: init-db has not prepared it', p_table
+          USING ERRCODE = 'object_not_in_prerequisite_state',
+                HINT = format('Run outbox-monitor init-db with OUTBOX_MONITOR_TABLE=%s (after a restore: again)', p_table);
+END
+$$;
+
+-- claim's controls path (migration 022's body after its no-control branch, unchanged): called
+-- by a table's claim function, which took the change lock first.
+CREATE FUNCTION outbox_monitor.claim_with_controls(p_table regclass, p_worker text,
+                                                   p_limit integer)
+RETURNS TABLE (
+    id bigint, event_type text, aggregate_type text, aggregate_id text, event_key text,
+    payload jsonb, attempts integer, created_at timestamptz
+) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    g record;
+    blocked_exact text[] := '{}';
+    blocked_like text[] := '{}';
+    filters text[] := '{}';
+    remaining integer[] := '{}';
+    taken bigint[] := '{}';
+    cand record;
+    processing integer;
+    processing_types text[];
+    processing_counts integer[];
+    grant_now integer;
+    fits boolean;
+    skipped boolean;
+    by_type boolean;        -- pending_types_index(p_table), looked up once something is blocked
+    pending_types text[];   -- the event types of pending rows (loose index scan), read once
+    allowed text[];         -- those no blocked filter matches
+BEGIN
+    FOR g IN SELECT * FROM outbox_monitor.claim_grants(p_table) LOOP
+        grant_now := CASE WHEN g.refused THEN 0 ELSE g.tokens END;
+        IF NOT g.refused AND g.concurrency_limit IS NOT NULL THEN
+            IF processing_types IS NULL THEN  -- once per claim, for every limit
+                EXECUTE format('SELECT coalesce(array_agg(p.event_type), ''{}''),
+                                       coalesce(array_agg(p.n), ''{}'')
+                                  FROM (SELECT o.event_type, count(*)::integer AS n FROM %s o
+                                         WHERE o.status = ''processing''
+                                         GROUP BY o.event_type) AS p', p_table)
+                   INTO processing_types, processing_counts;
+            END IF;
+            processing := 0;
+            FOR j IN 1 .. cardinality(processing_types) LOOP
+                IF outbox_monitor.type_matches(processing_types[j], g.event_type_filter) THEN
+                    processing := processing + processing_counts[j];
+                END IF;
+            END LOOP;
+            grant_now := least(grant_now, g.concurrency_limit - processing);
+        END IF;
+        IF g.probe AND NOT g.refused THEN
+            grant_now := least(grant_now, 1);
+        END IF;
+        IF grant_now IS NOT NULL AND grant_now <= 0 THEN
+            IF strpos(g.event_type_filter, '%') > 0 THEN
+                blocked_like := blocked_like || replace(replace(g.event_type_filter, '\', '\\'), '_', '\_');
+            ELSE
+                blocked_exact := blocked_exact || g.event_type_filter;
+            END IF;
+        ELSIF grant_now IS NOT NULL OR g.probe THEN
+            filters := filters || g.event_type_filter;
+            remaining := remaining || grant_now;
+        END IF;
+    END LOOP;
+
+    -- Rounds: each takes due rows in created_at order while their limited controls have
+    -- headroom; a control that runs out is blocked for the next round. At most one round
+    -- more than there are limited controls.
+    LOOP
+        EXIT WHEN cardinality(taken) >= p_limit;
+        skipped := false;
+        IF pending_types IS NULL AND cardinality(blocked_exact) + cardinality(blocked_like) > 0 THEN
+            by_type := coalesce(by_type, outbox_monitor.pending_types_index(p_table));
+            IF by_type THEN
+                EXECUTE format(
+                    'WITH RECURSIVE types AS (
+                         (SELECT o.event_type FROM %1$s o
+                           WHERE o.status = ''pending'' AND o.event_type IS NOT NULL
+                           ORDER BY o.event_type LIMIT 1)
+                         UNION ALL
+                         SELECT (SELECT o.event_type FROM %1$s o
+                                  WHERE o.status = ''pending'' AND o.event_type > types.event_type
+                                  ORDER BY o.event_type LIMIT 1)
+                           FROM types WHERE types.event_type IS NOT NULL)
+                     SELECT coalesce(array_agg(t.event_type), ''{}'')
+                       FROM (SELECT types.event_type FROM types
+                              WHERE types.event_type IS NOT NULL LIMIT 1001) AS t', p_table)
+                   INTO pending_types;
+                IF cardinality(pending_types) > 1000 THEN
+                    -- so many types that probing each could cost more than the held rows:
+                    -- 008's scan (the recursion stopped at the 1,001st)
+                    by_type := false;
+                    pending_types := NULL;
+                END IF;
+            END IF;
+        END IF;
+        IF pending_types IS NOT NULL THEN
+            allowed := ARRAY(SELECT t FROM unnest(pending_types) AS t
+                              WHERE NOT (t = ANY(blocked_exact) OR t LIKE ANY(blocked_like)));
+            EXIT WHEN cardinality(allowed) = 0;  -- every pending row is held
+        END IF;
+        FOR cand IN EXECUTE format(
+                'SELECT o.id, o.event_type FROM %s o
+                  WHERE o.status = ''pending'' AND o.available_at <= now()
+                        AND NOT (o.id = ANY($1))
+                        AND %s
+                  ORDER BY o.created_at
+                  LIMIT $4
+                  FOR UPDATE SKIP LOCKED',
+                p_table,
+                CASE WHEN allowed IS NULL
+                     THEN 'NOT (o.event_type = ANY($2) OR o.event_type LIKE ANY($3))'
+                     ELSE 'o.event_type = ANY($5)' END)
+            USING taken, blocked_exact, blocked_like, p_limit - cardinality(taken), allowed LOOP
+            fits := true;
+            FOR j IN 1 .. cardinality(filters) LOOP
+                IF outbox_monitor.type_matches(cand.event_type, filters[j])
+                   AND remaining[j] IS NOT NULL AND remaining[j] <= 0 THEN
+                    fits := false;
+                END IF;
+            END LOOP;
+            IF NOT fits THEN
+                skipped := true;
+                CONTINUE;
+            END IF;
+            taken := taken || cand.id;
+            FOR j IN 1 .. cardinality(filters) LOOP
+                IF outbox_monitor.type_matches(cand.event_type, filters[j]) THEN
+                    IF remaining[j] IS NOT NULL THEN
+                        remaining[j] := remaining[j] - 1;
+                    END IF;
+                    IF remaining[j] IS NOT NULL AND remaining[j] <= 0 THEN
+                        IF strpos(filters[j], '%') > 0 THEN
+                            blocked_like := blocked_like
+                                || replace(replace(filters[j], '\', '\\'), '_', '\_');
+                        ELSE
+                            blocked_exact := blocked_exact || filters[j];
+                        END IF;
+                    END IF;
+                END IF;
+            END LOOP;
+        END LOOP;
+        -- no row was refused for want of headroom: every due row was seen or taken
+        EXIT WHEN NOT skipped;
+    END LOOP;
+
+    RETURN QUERY EXECUTE format(
+        'UPDATE %1$s o
+            SET status = ''processing'', locked_at = now(), locked_by = $1
+          WHERE o.id = ANY($2)
+         RETURNING o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.event_key,
+                   o.payload, o.attempts, o.created_at', p_table)
+    USING p_worker, taken;
+    IF cardinality(filters) > 0 AND cardinality(taken) > 0 THEN
+        PERFORM outbox_monitor.claim_consume(p_table, taken);
+    END IF;
+END
+$$;
+
+-- The entry point of a finished batch; its body is a dispatcher (below), replaced by the
+-- switch like ack's.
+CREATE FUNCTION outbox_monitor.ack_many(p_table regclass, p_ids bigint[], p_worker text)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM outbox_monitor.worker_functions_missing(p_table);
+    RETURN NULL;
+END
+$$;
+CREATE FUNCTION outbox_monitor.ack_many_plain(p_table regclass, p_ids bigint[], p_worker text)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM outbox_monitor.worker_functions_missing(p_table);
+    RETURN NULL;
+END
+$$;
+CREATE FUNCTION outbox_monitor.ack_many_logging_outcomes(p_table regclass, p_ids bigint[],
+                                                         p_worker text)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM outbox_monitor.worker_functions_missing(p_table);
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION outbox_monitor.ack_many_plain(regclass, bigint[], text),
+    outbox_monitor.ack_many_logging_outcomes(regclass, bigint[], text) FROM PUBLIC;
+
+-- The dispatchers from worker_outboxes (rows of dropped tables deleted first), then the
+-- switch, which copies the wanted templates into ack, fail and ack_many.
+CREATE FUNCTION outbox_monitor.dispatch_worker_functions()
+RETURNS void LANGUAGE plpgsql VOLATILE AS $gen$
+DECLARE
+    t record;
+    d record;
+    branches text;
+    call text;
+BEGIN
+    DELETE FROM outbox_monitor.worker_outboxes w
+     WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = w.outbox);
+    FOR d IN SELECT * FROM (VALUES
+            ('claim', 'claim', 'p_worker text, p_limit integer DEFAULT 50',
+             'TABLE (id bigint, event_type text, aggregate_type text, aggregate_id text, '
+             'event_key text, payload jsonb, attempts integer, created_at timestamptz)',
+             'p_worker, p_limit', true),
+            ('ack_plain', 'ack', 'p_id bigint, p_worker text', 'boolean', 'p_id, p_worker', false),
+            ('ack_logging_outcomes', 'ack_logging', 'p_id bigint, p_worker text', 'boolean',
+             'p_id, p_worker', false),
+            ('ack_many_plain', 'ack_many', 'p_ids bigint[], p_worker text', 'bigint[]',
+             'p_ids, p_worker', false),
+            ('ack_many_logging_outcomes', 'ack_many_logging', 'p_ids bigint[], p_worker text',
+             'bigint[]', 'p_ids, p_worker', false),
+            ('fail_plain', 'fail',
+             'p_id bigint, p_worker text, p_error text, p_permanent boolean DEFAULT false, '
+             'p_max_attempts integer DEFAULT 10, p_ledger regclass DEFAULT NULL, '
+             'p_ledger_action text DEFAULT NULL', 'text',
+             'p_id, p_worker, p_error, p_permanent, p_max_attempts, p_ledger, p_ledger_action',
+             false),
+            ('fail_logging_outcomes', 'fail_logging',
+             'p_id bigint, p_worker text, p_error text, p_permanent boolean DEFAULT false, '
+             'p_max_attempts integer DEFAULT 10, p_ledger regclass DEFAULT NULL, '
+             'p_ledger_action text DEFAULT NULL', 'text',
+             'p_id, p_worker, p_error, p_permanent, p_max_attempts, p_ledger, p_ledger_action',
+             false))
+            AS v(dispatcher, kind, arguments, result, passed, returns_set) LOOP
+        branches := '';
+        FOR t IN SELECT w.outbox::oid AS oid, n.nspname, c.relname
+                   FROM outbox_monitor.worker_outboxes w
+                   JOIN pg_class c ON c.oid = w.outbox
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                  ORDER BY w.outbox::oid LOOP
+            call := format('outbox_monitor.%I(p_table, %s)',
+                           outbox_monitor.worker_function_name(d.kind, t.nspname, t.relname),
+                           d.passed);
+            branches := branches || format(
+                E'    IF p_table = %s::oid THEN\n'
+                || E'        IF p_table::text NOT IN (%L, %L) THEN\n'
+                || E'            PERFORM outbox_monitor.worker_functions_missing(p_table, %L);\n'
+                || E'        END IF;\n'
+                || E'        %s\n'
+                || E'    END IF;\n',
+                t.oid, quote_ident(t.relname),
+                quote_ident(t.nspname) || '.' || quote_ident(t.relname),
+                quote_ident(t.nspname) || '.' || quote_ident(t.relname),
+                CASE WHEN d.returns_set THEN 'RETURN QUERY SELECT * FROM ' || call || '; RETURN;'
+                     ELSE 'RETURN ' || call || ';' END);
+        END LOOP;
+        EXECUTE format(
+            E'CREATE OR REPLACE FUNCTION outbox_monitor.%I(p_table regclass, %s)\n'
+            || E'RETURNS %s LANGUAGE plpgsql VOLATILE AS $body$\n'
+            || E'BEGIN\n%s'
+            || E'    PERFORM outbox_monitor.worker_functions_missing(p_table);\n'
+            || E'%sEND\n$body$',
+            d.dispatcher, d.arguments, d.result,
+            branches, CASE WHEN d.returns_set THEN '' ELSE E'    RETURN NULL;\n' END);
+    END LOOP;
+    -- migration 010's switch: ack, fail and ack_many get the wanted template's new body
+    UPDATE outbox_monitor.controls SET breaker = breaker WHERE false;
+END
+$gen$;
+
+-- p_table's worker functions (see the top of this file), its row in worker_outboxes, then the
+-- dispatchers. The functions of the name the table had when last prepared are dropped.
+CREATE FUNCTION outbox_monitor.install_worker_functions(p_table regclass)
+RETURNS void LANGUAGE plpgsql VOLATILE AS $gen$
+DECLARE
+    v_schema text;
+    v_name text;
+    v_table text;
+    v_old record;
+    v_kind text;
+    v_kinds constant text[] := ARRAY['claim', 'ack', 'ack_logging', 'fail', 'fail_logging',
+                                     'ack_many', 'ack_many_logging'];
+    v_arguments constant text[] := ARRAY[
+        'regclass, text, integer', 'regclass, bigint, text', 'regclass, bigint, text',
+        'regclass, bigint, text, text, boolean, integer, regclass, text',
+        'regclass, bigint, text, text, boolean, integer, regclass, text',
+        'regclass, bigint[], text', 'regclass, bigint[], text'];
+    f text[];  -- the function names, in v_kinds' order
+BEGIN
+    SELECT n.nspname, c.relname INTO v_schema, v_name
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table AND c.relkind IN ('r', 'p');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'install_worker_functions: % is not a table', p_table
+              USING ERRCODE = 'wrong_object_type';
+    END IF;
+    SELECT w.schema_name, w.table_name INTO v_old
+      FROM outbox_monitor.worker_outboxes w WHERE w.outbox = p_table;
+    IF FOUND AND (v_old.schema_name, v_old.table_name) IS DISTINCT FROM (v_schema, v_name) THEN
+        FOR i IN 1 .. cardinality(v_kinds) LOOP
+            EXECUTE format('DROP FUNCTION IF EXISTS outbox_monitor.%I(%s)',
+                           outbox_monitor.worker_function_name(v_kinds[i], v_old.schema_name,
+                                                               v_old.table_name),
+                           v_arguments[i]);
+        END LOOP;
+    END IF;
+    v_table := quote_ident(v_schema) || '.' || quote_ident(v_name);
+    FOREACH v_kind IN ARRAY v_kinds LOOP
+        f := f || outbox_monitor.worker_function_name(v_kind, v_schema, v_name);
+    END LOOP;
+
+    -- claim: migration 022's, its no-control statement static
+    EXECUTE format($t$
+CREATE OR REPLACE FUNCTION outbox_monitor.%2$I(p_table regclass, p_worker text, p_limit integer)
+RETURNS TABLE (
+    id bigint, event_type text, aggregate_type text, aggregate_id text, event_key text,
+    payload jsonb, attempts integer, created_at timestamptz
+) LANGUAGE plpgsql VOLATILE AS $body$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared(outbox_monitor.change_lock_key(p_table)) THEN
+        RETURN;  -- a control change holds or awaits the outbox's change lock: no row now
+    END IF;
+    IF EXISTS (SELECT FROM outbox_monitor.controls c WHERE c.outbox = p_table) THEN
+        RETURN QUERY SELECT * FROM outbox_monitor.claim_with_controls(p_table, p_worker, p_limit);
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.id FROM %1$s o
+         WHERE o.status = 'pending' AND o.available_at <= now()
+         ORDER BY o.created_at
+         LIMIT p_limit
+         FOR UPDATE SKIP LOCKED)
+    UPDATE %1$s o
+       SET status = 'processing', locked_at = now(), locked_by = p_worker
+      FROM due
+     WHERE o.id = due.id
+    RETURNING o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.event_key,
+              o.payload, o.attempts, o.created_at;
+END
+$body$$t$, v_table, f[1]);
+
+    -- ack: migration 001's (plain) and 008's (logging its breakers' outcome)
+    EXECUTE format($t$
+CREATE OR REPLACE FUNCTION outbox_monitor.%2$I(p_table regclass, p_id bigint, p_worker text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $body$
+BEGIN
+    UPDATE %1$s o
+       SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL,
+           last_error = NULL
+     WHERE o.id = p_id AND o.status = 'processing' AND o.locked_by = p_worker;
+    RETURN FOUND;
+END
+$body$$t$, v_table, f[2]);
+    EXECUTE format($t$
+CREATE OR REPLACE FUNCTION outbox_monitor.%2$I(p_table regclass, p_id bigint, p_worker text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+    acked_type text;
+BEGIN
+    UPDATE %1$s o
+       SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL,
+           last_error = NULL
+     WHERE o.id = p_id AND o.status = 'processing' AND o.locked_by = p_worker
+    RETURNING o.event_type INTO acked_type;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (SELECT FROM outbox_monitor.controls c
+                WHERE c.outbox = p_table AND c.breaker
+                      AND outbox_monitor.type_matches(acked_type, c.event_type_filter)) THEN
+        PERFORM outbox_monitor.record_outcome(p_table, p_id, acked_type, 'ack');
+    END IF;
+    RETURN true;
+END
+$body$$t$, v_table, f[3]);
+
+    -- fail: migration 001's (plain) and 008's (logging); the ledger's row deleted by a
+    -- second statement when asked (the ledger is a parameter)
+    FOR i IN 4 .. 5 LOOP
+        EXECUTE format($t$
+CREATE OR REPLACE FUNCTION outbox_monitor.%2$I(
+    p_table regclass, p_id bigint, p_worker text, p_error text,
+    p_permanent boolean DEFAULT false, p_max_attempts integer DEFAULT 10,
+    p_ledger regclass DEFAULT NULL, p_ledger_action text DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+    new_status text;
+    failed_key text;
+    failed_type text;
+BEGIN
+    UPDATE %1$s o SET
+        attempts = o.attempts + 1,
+        status = CASE WHEN p_permanent OR o.attempts + 1 >= p_max_attempts
+                      THEN 'failed' ELSE 'pending' END,
+        available_at = CASE WHEN p_permanent OR o.attempts + 1 >= p_max_attempts
+                            THEN o.available_at
+                            ELSE now() + outbox_monitor.backoff_delay(o.attempts + 1) END,
+        processed_at = CASE WHEN p_permanent OR o.attempts + 1 >= p_max_attempts
+                            THEN now() ELSE NULL END,
+        last_error = left(p_error, 2000),
+        locked_at = NULL, locked_by = NULL
+     WHERE o.id = p_id AND o.status = 'processing' AND o.locked_by = p_worker
+    RETURNING o.status, o.event_key, o.event_type INTO new_status, failed_key, failed_type;
+    IF new_status IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF p_ledger IS NOT NULL AND p_ledger_action IS NOT NULL THEN
+        EXECUTE format('DELETE FROM %%s l WHERE l.event_key = $1 AND l.action = $2', p_ledger)
+        USING failed_key, p_ledger_action;
+    END IF;
+    %3$s
+    RETURN new_status;
+END
+$body$$t$, v_table, f[i], CASE WHEN i = 4 THEN '' ELSE $log$IF EXISTS (SELECT FROM outbox_monitor.controls c
+                WHERE c.outbox = p_table AND c.breaker
+                      AND outbox_monitor.type_matches(failed_type, c.event_type_filter)) THEN
+        PERFORM outbox_monitor.record_outcome(
+            p_table, p_id, failed_type,
+            CASE WHEN p_permanent THEN 'permanent' ELSE 'transient' END);
+    END IF;$log$ END);
+    END LOOP;
+
+    -- ack_many: one statement; when it fails, row by row through the table's ack
+    FOR i IN 6 .. 7 LOOP
+        EXECUTE format($t$
+CREATE OR REPLACE FUNCTION outbox_monitor.%2$I(p_table regclass, p_ids bigint[], p_worker text)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+    acked bigint[];
+    acked_types text[];
+    one bigint;
+BEGIN
+    BEGIN
+        WITH done AS (
+            UPDATE %1$s o
+               SET status = 'done', processed_at = now(), locked_at = NULL, locked_by = NULL,
+                   last_error = NULL
+             WHERE o.id = ANY(p_ids) AND o.status = 'processing' AND o.locked_by = p_worker
+            RETURNING o.id, o.event_type)
+        SELECT coalesce(array_agg(done.id ORDER BY done.id), '{}'),
+               coalesce(array_agg(done.event_type ORDER BY done.id), '{}')
+          INTO acked, acked_types
+          FROM done;
+        %4$s
+        RETURN acked;
+    EXCEPTION WHEN OTHERS THEN
+        NULL;  -- one row's recording failed (a trigger refusing it, say): row by row
+    END;
+    acked := '{}';
+    FOR one IN SELECT DISTINCT i FROM unnest(p_ids) AS i WHERE i IS NOT NULL ORDER BY i LOOP
+        BEGIN
+            IF outbox_monitor.%3$I(p_table, one, p_worker) THEN
+                acked := acked || one;
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            RAISE WARNING 'row %% of %%: recording its ack failed, it stays processing until a reap (%%)',
+                          one, p_table, SQLERRM;
+        END;
+    END LOOP;
+    RETURN acked;
+END
+$body$$t$, v_table, f[i], f[i - 4], CASE WHEN i = 6 THEN '' ELSE $log$IF EXISTS (SELECT FROM outbox_monitor.controls c
+                    WHERE c.outbox = p_table AND c.breaker) THEN
+            FOR j IN 1 .. cardinality(acked) LOOP
+                IF EXISTS (SELECT FROM outbox_monitor.controls c
+                            WHERE c.outbox = p_table AND c.breaker
+                                  AND outbox_monitor.type_matches(acked_types[j],
+                                                                  c.event_type_filter)) THEN
+                    PERFORM outbox_monitor.record_outcome(p_table, acked[j], acked_types[j],
+                                                          'ack');
+                END IF;
+            END LOOP;
+        END IF;$log$ END);
+    END LOOP;
+
+    FOR i IN 1 .. cardinality(v_kinds) LOOP
+        EXECUTE format('COMMENT ON FUNCTION outbox_monitor.%I(%s) IS %L', f[i], v_arguments[i],
+                       format('Worker %s of %s.%s (init-db; migration 031).', v_kinds[i],
+                              v_schema, v_name));
+    END LOOP;
+    INSERT INTO outbox_monitor.worker_outboxes AS w (outbox, schema_name, table_name)
+    VALUES (p_table, v_schema, v_name)
+    ON CONFLICT (outbox) DO UPDATE
+       SET schema_name = EXCLUDED.schema_name, table_name = EXCLUDED.table_name,
+           installed_at = now();
+    PERFORM outbox_monitor.dispatch_worker_functions();
+END
+$gen$;
+
+-- The switch (migration 010's) also moves ack_many; otherwise as it was.
+CREATE OR REPLACE FUNCTION outbox_monitor.sync_outcome_logging()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    -- each statement below sees what committed before it began (READ COMMITTED only)
+    fresh boolean := current_setting('transaction_isolation') = 'read committed';
+    logging boolean;
+    f record;
+BEGIN
+    IF TG_RELID IS DISTINCT FROM 'outbox_monitor.controls'::regclass THEN
+        RAISE EXCEPTION 'sync_outcome_logging is a trigger of outbox_monitor.controls only'
+              USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    LOCK TABLE outbox_monitor.outcome_logging_lock IN EXCLUSIVE MODE;
+    IF TG_WHEN = 'BEFORE' THEN
+        RETURN NULL;
+    END IF;
+    logging := NOT fresh OR EXISTS (SELECT FROM outbox_monitor.controls c WHERE c.breaker);
+    FOR f IN
+        SELECT target.oid, target.proname, template.prosrc
+          FROM pg_proc AS target
+          JOIN pg_proc AS template
+            ON template.pronamespace = target.pronamespace
+               AND template.proargtypes = target.proargtypes
+               AND template.proname = target.proname
+                   || CASE WHEN logging THEN '_logging_outcomes' ELSE '_plain' END
+         WHERE target.pronamespace = 'outbox_monitor'::regnamespace
+               AND target.proname IN ('ack', 'fail', 'ack_many')
+               -- an older snapshot may show a source replaced since: then replace anyway
+               AND (NOT fresh OR target.prosrc <> template.prosrc)
+         ORDER BY target.proname
+    LOOP
+        EXECUTE format('CREATE OR REPLACE FUNCTION outbox_monitor.%I(%s) RETURNS %s
+                        LANGUAGE plpgsql VOLATILE AS %L',
+                       f.proname, pg_get_function_arguments(f.oid),
+                       pg_get_function_result(f.oid), f.prosrc);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION outbox_monitor.sync_outcome_logging() FROM PUBLIC;
+
+-- Only init-db (the schema's owner) prepares tables.
+REVOKE ALL ON FUNCTION outbox_monitor.install_worker_functions(regclass),
+    outbox_monitor.dispatch_worker_functions() FROM PUBLIC;
+
+-- The outboxes this database already knows (flow controls, the sampler's rows) are prepared
+-- now, so that their workers go on across the upgrade; init-db prepares its own table next.
+DO $$
+DECLARE
+    t regclass;
+BEGIN
+    FOR t IN
+        SELECT DISTINCT known.outbox
+          FROM (SELECT c.outbox FROM outbox_monitor.controls c
+                UNION SELECT to_regclass(s.table_name)
+                        FROM (SELECT DISTINCT table_name FROM outbox_monitor.samples) AS s) AS known
+          JOIN pg_class AS c ON c.oid = known.outbox AND c.relkind IN ('r', 'p')
+         WHERE (SELECT count(*) FROM pg_attribute a
+                 WHERE a.attrelid = known.outbox AND NOT a.attisdropped
+                       AND a.attname IN ('id', 'status', 'locked_by', 'available_at')) = 4
+    LOOP
+        PERFORM outbox_monitor.install_worker_functions(t);
+    END LOOP;
+    PERFORM outbox_monitor.dispatch_worker_functions();
+END
+$$;
