@@ -105,6 +105,11 @@ def create_outbox_table(
     )
 
 
+WORKER_FUNCTIONS_MIGRATION = 31
+"""The migration that installs the per-table worker functions' generator (``031_static_worker_
+functions.sql``): init-db prepares its table once the schema has it."""
+
+
 def init_db(
     db: Database,
     *,
@@ -189,9 +194,10 @@ def init_db(
                     current = version
             report.schema_version = current
             create_writers(conn, db.settings)
-            conn.execute(
-                compose("install_worker_functions"), {"table_regclass": db.table_regclass}
-            )
+            if current >= WORKER_FUNCTIONS_MIGRATION:
+                conn.execute(
+                    compose("install_worker_functions"), {"table_regclass": db.table_regclass}
+                )
         if create_indexes:
             with _index_builder_lock(conn):
                 wanted = RECOMMENDED_INDEXES + ((FLOW_CONTROL_INDEX,) if flow_control else ())

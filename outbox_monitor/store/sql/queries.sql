@@ -262,6 +262,10 @@ SELECT * FROM outbox_monitor.claim(%(table_regclass)s::regclass, %(worker)s, %(l
 -- Acknowledge one claimed row; false when the worker no longer holds the claim.
 SELECT outbox_monitor.ack(%(table_regclass)s::regclass, %(id)s, %(worker)s) AS acked;
 
+-- name: ack_many
+-- Acknowledge the claimed rows %(ids)s of one finished batch in one call; returns the ids acked (a row not held by the worker, or whose recording failed, is not among them).
+SELECT outbox_monitor.ack_many(%(table_regclass)s::regclass, %(ids)s::bigint[], %(worker)s) AS acked;
+
 -- name: fail
 -- Record one failed attempt (retry with backoff or dead-letter), the shared SQL function.
 SELECT outbox_monitor.fail(%(table_regclass)s::regclass, %(id)s, %(worker)s, %(error)s,
