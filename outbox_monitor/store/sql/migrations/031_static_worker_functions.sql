@@ -31,9 +31,9 @@
 --                     points call the plain functions, which log no outcome.
 -- claim               the per-table claim tries the change lock (migration 022) and, with no
 --                     control on the table, runs migration 001's statement, static; with
---                     controls it runs claim_with_controls(p_table, …): migration 022's
---                     controls path, unchanged (dynamic: its cost is the controls'
---                     bookkeeping more than its planning).
+--                     controls it runs claim_with_controls(p_table, …): the controls path
+--                     of the claim as migrations 022 and 024 left it, unchanged (dynamic:
+--                     its cost is the controls' bookkeeping more than its planning).
 -- fail                static; with p_ledger and p_ledger_action the ledger row is deleted by a
 --                     second, dynamic statement in the same call (the ledger is a parameter).
 -- ack_many(p_table, p_ids, p_worker)
@@ -89,159 +89,35 @@ BEGIN
 END
 $$;
 
--- claim's controls path (migration 022's body after its no-control branch, unchanged): called
--- by a table's claim function, which took the change lock first.
-CREATE FUNCTION outbox_monitor.claim_with_controls(p_table regclass, p_worker text,
-                                                   p_limit integer)
-RETURNS TABLE (
-    id bigint, event_type text, aggregate_type text, aggregate_id text, event_key text,
-    payload jsonb, attempts integer, created_at timestamptz
-) LANGUAGE plpgsql VOLATILE AS $$
+-- claim's controls path: the current claim's body (migration 022's, as 024 edited it) without
+-- its first two steps (the change lock's try and the no-control statement), cut from its
+-- definition as it is (each marker must be found once, or the migration fails), so that
+-- whatever an earlier migration changed in it stays. A table's claim function calls it once
+-- it took the change lock and found controls.
+DO $migration$
 DECLARE
-    g record;
-    blocked_exact text[] := '{}';
-    blocked_like text[] := '{}';
-    filters text[] := '{}';
-    remaining integer[] := '{}';
-    taken bigint[] := '{}';
-    cand record;
-    processing integer;
-    processing_types text[];
-    processing_counts integer[];
-    grant_now integer;
-    fits boolean;
-    skipped boolean;
-    by_type boolean;        -- pending_types_index(p_table), looked up once something is blocked
-    pending_types text[];   -- the event types of pending rows (loose index scan), read once
-    allowed text[];         -- those no blocked filter matches
+    source text;
+    lock_try constant text := 'IF NOT pg_try_advisory_xact_lock_shared(';
+    controls_path constant text := 'FOR g IN SELECT * FROM outbox_monitor.claim_grants(p_table) LOOP';
 BEGIN
-    FOR g IN SELECT * FROM outbox_monitor.claim_grants(p_table) LOOP
-        grant_now := CASE WHEN g.refused THEN 0 ELSE g.tokens END;
-        IF NOT g.refused AND g.concurrency_limit IS NOT NULL THEN
-            IF processing_types IS NULL THEN  -- once per claim, for every limit
-                EXECUTE format('SELECT coalesce(array_agg(p.event_type), ''{}''),
-                                       coalesce(array_agg(p.n), ''{}'')
-                                  FROM (SELECT o.event_type, count(*)::integer AS n FROM %s o
-                                         WHERE o.status = ''processing''
-                                         GROUP BY o.event_type) AS p', p_table)
-                   INTO processing_types, processing_counts;
-            END IF;
-            processing := 0;
-            FOR j IN 1 .. cardinality(processing_types) LOOP
-                IF outbox_monitor.type_matches(processing_types[j], g.event_type_filter) THEN
-                    processing := processing + processing_counts[j];
-                END IF;
-            END LOOP;
-            grant_now := least(grant_now, g.concurrency_limit - processing);
-        END IF;
-        IF g.probe AND NOT g.refused THEN
-            grant_now := least(grant_now, 1);
-        END IF;
-        IF grant_now IS NOT NULL AND grant_now <= 0 THEN
-            IF strpos(g.event_type_filter, '%') > 0 THEN
-                blocked_like := blocked_like || replace(replace(g.event_type_filter, '\', '\\'), '_', '\_');
-            ELSE
-                blocked_exact := blocked_exact || g.event_type_filter;
-            END IF;
-        ELSIF grant_now IS NOT NULL OR g.probe THEN
-            filters := filters || g.event_type_filter;
-            remaining := remaining || grant_now;
-        END IF;
-    END LOOP;
-
-    -- Rounds: each takes due rows in created_at order while their limited controls have
-    -- headroom; a control that runs out is blocked for the next round. At most one round
-    -- more than there are limited controls.
-    LOOP
-        EXIT WHEN cardinality(taken) >= p_limit;
-        skipped := false;
-        IF pending_types IS NULL AND cardinality(blocked_exact) + cardinality(blocked_like) > 0 THEN
-            by_type := coalesce(by_type, outbox_monitor.pending_types_index(p_table));
-            IF by_type THEN
-                EXECUTE format(
-                    'WITH RECURSIVE types AS (
-                         (SELECT o.event_type FROM %1$s o
-                           WHERE o.status = ''pending'' AND o.event_type IS NOT NULL
-                           ORDER BY o.event_type LIMIT 1)
-                         UNION ALL
-                         SELECT (SELECT o.event_type FROM %1$s o
-                                  WHERE o.status = ''pending'' AND o.event_type > types.event_type
-                                  ORDER BY o.event_type LIMIT 1)
-                           FROM types WHERE types.event_type IS NOT NULL)
-                     SELECT coalesce(array_agg(t.event_type), ''{}'')
-                       FROM (SELECT types.event_type FROM types
-                              WHERE types.event_type IS NOT NULL LIMIT 1001) AS t', p_table)
-                   INTO pending_types;
-                IF cardinality(pending_types) > 1000 THEN
-                    -- so many types that probing each could cost more than the held rows:
-                    -- 008's scan (the recursion stopped at the 1,001st)
-                    by_type := false;
-                    pending_types := NULL;
-                END IF;
-            END IF;
-        END IF;
-        IF pending_types IS NOT NULL THEN
-            allowed := ARRAY(SELECT t FROM unnest(pending_types) AS t
-                              WHERE NOT (t = ANY(blocked_exact) OR t LIKE ANY(blocked_like)));
-            EXIT WHEN cardinality(allowed) = 0;  -- every pending row is held
-        END IF;
-        FOR cand IN EXECUTE format(
-                'SELECT o.id, o.event_type FROM %s o
-                  WHERE o.status = ''pending'' AND o.available_at <= now()
-                        AND NOT (o.id = ANY($1))
-                        AND %s
-                  ORDER BY o.created_at
-                  LIMIT $4
-                  FOR UPDATE SKIP LOCKED',
-                p_table,
-                CASE WHEN allowed IS NULL
-                     THEN 'NOT (o.event_type = ANY($2) OR o.event_type LIKE ANY($3))'
-                     ELSE 'o.event_type = ANY($5)' END)
-            USING taken, blocked_exact, blocked_like, p_limit - cardinality(taken), allowed LOOP
-            fits := true;
-            FOR j IN 1 .. cardinality(filters) LOOP
-                IF outbox_monitor.type_matches(cand.event_type, filters[j])
-                   AND remaining[j] IS NOT NULL AND remaining[j] <= 0 THEN
-                    fits := false;
-                END IF;
-            END LOOP;
-            IF NOT fits THEN
-                skipped := true;
-                CONTINUE;
-            END IF;
-            taken := taken || cand.id;
-            FOR j IN 1 .. cardinality(filters) LOOP
-                IF outbox_monitor.type_matches(cand.event_type, filters[j]) THEN
-                    IF remaining[j] IS NOT NULL THEN
-                        remaining[j] := remaining[j] - 1;
-                    END IF;
-                    IF remaining[j] IS NOT NULL AND remaining[j] <= 0 THEN
-                        IF strpos(filters[j], '%') > 0 THEN
-                            blocked_like := blocked_like
-                                || replace(replace(filters[j], '\', '\\'), '_', '\_');
-                        ELSE
-                            blocked_exact := blocked_exact || filters[j];
-                        END IF;
-                    END IF;
-                END IF;
-            END LOOP;
-        END LOOP;
-        -- no row was refused for want of headroom: every due row was seen or taken
-        EXIT WHEN NOT skipped;
-    END LOOP;
-
-    RETURN QUERY EXECUTE format(
-        'UPDATE %1$s o
-            SET status = ''processing'', locked_at = now(), locked_by = $1
-          WHERE o.id = ANY($2)
-         RETURNING o.id, o.event_type, o.aggregate_type, o.aggregate_id, o.event_key,
-                   o.payload, o.attempts, o.created_at', p_table)
-    USING p_worker, taken;
-    IF cardinality(filters) > 0 AND cardinality(taken) > 0 THEN
-        PERFORM outbox_monitor.claim_consume(p_table, taken);
+    SELECT p.prosrc INTO source FROM pg_proc p
+     WHERE p.oid = 'outbox_monitor.claim(regclass, text, integer)'::regprocedure;
+    IF strpos(source, lock_try) = 0 OR strpos(source, controls_path) = 0
+       OR strpos(source, lock_try) > strpos(source, controls_path)
+       OR (length(source) - length(replace(source, controls_path, ''))) <> length(controls_path) THEN
+        RAISE EXCEPTION 'migration 031: outbox_monitor.claim is not migration 022''s shape';
     END IF;
+    source := left(source, strpos(source, lock_try) - 1)
+              || substr(source, strpos(source, controls_path));
+    EXECUTE format(
+        'CREATE FUNCTION outbox_monitor.claim_with_controls(p_table regclass, p_worker text,'
+        '                                                   p_limit integer)'
+        ' RETURNS TABLE (id bigint, event_type text, aggregate_type text, aggregate_id text,'
+        '                event_key text, payload jsonb, attempts integer,'
+        '                created_at timestamptz)'
+        ' LANGUAGE plpgsql VOLATILE AS %L', source);
 END
-$$;
+$migration$;
 
 -- The entry point of a finished batch; its body is a dispatcher (below), replaced by the
 -- switch like ack's.
