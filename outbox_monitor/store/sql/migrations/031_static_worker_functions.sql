@@ -381,6 +381,7 @@ DECLARE
     acked bigint[];
     acked_types text[];
     one bigint;
+    j bigint;
 BEGIN
     BEGIN
         WITH done AS (
@@ -411,18 +412,15 @@ BEGIN
     END LOOP;
     RETURN acked;
 END
-$body$$t$, v_table, f[i], f[i - 4], CASE WHEN i = 6 THEN '' ELSE $log$IF EXISTS (SELECT FROM outbox_monitor.controls c
-                    WHERE c.outbox = p_table AND c.breaker) THEN
-            FOR j IN 1 .. cardinality(acked) LOOP
-                IF EXISTS (SELECT FROM outbox_monitor.controls c
-                            WHERE c.outbox = p_table AND c.breaker
-                                  AND outbox_monitor.type_matches(acked_types[j],
-                                                                  c.event_type_filter)) THEN
-                    PERFORM outbox_monitor.record_outcome(p_table, acked[j], acked_types[j],
-                                                          'ack');
-                END IF;
-            END LOOP;
-        END IF;$log$ END);
+$body$$t$, v_table, f[i], f[i - 4], CASE WHEN i = 6 THEN '' ELSE $log$-- one statement finds the acked rows a breaker watches; their outcomes as ack logs them
+        FOR j IN SELECT a.n FROM unnest(acked_types) WITH ORDINALITY AS a(event_type, n)
+                  WHERE EXISTS (SELECT FROM outbox_monitor.controls c
+                                 WHERE c.outbox = p_table AND c.breaker
+                                       AND outbox_monitor.type_matches(a.event_type,
+                                                                       c.event_type_filter))
+                  ORDER BY a.n LOOP
+            PERFORM outbox_monitor.record_outcome(p_table, acked[j], acked_types[j], 'ack');
+        END LOOP;$log$ END);
     END LOOP;
 
     FOR i IN 1 .. cardinality(v_kinds) LOOP
