@@ -1465,7 +1465,7 @@ ORDER BY created_at
 LIMIT %(limit)s;
 
 -- name: claim_plan_shared_claim
--- The plan of outbox_monitor.claim's candidate selection with no control on the table (migration 001's statement, run by EXECUTE with the limit bound), without FOR UPDATE; planned, never run.
+-- The plan of outbox_monitor.claim's candidate selection with no control on the table (migration 001's statement, static in the table's own claim since migration 031), without FOR UPDATE; planned, never run.
 EXPLAIN (FORMAT JSON)
 SELECT o.id FROM {table} o
 WHERE o.status = 'pending' AND o.available_at <= now()
