@@ -12,6 +12,7 @@ from outbox_monitor import outbox
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.store import schema
 from outbox_monitor.store.db import Database
+from outbox_monitor.store.queries import migration_files
 from tests.flow import BREAKER, control
 
 TABLE = "integration_outbox"
@@ -280,3 +281,46 @@ def test_a_table_dropped_and_created_again_is_refused_until_prepared(dsn, conn):
     }
     prepared = conn.execute("SELECT count(*) AS n FROM outbox_monitor.worker_outboxes")
     assert prepared.fetchone()["n"] == 1  # the dropped table's row is gone
+
+
+def test_an_upgrade_prepares_the_outboxes_the_database_already_knows(empty_dsn, monkeypatch):
+    """Before migration 031 the shared functions served any table: an upgrade's init-db
+    prepares, besides its own table, the tables the flow controls and the sampler name, so
+    that their workers go on."""
+    up_to_028 = [m for m in migration_files() if m[0] <= 28]
+    monkeypatch.setattr(schema, "migration_files", lambda: up_to_028)
+    with Database(load_settings(dsn=empty_dsn)) as db:
+        schema.init_db(db, create_table=True, create_indexes=False)
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
+        for name in (SECOND, "third_outbox", "not_an_outbox"):
+            columns = f"LIKE {TABLE} INCLUDING ALL" if name != "not_an_outbox" else "x int"
+            conn.execute(f"CREATE TABLE {name} ({columns})")
+        conn.execute(
+            "INSERT INTO outbox_monitor.controls (outbox, event_type_filter, layer, paused,"
+            f" updated_by) VALUES ('{SECOND}', 'crm.%', 'ui', true, 'oncall')"
+        )
+        for name in ("public.third_outbox", "public.not_an_outbox", "public.gone"):
+            conn.execute(
+                "INSERT INTO outbox_monitor.samples (table_name, queue_depth, pending_total,"
+                " scheduled_retries, processing, stuck_locks, failed_in_window)"
+                " VALUES (%s, 0, 0, 0, 0, 0, 0)",
+                (name,),
+            )
+        for name in (SECOND, "third_outbox"):
+            conn.execute(
+                f"INSERT INTO {name} (event_type, aggregate_type, aggregate_id, event_key,"
+                " payload) VALUES ('order.paid', 'order', '1', 'k', '{}')"
+            )
+        monkeypatch.undo()
+        with Database(load_settings(dsn=empty_dsn)) as db:
+            assert (
+                "031_static_worker_functions"
+                in schema.init_db(db, create_indexes=False).applied_migrations
+            )
+        prepared = conn.execute(
+            "SELECT outbox::text AS t FROM outbox_monitor.worker_outboxes ORDER BY 1"
+        ).fetchall()
+        assert [row["t"] for row in prepared] == [TABLE, SECOND, "third_outbox"]
+        for name in (SECOND, "third_outbox"):  # the first through the controls' path
+            claimed_rows = outbox.claim(conn, "w1", table=f"public.{name}")
+            assert [row["event_key"] for row in claimed_rows] == ["k"]
