@@ -16,7 +16,7 @@ from outbox_monitor.demo.n8n import POLLER_ID, N8n
 from outbox_monitor.demo.n8n_credentials import pg_environment
 from tests.alerting import wait_for
 from tests.n8n.conftest import TOKEN
-from tests.n8n.test_n8n_poller import NOTIFICATION, PAYMENT, publish
+from tests.n8n.test_n8n_poller import NOTIFICATION, PAYMENT, publish, rows_in
 
 pytestmark = pytest.mark.n8n
 
@@ -54,14 +54,7 @@ def test_the_poller_acks_each_routes_rows_with_one_ack_many(
         ) as n8n:
             n8n.setup(activate=(POLLER_ID,))
             n8n.start()
-
-            def all_done() -> bool:
-                row = conn.execute(
-                    "SELECT count(*) FILTER (WHERE status = 'done') AS n FROM integration_outbox"
-                ).fetchone()
-                return row["n"] == ROWS
-
-            assert wait_for(all_done, timeout=120)
+            assert wait_for(lambda: rows_in(conn, "done") == ROWS, timeout=120)
         per_transaction = conn.execute(
             "SELECT count(*) AS n FROM acks GROUP BY xact ORDER BY 1"
         ).fetchall()
