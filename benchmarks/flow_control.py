@@ -31,11 +31,23 @@ are a backlog of ``--backlog`` ``order.paid`` rows (default 0.5 % of the table),
    are EXPLAINed (ANALYZE, BUFFERS) once through ``auto_explain``: scans, rows the scan
    read, rows removed by filter, pages.
 
+3. **The worker API** (``--api``, issue 32 item 2; instead of 1 and 2): per-row ack, the
+   shared ``outbox_monitor.ack`` against the users' UPDATE with the same WHERE, one call each
+   in turn on rows claimed by one worker, ``--ack-calls`` of each (per-call ms, medians and
+   their ratio, and the median of the adjacent pairs' ratios); then claim → ack throughput
+   as in 1 for: the product API (claim + ``ack_many`` of the batch), the product claim with
+   an ack per row, the users' SPEC §1 SQL (claim + an UPDATE per row), a baseline claim
+   (``bench_barrier.claim``: the table's own static claim function of migration 030 without
+   its look at the controls — the change lock's try and the static statement only) + ack_many,
+   and the product API with the 10 controls on other types and with 1 matching. Use
+   ``--batch 100 --backlog 30000``.
+
 Usage (from the repository root, with the package installed; the machine is shared)::
 
     nice -n 10 .venv/bin/python benchmarks/flow_control.py [--rows 1000000] [--backlog N]
         [--held 200000] [--workers 4] [--batch 50] [--repeat 9] [--latency-repeat 21]
         [--variants main,flow,...] [--no-latency] [--previous-claim]
+        [--api [--ack-calls 1500]]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --held 5000
 --repeat 2 --latency-repeat 3`` is a smoke run of under a minute. Every ratio is the median of
@@ -80,6 +92,14 @@ MIGRATIONS = Path(outbox_monitor.__file__).parent / "store" / "sql" / "migration
 MIGRATION_001 = MIGRATIONS / "001_core.sql"
 CLAIM_PATTERN = r"^CREATE (?:OR REPLACE )?FUNCTION outbox_monitor\.claim\(.*?^\$\$;"
 BASELINE = "bench_baseline"
+BARRIER = "bench_barrier"
+# the table's claim function's look at the controls (migration 030), cut for the baseline
+CONTROLS_LOOK = re.compile(
+    r"\n\s*IF EXISTS \(SELECT FROM outbox_monitor\.controls c WHERE c\.outbox = p_table\) THEN"
+    r".*?END IF;",
+    re.S,
+)
+ACK_WARMUP_CALLS = 20
 PREVIOUS = "bench_previous"
 PRODUCT = "outbox_monitor"
 WORKER = "benchmark-flow"
@@ -136,6 +156,7 @@ class Variant:
     label: str
     schema: str | None  # the claim and ack functions' schema; None: the users' SPEC §1 SQL
     controls: list[dict[str, Any]]
+    ack_many: bool = False  # the batch acked by one outbox_monitor.ack_many
 
 
 VARIANTS = (
@@ -160,6 +181,34 @@ THROUGHPUT_RATIOS = (
     ("flow+10nb", "flow", "the 10 without breakers vs none"),
     ("flow+10", "main", "10 controls on other types vs main"),
     ("users+10", "users", "users' SQL: 10 controls vs none"),
+)
+API_VARIANTS = (
+    Variant("api", "product API (030): claim + ack_many, no control", PRODUCT, [], True),
+    Variant("api-ack", "product claim + ack per row (030), no control", PRODUCT, []),
+    Variant("seed", "users' SPEC §1 SQL: claim + UPDATE per row", None, []),
+    Variant(
+        "barrier",
+        "baseline: the table's static claim, change lock's try only, + ack_many",
+        BARRIER,
+        [],
+        True,
+    ),
+    Variant("api+10", "product API, 10 controls on other types", PRODUCT, OTHER_CONTROLS, True),
+    Variant(
+        "api+1",
+        "product API, 10 controls, 1 matching (limit 1,000 on order.%)",
+        PRODUCT,
+        [*OTHER_CONTROLS[:9], MATCHING_CONTROL],
+        True,
+    ),
+)
+# (variant, against, what the ratio checks, its goal: a throughput ratio at least this)
+API_RATIOS = (
+    ("api", "seed", "product API vs the users' SQL", 0.90),
+    ("api-ack", "seed", "product claim + ack per row vs the users' SQL", None),
+    ("api", "barrier", "flow control unused: no control vs the barrier-only baseline", 0.95),
+    ("api+10", "api", "flow control used: 10 controls on other types vs none", 0.90),
+    ("api+1", "api", "flow control used: 10 controls, 1 matching vs none", 0.90),
 )
 LATENCY_CELLS = (
     ("unheld", f"{PLAIN_TABLE}: no control (the same due rows; held rows in backoff)"),
@@ -193,6 +242,7 @@ class Report:
     statements: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     previous: dict[str, list[float]] = field(default_factory=dict)
     previous_names: tuple[str, str] = ("", "")
+    single_acks: dict[str, list[float]] = field(default_factory=dict)
 
 
 def load_average() -> str:
@@ -286,6 +336,8 @@ def drain(db: RecordingDatabase, variant: Variant, backlog: int, args: argparse.
         schema = sql.Identifier(variant.schema)
         claim_query = db.compose("benchmark_flow_claim", schema=schema)
         ack_query = db.compose("benchmark_flow_ack", schema=schema)
+    if variant.ack_many:
+        ack_query = db.compose("benchmark_flow_ack_many")
     lock = threading.Lock()
     counts = {"claimed": 0, "claims": 0, "empty": 0}
     start = threading.Barrier(args.workers + 1)
@@ -310,6 +362,12 @@ def drain(db: RecordingDatabase, variant: Variant, backlog: int, args: argparse.
                             return
                         time.sleep(0.001)  # a control's state row held by another claim
                         continue
+                    if variant.ack_many:
+                        ids = [row[0] for row in rows]
+                        acked = conn.execute(ack_query, {**params, "ids": ids}).fetchone()[0]
+                        if len(acked) != len(ids):
+                            raise SystemExit(f"{variant.key}: acked {len(acked)} of {len(ids)}")
+                        continue
                     for row in rows:
                         conn.execute(ack_query, {**params, "id": row[0]})
         except BaseException as error:
@@ -332,10 +390,13 @@ def drain(db: RecordingDatabase, variant: Variant, backlog: int, args: argparse.
 
 
 def measure_throughput(
-    db: RecordingDatabase, backlog: dict[str, int], args: argparse.Namespace, report: Report
+    db: RecordingDatabase,
+    backlog: dict[str, int],
+    args: argparse.Namespace,
+    report: Report,
+    variants: list[Variant],
 ) -> None:
-    """One warm-up round, then ``args.repeat`` rounds of every variant in alternating order."""
-    variants = [variant for variant in VARIANTS if variant.key in args.variants]
+    """One warm-up round, then ``args.repeat`` rounds of ``variants`` in alternating order."""
     report.runs = {variant.key: [] for variant in variants}
     current: list[dict[str, Any]] | None = None
     last: dict[str, Run] = {}
@@ -457,6 +518,7 @@ def prepare_held_tables(
         with source.direct_connection(statement_timeout=None) as conn:
             conn.execute(source.compose("benchmark_copy_table", target=db.table))
         with db.direct_connection(statement_timeout=None) as conn:
+            conn.execute(db.compose("install_worker_functions"), {"table_regclass": db.table_name})
             conn.execute(db.compose("benchmark_autovacuum_off"))
             conn.execute(
                 db.compose("benchmark_flow_held_rows"),
@@ -510,6 +572,110 @@ def measure_latency(
     set_controls(plain, [])
     report.plans["held"] = nested_plans(held, args.batch)
     report.plans["held, no index"] = nested_plans(held_no_index, args.batch)
+
+
+def install_barrier(db: RecordingDatabase) -> None:
+    """``bench_barrier.claim``: the table's own claim function (migration 030) without its
+    look at the controls: the change lock's try, then the static statement."""
+    schema, name = db.settings.table_parts
+    source = db.fetch_one("benchmark_api_claim_source", {"schema": schema, "name": name})
+    body, cuts = CONTROLS_LOOK.subn("", source["source"])
+    if cuts != 1:
+        raise SystemExit(f"the claim function of {schema}.{name} has no look at the controls")
+    with db.direct_connection(statement_timeout=None) as conn:
+        conn.execute(db.compose("benchmark_api_barrier_schema"))
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION {}.claim(p_table regclass, p_worker text, p_limit integer)"
+                " RETURNS TABLE (id bigint, event_type text, aggregate_type text,"
+                " aggregate_id text, event_key text, payload jsonb, attempts integer,"
+                " created_at timestamptz) LANGUAGE plpgsql VOLATILE AS {}"
+            ).format(sql.Identifier(BARRIER), sql.Literal(body))
+        )
+
+
+def measure_single_acks(
+    db: RecordingDatabase, backlog: dict[str, int], args: argparse.Namespace, report: Report
+) -> None:
+    """``args.ack_calls`` acks of one row each through ``outbox_monitor.ack`` and as the
+    users' UPDATE, one of each in turn (alternating which goes first) on successive rows of
+    the backlog claimed by one worker, on one autocommit connection; each call's ms."""
+    with db.connection() as conn:
+        conn.execute(db.compose("benchmark_flow_reset_backlog"), backlog)
+        conn.execute(db.compose("benchmark_api_claimed_by"), {**backlog, "worker": WORKER})
+        conn.execute(db.compose("benchmark_vacuum"))
+    queries = {
+        "function": db.compose("benchmark_flow_ack", schema=sql.Identifier(PRODUCT)),
+        "update": db.compose("benchmark_flow_users_ack"),
+    }
+    report.single_acks = {key: [] for key in queries}
+    ids = iter(range(backlog["first_id"], backlog["last_id"] + 1))
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        for call in range(args.ack_calls + ACK_WARMUP_CALLS):
+            for key in list(queries) if call % 2 else reversed(list(queries)):
+                params = {"table_regclass": db.table_name, "id": next(ids), "worker": WORKER}
+                began = time.perf_counter()
+                cursor = conn.execute(queries[key], params)
+                elapsed = (time.perf_counter() - began) * 1000
+                acked = cursor.fetchone()[0] if key == "function" else cursor.rowcount == 1
+                if not acked:
+                    raise SystemExit(f"{key}: row {params['id']} was not acked")
+                if call >= ACK_WARMUP_CALLS:
+                    report.single_acks[key].append(elapsed)
+
+
+def run_api(db: RecordingDatabase, backlog: dict[str, int], args, report: Report) -> None:
+    """``--api``: the per-row acks, then the throughput of ``API_VARIANTS``."""
+    install_barrier(db)
+    log(f"single acks: {args.ack_calls} of each, in turn")
+    measure_single_acks(db, backlog, args, report)
+    report.shape["load_acks"] = load_average()
+    log(f"throughput: {args.repeat} rounds of {', '.join(v.key for v in API_VARIANTS)}")
+    measure_throughput(db, backlog, args, report, list(API_VARIANTS))
+    report.shape["load_throughput"] = load_average()
+
+
+def print_api_report(args: argparse.Namespace, server: dict[str, Any], report: Report) -> None:
+    shape = report.shape
+    command = " ".join(["benchmarks/flow_control.py", *sys.argv[1:]])
+    print("## Setup\n")
+    print(f"- command: `nice -n {os.nice(0)} .venv/bin/python {command}`")
+    print(f"- commit: {shape['commit']}")
+    print(
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPUs; load average before / after "
+        f"the acks / after the throughput rounds: {shape['load']} / {shape['load_acks']} / "
+        f"{shape['load_throughput']}"
+    )
+    print(f"- server: {server['version'].split(' on ')[0]}; fsync off")
+    print(
+        f"- table: {shape['total']:,} rows; due: the backlog of {shape['backlog']:,} order.paid"
+        f" rows; {args.workers} workers, batches of {args.batch}\n"
+    )
+    acks = report.single_acks
+    function, update = (statistics.median(acks[key]) for key in ("function", "update"))
+    ratio, low, high = paired_ratio(acks["function"], acks["update"])
+    print("## Per-row ack: outbox_monitor.ack vs the users' UPDATE\n")
+    print("| calls of each | ack() median ms | UPDATE median ms | ratio of medians |")
+    print("|---|---|---|---|")
+    calls = len(acks["function"])
+    print(f"| {calls:,} | {function:.3f} | {update:.3f} | {function / update:.3f} |")
+    print(f"\nAdjacent pairs: median ratio {ratio:.3f} [{low:.3f}, {high:.3f}] (goal ≤ 1.10)\n")
+    print("## Claim → ack throughput (rows/s, median of the rounds, min–max)\n")
+    print("| variant | rows/s |")
+    print("|---|---|")
+    for variant in API_VARIANTS:
+        rates = [run.rate for run in report.runs[variant.key]]
+        print(f"| {variant.label} | {spread(rates, ',.0f')} |")
+    print("\n| ratio (paired rounds) | median [95 % interval] | goal |")
+    print("|---|---|---|")
+    for key, base, what, goal in API_RATIOS:
+        rates = [run.rate for run in report.runs[key]]
+        bases = [run.rate for run in report.runs[base]]
+        ratio, low, high = paired_ratio(rates, bases)
+        aim = ""
+        if goal is not None:
+            aim = f"≥ {goal:.2f}:{verdict(low, high, goal, higher_is_better=True)}"
+        print(f"| {what} | {ratio:.3f} [{low:.3f}, {high:.3f}] | {aim} |")
 
 
 def commit() -> str:
@@ -684,6 +850,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also time the claim, no control, against the one of the migration before the "
         "newest that defines it",
     )
+    parser.add_argument(
+        "--api",
+        action="store_true",
+        help="the worker API (issue 32 item 2): per-row acks and claim → ack throughput",
+    )
+    parser.add_argument(
+        "--ack-calls", type=int, default=1500, help="--api: single acks of each kind"
+    )
     args = parser.parse_args(argv)
     if args.backlog is None:
         args.backlog = max(args.rows // 200, 1000)
@@ -695,6 +869,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--variants: unknown {', '.join(sorted(unknown)) or 'empty'}")
     if args.latency_repeat < 1:
         parser.error("--latency-repeat must be at least 1")
+    if args.api and 2 * (args.ack_calls + ACK_WARMUP_CALLS) > args.backlog:
+        parser.error("--api: the backlog must hold 2 × (--ack-calls + 20) rows")
     return args
 
 
@@ -709,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dsn = cluster.dsn
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         with RecordingDatabase(settings) as db:
-            init_db(db, create_indexes=False)
+            init_db(db, create_table=True, create_indexes=False)
             log(f"seeding {args.rows:,} rows of history")
             shape = seed(db, args.rows, 30)
             init_db(db, create_indexes=True, flow_control=True)
@@ -736,11 +912,17 @@ def main(argv: list[str] | None = None) -> int:
             }
             report.shape["total"] = sum(report.shape["counts"].values())
             server = db.fetch_one("benchmark_server")
+            if args.api:
+                run_api(db, backlog, args, report)
+                report.shape["load_after"] = load_average()
+                print_api_report(args, server, report)
+                return 0
             log(f"installing migration 001's {', '.join(install_baseline(db))} as {BASELINE}.*")
             held = {} if args.no_latency else prepare_held_tables(db, args, anchor)
             try:
                 log(f"throughput: {args.repeat} rounds of {', '.join(args.variants)}")
-                measure_throughput(db, backlog, args, report)
+                chosen = [variant for variant in VARIANTS if variant.key in args.variants]
+                measure_throughput(db, backlog, args, report, chosen)
                 if {"main", "flow"} <= set(args.variants):
                     log(f"statements: {args.latency_repeat} rounds of main's and the current ones")
                     measure_statements(db, backlog, args, report)

@@ -715,3 +715,25 @@ WHERE o.id IN (SELECT id FROM {table} WHERE status = 'pending' AND attempts > 0
 -- Benchmark only (retrying.py): the pending rows and those retrying (a report line).
 SELECT count(*) AS pending, count(*) FILTER (WHERE attempts > 0) AS retrying
 FROM {table} WHERE status = 'pending';
+
+-- name: benchmark_flow_ack_many
+-- Benchmark only (flow_control.py --api): the shared ack_many of one claimed batch %(ids)s.
+SELECT outbox_monitor.ack_many(%(table_regclass)s::regclass, %(ids)s::bigint[], %(worker)s) AS acked;
+
+-- name: benchmark_api_claimed_by
+-- Benchmark only (flow_control.py --api): the backlog's rows %(first_id)s..%(last_id)s claimed by %(worker)s (processing), as before a run of single acks.
+UPDATE {table} SET status = 'processing', locked_at = now(), locked_by = %(worker)s,
+                   processed_at = NULL
+WHERE id BETWEEN %(first_id)s AND %(last_id)s;
+
+-- name: benchmark_api_claim_source
+-- Benchmark only (flow_control.py --api): the body of the table's own claim function (migration 030), the baseline's source.
+SELECT p.prosrc AS source
+FROM pg_proc AS p
+WHERE p.pronamespace = 'outbox_monitor'::regnamespace
+      AND p.proname = outbox_monitor.worker_function_name('claim', %(schema)s, %(name)s);
+
+-- name: benchmark_api_barrier_schema
+-- Benchmark only (flow_control.py --api): a schema for the baseline claim (the change lock's try and the static statement, no look at the controls).
+DROP SCHEMA IF EXISTS bench_barrier CASCADE;
+CREATE SCHEMA bench_barrier;

@@ -2,7 +2,8 @@
 and the publisher's optional nudge of the n8n poller (``nudge``).
 
 Every transition calls the shared SQL functions of the ``outbox_monitor`` schema
-(``claim``, ``ack``, ``fail``), so Python workers and n8n workflows cannot drift apart.
+(``claim``, ``ack``, ``ack_many``, ``fail``), so Python workers and n8n workflows cannot
+drift apart.
 All of them take the caller's ``psycopg.Connection`` and run in its transaction.
 """
 
@@ -180,6 +181,34 @@ def ack(conn: psycopg.Connection, row_id: int, worker: str, *, table: str = DEFA
     )
 
 
+def ack_many(
+    conn: psycopg.Connection, row_ids: list[int], worker: str, *, table: str = DEFAULT_TABLE
+) -> list[int]:
+    """Mark the claimed rows of a finished batch done in one call (SPEC §1 ack, per row).
+
+    Each row is acked as ``ack`` would (and its breaker outcome logged, SPEC §5); one
+    statement acks them all, and when it fails (a trigger of yours refusing one row, say)
+    the function acks row by row, each in a savepoint: a row whose recording fails stays
+    ``processing`` for the reaper (SPEC §4) with a server WARNING naming it, the others are
+    acked.
+
+    Args:
+        row_ids: ids this worker claimed; an empty list is a no-op.
+
+    Returns:
+        The ids acked, ascending. An id missing from it was not held by ``worker`` (reaped
+        or re-claimed meanwhile: nothing changed) or its recording failed.
+    """
+    if not row_ids:
+        return []
+    acked = _scalar(
+        conn,
+        compose("ack_many"),
+        {"table_regclass": _regclass(table), "ids": list(row_ids), "worker": worker},
+    )
+    return list(acked or [])
+
+
 def fail(
     conn: psycopg.Connection,
     row_id: int,
@@ -285,7 +314,7 @@ def _error_text(error: Exception) -> tuple[str, bool]:
         return f"{type(error).__name__} (its message could not be read: {why})", False
 
 
-def _settle(
+def _handle(
     conn: psycopg.Connection,
     worker: str,
     handler: Handler,
@@ -294,8 +323,9 @@ def _settle(
     max_attempts: int,
     table: str,
 ) -> str | None:
-    """Run ``handler`` on one claimed row, then record its outcome in a transaction of its
-    own (a savepoint inside the caller's transaction): ``"done"``, ``"pending"``,
+    """Run ``handler`` on one claimed row. ``"handled"`` when it returned (the row waits for
+    the batch's ``ack_many``); when it raised, its failure is recorded at once in a
+    transaction of its own (a savepoint inside the caller's transaction): ``"pending"``,
     ``"failed"``, or ``None`` when the claim was lost. Raises when recording fails."""
     try:
         handler(row)
@@ -321,8 +351,47 @@ def _settle(
                 max_attempts=max_attempts,
                 table=table,
             )
-    with conn.transaction():
-        return "done" if ack(conn, row["id"], worker, table=table) else None
+    return "handled"
+
+
+def _unrecorded(table: str, row_id: int, error: Exception) -> None:
+    log.error(
+        "row %d of %s: recording its outcome failed, it stays processing until a reap (%r)",
+        row_id,
+        table,
+        error,
+    )
+
+
+def _ack_handled(
+    conn: psycopg.Connection, worker: str, handled: list[int], table: str, counts: dict[str, int]
+) -> None:
+    """Ack the handled rows with one ``ack_many`` (its own transaction); a row it did not
+    ack is acked alone, to tell a lost claim (``False``) from a recording that fails (the
+    error logged with the row's id, the row left ``processing``)."""
+    if not handled:
+        return
+    try:
+        with conn.transaction():
+            acked = set(ack_many(conn, handled, worker, table=table))
+    except Exception:
+        if conn.closed:
+            raise
+        acked = set()
+    counts["acked"] += len(acked)
+    for row_id in handled:
+        if row_id in acked:
+            continue
+        try:
+            with conn.transaction():
+                done = ack(conn, row_id, worker, table=table)
+        except Exception as error:
+            if conn.closed:
+                raise
+            _unrecorded(table, row_id, error)
+            counts["unrecorded"] += 1
+        else:
+            counts["acked" if done else "lost"] += 1
 
 
 def process_batch(
@@ -339,11 +408,13 @@ def process_batch(
     ``handler(row)`` returning normally acks the row; raising ``PermanentError``
     dead-letters it; any other exception schedules a retry with backoff (error text
     cleaned by ``clean_error``; an exception whose ``__str__`` raises is recorded by its
-    type's name). One bad row never blocks the rest of the batch: each
-    row's ack or failure runs in its own transaction (a savepoint when ``conn`` is in a
-    transaction); when recording one row's outcome fails, the error is logged with the
-    row's id, the row stays ``processing`` for the reaper (SPEC §4), and the next row
-    goes on.
+    type's name). A failure is recorded as soon as its handler raised; the rows handled
+    are acked together after the last one, by one ``ack_many`` (one statement for the
+    batch, issue 32). One bad row never blocks the rest of the batch: each failure, and
+    the batch's acks, run in a transaction of their own (a savepoint when ``conn`` is in a
+    transaction); a row ``ack_many`` did not ack is acked alone, and when recording one
+    row's outcome fails, the error is logged with the row's id, the row stays
+    ``processing`` for the reaper (SPEC §4), and the others go on.
 
     Args:
         conn: an autocommit connection (each transition commits on its own).
@@ -358,28 +429,40 @@ def process_batch(
             recorded; the rows not yet recorded stay claimed until a reap).
         BaseException: one that is not an ``Exception`` (``KeyboardInterrupt``,
             ``SystemExit``, ``asyncio.CancelledError``) raised by ``handler`` propagates
-            at once: the row being handled and the rows of the batch never handed to
-            ``handler`` stay ``processing``, claimed by ``worker``, until a reap returns
-            them to ``pending`` as one more attempt (SPEC §4).
+            once the rows handled before it are acked: the row being handled and the rows
+            of the batch never handed to ``handler`` stay ``processing``, claimed by
+            ``worker``, until a reap returns them to ``pending`` as one more attempt
+            (SPEC §4).
     """
     counts = dict.fromkeys(("claimed", *_COUNTED_AS.values(), "unrecorded"), 0)
     rows = claim(conn, worker, limit=limit, table=table)
     counts["claimed"] = len(rows)
-    for row in rows:
-        try:
-            outcome = _settle(conn, worker, handler, row, max_attempts=max_attempts, table=table)
-        except Exception as error:
-            if conn.closed:
-                raise
-            log.error(
-                "row %d of %s: recording its outcome failed, it stays processing until a reap (%r)",
-                row["id"],
-                table,
-                error,
-            )
-            counts["unrecorded"] += 1
-        else:
-            counts[_COUNTED_AS[outcome]] += 1
+    handled: list[int] = []
+    try:
+        for row in rows:
+            try:
+                outcome = _handle(
+                    conn, worker, handler, row, max_attempts=max_attempts, table=table
+                )
+            except Exception as error:
+                if conn.closed:
+                    raise
+                _unrecorded(table, row["id"], error)
+                counts["unrecorded"] += 1
+            else:
+                if outcome == "handled":
+                    handled.append(row["id"])
+                else:
+                    counts[_COUNTED_AS[outcome]] += 1
+    except BaseException:
+        # the rows handled before a KeyboardInterrupt or CancelledError are still acked
+        if not conn.closed:
+            try:
+                _ack_handled(conn, worker, handled, table, counts)
+            except Exception as error:
+                log.error("acking the rows handled before the batch stopped failed (%r)", error)
+        raise
+    _ack_handled(conn, worker, handled, table, counts)
     return counts
 
 

@@ -60,6 +60,14 @@ UNDO_SINCE_008 = (
     "DROP FUNCTION outbox_monitor.refresh_retry_error_groups; "
     "DROP TABLE outbox_monitor.retry_fingerprints, outbox_monitor.retry_fingerprint_texts; "
     "ALTER TABLE outbox_monitor.samples DROP COLUMN retrying; "
+    # 030: the worker functions' registry, generator, dispatchers' helpers and ack_many (the
+    # generated per-table functions stay: 030 replaces them)
+    "DROP TABLE outbox_monitor.worker_outboxes; "
+    "DROP FUNCTION outbox_monitor.install_worker_functions, "
+    "outbox_monitor.dispatch_worker_functions, outbox_monitor.worker_function_name, "
+    "outbox_monitor.worker_functions_missing, outbox_monitor.claim_with_controls, "
+    "outbox_monitor.ack_many, outbox_monitor.ack_many_plain, "
+    "outbox_monitor.ack_many_logging_outcomes; "
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

@@ -105,6 +105,11 @@ def create_outbox_table(
     )
 
 
+WORKER_FUNCTIONS_MIGRATION = 30
+"""The migration that installs the per-table worker functions' generator (``030_static_worker_
+functions.sql``): init-db prepares its table once the schema has it."""
+
+
 def init_db(
     db: Database,
     *,
@@ -130,7 +135,10 @@ def init_db(
     exact definition) with ``DROP INDEX CONCURRENTLY`` under a lock timeout of
     ``DROP_LOCK_TIMEOUT_SECONDS``. It (re)creates the table's audited writers
     (``store.audited_writers``: the functions through which the operator login changes the
-    outbox, each writing its audit row). Running it twice is a no-op.
+    outbox, each writing its audit row) and its worker functions (migration 030: claim,
+    ack, fail and ack_many with the table in static, plan-cached statements, to which the
+    shared ``outbox_monitor.claim``/``ack``/``fail``/``ack_many`` dispatch). Running it twice
+    is a no-op.
 
     Args:
         db: the connector of the target database.
@@ -186,6 +194,10 @@ def init_db(
                     current = version
             report.schema_version = current
             create_writers(conn, db.settings)
+            if current >= WORKER_FUNCTIONS_MIGRATION:
+                conn.execute(
+                    compose("install_worker_functions"), {"table_regclass": db.table_regclass}
+                )
         if create_indexes:
             with _index_builder_lock(conn):
                 wanted = RECOMMENDED_INDEXES + ((FLOW_CONTROL_INDEX,) if flow_control else ())

@@ -231,6 +231,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "027_alert_inhibited_by",
         "028_slack_actions",
         "029_alert_groups",
+        "030_static_worker_functions",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

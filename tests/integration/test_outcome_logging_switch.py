@@ -29,18 +29,20 @@ TABLE = "integration_outbox"
 
 
 def bodies(conn: psycopg.Connection) -> str:
-    """Which bodies ack and fail have now: ``plain`` (migration 001's), ``logging`` (008's),
-    or what each has when they differ."""
+    """Which bodies ack, fail and ack_many have now: ``plain`` (dispatching to the table's
+    functions of migration 001's statements), ``logging`` (to those of 008's), or what each
+    has when they differ."""
     found = conn.execute(
         "SELECT f.proname AS name, t.proname AS template"
         "  FROM pg_proc f LEFT JOIN pg_proc t"
         "    ON t.pronamespace = f.pronamespace AND t.proargtypes = f.proargtypes"
         "       AND t.proname <> f.proname AND t.prosrc = f.prosrc"
-        " WHERE f.pronamespace = 'outbox_monitor'::regnamespace AND f.proname IN ('ack', 'fail')"
+        " WHERE f.pronamespace = 'outbox_monitor'::regnamespace"
+        "       AND f.proname IN ('ack', 'fail', 'ack_many')"
     ).fetchall()
     kinds = {row["name"]: str(row["template"]).removeprefix(f"{row['name']}_") for row in found}
     named = {"plain": "plain", "logging_outcomes": "logging"}
-    if kinds["ack"] == kinds["fail"] and kinds["ack"] in named:
+    if kinds["ack"] == kinds["fail"] == kinds["ack_many"] and kinds["ack"] in named:
         return named[kinds["ack"]]
     return f"ack {kinds['ack']}, fail {kinds['fail']}"
 
@@ -75,9 +77,13 @@ def test_ack_and_fail_do_what_spec_section_1_says_with_either_body(conn, rows, w
     assert bodies(conn) == wanted
     sources = conn.execute(
         "SELECT string_agg(prosrc, '') AS text FROM pg_proc"
-        " WHERE pronamespace = 'outbox_monitor'::regnamespace AND proname IN ('ack', 'fail')"
+        " WHERE pronamespace = 'outbox_monitor'::regnamespace"
+        "       AND proname IN ('ack', 'fail', 'ack_many')"
     ).fetchone()["text"]
-    assert ("record_outcome" in sources) == (wanted == "logging")
+    # the table's functions of migration 008's statements (which log outcomes), or 001's
+    for kind in ("ack", "fail", "ack_many"):
+        assert (f"{kind}_logging__public__{TABLE}" in sources) == (wanted == "logging")
+        assert (f"{kind}__public__{TABLE}" in sources) == (wanted == "plain")
 
     acked = rows.add(status="processing", locked_ago=5, attempts=2, last_error="timeout")
     other = rows.add(status="processing", locked_ago=5, locked_by="worker-2")

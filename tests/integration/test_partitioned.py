@@ -296,6 +296,20 @@ def test_claim_ack_and_fail_through_the_shared_functions(dsn, rows, conn):
     assert _partition_of(conn, old) != _partition_of(conn, new)
 
 
+def test_ack_many_acks_a_batch_across_partitions(dsn, rows, conn):
+    """The table's ack_many (migration 030) on a partitioned outbox: one statement acks the
+    rows of several partitions; the one not held by this worker stays as it was."""
+    old = rows.add(created_ago=100 * DAY)  # first range
+    middle = rows.add(created_ago=70 * DAY)  # second range
+    new = rows.add(created_ago=60)  # fourth range
+    with psycopg.connect(dsn, autocommit=True) as worker:
+        assert [row["id"] for row in outbox.claim(worker, "w1", limit=2)] == [old, middle]
+        assert [row["id"] for row in outbox.claim(worker, "w2", limit=2)] == [new]
+        assert outbox.ack_many(worker, [new, middle, old], "w1") == sorted([old, middle])
+    assert [rows.get(i)["status"] for i in (old, middle, new)] == ["done", "done", "processing"]
+    assert len({_partition_of(conn, i) for i in (old, middle, new)}) == 3
+
+
 @pytest.mark.parametrize("pending_types", [False, True], ids=["008", "024 index"])
 def test_flow_control_across_partitions(db, dsn, rows, conn, pending_types):
     """A pause skips its rows (with init-db --flow-control's index, by migration 009's loose

@@ -31,15 +31,16 @@ ORDER BY 1, 2
 
 def worker_functions() -> set[str]:
     """The shared functions the workers call: in the Python API's statements (the
-    ``claim``, ``ack`` and ``fail`` blocks of queries.sql) and in the n8n workflows."""
+    ``claim``, ``ack``, ``ack_many`` and ``fail`` blocks of queries.sql) and in the n8n
+    workflows."""
     blocks = all_queries()
-    texts = [blocks[name].text for name in ("claim", "ack", "fail")]
+    texts = [blocks[name].text for name in ("claim", "ack", "ack_many", "fail")]
     texts += [path.read_text() for path in (REPO / "n8n" / "workflows").glob("*.json")]
     return {name for text in texts for name in CALL.findall(text)}
 
 
 def test_the_workers_call_claim_ack_and_fail():
-    assert worker_functions() == {"claim", "ack", "fail"}
+    assert worker_functions() == {"claim", "ack", "ack_many", "fail"}
 
 
 def test_every_worker_function_keeps_its_signature_across_all_migrations(empty_dsn):
@@ -61,4 +62,8 @@ def test_every_worker_function_keeps_its_signature_across_all_migrations(empty_d
     assert set(first) == set(names), "a worker calls a function no migration creates"
     assert first["claim"][0][1] == "p_table regclass, p_worker text, p_limit integer DEFAULT 50"
     assert first["ack"][0][1:] == ("p_table regclass, p_id bigint, p_worker text", "boolean")
+    assert first["ack_many"][0][1:] == (
+        "p_table regclass, p_ids bigint[], p_worker text",
+        "bigint[]",
+    )
     assert all(len(signature) == 1 for signature in first.values()), first

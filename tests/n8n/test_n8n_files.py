@@ -153,6 +153,15 @@ def test_the_workflow_sql_runs_with_the_readme_grants(dsn: str):
         ack = _query(poller["Ack"], ledger)
         assert w.execute(ack, {"p1": table, "p2": "1", "p3": worker}).fetchone() == (True, "1")
         assert w.execute(ack, {"p1": table, "p2": "1", "p3": worker}).fetchone() == (False, "1")
+        ack_batch = _query(poller["Ack batch"], ledger)
+        batch = {"p1": table, "p2": '["2", "3"]', "p3": worker}
+        assert w.execute(ack_batch, batch).fetchone() == (["2", "3"],)  # ids as text
+        assert w.execute(ack_batch, batch).fetchone() == ([],)  # acked: no longer held
+        w.execute(  # claimed again, for the failures below
+            "UPDATE integration_outbox SET status = 'processing', locked_by = %s,"
+            " processed_at = NULL WHERE id IN (2, 3)",
+            (worker,),
+        )
         fail = _query(poller["Record failure"], ledger)
         w.execute(slot, {"p1": "k3", "p2": "webhook"})
         params = {"p1": table, "p3": worker, "p4": "HTTP 500", "p5": False, "p6": 10}

@@ -66,6 +66,13 @@ def rows_by_key(conn: psycopg.Connection) -> dict[str, dict[str, Any]]:
     }
 
 
+def rows_in(conn: psycopg.Connection, status: str) -> int:
+    """How many rows of the outbox have ``status``."""
+    return conn.execute(
+        "SELECT count(*) AS n FROM integration_outbox WHERE status = %s", (status,)
+    ).fetchone()["n"]
+
+
 def settled(conn: psycopg.Connection) -> bool:
     """Nothing processing and nothing due: the worker has done all it can for now."""
     row = conn.execute(
@@ -191,13 +198,7 @@ def test_poller_and_nudge_apply_every_effect_once_through_faults_crash_and_repla
         assert outbox_monitor.nudge(n8n.nudge_url, event_key=first[0][1])  # 202 on receipt
         answered = time.monotonic()
 
-        def claimed_by_the_nudge() -> bool:
-            rows = conn.execute(
-                "SELECT count(*) AS n FROM integration_outbox WHERE status = 'processing'"
-            ).fetchone()
-            return rows["n"] == BATCH
-
-        assert wait_for(claimed_by_the_nudge, timeout=30)
+        assert wait_for(lambda: rows_in(conn, "processing") == BATCH, timeout=30)
         print(
             f"\nnudge answered in {answered - sent:.3f} s; "
             f"batch claimed {time.monotonic() - sent:.2f} s after the nudge"

@@ -262,6 +262,10 @@ SELECT * FROM outbox_monitor.claim(%(table_regclass)s::regclass, %(worker)s, %(l
 -- Acknowledge one claimed row; false when the worker no longer holds the claim.
 SELECT outbox_monitor.ack(%(table_regclass)s::regclass, %(id)s, %(worker)s) AS acked;
 
+-- name: ack_many
+-- Acknowledge the claimed rows %(ids)s of one finished batch in one call; returns the ids acked (a row not held by the worker, or whose recording failed, is not among them).
+SELECT outbox_monitor.ack_many(%(table_regclass)s::regclass, %(ids)s::bigint[], %(worker)s) AS acked;
+
 -- name: fail
 -- Record one failed attempt (retry with backoff or dead-letter), the shared SQL function.
 SELECT outbox_monitor.fail(%(table_regclass)s::regclass, %(id)s, %(worker)s, %(error)s,
@@ -1461,7 +1465,7 @@ ORDER BY created_at
 LIMIT %(limit)s;
 
 -- name: claim_plan_shared_claim
--- The plan of outbox_monitor.claim's candidate selection with no control on the table (migration 001's statement, run by EXECUTE with the limit bound), without FOR UPDATE; planned, never run.
+-- The plan of outbox_monitor.claim's candidate selection with no control on the table (migration 001's statement, static in the table's own claim since migration 030), without FOR UPDATE; planned, never run.
 EXPLAIN (FORMAT JSON)
 SELECT o.id FROM {table} o
 WHERE o.status = 'pending' AND o.available_at <= now()
@@ -2370,6 +2374,10 @@ WHERE table_name = %(table_name)s;
 
 
 -- ===================================================================== audited writers (issue 29 item 2)
+
+-- name: install_worker_functions
+-- The worker functions of the outbox %(table_regclass)s (claim, ack, fail, ack_many with static, plan-cached statements; migration 030), registered, and the shared entry points' dispatchers regenerated; run by init-db as the table's owner.
+SELECT outbox_monitor.install_worker_functions(%(table_regclass)s::regclass);
 
 -- name: audited_writers
 -- The functions through which the operator login changes one outbox table and writes its audit rows, created by init-db for {table} (store/audited_writers.py): each SECURITY DEFINER with its search_path pinned, the table fixed in its body (no table parameter: it would lend the owner's rights on any table it owns), its audit row written by record_audit in the same transaction; EXECUTE revoked from PUBLIC here, granted to the operator role by --print-grants.
