@@ -145,6 +145,13 @@ def test_log_records_of_a_failing_database_never_show_the_password(cluster, capl
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
                 (PASSWORD_LOGIN,),
             )
+            # pg_terminate_backend only signals: under load a backend may still answer the
+            # pool's next query. Go on once every backend of the login has ended.
+            alive = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
+            deadline = time.monotonic() + 30
+            while su.execute(alive, (PASSWORD_LOGIN,)).fetchone()[0]:
+                assert time.monotonic() < deadline, "the login's backends did not end"
+                time.sleep(0.05)
         try:
             with pytest.raises(DatabaseUnavailable) as caught:
                 metrics.queue_depth(db)
