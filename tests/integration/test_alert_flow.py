@@ -124,8 +124,12 @@ def sink() -> Iterator[SlackSink]:
         yield server
 
 
-def in_chromium(steps: Callable[[Page], None], timeout: float = 90) -> None:
+def in_chromium(steps: Callable[[Page], None], timeout: float | None = None) -> None:
     """Run ``steps(page)`` in a fresh headless Chromium, in a thread of its own.
+
+    Each step waits for its element (``ELEMENT_TIMEOUT_MS``, scaled for load); ``timeout``
+    (seconds) only guards against a hang: by default 10 element waits, so a slow but
+    progressing flow on a loaded machine never fails on the sum of its steps.
 
     Playwright's sync API refuses to start inside another running one in the same thread,
     and the browser tests' session-scoped Chromium may be running in this one.
@@ -147,7 +151,7 @@ def in_chromium(steps: Callable[[Page], None], timeout: float = 90) -> None:
 
     thread = threading.Thread(target=run, name="chromium", daemon=True)
     thread.start()
-    thread.join(timeout)
+    thread.join(10 * ELEMENT_TIMEOUT_MS / 1000 if timeout is None else timeout)
     if thread.is_alive():
         pytest.fail(f"the Chromium steps did not finish within {timeout:g} s")
     if failure:

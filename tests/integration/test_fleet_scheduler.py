@@ -218,6 +218,7 @@ def test_replicas_split_the_fleet_and_take_over_a_killed_one(
             far_cluster.resume()
         assert wait_for(lambda: len(posted(slack_sink)) == 3, timeout=30), posted(slack_sink)
         time.sleep(3 * INTERVAL)  # a duplicate would show now
+        assert len(posted(slack_sink)) == 3, posted(slack_sink)
         outage, back = posted(slack_sink)[1:]
         assert outage[0] == back[0] == "far", posted(slack_sink)
         assert "database-unreachable" in outage[1] and "resolved" in back[1].lower(), (outage, back)
