@@ -715,3 +715,12 @@ WHERE o.id IN (SELECT id FROM {table} WHERE status = 'pending' AND attempts > 0
 -- Benchmark only (retrying.py): the pending rows and those retrying (a report line).
 SELECT count(*) AS pending, count(*) FILTER (WHERE attempts > 0) AS retrying
 FROM {table} WHERE status = 'pending';
+
+-- name: benchmark_overview_top_statements
+-- Benchmark only (overview.py): the statements of this database since the reset that cost most, with their buffers (the benchmark's own pg_stat_statements calls left out).
+SELECT query, total_exec_time::float8 AS ms, (shared_blks_hit + shared_blks_read)::bigint AS pages
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query !~ 'pg_stat_statements'
+ORDER BY total_exec_time DESC
+LIMIT %(limit)s;
