@@ -187,7 +187,14 @@ def live_figures() -> None:
         retrying.section(ctx.db, f, figures, tile=tile, badge=badge("retrying"))
 
         top = ctx.settings.overview_top_event_types
-        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
+        table = event_types.load(
+            ctx.db,
+            f,
+            top=top,
+            instances=instances,
+            ruleset=ruleset,
+            backlog=figures["backlog_pass"],
+        )
         firing_alerts.fill(ctx.db, cards, table, now=now, f=f)
         headline.show(
             what_is_wrong, ctx.db, f, figures, table, None if down else instances, now=now

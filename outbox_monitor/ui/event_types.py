@@ -19,6 +19,7 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.browse.events import database_now
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, metrics
+from outbox_monitor.figures.backlog import BacklogPass
 from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.store.db import Database
@@ -44,11 +45,17 @@ SPLIT_DEFAULT = 5
 
 @cached
 def _table(
-    key: str, _db: Database, window: float, event_type: str | None, top: int, pinned: tuple
+    key: str,
+    _db: Database,
+    window: float,
+    event_type: str | None,
+    top: int,
+    pinned: tuple,
+    _backlog: BacklogPass | None,
 ) -> dict[str, Any]:
     with _db.session():
         rows = by_event_type.measure(
-            _db, top=top, window=window, event_type=event_type, pinned=pinned
+            _db, top=top, window=window, event_type=event_type, pinned=pinned, backlog=_backlog
         )
         found = controls(_db)
         history = by_event_type.history(
@@ -228,7 +235,13 @@ def _unscoped(instances: list[dict], ruleset: RuleSet | None) -> None:
 
 
 def load(
-    db: Database, f: Filters, *, top: int, instances: list[dict], ruleset: RuleSet | None
+    db: Database,
+    f: Filters,
+    *,
+    top: int,
+    instances: list[dict],
+    ruleset: RuleSet | None,
+    backlog: BacklogPass | None = None,
 ) -> dict[str, Any]:
     """The table's figures (cached): ``by_event_type.measure``'s rows — the types a firing
     alert names pinned first — their flow-control states and their sampled history.
@@ -238,6 +251,9 @@ def load(
         f: the sidebar's filters (window, event-type filter).
         top: event types with a row of their own (``settings.overview_top_event_types``).
         instances, ruleset: the alert states and rules (which types are pinned).
+        backlog: the pass over the backlog of the same filter and window that the tiles came
+            from (``loaders.status``' ``"backlog_pass"``): the rows' backlog figures are its
+            own, not read again; default: read.
 
     Returns:
         ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "controls": [Control]
@@ -248,7 +264,7 @@ def load(
         "now": the database clock they were read at, "window_seconds": the window}``.
     """
     pinned = tuple(coverage.firing_event_types(instances, ruleset))
-    return _table(db_key(db), db, f.window, f.event_type, top, pinned)
+    return _table(db_key(db), db, f.window, f.event_type, top, pinned, backlog)
 
 
 def section(

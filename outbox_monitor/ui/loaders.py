@@ -14,6 +14,7 @@ from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.browse import events
 from outbox_monitor.browse.events import EventFilter, RevealedPayload
 from outbox_monitor.figures import by_event_type, error_grouping, estimates, metrics
+from outbox_monitor.figures.backlog import backlog_pass
 from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
 from outbox_monitor.store import indexes
 from outbox_monitor.store.db import Database
@@ -37,13 +38,19 @@ def _status(
     key: str, _db: Database, window: float, event_type: str | None, cap: int
 ) -> dict[str, Any]:
     with _db.session():  # a dozen statements, one connection checkout
-        return metrics.status(_db, window=window, event_type=event_type, count_cap=cap)
+        passed = backlog_pass(_db, event_type=event_type, window=window)
+        figures = metrics.status(
+            _db, window=window, event_type=event_type, count_cap=cap, backlog=passed
+        )
+    return {**figures, "backlog_pass": passed}
 
 
 def status(db: Database, *, window: float, event_type: str | None) -> dict[str, Any]:
     """``metrics.status`` with ``count_cap()``: every SPEC §2 figure plus the database's
     ``now`` (ISO text); ``"estimated"`` names the figures that are estimates (the dead
-    letters of ``attempts_histogram`` above the cap)."""
+    letters of ``attempts_histogram`` above the cap); ``"backlog_pass"`` is the one pass over
+    the backlog they came from (``backlog.BacklogPass``), which the Overview's table by event
+    type reads too (``event_types.load``): the page reads the backlog's rows once a refresh."""
     return _status(db_key(db), db, window, event_type, count_cap())
 
 
