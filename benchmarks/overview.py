@@ -25,7 +25,7 @@ with min–max, the statements that cost most in the last round, the load averag
 command. Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/overview.py [--rows 1000000] [--backlogs 10000,100000]
-        [--repeat 7] [--before /tmp/main-before] [--no-scheduler]
+        [--repeat 7] [--before /tmp/main-before] [--after DIR] [--no-scheduler]
 """
 
 import argparse
@@ -165,6 +165,9 @@ def main() -> int:
     parser.add_argument("--backlogs", default="10000,100000")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--before", type=Path, help="another checkout, measured alike")
+    parser.add_argument(
+        "--after", type=Path, default=ROOT, help="the checkout measured as after (default: this)"
+    )
     parser.add_argument("--no-scheduler", action="store_true", help="no sample before a run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
@@ -182,7 +185,7 @@ def main() -> int:
     from outbox_monitor.figures import error_grouping
     from outbox_monitor.store import schema
 
-    checkouts = {"after (this checkout)": ROOT}
+    checkouts = {"after": args.after.resolve()}
     if args.before:
         checkouts["before"] = args.before.resolve()
     backlogs = [int(b) for b in args.backlogs.split(",")]
