@@ -170,7 +170,7 @@ def measure(
                 db,
                 window=seconds,
                 event_type=event_type,
-                open_created=backlog.created_open_in_window(),
+                open_created=None if backlog.sampled_at else backlog.created_open_in_window(),
             )
             for key, value in total.items():
                 named_sum = sum(row[key] for row in named)

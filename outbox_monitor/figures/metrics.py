@@ -349,6 +349,7 @@ def status(
     event_type: str | None = None,
     count_cap: int | None = None,
     backlog: BacklogPass | None = None,
+    every_type: BacklogPass | None = None,
 ) -> dict[str, Any]:
     """Every SPEC §2 figure under its ``status --json`` key, all exact (``status --json``,
     the sampler), unless the dashboard passes ``count_cap``.
@@ -360,7 +361,12 @@ def status(
     Args:
         backlog: the pass when the caller read it already (the Overview: its table by event
             type comes from the same pass), with the same ``event_type``, ``window`` and
-            ``lock_timeout``; default: read here.
+            ``lock_timeout``; default: read here. A snapshot (``backlog.sampled_pass``: the
+            Overview above ``backlog.SAMPLED_ABOVE_ROWS``) gives its backlog figures, retry
+            pressure's backlog part and the liveness as sampled; the open part of created per
+            minute is then counted now.
+        every_type: with an event-type filter, the pass of every event type the workers'
+            liveness comes from when the caller has it (a snapshot); default: read here.
         count_cap: the dashboard's cap (``estimates.DASHBOARD_COUNT_CAP``): the dead letters
             of ``attempts_histogram`` may then be estimated above it
             (``attempts_histogram_capped``; SPEC §2: only the dashboard estimates, and says
@@ -411,7 +417,7 @@ def status(
             db,
             window=window,
             event_type=event_type,
-            open_created=backlog.created_open_in_window(),
+            open_created=None if backlog.sampled_at else backlog.created_open_in_window(),
         ),
         "failed_in_window": sum(failed.values()),
         "failed_by_event_type": failed,
@@ -429,7 +435,7 @@ def status(
         workers=liveness(
             db,
             flow=held_by(found) if event_type else flow,
-            backlog=None if event_type else backlog,
+            backlog=every_type if event_type else backlog,
         ).as_json(),
     )
     if count_cap is None:

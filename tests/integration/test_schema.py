@@ -57,6 +57,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "026_retry_error_group_counts",
             "027_alert_inhibited_by",
             "028_slack_actions",
+            "034_backlog_snapshots",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

@@ -448,6 +448,29 @@ WHERE status IN ('pending', 'processing') {and_filters}
 GROUP BY event_type, attempts
 ORDER BY event_type, attempts;
 
+-- name: backlog_snapshot_upsert
+-- The sampler's pass over the backlog (backlog_pass's groups, every event type; instants as ISO text) as this table's one snapshot, replaced at each sample (migration 034).
+INSERT INTO outbox_monitor.backlog_snapshots AS s (table_name, sampled_at, groups)
+VALUES (%(table_name)s, %(sampled_at)s, %(groups)s)
+ON CONFLICT (table_name) DO UPDATE SET sampled_at = excluded.sampled_at, groups = excluded.groups;
+
+-- name: backlog_snapshot
+-- This table's last sampled backlog (migration 034) when it is at most %(max_age)s seconds old: its instant, its age, the backlog rows of every event type, and its groups matching the event-type filter ({and_filters}, on event_type), with backlog_pass's columns. No row when there is no such snapshot.
+SELECT s.sampled_at, extract(epoch FROM now() - s.sampled_at)::float8 AS age_seconds,
+       (SELECT coalesce(sum((a ->> 'rows')::bigint), 0) FROM jsonb_array_elements(s.groups) AS a)
+           AS backlog_rows,
+       coalesce((
+           SELECT jsonb_agg(to_jsonb(g) ORDER BY g.event_type, g.attempts)
+           FROM jsonb_to_recordset(s.groups) AS g(
+               event_type text, attempts integer, rows bigint, queue_depth bigint,
+               pending_total bigint, scheduled_retries bigint, processing bigint,
+               stuck_locks bigint, oldest_pending_at timestamptz, created_open_in_window bigint,
+               due_since timestamptz, newest_claim timestamptz, newest_retry timestamptz)
+           WHERE true {and_filters}), '[]'::jsonb) AS groups
+FROM outbox_monitor.backlog_snapshots AS s
+WHERE s.table_name = %(table_name)s
+  AND s.sampled_at >= now() - make_interval(secs => %(max_age)s);
+
 -- name: attempts_at_least
 -- Rows not yet done with attempts >= %(attempts)s, in the two parts of attempts_histogram.
 SELECT (
@@ -2732,6 +2755,8 @@ GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_stateme
     TO {scheduler};
 -- what the sampler saw of each worker (migration 013): one row per worker, updated each pass
 GRANT INSERT, UPDATE, DELETE ON outbox_monitor.workers_seen TO {scheduler};
+-- the backlog as the sampler last read it (migration 034): one row per outbox table, replaced
+GRANT INSERT, UPDATE ON outbox_monitor.backlog_snapshots TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
 -- the retention of its own tables (migration 016): alert history and the breakers' log
