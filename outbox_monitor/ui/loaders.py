@@ -277,8 +277,17 @@ def dead_letters(db: Database, *, event_type: str | None, error_group: str | Non
         event_type: the sidebar filter (exact or LIKE pattern), ``None`` for all.
         error_group: the chosen group's 12-hex id, or ``None``.
     """
-    loaded = _dead_letters(db_key(db), db, event_type, error_group)
-    shown = redactor(db)
+    return _redacted_dead_letters(db_key(db), db, event_type, error_group)
+
+
+@cached
+def _redacted_dead_letters(
+    key: str, _db: Database, event_type: str | None, error_group: str | None
+) -> DeadLetters:
+    # redacted once per load, not at each call: the Overview's headline and firing alerts
+    # read the groups of each troubled type at every run (issue 32 item 4)
+    loaded = _dead_letters(key, _db, event_type, error_group)
+    shown = redactor(_db)
     return DeadLetters(
         shown.redact_rows(loaded.groups, DEAD_LETTER_ERROR_FIELDS),
         loaded.error_group,
@@ -465,6 +474,7 @@ STALE_AFTER_ACTION = (
     _latency_series,
     _throughput_series,
     _dead_letters,
+    _redacted_dead_letters,
     _group_event_type,
     _events_page,
     _event,
