@@ -35,8 +35,9 @@ SAMPLED_ABOVE_ROWS = 20_000
 """Backlog rows (pending and processing, every event type) above which the Overview takes the
 backlog figures that need each row's heap tuple — retrying, stuck locks, retry pressure's
 backlog part, the table by event type, the workers' liveness — from the scheduler's last
-sample while it is fresh, instead of one pass over those rows at each refresh (≈ 2.4 ms per
-1,000 rows at 10 M rows, benchmarks/RESULTS.md "The Overview's one backlog pass")."""
+sample while it is fresh, instead of one pass over those rows at each refresh (≈ 1 buffer per
+row, and ≈ 2.4 ms per 1,000 rows at 10 M rows on an idle machine: benchmarks/RESULTS.md,
+"Scale after one backlog pass" and "The Overview's one backlog pass")."""
 FRESH_SAMPLE_INTERVALS = 3
 """A snapshot is fresh for this many sample intervals (``OUTBOX_MONITOR_SAMPLE_INTERVAL``):
 a scheduler that skipped a pass or two is still sampling; one that stopped is not."""
