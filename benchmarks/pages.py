@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         enable_statement_stats(cluster, settings)
         db = stack.enter_context(RecordingDatabase(settings))
-        init_db(db, create_indexes=False)
+        init_db(db, create_table=True, create_indexes=False)
         log(f"seeding {args.rows:,} rows")
         shape = seed(db, args.rows, 30)
         shape["counts"] = {

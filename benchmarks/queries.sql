@@ -737,3 +737,12 @@ WHERE p.pronamespace = 'outbox_monitor'::regnamespace
 -- Benchmark only (flow_control.py --api): a schema for the baseline claim (the change lock's try and the static statement, no look at the controls).
 DROP SCHEMA IF EXISTS bench_barrier CASCADE;
 CREATE SCHEMA bench_barrier;
+
+-- name: benchmark_overview_top_statements
+-- Benchmark only (overview.py): the statements of this database since the reset that cost most, with their buffers (the benchmark's own pg_stat_statements calls left out).
+SELECT query, total_exec_time::float8 AS ms, (shared_blks_hit + shared_blks_read)::bigint AS pages
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query !~ 'pg_stat_statements'
+ORDER BY total_exec_time DESC
+LIMIT %(limit)s;

@@ -7,6 +7,7 @@ import streamlit as st
 from outbox_monitor.ui import (
     alert_loaders,
     alert_rules,
+    backlog_sample,
     banners,
     charts,
     controls,
@@ -184,10 +185,20 @@ def live_figures() -> None:
             None,
             f"Rows dead-lettered in the last {f.window_label}.",
         )
+        sampled = backlog_sample.note(figures)
+        if sampled:
+            st.caption(sampled)
         retrying.section(ctx.db, f, figures, tile=tile, badge=badge("retrying"))
 
         top = ctx.settings.overview_top_event_types
-        table = event_types.load(ctx.db, f, top=top, instances=instances, ruleset=ruleset)
+        table = event_types.load(
+            ctx.db,
+            f,
+            top=top,
+            instances=instances,
+            ruleset=ruleset,
+            backlog=figures["backlog_pass"],
+        )
         firing_alerts.fill(ctx.db, cards, table, now=now, f=f)
         headline.show(
             what_is_wrong, ctx.db, f, figures, table, None if down else instances, now=now

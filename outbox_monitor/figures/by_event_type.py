@@ -3,7 +3,7 @@ by trouble, each with its own row, and one row ``other`` for the rest — the Ov
 and the sampler's history per event type.
 
 O(backlog) whatever the number of event types: the backlog figures of every type come from
-one pass over the pending and processing rows (``metrics.open_by_event_type``), the dead
+one pass over the pending and processing rows (``backlog.backlog_pass``), the dead
 letters of every type from one grouped count (``metrics.failed_by_event_type``), and the kept
 types' latency P95 and throughput from one statement over the window's finished rows
 (``metrics.finished_by_event_type``: the predicates of ``latency_percentiles`` and
@@ -18,21 +18,15 @@ from typing import Any
 
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import metrics
+from outbox_monitor.figures.backlog import BACKLOG_COUNTS, BacklogPass, backlog_pass
 from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
 from outbox_monitor.flow.controls import Control
 from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows
 from outbox_monitor.store.db import Database
 from outbox_monitor.units import bounded_key
 
-COUNTS = (
-    "queue_depth",
-    "pending_total",
-    "scheduled_retries",
-    "processing",
-    "stuck_locks",
-    "created_open_in_window",
-)
-"""Row counts of ``metrics.open_by_event_type`` (summed into ``other``), with ``retrying``."""
+COUNTS = BACKLOG_COUNTS
+"""Row counts of ``BacklogPass.by_event_type`` (summed into ``other``), with ``retrying``."""
 
 
 def trouble(row: Mapping[str, Any], pinned: Collection[str] = ()) -> tuple:
@@ -65,7 +59,7 @@ def ranked(
     (``trouble``).
 
     Args:
-        open_rows: ``metrics.open_by_event_type``'s rows.
+        open_rows: ``metrics.open_by_event_type``'s (``BacklogPass.by_event_type``'s) rows.
         failed: ``metrics.failed_by_event_type`` (``{event_type: dead letters}``).
         pinned: event types ranked first, also listed when they have neither.
 
@@ -123,6 +117,7 @@ def measure(
     event_type: str | None = None,
     pinned: Collection[str] = (),
     rates: bool = True,
+    backlog: BacklogPass | None = None,
 ) -> list[dict[str, Any]]:
     """The figures per event type now: the ``top`` event types by trouble and ``other``.
 
@@ -133,6 +128,9 @@ def measure(
         event_type: SPEC §2 filter over the event types listed.
         pinned: event types ranked first (a firing alert names them).
         rates: also measure processed and created per minute (the table; not the samples).
+        backlog: the pass over the backlog when the caller read it already, with the same
+            ``event_type`` and ``window`` (the Overview shares ``metrics.status``'s): each
+            type's backlog row comes from it (``BacklogPass.by_event_type``); default: read.
 
     Returns:
         ``fold``'s rows, each named type's with ``created_in_window`` (rows created in the
@@ -146,7 +144,9 @@ def measure(
     """
     seconds = db.settings.window if window is None else window
     with db.session():
-        open_rows = metrics.open_by_event_type(db, event_type=event_type, window=seconds)
+        if backlog is None:
+            backlog = backlog_pass(db, event_type=event_type, window=seconds)
+        open_rows = backlog.by_event_type()
         failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         named = [row for row in rows if row["event_type"] != OTHER]
@@ -166,7 +166,12 @@ def measure(
                 row["processed_per_minute"] = done.get("processed", 0) / (seconds / 60)
                 row["created_per_minute"] = row["created_in_window"] / (seconds / 60)
         if rates and rows and rows[-1]["event_type"] == OTHER:
-            total = metrics.throughput(db, window=seconds, event_type=event_type)
+            total = metrics.throughput(
+                db,
+                window=seconds,
+                event_type=event_type,
+                open_created=None if backlog.sampled_at else backlog.created_open_in_window(),
+            )
             for key, value in total.items():
                 named_sum = sum(row[key] for row in named)
                 rows[-1][key] = max(value - named_sum, 0.0)

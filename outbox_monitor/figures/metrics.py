@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from outbox_monitor.figures import dead_letter_attempts
+from outbox_monitor.figures.backlog import BacklogPass, backlog_pass
 from outbox_monitor.figures.error_grouping import retry_error_groups
 from outbox_monitor.figures.workers import liveness
 from outbox_monitor.flow.controls import controls
@@ -197,17 +198,16 @@ def failed_in_window(
 def backlog(
     db: Database, *, lock_timeout: float | None = None, event_type: str | None = None
 ) -> dict[str, Any]:
-    """Every backlog figure of SPEC §2 from one pass over the pending and processing rows.
+    """Every backlog figure of SPEC §2 from one pass over the pending and processing rows
+    (``backlog_pass``).
 
     The same definitions as ``queue_depth``, ``pending_total``, ``scheduled_retries``,
     ``retrying``, ``oldest_pending_age``, ``processing`` and ``stuck_locks`` (each of which
-    reads only what its own figure needs), computed together by attempts (named query
-    ``backlog_by_attempts``) and added up, in one snapshot: what ``status`` shows, with retry
-    pressure. Reading ``attempts`` and ``locked_at`` visits the heap row of every backlog row
-    (neither is in an index of the users'), which most of the separate counts avoid: one such
-    pass costs what the histogram of the backlog alone did, so a caller that needs no
-    histogram (the sampler, an alert rule) is cheaper with the separate counts
-    (benchmarks/RESULTS.md).
+    reads only what its own figure needs), computed together in one snapshot: what
+    ``status`` shows, with retry pressure. Reading ``attempts`` and ``locked_at`` visits the
+    heap row of every backlog row (neither is in an index of the users'), which most of the
+    separate counts avoid: a caller that needs no histogram (an alert rule) is cheaper with
+    the separate counts (benchmarks/RESULTS.md).
 
     Args:
         lock_timeout: seconds (default: settings, 15 min).
@@ -219,28 +219,7 @@ def backlog(
         pending) and ``"attempts_histogram"``: the backlog's ``{attempts: rows}`` in
         ascending attempts (the dead letters are not in it).
     """
-    timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
-    where = Where().event_type(event_type)
-    groups = db.fetch_all(
-        "backlog_by_attempts", {"lock_timeout": timeout, **where.params}, and_filters=where.fragment
-    )
-    ages = [
-        group["oldest_pending_age"] for group in groups if group["oldest_pending_age"] is not None
-    ]
-
-    def total(name: str) -> int:
-        return sum(group[name] for group in groups)
-
-    return {
-        "queue_depth": total("queue_depth"),
-        "pending_total": total("pending_total"),
-        "scheduled_retries": total("scheduled_retries"),
-        "retrying": sum(group["pending_total"] for group in groups if group["attempts"] > 0),
-        "oldest_pending_age_seconds": max(ages, default=None),
-        "processing": total("processing"),
-        "stuck_locks": total("stuck_locks"),
-        "attempts_histogram": {group["attempts"]: group["rows"] for group in groups},
-    }
+    return backlog_pass(db, lock_timeout=lock_timeout, event_type=event_type).backlog()
 
 
 def open_by_event_type(
@@ -251,9 +230,9 @@ def open_by_event_type(
     window: float | None = None,
 ) -> list[dict[str, Any]]:
     """The backlog figures of SPEC §2 per event type, from ONE pass over the pending and
-    processing rows (named query ``open_by_event_type``: the predicates of ``queue_depth``,
-    ``pending_total``, ``scheduled_retries``, ``oldest_pending_age``, ``processing`` and
-    ``stuck_locks``, each a FILTER): O(backlog) however many event types there are.
+    processing rows (``backlog_pass``: the predicates of ``queue_depth``, ``pending_total``,
+    ``scheduled_retries``, ``oldest_pending_age``, ``processing`` and ``stuck_locks``, each
+    a FILTER): O(backlog) however many event types there are.
 
     Args:
         lock_timeout: seconds (default: settings, 15 min).
@@ -268,13 +247,9 @@ def open_by_event_type(
         and ``created_open_in_window`` (its open rows created in the window: ``throughput``'s
         ``open_created``).
     """
-    timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
-    where = Where().event_type(event_type)
-    return db.fetch_all(
-        "open_by_event_type",
-        {"lock_timeout": timeout, "window": _window(db, window), **where.params},
-        and_filters=where.fragment,
-    )
+    return backlog_pass(
+        db, lock_timeout=lock_timeout, event_type=event_type, window=window
+    ).by_event_type()
 
 
 def attempts_histogram(db: Database, *, event_type: str | None = None) -> dict[int, int]:
@@ -373,11 +348,25 @@ def status(
     lock_timeout: float | None = None,
     event_type: str | None = None,
     count_cap: int | None = None,
+    backlog: BacklogPass | None = None,
+    every_type: BacklogPass | None = None,
 ) -> dict[str, Any]:
     """Every SPEC §2 figure under its ``status --json`` key, all exact (``status --json``,
     the sampler), unless the dashboard passes ``count_cap``.
 
+    The backlog is read once (``backlog_pass``): its figures, its part of retry pressure, the
+    open part of created per minute and, without an event-type filter, the workers' liveness
+    come from that one pass (with a filter the liveness, of every event type, reads its own).
+
     Args:
+        backlog: the pass when the caller read it already (the Overview: its table by event
+            type comes from the same pass), with the same ``event_type``, ``window`` and
+            ``lock_timeout``; default: read here. A snapshot (``backlog.sampled_pass``: the
+            Overview above ``backlog.SAMPLED_ABOVE_ROWS``) gives its backlog figures, retry
+            pressure's backlog part and the liveness as sampled; the open part of created per
+            minute is then counted now.
+        every_type: with an event-type filter, the pass of every event type the workers'
+            liveness comes from when the caller has it (a snapshot); default: read here.
         count_cap: the dashboard's cap (``estimates.DASHBOARD_COUNT_CAP``): the dead letters
             of ``attempts_histogram`` may then be estimated above it
             (``attempts_histogram_capped``; SPEC §2: only the dashboard estimates, and says
@@ -412,7 +401,9 @@ def status(
         dead_letters, exact = dead_letter_attempts.exact(db, where), True
     else:
         dead_letters, exact = dead_letter_attempts.capped(db, where, count_cap)
-    backlog_figures = backlog(db, lock_timeout=lock_timeout, event_type=event_type)
+    if backlog is None:
+        backlog = backlog_pass(db, lock_timeout=lock_timeout, event_type=event_type, window=window)
+    backlog_figures = backlog.backlog()
     histogram = dead_letter_attempts.added(backlog_figures.pop("attempts_histogram"), dead_letters)
     figures = {
         "table": db.table_name,
@@ -422,7 +413,12 @@ def status(
         "lock_timeout_seconds": lock_timeout,
         **backlog_figures,
         "latency_seconds": latency_percentiles(db, window=window, event_type=event_type),
-        **throughput(db, window=window, event_type=event_type),
+        **throughput(
+            db,
+            window=window,
+            event_type=event_type,
+            open_created=None if backlog.sampled_at else backlog.created_open_in_window(),
+        ),
         "failed_in_window": sum(failed.values()),
         "failed_by_event_type": failed,
         "attempts_histogram": {str(attempts): rows for attempts, rows in histogram.items()},
@@ -436,7 +432,11 @@ def status(
         rows_throttled_by_control=flow.throttled_by_control,
         breakers_open=breakers_open_among(found, event_type),
         health=health_status(db),
-        workers=liveness(db, flow=held_by(found) if event_type else flow).as_json(),
+        workers=liveness(
+            db,
+            flow=held_by(found) if event_type else flow,
+            backlog=every_type if event_type else backlog,
+        ).as_json(),
     )
     if count_cap is None:
         # counted now: status --json is exact (SPEC §2)

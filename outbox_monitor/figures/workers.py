@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from outbox_monitor.figures.backlog import BacklogPass, backlog_pass
 from outbox_monitor.flow.held import Held, held
 from outbox_monitor.store.db import Database
-from outbox_monitor.store.filters import Where
 from outbox_monitor.units import bounded_key
 
 WORKERS_SHOWN = 100
@@ -83,30 +83,44 @@ class Liveness:
         }
 
 
-def liveness(db: Database, *, flow: Held | None = None) -> Liveness:
-    """The fleet's liveness now (``Liveness``): one statement over the pending rows (the due
-    ones counted, those with attempts for the newest retry), the processing rows and one index
+def liveness(
+    db: Database, *, flow: Held | None = None, backlog: BacklogPass | None = None
+) -> Liveness:
+    """The fleet's liveness now (``Liveness``): from one pass over the backlog (the due rows
+    of the types no flow control holds counted, since when the oldest is due, the newest claim
+    of the processing rows, the newest retry of the pending rows with attempts) and one index
     step each for the newest done and failed row.
 
     Args:
         flow: the rows flow control holds now, of every event type, when already read
             (``flow.held.held_by`` of the table's controls); default: read here.
+        backlog: the pass over the backlog of every event type when already read
+            (``backlog.backlog_pass`` without a filter: ``metrics.status`` shares its own);
+            default: read here.
 
     Raises:
-        The connector's errors (``QueryTimeout`` under the statement timeout).
+        The connector's errors (``QueryTimeout`` under the statement timeout); ValueError:
+        ``backlog`` was read with an event-type filter.
     """
     flow = held(db) if flow is None else flow
-    where = Where()
-    if flow.by_event_type:
-        where.add("event_type <> ALL(%(held_types)s)", held_types=list(flow.by_event_type))
-    row = db.fetch_one("workers_liveness", where.params, and_filters=where.fragment)
+    if backlog is None:
+        backlog = backlog_pass(db)
+    if backlog.event_type is not None:
+        raise ValueError("the workers' liveness reads the backlog of every event type")
+    held_types = set(flow.by_event_type)
+    free = [g for g in backlog.groups if g["event_type"] not in held_types]
+
+    def newest(name: str) -> datetime | None:
+        return max((g[name] for g in backlog.groups if g[name] is not None), default=None)
+
+    row = db.fetch_one("workers_newest_outcome")
     return Liveness(
-        now=row["now"],
-        due_rows=row["due_rows"],
+        now=row["now"] if backlog.now is None else backlog.now,
+        due_rows=sum(g["queue_depth"] for g in free),
         held_rows=flow.rows_held,
-        due_since=row["due_since"],
-        newest_claim=row["newest_claim"],
-        newest_retry=row["newest_retry"],
+        due_since=min((g["due_since"] for g in free if g["due_since"]), default=None),
+        newest_claim=newest("newest_claim"),
+        newest_retry=newest("newest_retry"),
         newest_outcome=row["newest_outcome"],
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.figures import by_event_type, metrics
+from outbox_monitor.figures.backlog import BacklogPass, backlog_pass, record_snapshot
 from outbox_monitor.figures.error_grouping import keep_retry_error_groups_counted
 from outbox_monitor.figures.registry import FIGURES, SAMPLED
 from outbox_monitor.figures.worker_sightings import record_workers
@@ -76,16 +77,24 @@ EVENT_TYPE_COLUMNS = {
 ``by_event_type.measure`` keys they record."""
 
 
-def measure_event_types(db: Database) -> list[dict[str, Any]]:
+def measure_event_types(
+    db: Database, *, backlog: BacklogPass | None = None
+) -> list[dict[str, Any]]:
     """The per-event-type part of a sample now: the top
     ``settings.metrics_top_event_types`` event types by trouble and ``other``
     (``by_event_type.measure`` without rates, over the settings' window).
+
+    Args:
+        backlog: the pass over the backlog of every event type, over the settings' window,
+            when the caller read it (``record_sample``, which stores it too); default: read.
 
     Returns:
         ``{"event_type" (``units.bounded_key``), <every EVENT_TYPE_COLUMNS column>}`` rows;
         none when no event type has open rows or dead letters in the window.
     """
-    rows = by_event_type.measure(db, top=db.settings.metrics_top_event_types, rates=False)
+    rows = by_event_type.measure(
+        db, top=db.settings.metrics_top_event_types, rates=False, backlog=backlog
+    )
     return [
         {"event_type": bounded_key(row["event_type"])}
         | {column: row[key] for column, key in EVENT_TYPE_COLUMNS.items()}
@@ -101,11 +110,12 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
 
     Measures through ``db``, inserts one row with the named query ``sample_insert``
     (``sampled_at`` is the writing database's ``now()``) and the per-event-type rows at the
-    same instant (``event_type_sample_insert``), and deletes this table's samples of both
-    kinds older than ``settings.sample_retention`` seconds (``samples_prune``,
-    ``event_type_samples_prune``) through ``primary``, at most ``SAMPLES_PRUNE_BATCH_ROWS``
-    of each kind a pass, oldest first (after the retention was lowered, the backlog goes
-    over the next passes, each under the statement timeout).
+    same instant (``event_type_sample_insert``), the pass over the backlog they came from as the
+    table's backlog snapshot (``backlog.record_snapshot``, migration 031), and deletes this
+    table's samples of both kinds older than ``settings.sample_retention`` seconds
+    (``samples_prune``, ``event_type_samples_prune``) through ``primary``, at most
+    ``SAMPLES_PRUNE_BATCH_ROWS`` of each kind a pass, oldest first (after the retention was
+    lowered, the backlog goes over the next passes, each under the statement timeout).
 
     Args:
         db: the connector of the monitored database (a hot standby may serve it).
@@ -124,7 +134,8 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
         ``init-db``) and the other errors of the connector. Nothing is recorded then.
     """
     figures = measure_headline(db)
-    event_types = measure_event_types(db)
+    passed = backlog_pass(db)
+    event_types = measure_event_types(db, backlog=passed)
     writes = primary or db
     params = {"table_name": db.table_name, **figures}
     retention = {
@@ -143,6 +154,10 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
                     "rows": Jsonb(event_types),
                 },
             )
+        # the pass itself, for the Overview above backlog.SAMPLED_ABOVE_ROWS (migration 031)
+        record_snapshot(
+            conn, writes.compose, db.table_name, passed, sampled_at=inserted["sampled_at"]
+        )
         pruned = conn.execute(writes.compose("samples_prune"), retention).rowcount
         types_pruned = conn.execute(writes.compose("event_type_samples_prune"), retention).rowcount
     workers = record_workers(db, primary=writes)

@@ -19,10 +19,11 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.browse.events import database_now
 from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, metrics
+from outbox_monitor.figures.backlog import BacklogPass
 from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.store.db import Database
-from outbox_monitor.ui import charts, format
+from outbox_monitor.ui import backlog_sample, charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.format import Column
 from outbox_monitor.ui.state import Filters
@@ -44,11 +45,18 @@ SPLIT_DEFAULT = 5
 
 @cached
 def _table(
-    key: str, _db: Database, window: float, event_type: str | None, top: int, pinned: tuple
+    key: str,
+    _db: Database,
+    window: float,
+    event_type: str | None,
+    top: int,
+    pinned: tuple,
+    sampled_at: str | None,
+    _backlog: BacklogPass | None,
 ) -> dict[str, Any]:
     with _db.session():
         rows = by_event_type.measure(
-            _db, top=top, window=window, event_type=event_type, pinned=pinned
+            _db, top=top, window=window, event_type=event_type, pinned=pinned, backlog=_backlog
         )
         found = controls(_db)
         history = by_event_type.history(
@@ -68,6 +76,7 @@ def _table(
         "trends": trends,
         "now": now,
         "window_seconds": window,
+        "sampled_age_seconds": _backlog.age_seconds if sampled_at else None,
     }
 
 
@@ -228,7 +237,13 @@ def _unscoped(instances: list[dict], ruleset: RuleSet | None) -> None:
 
 
 def load(
-    db: Database, f: Filters, *, top: int, instances: list[dict], ruleset: RuleSet | None
+    db: Database,
+    f: Filters,
+    *,
+    top: int,
+    instances: list[dict],
+    ruleset: RuleSet | None,
+    backlog: BacklogPass | None = None,
 ) -> dict[str, Any]:
     """The table's figures (cached): ``by_event_type.measure``'s rows — the types a firing
     alert names pinned first — their flow-control states and their sampled history.
@@ -238,6 +253,9 @@ def load(
         f: the sidebar's filters (window, event-type filter).
         top: event types with a row of their own (``settings.overview_top_event_types``).
         instances, ruleset: the alert states and rules (which types are pinned).
+        backlog: the pass over the backlog of the same filter and window that the tiles came
+            from (``loaders.status``' ``"backlog_pass"``): the rows' backlog figures are its
+            own, not read again; default: read.
 
     Returns:
         ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "controls": [Control]
@@ -245,10 +263,13 @@ def load(
         trends' ``forecast.DEFAULT_LOOKBACK_SECONDS``; `other`'s rows too), "samples": [...]
         (the headline samples of the trends' window), "trends": {event_type: SeriesTrend}
         (each named type's depth, ``forecast.series_trend`` of ``forecast.scope_points``),
-        "now": the database clock they were read at, "window_seconds": the window}``.
+        "now": the database clock they were read at, "window_seconds": the window,
+        "sampled_age_seconds": the age of the scheduler's sample the backlog columns come
+        from, ``None`` when counted now}``.
     """
     pinned = tuple(coverage.firing_event_types(instances, ruleset))
-    return _table(db_key(db), db, f.window, f.event_type, top, pinned)
+    sampled_at = backlog.sampled_at.isoformat() if backlog and backlog.sampled_at else None
+    return _table(db_key(db), db, f.window, f.event_type, top, pinned, sampled_at, backlog)
 
 
 def section(
@@ -279,6 +300,7 @@ def section(
         f"The {format.plural(top, 'event type')} in the most trouble, the rest as one row · "
         f"figures over the last {f.window_label}, the trend over the last "
         f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples"
+        + backlog_sample.table_note(loaded.get("sampled_age_seconds"))
         + ("" if ruleset is not None else " · the alert rules file is invalid: no status"),
         help="Most troubled first: firing, then stuck, dead-lettered, queue depth, oldest age. "
         "A status comes only from the alert rules whose scope holds the type, named with "

@@ -161,10 +161,10 @@ def type_context(
 
 def replay_group(db: Database, event_type: str) -> str | None:
     """The error group a replay of ``event_type`` (exact, or a LIKE pattern) starts from: the
-    one whose last dead letter is the newest (the failure going on now), from the Dead letters
-    page's own cached read (so the click that opens it is served from that cache); ``None``
-    without dead letters."""
-    groups = loaders.dead_letters(db, event_type=event_type, error_group=None).groups
+    one whose last dead letter is the newest (the failure going on now), from the Overview's
+    cached read of the groups (``loaders.overview_error_groups``); ``None`` without dead
+    letters."""
+    groups = loaders.overview_error_groups(db, event_type=event_type)
     newest = max(groups, key=lambda group: group["last_seen"], default=None)
     return None if newest is None else newest["group_id"]
 

@@ -309,21 +309,28 @@ def _most_lines(frame: pd.DataFrame, column: Column) -> int:
     )
 
 
-def row_height(frame: pd.DataFrame, columns: Sequence[Column]) -> int | None:
+def row_height(
+    frame: pd.DataFrame, columns: Sequence[Column], most: Mapping[str, int] | None = None
+) -> int | None:
     """``st.dataframe``'s ``row_height`` for ``frame`` drawn with ``columns``: ``None`` (one
     line, Streamlit's rows) when every shown value fits its column, else tall enough for
     the longest one's lines (at least ``WRAPPED_ROW_HEIGHT``, at most ``MAX_WRAPPED_LINES``
-    lines), so that its cell wraps and reads in full without a click."""
-    lines = max((_most_lines(frame, column) for column in columns), default=1)
+    lines), so that its cell wraps and reads in full without a click. ``most``: each
+    column's ``_most_lines`` when the caller counted them (``grid``)."""
+    most = most if most is not None else {c.name: _most_lines(frame, c) for c in columns}
+    lines = max((most[column.name] for column in columns), default=1)
     if lines <= 1:
         return None
     return max(WRAPPED_ROW_HEIGHT, math.ceil(min(lines, MAX_WRAPPED_LINES) * LINE_PX + 6))
 
 
-def grid_config(frame: pd.DataFrame, columns: Sequence[Column]) -> dict[str, Any]:
+def grid_config(
+    frame: pd.DataFrame, columns: Sequence[Column], most: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """``st.dataframe``'s ``column_config`` of the shown ``columns``: each labelled in words,
     at its width, with its tooltip; links and sparklines as such, a column whose values are
-    cut with a tooltip saying where they show in full."""
+    cut with a tooltip saying where they show in full. ``most``: as ``row_height``'s."""
+    most = most if most is not None else {c.name: _most_lines(frame, c) for c in columns}
     config: dict[str, Any] = {}
     for column in columns:
         if not column.width:
@@ -336,7 +343,7 @@ def grid_config(frame: pd.DataFrame, columns: Sequence[Column]) -> dict[str, Any
         elif column.chart:
             config[column.name] = st.column_config.LineChartColumn(column.label, **options)
         else:
-            if _most_lines(frame, column) > 1:
+            if most[column.name] > 1:
                 options["help"] = " ".join(
                     filter(None, [column.help, "Select a row to read it in full."])
                 )
@@ -375,12 +382,13 @@ def grid(
         units={c.name: LINK if c.link else c.unit for c in columns if c.unit or c.link},
     )
     shown = [c for c in columns if c.width]
-    height = row_height(frame, shown)
+    most = {c.name: _most_lines(frame, c) for c in shown}  # once: both below read them
+    height = row_height(frame, shown, most)
     picked = st.dataframe(
         frame,
         hide_index=True,
         width="stretch",
-        column_config=grid_config(frame, columns),
+        column_config=grid_config(frame, shown, most),
         column_order=[c.name for c in shown],
         row_height=height,
         on_select="rerun",

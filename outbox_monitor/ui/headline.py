@@ -4,9 +4,10 @@ Events filtered, its dead letters' group, Workers, Health), or one line saying n
 
 Cheap: it reads what the Overview read already — ``loaders.status`` (the workers' liveness,
 the xmin horizon), the by-event-type table (``event_types.load``: rows, flows, controls,
-samples), the alert instances, the Dead letters page's cached groups — and, cached, only the
-retry error groups of the troubled types with retrying rows and the newest recorded claim
-plan (an index step). No full-table scan.
+samples), the alert instances, the dead letters' error groups of the troubled types
+(``loaders.overview_error_groups``, brought current at most once a minute) — and, cached,
+only the retry error groups of the troubled types with retrying rows and the newest recorded
+claim plan (an index step). No full-table scan.
 """
 
 import html
@@ -69,10 +70,10 @@ def evidence(
     )
 
     def dead_letter_groups(name: str) -> list[dict[str, Any]]:
-        # the Dead letters page's own read; a name holding % would be a LIKE pattern there
+        # a name holding % would be a LIKE pattern there
         if "%" in name:
             return []
-        return loaders.dead_letters(db, event_type=name, error_group=None).groups
+        return loaders.overview_error_groups(db, event_type=name)
 
     retry_groups, error_groups = diagnosis.read_groups(
         found, lambda name: _retry_groups(db_key(db), db, name), dead_letter_groups

@@ -13,7 +13,14 @@ from outbox_monitor.access import Identity
 from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.browse import events
 from outbox_monitor.browse.events import EventFilter, RevealedPayload
+from outbox_monitor.errors import SchemaNotInitialised
 from outbox_monitor.figures import by_event_type, error_grouping, estimates, metrics
+from outbox_monitor.figures.backlog import (
+    SAMPLED_ABOVE_ROWS,
+    BacklogPass,
+    backlog_pass,
+    sampled_pass,
+)
 from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
 from outbox_monitor.store import indexes
 from outbox_monitor.store.db import Database
@@ -37,13 +44,69 @@ def _status(
     key: str, _db: Database, window: float, event_type: str | None, cap: int
 ) -> dict[str, Any]:
     with _db.session():  # a dozen statements, one connection checkout
-        return metrics.status(_db, window=window, event_type=event_type, count_cap=cap)
+        every_type = _fresh_snapshot(_db, None)
+        if every_type is None or every_type.backlog_rows <= SAMPLED_ABOVE_ROWS:
+            passed = backlog_pass(_db, event_type=event_type, window=window)
+            figures = metrics.status(
+                _db, window=window, event_type=event_type, count_cap=cap, backlog=passed
+            )
+            return {**figures, "backlog_pass": passed, "sampled": None}
+        # above the threshold: the scheduler's pass, and what needs no heap tuple counted now
+        passed = _fresh_snapshot(_db, event_type) if event_type else every_type
+        figures = metrics.status(
+            _db,
+            window=window,
+            event_type=event_type,
+            count_cap=cap,
+            backlog=passed,
+            every_type=every_type,
+        )
+        for key, figure in COUNTED_NOW.items():
+            figures[key] = figure(_db, event_type=event_type)
+    sampled = {
+        "sampled_at": passed.sampled_at.isoformat(),
+        "age_seconds": passed.age_seconds,
+        "backlog_rows": every_type.backlog_rows,
+        "figures": list(SAMPLED_FIGURES),
+    }
+    return {**figures, "backlog_pass": passed, "sampled": sampled}
+
+
+def _fresh_snapshot(db: Database, event_type: str | None) -> BacklogPass | None:
+    try:
+        return sampled_pass(db, event_type=event_type)
+    except SchemaNotInitialised:
+        return None  # before migration 031: read live (the banner asks for init-db)
+
+
+COUNTED_NOW = {
+    "queue_depth": metrics.queue_depth,
+    "pending_total": metrics.pending_total,
+    "scheduled_retries": metrics.scheduled_retries,
+    "oldest_pending_age_seconds": metrics.oldest_pending_age,
+    "processing": metrics.processing,
+}
+"""Above ``backlog.SAMPLED_ABOVE_ROWS``, the backlog figures the Overview still counts at each
+refresh: each reads the users' claim index (status, available_at, created_at) and no
+row's heap tuple once the table's visibility map covers its pages."""
+SAMPLED_FIGURES = ("retrying", "stuck_locks", "attempts_histogram", "workers", "by_event_type")
+"""Above ``backlog.SAMPLED_ABOVE_ROWS``, what the Overview takes from the scheduler's fresh
+backlog snapshot: the figures that read each backlog row's heap tuple (``attempts``,
+``locked_at``), the workers' liveness and the backlog columns of the table by event type."""
 
 
 def status(db: Database, *, window: float, event_type: str | None) -> dict[str, Any]:
     """``metrics.status`` with ``count_cap()``: every SPEC §2 figure plus the database's
     ``now`` (ISO text); ``"estimated"`` names the figures that are estimates (the dead
-    letters of ``attempts_histogram`` above the cap)."""
+    letters of ``attempts_histogram`` above the cap); ``"backlog_pass"`` is the one pass over
+    the backlog they came from (``backlog.BacklogPass``), which the Overview's table by event
+    type reads too (``event_types.load``): the page reads the backlog's rows once a refresh.
+
+    Above ``backlog.SAMPLED_ABOVE_ROWS`` backlog rows, while a scheduler's snapshot of the
+    backlog is fresh (``backlog.sampled_pass``), the page reads no backlog row's heap tuple:
+    ``SAMPLED_FIGURES`` come from that snapshot and ``COUNTED_NOW`` are counted now;
+    ``"sampled"`` then says so (``{"sampled_at", "age_seconds", "backlog_rows",
+    "figures"}``), else it is ``None``."""
     return _status(db_key(db), db, window, event_type, count_cap())
 
 
@@ -214,14 +277,45 @@ def dead_letters(db: Database, *, event_type: str | None, error_group: str | Non
         event_type: the sidebar filter (exact or LIKE pattern), ``None`` for all.
         error_group: the chosen group's 12-hex id, or ``None``.
     """
-    loaded = _dead_letters(db_key(db), db, event_type, error_group)
-    shown = redactor(db)
+    return _redacted_dead_letters(db_key(db), db, event_type, error_group)
+
+
+@cached
+def _redacted_dead_letters(
+    key: str, _db: Database, event_type: str | None, error_group: str | None
+) -> DeadLetters:
+    # redacted once per load, not at each call: the Overview's headline and firing alerts
+    # read the groups of each troubled type at every run (issue 32 item 4)
+    loaded = _dead_letters(key, _db, event_type, error_group)
+    shown = redactor(_db)
     return DeadLetters(
         shown.redact_rows(loaded.groups, DEAD_LETTER_ERROR_FIELDS),
         loaded.error_group,
         shown.redact_rows(loaded.rows, DEAD_LETTER_ERROR_FIELDS, head=ERROR_HEAD_CHARS),
         loaded.complete,
     )
+
+
+OVERVIEW_ERROR_GROUPS_MAX_AGE_SECONDS = 60.0
+"""The Overview reads the dead letters' error groups of its troubled types without bringing
+their cache current again for this long after this process last did (each refresh of that
+cache passes over every dead letter's index entry; issue 32 item 3)."""
+
+
+@cached
+def _overview_error_groups(key: str, _db: Database, event_type: str) -> list[dict[str, Any]]:
+    groups = error_grouping.error_groups(
+        _db, event_type=event_type, max_age=OVERVIEW_ERROR_GROUPS_MAX_AGE_SECONDS
+    )
+    return redactor(_db).redact_rows(groups, DEAD_LETTER_ERROR_FIELDS)
+
+
+def overview_error_groups(db: Database, *, event_type: str) -> list[dict[str, Any]]:
+    """The error groups of one event type (exact, or a LIKE pattern) for the Overview's
+    headline and firing alerts: ``error_grouping.error_groups`` rows, redacted, as current as
+    this process made them at most ``OVERVIEW_ERROR_GROUPS_MAX_AGE_SECONDS`` ago (the Dead
+    letters page brings them current at each load)."""
+    return _overview_error_groups(db_key(db), db, event_type)
 
 
 @cached
@@ -402,6 +496,8 @@ STALE_AFTER_ACTION = (
     _latency_series,
     _throughput_series,
     _dead_letters,
+    _redacted_dead_letters,
+    _overview_error_groups,
     _group_event_type,
     _events_page,
     _event,

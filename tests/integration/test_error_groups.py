@@ -384,3 +384,30 @@ def test_the_viewer_cannot_run_its_own_code_as_the_functions_owner(dsn, logins, 
             ).fetchone()[0]
             == 0
         )
+
+
+def test_a_reader_with_a_max_age_brings_the_groups_current_once_per_max_age(db, rows, monkeypatch):
+    """The Overview's reads (issue 32 item 3): within ``max_age`` of this process's last
+    refresh the groups are read as they were then; the Dead letters page's read (no max age)
+    brings them current at each call."""
+    monkeypatch.setattr(error_grouping, "_refreshed_at", {})
+    rows.add(status="failed", processed_ago=60, last_error="HTTP 500 from crm id 123456")
+    statements = []
+    original = db.fetch_one
+
+    def recording(name, *args, **kwargs):
+        statements.append(name)
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(db, "fetch_one", recording)
+    first = error_grouping.error_groups(db, max_age=60)
+    refreshes = statements.count("error_groups_refresh")
+    rows.add(status="failed", processed_ago=30, last_error="HTTP 500 from crm id 654321")
+    second = error_grouping.error_groups(db, max_age=60)
+    assert statements.count("error_groups_refresh") == refreshes  # not brought current
+    current = error_grouping.error_groups(db)
+    assert statements.count("error_groups_refresh") > refreshes
+
+    assert [g["failed"] for g in first] == [1]
+    assert [g["failed"] for g in second] == [1]  # read as refreshed a moment ago
+    assert [g["failed"] for g in current] == [2]  # the same group, brought current

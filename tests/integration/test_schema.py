@@ -59,6 +59,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "028_slack_actions",
             "029_alert_groups",
             "030_static_worker_functions",
+            "031_backlog_snapshots",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

@@ -343,7 +343,7 @@ WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)
 -- name: created_open_in_window
 -- Rows with created_at in the window (SPEC section 2 throughput) are counted in disjoint parts
 -- so that no index on created_at over every row is needed. This block: the rows not finished
--- (the users' claim index); open_by_event_type counts the same per event type, as a FILTER.
+-- (the users' claim index); backlog_pass counts the same per event type, as a FILTER.
 SELECT count(*) AS value FROM {table}
 WHERE status IN ('pending', 'processing')
       AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
@@ -416,12 +416,18 @@ WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(windo
 GROUP BY event_type
 ORDER BY failed DESC, event_type;
 
--- name: backlog_by_attempts
--- The backlog (pending and processing rows) by attempts, each group with the backlog figures
--- of its rows (queue depth, pending total, scheduled retries, processing, stuck locks, the
--- oldest pending age): one pass over the backlog serves every one of them and the backlog part
--- of retry pressure; the groups add up to the figures (metrics.backlog).
-SELECT attempts, count(*) AS rows,
+-- name: backlog_pass
+-- The backlog (pending and processing rows) in ONE pass, grouped by event type and attempts:
+-- per group the backlog figures of SPEC section 2 of its rows (queue depth, pending total,
+-- scheduled retries, processing, stuck locks, the oldest pending row's created_at), its open
+-- rows created in the window (throughput's open part), and the workers' liveness parts (the
+-- oldest due row's available_at, the newest claim, the newest retry: over pending rows with
+-- attempts > 0, available_at minus the longest backoff of the group's attempts,
+-- backoff_base * 1.1 as backoff_delay's jitter is at most a tenth, not after now). The same
+-- predicates as the single figures' blocks, each a FILTER; the groups add up to every backlog
+-- figure, to the backlog part of retry pressure and to each event type's row
+-- (metrics.BacklogPass). Reading attempts and locked_at visits each backlog row's heap tuple.
+SELECT event_type, attempts, now() AS now, count(*) AS rows,
        count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS queue_depth,
        count(*) FILTER (WHERE status = 'pending') AS pending_total,
        count(*) FILTER (WHERE status = 'pending' AND available_at > now()) AS scheduled_retries,
@@ -431,12 +437,43 @@ SELECT attempts, count(*) AS rows,
                  AND (locked_at < now() - make_interval(secs => %(lock_timeout)s)
                       OR locked_at IS NULL)
        ) AS stuck_locks,
-       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
-           AS oldest_pending_age
+       min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending_at,
+       count(*) FILTER (
+           WHERE created_at > now() - make_interval(secs => %(window)s)
+             AND created_at <= now()) AS created_open_in_window,
+       min(available_at) FILTER (WHERE status = 'pending' AND available_at <= now()) AS due_since,
+       max(locked_at) FILTER (WHERE status = 'processing') AS newest_claim,
+       max(available_at - outbox_monitor.backoff_base(attempts) * 1.1) FILTER (
+           WHERE status = 'pending' AND attempts > 0
+             AND available_at - outbox_monitor.backoff_base(attempts) * 1.1 <= now()
+       ) AS newest_retry
 FROM {table}
 WHERE status IN ('pending', 'processing') {and_filters}
-GROUP BY attempts
-ORDER BY attempts;
+GROUP BY event_type, attempts
+ORDER BY event_type, attempts;
+
+-- name: backlog_snapshot_upsert
+-- The sampler's pass over the backlog (backlog_pass's groups, every event type; instants as ISO text) as this table's one snapshot, replaced at each sample (migration 031).
+INSERT INTO outbox_monitor.backlog_snapshots AS s (table_name, sampled_at, groups)
+VALUES (%(table_name)s, %(sampled_at)s, %(groups)s)
+ON CONFLICT (table_name) DO UPDATE SET sampled_at = excluded.sampled_at, groups = excluded.groups;
+
+-- name: backlog_snapshot
+-- This table's last sampled backlog (migration 031) when it is at most %(max_age)s seconds old: its instant, its age, the backlog rows of every event type, and its groups matching the event-type filter ({and_filters}, on event_type), with backlog_pass's columns. No row when there is no such snapshot.
+SELECT s.sampled_at, extract(epoch FROM now() - s.sampled_at)::float8 AS age_seconds,
+       (SELECT coalesce(sum((a ->> 'rows')::bigint), 0) FROM jsonb_array_elements(s.groups) AS a)
+           AS backlog_rows,
+       coalesce((
+           SELECT jsonb_agg(to_jsonb(g) ORDER BY g.event_type, g.attempts)
+           FROM jsonb_to_recordset(s.groups) AS g(
+               event_type text, attempts integer, rows bigint, queue_depth bigint,
+               pending_total bigint, scheduled_retries bigint, processing bigint,
+               stuck_locks bigint, oldest_pending_at timestamptz, created_open_in_window bigint,
+               due_since timestamptz, newest_claim timestamptz, newest_retry timestamptz)
+           WHERE true {and_filters}), '[]'::jsonb) AS groups
+FROM outbox_monitor.backlog_snapshots AS s
+WHERE s.table_name = %(table_name)s
+  AND s.sampled_at >= now() - make_interval(secs => %(max_age)s);
 
 -- name: attempts_at_least
 -- Rows not yet done with attempts >= %(attempts)s, in the two parts of attempts_histogram.
@@ -1684,18 +1721,9 @@ GROUP BY locked_by
 ORDER BY count(*) DESC, locked_by NULLS LAST
 LIMIT %(limit)s;
 
--- name: workers_liveness
--- The fleet's liveness: the due rows of event types no flow control holds ({and_filters}), since when the oldest of them is due, the newest claim (max locked_at of processing rows), the newest retry (a claim that failed fast: over pending rows with attempts > 0, the latest available_at minus its longest backoff, backoff_base * 1.1 as backoff_delay's jitter is at most a tenth, not after now; the pending rows through the claim index) and the newest outcome (max processed_at of done, of failed rows: each one step of the finished index, newest first).
+-- name: workers_newest_outcome
+-- The workers' newest outcome: max processed_at of done, of failed rows (each one step of the finished index, newest first); the rest of their liveness comes from the backlog pass (backlog_pass).
 SELECT now() AS now,
-       (SELECT count(*) FROM {table}
-        WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_rows,
-       (SELECT min(available_at) FROM {table}
-        WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_since,
-       (SELECT max(locked_at) FROM {table} WHERE status = 'processing') AS newest_claim,
-       (SELECT max(available_at - outbox_monitor.backoff_base(attempts) * 1.1) FROM {table}
-        WHERE status = 'pending' AND attempts > 0
-          AND available_at - outbox_monitor.backoff_base(attempts) * 1.1 <= now())
-           AS newest_retry,
        greatest((SELECT max(processed_at) FROM {table} WHERE status = 'done'),
                 (SELECT max(processed_at) FROM {table} WHERE status = 'failed'))
            AS newest_outcome;
@@ -2334,32 +2362,6 @@ ORDER BY 1;
 
 -- ===================================================================== exporter (Prometheus)
 
--- name: open_by_event_type
--- Per event type, in ONE scan of open rows, the SPEC section 2 figures of queue_depth, pending_total, scheduled_retries, oldest_pending_age, processing and stuck_locks above, retrying (pending rows with attempts >= 1) and created_open_in_window (the open part of created per minute).
--- Same predicates as those blocks, each as a FILTER; an event type with nothing pending
--- has oldest_pending_age (and oldest_pending_at, that row's created_at) NULL. Only pending
--- and processing rows are read (claim index).
-SELECT event_type,
-       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()) AS queue_depth,
-       count(*) FILTER (WHERE status = 'pending') AS pending_total,
-       count(*) FILTER (WHERE status = 'pending' AND available_at > now()) AS scheduled_retries,
-       extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8
-           AS oldest_pending_age,
-       min(created_at) FILTER (WHERE status = 'pending') AS oldest_pending_at,
-       count(*) FILTER (WHERE status = 'processing') AS processing,
-       count(*) FILTER (
-           WHERE status = 'processing'
-             AND (locked_at < now() - make_interval(secs => %(lock_timeout)s)
-                  OR locked_at IS NULL)) AS stuck_locks,
-       count(*) FILTER (WHERE status = 'pending' AND attempts >= 1) AS retrying,
-       count(*) FILTER (
-           WHERE created_at > now() - make_interval(secs => %(window)s)
-             AND created_at <= now()) AS created_open_in_window
-FROM {table}
-WHERE status IN ('pending', 'processing') {and_filters}
-GROUP BY event_type
-ORDER BY event_type;
-
 -- name: exporter_event_types_matching
 -- Which of %(names)s match any SPEC section 2 event-type filter in %(patterns)s (LIKE-escaped as filters.Where does).
 SELECT name FROM unnest(%(names)s::text[]) AS name
@@ -2833,6 +2835,8 @@ GRANT INSERT, DELETE ON outbox_monitor.claim_plans, outbox_monitor.claim_stateme
     TO {scheduler};
 -- what the sampler saw of each worker (migration 013): one row per worker, updated each pass
 GRANT INSERT, UPDATE, DELETE ON outbox_monitor.workers_seen TO {scheduler};
+-- the backlog as the sampler last read it (migration 031): one row per outbox table, replaced
+GRANT INSERT, UPDATE ON outbox_monitor.backlog_snapshots TO {scheduler};
 GRANT INSERT, UPDATE ON outbox_monitor.alert_instances, outbox_monitor.notifications TO {scheduler};
 GRANT INSERT ON outbox_monitor.alert_transitions TO {scheduler};
 -- the retention of its own tables (migration 016): alert history and the breakers' log

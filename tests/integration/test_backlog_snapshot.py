@@ -1,0 +1,67 @@
+"""The backlog snapshot (issue 32 item 3, migration 031): the sampler stores its one pass over
+the backlog; read back, it adds up to the figures of the rows it saw, filtered like a live pass,
+and only while fresh."""
+
+import pytest
+
+from outbox_monitor.figures.backlog import backlog_pass, record_snapshot, sampled_pass
+from outbox_monitor.figures.workers import liveness
+from outbox_monitor.service.sampler import record_sample
+
+TOLERANCE = 5.0  # seconds between inserting the rows and sampling them (a loaded machine)
+
+
+def test_the_sampled_pass_is_the_sampler_pass_read_back(db, rows, conn):
+    # order.paid: 2 due (300, 60 s ago), 1 processing locked 20 min ago (stuck)
+    rows.add(event_type="order.paid", created_ago=300)
+    rows.add(event_type="order.paid", created_ago=60)
+    rows.add(event_type="order.paid", status="processing", created_ago=1300, locked_ago=1200)
+    # payment.captured: 1 retry (attempts 2) in backoff for 5 more minutes
+    rows.add(event_type="payment.captured", created_ago=900, available_ago=-300, attempts=2)
+    rows.add(event_type="order.paid", status="done", created_ago=100, processed_ago=50)
+
+    record_sample(db)
+    rows.add(event_type="order.paid", created_ago=1)  # after the sample: not in it
+    sampled = sampled_pass(db)
+
+    assert sampled is not None and sampled.backlog_rows == 4
+    assert 0 <= sampled.age_seconds < TOLERANCE
+    figures = sampled.backlog()
+    assert (figures["queue_depth"], figures["pending_total"], figures["scheduled_retries"]) == (
+        2,
+        3,
+        1,
+    )
+    assert (figures["processing"], figures["stuck_locks"], figures["retrying"]) == (1, 1, 1)
+    assert figures["attempts_histogram"] == {0: 3, 2: 1}
+    assert 900 <= figures["oldest_pending_age_seconds"] < 900 + TOLERANCE
+    by_type = {row["event_type"]: row for row in sampled.by_event_type()}
+    assert (by_type["order.paid"]["queue_depth"], by_type["order.paid"]["stuck_locks"]) == (2, 1)
+    assert by_type["payment.captured"]["retrying"] == 1
+    # the liveness from the snapshot: as of the sample, the newest claim 20 min before it
+    workers = liveness(db, backlog=sampled)
+    assert workers.due_rows == 2 and workers.now == sampled.sampled_at
+    assert 1200 <= (workers.now - workers.newest_claim).total_seconds() < 1200 + TOLERANCE
+    # a filter applies to the stored groups as to the table's rows (SPEC §2)
+    payments = sampled_pass(db, event_type="payment.%")
+    assert [g["event_type"] for g in payments.groups] == ["payment.captured"]
+    assert payments.backlog_rows == 4  # every type's, whatever the filter
+    # live, the row added after the sample counts
+    assert backlog_pass(db).backlog()["queue_depth"] == 3
+
+
+def test_an_old_snapshot_is_not_read(db, rows, conn):
+    rows.add(event_type="order.paid", created_ago=60)
+    record_sample(db)
+    interval = db.settings.sample_interval
+    conn.execute(
+        "UPDATE outbox_monitor.backlog_snapshots SET sampled_at = sampled_at - %s * interval '1s'",
+        (3 * interval + 1,),
+    )
+    assert sampled_pass(db) is None
+    assert sampled_pass(db, max_age=3600) is not None
+
+
+def test_a_filtered_pass_is_never_stored(db, conn):
+    with pytest.raises(ValueError, match="every event type"), db.connection() as c:
+        record_snapshot(c, db.compose, db.table_name, backlog_pass(db, event_type="x"))

@@ -1,0 +1,139 @@
+"""The Overview reads the backlog's rows once a refresh (issue 32 item 3): its tiles, its table
+by event type and the workers' liveness come from one pass (``backlog.backlog_pass``), with
+the figures computed by hand from the inserted rows."""
+
+import re
+
+import pytest
+
+from outbox_monitor.figures import backlog, metrics
+from outbox_monitor.service.sampler import record_sample
+from outbox_monitor.store.db import Database
+from outbox_monitor.ui import backlog_sample, loaders
+
+HEAP_READS = {"backlog_pass", "retrying", "stuck_locks", "attempts_at_least"}
+"""Named queries that read backlog rows' heap tuples (``attempts``, ``locked_at``)."""
+
+
+def seed(rows) -> None:
+    """order.paid: 3 due (600, 300, 60 s ago), 1 processing locked 20 min ago (stuck);
+    payment.captured: 1 retry (attempts 2) waiting in backoff for 5 more minutes;
+    mail.sent: 1 retry (attempts 1) due since 30 s."""
+    for ago in (600, 300, 60):
+        rows.add(event_type="order.paid", created_ago=ago)
+    rows.add(event_type="order.paid", status="processing", created_ago=1300, locked_ago=1200)
+    rows.add(event_type="payment.captured", created_ago=900, available_ago=-300, attempts=2)
+    rows.add(event_type="mail.sent", created_ago=120, available_ago=30, attempts=1)
+
+
+@pytest.fixture
+def statements(monkeypatch) -> list[str]:
+    """The named queries every ``Database`` of this process runs, in order."""
+    names: list[str] = []
+    for method in ("fetch_one", "fetch_all"):
+        original = getattr(Database, method)
+
+        def recording(self, name, *args, _original=original, **kwargs):
+            names.append(name)
+            return _original(self, name, *args, **kwargs)
+
+        monkeypatch.setattr(Database, method, recording)
+    return names
+
+
+def test_one_pass_over_the_backlog_serves_tiles_table_and_workers(open_page, rows, statements):
+    seed(rows)
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert [name for name in statements if name in HEAP_READS] == ["backlog_pass"]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Queue depth"] == "4"  # 3 order.paid + 1 mail.sent due
+    assert shown["Stuck locks"] == "1"
+    assert shown["Retrying"] == "2"  # payment.captured and mail.sent, attempts > 0
+    (frame,) = [d.value for d in at.dataframe if "depth trend" in d.value.columns]
+    table = {row["event type"]: row for row in frame.to_dict("records")}
+    # most troubled first: the stuck lock, then depth
+    assert list(table) == ["order.paid", "mail.sent", "payment.captured"]
+    assert [table[name]["retrying"] for name in table] == [0, 1, 1]
+
+
+@pytest.fixture
+def low_threshold(monkeypatch) -> int:
+    """Backlogs above 3 rows count as large (``backlog.SAMPLED_ABOVE_ROWS``)."""
+    monkeypatch.setattr(backlog, "SAMPLED_ABOVE_ROWS", 3)
+    monkeypatch.setattr(loaders, "SAMPLED_ABOVE_ROWS", 3)
+    monkeypatch.setattr(backlog_sample, "SAMPLED_ABOVE_ROWS", 3)
+    return 3
+
+
+def sampled_caption(at) -> str | None:
+    found = [c.value for c in at.caption if "the scheduler's sample of" in c.value]
+    return found[0] if found else None
+
+
+def test_above_the_threshold_a_fresh_sample_serves_what_reads_the_heap(
+    open_page, db, rows, statements, low_threshold
+):
+    seed(rows)
+    record_sample(db)  # the scheduler's pass: 6 backlog rows, 2 retrying, 1 stuck
+    # after the sample: one more due row and one more retry (attempts 3) of a new type
+    rows.add(event_type="order.paid", created_ago=5)
+    rows.add(event_type="sms.sent", created_ago=50, available_ago=10, attempts=3)
+    statements.clear()
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert [name for name in statements if name in HEAP_READS] == []
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Queue depth"] == "6"  # counted now: 4 + the two added
+    assert shown["Retrying"] == "2"  # sampled: the retry added since is not in it
+    assert shown["Stuck locks"] == "1"
+    caption = sampled_caption(at)
+    assert caption is not None and "More than 3 rows pending or processing (6 when sampled)" in (
+        caption
+    )
+    age = re.search(r"sample of ([\d.]+)s ago", caption)
+    assert age is not None and float(age.group(1)) < 60, caption  # sampled just before
+    (frame,) = [d.value for d in at.dataframe if "depth trend" in d.value.columns]
+    assert "sms.sent" not in set(frame["event type"])  # the table's rows are the sample's
+    assert any("as the scheduler sampled them" in c.value for c in at.caption)
+    # status --json counts now, whatever the Overview shows (SPEC §2)
+    exact = metrics.status(db)
+    assert (exact["queue_depth"], exact["retrying"]) == (6, 3)
+
+
+def test_without_a_fresh_sample_the_page_reads_the_backlog_once(
+    open_page, db, rows, conn, statements, low_threshold
+):
+    seed(rows)
+    record_sample(db)
+    # the scheduler stopped: its snapshot is older than 3 sample intervals
+    conn.execute("UPDATE outbox_monitor.backlog_snapshots SET sampled_at = now() - interval '1h'")
+    rows.add(event_type="sms.sent", created_ago=50, available_ago=10, attempts=3)
+    statements.clear()
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert [name for name in statements if name in HEAP_READS] == ["backlog_pass"]
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Retrying"] == "3"  # counted now
+    assert sampled_caption(at) is None
+
+
+def test_below_the_threshold_a_fresh_sample_is_not_read_for_figures(
+    open_page, db, rows, statements
+):
+    seed(rows)
+    record_sample(db)
+    rows.add(event_type="sms.sent", created_ago=50, available_ago=10, attempts=3)
+    statements.clear()
+
+    at = open_page("overview")
+
+    assert [name for name in statements if name in HEAP_READS] == ["backlog_pass"]
+    assert {m.label: m.value for m in at.metric}["Retrying"] == "3"
+    assert sampled_caption(at) is None
