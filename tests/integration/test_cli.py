@@ -232,6 +232,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "028_slack_actions",
         "029_alert_groups",
         "030_static_worker_functions",
+        "036_worker_function_names_at_the_seam",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []
