@@ -380,3 +380,21 @@ def test_two_tables_whose_names_meet_at_the_seam_keep_their_own_functions(dsn, c
         (a, b),
     ).fetchone()["n"]
     assert names == 2
+
+
+# ------------------------------------------------------------------ privilege
+
+
+def test_ack_many_of_a_login_without_update_is_refused_not_answered_empty(dsn, conn, rows, logins):
+    """A login that may not update the outbox (the viewer's) gets ack's permission error
+    from ack_many, not an empty answer with one WARNING per row (its worker would count
+    every row as unrecorded and the reaper would hand them out again)."""
+    ids = claimed(conn, rows, 2)
+    with psycopg.connect(logins.dsn(dsn, logins.read), autocommit=True) as viewer:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            viewer.execute(f"SELECT outbox_monitor.ack('{TABLE}', %s, 'w1')", (ids[0],))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            viewer.execute(
+                f"SELECT outbox_monitor.ack_many('{TABLE}', %s, 'w1')", (ids,)
+            ).fetchone()
+    assert [rows.get(i)["status"] for i in ids] == ["processing", "processing"]

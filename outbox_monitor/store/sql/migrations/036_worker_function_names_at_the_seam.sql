@@ -1,4 +1,5 @@
--- Worker function names that two tables cannot share (attack32).
+-- Worker function names that two tables cannot share, and ack_many's privilege error
+-- (attack32).
 --
 -- Migration 030 named a table's worker functions <kind>__<schema>__<table> unless that was
 -- over 63 bytes or a part held '__'. A part starting or ending with '_' met the separator:
@@ -44,14 +45,42 @@ RETURNS text LANGUAGE sql IMMUTABLE AS $$
     FROM (SELECT p_kind || '__' || p_schema || '__' || p_table AS plain) AS name
 $$;
 
--- the tables whose names changed get their functions (and the dispatchers) again
+-- ack_many's row-by-row path caught every error, a missing privilege too: a login that may
+-- not update the outbox got an empty answer and a WARNING per row where ack raises. The
+-- generator's row-by-row handler now lets insufficient_privilege through (cut from its
+-- definition as it is: the marker must be found once, or the migration fails).
+DO $migration$
+DECLARE
+    source text;
+    handler constant text := E'        EXCEPTION WHEN OTHERS THEN\n'
+                             '            RAISE WARNING ''row %% of %%: recording its ack failed';
+BEGIN
+    SELECT p.prosrc INTO source FROM pg_proc p
+     WHERE p.oid = 'outbox_monitor.install_worker_functions(regclass)'::regprocedure;
+    IF strpos(source, 'EXCEPTION WHEN insufficient_privilege THEN') > 0 THEN
+        RETURN;  -- done already (this file run again)
+    END IF;
+    IF (length(source) - length(replace(source, handler, ''))) <> length(handler) THEN
+        RAISE EXCEPTION 'migration 036: install_worker_functions is not migration 030''s shape';
+    END IF;
+    source := replace(source, handler,
+                      E'        EXCEPTION WHEN insufficient_privilege THEN\n'
+                      || E'            RAISE;  -- this login may not ack: said as ack says it\n'
+                      || E'        WHEN OTHERS THEN\n'
+                      || '            RAISE WARNING ''row %% of %%: recording its ack failed');
+    EXECUTE format('CREATE OR REPLACE FUNCTION outbox_monitor.install_worker_functions('
+                   'p_table regclass) RETURNS void LANGUAGE plpgsql VOLATILE AS %L', source);
+END
+$migration$;
+
+-- the prepared tables get their functions (and the dispatchers) again: new names, new
+-- ack_many
 DO $migration$
 DECLARE
     t regclass;
 BEGIN
     FOR t IN SELECT w.outbox FROM outbox_monitor.worker_outboxes w
-              WHERE (w.schema_name ~ '(^_|_$)' OR w.table_name ~ '(^_|_$)')
-                    AND EXISTS (SELECT FROM pg_class c WHERE c.oid = w.outbox)
+              WHERE EXISTS (SELECT FROM pg_class c WHERE c.oid = w.outbox)
               ORDER BY w.outbox::oid LOOP
         PERFORM outbox_monitor.install_worker_functions(t);
     END LOOP;
