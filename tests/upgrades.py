@@ -70,6 +70,7 @@ UNDO_SINCE_008 = (
     "outbox_monitor.worker_functions_missing, outbox_monitor.claim_with_controls, "
     "outbox_monitor.ack_many, outbox_monitor.ack_many_plain, "
     "outbox_monitor.ack_many_logging_outcomes; "
+    # 032: worker_function_name's new rule (dropped with 030's above)
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

@@ -233,6 +233,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "029_alert_groups",
         "030_static_worker_functions",
         "031_backlog_snapshots",
+        "032_worker_function_names_at_the_seam",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

@@ -60,6 +60,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "029_alert_groups",
             "030_static_worker_functions",
             "031_backlog_snapshots",
+            "032_worker_function_names_at_the_seam",
         ]
         assert first.created_indexes == [
             "integration_outbox_finished_idx",

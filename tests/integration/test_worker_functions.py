@@ -327,3 +327,74 @@ def test_an_upgrade_prepares_the_outboxes_the_database_already_knows(empty_dsn, 
         for name in (SECOND, "third_outbox"):  # the first through the controls' path
             claimed_rows = outbox.claim(conn, "w1", table=f"public.{name}")
             assert [row["event_key"] for row in claimed_rows] == ["k"]
+
+
+# ------------------------------------------------------------------ hostile table names
+
+
+def prepared_twin(dsn: str, schema_name: str, table_name: str) -> str:
+    """A copy of the integration outbox as ``schema_name.table_name`` (created as needed),
+    prepared by init-db, holding one pending row; its name (for ``table=``)."""
+    ident = psycopg.sql.Identifier
+    with psycopg.connect(dsn, autocommit=True) as su:
+        su.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident(schema_name)))
+        su.execute(
+            psycopg.sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(
+                ident(schema_name, table_name), ident(TABLE)
+            )
+        )
+        su.execute(
+            psycopg.sql.SQL(
+                "INSERT INTO {} (event_type, aggregate_type, aggregate_id, event_key, payload)"
+                " VALUES ('order.paid', 'order', '1', %s, '{{}}')"
+            ).format(ident(schema_name, table_name)),
+            (f"{schema_name}.{table_name}",),
+        )
+    name = f"{schema_name}.{table_name}"
+    with Database(load_settings(dsn=dsn, table=name)) as db:
+        schema.init_db(db, create_indexes=False)
+    return name
+
+
+def test_two_tables_whose_names_meet_at_the_seam_keep_their_own_functions(dsn, conn):
+    """``public._x`` and ``public_.x`` would both be ``<kind>__public___x``: each table's
+    claim and ack_many still reach that table's rows only."""
+    first, second = ("public", "_x"), ("public_", "x")
+    a = prepared_twin(dsn, *first)
+    b = prepared_twin(dsn, *second)
+    (upgrade,) = [text for v, _, text in migration_files() if v == 32]
+    for again in (False, True):  # migration 032 (drop, rename, prepare again) run once more
+        if again:
+            conn.execute(upgrade)
+            conn.execute(
+                "UPDATE public._x SET status = 'pending'; UPDATE public_.x SET status = 'pending'"
+            )
+        for table, (schema_name, table_name) in ((a, first), (b, second)):
+            got = outbox.claim(conn, "w1", limit=5, table=table)
+            assert [row["event_key"] for row in got] == [f"{schema_name}.{table_name}"]
+            assert outbox.ack_many(conn, [got[0]["id"]], "w1", table=table) == [got[0]["id"]]
+    names = conn.execute(
+        "SELECT count(DISTINCT outbox_monitor.worker_function_name('claim', schema_name,"
+        " table_name)) AS n FROM outbox_monitor.worker_outboxes"
+        " WHERE outbox IN (%s::regclass, %s::regclass)",
+        (a, b),
+    ).fetchone()["n"]
+    assert names == 2
+
+
+# ------------------------------------------------------------------ privilege
+
+
+def test_ack_many_of_a_login_without_update_is_refused_not_answered_empty(dsn, conn, rows, logins):
+    """A login that may not update the outbox (the viewer's) gets ack's permission error
+    from ack_many, not an empty answer with one WARNING per row (its worker would count
+    every row as unrecorded and the reaper would hand them out again)."""
+    ids = claimed(conn, rows, 2)
+    with psycopg.connect(logins.dsn(dsn, logins.read), autocommit=True) as viewer:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            viewer.execute(f"SELECT outbox_monitor.ack('{TABLE}', %s, 'w1')", (ids[0],))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            viewer.execute(
+                f"SELECT outbox_monitor.ack_many('{TABLE}', %s, 'w1')", (ids,)
+            ).fetchone()
+    assert [rows.get(i)["status"] for i in ids] == ["processing", "processing"]
