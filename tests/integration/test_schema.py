@@ -59,7 +59,8 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "028_slack_actions",
         ]
         assert first.created_indexes == [
-            "integration_outbox_finished_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
@@ -79,8 +80,8 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
     with Database(load_settings(dsn=empty_dsn, table=f"public.{table}")) as db:
         created = schema.init_db(db, create_table=True, flow_control=True).created_indexes
         # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
-        assert len(set(created)) == 4 and all(len(name) <= 63 for name in created)
-        assert created[3].startswith(cut) and created[3].endswith("_pending_types_idx")
+        assert len(set(created)) == 5 and all(len(name) <= 63 for name in created)
+        assert created[4].startswith(cut) and created[4].endswith("_pending_types_idx")
         assert indexes.missing_recommended_indexes(db) == []
         assert schema.init_db(db, flow_control=True).created_indexes == []
     with psycopg.connect(empty_dsn) as conn:
@@ -90,7 +91,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
                 "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table,)
             )
         }
-    assert set(created) <= names and len(names) == 4 + 4  # pkey, event_key, claim, aggregate
+    assert set(created) <= names and len(names) == 5 + 4  # pkey, event_key, claim, aggregate
 
 
 def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
@@ -98,7 +99,8 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
         assert schema.init_db(db, create_table=True, create_indexes=False).created_indexes == []
         missing = indexes.missing_recommended_indexes(db)
         assert [m.split(":")[0] for m in missing] == [
-            "integration_outbox_finished_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
@@ -116,18 +118,18 @@ def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
             )
             with pytest.raises(psycopg.errors.UniqueViolation):
                 conn.execute(
-                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_finished_idx"
+                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_done_at_idx"
                     " ON integration_outbox (aggregate_id)"
                 )
             assert indexes.missing_recommended_indexes(db)[0].startswith(
-                "integration_outbox_finished_idx"
+                "integration_outbox_done_at_idx"
             )
-            assert "integration_outbox_finished_idx" in schema.init_db(db).created_indexes
+            assert "integration_outbox_done_at_idx" in schema.init_db(db).created_indexes
             assert indexes.missing_recommended_indexes(db) == []
             definition = conn.execute(
-                "SELECT pg_get_indexdef('integration_outbox_finished_idx'::regclass)"
+                "SELECT pg_get_indexdef('integration_outbox_done_at_idx'::regclass)"
             ).fetchone()[0]
-            assert "(status, processed_at)" in definition
+            assert "(processed_at) INCLUDE (created_at)" in definition
 
 
 def test_init_db_never_alters_an_existing_user_table(empty_dsn):
@@ -301,6 +303,42 @@ def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(e
     assert first.dropped_indexes == again.dropped_indexes == []
     assert set(RETIRED) <= names
     assert present == []
+
+
+FINISHED = "integration_outbox_finished_idx"
+
+
+@pytest.mark.parametrize("status_type", ["text", "varchar(16)"])
+def test_init_db_replaces_the_finished_index_that_slowed_the_ack(db, conn, status_type):
+    """The finished index of the releases before issue 32, exactly as their init-db built it
+    (on a varchar status Postgres prints its predicate with casts), is named with its harm;
+    init-db builds done_at and failed_at in its place and drops it. A users' index of that
+    name but another definition stays."""
+    conn.execute(f"ALTER TABLE integration_outbox ALTER COLUMN status TYPE {status_type}")
+    done_at, failed_at = (
+        index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
+    )
+    conn.execute(f"DROP INDEX {done_at}, {failed_at}")
+    conn.execute(
+        f"CREATE INDEX {FINISHED} ON integration_outbox (status, processed_at)"
+        " INCLUDE (created_at) WHERE status IN ('done', 'failed')"
+    )
+    assert indexes.retired_indexes_present(db) == [FINISHED]
+    assert indexes.retired_harm("integration_outbox", FINISHED) == (
+        "slows the workers' ack: a descent of the index per acked row"
+    )
+
+    report = schema.init_db(db)
+
+    assert (report.created_indexes, report.dropped_indexes) == ([done_at, failed_at], [FINISHED])
+    assert FINISHED not in _index_names(conn)
+    assert indexes.missing_recommended_indexes(db) == indexes.retired_indexes_present(db) == []
+    conn.execute(
+        f"CREATE INDEX {FINISHED} ON integration_outbox (status, processed_at)"
+        " WHERE status IN ('done', 'failed')"
+    )
+    assert schema.init_db(db).dropped_indexes == []
+    assert FINISHED in _index_names(conn)
 
 
 def test_no_indexes_drops_no_index_either(db, conn):

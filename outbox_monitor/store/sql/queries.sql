@@ -38,15 +38,26 @@ CREATE TABLE IF NOT EXISTS {ledger} (
     UNIQUE (event_key, action)
 );
 
--- name: create_index_finished
--- Recommended: done/failed rows by processed_at, created_at included (latency, throughput,
--- failures in window, prune). Partial, so the claim (status = 'pending') can never use it
--- and its UPDATE to 'processing' writes no entry (benchmarks/claim.py). Outside a transaction.
+-- name: create_index_done_at
+-- Recommended: done rows by processed_at, created_at included (latency, processed and created
+-- per minute, their series): a window is an index-only range. Keyed on processed_at alone, so
+-- an ack's key (now(), later than every other) goes to the rightmost leaf, which btree's fast
+-- path reaches without a descent; partial to status = 'done', so the publish, the claim, a
+-- retry and a dead-letter write no entry (benchmarks/RESULTS.md, issue 32). Outside a
+-- transaction.
 -- Every create_index_* block: {concurrently} is CONCURRENTLY on an ordinary table (or one
 -- partition), and empty with {only} ONLY on a partitioned table, whose index is then built
 -- partition by partition (schema._create_partitioned_index); elsewhere {only} is empty.
-CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (status, processed_at)
-INCLUDE (created_at) WHERE status IN ('done', 'failed');
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (processed_at)
+INCLUDE (created_at) WHERE status = 'done';
+
+-- name: create_index_failed_at
+-- Recommended: dead letters by processed_at, the time of failure, created_at included
+-- (failures in window, created per minute, replay by time): partial to status = 'failed', so
+-- only a dead-letter writes an entry, on the rightmost leaf as create_index_done_at's.
+-- Outside a transaction.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (processed_at)
+INCLUDE (created_at) WHERE status = 'failed';
 
 -- name: create_index_failed_by_type
 -- Recommended: dead letters by the first 200 characters of event_type and attempts, for retry
@@ -82,8 +93,9 @@ WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < c
 COMMENT ON INDEX {index} IS 'outbox-monitor recommended index, created by init-db';
 
 -- name: retired_index_present
--- Whether the table has a btree of this name on exactly these key columns, not unique, without
--- expression or included column, and with one of the %(predicates)s (as pg_get_expr prints
+-- Whether the table has a btree of this name on exactly these key columns and the
+-- %(included)s columns (INCLUDE, in order; often none), not unique, without expression, and
+-- with one of the %(predicates)s (as pg_get_expr prints
 -- them) or, when that list is empty, none: an index an earlier init-db created. Postgres
 -- names CREATE INDEX ON t (created_at) the same, so one without predicate only where an init-db
 -- of a release that created them ran (migrations up to 005 applied before 006, in an earlier
@@ -105,11 +117,11 @@ SELECT (cardinality(%(predicates)s::text[]) > 0 OR EXISTS (
       AND am.amname = 'btree' AND NOT ix.indisunique
       AND CASE WHEN cardinality(%(predicates)s::text[]) = 0 THEN ix.indpred IS NULL
                ELSE pg_get_expr(ix.indpred, ix.indrelid) = ANY(%(predicates)s::text[]) END
-      AND ix.indexprs IS NULL AND ix.indnatts = ix.indnkeyatts
+      AND ix.indexprs IS NULL AND ix.indnkeyatts = cardinality(%(columns)s::text[])
       AND ARRAY(SELECT a.attname::text
                 FROM unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
                 JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
-                ORDER BY k.ord) = %(columns)s::text[]
+                ORDER BY k.ord) = %(columns)s::text[] || %(included)s::text[]
 ) AS present;
 
 -- name: set_lock_timeout
