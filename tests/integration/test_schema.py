@@ -2,13 +2,14 @@
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
 from outbox_monitor.figures import metrics
 from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.db import Database
-from outbox_monitor.store.queries import migration_files
+from outbox_monitor.store.queries import compose, migration_files
 from tests.at_once import run_at_once
 
 
@@ -339,6 +340,51 @@ def test_init_db_replaces_the_finished_index_that_slowed_the_ack(db, conn, statu
     )
     assert schema.init_db(db).dropped_indexes == []
     assert FINISHED in _index_names(conn)
+
+
+def _plan_scans(conn, name: str, params: dict) -> list[str]:
+    """``Node Type(Index Name)`` of every index scan in the plan of the named query."""
+    found = conn.execute(
+        sql.SQL("EXPLAIN (FORMAT JSON) ")
+        + compose(name, table=sql.Identifier("integration_outbox")),
+        params,
+    ).fetchone()["QUERY PLAN"]
+    nodes = [found[0]["Plan"]]
+    scans = []
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        if "Index Name" in node:
+            scans.append(f"{node['Node Type']}({node['Index Name']})")
+    return scans
+
+
+def test_the_windowed_figures_read_done_at_and_failed_at(db, conn):
+    """20,000 finished rows, one each 86 s back (every 40th a dead letter), each processed
+    10 s after its creation: the statements of a 1 h window read done_at (latency and processed,
+    index-only) and failed_at, not the history, and the figures are those counted by hand: 41
+    rows in the hour, 40 done and 1 failed (the 40th)."""
+    conn.execute(
+        """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
+               payload, status, created_at, processed_at)
+           SELECT 'order.paid', 'order', g::text, 'w:' || g, '{}',
+                  CASE WHEN g % 40 = 0 THEN 'failed' ELSE 'done' END,
+                  now() - g * interval '86 s' - interval '10 s', now() - g * interval '86 s'
+           FROM generate_series(1, 20000) AS g"""
+    )
+    conn.execute("VACUUM ANALYZE integration_outbox")
+    done_at, failed_at = (
+        index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
+    )
+    window = {"window": 3600.0}
+    for name in ("latency_percentiles", "processed_in_window"):
+        assert _plan_scans(conn, name, window) == [f"Index Only Scan({done_at})"], name
+    for name in ("failed_by_event_type", "failed_in_window"):
+        assert [s for s in _plan_scans(conn, name, window) if failed_at in s], name
+
+    assert metrics.latency_percentiles(db, window=3600) == {"p50": 10.0, "p95": 10.0, "p99": 10.0}
+    assert metrics.throughput(db, window=3600)["processed_per_minute"] == 40 / 60
+    assert metrics.failed_by_event_type(db, window=3600) == {"order.paid": 1}
 
 
 def test_no_indexes_drops_no_index_either(db, conn):
