@@ -361,9 +361,8 @@ WHERE status IN ('pending', 'processing')
 -- The rest of created_open_in_window's count: finished rows processed in the window (a
 -- finished row is processed after it is created), and the finished rows processed before they
 -- were created or never (clock skew, its own index).
--- Done and failed rows are counted apart: "status IN ('done', 'failed')" is the predicate of
--- the recommended index, so the planner drops it from the index condition and would read the
--- whole index for the processed_at range (325 ms at 10 M rows; benchmarks/RESULTS.md).
+-- Done and failed rows are counted apart: each is a range of its own recommended index
+-- (done_at, failed_at); "status IN ('done', 'failed')" would imply neither's predicate.
 SELECT (
     SELECT count(*) FROM {table}
     WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
@@ -1637,7 +1636,8 @@ ORDER BY kind, sampled_at DESC;
 
 -- ===================================================================== workers (issue 15 item 7)
 -- The outbox's processing rows through the users' claim index (status, available_at,
--- created_at), led by status; done and failed rows through the recommended finished index.
+-- created_at), led by status; done and failed rows through the recommended done_at and
+-- failed_at indexes.
 
 -- name: workers_in_hand
 -- Each locked_by's processing rows now (SPEC section 1; NULL: orphans nobody owns): how many, how many stuck (SPEC section 2: locked before now - lock timeout, or no lock time), the newest and oldest locked_at and the newest %(ids)s ids; processing rows only, the workers holding most first.
@@ -1655,7 +1655,7 @@ ORDER BY count(*) DESC, locked_by NULLS LAST
 LIMIT %(limit)s;
 
 -- name: workers_liveness
--- The fleet's liveness: the due rows of event types no flow control holds ({and_filters}), since when the oldest of them is due, the newest claim (max locked_at of processing rows), the newest retry (a claim that failed fast: over pending rows with attempts > 0, the latest available_at minus its longest backoff, backoff_base * 1.1 as backoff_delay's jitter is at most a tenth, not after now; the pending rows through the claim index) and the newest outcome (max processed_at of done, of failed rows: each one step of the finished index, newest first).
+-- The fleet's liveness: the due rows of event types no flow control holds ({and_filters}), since when the oldest of them is due, the newest claim (max locked_at of processing rows), the newest retry (a claim that failed fast: over pending rows with attempts > 0, the latest available_at minus its longest backoff, backoff_base * 1.1 as backoff_delay's jitter is at most a tenth, not after now; the pending rows through the claim index) and the newest outcome (max processed_at of done, of failed rows: one step of done_at, of failed_at, newest first).
 SELECT now() AS now,
        (SELECT count(*) FROM {table}
         WHERE status = 'pending' AND available_at <= now() {and_filters}) AS due_rows,
