@@ -19,7 +19,7 @@ PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
 
-.PHONY: demo test test-fast lint docs docs-images install lock reference browser podman promtool alertmanager oidc-provider n8n clean
+.PHONY: demo test test-fast lint docs docs-images install lock reference browser podman hypopg promtool alertmanager oidc-provider n8n clean
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
@@ -105,6 +105,17 @@ podman:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq $(PODMAN_PACKAGES) >/dev/null; fi
 
+# Debian's HypoPG for the claim advisor's tests (tests/integration/test_claim_advice.py,
+# tests/ui/test_claim_advice_page.py): postgresql-<major>-hypopg of the newest server under
+# /usr/lib/postgresql (the one the suite's clusters run). The tests CREATE EXTENSION it in
+# their own databases; the product never does. Nothing when it is there or no server is.
+PG_MAJOR := $(shell ls /usr/lib/postgresql 2>/dev/null | sort -n | tail -1)
+hypopg:
+	@test -z "$(PG_MAJOR)" || test -f /usr/share/postgresql/$(PG_MAJOR)/extension/hypopg.control || { \
+	  echo "installing Debian's HypoPG for the claim advisor's tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends postgresql-$(PG_MAJOR)-hypopg >/dev/null; }
+
 # The real OpenID provider of the sign-in tests (npm oidc-provider, installed outside the
 # repo in ~/.cache/outbox-monitor/oidc-provider-<version>, only when absent).
 oidc-provider:
@@ -152,11 +163,12 @@ n8n:
 # once in tests/browser_support.py for a 2-core machine at load average ≈ 20;
 # OUTBOX_MONITOR_TEST_SLOWDOWN=2 make test doubles them on a slower one.
 TEST_WORKERS ?= 3
-test: install browser podman promtool alertmanager oidc-provider lint
+test: install browser podman hypopg promtool alertmanager oidc-provider lint
 	@mkdir -p test-artifacts
 	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
 	OUTBOX_MONITOR_REQUIRE_N8N=1 OUTBOX_MONITOR_REQUIRE_PODMAN=1 \
-	OUTBOX_MONITOR_REQUIRE_PROMTOOL=1 OUTBOX_MONITOR_REQUIRE_ALERTMANAGER=1 $(BIN)/pytest \
+	OUTBOX_MONITOR_REQUIRE_PROMTOOL=1 OUTBOX_MONITOR_REQUIRE_ALERTMANAGER=1 \
+	OUTBOX_MONITOR_REQUIRE_HYPOPG=1 $(BIN)/pytest \
 	  -n $(TEST_WORKERS) --no-loadscope-reorder; status=$$?; \
 	wait $$installer || { echo "n8n install failed, see test-artifacts/n8n-install.log"; \
 	  status=1; }; \

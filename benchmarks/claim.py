@@ -9,7 +9,9 @@ also gets the product's recommended indexes (``schema.init_db``, CONCURRENTLY) a
 ``--retired``, ``retired`` gets the indexes init-db created before issue 11. With
 ``--marginal PURPOSE`` the two tables are ``before`` (every index ``init-db --flow-control``
 creates but that one) and ``with`` (all of them), so that the ratios are that one index's
-cost.
+cost. With ``--advised`` they are ``with`` and ``advised`` (also the index the claim advisor
+proposes, ``health.claim_proposals.CLAIM_ORDER``): its effect on the claim, its cost on the
+writes.
 
 For each scenario (``--backlogs``: due pending rows; ``--storms``: due rows plus rows waiting
 in backoff, created before them, as in a retry storm of one event type) every table is brought
@@ -27,7 +29,7 @@ Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/claim.py [--rows 1000000] [--backlogs 1000,3000,50000,200000]
         [--storms 1000:200000,50000:200000] [--batch 50] [--repeat 15]
-        [--retired | --marginal PURPOSE]
+        [--retired | --marginal PURPOSE | --advised]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --backlogs
 1000 --storms 1000:5000 --repeat 3`` is a smoke run of well under 30 s. Besides the ratio of
@@ -67,7 +69,14 @@ from scale import preload_stat_statements  # scale.py, next to this one: sets sh
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.store.indexes import FLOW_CONTROL_INDEX, RECOMMENDED_INDEXES, RETIRED_INDEXES
+from outbox_monitor.health.claim_advice import build_statements
+from outbox_monitor.health.claim_proposals import CLAIM_ORDER
+from outbox_monitor.store.indexes import (
+    FLOW_CONTROL_INDEX,
+    RECOMMENDED_INDEXES,
+    RETIRED_INDEXES,
+    index_name,
+)
 from outbox_monitor.store.schema import init_db
 
 WORKER = "benchmark-claim"
@@ -77,6 +86,7 @@ TABLES = {
     "before": "outbox_before",
     "with": "outbox_recommended",
     "retired": "outbox_retired",
+    "advised": "outbox_advised",
 }
 STATEMENTS = (
     "users' claim (SPEC §1 SQL)",
@@ -203,6 +213,8 @@ def variants(args: argparse.Namespace) -> tuple[str, ...]:
     ``--marginal``, else ``without``, ``with`` and, for ``--retired``, ``retired``."""
     if args.marginal:
         return ("before", "with")
+    if args.advised:
+        return ("with", "advised")
     return ("without", "with", "retired") if args.retired else ("without", "with")
 
 
@@ -222,9 +234,15 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
             conn.execute(source.compose("benchmark_copy_table", target=db.table))
             conn.execute(db.compose("benchmark_autovacuum_off"))
         start = time.perf_counter()
-        if variant in ("with", "before"):
+        if variant in ("with", "before", "advised"):
             created = init_db(db, flow_control=bool(args.marginal)).created_indexes
             log(f"  init-db created {', '.join(created)}")
+        if variant == "advised":
+            name = index_name(TABLES[variant], CLAIM_ORDER.purpose)
+            [statement] = build_statements(db, CLAIM_ORDER, name, [])
+            with db.direct_connection(statement_timeout=None) as conn:
+                conn.execute(statement)
+            log(f"  and the claim advisor's {statement}")
         if variant == "before":
             left_out = args.marginal.name(TABLES[variant])
             with db.direct_connection(statement_timeout=None) as conn:
@@ -238,7 +256,7 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
             }
             with db.direct_connection(statement_timeout=None) as conn:
                 conn.execute(db.compose("benchmark_retired_indexes", **names))
-        if variant in ("before", "with", "retired"):
+        if variant in ("before", "with", "retired", "advised"):
             builds[variant] = time.perf_counter() - start
         dbs[variant] = db
     return {"dbs": dbs, "builds": builds}
@@ -332,6 +350,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "against 'with' (all of them), e.g. pending_types",
     )
     parser.add_argument(
+        "--advised",
+        action="store_true",
+        help="time the claim advisor's proposal (issue 32 item 5): 'with' (init-db's indexes) "
+        "against 'advised' (and the proposed index)",
+    )
+    parser.add_argument(
         "--shared-buffers",
         default="4GB",
         help="the cluster's shared_buffers: every copy's backlog pages must fit, or the copies"
@@ -352,9 +376,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.scenarios = [Scenario(due, 0) for due in backlogs] + [Scenario(*p) for p in storms]
     if args.marginal:
         by_purpose = {i.purpose: i for i in (*RECOMMENDED_INDEXES, FLOW_CONTROL_INDEX)}
-        if args.marginal not in by_purpose or args.retired:
+        if args.marginal not in by_purpose or args.retired or args.advised:
             parser.error(f"--marginal takes one of {', '.join(by_purpose)}, without --retired")
         args.marginal = by_purpose[args.marginal]
+    if args.advised and args.retired:
+        parser.error("--advised and --retired: one at a time")
     if args.rows < 1000 or args.repeat < 1 or args.batch < 1 or min(backlogs) < 1:
         parser.error("need --rows >= 1000, --repeat >= 1, --batch >= 1, backlogs >= 1")
     return args

@@ -1,6 +1,6 @@
 """Health: who holds the xmin horizon and the command that ends each holder, the outbox
-table's dead tuples and vacuums, its sizes and their growth, and the claim's plan (issue 14),
-refreshed live.
+table's dead tuples and vacuums, its sizes and their growth, the claim's plan (issue 14) and
+the index that would serve it (issue 32), refreshed live.
 
 Each table-health section is a function of ``ui.health`` taking the one cached reading; a
 further health concern adds its own section (from its own ``ui`` module, like
@@ -8,7 +8,7 @@ further health concern adds its own section (from its own ``ui`` module, like
 
 import streamlit as st
 
-from outbox_monitor.ui import banners, claim_health, format, health, loaders, state
+from outbox_monitor.ui import banners, claim_advice, claim_health, format, health, loaders, state
 
 ctx = state.context()
 
@@ -30,6 +30,7 @@ def live_health() -> None:
         health.table_section(found, samples)
         health.size_section(found, samples)
         claim_health.section(ctx.db, window=f.window, window_label=f.window_label)
+        claim_advice.section(ctx.db)
 
 
 live_health()

@@ -29,14 +29,38 @@ from tests.browser_support import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+FAILURES = ROOT / "test-artifacts" / "failures"
 ACTOR = "browser-test"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Keeps each phase's report on the test (``item.report_call``) so the browser fixtures
+    can tell, at teardown, that the test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    report = getattr(request.node, "report_call", None)
+    return report is not None and report.failed
+
+
+def _failure_path(request: pytest.FixtureRequest, suffix: str) -> Path:
+    FAILURES.mkdir(parents=True, exist_ok=True)
+    return FAILURES / (re.sub(r"[^\w.-]+", "_", request.node.nodeid)[-150:] + suffix)
+
+
 @pytest.fixture
-def dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
-    """The dashboard served by ``streamlit run`` against this test's database; its base URL."""
+def dashboard(dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The dashboard served by ``streamlit run`` against this test's database; its base URL.
+    A failed test's ``streamlit run`` log goes to test-artifacts/failures/."""
     with serve_dashboard(dsn, tmp_path) as url:
         yield url
+    log = tmp_path / "streamlit.log"
+    if _failed(request) and log.exists():
+        _failure_path(request, ".streamlit.log").write_bytes(log.read_bytes())
 
 
 @pytest.fixture
@@ -80,13 +104,22 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A tab in a fresh context; a failed test's last screen and text go to
+    test-artifacts/failures/ (what the page showed, for a failure seen once in CI)."""
     # tall enough for a whole page: Streamlit scrolls inside its own container, so a
     # full-page screenshot only holds the viewport
     context = browser.new_context(viewport={"width": 1400, "height": 2000})
     context.set_default_timeout(ELEMENT_TIMEOUT_MS)
     tab = context.new_page()
     yield tab
+    if _failed(request):
+        try:
+            tab.screenshot(path=str(_failure_path(request, ".png")), timeout=10_000)
+            text = f"{tab.url}\n\n{tab.inner_text('body', timeout=10_000)}"
+            _failure_path(request, ".txt").write_text(text)
+        except Exception as error:  # the page may be gone: the failure itself is reported
+            _failure_path(request, ".txt").write_text(f"no capture: {error}")
     context.close()
 
 

@@ -36,6 +36,7 @@ class JsonAwareGroup(LazyGroup):
     # The rules engine and YAML load only for the commands that read alerts.yml.
     lazy_subcommands={
         "check": "outbox_monitor.cli.alerting:check",
+        "claim-advice": "outbox_monitor.cli.claim_advice:claim_advice",
         "alerts": "outbox_monitor.cli.alerting:alerts",
         "outboxes": "outbox_monitor.cli.fleet:outboxes",
         "uninstall": "outbox_monitor.cli.uninstall:uninstall_command",

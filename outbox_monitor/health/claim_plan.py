@@ -39,7 +39,7 @@ recorded. This module plans, records and reads back; the shape and the verdicts 
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
@@ -76,6 +76,35 @@ def _root(document: Any) -> Mapping[str, Any]:
     return plan[0]["Plan"]
 
 
+def plan_claims(
+    fetch_one: Callable[[str, dict[str, Any]], Mapping[str, Any] | None],
+    *,
+    limit: int = DEFAULT_CLAIM_BATCH,
+    flow_control: bool = False,
+) -> dict[str, Mapping[str, Any]]:
+    """EXPLAIN (FORMAT JSON; never ANALYZE) both claim statements through ``fetch_one``.
+
+    Args:
+        fetch_one: runs a named query with its parameters and returns its first row
+            (``Database.fetch_one``, or the same on one connection of the caller's: the claim
+            advisor plans on the connection that holds its hypothetical index).
+        limit: the claim's batch (SPEC default 50).
+        flow_control: plan ``outbox_monitor.claim``'s statement as migration 009's.
+
+    Returns:
+        ``{statement: root plan node}`` for each ``STATEMENTS`` key.
+    """
+    users = fetch_one("claim_plan_users_claim", {"limit": limit})
+    if flow_control:
+        shared = fetch_one(
+            "claim_plan_shared_claim_controlled",
+            {"limit": limit, "taken": [], "blocked_exact": [], "blocked_like": []},
+        )
+    else:
+        shared = fetch_one("claim_plan_shared_claim", {"limit": limit})
+    return {"users_claim": _root(users["QUERY PLAN"]), "shared_claim": _root(shared["QUERY PLAN"])}
+
+
 def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[str, Any]:
     """EXPLAIN (FORMAT JSON; never ANALYZE) both claim statements now.
 
@@ -94,22 +123,12 @@ def explain_claims(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> dict[st
     with db.session():
         controlled = db.fetch_one("claim_plan_has_controls", {"table_regclass": db.table_regclass})
         flow_control = bool(controlled and controlled["controlled"])
-        users = db.fetch_one("claim_plan_users_claim", {"limit": limit})
-        if flow_control:
-            shared = db.fetch_one(
-                "claim_plan_shared_claim_controlled",
-                {"limit": limit, "taken": [], "blocked_exact": [], "blocked_like": []},
-            )
-        else:
-            shared = db.fetch_one("claim_plan_shared_claim", {"limit": limit})
+        plans = plan_claims(db.fetch_one, limit=limit, flow_control=flow_control)
         indexes = table_indexes(db)
         size = db.fetch_one("claim_plan_table_rows", {"table_regclass": db.table_regclass})
         relations = db.fetch_all("claim_plan_relation_rows", {"table_regclass": db.table_regclass})
     return {
-        "plans": {
-            "users_claim": _root(users["QUERY PLAN"]),
-            "shared_claim": _root(shared["QUERY PLAN"]),
-        },
+        "plans": plans,
         "flow_control": flow_control,
         "indexes": indexes,
         "table_rows": int(size["table_rows"]) if size else 0,

@@ -52,7 +52,7 @@ def _top_level(text: str) -> tuple[list[str], bool]:
     return parts, enclosed and len(parts) == 1
 
 
-def _conjuncts(predicate: str) -> list[str]:
+def conjuncts(predicate: str) -> list[str]:
     """The AND-ed terms of an index predicate as Postgres prints it (``((a) AND (b))`` → ``a``,
     ``b``), without their enclosing parentheses; a predicate joined by OR or negated is one
     term (so ``status = 'pending' OR …`` confines nothing)."""
@@ -66,6 +66,12 @@ def _conjuncts(predicate: str) -> list[str]:
         else:
             terms.append(parts[0])
     return terms
+
+
+def pending_partial(predicate: str | None) -> bool:
+    """Whether an index predicate (as Postgres prints it) keeps pending rows only: it is
+    ``status = 'pending'``, as a whole or as one of its AND-ed terms (``conjuncts``)."""
+    return any(_PENDING_TERM.fullmatch(term) for term in conjuncts(predicate or ""))
 
 
 @dataclass(frozen=True)
@@ -91,9 +97,7 @@ class IndexInfo:
         bounds the walk to pending rows) or partial on ``status = 'pending'`` as a whole
         predicate or one of its AND-ed terms (not a predicate that merely mentions it:
         ``status = 'pending' OR status = 'done'`` holds the done history)."""
-        return self.leading_column == "status" or any(
-            _PENDING_TERM.fullmatch(term) for term in _conjuncts(self.predicate or "")
-        )
+        return self.leading_column == "status" or pending_partial(self.predicate)
 
 
 @dataclass(frozen=True)

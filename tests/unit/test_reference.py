@@ -134,11 +134,14 @@ def test_every_variable_the_product_reads_is_in_the_configuration_reference():
 def test_the_cli_reference_has_every_command_and_option():
     page = (REPO / "docs/reference/cli.md").read_text()
     headings = re.findall(r"^## (outbox-monitor.*)$", page, re.M)
-    # the group, its 21 commands, alerts test and validate, controls apply
-    assert len(headings) == 25 and len(set(headings)) == 25
-    assert {"outbox-monitor", "outbox-monitor alerts validate", "outbox-monitor uninstall"} <= (
-        set(headings)
-    )
+    # the group, its 22 commands, alerts test and validate, controls apply
+    assert len(headings) == 26 and len(set(headings)) == 26
+    assert {
+        "outbox-monitor",
+        "outbox-monitor alerts validate",
+        "outbox-monitor uninstall",
+        "outbox-monitor claim-advice",
+    } <= set(headings)
     assert "| `--watch-timeout` | duration | `10m` | – | Stop watching after this long. |" in page
     assert "| `--log-level` | one of `DEBUG`, `INFO`, `WARNING`, `ERROR` | `INFO` | " in page
     assert "outbox-monitor demo-downstream [OPTIONS] {break|heal|status}" in page

@@ -1577,6 +1577,44 @@ WHERE table_name = %(table_name)s
   AND sampled_at > now() - make_interval(secs => %(window)s)
 ORDER BY sampled_at, statement;
 
+-- name: claim_advice_indexes
+-- The indexes of the outbox table and of its partitions (at any depth) as the claim advisor compares them with its proposal: name, the table it indexes, its key columns in order (NULL for an expression), its predicate, its access method, whether it is valid.
+SELECT c.relname AS index_name, t.relname AS relation,
+       ARRAY(SELECT a.attname::text
+             FROM generate_series(0, i.indnkeyatts - 1) AS k(n)
+             LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[k.n]
+             ORDER BY k.n) AS columns,
+       pg_get_expr(i.indpred, i.indrelid) AS predicate, am.amname AS method,
+       i.indisvalid AS valid
+FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_class t ON t.oid = i.indrelid
+JOIN pg_am am ON am.oid = c.relam
+WHERE i.indrelid IN (SELECT %(table_regclass)s::regclass::oid
+                     UNION ALL
+                     SELECT p.relid FROM pg_partition_tree(%(table_regclass)s::regclass) AS p)
+ORDER BY c.relname;
+
+-- name: claim_advice_name_taken
+-- Whether a relation of the schema-qualified name %(name)s exists (the proposed index's name must be free: IF NOT EXISTS would silently keep another index of that name).
+SELECT to_regclass(%(name)s) IS NOT NULL AS taken;
+
+-- name: claim_advice_hypopg
+-- Where HypoPG is installed in this database (its schema, to call its functions by qualified name) and its version; no row when it is not. The advisor never creates the extension.
+SELECT n.nspname AS schema, e.extversion AS version
+FROM pg_extension e
+JOIN pg_namespace n ON n.oid = e.extnamespace
+WHERE e.extname = 'hypopg';
+
+-- name: claim_advice_create_index
+-- The index the claim advisor proposes (printed for people, never run by the product; without a name and CONCURRENTLY, given to HypoPG as a hypothetical index). {concurrently}, {index}, {only} and {where} each empty or a space and its words: CONCURRENTLY, the name, ONLY (a partitioned parent, as init-db builds), the predicate (health.claim_proposals.PENDING_PREDICATE).
+CREATE INDEX{concurrently}{index} ON{only} {table} ({columns}){where};
+
+-- name: claim_advice_hypothetical_index
+-- Create a hypothetical index (HypoPG: held in this session's memory, seen by plain EXPLAIN, never built, gone when the session ends) from a CREATE INDEX statement; its id and HypoPG's estimate of its size in bytes. {create}, {size}: HypoPG's functions, schema-qualified.
+SELECT h.indexrelid, {size}(h.indexrelid)::bigint AS bytes
+FROM {create}(%(statement)s) AS h;
+
 -- name: claim_plans_prune
 -- Delete recorded claim plans and statement samples of a table older than the retention.
 WITH plans AS (
