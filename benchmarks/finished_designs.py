@@ -196,7 +196,9 @@ def read_costs(db: RecordingDatabase) -> dict[str, dict[str, float]]:
         "status --json, 24 h": lambda: metrics.status(db, window=86400.0),
         "Overview refresh, 1 h": lambda: overview_refresh(db),
     }
-    found: dict[str, dict[str, float]] = {}
+    found: dict[str, dict[str, float]] = {
+        "window": db.fetch_one("benchmark_window_pages", {"window": 3600.0})
+    }
     for label, call in calls.items():
         call()
         runs = [explain_call(db, call) for _ in range(3)]
@@ -301,7 +303,7 @@ def print_report(args, server, shape, writes, reads, sizes, writes_after) -> Non
     print("### Reads after the traffic: DB ms and pages (median of 3 EXPLAINs)\n")
     print("| call | design | all: ms | all: pages | reading processed_at: ms | pages |")
     print("|---|---|---:|---:|---:|---:|")
-    for label in next(iter(reads.values())):
+    for label in (key for key in next(iter(reads.values())) if key != "window"):
         for design, found in reads.items():
             cell = found[label]
             print(
@@ -311,6 +313,9 @@ def print_report(args, server, shape, writes, reads, sizes, writes_after) -> Non
     print("\nPlans of the statements reading processed_at, status --json 1 h:\n")
     for design, found in reads.items():
         print(f"- {design}: {found['status --json, 1 h']['scans']}")
+    print("\nThe done rows of the last hour and the heap pages holding them:\n")
+    for design, found in reads.items():
+        print(f"- {design}: {found['window']['rows']:,} rows on {found['window']['pages']:,} pages")
     print("\n### Sizes after the traffic (pg_relation_size of the design's index)\n")
     print("| design | MB |")
     print("|---|---:|")

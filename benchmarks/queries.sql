@@ -761,3 +761,9 @@ WHERE status IN ('done', 'failed');
 -- name: benchmark_design_tail_done
 -- Benchmark only (finished_designs.py): (processed_at) INCLUDE (created_at) of done rows only, as {index}.
 CREATE INDEX {index} ON {table} (processed_at) INCLUDE (created_at) WHERE status = 'done';
+
+-- name: benchmark_window_pages
+-- Benchmark only (finished_designs.py): the done rows processed in the last %(window)s s and the heap pages holding them (how scattered a window's rows are).
+SELECT count(*) AS rows, count(DISTINCT (ctid::text::point)[0]) AS pages
+FROM {table}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s);
