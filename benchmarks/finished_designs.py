@@ -39,7 +39,7 @@ each but ``none`` with the other recommended indexes (``failed_by_type``, ``cloc
 Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/finished_designs.py [--rows 1000000]
-        [--designs none,btree,narrow,brin16,brin64] [--repeat 31] [--cycles 20]
+        [--designs none,btree,split,brin16] [--repeat 31] [--cycles 20]
 
 The report is Markdown on stdout; progress on stderr. ``--rows 20000 --repeat 3 --cycles 2
 --per-cycle 500`` is a smoke run. The benchmark's SQL is in ``benchmarks/queries.sql``.
@@ -328,7 +328,7 @@ def print_report(args, server, shape, writes, reads, sizes, writes_after) -> Non
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="history rows to seed")
-    parser.add_argument("--designs", default="none,btree,narrow,brin16,brin64")
+    parser.add_argument("--designs", default="none,btree,split,brin16")
     parser.add_argument("--backlog", type=int, default=5000, help="due rows the writes claim")
     parser.add_argument("--batch", type=int, default=50, help="rows per write statement")
     parser.add_argument("--repeat", type=int, default=31, help="rounds of the writes")
