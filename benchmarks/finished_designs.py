@@ -36,6 +36,12 @@ each but ``none`` with the other recommended indexes (``failed_by_type``, ``cloc
    in 1 (a new due backlog of ``--backlog`` rows): a BRIN's ranges are summarized by then, and
    a new row version landing in one of them rewrites its summary.
 
+3. With ``--cpu-blocks``, **the server's CPU time** of each design's session (``/proc``, user +
+   system): blocks of ``--cpu-per-block`` rolled-back transactions (a claim and the ack of its
+   rows; a claim alone; a publish), the designs in alternating order per block. A process
+   waiting for a core does not accrue CPU time, so this ranks the designs on a loaded machine
+   where the wall times do not.
+
 Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/finished_designs.py [--rows 1000000]
@@ -47,10 +53,12 @@ The report is Markdown on stdout; progress on stderr. ``--rows 20000 --repeat 3 
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +174,56 @@ def measure_writes(dbs: dict[str, RecordingDatabase], args: argparse.Namespace) 
     return samples
 
 
+def backend_cpu_ms(pid: int) -> float:
+    """User + system CPU ms the server process ``pid`` has used (``/proc``, clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def measure_cpu(dbs: dict[str, RecordingDatabase], args: argparse.Namespace) -> dict:
+    """The server's CPU time of each write, which waiting for a core does not inflate as it
+    does the wall time: per design one session runs ``--cpu-blocks`` blocks of
+    ``--cpu-per-block`` transactions (a claim then the ack of its rows; a publish), each rolled
+    back, the designs in alternating order per block. Returns ``{design: {"claim + ack" |
+    "claim" | "publish": [µs per transaction of each block]}}``."""
+    kinds = {
+        "claim + ack": ("benchmark_claim_users", "benchmark_ack_claimed"),
+        "claim": ("benchmark_claim_users", None),
+        "publish": ("benchmark_publish", None),
+    }
+    found: dict[str, dict[str, list[float]]] = {d: {k: [] for k in kinds} for d in dbs}
+    with ExitStack() as stack:
+        sessions = {
+            design: stack.enter_context(db.direct_connection(statement_timeout=None))
+            for design, db in dbs.items()
+        }
+        pids = {
+            d: c.execute(dbs[d].compose("benchmark_backend_pid")).fetchone()["pid"]
+            for d, c in sessions.items()
+        }
+        for block in range(args.cpu_blocks + 1):
+            order = list(dbs) if block % 2 else list(reversed(dbs))
+            for kind, (first, then) in kinds.items():
+                for design in order:
+                    db, conn = dbs[design], sessions[design]
+                    params: dict[str, Any] = {"batch": args.batch, "worker": WORKER}
+                    start = backend_cpu_ms(pids[design])
+                    for n in range(args.cpu_per_block):
+                        with conn.transaction(force_rollback=True):
+                            rows = conn.execute(db.compose(first), {**params, "tag": f"cpu{n}"})
+                            if then:
+                                ids = [row["id"] for row in rows.fetchall()]
+                                conn.execute(db.compose(then), {**params, "ids": ids})
+                    used = backend_cpu_ms(pids[design]) - start
+                    if block:
+                        found[design][kind].append(used * 1000 / args.cpu_per_block)
+            for db in dbs.values():
+                with db.connection() as conn:
+                    conn.execute(db.compose("benchmark_vacuum"))
+            log(f"  CPU: block {block} of {args.cpu_blocks}")
+    return found
+
+
 def traffic(db: RecordingDatabase, args: argparse.Namespace, first: int = 0) -> None:
     """``--cycles`` cycles of committed traffic (numbered from ``first``: the publish's keys):
     publish, claim and ack every due row, delete the oldest done rows (retention), VACUUM."""
@@ -279,7 +337,26 @@ def print_writes(args: argparse.Namespace, writes: dict, title: str) -> None:
     print()
 
 
-def print_report(args, server, shape, writes, reads, sizes, writes_after) -> None:
+def print_cpu(args: argparse.Namespace, cpu: dict) -> None:
+    """The server's CPU µs per transaction, per design, and the ratio to the first design."""
+    base = next(iter(cpu))
+    print(
+        f"### The server's CPU time: µs per transaction of {args.batch} rows, median of "
+        f"{args.cpu_blocks} blocks of {args.cpu_per_block} (rolled back)\n"
+    )
+    print(f"| transaction | design | CPU µs | / {base} by block [95 %] |")
+    print("|---|---|---:|---:|")
+    for kind in next(iter(cpu.values())):
+        for design, by_kind in cpu.items():
+            ratio = "–"
+            if design != base:
+                paired, low, high = paired_ratio(by_kind[kind], cpu[base][kind])
+                ratio = f"{paired:.3f} [{low:.3f}, {high:.3f}]{verdict(low, high)}"
+            print(f"| {kind} | {design} | {statistics.median(by_kind[kind]):,.0f} | {ratio} |")
+    print()
+
+
+def print_report(args, server, shape, writes, reads, sizes, writes_after, cpu) -> None:
     print("### Setup\n")
     print(f"- command: `.venv/bin/python benchmarks/finished_designs.py {' '.join(sys.argv[1:])}`")
     print(
@@ -298,6 +375,8 @@ def print_report(args, server, shape, writes, reads, sizes, writes_after) -> Non
         f"batches of {args.batch}, the {args.per_cycle:,} oldest done rows deleted, VACUUM\n"
     )
     print_writes(args, writes, "Writes on the copies")
+    if cpu:
+        print_cpu(args, cpu)
     if not reads:
         return
     print("### Reads after the traffic: DB ms and pages (median of 3 EXPLAINs)\n")
@@ -335,6 +414,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cycles", type=int, default=20, help="cycles of traffic")
     parser.add_argument("--per-cycle", type=int, default=2000, help="rows per traffic cycle")
     parser.add_argument("--shared-buffers", default="2GB")
+    parser.add_argument(
+        "--cpu-blocks", type=int, default=0, help="blocks of the CPU measure (0: none)"
+    )
+    parser.add_argument("--cpu-per-block", type=int, default=300, help="transactions a block")
     args = parser.parse_args(argv)
     args.designs = [d.strip() for d in args.designs.split(",") if d.strip()]
     for design in args.designs:
@@ -362,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             log("writes")
             writes = measure_writes(dbs, args)
             shape["load_writes"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+            cpu = measure_cpu(dbs, args) if args.cpu_blocks else {}
             reads, sizes, writes_after = {}, {}, {}
             for design, db in dbs.items():
                 if design == "none" or not args.cycles:
@@ -374,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             for db in dbs.values():
                 db.__exit__(None, None, None)
         shape["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print_report(args, server, shape, writes, reads, sizes, writes_after)
+    print_report(args, server, shape, writes, reads, sizes, writes_after, cpu)
     return 0
 
 

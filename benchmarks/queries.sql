@@ -767,3 +767,7 @@ CREATE INDEX {index} ON {table} (processed_at) INCLUDE (created_at) WHERE status
 SELECT count(*) AS rows, count(DISTINCT (ctid::text::point)[0]) AS pages
 FROM {table}
 WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s);
+
+-- name: benchmark_backend_pid
+-- Benchmark only (finished_designs.py): this session's server process, whose CPU time /proc keeps.
+SELECT pg_backend_pid() AS pid;
