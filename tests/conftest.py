@@ -26,6 +26,7 @@ from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 from tests.alerting import FakeClock, rules_file
+from tests.receiver_fakes import ROUTING_KEY, SECRET, FakePagerDuty, FakeWebhook
 
 pytest_plugins = ["tests.browser_fixtures", "tests.replication", "tests.claim_health"]
 
@@ -307,6 +308,22 @@ def slack_sink(slack_sink_options: dict[str, Any]) -> Iterator[SlackSink]:
     """The local Slack-compatible sink running on 127.0.0.1 for this test."""
     with SlackSink(**slack_sink_options) as sink:
         yield sink
+
+
+@pytest.fixture
+def pagerduty() -> Iterator[FakePagerDuty]:
+    """A local PagerDuty Events API v2 (tests/receiver_fakes.py) taking ``ROUTING_KEY``."""
+    fake = FakePagerDuty(ROUTING_KEY)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def webhook() -> Iterator[FakeWebhook]:
+    """A local receiver of the signed webhook verifying with ``SECRET`` (the docs' snippet)."""
+    fake = FakeWebhook(SECRET)
+    yield fake
+    fake.close()
 
 
 @pytest.fixture

@@ -26,6 +26,10 @@ from outbox_monitor.demo.slack_sink import held_port
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "receivers.md"
 SEVERITIES = ("critical", "error", "warning", "info")
+ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
+"""The routing key of the ``pagerduty`` fixture (tests/conftest.py)."""
+SECRET = "whsec-0123456789-SeCrEt"
+"""The signing secret of the ``webhook`` fixture (tests/conftest.py)."""
 
 
 @dataclass
@@ -251,3 +255,16 @@ class FakeWebhook(FakeReceiver):
         request.outcome = "taken"
         self.taken.append(request.body)
         return 200, json.dumps({"ok": True}), {}
+
+
+def receiver_env(pagerduty: FakePagerDuty, webhook: FakeWebhook, slack_sink: Any) -> dict[str, str]:
+    """The variables of the receiver tests' routes: ``pd`` (``PD_ROUTING_KEY``,
+    ``PD_EVENTS_URL``), ``hook`` (``HOOK_URL``, ``HOOK_SECRET``) and a Slack incoming
+    webhook of the sink (``TEST_SLACK_URL``)."""
+    return {
+        "PD_ROUTING_KEY": ROUTING_KEY,
+        "PD_EVENTS_URL": pagerduty.url,
+        "HOOK_URL": f"{webhook.url}/alerts",
+        "HOOK_SECRET": SECRET,
+        "TEST_SLACK_URL": f"{slack_sink.url}/services/T0/B0/hooksecret0123",
+    }

@@ -47,6 +47,8 @@ UNDO_SINCE_008 = (
     "ALTER TABLE outbox_monitor.audit_log DROP COLUMN db_login, DROP COLUMN client_addr; "
     # 020: the rows a reap writer reports to the breakers (record_outcome went with 008)
     "DROP TABLE outbox_monitor.writer_outcomes; "
+    # 029: the alert groups' state
+    "DROP TABLE outbox_monitor.alert_groups; "
     # 028: acknowledged episodes and the replay cache of Slack's button presses
     "DROP TABLE outbox_monitor.alert_acks, outbox_monitor.slack_action_requests; "
     # 027: what inhibits an alert instance

@@ -414,9 +414,10 @@ class Evaluator:
 
 def _sends_resolved(evaluator: Evaluator, name: str) -> bool:
     """Whether the route ``name`` sends resolves (an unknown route: yes, the sender fails
-    its row naming it)."""
+    its row naming it). A grouped route's resolves are queued whatever ``send_resolved``
+    says: its group must learn of them (``alerts.grouping`` suppresses them there)."""
     route = evaluator.ruleset.routes.get(name)
-    return route is None or route.send_resolved
+    return route is None or route.send_resolved or bool(route.group_by)
 
 
 def _may_notify_firing(

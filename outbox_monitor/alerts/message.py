@@ -403,6 +403,11 @@ def render_thread_update(
     dashboard_url: str = DEFAULT_DASHBOARD_URL,
     now: datetime | None = None,
     route: str | None = None,
+    group: Mapping[str, str] | None = None,
+    mention: str | None = None,
+    keys: Sequence[str] = (),
+    updated: bool = True,
+    actions: bool = False,
 ) -> SlackMessage:
     """Re-render a posted message with the current state of each of its lines.
 
@@ -415,12 +420,19 @@ def render_thread_update(
             A row's ``acked_by`` names who acknowledged its episode (a Slack button,
             ``alerts.slack_actions``; ``sender_thread_notifications`` reads it).
         dashboard_url, now, route: as for ``render_notifications``.
+        group: a group's labels (``alerts.grouping``: the card of a route with
+            ``group_by``), named in the header with its firing and resolved counts.
+        mention: the route's mention, put first while a line pages (a group's first post
+            or a re-post; an edit pings nobody: ``None``).
+        keys: the message's keys (``message_key``) for its metadata and footer.
+        updated: the footer says "updated" (an edit).
+        actions: Acknowledge, Silence 1 h and Pause buttons on the lines still paging (as
+            ``render_notifications``'s).
 
     Returns:
         The message for ``chat.update``: header "RESOLVED" when every line resolved, else
         "ACKED by <who> · k of n resolved" when a line's episode was acknowledged (those
-        who did, in order), else "FIRING · k of n resolved"; no mention (an edit pings
-        nobody).
+        who did, in order), else "FIRING · k of n resolved"; no mention by default.
 
     Raises:
         ValueError: ``thread_rows`` is empty.
@@ -459,24 +471,35 @@ def render_thread_update(
         sections.append((text + _timeline_line(event or row, dashboard_url), url))
         fallback.append(fallback_line(row, kind, resolved))
     sections += runbooks
-    done = sum(1 for e in latest.values() if row_kind(e) == "resolved")
+    done = sum(1 for _, kind in now_kinds if kind == "resolved")
     rules = " · ".join(
         [*_outbox_part(thread_rows), ", ".join(dict.fromkeys(row_rule(row) for _, row in lines))]
     )
     acked = ", ".join(dict.fromkeys(r["acked_by"] for r in thread_rows if r.get("acked_by")))
+    counts = f"{done} of {len(lines)} resolved"
+    if group is not None:
+        named = ", ".join(f"{k}={v}" for k, v in group.items()) or "all"
+        counts = f"group {named} · {len(lines) - done} firing, {done} resolved"
     if done == len(lines):
-        header = f"✅ RESOLVED · {rules}"
+        header = f"✅ RESOLVED · {counts if group is not None else rules}"
     elif acked:
-        header = f"👀 ACKED by {clip(acked, 60)} · {done} of {len(lines)} resolved · {rules}"
+        header = f"👀 ACKED by {clip(acked, 60)} · {counts} · {rules}"
     else:
-        header = f"🔥 FIRING · {done} of {len(lines)} resolved · {rules}"
+        header = f"🔥 FIRING · {counts} · {rules}"
+    pages = done < len(lines)
     return _assemble(
         clip(header, MAX_HEADER_CHARS),
         sections,
         fallback,
         left_out=len(lines) - len(shown),
-        mention=None,
-        footer=_footer(now, route) + " · updated",
+        mention=mention if pages and mention else None,
+        footer=_footer(now, route) + (" · updated" if updated else ""),
+        keys=keys,
+        buttons=_action_buttons(
+            [(row, kind) for (_, row), (_, kind) in zip(shown, now_kinds, strict=False)]
+        )
+        if actions
+        else None,
     )
 
 

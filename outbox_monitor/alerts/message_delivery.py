@@ -46,6 +46,9 @@ class Pack:
     route: str
     rows: list[dict[str, Any]]
     thread: tuple[str, str] | None = None  # (channel, ts) of the episode's message
+    group: Any = None
+    """A group's message (``grouping.GroupPlan``): ``prepare`` it under the rows' lock,
+    ``send`` it instead of the rows, ``record`` it with them."""
 
     @property
     def ids(self) -> list[int]:
@@ -120,10 +123,15 @@ def deliver_pack(
         if sorted(r["id"] for r in locked if r["status"] == "pending") != sorted(pack.ids):
             log.info("notifications %s are being sent by another sender; skipping", pack.ids)
             return False
+        if pack.group is not None and not pack.group.prepare(run, conn, now):
+            return True  # nothing to send (not due after all, or suppressed): the route goes on
         run.counts["attempts"] += 1
         attempts = max(row["attempts"] for row in pack.rows) + 1
         try:
-            delivery, note = _send(run, conn, route, transport, pack)
+            if pack.group is not None:
+                delivery, note = pack.group.send(run, conn, route, transport)
+            else:
+                delivery, note = _send(run, conn, route, transport, pack)
         except RateLimited as error:
             until = run.clock() + timedelta(seconds=error.retry_after_seconds)
             _record(run, conn, "sender_mark_retry", pack, error, available_at=until)
@@ -166,6 +174,8 @@ def deliver_pack(
                 "ts": delivery.ts,
             },
         )
+        if pack.group is not None:
+            pack.group.record(run, conn, delivery)
     run.counts["sent"] += len(pack.rows)
     log.info(
         "sent %s notification(s) %s on route %s%s",
@@ -210,7 +220,7 @@ def _send(
     ).fetchall()
     note = None
     if thread_rows:
-        updated = _thread_update(run, [*thread_rows, *pack.rows], pack.route, now)
+        updated = thread_update(run, [*thread_rows, *pack.rows], pack.route, now)
         try:
             transport.update(channel, ts, updated)
             run.counts["updates"] += 1
@@ -221,11 +231,17 @@ def _send(
     return Delivery(channel, ts), note
 
 
-def _thread_update(
-    run: SenderPass, rows: list[Mapping[str, Any]], route: str, now: datetime
+def thread_update(
+    run: SenderPass, rows: list[Mapping[str, Any]], route: str, now: datetime, **extra: Any
 ) -> SlackMessage:
+    """A posted card re-rendered from its rows in id order (``render_thread_update``;
+    ``extra``: its keyword arguments, e.g. a group's ``group`` and ``keys``)."""
     return render_thread_update(
-        sorted(rows, key=lambda r: r["id"]), dashboard_url=run.dashboard_url, now=now, route=route
+        sorted(rows, key=lambda r: r["id"]),
+        dashboard_url=run.dashboard_url,
+        now=now,
+        route=route,
+        **extra,
     )
 
 

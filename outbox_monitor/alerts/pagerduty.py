@@ -87,6 +87,63 @@ def event(row: Mapping[str, Any], routing_key: str, dashboard_url: str) -> dict[
     return body
 
 
+MAX_GROUP_INSTANCES = 50
+"""Instances listed in a group's ``custom_details`` (the others are counted)."""
+
+
+def group_event(message: Any, routing_key: str, dashboard_url: str) -> dict[str, Any]:
+    """The Events API v2 body of a group's message (``grouping.GroupMessage``): one
+    incident per group episode, ``dedup_key`` = the group's key; a ``trigger`` while an
+    instance fires (its first message, updates, repeats: PagerDuty merges them), a
+    ``resolve`` when every one resolved.
+
+    Returns:
+        As ``event``; a trigger's ``custom_details`` hold ``group`` (its labels), ``kind``,
+        ``message_key``, ``firing`` and ``resolved`` (counts) and ``instances`` (the first
+        ``MAX_GROUP_INSTANCES``: rule, instance, status, summary, value, since).
+    """
+    body: dict[str, Any] = {
+        "routing_key": routing_key,
+        "event_action": "resolve" if message.status == "resolved" else "trigger",
+        "dedup_key": message.alert_key,
+    }
+    if body["event_action"] == "resolve":
+        return body
+    listed = message.instances()
+    firing = [i for i in listed if i["status"] != "resolved"]
+    named = ", ".join(f"{k}={v}" for k, v in message.labels.items())
+    rules = ", ".join(dict.fromkeys(i["rule"] for i in firing))
+    severities = [SEVERITIES.get(str(i["severity"]), "warning") for i in firing]
+    order = ("critical", "error", "warning", "info")
+    link = dashboard_link(dashboard_url, "/alerts")
+    body["payload"] = {
+        "summary": f"[FIRING:{len(firing)}] {named}: {rules}"[:MAX_SUMMARY_CHARS],
+        "source": message.outbox or "outbox-monitor",
+        "severity": min(severities, key=order.index) if severities else "warning",
+        "component": str(message.labels.get("event_type") or "outbox")[:MAX_FIELD_CHARS],
+        "group": (message.outbox or "default")[:MAX_FIELD_CHARS],
+        "class": "alert-group",
+        "custom_details": {
+            "group": message.labels,
+            "kind": message.kind,
+            "message_key": message.message_key,
+            "firing": len(firing),
+            "resolved": len(listed) - len(firing),
+            "instances": [
+                {
+                    key: str(item[key])[:MAX_DETAIL_CHARS] if key == "instance" else item[key]
+                    for key in ("rule", "instance", "status", "summary", "value", "since")
+                }
+                for item in listed[:MAX_GROUP_INSTANCES]
+            ],
+        },
+    }
+    body["links"] = [{"href": link, "text": "Alerts"}]
+    body["client"] = "outbox-monitor"
+    body["client_url"] = link
+    return body
+
+
 class PagerDutyTransport:
     """Sends one notification row as one Events API v2 event.
 
@@ -138,7 +195,12 @@ class PagerDutyTransport:
         self._send(event(row, self._key, dashboard_url))
         return Delivery(None, None)
 
-    def acknowledge(self, row: Mapping[str, Any]) -> None:
+    def deliver_group(self, message: Any, *, dashboard_url: str) -> Delivery:
+        """Send a group's message (``group_event``); raises as ``deliver``."""
+        self._send(group_event(message, self._key, dashboard_url))
+        return Delivery(None, None)
+
+    def acknowledge(self, row: Mapping[str, Any], *, dedup_key: str | None = None) -> None:
         """Send an ``acknowledge`` of the row's episode: the same ``dedup_key`` as its
         trigger (``row_alert_key``), so PagerDuty acknowledges the open incident (a press of
         Slack's Acknowledge button, ``alerts.slack_actions``).
@@ -146,6 +208,8 @@ class PagerDutyTransport:
         Args:
             row: a notification row of the episode (any route's: the key is the episode's):
                 ``rule``, ``instance`` as stored, ``outbox``, ``payload`` (its ``episode``).
+            dedup_key: the incident's key instead of the episode's (a grouped route: the
+                group's, ``grouping.open_group_key``).
 
         Raises:
             As ``deliver``.
@@ -154,7 +218,7 @@ class PagerDutyTransport:
             {
                 "routing_key": self._key,
                 "event_action": "acknowledge",
-                "dedup_key": row_alert_key(row),
+                "dedup_key": dedup_key or row_alert_key(row),
             }
         )
 

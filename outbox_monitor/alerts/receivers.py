@@ -39,6 +39,10 @@ class RowTransport(Protocol):
 
     def deliver(self, row: Mapping[str, Any], *, dashboard_url: str) -> Delivery: ...
 
+    def deliver_group(self, message: Any, *, dashboard_url: str) -> Delivery:
+        """One message of a group (``alerts.grouping``, a route with ``group_by``)."""
+        ...
+
     def describe(self) -> str: ...
 
 

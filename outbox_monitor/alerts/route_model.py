@@ -4,7 +4,8 @@ channel through the bot token, or an incoming webhook named by its environment v
 more Prometheus Alertmanagers, ``alerts.alertmanager``) —, validated with the field named; a
 route's ``routes`` send the notifications whose labels match elsewhere (Alertmanager's child
 routes: the first match wins unless it says ``continue``,
-``alerts.outbox_scope.routes_for``)."""
+``alerts.outbox_scope.routes_for``); a route's ``group_by`` groups its notifications
+(Alertmanager's ``group_by``, ``group_wait``, ``group_interval``: ``alerts.grouping``)."""
 
 import re
 from typing import Annotated, Any, Literal, get_args
@@ -21,6 +22,7 @@ from pydantic import (
 )
 
 from outbox_monitor.alerts.rule_values import (
+    LABEL_KEY,
     LABEL_MAP_SCHEMA,
     ROUTE_NAME_SCHEMA,
     PositiveDuration,
@@ -39,11 +41,20 @@ RECEIVER_TYPES: tuple[str, ...] = get_args(ReceiverType)
 SLACK_FIELDS = ("channel", "webhook_url_env", "mention")
 """The fields only a ``slack`` route takes."""
 ALERTMANAGER = "alertmanager"
-NOTIFYING_FIELDS = ("repeat_interval", "send_resolved")
+GROUPING_FIELDS = ("group_by", "group_wait", "group_interval")
+"""A route's grouping (``alerts.grouping``); ``group_wait`` and ``group_interval`` only with
+``group_by``."""
+NOTIFYING_FIELDS = ("repeat_interval", "send_resolved", *GROUPING_FIELDS)
 """Fields of the receivers this process notifies through the notification outbox, refused on
-an ``alertmanager`` route (Alertmanager repeats and resolves by its own configuration)."""
+an ``alertmanager`` route (Alertmanager groups, repeats and resolves by its own
+configuration)."""
 _AM_URL_FIELDS = ("alertmanager_urls", "alertmanager_urls_env")
 DEFAULT_REPEAT_INTERVAL_SECONDS = 4 * 3600.0
+DEFAULT_GROUP_WAIT_SECONDS = 30.0
+"""A new group's first message waits this long for more instances (Alertmanager's default)."""
+DEFAULT_GROUP_INTERVAL_SECONDS = 300.0
+"""A group's message is updated at most this often (Alertmanager's default)."""
+MAX_GROUP_BY = 20
 MAX_MENTION_LENGTH = 200
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -116,6 +127,10 @@ class Route(BaseModel):
                 },
             },
             "allOf": [
+                {
+                    "if": {"anyOf": [{"required": [f]} for f in GROUPING_FIELDS[1:]]},
+                    "then": {"required": ["group_by"]},
+                },
                 {
                     "if": _of_type("pagerduty"),
                     "then": _fields(
@@ -211,6 +226,32 @@ class Route(BaseModel):
     """``alertmanager``: the name of an environment variable holding the base URLs,
     separated by commas (for URLs that differ per deployment or carry credentials). Not with
     ``alertmanager_urls``."""
+    group_by: Annotated[
+        tuple[str, ...] | None,
+        or_null(
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_GROUP_BY,
+                "items": {"type": "string", "pattern": LABEL_KEY.pattern},
+            }
+        ),
+    ] = None
+    """Group this route's notifications by these labels (Alertmanager's ``group_by``, e.g.
+    ``[rule]`` or ``[rule, event_type]``): the instances whose labels have the same values
+    (a label an instance lacks counts as empty) make one message listing them, sent
+    ``group_wait`` after the group's first one, updated at most every ``group_interval``
+    while instances come and go, sent again after ``repeat_interval`` while they still fire;
+    one PagerDuty incident per group. Labels: ``rule``, ``severity``, ``event_type``, the
+    rule's ``labels``; with a fleet file ``outbox`` and the outbox's. Without it: one
+    message per evaluation (Slack) or per instance (PagerDuty, webhook). Not on an
+    ``alertmanager`` route (Alertmanager groups by its own ``group_by``)."""
+    group_wait: PositiveDuration = DEFAULT_GROUP_WAIT_SECONDS
+    """With ``group_by``: how long a new group's first message waits for more instances
+    (default 30s)."""
+    group_interval: PositiveDuration = DEFAULT_GROUP_INTERVAL_SECONDS
+    """With ``group_by``: the shortest time between two messages of one group about
+    instances that came or went (default 5m)."""
     routes: tuple[RouteBranch, ...] = ()
     """Branches by label, tried in order: the first whose ``matchers`` the notification's
     labels satisfy sends it to its ``route`` instead (and the next ones too while the
@@ -304,24 +345,49 @@ class Route(BaseModel):
     def _check_alertmanager_urls(cls, value: Any) -> Any:
         if value is None:
             return None
-        if not isinstance(value, list) or not value:
-            raise fail(
-                "alertmanager_urls",
-                f"expected a list of Alertmanager URLs (e.g. [http://alertmanager:9093]), "
-                f"got {quoted(value)}",
-            )
-        for url in value:
-            if not isinstance(url, str) or not _HTTP_URL.match(url):
-                raise fail(
-                    "alertmanager_urls",
-                    f"expected an http:// or https:// URL without a query, got {quoted(url)}",
-                )
-        return tuple(value)
+        return _text_list(
+            "alertmanager_urls",
+            value,
+            _HTTP_URL,
+            whole="expected a list of Alertmanager URLs (e.g. [http://alertmanager:9093])",
+            each="expected an http:// or https:// URL without a query",
+        )
 
     @field_validator("alertmanager_urls_env", mode="before")
     @classmethod
     def _check_alertmanager_urls_env(cls, value: Any) -> Any:
         return None if value is None else _env_name("alertmanager_urls_env", value, "the URLs")
+
+    @field_validator("group_by", mode="before")
+    @classmethod
+    def _check_group_by(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        labels = _text_list(
+            "group_by",
+            value,
+            LABEL_KEY,
+            whole=f"expected a list of 1 to {MAX_GROUP_BY} label names (e.g. [rule, event_type])",
+            each="expected label names (letters, digits and _, not starting with a digit)",
+            most=MAX_GROUP_BY,
+        )
+        if len(set(labels)) != len(labels):
+            raise fail("group_by", f"names a label twice: {quoted(value)}")
+        return labels
+
+    @model_validator(mode="after")
+    def _check_grouping(self) -> "Route":
+        """``group_wait`` and ``group_interval`` only with ``group_by`` (they would do
+        nothing)."""
+        if self.group_by is None and self.type != ALERTMANAGER:
+            for name in GROUPING_FIELDS[1:]:
+                if name in self.model_fields_set:
+                    raise fail(
+                        "receiver_field",
+                        f"{name} applies only to a route with group_by (the labels whose "
+                        "instances make one message); add group_by or remove it",
+                    )
+        return self
 
     @model_validator(mode="after")
     def _check_alertmanager(self) -> "Route":
@@ -334,7 +400,8 @@ class Route(BaseModel):
                 raise fail(
                     "receiver_field",
                     f"a type: alertmanager route takes no {given[0]} (Alertmanager's own "
-                    "configuration repeats, resolves and notifies)",
+                    "configuration groups, repeats, resolves and notifies: set group_by "
+                    "there)",
                 )
             if len(url_fields) != 1:
                 raise fail(
@@ -357,6 +424,26 @@ class Route(BaseModel):
         if self.type == "slack":
             return "bot" if self.channel else "webhook"
         return {"webhook": "signed-webhook"}.get(self.type, self.type)
+
+
+def _text_list(
+    field: str,
+    value: Any,
+    pattern: re.Pattern[str],
+    *,
+    whole: str,
+    each: str,
+    most: int | None = None,
+) -> tuple[str, ...]:
+    """``value`` as a tuple when it is a non-empty list (of at most ``most`` items) of
+    texts matching ``pattern``; else the error of ``field``: ``whole`` or ``each`` and what
+    it got."""
+    if not isinstance(value, list) or not value or (most is not None and len(value) > most):
+        raise fail(field, f"{whole}, got {quoted(value)}")
+    for item in value:
+        if not isinstance(item, str) or not pattern.match(item):
+            raise fail(field, f"{each}, got {quoted(item)}")
+    return tuple(value)
 
 
 def _only_for(receiver: str, field: str, value: Any, info: ValidationInfo) -> None:

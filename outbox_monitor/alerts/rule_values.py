@@ -203,7 +203,8 @@ def looks_like_duration(text: str) -> bool:
     return True
 
 
-_LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+LABEL_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+"""A label's name (matchers, selectors, a route's ``group_by``)."""
 
 
 ROUTE_NAME_SCHEMA = {"type": "string", "minLength": 1}
@@ -223,7 +224,7 @@ def check_route_name(value: Any) -> str:
 LABEL_MAP_SCHEMA = {
     "type": "object",
     "minProperties": 1,
-    "propertyNames": {"pattern": _LABEL_KEY.pattern},
+    "propertyNames": {"pattern": LABEL_KEY.pattern},
     "additionalProperties": {"type": "string", "minLength": 1},
 }
 """What ``check_label_map`` accepts, as JSON Schema."""
@@ -236,7 +237,7 @@ def check_label_map(field: str, value: Any, *, example: str) -> dict[str, str]:
         expected = f"expected a mapping of label: value, e.g. {example}"
         raise fail(field, f"{expected}; got {quoted(value)}")
     for key, text in value.items():
-        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or not LABEL_KEY.match(key):
             raise fail(field, f"label name {quoted(key)}: expected letters, digits and _")
         if not isinstance(text, str) or not text:
             raise fail(field, f"{key}: expected text, got {quoted(text)}")

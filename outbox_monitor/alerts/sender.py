@@ -1,5 +1,6 @@
 """Drain the notification outbox to the receivers: one message per evaluation and Slack route
-(one per row to PagerDuty and webhooks), order kept per route.
+(one per row to PagerDuty and webhooks), order kept per route; on a route with ``group_by``
+one message per group of instances (``alerts.grouping``).
 
 ``deliver_due`` is the sender job of the scheduler (issue 3 §3). It owns every retry:
 
@@ -40,6 +41,7 @@ from typing import Any
 import psycopg
 
 from outbox_monitor.alerts.clock import Clock, system_clock
+from outbox_monitor.alerts.grouping import deliver_groups
 from outbox_monitor.alerts.message import dashboard_base_url, episode_key
 from outbox_monitor.alerts.message_delivery import (
     Pack,
@@ -164,13 +166,18 @@ def _deliver_route(
         run.counts["waiting"] += len(rows) - (len(due) if route is None else 0)
         return
     queue = list(rows)
-    if not route.send_resolved:
+    if not route.send_resolved and not route.group_by:  # a group closes on its resolves
         resolves = [r for r in queue if r["kind"] == "resolved" and r["available_at"] <= now]
         if resolves:
             reason = f'route "{route_name}" has send_resolved: false'
             mark(run, "sender_mark_suppressed", resolves, reason=reason)
             run.counts["suppressed"] += len(resolves)
             queue = [r for r in queue if r not in resolves]
+    if route.group_by:  # one message per group (alerts.grouping); own alerts as below
+        queue, go_on = deliver_groups(run, route_name, route, transport, queue, now, budget)
+        if not go_on:
+            run.counts["waiting"] += len(queue)
+            return
     while queue:
         head = queue[0]
         if head["available_at"] > now or run.counts["attempts"] >= budget:

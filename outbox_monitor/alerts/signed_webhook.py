@@ -77,6 +77,44 @@ def body(row: Mapping[str, Any], *, route: str, dashboard_url: str) -> dict[str,
     }
 
 
+def group_body(message: Any, *, route: str, dashboard_url: str) -> dict[str, Any]:
+    """The JSON body of a group's message (``grouping.GroupMessage``; docs/receivers.md).
+
+    Returns:
+        ``version``, ``message_id`` (``<group key>:<kind>``), ``alert_key`` (the group
+        episode's key), ``kind`` (``firing``, ``update``, ``repeat``, ``resolved``),
+        ``status`` (``resolved`` when every instance resolved, else ``firing``), ``route``,
+        ``outbox``, ``rule`` and ``instance`` ``null``, ``dashboard_url`` (the Alerts page)
+        and ``group``: ``labels``, ``episode``, ``firing``, ``resolved`` (counts) and
+        ``instances`` (each: ``rule``, ``instance``, ``status``, ``changed``, ``summary``,
+        ``severity``, ``value``, ``unit``, ``since``, ``resolved_at``, ``labels``,
+        ``episode``, ``dashboard_url``).
+    """
+    listed = message.instances()
+    for item in listed:
+        item["dashboard_url"] = dashboard_link(dashboard_url, item.pop("dashboard_path") or "/")
+    firing = sum(1 for item in listed if item["status"] != "resolved")
+    return {
+        "version": BODY_VERSION,
+        "message_id": message.message_key,
+        "alert_key": message.alert_key,
+        "kind": message.kind.split("-")[0],
+        "status": message.status,
+        "route": route,
+        "outbox": message.outbox,
+        "rule": None,
+        "instance": None,
+        "dashboard_url": dashboard_link(dashboard_url, "/alerts"),
+        "group": {
+            "labels": message.labels,
+            "episode": message.episode,
+            "firing": firing,
+            "resolved": len(listed) - firing,
+            "instances": listed,
+        },
+    }
+
+
 def signature(secret: str, timestamp: str, message_id: str, raw_body: bytes) -> str:
     """``v1=`` and the hex HMAC-SHA256 under ``secret`` of ``<timestamp>.<message id>.<body>``
     (UTF-8; the body as sent, byte for byte)."""
@@ -129,7 +167,13 @@ class SignedWebhookTransport:
             RateLimited: 429. TransientError: 5xx, 408, timeouts, no answer, or a 2xx
             whose body is JSON with ``"ok": false``.
         """
-        document = body(row, route=self._route, dashboard_url=dashboard_url)
+        return self._post(body(row, route=self._route, dashboard_url=dashboard_url))
+
+    def deliver_group(self, message: Any, *, dashboard_url: str) -> Delivery:
+        """POST a group's message (``group_body``), signed; raises as ``deliver``."""
+        return self._post(group_body(message, route=self._route, dashboard_url=dashboard_url))
+
+    def _post(self, document: dict[str, Any]) -> Delivery:
         raw = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
         timestamp = str(int(self._clock()))
         message_id = document["message_id"]

@@ -34,6 +34,7 @@ from outbox_monitor.alerts.acknowledge import (
     pause_type,
     silence_instance,
 )
+from outbox_monitor.alerts.grouping import open_group_key
 from outbox_monitor.alerts.message import (
     ACKNOWLEDGE,
     ACTION_PREFIX,
@@ -367,8 +368,16 @@ def after_acknowledge(
             transport = built.get(name)
             if getattr(transport, "kind", None) != "pagerduty":
                 continue
+            grouped = ruleset.routes[name] if ruleset.routes[name].group_by else None
             try:
-                transport.acknowledge(row)
+                if grouped is not None:  # the incident is the group's (alerts.grouping)
+                    key = open_group_key(actions.db, name, grouped, labels)
+                    if key is None:
+                        notes.append(f"PagerDuty route {name}: the group has no open incident.")
+                        continue
+                    transport.acknowledge(row, dedup_key=key)
+                else:
+                    transport.acknowledge(row)
                 notes.append(f"PagerDuty route {name} acknowledged.")
             except DeliveryError as error:
                 log.error(

@@ -230,6 +230,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "026_retry_error_group_counts",
         "027_alert_inhibited_by",
         "028_slack_actions",
+        "029_alert_groups",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

@@ -28,11 +28,9 @@ from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.export.families import receiver_families
 from outbox_monitor.service.scheduler import build_scheduler
 from tests.alerting import LOADED_DEADLINE, REPO, Scheduler, drain, subprocess_env, wait_for
-from tests.receiver_fakes import FakePagerDuty, FakeWebhook
+from tests.receiver_fakes import ROUTING_KEY, SECRET, receiver_env
 
 TIMEOUT = 1.0
-ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
-SECRET = "whsec-0123456789-SeCrEt"
 
 RULES = """
 version: 1
@@ -54,28 +52,8 @@ rules:
 
 
 @pytest.fixture
-def pagerduty():
-    fake = FakePagerDuty(ROUTING_KEY)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def webhook():
-    fake = FakeWebhook(SECRET)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def env(pagerduty, webhook, slack_sink):
-    return {
-        "PD_ROUTING_KEY": ROUTING_KEY,
-        "PD_EVENTS_URL": pagerduty.url,
-        "HOOK_URL": f"{webhook.url}/alerts",
-        "HOOK_SECRET": SECRET,
-        "TEST_SLACK_URL": f"{slack_sink.url}/services/T0/B0/hooksecret0123",
-    }
+    return receiver_env(pagerduty, webhook, slack_sink)
 
 
 @pytest.fixture

@@ -58,6 +58,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "026_retry_error_group_counts",
             "027_alert_inhibited_by",
             "028_slack_actions",
+            "029_alert_groups",
         ]
         assert first.created_indexes == [
             "integration_outbox_done_at_idx",

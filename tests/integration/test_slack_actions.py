@@ -21,6 +21,7 @@ import pytest
 from slack_sdk.signature import SignatureVerifier
 
 from outbox_monitor.alerts.evaluate import Evaluator
+from outbox_monitor.alerts.grouping import group_alert_key
 from outbox_monitor.alerts.message import ACKNOWLEDGE, PAUSE, SILENCE
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
@@ -32,7 +33,7 @@ from outbox_monitor.errors import ConfigError
 from outbox_monitor.service.slack_listener import SlackListener, slack_listener
 from outbox_monitor.store.db import Database
 from tests.alerting import LOADED_DEADLINE, notifications, wait_for
-from tests.receiver_fakes import FakePagerDuty
+from tests.receiver_fakes import ROUTING_KEY
 from tests.slack_presses import (
     EMAIL,
     SECRET,
@@ -44,7 +45,6 @@ from tests.slack_presses import (
 )
 
 MAX_BODY = 4096
-ROUTING_KEY = "R0UT1NGKEY0123456789abcdef012345"
 PAGED_RULES = stuck_lock_rules(
     "30s",
     oncall='{channel: "#alerts", routes: [{matchers: {rule: stuck-lock}, route: pd, '
@@ -131,13 +131,6 @@ def actions_login() -> str:
 
 
 @pytest.fixture
-def pagerduty() -> Iterator[FakePagerDuty]:
-    fake = FakePagerDuty(ROUTING_KEY)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
 def setup(
     dsn,
     conn,
@@ -168,6 +161,10 @@ def setup(
         assert [i.notifications for i in report.instances] == [("firing",)]
         queued = conn.execute("SELECT id, route FROM outbox_monitor.notifications").fetchall()
         sent = deliver_due(db, ruleset, clock=fake_clock, transports=transports)["sent"]
+        waits = [route.group_wait for route in ruleset.routes.values() if route.group_by]
+        if waits:  # a grouped route's message waits its group_wait
+            fake_clock.advance(max(waits))
+            sent += deliver_due(db, ruleset, clock=fake_clock, transports=transports)["sent"]
         assert sent == len(queued)
         (posted,) = slack_sink.messages()
         buttons = [e for b in posted["blocks"] if b["type"] == "actions" for e in b["elements"]]
@@ -390,6 +387,24 @@ def test_acknowledge_acknowledges_the_pagerduty_incident_of_the_same_alert(setup
     assert pagerduty.incidents == {key: {**pagerduty.incidents[key], "status": "acknowledged"}}
     assert [r.body["event_action"] for r in pagerduty.requests] == ["trigger", "acknowledge"]
     assert pagerduty.requests[1].body["dedup_key"] == key
+
+
+@pytest.mark.parametrize(
+    "rules_text",
+    [PAGED_RULES.replace("PD_EVENTS_URL}", "PD_EVENTS_URL, group_by: [rule], group_wait: 1s}")],
+)
+def test_acknowledge_on_a_grouped_pagerduty_route_acknowledges_the_groups_incident(
+    setup, pagerduty
+):
+    """Issue 31 item 3: a grouped route's incident is the group's (``dedup_key`` = the
+    group's key), so the press acknowledges that one."""
+    (key,) = pagerduty.incidents
+    assert key == group_alert_key("", "pd", {"rule": "stuck-lock"}, 1)
+    setup.press()
+    (said,) = setup.wait_responses(1)
+    assert said.endswith("PagerDuty route pd acknowledged.")
+    assert pagerduty.incidents[key]["status"] == "acknowledged"
+    assert [r.body["dedup_key"] for r in pagerduty.requests] == [key, key]
 
 
 @pytest.mark.parametrize("rules_text", [PAGED_RULES])

@@ -66,7 +66,7 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
     assert result["applied"] and result["schema"] and result["indexes"] == PRODUCT_INDEXES
-    assert "uninstall by uninstaller: dropped schema outbox_monitor: 28 table(s)" in caplog.text
+    assert "uninstall by uninstaller: dropped schema outbox_monitor: 29 table(s)" in caplog.text
     assert not conn.execute(SCHEMA).fetchone()["present"]
     assert conn.execute(ROWS).fetchall() == before_rows
     after_indexes = [row["indexname"] for row in conn.execute(INDEXES)]

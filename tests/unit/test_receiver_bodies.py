@@ -94,4 +94,4 @@ def test_every_alerts_yml_example_of_the_receivers_page_loads(tmp_path):
         path = tmp_path / f"alerts-{number}.yml"
         path.write_text(yaml.safe_dump(document))
         types |= {route.type for route in load_rules(path).routes.values()}
-    assert len(examples) == 4 and types == {"slack", "pagerduty", "webhook"}
+    assert len(examples) == 5 and types == {"slack", "pagerduty", "webhook"}

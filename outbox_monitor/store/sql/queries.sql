@@ -2281,6 +2281,40 @@ WHERE n.slack_channel = %(channel)s AND n.slack_ts = %(ts)s AND n.status = 'sent
 ORDER BY n.id;
 
 
+-- name: alert_groups_of_route
+-- The state of a grouped route's groups (migration 029, alerts/grouping.py) by their keys: when each is due.
+SELECT group_key, episode, open, seq, last_sent_at
+FROM outbox_monitor.alert_groups
+WHERE outbox = %(outbox)s AND route = %(route)s AND group_key = ANY(%(keys)s);
+
+-- name: alert_group_open
+-- The open episode of one group (a Slack Acknowledge of an instance in it acknowledges the group's PagerDuty incident).
+SELECT episode
+FROM outbox_monitor.alert_groups
+WHERE outbox = %(outbox)s AND route = %(route)s AND group_key = %(group_key)s AND open;
+
+-- name: alert_group_ensure
+-- A group's row, made on its first notification (closed, episode 0); one already there is kept.
+INSERT INTO outbox_monitor.alert_groups (outbox, route, group_key, labels)
+VALUES (%(outbox)s, %(route)s, %(group_key)s, %(labels)s)
+ON CONFLICT (outbox, route, group_key) DO NOTHING;
+
+-- name: alert_group_lock
+-- Lock a group's state for one of its messages (the sender's transaction).
+SELECT group_key, labels, episode, open, seq, members, first_sent_at, last_sent_at,
+       slack_channel, slack_ts
+FROM outbox_monitor.alert_groups
+WHERE outbox = %(outbox)s AND route = %(route)s AND group_key = %(group_key)s
+FOR UPDATE;
+
+-- name: alert_group_record
+-- Record a group's message, in the transaction that marks its notifications sent: its episode, whether it is still open, the messages sent, the instances as told, when, and its Slack card.
+UPDATE outbox_monitor.alert_groups
+SET episode = %(episode)s, open = %(open)s, seq = %(seq)s, members = %(members)s,
+    first_sent_at = coalesce(%(first_sent_at)s, first_sent_at), last_sent_at = %(now)s,
+    slack_channel = %(slack_channel)s, slack_ts = %(slack_ts)s
+WHERE outbox = %(outbox)s AND route = %(route)s AND group_key = %(group_key)s;
+
 -- ===================================================================== alerts: receiver health (issue 31)
 
 -- name: receiver_health
@@ -2814,6 +2848,8 @@ GRANT EXECUTE ON FUNCTION outbox_monitor.prune_audit_log(text, double precision,
 GRANT INSERT, UPDATE ON outbox_monitor.leader_leases TO {scheduler};
 -- the replicas' registry (migration 018): each scheduler's heartbeat, the expired ones removed
 GRANT INSERT, UPDATE, DELETE ON outbox_monitor.scheduler_replicas TO {scheduler};
+-- the state of each alert group (migration 029), written by the sender
+GRANT INSERT, UPDATE ON outbox_monitor.alert_groups TO {scheduler};
 GRANT USAGE ON SEQUENCE outbox_monitor.alert_transitions_id_seq,
     outbox_monitor.notifications_id_seq TO {scheduler};
 -- operator: reap, replay, prune, silences, payload reveals, each audited
