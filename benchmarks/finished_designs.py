@@ -39,8 +39,8 @@ each but ``none`` with the other recommended indexes (``failed_by_type``, ``cloc
 3. With ``--cpu-blocks``, **the server's CPU time** of each design's session (``/proc``, user +
    system): blocks of ``--cpu-per-block`` rolled-back transactions (a claim and the ack of its
    rows; a claim alone; a publish), the designs in alternating order per block. A process
-   waiting for a core does not accrue CPU time, so this ranks the designs on a loaded machine
-   where the wall times do not.
+   waiting for a core does not accrue CPU time, but a crowded machine still changes what a
+   microsecond of it buys (benchmarks/RESULTS.md: two runs under load disagreed).
 
 Usage (from the repository root, with the package installed)::
 
