@@ -46,6 +46,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -384,46 +386,57 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+@contextmanager
+def seeded_history(
+    rows: int, shared_buffers: str
+) -> Iterator[tuple[TemporaryCluster, RecordingDatabase, dict[str, Any]]]:
+    """A throwaway cluster with ``shared_buffers`` and its outbox table (the users' indexes
+    only) holding ``rows`` rows of history seeded as figures.py does, the seed's due pending
+    rows acked (``acked`` in the shape, with the seed's own figures)."""
     log("starting a throwaway PostgreSQL cluster")
-    results: list[Result] = []
     with TemporaryCluster() as cluster:
-        preload_stat_statements(cluster, args.shared_buffers, want=False)
+        preload_stat_statements(cluster, shared_buffers, want=False)
         settings = load_settings(dsn=cluster.dsn, statement_timeout=STATEMENT_TIMEOUT_SECONDS)
         with RecordingDatabase(settings) as source:
             init_db(source, create_table=True, create_indexes=False)
-            log(f"seeding {args.rows:,} rows of history (users' indexes only)")
-            shape = seed(source, args.rows, 30)
+            log(f"seeding {rows:,} rows of history (users' indexes only)")
+            shape = seed(source, rows, 30)
             with source.connection() as conn:
                 shape["acked"] = conn.execute(source.compose("benchmark_claim_ack_due")).rowcount
-            shape["load"] = load
-            shape["counts"] = {
-                row["status"]: row["rows"] for row in source.fetch_all("benchmark_status_counts")
-            }
-            shape["total"] = sum(shape["counts"].values())
-            server = source.fetch_one("benchmark_server")
-            prepared = prepare_tables(source, cluster.dsn, args)
-            dbs = prepared["dbs"]
-            shape["builds"] = prepared["builds"]
-            shape["variants"] = list(dbs)
-            anchor = datetime.now(UTC)
-            current = Scenario(0, 0)
-            try:
-                for scenario in args.scenarios:
-                    log(f"scenario {scenario.label}")
-                    for db in dbs.values():
-                        bring_to(db, scenario, current, anchor)
-                    current = scenario
-                    result = Result(scenario, shape["variants"][0])
-                    measure(dbs, args, result)
-                    results.append(result)
-            finally:
-                for db in dbs.values():
-                    db.__exit__(None, None, None)
-        shape["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+            yield cluster, source, shape
         log("stopping the cluster")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    results: list[Result] = []
+    with seeded_history(args.rows, args.shared_buffers) as (cluster, source, shape):
+        shape["load"] = load
+        shape["counts"] = {
+            row["status"]: row["rows"] for row in source.fetch_all("benchmark_status_counts")
+        }
+        shape["total"] = sum(shape["counts"].values())
+        server = source.fetch_one("benchmark_server")
+        prepared = prepare_tables(source, cluster.dsn, args)
+        dbs = prepared["dbs"]
+        shape["builds"] = prepared["builds"]
+        shape["variants"] = list(dbs)
+        anchor = datetime.now(UTC)
+        current = Scenario(0, 0)
+        try:
+            for scenario in args.scenarios:
+                log(f"scenario {scenario.label}")
+                for db in dbs.values():
+                    bring_to(db, scenario, current, anchor)
+                current = scenario
+                result = Result(scenario, shape["variants"][0])
+                measure(dbs, args, result)
+                results.append(result)
+        finally:
+            for db in dbs.values():
+                db.__exit__(None, None, None)
+        shape["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print_report(args, server, shape, results)
     return 0
 

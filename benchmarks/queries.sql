@@ -746,3 +746,59 @@ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND query !~ 'pg_stat_statements'
 ORDER BY total_exec_time DESC
 LIMIT %(limit)s;
+
+-- name: benchmark_design_btree
+-- Benchmark only (finished_designs.py): the finished index of the releases up to issue 31, (status, processed_at) INCLUDE (created_at) of done and failed rows, as {index}.
+CREATE INDEX {index} ON {table} (status, processed_at) INCLUDE (created_at)
+WHERE status IN ('done', 'failed');
+
+-- name: benchmark_design_narrow
+-- Benchmark only (finished_designs.py): a narrower partial btree, (processed_at) of done and failed rows (its new keys all land on the rightmost leaf), as {index}.
+CREATE INDEX {index} ON {table} (processed_at) WHERE status IN ('done', 'failed');
+
+-- name: benchmark_design_brin
+-- Benchmark only (finished_designs.py): a BRIN of processed_at over done and failed rows, {pages_per_range} heap pages per range, as {index}.
+CREATE INDEX {index} ON {table} USING brin (processed_at) WITH (pages_per_range = {pages_per_range})
+WHERE status IN ('done', 'failed');
+
+-- name: benchmark_explain_write
+-- Benchmark only (finished_designs.py): run one write {query}; its plan, buffers and WAL as JSON.
+EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) {query}
+
+-- name: benchmark_dead_letter_claimed
+-- Benchmark only (finished_designs.py): the users' dead-letter (SPEC section 1) of the rows %(ids)s just claimed.
+UPDATE {table} SET attempts = attempts + 1, status = 'failed', processed_at = now(),
+                   last_error = 'HTTP 401 from the downstream', locked_at = NULL, locked_by = NULL
+WHERE id = ANY(%(ids)s) AND status = 'processing' AND locked_by = %(worker)s;
+
+-- name: benchmark_prune_oldest
+-- Benchmark only (finished_designs.py): the retention job's delete of the %(rows)s oldest done rows.
+DELETE FROM {table}
+WHERE id IN (SELECT id FROM {table} WHERE status = 'done' ORDER BY id LIMIT %(rows)s);
+
+-- name: benchmark_pending_due
+-- Benchmark only (finished_designs.py): due pending rows.
+SELECT count(*) AS rows FROM {table} WHERE status = 'pending' AND available_at <= now();
+
+-- name: benchmark_index_bytes
+-- Benchmark only (finished_designs.py): the size of the index %(name)s.
+SELECT pg_relation_size(%(name)s::regclass) AS bytes;
+
+-- name: benchmark_design_tail
+-- Benchmark only (finished_designs.py): (processed_at) INCLUDE (created_at, status) of done and failed rows, as {index}: keyed on processed_at alone, so that an ack's key (now()) lands on the rightmost leaf and btree's fast path skips the descent.
+CREATE INDEX {index} ON {table} (processed_at) INCLUDE (created_at, status)
+WHERE status IN ('done', 'failed');
+
+-- name: benchmark_design_tail_done
+-- Benchmark only (finished_designs.py): (processed_at) INCLUDE (created_at) of done rows only, as {index}.
+CREATE INDEX {index} ON {table} (processed_at) INCLUDE (created_at) WHERE status = 'done';
+
+-- name: benchmark_window_pages
+-- Benchmark only (finished_designs.py): the done rows processed in the last %(window)s s and the heap pages holding them (how scattered a window's rows are).
+SELECT count(*) AS rows, count(DISTINCT (ctid::text::point)[0]) AS pages
+FROM {table}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s);
+
+-- name: benchmark_backend_pid
+-- Benchmark only (finished_designs.py): this session's server process, whose CPU time /proc keeps.
+SELECT pg_backend_pid() AS pid;

@@ -674,7 +674,7 @@ def measure_size(
             levels.append(Level(nominal, applied))
     with ExitStack() as stack:
         db = stack.enter_context(RecordingDatabase(settings))
-        schema.init_db(db, create_indexes=False)
+        schema.init_db(db, create_table=True, create_indexes=False)
         if statements:
             with db.connection() as conn:
                 conn.execute(db.compose("benchmark_scale_create_extension"))

@@ -43,9 +43,16 @@ FAILED_BY_TYPE = RecommendedIndex(
 # claim's UPDATE to 'processing' writes an entry in none of them.
 RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
     RecommendedIndex(
-        "finished",
-        "create_index_finished",
-        "(status, processed_at) of done/failed rows: latency, throughput, failures, prune",
+        "done_at",
+        "create_index_done_at",
+        "(processed_at) INCLUDE (created_at) of done rows: latency, processed and created per "
+        "minute",
+    ),
+    RecommendedIndex(
+        "failed_at",
+        "create_index_failed_at",
+        "(processed_at) INCLUDE (created_at) of failed rows: failures in window, created per "
+        "minute",
     ),
     FAILED_BY_TYPE,
     RecommendedIndex(
@@ -76,12 +83,13 @@ class RetiredIndex:
     (created_at)`` the same name. ``replaced_by``: the index init-db builds in its place
     wherever it finds it, asked or not (an install of ``--flow-control`` keeps its claim's
     skip of held rows through a plain ``init-db``). ``harm``: why it goes, as the Overview
-    and init-db say it."""
+    and init-db say it. ``included``: its ``INCLUDE`` columns, in order."""
 
     columns: tuple[str, ...]
     predicates: tuple[str, ...] = ()
     replaced_by: RecommendedIndex | None = None
     harm: str = "slows the workers' claim once a backlog forms"
+    included: tuple[str, ...] = ()
 
 
 # Indexes an earlier init-db created, by name suffix. (created_at) let the users' claim walk
@@ -89,8 +97,11 @@ class RetiredIndex:
 # it read every pending row in a retry storm (benchmarks/RESULTS.md). (event_type, attempts)
 # and (event_type, available_at, created_at) keyed on the whole event type, so they refused
 # every row whose type was longer than a btree entry holds (issue 29 item 1): replaced by
-# failed_by_type and pending_types (EVENT_TYPE_KEY_CHARS). IF NOT EXISTS matches by name, so a
-# changed definition needs a new name and the old one retired.
+# failed_by_type and pending_types (EVENT_TYPE_KEY_CHARS). finished, (status, processed_at)
+# INCLUDE (created_at) of done and failed rows, cost every ack a descent from its root (its done
+# keys sit before its failed ones, never on the rightmost leaf): replaced by done_at and
+# failed_at (issue 32). IF NOT EXISTS matches by name, so a changed definition needs a new
+# name and the old one retired.
 REFUSES_LONG_TYPES = "refuses every row whose event type is longer than an index entry holds"
 RETIRED_INDEXES: dict[str, RetiredIndex] = {
     "created_at": RetiredIndex(("created_at",)),
@@ -100,6 +111,16 @@ RETIRED_INDEXES: dict[str, RetiredIndex] = {
         ("(status = 'failed'::text)", "((status)::text = 'failed'::text)"),
         FAILED_BY_TYPE,
         REFUSES_LONG_TYPES,
+    ),
+    "finished": RetiredIndex(
+        ("status", "processed_at"),
+        (
+            "(status = ANY (ARRAY['done'::text, 'failed'::text]))",
+            "((status)::text = ANY ((ARRAY['done'::character varying, "
+            "'failed'::character varying])::text[]))",
+        ),
+        harm="slows the workers' ack: a descent of the index per acked row",
+        included=("created_at",),
     ),
     "pending_by_type": RetiredIndex(
         ("event_type", "available_at", "created_at"),
@@ -161,8 +182,8 @@ def missing_recommended_indexes(db: Database) -> list[str]:
     ``init-db`` gives them (``<table>_<purpose>_idx``).
 
     Returns:
-        Human-readable descriptions, e.g. ``["integration_outbox_finished_idx: (status,
-        processed_at) of done/failed rows: ..."]``; empty when all are present.
+        Human-readable descriptions, e.g. ``["integration_outbox_done_at_idx: (processed_at)
+        INCLUDE (created_at) of done rows: ..."]``; empty when all are present.
     """
     schema, table = db.settings.table_parts
     present = {
@@ -210,5 +231,6 @@ def retired_params(schema: str, table: str, name: str, retired: RetiredIndex) ->
         "table": table,
         "name": name,
         "columns": list(retired.columns),
+        "included": list(retired.included),
         "predicates": list(retired.predicates),
     }

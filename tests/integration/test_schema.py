@@ -2,13 +2,14 @@
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMissing
 from outbox_monitor.figures import metrics
 from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.db import Database
-from outbox_monitor.store.queries import migration_files
+from outbox_monitor.store.queries import compose, migration_files
 from tests.at_once import run_at_once
 
 
@@ -63,7 +64,8 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "032_worker_function_names_at_the_seam",
         ]
         assert first.created_indexes == [
-            "integration_outbox_finished_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
@@ -83,8 +85,8 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
     with Database(load_settings(dsn=empty_dsn, table=f"public.{table}")) as db:
         created = schema.init_db(db, create_table=True, flow_control=True).created_indexes
         # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
-        assert len(set(created)) == 4 and all(len(name) <= 63 for name in created)
-        assert created[3].startswith(cut) and created[3].endswith("_pending_types_idx")
+        assert len(set(created)) == 5 and all(len(name) <= 63 for name in created)
+        assert created[4].startswith(cut) and created[4].endswith("_pending_types_idx")
         assert indexes.missing_recommended_indexes(db) == []
         assert schema.init_db(db, flow_control=True).created_indexes == []
     with psycopg.connect(empty_dsn) as conn:
@@ -94,7 +96,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
                 "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table,)
             )
         }
-    assert set(created) <= names and len(names) == 4 + 4  # pkey, event_key, claim, aggregate
+    assert set(created) <= names and len(names) == 5 + 4  # pkey, event_key, claim, aggregate
 
 
 def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
@@ -102,7 +104,8 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
         assert schema.init_db(db, create_table=True, create_indexes=False).created_indexes == []
         missing = indexes.missing_recommended_indexes(db)
         assert [m.split(":")[0] for m in missing] == [
-            "integration_outbox_finished_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
             "integration_outbox_clock_skew_idx",
         ]
@@ -120,18 +123,18 @@ def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
             )
             with pytest.raises(psycopg.errors.UniqueViolation):
                 conn.execute(
-                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_finished_idx"
+                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_done_at_idx"
                     " ON integration_outbox (aggregate_id)"
                 )
             assert indexes.missing_recommended_indexes(db)[0].startswith(
-                "integration_outbox_finished_idx"
+                "integration_outbox_done_at_idx"
             )
-            assert "integration_outbox_finished_idx" in schema.init_db(db).created_indexes
+            assert "integration_outbox_done_at_idx" in schema.init_db(db).created_indexes
             assert indexes.missing_recommended_indexes(db) == []
             definition = conn.execute(
-                "SELECT pg_get_indexdef('integration_outbox_finished_idx'::regclass)"
+                "SELECT pg_get_indexdef('integration_outbox_done_at_idx'::regclass)"
             ).fetchone()[0]
-            assert "(status, processed_at)" in definition
+            assert "(processed_at) INCLUDE (created_at)" in definition
 
 
 def test_init_db_never_alters_an_existing_user_table(empty_dsn):
@@ -305,6 +308,87 @@ def test_a_users_own_index_with_postgres_default_name_stays_on_a_first_install(e
     assert first.dropped_indexes == again.dropped_indexes == []
     assert set(RETIRED) <= names
     assert present == []
+
+
+FINISHED = "integration_outbox_finished_idx"
+
+
+@pytest.mark.parametrize("status_type", ["text", "varchar(16)"])
+def test_init_db_replaces_the_finished_index_that_slowed_the_ack(db, conn, status_type):
+    """The finished index of the releases before issue 32, exactly as their init-db built it
+    (on a varchar status Postgres prints its predicate with casts), is named with its harm;
+    init-db builds done_at and failed_at in its place and drops it. A users' index of that
+    name but another definition stays."""
+    conn.execute(f"ALTER TABLE integration_outbox ALTER COLUMN status TYPE {status_type}")
+    done_at, failed_at = (
+        index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
+    )
+    conn.execute(f"DROP INDEX {done_at}, {failed_at}")
+    conn.execute(
+        f"CREATE INDEX {FINISHED} ON integration_outbox (status, processed_at)"
+        " INCLUDE (created_at) WHERE status IN ('done', 'failed')"
+    )
+    assert indexes.retired_indexes_present(db) == [FINISHED]
+    assert indexes.retired_harm("integration_outbox", FINISHED) == (
+        "slows the workers' ack: a descent of the index per acked row"
+    )
+
+    report = schema.init_db(db)
+
+    assert (report.created_indexes, report.dropped_indexes) == ([done_at, failed_at], [FINISHED])
+    assert FINISHED not in _index_names(conn)
+    assert indexes.missing_recommended_indexes(db) == indexes.retired_indexes_present(db) == []
+    conn.execute(
+        f"CREATE INDEX {FINISHED} ON integration_outbox (status, processed_at)"
+        " WHERE status IN ('done', 'failed')"
+    )
+    assert schema.init_db(db).dropped_indexes == []
+    assert FINISHED in _index_names(conn)
+
+
+def _plan_scans(conn, name: str, params: dict) -> list[str]:
+    """``Node Type(Index Name)`` of every index scan in the plan of the named query."""
+    found = conn.execute(
+        sql.SQL("EXPLAIN (FORMAT JSON) ")
+        + compose(name, table=sql.Identifier("integration_outbox")),
+        params,
+    ).fetchone()["QUERY PLAN"]
+    nodes = [found[0]["Plan"]]
+    scans = []
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        if "Index Name" in node:
+            scans.append(f"{node['Node Type']}({node['Index Name']})")
+    return scans
+
+
+def test_the_windowed_figures_read_done_at_and_failed_at(db, conn):
+    """20,000 finished rows, one each 86 s back (every 40th a dead letter), each processed
+    10 s after its creation: the statements of a 1 h window read done_at (latency and processed,
+    index-only) and failed_at, not the history, and the figures are those counted by hand: 41
+    rows in the hour, 40 done and 1 failed (the 40th)."""
+    conn.execute(
+        """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
+               payload, status, created_at, processed_at)
+           SELECT 'order.paid', 'order', g::text, 'w:' || g, '{}',
+                  CASE WHEN g % 40 = 0 THEN 'failed' ELSE 'done' END,
+                  now() - g * interval '86 s' - interval '10 s', now() - g * interval '86 s'
+           FROM generate_series(1, 20000) AS g"""
+    )
+    conn.execute("VACUUM ANALYZE integration_outbox")
+    done_at, failed_at = (
+        index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
+    )
+    window = {"window": 3600.0}
+    for name in ("latency_percentiles", "processed_in_window"):
+        assert _plan_scans(conn, name, window) == [f"Index Only Scan({done_at})"], name
+    for name in ("failed_by_event_type", "failed_in_window"):
+        assert [s for s in _plan_scans(conn, name, window) if failed_at in s], name
+
+    assert metrics.latency_percentiles(db, window=3600) == {"p50": 10.0, "p95": 10.0, "p99": 10.0}
+    assert metrics.throughput(db, window=3600)["processed_per_minute"] == 40 / 60
+    assert metrics.failed_by_event_type(db, window=3600) == {"order.paid": 1}
 
 
 def test_no_indexes_drops_no_index_either(db, conn):

@@ -124,7 +124,7 @@ def test_missing_recommended_index_is_named_with_its_fix(open_page, conn):
     (warning,) = at.warning
     text = plain(warning.value)
     assert "integration_outbox_clock_skew_idx" in text
-    assert "finished_idx" not in text
+    assert "done_at_idx" not in text
     assert "outbox-monitor init-db" in text
 
 

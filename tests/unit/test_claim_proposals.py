@@ -133,14 +133,16 @@ def test_an_index_that_serves_already_means_no_proposal_naming_it():
 @pytest.mark.parametrize("purpose", list(RETIRED_INDEXES))
 def test_a_retired_index_is_never_proposed(purpose):
     columns = tuple(RETIRED_INDEXES[purpose].columns)
+    # finished (issue 32) has the keys of status_processed_at, retired before it: named first
+    first = next(p for p, r in RETIRED_INDEXES.items() if tuple(r.columns) == columns)
     for pending_only in (False, True):
         retired = Candidate(columns, pending_only, "again")
-        assert retired_as(retired) == purpose
+        assert retired_as(retired) == first
         # listed first, it is passed over for the next candidate
         assert choose([], candidates=(retired, CLAIM_ORDER)) == (CLAIM_ORDER, "")
         candidate, why = choose([], candidates=(retired,))
         assert candidate is None
-        assert why == f"no index to propose: {retired.definition} (init-db retired it: {purpose})"
+        assert why == f"no index to propose: {retired.definition} (init-db retired it: {first})"
 
 
 def test_the_shipped_candidates_are_not_retired():

@@ -38,15 +38,26 @@ CREATE TABLE IF NOT EXISTS {ledger} (
     UNIQUE (event_key, action)
 );
 
--- name: create_index_finished
--- Recommended: done/failed rows by processed_at, created_at included (latency, throughput,
--- failures in window, prune). Partial, so the claim (status = 'pending') can never use it
--- and its UPDATE to 'processing' writes no entry (benchmarks/claim.py). Outside a transaction.
+-- name: create_index_done_at
+-- Recommended: done rows by processed_at, created_at included (latency, processed and created
+-- per minute, their series): a window is an index-only range. Keyed on processed_at alone, so
+-- an ack's key (now(), later than every other) goes to the rightmost leaf, which btree's fast
+-- path reaches without a descent; partial to status = 'done', so the publish, the claim, a
+-- retry and a dead-letter write no entry (benchmarks/RESULTS.md, issue 32). Outside a
+-- transaction.
 -- Every create_index_* block: {concurrently} is CONCURRENTLY on an ordinary table (or one
 -- partition), and empty with {only} ONLY on a partitioned table, whose index is then built
 -- partition by partition (schema._create_partitioned_index); elsewhere {only} is empty.
-CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (status, processed_at)
-INCLUDE (created_at) WHERE status IN ('done', 'failed');
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (processed_at)
+INCLUDE (created_at) WHERE status = 'done';
+
+-- name: create_index_failed_at
+-- Recommended: dead letters by processed_at, the time of failure, created_at included
+-- (failures in window, created per minute, replay by time): partial to status = 'failed', so
+-- only a dead-letter writes an entry, on the rightmost leaf as create_index_done_at's.
+-- Outside a transaction.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (processed_at)
+INCLUDE (created_at) WHERE status = 'failed';
 
 -- name: create_index_failed_by_type
 -- Recommended: dead letters by the first 200 characters of event_type and attempts, for retry
@@ -82,8 +93,9 @@ WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < c
 COMMENT ON INDEX {index} IS 'outbox-monitor recommended index, created by init-db';
 
 -- name: retired_index_present
--- Whether the table has a btree of this name on exactly these key columns, not unique, without
--- expression or included column, and with one of the %(predicates)s (as pg_get_expr prints
+-- Whether the table has a btree of this name on exactly these key columns and the
+-- %(included)s columns (INCLUDE, in order; often none), not unique, without expression, and
+-- with one of the %(predicates)s (as pg_get_expr prints
 -- them) or, when that list is empty, none: an index an earlier init-db created. Postgres
 -- names CREATE INDEX ON t (created_at) the same, so one without predicate only where an init-db
 -- of a release that created them ran (migrations up to 005 applied before 006, in an earlier
@@ -105,11 +117,11 @@ SELECT (cardinality(%(predicates)s::text[]) > 0 OR EXISTS (
       AND am.amname = 'btree' AND NOT ix.indisunique
       AND CASE WHEN cardinality(%(predicates)s::text[]) = 0 THEN ix.indpred IS NULL
                ELSE pg_get_expr(ix.indpred, ix.indrelid) = ANY(%(predicates)s::text[]) END
-      AND ix.indexprs IS NULL AND ix.indnatts = ix.indnkeyatts
+      AND ix.indexprs IS NULL AND ix.indnkeyatts = cardinality(%(columns)s::text[])
       AND ARRAY(SELECT a.attname::text
                 FROM unnest(ix.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
                 JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum
-                ORDER BY k.ord) = %(columns)s::text[]
+                ORDER BY k.ord) = %(columns)s::text[] || %(included)s::text[]
 ) AS present;
 
 -- name: set_lock_timeout
@@ -353,9 +365,8 @@ WHERE status IN ('pending', 'processing')
 -- The rest of created_open_in_window's count: finished rows processed in the window (a
 -- finished row is processed after it is created), and the finished rows processed before they
 -- were created or never (clock skew, its own index).
--- Done and failed rows are counted apart: "status IN ('done', 'failed')" is the predicate of
--- the recommended index, so the planner drops it from the index condition and would read the
--- whole index for the processed_at range (325 ms at 10 M rows; benchmarks/RESULTS.md).
+-- Done and failed rows are counted apart: each is a range of its own recommended index
+-- (done_at, failed_at); "status IN ('done', 'failed')" would imply neither's predicate.
 SELECT (
     SELECT count(*) FROM {table}
     WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
@@ -1704,7 +1715,8 @@ ORDER BY kind, sampled_at DESC;
 
 -- ===================================================================== workers (issue 15 item 7)
 -- The outbox's processing rows through the users' claim index (status, available_at,
--- created_at), led by status; done and failed rows through the recommended finished index.
+-- created_at), led by status; done and failed rows through the recommended done_at and
+-- failed_at indexes.
 
 -- name: workers_in_hand
 -- Each locked_by's processing rows now (SPEC section 1; NULL: orphans nobody owns): how many, how many stuck (SPEC section 2: locked before now - lock timeout, or no lock time), the newest and oldest locked_at and the newest %(ids)s ids; processing rows only, the workers holding most first.
@@ -1722,7 +1734,7 @@ ORDER BY count(*) DESC, locked_by NULLS LAST
 LIMIT %(limit)s;
 
 -- name: workers_newest_outcome
--- The workers' newest outcome: max processed_at of done, of failed rows (each one step of the finished index, newest first); the rest of their liveness comes from the backlog pass (backlog_pass).
+-- The workers' newest outcome: max processed_at of done, of failed rows (one step of done_at, of failed_at, newest first); the rest of their liveness comes from the backlog pass (backlog_pass).
 SELECT now() AS now,
        greatest((SELECT max(processed_at) FROM {table} WHERE status = 'done'),
                 (SELECT max(processed_at) FROM {table} WHERE status = 'failed'))
