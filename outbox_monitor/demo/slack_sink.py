@@ -354,7 +354,7 @@ class SlackSink:
             items.append(
                 f"<li><small>{html.escape(message['posted_at'])} {html.escape(message['via'])} "
                 f"ts={html.escape(message['ts'])} edits={message['edits']}</small>"
-                f"<pre>{html.escape(message['text'])}</pre>{buttons}</li>"
+                f"<pre>{html.escape(html.unescape(message['text']))}</pre>{buttons}</li>"
             )
         return (
             "<!doctype html><title>Slack sink (demo)</title><meta http-equiv=refresh content=10>"

@@ -25,6 +25,7 @@ from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.health.claim_plan import explain_claims, plan_claims
 from outbox_monitor.health.claim_proposals import (
     MEASURED_EFFECT,
+    MIN_SORTED_ROWS,
     PENDING_PREDICATE,
     Candidate,
     Finding,
@@ -177,6 +178,13 @@ class ClaimAdvice:
             "note": self.note,
             "retired_present": list(self.retired_present),
         }
+
+
+NOTHING_TO_PROPOSE = (
+    f"no claim sorts {MIN_SORTED_ROWS:,} or more due rows nor walks rows it cannot hand out: "
+    "no index to propose"
+)
+"""The note when no plan needs an index (a claim may still sort fewer due rows: cheap)."""
 
 
 def index_shapes(db: Database) -> list[IndexShape]:
@@ -357,9 +365,7 @@ def advise_claim(db: Database, *, limit: int = DEFAULT_CLAIM_BATCH) -> ClaimAdvi
     findings = tuple(claim_findings(explained, judge(explained, {})))
     retired = tuple(retired_indexes_present(db))
     if not findings:
-        return ClaimAdvice(
-            (), None, "the claim reads due pending rows in its order: no index to propose", retired
-        )
+        return ClaimAdvice((), None, NOTHING_TO_PROPOSE, retired)
     candidate, why = choose(index_shapes(db))
     if candidate is None:
         return ClaimAdvice(findings, None, why, retired)

@@ -106,7 +106,10 @@ def test_with_hypopg_the_claim_is_planned_on_the_hypothetical_index(dsn, backlog
         backlog.execute("ANALYZE integration_outbox")
         built = advise_claim(db)
     assert built.findings == () and built.proposal is None
-    assert built.note == "the claim reads due pending rows in its order: no index to propose"
+    assert built.note == (
+        "no claim sorts 10,000 or more due rows nor walks rows it cannot hand out: "
+        "no index to propose"
+    )
 
 
 def table_reads(conn: psycopg.Connection) -> tuple:
@@ -199,7 +202,10 @@ def test_the_cli_prints_the_statement_and_exits_1_then_0_once_built(dsn, backlog
     result = runner.invoke(main, ["claim-advice", "--dsn", dsn])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[1:] == [
-        "the claim reads due pending rows in its order: no index to propose"
+        (
+            "no claim sorts 10,000 or more due rows nor walks rows it cannot hand out: "
+            "no index to propose"
+        )
     ]
 
 

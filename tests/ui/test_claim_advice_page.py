@@ -73,6 +73,6 @@ def test_the_page_proposes_the_index_then_estimates_it_then_says_nothing(open_pa
     assert not [w for w in at.warning if "An index would serve" in w.value]
     assert not at.code
     assert (
-        "Nothing to propose: the claim reads due pending rows in its order: no index to propose."
-        in texts(at)
+        "Nothing to propose: no claim sorts 10,000 or more due rows nor walks rows it cannot "
+        "hand out: no index to propose." in texts(at)
     )
