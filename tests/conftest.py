@@ -6,6 +6,7 @@ database holds the outbox table and the ``outbox_monitor`` schema, and every tes
 """
 
 import itertools
+import os
 import signal
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -103,6 +104,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 _counter = itertools.count()
 DEPLOY_PROPERTY = "deployment"
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Every test leaves ``os.environ`` as it found it: the demo run in-process sets its
+    rules file, receivers' variables and DSNs for its own process (``demo/rules.py``,
+    ``demo/drill.py``), and a later test of the same worker must not start on them."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture

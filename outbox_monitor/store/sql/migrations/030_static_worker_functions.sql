@@ -1,8 +1,8 @@
 -- The workers' functions run static, plan-cached statements (issue 32 item 2), and ack_many.
 --
--- Until now claim, ack and fail ran their statements on the outbox through EXECUTE format(…):
+-- Until now claim, ack and fail ran their statements on the outbox through EXECUTE format(...):
 -- planned at every call. An ack cost 1.45 times the same UPDATE sent by the worker (psycopg
--- prepares a statement it runs often), and claim → ack ran at 0.46 times the users' own SQL.
+-- prepares a statement it runs often), and claim -> ack ran at 0.46 times the users' own SQL.
 -- PL/pgSQL caches the plan of a static statement per session; a static statement must name
 -- its table, so init-db now writes, for each outbox table, the worker functions of that
 -- table, and the shared entry points dispatch to them:
@@ -12,8 +12,8 @@
 -- install_worker_functions(p_table)
 --                     (re)creates p_table's functions, named as the audited writers are
 --                     (worker_function_name: <kind>__<schema>__<table>, or cut with a hash
---                     past 63 bytes) — claim, ack, ack_logging, fail, fail_logging,
---                     ack_many, ack_many_logging — each with the table written into its
+--                     past 63 bytes) - claim, ack, ack_logging, fail, fail_logging,
+--                     ack_many, ack_many_logging - each with the table written into its
 --                     static statements and the entry point's signature (p_table first: the
 --                     controls and the change lock are keyed by it). It registers the table,
 --                     regenerates the dispatchers and fires migration 010's switch. Called by
@@ -35,7 +35,7 @@
 --                     points run the plain bodies, which log no outcome.
 -- claim               the per-table claim tries the change lock (migration 022) and, with no
 --                     control on the table, runs migration 001's statement, static; with
---                     controls it runs claim_with_controls(p_table, …): the controls path
+--                     controls it runs claim_with_controls(p_table, ...): the controls path
 --                     of the claim as migrations 022 and 024 left it, unchanged (dynamic:
 --                     its cost is the controls' bookkeeping more than its planning).
 -- fail                static; with p_ledger and p_ledger_action the ledger row is deleted by a
