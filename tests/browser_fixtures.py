@@ -112,14 +112,24 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1400, "height": 2000})
     context.set_default_timeout(ELEMENT_TIMEOUT_MS)
     tab = context.new_page()
+    # what the browser saw, for a failure: console errors, page errors, failed requests and
+    # every response's status (a blank page after 60 s was seen once in CI, server log clean)
+    events: list[str] = []
+    tab.on(
+        "console",
+        lambda m: m.type in ("error", "warning") and events.append(f"console {m.type}: {m.text}"),
+    )
+    tab.on("pageerror", lambda error: events.append(f"pageerror: {error}"))
+    tab.on("requestfailed", lambda r: events.append(f"requestfailed: {r.url} {r.failure}"))
+    tab.on("response", lambda r: events.append(f"response {r.status}: {r.url}"))
     yield tab
     if _failed(request):
         try:
             tab.screenshot(path=str(_failure_path(request, ".png")), timeout=10_000)
             text = f"{tab.url}\n\n{tab.inner_text('body', timeout=10_000)}"
-            _failure_path(request, ".txt").write_text(text)
         except Exception as error:  # the page may be gone: the failure itself is reported
-            _failure_path(request, ".txt").write_text(f"no capture: {error}")
+            text = f"no capture: {error}"
+        _failure_path(request, ".txt").write_text(text + "\n\n" + "\n".join(events[-300:]))
     context.close()
 
 
