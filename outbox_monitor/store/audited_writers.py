@@ -10,13 +10,17 @@ database login (``session_user``) and the client address. ``--print-grants`` gra
 the operator role only.
 
 Names: ``<kind>__<schema>__<table>`` (``reap__public__integration_outbox``), quoted as
-written. Postgres cuts identifiers at 63 bytes, and ``__`` inside a schema or table name
-could make two tables' names meet, so a name longer than 63 bytes, or of a schema or table
-holding ``__``, is ``<kind>__<the start of schema__table>__<12 hex of md5(schema.table)>``,
-63 bytes at most. Each function's comment names its table.
+written. Postgres cuts identifiers at 63 bytes, and a ``_`` of a part beside the ``__``
+separator could make two tables' names meet (``public._x`` and ``public_.x`` both gave
+``reap__public___x`` before this rule: a replay of one table's row changed the other's), so a
+name longer than 63 bytes, or of a schema or table holding ``__`` or starting or ending with
+``_``, is ``<kind>__<the start of schema__table>__<12 hex of md5(schema.table)>``, 63 bytes at
+most: the rule of the worker functions (migration 032). Each function's comment names its
+table; init-db moves an earlier release's writer of the table to its new name, grants kept.
 """
 
 import hashlib
+import re
 
 from psycopg import sql
 
@@ -57,6 +61,11 @@ SIGNATURES = {
 """Each kind's argument types, as ``GRANT … ON FUNCTION name(types)`` needs them."""
 
 
+MEETS_THE_SEAM = re.compile(r"__|^_|_\.|\._|_$")
+"""A ``schema.table`` whose plain writer names another table could share (migration 032's
+rule): a part holding ``__`` or starting or ending with ``_``."""
+
+
 def writer_name(kind: str, schema: str, table: str) -> str:
     """The name (in schema ``outbox_monitor``) of one audited writer of ``schema.table``.
 
@@ -66,8 +75,9 @@ def writer_name(kind: str, schema: str, table: str) -> str:
 
     Returns:
         ``<kind>__<schema>__<table>``, or, when that is over 63 bytes (UTF-8) or the schema
-        or table holds ``__``, the start of it cut on a character boundary followed by
-        ``__`` and the first 12 hex digits of ``md5("schema.table")``: at most 63 bytes.
+        or table holds ``__`` or starts or ends with ``_`` (``MEETS_THE_SEAM``), the start of
+        it cut on a character boundary followed by ``__`` and the first 12 hex digits of
+        ``md5("schema.table")``: at most 63 bytes.
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -75,12 +85,23 @@ def writer_name(kind: str, schema: str, table: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown audited writer {kind!r}, expected one of {KINDS}")
     plain = f"{kind}__{schema}__{table}"
-    if len(plain.encode()) <= MAX_IDENTIFIER_BYTES and "__" not in schema + "\0" + table:
+    if len(plain.encode()) <= MAX_IDENTIFIER_BYTES and not MEETS_THE_SEAM.search(
+        f"{schema}.{table}"
+    ):
         return plain
     digest = hashlib.md5(f"{schema}.{table}".encode()).hexdigest()[:HASH_CHARS]
     room = MAX_IDENTIFIER_BYTES - len(digest) - 2
     head = plain.encode()[:room].decode(errors="ignore")
     return f"{head}__{digest}"
+
+
+def earlier_writer_name(kind: str, schema: str, table: str) -> str:
+    """The name releases before migration 032's rule gave the writer: ``writer_name``
+    except for a part starting or ending with ``_`` (and no ``__``), which was plain."""
+    plain = f"{kind}__{schema}__{table}"
+    if len(plain.encode()) <= MAX_IDENTIFIER_BYTES and "__" not in schema + "\0" + table:
+        return plain
+    return writer_name(kind, schema, table)
 
 
 def writer(settings: Settings, kind: str) -> sql.Identifier:
@@ -123,7 +144,40 @@ def create_writers(conn, settings: Settings) -> None:
     }
     for kind in KINDS:
         fragments[kind] = writer(settings, kind)
-        fragments[f"{kind}_comment"] = sql.Literal(
-            f"Audited {kind} of {table_name} (init-db; store/audited_writers.py)."
-        )
+        fragments[f"{kind}_comment"] = sql.Literal(_comment(kind, table_name))
     conn.execute(compose("audited_writers", **fragments))
+    _move_earlier_writers(conn, settings)
+
+
+def _comment(kind: str, table_name: str) -> str:
+    return f"Audited {kind} of {table_name} (init-db; store/audited_writers.py)."
+
+
+def _move_earlier_writers(conn, settings: Settings) -> None:
+    """Where an earlier release named this table's writers otherwise (a part starting or
+    ending with ``_``): grant the new writers to whoever may run the earlier ones, then drop
+    those — only the ones whose comment names this table (the name another table may have
+    taken over, as the collision did, is that table's to move)."""
+    table_name = ".".join(settings.table_parts)
+    for kind in KINDS:
+        earlier = earlier_writer_name(kind, *settings.table_parts)
+        if earlier == writer_name(kind, *settings.table_parts):
+            continue
+        signature = sql.Composed(
+            [sql.Identifier("outbox_monitor", earlier), sql.SQL(f"({SIGNATURES[kind]})")]
+        )
+        found = conn.execute(
+            compose("earlier_writer_grantees"),
+            {"signature": signature.as_string(conn), "comment": _comment(kind, table_name)},
+        ).fetchone()
+        if found is None:
+            continue
+        for role in found["grantees"]:
+            conn.execute(
+                compose(
+                    "grant_audited_writer",
+                    writer=sql.Composed([writer(settings, kind), sql.SQL(f"({SIGNATURES[kind]})")]),
+                    role=sql.Identifier(role),
+                )
+            )
+        conn.execute(compose("drop_earlier_writer", writer=signature))

@@ -24,7 +24,12 @@ from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import PermissionDenied
 from outbox_monitor.flow.controls import change, pause, resume
 from outbox_monitor.service.maintenance import prune_retention, reap_stuck_locks
-from outbox_monitor.store.audited_writers import KINDS, writer_name
+from outbox_monitor.store.audited_writers import (
+    KINDS,
+    SIGNATURES,
+    earlier_writer_name,
+    writer_name,
+)
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 
@@ -344,12 +349,6 @@ def test_a_reap_by_the_operator_login_feeds_the_circuit_breaker(dsn, logins, row
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack32: writer_name gives public._x and public_.x one name (reap__public___x…):"
-    " the second init-db replaces the first table's writers; not fixed here (the installed"
-    " writers' names would change: needs an upgrade path)",
-)
 def test_two_tables_whose_names_meet_at_the_seam_keep_their_own_writers(empty_dsn, logins):
     """``public._x`` and ``public_.x``: a replay of one table's dead row changes that row."""
     dead = {}
@@ -384,3 +383,68 @@ def test_two_tables_whose_names_meet_at_the_seam_keep_their_own_writers(empty_ds
             for table in dead
         }
     assert statuses == {"public._x": "pending", "public_.x": "failed"}
+
+
+def _writer_grantees(conn, name: str, kind: str) -> list[str] | None:
+    """The roles other than its owner granted EXECUTE on ``outbox_monitor.name``; None when
+    there is no such function."""
+    found = conn.execute(
+        """SELECT coalesce(array_agg(r.rolname ORDER BY r.rolname)
+                             FILTER (WHERE r.rolname IS NOT NULL), '{}') AS roles
+           FROM pg_proc AS p
+           LEFT JOIN LATERAL aclexplode(p.proacl) AS a
+                  ON a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+           LEFT JOIN pg_roles AS r ON r.oid = a.grantee
+           WHERE p.oid = to_regprocedure(%s) GROUP BY p.oid""",
+        (psycopg.sql.Identifier("outbox_monitor", name).as_string(conn) + f"({SIGNATURES[kind]})",),
+    ).fetchone()
+    return None if found is None else found["roles"]
+
+
+def test_init_db_moves_an_earlier_releases_writers_at_the_seam_keeping_their_grants(
+    empty_dsn, logins
+):
+    """An earlier release named ``public._x``'s writers ``<kind>__public___x``, a name
+    ``public_.x``'s could take over. init-db moves the ones whose comment names its table to
+    the new names, their grants kept, and leaves another table's: here ``public._x``'s
+    replay was taken over by ``public_.x`` (the collision), its reap is still its own."""
+    operator = logins.roles.operator
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as su:
+        for table in ("public_.x", "public._x"):
+            with Database(load_settings(dsn=empty_dsn, table=table)) as db:
+                init_db(db, create_table=True, create_indexes=False)
+        # as an earlier release left them: _x's reap under the earlier name, granted;
+        # its replay's earlier name holding public_.x's replay (the collision)
+        for kind, table in (("reap", "_x"), ("replay", "x")):
+            schema = "public" if table == "_x" else "public_"
+            new = writer_name(kind, schema, table)
+            earlier = earlier_writer_name(kind, "public", "_x")
+            su.execute(
+                psycopg.sql.SQL("ALTER FUNCTION {}({}) RENAME TO {}").format(
+                    psycopg.sql.Identifier("outbox_monitor", new),
+                    psycopg.sql.SQL(SIGNATURES[kind]),
+                    psycopg.sql.Identifier(earlier),
+                )
+            )
+            su.execute(
+                psycopg.sql.SQL("GRANT EXECUTE ON FUNCTION {}({}) TO {}").format(
+                    psycopg.sql.Identifier("outbox_monitor", earlier),
+                    psycopg.sql.SQL(SIGNATURES[kind]),
+                    psycopg.sql.Identifier(operator),
+                )
+            )
+        assert earlier_writer_name("reap", "public", "_x") == "reap__public___x"
+        assert _writer_grantees(su, writer_name("reap", "public", "_x"), "reap") is None
+
+        with Database(load_settings(dsn=empty_dsn, table="public._x")) as db:
+            init_db(db, create_indexes=False)
+
+        assert _writer_grantees(su, "reap__public___x", "reap") is None
+        assert _writer_grantees(su, writer_name("reap", "public", "_x"), "reap") == [operator]
+        assert _writer_grantees(su, writer_name("replay", "public", "_x"), "replay") == []
+        assert _writer_grantees(su, "replay__public___x", "replay") == [operator]
+        comment = su.execute(
+            "SELECT obj_description(to_regprocedure(%s), 'pg_proc') AS c",
+            (f"outbox_monitor.replay__public___x({SIGNATURES['replay']})",),
+        ).fetchone()["c"]
+        assert comment.startswith("Audited replay of public_.x ")

@@ -2393,6 +2393,29 @@ WHERE table_name = %(table_name)s;
 -- The worker functions of the outbox %(table_regclass)s (claim, ack, fail, ack_many with static, plan-cached statements; migration 030), registered, and the shared entry points' dispatchers regenerated; run by init-db as the table's owner.
 SELECT outbox_monitor.install_worker_functions(%(table_regclass)s::regclass);
 
+-- name: earlier_writer_grantees
+-- An earlier release's audited writer of this table under its earlier name, %(signature)s
+-- (store/audited_writers.py earlier_writer_name): the roles other than its owner that may
+-- execute it; no row when it is absent or its comment, %(comment)s, names another table.
+SELECT coalesce(array_agg(r.rolname ORDER BY r.rolname) FILTER (WHERE r.rolname IS NOT NULL),
+                '{{}}') AS grantees
+FROM pg_proc AS p
+LEFT JOIN LATERAL aclexplode(p.proacl) AS a
+       ON a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+LEFT JOIN pg_roles AS r ON r.oid = a.grantee
+WHERE p.oid = to_regprocedure(%(signature)s)
+      AND obj_description(p.oid, 'pg_proc') = %(comment)s
+GROUP BY p.oid;
+
+-- name: grant_audited_writer
+-- The grant an earlier writer of the table had, on its writer under the new name: {writer}
+-- with its argument types, {role} a role.
+GRANT EXECUTE ON FUNCTION {writer} TO {role};
+
+-- name: drop_earlier_writer
+-- An earlier release's writer of the table, its grants moved ({writer} with its argument types).
+DROP FUNCTION {writer};
+
 -- name: audited_writers
 -- The functions through which the operator login changes one outbox table and writes its audit rows, created by init-db for {table} (store/audited_writers.py): each SECURITY DEFINER with its search_path pinned, the table fixed in its body (no table parameter: it would lend the owner's rights on any table it owns), its audit row written by record_audit in the same transaction; EXECUTE revoked from PUBLIC here, granted to the operator role by --print-grants.
 CREATE OR REPLACE FUNCTION {reap}(
