@@ -198,6 +198,7 @@ def live_figures() -> None:
             instances=instances,
             ruleset=ruleset,
             backlog=figures["backlog_pass"],
+            finished=figures["finished_sample"],
         )
         firing_alerts.fill(ctx.db, cards, table, now=now, f=f)
         headline.show(

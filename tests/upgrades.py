@@ -71,6 +71,7 @@ UNDO_SINCE_008 = (
     "outbox_monitor.ack_many, outbox_monitor.ack_many_plain, "
     "outbox_monitor.ack_many_logging_outcomes; "
     # 032: worker_function_name's new rule (dropped with 030's above)
+    # 033: the finished rows per event type in the backlog snapshot (dropped with 031's table)
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

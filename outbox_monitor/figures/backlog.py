@@ -5,9 +5,12 @@ each event type's backlog row, and ``workers.liveness`` the liveness of the work
 heap pass over the backlog where there were three.
 
 The scheduler's sampler stores its own pass, every event type's, as the table's backlog
-snapshot (``record_snapshot``, migration 031). Above ``SAMPLED_ABOVE_ROWS`` backlog rows the
-Overview reads that snapshot while it is fresh (``sampled_pass``) instead of the backlog's
-heap, and says how old it is; ``status --json`` and the alerts never read it (SPEC §2: exact).
+snapshot (``record_snapshot``, migration 031), with the window's finished rows per event type
+(migration 033). Above ``SAMPLED_ABOVE_ROWS`` backlog rows the Overview reads that snapshot
+while it is fresh (``sampled_pass``) instead of the backlog's heap, and at any backlog its
+table by event type takes each type's latency P95 and rates from it (``BacklogPass.finished``)
+instead of the window's finished rows; it says how old they are. ``status --json`` and the
+alerts never read it (SPEC §2: exact).
 """
 
 from dataclasses import dataclass
@@ -38,6 +41,10 @@ backlog part, the table by event type, the workers' liveness — from the schedu
 sample while it is fresh, instead of one pass over those rows at each refresh (≈ 1 buffer per
 row, and ≈ 2.4 ms per 1,000 rows at 10 M rows on an idle machine: benchmarks/RESULTS.md,
 "Scale after one backlog pass" and "The Overview's one backlog pass")."""
+FINISHED_SAMPLE_MAX_TYPES = 1_000
+"""Event types with finished rows in the window above which the sampler keeps none of their
+figures in the snapshot (``BacklogPass.finished`` is then ``None`` and the Overview reads them
+at each refresh): the snapshot stays a bounded row."""
 FRESH_SAMPLE_INTERVALS = 3
 """A snapshot is fresh for this many sample intervals (``OUTBOX_MONITOR_SAMPLE_INTERVAL``):
 a scheduler that skipped a pass or two is still sampling; one that stopped is not."""
@@ -63,6 +70,11 @@ class BacklogPass:
         age_seconds: a snapshot's age when read (0 for a pass read now).
         backlog_rows: a snapshot's backlog rows of every event type, whatever the filter
             (``None`` for a pass read now).
+        finished: a snapshot's ``metrics.finished_by_event_type`` of every event type, read
+            with it over ``finished_window`` seconds (``{event_type: {"latency_p95",
+            "processed", "created_finished"}}``); ``None`` for a pass read now, a snapshot
+            before migration 033 or one of more than ``FINISHED_SAMPLE_MAX_TYPES`` types.
+        finished_window: seconds of ``finished``'s window.
     """
 
     now: datetime | None
@@ -71,6 +83,12 @@ class BacklogPass:
     sampled_at: datetime | None = None
     age_seconds: float = 0.0
     backlog_rows: int | None = None
+    finished: dict[str, dict[str, Any]] | None = None
+    finished_window: float | None = None
+
+    def finished_over(self, window: float) -> dict[str, dict[str, Any]] | None:
+        """``finished`` when it was read over ``window`` seconds, else ``None``."""
+        return self.finished if self.finished_window == window else None
 
     def _age(self, oldest: datetime | None) -> float | None:
         return None if oldest is None or self.now is None else (self.now - oldest).total_seconds()
@@ -164,10 +182,12 @@ def record_snapshot(
     passed: BacklogPass,
     *,
     sampled_at: datetime | None = None,
+    finished: dict[str, dict[str, Any]] | None = None,
+    finished_window: float | None = None,
 ) -> None:
     """Store ``passed`` (of every event type) as the table's backlog snapshot, replacing the
-    last one (named query ``backlog_snapshot_upsert``, migration 031), in the caller's
-    transaction (the sampler's, with its sample).
+    last one (named query ``backlog_snapshot_upsert``, migrations 031 and 033), in the
+    caller's transaction (the sampler's, with its sample).
 
     Args:
         conn: a connection of the database the scheduler writes to.
@@ -175,6 +195,9 @@ def record_snapshot(
         table_name: the outbox table's name (``Database.table_name``).
         passed: a pass read now without a filter.
         sampled_at: its instant when the pass has none (an empty backlog): the sample's.
+        finished: ``metrics.finished_by_event_type`` of every event type, read with the pass
+            over ``finished_window`` seconds; kept only up to ``FINISHED_SAMPLE_MAX_TYPES``
+            event types (more: none kept).
 
     Raises:
         ValueError: ``passed`` was read with an event-type filter; psycopg's errors.
@@ -187,12 +210,19 @@ def record_snapshot(
     ]
     for group in groups:
         group.pop("now", None)
+    kept = (
+        Jsonb(finished)
+        if finished is not None and len(finished) <= FINISHED_SAMPLE_MAX_TYPES
+        else None
+    )
     conn.execute(
         compose("backlog_snapshot_upsert"),
         {
             "table_name": table_name,
             "sampled_at": passed.now or sampled_at,
             "groups": Jsonb(groups),
+            "finished": kept,
+            "finished_window": finished_window if kept else None,
         },
     )
 
@@ -202,8 +232,9 @@ def sampled_pass(
 ) -> BacklogPass | None:
     """The table's backlog snapshot as a ``BacklogPass`` (its groups matching ``event_type``,
     ``now`` = ``sampled_at`` = the sample's instant, ``age_seconds``, ``backlog_rows`` of
-    every type), or ``None`` when there is none at most ``max_age`` seconds old (no
-    scheduler samples this table, or it stopped).
+    every type, the window's finished rows of every type in ``finished``), or ``None`` when
+    there is none at most ``max_age`` seconds old (no scheduler samples this table, or it
+    stopped).
 
     Args:
         event_type: SPEC §2 filter, applied in SQL to the stored groups.
@@ -236,4 +267,6 @@ def sampled_pass(
         sampled_at=row["sampled_at"],
         age_seconds=row["age_seconds"],
         backlog_rows=row["backlog_rows"],
+        finished=row["finished"],
+        finished_window=row["finished_window"],
     )

@@ -118,6 +118,7 @@ def measure(
     pinned: Collection[str] = (),
     rates: bool = True,
     backlog: BacklogPass | None = None,
+    finished: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The figures per event type now: the ``top`` event types by trouble and ``other``.
 
@@ -131,6 +132,10 @@ def measure(
         backlog: the pass over the backlog when the caller read it already, with the same
             ``event_type`` and ``window`` (the Overview shares ``metrics.status``'s): each
             type's backlog row comes from it (``BacklogPass.by_event_type``); default: read.
+        finished: ``metrics.finished_by_event_type`` over the same ``window`` with every type
+            this measure keeps (the scheduler's sample, ``BacklogPass.finished_over``, or the
+            sampler's own read): each named type's P95, processed and created come from it;
+            default: read for the named types.
 
     Returns:
         ``fold``'s rows, each named type's with ``created_in_window`` (rows created in the
@@ -150,9 +155,10 @@ def measure(
         failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         named = [row for row in rows if row["event_type"] != OTHER]
-        finished = metrics.finished_by_event_type(
-            db, event_types=[row["event_type"] for row in named], window=seconds
-        )
+        if finished is None:
+            finished = metrics.finished_by_event_type(
+                db, event_types=[row["event_type"] for row in named], window=seconds
+            )
         for row in rows:
             row["latency_p95"] = None
         for row in named:

@@ -134,7 +134,7 @@ def throughput(
 
 
 def finished_by_event_type(
-    db: Database, *, event_types: Sequence[str], window: float | None = None
+    db: Database, *, event_types: Sequence[str] | None, window: float | None = None
 ) -> dict[str, dict[str, Any]]:
     """Per event type, the window's figures of finished rows, in one statement for every type
     (named query ``finished_by_event_type``): for each, what ``latency_percentiles``' P95,
@@ -142,7 +142,8 @@ def finished_by_event_type(
     exactly that type (SPEC §2 latency and throughput).
 
     Args:
-        event_types: exact event type names (no pattern).
+        event_types: exact event type names (no pattern); ``None``: every event type with
+            finished rows in the window (the scheduler's sample, ``backlog.record_snapshot``).
         window: seconds (default: settings).
 
     Returns:
@@ -150,11 +151,14 @@ def finished_by_event_type(
         "created_finished": rows}}``; a type without such rows is absent (read as ``None``,
         0 and 0).
     """
-    if not event_types:
+    if event_types is not None and not event_types:
         return {}
     rows = db.fetch_all(
         "finished_by_event_type",
-        {"window": _window(db, window), "event_types": list(event_types)},
+        {
+            "window": _window(db, window),
+            "event_types": None if event_types is None else list(event_types),
+        },
     )
     return {
         row["event_type"]: {

@@ -11,6 +11,7 @@ every ``settings.sample_interval`` seconds.
 """
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -78,7 +79,10 @@ EVENT_TYPE_COLUMNS = {
 
 
 def measure_event_types(
-    db: Database, *, backlog: BacklogPass | None = None
+    db: Database,
+    *,
+    backlog: BacklogPass | None = None,
+    finished: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The per-event-type part of a sample now: the top
     ``settings.metrics_top_event_types`` event types by trouble and ``other``
@@ -87,13 +91,20 @@ def measure_event_types(
     Args:
         backlog: the pass over the backlog of every event type, over the settings' window,
             when the caller read it (``record_sample``, which stores it too); default: read.
+        finished: ``metrics.finished_by_event_type`` of every event type over the settings'
+            window, when the caller read it (``record_sample``, which stores it too);
+            default: read for the kept types.
 
     Returns:
         ``{"event_type" (``units.bounded_key``), <every EVENT_TYPE_COLUMNS column>}`` rows;
         none when no event type has open rows or dead letters in the window.
     """
     rows = by_event_type.measure(
-        db, top=db.settings.metrics_top_event_types, rates=False, backlog=backlog
+        db,
+        top=db.settings.metrics_top_event_types,
+        rates=False,
+        backlog=backlog,
+        finished=finished,
     )
     return [
         {"event_type": bounded_key(row["event_type"])}
@@ -111,7 +122,8 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
     Measures through ``db``, inserts one row with the named query ``sample_insert``
     (``sampled_at`` is the writing database's ``now()``) and the per-event-type rows at the
     same instant (``event_type_sample_insert``), the pass over the backlog they came from as the
-    table's backlog snapshot (``backlog.record_snapshot``, migration 031), and deletes this
+    table's backlog snapshot with the window's finished rows of every event type
+    (``backlog.record_snapshot``, migrations 031 and 033), and deletes this
     table's samples of both kinds older than ``settings.sample_retention`` seconds
     (``samples_prune``, ``event_type_samples_prune``) through ``primary``, at most
     ``SAMPLES_PRUNE_BATCH_ROWS`` of each kind a pass, oldest first (after the retention was
@@ -135,7 +147,8 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
     """
     figures = measure_headline(db)
     passed = backlog_pass(db)
-    event_types = measure_event_types(db, backlog=passed)
+    finished = metrics.finished_by_event_type(db, event_types=None)
+    event_types = measure_event_types(db, backlog=passed, finished=finished)
     writes = primary or db
     params = {"table_name": db.table_name, **figures}
     retention = {
@@ -156,7 +169,13 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
             )
         # the pass itself, for the Overview above backlog.SAMPLED_ABOVE_ROWS (migration 031)
         record_snapshot(
-            conn, writes.compose, db.table_name, passed, sampled_at=inserted["sampled_at"]
+            conn,
+            writes.compose,
+            db.table_name,
+            passed,
+            sampled_at=inserted["sampled_at"],
+            finished=finished,
+            finished_window=db.settings.window,
         )
         pruned = conn.execute(writes.compose("samples_prune"), retention).rowcount
         types_pruned = conn.execute(writes.compose("event_type_samples_prune"), retention).rowcount

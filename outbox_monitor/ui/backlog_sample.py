@@ -1,7 +1,8 @@
-"""What the Overview says when its backlog figures are the scheduler's sample (issue 32 item 3):
-above ``backlog.SAMPLED_ABOVE_ROWS`` rows pending or processing, while a scheduler's snapshot
-of the backlog is fresh, the figures that read each row's heap tuple come from that snapshot
-(``loaders.status``' ``"sampled"``), labelled with their age."""
+"""What the Overview says when its figures are the scheduler's sample (issue 32 item 3): above
+``backlog.SAMPLED_ABOVE_ROWS`` rows pending or processing, while a scheduler's snapshot of the
+backlog is fresh, the figures that read each row's heap tuple come from that snapshot
+(``loaders.status``' ``"sampled"``); at any backlog, the table by event type's latency P95 and
+rates come from the same snapshot (``"finished_sample"``); each labelled with its age."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -33,3 +34,14 @@ def table_note(age_seconds: float | None) -> str:
     if age_seconds is None:
         return ""
     return f" · backlog columns as the scheduler sampled them {format.duration(age_seconds)} ago"
+
+
+def finished_note(age_seconds: float | None) -> str:
+    """The clause the table by event type adds when its latency P95 and rates are the
+    scheduler's sample (``age_seconds`` of the sample), else the empty string."""
+    if age_seconds is None:
+        return ""
+    return (
+        f" · P95 and rates as the scheduler sampled them {format.duration(age_seconds)} ago "
+        "(the tiles count now)"
+    )

@@ -53,10 +53,18 @@ def _table(
     pinned: tuple,
     sampled_at: str | None,
     _backlog: BacklogPass | None,
+    finished_at: str | None,
+    _finished: BacklogPass | None,
 ) -> dict[str, Any]:
     with _db.session():
         rows = by_event_type.measure(
-            _db, top=top, window=window, event_type=event_type, pinned=pinned, backlog=_backlog
+            _db,
+            top=top,
+            window=window,
+            event_type=event_type,
+            pinned=pinned,
+            backlog=_backlog,
+            finished=_finished.finished_over(window) if finished_at else None,
         )
         found = controls(_db)
         history = by_event_type.history(
@@ -77,6 +85,7 @@ def _table(
         "now": now,
         "window_seconds": window,
         "sampled_age_seconds": _backlog.age_seconds if sampled_at else None,
+        "finished_age_seconds": _finished.age_seconds if finished_at else None,
     }
 
 
@@ -244,6 +253,7 @@ def load(
     instances: list[dict],
     ruleset: RuleSet | None,
     backlog: BacklogPass | None = None,
+    finished: BacklogPass | None = None,
 ) -> dict[str, Any]:
     """The table's figures (cached): ``by_event_type.measure``'s rows — the types a firing
     alert names pinned first — their flow-control states and their sampled history.
@@ -256,6 +266,10 @@ def load(
         backlog: the pass over the backlog of the same filter and window that the tiles came
             from (``loaders.status``' ``"backlog_pass"``): the rows' backlog figures are its
             own, not read again; default: read.
+        finished: the scheduler's fresh snapshot holding the window's finished rows per
+            event type over ``f.window`` (``loaders.status``' ``"finished_sample"``): each
+            named type's latency P95 and rates come from it, not from the window's finished
+            rows read now; default: read.
 
     Returns:
         ``{"rows": [...], "flow": {event_type: EventTypeFlow}, "controls": [Control]
@@ -265,11 +279,28 @@ def load(
         (each named type's depth, ``forecast.series_trend`` of ``forecast.scope_points``),
         "now": the database clock they were read at, "window_seconds": the window,
         "sampled_age_seconds": the age of the scheduler's sample the backlog columns come
-        from, ``None`` when counted now}``.
+        from, ``None`` when counted now, "finished_age_seconds": the age of the sample the
+        P95 and rates come from, ``None`` when read now}``.
     """
     pinned = tuple(coverage.firing_event_types(instances, ruleset))
     sampled_at = backlog.sampled_at.isoformat() if backlog and backlog.sampled_at else None
-    return _table(db_key(db), db, f.window, f.event_type, top, pinned, sampled_at, backlog)
+    finished_at = (
+        finished.sampled_at.isoformat()
+        if finished and finished.sampled_at and finished.finished_over(f.window) is not None
+        else None
+    )
+    return _table(
+        db_key(db),
+        db,
+        f.window,
+        f.event_type,
+        top,
+        pinned,
+        sampled_at,
+        backlog,
+        finished_at,
+        finished,
+    )
 
 
 def section(
@@ -301,6 +332,7 @@ def section(
         f"figures over the last {f.window_label}, the trend over the last "
         f"{format.duration_label(DEFAULT_LOOKBACK_SECONDS)} of samples"
         + backlog_sample.table_note(loaded.get("sampled_age_seconds"))
+        + backlog_sample.finished_note(loaded.get("finished_age_seconds"))
         + ("" if ruleset is not None else " · the alert rules file is invalid: no status"),
         help="Most troubled first: firing, then stuck, dead-lettered, queue depth, oldest age. "
         "A status comes only from the alert rules whose scope holds the type, named with "

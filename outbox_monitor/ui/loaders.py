@@ -45,12 +45,22 @@ def _status(
 ) -> dict[str, Any]:
     with _db.session():  # a dozen statements, one connection checkout
         every_type = _fresh_snapshot(_db, None)
+        finished = (
+            every_type
+            if every_type is not None and every_type.finished_over(window) is not None
+            else None
+        )
         if every_type is None or every_type.backlog_rows <= SAMPLED_ABOVE_ROWS:
             passed = backlog_pass(_db, event_type=event_type, window=window)
             figures = metrics.status(
                 _db, window=window, event_type=event_type, count_cap=cap, backlog=passed
             )
-            return {**figures, "backlog_pass": passed, "sampled": None}
+            return {
+                **figures,
+                "backlog_pass": passed,
+                "sampled": None,
+                "finished_sample": finished,
+            }
         # above the threshold: the scheduler's pass, and what needs no heap tuple counted now
         passed = _fresh_snapshot(_db, event_type) if event_type else every_type
         figures = metrics.status(
@@ -69,7 +79,7 @@ def _status(
         "backlog_rows": every_type.backlog_rows,
         "figures": list(SAMPLED_FIGURES),
     }
-    return {**figures, "backlog_pass": passed, "sampled": sampled}
+    return {**figures, "backlog_pass": passed, "sampled": sampled, "finished_sample": finished}
 
 
 def _fresh_snapshot(db: Database, event_type: str | None) -> BacklogPass | None:
@@ -106,7 +116,10 @@ def status(db: Database, *, window: float, event_type: str | None) -> dict[str, 
     backlog is fresh (``backlog.sampled_pass``), the page reads no backlog row's heap tuple:
     ``SAMPLED_FIGURES`` come from that snapshot and ``COUNTED_NOW`` are counted now;
     ``"sampled"`` then says so (``{"sampled_at", "age_seconds", "backlog_rows",
-    "figures"}``), else it is ``None``."""
+    "figures"}``), else it is ``None``. ``"finished_sample"`` is that fresh snapshot, at any
+    backlog, when it holds the window's finished rows per event type over this ``window``
+    (``BacklogPass.finished_over``): the table by event type takes its P95 and rates from it
+    (``event_types.load``); else ``None``."""
     return _status(db_key(db), db, window, event_type, count_cap())
 
 

@@ -65,3 +65,37 @@ def test_an_old_snapshot_is_not_read(db, rows, conn):
 def test_a_filtered_pass_is_never_stored(db, conn):
     with pytest.raises(ValueError, match="every event type"), db.connection() as c:
         record_snapshot(c, db.compose, db.table_name, backlog_pass(db, event_type="x"))
+
+
+def test_the_snapshot_holds_the_windows_finished_rows_of_every_event_type(db, rows, conn):
+    """Migration 033: every type with finished rows in the window, counted by hand: order.paid
+    done 10 and 30 s after creation (P95 29 s), one dead letter of mail.sent created in the
+    hour, and a row done 2 h ago (outside the 1 h window) of sms.sent."""
+    rows.add(event_type="order.paid", status="done", created_ago=110, processed_ago=100)
+    rows.add(event_type="order.paid", status="done", created_ago=130, processed_ago=100)
+    rows.add_failed(event_type="mail.sent", created_ago=300, processed_ago=60)
+    rows.add(event_type="sms.sent", status="done", created_ago=7300, processed_ago=7200)
+
+    record_sample(db)
+    sampled = sampled_pass(db)
+
+    assert sampled.finished_window == db.settings.window == 3600
+    assert sampled.finished == {
+        "order.paid": {"latency_p95": pytest.approx(29.0), "processed": 2, "created_finished": 2},
+        "mail.sent": {"latency_p95": None, "processed": 0, "created_finished": 1},
+    }
+    assert sampled.finished_over(3600) is sampled.finished
+    assert sampled.finished_over(6 * 3600) is None
+
+
+def test_more_event_types_than_kept_leave_the_finished_rows_to_the_page(db, rows, monkeypatch):
+    from outbox_monitor.figures import backlog
+
+    monkeypatch.setattr(backlog, "FINISHED_SAMPLE_MAX_TYPES", 1)
+    for event_type in ("order.paid", "mail.sent"):
+        rows.add(event_type=event_type, status="done", created_ago=110, processed_ago=100)
+
+    record_sample(db)
+
+    sampled = sampled_pass(db)
+    assert sampled is not None and sampled.finished is None and sampled.finished_window is None

@@ -9,7 +9,7 @@ import pytest
 from outbox_monitor.figures import backlog, metrics
 from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.store.db import Database
-from outbox_monitor.ui import backlog_sample, loaders
+from outbox_monitor.ui import backlog_sample, format, loaders
 
 HEAP_READS = {"backlog_pass", "retrying", "stuck_locks", "attempts_at_least"}
 """Named queries that read backlog rows' heap tuples (``attempts``, ``locked_at``)."""
@@ -137,3 +137,76 @@ def test_below_the_threshold_a_fresh_sample_is_not_read_for_figures(
     assert [name for name in statements if name in HEAP_READS] == ["backlog_pass"]
     assert {m.label: m.value for m in at.metric}["Retrying"] == "3"
     assert sampled_caption(at) is None
+
+
+def finished_seed(rows) -> None:
+    """order.paid: 1 due row (so that it has a row in the table) and 3 done in the window,
+    created 10, 20 and 30 s before they were processed: P95 29 s (percentile_cont: 20 + 0.9 ×
+    10), 3 processed and 4 created in the hour."""
+    rows.add(event_type="order.paid", created_ago=60)
+    for latency in (10, 20, 30):
+        rows.add(
+            event_type="order.paid", status="done", created_ago=600 + latency, processed_ago=600
+        )
+
+
+def table_row(at, event_type: str) -> dict:
+    (frame,) = [d.value for d in at.dataframe if "depth trend" in d.value.columns]
+    return {row["event type"]: row for row in frame.to_dict("records")}[event_type]
+
+
+def test_a_fresh_sample_gives_the_table_its_p95_and_rates_at_any_backlog(
+    open_page, db, rows, statements
+):
+    finished_seed(rows)
+    record_sample(db)  # the scheduler's sample: P95 29 s, 3 processed, 4 created
+    # after the sample: one more done row, 100 s late (now P95 89.5 s: 30 + 0.85 × 70)
+    rows.add(event_type="order.paid", status="done", created_ago=100, processed_ago=0)
+    statements.clear()
+
+    at = open_page("overview")
+
+    assert not at.exception
+    assert "finished_by_event_type" not in statements
+    row = table_row(at, "order.paid")
+    assert (row["P95 latency"], row["processed/min"], row["created/min"]) == (
+        format.duration(29.0),
+        "0.05/min",  # 3 in 60 min
+        "0.07/min",  # 4 in 60 min
+    )
+    note = [c.value for c in at.caption if "P95 and rates as the scheduler sampled them" in c.value]
+    assert len(note) == 1, [c.value for c in at.caption]
+    # the tiles, status --json and the alerts count now (SPEC §2)
+    assert metrics.finished_by_event_type(db, event_types=["order.paid"])["order.paid"] == {
+        "latency_p95": pytest.approx(89.5),
+        "processed": 4,
+        "created_finished": 4,
+    }
+
+
+def test_without_a_fresh_sample_or_of_another_window_the_table_reads_the_finished_rows(
+    open_page, db, rows, conn, statements
+):
+    finished_seed(rows)
+    record_sample(db)
+    rows.add(event_type="order.paid", status="done", created_ago=100, processed_ago=0)
+    statements.clear()
+
+    at = open_page("overview", window="6h")  # the sample's window is the settings' 1 h
+
+    assert "finished_by_event_type" in statements
+    live = metrics.finished_by_event_type(db, event_types=["order.paid"], window=6 * 3600)
+    assert live["order.paid"]["latency_p95"] == pytest.approx(89.5)  # 30 + 0.85 × 70
+    assert table_row(at, "order.paid")["P95 latency"] == format.duration(
+        live["order.paid"]["latency_p95"]
+    )
+    assert not [c.value for c in at.caption if "P95 and rates as the scheduler" in c.value]
+
+    conn.execute("UPDATE outbox_monitor.backlog_snapshots SET sampled_at = now() - interval '1h'")
+    statements.clear()
+    at = open_page("overview")
+
+    assert "finished_by_event_type" in statements
+    assert table_row(at, "order.paid")["P95 latency"] == format.duration(
+        live["order.paid"]["latency_p95"]
+    )
