@@ -802,3 +802,26 @@ WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)
 -- name: benchmark_backend_pid
 -- Benchmark only (finished_designs.py): this session's server process, whose CPU time /proc keeps.
 SELECT pg_backend_pid() AS pid;
+
+-- name: benchmark_presence_seed
+-- Benchmark only (index_presence.py): %(rows)s rows, one every 100 ms over the last days, the
+-- first %(claimed)s processing (locked by 'bench'), every 100th other one failed, the rest done
+-- 2 s after their creation.
+INSERT INTO {table} (event_type, aggregate_type, aggregate_id, event_key, payload, status,
+                     attempts, created_at, processed_at, locked_at, locked_by)
+SELECT 'order.paid', 'order', g::text, 'seed:' || g, jsonb_build_object('id', g),
+       CASE WHEN g <= %(claimed)s THEN 'processing' WHEN g %% 100 = 0 THEN 'failed' ELSE 'done' END,
+       CASE WHEN g %% 100 = 0 THEN 5 ELSE 0 END,
+       now() - %(rows)s * interval '100 ms' + g * interval '100 ms',
+       CASE WHEN g > %(claimed)s
+            THEN now() - %(rows)s * interval '100 ms' + g * interval '100 ms' + interval '2 s' END,
+       CASE WHEN g <= %(claimed)s THEN now() END,
+       CASE WHEN g <= %(claimed)s THEN 'bench' END
+FROM generate_series(1, %(rows)s) AS g;
+
+-- name: benchmark_presence_fold
+-- Benchmark only (index_presence.py): the refused design that folds clock_skew into the
+-- windows' indexes: keyed on greatest(processed_at, created_at) (a row processed before it was
+-- created, or never, sits at its created_at), both instants included, one index per status.
+CREATE INDEX {index} ON {table} (greatest(processed_at, created_at))
+INCLUDE (processed_at, created_at) WHERE status = {status};
