@@ -22,7 +22,9 @@ from outbox_monitor.figures.backlog import BACKLOG_COUNTS, BacklogPass, backlog_
 from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
 from outbox_monitor.flow.controls import Control
 from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows
+from outbox_monitor.flow.model import matches
 from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import ExactEventType
 from outbox_monitor.units import bounded_key
 
 COUNTS = BACKLOG_COUNTS
@@ -142,7 +144,8 @@ def measure(
         window, open or finished), each with ``latency_p95`` (seconds; ``None`` for ``other``:
         percentiles do not add up, and for a type with no row done in the window) and, with
         ``rates``, ``processed_per_minute`` and ``created_per_minute`` (``other``'s: the
-        filter's total less the kept types').
+        filter's total less the kept types', or with ``finished`` given, the sum of the
+        filter's other types in it, so that every rate is of one instant).
 
     Raises:
         The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
@@ -155,6 +158,7 @@ def measure(
         failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         named = [row for row in rows if row["event_type"] != OTHER]
+        sampled = finished is not None
         if finished is None:
             finished = metrics.finished_by_event_type(
                 db, event_types=[row["event_type"] for row in named], window=seconds
@@ -171,7 +175,9 @@ def measure(
             if rates:
                 row["processed_per_minute"] = done.get("processed", 0) / (seconds / 60)
                 row["created_per_minute"] = row["created_in_window"] / (seconds / 60)
-        if rates and rows and rows[-1]["event_type"] == OTHER:
+        if rates and rows and rows[-1]["event_type"] == OTHER and sampled:
+            rows[-1].update(_other_rates(finished, named, backlog, event_type, seconds))
+        elif rates and rows and rows[-1]["event_type"] == OTHER:
             total = metrics.throughput(
                 db,
                 window=seconds,
@@ -182,6 +188,42 @@ def measure(
                 named_sum = sum(row[key] for row in named)
                 rows[-1][key] = max(value - named_sum, 0.0)
     return rows
+
+
+def _other_rates(
+    finished: Mapping[str, Mapping[str, Any]],
+    named: Sequence[Mapping[str, Any]],
+    backlog: BacklogPass,
+    event_type: str | None,
+    seconds: float,
+) -> dict[str, float]:
+    """``other``'s rates from the same finished rows as the named types' (the scheduler's
+    sample): the types of ``finished`` the filter ``event_type`` holds and no row names, with
+    the open rows created in the window that ``backlog`` holds beyond the named types'; never
+    a total counted now less sampled figures (attack33)."""
+    kept = {row["event_type"] for row in named}
+    rest = [
+        done
+        for name, done in finished.items()
+        if name not in kept
+        and (
+            not event_type
+            or (
+                name == event_type
+                if isinstance(event_type, ExactEventType)
+                else matches(event_type, name)
+            )
+        )
+    ]
+    open_created = backlog.created_open_in_window() - sum(
+        row["created_open_in_window"] for row in named
+    )
+    minutes = seconds / 60
+    return {
+        "processed_per_minute": sum(done.get("processed", 0) for done in rest) / minutes,
+        "created_per_minute": (open_created + sum(done.get("created_finished", 0) for done in rest))
+        / minutes,
+    }
 
 
 def flows(rows: Sequence[Mapping[str, Any]], found: Sequence[Control]) -> dict[str, EventTypeFlow]:
