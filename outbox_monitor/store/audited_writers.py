@@ -15,7 +15,8 @@ separator could make two tables' names meet (``public._x`` and ``public_.x`` bot
 ``reap__public___x`` before this rule: a replay of one table's row changed the other's), so a
 name longer than 63 bytes, or of a schema or table holding ``__`` or starting or ending with
 ``_``, is ``<kind>__<the start of schema__table>__<12 hex of md5(schema.table)>``, 63 bytes at
-most: the rule of the worker functions (migration 032). Each function's comment names its
+most: the rule of the worker functions (migration 032). So is a table named by 12 hex digits,
+whose plain name could be a long table's hashed one. Each function's comment names its
 table; init-db moves an earlier release's writer of the table to its new name, grants kept.
 """
 
@@ -61,9 +62,11 @@ SIGNATURES = {
 """Each kind's argument types, as ``GRANT … ON FUNCTION name(types)`` needs them."""
 
 
-MEETS_THE_SEAM = re.compile(r"__|^_|_\.|\._|_$")
-"""A ``schema.table`` whose plain writer names another table could share (migration 032's
-rule): a part holding ``__`` or starting or ending with ``_``."""
+MEETS_THE_SEAM = re.compile(r"__|^_|_\.|\._|_$|\.[0-9a-f]{12}$")
+"""A ``schema.table`` whose plain writer names another table could share: a part holding
+``__`` or starting or ending with ``_`` (migration 032's rule), or a table named by 12 hex
+digits, whose plain name a long table's hashed name (``<the start of it>__<12 hex>``) could be
+(attack33: ``replay__<41 bytes of a long schema>__<hex>`` was both)."""
 
 
 def writer_name(kind: str, schema: str, table: str) -> str:
@@ -75,9 +78,9 @@ def writer_name(kind: str, schema: str, table: str) -> str:
 
     Returns:
         ``<kind>__<schema>__<table>``, or, when that is over 63 bytes (UTF-8) or the schema
-        or table holds ``__`` or starts or ends with ``_`` (``MEETS_THE_SEAM``), the start of
-        it cut on a character boundary followed by ``__`` and the first 12 hex digits of
-        ``md5("schema.table")``: at most 63 bytes.
+        or table holds ``__`` or starts or ends with ``_``, or the table is 12 hex digits
+        (``MEETS_THE_SEAM``), the start of it cut on a character boundary followed by ``__``
+        and the first 12 hex digits of ``md5("schema.table")``: at most 63 bytes.
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -97,7 +100,8 @@ def writer_name(kind: str, schema: str, table: str) -> str:
 
 def earlier_writer_name(kind: str, schema: str, table: str) -> str:
     """The name releases before migration 032's rule gave the writer: ``writer_name``
-    except for a part starting or ending with ``_`` (and no ``__``), which was plain."""
+    except for a part starting or ending with ``_``, or a table of 12 hex digits (and no
+    ``__``), which was plain."""
     plain = f"{kind}__{schema}__{table}"
     if len(plain.encode()) <= MAX_IDENTIFIER_BYTES and "__" not in schema + "\0" + table:
         return plain

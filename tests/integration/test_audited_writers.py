@@ -448,3 +448,93 @@ def test_init_db_moves_an_earlier_releases_writers_at_the_seam_keeping_their_gra
             (f"outbox_monitor.replay__public___x({SIGNATURES['replay']})",),
         ).fetchone()["c"]
         assert comment.startswith("Audited replay of public_.x ")
+
+
+def _hex_collider(schema: str, kind: str) -> tuple[str, str]:
+    """A table of ``schema`` whose writer of ``kind`` takes the hashed name (``schema`` is
+    long), and the table whose plain name is that hashed name: the start of ``schema`` the
+    hashed name keeps, and as table the 12 hex digits (a name starting with a letter)."""
+    for n in range(100):
+        table = f"outbox{n}"
+        name = writer_name(kind, schema, table)
+        head, digest = name.rsplit("__", 1)
+        if digest[0].isalpha():
+            return table, head.removeprefix(f"{kind}__") + "." + digest
+    raise AssertionError("no table found")
+
+
+def test_a_table_named_as_another_tables_hash_keeps_its_own_writers(empty_dsn, logins):
+    """attack33: ``replay__<first 41 bytes of a long schema>__<12 hex of md5>`` is both the
+    hashed name of a long table's replay and the plain name of the table ``<those 41
+    bytes>.<those 12 hex>``: the second init-db replaced the first table's replay, and a
+    replay of its dead row changed the other table's row of the same id."""
+    schema = "tenant" + "a" * 44  # 50 characters: every writer's plain name is over 63 bytes
+    table, collider = _hex_collider(schema, "replay")
+    assert len(collider.split(".")[0]) == 41
+    assert writer_name("replay", schema, table) == "replay__" + collider.replace(".", "__")
+    dead = {}
+    for name in (f"{schema}.{table}", collider):
+        with Database(load_settings(dsn=empty_dsn, table=name)) as db:
+            init_db(db, create_table=True, create_indexes=False)
+        with psycopg.connect(empty_dsn, row_factory=dict_row, autocommit=True) as su:
+            dead[name] = su.execute(
+                psycopg.sql.SQL(
+                    "INSERT INTO {} (event_type, aggregate_type, aggregate_id, event_key,"
+                    " payload, status, attempts, processed_at) VALUES ('x', 'a', '1', %s,"
+                    " '{{}}', 'failed', 3, now()) RETURNING id"
+                ).format(psycopg.sql.Identifier(*name.split("."))),
+                (name,),
+            ).fetchone()["id"]
+    settings = load_settings(dsn=empty_dsn, table=f"{schema}.{table}")
+    with Database(settings) as db:
+        apply(
+            db,
+            preview_replay(db, ReplaySelection(ids=(dead[f"{schema}.{table}"],))),
+            actor=local_identity(settings, name="ops"),
+        )
+    with psycopg.connect(empty_dsn, row_factory=dict_row) as su:
+        statuses = {
+            name: su.execute(
+                psycopg.sql.SQL("SELECT status FROM {} WHERE id = %s").format(
+                    psycopg.sql.Identifier(*name.split("."))
+                ),
+                (dead[name],),
+            ).fetchone()["status"]
+            for name in dead
+        }
+    assert statuses == {f"{schema}.{table}": "pending", collider: "failed"}
+
+
+def test_init_db_moves_an_earlier_writer_of_a_table_named_by_12_hex_digits(empty_dsn, logins):
+    """attack33: a table named by 12 hex digits had the plain names; init-db moves its
+    writers (their comment names it) to the hashed names, the operator's grant kept."""
+    operator = logins.roles.operator
+    schema, table = "public", "abcdef012345"
+    with Database(load_settings(dsn=empty_dsn, table=f"{schema}.{table}")) as db:
+        init_db(db, create_table=True, create_indexes=False)
+    plain = f"reap__{schema}__{table}"
+    assert earlier_writer_name("reap", schema, table) == plain != writer_name("reap", schema, table)
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as su:
+        function = psycopg.sql.SQL("{}({})")
+        su.execute(
+            psycopg.sql.SQL("ALTER FUNCTION {} RENAME TO {}").format(
+                function.format(
+                    psycopg.sql.Identifier("outbox_monitor", writer_name("reap", schema, table)),
+                    psycopg.sql.SQL(SIGNATURES["reap"]),
+                ),
+                psycopg.sql.Identifier(plain),
+            )
+        )
+        su.execute(
+            psycopg.sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+                function.format(
+                    psycopg.sql.Identifier("outbox_monitor", plain),
+                    psycopg.sql.SQL(SIGNATURES["reap"]),
+                ),
+                psycopg.sql.Identifier(operator),
+            )
+        )
+        with Database(load_settings(dsn=empty_dsn, table=f"{schema}.{table}")) as db:
+            init_db(db, create_indexes=False)
+        assert _writer_grantees(su, plain, "reap") is None
+        assert _writer_grantees(su, writer_name("reap", schema, table), "reap") == [operator]
