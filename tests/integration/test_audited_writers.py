@@ -349,21 +349,40 @@ def test_a_reap_by_the_operator_login_feeds_the_circuit_breaker(dsn, logins, row
     }
 
 
+def _dead_row(dsn: str, table: str) -> int:
+    """A dead letter inserted into ``table`` (``schema.table``): its id."""
+    with psycopg.connect(dsn, row_factory=dict_row, autocommit=True) as su:
+        return su.execute(
+            psycopg.sql.SQL(
+                "INSERT INTO {} (event_type, aggregate_type, aggregate_id, event_key,"
+                " payload, status, attempts, processed_at) VALUES ('x', 'a', '1', %s,"
+                " '{{}}', 'failed', 3, now()) RETURNING id"
+            ).format(psycopg.sql.Identifier(*table.split("."))),
+            (table,),
+        ).fetchone()["id"]
+
+
+def _statuses(dsn: str, rows: dict[str, int]) -> dict[str, str]:
+    """The status of each table's row ``{schema.table: id}``."""
+    with psycopg.connect(dsn, row_factory=dict_row) as su:
+        return {
+            table: su.execute(
+                psycopg.sql.SQL("SELECT status FROM {} WHERE id = %s").format(
+                    psycopg.sql.Identifier(*table.split("."))
+                ),
+                (row,),
+            ).fetchone()["status"]
+            for table, row in rows.items()
+        }
+
+
 def test_two_tables_whose_names_meet_at_the_seam_keep_their_own_writers(empty_dsn, logins):
     """``public._x`` and ``public_.x``: a replay of one table's dead row changes that row."""
     dead = {}
     for table in ("public._x", "public_.x"):
         with Database(load_settings(dsn=empty_dsn, table=table)) as db:
             init_db(db, create_table=True, create_indexes=False)
-        with psycopg.connect(empty_dsn, row_factory=dict_row, autocommit=True) as su:
-            dead[table] = su.execute(
-                psycopg.sql.SQL(
-                    "INSERT INTO {} (event_type, aggregate_type, aggregate_id, event_key,"
-                    " payload, status, attempts, processed_at) VALUES ('x', 'a', '1', %s,"
-                    " '{{}}', 'failed', 3, now()) RETURNING id"
-                ).format(psycopg.sql.Identifier(*table.split("."))),
-                (table,),
-            ).fetchone()["id"]
+        dead[table] = _dead_row(empty_dsn, table)
     settings = load_settings(dsn=empty_dsn, table="public._x")
     with Database(settings) as db:
         result = apply(
@@ -372,17 +391,7 @@ def test_two_tables_whose_names_meet_at_the_seam_keep_their_own_writers(empty_ds
             actor=local_identity(settings, name="ops"),
         )
     assert result.changed == 1
-    with psycopg.connect(empty_dsn, row_factory=dict_row) as su:
-        statuses = {
-            table: su.execute(
-                psycopg.sql.SQL("SELECT status FROM {} WHERE id = %s").format(
-                    psycopg.sql.Identifier(*table.split("."))
-                ),
-                (dead[table],),
-            ).fetchone()["status"]
-            for table in dead
-        }
-    assert statuses == {"public._x": "pending", "public_.x": "failed"}
+    assert _statuses(empty_dsn, dead) == {"public._x": "pending", "public_.x": "failed"}
 
 
 def _writer_grantees(conn, name: str, kind: str) -> list[str] | None:
@@ -476,15 +485,7 @@ def test_a_table_named_as_another_tables_hash_keeps_its_own_writers(empty_dsn, l
     for name in (f"{schema}.{table}", collider):
         with Database(load_settings(dsn=empty_dsn, table=name)) as db:
             init_db(db, create_table=True, create_indexes=False)
-        with psycopg.connect(empty_dsn, row_factory=dict_row, autocommit=True) as su:
-            dead[name] = su.execute(
-                psycopg.sql.SQL(
-                    "INSERT INTO {} (event_type, aggregate_type, aggregate_id, event_key,"
-                    " payload, status, attempts, processed_at) VALUES ('x', 'a', '1', %s,"
-                    " '{{}}', 'failed', 3, now()) RETURNING id"
-                ).format(psycopg.sql.Identifier(*name.split("."))),
-                (name,),
-            ).fetchone()["id"]
+        dead[name] = _dead_row(empty_dsn, name)
     settings = load_settings(dsn=empty_dsn, table=f"{schema}.{table}")
     with Database(settings) as db:
         apply(
@@ -492,17 +493,7 @@ def test_a_table_named_as_another_tables_hash_keeps_its_own_writers(empty_dsn, l
             preview_replay(db, ReplaySelection(ids=(dead[f"{schema}.{table}"],))),
             actor=local_identity(settings, name="ops"),
         )
-    with psycopg.connect(empty_dsn, row_factory=dict_row) as su:
-        statuses = {
-            name: su.execute(
-                psycopg.sql.SQL("SELECT status FROM {} WHERE id = %s").format(
-                    psycopg.sql.Identifier(*name.split("."))
-                ),
-                (dead[name],),
-            ).fetchone()["status"]
-            for name in dead
-        }
-    assert statuses == {f"{schema}.{table}": "pending", collider: "failed"}
+    assert _statuses(empty_dsn, dead) == {f"{schema}.{table}": "pending", collider: "failed"}
 
 
 def test_init_db_moves_an_earlier_writer_of_a_table_named_by_12_hex_digits(empty_dsn, logins):
