@@ -159,9 +159,10 @@ def _comment(kind: str, table_name: str) -> str:
 
 def _move_earlier_writers(conn, settings: Settings) -> None:
     """Where an earlier release named this table's writers otherwise (a part starting or
-    ending with ``_``): grant the new writers to whoever may run the earlier ones, then drop
-    those — only the ones whose comment names this table (the name another table may have
-    taken over, as the collision did, is that table's to move)."""
+    ending with ``_``, a table of 12 hex digits): grant the new writers to whoever may run
+    the earlier ones (with the grant option they had; never PUBLIC), then drop those — only
+    the ones whose comment names this table (the name another table may have taken over, as
+    the collision did, is that table's to move)."""
     table_name = ".".join(settings.table_parts)
     for kind in KINDS:
         earlier = earlier_writer_name(kind, *settings.table_parts)
@@ -182,6 +183,7 @@ def _move_earlier_writers(conn, settings: Settings) -> None:
                     "grant_audited_writer",
                     writer=sql.Composed([writer(settings, kind), sql.SQL(f"({SIGNATURES[kind]})")]),
                     role=sql.Identifier(role),
+                    option=sql.SQL(" WITH GRANT OPTION" if role in found["grantable"] else ""),
                 )
             )
         conn.execute(compose("drop_earlier_writer", writer=signature))

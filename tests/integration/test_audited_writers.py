@@ -529,3 +529,69 @@ def test_init_db_moves_an_earlier_writer_of_a_table_named_by_12_hex_digits(empty
             init_db(db, create_indexes=False)
         assert _writer_grantees(su, plain, "reap") is None
         assert _writer_grantees(su, writer_name("reap", schema, table), "reap") == [operator]
+
+
+def test_init_db_moves_an_earlier_writers_grant_option_and_odd_role_names(empty_dsn, logins):
+    """attack33: ``public._x``'s earlier reap granted to the operator WITH GRANT OPTION and
+    to a role named ``Ops "Team" <uuid>`` (quotes, capitals, spaces): the new writer has
+    both grants, the operator's still with its grant option; PUBLIC's is not moved."""
+    operator = logins.roles.operator
+    odd = f'Ops "Team" {uuid.uuid4().hex[:8]}'
+    earlier = earlier_writer_name("reap", "public", "_x")
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as su:
+        su.execute(psycopg.sql.SQL("CREATE ROLE {}").format(psycopg.sql.Identifier(odd)))
+        try:
+            with Database(load_settings(dsn=empty_dsn, table="public._x")) as db:
+                init_db(db, create_table=True, create_indexes=False)
+            function = psycopg.sql.SQL("{}({})")
+            old = function.format(
+                psycopg.sql.Identifier("outbox_monitor", earlier),
+                psycopg.sql.SQL(SIGNATURES["reap"]),
+            )
+            su.execute(
+                psycopg.sql.SQL("ALTER FUNCTION {} RENAME TO {}").format(
+                    function.format(
+                        psycopg.sql.Identifier(
+                            "outbox_monitor", writer_name("reap", "public", "_x")
+                        ),
+                        psycopg.sql.SQL(SIGNATURES["reap"]),
+                    ),
+                    psycopg.sql.Identifier(earlier),
+                )
+            )
+            su.execute(
+                psycopg.sql.SQL(
+                    "GRANT EXECUTE ON FUNCTION {f} TO {o} WITH GRANT OPTION;"
+                    " GRANT EXECUTE ON FUNCTION {f} TO {r}, PUBLIC"
+                ).format(f=old, o=psycopg.sql.Identifier(operator), r=psycopg.sql.Identifier(odd))
+            )
+
+            with Database(load_settings(dsn=empty_dsn, table="public._x")) as db:
+                init_db(db, create_indexes=False)
+
+            grants = su.execute(
+                """SELECT coalesce(r.rolname, 'PUBLIC') AS role, a.is_grantable
+                   FROM aclexplode((SELECT proacl FROM pg_proc WHERE oid = to_regprocedure(%s)))
+                        AS a
+                   LEFT JOIN pg_roles AS r ON r.oid = a.grantee
+                   WHERE a.grantee <> (SELECT proowner FROM pg_proc
+                                        WHERE oid = to_regprocedure(%s))
+                   ORDER BY 1""",
+                (
+                    psycopg.sql.Identifier(
+                        "outbox_monitor", writer_name("reap", "public", "_x")
+                    ).as_string(su)
+                    + f"({SIGNATURES['reap']})",
+                )
+                * 2,
+            ).fetchall()
+            assert {row["role"]: row["is_grantable"] for row in grants} == {
+                odd: False,
+                operator: True,
+            }
+        finally:
+            su.execute(
+                psycopg.sql.SQL("DROP OWNED BY {r}; DROP ROLE {r}").format(
+                    r=psycopg.sql.Identifier(odd)
+                )
+            )

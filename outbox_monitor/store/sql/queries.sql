@@ -2399,9 +2399,13 @@ SELECT outbox_monitor.install_worker_functions(%(table_regclass)s::regclass);
 -- name: earlier_writer_grantees
 -- An earlier release's audited writer of this table under its earlier name, %(signature)s
 -- (store/audited_writers.py earlier_writer_name): the roles other than its owner that may
--- execute it; no row when it is absent or its comment, %(comment)s, names another table.
+-- execute it (PUBLIC's grant is not moved: the writers are revoked from PUBLIC), and those of
+-- them granted it WITH GRANT OPTION; no row when it is absent or its comment, %(comment)s,
+-- names another table.
 SELECT coalesce(array_agg(r.rolname ORDER BY r.rolname) FILTER (WHERE r.rolname IS NOT NULL),
-                '{{}}') AS grantees
+                '{{}}') AS grantees,
+       coalesce(array_agg(r.rolname) FILTER (WHERE r.rolname IS NOT NULL AND a.is_grantable),
+                '{{}}') AS grantable
 FROM pg_proc AS p
 LEFT JOIN LATERAL aclexplode(p.proacl) AS a
        ON a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
@@ -2412,8 +2416,8 @@ GROUP BY p.oid;
 
 -- name: grant_audited_writer
 -- The grant an earlier writer of the table had, on its writer under the new name: {writer}
--- with its argument types, {role} a role.
-GRANT EXECUTE ON FUNCTION {writer} TO {role};
+-- with its argument types, {role} a role, {option} WITH GRANT OPTION when it had that.
+GRANT EXECUTE ON FUNCTION {writer} TO {role}{option};
 
 -- name: drop_earlier_writer
 -- An earlier release's writer of the table, its grants moved ({writer} with its argument types).
