@@ -99,3 +99,19 @@ def test_more_event_types_than_kept_leave_the_finished_rows_to_the_page(db, rows
 
     sampled = sampled_pass(db)
     assert sampled is not None and sampled.finished is None and sampled.finished_window is None
+
+
+def test_the_finished_rows_keep_unicode_long_and_percent_event_types(db, rows):
+    """attack33: keys and counts survive the jsonb round trip: a Cyrillic type with an emoji,
+    a 5,000-character type and one holding ``%`` and ``_``, each done once 10 s after its
+    creation (P95 10 s), 1 processed, 1 created."""
+    names = ("заказ.оплачен ✓🚀", "x" * 5000, "50%_off\\sale")
+    for name in names:
+        rows.add(event_type=name, status="done", created_ago=110, processed_ago=100)
+
+    record_sample(db)
+
+    assert sampled_pass(db).finished == {
+        name: {"latency_p95": pytest.approx(10.0), "processed": 1, "created_finished": 1}
+        for name in names
+    }
