@@ -134,9 +134,12 @@ def measure(
         backlog: the pass over the backlog when the caller read it already, with the same
             ``event_type`` and ``window`` (the Overview shares ``metrics.status``'s): each
             type's backlog row comes from it (``BacklogPass.by_event_type``); default: read.
-        finished: ``metrics.finished_by_event_type`` over the same ``window`` with every type
-            this measure keeps (the scheduler's sample, ``BacklogPass.finished_over``, or the
-            sampler's own read): each named type's P95, processed and created come from it;
+        finished: ``metrics.finished_by_event_type`` over the same ``window``, with an entry
+            (zeros when none finished) for every type with open rows or dead letters when read
+            (the scheduler's sample, ``BacklogPass.finished_over``, or the sampler's own read,
+            ``sampler.finished_of_every_type``): each named type's P95, processed and created
+            come from it; a named type it has no entry for (new since the sample) is read now,
+            so that no type's created rows are missing beside its dead letters counted now;
             default: read for the named types.
 
     Returns:
@@ -159,10 +162,10 @@ def measure(
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         named = [row for row in rows if row["event_type"] != OTHER]
         sampled = finished is not None
-        if finished is None:
-            finished = metrics.finished_by_event_type(
-                db, event_types=[row["event_type"] for row in named], window=seconds
-            )
+        unknown = [row["event_type"] for row in named if row["event_type"] not in (finished or {})]
+        if unknown:
+            read = metrics.finished_by_event_type(db, event_types=unknown, window=seconds)
+            finished = {**(finished or {}), **read}
         for row in rows:
             row["latency_p95"] = None
         for row in named:

@@ -113,6 +113,22 @@ def measure_event_types(
     ]
 
 
+NOTHING_FINISHED = {"latency_p95": None, "processed": 0, "created_finished": 0}
+"""``metrics.finished_by_event_type``'s entry of a type without finished rows in the window."""
+
+
+def finished_of_every_type(db: Database, passed: BacklogPass) -> dict[str, dict[str, Any]]:
+    """``metrics.finished_by_event_type`` of every event type over the settings' window, with
+    ``NOTHING_FINISHED`` for each type that has open rows (``passed``, the sampler's pass) or
+    dead letters in the window but no finished row: the snapshot then knows every type of
+    its instant, and a reader tells a type new since (read now) from one with nothing
+    finished (``by_event_type.measure``)."""
+    finished = metrics.finished_by_event_type(db, event_types=None)
+    known = {row["event_type"] for row in passed.by_event_type()}
+    known |= set(metrics.failed_by_event_type(db))
+    return {name: finished.get(name, NOTHING_FINISHED) for name in sorted(known | set(finished))}
+
+
 def record_sample(db: Database, *, primary: Database | None = None) -> dict[str, Any]:
     """Record one sample of the headline figures, then drop samples past the retention; then
     one pass over the workers (``worker_sightings.record_workers``); then the retry error
@@ -147,7 +163,7 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
     """
     figures = measure_headline(db)
     passed = backlog_pass(db)
-    finished = metrics.finished_by_event_type(db, event_types=None)
+    finished = finished_of_every_type(db, passed)
     event_types = measure_event_types(db, backlog=passed, finished=finished)
     writes = primary or db
     params = {"table_name": db.table_name, **figures}

@@ -296,13 +296,6 @@ def test_above_the_threshold_with_another_window_the_tables_created_counts_that_
     assert table_row(at, "order.paid")["created/min"] == "0.10/min"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack33: the headline's 'what is wrong' compares each type's dead letters counted"
-    " now with its rows created in the window as sampled (created_in_window of the sampled"
-    " finished rows): a type whose traffic came after the sample reads as poisoned, unlabelled;"
-    " status counted now says nothing is wrong. Fix: the diagnosis' share from one instant",
-)
 def test_the_headline_does_not_mix_sampled_created_rows_with_dead_letters_counted_now(
     open_page, db, rows, conn
 ):
