@@ -400,13 +400,6 @@ def test_ack_many_of_a_login_without_update_is_refused_not_answered_empty(dsn, c
     assert [rows.get(i)["status"] for i in ids] == ["processing", "processing"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack33: worker_function_name (migration 032) gives a table named by 12 hex digits"
-    " the plain name claim__<schema>__<hex>, which a long table's hashed name can be; the fix"
-    " (hash such a table too, as store/audited_writers.MEETS_THE_SEAM now does) changes the SQL"
-    " function and the installed names: it needs a migration number of its own",
-)
 def test_a_table_named_as_another_tables_hash_keeps_its_own_functions(dsn, conn):
     """``claim__<first 42 bytes of a long schema>__<12 hex of md5>`` is the hashed name of the
     long table's claim and the plain name of the table ``<those 42 bytes>.<those 12 hex>``."""
