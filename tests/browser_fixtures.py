@@ -22,6 +22,7 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ELEMENT_TIMEOUT_MS,
+    guard_navigation,
     settled,
     stop,
     wait_healthy,
@@ -99,6 +100,9 @@ def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        new_context = chromium.new_context
+        # every context's pages load again what a host network change aborted
+        chromium.new_context = lambda **options: guard_navigation(new_context(**options))
         yield chromium
         chromium.close()
 

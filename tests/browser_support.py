@@ -12,7 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import BrowserContext, Locator, Page, Request, expect
+from playwright.sync_api import Error as PlaywrightError
 
 CHROMIUM = "/usr/bin/chromium"
 """The system's Chromium (Debian package), never a downloaded one."""
@@ -95,6 +96,72 @@ def settled(page: Page) -> None:
     shows something of the run meant (a run not yet started is ``notRunning`` too)."""
     app = page.locator('[data-testid="stApp"]')
     expect(app).to_have_attribute("data-test-script-state", "notRunning")
+
+
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
+"""How Chromium fails every request in flight when it sees a network interface of the host
+come or go (its netlink watcher), loopback ones included: the podman tests' containers add and
+remove interfaces while other workers' pages load. One of the ≈ 70 scripts of Streamlit's
+frontend failing so leaves the page blank for good (issue 28 item 7: L3's
+``test_a_failing_receiver_shows_on_the_alerts_page``, two chunks failed, body empty after 60 s)."""
+
+
+def guard_navigation(context: BrowserContext) -> BrowserContext:
+    """Make every page of ``context`` load again what Chromium aborted because the host's
+    network changed (``NETWORK_CHANGED``): each ``page.goto`` waits until Streamlit's app has
+    drawn its root (``stApp``) or a request failed so, and in that case loads the URL again,
+    for at most an element's timeout (``ELEMENT_TIMEOUT_MS``), saying so on stderr. Nothing
+    else is retried: any other failure stays the test's. Returns ``context``."""
+    context.on("page", _guard_page)
+    return context
+
+
+def _guard_page(page: Page) -> None:
+    navigate = page.goto
+
+    def goto(url: str, **kwargs):
+        deadline = time.monotonic() + ELEMENT_TIMEOUT_MS / 1000
+        while True:
+            aborted: list[str] = []
+            listener = aborted_by_network_change(aborted)
+            page.on("requestfailed", listener)
+            try:
+                response = navigate(url, **kwargs)
+                _drawn_or_aborted(page, aborted)
+            except PlaywrightError as error:  # the document's own request aborted so
+                if NETWORK_CHANGED not in str(error) or time.monotonic() > deadline:
+                    raise
+                aborted.append(url)
+            finally:
+                page.remove_listener("requestfailed", listener)
+            if not aborted or time.monotonic() > deadline:
+                return response
+            print(f"{url}: Chromium aborted {len(aborted)} requests ({NETWORK_CHANGED}): again")
+
+    page.goto = goto  # type: ignore[method-assign]
+
+
+def aborted_by_network_change(aborted: list[str]):
+    """A ``requestfailed`` listener adding to ``aborted`` the URL of each request Chromium
+    failed with ``NETWORK_CHANGED``."""
+
+    def seen(request: Request) -> None:
+        if NETWORK_CHANGED in (request.failure or ""):
+            aborted.append(request.url)
+
+    return seen
+
+
+def _drawn_or_aborted(page: Page, aborted: list[str]) -> None:
+    """Until Streamlit's root is drawn or a request was aborted (``aborted`` filled by the
+    caller's listener), at most an element's timeout; at once for a page that is not
+    Streamlit's (no ``#root``)."""
+    if page.locator("#root").count() == 0:
+        return
+    app = page.locator('[data-testid="stApp"]')
+    deadline = time.monotonic() + ELEMENT_TIMEOUT_MS / 1000
+    while not aborted and app.count() == 0 and time.monotonic() < deadline:
+        page.wait_for_timeout(50)  # lets Playwright deliver the page's events
 
 
 DOCS_IMAGES_ENV = "OUTBOX_MONITOR_DOCS_IMAGES"

@@ -34,6 +34,7 @@ from tests.browser_support import (
     CHROMIUM,
     CHROMIUM_ARGS,
     ELEMENT_TIMEOUT_MS,
+    guard_navigation,
     stop,
     wait_healthy,
 )
@@ -141,7 +142,9 @@ def in_chromium(steps: Callable[[Page], None], timeout: float | None = None) -> 
             with sync_playwright() as playwright:
                 chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 try:
-                    context = chromium.new_context(viewport={"width": 1400, "height": 2000})
+                    context = guard_navigation(
+                        chromium.new_context(viewport={"width": 1400, "height": 2000})
+                    )
                     context.set_default_timeout(ELEMENT_TIMEOUT_MS)
                     steps(context.new_page())
                 finally:
