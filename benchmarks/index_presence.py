@@ -54,7 +54,7 @@ def prepare(dsn: str, name: str, purposes: tuple[str, ...], args) -> RecordingDa
     table = f"presence_{name.replace(' ', '_')}"
     db = RecordingDatabase(load_settings(dsn=dsn, table=f"public.{table}"))
     init_db(db, create_table=True, create_indexes=False)
-    with db.connection() as conn:
+    with db.direct_connection(statement_timeout=None) as conn:  # the seed and the builds
         conn.autocommit = True
         conn.execute(
             db.compose("benchmark_presence_seed"), {"rows": args.rows, "claimed": args.claimed}
