@@ -160,8 +160,10 @@ n8n:
 # found" dialog (1,573 tests, 488 s, 1 failed); three passed under the load of a second run.
 # Issue 28's 12-minute budget: 2,098 tests took 853 s of pytest with three on an idle
 # machine (fresh clone, warm caches), so four again once the browser tests waited for what
-# they mean instead of a fixed time (issue 28 item 7; three loaded runs in a row, each beside
-# four busy loops, with four workers: the closing note of that stop).
+# they mean instead of a fixed time (issue 28 item 7: with four workers beside four busy
+# loops, 2,105 tests passed in 1,294 s; the one failure of the next run, a page Chromium
+# left blank when another worker's containers changed the host's interfaces, is what
+# tests/browser_support.guard_navigation loads again).
 # One file alone: .venv/bin/pytest tests/…  (no workers).
 # The browser tests' deadlines (a page's first run, a dashboard's start and stop) are set
 # once in tests/browser_support.py for a 2-core machine at load average ≈ 20;
