@@ -73,6 +73,7 @@ EVERY_SETTING = {
     "alert_history_retention": "30d",
     "breaker_log_retention": "14d",
     "refresh": 30,
+    "outage_retry": "20s",
     "actor": "alice",
     "metrics_port": 9200,
     "metrics_address": "127.0.0.2",
