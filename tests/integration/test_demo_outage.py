@@ -3,7 +3,9 @@ simulated workers: ``outbox-monitor demo-downstream break`` makes every order.pa
 with HTTP 503, the demo's breaker (demo/controls.yml) opens by itself and the shipped rule
 posts one "opened" message to the demo's Slack sink; ``heal`` lets the next probe close it
 and the held rows drain. (The "closed" message follows the rule's 2-minute
-keep_firing_for; tests/n8n/test_n8n_outage.py checks both messages with a short one.)
+keep_firing_for; tests/n8n/test_n8n_outage.py checks both messages with a short one.) The
+demo runs with its own rules: its banner names their ``xmin-horizon-held`` at 1 minute
+(tests/integration/test_demo_forgotten_transaction.py runs it with rules of its own).
 """
 
 import json
@@ -61,6 +63,7 @@ def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tm
         url = re.search(r"demo-downstream break --url (\S+)", output).group(1)
         sink = re.search(r"local Slack sink (http://\S+)", output).group(1)
         assert "breakers   order.paid, payment.captured, shipment.created" in output
+        assert "xmin-horizon-held alerts after 1m in the demo" in output
         assert demo_downstream(url, "status") == {"broken": []}
 
         assert demo_downstream(url, "break") == {"broken": [BROKEN]}
