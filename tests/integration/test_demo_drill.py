@@ -25,70 +25,28 @@ from pathlib import Path
 
 import psycopg
 import streamlit as st
-import yaml
-from click.testing import CliRunner
 from streamlit.testing.v1 import AppTest
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
-from outbox_monitor.cli import main
 from outbox_monitor.demo.alertmanager_run import BINARY_ENV
 from outbox_monitor.demo.drill import BACKLOG_BY_TYPE, LATENCY_BY_TYPE, PAGED_RULE
-from outbox_monitor.demo.lifecycle import DEMO_CONTROLS
-from outbox_monitor.demo.rules import use_demo_rules
-from outbox_monitor.flow.controls_file import load_controls
 from tests.alerting import LOADED_DEADLINE, wait_for
 from tests.alertmanager_support import active_alerts, alertmanager_binary
 from tests.integration.test_demo import REPO, running_demo
-from tests.integration.test_demo_outage import BROKEN, demo_downstream
+from tests.integration.test_demo_outage import (
+    BROKEN,
+    demo_downstream,
+    shorten_breakers,
+    shortened_demo_rules,
+)
 
-INTERVAL, KEEP_FIRING, HELD = "2s", "15s", 50
+KEEP_FIRING, HELD = "15s", 50
 DRILL_DEADLINE = 4 * LOADED_DEADLINE
 """From the break to the breaker's alert (the breaker opens within about a minute with the
 demo's breakers), or from the heal to its resolve (a probe after a cool-down of 30 s or more,
 then ``KEEP_FIRING``); on a loaded machine several times that. The tests' breakers
 (``shorten_breakers``) probe sooner; the deadline stays."""
-COOLDOWN = 5
-"""The demo's breakers' cool-down in seconds as the drills apply it (the demo's controls.yml:
-30 s): a healed downstream's next probe comes sooner (each failed probe doubles it)."""
 PER_TYPE = (BACKLOG_BY_TYPE, LATENCY_BY_TYPE)
-
-
-def shortened_demo_rules(
-    tmp_path: Path,
-    monkeypatch,
-    changes: dict[str, dict],
-    *,
-    alertmanager: bool = True,
-    drill: bool = True,
-) -> Path:
-    """The demo's rules (``use_demo_rules``, as ``outbox-monitor demo`` writes them with its
-    local Slack sink) evaluated every ``INTERVAL`` and with ``changes`` (rule name → fields of
-    the rules file) made to their rules, written to a file of the test's; the rules are
-    otherwise the demo's (asserted). ``alertmanager``: whether the demo runs one; ``drill``:
-    with the paging drill's (the demo of one outbox; a fleet's has none)."""
-    monkeypatch.delenv(RULES_ENV, raising=False)
-    monkeypatch.chdir(tmp_path)  # no ./alerts.yml: the shipped rules are the demo's start
-    folder = tmp_path / "demo"
-    folder.mkdir()
-    written = use_demo_rules(folder, drill=drill, channel="#alerts", alertmanager=alertmanager)
-    assert written == "1m"
-    monkeypatch.delenv(RULES_ENV)  # use_demo_rules pointed this process at its copy
-    document = yaml.safe_load((folder / "demo-alerts.yml").read_text())
-    document["defaults"]["interval"] = INTERVAL
-    for rule in document["rules"]:
-        rule.update(changes.get(rule["name"], {}))
-    path = tmp_path / "shortened-alerts.yml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
-    demo, ours = load_rules(folder / "demo-alerts.yml"), load_rules(path)
-    assert ours.routes == demo.routes and ours.inhibit == demo.inhibit
-    assert ours.defaults.interval < demo.defaults.interval
-    for mine, theirs in zip(ours.rules, demo.rules, strict=True):
-        if mine.name in changes:
-            update = {field: getattr(theirs, field) for field in changes[mine.name]}
-            assert all(getattr(mine, field) < value for field, value in update.items())
-            mine = mine.model_copy(update=update)
-        assert mine == theirs, mine.name
-    return path
 
 
 def drill_rules(tmp_path: Path, monkeypatch) -> Path:
@@ -104,27 +62,6 @@ def drill_rules(tmp_path: Path, monkeypatch) -> Path:
     assert rules[PAGED_RULE].severity == "critical" and rules[PAGED_RULE].keep_firing_for == 15
     assert rules[BACKLOG_BY_TYPE].threshold == HELD
     return path
-
-
-def shorten_breakers(dsn: str, folder: Path) -> None:
-    """Apply the demo's controls file with its breakers' cool-down at ``COOLDOWN`` to the
-    running demo's database, as an operator applies a controls file (``outbox-monitor
-    controls apply``); the controls are otherwise the demo's (asserted)."""
-    document = yaml.safe_load(DEMO_CONTROLS.read_text())
-    for control in document["controls"]:
-        control["breaker"]["cooldown"] = f"{COOLDOWN}s"
-    path = folder / "demo-controls.yml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    demo, ours = load_controls(DEMO_CONTROLS), load_controls(path)
-    assert list(ours) == list(demo)
-    for name, control in ours.items():
-        assert demo[name].breaker_cooldown_seconds > COOLDOWN, name
-        assert control == demo[name].with_changes(breaker_cooldown_seconds=COOLDOWN), name
-    result = CliRunner().invoke(
-        main, ["controls", "apply", str(path), "--dsn", dsn, "--json"], prog_name="outbox-monitor"
-    )
-    assert result.exit_code == 0, result.output
-    assert sorted(json.loads(result.stdout)["written"]) == sorted(demo), result.output
 
 
 def get_json(url: str) -> dict:

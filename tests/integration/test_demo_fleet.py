@@ -23,8 +23,7 @@ from outbox_monitor.demo.fleet import DEMO_FLEET, demo_fleet
 from outbox_monitor.demo.run import run_demo
 from outbox_monitor.errors import OutboxMonitorError
 from tests.integration.test_demo import running_demo
-from tests.integration.test_demo_drill import shortened_demo_rules
-from tests.integration.test_demo_outage import demo_downstream, wait
+from tests.integration.test_demo_outage import demo_downstream, shortened_demo_rules, wait
 
 RATE = 10  # running_demo's --rate: the fleet's, split by each outbox's share
 BROKEN = DEMO_FLEET[1]  # billing: invoice.sent

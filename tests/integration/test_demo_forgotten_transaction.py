@@ -6,8 +6,8 @@ names the session (application, age, how to end it), the demo's Slack sink gets 
 "xmin-horizon-held" message, and ending the session resolves it. The demo runs with its own
 rules given as a rules file of the test's with their timings shortened (evaluations every 2 s
 instead of 30 s, ``xmin-horizon-held``'s threshold ``THRESHOLD`` instead of the demo's 1 min:
-tests/integration/test_demo_drill.py's ``shortened_demo_rules``; the banner's line on the
-demo's 1 min: tests/integration/test_demo_outage.py)."""
+tests/integration/test_demo_outage.py's ``shortened_demo_rules``; the banner's line on the
+demo's 1 min: tests/integration/test_demo.py)."""
 
 import json
 import os
@@ -37,7 +37,7 @@ from outbox_monitor.health.horizon import horizon
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from tests.health import wait_until
 from tests.integration.test_demo import REPO, running_demo
-from tests.integration.test_demo_drill import shortened_demo_rules
+from tests.integration.test_demo_outage import shortened_demo_rules
 
 RULE = "xmin-horizon-held"
 THRESHOLD = "20s"
