@@ -84,6 +84,18 @@ class Where:
                 )
         return self
 
+    def window_key(self, since: datetime | None) -> "Where":
+        """With ``keyed`` and ``since``, the condition ``greatest(processed_at, created_at) >=
+        since``, which ``processed_at >= since`` (``between``) implies: the key of the
+        recommended ``done_window`` and ``failed_window`` (``store.indexes``), stated so that
+        the planner can read a time range of them. Returns ``self``."""
+        if self.keyed and since is not None:
+            self.keys.append(
+                sql.SQL("greatest(processed_at, created_at) >= %(processed_at_since)s")
+            )
+            self.params["processed_at_since"] = since
+        return self
+
     def _key(self, operator: str, key: str) -> None:
         """With ``keyed``, the condition ``left(event_type, 200) <operator> key``."""
         if self.keyed:
