@@ -9,6 +9,7 @@ from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMis
 from outbox_monitor.figures import metrics
 from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.db import Database
+from outbox_monitor.store.filters import Where
 from outbox_monitor.store.queries import compose, migration_files
 from tests.at_once import run_at_once
 
@@ -406,12 +407,14 @@ def test_init_db_replaces_done_at_failed_at_and_clock_skew_by_the_window_indexes
     )
 
 
-def _plan_scans(conn, name: str, params: dict) -> list[str]:
-    """``Node Type(Index Name)`` of every index scan in the plan of the named query."""
+def _plan_scans(conn, name: str, params: dict, where: Where | None = None) -> list[str]:
+    """``Node Type(Index Name)`` of every index scan in the plan of the named query, with
+    ``where`` as its ``{and_filters}``."""
+    where = where or Where()
     found = conn.execute(
         sql.SQL("EXPLAIN (FORMAT JSON) ")
-        + compose(name, table=sql.Identifier("integration_outbox")),
-        params,
+        + compose(name, table=sql.Identifier("integration_outbox"), and_filters=where.fragment),
+        {**params, **where.params},
     ).fetchone()["QUERY PLAN"]
     nodes = [found[0]["Plan"]]
     scans = []
@@ -467,8 +470,9 @@ def test_the_windowed_figures_read_done_window_and_failed_window(db, conn):
         assert "Seq Scan" not in str(scans), name
     for status, index in (("done", done_window), ("failed", failed_window)):
         params = {"status": status, "older_than": 86400.0, "limit": 10}
-        for name in ("prune_preview", "prune_rows", "prune_sample"):
-            assert [s for s in _plan_scans(conn, name, params) if index in s], (name, status)
+        for name in ("prune_preview", "prune_rows", "prune_sample"):  # as prune composes them
+            scans = _plan_scans(conn, name, params, Where().age_key())
+            assert [s for s in scans if index in s], (name, status)
 
     assert metrics.latency_percentiles(db, window=3600) == {"p50": 10.0, "p95": 10.0, "p99": 10.0}
     assert metrics.throughput(db, window=3600) == pytest.approx(

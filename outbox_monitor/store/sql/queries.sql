@@ -1163,18 +1163,19 @@ ORDER BY event_type;
 
 -- name: prune_preview
 -- Rows of one terminal status processed before the cutoff, and the largest id. Every prune
--- statement states greatest(processed_at, created_at) < cutoff beside processed_at < cutoff, so
--- that done_window and failed_window serve it: a row processed before it was created (clock
--- skew) waits until its created_at is past the cutoff too; it is never deleted early.
+-- statement's {and_filters} holds greatest(processed_at, created_at) < cutoff (filters.Where
+-- .age_key) beside its processed_at < cutoff, so that done_window and failed_window serve it: a
+-- row processed before it was created (clock skew) waits until its created_at is past the
+-- cutoff too; it is never deleted early.
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}
-WHERE status = %(status)s AND greatest(processed_at, created_at) < now() - make_interval(secs => %(older_than)s)
-      AND processed_at < now() - make_interval(secs => %(older_than)s) {and_filters};
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters};
 
 -- name: prune_rows
 -- The rows of one terminal status processed before the cutoff, one id each (the dashboard's capped preview).
 SELECT id FROM {table}
-WHERE status = %(status)s AND greatest(processed_at, created_at) < now() - make_interval(secs => %(older_than)s)
-      AND processed_at < now() - make_interval(secs => %(older_than)s) {and_filters}
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters}
 
 -- name: preview_capped
 -- A dashboard preview of the rows of {rows}, read up to %(cap)s + 1 of them: their number, and, when that is at most the cap (nothing was cut), their largest id.
@@ -1188,8 +1189,8 @@ SELECT max(id) AS max_id FROM ({rows}) AS matched;
 -- The oldest rows a prune would delete, for the preview: oldest by greatest(processed_at,
 -- created_at), the order of the recommended index (processed_at but for clock skew).
 SELECT id, event_type, event_key, status, processed_at FROM {table}
-WHERE status = %(status)s AND greatest(processed_at, created_at) < now() - make_interval(secs => %(older_than)s)
-      AND processed_at < now() - make_interval(secs => %(older_than)s) {and_filters}
+WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
+      {and_filters}
 ORDER BY greatest(processed_at, created_at), id
 LIMIT %(limit)s;
 
@@ -1197,8 +1198,7 @@ LIMIT %(limit)s;
 -- Delete up to %(batch)s rows of one terminal status older than the cutoff, id in (after_id, max_id], through the outbox's audited prune function ({writer}): pending and processing rows can never match; its audit row in this transaction.
 WITH picked AS (
     SELECT id FROM {table}
-    WHERE status = %(status)s AND greatest(processed_at, created_at) < now() - make_interval(secs => %(older_than)s)
-          AND processed_at < now() - make_interval(secs => %(older_than)s)
+    WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
           AND status IN ('done', 'failed')
           AND id > %(after_id)s AND id <= %(max_id)s {and_filters}
     ORDER BY id
