@@ -24,6 +24,7 @@ PRODUCT_INDEXES = [
     "integration_outbox_failed_window_idx",
 ]
 INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox' ORDER BY 1"
+STATISTICS = "SELECT stxname FROM pg_statistic_ext ORDER BY 1"
 ROWS = "SELECT id, status, payload FROM public.integration_outbox ORDER BY id"
 ALL_INDEXES = "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1"
 SCHEMA = "SELECT to_regnamespace('outbox_monitor') IS NOT NULL AS present"
@@ -57,6 +58,7 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     assert [line.strip() for line in preview.stdout.splitlines() if "index " in line] == [
         f"index {name}" for name in PRODUCT_INDEXES
     ]
+    assert "statistics integration_outbox_window_stats" in preview.stdout
     unconfirmed = cli("uninstall")  # no terminal, no --yes
     assert unconfirmed.exit_code == 2 and "--yes" in unconfirmed.stderr
     assert conn.execute(SCHEMA).fetchone()["present"]
@@ -65,6 +67,8 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
     assert result["applied"] and result["schema"] and result["indexes"] == PRODUCT_INDEXES
+    assert result["statistics"] == ["integration_outbox_window_stats"]
+    assert conn.execute(STATISTICS).fetchall() == []
     assert "uninstall by uninstaller: dropped schema outbox_monitor: 31 table(s)" in caplog.text
     assert not conn.execute(SCHEMA).fetchone()["present"]
     assert conn.execute(ROWS).fetchall() == before_rows
@@ -92,6 +96,7 @@ def test_a_fresh_install_with_flow_control_has_no_outside_dependents(cli, conn, 
     preview = json.loads(cli("uninstall", "--dry-run", "--json").stdout)
     assert preview["blockers"] == [] and preview["applied"] is False
     assert preview["indexes"] == sorted([*PRODUCT_INDEXES, "integration_outbox_pending_types_idx"])
+    assert preview["statistics"] == ["integration_outbox_window_stats"]
     assert preview["functions"] > 20 and "schema_migrations" in preview["tables"]
 
 

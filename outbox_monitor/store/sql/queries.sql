@@ -85,6 +85,35 @@ WHERE status = 'failed';
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (left(event_type, 200), available_at, created_at)
 WHERE status = 'pending' AND event_type IS NOT NULL;
 
+-- name: create_window_statistics
+-- Recommended with create_index_done_window: extended statistics of greatest(processed_at,
+-- created_at) over the outbox (PostgreSQL 14+), from which the planner estimates a window of
+-- that key (it keeps none of a partial index's expression, and took a third of the table for
+-- every window); {statistics} is schema-qualified. No write statement pays for them; ANALYZE
+-- computes the expression over its sample.
+CREATE STATISTICS IF NOT EXISTS {statistics} ON (greatest(processed_at, created_at)) FROM {table};
+COMMENT ON STATISTICS {statistics} IS 'outbox-monitor recommended statistics, created by init-db';
+
+-- name: analyze_outbox
+-- Gathers the outbox's statistics (a sample; SHARE UPDATE EXCLUSIVE, which DML never waits
+-- for), so that statistics init-db just created are there before autovacuum's next ANALYZE.
+ANALYZE {table};
+
+-- name: window_statistics_present
+-- Whether the statistics object %(name)s exists in schema %(schema)s, and whether it carries
+-- create_window_statistics' comment (init-db created it: uninstall drops it).
+SELECT count(*) > 0 AS present,
+       coalesce(bool_or(obj_description(s.oid, 'pg_statistic_ext')
+                        = 'outbox-monitor recommended statistics, created by init-db'), false)
+           AS created_by_init_db
+FROM pg_statistic_ext AS s
+JOIN pg_namespace AS n ON n.oid = s.stxnamespace
+WHERE n.nspname = %(schema)s AND s.stxname = %(name)s;
+
+-- name: drop_statistics
+-- Drops the statistics init-db created ({statistics} is schema-qualified); uninstall only.
+DROP STATISTICS IF EXISTS {statistics};
+
 -- name: comment_recommended_index
 -- Marks an index init-db created, so that a later release can tell its own indexes apart.
 COMMENT ON INDEX {index} IS 'outbox-monitor recommended index, created by init-db';
