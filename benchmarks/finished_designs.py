@@ -14,7 +14,8 @@ Starts its own throwaway PostgreSQL cluster, seeds ``--rows`` rows of history as
 - ``split``: ``done_at`` and ``failed_at`` of the releases before issue 32's fold
   (``(processed_at) INCLUDE (created_at)`` of done rows, and of failed rows);
 - ``fold``: the recommended ``done_window`` and ``failed_window`` (``(greatest(processed_at,
-  created_at)) INCLUDE (processed_at, created_at)`` of done rows, and of failed rows);
+  created_at)) INCLUDE (processed_at, created_at)`` of done rows, and of failed rows), with
+  the statistics of that key ``init-db`` creates beside them;
 - ``brinN``: ``USING brin (processed_at) WITH (pages_per_range = N) WHERE status IN ('done',
   'failed')``;
 
@@ -79,7 +80,11 @@ from scale import explain_call, overview_refresh  # scale.py, next to this one
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.figures import metrics
-from outbox_monitor.store.indexes import RECOMMENDED_INDEXES, build_index
+from outbox_monitor.store.indexes import (
+    RECOMMENDED_INDEXES,
+    build_index,
+    window_statistics_name,
+)
 
 WORKER = "benchmark-designs"
 STATEMENT_TIMEOUT_SECONDS = 600.0
@@ -140,6 +145,9 @@ def prepare(source: RecordingDatabase, dsn: str, design: str) -> RecordingDataba
             (*BY_TIME, *OTHERS) if design == "fold" else () if design == "none" else OTHERS
         ):
             conn.execute(build_index(index, index.name(table), db.table, leaf=True))
+        if design == "fold":  # as init-db: the statistics of the windows' key
+            statistics = sql.Identifier("public", window_statistics_name(table))
+            conn.execute(db.compose("create_window_statistics", statistics=statistics))
     with db.connection() as conn:
         conn.execute(db.compose("benchmark_vacuum_analyze"))
     return db
