@@ -460,12 +460,16 @@ def test_the_windowed_figures_read_done_window_and_failed_window(db, conn):
         index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
     )
     both = sorted([f"Index Only Scan({done_window})", f"Index Only Scan({failed_window})"])
+    outbox = sql.Identifier("integration_outbox")
     window = {"window": 3600.0, "bucket": 600.0, "event_types": None}
     for name in ("latency_percentiles", "processed_in_window", "latency_series"):
         assert _plan_scans(conn, name, window) == [f"Index Only Scan({done_window})"], name
     assert _plan_scans(conn, "failed_in_window", window) == [f"Index Only Scan({failed_window})"]
     assert sorted(_plan_scans(conn, "created_finished_in_window", window)) == both
-    assert sorted(set(_plan_scans(conn, "workers_newest_outcome", window))) == both
+    assert sorted(set(_plan_scans(conn, "workers_outcome_floors", window))) == both
+    floors = conn.execute(compose("workers_outcome_floors", table=outbox)).fetchone()
+    newest = _plan_scans(conn, "workers_newest_outcome", floors)
+    assert sorted(set(newest)) == both and "Gather" not in str(newest)
     for name in ("failed_by_event_type", "finished_by_event_type", "throughput_series"):
         scans = _plan_scans(conn, name, window)
         assert [s for s in scans if failed_window in s], name

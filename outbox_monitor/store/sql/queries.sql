@@ -1760,23 +1760,31 @@ GROUP BY locked_by
 ORDER BY count(*) DESC, locked_by NULLS LAST
 LIMIT %(limit)s;
 
+-- name: workers_outcome_floors
+-- The first step of workers_newest_outcome: now, and the processed_at of the newest done, of the newest failed row by greatest(processed_at, created_at) among those with one (a step each of done_window, failed_window, newest first): each a lower bound of the newest processed_at of its status (NULL: no such row).
+SELECT now() AS now,
+       (SELECT processed_at FROM {table}
+        WHERE status = 'done' AND processed_at IS NOT NULL
+        ORDER BY greatest(processed_at, created_at) DESC LIMIT 1) AS done_floor,
+       (SELECT processed_at FROM {table}
+        WHERE status = 'failed' AND processed_at IS NOT NULL
+        ORDER BY greatest(processed_at, created_at) DESC LIMIT 1) AS failed_floor;
+
 -- name: workers_newest_outcome
 -- The workers' newest outcome: max processed_at of done, of failed rows; the rest of their liveness comes from the backlog pass (backlog_pass).
--- Each is exact through done_window, failed_window (keyed on greatest(processed_at, created_at),
--- which is at least processed_at): the first processed_at met walking the index newest first is
--- a lower bound of the newest, and every row whose processed_at could beat it sits at or above it.
-SELECT now() AS now,
-       greatest(
+-- Exact through done_window, failed_window (keyed on greatest(processed_at, created_at), at
+-- least processed_at): every row whose processed_at could beat its status' floor
+-- (workers_outcome_floors) sits at or above that floor, a short range. The floors are bound
+-- values, not a subquery's, so that the planner estimates the range from the key's
+-- statistics (a subquery's value it cannot see: it took a third of the table and two parallel
+-- workers, 51 ms at 2 M rows).
+SELECT greatest(
            (SELECT max(processed_at) FROM {table}
-            WHERE status = 'done' AND greatest(processed_at, created_at) >= (
-                SELECT processed_at FROM {table}
-                WHERE status = 'done' AND processed_at IS NOT NULL
-                ORDER BY greatest(processed_at, created_at) DESC LIMIT 1)),
+            WHERE status = 'done'
+                  AND greatest(processed_at, created_at) >= %(done_floor)s::timestamptz),
            (SELECT max(processed_at) FROM {table}
-            WHERE status = 'failed' AND greatest(processed_at, created_at) >= (
-                SELECT processed_at FROM {table}
-                WHERE status = 'failed' AND processed_at IS NOT NULL
-                ORDER BY greatest(processed_at, created_at) DESC LIMIT 1)))
+            WHERE status = 'failed'
+                  AND greatest(processed_at, created_at) >= %(failed_floor)s::timestamptz))
            AS newest_outcome;
 
 -- name: workers_rows_by_id
