@@ -89,7 +89,8 @@ WHERE status = 'pending' AND event_type IS NOT NULL;
 -- Recommended with create_index_done_window: extended statistics of greatest(processed_at,
 -- created_at) over the outbox (PostgreSQL 14+), from which the planner estimates a window of
 -- that key (it keeps none of a partial index's expression, and took a third of the table for
--- every window); {statistics} is schema-qualified. No write statement pays for them; ANALYZE
+-- every window); {statistics} is schema-qualified. No write executes anything for them (the
+-- planner of each statement on the table loads them: 1-2 us, benchmarks/RESULTS.md); ANALYZE
 -- computes the expression over its sample.
 CREATE STATISTICS IF NOT EXISTS {statistics} ON (greatest(processed_at, created_at)) FROM {table};
 COMMENT ON STATISTICS {statistics} IS 'outbox-monitor recommended statistics, created by init-db';
