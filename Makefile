@@ -13,8 +13,12 @@ PIP := $(BIN)/pip --quiet --disable-pip-version-check
 # - requirements-runtime.lock  its runtime subset, compiled with requirements.lock as the
 #                              constraint, so every pin is the same version: the Dockerfile.
 # tests/deploy/test_lock.py fails when either drifts from pyproject.toml or from each other.
+# The installer of the venv (`make install`) and of the locks (`make lock`): uv installs the
+# locked set in about half pip's time (≈ 22 against 50 s, benchmarks/RESULTS.md "Install").
 UV_VERSION := 0.13.9
-# The installer itself (pip 23 installs this set ≈ 20 s slower than pip 26).
+UV := $(BIN)/uv --quiet
+# The image's pip (Dockerfile) and tests/deploy/test_wheel.py's, which installs the wheel as a
+# user does (pip 23 installs this set ≈ 20 s slower than pip 26).
 PIP_VERSION := 26.3
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 	--custom-compile-command 'make lock'
@@ -23,14 +27,15 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet \
 
 # Byte-compiled at install: with PYTHONDONTWRITEBYTECODE=1 (these machines, the image) no
 # .pyc is ever written later, and every `outbox-monitor status` would compile its ≈ 200
-# modules again (≈ 2× its start-up). One parallel compileall after a --no-compile install is
-# faster than pip's serial compile (benchmarks/RESULTS.md, "CLI start-up").
+# modules again (≈ 2× its start-up; benchmarks/RESULTS.md, "CLI start-up"). uv compiles what
+# it installs in parallel; the package's own sources, installed editable, are compiled after.
 $(BIN)/outbox-monitor: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install pip==$(PIP_VERSION)
-	$(PIP) install --no-compile --require-hashes -r requirements.lock
-	$(PIP) install --no-deps -e .
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib outbox_monitor
+	$(PIP) install uv==$(UV_VERSION)
+	$(UV) pip install --python $(BIN)/python --require-hashes --compile-bytecode \
+	  -r requirements.lock
+	$(UV) pip install --python $(BIN)/python --no-deps -e .
+	$(BIN)/python -m compileall -q -j 0 outbox_monitor
 	touch $@
 
 install: $(BIN)/outbox-monitor

@@ -67,14 +67,15 @@ def dashboard(dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Itera
 @pytest.fixture
 def dashboard_at(tmp_path: Path):
     """``with dashboard_at(dsn) as url:`` serves the dashboard against another DSN (e.g.
-    through a proxy the test controls)."""
-    return lambda dsn: serve_dashboard(dsn, tmp_path)
+    through a proxy the test controls); ``dashboard_at(dsn, outage_retry="15s")`` adds
+    settings (``OUTBOX_MONITOR_<NAME>``)."""
+    return lambda dsn, **settings: serve_dashboard(dsn, tmp_path, **settings)
 
 
 @contextmanager
-def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
-    """Serve the dashboard with ``streamlit run`` against ``dsn`` until the block ends;
-    yields its base URL."""
+def serve_dashboard(dsn: str, tmp_path: Path, **settings: str) -> Iterator[str]:
+    """Serve the dashboard with ``streamlit run`` against ``dsn`` (plus ``settings`` as
+    ``OUTBOX_MONITOR_<NAME>`` variables) until the block ends; yields its base URL."""
     port = free_port()
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
@@ -84,6 +85,7 @@ def serve_dashboard(dsn: str, tmp_path: Path) -> Iterator[str]:
         if not name.startswith("OUTBOX_MONITOR_") and name != "DATABASE_URL"
     }
     env.update(HOME=str(home), OUTBOX_MONITOR_DSN=dsn, OUTBOX_MONITOR_ACTOR=ACTOR)
+    env.update({f"OUTBOX_MONITOR_{name.upper()}": value for name, value in settings.items()})
     command = streamlit_command(address="127.0.0.1", port=port)
     log_path = tmp_path / "streamlit.log"
     with log_path.open("w") as log:

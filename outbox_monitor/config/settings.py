@@ -71,6 +71,9 @@ DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS = 300.0
 """How often the scheduler EXPLAINs the workers' claim (``OUTBOX_MONITOR_CLAIM_PLAN_INTERVAL``):
 planning only, ≈ 1 ms per statement (``health.claim_plan``)."""
 DEFAULT_REFRESH_SECONDS = 10.0
+DEFAULT_OUTAGE_RETRY_SECONDS = 30.0
+"""How long a dashboard session waits after a failed connection before it connects again
+(``OUTBOX_MONITOR_OUTAGE_RETRY``; ``ui/banners.py``)."""
 DEFAULT_CLAIM_BATCH = 50
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
 """The dashboard the buttons of Slack messages link to when ``OUTBOX_MONITOR_DASHBOARD_URL``
@@ -228,6 +231,11 @@ class Settings(BaseSettings):
     """How often the scheduler EXPLAINs and records the workers' claim (claim health)."""
     refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
     """How often the dashboard's live figures refresh."""
+    outage_retry: Seconds = Field(default=DEFAULT_OUTAGE_RETRY_SECONDS, ge=1)
+    """After a failed connection, how long a dashboard session shows the failure again
+    (its live refreshes, clicks and other pages) instead of connecting, so that runs never
+    queue up behind connection attempts that time out; then the page tries again by itself
+    ("Retry now" tries at once)."""
     actor: str | None = None
     """Who acts, in the audit log (the CLI's ``--actor``); unset: the OS user."""
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)

@@ -121,6 +121,7 @@ def measure(
     rates: bool = True,
     backlog: BacklogPass | None = None,
     finished: Mapping[str, Mapping[str, Any]] | None = None,
+    failed: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The figures per event type now: the ``top`` event types by trouble and ``other``.
 
@@ -141,6 +142,9 @@ def measure(
             come from it; a named type it has no entry for (new since the sample) is read now,
             so that no type's created rows are missing beside its dead letters counted now;
             default: read for the named types.
+        failed: ``metrics.failed_by_event_type`` over the same ``window`` and ``event_type``
+            when the caller read it (the sampler, which needs it for ``finished`` too);
+            default: read.
 
     Returns:
         ``fold``'s rows, each named type's with ``created_in_window`` (rows created in the
@@ -158,7 +162,8 @@ def measure(
         if backlog is None:
             backlog = backlog_pass(db, event_type=event_type, window=seconds)
         open_rows = backlog.by_event_type()
-        failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
+        if failed is None:
+            failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         named = [row for row in rows if row["event_type"] != OTHER]
         sampled = finished is not None

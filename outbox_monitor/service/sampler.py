@@ -83,6 +83,7 @@ def measure_event_types(
     *,
     backlog: BacklogPass | None = None,
     finished: Mapping[str, Mapping[str, Any]] | None = None,
+    failed: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The per-event-type part of a sample now: the top
     ``settings.metrics_top_event_types`` event types by trouble and ``other``
@@ -94,6 +95,8 @@ def measure_event_types(
         finished: ``metrics.finished_by_event_type`` of every event type over the settings'
             window, when the caller read it (``record_sample``, which stores it too);
             default: read for the kept types.
+        failed: ``metrics.failed_by_event_type`` over the settings' window, when the caller
+            read it (``record_sample``); default: read.
 
     Returns:
         ``{"event_type" (``units.bounded_key``), <every EVENT_TYPE_COLUMNS column>}`` rows;
@@ -105,6 +108,7 @@ def measure_event_types(
         rates=False,
         backlog=backlog,
         finished=finished,
+        failed=failed,
     )
     return [
         {"event_type": bounded_key(row["event_type"])}
@@ -117,15 +121,17 @@ NOTHING_FINISHED = {"latency_p95": None, "processed": 0, "created_finished": 0}
 """``metrics.finished_by_event_type``'s entry of a type without finished rows in the window."""
 
 
-def finished_of_every_type(db: Database, passed: BacklogPass) -> dict[str, dict[str, Any]]:
+def finished_of_every_type(
+    db: Database, passed: BacklogPass, failed: Mapping[str, int]
+) -> dict[str, dict[str, Any]]:
     """``metrics.finished_by_event_type`` of every event type over the settings' window, with
     ``NOTHING_FINISHED`` for each type that has open rows (``passed``, the sampler's pass) or
-    dead letters in the window but no finished row: the snapshot then knows every type of
-    its instant, and a reader tells a type new since (read now) from one with nothing
-    finished (``by_event_type.measure``)."""
+    dead letters in the window (``failed``, ``metrics.failed_by_event_type`` over it) but no
+    finished row: the snapshot then knows every type of its instant, and a reader tells a
+    type new since (read now) from one with nothing finished (``by_event_type.measure``)."""
     finished = metrics.finished_by_event_type(db, event_types=None)
     known = {row["event_type"] for row in passed.by_event_type()}
-    known |= set(metrics.failed_by_event_type(db))
+    known |= set(failed)
     return {name: finished.get(name, NOTHING_FINISHED) for name in sorted(known | set(finished))}
 
 
@@ -163,8 +169,9 @@ def record_sample(db: Database, *, primary: Database | None = None) -> dict[str,
     """
     figures = measure_headline(db)
     passed = backlog_pass(db)
-    finished = finished_of_every_type(db, passed)
-    event_types = measure_event_types(db, backlog=passed, finished=finished)
+    failed = metrics.failed_by_event_type(db)
+    finished = finished_of_every_type(db, passed, failed)
+    event_types = measure_event_types(db, backlog=passed, finished=finished, failed=failed)
     writes = primary or db
     params = {"table_name": db.table_name, **figures}
     retention = {

@@ -5,10 +5,10 @@ missing, columns missing, statement timeout, schema not initialised, permission 
 invalid configuration.
 
 During a database outage a page does not try to connect at every run: after a failed
-attempt, the runs of the next ``OUTAGE_RETRY_SECONDS`` (a live fragment's refreshes, a
-click, another page) show the same banner at once, so runs never queue up behind
-connection attempts that time out. Then one run tries again; a "Retry now" button tries
-at once.
+attempt, the runs of the next ``OUTBOX_MONITOR_OUTAGE_RETRY`` seconds (default 30; a live
+fragment's refreshes, a click, another page) show the same banner at once, so runs never
+queue up behind connection attempts that time out. Then one run tries again; a "Retry now"
+button tries at once.
 
 Any other exception of a page or a live fragment is shown as a short "Unexpected error"
 with an error id, never a traceback or a server path; the log line with the traceback
@@ -29,6 +29,7 @@ from typing import NoReturn
 
 import streamlit as st
 
+from outbox_monitor.config.settings import DEFAULT_OUTAGE_RETRY_SECONDS
 from outbox_monitor.errors import (
     AccessDenied,
     ActionInterrupted,
@@ -65,9 +66,6 @@ TITLES: dict[type[OutboxMonitorError], str] = {
     ActionInterrupted: "Action stopped part-way",
     AccessDenied: "Not allowed",
 }
-OUTAGE_RETRY_SECONDS = 30.0
-"""After a failed connection, runs of this session show the failure again for this long
-instead of connecting (see the module docstring)."""
 _OUTAGE = "_outbox_monitor.outage"
 log = logging.getLogger(__name__)
 
@@ -75,16 +73,18 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Outage:
     """The last failed connection of this browser session: the error, when it happened
-    (``monotonic``, for the retry delay; ``at``, aware UTC, for people)."""
+    (``monotonic``, for the retry delay; ``at``, aware UTC, for people) and the retry delay
+    then in force (``OUTBOX_MONITOR_OUTAGE_RETRY``, seconds)."""
 
     error: DatabaseUnavailable
     monotonic: float
     at: datetime
+    retry_seconds: float = DEFAULT_OUTAGE_RETRY_SECONDS
 
     @property
     def retry_in(self) -> float:
         """Seconds until a run tries to connect again (0 when it may now)."""
-        return max(0.0, OUTAGE_RETRY_SECONDS - (time.monotonic() - self.monotonic))
+        return max(0.0, self.retry_seconds - (time.monotonic() - self.monotonic))
 
 
 def title_of(error: OutboxMonitorError) -> str:
@@ -101,7 +101,8 @@ def message_of(error: OutboxMonitorError) -> str:
 
 
 def recent_outage() -> Outage | None:
-    """This session's failed connection of the last ``OUTAGE_RETRY_SECONDS``, if any."""
+    """This session's failed connection of the last ``OUTBOX_MONITOR_OUTAGE_RETRY`` seconds,
+    if any."""
     outage = st.session_state.get(_OUTAGE)
     if isinstance(outage, Outage) and outage.retry_in > 0:
         return outage
@@ -114,7 +115,10 @@ def forget_outage() -> None:
 
 
 def _remember_outage(error: DatabaseUnavailable) -> Outage:
-    outage = Outage(error, time.monotonic(), datetime.now(UTC))
+    # ui.state imports this module: its settings (valid: a connection was tried) at call time
+    from outbox_monitor.ui.state import settings
+
+    outage = Outage(error, time.monotonic(), datetime.now(UTC), settings().outage_retry)
     st.session_state[_OUTAGE] = outage
     return outage
 
@@ -144,17 +148,21 @@ def show(error: OutboxMonitorError, *, stop: bool = True, retry_key: str | None 
         )
         if retry_key is not None:
             st.button("Retry now", key=retry_key, on_click=forget_outage)
-            _rerun_when_due()
+            _rerun_when_due(outage.retry_seconds)
     if stop:
         st.stop()
 
 
-@st.fragment(run_every=OUTAGE_RETRY_SECONDS)
-def _rerun_when_due() -> None:
-    """Under a page's outage banner: rerun the page once the retry delay has passed, so
-    a page opened during an outage recovers by itself like its live figures."""
-    if recent_outage() is None:
-        st.rerun(scope="app")
+def _rerun_when_due(retry_seconds: float) -> None:
+    """Under a page's outage banner: rerun the page once the retry delay (``retry_seconds``)
+    has passed, so a page opened during an outage recovers by itself like its live figures."""
+
+    @st.fragment(run_every=retry_seconds)
+    def rerun_when_due() -> None:
+        if recent_outage() is None:
+            st.rerun(scope="app")
+
+    rerun_when_due()
 
 
 def stop_on_config_error(error: ConfigError) -> NoReturn:
@@ -198,7 +206,7 @@ def guarded(*, wait_out_outage: bool = False, retry_key: str | None = None) -> I
 
     Args:
         wait_out_outage: skip the block and show the last failure again while this
-            session's last connection failed less than ``OUTAGE_RETRY_SECONDS`` ago (use it
+            session's last connection failed less than ``OUTBOX_MONITOR_OUTAGE_RETRY`` ago (use it
             where a block would connect first: a page, a live fragment).
         retry_key: key of the "Retry now" button shown with a ``DatabaseUnavailable``.
     """

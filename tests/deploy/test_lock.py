@@ -138,9 +138,10 @@ def test_ci_and_the_image_install_the_locks_with_hashes_byte_compiled():
     make = MAKEFILE.read_text()
     install = make.split("$(BIN)/outbox-monitor:", 1)[1].split("\n\n", 1)[0]
     assert "requirements.lock" in install.splitlines()[0], "the venv is rebuilt when it changes"
-    assert "install --no-compile --require-hashes -r requirements.lock" in install
-    assert "install --no-deps -e ." in install
-    assert "compileall -q -j 0 $(VENV)/lib outbox_monitor" in install, "no start compiles"
+    assert "pip install --python $(BIN)/python --require-hashes --compile-bytecode" in install
+    assert "-r requirements.lock" in install
+    assert "install --python $(BIN)/python --no-deps -e ." in install
+    assert "compileall -q -j 0 outbox_monitor" in install, "no start compiles the package"
     assert "-e '.[test]'" not in make
     dockerfile = DOCKERFILE.read_text()
     assert "COPY requirements-runtime.lock" in dockerfile
@@ -152,7 +153,7 @@ def test_ci_and_the_image_install_the_locks_with_hashes_byte_compiled():
     # pip compiles what it installs unless told not to: the dependencies and the wheel.
     assert "--no-compile" not in dockerfile, "the image's Python files are byte-compiled"
     pip = re.search(r"PIP_VERSION := (\S+)", make).group(1)
-    assert f"pip=={pip}" in dockerfile, "the image and CI use the same pip"
+    assert f"pip=={pip}" in dockerfile, "the image and the wheel test use the same pip"
 
 
 def test_this_environment_has_exactly_the_locked_versions():

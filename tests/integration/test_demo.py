@@ -73,6 +73,7 @@ EVERY_SETTING = {
     "alert_history_retention": "30d",
     "breaker_log_retention": "14d",
     "refresh": 30,
+    "outage_retry": "20s",
     "actor": "alice",
     "metrics_port": 9200,
     "metrics_address": "127.0.0.2",
@@ -253,6 +254,8 @@ def test_demo_runs_everything_and_removes_its_cluster_on_ctrl_c(tmp_path):
         assert not system.embedded
         server = f"PostgreSQL {_major_version(system.bindir)}, this machine's ({system.bindir})"
         assert f"  postgres   {server}\n" in output
+        # the demo's own rules: its copy of alerts.yml alerts on a held horizon after 1 min
+        assert "xmin-horizon-held alerts after 1m in the demo (10m shipped)" in output
 
         url = f"http://127.0.0.1:{port}/_stcore/health"
         with urllib.request.urlopen(url, timeout=5) as response:

@@ -9,8 +9,10 @@ and the Alerts page (AppTest) says so.
 
 The demo runs with its own drill rules (``use_demo_rules(drill=True)``, as ``outbox-monitor
 demo`` writes them) given as a rules file of the test's with the demo's timings shortened:
-evaluations every 2 s instead of 30 s and ``breaker-open``'s ``keep_firing_for`` 15 s instead
-of 2 min (the rules are otherwise the demo's: asserted). Every wait polls with a deadline.
+evaluations every 2 s instead of 30 s, ``breaker-open``'s ``keep_firing_for`` 15 s instead
+of 2 min and ``backlog-by-type``'s threshold 50 due rows instead of 100 (the rules are
+otherwise the demo's: asserted); its breakers are the demo's with their
+cool-down shortened (``shorten_breakers``). Every wait polls with a deadline.
 """
 
 import json
@@ -23,47 +25,42 @@ from pathlib import Path
 
 import psycopg
 import streamlit as st
-import yaml
 from streamlit.testing.v1 import AppTest
 
 from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.demo.alertmanager_run import BINARY_ENV
 from outbox_monitor.demo.drill import BACKLOG_BY_TYPE, LATENCY_BY_TYPE, PAGED_RULE
-from outbox_monitor.demo.rules import use_demo_rules
 from tests.alerting import LOADED_DEADLINE, wait_for
 from tests.alertmanager_support import active_alerts, alertmanager_binary
 from tests.integration.test_demo import REPO, running_demo
-from tests.integration.test_demo_outage import BROKEN, demo_downstream
+from tests.integration.test_demo_outage import (
+    BROKEN,
+    demo_downstream,
+    shorten_breakers,
+    shortened_demo_rules,
+)
 
-INTERVAL, KEEP_FIRING = "2s", "15s"
+KEEP_FIRING, HELD = "15s", 50
 DRILL_DEADLINE = 4 * LOADED_DEADLINE
-"""From the break to the breaker's alert (the breaker opens within about a minute), or from the
-heal to its resolve (a probe after a cool-down of 30 s or more, then ``KEEP_FIRING``); on a
-loaded machine several times that."""
+"""From the break to the breaker's alert (the breaker opens within about a minute with the
+demo's breakers), or from the heal to its resolve (a probe after a cool-down of 30 s or more,
+then ``KEEP_FIRING``); on a loaded machine several times that. The tests' breakers
+(``shorten_breakers``) probe sooner; the deadline stays."""
 PER_TYPE = (BACKLOG_BY_TYPE, LATENCY_BY_TYPE)
 
 
 def drill_rules(tmp_path: Path, monkeypatch) -> Path:
-    """The demo's drill rules with its timings shortened, written to a file of the test's."""
-    monkeypatch.delenv(RULES_ENV, raising=False)
-    monkeypatch.chdir(tmp_path)  # no ./alerts.yml: the shipped rules are the demo's start
-    folder = tmp_path / "demo"
-    folder.mkdir()
-    assert use_demo_rules(folder, drill=True, channel="#alerts", alertmanager=True) == "1m"
-    monkeypatch.delenv(RULES_ENV)  # use_demo_rules pointed this process at its copy
-    document = yaml.safe_load((folder / "demo-alerts.yml").read_text())
-    document["defaults"]["interval"] = INTERVAL
-    [paged] = [rule for rule in document["rules"] if rule["name"] == PAGED_RULE]
-    paged["keep_firing_for"] = KEEP_FIRING
-    path = tmp_path / "drill-alerts.yml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
-    demo, ours = load_rules(folder / "demo-alerts.yml"), load_rules(path)
-    assert ours.routes == demo.routes and ours.inhibit == demo.inhibit
-    for mine, theirs in zip(ours.rules, demo.rules, strict=True):
-        if mine.name == PAGED_RULE:
-            assert mine.severity == "critical" and mine.keep_firing_for == 15
-            mine = mine.model_copy(update={"keep_firing_for": theirs.keep_firing_for})
-        assert mine == theirs, mine.name
+    """The demo's drill rules with its timings shortened (``shortened_demo_rules``):
+    ``breaker-open``'s ``keep_firing_for`` at ``KEEP_FIRING``, and ``backlog-by-type`` firing
+    over ``HELD`` due rows instead of 100 (the rows an open breaker holds pass it sooner)."""
+    path = shortened_demo_rules(
+        tmp_path,
+        monkeypatch,
+        {PAGED_RULE: {"keep_firing_for": KEEP_FIRING}, BACKLOG_BY_TYPE: {"threshold": HELD}},
+    )
+    rules = {rule.name: rule for rule in load_rules(path).rules}
+    assert rules[PAGED_RULE].severity == "critical" and rules[PAGED_RULE].keep_firing_for == 15
+    assert rules[BACKLOG_BY_TYPE].threshold == HELD
     return path
 
 
@@ -174,6 +171,7 @@ def test_the_demos_paging_drill(tmp_path, monkeypatch):
         pagerduty = re.search(r"pagerduty\s+(http://\S+)", output).group(1)
         alertmanager = re.search(r"alertmgr\s+(http://\S+)", output).group(1)
         assert f"curl -X POST {sink}/_sink/press" in output
+        shorten_breakers(dsn, tmp_path)
 
         assert demo_downstream(downstream, "break") == {"broken": [BROKEN]}
         broke = time.monotonic()
@@ -196,7 +194,7 @@ def test_the_demos_paging_drill(tmp_path, monkeypatch):
         [alert] = paged_in_alertmanager(alertmanager)
         assert alert["status"]["state"] == "active"
 
-        # the held rows pass 100 due: backlog-by-type fires, inhibited, and says nothing
+        # the held rows pass HELD due: backlog-by-type fires, inhibited, and says nothing
         muted = wait_for(lambda: inhibited(dsn).get(BACKLOG_BY_TYPE), DRILL_DEADLINE, step=1)
         assert muted == f"{PAGED_RULE} event_type={BROKEN}", inhibited(dsn)
         states = alerts_page_states(monkeypatch, dsn, Path(environment[RULES_ENV]))

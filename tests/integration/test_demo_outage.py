@@ -3,7 +3,9 @@ simulated workers: ``outbox-monitor demo-downstream break`` makes every order.pa
 with HTTP 503, the demo's breaker (demo/controls.yml) opens by itself and the shipped rule
 posts one "opened" message to the demo's Slack sink; ``heal`` lets the next probe close it
 and the held rows drain. (The "closed" message follows the rule's 2-minute
-keep_firing_for; tests/n8n/test_n8n_outage.py checks both messages with a short one.)
+keep_firing_for; tests/n8n/test_n8n_outage.py checks both messages with a short one.) The
+demo runs with its rules evaluated every ``INTERVAL`` (``shortened_demo_rules``) and its
+breakers' cool-down at ``COOLDOWN`` (``shorten_breakers``): both otherwise the demo's.
 """
 
 import json
@@ -11,18 +13,88 @@ import re
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from click.testing import CliRunner
 
+from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
 from outbox_monitor.cli import main
 from outbox_monitor.demo.downstream import IDEMPOTENT_PATH, Downstream
+from outbox_monitor.demo.lifecycle import DEMO_CONTROLS
 from outbox_monitor.demo.outage import DEFAULT_BROKEN, OUTAGE_ERROR, URL_ENV, request
+from outbox_monitor.demo.rules import use_demo_rules
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.flow.controls_file import load_controls
 from tests.integration.test_demo import running_demo
 
 BROKEN = "order.paid"
+INTERVAL = "2s"
+"""How often the tests' copies of the demo's rules are evaluated (the demo's: 30 s)."""
+COOLDOWN = 5
+"""The demo's breakers' cool-down in seconds as the tests apply it (the demo's controls.yml:
+30 s): a healed downstream's next probe comes sooner (each failed probe doubles it)."""
+
+
+def shortened_demo_rules(
+    tmp_path: Path,
+    monkeypatch,
+    changes: dict[str, dict],
+    *,
+    alertmanager: bool = True,
+    drill: bool = True,
+) -> Path:
+    """The demo's rules (``use_demo_rules``, as ``outbox-monitor demo`` writes them with its
+    local Slack sink) evaluated every ``INTERVAL`` and with ``changes`` (rule name → fields of
+    the rules file) made to their rules, written to a file of the test's; the rules are
+    otherwise the demo's (asserted). ``alertmanager``: whether the demo runs one; ``drill``:
+    with the paging drill's (the demo of one outbox; a fleet's has none)."""
+    monkeypatch.delenv(RULES_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./alerts.yml: the shipped rules are the demo's start
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    written = use_demo_rules(folder, drill=drill, channel="#alerts", alertmanager=alertmanager)
+    assert written == "1m"
+    monkeypatch.delenv(RULES_ENV)  # use_demo_rules pointed this process at its copy
+    document = yaml.safe_load((folder / "demo-alerts.yml").read_text())
+    document["defaults"]["interval"] = INTERVAL
+    for rule in document["rules"]:
+        rule.update(changes.get(rule["name"], {}))
+    path = tmp_path / "shortened-alerts.yml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    demo, ours = load_rules(folder / "demo-alerts.yml"), load_rules(path)
+    assert ours.routes == demo.routes and ours.inhibit == demo.inhibit
+    assert ours.defaults.interval < demo.defaults.interval
+    for mine, theirs in zip(ours.rules, demo.rules, strict=True):
+        if mine.name in changes:
+            update = {field: getattr(theirs, field) for field in changes[mine.name]}
+            assert all(getattr(mine, field) < value for field, value in update.items())
+            mine = mine.model_copy(update=update)
+        assert mine == theirs, mine.name
+    return path
+
+
+def shorten_breakers(dsn: str, folder: Path) -> None:
+    """Apply the demo's controls file with its breakers' cool-down at ``COOLDOWN`` to the
+    running demo's database, as an operator applies a controls file (``outbox-monitor
+    controls apply``); the controls are otherwise the demo's (asserted)."""
+    document = yaml.safe_load(DEMO_CONTROLS.read_text())
+    for control in document["controls"]:
+        control["breaker"]["cooldown"] = f"{COOLDOWN}s"
+    path = folder / "demo-controls.yml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    demo, ours = load_controls(DEMO_CONTROLS), load_controls(path)
+    assert list(ours) == list(demo)
+    for name, control in ours.items():
+        assert demo[name].breaker_cooldown_seconds > COOLDOWN, name
+        assert control == demo[name].with_changes(breaker_cooldown_seconds=COOLDOWN), name
+    result = CliRunner().invoke(
+        main, ["controls", "apply", str(path), "--dsn", dsn, "--json"], prog_name="outbox-monitor"
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(result.stdout)["written"]) == sorted(demo), result.output
 
 
 def demo_downstream(url: str, *args: str) -> dict:
@@ -55,13 +127,17 @@ def wait(predicate, timeout: float, what: str) -> None:
         time.sleep(1)
 
 
-def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tmp_path):
-    with running_demo(tmp_path) as output:
+def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(
+    tmp_path, monkeypatch
+):
+    rules = shortened_demo_rules(tmp_path, monkeypatch, {}, alertmanager=False)
+    with running_demo(tmp_path, environment={RULES_ENV: str(rules)}) as output:
         dsn = re.search(r"database\s+(postgresql://\S+)", output).group(1)
         url = re.search(r"demo-downstream break --url (\S+)", output).group(1)
         sink = re.search(r"local Slack sink (http://\S+)", output).group(1)
         assert "breakers   order.paid, payment.captured, shipment.created" in output
         assert demo_downstream(url, "status") == {"broken": []}
+        shorten_breakers(dsn, tmp_path)
 
         assert demo_downstream(url, "break") == {"broken": [BROKEN]}
         broke = time.monotonic()
@@ -75,13 +151,13 @@ def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(tm
                 (BROKEN, f"DownstreamError: {OUTAGE_ERROR}"),
             ).fetchone()[0]
         assert failed_by_outage >= 18  # met the outage: 90 % of the 20 outcomes that open it
-        # the shipped rule, evaluated every 30 s in the demo
+        # the shipped rule, evaluated every INTERVAL (every 30 s in the demo)
         wait(lambda: breaker_messages(sink), 45, "no breaker-open message")
         [opened] = breaker_messages(sink)
         assert f"[FIRING] breaker-open event_type={BROKEN}" in opened
 
         assert demo_downstream(url, "heal") == {"broken": [], "healed": [BROKEN]}
-        # the next probe: after the cool-down (30 s, doubled by each failed probe)
+        # the next probe: after the cool-down (COOLDOWN s, doubled by each failed probe)
         wait(lambda: len(transitions(dsn)) == 2, 150, "the breaker did not close")
         assert transitions(dsn) == [(BROKEN, "opened"), (BROKEN, "closed")]
         held = (

@@ -132,7 +132,7 @@ def test_an_outage_keeps_the_title_and_does_not_reconnect_at_every_run(open_page
         assert tried >= 1
         assert any("the page tries again by itself in" in c.value for c in at.caption)
 
-        # reruns within banners.OUTAGE_RETRY_SECONDS (a click, another page, a live
+        # reruns within OUTBOX_MONITOR_OUTAGE_RETRY (a click, another page, a live
         # refresh) show the failure again at once, without connecting
         at.run()
         at.switch_page("pages/events.py").run()
