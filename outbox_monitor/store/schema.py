@@ -262,9 +262,7 @@ def _create_indexes(
 
 def _create_window_statistics(db: Database, conn, report: InitReport) -> None:
     """The statistics of the window indexes' key (``indexes.WINDOW_STATISTICS``), unless
-    present, then an ANALYZE of the outbox, when it holds a row, so that the planner has them
-    at once (an empty table is left never analyzed: autovacuum's first ANALYZE, soon after
-    rows come, gathers them)."""
+    present, then an ANALYZE of the outbox so that the planner has them at once."""
     schema, table = db.settings.table_parts
     name = window_statistics_name(table)
     found = conn.execute(
@@ -274,8 +272,7 @@ def _create_window_statistics(db: Database, conn, report: InitReport) -> None:
         return
     statistics = sql.Identifier(schema, name)
     conn.execute(compose("create_window_statistics", statistics=statistics, table=db.table))
-    if conn.execute(compose("outbox_has_rows", table=db.table)).fetchone()["has_rows"]:
-        conn.execute(compose("analyze_outbox", table=db.table))
+    conn.execute(compose("analyze_outbox", table=db.table))
     report.created_statistics.append(name)
 
 

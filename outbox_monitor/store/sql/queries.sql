@@ -100,11 +100,6 @@ COMMENT ON STATISTICS {statistics} IS 'outbox-monitor recommended statistics, cr
 -- for), so that statistics init-db just created are there before autovacuum's next ANALYZE.
 ANALYZE {table};
 
--- name: outbox_has_rows
--- Whether the outbox holds a row: init-db analyzes no empty table (there is nothing to gather,
--- and a table never analyzed stays so, as claim health and table health say).
-SELECT EXISTS (SELECT 1 FROM {table}) AS has_rows;
-
 -- name: window_statistics_present
 -- Whether the statistics object %(name)s exists in schema %(schema)s, and whether it carries
 -- create_window_statistics' comment (init-db created it: uninstall drops it).
