@@ -244,7 +244,7 @@ class Phase:
 
     label: str
     build_seconds: float | None = None
-    index: str | None = None  # the done_window index, by name
+    index: str | None = None  # the done_at index, by name
     timings: dict[str, float] = field(default_factory=dict)
     plans: dict[str, list[Plan]] = field(default_factory=dict)
     sizes: list[dict[str, Any]] = field(default_factory=list)
@@ -596,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         created = init_db(db).created_indexes
         run.recommended.build_seconds = time.perf_counter() - start
-        run.recommended.index = next(n for n in created if n.endswith("_done_window_idx"))
+        run.recommended.index = next(n for n in created if n.endswith("_done_at_idx"))
         time_phase(settings, run.recommended, group, args.repeat)
 
         time_writes(db, run.recommended, args.insert_rows)

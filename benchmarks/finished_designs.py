@@ -11,19 +11,12 @@ Starts its own throwaway PostgreSQL cluster, seeds ``--rows`` rows of history as
   new keys all land on its rightmost leaf);
 - ``tail``: ``(processed_at) INCLUDE (created_at, status) WHERE status IN ('done', 'failed')``;
 - ``tail_done``: ``(processed_at) INCLUDE (created_at) WHERE status = 'done'``;
-- ``split``: ``done_at`` and ``failed_at`` of the releases before issue 32's fold
-  (``(processed_at) INCLUDE (created_at)`` of done rows, and of failed rows);
-- ``fold``: the recommended ``done_window`` and ``failed_window`` (``(greatest(processed_at,
-  created_at)) INCLUDE (processed_at, created_at)`` of done rows, and of failed rows), with
-  the statistics of that key ``init-db`` creates beside them;
+- ``split``: the recommended ``done_at`` and ``failed_at`` (``(processed_at) INCLUDE
+  (created_at)`` of done rows, and of failed rows);
 - ``brinN``: ``USING brin (processed_at) WITH (pages_per_range = N) WHERE status IN ('done',
   'failed')``;
 
-each but ``none`` with the other recommended index (``failed_by_type``), and each but ``none``
-and ``fold`` with the retired ``clock_skew`` too, as they were measured. The reads run the
-product's statements, which state ``greatest(processed_at, created_at)`` for the fold: the
-designs keyed on ``processed_at`` serve their bounds on ``processed_at``, not "created in the
-window" of finished rows (read by other means since the fold).
+each but ``none`` with the other recommended indexes (``failed_by_type``, ``clock_skew``).
 
 1. **Writes, independent of the machine's load**: every round runs, on every design in
    alternating order, each in a rolled-back transaction, ``EXPLAIN (ANALYZE, BUFFERS, WAL)`` of
@@ -80,11 +73,7 @@ from scale import explain_call, overview_refresh  # scale.py, next to this one
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.figures import metrics
-from outbox_monitor.store.indexes import (
-    RECOMMENDED_INDEXES,
-    build_index,
-    window_statistics_name,
-)
+from outbox_monitor.store.indexes import RECOMMENDED_INDEXES, build_index
 
 WORKER = "benchmark-designs"
 STATEMENT_TIMEOUT_SECONDS = 600.0
@@ -93,12 +82,10 @@ CLAIMED_THEN = {
     "users' ack": "benchmark_ack_claimed",
     "users' dead-letter": "benchmark_dead_letter_claimed",
 }
-# The recommended indexes of done and failed rows by time (the "fold" design); every design
-# but "none" keeps the others (failed_by_type); all but "none" and "fold" the retired
-# clock_skew; "split" builds the retired done_at and failed_at (benchmark_index_<purpose>).
-BY_TIME = tuple(i for i in RECOMMENDED_INDEXES if i.purpose in ("done_window", "failed_window"))
+# The recommended indexes of done and failed rows by processed_at (the "split" design); every
+# design but "none" keeps the others (failed_by_type, clock_skew).
+BY_TIME = tuple(i for i in RECOMMENDED_INDEXES if i.purpose in ("done_at", "failed_at"))
 OTHERS = tuple(i for i in RECOMMENDED_INDEXES if i not in BY_TIME)
-SPLIT = ("done_at", "failed_at")
 PROCESSED_AT_QUERIES = (
     "latency_percentiles",
     "processed_in_window",
@@ -111,7 +98,7 @@ PROCESSED_AT_QUERIES = (
 
 def design_block(design: str) -> tuple[str, dict[str, sql.Composable]] | None:
     """The benchmark block building ``design``'s finished source, with its fragments."""
-    if design in ("none", "split", "fold"):
+    if design in ("none", "split"):
         return None
     if design in ("btree", "narrow", "tail", "tail_done"):
         return f"benchmark_design_{design}", {}
@@ -137,17 +124,10 @@ def prepare(source: RecordingDatabase, dsn: str, design: str) -> RecordingDataba
             block, fragments = built
             name = sql.Identifier(f"{table}_{design}_idx")
             conn.execute(db.compose(block, index=name, **fragments))
-        retired = (*(SPLIT if design == "split" else ()), "clock_skew")
-        for purpose in () if design in ("none", "fold") else retired:
-            name = sql.Identifier(f"{table}_{purpose}_idx")
-            conn.execute(db.compose(f"benchmark_index_{purpose}", index=name))
         for index in (
-            (*BY_TIME, *OTHERS) if design == "fold" else () if design == "none" else OTHERS
+            (*BY_TIME, *OTHERS) if design == "split" else () if design == "none" else OTHERS
         ):
             conn.execute(build_index(index, index.name(table), db.table, leaf=True))
-        if design == "fold":  # as init-db: the statistics of the windows' key
-            statistics = sql.Identifier("public", window_statistics_name(table))
-            conn.execute(db.compose("create_window_statistics", statistics=statistics))
     with db.connection() as conn:
         conn.execute(db.compose("benchmark_vacuum_analyze"))
     return db
@@ -312,13 +292,7 @@ def after_traffic(
         )
         conn.execute(db.compose("benchmark_vacuum_analyze"))
     table = db.settings.table_parts[1]
-    names = (
-        [i.name(table) for i in BY_TIME]
-        if design == "fold"
-        else [f"{table}_{p}_idx" for p in SPLIT]
-        if design == "split"
-        else [f"{table}_{design}_idx"]
-    )
+    names = [i.name(table) for i in BY_TIME] if design == "split" else [f"{table}_{design}_idx"]
     size = sum(
         db.fetch_one("benchmark_index_bytes", {"name": f"public.{name}"})["bytes"] for name in names
     )

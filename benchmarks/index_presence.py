@@ -1,6 +1,6 @@
 """What each recommended index costs the users' own writes by being there (issue 32 item 1).
 
-The users' ack (SPEC §1) writes one entry in ``done_window``; the retry writes none of ours; the
+The users' ack (SPEC §1) writes one entry in ``done_at``; the retry writes none of ours; the
 publish none. What an index costs a statement that writes no entry in it — the planner
 considering it, the executor opening it and testing each new row against its predicate — is
 its *presence*. Each variant is a copy of one seeded table (the users' own indexes, see
@@ -10,12 +10,10 @@ transaction, and every 5th round also takes EXPLAIN ANALYZE's planning and execu
 Ratios are against the copy without our indexes (``paired.paired_ratio``: the median of the
 rounds' ratios and its 95 % interval).
 
-Variants: ``none``; ``recommended`` (what init-db creates: ``RECOMMENDED_INDEXES``, the fold's
-``done_window`` and ``failed_window`` keyed on ``greatest(processed_at, created_at)`` and
-``failed_by_type``, and the statistics of that key, which the planner of every statement on
-the table loads); ``recommended, no statistics``; ``before`` (the set before the fold:
-``done_at``, ``failed_at``, ``failed_by_type`` and ``clock_skew``, the retired ones from
-``benchmark_index_*``); ``done_window`` (alone).
+Variants: ``none``; ``recommended`` (``RECOMMENDED_INDEXES``, as init-db creates them);
+``no clock_skew`` (without it); ``done_at`` (alone); ``fold`` (the refused design:
+``done_at``, ``failed_at`` and ``clock_skew`` as two indexes keyed on
+``greatest(processed_at, created_at)``, ``benchmark_presence_fold``, with ``failed_by_type``).
 
     .venv/bin/python benchmarks/index_presence.py --rows 1000000 --rounds 401
 """
@@ -36,30 +34,24 @@ from paired import paired_ratio, verdict  # paired.py, next to this one
 
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
-from outbox_monitor.store.indexes import (
-    RECOMMENDED_INDEXES,
-    build_index,
-    window_statistics_name,
-)
+from outbox_monitor.store.indexes import RECOMMENDED_INDEXES, build_index
 from outbox_monitor.store.schema import init_db
 
 BATCH = 50
 STATEMENTS = {"users' ack": "benchmark_ack_claimed", "users' retry": "benchmark_retry_claimed"}
 BY_PURPOSE = {index.purpose: index for index in RECOMMENDED_INDEXES}
-RETIRED = ("done_at", "failed_at", "clock_skew")  # benchmark_index_<purpose>
-STATISTICS = "statistics"  # init-db's statistics of the windows' key (create_window_statistics)
 VARIANTS = {
     "none": (),
-    "recommended": (*BY_PURPOSE, STATISTICS),
-    "recommended, no statistics": tuple(BY_PURPOSE),
-    "before": ("done_at", "failed_at", "failed_by_type", "clock_skew"),
-    "done_window": ("done_window",),
+    "recommended": tuple(BY_PURPOSE),
+    "no clock_skew": tuple(p for p in BY_PURPOSE if p != "clock_skew"),
+    "done_at": ("done_at",),
+    "fold": ("fold:done", "fold:failed", "failed_by_type"),
 }
 
 
 def prepare(dsn: str, name: str, purposes: tuple[str, ...], args) -> RecordingDatabase:
     """The variant's table, seeded, with its indexes built, vacuumed and analysed."""
-    table = "presence_" + "".join(c if c.isalnum() else "_" for c in name)
+    table = f"presence_{name.replace(' ', '_')}"
     db = RecordingDatabase(load_settings(dsn=dsn, table=f"public.{table}"))
     init_db(db, create_table=True, create_indexes=False)
     with db.direct_connection(statement_timeout=None) as conn:  # the seed and the builds
@@ -68,13 +60,11 @@ def prepare(dsn: str, name: str, purposes: tuple[str, ...], args) -> RecordingDa
             db.compose("benchmark_presence_seed"), {"rows": args.rows, "claimed": args.claimed}
         )
         for purpose in purposes:
-            name = f"{table}_{purpose}_idx"
-            if purpose == STATISTICS:
-                statistics = sql.Identifier("public", window_statistics_name(table))
-                conn.execute(db.compose("create_window_statistics", statistics=statistics))
-            elif purpose in RETIRED:
-                index = sql.Identifier(name)
-                conn.execute(db.compose(f"benchmark_index_{purpose}", index=index))
+            name = f"{table}_{purpose.replace(':', '_')}_idx"
+            index = sql.Identifier(name)
+            if purpose.startswith("fold:"):
+                status = sql.Literal(purpose.split(":")[1])
+                conn.execute(db.compose("benchmark_presence_fold", index=index, status=status))
             else:
                 conn.execute(build_index(BY_PURPOSE[purpose], name, db.table, leaf=True))
         conn.execute(db.compose("benchmark_vacuum_analyze"))

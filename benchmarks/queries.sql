@@ -819,18 +819,9 @@ SELECT 'order.paid', 'order', g::text, 'seed:' || g, jsonb_build_object('id', g)
        CASE WHEN g <= %(claimed)s THEN 'bench' END
 FROM generate_series(1, %(rows)s) AS g;
 
--- name: benchmark_index_done_at
--- Benchmark only (index_presence.py "before", finished_designs.py "split"): done_at of the
--- releases before issue 32's fold (store/indexes.py RETIRED_INDEXES), as their init-db built it.
-CREATE INDEX {index} ON {table} (processed_at) INCLUDE (created_at) WHERE status = 'done';
-
--- name: benchmark_index_failed_at
--- Benchmark only (index_presence.py "before", finished_designs.py "split"): failed_at of the
--- releases before issue 32's fold, as their init-db built it.
-CREATE INDEX {index} ON {table} (processed_at) INCLUDE (created_at) WHERE status = 'failed';
-
--- name: benchmark_index_clock_skew
--- Benchmark only (index_presence.py "before", finished_designs.py but "none" and "fold"):
--- clock_skew of the releases before issue 32's fold, as their init-db built it.
-CREATE INDEX {index} ON {table} (created_at)
-WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at);
+-- name: benchmark_presence_fold
+-- Benchmark only (index_presence.py): the refused design that folds clock_skew into the
+-- windows' indexes: keyed on greatest(processed_at, created_at) (a row processed before it was
+-- created, or never, sits at its created_at), both instants included, one index per status.
+CREATE INDEX {index} ON {table} (greatest(processed_at, created_at))
+INCLUDE (processed_at, created_at) WHERE status = {status};

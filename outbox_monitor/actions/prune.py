@@ -78,7 +78,7 @@ def preview_prune(
     for status, age in ages.items():
         if age is None:
             continue
-        where = Where().event_type(event_type).age_key()
+        where = Where().event_type(event_type)
         params = {"status": status, "older_than": age}
         part = preview_part(
             db,

@@ -43,7 +43,7 @@ class ReplaySelection:
                 "outbox_monitor.error_group(event_type, last_error) = %(error_group)s",
                 error_group=self.error_group,
             )
-        return where.between("processed_at", self.since, self.until).window_key(self.since)
+        return where.between("processed_at", self.since, self.until)
 
     def describe(self) -> dict[str, Any]:
         """The selection as JSON-able values (ids as strings: they may exceed 2^53)."""

@@ -133,7 +133,6 @@ def init_db_command(
         "missing_tables": report.missing_tables,
         "applied_migrations": report.applied_migrations,
         "created_indexes": report.created_indexes,
-        "created_statistics": report.created_statistics,
         "dropped_indexes": report.dropped_indexes,
         "undropped_indexes": report.undropped_indexes,
         "unfinished_indexes": report.unfinished_indexes,
@@ -143,13 +142,7 @@ def init_db_command(
     if as_json:
         emit_json(payload)
     else:
-        changes = (
-            "created_tables",
-            "applied_migrations",
-            "created_indexes",
-            "created_statistics",
-            "dropped_indexes",
-        )
+        changes = ("created_tables", "applied_migrations", "created_indexes", "dropped_indexes")
         nothing = not any(payload[label] for label in changes)
         echo(f"init-db on {payload['database']}: " + ("already up to date" if nothing else "done"))
         for label in changes:

@@ -27,7 +27,6 @@ def _payload(plan: UninstallPlan, **more: object) -> dict[str, object]:
         "tables": plan.tables,
         "functions": plan.functions,
         "indexes": plan.indexes,
-        "statistics": plan.statistics,
         "blockers": plan.blockers,
         **more,
     }

@@ -88,9 +88,8 @@ def liveness(
 ) -> Liveness:
     """The fleet's liveness now (``Liveness``): from one pass over the backlog (the due rows
     of the types no flow control holds counted, since when the oldest is due, the newest claim
-    of the processing rows, the newest retry of the pending rows with attempts) and two short
-    index reads each for the newest done and failed row (``workers_outcome_floors``, then
-    ``workers_newest_outcome``).
+    of the processing rows, the newest retry of the pending rows with attempts) and one index
+    step each for the newest done and failed row.
 
     Args:
         flow: the rows flow control holds now, of every event type, when already read
@@ -114,13 +113,9 @@ def liveness(
     def newest(name: str) -> datetime | None:
         return max((g[name] for g in backlog.groups if g[name] is not None), default=None)
 
-    floors = db.fetch_one("workers_outcome_floors")
-    row = db.fetch_one(
-        "workers_newest_outcome",
-        {"done_floor": floors["done_floor"], "failed_floor": floors["failed_floor"]},
-    )
+    row = db.fetch_one("workers_newest_outcome")
     return Liveness(
-        now=floors["now"] if backlog.now is None else backlog.now,
+        now=row["now"] if backlog.now is None else backlog.now,
         due_rows=sum(g["queue_depth"] for g in free),
         held_rows=flow.rows_held,
         due_since=min((g["due_since"] for g in free if g["due_since"]), default=None),

@@ -84,35 +84,6 @@ class Where:
                 )
         return self
 
-    def window_key(self, since: datetime | None) -> "Where":
-        """With ``keyed`` and ``since``, the condition ``greatest(processed_at, created_at) >=
-        since``, which ``processed_at >= since`` (``between``) implies: the key of the
-        recommended ``done_window`` and ``failed_window`` (``store.indexes``), stated so that
-        the planner can read a time range of them. Returns ``self``."""
-        if self.keyed and since is not None:
-            self.keys.append(
-                sql.SQL("greatest(processed_at, created_at) >= %(processed_at_since)s")
-            )
-            self.params["processed_at_since"] = since
-        return self
-
-    def age_key(self) -> "Where":
-        """Among ``keys``, ``greatest(processed_at, created_at) < now() - make_interval(secs =>
-        %(older_than)s)``: prune's bound on the key of the recommended ``done_window`` and
-        ``failed_window`` (``store.indexes``), beside its statements' own ``processed_at <``
-        the same cutoff, so that the planner reads a range of them. It also holds back a row
-        processed before it was created (clock skew) until its creation is past the cutoff
-        too: never deleted early. ``estimated_fragment`` leaves it out: Postgres keeps no
-        statistics of a partial index's expression, would take a third of the rows for this
-        bound and estimate a third of the prune; the rows it holds back are few. The caller
-        binds ``older_than``. Returns ``self``."""
-        self.keys.append(
-            sql.SQL(
-                "greatest(processed_at, created_at) < now() - make_interval(secs => %(older_than)s)"
-            )
-        )
-        return self
-
     def _key(self, operator: str, key: str) -> None:
         """With ``keyed``, the condition ``left(event_type, 200) <operator> key``."""
         if self.keyed:

@@ -43,28 +43,24 @@ FAILED_BY_TYPE = RecommendedIndex(
 # claim's UPDATE to 'processing' writes an entry in none of them.
 RECOMMENDED_INDEXES: tuple[RecommendedIndex, ...] = (
     RecommendedIndex(
-        "done_window",
-        "create_index_done_window",
-        "(greatest(processed_at, created_at)) INCLUDE (processed_at, created_at) of done rows: "
-        "latency, processed and created per minute",
+        "done_at",
+        "create_index_done_at",
+        "(processed_at) INCLUDE (created_at) of done rows: latency, processed and created per "
+        "minute",
     ),
     RecommendedIndex(
-        "failed_window",
-        "create_index_failed_window",
-        "(greatest(processed_at, created_at)) INCLUDE (processed_at, created_at) of failed "
-        "rows: failures in window, created per minute",
+        "failed_at",
+        "create_index_failed_at",
+        "(processed_at) INCLUDE (created_at) of failed rows: failures in window, created per "
+        "minute",
     ),
     FAILED_BY_TYPE,
+    RecommendedIndex(
+        "clock_skew",
+        "create_index_clock_skew",
+        "(created_at) of rows processed before they were created: created per minute",
+    ),
 )
-# Statistics of greatest(processed_at, created_at) over the outbox (PostgreSQL 14+ extended
-# statistics on an expression), created by init-db with the window indexes. Postgres keeps no
-# statistics of a partial index's expression: without these it takes a third of the table for
-# every bound on the windows' key, plans a read of a third of done_window (and, at 2 M rows,
-# two parallel workers: 10 ms for an hour's 900 rows, against 0.2 ms; benchmarks/RESULTS.md).
-# No write executes anything for them (the planner of each statement on the table loads them:
-# 1-2 us of the ack's ~40 us of planning); ANALYZE (autovacuum's too) computes the expression
-# over its sample.
-WINDOW_STATISTICS = "window_stats"
 # The index through which a claim under flow control skips the rows a pause or an open breaker
 # holds without reading them (migration 009). Only for a team using flow control (`init-db
 # --flow-control`): every publish and retry writes an entry in it, +2 to +18 % per statement
@@ -104,18 +100,9 @@ class RetiredIndex:
 # failed_by_type and pending_types (EVENT_TYPE_KEY_CHARS). finished, (status, processed_at)
 # INCLUDE (created_at) of done and failed rows, cost every ack a descent from its root (its done
 # keys sit before its failed ones, never on the rightmost leaf): replaced by done_at and
-# failed_at (issue 32). done_at and failed_at, (processed_at) INCLUDE (created_at), and
-# clock_skew, (created_at) of done and failed rows processed before they were created or never,
-# gave way to done_window and failed_window, keyed on greatest(processed_at, created_at): such
-# a row sits at its created_at, so "created in the window" needs no index of its own, and
-# clock_skew's predicate, which the planner tries to prove from every UPDATE's clauses, cost
-# the users' ack its presence (issue 32 item 1). IF NOT EXISTS matches by name, so a changed
-# definition needs a new name and the old one retired.
+# failed_at (issue 32). IF NOT EXISTS matches by name, so a changed definition needs a new
+# name and the old one retired.
 REFUSES_LONG_TYPES = "refuses every row whose event type is longer than an index entry holds"
-FOLDED = (
-    "slows the workers' ack by being there, with clock_skew beside it; replaced by done_window "
-    "and failed_window"
-)
 RETIRED_INDEXES: dict[str, RetiredIndex] = {
     "created_at": RetiredIndex(("created_at",)),
     "status_processed_at": RetiredIndex(("status", "processed_at")),
@@ -135,30 +122,6 @@ RETIRED_INDEXES: dict[str, RetiredIndex] = {
         harm="slows the workers' ack: a descent of the index per acked row",
         included=("created_at",),
     ),
-    "done_at": RetiredIndex(
-        ("processed_at",),
-        ("(status = 'done'::text)", "((status)::text = 'done'::text)"),
-        harm=FOLDED,
-        included=("created_at",),
-    ),
-    "failed_at": RetiredIndex(
-        ("processed_at",),
-        ("(status = 'failed'::text)", "((status)::text = 'failed'::text)"),
-        harm=FOLDED,
-        included=("created_at",),
-    ),
-    "clock_skew": RetiredIndex(
-        ("created_at",),
-        (
-            "((status = ANY (ARRAY['done'::text, 'failed'::text])) AND ((processed_at IS NULL) "
-            "OR (processed_at < created_at)))",
-            "(((status)::text = ANY ((ARRAY['done'::character varying, "
-            "'failed'::character varying])::text[])) AND ((processed_at IS NULL) "
-            "OR (processed_at < created_at)))",
-        ),
-        harm="slows the workers' ack: its predicate costs the planner of every UPDATE; "
-        "replaced by done_window and failed_window",
-    ),
     "pending_by_type": RetiredIndex(
         ("event_type", "available_at", "created_at"),
         (
@@ -176,22 +139,10 @@ def index_name(table: str, purpose: str) -> str:
     is cut and followed by 8 hex digits of its md5, so that two purposes never share a name
     (a plain cut would give one name to ``claim``, ``clock_skew`` and ``created_at`` of a
     61-character table, and init-db would take one index for another)."""
-    return _bounded_name(table, f"{purpose}_idx")
-
-
-def window_statistics_name(table: str) -> str:
-    """The name of the statistics of ``greatest(processed_at, created_at)`` that init-db
-    creates beside ``done_window`` and ``failed_window``: ``<table>_window_stats``, cut as
-    ``index_name`` cuts a long one."""
-    return _bounded_name(table, WINDOW_STATISTICS)
-
-
-def _bounded_name(table: str, tail: str) -> str:
-    """``<table>_<tail>``, or, over 63 bytes, the table cut and 8 hex digits of its md5."""
-    name = f"{table}_{tail}"
+    name = f"{table}_{purpose}_idx"
     if len(name.encode()) <= MAX_IDENTIFIER_LENGTH:
         return name
-    suffix = f"_{hashlib.md5(table.encode()).hexdigest()[:8]}_{tail}"
+    suffix = f"_{hashlib.md5(table.encode()).hexdigest()[:8]}_{purpose}_idx"
     room = MAX_IDENTIFIER_LENGTH - len(suffix.encode())
     return table.encode()[:room].decode(errors="ignore") + suffix
 
@@ -231,9 +182,8 @@ def missing_recommended_indexes(db: Database) -> list[str]:
     ``init-db`` gives them (``<table>_<purpose>_idx``).
 
     Returns:
-        Human-readable descriptions, e.g. ``["integration_outbox_done_window_idx:
-        (greatest(processed_at, created_at)) INCLUDE (...) of done rows: ..."]``; empty when all
-        are present.
+        Human-readable descriptions, e.g. ``["integration_outbox_done_at_idx: (processed_at)
+        INCLUDE (created_at) of done rows: ..."]``; empty when all are present.
     """
     schema, table = db.settings.table_parts
     present = {

@@ -23,7 +23,6 @@ from outbox_monitor.store.indexes import (
     present_indexes,
     retired_index_names,
     retired_params,
-    window_statistics_name,
 )
 from outbox_monitor.store.partitioned_indexes import create_partitioned_index
 from outbox_monitor.store.partitioning import check_partitioning, table_shape
@@ -71,7 +70,6 @@ class InitReport:
     created_tables: list[str] = field(default_factory=list)
     missing_tables: list[str] = field(default_factory=list)
     created_indexes: list[str] = field(default_factory=list)
-    created_statistics: list[str] = field(default_factory=list)
     dropped_indexes: list[str] = field(default_factory=list)
     applied_migrations: list[str] = field(default_factory=list)
     schema_version: int = 0
@@ -206,7 +204,6 @@ def init_db(
                 wanted += tuple(index for index in _replacements(db, conn) if index not in wanted)
                 _create_indexes(db, conn, wanted, report)
                 _drop_retired_indexes(db, conn, report)
-                _create_window_statistics(db, conn, report)
     return report
 
 
@@ -258,22 +255,6 @@ def _create_indexes(
             conn.execute(build_index(index, name, db.table, leaf=True))
         conn.execute(compose("comment_recommended_index", index=sql.Identifier(schema, name)))
         report.created_indexes.append(name)
-
-
-def _create_window_statistics(db: Database, conn, report: InitReport) -> None:
-    """The statistics of the window indexes' key (``indexes.WINDOW_STATISTICS``), unless
-    present, then an ANALYZE of the outbox so that the planner has them at once."""
-    schema, table = db.settings.table_parts
-    name = window_statistics_name(table)
-    found = conn.execute(
-        compose("window_statistics_present"), {"schema": schema, "name": name}
-    ).fetchone()
-    if found["present"]:
-        return
-    statistics = sql.Identifier(schema, name)
-    conn.execute(compose("create_window_statistics", statistics=statistics, table=db.table))
-    conn.execute(compose("analyze_outbox", table=db.table))
-    report.created_statistics.append(name)
 
 
 def _is_partitioned(conn, schema: str, table: str) -> bool:

@@ -14,7 +14,6 @@ from outbox_monitor.store.indexes import (
     FLOW_CONTROL_INDEX,
     RECOMMENDED_INDEXES,
     retired_indexes_present,
-    window_statistics_name,
 )
 from outbox_monitor.store.queries import compose
 
@@ -35,8 +34,6 @@ class UninstallPlan:
     - ``indexes``: the outbox table's indexes init-db created (recommended ones carrying its
       comment, retired ones of earlier releases), names without schema;
     - ``partitioned``: those of them that are partitioned indexes (no CONCURRENTLY);
-    - ``statistics``: the statistics of the window indexes' key init-db created (carrying
-      its comment), names without schema;
     - ``blockers``: objects outside the schema depending on it (a user's view …): uninstall
       refuses while there is one, since ``DROP SCHEMA … CASCADE`` would take them along.
     """
@@ -46,13 +43,12 @@ class UninstallPlan:
     functions: int = 0
     indexes: list[str] = field(default_factory=list)
     partitioned: set[str] = field(default_factory=set)
-    statistics: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         """Nothing of outbox-monitor's is left to drop."""
-        return not self.schema and not self.indexes and not self.statistics
+        return not self.schema and not self.indexes
 
 
 def plan_uninstall(db: Database) -> UninstallPlan:
@@ -61,7 +57,7 @@ def plan_uninstall(db: Database) -> UninstallPlan:
     Raises:
         DatabaseUnavailable, PermissionDenied, QueryTimeout: from the connector.
     """
-    schema, table = db.settings.table_parts
+    _, table = db.settings.table_parts
     plan = UninstallPlan()
     plan.tables = {
         row["table_name"]: row["bytes"] for row in db.fetch_all("uninstall_schema_tables", {})
@@ -73,10 +69,6 @@ def plan_uninstall(db: Database) -> UninstallPlan:
         plan.blockers = [row["object"] for row in db.fetch_all("uninstall_outside_dependents", {})]
         if "schema_migrations" in plan.tables:
             retired = retired_indexes_present(db)
-    statistics = window_statistics_name(table)
-    found = db.fetch_one("window_statistics_present", {"schema": schema, "name": statistics})
-    if found["created_by_init_db"]:
-        plan.statistics.append(statistics)
     names = [index.name(table) for index in (*RECOMMENDED_INDEXES, FLOW_CONTROL_INDEX)]
     params = {"table": db.table.as_string(), "names": names + retired}
     for row in db.fetch_all("uninstall_indexes", params):
@@ -123,11 +115,6 @@ def uninstall(db: Database, plan: UninstallPlan, *, actor: str) -> UninstallPlan
                     else:
                         conn.execute(compose("drop_index", index=index))
                     dropped.append(name)
-                for name in plan.statistics:
-                    conn.execute(
-                        compose("drop_statistics", statistics=sql.Identifier(schema, name))
-                    )
-                    dropped.append(name)
                 if plan.schema:
                     with conn.transaction():
                         conn.execute(compose("uninstall_drop_schema"))
@@ -162,5 +149,4 @@ def describe_plan(plan: UninstallPlan) -> list[str]:
             f"({', '.join(plan.tables)}), {plan.functions} function(s)"
         )
     lines += [f"index {name}" for name in plan.indexes]
-    lines += [f"statistics {name}" for name in plan.statistics]
     return lines

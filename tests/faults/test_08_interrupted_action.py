@@ -43,16 +43,14 @@ def cli(dsn, monkeypatch):
 
 
 def failed_rows(conn, count: int, *, days_ago: float = 0) -> list[int]:
-    """``count`` failed order.paid rows, created and processed ``days_ago`` days ago (a row
-    processed before it was created waits for its creation to pass prune's age); their ids."""
+    """``count`` failed order.paid rows, processed ``days_ago`` days ago; their ids."""
     found = conn.execute(
         """
         INSERT INTO integration_outbox
             (event_type, aggregate_type, aggregate_id, event_key, payload, status, attempts,
-             last_error, created_at, processed_at)
+             last_error, processed_at)
         SELECT 'order.paid', 'order', n::text, 'order.paid:' || n, '{}', 'failed', 10,
-               'HTTP 500 upstream', now() - make_interval(days => %(days)s::int),
-               now() - make_interval(days => %(days)s::int)
+               'HTTP 500 upstream', now() - make_interval(days => %(days)s::int)
         FROM generate_series(1, %(count)s) AS n
         RETURNING id
         """,

@@ -240,23 +240,6 @@ def test_prune_deletes_old_terminal_rows_in_batches_and_audits_each(db, rows, co
     assert sorted(i for a in audit for i in a["affected_ids"]) == sorted([*old_done, old_failed])
 
 
-def test_prune_waits_for_a_skewed_rows_creation_to_pass_the_age_too(db, rows, conn):
-    """Clock skew: prune reads done_window (keyed on greatest(processed_at, created_at)) and
-    states both bounds, so a done row processed 40 days back but created 10 days back is not
-    pruned at 30 days until its creation is 30 days old too: never deleted early. One
-    created 35 days back goes; one never processed stays, as before."""
-    day = 86400
-    waits = rows.add(status="done", created_ago=10 * day, processed_ago=40 * day)
-    gone = rows.add(status="done", created_ago=35 * day, processed_ago=40 * day)
-    never = rows.add(status="done", created_ago=40 * day, processed_ago=None)
-    preview = preview_prune(db, done_older_than=30 * day, failed_older_than=90 * day)
-    assert preview.matched == 1
-    assert apply(db, preview, actor=ACTOR).changed == 1
-    left = conn.execute("SELECT id FROM integration_outbox ORDER BY id").fetchall()
-    assert [r["id"] for r in left] == sorted([waits, never])
-    assert gone not in [r["id"] for r in left]
-
-
 def test_prune_never_deletes_a_previewed_row_replayed_before_its_batch(db, rows, conn):
     day = 86400
     kept = rows.add(status="failed", created_ago=100 * day, processed_ago=91 * day)

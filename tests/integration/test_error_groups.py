@@ -55,7 +55,6 @@ def auth(rows, account: int, *, ago: float = 60, event_type: str = "crm.upsert")
         event_type=event_type,
         status="failed",
         attempts=10,
-        created_ago=max(ago, 60),  # created before it failed: an old one is prunable by age
         processed_ago=ago,
         last_error=f"HTTP 401 invalid API key for account {account:04d}",
     )
@@ -66,7 +65,6 @@ def timeout(rows, ms: int, *, ago: float = 60, event_type: str = "crm.upsert") -
         event_type=event_type,
         status="failed",
         attempts=10,
-        created_ago=max(ago, 60),  # created before it failed: an old one is prunable by age
         processed_ago=ago,
         last_error=f"timeout after {ms} ms calling 'hooks.slack.com'",
     )

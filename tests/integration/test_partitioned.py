@@ -422,23 +422,22 @@ def test_init_db_finishes_what_an_interrupted_run_left(empty_dsn, monkeypatch):
             assert all("lock timeout (0.3 s)" in why for why in stopped.unfinished_indexes.values())
             # what a run cut short after its first partition leaves: the parent's index
             # invalid, one partition's index built and not attached yet
-            done_window = index_name("integration_outbox", "done_window")
+            done_at = index_name("integration_outbox", "done_at")
             conn.execute(
-                f"CREATE INDEX {done_window} ON ONLY integration_outbox "
-                "(greatest(processed_at, created_at)) INCLUDE (processed_at, created_at) "
-                "WHERE status = 'done'"
+                f"CREATE INDEX {done_at} ON ONLY integration_outbox (processed_at) "
+                "INCLUDE (created_at) WHERE status = 'done'"
             )
-            own = index_name(names[0], "done_window")
+            own = index_name(names[0], "done_at")
             conn.execute(
-                f"CREATE INDEX {own} ON {names[0]} (greatest(processed_at, created_at)) "
-                "INCLUDE (processed_at, created_at) WHERE status = 'done'"
+                f"CREATE INDEX {own} ON {names[0]} (processed_at) "
+                "INCLUDE (created_at) WHERE status = 'done'"
             )
-            assert _index_state(conn, "done_window")[0] is False
+            assert _index_state(conn, "done_at")[0] is False
             resumed = schema.init_db(db)
             assert resumed.unfinished_indexes == {}
-            assert done_window in resumed.created_indexes
+            assert done_at in resumed.created_indexes
             assert missing_recommended_indexes(db) == []
-        valid, leaves = _index_state(conn, "done_window")
+        valid, leaves = _index_state(conn, "done_at")
         assert valid and all(leaves.values())
         indexes = conn.execute(
             "SELECT count(*) AS n FROM pg_indexes WHERE tablename = %s", (names[0],)

@@ -9,7 +9,6 @@ from outbox_monitor.errors import ColumnsMissing, SchemaNotInitialised, TableMis
 from outbox_monitor.figures import metrics
 from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.db import Database
-from outbox_monitor.store.filters import Where
 from outbox_monitor.store.queries import compose, migration_files
 from tests.at_once import run_at_once
 
@@ -65,21 +64,19 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "032_worker_function_names_at_the_seam",
             "033_finished_by_event_type_sample",
             "034_worker_function_names_of_hex_tables",
-            "035_error_groups_window_fold",
         ]
         assert first.created_indexes == [
-            "integration_outbox_done_window_idx",
-            "integration_outbox_failed_window_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
+            "integration_outbox_clock_skew_idx",
         ]
         assert first.dropped_indexes == []
-        assert first.created_statistics == ["integration_outbox_window_stats"]
         assert (second.created_tables, second.applied_migrations, second.created_indexes) == (
             [],
             [],
             [],
         )
-        assert second.created_statistics == []
         assert indexes.missing_recommended_indexes(db) == []
         schema.check_outbox_table(db)
 
@@ -90,8 +87,8 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
     with Database(load_settings(dsn=empty_dsn, table=f"public.{table}")) as db:
         created = schema.init_db(db, create_table=True, flow_control=True).created_indexes
         # a plain cut to 63 bytes gave "ooo…o_c" to claim, clock_skew and created_at alike
-        assert len(set(created)) == 4 and all(len(name) <= 63 for name in created)
-        assert created[3].startswith(cut) and created[3].endswith("_pending_types_idx")
+        assert len(set(created)) == 5 and all(len(name) <= 63 for name in created)
+        assert created[4].startswith(cut) and created[4].endswith("_pending_types_idx")
         assert indexes.missing_recommended_indexes(db) == []
         assert schema.init_db(db, flow_control=True).created_indexes == []
     with psycopg.connect(empty_dsn) as conn:
@@ -101,7 +98,7 @@ def test_a_table_name_of_61_characters_gets_every_index_under_its_own_name(empty
                 "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table,)
             )
         }
-    assert set(created) <= names and len(names) == 4 + 4  # pkey, event_key, claim, aggregate
+    assert set(created) <= names and len(names) == 5 + 4  # pkey, event_key, claim, aggregate
 
 
 def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
@@ -109,9 +106,10 @@ def test_no_indexes_leaves_them_out_and_the_check_names_them(empty_dsn):
         assert schema.init_db(db, create_table=True, create_indexes=False).created_indexes == []
         missing = indexes.missing_recommended_indexes(db)
         assert [m.split(":")[0] for m in missing] == [
-            "integration_outbox_done_window_idx",
-            "integration_outbox_failed_window_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
+            "integration_outbox_clock_skew_idx",
         ]
 
 
@@ -127,21 +125,18 @@ def test_an_index_an_interrupted_init_db_left_invalid_is_built_again(empty_dsn):
             )
             with pytest.raises(psycopg.errors.UniqueViolation):
                 conn.execute(
-                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_done_window_idx"
+                    "CREATE UNIQUE INDEX CONCURRENTLY integration_outbox_done_at_idx"
                     " ON integration_outbox (aggregate_id)"
                 )
             assert indexes.missing_recommended_indexes(db)[0].startswith(
-                "integration_outbox_done_window_idx"
+                "integration_outbox_done_at_idx"
             )
-            assert "integration_outbox_done_window_idx" in schema.init_db(db).created_indexes
+            assert "integration_outbox_done_at_idx" in schema.init_db(db).created_indexes
             assert indexes.missing_recommended_indexes(db) == []
             definition = conn.execute(
-                "SELECT pg_get_indexdef('integration_outbox_done_window_idx'::regclass)"
+                "SELECT pg_get_indexdef('integration_outbox_done_at_idx'::regclass)"
             ).fetchone()[0]
-            assert (
-                "(GREATEST(processed_at, created_at)) INCLUDE (processed_at, created_at)"
-                " WHERE (status = 'done'::text)"
-            ) in definition
+            assert "(processed_at) INCLUDE (created_at)" in definition
 
 
 def test_init_db_never_alters_an_existing_user_table(empty_dsn):
@@ -324,13 +319,13 @@ FINISHED = "integration_outbox_finished_idx"
 def test_init_db_replaces_the_finished_index_that_slowed_the_ack(db, conn, status_type):
     """The finished index of the releases before issue 32, exactly as their init-db built it
     (on a varchar status Postgres prints its predicate with casts), is named with its harm;
-    init-db builds done_window and failed_window in its place and drops it. A users' index of
-    that name but another definition stays."""
+    init-db builds done_at and failed_at in its place and drops it. A users' index of that
+    name but another definition stays."""
     conn.execute(f"ALTER TABLE integration_outbox ALTER COLUMN status TYPE {status_type}")
-    done_window, failed_window = (
+    done_at, failed_at = (
         index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
     )
-    conn.execute(f"DROP INDEX {done_window}, {failed_window}")
+    conn.execute(f"DROP INDEX {done_at}, {failed_at}")
     conn.execute(
         f"CREATE INDEX {FINISHED} ON integration_outbox (status, processed_at)"
         " INCLUDE (created_at) WHERE status IN ('done', 'failed')"
@@ -342,10 +337,7 @@ def test_init_db_replaces_the_finished_index_that_slowed_the_ack(db, conn, statu
 
     report = schema.init_db(db)
 
-    assert (report.created_indexes, report.dropped_indexes) == (
-        [done_window, failed_window],
-        [FINISHED],
-    )
+    assert (report.created_indexes, report.dropped_indexes) == ([done_at, failed_at], [FINISHED])
     assert FINISHED not in _index_names(conn)
     assert indexes.missing_recommended_indexes(db) == indexes.retired_indexes_present(db) == []
     conn.execute(
@@ -356,67 +348,12 @@ def test_init_db_replaces_the_finished_index_that_slowed_the_ack(db, conn, statu
     assert FINISHED in _index_names(conn)
 
 
-FOLDED = {
-    "integration_outbox_done_at_idx": "(processed_at) INCLUDE (created_at) WHERE status = 'done'",
-    "integration_outbox_failed_at_idx": (
-        "(processed_at) INCLUDE (created_at) WHERE status = 'failed'"
-    ),
-    "integration_outbox_clock_skew_idx": (
-        "(created_at) WHERE status IN ('done', 'failed')"
-        " AND (processed_at IS NULL OR processed_at < created_at)"
-    ),
-}
-
-
-@pytest.mark.parametrize("status_type", ["text", "varchar(16)"])
-def test_init_db_replaces_done_at_failed_at_and_clock_skew_by_the_window_indexes(
-    db, conn, status_type
-):
-    """done_at, failed_at and clock_skew of the releases before the fold (issue 32 item 1),
-    exactly as their init-db built them (a varchar status prints casts), are named with their
-    harm; init-db builds done_window and failed_window and drops the three. Users' indexes of
-    those names but other definitions stay."""
-    conn.execute(f"ALTER TABLE integration_outbox ALTER COLUMN status TYPE {status_type}")
-    windows = [index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]]
-    conn.execute(f"DROP INDEX {', '.join(windows)}")
-    for name, definition in FOLDED.items():
-        conn.execute(f"CREATE INDEX {name} ON integration_outbox {definition}")
-    assert indexes.retired_indexes_present(db) == list(FOLDED)
-    assert indexes.retired_harm("integration_outbox", "integration_outbox_clock_skew_idx") == (
-        "slows the workers' ack: its predicate costs the planner of every UPDATE; "
-        "replaced by done_window and failed_window"
-    )
-    assert "replaced by done_window and failed_window" in indexes.retired_harm(
-        "integration_outbox", "integration_outbox_done_at_idx"
-    )
-
-    report = schema.init_db(db)
-
-    assert (report.created_indexes, report.dropped_indexes) == (windows, list(FOLDED))
-    assert not set(FOLDED) & _index_names(conn)
-    assert indexes.missing_recommended_indexes(db) == indexes.retired_indexes_present(db) == []
-    conn.execute(  # the users' own: another key, another predicate
-        "CREATE INDEX integration_outbox_done_at_idx ON integration_outbox (processed_at)"
-        " WHERE status = 'done'"
-    )
-    conn.execute(
-        "CREATE INDEX integration_outbox_clock_skew_idx ON integration_outbox (created_at)"
-        " WHERE status = 'done'"
-    )
-    assert schema.init_db(db).dropped_indexes == []
-    assert {"integration_outbox_done_at_idx", "integration_outbox_clock_skew_idx"} <= (
-        _index_names(conn)
-    )
-
-
-def _plan_scans(conn, name: str, params: dict, where: Where | None = None) -> list[str]:
-    """``Node Type(Index Name)`` of every index scan in the plan of the named query, with
-    ``where`` as its ``{and_filters}``."""
-    where = where or Where()
+def _plan_scans(conn, name: str, params: dict) -> list[str]:
+    """``Node Type(Index Name)`` of every index scan in the plan of the named query."""
     found = conn.execute(
         sql.SQL("EXPLAIN (FORMAT JSON) ")
-        + compose(name, table=sql.Identifier("integration_outbox"), and_filters=where.fragment),
-        {**params, **where.params},
+        + compose(name, table=sql.Identifier("integration_outbox")),
+        params,
     ).fetchone()["QUERY PLAN"]
     nodes = [found[0]["Plan"]]
     scans = []
@@ -428,71 +365,32 @@ def _plan_scans(conn, name: str, params: dict, where: Where | None = None) -> li
     return scans
 
 
-def test_the_windowed_figures_read_done_window_and_failed_window(db, conn):
-    """20,000 finished rows, one each 86 s back (every 10th a dead letter), each processed
-    10 s after its creation, and 3 of clock skew created in the hour (done never processed,
-    done processed 2 h before its creation, failed never processed): every statement of a 1 h
-    window reads done_window and failed_window (latency, processed, created and the newest
-    outcome index-only), not the history (nor the claim index's failed rows), and the figures
-    are those counted by hand: 41 rows processed in the hour, 37 done and 4 failed (the 10th,
-    20th, 30th, 40th); 41 finished rows created in it (the 42nd, created 3,622 s ago, was not)
-    and the 3 skewed ones."""
+def test_the_windowed_figures_read_done_at_and_failed_at(db, conn):
+    """20,000 finished rows, one each 86 s back (every 40th a dead letter), each processed
+    10 s after its creation: the statements of a 1 h window read done_at (latency and processed,
+    index-only) and failed_at, not the history, and the figures are those counted by hand: 41
+    rows in the hour, 40 done and 1 failed (the 40th)."""
     conn.execute(
         """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
                payload, status, created_at, processed_at)
            SELECT 'order.paid', 'order', g::text, 'w:' || g, '{}',
-                  CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'done' END,
+                  CASE WHEN g % 40 = 0 THEN 'failed' ELSE 'done' END,
                   now() - g * interval '86 s' - interval '10 s', now() - g * interval '86 s'
            FROM generate_series(1, 20000) AS g"""
     )
-    conn.execute(
-        """INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, event_key,
-               payload, status, created_at, processed_at)
-           VALUES ('order.paid', 'order', 's1', 's:1', '{}', 'done', now() - interval '5 min',
-                   NULL),
-                  ('order.paid', 'order', 's2', 's:2', '{}', 'done', now() - interval '6 min',
-                   now() - interval '2 h'),
-                  ('order.paid', 'order', 's3', 's:3', '{}', 'failed', now() - interval '7 min',
-                   NULL)"""
-    )
     conn.execute("VACUUM ANALYZE integration_outbox")
-    done_window, failed_window = (
+    done_at, failed_at = (
         index.name("integration_outbox") for index in indexes.RECOMMENDED_INDEXES[:2]
     )
-    both = sorted([f"Index Only Scan({done_window})", f"Index Only Scan({failed_window})"])
-    outbox = sql.Identifier("integration_outbox")
-    window = {"window": 3600.0, "bucket": 600.0, "event_types": None}
-    for name in ("latency_percentiles", "processed_in_window", "latency_series"):
-        assert _plan_scans(conn, name, window) == [f"Index Only Scan({done_window})"], name
-    assert _plan_scans(conn, "failed_in_window", window) == [f"Index Only Scan({failed_window})"]
-    assert sorted(_plan_scans(conn, "created_finished_in_window", window)) == both
-    assert sorted(set(_plan_scans(conn, "workers_outcome_floors", window))) == both
-    floors = conn.execute(compose("workers_outcome_floors", table=outbox)).fetchone()
-    newest = _plan_scans(conn, "workers_newest_outcome", floors)
-    assert sorted(set(newest)) == both and "Gather" not in str(newest)
-    for name in ("failed_by_event_type", "finished_by_event_type", "throughput_series"):
-        scans = _plan_scans(conn, name, window)
-        assert [s for s in scans if failed_window in s], name
-        assert "Seq Scan" not in str(scans), name
-    for status, index in (("done", done_window), ("failed", failed_window)):
-        params = {"status": status, "older_than": 19 * 86400.0, "limit": 10}  # the oldest 5 %
-        for name in ("prune_preview", "prune_rows", "prune_sample"):  # as prune composes them
-            scans = _plan_scans(conn, name, params, Where().age_key())
-            assert [s for s in scans if index in s], (name, status)
-
-    # the statistics init-db created: the hour's 40 done rows estimated as such, not as a
-    # third of the table (Postgres keeps no statistics of a partial index's expression)
-    estimate = conn.execute(
-        "EXPLAIN (FORMAT JSON) SELECT count(*) FROM integration_outbox WHERE status = 'done'"
-        " AND greatest(processed_at, created_at) > now() - interval '1 hour'"
-    ).fetchone()["QUERY PLAN"][0]["Plan"]["Plans"][0]
-    assert estimate["Index Name"] == done_window and estimate["Plan Rows"] < 400, estimate
+    window = {"window": 3600.0}
+    for name in ("latency_percentiles", "processed_in_window"):
+        assert _plan_scans(conn, name, window) == [f"Index Only Scan({done_at})"], name
+    for name in ("failed_by_event_type", "failed_in_window"):
+        assert [s for s in _plan_scans(conn, name, window) if failed_at in s], name
 
     assert metrics.latency_percentiles(db, window=3600) == {"p50": 10.0, "p95": 10.0, "p99": 10.0}
-    assert metrics.throughput(db, window=3600) == pytest.approx(
-        {"processed_per_minute": 37 / 60, "created_per_minute": (41 + 3) / 60}
-    )
-    assert metrics.failed_by_event_type(db, window=3600) == {"order.paid": 4}
+    assert metrics.throughput(db, window=3600)["processed_per_minute"] == 40 / 60
+    assert metrics.failed_by_event_type(db, window=3600) == {"order.paid": 1}
 
 
 def test_no_indexes_drops_no_index_either(db, conn):

@@ -19,12 +19,12 @@ from outbox_monitor.store.schema import init_db
 from outbox_monitor.store.uninstall import plan_uninstall, uninstall
 
 PRODUCT_INDEXES = [
-    "integration_outbox_done_window_idx",
+    "integration_outbox_clock_skew_idx",
+    "integration_outbox_done_at_idx",
+    "integration_outbox_failed_at_idx",
     "integration_outbox_failed_by_type_idx",
-    "integration_outbox_failed_window_idx",
 ]
 INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'integration_outbox' ORDER BY 1"
-STATISTICS = "SELECT stxname FROM pg_statistic_ext ORDER BY 1"
 ROWS = "SELECT id, status, payload FROM public.integration_outbox ORDER BY id"
 ALL_INDEXES = "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1"
 SCHEMA = "SELECT to_regnamespace('outbox_monitor') IS NOT NULL AS present"
@@ -58,7 +58,6 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     assert [line.strip() for line in preview.stdout.splitlines() if "index " in line] == [
         f"index {name}" for name in PRODUCT_INDEXES
     ]
-    assert "statistics integration_outbox_window_stats" in preview.stdout
     unconfirmed = cli("uninstall")  # no terminal, no --yes
     assert unconfirmed.exit_code == 2 and "--yes" in unconfirmed.stderr
     assert conn.execute(SCHEMA).fetchone()["present"]
@@ -67,8 +66,6 @@ def test_uninstall_drops_the_schema_and_its_indexes_and_keeps_the_users_table(
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
     assert result["applied"] and result["schema"] and result["indexes"] == PRODUCT_INDEXES
-    assert result["statistics"] == ["integration_outbox_window_stats"]
-    assert conn.execute(STATISTICS).fetchall() == []
     assert "uninstall by uninstaller: dropped schema outbox_monitor: 31 table(s)" in caplog.text
     assert not conn.execute(SCHEMA).fetchone()["present"]
     assert conn.execute(ROWS).fetchall() == before_rows
@@ -88,7 +85,7 @@ def test_uninstall_refuses_while_a_users_object_depends_on_the_schema(cli, conn)
     assert refused.exit_code == 1
     assert "view audit_report" in refused.stderr and "nothing was dropped" in refused.stderr
     assert conn.execute(SCHEMA).fetchone()["present"]
-    assert len([r for r in conn.execute(INDEXES) if r["indexname"] in PRODUCT_INDEXES]) == 3
+    assert len([r for r in conn.execute(INDEXES) if r["indexname"] in PRODUCT_INDEXES]) == 4
 
 
 def test_a_fresh_install_with_flow_control_has_no_outside_dependents(cli, conn, db):
@@ -96,7 +93,6 @@ def test_a_fresh_install_with_flow_control_has_no_outside_dependents(cli, conn, 
     preview = json.loads(cli("uninstall", "--dry-run", "--json").stdout)
     assert preview["blockers"] == [] and preview["applied"] is False
     assert preview["indexes"] == sorted([*PRODUCT_INDEXES, "integration_outbox_pending_types_idx"])
-    assert preview["statistics"] == ["integration_outbox_window_stats"]
     assert preview["functions"] > 20 and "schema_migrations" in preview["tables"]
 
 
@@ -107,9 +103,10 @@ def test_on_a_partitioned_outbox_the_parents_indexes_go_with_their_partitions(em
         create_partitioned_outbox(conn, "public", "integration_outbox", bounds)
     with Database(load_settings(dsn=empty_dsn)) as db:
         assert init_db(db).created_indexes == [
-            "integration_outbox_done_window_idx",
-            "integration_outbox_failed_window_idx",
+            "integration_outbox_done_at_idx",
+            "integration_outbox_failed_at_idx",
             "integration_outbox_failed_by_type_idx",
+            "integration_outbox_clock_skew_idx",
         ]
         with psycopg.connect(empty_dsn) as conn:
             before = conn.execute(ALL_INDEXES).fetchall()
@@ -121,8 +118,8 @@ def test_on_a_partitioned_outbox_the_parents_indexes_go_with_their_partitions(em
         after = conn.execute(ALL_INDEXES).fetchall()
     gone = {name for (name,) in before} - {name for (name,) in after}
     # each recommended index of the parent and its three partitions' (two ranges, default)
-    purposes = ("done_window", "failed_window", "failed_by_type")
-    assert len(gone) == 3 * 4
+    purposes = ("done_at", "failed_at", "failed_by_type", "clock_skew")
+    assert len(gone) == 4 * 4
     assert all(any(purpose in name for purpose in purposes) for name in gone), gone
 
 
@@ -131,7 +128,7 @@ def test_a_lock_timeout_stops_it_and_a_second_run_drops_only_what_is_left(db, ds
     plan = plan_uninstall(db)
     with psycopg.connect(dsn) as reader:  # a transaction holding a lock in the schema
         reader.execute("SELECT count(*) FROM outbox_monitor.audit_log")
-        with pytest.raises(ActionRefused, match="dropped so far: integration_outbox_done_window"):
+        with pytest.raises(ActionRefused, match="dropped so far: integration_outbox_clock"):
             uninstall(db, plan, actor="tester")
     left = plan_uninstall(db)
     assert left.schema and left.indexes == []  # the indexes went, the schema stayed

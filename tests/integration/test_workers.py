@@ -128,20 +128,6 @@ def test_the_sampler_records_workers_and_forgets_them_after_the_retention(db, ro
     assert _seen(conn) == {}
 
 
-def test_the_newest_outcome_is_exact_past_rows_of_clock_skew(db, rows):
-    """done_window is keyed on greatest(processed_at, created_at): rows created after the
-    newest outcome but processed before it, or never, sit above it in the index. The newest
-    outcome is still the greatest processed_at of a done or failed row: 300 s ago, not the
-    skewed rows' creation (10 and 20 s ago) nor their processing (3,000 s ago)."""
-    rows.add(status="done", created_ago=10, processed_ago=None)  # on top of the index
-    rows.add(status="done", created_ago=20, processed_ago=3000)  # second: its floor
-    rows.add(status="done", created_ago=400, processed_ago=300)  # the newest outcome
-    rows.add(status="done", created_ago=900, processed_ago=800)
-    rows.add(status="failed", created_ago=15, processed_ago=None)
-    rows.add(status="failed", created_ago=700, processed_ago=600)
-    assert liveness(db).newest_outcome == rows.at(300)
-
-
 def test_liveness_is_how_long_due_rows_waited_without_a_claim_or_an_outcome(db, rows, conn):
     assert no_claim_while_due(db) == 0.0  # nothing due
     rows.add(status="done", created_ago=2000, processed_ago=900)

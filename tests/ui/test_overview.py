@@ -117,14 +117,14 @@ def test_empty_outbox_shows_no_value(open_page):
 
 
 def test_missing_recommended_index_is_named_with_its_fix(open_page, conn):
-    conn.execute("DROP INDEX integration_outbox_failed_window_idx")
+    conn.execute("DROP INDEX integration_outbox_clock_skew_idx")
 
     at = open_page("overview")
 
     (warning,) = at.warning
     text = plain(warning.value)
-    assert "integration_outbox_failed_window_idx" in text
-    assert "done_window_idx" not in text
+    assert "integration_outbox_clock_skew_idx" in text
+    assert "done_at_idx" not in text
     assert "outbox-monitor init-db" in text
 
 

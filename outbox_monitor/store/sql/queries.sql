@@ -38,30 +38,26 @@ CREATE TABLE IF NOT EXISTS {ledger} (
     UNIQUE (event_key, action)
 );
 
--- name: create_index_done_window
--- Recommended: done rows by greatest(processed_at, created_at), both instants included
--- (latency, processed and created per minute, their series, the prune by age): a window is an
--- index-only range. A row processed before it was created, or never (clock skew), sits at its
--- created_at, so "created in the window" finds it in the same range (greatest ignores NULL);
--- every windowed statement states greatest(processed_at, created_at) beside its own bound on
--- processed_at or created_at, which implies it. An ack's key (now(), later than every other)
--- goes to the rightmost leaf, which btree's fast path reaches without a descent; partial to
--- status = 'done', so the publish, the claim, a retry and a dead-letter write no entry, and a
--- predicate of one equality costs the planner of the users' UPDATEs little
--- (benchmarks/RESULTS.md, issue 32). Outside a transaction.
+-- name: create_index_done_at
+-- Recommended: done rows by processed_at, created_at included (latency, processed and created
+-- per minute, their series): a window is an index-only range. Keyed on processed_at alone, so
+-- an ack's key (now(), later than every other) goes to the rightmost leaf, which btree's fast
+-- path reaches without a descent; partial to status = 'done', so the publish, the claim, a
+-- retry and a dead-letter write no entry (benchmarks/RESULTS.md, issue 32). Outside a
+-- transaction.
 -- Every create_index_* block: {concurrently} is CONCURRENTLY on an ordinary table (or one
 -- partition), and empty with {only} ONLY on a partitioned table, whose index is then built
 -- partition by partition (schema._create_partitioned_index); elsewhere {only} is empty.
-CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table}
-(greatest(processed_at, created_at)) INCLUDE (processed_at, created_at) WHERE status = 'done';
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (processed_at)
+INCLUDE (created_at) WHERE status = 'done';
 
--- name: create_index_failed_window
--- Recommended: dead letters by greatest(processed_at, created_at), processed_at (the time of
--- failure) and created_at included (failures in window, created per minute, replay by time),
--- as create_index_done_window's: partial to status = 'failed', so only a dead-letter writes
--- an entry, on the rightmost leaf. Outside a transaction.
-CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table}
-(greatest(processed_at, created_at)) INCLUDE (processed_at, created_at) WHERE status = 'failed';
+-- name: create_index_failed_at
+-- Recommended: dead letters by processed_at, the time of failure, created_at included
+-- (failures in window, created per minute, replay by time): partial to status = 'failed', so
+-- only a dead-letter writes an entry, on the rightmost leaf as create_index_done_at's.
+-- Outside a transaction.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (processed_at)
+INCLUDE (created_at) WHERE status = 'failed';
 
 -- name: create_index_failed_by_type
 -- Recommended: dead letters by the first 200 characters of event_type and attempts, for retry
@@ -85,35 +81,12 @@ WHERE status = 'failed';
 CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (left(event_type, 200), available_at, created_at)
 WHERE status = 'pending' AND event_type IS NOT NULL;
 
--- name: create_window_statistics
--- Recommended with create_index_done_window: extended statistics of greatest(processed_at,
--- created_at) over the outbox (PostgreSQL 14+), from which the planner estimates a window of
--- that key (it keeps none of a partial index's expression, and took a third of the table for
--- every window); {statistics} is schema-qualified. No write executes anything for them (the
--- planner of each statement on the table loads them: 1-2 us, benchmarks/RESULTS.md); ANALYZE
--- computes the expression over its sample.
-CREATE STATISTICS IF NOT EXISTS {statistics} ON (greatest(processed_at, created_at)) FROM {table};
-COMMENT ON STATISTICS {statistics} IS 'outbox-monitor recommended statistics, created by init-db';
-
--- name: analyze_outbox
--- Gathers the outbox's statistics (a sample; SHARE UPDATE EXCLUSIVE, which DML never waits
--- for), so that statistics init-db just created are there before autovacuum's next ANALYZE.
-ANALYZE {table};
-
--- name: window_statistics_present
--- Whether the statistics object %(name)s exists in schema %(schema)s, and whether it carries
--- create_window_statistics' comment (init-db created it: uninstall drops it).
-SELECT count(*) > 0 AS present,
-       coalesce(bool_or(obj_description(s.oid, 'pg_statistic_ext')
-                        = 'outbox-monitor recommended statistics, created by init-db'), false)
-           AS created_by_init_db
-FROM pg_statistic_ext AS s
-JOIN pg_namespace AS n ON n.oid = s.stxnamespace
-WHERE n.nspname = %(schema)s AND s.stxname = %(name)s;
-
--- name: drop_statistics
--- Drops the statistics init-db created ({statistics} is schema-qualified); uninstall only.
-DROP STATISTICS IF EXISTS {statistics};
+-- name: create_index_clock_skew
+-- Recommended: the rare done/failed rows whose processed_at is missing or before created_at
+-- (clock skew), so that "created in window" stays exact without an index on created_at over
+-- every row (which the claim would walk: benchmarks/RESULTS.md). Outside a transaction.
+CREATE INDEX {concurrently} IF NOT EXISTS {index} ON {only} {table} (created_at)
+WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at);
 
 -- name: comment_recommended_index
 -- Marks an index init-db created, so that a later release can tell its own indexes apart.
@@ -363,25 +336,21 @@ WHERE status = 'processing'
 
 -- name: latency_percentiles
 -- Continuous P50/P95/P99 of processed_at - created_at over done rows processed in the window.
--- Every windowed statement states greatest(processed_at, created_at) beside its own bound,
--- which implies it, so that the recommended done_window and failed_window serve it.
 SELECT percentile_cont(0.50) WITHIN GROUP (ORDER BY d) AS p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY d) AS p95,
        percentile_cont(0.99) WITHIN GROUP (ORDER BY d) AS p99
 FROM (
     SELECT greatest(extract(epoch FROM processed_at - created_at)::float8, 0) AS d
     FROM {table}
-    WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
-          AND processed_at > now() - make_interval(secs => %(window)s) AND processed_at <= now()
-          {and_filters}
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND processed_at <= now() {and_filters}
 ) AS done_rows;
 
 -- name: processed_in_window
 -- Done rows with processed_at in the window.
 SELECT count(*) AS value FROM {table}
-WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
-      AND processed_at > now() - make_interval(secs => %(window)s) AND processed_at <= now()
-      {and_filters};
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters};
 
 -- name: created_open_in_window
 -- Rows with created_at in the window (SPEC section 2 throughput) are counted in disjoint parts
@@ -393,19 +362,25 @@ WHERE status IN ('pending', 'processing')
       {and_filters};
 
 -- name: created_finished_in_window
--- The rest of created_open_in_window's count: finished rows created in the window, a range of
--- greatest(processed_at, created_at) (a row processed before it was created, or never, sits at
--- its created_at: clock skew is counted in the same range).
+-- The rest of created_open_in_window's count: finished rows processed in the window (a
+-- finished row is processed after it is created), and the finished rows processed before they
+-- were created or never (clock skew, its own index).
 -- Done and failed rows are counted apart: each is a range of its own recommended index
--- (done_window, failed_window); "status IN ('done', 'failed')" would imply neither's predicate.
+-- (done_at, failed_at); "status IN ('done', 'failed')" would imply neither's predicate.
 SELECT (
     SELECT count(*) FROM {table}
-    WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
           AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
           {and_filters}
 ) + (
     SELECT count(*) FROM {table}
-    WHERE status = 'failed' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          {and_filters}
+) + (
+    SELECT count(*) FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
           AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
           {and_filters}
 ) AS value;
@@ -414,26 +389,31 @@ SELECT (
 -- Per event type of %(event_types)s (exact names; NULL: every event type), what latency_percentiles (its P95),
 -- processed_in_window and created_finished_in_window count for one type, for all of them in
 -- one statement: each branch reads the rows of one part of created_finished_in_window through
--- the same index (a range of greatest(processed_at, created_at): the done rows processed or
--- created in the window), and each figure keeps its own predicate as a FILTER (latency and
--- processed: done rows processed in the window; created: finished rows created in the window).
+-- the same index, and each figure keeps its own predicate as a FILTER (latency and processed:
+-- done rows processed in the window; created: finished rows created in the window).
 SELECT event_type,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY d) FILTER (WHERE done_in_window) AS p95,
        count(*) FILTER (WHERE done_in_window) AS processed,
        count(*) FILTER (WHERE created_in_window) AS created_finished
 FROM (
     SELECT event_type, greatest(extract(epoch FROM processed_at - created_at)::float8, 0) AS d,
-           coalesce(processed_at > now() - make_interval(secs => %(window)s)
-                    AND processed_at <= now(), false) AS done_in_window,
+           processed_at <= now() AS done_in_window,
            created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
                AS created_in_window
     FROM {table}
-    WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
           AND (%(event_types)s::text[] IS NULL OR event_type = ANY(%(event_types)s))
     UNION ALL
     SELECT event_type, NULL, false, true
     FROM {table}
-    WHERE status = 'failed' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+          AND (%(event_types)s::text[] IS NULL OR event_type = ANY(%(event_types)s))
+    UNION ALL
+    SELECT event_type, NULL, false, true
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
           AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
           AND (%(event_types)s::text[] IS NULL OR event_type = ANY(%(event_types)s))
 ) AS finished
@@ -442,9 +422,8 @@ GROUP BY event_type;
 -- name: failed_by_event_type
 -- Rows dead-lettered (failed) with processed_at, the time of failure, in the window.
 SELECT event_type, count(*) AS failed FROM {table}
-WHERE status = 'failed' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
-      AND processed_at > now() - make_interval(secs => %(window)s) AND processed_at <= now()
-      {and_filters}
+WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters}
 GROUP BY event_type
 ORDER BY failed DESC, event_type;
 
@@ -523,9 +502,8 @@ SELECT (
 -- name: failed_in_window
 -- Rows dead-lettered with processed_at in the window, counted without their event types (index-only on the recommended index when unfiltered).
 SELECT count(*) AS value FROM {table}
-WHERE status = 'failed' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
-      AND processed_at > now() - make_interval(secs => %(window)s) AND processed_at <= now()
-      {and_filters};
+WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+      AND processed_at <= now() {and_filters};
 
 -- name: count_estimate
 -- The planner's estimate of the rows the read statement {rows} returns: EXPLAIN plans it without running it (the dashboard's estimate above its cap, SPEC section 2).
@@ -674,8 +652,7 @@ WHERE table_oid = %(table_regclass)s::regclass;
 
 -- name: throughput_series
 -- Rows created, processed (done) and dead-lettered per time bucket over the window; the
--- created rows in the disjoint parts of created_open_in_window and created_finished_in_window
--- (done and failed apart, as there, each a range of greatest(processed_at, created_at)).
+-- created rows in the disjoint parts of created_open_in_window and created_finished_in_window (done and failed apart, as there).
 SELECT bucket, kind, count(*) AS rows FROM (
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01')
                AS bucket, 'created' AS kind
@@ -686,25 +663,32 @@ SELECT bucket, kind, count(*) AS rows FROM (
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
            'created'
     FROM {table}
-    WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
           AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
     UNION ALL
     SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
            'created'
     FROM {table}
-    WHERE status = 'failed' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'failed' AND processed_at > now() - make_interval(secs => %(window)s)
+          AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
+    UNION ALL
+    SELECT date_bin(make_interval(secs => %(bucket)s), created_at, timestamptz '2000-01-01'),
+           'created'
+    FROM {table}
+    WHERE status IN ('done', 'failed') AND (processed_at IS NULL OR processed_at < created_at)
+          AND (processed_at IS NULL OR processed_at <= now() - make_interval(secs => %(window)s))
           AND created_at > now() - make_interval(secs => %(window)s) {and_filters}
     UNION ALL
     SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
            'processed'
     FROM {table}
-    WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'done'
           AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
     UNION ALL
     SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '2000-01-01'),
            'dead-lettered'
     FROM {table}
-    WHERE status = 'failed' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
+    WHERE status = 'failed'
           AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
 ) AS events
 GROUP BY bucket, kind
@@ -719,8 +703,8 @@ SELECT date_bin(make_interval(secs => %(bucket)s), processed_at, timestamptz '20
        percentile_cont(0.95) WITHIN GROUP (
            ORDER BY greatest(extract(epoch FROM processed_at - created_at)::float8, 0)) AS p95
 FROM {table}
-WHERE status = 'done' AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
-      AND processed_at > now() - make_interval(secs => %(window)s) {and_filters}
+WHERE status = 'done' AND processed_at > now() - make_interval(secs => %(window)s)
+      {and_filters}
 GROUP BY 1
 ORDER BY 1;
 
@@ -1192,11 +1176,7 @@ GROUP BY event_type
 ORDER BY event_type;
 
 -- name: prune_preview
--- Rows of one terminal status processed before the cutoff, and the largest id. Every prune
--- statement's {and_filters} holds greatest(processed_at, created_at) < cutoff (filters.Where
--- .age_key) beside its processed_at < cutoff, so that done_window and failed_window serve it: a
--- row processed before it was created (clock skew) waits until its created_at is past the
--- cutoff too; it is never deleted early.
+-- Rows of one terminal status processed before the cutoff, and the largest id.
 SELECT count(*) AS matched, max(id) AS max_id FROM {table}
 WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
       {and_filters};
@@ -1216,12 +1196,11 @@ SELECT count(*) AS matched, max(id) AS max_id FROM ({rows} LIMIT %(cap)s + 1) AS
 SELECT max(id) AS max_id FROM ({rows}) AS matched;
 
 -- name: prune_sample
--- The oldest rows a prune would delete, for the preview: oldest by greatest(processed_at,
--- created_at), the order of the recommended index (processed_at but for clock skew).
+-- The oldest rows a prune would delete, for the preview.
 SELECT id, event_type, event_key, status, processed_at FROM {table}
 WHERE status = %(status)s AND processed_at < now() - make_interval(secs => %(older_than)s)
       {and_filters}
-ORDER BY greatest(processed_at, created_at), id
+ORDER BY processed_at, id
 LIMIT %(limit)s;
 
 -- name: prune_batch
@@ -1266,14 +1245,10 @@ ORDER BY lower NULLS FIRST, name;
 SELECT (SELECT count(*) FROM {source} WHERE true {in_range}) AS rows,
        (SELECT count(*) FROM {source}
         WHERE status = 'done'
-              AND greatest(processed_at, created_at)
-                  < now() - make_interval(secs => %(done_older_than)s)
               AND processed_at < now() - make_interval(secs => %(done_older_than)s)
               {in_range} {and_filters}) AS done,
        (SELECT count(*) FROM {source}
         WHERE status = 'failed'
-              AND greatest(processed_at, created_at)
-                  < now() - make_interval(secs => %(failed_older_than)s)
               AND processed_at < now() - make_interval(secs => %(failed_older_than)s)
               {in_range} {and_filters}) AS failed,
        (SELECT max(id) FROM {source} WHERE true {in_range}) AS max_id,
@@ -1743,8 +1718,8 @@ ORDER BY kind, sampled_at DESC;
 
 -- ===================================================================== workers (issue 15 item 7)
 -- The outbox's processing rows through the users' claim index (status, available_at,
--- created_at), led by status; done and failed rows through the recommended done_window and
--- failed_window indexes.
+-- created_at), led by status; done and failed rows through the recommended done_at and
+-- failed_at indexes.
 
 -- name: workers_in_hand
 -- Each locked_by's processing rows now (SPEC section 1; NULL: orphans nobody owns): how many, how many stuck (SPEC section 2: locked before now - lock timeout, or no lock time), the newest and oldest locked_at and the newest %(ids)s ids; processing rows only, the workers holding most first.
@@ -1761,31 +1736,11 @@ GROUP BY locked_by
 ORDER BY count(*) DESC, locked_by NULLS LAST
 LIMIT %(limit)s;
 
--- name: workers_outcome_floors
--- The first step of workers_newest_outcome: now, and the processed_at of the newest done, of the newest failed row by greatest(processed_at, created_at) among those with one (a step each of done_window, failed_window, newest first): each a lower bound of the newest processed_at of its status (NULL: no such row).
-SELECT now() AS now,
-       (SELECT processed_at FROM {table}
-        WHERE status = 'done' AND processed_at IS NOT NULL
-        ORDER BY greatest(processed_at, created_at) DESC LIMIT 1) AS done_floor,
-       (SELECT processed_at FROM {table}
-        WHERE status = 'failed' AND processed_at IS NOT NULL
-        ORDER BY greatest(processed_at, created_at) DESC LIMIT 1) AS failed_floor;
-
 -- name: workers_newest_outcome
--- The workers' newest outcome: max processed_at of done, of failed rows; the rest of their liveness comes from the backlog pass (backlog_pass).
--- Exact through done_window, failed_window (keyed on greatest(processed_at, created_at), at
--- least processed_at): every row whose processed_at could beat its status' floor
--- (workers_outcome_floors) sits at or above that floor, a short range. The floors are bound
--- values, not a subquery's, so that the planner estimates the range from the key's
--- statistics (a subquery's value it cannot see: it took a third of the table and two parallel
--- workers, 51 ms at 2 M rows).
-SELECT greatest(
-           (SELECT max(processed_at) FROM {table}
-            WHERE status = 'done'
-                  AND greatest(processed_at, created_at) >= %(done_floor)s::timestamptz),
-           (SELECT max(processed_at) FROM {table}
-            WHERE status = 'failed'
-                  AND greatest(processed_at, created_at) >= %(failed_floor)s::timestamptz))
+-- The workers' newest outcome: max processed_at of done, of failed rows (one step of done_at, of failed_at, newest first); the rest of their liveness comes from the backlog pass (backlog_pass).
+SELECT now() AS now,
+       greatest((SELECT max(processed_at) FROM {table} WHERE status = 'done'),
+                (SELECT max(processed_at) FROM {table} WHERE status = 'failed'))
            AS newest_outcome;
 
 -- name: workers_rows_by_id
@@ -2262,7 +2217,6 @@ WHERE cardinality(%(open_statuses)s::text[]) > 0 AND status = ANY(%(open_statuse
 UNION
 SELECT event_type FROM {table}
 WHERE cardinality(%(closed_statuses)s::text[]) > 0 AND status = ANY(%(closed_statuses)s::text[])
-      AND greatest(processed_at, created_at) > now() - make_interval(secs => %(window)s)
       AND processed_at > now() - make_interval(secs => %(window)s) AND processed_at <= now()
       {and_filters}
 UNION
@@ -2620,8 +2574,6 @@ BEGIN
         DELETE FROM {table} AS o
         WHERE o.id = ANY(p_ids) AND o.status = p_status AND o.status IN ('done', 'failed')
               AND o.processed_at < pg_catalog.now() - pg_catalog.make_interval(secs => p_older_than)
-              AND greatest(o.processed_at, o.created_at)
-                  < pg_catalog.now() - pg_catalog.make_interval(secs => p_older_than)
         RETURNING o.id
     )
     SELECT coalesce(pg_catalog.array_agg(c.id ORDER BY c.id), ARRAY[]::bigint[])
