@@ -10,29 +10,21 @@
 # exact ENTRYPOINT/CMD/HEALTHCHECK command lines run on the host in a container-like
 # sandbox (own network and PID namespaces, read-only /app) against a throwaway Postgres.
 
-FROM python:3.11-slim AS build
+# Stage 1, the dependencies: the locked virtualenv, cut of what the runtime never loads. It
+# depends on the lock alone, so a change of the app's sources rebuilds none of it, and the
+# final stage's copy of it stays a cached layer.
+FROM python:3.11-slim AS deps
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --quiet pip==26.3
 COPY requirements-runtime.lock /tmp/requirements-runtime.lock
-RUN /opt/venv/bin/pip install --quiet --require-hashes -r /tmp/requirements-runtime.lock
-WORKDIR /src
-COPY pyproject.toml README.md dashboard.py alerts.yml ./
-COPY outbox_monitor ./outbox_monitor
-COPY pages ./pages
-# The wheel `python -m build` makes (the same pyproject.toml and backend: dashboard.py,
-# pages/ and alerts.yml mapped into it as outbox_monitor/app), installed like any wheel: no
-# checkout is needed at run time. Its dependencies came from the lock above; pip
-# byte-compiles what it installs (at run time the root is read-only, no .pyc is written).
-# Then what the runtime never loads is cut (benchmarks/venv_size.py measures each package
-# before and after; benchmarks/RESULTS.md, "Image size"): the installers (nothing is
-# installed at run time), pillow (Streamlit loads it only for images; no page shows one),
-# the packages' own test suites, pyarrow's Flight and S3 libraries (no module the runtime
-# imports links them), its C++ headers and sources, pydeck's Jupyter extension (twice).
-# tests/deploy/test_wheel.py runs this same command into a fresh virtualenv outside the
-# repository, then serves every page from it.
-RUN /opt/venv/bin/pip wheel --quiet --no-deps --wheel-dir /tmp/dist . \
- && /opt/venv/bin/pip install --quiet --no-deps /tmp/dist/outbox_monitor-*.whl \
+# pip byte-compiles what it installs (at run time the root is read-only, no .pyc is
+# written). Then what the runtime never loads is cut (benchmarks/venv_size.py measures each
+# package before and after; benchmarks/RESULTS.md, "Image size"): the installers (nothing
+# is installed at run time), pillow (Streamlit loads it only for images; no page shows
+# one), the packages' own test suites, pyarrow's Flight and S3 libraries (no module the
+# runtime imports links them), its C++ headers and sources, pydeck's Jupyter extension.
+RUN /opt/venv/bin/pip install --quiet --require-hashes -r /tmp/requirements-runtime.lock \
  && /opt/venv/bin/pip uninstall --quiet --yes pillow setuptools pip \
  && site=/opt/venv/lib/python3.11/site-packages \
  && find "$site" -type d -name tests -prune -exec rm -rf {} + \
@@ -40,11 +32,31 @@ RUN /opt/venv/bin/pip wheel --quiet --no-deps --wheel-dir /tmp/dist . \
       "$site"/pyarrow/libarrow_s3.so* "$site"/pyarrow/_s3fs.* "$site"/pydeck/nbextension \
       /opt/venv/share/jupyter /opt/venv/etc/jupyter
 
-# Final stage: the slim base, the virtualenv and the app; no compiler, no pip cache.
+# Stage 2, the app: the wheel `python -m build` makes (the same pyproject.toml and backend:
+# dashboard.py, pages/ and alerts.yml mapped into it as outbox_monitor/app), installed like
+# any wheel (no checkout is needed at run time) by a virtualenv at the same path, under
+# /opt/app: its files alone (the package, its metadata, the `outbox-monitor` script naming
+# /opt/venv/bin/python), byte-compiled. tests/deploy/test_wheel.py runs this same command
+# into a fresh virtualenv outside the repository, then serves every page from it.
+FROM python:3.11-slim AS app
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --quiet pip==26.3
+WORKDIR /src
+COPY pyproject.toml README.md dashboard.py alerts.yml ./
+COPY outbox_monitor ./outbox_monitor
+COPY pages ./pages
+RUN /opt/venv/bin/pip wheel --quiet --no-deps --wheel-dir /tmp/dist . \
+ && /opt/venv/bin/pip install --quiet --no-deps --no-warn-script-location --root /opt/app \
+      /tmp/dist/outbox_monitor-*.whl
+
+# Final stage: the slim base, the dependencies' virtualenv, then the app's files merged into
+# it (a change of the sources rewrites only that small layer); no compiler, no pip.
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /tmp \
       --shell /usr/sbin/nologin monitor
-COPY --from=build /opt/venv /opt/venv
+COPY --from=deps /opt/venv /opt/venv
+COPY --from=app /opt/app/opt/venv /opt/venv
 # An empty working folder: an alerts.yml mounted here (or named by OUTBOX_MONITOR_RULES)
 # replaces the shipped one.
 WORKDIR /app

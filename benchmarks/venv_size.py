@@ -1,7 +1,7 @@
 """The image's virtualenv, package by package: installed, then after the Dockerfile's cut.
 
 Builds the wheel (``python -m build --wheel``, from a copy of the sources) and installs, as
-the Dockerfile's build stage does, into a fresh virtualenv in a temporary folder: pip of
+the Dockerfile's stages do, into a fresh virtualenv in a temporary folder: pip of
 the Makefile's version, ``requirements-runtime.lock`` (hashed, byte-compiled), the wheel
 (no dependencies). Measures every distribution (the files its RECORD lists that exist,
 ``.pyc`` included), runs the Dockerfile's own cut (``image_trim_command``, ``/opt/venv``

@@ -94,15 +94,26 @@ def dockerfile_stages(path: Path = DOCKERFILE) -> list[Stage]:
 
 
 def image_trim_command() -> str:
-    """The build stage's cut of its virtualenv (what the runtime never loads): the parts of
-    the RUN that installs the wheel after its ``pip wheel`` and ``pip install``, as one
-    shell command on ``/opt/venv`` (tests/deploy/test_wheel.py, benchmarks/venv_size.py)."""
-    (run,) = [i for i in dockerfile_stages()[0].all("RUN") if "/pip wheel " in i.arguments]
-    build, install, *trim = run.arguments.split(" && ")
-    assert "--wheel-dir" in build and "install --quiet --no-deps" in install, run.arguments
+    """The dependencies stage's cut of its virtualenv (what the runtime never loads): the
+    parts of the RUN that installs the lock after its ``pip install``, as one shell command
+    on ``/opt/venv`` (tests/deploy/test_wheel.py, benchmarks/venv_size.py)."""
+    (run,) = [i for i in stage_named("deps").all("RUN") if "--require-hashes" in i.arguments]
+    install, *trim = run.arguments.split(" && ")
+    assert "install --quiet --require-hashes -r" in install, run.arguments
     # each part works in the virtualenv (``$site`` is its site-packages)
     assert trim and all(IMAGE_VENV in part or '"$site"' in part for part in trim), trim
     return " && ".join(trim)
+
+
+def stage_named(name: str, path: Path = DOCKERFILE) -> Stage:
+    """The Dockerfile's stage ``FROM … AS name``.
+
+    Raises:
+        AssertionError: no stage has that name.
+    """
+    named = [stage for stage in dockerfile_stages(path) if stage.name == name]
+    assert named, f"the Dockerfile has no stage named {name}"
+    return named[0]
 
 
 def exec_form(instruction: Instruction, text: str | None = None) -> list[str]:

@@ -34,6 +34,7 @@ from tests.deploy.deployfiles import (
     image,
     image_services,
     sandbox_support,
+    stage_named,
 )
 
 HEALTH_TIMEOUT_SECONDS = 90.0
@@ -90,6 +91,20 @@ def test_final_stage_is_slim_non_root_and_builds_nothing():
     assert img.env["HOME"] == "/tmp", "Streamlit writes ~/.streamlit: HOME is in /tmp"
     assert img.env["PYTHONDONTWRITEBYTECODE"] == "1", "no .pyc written under /app at run time"
     assert all(v == "/tmp" or v.startswith("/tmp/") for v in img.volumes)
+
+
+def test_a_change_of_the_sources_rebuilds_only_the_apps_layer():
+    """The 550 MB of dependencies are a layer of their own, built from the lock alone: a
+    change of the app's sources leaves that layer cached and rewrites only the app's files."""
+    deps, final = stage_named("deps"), dockerfile_stages()[-1]
+    copied = [i.arguments.split()[:-1] for i in deps.all("COPY")]
+    assert copied == [["requirements-runtime.lock"]], "the dependencies read the lock alone"
+    first, second = [i.arguments for i in final.all("COPY")]
+    assert first == "--from=deps /opt/venv /opt/venv"
+    # the app's files alone, under the same virtualenv's paths (pip's --root)
+    assert second == "--from=app /opt/app/opt/venv /opt/venv"
+    (install,) = [i for i in stage_named("app").all("RUN") if "--root /opt/app" in i.arguments]
+    assert "/opt/venv/bin/pip install --quiet --no-deps" in install.arguments
 
 
 def test_no_secret_is_baked_into_the_image():
