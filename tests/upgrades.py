@@ -73,6 +73,7 @@ UNDO_SINCE_008 = (
     # 032: worker_function_name's new rule (dropped with 030's above)
     # 033: the finished rows per event type in the backlog snapshot (dropped with 031's table)
     # 034: worker_function_name's rule for tables named by 12 hex digits (dropped with 030's)
+    # 035: the backlog snapshot's window (dropped with 031's table)
 )
 """SQL taking a database back to before migration 008 (claim, ack and fail stay as the later
 migrations left them, which 008 replaces again). Extend it with every later migration."""

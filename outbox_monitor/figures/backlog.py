@@ -75,6 +75,8 @@ class BacklogPass:
             "processed", "created_finished"}}``); ``None`` for a pass read now, a snapshot
             before migration 033 or one of more than ``FINISHED_SAMPLE_MAX_TYPES`` types.
         finished_window: seconds of ``finished``'s window.
+        window: seconds of the groups' ``created_open_in_window`` (the pass's window; a
+            snapshot's sampler's window, ``None`` for one taken before migration 035).
     """
 
     now: datetime | None
@@ -85,6 +87,7 @@ class BacklogPass:
     backlog_rows: int | None = None
     finished: dict[str, dict[str, Any]] | None = None
     finished_window: float | None = None
+    window: float | None = None
 
     def finished_over(self, window: float) -> dict[str, dict[str, Any]] | None:
         """``finished`` when it was read over ``window`` seconds, else ``None``."""
@@ -161,18 +164,15 @@ def backlog_pass(
         The connector's errors (``QueryTimeout``, ``DatabaseUnavailable``, …).
     """
     timeout = db.settings.lock_timeout if lock_timeout is None else lock_timeout
+    seconds = db.settings.window if window is None else window
     where = Where().event_type(event_type)
     groups = db.fetch_all(
         "backlog_pass",
-        {
-            "lock_timeout": timeout,
-            "window": db.settings.window if window is None else window,
-            **where.params,
-        },
+        {"lock_timeout": timeout, "window": seconds, **where.params},
         and_filters=where.fragment,
     )
     now = groups[0]["now"] if groups else None
-    return BacklogPass(now, groups, event_type or None)
+    return BacklogPass(now, groups, event_type or None, window=seconds)
 
 
 def record_snapshot(
@@ -186,7 +186,8 @@ def record_snapshot(
     finished_window: float | None = None,
 ) -> None:
     """Store ``passed`` (of every event type) as the table's backlog snapshot, replacing the
-    last one (named query ``backlog_snapshot_upsert``, migrations 031 and 033), in the
+    last one (named query ``backlog_snapshot_upsert``, migrations 031, 033 and 035: with
+    ``passed.window``), in the
     caller's transaction (the sampler's, with its sample).
 
     Args:
@@ -221,6 +222,7 @@ def record_snapshot(
             "table_name": table_name,
             "sampled_at": passed.now or sampled_at,
             "groups": Jsonb(groups),
+            "backlog_window": passed.window,
             "finished": kept,
             "finished_window": finished_window if kept else None,
         },
@@ -269,4 +271,5 @@ def sampled_pass(
         backlog_rows=row["backlog_rows"],
         finished=row["finished"],
         finished_window=row["finished_window"],
+        window=row["backlog_window"],
     )

@@ -133,8 +133,11 @@ def measure(
         pinned: event types ranked first (a firing alert names them).
         rates: also measure processed and created per minute (the table; not the samples).
         backlog: the pass over the backlog when the caller read it already, with the same
-            ``event_type`` and ``window`` (the Overview shares ``metrics.status``'s): each
-            type's backlog row comes from it (``BacklogPass.by_event_type``); default: read.
+            ``event_type`` (the Overview shares ``metrics.status``'s): each type's backlog row
+            comes from it (``BacklogPass.by_event_type``); default: read. When its window
+            (``BacklogPass.window``: a snapshot's is the sampler's) is not ``window``, the
+            named types' open rows created in the window are counted now
+            (``metrics.created_open_by_event_type``), and ``other``'s from the filter's.
         finished: ``metrics.finished_by_event_type`` over the same ``window``, with an entry
             (zeros when none finished) for every type with open rows or dead letters when read
             (the scheduler's sample, ``BacklogPass.finished_over``, or the sampler's own read,
@@ -166,6 +169,16 @@ def measure(
             failed = metrics.failed_by_event_type(db, window=seconds, event_type=event_type)
         rows = fold(ranked(open_rows, failed, pinned=pinned), top=top)
         named = [row for row in rows if row["event_type"] != OTHER]
+        open_other = None  # the open rows created in the window no named type holds
+        if backlog.window != seconds:  # a snapshot of the sampler's window (attack33)
+            counted = metrics.created_open_by_event_type(
+                db, event_types=[row["event_type"] for row in named], window=seconds
+            )
+            for row in named:
+                row["created_open_in_window"] = counted.get(row["event_type"], 0)
+            open_other = metrics.created_open_in_window(
+                db, window=seconds, event_type=event_type
+            ) - sum(counted.values())
         sampled = finished is not None
         unknown = [row["event_type"] for row in named if row["event_type"] not in (finished or {})]
         if unknown:
@@ -184,13 +197,19 @@ def measure(
                 row["processed_per_minute"] = done.get("processed", 0) / (seconds / 60)
                 row["created_per_minute"] = row["created_in_window"] / (seconds / 60)
         if rates and rows and rows[-1]["event_type"] == OTHER and sampled:
-            rows[-1].update(_other_rates(finished, named, backlog, event_type, seconds))
+            if open_other is None:
+                open_other = backlog.created_open_in_window() - sum(
+                    row["created_open_in_window"] for row in named
+                )
+            rows[-1].update(_other_rates(finished, named, open_other, event_type, seconds))
         elif rates and rows and rows[-1]["event_type"] == OTHER:
             total = metrics.throughput(
                 db,
                 window=seconds,
                 event_type=event_type,
-                open_created=None if backlog.sampled_at else backlog.created_open_in_window(),
+                open_created=None
+                if backlog.sampled_at or backlog.window != seconds
+                else backlog.created_open_in_window(),
             )
             for key, value in total.items():
                 named_sum = sum(row[key] for row in named)
@@ -201,14 +220,14 @@ def measure(
 def _other_rates(
     finished: Mapping[str, Mapping[str, Any]],
     named: Sequence[Mapping[str, Any]],
-    backlog: BacklogPass,
+    open_created: int,
     event_type: str | None,
     seconds: float,
 ) -> dict[str, float]:
     """``other``'s rates from the same finished rows as the named types' (the scheduler's
     sample): the types of ``finished`` the filter ``event_type`` holds and no row names, with
-    the open rows created in the window that ``backlog`` holds beyond the named types'; never
-    a total counted now less sampled figures (attack33)."""
+    ``open_created``, the open rows created in the window beyond the named types'; never a
+    total of finished rows counted now less sampled figures (attack33)."""
     kept = {row["event_type"] for row in named}
     rest = [
         done
@@ -223,9 +242,6 @@ def _other_rates(
             )
         )
     ]
-    open_created = backlog.created_open_in_window() - sum(
-        row["created_open_in_window"] for row in named
-    )
     minutes = seconds / 60
     return {
         "processed_per_minute": sum(done.get("processed", 0) for done in rest) / minutes,

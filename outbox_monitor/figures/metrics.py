@@ -128,9 +128,45 @@ def throughput(
     minutes = seconds / 60
     processed = _count(db, "processed_in_window", event_type, window=seconds)
     if open_created is None:
-        open_created = _count(db, "created_open_in_window", event_type, window=seconds)
+        open_created = created_open_in_window(db, window=seconds, event_type=event_type)
     created = open_created + _count(db, "created_finished_in_window", event_type, window=seconds)
     return {"processed_per_minute": processed / minutes, "created_per_minute": created / minutes}
+
+
+def created_open_in_window(
+    db: Database, *, window: float | None = None, event_type: str | None = None
+) -> int:
+    """Open rows (pending, processing) with ``created_at`` in ``(now() - window, now()]``:
+    the open part of SPEC §2 throughput's rows created in the window (named query
+    ``created_open_in_window``).
+
+    Args:
+        window: seconds (default: settings).
+        event_type: SPEC §2 filter.
+    """
+    return _count(db, "created_open_in_window", event_type, window=_window(db, window))
+
+
+def created_open_by_event_type(
+    db: Database, *, event_types: Sequence[str], window: float | None = None
+) -> dict[str, int]:
+    """``created_open_in_window`` of each of ``event_types`` (exact names), in one statement
+    (named query ``created_open_by_event_type``).
+
+    Args:
+        event_types: exact event type names (no pattern).
+        window: seconds (default: settings).
+
+    Returns:
+        ``{event_type: rows}``; a type without such rows is absent (read as 0).
+    """
+    if not event_types:
+        return {}
+    rows = db.fetch_all(
+        "created_open_by_event_type",
+        {"window": _window(db, window), "event_types": list(event_types)},
+    )
+    return {row["event_type"]: row["created_open_in_window"] for row in rows}
 
 
 def finished_by_event_type(
@@ -421,7 +457,9 @@ def status(
             db,
             window=window,
             event_type=event_type,
-            open_created=None if backlog.sampled_at else backlog.created_open_in_window(),
+            open_created=None
+            if backlog.sampled_at or backlog.window != window
+            else backlog.created_open_in_window(),
         ),
         "failed_in_window": sum(failed.values()),
         "failed_by_event_type": failed,

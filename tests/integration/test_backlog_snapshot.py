@@ -4,6 +4,7 @@ and only while fresh."""
 
 import pytest
 
+from outbox_monitor.figures import by_event_type
 from outbox_monitor.figures.backlog import backlog_pass, record_snapshot, sampled_pass
 from outbox_monitor.figures.workers import liveness
 from outbox_monitor.service.sampler import record_sample
@@ -115,3 +116,30 @@ def test_the_finished_rows_keep_unicode_long_and_percent_event_types(db, rows):
         name: {"latency_p95": pytest.approx(10.0), "processed": 1, "created_finished": 1}
         for name in names
     }
+
+
+def test_the_snapshot_holds_its_window_and_another_window_is_counted_now(db, rows, conn):
+    """Migration 035 (attack33): the groups' open rows created in the window are of the
+    sampler's window (the settings' 1 h), stored with them. order.paid: 3 pending rows
+    created 2 h ago and 1 created 10 min ago. Over 1 h the snapshot's count is 1; over 6 h
+    the table by event type counts 4 now, not the snapshot's 1; a snapshot of unknown window
+    (taken before migration 035) is counted now too."""
+    for ago in (7200, 7200, 7200, 600):
+        rows.add(event_type="order.paid", created_ago=ago)
+    record_sample(db)
+    sampled = sampled_pass(db)
+    assert sampled.window == db.settings.window == 3600
+    assert sampled.created_open_in_window() == 1
+
+    def created(backlog, window):
+        table = by_event_type.measure(db, top=5, window=window, backlog=backlog)
+        return {row["event_type"]: row["created_in_window"] for row in table}
+
+    assert created(sampled, 3600)["order.paid"] == 1
+    assert created(sampled, 6 * 3600)["order.paid"] == 4
+    rows.add(event_type="order.paid", created_ago=1)  # after the sample
+    assert created(sampled_pass(db), 3600)["order.paid"] == 1  # the sample's
+    conn.execute("UPDATE outbox_monitor.backlog_snapshots SET backlog_window = NULL")
+    unknown = sampled_pass(db)
+    assert unknown.window is None
+    assert created(unknown, 3600)["order.paid"] == 2  # counted now

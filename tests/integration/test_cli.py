@@ -236,6 +236,7 @@ def test_init_db_json_then_status_works(monkeypatch, empty_dsn):
         "032_worker_function_names_at_the_seam",
         "033_finished_by_event_type_sample",
         "034_worker_function_names_of_hex_tables",
+        "035_backlog_snapshot_window",
     ]
     second = json.loads(CliRunner().invoke(main, ["init-db", "--json"]).stdout)
     assert second["applied_migrations"] == second["created_tables"] == []

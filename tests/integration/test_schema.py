@@ -64,6 +64,7 @@ def test_init_db_creates_everything_then_is_a_no_op(empty_dsn):
             "032_worker_function_names_at_the_seam",
             "033_finished_by_event_type_sample",
             "034_worker_function_names_of_hex_tables",
+            "035_backlog_snapshot_window",
         ]
         assert first.created_indexes == [
             "integration_outbox_done_at_idx",

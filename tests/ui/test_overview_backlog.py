@@ -270,13 +270,6 @@ def test_with_a_pattern_filter_other_sums_the_sampled_types_the_filter_holds(
     assert (other["processed/min"], other["created/min"]) == ("0.03/min", "0.05/min")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack33: above the threshold the table's backlog is the snapshot's, whose"
-    " created_open_in_window is over the sampler's window whatever the page's (migration 031);"
-    " the fix needs the open rows created in the page's window per named type counted now (a"
-    " grouped query of its own) or the snapshot's window stored with its groups: not small",
-)
 def test_above_the_threshold_with_another_window_the_tables_created_counts_that_window(
     open_page, db, rows, low_threshold
 ):

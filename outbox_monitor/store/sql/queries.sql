@@ -385,6 +385,17 @@ SELECT (
           {and_filters}
 ) AS value;
 
+-- name: created_open_by_event_type
+-- Per event type of %(event_types)s (exact names), the open rows created in the window: what
+-- created_open_in_window counts for one type, for all of them in one statement (the Overview's
+-- table by event type when its window is not the backlog snapshot's: one pass over the
+-- backlog's rows created in the window).
+SELECT event_type, count(*) AS created_open_in_window FROM {table}
+WHERE status IN ('pending', 'processing')
+      AND created_at > now() - make_interval(secs => %(window)s) AND created_at <= now()
+      AND event_type = ANY(%(event_types)s)
+GROUP BY event_type;
+
 -- name: finished_by_event_type
 -- Per event type of %(event_types)s (exact names; NULL: every event type), what latency_percentiles (its P95),
 -- processed_in_window and created_finished_in_window count for one type, for all of them in
@@ -464,17 +475,19 @@ GROUP BY event_type, attempts
 ORDER BY event_type, attempts;
 
 -- name: backlog_snapshot_upsert
--- The sampler's pass over the backlog (backlog_pass's groups, every event type; instants as ISO text) as this table's one snapshot, replaced at each sample (migration 031), with the window's finished rows per event type and that window in seconds (migration 033; NULL: not kept).
+-- The sampler's pass over the backlog (backlog_pass's groups, every event type; instants as ISO text) as this table's one snapshot, replaced at each sample (migration 031), with the window of its groups' open rows created in the window (migration 035), and the window's finished rows per event type and that window in seconds (migration 033; NULL: not kept).
 INSERT INTO outbox_monitor.backlog_snapshots AS s
-    (table_name, sampled_at, groups, finished, finished_window)
-VALUES (%(table_name)s, %(sampled_at)s, %(groups)s, %(finished)s, %(finished_window)s)
+    (table_name, sampled_at, groups, backlog_window, finished, finished_window)
+VALUES (%(table_name)s, %(sampled_at)s, %(groups)s, %(backlog_window)s, %(finished)s,
+        %(finished_window)s)
 ON CONFLICT (table_name) DO UPDATE SET sampled_at = excluded.sampled_at, groups = excluded.groups,
-    finished = excluded.finished, finished_window = excluded.finished_window;
+    backlog_window = excluded.backlog_window, finished = excluded.finished,
+    finished_window = excluded.finished_window;
 
 -- name: backlog_snapshot
--- This table's last sampled backlog (migration 031) when it is at most %(max_age)s seconds old: its instant, its age, the backlog rows of every event type, and its groups matching the event-type filter ({and_filters}, on event_type), with backlog_pass's columns; the window's finished rows per event type and that window (migration 033). No row when there is no such snapshot.
+-- This table's last sampled backlog (migration 031) when it is at most %(max_age)s seconds old: its instant, its age, the backlog rows of every event type, and its groups matching the event-type filter ({and_filters}, on event_type), with backlog_pass's columns and the window of their created_open_in_window (migration 035); the window's finished rows per event type and that window (migration 033). No row when there is no such snapshot.
 SELECT s.sampled_at, extract(epoch FROM now() - s.sampled_at)::float8 AS age_seconds,
-       s.finished, s.finished_window,
+       s.backlog_window, s.finished, s.finished_window,
        (SELECT coalesce(sum((a ->> 'rows')::bigint), 0) FROM jsonb_array_elements(s.groups) AS a)
            AS backlog_rows,
        coalesce((
