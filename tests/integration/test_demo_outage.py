@@ -50,7 +50,11 @@ def shortened_demo_rules(
     local Slack sink) evaluated every ``INTERVAL`` and with ``changes`` (rule name → fields of
     the rules file) made to their rules, written to a file of the test's; the rules are
     otherwise the demo's (asserted). ``alertmanager``: whether the demo runs one; ``drill``:
-    with the paging drill's (the demo of one outbox; a fleet's has none)."""
+    with the paging drill's (the demo of one outbox; a fleet's has none).
+
+    Raises:
+        KeyError: ``changes`` names a rule the demo's rules do not have (a misspelt name
+            would otherwise leave the rule as it is, unnoticed)."""
     monkeypatch.delenv(RULES_ENV, raising=False)
     monkeypatch.chdir(tmp_path)  # no ./alerts.yml: the shipped rules are the demo's start
     folder = tmp_path / "demo"
@@ -60,6 +64,12 @@ def shortened_demo_rules(
     monkeypatch.delenv(RULES_ENV)  # use_demo_rules pointed this process at its copy
     document = yaml.safe_load((folder / "demo-alerts.yml").read_text())
     document["defaults"]["interval"] = INTERVAL
+    names = [rule["name"] for rule in document["rules"]]
+    unknown = sorted(set(changes) - set(names))
+    if unknown:
+        raise KeyError(
+            f"no rule {', '.join(unknown)} in the demo's rules (they are {', '.join(names)})"
+        )
     for rule in document["rules"]:
         rule.update(changes.get(rule["name"], {}))
     path = tmp_path / "shortened-alerts.yml"
@@ -74,6 +84,11 @@ def shortened_demo_rules(
             mine = mine.model_copy(update=update)
         assert mine == theirs, mine.name
     return path
+
+
+def test_a_change_to_a_rule_the_demo_does_not_have_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(KeyError, match="no rule backlog-by-typ in the demo's rules"):
+        shortened_demo_rules(tmp_path, monkeypatch, {"backlog-by-typ": {"threshold": 50}})
 
 
 def shorten_breakers(dsn: str, folder: Path) -> None:
