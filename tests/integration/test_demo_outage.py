@@ -38,6 +38,12 @@ COOLDOWN = 5
 30 s): a healed downstream's next probe comes sooner (each failed probe doubles it)."""
 
 
+def demo_rules_copy(tmp_path: Path) -> Path:
+    """Where ``shortened_demo_rules`` keeps the demo's own rules, unchanged: the file
+    ``use_demo_rules`` writes, as ``outbox-monitor demo`` does."""
+    return tmp_path / "demo" / "demo-alerts.yml"
+
+
 def shortened_demo_rules(
     tmp_path: Path,
     monkeypatch,
@@ -57,12 +63,13 @@ def shortened_demo_rules(
             would otherwise leave the rule as it is, unnoticed)."""
     monkeypatch.delenv(RULES_ENV, raising=False)
     monkeypatch.chdir(tmp_path)  # no ./alerts.yml: the shipped rules are the demo's start
-    folder = tmp_path / "demo"
+    folder = demo_rules_copy(tmp_path).parent
     folder.mkdir()
     written = use_demo_rules(folder, drill=drill, channel="#alerts", alertmanager=alertmanager)
+    assert demo_rules_copy(tmp_path).is_file()
     assert written == "1m"
     monkeypatch.delenv(RULES_ENV)  # use_demo_rules pointed this process at its copy
-    document = yaml.safe_load((folder / "demo-alerts.yml").read_text())
+    document = yaml.safe_load(demo_rules_copy(tmp_path).read_text())
     document["defaults"]["interval"] = INTERVAL
     names = [rule["name"] for rule in document["rules"]]
     unknown = sorted(set(changes) - set(names))
@@ -74,7 +81,7 @@ def shortened_demo_rules(
         rule.update(changes.get(rule["name"], {}))
     path = tmp_path / "shortened-alerts.yml"
     path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
-    demo, ours = load_rules(folder / "demo-alerts.yml"), load_rules(path)
+    demo, ours = load_rules(demo_rules_copy(tmp_path)), load_rules(path)
     assert ours.routes == demo.routes and ours.inhibit == demo.inhibit
     assert ours.defaults.interval < demo.defaults.interval
     for mine, theirs in zip(ours.rules, demo.rules, strict=True):
