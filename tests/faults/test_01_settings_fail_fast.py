@@ -164,6 +164,9 @@ def test_scheduler_with_a_10s_timeout_sends_and_healthz_stays_200_while_slack_fa
         ("OUTBOX_MONITOR_DASHBOARD_URL", "monitor.example.com", ["scheduler"]),
         ("SLACK_WEBHOOK_URL", "hooks.slack.com/services/T0/B0/SeCrEt0123456789", ["scheduler"]),
         ("OUTBOX_MONITOR_RULES", "/nonexistent/alerts.yml", ["scheduler"]),
+        # past a day: a browser timer would overflow (setInterval's 2^31 - 1 ms ≈ 24.8 days)
+        ("OUTBOX_MONITOR_REFRESH", "25d", ["dashboard", "--port"]),
+        ("OUTBOX_MONITOR_OUTAGE_RETRY", "25d", ["dashboard", "--port"]),
     ],
 )
 def test_an_unparseable_setting_stops_the_process_at_start_naming_it(

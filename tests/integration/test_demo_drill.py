@@ -9,10 +9,11 @@ and the Alerts page (AppTest) says so.
 
 The demo runs with its own drill rules (``use_demo_rules(drill=True)``, as ``outbox-monitor
 demo`` writes them) given as a rules file of the test's with the demo's timings shortened:
-evaluations every 2 s instead of 30 s, ``breaker-open``'s ``keep_firing_for`` 15 s instead
-of 2 min and ``backlog-by-type``'s threshold 50 due rows instead of 100 (the rules are
-otherwise the demo's: asserted); its breakers are the demo's with their
-cool-down shortened (``shorten_breakers``). Every wait polls with a deadline.
+evaluations every 2 s instead of 30 s and ``breaker-open``'s ``keep_firing_for`` 15 s instead
+of 2 min (the rules are otherwise the demo's: asserted; ``backlog-by-type`` keeps the demo's
+threshold, and the test checks that the rows held reach it, at the test's rate of 10 events/s,
+half the demo's); its breakers are the demo's with their cool-down shortened
+(``shorten_breakers``). Every wait polls with a deadline.
 """
 
 import json
@@ -36,11 +37,12 @@ from tests.integration.test_demo import REPO, running_demo
 from tests.integration.test_demo_outage import (
     BROKEN,
     demo_downstream,
+    demo_rules_copy,
     shorten_breakers,
     shortened_demo_rules,
 )
 
-KEEP_FIRING, HELD = "15s", 50
+KEEP_FIRING = "15s"
 DRILL_DEADLINE = 4 * LOADED_DEADLINE
 """From the break to the breaker's alert (the breaker opens within about a minute with the
 demo's breakers), or from the heal to its resolve (a probe after a cool-down of 30 s or more,
@@ -51,17 +53,22 @@ PER_TYPE = (BACKLOG_BY_TYPE, LATENCY_BY_TYPE)
 
 def drill_rules(tmp_path: Path, monkeypatch) -> Path:
     """The demo's drill rules with its timings shortened (``shortened_demo_rules``):
-    ``breaker-open``'s ``keep_firing_for`` at ``KEEP_FIRING``, and ``backlog-by-type`` firing
-    over ``HELD`` due rows instead of 100 (the rows an open breaker holds pass it sooner)."""
+    ``breaker-open``'s ``keep_firing_for`` at ``KEEP_FIRING``; ``backlog-by-type`` as the demo
+    ships it (``shipped_backlog_threshold``)."""
     path = shortened_demo_rules(
-        tmp_path,
-        monkeypatch,
-        {PAGED_RULE: {"keep_firing_for": KEEP_FIRING}, BACKLOG_BY_TYPE: {"threshold": HELD}},
+        tmp_path, monkeypatch, {PAGED_RULE: {"keep_firing_for": KEEP_FIRING}}
     )
     rules = {rule.name: rule for rule in load_rules(path).rules}
     assert rules[PAGED_RULE].severity == "critical" and rules[PAGED_RULE].keep_firing_for == 15
-    assert rules[BACKLOG_BY_TYPE].threshold == HELD
     return path
+
+
+def shipped_backlog_threshold(tmp_path: Path) -> float:
+    """``backlog-by-type``'s threshold (due rows) in the rules ``outbox-monitor demo`` writes
+    (``demo_rules_copy``, after ``drill_rules``), not in the test's copy."""
+    demo = load_rules(demo_rules_copy(tmp_path))
+    [rule] = [rule for rule in demo.rules if rule.name == BACKLOG_BY_TYPE]
+    return rule.threshold
 
 
 def get_json(url: str) -> dict:
@@ -130,6 +137,16 @@ def inhibited(dsn: str) -> dict[str, str | None]:
     return dict(rows)
 
 
+def backlog_reading(dsn: str) -> tuple[float, float]:
+    """order.paid's ``backlog-by-type`` instance: its last value (due rows) and threshold."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT value, threshold FROM outbox_monitor.alert_instances"
+            " WHERE rule = %s AND labels->>'event_type' = %s",
+            (BACKLOG_BY_TYPE, BROKEN),
+        ).fetchone()
+
+
 def fired_at(dsn: str, state: str = "firing") -> datetime:
     """When order.paid's breaker-open first went to ``state`` (its transition's time)."""
     with psycopg.connect(dsn) as conn:
@@ -194,9 +211,14 @@ def test_the_demos_paging_drill(tmp_path, monkeypatch):
         [alert] = paged_in_alertmanager(alertmanager)
         assert alert["status"]["state"] == "active"
 
-        # the held rows pass HELD due: backlog-by-type fires, inhibited, and says nothing
+        # the held rows pass the demo's threshold: backlog-by-type fires, inhibited, and says
+        # nothing
         muted = wait_for(lambda: inhibited(dsn).get(BACKLOG_BY_TYPE), DRILL_DEADLINE, step=1)
         assert muted == f"{PAGED_RULE} event_type={BROKEN}", inhibited(dsn)
+        held, threshold = backlog_reading(dsn)
+        assert threshold == shipped_backlog_threshold(tmp_path)
+        assert held > threshold, (held, threshold)
+        held_after = time.monotonic() - broke
         states = alerts_page_states(monkeypatch, dsn, Path(environment[RULES_ENV]))
         assert states[(BACKLOG_BY_TYPE, f"event_type={BROKEN}")] == (
             f"FIRING · inhibited by {PAGED_RULE} event_type={BROKEN}"
@@ -276,6 +298,8 @@ def test_the_demos_paging_drill(tmp_path, monkeypatch):
             f"{(seen['alertmanager'] - fired).total_seconds():.2f} s (first poll showing it, "
             "every 0.2 s); press → ACKED "
             f"card {acked_after * 1000:.0f} ms; dedup_key {key}; card edits {card['edits']}; "
+            f"backlog-by-type over {threshold:g} ({held:g} due) {held_after:.0f} s after the "
+            "break; "
             f"per-type messages after the resolve: {len(said)}"
         )
 

@@ -38,6 +38,12 @@ COOLDOWN = 5
 30 s): a healed downstream's next probe comes sooner (each failed probe doubles it)."""
 
 
+def demo_rules_copy(tmp_path: Path) -> Path:
+    """Where ``shortened_demo_rules`` keeps the demo's own rules, unchanged: the file
+    ``use_demo_rules`` writes, as ``outbox-monitor demo`` does."""
+    return tmp_path / "demo" / "demo-alerts.yml"
+
+
 def shortened_demo_rules(
     tmp_path: Path,
     monkeypatch,
@@ -50,21 +56,32 @@ def shortened_demo_rules(
     local Slack sink) evaluated every ``INTERVAL`` and with ``changes`` (rule name → fields of
     the rules file) made to their rules, written to a file of the test's; the rules are
     otherwise the demo's (asserted). ``alertmanager``: whether the demo runs one; ``drill``:
-    with the paging drill's (the demo of one outbox; a fleet's has none)."""
+    with the paging drill's (the demo of one outbox; a fleet's has none).
+
+    Raises:
+        KeyError: ``changes`` names a rule the demo's rules do not have (a misspelt name
+            would otherwise leave the rule as it is, unnoticed)."""
     monkeypatch.delenv(RULES_ENV, raising=False)
     monkeypatch.chdir(tmp_path)  # no ./alerts.yml: the shipped rules are the demo's start
-    folder = tmp_path / "demo"
+    folder = demo_rules_copy(tmp_path).parent
     folder.mkdir()
     written = use_demo_rules(folder, drill=drill, channel="#alerts", alertmanager=alertmanager)
+    assert demo_rules_copy(tmp_path).is_file()
     assert written == "1m"
     monkeypatch.delenv(RULES_ENV)  # use_demo_rules pointed this process at its copy
-    document = yaml.safe_load((folder / "demo-alerts.yml").read_text())
+    document = yaml.safe_load(demo_rules_copy(tmp_path).read_text())
     document["defaults"]["interval"] = INTERVAL
+    names = [rule["name"] for rule in document["rules"]]
+    unknown = sorted(set(changes) - set(names))
+    if unknown:
+        raise KeyError(
+            f"no rule {', '.join(unknown)} in the demo's rules (they are {', '.join(names)})"
+        )
     for rule in document["rules"]:
         rule.update(changes.get(rule["name"], {}))
     path = tmp_path / "shortened-alerts.yml"
     path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
-    demo, ours = load_rules(folder / "demo-alerts.yml"), load_rules(path)
+    demo, ours = load_rules(demo_rules_copy(tmp_path)), load_rules(path)
     assert ours.routes == demo.routes and ours.inhibit == demo.inhibit
     assert ours.defaults.interval < demo.defaults.interval
     for mine, theirs in zip(ours.rules, demo.rules, strict=True):
@@ -74,6 +91,11 @@ def shortened_demo_rules(
             mine = mine.model_copy(update=update)
         assert mine == theirs, mine.name
     return path
+
+
+def test_a_change_to_a_rule_the_demo_does_not_have_is_refused(tmp_path, monkeypatch):
+    with pytest.raises(KeyError, match="no rule backlog-by-typ in the demo's rules"):
+        shortened_demo_rules(tmp_path, monkeypatch, {"backlog-by-typ": {"threshold": 50}})
 
 
 def shorten_breakers(dsn: str, folder: Path) -> None:

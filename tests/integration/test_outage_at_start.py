@@ -55,6 +55,13 @@ def stopped(cluster: TemporaryCluster) -> Iterator[TemporaryCluster]:
             cluster.resume()
 
 
+def test_pausing_a_stopped_cluster_leaves_it_stopped(stopped):
+    # the session's teardown pauses its cluster, which a test may have stopped already
+    assert not stopped.is_running()
+    stopped.pause()
+    assert not stopped.is_running() and not _answers(stopped.dsn)
+
+
 def _answers(dsn: str) -> bool:
     try:
         psycopg.connect(dsn, connect_timeout=2).close()

@@ -1,7 +1,9 @@
 """Every failure mode is a banner with its fix, never a traceback."""
 
+import re
 import socket
 import threading
+import time
 
 import psycopg
 import pytest
@@ -142,6 +144,40 @@ def test_an_outage_keeps_the_title_and_does_not_reconnect_at_every_run(open_page
         assert server.connections == tried
 
         at.button(key="dashboard.retry").click().run()
+
+        assert server.connections > tried
+        assert banner(at)[0].startswith("**Database unreachable**")
+
+
+OUTAGE_RETRY_SECONDS = 7
+"""A retry delay of its own (``OUTBOX_MONITOR_OUTAGE_RETRY``), far from the default 30 s."""
+
+
+def test_the_retry_delay_is_the_outage_retry_setting(open_page, environment):
+    environment.setenv("OUTBOX_MONITOR_OUTAGE_RETRY", f"{OUTAGE_RETRY_SECONDS}s")
+    with RefusingServer() as server:
+        environment.setenv(
+            "OUTBOX_MONITOR_DSN", f"postgresql://postgres@127.0.0.1:{server.port}/app"
+        )
+
+        at = open_page("overview")
+        failed = time.monotonic()  # the failed attempt was before this
+        tried = server.connections
+
+        assert banner(at)[0].startswith("**Database unreachable**")
+        assert tried >= 1
+        # the session's delay, which the page's rerun fragment runs every (``run_every``)
+        outage = at.session_state["_outbox_monitor.outage"]
+        assert outage.retry_seconds == OUTAGE_RETRY_SECONDS
+        [said] = [c.value for c in at.caption if "tries again by itself in" in c.value]
+        shown = re.search(r"tries again by itself in ([\d.]+)s\.", said)
+        assert shown is not None, said
+        assert 0 < float(shown.group(1)) <= OUTAGE_RETRY_SECONDS, said
+
+        # once the configured delay has passed (not the default's), a plain rerun (a live
+        # refresh, no "Retry now") connects again
+        time.sleep(max(0.0, failed + OUTAGE_RETRY_SECONDS - time.monotonic()))
+        at.run()
 
         assert server.connections > tried
         assert banner(at)[0].startswith("**Database unreachable**")

@@ -110,3 +110,15 @@ def test_the_automatic_reapers_budget_defaults_and_is_validated_naming_its_varia
         monkeypatch.setenv("OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS", written)
         with pytest.raises(ConfigError, match="OUTBOX_MONITOR_AUTO_REAP_MAX_ROWS"):
             load_settings()
+
+
+@pytest.mark.parametrize("variable", ["OUTBOX_MONITOR_REFRESH", "OUTBOX_MONITOR_OUTAGE_RETRY"])
+def test_a_browser_timer_setting_is_at_most_a_day_naming_its_variable(monkeypatch, variable):
+    field = variable.removeprefix("OUTBOX_MONITOR_").lower()
+    monkeypatch.setenv(variable, "1d")
+    assert getattr(load_settings(), field) == 86_400.0
+    # 25 days is past a browser's setInterval (2^31 - 1 ms ≈ 24.8 days): it would fire at once
+    for written in ("86401", "25d"):
+        monkeypatch.setenv(variable, written)
+        with pytest.raises(ConfigError, match=f"{variable}: .*less than or equal to 86400"):
+            load_settings()
