@@ -1,7 +1,8 @@
 """The README a newcomer reads first, and the docs site's pages that tests cannot otherwise keep
 honest: README stays short with the two commands word for word; docs/SPEC.md is the shared
 SPEC; every shipped alert has its drill on "When paged"; every test the Guarantees page names
-exists. (`make lint` builds the site with `mkdocs build --strict`: links, anchors, nav.)"""
+exists and every row names one. (`make lint` builds the site with `mkdocs build --strict`:
+links, anchors, nav.)"""
 
 import ast
 import re
@@ -93,9 +94,13 @@ def defined_tests(path: Path) -> set[str]:
     }
 
 
+NAMED_TEST = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)`")
+"""A test the Guarantees page names: ``file::function``, in backticks."""
+
+
 def test_every_test_the_guarantees_page_names_exists():
     page = (DOCS / "guarantees.md").read_text()
-    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", page)
+    named = NAMED_TEST.findall(page)
     assert len(named) >= 50
     missing = [
         f"{path}::{name}"
@@ -104,6 +109,20 @@ def test_every_test_the_guarantees_page_names_exists():
     ]
     assert missing == []
     assert "## What is not guaranteed" in page
+
+
+def test_every_guarantee_row_names_a_test_function():
+    """A row naming a test file only (or nothing) is no proof the test above can check: each
+    row's "proved by" column names at least one ``file::function``."""
+    page = (DOCS / "guarantees.md").read_text()
+    rows = [
+        line
+        for line in page.splitlines()
+        if line.startswith("| ") and not line.startswith("| promise |")
+    ]
+    assert len(rows) >= 100
+    unproved = [row[:120] for row in rows if not NAMED_TEST.search(row.rsplit(" | ", 1)[-1])]
+    assert unproved == []
 
 
 def test_only_a_top_level_test_function_counts_as_named(tmp_path):
