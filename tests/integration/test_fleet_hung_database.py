@@ -4,12 +4,14 @@ a scrape answers within its deadline with that outbox ``outbox_monitor_up 0`` an
 figures, /healthz names it, and it is measured again once its server answers."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.export.fleet import FleetCollector, FleetStatus
-from outbox_monitor.service.fleet_scheduler import FleetMember
+from outbox_monitor.service.fleet_scheduler import OUTBOX_WORKERS, FleetMember
 from outbox_monitor.service.replica_registry import LeaseShare
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
@@ -101,13 +103,26 @@ def test_a_hung_database_costs_only_its_outbox_on_metrics_and_healthz(dsn, far_c
         def far_again() -> bool:
             return scrape(collector)[1].get(("outbox_queue_depth", "far")) == 2
 
-        deadline = time.monotonic() + 30
-        while not far_again():
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+        assert wait_for(far_again, timeout=30, step=0.5)
     finally:
         for member in members:
             member.db.close()
+
+
+SKIPPED = re.compile(
+    r'Execution of job "(?P<job>.+) \((?P<outbox>[\w-]+)\) \(trigger: .*" skipped: '
+    r"maximum number of running instances reached"
+)
+"""APScheduler's line for a job due again while its last run still runs."""
+
+
+def held_threads(log: Path, offset: int) -> dict[str, set[str]]:
+    """Outbox → the names of its jobs found still running when due again (``SKIPPED``) in the
+    scheduler's ``log`` from byte ``offset`` on: each holds one of the outbox's threads."""
+    held: dict[str, set[str]] = {}
+    for found in SKIPPED.finditer(log.read_bytes()[offset:].decode(errors="replace")):
+        held.setdefault(found["outbox"], set()).add(found["job"])
+    return held
 
 
 HUNG_FLEET = """
@@ -124,8 +139,9 @@ def test_hung_databases_hold_only_their_own_outboxes_threads(
     dsn, far_cluster, tmp_path, slack_sink
 ):
     # three outboxes of four in a frozen cluster: their jobs hang (no answer, no statement
-    # timeout fires), each in its outbox's own thread pool; orders' evaluation goes on and
-    # its stuck lock reaches Slack while they hang
+    # timeout fires), each in its outbox's own thread pool; once every one of their threads
+    # is held (the scheduler skips their jobs due again), orders' evaluation goes on and its
+    # stuck lock reaches Slack while they hang
     far = {}
     with psycopg.connect(far_cluster.dsn, autocommit=True) as conn:
         for name in ("far1", "far2", "far3"):
@@ -148,7 +164,13 @@ def test_hung_databases_hold_only_their_own_outboxes_threads(
     try:
         assert wait_for(lambda: leases({"orders": dsn})["orders"], timeout=30), log.read_text()
         with frozen(far_cluster):
-            time.sleep(6)  # every far job has started and hangs: 3 outboxes × their jobs
+            since = log.stat().st_size
+
+            def every_far_thread_held() -> bool:
+                held = held_threads(log, since)
+                return all(len(held.get(name, ())) >= OUTBOX_WORKERS for name in far)
+
+            assert wait_for(every_far_thread_held, timeout=30), log.read_text()[-3000:]
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
                     "INSERT INTO integration_outbox (event_type, aggregate_type, aggregate_id, "
