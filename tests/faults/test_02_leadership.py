@@ -55,6 +55,10 @@ LEASE = (
     "SELECT now() AS now, term, acquired_at, expires_at FROM outbox_monitor.leader_leases"
     " WHERE table_name = 'public.integration_outbox'"
 )
+EVALUATED = (
+    "SELECT evaluated_at FROM outbox_monitor.leader_leases"
+    " WHERE table_name = 'public.integration_outbox'"
+)
 TAKEOVER_SLACK_SECONDS = 1.0
 """How much later than one tick past the lease's expiry a follower may take it over: its
 evaluation thread's scheduling on a loaded two-core machine."""
@@ -86,8 +90,38 @@ def stall_messages(sink) -> list[dict]:
     return [m for m in sink.messages() if "alerting-stalled" in m["text"]]
 
 
+def stalled_gauge(scheduler: Scheduler) -> float | None:
+    """The scheduler's ``outbox_monitor_alerting_stalled``; ``None`` while its /metrics does
+    not listen yet (a loaded run)."""
+    try:
+        return scheduler.metric("outbox_monitor_alerting_stalled")
+    except urllib.error.URLError:
+        return None
+
+
+def evaluations_go_on(conn: psycopg.Connection, seconds: float) -> None:
+    """Wait until the leader's evaluations have gone on ``seconds`` more: the lease's
+    ``evaluated_at`` that far past its value now (the database's clock). On a loaded machine
+    that may take longer than ``seconds``; a duplicate message or a stall would show by then.
+
+    Raises:
+        AssertionError: not within ``LOADED_DEADLINE``.
+    """
+    start = conn.execute(EVALUATED).fetchone()["evaluated_at"]
+
+    def gone_on() -> bool:
+        nonlocal start
+        latest = conn.execute(EVALUATED).fetchone()["evaluated_at"]
+        if start is None:  # no evaluation yet: count from the first
+            start = latest
+            return False
+        return (latest - start).total_seconds() >= seconds
+
+    assert wait_for(gone_on, timeout=LOADED_DEADLINE), f"no evaluation {seconds:g} s after {start}"
+
+
 def test_a_viewer_holding_the_old_leader_lock_does_not_stop_evaluation(
-    logins, dsn, rows, slack_sink, start
+    logins, dsn, conn, rows, slack_sink, start
 ):
     with psycopg.connect(logins.dsn(dsn, logins.read), autocommit=True) as viewer:
         viewer.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (OLD_LOCK,))
@@ -101,7 +135,7 @@ def test_a_viewer_holding_the_old_leader_lock_does_not_stop_evaluation(
         assert fired, "no scheduler evaluated while a viewer held the old lock: " + "".join(
             s.output for s in schedulers
         )
-        time.sleep(1.5)  # both replicas evaluate many times: still one message, no stall
+        evaluations_go_on(conn, 5 * INTERVAL)  # many evaluations: still one message, no stall
     assert len(slack_sink.messages()) == 1
     assert sum(s.leads for s in schedulers) == 1
     assert all(STALLED not in s.output for s in schedulers)
@@ -140,15 +174,8 @@ def test_a_stranger_holding_the_lease_alerts_stalled_once_then_resolved(
             s.output for s in followers
         )
         stalled_after = time.monotonic() - held
-
-        def noticed(scheduler: Scheduler) -> bool:
-            try:
-                return scheduler.metric("outbox_monitor_alerting_stalled") == 1
-            except urllib.error.URLError:  # its /metrics not listening yet (a loaded run)
-                return False
-
         # every follower noticed it (a loaded run read one follower's gauge before it had)
-        assert wait_for(lambda: all(noticed(s) for s in followers), timeout=LOADED_DEADLINE)
+        assert wait_for(lambda: all(stalled_gauge(s) == 1 for s in followers), LOADED_DEADLINE)
         [alert] = stall_messages(slack_sink)  # and still one message
         assert STALLED in alert["text"]
         # its runbook steps, as a rule's (alerts/own_runbooks.py), numbered after the title
@@ -166,7 +193,7 @@ def test_a_stranger_holding_the_lease_alerts_stalled_once_then_resolved(
         resumed = time.monotonic()
         assert wait_for(lambda: len(stall_messages(slack_sink)) == 2, timeout=30)
         resolved_after = time.monotonic() - resumed
-        time.sleep(1.5)
+        evaluations_go_on(conn, 5 * INTERVAL)  # a second resolve would show by then
         alert, resolve = stall_messages(slack_sink)
         assert "RESOLVED" in resolve["text"].upper()
         assert wait_for(
@@ -192,7 +219,9 @@ def test_a_frozen_leader_is_alerted_once_replaced_at_lease_expiry_and_fenced(
     assert wait_for(lambda: sum(s.leads for s in schedulers) == 1, timeout=30)
     [leader] = [s for s in schedulers if s.leads]
     followers = [s for s in schedulers if s is not leader]
-    time.sleep(1.0)
+    # the followers watch, and the leader evaluates past the stall threshold: no message
+    assert wait_for(lambda: all(stalled_gauge(s) == 0 for s in followers), LOADED_DEADLINE)
+    evaluations_go_on(conn, 4 * INTERVAL)
     assert slack_sink.messages() == []
 
     leader.process.send_signal(signal.SIGSTOP)
@@ -221,7 +250,7 @@ def test_a_frozen_leader_is_alerted_once_replaced_at_lease_expiry_and_fenced(
     assert wait_for(lambda: len(slack_sink.messages()) == 3, timeout=30)
     leader.process.send_signal(signal.SIGCONT)  # wakes up: its lease is gone, it writes nothing
     assert wait_for(lambda: "lost the evaluator lease" in leader.output, timeout=30)
-    time.sleep(2.0)
+    time.sleep(2.0)  # let time pass: a write of the woken leader's next ticks would show now
     texts = [m["text"] for m in slack_sink.messages()]
     assert len(texts) == 3, texts
     assert "alerting-stalled" in texts[0] and STALLED in texts[0]
@@ -242,7 +271,7 @@ def test_a_leader_whose_lease_was_taken_over_writes_nothing(
     rows.add(status="processing", created_ago=3600, locked_ago=3600)
     with Leadership(settings, ttl=0.2) as old, Leadership(settings) as new:
         assert old.try_acquire() and not new.try_acquire()
-        time.sleep(0.3)  # the old leader stops renewing (frozen): its lease expires
+        time.sleep(0.3)  # let time pass: the old leader stops renewing, its TTL (0.2 s) ends
         assert new.try_acquire() and new.term == 2
         with pytest.raises(LeadershipLost):
             Evaluator(db, ruleset, fence=old.fence).run_once()
