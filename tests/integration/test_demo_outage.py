@@ -28,6 +28,7 @@ from outbox_monitor.demo.outage import DEFAULT_BROKEN, OUTAGE_ERROR, URL_ENV, re
 from outbox_monitor.demo.rules import use_demo_rules
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow.controls_file import load_controls
+from tests.alerting import wait_for
 from tests.integration.test_demo import running_demo
 
 BROKEN = "order.paid"
@@ -143,10 +144,9 @@ def breaker_messages(sink: str) -> list[str]:
 
 
 def wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(1)
+    """Poll ``predicate`` (a query of the demo's database or sink) every 0.25 s until it is
+    true; fail saying ``what`` after ``timeout`` seconds."""
+    assert wait_for(predicate, timeout=timeout, step=0.25), what
 
 
 def test_breaking_the_demo_downstream_opens_its_breaker_and_healing_closes_it(
