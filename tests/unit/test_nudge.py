@@ -5,6 +5,7 @@ environment. It never raises (but for a timeout that is no positive number of se
 returns within its timeout and logs one WARNING line that names the host and the reason and
 nothing secret. The real n8n webhook: tests/n8n/test_n8n_poller.py."""
 
+import base64
 import datetime
 import json
 import logging
@@ -89,7 +90,7 @@ def webhook() -> Iterator[Webhook]:
         yield hook
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def no_proxy_set(monkeypatch: pytest.MonkeyPatch) -> None:
     """No proxy variable of the machine running the tests reaches ``nudge``."""
     for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
@@ -302,3 +303,73 @@ def test_an_argument_of_the_wrong_type_never_raises_into_the_publisher(
     if not reason.startswith("event_key"):
         reason = f"the request could not be made ({reason})"
     assert_one_clean_warning(caplog, origin or f"http://127.0.0.1:{webhook.port}", reason)
+
+
+def wait_until_no_nudge_runs_late(bound: float = 10.0) -> None:
+    deadline = time.monotonic() + bound
+    while outbox._overruns.count:
+        assert time.monotonic() < deadline, f"{outbox._overruns.count} nudges still run late"
+        time.sleep(0.05)
+
+
+def test_nudges_left_running_past_their_timeout_are_bounded_and_end_with_the_answer(
+    trickling_webhook, webhook, caplog, monkeypatch
+):
+    monkeypatch.setattr(outbox, "NUDGE_OVERRUNS_MAX", 2)
+    wait_until_no_nudge_runs_late()  # an earlier test's trickled answer has ended
+    caplog.set_level(logging.INFO, logger="outbox_monitor.outbox")
+    assert outbox.nudge(trickling_webhook.url, timeout=0.3) is False
+    assert outbox.nudge(trickling_webhook.url, timeout=0.3) is False
+    assert outbox._overruns.count == 2  # both threads still read the trickled answers
+    started = time.monotonic()
+    assert outbox.nudge(webhook.url(), timeout=0.3) is False  # skipped at once, not sent
+    assert time.monotonic() - started < 0.3
+    assert webhook.requests == []
+    trickling = trickling_webhook.url.removesuffix("/webhook/outbox-nudge")
+    suffix = "; the worker claims the row at its next poll"
+    assert warnings_of(caplog) == [
+        f"nudge of {trickling} not delivered: no answer within 0.3 s{suffix}",
+        f"nudge of {trickling} not delivered: no answer within 0.3 s{suffix}",
+        f"nudge of http://127.0.0.1:{webhook.port} not delivered: skipped: 2 earlier nudges "
+        f"still run past their timeout (a webhook trickling its answers?){suffix}",
+    ]
+    trickling_webhook.stop.set()  # the webhook closes: the threads reading it end
+    wait_until_no_nudge_runs_late()
+    ended = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len(ended) == 2
+    assert all(
+        line.startswith(f"nudge of {trickling} ended ") and line.endswith(" of 0.3 s")
+        for line in ended
+    ), ended
+    assert outbox.nudge(webhook.url(), timeout=0.3) is True
+
+
+def test_the_proxy_of_the_environment_carries_the_nudge(monkeypatch, caplog):
+    with serving() as proxy:
+        monkeypatch.setenv("http_proxy", f"http://user:pass@127.0.0.1:{proxy.port}")
+        assert outbox.nudge("http://n8n.invalid:5678/webhook/outbox-nudge", event_key="k")
+    ((target, headers, body),) = proxy.requests
+    assert target == "http://n8n.invalid:5678/webhook/outbox-nudge"  # the absolute URL
+    authorization = {name.lower(): value for name, value in headers.items()}
+    assert (
+        authorization["proxy-authorization"] == f"Basic {base64.b64encode(b'user:pass').decode()}"
+    )
+    assert json.loads(body) == {"event_key": "k"}
+    assert warnings_of(caplog) == []
+
+
+def test_no_proxy_bypasses_the_proxy_and_a_proxy_out_of_reach_is_logged(
+    webhook, monkeypatch, caplog
+):
+    monkeypatch.setenv("http_proxy", f"http://user:pass@127.0.0.1:{free_port()}")
+    monkeypatch.setenv("no_proxy", "localhost,127.0.0.1")
+    assert outbox.nudge(webhook.url(), event_key="k") is True
+    assert len(webhook.requests) == 1
+    monkeypatch.setenv("no_proxy", "localhost")
+    assert outbox.nudge(webhook.url(), event_key="k") is False
+    assert len(webhook.requests) == 1
+    assert_one_clean_warning(
+        caplog,
+        f"http://127.0.0.1:{webhook.port}",
+        "the proxy could not be reached ([Errno 111] Connection refused)",
+    )
