@@ -497,7 +497,7 @@ _overruns = _Overruns()
 def nudge(
     url: str,
     *,
-    event_key: str | None = None,
+    event_key: str | uuid.UUID | datetime.date | datetime.time | None = None,
     timeout: float = NUDGE_TIMEOUT_SECONDS,
     headers: Mapping[str, str] | None = None,
 ) -> bool:
@@ -519,7 +519,8 @@ def nudge(
     request and the answer's status line and headers, even trickled a byte at a time). A
     thread left running past it ends when the webhook answers or closes; while
     ``NUDGE_OVERRUNS_MAX`` such threads run, a nudge is skipped at once (WARNING), and each
-    one's late end is an INFO line.
+    one's late end is an INFO line with its outcome (a late 2xx is not reported to the
+    caller, which has had ``False``).
 
     The proxy variables are honoured as by ``urllib.request``: ``http_proxy`` /
     ``https_proxy`` (or ``all_proxy``) send the nudge through that proxy (its user info as
@@ -614,10 +615,11 @@ def _post_within(url: str, body: dict[str, Any], headers: object, timeout: float
                     _overruns.count -= 1
             if late.is_set():
                 log.info(
-                    "nudge of %s ended %.1f s after it started, past its timeout of %g s",
+                    "nudge of %s ended %.2f s after it started, past its timeout of %g s: %s",
                     _origin(url),
                     time.monotonic() - started,
                     timeout,
+                    "delivered late" if outcome == [None] else (outcome or ["stopped"])[0],
                 )
 
     thread = threading.Thread(target=post, name="outbox-monitor-nudge", daemon=True)
