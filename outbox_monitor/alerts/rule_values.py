@@ -1,18 +1,19 @@
 """The values of alerts.yml's fields: durations, rule and route names and message templates
-checked (errors that name what is wrong), secret-looking text recognised, any value quoted for
-a problem line, and a template rendered.
+checked (errors that name what is wrong) and a template rendered; secret-looking text and a
+value quoted for a problem line are ``config.yaml_files``' (``SECRET_PATTERNS``, ``quoted``).
 
 ``alerts.rules`` builds its pydantic models from these; ``alerts.rules_file`` refuses secrets
 and quotes values with them.
 """
 
-import json
 import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from outbox_monitor.config.yaml_files import SECRET_PATTERNS as SECRET_PATTERNS
+from outbox_monitor.config.yaml_files import quoted
 from outbox_monitor.durations import duration_json_schema, parse_duration
 
 MAX_NAME_LENGTH = 63
@@ -26,30 +27,6 @@ TEMPLATE_VARIABLES = ("value", "threshold", "event_type", "rule")
 _SLUG = re.compile(rf"^[a-z0-9][a-z0-9_-]{{0,{MAX_NAME_LENGTH - 1}}}$")
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _TEMPLATE_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|#\}")
-
-# Secret-looking values (issue 3 §1): refused anywhere in the file.
-SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/", re.I),
-        "looks like a Slack webhook URL; secrets do not belong in alerts.yml: put the URL "
-        "in an environment variable and name it with the route's webhook_url_env",
-    ),
-    (
-        re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{4,}|\bxapp-\d-[A-Za-z0-9-]{4,}"),
-        "looks like a Slack token; secrets do not belong in alerts.yml: put it in the "
-        "SLACK_BOT_TOKEN environment variable",
-    ),
-    (
-        re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I),
-        "looks like a URL or DSN with a password; secrets do not belong in alerts.yml: "
-        "put it in an environment variable",
-    ),
-    (
-        re.compile(r"\bpassword\s*=\s*\S", re.I),
-        "looks like a connection string with a password; secrets do not belong in "
-        "alerts.yml: put it in an environment variable",
-    ),
-)
 
 
 # ----------------------------------------------------------------- value formatting
@@ -66,24 +43,6 @@ def render_template(template: str, values: dict[str, str]) -> str:
         The rendered text. A placeholder without a value renders as ``""``.
     """
     return PLACEHOLDER.sub(lambda match: values.get(match.group(1), ""), template)
-
-
-def quoted(value: Any) -> str:
-    """A YAML value inside a message: strings quoted, secrets never echoed."""
-    if isinstance(value, str):
-        if any(pattern.search(value) for pattern, _ in SECRET_PATTERNS):
-            return '"<redacted secret>"'
-        text = value if len(value) <= 60 else value[:57] + "..."
-        return json.dumps(text, ensure_ascii=False)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return str(value)
 
 
 def fail(kind: str, message: str) -> PydanticCustomError:
