@@ -36,8 +36,14 @@ from pydantic import (
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions.audit import require_audited
-from outbox_monitor.alerts.rule_values import PositiveDuration
-from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, quoted, read_yaml
+from outbox_monitor.config.yaml_files import (
+    PositiveDuration,
+    YamlProblem,
+    describe,
+    dotted,
+    quoted,
+    read_yaml,
+)
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.flow.model import (
     MAX_COOLDOWN_SECONDS,
