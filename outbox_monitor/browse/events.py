@@ -20,9 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import note_read, require_audited
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.privacy.redaction import Redactor
+from outbox_monitor.store.audit import note_read, require_audited
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db import database_now as database_now
 from outbox_monitor.store.filters import Where

@@ -35,7 +35,6 @@ from pydantic import (
 )
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import require_audited
 from outbox_monitor.config.yaml_files import (
     PositiveDuration,
     YamlProblem,
@@ -63,6 +62,7 @@ from outbox_monitor.flow.rows import (
     settings_of,
     written,
 )
+from outbox_monitor.store.audit import require_audited
 from outbox_monitor.store.db import Database
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
