@@ -1,22 +1,106 @@
 """Reading the product's YAML files (alerts.yml, the controls file) strictly and saying
 exactly what is wrong: PyYAML's safe loader refusing duplicate keys, anchors, aliases and deep
-nesting; a size limit checked before parsing; pydantic errors in plain words.
+nesting; a size limit checked before parsing; pydantic errors in plain words; secret-looking
+text recognised (``SECRET_PATTERNS``), a value quoted for a problem line, never a secret
+(``quoted``), and the durations of alerts.yml and the controls file (``Duration``,
+``PositiveDuration``: pydantic types whose errors say what is wrong, ``fail``).
 
 Callers turn a ``YamlProblem`` into their own error class (``RulesError``, ``ControlsError``),
 which prefixes the file's path to each problem.
 """
 
 import difflib
+import json
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BeforeValidator, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
-from outbox_monitor.alerts.rule_values import quoted
+from outbox_monitor.durations import duration_json_schema, parse_duration
 
 MAX_NESTING = 20
 """Deepest nesting accepted (alerts.yml needs 4: rules, a rule, labels, a value)."""
+
+# Secret-looking values (issue 3 §1): refused anywhere in the file.
+SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/", re.I),
+        "looks like a Slack webhook URL; secrets do not belong in alerts.yml: put the URL "
+        "in an environment variable and name it with the route's webhook_url_env",
+    ),
+    (
+        re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{4,}|\bxapp-\d-[A-Za-z0-9-]{4,}"),
+        "looks like a Slack token; secrets do not belong in alerts.yml: put it in the "
+        "SLACK_BOT_TOKEN environment variable",
+    ),
+    (
+        re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I),
+        "looks like a URL or DSN with a password; secrets do not belong in alerts.yml: "
+        "put it in an environment variable",
+    ),
+    (
+        re.compile(r"\bpassword\s*=\s*\S", re.I),
+        "looks like a connection string with a password; secrets do not belong in "
+        "alerts.yml: put it in an environment variable",
+    ),
+)
+
+
+def quoted(value: Any) -> str:
+    """A YAML value inside a message: strings quoted, secrets never echoed."""
+    if isinstance(value, str):
+        if any(pattern.search(value) for pattern, _ in SECRET_PATTERNS):
+            return '"<redacted secret>"'
+        text = value if len(value) <= 60 else value[:57] + "..."
+        return json.dumps(text, ensure_ascii=False)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return str(value)
+
+
+def fail(kind: str, message: str) -> PydanticCustomError:
+    """The validation error of one field: its ``kind`` and the ``message`` people read."""
+    return PydanticCustomError(kind, message)
+
+
+def to_duration(value: Any, *, example: str = "90s, 15m or 1h") -> float:
+    """A duration (``90s``, ``15m``, a number of seconds) in seconds; ``fail`` otherwise."""
+    if isinstance(value, bool) or value is None or isinstance(value, list | dict):
+        raise fail("duration", f"expected a duration such as {example}, got {quoted(value)}")
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise fail(
+            "duration", f"expected a duration such as {example}, got {quoted(value)}"
+        ) from None
+
+
+DURATION_SCHEMA = duration_json_schema()
+Duration = Annotated[float, BeforeValidator(to_duration), WithJsonSchema(DURATION_SCHEMA)]
+
+
+def positive_duration(value: Any) -> float:
+    """``to_duration``, refusing ``0s`` and less."""
+    seconds = to_duration(value)
+    if seconds <= 0:
+        raise fail("duration", f"must be longer than 0s, got {quoted(value)}")
+    return seconds
+
+
+POSITIVE_DURATION_SCHEMA = duration_json_schema(positive=True)
+PositiveDuration = Annotated[
+    float, BeforeValidator(positive_duration), WithJsonSchema(POSITIVE_DURATION_SCHEMA)
+]
 
 
 class YamlProblem(Exception):

@@ -35,9 +35,14 @@ from pydantic import (
 )
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import require_audited
-from outbox_monitor.alerts.rule_values import PositiveDuration, quoted
-from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
+from outbox_monitor.config.yaml_files import (
+    PositiveDuration,
+    YamlProblem,
+    describe,
+    dotted,
+    quoted,
+    read_yaml,
+)
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.flow.model import (
     MAX_COOLDOWN_SECONDS,
@@ -57,6 +62,7 @@ from outbox_monitor.flow.rows import (
     settings_of,
     written,
 )
+from outbox_monitor.store.audit import require_audited
 from outbox_monitor.store.db import Database
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
