@@ -457,9 +457,21 @@ def _rules(route: str = "{}", threshold: str = "1000") -> str:
 
 
 ONE_VERDICT = {
+    # a whole number written with a fraction is that number (JSON Schema's "integer" too)
+    "concurrency: 5.0": ("controls", _control("concurrency: 5.0"), True),
+    "rate.burst: 2.0": ("controls", _control("rate: {per_second: 1, burst: 2.0}"), True),
+    "breaker.min_attempts: 5.0": ("controls", _control("breaker: {min_attempts: 5.0}"), True),
+    "concurrency: 5.5": ("controls", _control("concurrency: 5.5"), False),
+    "breaker.min_attempts: 2.5": ("controls", _control("breaker: {min_attempts: 2.5}"), False),
+    # no coercion of booleans and text into numbers
+    "breaker.ratio: true": ("controls", _control("breaker: {ratio: true}"), False),
+    "breaker.ratio: '0.5'": ("controls", _control("breaker: {ratio: '0.5'}"), False),
+    "breaker.min_attempts: true": ("controls", _control("breaker: {min_attempts: true}"), False),
+    "breaker.min_attempts: '5'": ("controls", _control("breaker: {min_attempts: '5'}"), False),
     # YAML 1.2, as editors and check-jsonschema read it: 1e3 is a number; yes, no and 1:30
     # are text; True is true
     "rate.per_second: 1e3": ("controls", _control("rate: {per_second: 1e3}"), True),
+    "concurrency: 1e3": ("controls", _control("concurrency: 1e3"), True),
     "threshold: 1e3": ("alerts", _rules(threshold="1e3"), True),
     "pause: yes": ("controls", _control("pause: yes"), False),
     "pause: True": ("controls", _control("pause: True"), True),
