@@ -10,6 +10,7 @@ theirs on their first line (``# yaml-language-server: $schema=…``) for editors
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,6 +232,8 @@ def _type_words(schema: dict[str, Any], kind: str, root: dict[str, Any], path: s
         return "text" + _bounds(schema, "minLength", "maxLength", " of {} characters")
     if kind in ("number", "integer"):
         noun = "number" if kind == "number" else "whole number"
+        if schema.get("maximum") == sys.float_info.max:  # only finite: no bound of its own
+            return "finite number"
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
         strict = "exclusiveMinimum" in schema
         high = schema.get("maximum")

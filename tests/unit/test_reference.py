@@ -468,6 +468,9 @@ ONE_VERDICT = {
     "breaker.ratio: '0.5'": ("controls", _control("breaker: {ratio: '0.5'}"), False),
     "breaker.min_attempts: true": ("controls", _control("breaker: {min_attempts: true}"), False),
     "breaker.min_attempts: '5'": ("controls", _control("breaker: {min_attempts: '5'}"), False),
+    "threshold: '1_000'": ("alerts", _rules(threshold="'1_000'"), False),
+    "threshold: 'inf'": ("alerts", _rules(threshold="'inf'"), False),
+    "threshold: .inf": ("alerts", _rules(threshold=".inf"), False),
     # YAML 1.2, as editors and check-jsonschema read it: 1e3 is a number; yes, no and 1:30
     # are text; True is true
     "rate.per_second: 1e3": ("controls", _control("rate: {per_second: 1e3}"), True),
