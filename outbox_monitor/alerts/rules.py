@@ -304,6 +304,8 @@ class Rule(_Model):
             raise fail("attempts", f"only attempts_at_least takes attempts, not {metric.metric}")
         if metric and metric.attempts and value is None:
             raise fail("attempts", "required for attempts_at_least (e.g. attempts: 5)")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 5.0, as JSON Schema's integer
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise fail("attempts", f"expected a whole number ≥ 1, got {quoted(value)}")
         if value is not None and value < 1:

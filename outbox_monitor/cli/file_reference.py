@@ -312,6 +312,12 @@ def file_page(kind: FileKind) -> str:
         "",
         "Durations are seconds, or a number and a unit: `90s`, `15m`, `1h`, `30d`, `2w`.",
         "",
+        "The file is read as YAML 1.2, as the editor and check-jsonschema read it: `true` "
+        "and `false` are the booleans (`yes`, `no`, `on` and `off` are text), `1e3` is a "
+        "number, `1:30` is text, and a whole number may be written `5` or `5.0`; a number "
+        "or a boolean written as text (`'5'`, `'true'`) is refused where a number or a "
+        "boolean goes, except a threshold (`'1000'`, `'2.5e3'`).",
+        "",
     ]
     for path, section in _sections(schema):
         lines += [f"## {code(path) if path else 'The file'}", ""]

@@ -449,10 +449,11 @@ def _control(entry: str) -> str:
     return f"controls:\n  - {{event_type: a, {entry}}}\n"
 
 
-def _rules(route: str = "{}", threshold: str = "1000") -> str:
+def _rules(route: str = "{}", threshold: str = "1000", attempts: str | None = None) -> str:
+    metric = "queue_depth" if attempts is None else f"attempts_at_least, attempts: {attempts}"
     return (
         f"version: 1\nroutes:\n  oncall: {route}\nrules:\n  - {{name: backlog, "
-        f'metric: queue_depth, op: ">", threshold: {threshold}, route: oncall}}\n'
+        f'metric: {metric}, op: ">", threshold: {threshold}, route: oncall}}\n'
     )
 
 
@@ -461,13 +462,17 @@ ONE_VERDICT = {
     "concurrency: 5.0": ("controls", _control("concurrency: 5.0"), True),
     "rate.burst: 2.0": ("controls", _control("rate: {per_second: 1, burst: 2.0}"), True),
     "breaker.min_attempts: 5.0": ("controls", _control("breaker: {min_attempts: 5.0}"), True),
+    "attempts: 5.0": ("alerts", _rules(attempts="5.0"), True),
     "concurrency: 5.5": ("controls", _control("concurrency: 5.5"), False),
+    "attempts: 2.5": ("alerts", _rules(attempts="2.5"), False),
     "breaker.min_attempts: 2.5": ("controls", _control("breaker: {min_attempts: 2.5}"), False),
     # no coercion of booleans and text into numbers
     "breaker.ratio: true": ("controls", _control("breaker: {ratio: true}"), False),
     "breaker.ratio: '0.5'": ("controls", _control("breaker: {ratio: '0.5'}"), False),
     "breaker.min_attempts: true": ("controls", _control("breaker: {min_attempts: true}"), False),
     "breaker.min_attempts: '5'": ("controls", _control("breaker: {min_attempts: '5'}"), False),
+    "attempts: true": ("alerts", _rules(attempts="true"), False),
+    "attempts: '5'": ("alerts", _rules(attempts="'5'"), False),
     "threshold: '1_000'": ("alerts", _rules(threshold="'1_000'"), False),
     "threshold: 'inf'": ("alerts", _rules(threshold="'inf'"), False),
     "threshold: .inf": ("alerts", _rules(threshold=".inf"), False),
