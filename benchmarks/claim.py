@@ -29,7 +29,7 @@ Usage (from the repository root, with the package installed)::
 
     .venv/bin/python benchmarks/claim.py [--rows 1000000] [--backlogs 1000,3000,50000,200000]
         [--storms 1000:200000,50000:200000] [--batch 50] [--repeat 15]
-        [--retired | --marginal PURPOSE | --advised]
+        [--retired | --marginal PURPOSE | --advised | --crossover]
 
 The report goes to stdout as Markdown; progress goes to stderr. ``--rows 20000 --backlogs
 1000 --storms 1000:5000 --repeat 3`` is a smoke run of well under 30 s. Besides the ratio of
@@ -38,6 +38,24 @@ back to back in one round share the machine's state) with a 95 % bootstrap inter
 the whole interval is above 1.05, "≤ 1.05" when the whole interval is at or below it, otherwise
 the rounds cannot tell (more ``--repeat``). The benchmark's SQL is in
 ``benchmarks/queries.sql``.
+
+Two copies of one table are not equally fast even with the same indexes: their pages lie
+elsewhere in memory and on disk, which alone moves a with/without ratio by 5–10 % at 10 M rows
+(RESULTS.md, "The prefix-keyed indexes on a quiet machine"). ``--crossover`` (without and with
+only) cancels that: the copies are ``outbox_copy_a`` (A) and ``outbox_copy_b`` (B); phase 1 runs
+every scenario with the recommended indexes on A; then both copies go back to the seeded rows,
+the indexes move (dropped on A, created on B by the same ``init_db`` call, then VACUUM ANALYZE of
+both) and phase 2 runs the same scenarios and rounds with them on B. Round ``i`` of a scenario
+in phase 1 pairs with round ``i`` in phase 2: ``sqrt((A_with / B_without) · (B_with /
+A_without))`` is the indexes' effect with A's and B's own speeds cancelled
+(``paired.crossover_ratio``; its median, 95 % bootstrap interval and verdict as above), and
+``sqrt((A_with / B_without) / (B_with / A_without))`` is A's time over B's whatever the indexes
+(``paired.copy_effect``: 1.08 means each phase's plain ratio was off by 8 %, up in phase 1,
+down in phase 2). The report gives both, and each phase's plain paired ratio. A change of the
+machine between the phases that slows both copies alike cancels in each phase's own ratio; the
+estimate assumes each copy's speed relative to the other's stays the same in both phases (the
+backlog rows are inserted anew in phase 2, in the same order as in phase 1). The indexes move
+once, not per scenario (a build takes seconds at 1 M rows, a minute at 10 M).
 """
 
 import argparse
@@ -64,7 +82,7 @@ from figures import (  # figures.py: the script next to this one, on sys.path ab
     scans,
     seed,
 )
-from paired import paired_ratio, verdict  # paired.py, next to this one
+from paired import copy_effect, crossover_ratio, paired_ratio, verdict  # paired.py, next to this
 from scale import preload_stat_statements  # scale.py, next to this one: sets shared_buffers
 
 from outbox_monitor.config.settings import load_settings
@@ -88,6 +106,8 @@ TABLES = {
     "retired": "outbox_retired",
     "advised": "outbox_advised",
 }
+# --crossover: the copies are named for themselves, not for a variant; A has the indexes first
+COPIES = {"with": "outbox_copy_a", "without": "outbox_copy_b"}
 STATEMENTS = (
     "users' claim (SPEC §1 SQL)",
     "outbox_monitor.claim()",
@@ -218,18 +238,33 @@ def variants(args: argparse.Namespace) -> tuple[str, ...]:
     return ("without", "with", "retired") if args.retired else ("without", "with")
 
 
+def table_of(variant: str, args: argparse.Namespace) -> str:
+    """The copy's table name: ``COPIES`` with ``--crossover`` (``outbox_copy_a`` has the
+    indexes in phase 1), else ``TABLES``."""
+    return COPIES[variant] if args.crossover else TABLES[variant]
+
+
+def drop_index(db: RecordingDatabase, name: str) -> None:
+    """``DROP INDEX public.<name>`` (a benchmark table nobody else uses: not CONCURRENTLY)."""
+    with db.direct_connection(statement_timeout=None) as conn:
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("public", name)))
+
+
 def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.Namespace) -> dict:
-    """Copy the seeded table for every variant; returns the connectors and build seconds."""
+    """Copy the seeded table for every variant; returns the connectors (``dbs``), the index
+    builds' seconds (``builds``) and the names of the indexes init-db created (``created``),
+    each by variant."""
     dbs = {}
     builds = {}
+    created_by_variant = {}
     for variant in variants(args):
         settings = load_settings(
             dsn=cluster_dsn,
-            table=f"public.{TABLES[variant]}",
+            table=f"public.{table_of(variant, args)}",
             statement_timeout=STATEMENT_TIMEOUT_SECONDS,
         )
         db = RecordingDatabase(settings).__enter__()
-        log(f"copying the history into {TABLES[variant]}")
+        log(f"copying the history into {table_of(variant, args)}")
         with source.direct_connection(statement_timeout=None) as conn:
             conn.execute(source.compose("benchmark_copy_table", target=db.table))
             conn.execute(db.compose("benchmark_autovacuum_off"))
@@ -238,6 +273,7 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
         start = time.perf_counter()
         if variant in ("with", "before", "advised"):
             created = init_db(db, flow_control=bool(args.marginal)).created_indexes
+            created_by_variant[variant] = created
             log(f"  init-db created {', '.join(created)}")
         if variant == "advised":
             name = index_name(TABLES[variant], CLAIM_ORDER.purpose)
@@ -247,8 +283,7 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
             log(f"  and the claim advisor's {statement}")
         if variant == "before":
             left_out = args.marginal.name(TABLES[variant])
-            with db.direct_connection(statement_timeout=None) as conn:
-                conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("public", left_out)))
+            drop_index(db, left_out)
             log(f"  and {left_out} dropped")
         elif variant == "retired":
             names = {
@@ -261,7 +296,40 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
         if variant in ("before", "with", "retired", "advised"):
             builds[variant] = time.perf_counter() - start
         dbs[variant] = db
-    return {"dbs": dbs, "builds": builds}
+    return {"dbs": dbs, "builds": builds, "created": created_by_variant}
+
+
+def move_indexes(dbs: dict[str, RecordingDatabase], created: list[str]) -> dict[str, Any]:
+    """``--crossover`` between its phases: drop the ``created`` indexes on the copy that had
+    them (``dbs["with"]``, copy A), create them on the other (``dbs["without"]``, copy B) with
+    the same ``init_db`` call as before phase 1, then VACUUM ANALYZE both. Returns the seconds
+    of the drop, the build and the vacuum, and the load average then.
+
+    Raises RuntimeError when init-db on B created other indexes than A had (by purpose), so a
+    phase 2 never runs on copies that differ in more than the move."""
+    copy_a, copy_b = dbs["with"], dbs["without"]
+    start = time.perf_counter()
+    for name in created:
+        drop_index(copy_a, name)
+    dropped = time.perf_counter()
+    moved = init_db(copy_b).created_indexes
+    built = time.perf_counter()
+    purposes = [
+        sorted(name.removeprefix(f"{db.settings.table_parts[1]}_") for name in names)
+        for db, names in ((copy_a, created), (copy_b, moved))
+    ]
+    if purposes[0] != purposes[1]:
+        raise RuntimeError(f"copy A had the indexes {created}, init-db created {moved} on B")
+    for db in (copy_a, copy_b):
+        with db.connection() as conn:
+            conn.execute(db.compose("benchmark_vacuum_analyze"))
+    log(f"  dropped {', '.join(created)}; init-db created {', '.join(moved)}")
+    return {
+        "drop": dropped - start,
+        "build": built - dropped,
+        "vacuum": time.perf_counter() - built,
+        "load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
 
 
 def ms(value: float) -> str:
@@ -269,8 +337,13 @@ def ms(value: float) -> str:
 
 
 def print_report(
-    args: argparse.Namespace, server: dict[str, Any], shape: dict[str, Any], results: list[Result]
+    args: argparse.Namespace,
+    server: dict[str, Any],
+    shape: dict[str, Any],
+    phases: list[list[Result]],
 ) -> None:
+    """The Markdown report: the setup, then the ratios (one phase: each variant against the
+    base; two, ``--crossover``: each phase's and the crossover's), then the claim's plans."""
     print("## Setup\n")
     command = " ".join(["benchmarks/claim.py", *sys.argv[1:]])
     print(f"- command: `.venv/bin/python {command}`")
@@ -284,21 +357,63 @@ def print_report(
         f"{server['shared_buffers']}, work_mem {server['work_mem']}, "
         f"max_parallel_workers_per_gather {server['parallel_workers']}; fsync off"
     )
+    tables = shape["tables"]
+    if args.crossover:
+        copies = (
+            f"copied twice: {tables['with']} (A: with in phase 1, without in phase 2), "
+            f"{tables['without']} (B: without, then with)"
+        )
+    else:
+        copies = "copied per variant: " + ", ".join(f"{tables[v]} ({v})" for v in tables)
     print(
         f"- history: {shape['total']:,} rows seeded as figures.py does ("
         + ", ".join(f"{k} {n:,}" for k, n in shape["counts"].items())
         + f"), its {shape['acked']:,} due pending rows acked; seed {shape['seed_seconds']:.1f} s; "
-        "copied per variant: "
-        + ", ".join(f"{TABLES[v]} ({v})" for v in shape["variants"])
+        + copies
         + "; index builds "
         + ", ".join(f"{v} {s:.1f} s" for v, s in shape["builds"].items())
     )
+    if args.crossover:
+        move = shape["move"]
+        print(
+            f"- crossover: phase 1 {shape['phase_seconds'][0]:.0f} s; then the indexes moved "
+            f"from A to B (dropped {move['drop']:.1f} s, init-db on B {move['build']:.1f} s, "
+            f"VACUUM ANALYZE of both {move['vacuum']:.1f} s; load average then "
+            f"{move['load']}); phase 2 {shape['phase_seconds'][1]:.0f} s, the same scenarios "
+            "and rounds, round i paired with phase 1's round i"
+        )
     print(
         f"- batch of {args.batch} rows; median (min) of {args.repeat} interleaved rounds after "
         "one warm-up, each statement in a rolled-back transaction, only the statement timed; "
         "VACUUM after each scenario\n"
     )
-    variants = shape["variants"]
+    if args.crossover:
+        print_crossover(phases)
+    else:
+        print_paired(shape["variants"], phases[0])
+    print(
+        "\nPlans of the users' claim (EXPLAIN ANALYZE, BUFFERS): scans; rows removed by filter; "
+        "pages.\n"
+    )
+    columns = [(phase, variant) for phase in range(len(phases)) for variant in shape["variants"]]
+    if args.crossover:
+        names = ["phase 1 B without", "phase 1 A with", "phase 2 A without", "phase 2 B with"]
+    else:
+        names = list(shape["variants"])
+    print("| scenario | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for index, result in enumerate(phases[0]):
+        cells = [
+            f"{plan}; {removed:,}; {pages:,}"
+            for plan, removed, pages in (phases[p][index].plans[v] for p, v in columns)
+        ]
+        print(f"| {result.scenario.label} | " + " | ".join(cells) + " |")
+    print()
+
+
+def print_paired(variants: list[str], results: list[Result]) -> None:
+    """Each variant against the base (the first): medians (min), their ratio, and the
+    round-by-round ratio with its 95 % interval and verdict."""
     base_variant, *others = variants
     head = " | ".join(f"{v} ms | {v}/{base_variant} | by round [95 %]" for v in others)
     print(f"| scenario | statement | {base_variant} ms | {head} |")
@@ -314,19 +429,37 @@ def print_report(
                 cells.append(f"{value / base:.2f}")
                 cells.append(f"{paired:.2f} [{low:.2f}, {high:.2f}]{verdict(low, high)}")
             print(f"| {result.scenario.label} | {statement} | " + " | ".join(cells) + " |")
+
+
+def print_crossover(phases: list[list[Result]]) -> None:
+    """``--crossover``: per scenario and statement each phase's medians and paired
+    with/without ratio [95 %], the crossover ratio [95 %] with its verdict, and copy A's
+    time over copy B's (the placement factor the crossover cancelled)."""
     print(
-        "\nPlans of the users' claim (EXPLAIN ANALYZE, BUFFERS): scans; rows removed by filter; "
-        "pages.\n"
+        "| scenario | statement | phase 1 ms: B without / A with | phase 1 by round [95 %] "
+        "| phase 2 ms: A without / B with | phase 2 by round [95 %] | crossover [95 %] "
+        "| copy A/B [95 %] |"
     )
-    print("| scenario | " + " | ".join(variants) + " |")
-    print("|---|" + "---|" * len(variants))
-    for result in results:
-        cells = [
-            f"{plan}; {removed:,}; {pages:,}"
-            for plan, removed, pages in (result.plans[v] for v in variants)
-        ]
-        print(f"| {result.scenario.label} | " + " | ".join(cells) + " |")
-    print()
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for first, second in zip(*phases, strict=True):
+        for statement in STATEMENTS:
+            cells = []
+            for result in (first, second):
+                medians = (result.median(v, statement) for v in ("without", "with"))
+                cells.append(" / ".join(ms(value) for value in medians))
+                cells.append(
+                    "{:.2f} [{:.2f}, {:.2f}]".format(*result.paired_ratio("with", statement))
+                )
+            samples = (
+                first.samples["with"][statement],
+                first.samples["without"][statement],
+                second.samples["with"][statement],
+                second.samples["without"][statement],
+            )
+            ratio, low, high = crossover_ratio(*samples)
+            cells.append(f"{ratio:.2f} [{low:.2f}, {high:.2f}]{verdict(low, high)}")
+            cells.append("{:.2f} [{:.2f}, {:.2f}]".format(*copy_effect(*samples)))
+            print(f"| {first.scenario.label} | {statement} | " + " | ".join(cells) + " |")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -358,6 +491,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "against 'advised' (and the proposed index)",
     )
     parser.add_argument(
+        "--crossover",
+        action="store_true",
+        help="cancel the copies' own speeds: every scenario with the indexes on copy A, then "
+        "with them moved to copy B; reports the crossover ratio and the copy effect",
+    )
+    parser.add_argument(
         "--shared-buffers",
         default="4GB",
         help="the cluster's shared_buffers: every copy's backlog pages must fit, or the copies"
@@ -383,6 +522,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.marginal = by_purpose[args.marginal]
     if args.advised and args.retired:
         parser.error("--advised and --retired: one at a time")
+    if args.crossover and (args.marginal or args.advised or args.retired):
+        parser.error(
+            "--crossover moves the recommended indexes between the copies without and with;"
+            " it does not combine with --marginal, --advised or --retired"
+        )
     if args.rows < 1000 or args.repeat < 1 or args.batch < 1 or min(backlogs) < 1:
         parser.error("need --rows >= 1000, --repeat >= 1, --batch >= 1, backlogs >= 1")
     return args
@@ -409,10 +553,32 @@ def seeded_history(
         log("stopping the cluster")
 
 
+def run_phase(
+    dbs: dict[str, RecordingDatabase],
+    args: argparse.Namespace,
+    start: Scenario,
+    anchor: datetime,
+    phase: str = "",
+) -> list[Result]:
+    """Every scenario in turn, the tables brought from ``start``'s rows to the scenario's,
+    then measured; one ``Result`` per scenario (``phase``: a prefix of the progress lines)."""
+    results = []
+    current = start
+    for scenario in args.scenarios:
+        log(f"{phase}scenario {scenario.label}")
+        for db in dbs.values():
+            bring_to(db, scenario, current, anchor)
+        current = scenario
+        result = Result(scenario, next(iter(dbs)))
+        measure(dbs, args, result)
+        results.append(result)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    results: list[Result] = []
+    phases: list[list[Result]] = []
     with seeded_history(args.rows, args.shared_buffers) as (cluster, source, shape):
         shape["load"] = load
         shape["counts"] = {
@@ -424,22 +590,27 @@ def main(argv: list[str] | None = None) -> int:
         dbs = prepared["dbs"]
         shape["builds"] = prepared["builds"]
         shape["variants"] = list(dbs)
+        shape["tables"] = {variant: db.settings.table_parts[1] for variant, db in dbs.items()}
         anchor = datetime.now(UTC)
-        current = Scenario(0, 0)
         try:
-            for scenario in args.scenarios:
-                log(f"scenario {scenario.label}")
-                for db in dbs.values():
-                    bring_to(db, scenario, current, anchor)
-                current = scenario
-                result = Result(scenario, shape["variants"][0])
-                measure(dbs, args, result)
-                results.append(result)
+            started = time.perf_counter()
+            first = "phase 1: " if args.crossover else ""
+            phases.append(run_phase(dbs, args, Scenario(0, 0), anchor, first))
+            shape["phase_seconds"] = [time.perf_counter() - started]
+            if args.crossover:
+                log("back to the seeded rows; the recommended indexes move from copy A to B")
+                for db in dbs.values():  # phase 2 starts where phase 1 did
+                    bring_to(db, Scenario(0, 0), args.scenarios[-1], anchor)
+                shape["move"] = move_indexes(dbs, prepared["created"]["with"])
+                swapped = {"without": dbs["with"], "with": dbs["without"]}
+                started = time.perf_counter()
+                phases.append(run_phase(swapped, args, Scenario(0, 0), anchor, "phase 2: "))
+                shape["phase_seconds"].append(time.perf_counter() - started)
         finally:
             for db in dbs.values():
                 db.__exit__(None, None, None)
         shape["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print_report(args, server, shape, results)
+    print_report(args, server, shape, phases)
     return 0
 
 

@@ -19,7 +19,7 @@ def duration_json_schema(*, positive: bool = False, minimum: float = 0) -> dict[
     product's YAML files (``cli.file_reference``).
 
     Args:
-        positive: refuse zero too (``0s``, ``0``), as ``alerts.rule_values.positive_duration``.
+        positive: refuse zero too (``0s``, ``0``), as ``config.yaml_files.positive_duration``.
         minimum: the fewest seconds a number may give (text is not bounded).
 
     Returns:

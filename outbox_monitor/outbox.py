@@ -7,8 +7,14 @@ drift apart.
 All of them take the caller's ``psycopg.Connection`` and run in its transaction.
 """
 
+import datetime
+import json
 import logging
+import math
 import threading
+import time
+import urllib.request
+import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -470,11 +476,28 @@ NUDGE_TIMEOUT_SECONDS = 2.0
 """``nudge``'s default bound: a nudge only saves the wait for the next poll, so it never
 holds the publisher up for long."""
 
+NUDGE_OVERRUNS_MAX = 4
+"""How many nudges may still run past their timeout before the next one is skipped. A nudge
+runs on a daemon thread its caller stops waiting for at the timeout; a webhook trickling its
+answer a byte at a time keeps that thread until it closes, so a publisher's threads never
+pile up behind it: at most this many wait on such webhooks at once."""
+
+
+class _Overruns:
+    """The nudges still running past their timeout: their count, under a lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+
+_overruns = _Overruns()
+
 
 def nudge(
     url: str,
     *,
-    event_key: str | None = None,
+    event_key: str | uuid.UUID | datetime.date | datetime.time | None = None,
     timeout: float = NUDGE_TIMEOUT_SECONDS,
     headers: Mapping[str, str] | None = None,
 ) -> bool:
@@ -484,50 +507,63 @@ def nudge(
     Call it after the publishing transaction commits, never inside it: a nudge before the
     commit wakes a poller that cannot see the row yet. The nudge carries no payload; the
     worker claims whatever is due from Postgres. A lost nudge costs at most one poll
-    interval, so it never raises into the caller: a failure is one WARNING line on the
-    ``outbox_monitor.outbox`` logger naming the URL's scheme, host and port (never its
-    path, query, user info or the headers) and the reason, and ``False`` is returned.
+    interval, so it never raises into the caller (but for a ``timeout`` that is no number of
+    seconds, a programming error): a failure — including arguments of the wrong type — is
+    one WARNING line on the ``outbox_monitor.outbox`` logger naming the URL's scheme, host
+    and port (never its path, query, user info or the headers) and the reason (an
+    exception's type, never its text, which may hold a secret), and ``False`` is returned.
     One request, no retry, no redirect followed; a new connection each call.
+
+    It returns within ``timeout``, whatever the webhook does: the request runs on a daemon
+    thread the caller waits for at most ``timeout`` seconds (connect, name resolution, the
+    request and the answer's status line and headers, even trickled a byte at a time). A
+    thread left running past it ends when the webhook answers or closes; while
+    ``NUDGE_OVERRUNS_MAX`` such threads run, a nudge is skipped at once (WARNING), and each
+    one's late end is an INFO line with its outcome (a late 2xx is not reported to the
+    caller, which has had ``False``).
+
+    The proxy variables are honoured as by ``urllib.request``: ``http_proxy`` /
+    ``https_proxy`` (or ``all_proxy``) send the nudge through that proxy (its user info as
+    Basic proxy authorisation), unless ``no_proxy`` names the webhook's host.
 
     Args:
         url: the webhook, e.g. ``http://n8n:5678/webhook/outbox-nudge``. User info in the
             URL is not sent: pass credentials in ``headers``.
         event_key: the published row's ``event_key``, a label of the wake-up for the
-            worker's logs (the shipped workflow keeps only it); ``None`` sends ``{}``.
-        timeout: seconds, > 0, shared by the connect and the wait for the answer
-            (urllib3's total timeout: each read of the status line and headers may wait
-            what the connect left, so only a server trickling them byte by byte can
-            stretch it). The body is not read. Name resolution (``getaddrinfo``) is the
-            system resolver's and not bounded by it.
+            worker's logs (the shipped workflow keeps only it); ``None`` sends ``{}``. A
+            ``uuid.UUID``, ``datetime``, ``date`` or ``time`` is sent as ``str(event_key)``
+            (``00000000-…-00000000002a``, ``2026-12-04 21:40:00+00:00``); a value JSON
+            cannot hold (bytes, a set, …) is not sent (WARNING, ``False``).
+        timeout: seconds, a finite number > 0 (not a bool, not a string): the bound of the
+            whole call. Within it the request also uses it as urllib3's total timeout.
         headers: extra request headers, e.g. ``{"Authorization": "Bearer …"}`` for an
             n8n webhook with Header Auth.
 
     Returns:
         ``True`` when the webhook answered 2xx (n8n's nudge answers 202 on receipt);
-        ``False`` when it answered anything else or could not be reached in time.
+        ``False`` when it answered anything else, could not be reached in time, or the
+        request could not be made.
 
     Raises:
-        ValueError: ``timeout`` is not a positive number (before any request is made).
+        ValueError: ``timeout`` is not a finite number of seconds > 0 (before any request
+            is made).
     """
-    bound = urllib3.Timeout(total=timeout)
-    try:
-        with urllib3.PoolManager(retries=False, timeout=bound) as pool:
-            response = pool.request(
-                "POST",
-                url,
-                json={} if event_key is None else {"event_key": event_key},
-                headers=headers,
-                redirect=False,
-                preload_content=False,
+    seconds = _nudge_timeout(timeout)
+    body = _nudge_body(event_key)
+    if isinstance(body, str):
+        failure: str | None = body
+    else:
+        with _overruns.lock:
+            running_late = _overruns.count
+        if running_late >= NUDGE_OVERRUNS_MAX:
+            failure = (
+                f"skipped: {running_late} earlier nudges still run past their timeout "
+                "(a webhook trickling its answers?)"
             )
-            try:
-                if 200 <= response.status < 300:
-                    return True
-                failure = f"HTTP {response.status} {response.reason or ''}".rstrip()
-            finally:
-                response.close()
-    except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
-        failure = _nudge_failure(error, timeout)
+        else:
+            failure = _post_within(url, body, headers, seconds)
+    if failure is None:
+        return True
     log.warning(
         "nudge of %s not delivered: %s; the worker claims the row at its next poll",
         _origin(url),
@@ -536,23 +572,124 @@ def nudge(
     return False
 
 
+def _nudge_timeout(timeout: object) -> float:
+    """``timeout`` as seconds, or ValueError when it is no finite number > 0."""
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+        try:
+            seconds = float(timeout)
+        except OverflowError:
+            seconds = math.inf
+        if 0 < seconds <= threading.TIMEOUT_MAX:
+            return seconds
+    raise ValueError(f"nudge's timeout must be a finite number of seconds > 0, not {timeout!r}")
+
+
+def _nudge_body(event_key: object) -> dict[str, Any] | str:
+    """The JSON object a nudge posts, or why it cannot be made."""
+    if event_key is None:
+        return {}
+    if isinstance(event_key, uuid.UUID | datetime.date | datetime.time):
+        event_key = str(event_key)
+    try:
+        json.dumps(event_key)
+    except (TypeError, ValueError) as error:
+        return f"event_key is {type(event_key).__name__}, not text ({type(error).__name__})"
+    return {"event_key": event_key}
+
+
+def _post_within(url: str, body: dict[str, Any], headers: object, timeout: float) -> str | None:
+    """POST ``body`` on a daemon thread waited for at most ``timeout`` seconds: ``None``
+    when it was delivered, else why not."""
+    outcome: list[str | None] = []
+    late = threading.Event()  # set under _overruns.lock when the caller stopped waiting
+    started = time.monotonic()
+
+    def post() -> None:
+        try:
+            outcome.append(_post(url, body, headers, timeout))
+        except Exception as error:  # never into the publisher, and never unlogged
+            outcome.append(_nudge_failure(error, timeout))
+        finally:
+            with _overruns.lock:
+                if late.is_set():
+                    _overruns.count -= 1
+            if late.is_set():
+                log.info(
+                    "nudge of %s ended %.2f s after it started, past its timeout of %g s: %s",
+                    _origin(url),
+                    time.monotonic() - started,
+                    timeout,
+                    "delivered late" if outcome == [None] else (outcome or ["stopped"])[0],
+                )
+
+    thread = threading.Thread(target=post, name="outbox-monitor-nudge", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError as error:  # no thread left to start
+        return _nudge_failure(error, timeout)
+    thread.join(timeout)
+    with _overruns.lock:
+        if outcome:
+            return outcome[0]
+        late.set()
+        _overruns.count += 1
+    return f"no answer within {timeout:g} s"
+
+
+def _post(url: str, body: dict[str, Any], headers: Any, timeout: float) -> str | None:
+    """The nudge's one request: ``None`` when answered 2xx, else the answer's status."""
+    with _pool_manager(url, urllib3.Timeout(total=timeout)) as pool:
+        response = pool.request(
+            "POST", url, json=body, headers=headers, redirect=False, preload_content=False
+        )
+        try:
+            if 200 <= response.status < 300:
+                return None
+            return f"HTTP {response.status} {response.reason or ''}".rstrip()
+        finally:
+            response.close()
+
+
+def _pool_manager(url: str, timeout: urllib3.Timeout) -> urllib3.PoolManager:
+    """A pool for one request to ``url``: through the proxy the environment names for its
+    scheme (``urllib.request.getproxies``) unless ``no_proxy`` bypasses its host."""
+    parsed = urllib3.util.parse_url(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parsed.scheme or "http") or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(parsed.host or ""):
+        auth = urllib3.util.parse_url(proxy).auth
+        return urllib3.ProxyManager(
+            proxy,
+            proxy_headers=urllib3.make_headers(proxy_basic_auth=auth) if auth else None,
+            retries=False,
+            timeout=timeout,
+        )
+    return urllib3.PoolManager(retries=False, timeout=timeout)
+
+
 def _nudge_failure(error: Exception, timeout: float) -> str:
     """Why a nudge's request failed, without a secret: the text of a malformed URL or
-    header may hold one, so those name only the error's type."""
+    header may hold one, so an error other than a refused connection or a timeout is
+    named by its type only."""
+    if isinstance(error, urllib3.exceptions.ProxyError):
+        return f"the proxy could not be reached ({_nudge_failure(error.original_error, timeout)})"
     if isinstance(error, urllib3.exceptions.NewConnectionError) and error.__cause__:
         return str(error.__cause__)  # refused, unreachable, unknown host: "[Errno 111] …"
     if isinstance(error, urllib3.exceptions.TimeoutError):
         return f"no answer within {timeout:g} s"
-    if isinstance(error, ValueError):
-        return f"the request could not be made ({type(error).__name__})"
-    return f"{type(error).__name__}: {error}"
+    if isinstance(error, urllib3.exceptions.HTTPError | OSError) and not isinstance(
+        error,
+        ValueError,  # a malformed URL or header: its text may hold a secret
+    ):
+        return f"{type(error).__name__}: {error}"
+    return f"the request could not be made ({type(error).__name__})"
 
 
-def _origin(url: str) -> str:
+def _origin(url: object) -> str:
     """``scheme://host:port`` of ``url``, the only part of it a log line shows."""
     try:
-        parsed = urllib3.util.parse_url(url)
-    except ValueError:
+        parsed = urllib3.util.parse_url(url)  # type: ignore[arg-type]
+    except Exception:  # ValueError, or TypeError for no str
         return "a malformed URL"
     port = f":{parsed.port}" if parsed.port else ""
     return f"{parsed.scheme or 'http'}://{parsed.host or '?'}{port}"

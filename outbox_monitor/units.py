@@ -1,12 +1,16 @@
 """How figures are written for people, by unit, the same on the dashboard, in Slack and on
 the CLI: rates (``per_minute``) and any rule value or threshold (``format_value``); and the
-users' free text as the key of our own history (``bounded_key``)."""
+users' free text as the key of our own history (``bounded_key``), and the one label of the
+event types past the top N (``OTHER``)."""
 
 import hashlib
 
 from outbox_monitor.durations import format_duration
 
 NO_VALUE = "–"
+OTHER = "other"
+"""The ``event_type`` label of every event type past the top N: ``/metrics``' bounded labels,
+the Overview's and the samples' rows per event type, the rules' instances."""
 MAX_KEY_CHARS = 200
 """Longest ``event_type`` or ``locked_by`` kept whole in our history tables, whose primary
 keys hold them (a btree entry holds at most 2,704 bytes)."""

@@ -35,9 +35,9 @@ import psycopg
 from psycopg import sql
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions.audit import record_audit
 from outbox_monitor.actions.partitions import Partition, count_rows, prune_ages
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.store.audit import record_audit
 from outbox_monitor.store.db import Database, lock_timeout
 from outbox_monitor.store.filters import Where
 from outbox_monitor.store.partitioning import table_shape

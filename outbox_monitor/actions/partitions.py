@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from outbox_monitor.actions.audit import MAX_AUDIT_IDS
+from outbox_monitor.store.audit import MAX_AUDIT_IDS
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
 from outbox_monitor.store.partitioning import table_shape

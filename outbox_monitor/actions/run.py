@@ -12,10 +12,10 @@ from psycopg import sql
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.actions import partition_detach
-from outbox_monitor.actions.audit import MAX_AUDIT_IDS, audit_fields, require_audited
 from outbox_monitor.actions.partitions import Partition
 from outbox_monitor.actions.preview import Part, Preview, previewed
 from outbox_monitor.errors import ActionInterrupted, OutboxMonitorError
+from outbox_monitor.store.audit import MAX_AUDIT_IDS, audit_fields, require_audited
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where

@@ -16,11 +16,11 @@ from typing import Any
 import psycopg
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import audit_fields, require_audited
 from outbox_monitor.alerts.outbox_scope import unscoped_instance
 from outbox_monitor.alerts.silences import create_silence
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.controls import pause
+from outbox_monitor.store.audit import audit_fields, require_audited
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 

@@ -15,9 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.alerts.rules import Rule
-from outbox_monitor.browse import events
 from outbox_monitor.durations import duration_label
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, error_grouping, metrics
 from outbox_monitor.figures.forecast import (
     MIN_SAMPLES,
@@ -32,9 +30,9 @@ from outbox_monitor.figures.workers import due_offenders
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.horizon import SLOT, horizon
 from outbox_monitor.privacy.redaction import redactor_for
-from outbox_monitor.store.db import Database
+from outbox_monitor.store.db import Database, database_now
 from outbox_monitor.store.filters import ExactEventType, Where
-from outbox_monitor.units import bounded_key
+from outbox_monitor.units import OTHER, bounded_key
 
 MAX_INSTANCES = 200
 """At most this many event types become instances of one ``by`` rule (alphabetical)."""
@@ -224,7 +222,7 @@ def rule_forecasts(db: Database, rule: Rule, scopes: list[str | None]) -> list[F
             f"predict to {duration_label((MIN_SAMPLES + 1) * interval)} or more"
         )
     samples = metrics.samples_series(db, window=rule.predict)
-    now = events.database_now(db)
+    now = database_now(db)
     named = [scope for scope in scopes if scope is not None]
     type_rows = (
         by_event_type.history(db, event_types=[*named, OTHER], window=rule.predict) if named else []

@@ -1,19 +1,27 @@
 """The values of alerts.yml's fields: durations, rule and route names and message templates
-checked (errors that name what is wrong), secret-looking text recognised, any value quoted for
-a problem line, and a template rendered.
+checked (errors that name what is wrong) and a template rendered. Secret-looking text, a
+value quoted for a problem line and the durations, values of the controls file too, are
+``config.yaml_files``' (``SECRET_PATTERNS``, ``quoted``, ``fail``, ``Duration``,
+``PositiveDuration``), imported here under their old names.
 
 ``alerts.rules`` builds its pydantic models from these; ``alerts.rules_file`` refuses secrets
 and quotes values with them.
 """
 
-import json
 import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, WithJsonSchema
-from pydantic_core import PydanticCustomError
 
-from outbox_monitor.durations import duration_json_schema, parse_duration
+from outbox_monitor.config.yaml_files import DURATION_SCHEMA as DURATION_SCHEMA
+from outbox_monitor.config.yaml_files import POSITIVE_DURATION_SCHEMA as POSITIVE_DURATION_SCHEMA
+from outbox_monitor.config.yaml_files import SECRET_PATTERNS as SECRET_PATTERNS
+from outbox_monitor.config.yaml_files import Duration as Duration
+from outbox_monitor.config.yaml_files import PositiveDuration as PositiveDuration
+from outbox_monitor.config.yaml_files import fail, quoted
+from outbox_monitor.config.yaml_files import positive_duration as positive_duration
+from outbox_monitor.config.yaml_files import to_duration as to_duration
+from outbox_monitor.durations import parse_duration
 
 MAX_NAME_LENGTH = 63
 MAX_TEMPLATE_LENGTH = 1000
@@ -26,30 +34,6 @@ TEMPLATE_VARIABLES = ("value", "threshold", "event_type", "rule")
 _SLUG = re.compile(rf"^[a-z0-9][a-z0-9_-]{{0,{MAX_NAME_LENGTH - 1}}}$")
 PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _TEMPLATE_SYNTAX = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|#\}")
-
-# Secret-looking values (issue 3 §1): refused anywhere in the file.
-SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"hooks\.slack(?:-gov)?\.com/(?:services|workflows|triggers)/", re.I),
-        "looks like a Slack webhook URL; secrets do not belong in alerts.yml: put the URL "
-        "in an environment variable and name it with the route's webhook_url_env",
-    ),
-    (
-        re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{4,}|\bxapp-\d-[A-Za-z0-9-]{4,}"),
-        "looks like a Slack token; secrets do not belong in alerts.yml: put it in the "
-        "SLACK_BOT_TOKEN environment variable",
-    ),
-    (
-        re.compile(r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.I),
-        "looks like a URL or DSN with a password; secrets do not belong in alerts.yml: "
-        "put it in an environment variable",
-    ),
-    (
-        re.compile(r"\bpassword\s*=\s*\S", re.I),
-        "looks like a connection string with a password; secrets do not belong in "
-        "alerts.yml: put it in an environment variable",
-    ),
-)
 
 
 # ----------------------------------------------------------------- value formatting
@@ -66,59 +50,6 @@ def render_template(template: str, values: dict[str, str]) -> str:
         The rendered text. A placeholder without a value renders as ``""``.
     """
     return PLACEHOLDER.sub(lambda match: values.get(match.group(1), ""), template)
-
-
-def quoted(value: Any) -> str:
-    """A YAML value inside a message: strings quoted, secrets never echoed."""
-    if isinstance(value, str):
-        if any(pattern.search(value) for pattern, _ in SECRET_PATTERNS):
-            return '"<redacted secret>"'
-        text = value if len(value) <= 60 else value[:57] + "..."
-        return json.dumps(text, ensure_ascii=False)
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return str(value)
-
-
-def fail(kind: str, message: str) -> PydanticCustomError:
-    """The validation error of one field: its ``kind`` and the ``message`` people read."""
-    return PydanticCustomError(kind, message)
-
-
-def to_duration(value: Any, *, example: str = "90s, 15m or 1h") -> float:
-    """A duration (``90s``, ``15m``, a number of seconds) in seconds; ``fail`` otherwise."""
-    if isinstance(value, bool) or value is None or isinstance(value, list | dict):
-        raise fail("duration", f"expected a duration such as {example}, got {quoted(value)}")
-    try:
-        return parse_duration(value)
-    except ValueError:
-        raise fail(
-            "duration", f"expected a duration such as {example}, got {quoted(value)}"
-        ) from None
-
-
-DURATION_SCHEMA = duration_json_schema()
-Duration = Annotated[float, BeforeValidator(to_duration), WithJsonSchema(DURATION_SCHEMA)]
-
-
-def positive_duration(value: Any) -> float:
-    """``to_duration``, refusing ``0s`` and less."""
-    seconds = to_duration(value)
-    if seconds <= 0:
-        raise fail("duration", f"must be longer than 0s, got {quoted(value)}")
-    return seconds
-
-
-POSITIVE_DURATION_SCHEMA = duration_json_schema(positive=True)
-PositiveDuration = Annotated[
-    float, BeforeValidator(positive_duration), WithJsonSchema(POSITIVE_DURATION_SCHEMA)
-]
 
 
 def or_null(schema: dict[str, Any]) -> WithJsonSchema:

@@ -20,6 +20,7 @@ is ``alerts.rules_file``.
 import difflib
 import math
 import re
+import sys
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import quote
 
@@ -80,8 +81,10 @@ _NUMBER = r"^\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*$"
 """A number written as text (``"1000"``, ``"2.5e3"``), as JSON Schema: what a threshold's
 text may be besides a duration."""
 _NUMBER_TEXT = {"type": "string", "pattern": _NUMBER}
+_FINITE = {"type": "number", "minimum": -sys.float_info.max, "maximum": sys.float_info.max}
+"""A finite number (YAML's ``.inf`` is over the largest)."""
 THRESHOLD_SCHEMA = {
-    "anyOf": [{"type": "number"}, _NUMBER_TEXT, {"type": "string", "pattern": DURATION_PATTERN}]
+    "anyOf": [_FINITE, _NUMBER_TEXT, {"type": "string", "pattern": DURATION_PATTERN}]
 }
 """A threshold: a number, or a duration for a metric in seconds (``_check_threshold``)."""
 
@@ -129,7 +132,7 @@ def _metric_conditions(schema: dict[str, Any]) -> None:
         (metrics(lambda f: not f.attempts), {"properties": {"attempts": null}}),
         (
             metrics(lambda f: not f.is_duration),
-            {"properties": {"threshold": {"anyOf": [{"type": "number"}, _NUMBER_TEXT]}}},
+            {"properties": {"threshold": {"anyOf": [_FINITE, _NUMBER_TEXT]}}},
         ),
         (
             metrics(lambda f: f.scope == "table"),
@@ -301,6 +304,8 @@ class Rule(_Model):
             raise fail("attempts", f"only attempts_at_least takes attempts, not {metric.metric}")
         if metric and metric.attempts and value is None:
             raise fail("attempts", "required for attempts_at_least (e.g. attempts: 5)")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 5.0, as JSON Schema's integer
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise fail("attempts", f"expected a whole number ≥ 1, got {quoted(value)}")
         if value is not None and value < 1:
@@ -353,10 +358,11 @@ class Rule(_Model):
             if not math.isfinite(value):
                 raise fail("threshold", f"expected a finite number, got {value}")
             return float(value)
-        try:
-            return float(value)
-        except ValueError:
-            pass
+        if re.match(_NUMBER, value):  # as the schema's pattern: no "1_000", "inf" or "nan"
+            number = float(value)
+            if not math.isfinite(number):
+                raise fail("threshold", f"expected a finite number, got {quoted(value)}")
+            return number
         if duration_ok:
             try:
                 return parse_duration(value)

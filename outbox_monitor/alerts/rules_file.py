@@ -1,4 +1,4 @@
-"""Reading alerts.yml: ``load_rules(path)`` parses it (PyYAML's safe loader; duplicate keys,
+"""Reading alerts.yml: ``load_rules(path)`` parses it (PyYAML's safe loader reading YAML 1.2;
 anchors and aliases refused, at most ``MAX_RULES_FILE_BYTES``), refuses secrets written into
 it, validates it with the model of ``alerts.rules`` and returns a ``RuleSet`` whose durations
 are seconds. Every problem is reported at once, one per line, naming the file, the rule and

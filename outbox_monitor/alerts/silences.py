@@ -26,8 +26,8 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import audit_fields, require_audited
 from outbox_monitor.errors import ActionRefused
+from outbox_monitor.store.audit import audit_fields, require_audited
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 

@@ -20,10 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import note_read, require_audited
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.privacy.redaction import Redactor
+from outbox_monitor.store.audit import note_read, require_audited
 from outbox_monitor.store.db import Database
+from outbox_monitor.store.db import database_now as database_now
 from outbox_monitor.store.filters import Where
 
 STATUSES = ("pending", "processing", "done", "failed")
@@ -57,15 +58,6 @@ def _check_limit(limit: int, maximum: int = MAX_PAGE_SIZE) -> int:
     if not 1 <= limit <= maximum:
         raise ValueError(f"limit must be between 1 and {maximum}, got {limit}")
     return limit
-
-
-def database_now(db: Database) -> datetime:
-    """The database clock (``now()``), the reference for relative time filters (SPEC §2).
-
-    Raises:
-        DatabaseUnavailable, QueryTimeout: from the connector.
-    """
-    return db.fetch_one("db_now")["now"]
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from decimal import Decimal
 from typing import Any
 
 from outbox_monitor.access import Identity, Role, require
-from outbox_monitor.actions.audit import note_read
 from outbox_monitor.errors import QueryTimeout
 from outbox_monitor.privacy.redaction import Redactor
+from outbox_monitor.store.audit import note_read
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import Where
 

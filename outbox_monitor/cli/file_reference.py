@@ -10,6 +10,7 @@ theirs on their first line (``# yaml-language-server: $schema=…``) for editors
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,6 +232,8 @@ def _type_words(schema: dict[str, Any], kind: str, root: dict[str, Any], path: s
         return "text" + _bounds(schema, "minLength", "maxLength", " of {} characters")
     if kind in ("number", "integer"):
         noun = "number" if kind == "number" else "whole number"
+        if schema.get("maximum") == sys.float_info.max:  # only finite: no bound of its own
+            return "finite number"
         low = schema.get("minimum", schema.get("exclusiveMinimum"))
         strict = "exclusiveMinimum" in schema
         high = schema.get("maximum")
@@ -308,6 +311,12 @@ def file_page(kind: FileKind) -> str:
         "/schemas.",
         "",
         "Durations are seconds, or a number and a unit: `90s`, `15m`, `1h`, `30d`, `2w`.",
+        "",
+        "The file is read as YAML 1.2, as the editor and check-jsonschema read it: `true` "
+        "and `false` are the booleans (`yes`, `no`, `on` and `off` are text), `1e3` is a "
+        "number, `1:30` is text, and a whole number may be written `5` or `5.0`; a number "
+        "or a boolean written as text (`'5'`, `'true'`) is refused where a number or a "
+        "boolean goes, except a threshold (`'1000'`, `'2.5e3'`).",
         "",
     ]
     for path, section in _sections(schema):

@@ -172,9 +172,9 @@ def _silence_for_pause(
     options: dict[str, Any],
 ) -> tuple[dict[str, Any], list[str]]:
     # alerts.yml loads only when a pause is applied: `status --json` and `--help` stay light.
+    from outbox_monitor.alerts.pause_silences import rules_a_pause_trips, silence_for_pause
     from outbox_monitor.alerts.rules_file import load_rules, resolve_rules_path
     from outbox_monitor.errors import ConfigError
-    from outbox_monitor.flow.silencing import rules_a_pause_trips, silence_for_pause
 
     try:
         tripped = rules_a_pause_trips(load_rules(resolve_rules_path()), event_type)
@@ -196,7 +196,7 @@ def _silence_for_pause(
 
 
 def _end_silences(db: Database, event_type: str, actor: str | None) -> tuple[dict, list[str]]:
-    from outbox_monitor.flow.silencing import end_pause_silences
+    from outbox_monitor.alerts.pause_silences import end_pause_silences
 
     identity = local_identity(db.settings, name=actor, source="cli")
     now = db.fetch_one("db_now")["now"]

@@ -81,6 +81,9 @@ class LocalAlertmanager:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                # its own session: a terminal's Ctrl-C reaches the demo, which stops it after
+                # the scheduler's last post (not before: "connection refused" at every stop)
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while not _answers(self.url + "/-/ready"):

@@ -98,7 +98,7 @@ def add_drill(document: dict[str, Any], *, channel: str | None, alertmanager: bo
     ``oncall`` route's critical branches to PagerDuty, Alertmanager and Slack.
 
     Args:
-        document: the rules file as ``yaml.safe_load`` reads it (the shipped one).
+        document: the rules file as ``config.yaml_files.parse_yaml`` reads it (the shipped one).
         channel: the Slack channel posted to with the bot token (the local sink: cards that
             can be edited); ``None``: ``oncall`` stays as it is (your Slack variables).
         alertmanager: whether an Alertmanager runs (else no route names one).

@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from outbox_monitor.config.fleet import FLEET_ENV
+from outbox_monitor.config.yaml_files import dump_yaml
 from outbox_monitor.demo.simulate import PERMANENT_EVENT_TYPE
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow.model import ControlSettings
@@ -129,7 +128,7 @@ def write_fleet_file(folder: Path, members: Sequence[DemoOutbox], *, lock_timeou
     path = folder / FLEET_FILE
     path.write_text(
         f"# The demo's fleet ({FLEET_ENV}); the DSN variables are set by the demo.\n"
-        + yaml.safe_dump(document, sort_keys=False)
+        + dump_yaml(document)
     )
     return path
 

@@ -9,9 +9,8 @@ current directory) are used as they are."""
 import os
 from pathlib import Path
 
-import yaml
-
 from outbox_monitor.alerts.rules_file import RULES_ENV, SHIPPED_RULES_PATH, resolve_rules_path
+from outbox_monitor.config.yaml_files import dump_yaml, parse_yaml
 from outbox_monitor.demo.drill import add_drill
 
 HORIZON_RULE = "xmin-horizon-held"
@@ -39,13 +38,13 @@ def use_demo_rules(
     current = resolve_rules_path(None)
     if not current.is_file() or current.resolve() != SHIPPED_RULES_PATH.resolve():
         return None
-    document = yaml.safe_load(current.read_text())
+    document = parse_yaml(current.read_text(), what="rules file")
     for rule in document["rules"]:
         if rule["name"] == HORIZON_RULE:
             rule["threshold"] = DEMO_HORIZON_THRESHOLD
     if drill:
         add_drill(document, channel=channel, alertmanager=alertmanager)
     path = folder / "demo-alerts.yml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    path.write_text(dump_yaml(document))
     os.environ[RULES_ENV] = str(path)
     return DEMO_HORIZON_THRESHOLD

@@ -463,3 +463,4 @@ def run_demo(
             if sink is not None:
                 sink.stop()
             cluster.stop()
+            print("the demo stopped; its throwaway database is deleted", flush=True)

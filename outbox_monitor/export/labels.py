@@ -5,9 +5,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from outbox_monitor.figures.registry import by_family
-
-OTHER = "other"
-"""The ``event_type`` label of every event type past the top N."""
+from outbox_monitor.units import OTHER as OTHER
 
 Combine = Callable[[Iterable[float]], float]
 

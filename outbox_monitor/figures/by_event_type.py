@@ -16,7 +16,6 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import metrics
 from outbox_monitor.figures.backlog import BACKLOG_COUNTS, BacklogPass, backlog_pass
 from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
@@ -25,7 +24,7 @@ from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows
 from outbox_monitor.flow.model import matches
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import ExactEventType
-from outbox_monitor.units import bounded_key
+from outbox_monitor.units import OTHER, bounded_key
 
 COUNTS = BACKLOG_COUNTS
 """Row counts of ``BacklogPass.by_event_type`` (summed into ``other``), with ``retrying``."""

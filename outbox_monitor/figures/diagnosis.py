@@ -54,7 +54,6 @@ from urllib.parse import urlencode
 
 from outbox_monitor.durations import clock_label, duration_label, format_duration
 from outbox_monitor.errors import SchemaNotInitialised
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, error_grouping, metrics
 from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS, SeriesTrend
 from outbox_monitor.figures.workers import liveness
@@ -66,7 +65,7 @@ from outbox_monitor.health.claim_plan import recorded_degradation
 from outbox_monitor.health.horizon import horizon
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import ExactEventType
-from outbox_monitor.units import per_minute
+from outbox_monitor.units import OTHER, per_minute
 
 WORKERS_DOWN_SECONDS = 10 * 60.0
 """No claim, outcome or retry for this long while rows are due: the workers are down (the

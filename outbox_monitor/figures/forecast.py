@@ -17,8 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.durations import duration_label, format_duration
-from outbox_monitor.export.labels import OTHER
-from outbox_monitor.units import format_value, per_minute
+from outbox_monitor.units import OTHER, format_value, per_minute
 
 MIN_SAMPLES = 3
 """A trend needs at least this many samples (at two instants or more); fewer: no forecast."""

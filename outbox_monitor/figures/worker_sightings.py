@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox_monitor.browse.events import database_now
 from outbox_monitor.figures.workers import InHand, in_hand
-from outbox_monitor.store.db import Database
+from outbox_monitor.store.db import Database, database_now
 from outbox_monitor.units import bounded_key
 
 

@@ -16,7 +16,6 @@ from typing import Any, Literal
 from psycopg import sql
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import require_audited
 from outbox_monitor.durations import clock_label, format_duration, until_label
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import (
@@ -36,6 +35,7 @@ from outbox_monitor.flow.rows import (
     settings_of,
     written,
 )
+from outbox_monitor.store.audit import require_audited
 from outbox_monitor.store.db import Database
 
 BreakerState = Literal["closed", "open", "half_open"]

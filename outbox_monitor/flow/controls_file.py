@@ -24,20 +24,23 @@ from typing import Annotated, Any, Literal
 from psycopg import sql
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
-    StrictFloat,
-    StrictInt,
     ValidationError,
-    WithJsonSchema,
     field_validator,
 )
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import require_audited
-from outbox_monitor.alerts.rule_values import PositiveDuration, quoted
-from outbox_monitor.config.yaml_files import YamlProblem, describe, dotted, read_yaml
+from outbox_monitor.config.yaml_files import (
+    PositiveDuration,
+    YamlProblem,
+    describe,
+    dotted,
+    quoted,
+    read_yaml,
+)
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.flow.model import (
     MAX_COOLDOWN_SECONDS,
@@ -57,6 +60,7 @@ from outbox_monitor.flow.rows import (
     settings_of,
     written,
 )
+from outbox_monitor.store.audit import require_audited
 from outbox_monitor.store.db import Database
 
 MAX_CONTROLS_FILE_BYTES = 256 * 1024
@@ -75,6 +79,33 @@ class ControlsError(ConfigError):
         super().__init__("\n".join(self.problems))
 
 
+def _whole(value: Any) -> Any:
+    """A whole number as YAML may write it: ``5`` or ``5.0`` (JSON Schema's ``integer``);
+    never a boolean, text or a fraction."""
+    if isinstance(value, float) and not isinstance(value, bool) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {quoted(value)}")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole)]
+"""A count in the controls file: ``5`` or ``5.0``; ``true``, ``"5"`` and ``2.5`` refused."""
+Count = Annotated[int, Field(ge=1, le=MAX_LIMIT), BeforeValidator(_whole)]
+"""A ``WholeNumber`` from 1 to ``MAX_LIMIT`` (bounds first: the JSON Schema says them)."""
+
+
+def _number(value: Any) -> Any:
+    """A number as YAML writes it (``0.5``, ``1``, ``1e3``); never a boolean or text."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number, got {quoted(value)}")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_number)]
+"""A number in the controls file: ``true`` and ``"0.5"`` refused (no coercion)."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -90,13 +121,9 @@ class _Rate(_Strict):
     """A rate limit: the claim hands out at most ``per_second`` rows a second, ``burst`` at
     once after a quiet spell."""
 
-    per_second: Annotated[
-        StrictFloat | StrictInt,
-        # pydantic writes a union's bounds as keys JSON Schema does not know (gt, le)
-        WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": MAX_LIMIT}),
-    ] = Field(gt=0, le=MAX_LIMIT, allow_inf_nan=False)
+    per_second: Number = Field(gt=0, le=MAX_LIMIT, allow_inf_nan=False)
     """Rows a second."""
-    burst: StrictInt | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    burst: Count | None = None
     """Rows handed out at once after a quiet spell; left out: one second's worth (at least
     1)."""
 
@@ -109,9 +136,9 @@ class _Breaker(_Strict):
 
     window: PositiveDuration = 60.0
     """The span of outcomes counted."""
-    min_attempts: int = Field(default=20, ge=1)
+    min_attempts: WholeNumber = Field(default=20, ge=1)
     """The fewest outcomes in the window that may open it."""
-    ratio: float = Field(default=0.9, gt=0, le=1)
+    ratio: Number = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
     """The share of transient failures among them that opens it (0–1)."""
     cooldown: PositiveDuration = 30.0
     """How long it stays open before a probe (at most ``15m``)."""
@@ -141,7 +168,7 @@ class FileControl(_Strict):
     entry per filter."""
     pause: StrictBool | _Pause = False
     """``true`` or ``{reason: ...}``: the claim hands out none of these rows."""
-    concurrency: StrictInt | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    concurrency: Count | None = None
     """At most this many of these rows in ``processing`` at once."""
     rate: _Rate | None = None
     """A rate limit."""
@@ -209,6 +236,16 @@ def _branch(part: object) -> bool:
     )
 
 
+def _meant(item: dict[str, Any]) -> bool:
+    """Of the two errors of ``pause`` or ``breaker`` (``true``/``false`` or a mapping), the
+    one of the branch the value meant: a mapping's own errors, else "expected true or
+    false"."""
+    branch = item["loc"][-1] if item["loc"] else None
+    if branch == "bool" and item["type"] == "bool_type":
+        return not isinstance(item.get("input"), dict)
+    return not (branch in ("_Pause", "_Breaker") and item["type"] == "model_type")
+
+
 def _where(loc: tuple, data: Any) -> str:
     if len(loc) >= 2 and loc[0] == "controls" and isinstance(loc[1], int):
         entries = data.get("controls") if isinstance(data, dict) else None
@@ -251,6 +288,7 @@ def load_controls(path: str | Path) -> dict[str, ControlSettings]:
         lines = dict.fromkeys(
             f"{_where(tuple(item['loc']), data)}: {describe(item, _allowed(tuple(item['loc'])))}"
             for item in error.errors()
+            if _meant(item)
         )
         raise ControlsError(path, list(lines)) from None
     result: dict[str, ControlSettings] = {}

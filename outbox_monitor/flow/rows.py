@@ -10,9 +10,9 @@ from typing import Any, Literal
 from psycopg.types.json import Jsonb
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions.audit import audit_fields
 from outbox_monitor.errors import ActionRefused
 from outbox_monitor.flow.model import SETTING_FIELDS, ControlSettings
+from outbox_monitor.store.audit import audit_fields
 from outbox_monitor.store.audited_writers import writer
 from outbox_monitor.store.db import Database
 

@@ -5,6 +5,7 @@ import math
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
@@ -346,6 +347,15 @@ class Database:
         """Like ``fetch_all`` but returns the first row, or ``None`` when there is none."""
         with self.connection() as conn:
             return conn.execute(self.compose(name, **fragments), params or {}).fetchone()
+
+
+def database_now(db: Database) -> datetime:
+    """The database clock (``now()``), the reference for relative time filters (SPEC §2).
+
+    Raises:
+        DatabaseUnavailable, QueryTimeout: from the connector.
+    """
+    return db.fetch_one("db_now")["now"]
 
 
 @contextmanager

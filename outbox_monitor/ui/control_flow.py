@@ -20,6 +20,11 @@ from typing import Any
 import streamlit as st
 
 from outbox_monitor.access import Identity
+from outbox_monitor.alerts.pause_silences import (
+    Tripped,
+    end_pause_silences,
+    silence_for_pause,
+)
 from outbox_monitor.browse.events import database_now
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.flow import controls as flow
@@ -28,11 +33,6 @@ from outbox_monitor.flow.model import (
     ControlSettings,
     default_burst,
     describe,
-)
-from outbox_monitor.flow.silencing import (
-    Tripped,
-    end_pause_silences,
-    silence_for_pause,
 )
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import banners, controls, format, inputs
@@ -62,7 +62,7 @@ class ControlRequest:
 
     ``pause_for``: seconds from the database clock at apply time for ``paused_until`` (a
     pause "for 30m" lasts 30 minutes from the confirm, not from the preview). ``silence``:
-    the alert rules a pause silences until resumed (``flow.silencing``).
+    the alert rules a pause silences until resumed (``alerts.pause_silences``).
     """
 
     event_type_filter: str

@@ -13,12 +13,12 @@ import streamlit as st
 
 from outbox_monitor.access import Identity, Role
 from outbox_monitor.alerts.links import PAUSE_ACTION
+from outbox_monitor.alerts.pause_silences import Tripped, rules_a_pause_trips
 from outbox_monitor.browse.events import database_now
 from outbox_monitor.flow import controls as flow
 from outbox_monitor.flow.controls import BYPASS_NOTE, HELD_ROWS_READ_NOTE, Control
 from outbox_monitor.flow.event_types import EventTypeFlow, event_type_flows, pending_by_event_type
 from outbox_monitor.flow.model import describe, matches
-from outbox_monitor.flow.silencing import Tripped, rules_a_pause_trips
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import format, inputs, loaders
 from outbox_monitor.ui.alert_rules import load_ruleset

@@ -17,7 +17,6 @@ import streamlit as st
 from outbox_monitor.alerts import coverage
 from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.browse.events import database_now
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, metrics
 from outbox_monitor.figures.backlog import BacklogPass
 from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS
@@ -27,7 +26,7 @@ from outbox_monitor.ui import backlog_sample, charts, format
 from outbox_monitor.ui.cache import cached, db_key
 from outbox_monitor.ui.format import Column
 from outbox_monitor.ui.state import Filters
-from outbox_monitor.units import bounded_key
+from outbox_monitor.units import OTHER, bounded_key
 
 HISTORY_FIGURES = {
     "queue_depth": ("Queue depth (due now)", "rows"),

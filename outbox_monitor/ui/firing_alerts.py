@@ -18,7 +18,6 @@ import streamlit as st
 
 from outbox_monitor.alerts.links import instance_event_type
 from outbox_monitor.alerts.rules import Rule, RuleSet
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures.forecast import SeriesTrend, scope_points, series_trend
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import format, loaders, runbooks
@@ -31,7 +30,7 @@ from outbox_monitor.ui.rule_state import (
     instance_line,
 )
 from outbox_monitor.ui.state import Filters
-from outbox_monitor.units import bounded_key, format_value
+from outbox_monitor.units import OTHER, bounded_key, format_value
 
 SHOWN_FIRING = 20
 """Firing instances listed on the Overview; the rest are counted and on the Alerts page."""

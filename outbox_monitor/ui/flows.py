@@ -30,8 +30,8 @@ from outbox_monitor.actions.partition_lines import outcome_lines, preview_lines
 from outbox_monitor.actions.preview import Preview
 from outbox_monitor.actions.replay import ReplaySelection
 from outbox_monitor.actions.run import APPLIED_NOTHING, ActionResult, Progress
+from outbox_monitor.alerts.timeline import filter_text
 from outbox_monitor.errors import ActionRefused, OutboxMonitorError
-from outbox_monitor.figures.timeline import filter_text
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import banners, format, loaders
 

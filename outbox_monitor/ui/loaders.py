@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import Any
 
 from outbox_monitor.access import Identity
-from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.browse import events
 from outbox_monitor.browse.events import EventFilter, RevealedPayload
 from outbox_monitor.errors import SchemaNotInitialised
@@ -23,6 +22,7 @@ from outbox_monitor.figures.backlog import (
 )
 from outbox_monitor.privacy.redaction import ERROR_HEAD_CHARS, Redactor, redactor_for
 from outbox_monitor.store import indexes
+from outbox_monitor.store.audit import recent_audit
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.standby import ReplicaStatus
 from outbox_monitor.store.standby import replica_status as replica_status_of

@@ -13,7 +13,6 @@ from outbox_monitor.alerts import coverage
 from outbox_monitor.alerts.measure import rule_forecasts
 from outbox_monitor.alerts.rules import Rule, RuleSet
 from outbox_monitor.durations import duration_label
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type
 from outbox_monitor.figures.forecast import (
     DEFAULT_LOOKBACK_SECONDS,
@@ -25,7 +24,7 @@ from outbox_monitor.figures.forecast import (
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import loaders
 from outbox_monitor.ui.cache import cached, db_key
-from outbox_monitor.units import bounded_key
+from outbox_monitor.units import OTHER, bounded_key
 
 TREND_SERIES = {
     "queue_depth": ("queue_depth", "rows"),

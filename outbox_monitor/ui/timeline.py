@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from outbox_monitor.access import Role
+from outbox_monitor.alerts import timeline
 from outbox_monitor.alerts.links import TIMELINE_AT_PARAM
-from outbox_monitor.figures import timeline
 from outbox_monitor.store.db import Database
 from outbox_monitor.ui import alert_rules, charts, format, loaders
 from outbox_monitor.ui.cache import cached, db_key

@@ -7,12 +7,12 @@ import psycopg
 import pytest
 
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
 from outbox_monitor.errors import AccessDenied, ActionRefused
+from outbox_monitor.store.audit import recent_audit
 from outbox_monitor.store.db import Database
 
 ACTOR = Identity("oncall@example.com", Role.operator, "oidc")

@@ -34,9 +34,11 @@ from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 from tests.alerting import SENDER_INTERVAL, drain, messages_after, rules_file, running_scheduler
 
+# Evaluated every second: "alerting is stalled" (no evaluation for 3 intervals, its own
+# message) needs a 3 s pause of the jobs; at 0.3 s a loaded machine's 1.1 s pause fired it.
 RULES = """
 version: 1
-defaults: {interval: 0.3s, for: 0s, keep_firing_for: 0s}
+defaults: {interval: 1s, for: 0s, keep_firing_for: 0s}
 routes:
   oncall:
     webhook_url_env: ONCALL_HOOK

@@ -7,12 +7,12 @@ import psycopg
 import pytest
 
 from outbox_monitor.access import Identity, Role, role_for
-from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
 from outbox_monitor.actions.run import apply
 from outbox_monitor.config.fleet import load_fleet
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import AccessDenied
+from outbox_monitor.store.audit import recent_audit
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 

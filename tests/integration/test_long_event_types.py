@@ -19,7 +19,6 @@ from psycopg import sql
 
 from outbox_monitor import outbox
 from outbox_monitor.access import Identity, Role
-from outbox_monitor.actions.audit import recent_audit
 from outbox_monitor.actions.prune import preview_prune
 from outbox_monitor.actions.reap import preview_reap
 from outbox_monitor.actions.replay import ReplaySelection, preview_replay
@@ -31,6 +30,7 @@ from outbox_monitor.export.collector import OutboxCollector
 from outbox_monitor.figures import error_grouping, metrics
 from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store import indexes, schema
+from outbox_monitor.store.audit import recent_audit
 from outbox_monitor.store.filters import ExactEventType, Where
 from outbox_monitor.ui.flows import describe_result
 from outbox_monitor.units import MAX_KEY_CHARS, bounded_key

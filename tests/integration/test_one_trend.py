@@ -7,9 +7,9 @@ import pytest
 
 from outbox_monitor.alerts import measure
 from outbox_monitor.browse.events import database_now
-from outbox_monitor.export.labels import OTHER
 from outbox_monitor.figures import by_event_type, metrics
 from outbox_monitor.figures.forecast import DEFAULT_LOOKBACK_SECONDS, scope_points, series_trend
+from outbox_monitor.units import OTHER
 from tests.integration.test_forecast_scoped import MINUTE, rules, seed
 
 

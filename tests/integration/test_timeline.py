@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from outbox_monitor.alerts.timeline import SourceFailure, TimelineEntry, read_timeline
 from outbox_monitor.config.settings import load_settings
-from outbox_monitor.figures.timeline import SourceFailure, TimelineEntry, read_timeline
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.store.db import Database
 from tests.timeline_rows import group_id, seed

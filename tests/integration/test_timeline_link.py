@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
-from outbox_monitor.figures.timeline import read_timeline
+from outbox_monitor.alerts.timeline import read_timeline
 from outbox_monitor.privacy.redaction import redactor_for
 from outbox_monitor.ui.timeline import parse_at, time_range
 from tests.alerting import drain, stuck_lock_rules

@@ -4,6 +4,7 @@ every shipped file and accepted test fixture validates against its schema; the s
 what the loader refuses for types and enums."""
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -18,13 +19,14 @@ from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
 from outbox_monitor.alerts import own_runbooks
-from outbox_monitor.alerts.rules_file import RULES_ENV, load_rules
+from outbox_monitor.alerts.rules_file import RULES_ENV, RulesError, load_rules
 from outbox_monitor.cli import reference
 from outbox_monitor.cli.file_reference import FILES, MODELINE, SHIPPED_FILES, file_schema
 from outbox_monitor.cli.when_paged import scheduler_page, when_paged_page
 from outbox_monitor.config import fleet as fleet_module
 from outbox_monitor.config.fleet import FLEET_ENV, load_fleet
 from outbox_monitor.config.settings import ENV_PREFIX, Settings, load_settings
+from outbox_monitor.config.yaml_files import dump_yaml, parse_yaml
 from outbox_monitor.flow import controls_file
 from outbox_monitor.flow.controls_file import ControlsError, load_controls
 from outbox_monitor.logs import LEVEL_ENV
@@ -248,7 +250,7 @@ def _example(module: Any, start: str, end: str) -> str:
 
 ACCEPTED_RULES = {
     "test_rules.VALID": test_rules.VALID,
-    "test_outbox_scope.RULES": yaml.safe_load(test_outbox_scope.RULES),
+    "test_outbox_scope.RULES": parse_yaml(test_outbox_scope.RULES),
     "predict": test_rule_predict.rules(predict="15m"),
     "predict an age": test_rule_predict.rules(
         metric="oldest_pending_age", threshold="5m", predict="10m"
@@ -291,7 +293,7 @@ ACCEPTED_RULES = {
 def test_every_accepted_rules_fixture_validates(tmp_path, name):
     document = ACCEPTED_RULES[name]
     path = tmp_path / "alerts.yml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    path.write_text(dump_yaml(document))
     load_rules(path, test_outbox_scope.FLEET)  # the loader accepts it
     assert refused("alerts", document) == []
 
@@ -316,7 +318,7 @@ def test_every_accepted_controls_fixture_validates(tmp_path, name):
     path = tmp_path / "controls.yml"
     path.write_text(ACCEPTED_CONTROLS[name])
     load_controls(path)  # the loader accepts it
-    assert refused("controls", yaml.safe_load(path.read_text())) == []
+    assert refused("controls", parse_yaml(path.read_text())) == []
 
 
 def _fleet_texts(tmp_path: Path) -> dict[str, str]:
@@ -333,7 +335,7 @@ def _fleet_texts(tmp_path: Path) -> dict[str, str]:
 def test_every_accepted_fleet_fixture_validates(tmp_path):
     texts = _fleet_texts(tmp_path)
     for name, text in texts.items():
-        document = yaml.safe_load(text)
+        document = parse_yaml(text)
         variables = {
             value
             for outbox in document["outboxes"]
@@ -411,7 +413,9 @@ FLEET_LOADER_ONLY = {
     ],
 )
 def test_the_schema_refuses_each_malformed_fleet_file_of_a_type_or_enum(text, message):
-    complaints = refused("fleet", yaml.safe_load(text))
+    # the loader refuses anchors; the schema sees the document they make
+    document = yaml.safe_load(text) if message == "anchors" else parse_yaml(text)
+    complaints = refused("fleet", document)
     assert (complaints == []) == (message in FLEET_LOADER_ONLY), (message, complaints)
 
 
@@ -435,7 +439,107 @@ def test_the_schema_refuses_each_malformed_controls_file_of_a_type_or_enum(tmp_p
     path.write_text(MALFORMED_CONTROLS[name])
     with pytest.raises(ControlsError):
         load_controls(path)
-    assert refused("controls", yaml.safe_load(path.read_text())) != []
+    assert refused("controls", parse_yaml(path.read_text())) != []
+
+
+# ------------------------ one verdict per document: the loader's is the schema's (types)
+
+
+def _control(entry: str) -> str:
+    return f"controls:\n  - {{event_type: a, {entry}}}\n"
+
+
+def _rules(route: str = "{}", threshold: str = "1000", attempts: str | None = None) -> str:
+    metric = "queue_depth" if attempts is None else f"attempts_at_least, attempts: {attempts}"
+    return (
+        f"version: 1\nroutes:\n  oncall: {route}\nrules:\n  - {{name: backlog, "
+        f'metric: {metric}, op: ">", threshold: {threshold}, route: oncall}}\n'
+    )
+
+
+ONE_VERDICT = {
+    # a whole number written with a fraction is that number (JSON Schema's "integer" too)
+    "concurrency: 5.0": ("controls", _control("concurrency: 5.0"), True),
+    "rate.burst: 2.0": ("controls", _control("rate: {per_second: 1, burst: 2.0}"), True),
+    "breaker.min_attempts: 5.0": ("controls", _control("breaker: {min_attempts: 5.0}"), True),
+    "attempts: 5.0": ("alerts", _rules(attempts="5.0"), True),
+    "concurrency: 5.5": ("controls", _control("concurrency: 5.5"), False),
+    "attempts: 2.5": ("alerts", _rules(attempts="2.5"), False),
+    "breaker.min_attempts: 2.5": ("controls", _control("breaker: {min_attempts: 2.5}"), False),
+    # no coercion of booleans and text into numbers
+    "breaker.ratio: true": ("controls", _control("breaker: {ratio: true}"), False),
+    "breaker.ratio: '0.5'": ("controls", _control("breaker: {ratio: '0.5'}"), False),
+    "breaker.min_attempts: true": ("controls", _control("breaker: {min_attempts: true}"), False),
+    "breaker.min_attempts: '5'": ("controls", _control("breaker: {min_attempts: '5'}"), False),
+    "attempts: true": ("alerts", _rules(attempts="true"), False),
+    "attempts: '5'": ("alerts", _rules(attempts="'5'"), False),
+    "threshold: '1_000'": ("alerts", _rules(threshold="'1_000'"), False),
+    "threshold: 'inf'": ("alerts", _rules(threshold="'inf'"), False),
+    "threshold: .inf": ("alerts", _rules(threshold=".inf"), False),
+    # YAML 1.2, as editors and check-jsonschema read it: 1e3 is a number; yes, no and 1:30
+    # are text; True is true
+    "rate.per_second: 1e3": ("controls", _control("rate: {per_second: 1e3}"), True),
+    "concurrency: 1e3": ("controls", _control("concurrency: 1e3"), True),
+    "threshold: 1e3": ("alerts", _rules(threshold="1e3"), True),
+    "pause: yes": ("controls", _control("pause: yes"), False),
+    "pause: True": ("controls", _control("pause: True"), True),
+    "breaker.window: 1:30": ("controls", _control("breaker: {window: 1:30}"), False),
+    "send_resolved: no": ("alerts", _rules(route="{send_resolved: no}"), False),
+    "send_resolved: false": ("alerts", _rules(route="{send_resolved: false}"), True),
+}
+"""A file's text each, and whether it is a valid file: the loader, check-jsonschema (YAML
+1.2, as the editors' YAML language server) and the schema on the loader's reading agree."""
+ONE_VERDICT_LOADERS = {
+    "controls": (load_controls, ControlsError),
+    "alerts": (load_rules, RulesError),
+}
+
+
+@pytest.fixture(scope="module")
+def check_jsonschema_refuses(tmp_path_factory) -> set[str]:
+    """The cases of ``ONE_VERDICT`` check-jsonschema refuses (one run per file kind)."""
+    folder = tmp_path_factory.mktemp("one-verdict")
+    refusing = set()
+    for kind in ("controls", "alerts"):
+        paths = {}
+        for index, (name, (case_kind, text, _)) in enumerate(ONE_VERDICT.items()):
+            if case_kind == kind:
+                paths[str(folder / f"{kind}-{index}.yml")] = name
+                (folder / f"{kind}-{index}.yml").write_text(text)
+        checked = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "check-jsonschema"),
+                *("--output-format", "json", "--schemafile", str(KINDS[kind].schema_path)),
+                *paths,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        report = json.loads(checked.stdout)
+        assert report["parse_errors"] == [], report
+        refusing |= {paths[error["filename"]] for error in report["errors"]}
+    return refusing
+
+
+@pytest.mark.parametrize("name", ONE_VERDICT)
+def test_the_loader_and_the_schema_give_a_document_one_verdict(
+    tmp_path, check_jsonschema_refuses, name
+):
+    kind, text, valid = ONE_VERDICT[name]
+    path = tmp_path / f"{kind}.yml"
+    path.write_text(text)
+    load, error = ONE_VERDICT_LOADERS[kind]
+    try:
+        load(path)
+        loader = True
+    except error:
+        loader = False
+    verdicts = {
+        "loader": loader,
+        "check-jsonschema": name not in check_jsonschema_refuses,
+        "schema on the loader's reading": refused(kind, parse_yaml(text)) == [],
+    }
+    assert verdicts == dict.fromkeys(verdicts, valid)
 
 
 # ------------------------------------------------------------ When paged (issue 30 item 10)

@@ -670,6 +670,22 @@ def test_unclosed_flow_sequence_names_where_it_started(tmp_path):
     assert problem.endswith("(while parsing a flow sequence at line 4, column 9)")
 
 
+def test_yaml_1_1_spellings_are_text_named_by_rule_and_field_and_1e3_a_number(tmp_path):
+    """YAML 1.2, as editors read the file against its schema: ``no`` and ``1:30`` are text
+    (YAML 1.1: false and 90), ``1e3`` is a number (YAML 1.1: text)."""
+    text = (
+        "version: 1\nroutes:\n  oncall: {send_resolved: no}\nrules:\n  - {name: backlog, "
+        'metric: queue_depth, op: ">", threshold: 1e3, for: 1:30, route: oncall}\n'
+    )
+    assert problems_of(tmp_path, text) == [
+        'routes.oncall.send_resolved: expected true or false, got "no"',
+        'rules[0] "backlog": for: expected a duration such as 90s, 15m or 1h, got "1:30"',
+    ]
+    fixed = text.replace("no}", "false}").replace("1:30", "90s")
+    (rule,) = load_rules(rules_file(tmp_path, fixed)).rules
+    assert (rule.threshold, rule.for_) == (1000.0, 90.0)
+
+
 def test_duplicate_yaml_key_is_an_error_not_last_one_wins(tmp_path):
     text = "version: 1\nrules:\n  - name: backlog\n    threshold: 1\n    threshold: 2\n"
     assert problems_of(tmp_path, text) == [
