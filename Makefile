@@ -156,7 +156,8 @@ n8n:
 
 # `make test` installs n8n in the background while the suite runs: its tests run last and
 # wait for the install (a failed install fails them, with the log below).
-# Four workers (pytest-xdist, one PostgreSQL cluster each; a file runs whole on one, see
+# Four workers (pytest-xdist, one PostgreSQL cluster each; a file runs whole on one, the
+# slowest files first (tests/conftest.py SLOW_FIRST), see
 # tests/conftest.py xdist_group_of; the files' order: its pytest_collection_modifyitems):
 # most tests wait on clocks, sockets and subprocesses: on 2 cores the suite took 879 s with
 # two against 1,347 s with one (busy machine; 1,352 tests); 1,449 tests (issue 28, shared

@@ -64,13 +64,37 @@ def n8n_installed() -> bool:
     return True
 
 
+SLOW_FIRST = (
+    "tests/n8n/test_n8n_outage.py",
+    "tests/browser/test_trips_browser.py",
+    "tests/integration/test_demo_drill.py",
+    "tests/deploy/test_wheel.py",
+    "tests/n8n/test_n8n_poller.py",
+    "tests/browser/test_typed_paths_browser.py",
+    "tests/integration/test_hang_watch.py",
+    "tests/browser/test_demo_drill_browser.py",
+    "tests/integration/test_fleet_scheduler.py",
+    "tests/browser/test_signin_browser.py",
+    "tests/integration/test_demo_forgotten_transaction.py",
+    "tests/deploy/test_compose_up.py",
+    "tests/browser/test_outage_browser.py",
+    "tests/faults/test_01_settings_fail_fast.py",
+    "tests/integration/test_replica.py",
+)
+"""The files that took 40 s or more (their tests' setup, call and teardown summed) in an idle
+fresh-clone ``make test`` (issue 28 item 6, ``--durations=0``; 91.5 s down to 41.3 s), slowest
+first: the workers take them first, so that none of them is what one worker still runs while
+the others have nothing left (longest first, as pytest-split's duration-based groups do)."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The order ``make test``'s workers take the files in (``--no-loadscope-reorder``): one
-    file of each folder in turn (browser, deploy, faults, integration, n8n, ui, unit), so that
-    the workers mix the files that draw pages in Chromium (CPU) with the files that mostly
-    wait on clocks and subprocesses, and the many short files come last (whichever worker is
-    free takes them). The n8n files go last while n8n is not installed yet: ``make test``
-    installs it in the background and they wait for it (``tests/n8n/conftest.py``)."""
+    """The order ``make test``'s workers take the files in (``--no-loadscope-reorder``): the
+    ``SLOW_FIRST`` files, then one file of each folder in turn (browser, deploy, faults,
+    integration, n8n, ui, unit), so that the workers mix the files that draw pages in
+    Chromium (CPU) with the files that mostly wait on clocks and subprocesses, and the many
+    short files come last (whichever worker is free takes them). The n8n files go last while
+    n8n is not installed yet: ``make test`` installs it in the background and they wait for
+    it (``tests/n8n/conftest.py``)."""
     folders: dict[str, int] = {}
     files: dict[str, tuple[int, int]] = {}
     for item in items:
@@ -82,9 +106,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     waiting = not n8n_installed()
     position = {id(item): index for index, item in enumerate(items)}
 
-    def key(item: pytest.Item) -> tuple[bool, int, int, int]:
+    slow = {path: index for index, path in enumerate(SLOW_FIRST)}
+
+    def key(item: pytest.Item) -> tuple[bool, int, int, int, int]:
         path = item.nodeid.split("::", 1)[0]
-        return (waiting and path.startswith("tests/n8n/"), *files[path], position[id(item)])
+        first = slow.get(path, len(slow))
+        return (waiting and path.startswith("tests/n8n/"), first, *files[path], position[id(item)])
 
     items.sort(key=key)
 
