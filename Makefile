@@ -156,7 +156,7 @@ n8n:
 
 # `make test` installs n8n in the background while the suite runs: its tests run last and
 # wait for the install (a failed install fails them, with the log below).
-# Four workers (pytest-xdist, one PostgreSQL cluster each; a file runs whole on one, the
+# Five workers (pytest-xdist, one PostgreSQL cluster each; a file runs whole on one, the
 # slowest files first (tests/conftest.py SLOW_FIRST), see
 # tests/conftest.py xdist_group_of; the files' order: its pytest_collection_modifyitems):
 # most tests wait on clocks, sockets and subprocesses: on 2 cores the suite took 879 s with
@@ -169,12 +169,13 @@ n8n:
 # they mean instead of a fixed time (issue 28 item 7: with four workers beside four busy
 # loops, 2,105 tests passed in 1,294 s; the one failure of the next run, a page Chromium
 # left blank when another worker's containers changed the host's interfaces, is what
-# tests/browser_support.guard_navigation loads again).
+# tests/browser_support.guard_navigation loads again). Five since 2,197 tests took 713 s of
+# pytest with four and 601 s with five (idle machine, fresh clone, warm caches, one run each).
 # One file alone: .venv/bin/pytest tests/…  (no workers).
 # The browser tests' deadlines (a page's first run, a dashboard's start and stop) are set
 # once in tests/browser_support.py for a 2-core machine at load average ≈ 20;
 # OUTBOX_MONITOR_TEST_SLOWDOWN=2 make test doubles them on a slower one.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 test: install browser podman hypopg promtool alertmanager oidc-provider lint
 	@mkdir -p test-artifacts
 	@nice -n 19 n8n/install.sh >test-artifacts/n8n-install.log 2>&1 & installer=$$!; \
