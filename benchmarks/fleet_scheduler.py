@@ -46,9 +46,9 @@ from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.config.settings import Settings
 from outbox_monitor.export.fleet import FleetCollector
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service.fleet_scheduler import FleetMember
 from outbox_monitor.service.replica_registry import LeaseShare
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.schema import init_db
 
 REPO = Path(__file__).resolve().parents[1]

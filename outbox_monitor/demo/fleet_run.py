@@ -48,12 +48,12 @@ from outbox_monitor.demo.rules import use_demo_rules
 from outbox_monitor.demo.simulate import run_simulation
 from outbox_monitor.errors import OutboxMonitorError
 from outbox_monitor.export.fleet import FleetCollector, FleetStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
 from outbox_monitor.service.fleet_scheduler import FleetMember, build_fleet_scheduler
 from outbox_monitor.service.replica_registry import ReplicaRegistry, fleet_key, registry_target
 from outbox_monitor.service.scheduler import interrupt_on_sigterm, load_alerting
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.service.serve import start_dashboard, stop_process, wait_until_healthy
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db

@@ -67,10 +67,10 @@ from outbox_monitor.demo.simulate import (
     run_simulation,
 )
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.flow.controls_file import apply_controls, load_controls
 from outbox_monitor.service.scheduler import build_scheduler, interrupt_on_sigterm, load_alerting
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.service.serve import start_dashboard, stop_process, wait_until_healthy
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db

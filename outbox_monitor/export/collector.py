@@ -84,11 +84,11 @@ from outbox_monitor.export.families import (
     worker_families,
 )
 from outbox_monitor.export.labels import Combine, bound_event_types, figure_windows
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.figures import metrics
 from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.flow.controls import controls
 from outbox_monitor.flow.held import OPEN_STATES, held_by
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import like_escape
 from outbox_monitor.store.standby import replica_status

@@ -10,11 +10,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from outbox_monitor.alerts.receiver_health import read_health
 from outbox_monitor.alerts.state import list_instances
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.figures.registry import FIGURES, HEALTH_FIGURES
 from outbox_monitor.figures.workers import no_claim_while_due
 from outbox_monitor.health.claim_plan import claim_health
 from outbox_monitor.health.status import health_status
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.standby import ReplicaStatus
 

@@ -14,7 +14,7 @@ fleet as this one last read the registry) and ``outbox_monitor_leases_held`` (th
 replica leads).
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
@@ -24,8 +24,7 @@ from prometheus_client.registry import Collector
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.export.collector import OutboxCollector
-from outbox_monitor.service.replica_registry import LeaseShare
-from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 
 SCRAPE_THREADS = 8
@@ -35,6 +34,14 @@ SCRAPE_DEADLINE_SECONDS = 8.0
 timeout is 10 s). An outbox whose figures are not in by then — its database hung: a socket
 that never answers, which no statement timeout ends — is exported as ``outbox_monitor_up 0``
 alone, is named on /healthz, and is not read again until that read ends."""
+
+
+class LeaseCounts(Protocol):
+    """What ``/metrics`` reports of this replica's lease share
+    (``service.replica_registry.LeaseShare``): N, the replicas, and the leases held now."""
+
+    replicas: int
+    held: Callable[[], int]
 
 
 class Member(Protocol):
@@ -58,7 +65,7 @@ class FleetCollector(Collector):
 
     Args:
         members: the fleet's outboxes with their Databases and status.
-        share: this replica's ``LeaseShare`` (N and the leases held).
+        share: this replica's ``LeaseShare`` (``LeaseCounts``: N and the leases held).
         ruleset: the loaded alerts.yml, or ``None``.
         deadline: seconds a scrape waits for the figures (``SCRAPE_DEADLINE_SECONDS``).
     """
@@ -66,7 +73,7 @@ class FleetCollector(Collector):
     def __init__(
         self,
         members: Sequence[Member],
-        share: LeaseShare,
+        share: LeaseCounts,
         ruleset: Any = None,
         *,
         deadline: float = SCRAPE_DEADLINE_SECONDS,
@@ -141,7 +148,7 @@ class FleetStatus:
     error; an unreachable outbox is named in the ``notice`` (200: not this process's fault).
     """
 
-    def __init__(self, members: Sequence[Member], share: LeaseShare) -> None:
+    def __init__(self, members: Sequence[Member], share: LeaseCounts) -> None:
         self.members = members
         self.share = share
 

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from outbox_monitor.errors import ConfigError
 from outbox_monitor.export.collector import OutboxCollector
-from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 
 # the logger keeps its name from before the move into a package (log filters use it)

@@ -28,12 +28,9 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from outbox_monitor.privacy.value_detectors import REDACTED, check_value_detector
-
-if TYPE_CHECKING:
-    from outbox_monitor.config.settings import Settings
 
 _REDACTED_JSON = json.dumps(REDACTED)
 ERROR_HEAD_CHARS = 200
@@ -336,7 +333,15 @@ def _cached(keys: tuple[str, ...], values: tuple[str, ...]) -> Redactor:
     return Redactor(keys, values)
 
 
-def redactor_for(settings: "Settings") -> Redactor:
+class RedactionSettings(Protocol):
+    """What a redactor is built from: ``config.settings.Settings`` (privacy/ imports nothing of
+    config/, which checks its value detectors at start with ``value_detectors``)."""
+
+    redact_keys: Sequence[str]
+    redact_values: Sequence[str]
+
+
+def redactor_for(settings: RedactionSettings) -> Redactor:
     """The redactor of ``settings.redact_keys`` and ``settings.redact_values`` (cached).
 
     Raises:

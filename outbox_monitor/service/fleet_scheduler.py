@@ -33,6 +33,7 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.config.fleet import Fleet, Outbox
 from outbox_monitor.errors import DatabaseUnavailable
 from outbox_monitor.export.fleet import FleetCollector, FleetStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.logs import for_outbox
 from outbox_monitor.service.hang_watch import HangWatch, add_hang_watch_job
@@ -49,7 +50,6 @@ from outbox_monitor.service.replica_registry import (
     fleet_key,
     registry_target,
 )
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.service.start_check import StartCheck
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target

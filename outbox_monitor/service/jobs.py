@@ -43,11 +43,11 @@ from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.alerts.write_health import WriteHealth, is_write_failure
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.health.claim_plan import record_claim_plans
 from outbox_monitor.service.job_activity import RunningJobs
 from outbox_monitor.service.maintenance import prune_own_tables, prune_retention, reap_stuck_locks
 from outbox_monitor.service.sampler import record_sample
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
 

@@ -26,6 +26,7 @@ from outbox_monitor.alerts.rules import RuleSet
 from outbox_monitor.alerts.stall import StallWatch
 from outbox_monitor.alerts.write_health import FAILED_INTERVALS, WriteHealth
 from outbox_monitor.config.fleet import Outbox
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service.hang_watch import HangWatch, hang_after
 from outbox_monitor.service.heartbeat import Heartbeat
 from outbox_monitor.service.job_activity import TimedJobs
@@ -40,7 +41,6 @@ from outbox_monitor.service.jobs import (
     add_sender_job,
     add_watchdog_job,
 )
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.service.skipped_runs import quiet_skipped_runs
 from outbox_monitor.service.start_check import StartCheck, add_start_check_job
 from outbox_monitor.store.db import Database

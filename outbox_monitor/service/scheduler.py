@@ -35,10 +35,10 @@ from outbox_monitor.config.fleet import Fleet
 from outbox_monitor.config.settings import Settings, load_settings
 from outbox_monitor.config.values import interface_address
 from outbox_monitor.errors import ConfigError
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.service.hang_watch import HangWatch, add_hang_watch_job
 from outbox_monitor.service.outbox_schedule import add_outbox_jobs, new_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.service.slack_listener import slack_listener
 from outbox_monitor.service.start_check import StartCheck
 from outbox_monitor.store.db import Database

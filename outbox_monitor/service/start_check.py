@@ -16,8 +16,8 @@ from collections.abc import Callable
 from apscheduler.schedulers.base import BaseScheduler
 
 from outbox_monitor.errors import DatabaseUnavailable, OutboxMonitorError
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service.jobs import add_interval_job, guarded
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.db_errors import describe_target
 from outbox_monitor.store.schema import check_outbox_table

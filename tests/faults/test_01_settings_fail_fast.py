@@ -25,10 +25,10 @@ from outbox_monitor.config.settings import ENV_PREFIX, load_settings
 from outbox_monitor.demo.pgcluster import TemporaryCluster
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, QueryTimeout
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.service.jobs import SAMPLER_JOB_ID
 from outbox_monitor.service.scheduler import build_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 from tests.alerting import drain, rules_file, subprocess_env, wait_for

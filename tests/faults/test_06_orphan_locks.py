@@ -22,10 +22,10 @@ from outbox_monitor.actions.run import apply
 from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.figures import metrics
 from outbox_monitor.service.maintenance import reap_stuck_locks
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.ui import format
 
 ACTOR = Identity("ops", Role.operator, "cli")

@@ -28,9 +28,9 @@ from outbox_monitor.alerts.rules_file import load_rules
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.pgcluster import free_port
 from outbox_monitor.export.families import dead_mans_switch_families
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service.heartbeat import Heartbeat
 from outbox_monitor.service.scheduler import build_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.units import bounded_key
 from tests.alerting import LOADED_DEADLINE, rules_file, running_scheduler, wait_for

@@ -15,12 +15,12 @@ from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.cli import main
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.errors import PermissionDenied, SchemaNotInitialised
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.health.claim_plan import claim_health, plan_series, record_claim_plans
 from outbox_monitor.health.claim_verdicts import MIN_JUMPED_COST
 from outbox_monitor.service.jobs import CLAIM_PLAN_JOB_ID
 from outbox_monitor.service.scheduler import build_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from tests.alerting import wait_for
 from tests.claim_health import HARMFUL_INDEX, create_harmful_index, drop_harmful_index

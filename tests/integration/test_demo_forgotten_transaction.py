@@ -32,9 +32,9 @@ from outbox_monitor.demo.forgotten_transaction import (
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.demo.switches import URL_ENV
 from outbox_monitor.errors import OutboxMonitorError
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.health.horizon import horizon
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from tests.health import wait_until
 from tests.integration.test_demo import REPO, running_demo
 from tests.integration.test_demo_outage import shortened_demo_rules

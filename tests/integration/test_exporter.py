@@ -27,11 +27,11 @@ from outbox_monitor.demo.pgcluster import TemporaryCluster, free_port
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ConfigError, OutboxMonitorError
 from outbox_monitor.export.labels import OTHER, bound_event_types
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.figures import metrics
 from outbox_monitor.service.jobs import PRUNER_JOB_ID, REAPER_JOB_ID
 from outbox_monitor.service.scheduler import build_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 from tests.alerting import running_scheduler, stuck_lock_rules, wait_for
@@ -478,7 +478,8 @@ def test_scheduler_command_serves_metrics_and_healthz(dsn, rows):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        healthy = wait_for(lambda: _reachable(url + "/healthz") == (200, "ok"), timeout=20)
+        # a scheduler process starting on a loaded machine: 20 s was short at load 12
+        healthy = wait_for(lambda: _reachable(url + "/healthz") == (200, "ok"), timeout=60)
         found = scrape(url) if healthy else {}
     finally:
         process.send_signal(signal.SIGTERM)

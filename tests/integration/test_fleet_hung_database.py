@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from outbox_monitor.config.fleet import Outbox
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.export.fleet import FleetCollector, FleetStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service.fleet_scheduler import OUTBOX_WORKERS, FleetMember
 from outbox_monitor.service.replica_registry import LeaseShare
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.schema import init_db
 from tests.alerting import REPO, wait_for

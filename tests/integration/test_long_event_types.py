@@ -27,8 +27,8 @@ from outbox_monitor.alerts.evaluate import Evaluator
 from outbox_monitor.alerts.receivers import transports_for
 from outbox_monitor.alerts.sender import deliver_due
 from outbox_monitor.export.collector import OutboxCollector
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.figures import error_grouping, metrics
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store import indexes, schema
 from outbox_monitor.store.audit import recent_audit
 from outbox_monitor.store.filters import ExactEventType, Where

@@ -10,12 +10,12 @@ import psycopg
 import pytest
 
 from outbox_monitor.config.settings import load_settings
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service import maintenance, sampler
 from outbox_monitor.service.jobs import RETENTION_JOB_ID
 from outbox_monitor.service.maintenance import prune_own_tables
 from outbox_monitor.service.sampler import record_sample
 from outbox_monitor.service.scheduler import build_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from tests.alerting import wait_for
 

@@ -27,10 +27,10 @@ from outbox_monitor.alerts.rules import SEVERITIES
 from outbox_monitor.alerts.rules_file import SHIPPED_RULES_PATH, load_rules
 from outbox_monitor.config.settings import DEFAULT_WINDOW_SECONDS, load_settings
 from outbox_monitor.durations import duration_label
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
 from outbox_monitor.figures.registry import FIGURES
 from outbox_monitor.service.scheduler import build_scheduler
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.filters import like_escape
 from outbox_monitor.store.schema import init_db

@@ -27,8 +27,8 @@ from outbox_monitor.cli import main
 from outbox_monitor.config.settings import load_settings
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.errors import ReadOnlyDatabase
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.export.server import MetricsServer
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 from outbox_monitor.store.db import Database
 from outbox_monitor.store.standby import replica_status
 from tests.alerting import running_scheduler, stuck_lock_rules, subprocess_env, wait_for

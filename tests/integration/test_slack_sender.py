@@ -25,7 +25,7 @@ from outbox_monitor.alerts.sender import SEND_INTERVAL_SECONDS, deliver_due
 from outbox_monitor.alerts.slack import TransportConfigError
 from outbox_monitor.demo.slack_sink import SlackSink
 from outbox_monitor.export.families import process_families
-from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from tests.alerting import FakeClock, notifications
 
 TIMEOUT = 1.0

@@ -9,10 +9,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client.core import GaugeMetricFamily
 
 from outbox_monitor.export.fleet import labelled
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.service.fleet_scheduler import OutboxJobs
 from outbox_monitor.service.jobs import JobRuntime
 from outbox_monitor.service.replica_registry import LeaseShare, fleet_key
-from outbox_monitor.service.scheduler_status import SchedulerStatus
 
 
 def test_a_replica_holds_at_most_its_share_of_the_leases():

@@ -33,6 +33,10 @@ SECRETS = ("s3cret", "user", "pass")
 HANG_BOUND = 10.0  # the hanging server's own limit, far past every timeout here
 TRICKLE_BOUND = 8.0  # the trickling server's own limit: it closes after sending this long
 BYTE_EVERY = 0.2  # seconds between two bytes of a trickled answer, far below every timeout
+LATE = 1.0
+"""The timeout of the nudges left running late: a trickled byte comes every ``BYTE_EVERY``,
+far within each read's share of it, so the threads still run when the test counts them (at
+0.3 s, a loaded machine's 0.3 s gap between two bytes ended one first)."""
 
 
 @dataclass
@@ -319,18 +323,18 @@ def test_nudges_left_running_past_their_timeout_are_bounded_and_end_with_the_ans
     monkeypatch.setattr(outbox, "NUDGE_OVERRUNS_MAX", 2)
     wait_until_no_nudge_runs_late()  # an earlier test's trickled answer has ended
     caplog.set_level(logging.INFO, logger="outbox_monitor.outbox")
-    assert outbox.nudge(trickling_webhook.url, timeout=0.3) is False
-    assert outbox.nudge(trickling_webhook.url, timeout=0.3) is False
+    assert outbox.nudge(trickling_webhook.url, timeout=LATE) is False
+    assert outbox.nudge(trickling_webhook.url, timeout=LATE) is False
     assert outbox._overruns.count == 2  # both threads still read the trickled answers
     started = time.monotonic()
-    assert outbox.nudge(webhook.url(), timeout=0.3) is False  # skipped at once, not sent
-    assert time.monotonic() - started < 0.3
+    assert outbox.nudge(webhook.url(), timeout=LATE) is False  # skipped at once, not sent
+    assert time.monotonic() - started < LATE
     assert webhook.requests == []
     trickling = trickling_webhook.url.removesuffix("/webhook/outbox-nudge")
     suffix = "; the worker claims the row at its next poll"
     assert warnings_of(caplog) == [
-        f"nudge of {trickling} not delivered: no answer within 0.3 s{suffix}",
-        f"nudge of {trickling} not delivered: no answer within 0.3 s{suffix}",
+        f"nudge of {trickling} not delivered: no answer within {LATE:g} s{suffix}",
+        f"nudge of {trickling} not delivered: no answer within {LATE:g} s{suffix}",
         f"nudge of http://127.0.0.1:{webhook.port} not delivered: skipped: 2 earlier nudges "
         f"still run past their timeout (a webhook trickling its answers?){suffix}",
     ]
@@ -339,7 +343,8 @@ def test_nudges_left_running_past_their_timeout_are_bounded_and_end_with_the_ans
     ended = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert len(ended) == 2
     assert all(
-        line.startswith(f"nudge of {trickling} ended ") and " past its timeout of 0.3 s: " in line
+        line.startswith(f"nudge of {trickling} ended ")
+        and f" past its timeout of {LATE:g} s: " in line
         for line in ended
     ), ended
     assert outbox.nudge(webhook.url(), timeout=0.3) is True

@@ -2,7 +2,7 @@
 /healthz and the log say (issue 14 item 4; the real standby is in
 tests/integration/test_replica.py)."""
 
-from outbox_monitor.service.scheduler_status import SchedulerStatus
+from outbox_monitor.export.scheduler_status import SchedulerStatus
 from outbox_monitor.store.standby import ReplicaStatus, skip_reason
 
 PRIMARY = ReplicaStatus(in_recovery=False, lag_seconds=0.0, target="u@primary:5432/app")
