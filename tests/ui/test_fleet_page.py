@@ -5,12 +5,12 @@ URL from page to page."""
 
 import html
 import re
-from datetime import UTC, timedelta
 
 import pytest
 from rendered import plain
 
 from tests.fleet_rows import seed_fleet, write_fleet
+from tests.integration.test_diagnosis import when
 
 # Outbox, status, queue depth, oldest pending, P95 latency (1h), failed (1h), firing alerts
 # (orders and shipping share a database, each its own alert state), database. A status says
@@ -87,12 +87,11 @@ def test_each_row_says_what_is_wrong_with_links_into_its_outbox(open_page, fleet
 
     assert not at.exception and not at.error
     found = what_is_wrong(at)
-    since = (rows.t0 - timedelta(seconds=7200)).astimezone(UTC)
     # orders: its oldest pending row past the SLO; one dead letter in the hour is under
     # diagnosis.DEAD_LETTERS_MIN_ROWS, no poison event
     text, links = found["orders"]
     assert text == (
-        f"order.paid — 2 waiting, 1 dead-lettered in 1h since {since:%H:%M} UTC (2h 0m), "
+        f"order.paid — 2 waiting, 1 dead-lettered in 1h since {when(rows, 7200)} (2h 0m), "
         "oldest pending 2h 0m; cause unknown → Controls · Events"
     )
     assert links["Controls"] == "controls?event_type=order.paid&outbox=orders"

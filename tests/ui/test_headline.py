@@ -4,11 +4,16 @@ link; or one line saying nothing is."""
 
 import html
 import re
-from datetime import UTC, timedelta
 
 from rendered import plain
 
-from tests.integration.test_diagnosis import HOURS, add_retrying, claims_recently, open_breaker
+from tests.integration.test_diagnosis import (
+    HOURS,
+    add_retrying,
+    claims_recently,
+    open_breaker,
+    when,
+)
 
 PAGE_FRAME = ("html", "title")
 """What comes before any page's content: the stylesheet's script and the page's title."""
@@ -47,10 +52,9 @@ def test_the_overview_opens_with_what_is_wrong_each_clause_a_link(open_page, row
     elements = in_order(at)
     first = next(e for e in elements if e.type not in PAGE_FRAME)
     assert first.type == "markdown" and "order.paid" in first.value
-    since = (rows.t0 - timedelta(seconds=HOURS)).astimezone(UTC)
     assert text_of(first.value) == (
         "order.paid — 1 waiting, 2 retrying with “HTTP 503 from erp” since "
-        f"{since:%H:%M} UTC (2h 0m), oldest pending 2h 0m, breaker open; likely cause: "
+        f"{when(rows, HOURS)} (2h 0m), oldest pending 2h 0m, breaker open; likely cause: "
         "downstream failing (one error for 2 of 2 retrying rows) → Controls · Events"
     )
     links = dict(
