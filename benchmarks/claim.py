@@ -273,6 +273,7 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
         start = time.perf_counter()
         if variant in ("with", "before", "advised"):
             created = init_db(db, flow_control=bool(args.marginal)).created_indexes
+            created = leave_out_indexes(db, created, args.leave_out, args.skew_by_comparison)
             created_by_variant[variant] = created
             log(f"  init-db created {', '.join(created)}")
         if variant == "advised":
@@ -299,7 +300,32 @@ def prepare_tables(source: RecordingDatabase, cluster_dsn: str, args: argparse.N
     return {"dbs": dbs, "builds": builds, "created": created_by_variant}
 
 
-def move_indexes(dbs: dict[str, RecordingDatabase], created: list[str]) -> dict[str, Any]:
+def leave_out_indexes(
+    db: RecordingDatabase, created: list[str], purposes: list[str], skew_compare: bool = False
+) -> list[str]:
+    """Drop the ``--leave-out`` indexes of ``created`` (init-db's names on ``db``); with
+    ``skew_compare`` (``--skew-by-comparison``) rebuild ``clock_skew`` under the same name with
+    its predicate cut to one comparison. Returns the names kept."""
+    table = db.settings.table_parts[1]
+    dropped = [name for name in created if name.removeprefix(f"{table}_")[:-4] in purposes]
+    if skew_compare:
+        dropped.append(f"{table}_clock_skew_idx")
+    for name in dropped:
+        drop_index(db, name)
+    if dropped:
+        log(f"  and {', '.join(dropped)} left out")
+    if skew_compare:
+        with db.direct_connection(statement_timeout=None) as conn:
+            name = sql.Identifier(f"{table}_clock_skew_idx")
+            conn.execute(db.compose("benchmark_presence_skew_compare", index=name))
+        log("  and clock_skew rebuilt WHERE processed_at < created_at")
+        dropped.pop()
+    return [name for name in created if name not in dropped]
+
+
+def move_indexes(
+    dbs: dict[str, RecordingDatabase], created: list[str], leave_out: tuple[list[str], bool]
+) -> dict[str, Any]:
     """``--crossover`` between its phases: drop the ``created`` indexes on the copy that had
     them (``dbs["with"]``, copy A), create them on the other (``dbs["without"]``, copy B) with
     the same ``init_db`` call as before phase 1, then VACUUM ANALYZE both. Returns the seconds
@@ -312,7 +338,7 @@ def move_indexes(dbs: dict[str, RecordingDatabase], created: list[str]) -> dict[
     for name in created:
         drop_index(copy_a, name)
     dropped = time.perf_counter()
-    moved = init_db(copy_b).created_indexes
+    moved = leave_out_indexes(copy_b, init_db(copy_b).created_indexes, *leave_out)
     built = time.perf_counter()
     purposes = [
         sorted(name.removeprefix(f"{db.settings.table_parts[1]}_") for name in names)
@@ -497,6 +523,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "with them moved to copy B; reports the crossover ratio and the copy effect",
     )
     parser.add_argument(
+        "--leave-out",
+        metavar="PURPOSES",
+        default="",
+        help="with --crossover: the recommended indexes (comma-separated purposes) the 'with' "
+        "copy goes without, e.g. clock_skew,failed_by_type: what the others cost",
+    )
+    parser.add_argument(
+        "--skew-by-comparison",
+        action="store_true",
+        help="with --crossover: clock_skew's predicate cut to processed_at < created_at "
+        "(benchmark_presence_skew_compare) on the 'with' copy",
+    )
+    parser.add_argument(
         "--shared-buffers",
         default="4GB",
         help="the cluster's shared_buffers: every copy's backlog pages must fit, or the copies"
@@ -527,6 +566,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "--crossover moves the recommended indexes between the copies without and with;"
             " it does not combine with --marginal, --advised or --retired"
         )
+    purposes = {index.purpose for index in RECOMMENDED_INDEXES}
+    args.leave_out = [p for p in args.leave_out.split(",") if p.strip()]
+    if args.skew_by_comparison and (not args.crossover or "clock_skew" in args.leave_out):
+        parser.error("--skew-by-comparison: with --crossover, clock_skew not left out")
+    if args.leave_out and (not args.crossover or not set(args.leave_out) < purposes):
+        parser.error(f"--leave-out takes some of {', '.join(sorted(purposes))}, with --crossover")
     if args.rows < 1000 or args.repeat < 1 or args.batch < 1 or min(backlogs) < 1:
         parser.error("need --rows >= 1000, --repeat >= 1, --batch >= 1, backlogs >= 1")
     return args
@@ -601,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
                 log("back to the seeded rows; the recommended indexes move from copy A to B")
                 for db in dbs.values():  # phase 2 starts where phase 1 did
                     bring_to(db, Scenario(0, 0), args.scenarios[-1], anchor)
-                shape["move"] = move_indexes(dbs, prepared["created"]["with"])
+                shape["move"] = move_indexes(
+                    dbs, prepared["created"]["with"], (args.leave_out, args.skew_by_comparison)
+                )
                 swapped = {"without": dbs["with"], "with": dbs["without"]}
                 started = time.perf_counter()
                 phases.append(run_phase(swapped, args, Scenario(0, 0), anchor, "phase 2: "))
