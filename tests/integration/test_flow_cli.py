@@ -107,13 +107,15 @@ def test_controls_shows_an_open_breakers_cool_down_now_and_its_next_probe(cli, c
     as_json(cli("breaker", "crm.%", "--on", "--cooldown", "30s", "--json"))
     # opened ≈ 30 s ago after two failed probes: its 30 s cool-down doubled twice, to 120 s;
     # 29.5 s ago, so that the command, within a second, sees 90.5 s less its delay: "1m 30s"
-    since = conn.execute(
+    opened = conn.execute(
         "UPDATE outbox_monitor.control_state SET breaker_state = 'open', cooldown_seconds = 120,"
-        " since = now() - interval '29.5 seconds' RETURNING since"
-    ).fetchone()["since"]
-    # the next probe's clock time in words (the date only on another UTC day), never ISO
+        " since = now() - interval '29.5 seconds' RETURNING since, now()"
+    ).fetchone()
+    since = opened["since"]
+    # the next probe's clock time in words (the date only on another UTC day than the
+    # command's now, within a second of this one), never ISO
     probe = (since + timedelta(seconds=120)).astimezone(UTC)
-    same_day = probe.date() == since.astimezone(UTC).date()
+    same_day = probe.date() == opened["now"].astimezone(UTC).date()
     next_probe = probe.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
 
     text = cli("controls")
