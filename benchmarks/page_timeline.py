@@ -21,7 +21,10 @@ shown") and the script state idle. The server's events are placed on the same cl
 (``performance.timeOrigin``; browser and server share the machine's clock).
 
 With ``--profile DIR`` the server also writes a ``cProfile`` of every script run to DIR
-(``<pid>-<n>.prof``; ``pstats`` reads them): the ms it adds are in the timeline too.
+(``<pid>-<n>.prof``; ``pstats`` reads them): the ms it adds are in the timeline too. With
+``--cpu-profile`` Chromium's own CPU profiler (over CDP) samples each page's first warm
+reload, and a table gives the browser's self time per script file (its overhead is in those
+loads' milestones too).
 
 Usage (from the repository root)::
 
@@ -190,6 +193,19 @@ ROWS = (
 )
 
 
+def self_ms(profile: dict) -> dict[str, float]:
+    """A Chromium CPU profile (CDP ``Profiler.stop``) as ms of self time per script file (its
+    name) or V8 pseudo-frame (``(program)``: the renderer's own work, ``(idle)``,
+    ``(garbage collector)``) or built-in function."""
+    frames = {node["id"]: node["callFrame"] for node in profile["nodes"]}
+    spent: dict[str, float] = {}
+    for node, delta in zip(profile["samples"], profile["timeDeltas"], strict=True):
+        frame = frames[node]
+        where = frame["url"].rsplit("/", 1)[-1] or frame["functionName"] or "(native)"
+        spent[where] = spent.get(where, 0.0) + delta / 1000
+    return spent
+
+
 def slug(name: str) -> str:
     """A page's name as a file name (``floor at /tiles`` → ``floor_at_tiles``)."""
     return re.sub(r"\W+", "_", name)
@@ -227,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8621, help="dashboard port (floor: +1)")
     parser.add_argument("--pg-port", type=int, default=8629, help="PostgreSQL port")
     parser.add_argument("--profile", type=Path, help="folder for a cProfile of every run")
+    parser.add_argument(
+        "--cpu-profile",
+        action="store_true",
+        help="Chromium's CPU profile of each page's first warm reload, by script file",
+    )
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -302,8 +323,15 @@ def main(argv: list[str] | None = None) -> int:
                         context = browser.new_context(viewport=pages.VIEWPORT)
                         context.add_init_script(MILESTONES)
                         page = context.new_page()
+                        cdp = context.new_cdp_session(page) if args.cpu_profile else None
+                        if cdp:
+                            cdp.send("Profiler.enable")
+                            cdp.send("Profiler.setSamplingInterval", {"interval": 250})
                         for kind in ("cold", "warm", "warm again"):
                             load = pages.load_1min()
+                            profiling = cdp is not None and kind == "warm"
+                            if profiling:
+                                cdp.send("Profiler.start")
                             if kind == "cold":
                                 page.goto(urls[name] + paths[name], wait_until="commit")
                             else:
@@ -313,10 +341,13 @@ def main(argv: list[str] | None = None) -> int:
                                 polling=50,
                                 timeout=pages.CONTENT_TIMEOUT_MS,
                             )
+                            cpu = cdp.send("Profiler.stop")["profile"] if profiling else None
                             time.sleep(0.3)  # the last messages' events reach the log
                             if round_number:
                                 loads.append(
-                                    page.evaluate(READ) | {"name": name, "kind": kind, "load": load}
+                                    page.evaluate(READ)
+                                    | {"name": name, "kind": kind, "load": load}
+                                    | ({"cpu": self_ms(cpu)} if cpu else {})
                                 )
                         context.close()
                     log(f"round {round_number}/{args.repeat}")
@@ -343,7 +374,7 @@ def print_report(
     groups: dict[tuple[str, str], list[dict]] = {}
     for load in loads:
         groups.setdefault((load["name"], load["kind"]), []).append(
-            timeline(load, events[load["name"]]) | {"load": load["load"]}
+            timeline(load, events[load["name"]]) | {"load": load["load"], "cpu": load.get("cpu")}
         )
     command = " ".join(["benchmarks/page_timeline.py", *sys.argv[1:]])
     print(f"- command: `.venv/bin/python {command}`")
@@ -353,6 +384,10 @@ def print_report(
         "start, median (min–max)\n"
     )
     columns = sorted(groups, key=lambda key: (key[0] == "dashboard", key[0], key[1]))
+    profiled = {c: [row["cpu"] for row in groups[c] if row.get("cpu")] for c in columns}
+    profiled = {c: rows for c, rows in profiled.items() if rows}
+    if profiled:
+        print_cpu(profiled)
     print("| milestone | " + " | ".join(f"{name} {kind}" for name, kind in columns) + " |")
     print("|---|" + "---:|" * len(columns))
 
@@ -378,6 +413,33 @@ def print_report(
             )
             + " |"
         )
+
+
+def print_cpu(profiled: dict[tuple[str, str], list[dict[str, float]]]) -> None:
+    """The browser's main thread during the profiled reloads: median ms of self time per
+    script file, the 15 costliest on the dashboard first (printed before the milestones)."""
+    every = sorted({where for rows in profiled.values() for row in rows for where in row})
+
+    def median(rows: list[dict[str, float]], where: str) -> float:
+        return statistics.median(row.get(where, 0.0) for row in rows)
+
+    dashboard = [c for c in profiled if c[0] == "dashboard"] or list(profiled)
+    costliest = sorted(every, key=lambda w: -median(profiled[dashboard[0]], w))[:15]
+    print(
+        "Chromium's CPU profile of the first warm reload (sampled every 0.25 ms, from the "
+        "reload until the tiles and the idle state are shown), self ms per script file, median:\n"
+    )
+    print("| script or frame | " + " | ".join(f"{n} {k}" for n, k in profiled) + " |")
+    print("|---|" + "---:|" * len(profiled))
+    for where in ["total", *costliest]:
+        cells = [
+            statistics.median(sum(row.values()) for row in rows)
+            if where == "total"
+            else median(rows, where)
+            for rows in profiled.values()
+        ]
+        print(f"| {where} | " + " | ".join(f"{value:,.1f}" for value in cells) + " |")
+    print()
 
 
 if __name__ == "__main__":
