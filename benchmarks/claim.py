@@ -307,19 +307,17 @@ def leave_out_indexes(
     ``skew_compare`` (``--skew-by-comparison``) rebuild ``clock_skew`` under the same name with
     its predicate cut to one comparison. Returns the names kept."""
     table = db.settings.table_parts[1]
-    dropped = [name for name in created if name.removeprefix(f"{table}_")[:-4] in purposes]
-    if skew_compare:
-        dropped.append(f"{table}_clock_skew_idx")
+    dropped = [index_name(table, purpose) for purpose in purposes]
     for name in dropped:
         drop_index(db, name)
     if dropped:
         log(f"  and {', '.join(dropped)} left out")
     if skew_compare:
+        skew = index_name(table, "clock_skew")
+        drop_index(db, skew)
         with db.direct_connection(statement_timeout=None) as conn:
-            name = sql.Identifier(f"{table}_clock_skew_idx")
-            conn.execute(db.compose("benchmark_presence_skew_compare", index=name))
-        log("  and clock_skew rebuilt WHERE processed_at < created_at")
-        dropped.pop()
+            conn.execute(db.compose("benchmark_presence_skew_compare", index=sql.Identifier(skew)))
+        log(f"  and {skew} rebuilt WHERE processed_at < created_at")
     return [name for name in created if name not in dropped]
 
 
